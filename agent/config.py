@@ -1,0 +1,280 @@
+"""The one validated place where llmwatch's configuration lives.
+
+A YAML file (optional) is read, environment variables `LLMWATCH_<SECTION>__<FIELD>` are laid
+over it, command-line flags over those, and the result is validated once at start-up. Every
+error names the field (dotted path), what was given and what is allowed, so that a bad file
+never starts a half-configured sidecar.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "LLMWATCH_"
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot be used; the message says which field and how to fix it."""
+
+
+class _Section(BaseModel):
+    # Unknown keys are almost always typos (`sample_rate` for `rate`); refuse them loudly.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
+        raise ValueError(f"expected HOST:PORT such as 127.0.0.1:8080, got {value!r}")
+    return value
+
+
+class ProxySection(_Section):
+    connect_timeout_s: float = Field(10.0, gt=0)
+    # LLM answers can take minutes; this bounds silence between bytes, not the whole answer.
+    read_timeout_s: float = Field(600.0, gt=0)
+    max_connections: int = Field(1000, ge=1)
+    # Reverse proxies normally send the upstream's own Host; keep the client's only when the
+    # upstream does virtual hosting on it.
+    preserve_host: bool = False
+
+
+class CaptureSection(_Section):
+    # Bodies above this are forwarded untouched but not parsed or stored (counted instead).
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    routes: list[str] = Field(
+        default_factory=lambda: ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+    )
+
+
+class SamplingOverride(_Section):
+    route: str | None = None  # exact path or glob, e.g. /v1/embeddings
+    model: str | None = None  # glob on the request model, e.g. gpt-4o*
+    rate: float = Field(ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _needs_a_selector(self) -> "SamplingOverride":
+        if self.route is None and self.model is None:
+            raise ValueError("an override needs `route` and/or `model` to say what it applies to")
+        return self
+
+
+class SamplingSection(_Section):
+    rate: float = Field(0.1, ge=0.0, le=1.0)
+    keep_errors: bool = True
+    # Requests slower than this are always kept: they are the ones an on-call engineer asks about.
+    slow_ms: float | None = Field(10_000.0, gt=0)
+    # The hash of this header's value decides sampling, so replays of a request agree.
+    request_id_header: str = "x-request-id"
+    overrides: list[SamplingOverride] = Field(default_factory=list)
+
+
+class QueueSection(_Section):
+    max_size: int = Field(10_000, ge=1)
+
+
+class RedactionSection(_Section):
+    enabled: bool = True
+    patterns: list[Literal["email", "phone", "card", "key", "ipv4", "iban", "ssn"]] = Field(
+        default_factory=lambda: ["email", "phone", "card", "key", "iban", "ssn"]
+    )
+    # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
+    extra_patterns: list[str] = Field(default_factory=list)
+
+    @field_validator("extra_patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns
+
+
+class Price(_Section):
+    input_per_million: float = Field(ge=0)
+    output_per_million: float = Field(ge=0)
+
+
+class MetricsSection(_Section):
+    # Beyond this many distinct model names the rest are reported as model "other".
+    max_models: int = Field(20, ge=1, le=500)
+    max_versions: int = Field(20, ge=1, le=500)
+    # USD per million tokens; merged over the built-in defaults (yours win).
+    pricing: dict[str, Price] = Field(default_factory=dict)
+
+
+class ModelVersionSection(_Section):
+    # Response header that names the serving model version; falls back to `default`, then to
+    # the response's `model` field (e.g. gpt-4o-2024-08-06), then to the request's.
+    header: str = "x-model-version"
+    default: str | None = None
+
+
+class FilesSection(_Section):
+    enabled: bool = True
+    max_file_bytes: int = Field(100 * 1024 * 1024, ge=4096)
+
+
+class LoggingSection(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+class Config(_Section):
+    upstream: str | None = None
+    listen: str = "127.0.0.1:8080"
+    metrics_listen: str = "127.0.0.1:9464"
+    data_dir: Path = Path("llmwatch-data")
+    proxy: ProxySection = Field(default_factory=ProxySection)
+    capture: CaptureSection = Field(default_factory=CaptureSection)
+    sampling: SamplingSection = Field(default_factory=SamplingSection)
+    queue: QueueSection = Field(default_factory=QueueSection)
+    redaction: RedactionSection = Field(default_factory=RedactionSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+    model_version: ModelVersionSection = Field(default_factory=ModelVersionSection)
+    files: FilesSection = Field(default_factory=FilesSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+
+    @field_validator("listen", "metrics_listen")
+    @classmethod
+    def _valid_address(cls, value: str) -> str:
+        return _host_port(value)
+
+    @field_validator("upstream")
+    @classmethod
+    def _valid_upstream(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
+        return value.rstrip("/")
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """Walk the models along an error location to list the keys allowed where the error is."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        for candidate in getattr(annotation, "__args__", ()) or (annotation,):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                current = candidate
+                break
+        else:
+            current = annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return None
+
+
+def format_validation_error(exc: ValidationError, source: str, env_keys: Mapping[str, str]) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        origin = env_keys.get(path)
+        where = f" (from environment variable {origin})" if origin else ""
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_fields(Config, loc)
+            hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
+            lines.append(f"  - {path}{where}: unknown field{hint}")
+            continue
+        given = err.get("input")
+        given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
+        message = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  - {path}{where}: {message}{given_text}")
+    return "\n".join(lines)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`LLMWATCH_SAMPLING__RATE=0.5` -> {"sampling": {"rate": 0.5}}; values are parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX + "CONFIG":
+            continue
+        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__") if p]
+        if not path:
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"environment variable {key}: {'.'.join(path[:-1])} is not a section")
+        node[path[-1]] = value
+        origins[".".join(path)] = key
+    return tree, origins
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; pass an existing file to --config or omit it") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of sections (e.g. `sampling: {{rate: 0.1}}`), got {type(data).__name__}")
+    return data
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """File, then environment, then explicit overrides (CLI flags); validated once."""
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get(ENV_PREFIX + "CONFIG"):
+        path = environ[ENV_PREFIX + "CONFIG"]
+    data = read_yaml(path) if path is not None else {}
+    env_tree, origins = _env_overrides(environ)
+    data = _merge(data, env_tree)
+    if overrides:
+        data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        source = str(path) if path is not None else "defaults and environment"
+        raise ConfigError(format_validation_error(exc, source, origins)) from None

@@ -1,0 +1,34 @@
+"""The metrics port: `/metrics` for Prometheus, `/healthz` (alive) and `/readyz` (ready to proxy)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agent.metrics import Metrics
+
+
+def metrics_app(metrics: Metrics, readiness: Callable[[], dict[str, bool]]) -> web.Application:
+    async def scrape(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        checks = readiness()
+        ready = all(checks.values())
+        return web.Response(
+            status=200 if ready else 503,
+            body=orjson.dumps({"status": "ready" if ready else "not_ready", "checks": checks}),
+            content_type="application/json",
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app

@@ -1,0 +1,145 @@
+"""Prometheus metrics of the sidecar, named after the OpenTelemetry GenAI semantic conventions.
+
+`gen_ai.client.operation.duration` becomes `gen_ai_client_operation_duration_seconds`, and so on;
+bucket boundaries follow the conventions' advice. Each `Metrics` owns its own registry so that
+several agents (or tests) can live in one process.
+
+Label values are bounded: model names and versions pass through a `LabelCap`, and no label ever
+carries prompt text, user ids or request ids.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# `_created` series double the exposition size and no dashboard or rule here reads them.
+disable_created_metrics()
+
+# Advisory boundaries from the GenAI semantic conventions.
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+
+OTHER = "other"
+UNKNOWN = "unknown"
+_MAX_LABEL_LEN = 64
+_SAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+
+
+class LabelCap:
+    """Admit the first `limit` distinct values; every later newcomer becomes `other`.
+
+    First-come is deliberate: the models a service really uses appear in the first minutes,
+    while a client that sends random model names cannot grow the series count past the cap.
+    """
+
+    def __init__(self, limit: int, preset: tuple[str, ...] = ()) -> None:
+        self._limit = limit
+        self._seen: dict[str, str] = {}
+        self._lock = threading.Lock()
+        for value in preset:
+            self(value)
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return UNKNOWN
+        label = self._seen.get(value)
+        if label is not None:
+            return label
+        with self._lock:
+            label = self._seen.get(value)
+            if label is None:
+                if len(self._seen) < self._limit:
+                    label = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
+                else:
+                    label = OTHER
+                # Remember rejections too (bounded by a second cap) so lookups stay O(1).
+                if label != OTHER or len(self._seen) < self._limit * 50:
+                    self._seen[value] = label
+            return label
+
+    @property
+    def admitted(self) -> int:
+        return sum(1 for v in self._seen.values() if v != OTHER)
+
+
+class Metrics:
+    def __init__(self, *, max_models: int = 20, max_versions: int = 20, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.model_label = LabelCap(max_models)
+        self.version_label = LabelCap(max_versions)
+        r = self.registry
+        call_labels = ["gen_ai_operation_name", "gen_ai_request_model", "model_version", "error_type"]
+        self.operation_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "Duration of GenAI operations seen by the proxy, request start to last response byte.",
+            call_labels,
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time from request start to the first content token of a streamed response.",
+            ["gen_ai_operation_name", "gen_ai_request_model", "model_version"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.token_usage = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens per call, by gen_ai_token_type (input|output).",
+            ["gen_ai_operation_name", "gen_ai_request_model", "model_version", "gen_ai_token_type"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.cost = Counter(
+            "llmwatch_cost_usd",
+            "Cost of calls in USD from the configured price table.",
+            ["gen_ai_operation_name", "gen_ai_request_model", "model_version"],
+            registry=r,
+        )
+        self.unpriced = Counter(
+            "llmwatch_unpriced_calls",
+            "Calls whose model has no price in the table (cost not counted).",
+            ["gen_ai_request_model"],
+            registry=r,
+        )
+        self.samples = Counter(
+            "llmwatch_samples",
+            "Samples selected for storage and scoring, by why they were kept.",
+            ["reason"],
+            registry=r,
+        )
+        self.samples_dropped = Counter(
+            "llmwatch_samples_dropped",
+            "Samples selected but lost before storage, by reason (queue_full, sink_error, ...).",
+            ["reason"],
+            registry=r,
+        )
+        self.samples_written = Counter(
+            "llmwatch_samples_written",
+            "Samples written by each sink.",
+            ["sink"],
+            registry=r,
+        )
+        self.queue_depth = Gauge("llmwatch_queue_depth", "Samples waiting in the in-process queue.", registry=r)
+        self.capture_skipped = Counter(
+            "llmwatch_capture_skipped",
+            "Calls forwarded but not (fully) captured, by reason (body_too_large, request_not_json, ...).",
+            ["reason"],
+            registry=r,
+        )
+        self.proxy_errors = Counter(
+            "llmwatch_proxy_errors",
+            "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected).",
+            ["error_type"],
+            registry=r,
+        )
+        self.internal_errors = Counter(
+            "llmwatch_internal_errors",
+            "Exceptions inside llmwatch's own capture/metrics code; traffic was forwarded regardless.",
+            ["stage"],
+            registry=r,
+        )

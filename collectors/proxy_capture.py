@@ -1,0 +1,381 @@
+"""What the proxy captures of a call, and how it is read once the client has its response.
+
+The hot path only appends bytes and timestamps to an `Exchange`. `analyze` runs after the
+last byte went to the client: it parses the request and response (or the server-sent event
+stream), finds the first content token's arrival for TTFT, assembles streamed answers into the
+shape of a non-streamed response, and reads usage. It never raises on odd input: what it
+cannot read becomes a note, because traffic it does not understand is still traffic.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from agent.records import Sample, Usage, extract_answer_text, extract_prompt_text
+
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "generate_content",
+}
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def approx_tokens(text: str) -> int:
+    """Rough BPE-like count (words and punctuation); used only when the upstream reports no usage."""
+    return len(_TOKEN_RE.findall(text))
+
+
+@dataclass(slots=True)
+class Exchange:
+    request_id: str
+    started_at: float  # wall clock, epoch seconds
+    t0: float  # perf_counter at request start
+    method: str
+    route: str
+    request_body: bytes | None = None  # None: not captured (too large or streamed through)
+    status: int = 0
+    response_headers: dict[str, str] = field(default_factory=dict)  # only the few we read
+    response_chunks: list[bytes] = field(default_factory=list)
+    chunk_ends: list[int] = field(default_factory=list)  # cumulative byte offset after each chunk
+    chunk_times: list[float] = field(default_factory=list)  # perf_counter when each chunk arrived
+    captured_bytes: int = 0
+    response_truncated: bool = False
+    t_end: float = 0.0
+    error_type: str | None = None  # set by the proxy for transport-level failures
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CallFacts:
+    """What `analyze` learned: everything metrics need, and the parsed bodies for a sample."""
+
+    operation: str
+    model: str | None
+    response_model: str | None
+    stream: bool
+    status: int
+    error_type: str | None
+    duration_s: float
+    ttft_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    tokens_estimated: bool
+    finish_reason: str | None
+    request: Any
+    response: Any
+    notes: list[str]
+
+
+def _decode_body(body: bytes, encoding: str | None) -> bytes:
+    # The proxy relays compressed bytes untouched; only the analysis looks inside them.
+    if not encoding or encoding == "identity":
+        return body
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        try:
+            return zlib.decompress(body)
+        except zlib.error:
+            return zlib.decompress(body, -zlib.MAX_WBITS)
+    raise ValueError(f"content-encoding {encoding} not supported for capture")
+
+
+def _parse_json(body: bytes | None, notes: list[str], what: str) -> Any:
+    if not body:
+        return None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        notes.append(f"{what}_not_json")
+        return None
+
+
+def _iter_sse(buffer: bytes):
+    """Yield (end_offset, event_name, data_bytes) for each complete event in an SSE buffer."""
+    pos = 0
+    size = len(buffer)
+    while pos < size:
+        end = buffer.find(b"\n\n", pos)
+        sep = 2
+        crlf = buffer.find(b"\r\n\r\n", pos)
+        if crlf != -1 and (end == -1 or crlf < end):
+            end, sep = crlf, 4
+        if end == -1:
+            return  # incomplete trailing event: the stream was cut
+        event_name = None
+        data_lines = []
+        for line in buffer[pos:end].splitlines():
+            if line.startswith(b"data:"):
+                data_lines.append(line[5:].lstrip(b" "))
+            elif line.startswith(b"event:"):
+                event_name = line[6:].strip().decode("utf-8", "replace")
+        pos = end + sep
+        if data_lines:
+            yield pos, event_name, b"\n".join(data_lines)
+
+
+class _StreamAssembler:
+    """Folds chat/completions/responses stream events into one response-shaped object."""
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        self.meta: dict[str, Any] = {}
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+        self.final_response: dict[str, Any] | None = None
+        self.content_events = 0
+        self.done = False
+        self.text_parts: list[str] = []
+
+    def feed(self, event_name: str | None, data: bytes) -> bool:
+        """Consume one event; True when it carried the first kind of content we time TTFT by."""
+        if data == b"[DONE]":
+            self.done = True
+            return False
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(obj, dict):
+            return False
+        kind = obj.get("type") or event_name
+        if isinstance(kind, str) and kind.startswith("response."):
+            return self._feed_responses(kind, obj)
+        for key in ("id", "model", "created", "system_fingerprint"):
+            if key in obj and key not in self.meta:
+                self.meta[key] = obj[key]
+        if isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+        has_content = False
+        for choice in obj.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            slot = self.choices.setdefault(int(choice.get("index", 0)), {"content": [], "tool_calls": {}})
+            if choice.get("finish_reason"):
+                slot["finish_reason"] = choice["finish_reason"]
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if delta.get("role"):
+                    slot["role"] = delta["role"]
+                content = delta.get("content")
+                if content:
+                    slot["content"].append(content)
+                    has_content = True
+                for call in delta.get("tool_calls") or []:
+                    has_content = True
+                    self._merge_tool_call(slot["tool_calls"], call)
+            text = choice.get("text")
+            if text:
+                slot["content"].append(text)
+                has_content = True
+        if has_content:
+            self.content_events += 1
+        return has_content
+
+    @staticmethod
+    def _merge_tool_call(calls: dict[int, dict[str, Any]], call: Any) -> None:
+        if not isinstance(call, dict):
+            return
+        slot = calls.setdefault(int(call.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}})
+        if call.get("id"):
+            slot["id"] = call["id"]
+        fn = call.get("function") or {}
+        if fn.get("name"):
+            slot["function"]["name"] += fn["name"]
+        if fn.get("arguments"):
+            slot["function"]["arguments"] += fn["arguments"]
+
+    def _feed_responses(self, kind: str, obj: dict[str, Any]) -> bool:
+        if kind == "response.output_text.delta":
+            delta = obj.get("delta")
+            if delta:
+                self.text_parts.append(delta)
+                self.content_events += 1
+                return True
+            return False
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            response = obj.get("response")
+            if isinstance(response, dict):
+                self.final_response = response
+                if isinstance(response.get("usage"), dict):
+                    self.usage = response["usage"]
+        elif kind == "response.created" and isinstance(obj.get("response"), dict):
+            self.meta.setdefault("model", obj["response"].get("model"))
+        return False
+
+    def result(self) -> dict[str, Any]:
+        if self.operation == "generate_content" or self.final_response is not None or self.text_parts:
+            if self.final_response is not None:
+                return self.final_response
+            return {
+                "object": "response",
+                "model": self.meta.get("model"),
+                "status": "incomplete",
+                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "".join(self.text_parts)}]}],
+            }
+        chat = self.operation == "chat"
+        choices = []
+        for index in sorted(self.choices):
+            slot = self.choices[index]
+            text = "".join(slot["content"])
+            entry: dict[str, Any] = {"index": index, "finish_reason": slot.get("finish_reason")}
+            if chat:
+                message: dict[str, Any] = {"role": slot.get("role", "assistant"), "content": text}
+                if slot["tool_calls"]:
+                    message["tool_calls"] = [slot["tool_calls"][i] for i in sorted(slot["tool_calls"])]
+                entry["message"] = message
+            else:
+                entry["text"] = text
+            choices.append(entry)
+        out: dict[str, Any] = {**self.meta, "object": "chat.completion" if chat else "text_completion", "choices": choices}
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
+
+
+def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
+    if not isinstance(usage, dict):
+        return None, None
+    inp = usage.get("prompt_tokens", usage.get("input_tokens"))
+    out = usage.get("completion_tokens", usage.get("output_tokens"))
+    return (inp if isinstance(inp, int) else None), (out if isinstance(out, int) else None)
+
+
+def _finish_reason(response: Any) -> str | None:
+    if not isinstance(response, dict):
+        return None
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    status = response.get("status")
+    if status == "incomplete":
+        details = response.get("incomplete_details") or {}
+        return "length" if details.get("reason") == "max_output_tokens" else "incomplete"
+    if status == "completed":
+        return "stop"
+    return None
+
+
+def analyze(ex: Exchange) -> CallFacts:
+    notes = list(ex.notes)
+    operation = OPERATIONS.get(ex.route, "other")
+    request = _parse_json(ex.request_body, notes, "request")
+    model = request.get("model") if isinstance(request, dict) else None
+    if model is not None and not isinstance(model, str):
+        model = str(model)
+    stream_requested = bool(request.get("stream")) if isinstance(request, dict) else False
+
+    content_type = ex.response_headers.get("content-type", "")
+    is_sse = content_type.startswith("text/event-stream")
+    body = b"".join(ex.response_chunks)
+    if ex.response_truncated:
+        notes.append("response_truncated")
+    try:
+        body = _decode_body(body, ex.response_headers.get("content-encoding"))
+    except (zlib.error, ValueError):
+        notes.append("response_undecodable")
+        body = b""
+
+    ttft_s: float | None = None
+    tokens_estimated = False
+    if is_sse:
+        assembler = _StreamAssembler(operation)
+        first_offset = None
+        for end, event_name, data in _iter_sse(body):
+            if assembler.feed(event_name, data) and first_offset is None:
+                first_offset = end
+        if first_offset is not None and ex.chunk_ends:
+            # The first content event became visible with the chunk that completed it.
+            for chunk_end, t in zip(ex.chunk_ends, ex.chunk_times):
+                if chunk_end >= first_offset:
+                    ttft_s = t - ex.t0
+                    break
+        if not assembler.done and assembler.final_response is None and ex.status < 400:
+            notes.append("stream_incomplete")
+        response: Any = assembler.result()
+        input_tokens, output_tokens = _usage_numbers(assembler.usage)
+        if output_tokens is None and assembler.content_events:
+            output_tokens = assembler.content_events
+            tokens_estimated = True
+    else:
+        response = _parse_json(body, notes, "response") if body else None
+        if response is None and body:
+            response = body[:4096].decode("utf-8", "replace")
+        input_tokens, output_tokens = _usage_numbers(response.get("usage") if isinstance(response, dict) else None)
+
+    if input_tokens is None and isinstance(request, dict) and operation != "other" and ex.status < 400:
+        prompt = extract_prompt_text(request)
+        if prompt:
+            input_tokens = approx_tokens(prompt)
+            tokens_estimated = True
+    if output_tokens is None and operation in ("chat", "text_completion", "generate_content") and ex.status < 400:
+        answer = extract_answer_text(response)
+        if answer:
+            output_tokens = approx_tokens(answer)
+            tokens_estimated = True
+
+    response_model = response.get("model") if isinstance(response, dict) else None
+    error_type = ex.error_type
+    if error_type is None and ex.status >= 400:
+        error_type = str(ex.status)
+    return CallFacts(
+        operation=operation,
+        model=model,
+        response_model=response_model if isinstance(response_model, str) else None,
+        stream=is_sse or stream_requested,
+        status=ex.status,
+        error_type=error_type,
+        duration_s=max(ex.t_end - ex.t0, 0.0),
+        ttft_s=ttft_s,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        tokens_estimated=tokens_estimated,
+        finish_reason=_finish_reason(response),
+        request=request if request is not None else _raw_preview(ex.request_body),
+        response=response,
+        notes=notes,
+    )
+
+
+def _raw_preview(body: bytes | None) -> Any:
+    # A body that is not JSON is kept as (a bounded piece of) text, so the sample still shows it.
+    if not body:
+        return None
+    return body[:4096].decode("utf-8", "replace")
+
+
+def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str) -> Sample:
+    return Sample.model_construct(
+        schema_="llmwatch.sample/v1",
+        id=ex.request_id,
+        timestamp=datetime.fromtimestamp(ex.started_at, tz=timezone.utc),
+        route=ex.route,
+        operation=facts.operation,
+        model=facts.model,
+        response_model=facts.response_model,
+        model_version=model_version,
+        status=facts.status,
+        error_type=facts.error_type,
+        latency_ms=round(facts.duration_s * 1000.0, 3),
+        ttft_ms=None if facts.ttft_s is None else round(facts.ttft_s * 1000.0, 3),
+        stream=facts.stream,
+        usage=Usage(input_tokens=facts.input_tokens, output_tokens=facts.output_tokens, estimated=facts.tokens_estimated),
+        finish_reason=facts.finish_reason,
+        cost_usd=cost_usd,
+        request=facts.request,
+        response=facts.response,
+        sample_reason=reason,
+        redacted=False,
+        capture_notes=facts.notes,
+        metadata={},
+    )

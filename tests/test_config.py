@@ -1,0 +1,120 @@
+"""Configuration: one validated place; every error names the field and what is allowed."""
+
+import textwrap
+
+import pytest
+
+from agent.config import ConfigError, load_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "llmwatch.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_defaults_need_no_file():
+    cfg = load_config(None, environ={})
+    assert cfg.sampling.rate == 0.1
+    assert cfg.redaction.enabled is True
+    assert cfg.queue.max_size == 10_000
+
+
+def test_file_values_are_read(tmp_path):
+    cfg = load_config(write(tmp_path, """
+        upstream: http://127.0.0.1:8000/
+        sampling:
+          rate: 0.25
+          overrides:
+            - route: /v1/embeddings
+              rate: 0.0
+        metrics:
+          pricing:
+            my-model: {input_per_million: 1.0, output_per_million: 2.0}
+    """), environ={})
+    assert cfg.upstream == "http://127.0.0.1:8000"
+    assert cfg.sampling.rate == 0.25
+    assert cfg.sampling.overrides[0].route == "/v1/embeddings"
+    assert cfg.metrics.pricing["my-model"].output_per_million == 2.0
+
+
+def test_environment_overrides_file(tmp_path):
+    path = write(tmp_path, "sampling: {rate: 0.25}\n")
+    cfg = load_config(path, environ={"LLMWATCH_SAMPLING__RATE": "0.5", "LLMWATCH_REDACTION__ENABLED": "false"})
+    assert cfg.sampling.rate == 0.5
+    assert cfg.redaction.enabled is False
+
+
+def test_command_line_overrides_environment():
+    cfg = load_config(None, overrides={"listen": "127.0.0.1:9999"}, environ={"LLMWATCH_LISTEN": "127.0.0.1:1111"})
+    assert cfg.listen == "127.0.0.1:9999"
+
+
+def test_out_of_range_value_names_field_and_bound(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "sampling: {rate: 1.5}\n"), environ={})
+    message = str(err.value)
+    assert "sampling.rate" in message
+    assert "less than or equal to 1" in message
+    assert "1.5" in message
+
+
+def test_unknown_field_lists_allowed_fields(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "sampling: {sample_rate: 0.2}\n"), environ={})
+    message = str(err.value)
+    assert "sampling.sample_rate: unknown field" in message
+    assert "rate" in message and "keep_errors" in message
+
+
+def test_wrong_choice_lists_allowed_values(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "logging: {format: xml}\n"), environ={})
+    assert "logging.format" in str(err.value)
+    assert "'json' or 'console'" in str(err.value)
+
+
+def test_bad_value_from_environment_names_the_variable():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_QUEUE__MAX_SIZE": "lots"})
+    assert "queue.max_size" in str(err.value)
+    assert "LLMWATCH_QUEUE__MAX_SIZE" in str(err.value)
+
+
+def test_invalid_yaml_reports_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "sampling:\n  rate: [0.1\n"), environ={})
+    assert "not valid YAML" in str(err.value)
+    assert "line" in str(err.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", environ={})
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"), environ={})
+
+
+def test_bad_listen_address_says_expected_form():
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        load_config(None, overrides={"listen": "localhost"}, environ={})
+
+
+def test_bad_upstream_url_is_refused():
+    with pytest.raises(ConfigError, match="http"):
+        load_config(None, overrides={"upstream": "ftp://x"}, environ={})
+
+
+def test_invalid_redaction_regex_names_the_pattern(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "redaction: {extra_patterns: ['(unclosed']}\n"), environ={})
+    assert "redaction.extra_patterns" in str(err.value)
+    assert "(unclosed" in str(err.value)
+
+
+def test_sampling_override_needs_a_selector(tmp_path):
+    with pytest.raises(ConfigError, match="route"):
+        load_config(write(tmp_path, "sampling: {overrides: [{rate: 0.5}]}\n"), environ={})
