@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--duration", type=float, default=30.0, help="seconds of traffic (default 30)")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second offered (default 20)")
-    p.add_argument("--concurrency", type=int, default=16, help="most requests in flight (default 16)")
+    p.add_argument("--concurrency", type=int, default=64, help="most requests in flight (default 64)")
     p.add_argument("--listen", help="proxy HOST:PORT (default 127.0.0.1:8080)")
     p.add_argument("--metrics-listen", help="metrics HOST:PORT (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")

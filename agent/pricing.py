@@ -34,7 +34,8 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
     # The built-in simulator's models, priced like the families they imitate.
     "sim-gpt-4o": ModelPrice(2.50, 10.00),
     "sim-gpt-4o-mini": ModelPrice(0.15, 0.60),
-    "sim-embedding": ModelPrice(0.02, 0.0),
+    "sim-gpt-3.5-turbo-instruct": ModelPrice(1.50, 2.00),
+    "sim-text-embedding-3-small": ModelPrice(0.02, 0.0),
 }
 
 

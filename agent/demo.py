@@ -1,0 +1,218 @@
+"""`llmwatch demo`: the whole agent on the embedded default, with nothing else to install.
+
+It starts the built-in simulator as the upstream, the proxy in front of it, drives a realistic
+mix of traffic through the proxy with the official `openai` client (chat, streaming chat, JSON
+mode, legacy completions, embeddings, a few upstream errors), keeps samples under the data
+directory, serves `/metrics`, and ends with a summary. Ctrl-C ends it early, cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+import openai
+import structlog
+
+from agent.cli import wait_for_signal
+from agent.config import Config
+from agent.runtime import Agent, split_host_port
+from agent.simulator import FAULT_HEADER, PROFILES, start_simulator
+
+log = structlog.get_logger(__name__)
+
+PROMPTS = [
+    "How long should I roast a whole chicken, and at what temperature?",
+    "What is the difference between a list and a tuple in Python?",
+    "Plan a three-day trip to Lisbon on a budget.",
+    "How much of my salary should I put into an emergency fund?",
+    "When is the best time to plant tomatoes in a temperate climate?",
+    "Why does Jupiter have so many moons?",
+    "Give me a 20-minute beginner workout I can do at home.",
+    "What caused the fall of the Western Roman Empire?",
+    "My order #4411 arrived damaged. What are my options?",
+    "Write a SQL query that finds the top five customers by total revenue.",
+    "How do rising ocean temperatures affect coral reefs?",
+    "Recommend some jazz albums for someone new to the genre.",
+    "My email is jane.doe@example.com and my card is 4111 1111 1111 1111; can you update my billing?",
+]
+JSON_PROMPTS = [
+    "Return a JSON object summarising the nutritional benefits of lentils.",
+    "Answer in JSON: what are three tips for learning Python quickly?",
+    "Give a JSON object with the best season to visit Japan and why.",
+]
+CHAT_MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o")
+
+
+@dataclass
+class Tally:
+    latencies_ms: list[float] = field(default_factory=list)
+    ttfts_ms: list[float] = field(default_factory=list)
+    ok: int = 0
+    errors: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+def _free_or_default(address: str) -> str:
+    """Keep the configured port when it is free; otherwise let the OS pick one (said in the summary)."""
+    host, port = split_host_port(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return f"{host}:0"
+    return address
+
+
+async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally) -> None:
+    roll = rng.random()
+    model = rng.choice(CHAT_MODELS)
+    start = time.perf_counter()
+    kind = "chat"
+    try:
+        if roll < 0.40:
+            await client.chat.completions.create(model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], max_tokens=400)
+        elif roll < 0.75:
+            kind = "chat_stream"
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": rng.choice(PROMPTS)}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            first = None
+            async for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].delta.content:
+                    first = time.perf_counter()
+            if first is not None:
+                tally.ttfts_ms.append((first - start) * 1000.0)
+        elif roll < 0.85:
+            kind = "chat_json"
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": rng.choice(JSON_PROMPTS)}], response_format={"type": "json_object"}
+            )
+        elif roll < 0.92:
+            kind = "completion"
+            await client.completions.create(model="sim-gpt-3.5-turbo-instruct", prompt=rng.choice(PROMPTS), max_tokens=120)
+        elif roll < 0.98:
+            kind = "embedding"
+            await client.embeddings.create(model="sim-text-embedding-3-small", input=rng.choice(PROMPTS))
+        else:
+            kind = "upstream_error"
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], extra_headers={FAULT_HEADER: "status=503"}
+            )
+        tally.ok += 1
+    except openai.APIError:
+        tally.errors += 1
+    tally.latencies_ms.append((time.perf_counter() - start) * 1000.0)
+    tally.by_kind[kind] = tally.by_kind.get(kind, 0) + 1
+
+
+async def drive_traffic(base_url: str, *, duration: float, rate: float, concurrency: int, seed: int = 7, stop: asyncio.Event | None = None) -> Tally:
+    """Open-loop arrivals at `rate`/s (Poisson), at most `concurrency` in flight."""
+    tally = Tally()
+    rng = random.Random(seed)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo-not-a-real-key", max_retries=0, timeout=30.0)
+    slots = asyncio.Semaphore(concurrency)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run_one() -> None:
+        try:
+            await _one_call(client, rng, tally)
+        finally:
+            slots.release()
+
+    deadline = time.perf_counter() + duration
+    try:
+        while time.perf_counter() < deadline and not (stop and stop.is_set()):
+            await asyncio.sleep(rng.expovariate(rate))
+            await slots.acquire()
+            task = asyncio.create_task(run_one())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=30.0)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await client.close()
+    return tally
+
+
+def _metric_total(agent: Agent, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in agent.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def _pct(values: list[float], q: float) -> str:
+    return f"{np.percentile(values, q):.0f} ms" if values else "n/a"
+
+
+def summary(agent: Agent, tally: Tally, elapsed: float) -> str:
+    n = tally.ok + tally.errors
+    tokens_in = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="input")
+    tokens_out = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="output")
+    cost = _metric_total(agent, "llmwatch_cost_usd_total")
+    kept = _metric_total(agent, "llmwatch_samples_total")
+    dropped = _metric_total(agent, "llmwatch_samples_dropped_total")
+    written = _metric_total(agent, "llmwatch_samples_written_total", sink="files")
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(tally.by_kind.items()))
+    lines = [
+        "",
+        "llmwatch demo summary",
+        f"  requests         {n} in {elapsed:.1f} s ({n / elapsed if elapsed else 0:.1f}/s), {tally.errors} errors",
+        f"  mix              {mix}",
+        f"  latency          p50 {_pct(tally.latencies_ms, 50)}, p95 {_pct(tally.latencies_ms, 95)}",
+        f"  time to 1st tok  p50 {_pct(tally.ttfts_ms, 50)}, p95 {_pct(tally.ttfts_ms, 95)} (streamed calls)",
+        f"  tokens           {tokens_in:.0f} input, {tokens_out:.0f} output",
+        f"  cost             ${cost:.4f} (price table), ${cost / n * 1000 if n else 0:.4f} per 1k requests",
+        f"  samples          {kept:.0f} kept, {written:.0f} written, {dropped:.0f} dropped",
+        f"  samples folder   {agent.cfg.data_dir / 'samples'}",
+        f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str]) -> int:
+    sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
+    cfg = cfg.model_copy(
+        update={
+            "upstream": sim.url,
+            "listen": _free_or_default(cfg.listen),
+            "metrics_listen": _free_or_default(cfg.metrics_listen),
+        }
+    )
+    agent = Agent(cfg)
+    await agent.start()
+    host = split_host_port(cfg.listen)[0]
+    out.write(
+        f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
+        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic, Ctrl-C to stop early\n"
+    )
+    out.flush()
+    stop = asyncio.Event()
+    started = time.perf_counter()
+    watcher = asyncio.create_task(wait_for_signal(duration + 60.0))
+    watcher.add_done_callback(lambda _: stop.set())
+    try:
+        tally = await drive_traffic(f"http://{host}:{agent.proxy_port}/v1", duration=duration, rate=rate, concurrency=concurrency, stop=stop)
+    finally:
+        watcher.cancel()
+        elapsed = time.perf_counter() - started
+        await agent.stop()
+        await sim.close()
+    out.write(summary(agent, tally, elapsed))
+    out.flush()
+    return 0

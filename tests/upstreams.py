@@ -1,0 +1,61 @@
+"""Tiny purpose-built upstreams for behaviours the simulator has no reason to show."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import orjson
+from aiohttp import web
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def echo_app() -> web.Application:
+    """Answers with exactly what it received: method, raw path, raw headers, body digest."""
+
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        payload = {
+            "method": request.method,
+            "raw_path": request.raw_path,
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.raw_headers],
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+            "body_len": len(body),
+        }
+        return web.Response(body=orjson.dumps(payload), content_type="application/json", headers={"X-Upstream-Custom": "Kept-As-Is", "Set-Cookie": "session=abc; Path=/"})
+
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_route("*", "/{tail:.*}", echo)
+    return app
+
+
+def gated_stream_app(gate: asyncio.Event) -> web.Application:
+    """Sends one SSE chunk, then waits for `gate` before finishing the stream.
+
+    A proxy that buffered the response would never deliver the first chunk, so a test that
+    opens the gate only after seeing that chunk through the proxy proves chunk-by-chunk relay.
+    """
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        first = {"id": "g", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "first"}, "finish_reason": None}]}
+        await resp.write(b"data: " + orjson.dumps(first) + b"\n\n")
+        await asyncio.wait_for(gate.wait(), timeout=10)
+        last = {"id": "g", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"content": " second"}, "finish_reason": "stop"}]}
+        await resp.write(b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
