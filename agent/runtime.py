@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -68,6 +69,9 @@ class Agent:
         return sock.getsockname()[1]
 
     async def start(self) -> None:
+        # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
+        # switch interval would show up as 5 ms of added p99 on proxied calls.
+        sys.setswitchinterval(0.0005)
         self.pipeline.start()
         await self.proxy.start()
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
