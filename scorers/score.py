@@ -1,0 +1,81 @@
+"""The Score record: one check's verdict on one sample, as stored in `scores-*.jsonl`.
+
+Scores carry the sample's model/route/timestamp so that dashboards and drift
+jobs can aggregate them without joining back to the (possibly redacted or
+expired) samples.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from agent.records import Sample
+    from scorers.rules import CheckOutcome
+
+SCORE_SCHEMA = "llmwatch.score/v1"
+
+Result = Literal["pass", "fail", "error", "skip"]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Score(BaseModel):
+    # Unknown fields are ignored so that older readers accept files from newer writers.
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_: str = Field(default=SCORE_SCHEMA, alias="schema")
+    sample_id: str
+    check: str
+    kind: str
+    result: Result
+    value: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    details: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    model_version: str | None = None
+    route: str | None = None
+    sample_timestamp: datetime
+    scored_at: datetime = Field(default_factory=_utcnow)
+
+    @field_validator("sample_timestamp", "scored_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        # Naive datetimes would compare/serialise inconsistently with the UTC samples.
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.model_dump(mode="json", by_alias=True))
+
+    @classmethod
+    def from_json(cls, line: bytes | str) -> "Score":
+        return cls.model_validate(orjson.loads(line))
+
+    @classmethod
+    def from_outcome(
+        cls,
+        sample: "Sample",
+        outcome: "CheckOutcome",
+        *,
+        check: str,
+        kind: str,
+        scored_at: datetime | None = None,
+    ) -> "Score":
+        return cls(
+            sample_id=sample.id,
+            check=check,
+            kind=kind,
+            result=outcome.result,
+            value=outcome.value,
+            details=dict(outcome.details),
+            model=sample.model,
+            model_version=sample.model_version,
+            route=sample.route,
+            sample_timestamp=sample.timestamp,
+            scored_at=scored_at or _utcnow(),
+        )
