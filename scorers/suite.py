@@ -1,0 +1,225 @@
+"""A configured set of checks, and the one function that scores a batch of samples with it.
+
+The same `Suite` runs in the sidecar's scorer process, in `llmwatch score` over files, and in
+Kafka scorer workers, so a score means the same thing wherever it was computed. Every check
+is isolated: an exception or a timeout becomes an `error` result for that check on that sample,
+and the other checks go on.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from agent.config import CheckSpec, ConfigError, ScoringSection
+from agent.records import Sample
+from scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check
+from scorers.score import Score
+
+GENERATIVE = ["chat", "text_completion", "generate_content"]
+EMBEDDING_KINDS = ("embedding_relevance", "embedding_reference", "embedding_centroid", "embedding_repetition")
+
+# The built-in suite: what an SRE wants on day one without writing any config.
+DEFAULT_RULE_CHECKS: list[dict[str, Any]] = [
+    {"name": "refusal", "kind": "refusal", "when": {"operations": GENERATIVE}},
+    {"name": "not_empty_or_truncated", "kind": "not_empty_or_truncated", "when": {"operations": GENERATIVE}},
+    {"name": "json_valid", "kind": "json_valid", "when": {"json_mode": True}, "params": {"allow_fences": True, "require_object": True}},
+    {"name": "language_match", "kind": "language_match", "when": {"operations": GENERATIVE}},
+    {"name": "pii_leak", "kind": "pii_leak", "when": {"operations": GENERATIVE}},
+]
+DEFAULT_EMBEDDING_CHECKS: list[dict[str, Any]] = [
+    {"name": "answer_relevance", "kind": "embedding_relevance", "when": {"operations": GENERATIVE}},
+    {"name": "repetition", "kind": "embedding_repetition", "when": {"operations": GENERATIVE}},
+]
+
+
+def default_checks(embeddings: bool) -> list[CheckSpec]:
+    specs = DEFAULT_RULE_CHECKS + (DEFAULT_EMBEDDING_CHECKS if embeddings else [])
+    return [CheckSpec.model_validate(s) for s in specs]
+
+
+def json_mode(request: Any) -> bool:
+    if not isinstance(request, dict):
+        return False
+    fmt = request.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
+        return True
+    text = request.get("text")  # Responses API: text.format.type
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        return text["format"].get("type") in ("json_object", "json_schema")
+    return False
+
+
+def _selector(spec: CheckSpec) -> Callable[[Sample], bool]:
+    routes, models, when = spec.routes, spec.models, spec.when
+
+    def applies(sample: Sample) -> bool:
+        if routes and not any(fnmatchcase(sample.route, r) for r in routes):
+            return False
+        if models and not any(fnmatchcase(sample.model or "", m) for m in models):
+            return False
+        if when.operations is not None and sample.operation not in when.operations:
+            return False
+        if when.stream is not None and sample.stream != when.stream:
+            return False
+        if when.json_mode is not None and json_mode(sample.request) != when.json_mode:
+            return False
+        return True
+
+    return applies
+
+
+class CheckTimeout(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt a check that runs too long (a catastrophic regex, a huge answer).
+
+    SIGALRM works only in the main thread of a process: the scorer process and `llmwatch score`
+    run checks there. Elsewhere (a test calling from a thread) the limit is not enforced.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CheckTimeout(f"check took longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _error(exc: BaseException) -> CheckOutcome:
+    return CheckOutcome("error", None, {"exception": type(exc).__name__, "message": str(exc)[:200]})
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    kind: str
+    applies: Callable[[Sample], bool]
+    fn: Callable[[Sample], CheckOutcome]
+
+
+@dataclass
+class ScoredCheck:
+    score: Score
+    duration_s: float
+
+
+class Suite:
+    def __init__(self, specs: Sequence[CheckSpec], *, check_timeout_s: float = 2.0, torch_threads: int = 1, centroids: Mapping[str, np.ndarray] | None = None) -> None:
+        self.check_timeout_s = check_timeout_s
+        self.rules: list[_Rule] = []
+        embedding_specs: list[CheckSpec] = []
+        names: set[str] = set()
+        for i, spec in enumerate(specs):
+            where = f"scoring.checks[{i}] ({spec.name})"
+            if spec.name in names:
+                raise ConfigError(f"{where}: check name '{spec.name}' is used twice; names must be unique")
+            names.add(spec.name)
+            if spec.kind in EMBEDDING_KINDS:
+                embedding_specs.append(spec)
+                continue
+            if spec.kind not in RULE_CHECKS:
+                known = ", ".join(sorted([*RULE_CHECKS, *EMBEDDING_KINDS]))
+                raise ConfigError(f"{where}.kind: unknown check kind '{spec.kind}'; known kinds: {known}")
+            try:
+                fn = build_rule_check(spec.kind, spec.params)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.params: {exc}") from None
+            self.rules.append(_Rule(spec.name, spec.kind, _selector(spec), fn))
+        self.embedding_specs = embedding_specs
+        self._embedding_applies = {s.name: _selector(s) for s in embedding_specs}
+        self.embedder = None
+        if embedding_specs:
+            from scorers.embeddings import EmbeddingScorer
+
+            try:
+                self.embedder = EmbeddingScorer([(s.name, s.kind, s.params) for s in embedding_specs], threads=torch_threads, centroids=centroids)
+            except ValueError as exc:
+                raise ConfigError(f"scoring.checks: {exc}") from None
+
+    @property
+    def check_names(self) -> list[str]:
+        return [r.name for r in self.rules] + [s.name for s in self.embedding_specs]
+
+    def score(self, samples: Sequence[Sample]) -> list[ScoredCheck]:
+        out: list[ScoredCheck] = []
+        for sample in samples:
+            for rule in self.rules:
+                if not rule.applies(sample):
+                    continue
+                start = time.perf_counter()
+                try:
+                    with _time_limit(self.check_timeout_s):
+                        outcome = rule.fn(sample)
+                except Exception as exc:  # includes CheckTimeout
+                    outcome = _error(exc)
+                out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind), time.perf_counter() - start))
+        if self.embedder is not None:
+            out.extend(self._score_embeddings(samples))
+        return out
+
+    def _score_embeddings(self, samples: Sequence[Sample]) -> list[ScoredCheck]:
+        applies = self._embedding_applies
+        wanted = [s for s in samples if any(fn(s) for fn in applies.values())]
+        if not wanted:
+            return []
+        start = time.perf_counter()
+        try:
+            with _time_limit(max(self.check_timeout_s * len(wanted), 10.0)):
+                results = self.embedder.score_batch(wanted)
+        except Exception as exc:
+            failure = _error(exc)
+            results = [[(spec.name, spec.kind, failure) for spec in self.embedding_specs] for _ in wanted]
+        per_sample = (time.perf_counter() - start) / len(wanted)
+        out = []
+        for sample, checks in zip(wanted, results):
+            for name, kind, outcome in checks:
+                if applies[name](sample):
+                    out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=name, kind=kind), per_sample))
+        return out
+
+
+def build_suite(cfg: ScoringSection, *, centroids: Mapping[str, np.ndarray] | None = None) -> Suite:
+    specs = cfg.checks if cfg.checks is not None else default_checks(cfg.embeddings)
+    return Suite(specs, check_timeout_s=cfg.check_timeout_s, torch_threads=cfg.torch_threads, centroids=centroids)
+
+
+def validate_scoring(cfg: ScoringSection) -> None:
+    """Everything `build_suite` checks, without loading the embedding model (for start-up)."""
+    specs = cfg.checks if cfg.checks is not None else default_checks(cfg.embeddings)
+    rule_specs = [s for s in specs if s.kind not in EMBEDDING_KINDS]
+    Suite(rule_specs, check_timeout_s=cfg.check_timeout_s)
+    embedding_specs = [(i, s) for i, s in enumerate(specs) if s.kind in EMBEDDING_KINDS]
+    names = [s.name for s in specs]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"scoring.checks: check name '{name}' is used twice; names must be unique")
+    if embedding_specs:
+        from scorers.embeddings import model_dir, validate_embedding_params
+
+        for i, spec in embedding_specs:
+            try:
+                validate_embedding_params(spec.kind, spec.params)
+            except ValueError as exc:
+                raise ConfigError(f"scoring.checks[{i}] ({spec.name}).params: {exc}") from None
+        try:
+            model_dir()
+        except RuntimeError as exc:
+            raise ConfigError(f"scoring: {exc}; or set scoring.embeddings: false to run the rule checks only") from None

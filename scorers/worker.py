@@ -1,0 +1,294 @@
+"""The scorer process: scoring runs here, never in the proxy's process.
+
+Rule checks are cheap but embeddings are not, and both hold the GIL while they run; in the
+proxy's process they would add their run time to proxied calls. So the sidecar starts one
+child process (spawned, so that no event loop or lock is inherited) which loads the model
+once and scores batches sent over a multiprocessing queue.
+
+`ScorerProcess` is the parent's handle: `submit` never blocks (a full hand-off drops and
+counts), and a watchdog restarts a child that dies or goes silent past `batch_timeout_s`,
+recording its in-flight batches as `error` results so that nothing disappears unexplained.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+import orjson
+import structlog
+
+from agent.records import Sample
+from scorers.score import Score
+
+log = structlog.get_logger(__name__)
+
+ScoreHandler = Callable[[list[Score], list[float]], None]
+DriftHandler = Callable[[list[tuple]], None]
+
+
+def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
+    from agent.config import DriftSection, ScoringSection
+    from agent.logs import configure_logging
+    from scorers.suite import build_suite
+
+    configure_logging(log_level)
+    drift_cfg = DriftSection.model_validate(drift_payload)
+    try:
+        windows = _drift_windows(drift_cfg, drift_cfg.baseline) if drift_cfg.baseline else None
+        suite = build_suite(ScoringSection.model_validate(scoring_payload), centroids=windows.baseline.centroids() if windows else None)
+    except Exception as exc:
+        outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
+        return
+    outbox.put(("ready", suite.check_names))
+    while True:
+        try:
+            item = inbox.get(timeout=1.0)
+        except queue.Empty:
+            item = ()
+        if item is None:
+            return
+        if item and item[0] == "baseline":
+            # A new baseline starts new windows: samples already seen were compared to the old one.
+            try:
+                windows = _drift_windows(drift_cfg, item[1])
+            except Exception as exc:
+                log.error("baseline_load_failed", path=str(item[1]), error=str(exc))
+            continue
+        if item:
+            batch_id, lines = item
+            samples = [Sample.from_json(line) for line in lines]
+            results = suite.score(samples)
+            outbox.put(("scores", batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
+            if windows is not None:
+                windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
+        if windows is not None and windows.due():
+            try:
+                readings = windows.evaluate()
+            except Exception as exc:
+                log.exception("drift_evaluation_failed", error=str(exc))
+                continue
+            outbox.put(("drift", [(r.model_version, r.operation, r.signal, r.statistic, r.p_value, r.detected, r.n_current) for r in readings]))
+
+
+def _drift_windows(cfg: Any, path: Any):
+    from scorers.baseline import load_baseline
+    from scorers.drift import DriftSettings
+    from scorers.online import DriftWindows
+
+    baseline = load_baseline(path)
+    return DriftWindows(baseline, window=cfg.window, interval_s=cfg.interval_s, settings=DriftSettings(alpha=cfg.alpha, min_samples=cfg.min_samples))
+
+
+def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
+    if suite.embedder is None:
+        return {}
+    import numpy as np
+
+    wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
+    if not wanted:
+        return {}
+    vectors = suite.embedder.embed_answers(wanted)
+    return {s.id: v for s, v in zip(wanted, vectors) if np.any(v)}
+
+
+@dataclass
+class _Batch:
+    samples: list[Sample]
+    sent_at: float
+
+
+class ScorerProcess:
+    def __init__(
+        self,
+        scoring_payload: dict[str, Any],
+        on_scores: ScoreHandler,
+        *,
+        max_pending: int,
+        batch_timeout_s: float,
+        drift_payload: dict[str, Any] | None = None,
+        on_drift: DriftHandler | None = None,
+        log_level: str = "warning",
+        on_drop: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self._payload = scoring_payload
+        self._drift_payload = drift_payload or {}
+        self._on_drift = on_drift or (lambda readings: None)
+        self._on_scores = on_scores
+        self._on_drop = on_drop or (lambda reason, n: None)
+        self._max_pending = max_pending
+        self._timeout = batch_timeout_s
+        self._log_level = log_level
+        self._ctx = mp.get_context("spawn")
+        self._ids = itertools.count()
+        self._inflight: dict[int, _Batch] = {}
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._proc: Any = None
+        self._inbox: Any = None
+        self._outbox: Any = None
+        self.check_names: list[str] = []
+        self.ready = threading.Event()
+        self.fatal: str | None = None
+        self.restarts = 0
+        self._last_progress = time.monotonic()
+        self._thread = threading.Thread(target=self._collect, name="llmwatch-scorer-results", daemon=True)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        self._inbox = self._ctx.Queue()
+        self._outbox = self._ctx.Queue()
+        self._proc = self._ctx.Process(target=_child_main, args=(self._payload, self._drift_payload, self._inbox, self._outbox, self._log_level), name="llmwatch-scorer", daemon=True)
+        self._proc.start()
+
+    def start(self) -> None:
+        self._spawn()
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let queued batches finish (up to `timeout`), then stop the child."""
+        deadline = time.monotonic() + timeout
+        while self._inflight and time.monotonic() < deadline and self.alive:
+            time.sleep(0.05)
+        self._stop.set()
+        if self._inbox is not None and self.alive:
+            self._inbox.put(None)
+            self._proc.join(timeout=max(deadline - time.monotonic(), 1.0))
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._thread.join(timeout=2.0)
+
+    # --- hand-off ---------------------------------------------------------------------------
+
+    def submit(self, samples: Sequence[Sample]) -> bool:
+        """Queue samples for scoring; False (and counted) when the scorer is too far behind."""
+        n = len(samples)
+        with self._lock:
+            if self.fatal is not None or self._pending + n > self._max_pending:
+                reason = "scorer_failed" if self.fatal is not None else "scoring_queue_full"
+                self._on_drop(reason, n)
+                return False
+            batch_id = next(self._ids)
+            self._inflight[batch_id] = _Batch(list(samples), time.monotonic())
+            self._pending += n
+            inbox = self._inbox
+        inbox.put((batch_id, [s.to_json() for s in samples]))
+        return True
+
+    def load_baseline(self, path: str) -> None:
+        """Compare from now on against this baseline file (windows start empty)."""
+        self._drift_payload = {**self._drift_payload, "baseline": str(path)}
+        if self._inbox is not None:
+            self._inbox.put(("baseline", str(path)))
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    # --- results ----------------------------------------------------------------------------
+
+    def _finish(self, batch_id: int) -> _Batch | None:
+        with self._lock:
+            batch = self._inflight.pop(batch_id, None)
+            if batch is not None:
+                self._pending -= len(batch.samples)
+            return batch
+
+    def _fail_inflight(self, reason: str) -> None:
+        """Record every unanswered sample as an `error` score, so losses are visible per check."""
+        with self._lock:
+            batches = list(self._inflight.items())
+            self._inflight.clear()
+            self._pending = 0
+        now = datetime.now(timezone.utc)
+        for _, batch in batches:
+            scores = [
+                Score(sample_id=s.id, check=name, kind="scorer", result="error", details={"exception": reason}, model=s.model, model_version=s.model_version, route=s.route, sample_timestamp=s.timestamp, scored_at=now)
+                for s in batch.samples
+                for name in (self.check_names or ["scorer"])
+            ]
+            self._on_scores(scores, [0.0] * len(scores))
+
+    def _restart(self, reason: str) -> None:
+        log.error("scorer_restarted", reason=reason, inflight=len(self._inflight))
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        self._fail_inflight(reason)
+        self.restarts += 1
+        self.ready.clear()
+        self._last_progress = time.monotonic()
+        self._spawn()
+
+    def _collect(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                self._watchdog()
+                continue
+            except (EOFError, OSError):
+                if self._stop.is_set():
+                    return
+                self._restart("scorer_crashed")
+                continue
+            self._last_progress = time.monotonic()
+            kind = message[0]
+            if kind == "ready":
+                self.check_names = list(message[1])
+                self.ready.set()
+            elif kind == "fatal":
+                self.fatal = message[1]
+                log.error("scorer_failed_to_start", error=message[1])
+                self._fail_inflight("scorer_failed")
+                self.ready.set()
+                return
+            elif kind == "drift":
+                self._on_drift(message[1])
+            elif kind == "scores":
+                _, batch_id, lines, durations = message
+                if self._finish(batch_id) is not None:
+                    self._on_scores([Score.from_json(line) for line in lines], durations)
+            self._watchdog()
+
+    def _watchdog(self) -> None:
+        if self._stop.is_set() or self.fatal is not None:
+            return
+        if not self.alive:
+            self._restart("scorer_crashed")
+            return
+        with self._lock:
+            oldest = min((b.sent_at for b in self._inflight.values()), default=None)
+        # Stalled = work waiting and no answer for `timeout`; a long queue that moves is not stalled.
+        if oldest is not None and time.monotonic() - max(oldest, self._last_progress) > self._timeout:
+            self._restart("scorer_timeout")
+
+
+class ScoringSink:
+    """The pipeline's hand-off to the scorer process (original text: it never leaves this host)."""
+
+    name = "scorer"
+    raw = True
+
+    def __init__(self, scorer: ScorerProcess, batch_size: int) -> None:
+        self.scorer = scorer
+        self.batch_size = batch_size
+
+    def write(self, samples: Sequence[Sample]) -> None:
+        for i in range(0, len(samples), self.batch_size):
+            self.scorer.submit(samples[i : i + self.batch_size])
+
+    def close(self) -> None:
+        self.scorer.close()

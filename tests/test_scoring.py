@@ -1,0 +1,150 @@
+"""Scoring off the hot path: checks configured per route/model, broken checks isolated, metrics and files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import openai
+import orjson
+import pytest
+
+from agent.config import CheckSpec, ConfigError, ScoringSection
+from agent.records import Sample
+from conftest import metric, proxy_url, scrape, wait_until
+from scorers import rules
+from scorers.suite import Suite, build_suite, validate_scoring
+
+RULES_ONLY = {"enabled": True, "embeddings": False}
+
+
+def sample(answer: str = "Roast it at 220 C for an hour.", **kw) -> Sample:
+    base = dict(
+        id=kw.pop("id", "s1"),
+        timestamp=datetime.now(timezone.utc),
+        model="gpt-4o",
+        model_version="A",
+        status=200,
+        latency_ms=900.0,
+        request={"model": "gpt-4o", "messages": [{"role": "user", "content": "How do I roast a chicken?"}]},
+        response={"choices": [{"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+        operation="chat",
+    )
+    base.update(kw)
+    return Sample(**base)
+
+
+def test_default_suite_scores_generative_calls_and_only_json_mode_gets_json_valid():
+    suite = build_suite(ScoringSection(embeddings=False))
+    plain = {r.score.check for r in suite.score([sample()])}
+    assert plain == {"refusal", "not_empty_or_truncated", "language_match", "pii_leak"}
+    json_req = {"model": "gpt-4o", "response_format": {"type": "json_object"}, "messages": [{"role": "user", "content": "JSON please"}]}
+    results = {r.score.check: r.score for r in suite.score([sample('{"answer": 1}', request=json_req)])}
+    assert results["json_valid"].result == "pass"
+
+
+def test_checks_filter_by_route_model_and_operation():
+    specs = [
+        CheckSpec(name="only_mini", kind="length", models=["gpt-4o-mini*"], params={"max_chars": 5}),
+        CheckSpec(name="only_embeddings_route", kind="length", routes=["/v1/embeddings"], params={"max_chars": 5}),
+        CheckSpec(name="everything", kind="length", params={"max_chars": 5}),
+    ]
+    suite = Suite(specs)
+    assert [r.score.check for r in suite.score([sample(model="gpt-4o")])] == ["everything"]
+    assert {r.score.check for r in suite.score([sample(model="gpt-4o-mini-2024")])} == {"only_mini", "everything"}
+
+
+def test_a_check_that_raises_is_recorded_as_error_and_the_others_still_run(monkeypatch):
+    def explode(sample, params):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(rules.RULE_CHECKS, "explode", rules.RuleCheck(explode, rules.NotEmptyParams))
+    suite = Suite([CheckSpec(name="bad", kind="explode"), CheckSpec(name="refusal", kind="refusal")])
+    results = {r.score.check: r.score for r in suite.score([sample()])}
+    assert results["bad"].result == "error" and results["bad"].details["exception"] == "RuntimeError"
+    assert results["refusal"].result == "pass"
+
+
+def test_a_check_that_runs_too_long_is_stopped_and_recorded_as_error():
+    # Catastrophic backtracking: would run for minutes without the time limit.
+    suite = Suite([CheckSpec(name="evil", kind="regex", params={"must_match": ["^(a+)+$"]}), CheckSpec(name="refusal", kind="refusal")], check_timeout_s=0.3)
+    results = {r.score.check: r.score for r in suite.score([sample("a" * 40 + "!")])}
+    assert results["evil"].result == "error" and results["evil"].details["exception"] == "CheckTimeout"
+    assert results["refusal"].result == "pass"
+
+
+def test_bad_check_config_names_the_check_and_field():
+    with pytest.raises(ConfigError) as err:
+        validate_scoring(ScoringSection(checks=[CheckSpec(name="r", kind="regex", params={"must_match": ["("]})]))
+    assert "scoring.checks[0] (r)" in str(err.value)
+    with pytest.raises(ConfigError, match="unknown check kind 'jsonn_valid'.*json_valid"):
+        validate_scoring(ScoringSection(checks=[CheckSpec(name="x", kind="jsonn_valid")]))
+    with pytest.raises(ConfigError, match="used twice"):
+        validate_scoring(ScoringSection(embeddings=False, checks=[CheckSpec(name="x", kind="refusal"), CheckSpec(name="x", kind="length")]))
+
+
+async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_metrics(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
+    c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
+    for i in range(8):
+        await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "How do I bake bread?"}], seed=i)
+    await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "Give JSON"}], response_format={"type": "json_object"}, seed=99)
+    await wait_until(lambda: agent.recorder.recorded >= 9 * 4 + 1, timeout=60)
+    samples = await scrape(agent)
+    labels = {"gen_ai_request_model": "sim-gpt-4o-mini", "model_version": "A"}
+    assert metric(samples, "llmwatch_check_total", check="refusal", **labels) == 9
+    assert metric(samples, "llmwatch_check_total", check="json_valid", **labels) == 1
+    assert metric(samples, "llmwatch_quality_score_count", check="refusal", **labels) == metric(samples, "llmwatch_check_total", check="refusal", result="pass", **labels) + metric(samples, "llmwatch_check_total", check="refusal", result="fail", **labels)
+    assert metric(samples, "llmwatch_scoring_lag_seconds_count", **labels) == 9
+    assert metric(samples, "llmwatch_scoring_duration_seconds_count", check="refusal") == 9
+    await agent.stop()
+    lines = [orjson.loads(l) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for l in f.read_bytes().splitlines()]
+    assert len(lines) == agent.recorder.recorded
+    assert {l["check"] for l in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
+
+
+async def test_a_crashing_scorer_process_is_restarted_and_its_batch_recorded_as_errors(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
+    await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
+    agent.scorer._proc.kill()
+    c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
+    r = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "still up?"}])
+    assert r.choices[0].message.content, "traffic flows while the scorer is down"
+    await wait_until(lambda: agent.scorer.restarts >= 1 and agent.scorer.ready.is_set(), timeout=60)
+    for i in range(3):
+        await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "and now?"}], seed=i)
+    # The sample in flight at the crash: one error per check; then three samples scored normally.
+    await wait_until(lambda: agent.recorder.recorded >= 4 + 3 * 4, timeout=60)
+    samples = await scrape(agent)
+    assert metric(samples, "llmwatch_check_total", check="refusal", result="error") == 1
+    assert metric(samples, "llmwatch_check_total", check="refusal", result="pass") + metric(samples, "llmwatch_check_total", check="refusal", result="fail") == 3
+
+
+def write_samples(path, samples):
+    path.write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+
+
+def test_score_command_scores_a_file_and_prints_pass_rates(tmp_path):
+    src = tmp_path / "samples.jsonl"
+    write_samples(src, [sample(id=f"s{i}") for i in range(5)] + [sample("I'm sorry, but I can't help with that.", id="r1")])
+    out = tmp_path / "out" / "scores.jsonl"
+    env = {"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    scores = [orjson.loads(l) for l in out.read_bytes().splitlines()]
+    refusals = [s for s in scores if s["check"] == "refusal"]
+    assert len(refusals) == 6 and sum(s["result"] == "fail" for s in refusals) == 1
+    assert "refusal" in result.stdout and "83.3% of" in result.stdout
+
+
+def test_score_command_names_the_bad_line_and_writes_nothing(tmp_path):
+    src = tmp_path / "samples.jsonl"
+    write_samples(src, [sample(id="ok")])
+    with open(src, "ab") as fh:
+        fh.write(b'{"request": {}, "response": {}, "model": "m", "status": "two hundred", "latency_ms": 1, "timestamp": 0}\n')
+    out = tmp_path / "scores.jsonl"
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env={"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2
+    assert f"{src}:2" in result.stderr and "status" in result.stderr
+    assert not out.exists() and not (tmp_path / "scores.jsonl.partial").exists()
