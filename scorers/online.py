@@ -1,0 +1,74 @@
+"""Online drift: a sliding window per model version, compared with the baseline on an interval.
+
+Runs inside the scorer process, where the scores and answer embeddings already are. Each
+refresh summarises every window with enough samples exactly as `llmwatch drift` would and
+yields one gauge reading per signal; the parent turns them into `llmwatch_drift_*` metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from agent.records import Sample
+from collectors.proxy_capture import OPERATIONS
+from scorers.baseline import Baseline
+from scorers.drift import DriftSettings, compare
+from scorers.features import summarize
+from scorers.score import Score
+
+
+@dataclass(frozen=True)
+class DriftReading:
+    model_version: str
+    operation: str
+    signal: str
+    statistic: float
+    p_value: float  # adjusted
+    detected: bool
+    n_current: int
+
+
+class DriftWindows:
+    def __init__(self, baseline: Baseline, *, window: int, interval_s: float, settings: DriftSettings) -> None:
+        self.baseline = baseline
+        self.window = window
+        self.interval_s = interval_s
+        self.settings = settings
+        self._windows: dict[str, deque[tuple[Sample, list[Score], np.ndarray | None]]] = {}
+        self._last = 0.0
+
+    def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]) -> None:
+        by_id: dict[str, list[Score]] = {}
+        for score in scores:
+            by_id.setdefault(score.sample_id, []).append(score)
+        for sample in samples:
+            version = sample.model_version or "unknown"
+            win = self._windows.get(version)
+            if win is None:
+                win = self._windows[version] = deque(maxlen=self.window)
+            win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
+
+    def due(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.monotonic()) - self._last >= self.interval_s
+
+    def evaluate(self, now: float | None = None) -> list[DriftReading]:
+        self._last = now if now is not None else time.monotonic()
+        readings: list[DriftReading] = []
+        for version, win in self._windows.items():
+            if len(win) < self.settings.min_samples:
+                continue
+            samples = [item[0] for item in win]
+            scores = [s for item in win for s in item[1]]
+            vectors = {item[0].id: item[2] for item in win if item[2] is not None}
+            report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
+            for sig in report.signals:
+                if math.isnan(sig.p_adjusted):
+                    continue
+                readings.append(DriftReading(version, OPERATIONS.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict == "drift", report.n_current))
+        return readings
