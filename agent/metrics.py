@@ -23,6 +23,10 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+SCORING_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+
 OTHER = "other"
 UNKNOWN = "unknown"
 _MAX_LABEL_LEN = 64
@@ -135,6 +139,54 @@ class Metrics:
             "llmwatch_proxy_errors",
             "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected).",
             ["error_type"],
+            registry=r,
+        )
+        quality_labels = ["check", "gen_ai_request_model", "model_version"]
+        self.check_results = Counter(
+            "llmwatch_check",
+            "Check verdicts on scored samples, by result (pass|fail|error|skip).",
+            ["check", "result", "gen_ai_request_model", "model_version"],
+            registry=r,
+        )
+        self.quality_score = Histogram(
+            "llmwatch_quality_score",
+            "Quality scores in 0..1 per check (pass=1, fail=0 for boolean checks).",
+            quality_labels,
+            buckets=SCORE_BUCKETS,
+            registry=r,
+        )
+        self.scoring_duration = Histogram(
+            "llmwatch_scoring_duration_seconds",
+            "Time one check took on one sample (embedding checks: their share of the batch).",
+            ["check"],
+            buckets=SCORING_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.scoring_lag = Histogram(
+            "llmwatch_scoring_lag_seconds",
+            "From the call's start to its scores being recorded.",
+            ["gen_ai_request_model", "model_version"],
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.scoring_pending = Gauge("llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.", registry=r)
+        drift_labels = ["signal", "model_version", "gen_ai_operation_name"]
+        self.drift_statistic = Gauge("llmwatch_drift_statistic", "Test statistic of each drift signal against the frozen baseline.", drift_labels, registry=r)
+        self.drift_p_value = Gauge("llmwatch_drift_p_value", "Multiple-testing-adjusted p-value of each drift signal.", drift_labels, registry=r)
+        self.drift_detected = Gauge("llmwatch_drift_detected", "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).", drift_labels, registry=r)
+        self.drift_window = Gauge("llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"], registry=r)
+        self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
+        self.kafka_dropped = Counter(
+            "llmwatch_kafka_dropped",
+            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, closed).",
+            ["reason"],
+            registry=r,
+        )
+        self.kafka_buffer_depth = Gauge("llmwatch_kafka_buffer_depth", "Samples handed to the Kafka sink and not yet acknowledged.", registry=r)
+        self.kafka_consumed = Counter(
+            "llmwatch_kafka_consumed",
+            "Samples read by a Kafka scorer worker, by outcome (scored, duplicate, invalid).",
+            ["outcome"],
             registry=r,
         )
         self.internal_errors = Counter(

@@ -36,6 +36,9 @@ class Captured:
 
 class Sink(Protocol):
     name: str
+    # Sinks that store or ship samples get redacted copies; a sink that only scores in memory
+    # on this host (`raw = True`) sees the original text, so that e.g. `pii_leak` can find PII.
+    raw: bool
 
     def write(self, samples: Sequence[Sample]) -> None: ...
 
@@ -44,6 +47,7 @@ class Sink(Protocol):
 
 class FileSink:
     name = "files"
+    raw = False
 
     def __init__(self, directory: str, max_file_bytes: int) -> None:
         self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
@@ -82,17 +86,16 @@ class Pipeline:
         return self._thread.is_alive()
 
     def build(self, item: Captured) -> Sample:
-        sample = to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
-        if self._redact is not None:
-            sample.request = self._redact(sample.request)
-            sample.response = self._redact(sample.response)
-            sample.redacted = True
-        return sample
+        return to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
+
+    def redacted(self, sample: Sample) -> Sample:
+        if self._redact is None:
+            return sample
+        return sample.model_copy(update={"request": self._redact(sample.request), "response": self._redact(sample.response), "redacted": True})
 
     def _run(self) -> None:
         while True:
             batch = self.queue.get_batch(self._batch_size, timeout=0.2)
-            self.metrics.queue_depth.set(self.queue.depth())
             if batch:
                 self._process(batch)
             elif self._stop.is_set():
@@ -106,9 +109,16 @@ class Pipeline:
             except Exception:
                 self.metrics.samples_dropped.labels(reason="build_error").inc()
                 log.exception("sample_build_failed", request_id=item.exchange.request_id)
+        redacted: list[Sample] | None = None
         for sink in self.sinks:
+            if getattr(sink, "raw", False):
+                batch_for_sink = samples
+            else:
+                if redacted is None:
+                    redacted = [self.redacted(s) for s in samples]
+                batch_for_sink = redacted
             try:
-                sink.write(samples)
+                sink.write(batch_for_sink)
                 self.metrics.samples_written.labels(sink=sink.name).inc(len(samples))
             except Exception as exc:
                 self.metrics.samples_dropped.labels(reason="sink_error").inc(len(samples))

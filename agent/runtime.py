@@ -10,7 +10,7 @@ from typing import Sequence
 import structlog
 from aiohttp import web
 
-from agent.config import Config
+from agent.config import Config, ConfigError
 from agent.health import metrics_app
 from agent.metrics import Metrics
 from agent.pipeline import Captured, FileSink, Pipeline, Sink
@@ -37,6 +37,8 @@ class Agent:
     pipeline: Pipeline = field(init=False)
     proxy: Proxy = field(init=False)
     proxy_port: int = field(init=False, default=0)
+    # Latest reading per (model version, operation, signal): (statistic, adjusted p, detected, n).
+    drift_state: dict[tuple[str, str, str], tuple] = field(init=False, default_factory=dict)
     metrics_port: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -47,10 +49,56 @@ class Agent:
         if cfg.files.enabled:
             sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes))
         sinks.extend(self.extra_sinks)
+        if cfg.kafka.enabled:
+            from collectors.kafka import KafkaSampleSink
+
+            # In addition to local scoring, unless `scoring.enabled: false` (scorer workers then do it all).
+            sinks.append(KafkaSampleSink(cfg.kafka, self.metrics))
+        self.scorer = None
+        self.recorder = None
+        if cfg.scoring.enabled:
+            from collectors.files import JsonlWriter
+            from scorers.export import ScoreRecorder
+            from scorers.suite import validate_scoring
+            from scorers.worker import ScorerProcess, ScoringSink
+
+            # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
+            validate_scoring(cfg.scoring)
+            if cfg.drift.baseline is not None:
+                from scorers.baseline import load_baseline
+
+                load_baseline(cfg.drift.baseline)
+            self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
+            dropped = self.metrics.samples_dropped
+            self.scorer = ScorerProcess(
+                cfg.scoring.model_dump(mode="json"),
+                self.recorder.record,
+                max_pending=cfg.scoring.max_pending,
+                batch_timeout_s=cfg.scoring.batch_timeout_s,
+                drift_payload=cfg.drift.model_dump(mode="json"),
+                on_drift=self._on_drift,
+                log_level=cfg.logging.level,
+                on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
+            )
+            self.metrics.scoring_pending.set_function(lambda: self.scorer.pending)
+            sinks.append(ScoringSink(self.scorer, cfg.scoring.batch_size))
+        elif cfg.drift.baseline is not None:
+            raise ConfigError("drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline")
+        self.metrics.queue_depth.set_function(self.queue.depth)
         redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
         self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=Sampler(cfg.sampling), prices=PriceTable(cfg.metrics.pricing))
         self._runners: list[web.AppRunner] = []
+
+    def _on_drift(self, readings: list[tuple]) -> None:
+        m = self.metrics
+        for version, operation, signal, statistic, p_value, detected, n in readings:
+            v = m.version_label(version)
+            m.drift_statistic.labels(signal, v, operation).set(statistic)
+            m.drift_p_value.labels(signal, v, operation).set(p_value)
+            m.drift_detected.labels(signal, v, operation).set(1.0 if detected else 0.0)
+            m.drift_window.labels(v).set(n)
+            self.drift_state[(version, operation, signal)] = (statistic, p_value, detected, n)
 
     def readiness(self) -> dict[str, bool]:
         return {"proxy_listening": self.proxy_port > 0, "pipeline_alive": self.pipeline.alive}
@@ -72,6 +120,8 @@ class Agent:
         # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
         # switch interval would show up as 5 ms of added p99 on proxied calls.
         sys.setswitchinterval(0.0005)
+        if self.scorer is not None:
+            self.scorer.start()
         self.pipeline.start()
         await self.proxy.start()
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
@@ -91,5 +141,8 @@ class Agent:
             await runner.cleanup()
         self._runners.clear()
         await self.proxy.close()
+        # The pipeline drains into its sinks (the scorer sink waits for the scores) before they close.
         self.pipeline.close()
+        if self.recorder is not None:
+            self.recorder.close()
         log.info("agent_stopped", samples_processed=self.pipeline.processed)

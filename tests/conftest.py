@@ -33,6 +33,8 @@ async def make_agent(tmp_path: Path):
     agents: list[Agent] = []
 
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
+        # Scoring (a child process with the embedding model) only where a test asks for it.
+        sections.setdefault("scoring", {"enabled": False})
         overrides = {"upstream": upstream, "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"), **sections}
         agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=extra_sinks)
         await agent.start()

