@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--duration", type=float, default=45.0, help="seconds of traffic over the three phases (default 45)")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second offered (default 20)")
-    p.add_argument("--sample-rate", type=float, default=1.0, help="fraction of calls sampled and scored (default 1.0 in the demo)")
+    p.add_argument("--sample-rate", type=float, default=0.5, help="fraction of calls sampled and scored (default 0.5 in the demo)")
     p.add_argument("--concurrency", type=int, default=64, help="most requests in flight (default 64)")
     p.add_argument("--listen", help="proxy HOST:PORT (default 127.0.0.1:8080)")
     p.add_argument("--metrics-listen", help="metrics HOST:PORT (default 127.0.0.1:9464)")

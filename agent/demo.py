@@ -220,14 +220,13 @@ def drift_summary(agent: Agent) -> str:
 
 
 def _freeze_baseline(agent: Agent, version: str) -> str:
-    """Freeze what the agent stored so far of `version`, as `llmwatch baseline freeze` would."""
-    from scorers.baseline import freeze, write_baseline
-    from scorers.offline import load_window
+    """Freeze the scorer's window of `version` (its samples, scores and answer embeddings).
 
-    cfg = agent.cfg
-    path = cfg.data_dir / f"baseline-{version}-{int(time.time())}.json"
-    samples, scores, embeddings, _ = load_window(cfg, str(cfg.data_dir / "samples"), str(cfg.data_dir / "scores"), version, purpose="the demo baseline")
-    write_baseline(freeze(samples, scores, embeddings, model_version=version), path)
+    The result is what `llmwatch baseline freeze` makes of the same samples, without loading the
+    model a second time in this process.
+    """
+    path = agent.cfg.data_dir / f"baseline-{version}-{int(time.time())}.json"
+    agent.scorer.freeze_baseline(version, str(path))
     return str(path)
 
 
@@ -240,7 +239,7 @@ async def _settle(agent: Agent, timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 1.0) -> int:
+async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 0.5) -> int:
     sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
     cfg = cfg.model_copy(
         update={

@@ -189,6 +189,7 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.notifications = Counter("llmwatch_webhook_notifications", "Drift webhook deliveries by outcome (sent, retries, failed, dropped).", ["event"], registry=r)
         self.internal_errors = Counter(
             "llmwatch_internal_errors",
             "Exceptions inside llmwatch's own capture/metrics code; traffic was forwarded regardless.",

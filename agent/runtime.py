@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -89,6 +90,14 @@ class Agent:
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
         self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=Sampler(cfg.sampling), prices=PriceTable(cfg.metrics.pricing))
         self._runners: list[web.AppRunner] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.notifier = None
+        if cfg.drift.webhook.url:
+            from agent.notifier import WebhookNotifier
+
+            hook = cfg.drift.webhook
+            events = self.metrics.notifications
+            self.notifier = WebhookNotifier(hook.url, repeat_interval_s=hook.repeat_interval_s, max_retries=hook.max_retries, on_event=lambda name: events.labels(event=name).inc())
 
     def _on_drift(self, readings: list[tuple]) -> None:
         m = self.metrics
@@ -99,6 +108,25 @@ class Agent:
             m.drift_detected.labels(signal, v, operation).set(1.0 if detected else 0.0)
             m.drift_window.labels(v).set(n)
             self.drift_state[(version, operation, signal)] = (statistic, p_value, detected, n)
+        if self.notifier is not None and self._loop is not None:
+            # Called on the scorer's result thread; the notifier lives on the event loop.
+            asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
+
+    def _drift_alerts(self) -> dict:
+        from agent.notifier import AlertSpec, alert_key
+
+        active = {}
+        for (version, operation, signal), (statistic, p_value, detected, n) in self.drift_state.items():
+            if not detected:
+                continue
+            labels = {"alertname": "LLMWatchDriftDetected", "severity": "warning", "signal": signal, "model_version": version, "gen_ai_operation_name": operation}
+            annotations = {
+                "summary": f"Drift on {signal} for model_version {version} ({operation})",
+                "description": f"Signal {signal} of model_version {version} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
+                "runbook_url": "https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#llmwatchdriftdetected",
+            }
+            active[alert_key(labels)] = AlertSpec(labels, annotations)
+        return active
 
     def readiness(self) -> dict[str, bool]:
         return {"proxy_listening": self.proxy_port > 0, "pipeline_alive": self.pipeline.alive}
@@ -120,6 +148,7 @@ class Agent:
         # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
         # switch interval would show up as 5 ms of added p99 on proxied calls.
         sys.setswitchinterval(0.0005)
+        self._loop = asyncio.get_running_loop()
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
@@ -145,4 +174,6 @@ class Agent:
         self.pipeline.close()
         if self.recorder is not None:
             self.recorder.close()
+        if self.notifier is not None:
+            await self.notifier.close()
         log.info("agent_stopped", samples_processed=self.pipeline.processed)

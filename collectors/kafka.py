@@ -64,7 +64,7 @@ def sample_key(sample: Sample) -> bytes:
     # Turns of one conversation stay in one partition, in order. Everything else is keyed by its own
     # id: keying by route+model would put a single-model service on a single partition (one busy
     # worker, the rest idle), and a redelivered duplicate still lands where the original did.
-    conversation = sample.metadata.get("conversation_id") if isinstance(sample.metadata, dict) else None
+    conversation = sample.metadata.get("conversation_id")
     if conversation:
         return str(conversation).encode()
     return (sample.id or f"{sample.route}|{sample.model}").encode()

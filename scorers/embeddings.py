@@ -506,6 +506,7 @@ class EmbeddingScorer:
                 raise ValueError(_describe_params_error(name, kind, entry.params_model, exc)) from None
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
         self.embedder = embedder if embedder is not None else Embedder(threads=threads)
+        self._last_batch: dict[str, np.ndarray] = {}
         self._batch_size = batch_size
         for route, vector in normalised.items():
             if vector.shape != (self.embedder.dimension,):
@@ -532,6 +533,8 @@ class EmbeddingScorer:
             plans.append(row)
 
         vectors = self.embedder.encode(list(index), batch_size=self._batch_size) if index else None
+        # Kept until the next batch: the drift window wants the same answer vectors right after.
+        self._last_batch = {text: vectors[i] for text, i in index.items()} if vectors is not None else {}
         results = []
         for sample, row in zip(samples, plans):
             out = []
@@ -554,8 +557,16 @@ class EmbeddingScorer:
         texts = []
         for sample in samples:
             answer = _answer_text(sample)
-            texts.append("" if isinstance(answer, CheckOutcome) else answer)
-        return self.embedder.encode(texts, batch_size=self._batch_size)
+            texts.append("" if isinstance(answer, CheckOutcome) else _clip(answer))
+        out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
+        cached = getattr(self, "_last_batch", {})
+        missing = [i for i, text in enumerate(texts) if text and text not in cached]
+        for i, text in enumerate(texts):
+            if text in cached:
+                out[i] = cached[text]
+        if missing:
+            out[missing] = self.embedder.encode([texts[i] for i in missing], batch_size=self._batch_size)
+        return out
 
 
 def _unit(route: str, vector: np.ndarray) -> np.ndarray:

@@ -125,24 +125,26 @@ def _connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> An
     return None
 
 
-def _decode(records: Sequence[Any], seen: RecentIds, metrics: Metrics) -> list[Sample]:
+def _decode(records: Sequence[Any], seen: RecentIds) -> tuple[list[Sample], int, int]:
+    """The batch's samples not scored yet, and how many records were duplicates or not samples."""
     samples: list[Sample] = []
     in_batch: set[str] = set()
+    duplicates = invalid = 0
     for record in records:
         try:
             sample = Sample.from_json(record.value)
         except Exception as exc:
             # A poison record must not stall its partition: count it and move past it.
-            metrics.kafka_consumed.labels(outcome="invalid").inc()
+            invalid += 1
             log.warning("invalid_sample_record", topic=record.topic, partition=record.partition, offset=record.offset, error=repr(exc)[:200])
             continue
         if sample.id and (sample.id in seen or sample.id in in_batch):
-            metrics.kafka_consumed.labels(outcome="duplicate").inc()
+            duplicates += 1
             continue
         if sample.id:
             in_batch.add(sample.id)
         samples.append(sample)
-    return samples
+    return samples, duplicates, invalid
 
 
 def _publish(producer: Any, topic: str, scores: Sequence[Any], worker: bytes, timeout_s: float) -> None:
@@ -179,47 +181,47 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     stop = stop or threading.Event()
     state: dict[str, Any] = {"status": "ok", "ready": False, "worker": worker, "group": kcfg.group_id, "topic": kcfg.samples_topic, "assigned": []}
 
+    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
     log.info("scorer_starting", worker=worker, checks=suite.check_names, bootstrap_servers=kcfg.bootstrap_servers, topic=kcfg.samples_topic, scores_topic=kcfg.scores_topic, group=kcfg.group_id, metrics_port=server.server_address[1])
 
-    max_poll_records = max(cfg.scoring.batch_size * 4, 32)
-    consumer = _connect(
-        lambda: KafkaConsumer(
-            bootstrap_servers=list(kcfg.bootstrap_servers),
-            group_id=kcfg.group_id,
-            client_id=f"{kcfg.client_id}-scorer",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=SESSION_TIMEOUT_MS,
-            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-            # Also the rebalance timeout: the longest a batch may take before the group moves on.
-            max_poll_interval_ms=max(int(cfg.scoring.batch_timeout_s * 1000), 30_000),
-            max_poll_records=max_poll_records,
-            bootstrap_timeout_ms=5_000,
-            reconnect_backoff_max_ms=1_000,
-            metrics_enabled=False,
-        ),
-        "consumer",
-        stop,
-    )
-    producer = _connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
-    if consumer is not None and producer is not None:
-        consumer.subscribe([kcfg.samples_topic])
-        state["ready"] = True
+    consumer = producer = None
     publish_timeout_s = min(kcfg.delivery_timeout_ms / 1000.0, 30.0)
     backoff = 0.5
     try:
+        consumer = _connect(
+            lambda: KafkaConsumer(
+                bootstrap_servers=list(kcfg.bootstrap_servers),
+                group_id=kcfg.group_id,
+                client_id=f"{kcfg.client_id}-scorer",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                # Also the rebalance timeout: the longest a batch may take before the group moves on.
+                max_poll_interval_ms=max(int(cfg.scoring.batch_timeout_s * 1000), 30_000),
+                max_poll_records=max(cfg.scoring.batch_size * 4, 32),
+                bootstrap_timeout_ms=5_000,
+                reconnect_backoff_max_ms=1_000,
+                metrics_enabled=False,
+            ),
+            "consumer",
+            stop,
+        )
+        producer = _connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
+        if consumer is not None and producer is not None:
+            consumer.subscribe([kcfg.samples_topic])
+            state["ready"] = True
         while consumer is not None and producer is not None and not stop.is_set():
             batch = consumer.poll(timeout_ms=500)
             state["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in consumer.assignment())
             if not batch:
                 continue
             records = [r for rs in batch.values() for r in rs]
-            samples = _decode(records, seen, metrics)
+            samples, duplicates, invalid = _decode(records, seen)
             results = suite.score(samples) if samples else []
             try:
                 _publish(producer, kcfg.scores_topic, results, worker.encode(), publish_timeout_s)
@@ -235,13 +237,15 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
             for sample in samples:
                 if sample.id:
                     seen.add(sample.id)
-            metrics.kafka_consumed.labels(outcome="scored").inc(len(samples))
+            for outcome, n in (("scored", len(samples)), ("duplicate", duplicates), ("invalid", invalid)):
+                if n:
+                    metrics.kafka_consumed.labels(outcome=outcome).inc(n)
             try:
                 consumer.commit()
-            except CommitFailedError as exc:
-                # The group rebalanced under us: the partition's next owner reads this batch again
-                # (this worker skips it via `seen`; another one scores it a second time).
-                log.warning("commit_failed", records=len(records), error=repr(exc))
+            except Exception as exc:  # CommitFailedError (the group rebalanced under us), broker away
+                # The partition's next owner reads this batch again: this worker skips it via
+                # `seen`, another one scores it a second time.
+                log.warning("commit_failed", records=len(records), rebalanced=isinstance(exc, CommitFailedError), error=repr(exc))
     finally:
         state["status"], state["ready"] = "stopping", False
         if consumer is not None:

@@ -35,7 +35,13 @@ class DriftReading:
 
 
 class DriftWindows:
-    def __init__(self, baseline: Baseline, *, window: int, interval_s: float, settings: DriftSettings) -> None:
+    """Recent scored samples per model version; compared with `baseline` when there is one.
+
+    The windows fill even without a baseline, so that one can be frozen from them (`freeze`).
+    Setting a new baseline empties them: what was seen before was measured against another.
+    """
+
+    def __init__(self, baseline: Baseline | None, *, window: int, interval_s: float, settings: DriftSettings) -> None:
         self.baseline = baseline
         self.window = window
         self.interval_s = interval_s
@@ -54,12 +60,26 @@ class DriftWindows:
                 win = self._windows[version] = deque(maxlen=self.window)
             win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
 
+    def set_baseline(self, baseline: Baseline) -> None:
+        self.baseline = baseline
+        self._windows.clear()
+
+    def freeze(self, version: str) -> Baseline:
+        from scorers.baseline import freeze
+
+        win = self._windows.get(version) or ()
+        return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version)
+
     def due(self, now: float | None = None) -> bool:
+        if self.baseline is None:
+            return False
         return (now if now is not None else time.monotonic()) - self._last >= self.interval_s
 
     def evaluate(self, now: float | None = None) -> list[DriftReading]:
         self._last = now if now is not None else time.monotonic()
         readings: list[DriftReading] = []
+        if self.baseline is None:
+            return readings
         for version, win in self._windows.items():
             if len(win) < self.settings.min_samples:
                 continue

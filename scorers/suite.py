@@ -34,9 +34,10 @@ DEFAULT_RULE_CHECKS: list[dict[str, Any]] = [
     {"name": "language_match", "kind": "language_match", "when": {"operations": GENERATIVE}},
     {"name": "pii_leak", "kind": "pii_leak", "when": {"operations": GENERATIVE}},
 ]
+# Relevance only: it embeds the prompt and the answer, which the drift detector needs anyway.
+# `embedding_repetition` also embeds every sentence (about twice the model time): opt in to it.
 DEFAULT_EMBEDDING_CHECKS: list[dict[str, Any]] = [
     {"name": "answer_relevance", "kind": "embedding_relevance", "when": {"operations": GENERATIVE}},
-    {"name": "repetition", "kind": "embedding_repetition", "when": {"operations": GENERATIVE}},
 ]
 
 

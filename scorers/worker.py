@@ -36,16 +36,20 @@ DriftHandler = Callable[[list[tuple]], None]
 def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
     from agent.config import DriftSection, ScoringSection
     from agent.logs import configure_logging
+    from scorers.baseline import load_baseline, write_baseline
+    from scorers.drift import DriftSettings
+    from scorers.online import DriftWindows
     from scorers.suite import build_suite
 
     configure_logging(log_level)
     drift_cfg = DriftSection.model_validate(drift_payload)
     try:
-        windows = _drift_windows(drift_cfg, drift_cfg.baseline) if drift_cfg.baseline else None
-        suite = build_suite(ScoringSection.model_validate(scoring_payload), centroids=windows.baseline.centroids() if windows else None)
+        baseline = load_baseline(drift_cfg.baseline) if drift_cfg.baseline else None
+        suite = build_suite(ScoringSection.model_validate(scoring_payload), centroids=baseline.centroids() if baseline else None)
     except Exception as exc:
         outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
         return
+    windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=DriftSettings(alpha=drift_cfg.alpha, min_samples=drift_cfg.min_samples))
     outbox.put(("ready", suite.check_names))
     while True:
         try:
@@ -55,35 +59,32 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
         if item is None:
             return
         if item and item[0] == "baseline":
-            # A new baseline starts new windows: samples already seen were compared to the old one.
             try:
-                windows = _drift_windows(drift_cfg, item[1])
+                windows.set_baseline(load_baseline(item[1]))
             except Exception as exc:
                 log.error("baseline_load_failed", path=str(item[1]), error=str(exc))
+            continue
+        if item and item[0] == "freeze":
+            _, version, path = item
+            try:
+                write_baseline(windows.freeze(version), path)
+                outbox.put(("frozen", path, None))
+            except Exception as exc:
+                outbox.put(("frozen", path, f"{type(exc).__name__}: {exc}"))
             continue
         if item:
             batch_id, lines = item
             samples = [Sample.from_json(line) for line in lines]
             results = suite.score(samples)
             outbox.put(("scores", batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
-            if windows is not None:
-                windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
-        if windows is not None and windows.due():
+            windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
+        if windows.due():
             try:
                 readings = windows.evaluate()
             except Exception as exc:
                 log.exception("drift_evaluation_failed", error=str(exc))
                 continue
             outbox.put(("drift", [(r.model_version, r.operation, r.signal, r.statistic, r.p_value, r.detected, r.n_current) for r in readings]))
-
-
-def _drift_windows(cfg: Any, path: Any):
-    from scorers.baseline import load_baseline
-    from scorers.drift import DriftSettings
-    from scorers.online import DriftWindows
-
-    baseline = load_baseline(path)
-    return DriftWindows(baseline, window=cfg.window, interval_s=cfg.interval_s, settings=DriftSettings(alpha=cfg.alpha, min_samples=cfg.min_samples))
 
 
 def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -139,6 +140,8 @@ class ScorerProcess:
         self.fatal: str | None = None
         self.restarts = 0
         self._last_progress = time.monotonic()
+        self._frozen: dict[str, str | None] = {}
+        self._frozen_event = threading.Event()
         self._thread = threading.Thread(target=self._collect, name="llmwatch-scorer-results", daemon=True)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -186,6 +189,25 @@ class ScorerProcess:
             inbox = self._inbox
         inbox.put((batch_id, [s.to_json() for s in samples]))
         return True
+
+    def freeze_baseline(self, version: str, path: str, timeout: float = 120.0) -> None:
+        """Freeze the scorer's recent window of `version` into a new baseline file (blocking).
+
+        Raises RuntimeError with the scorer's reason when it could not (no samples, file exists).
+        """
+        path = str(path)
+        self._frozen.pop(path, None)
+        self._frozen_event.clear()
+        self._inbox.put(("freeze", version, path))
+        deadline = time.monotonic() + timeout
+        while path not in self._frozen:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the scorer did not freeze a baseline within {timeout:g} s")
+            self._frozen_event.wait(0.2)
+            self._frozen_event.clear()
+        error = self._frozen.pop(path)
+        if error is not None:
+            raise RuntimeError(error)
 
     def load_baseline(self, path: str) -> None:
         """Compare from now on against this baseline file (windows start empty)."""
@@ -257,6 +279,9 @@ class ScorerProcess:
                 return
             elif kind == "drift":
                 self._on_drift(message[1])
+            elif kind == "frozen":
+                self._frozen[message[1]] = message[2]
+                self._frozen_event.set()
             elif kind == "scores":
                 _, batch_id, lines, durations = message
                 if self._finish(batch_id) is not None:
