@@ -66,12 +66,18 @@ class Score(BaseModel):
         kind: str,
         scored_at: datetime | None = None,
     ) -> "Score":
-        return cls(
+        value = outcome.value
+        if value is not None and not (0.0 <= value <= 1.0):
+            raise ValueError(f"check {check!r} returned value {value!r}; quality values must be within 0..1")
+        # Built from our own checks' outcomes: validation would only re-check what the types
+        # already guarantee, at a cost comparable to the cheap checks themselves.
+        return cls.model_construct(
+            schema_=SCORE_SCHEMA,
             sample_id=sample.id,
             check=check,
             kind=kind,
             result=outcome.result,
-            value=outcome.value,
+            value=value,
             details=dict(outcome.details),
             model=sample.model,
             model_version=sample.model_version,

@@ -81,27 +81,43 @@ class CheckTimeout(Exception):
     pass
 
 
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
+class _TimeLimit:
     """Interrupt a check that runs too long (a catastrophic regex, a huge answer).
 
     SIGALRM works only in the main thread of a process: the scorer process and `llmwatch score`
-    run checks there. Elsewhere (a test calling from a thread) the limit is not enforced.
+    run checks there. Elsewhere (a test calling from a thread) the limit is not enforced. The
+    handler is installed once per batch; each check only arms and disarms the timer, because
+    installing a handler per check cost as much as the cheap checks themselves.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def expire(signum: int, frame: Any) -> None:
-        raise CheckTimeout(f"check took longer than {seconds:g} s")
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.enabled = threading.current_thread() is threading.main_thread()
+        self._previous: Any = None
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    def _expire(self, signum: int, frame: Any) -> None:
+        raise CheckTimeout(f"check took longer than {self.seconds:g} s")
+
+    def __enter__(self) -> "_TimeLimit":
+        if self.enabled:
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+
+    @contextmanager
+    def check(self, seconds: float | None = None) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        signal.setitimer(signal.ITIMER_REAL, seconds or self.seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _error(exc: BaseException) -> CheckOutcome:
@@ -161,29 +177,30 @@ class Suite:
 
     def score(self, samples: Sequence[Sample]) -> list[ScoredCheck]:
         out: list[ScoredCheck] = []
-        for sample in samples:
-            for rule in self.rules:
-                if not rule.applies(sample):
-                    continue
-                start = time.perf_counter()
-                try:
-                    with _time_limit(self.check_timeout_s):
-                        outcome = rule.fn(sample)
-                except Exception as exc:  # includes CheckTimeout
-                    outcome = _error(exc)
-                out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind), time.perf_counter() - start))
-        if self.embedder is not None:
-            out.extend(self._score_embeddings(samples))
+        with _TimeLimit(self.check_timeout_s) as limit:
+            for sample in samples:
+                for rule in self.rules:
+                    if not rule.applies(sample):
+                        continue
+                    start = time.perf_counter()
+                    try:
+                        with limit.check():
+                            outcome = rule.fn(sample)
+                    except Exception as exc:  # includes CheckTimeout
+                        outcome = _error(exc)
+                    out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind), time.perf_counter() - start))
+            if self.embedder is not None:
+                out.extend(self._score_embeddings(samples, limit))
         return out
 
-    def _score_embeddings(self, samples: Sequence[Sample]) -> list[ScoredCheck]:
+    def _score_embeddings(self, samples: Sequence[Sample], limit: _TimeLimit) -> list[ScoredCheck]:
         applies = self._embedding_applies
         wanted = [s for s in samples if any(fn(s) for fn in applies.values())]
         if not wanted:
             return []
         start = time.perf_counter()
         try:
-            with _time_limit(max(self.check_timeout_s * len(wanted), 10.0)):
+            with limit.check(max(self.check_timeout_s * len(wanted), 10.0)):
                 results = self.embedder.score_batch(wanted)
         except Exception as exc:
             failure = _error(exc)

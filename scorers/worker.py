@@ -13,6 +13,7 @@ recording its in-flight batches as `error` results so that nothing disappears un
 from __future__ import annotations
 
 import itertools
+import os
 import multiprocessing as mp
 import queue
 import threading
@@ -42,6 +43,11 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
     from scorers.suite import build_suite
 
     configure_logging(log_level)
+    # Below the proxy in CPU priority: where both share a core, traffic wins and scoring lags.
+    try:
+        os.nice(10)
+    except OSError:
+        pass
     drift_cfg = DriftSection.model_validate(drift_payload)
     try:
         baseline = load_baseline(drift_cfg.baseline) if drift_cfg.baseline else None
