@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -18,6 +17,7 @@ from agent import __version__
 from agent.config import Config, ConfigError, load_config
 from agent.logs import configure_logging
 from agent.records import RecordError
+from agent.signals import wait_for_signal
 
 log = structlog.get_logger(__name__)
 
@@ -29,27 +29,6 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
         return uvloop.run(main())
     except ImportError:
         return asyncio.run(main())
-
-
-async def wait_for_signal(duration: float | None = None) -> None:
-    """Sleep until SIGINT/SIGTERM (or `duration` seconds), so that shutdown is always clean."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=duration)
-    except asyncio.TimeoutError:
-        pass
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
 
 
 def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
@@ -140,6 +119,24 @@ def cmd_scorer(args: argparse.Namespace) -> int:
     return run_scorer(cfg)
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
+    if not cfg.otel.ingest_listen:
+        cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
+    from agent.runtime import Agent
+
+    async def main() -> int:
+        agent = Agent(cfg, serve_proxy=False)
+        await agent.start()
+        try:
+            await wait_for_signal()
+        finally:
+            await agent.stop()
+        return 0
+
+    return run_async(main)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services.")
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")
@@ -203,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scores-topic", help="where scores are published (default: kafka.scores_topic, llmwatch.scores)")
     p.add_argument("--metrics-listen", help="HOST:PORT for this worker's /metrics and /healthz (default: metrics_listen)")
     p.set_defaults(func=cmd_scorer)
+
+    p = sub.add_parser("ingest", help="receive OTLP/HTTP traces from instrumented apps and store, redact and score their LLM spans (no proxy)")
+    common(p)
+    p.add_argument("--listen", dest="ingest_listen", help="HOST:PORT for POST /v1/traces (default: otel.ingest_listen, else 127.0.0.1:4318)")
+    p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
+    p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
+    p.set_defaults(func=cmd_ingest)
     return parser
 
 

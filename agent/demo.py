@@ -24,9 +24,9 @@ import numpy as np
 import openai
 import structlog
 
-from agent.cli import wait_for_signal
 from agent.config import Config
 from agent.runtime import Agent, split_host_port
+from agent.signals import wait_for_signal
 from agent.simulator import FAULT_HEADER, PROFILES, start_simulator
 from scorers.report import pass_rate_table
 

@@ -52,7 +52,6 @@ import json
 import math
 import random
 import re
-import signal
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -1338,15 +1337,10 @@ def _profile_from_args(name: str, latency_scale: float) -> SimProfile:
 async def _serve(args: argparse.Namespace) -> None:
     handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale),
                                    seed=args.seed)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
+    from agent.signals import wait_for_signal
+
     try:
-        await stop.wait()
+        await wait_for_signal()
     finally:
         await handle.close()
         log.info("simulator.stopped", url=handle.url)
