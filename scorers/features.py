@@ -135,15 +135,19 @@ def summarize(
         if embeddings:
             vids = [s.id for s in items if s.id in embeddings]
             if vids:
-                matrix = np.stack([embeddings[i] for i in vids]).astype(np.float32)
-                centroid = matrix.mean(axis=0)
+                # Summed in place rather than stacked: 100k x 384 floats is a 150 MB copy.
+                total = np.zeros(len(embeddings[vids[0]]), dtype=np.float64)
+                for i in vids:
+                    total += embeddings[i]
+                centroid = total / len(vids)
                 norm = float(np.linalg.norm(centroid))
                 order = np.argsort([fraction[i] for i in vids], kind="stable")[:embedding_reservoir]
+                reservoir = np.stack([embeddings[vids[j]] for j in order]).astype(np.float32)
                 stats.embedding = EmbeddingStats(
-                    dim=matrix.shape[1],
+                    dim=reservoir.shape[1],
                     n=len(vids),
                     centroid=np.round(centroid / norm if norm else centroid, 6).tolist(),
-                    reservoir=np.round(matrix[order], 5).tolist(),
+                    reservoir=np.round(reservoir, 5).tolist(),
                 )
         out[route] = stats
     return out
