@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_ingest)
+    from agent.cli_eval import register as register_evaluation
+
+    register_evaluation(sub, common)
     return parser
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "LLMWATCH_"
 
@@ -209,6 +209,120 @@ class DriftSection(_Section):
     webhook: WebhookSection = Field(default_factory=WebhookSection)
 
 
+class OtelSection(_Section):
+    """OpenTelemetry: one span per captured call out over OTLP, and an OTLP/HTTP trace receiver in."""
+
+    enabled: bool = False
+    # http: the full traces URL; grpc: HOST:PORT (https:// for TLS). Unset: the local collector's.
+    endpoint: str | None = None
+    protocol: Literal["http", "grpc"] = "http"
+    service_name: str = Field("llmwatch", min_length=1)
+    # Sent to the collector only (e.g. authorization); secret: never logged, never in a span.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    # Prompt and answer as a span event (gen_ai.input/output.messages), redacted like samples.
+    capture_content: bool = False
+    # Spans waiting for export; beyond it the oldest are dropped and counted.
+    max_queue: int = Field(2048, ge=1)
+    timeout_s: float = Field(10.0, gt=0)
+    # Serve an OTLP/HTTP receiver (POST /v1/traces) here; its LLM spans become samples.
+    ingest_listen: str | None = None
+    ingest_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+
+    @field_validator("ingest_listen")
+    @classmethod
+    def _valid_ingest(cls, value: str | None) -> str | None:
+        return None if value is None else _host_port(value)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_values_as_text(cls, value: Any) -> Any:
+        # A validation error would echo the offending value, and these values are secrets.
+        if not isinstance(value, dict):
+            raise ValueError("expected a mapping of header names to values, e.g. {authorization: 'Bearer ...'}")
+        return {str(k): v if isinstance(v, SecretStr) else str(v) for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _valid_endpoint(self) -> "OtelSection":
+        endpoint = self.endpoint
+        if endpoint is not None and self.protocol == "http" and not re.match(r"^https?://[^/\s]+", endpoint):
+            raise ValueError(f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {endpoint!r}")
+        if endpoint is not None and self.protocol == "grpc" and not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
+            raise ValueError(f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {endpoint!r}")
+        return self
+
+    def resolved_endpoint(self) -> str:
+        if self.endpoint:
+            return self.endpoint
+        return "127.0.0.1:4317" if self.protocol == "grpc" else "http://127.0.0.1:4318/v1/traces"
+
+
+class CategoryMatch(_Section):
+    """How a sample is recognised as one task category; every condition set must hold (AND)."""
+
+    routes: list[str] = Field(default_factory=list)  # globs on the path
+    models: list[str] = Field(default_factory=list)  # globs on the request model
+    # Globs on values in `sample.metadata` (e.g. {category: "extraction"}, from a request header or an export).
+    metadata: dict[str, str] = Field(default_factory=dict)
+    request_matches: str | None = None  # regex searched in the request's text (all messages, or the prompt)
+    min_prompt_chars: int | None = Field(default=None, ge=0)
+    has_tools: bool | None = None
+    json_mode: bool | None = None
+    min_turns: int | None = Field(default=None, ge=1)  # user messages in the request
+
+    @field_validator("request_matches")
+    @classmethod
+    def _regex_compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        return pattern
+
+
+class CategorySpec(_Section):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    # Business importance in the weighted overall quality (normalised over the categories present).
+    weight: float = Field(1.0, ge=0)
+    # Check names (scoring.checks) that score this category; empty: every check that scored the sample.
+    checks: list[str] = Field(default_factory=list)
+    match: CategoryMatch = Field(default_factory=CategoryMatch)
+
+
+class DecisionWeights(_Section):
+    quality: float = Field(0.7, ge=0)
+    stability: float = Field(0.3, ge=0)
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> "DecisionWeights":
+        if self.quality + self.stability <= 0:
+            raise ValueError("at least one of quality, stability must be positive")
+        return self
+
+
+class DecisionSection(_Section):
+    weights: DecisionWeights = Field(default_factory=DecisionWeights)
+    # Reports carry it; comparing reports made under different weights is refused unless forced.
+    weights_version: str = Field("2026-12-01", min_length=1)
+
+
+class MatrixSection(_Section):
+    # None: the built-in categories (scorers/matrix.py); a list replaces them. First match wins.
+    categories: list[CategorySpec] | None = None
+    # Where samples that match no category go.
+    default_category: str = Field("uncategorized", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    decision: DecisionSection = Field(default_factory=DecisionSection)
+
+    @field_validator("categories")
+    @classmethod
+    def _unique_names(cls, categories: list[CategorySpec] | None) -> list[CategorySpec] | None:
+        names = [c.name for c in categories or []]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"category name {name!r} is used twice; names must be unique")
+        return categories
+
+
 class LoggingSection(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -230,6 +344,8 @@ class Config(_Section):
     scoring: ScoringSection = Field(default_factory=ScoringSection)
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     drift: DriftSection = Field(default_factory=DriftSection)
+    otel: OtelSection = Field(default_factory=OtelSection)
+    matrix: MatrixSection = Field(default_factory=MatrixSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")
@@ -262,7 +378,9 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
         if field is None:
             return None
         annotation = field.annotation
-        for candidate in getattr(annotation, "__args__", ()) or (annotation,):
+        # `list[Model] | None` (scoring.checks, matrix.categories): look inside the list too.
+        candidates = [c for a in (getattr(annotation, "__args__", ()) or (annotation,)) for c in (a, *getattr(a, "__args__", ()))]
+        for candidate in candidates:
             if isinstance(candidate, type) and issubclass(candidate, BaseModel):
                 current = candidate
                 break

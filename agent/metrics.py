@@ -190,6 +190,22 @@ class Metrics:
             registry=r,
         )
         self.notifications = Counter("llmwatch_webhook_notifications", "Drift webhook deliveries by outcome (sent, retries, failed, dropped).", ["event"], registry=r)
+        self.otel_spans = Counter(
+            "llmwatch_otel_spans",
+            "Spans of captured calls for OTLP export, by outcome (exported, failed: the collector refused or was unreachable, dropped: export queue full).",
+            ["outcome"],
+            registry=r,
+        )
+        self.otlp_ingest_spans = Counter(
+            "llmwatch_otlp_ingest_spans",
+            "Spans received on the OTLP trace receiver, by outcome (sampled, unsampled, not_llm, rejected).",
+            ["outcome"],
+            registry=r,
+        )
+        # Business evaluation (scorers/evaluation.py export_metrics); set from a report, not per call.
+        self.category_quality = Gauge("llmwatch_category_quality", "Mean quality score (0..1) of a task category from the evaluation matrix.", ["category", "model_version"], registry=r)
+        self.stability = Gauge("llmwatch_stability", "Stability (0..1, 1 = stable) by kind (sampling, turn, version) and task category.", ["kind", "category", "model_version"], registry=r)
+        self.decision_score = Gauge("llmwatch_decision_score", "(w_quality * quality + w_stability * stability) / normalized_cost of a model version.", ["model_version"], registry=r)
         self.internal_errors = Counter(
             "llmwatch_internal_errors",
             "Exceptions inside llmwatch's own capture/metrics code; traffic was forwarded regardless.",

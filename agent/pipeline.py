@@ -85,7 +85,16 @@ class Pipeline:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def build(self, item: Captured) -> Sample:
+    def submit(self, sample: Sample) -> bool:
+        """Queue a sample built elsewhere (e.g. from an ingested OTLP span); False when the queue is full (counted)."""
+        if self.queue.offer(sample):
+            return True
+        self.metrics.samples_dropped.labels(reason="queue_full").inc()
+        return False
+
+    def build(self, item: Captured | Sample) -> Sample:
+        if isinstance(item, Sample):
+            return item
         return to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
 
     def redacted(self, sample: Sample) -> Sample:
@@ -101,14 +110,15 @@ class Pipeline:
             elif self._stop.is_set():
                 return
 
-    def _process(self, batch: list[Captured]) -> None:
+    def _process(self, batch: list[Captured | Sample]) -> None:
         samples = []
         for item in batch:
             try:
                 samples.append(self.build(item))
             except Exception:
                 self.metrics.samples_dropped.labels(reason="build_error").inc()
-                log.exception("sample_build_failed", request_id=item.exchange.request_id)
+                # Only a Captured can fail here: a submitted Sample is passed through as it is.
+                log.exception("sample_build_failed", request_id=item.exchange.request_id)  # type: ignore[union-attr]
         redacted: list[Sample] | None = None
         for sink in self.sinks:
             if getattr(sink, "raw", False):

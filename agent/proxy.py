@@ -14,7 +14,7 @@ import asyncio
 import random
 import time
 from time import perf_counter
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 import orjson
@@ -29,7 +29,7 @@ from agent.pipeline import Captured
 from agent.pricing import PriceTable
 from agent.queue import BoundedQueue
 from agent.sampler import Sampler
-from collectors.proxy_capture import Exchange, analyze
+from collectors.proxy_capture import CallFacts, Exchange, analyze
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +68,8 @@ class Proxy:
         self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
         self._warned_unpriced: set[str] = set()
         self.session: aiohttp.ClientSession | None = None
+        # Set by the runtime (OpenTelemetry export): called once per captured call, sampled or not.
+        self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
 
     async def start(self) -> None:
         p = self.cfg.proxy
@@ -254,6 +256,8 @@ class Proxy:
                 ex.request_id = ex.response_headers.get(_UPSTREAM_REQUEST_ID) or f"llmw-{random.getrandbits(64):016x}"
             error = facts.error_type is not None
             reason = self.sampler.decide(ex.request_id, ex.route, facts.model, error=error, latency_ms=facts.duration_s * 1000.0)
+            if self.on_call is not None:
+                self.on_call(ex, facts, version, cost, reason)
             if reason is None:
                 return
             m.samples.labels(reason=reason).inc()

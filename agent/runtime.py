@@ -33,11 +33,14 @@ def split_host_port(address: str) -> tuple[str, int]:
 class Agent:
     cfg: Config
     extra_sinks: Sequence[Sink] = ()
+    # False for `llmwatch ingest`: pipeline, scorer and OTLP receiver without the proxy.
+    serve_proxy: bool = True
     metrics: Metrics = field(init=False)
     queue: BoundedQueue[Captured] = field(init=False)
     pipeline: Pipeline = field(init=False)
-    proxy: Proxy = field(init=False)
+    proxy: Proxy | None = field(init=False)
     proxy_port: int = field(init=False, default=0)
+    ingest_port: int = field(init=False, default=0)
     # Latest reading per (model version, operation, signal): (statistic, adjusted p, detected, n).
     drift_state: dict[tuple[str, str, str], tuple] = field(init=False, default_factory=dict)
     metrics_port: int = field(init=False, default=0)
@@ -88,7 +91,19 @@ class Agent:
         self.metrics.queue_depth.set_function(self.queue.depth)
         redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
-        self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=Sampler(cfg.sampling), prices=PriceTable(cfg.metrics.pricing))
+        sampler = Sampler(cfg.sampling)
+        self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.otel = None
+        if cfg.otel.enabled and self.proxy is not None:
+            from collectors.otel_export import OtelExporter
+
+            self.otel = OtelExporter(cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor)
+            self.proxy.on_call = self.otel.on_call
+        self.receiver = None
+        if cfg.otel.ingest_listen:
+            from collectors.otlp_ingest import OtlpReceiver
+
+            self.receiver = OtlpReceiver(self.pipeline, sampler, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
@@ -129,7 +144,12 @@ class Agent:
         return active
 
     def readiness(self) -> dict[str, bool]:
-        return {"proxy_listening": self.proxy_port > 0, "pipeline_alive": self.pipeline.alive}
+        checks = {"pipeline_alive": self.pipeline.alive}
+        if self.proxy is not None:
+            checks["proxy_listening"] = self.proxy_port > 0
+        if self.receiver is not None:
+            checks["ingest_listening"] = self.ingest_port > 0
+        return checks
 
     async def _serve(self, app: web.Application, address: str) -> int:
         host, port = split_host_port(address)
@@ -152,14 +172,19 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
-        await self.proxy.start()
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
-        self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen)
+        if self.receiver is not None and self.cfg.otel.ingest_listen:
+            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen)
+        if self.proxy is not None:
+            await self.proxy.start()
+            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen)
         log.info(
             "agent_started",
             upstream=self.cfg.upstream,
             proxy_port=self.proxy_port,
             metrics_port=self.metrics_port,
+            ingest_port=self.ingest_port or None,
+            otel_export=self.cfg.otel.enabled,
             sampling_rate=self.cfg.sampling.rate,
             redaction=self.cfg.redaction.enabled,
             data_dir=str(self.cfg.data_dir),
@@ -169,7 +194,11 @@ class Agent:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
-        await self.proxy.close()
+        if self.proxy is not None:
+            await self.proxy.close()
+        if self.otel is not None:
+            # In a thread: the collector may be served by this very event loop (tests, demos).
+            await asyncio.to_thread(self.otel.shutdown, 5.0)
         # The pipeline drains into its sinks (the scorer sink waits for the scores) before they close.
         self.pipeline.close()
         if self.recorder is not None:

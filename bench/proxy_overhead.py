@@ -11,7 +11,8 @@ alone on core 1 (`taskset`, where available). Direct and proxied runs alternate 
   3. The proxy's own CPU per request (process CPU seconds / requests) and what that means as
      saturation throughput per core; these do not depend on the load generator.
 
-The proxy runs with capture, sampling (10%), redaction and metrics on, as deployed.
+The proxy runs with capture, sampling (10%), redaction, sample files and metrics on; scoring is
+off here (bench/scoring_throughput.py measures the proxy beside a saturated scorer).
 
     python bench/proxy_overhead.py [--requests 2000] [--concurrency 32] [--rates 100,500,1000] [--seconds 5]
 """
@@ -225,7 +226,8 @@ def main() -> None:
     up_port, proxy_port, metrics_port = free_port(), free_port(), free_port()
     data_dir = tempfile.mkdtemp(prefix="llmwatch-bench-")
     upstream = subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port), "--latency-ms", str(args.latency_ms)], "0"))
-    env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning"}
+    # The proxy itself; what a saturated scorer costs it is bench/scoring_throughput.py.
+    env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "false"}
     proxy = subprocess.Popen(
         pinned([sys.executable, "-m", "agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{proxy_port}",
                 "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", data_dir], "1"),
@@ -251,14 +253,14 @@ def main() -> None:
     finally:
         proxy.terminate()
         upstream.terminate()
-        proxy.wait(10)
-        upstream.wait(10)
+        proxy.wait(30)
+        upstream.wait(30)
         shutil.rmtree(data_dir, ignore_errors=True)
     out = table(rows)
     cpu = [r.cpu_us for r in rows if r.cpu_us]
     header = (
         f"llmwatch proxy overhead, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, upstream {args.latency_ms:g} ms "
-        f"(lognormal jitter; streams: 30 ms TTFT + 30 chunks 3 ms apart); capture, 10% sampling, redaction and metrics on"
+        f"(lognormal, paired; streams: 30 ms TTFT + 30 chunks 3 ms apart); capture, 10% sampling, redaction, files and metrics on, scoring off"
     )
     sys.stdout.write(header + "\n\n" + out + "\n\n")
     sys.stdout.write(f"proxy CPU per request: {min(cpu):.0f}-{max(cpu):.0f} us => saturation ~{1e6 / max(cpu):.0f}-{1e6 / min(cpu):.0f} req/s per core\n")

@@ -1,0 +1,219 @@
+"""`llmwatch report`, `llmwatch regress` and `llmwatch review export|import`: evaluation commands.
+
+Kept apart from agent/cli.py so that the sidecar's own commands stay small; `register` adds the
+subcommands to its parser. Exit codes follow agent/cli.py: 0 fine, 1 the command found a problem
+(a regression), 2 bad usage or unusable input (the message names the file, line or field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+
+def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
+    from agent.records import RecordError
+    from collectors.files import read_records
+    from scorers.score import Score
+    from scorers.suite import build_suite, default_checks
+
+    samples = list(read_records(samples_path))
+    if not samples:
+        raise RecordError(f"{samples_path} holds no samples")
+    configured = [s.name for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))]
+    if scores_path is not None:
+        ids = {s.id for s in samples}
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]  # type: ignore[union-attr]
+    else:
+        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]  # type: ignore[arg-type]
+    known = sorted(set(configured) | {sc.check for sc in scores})  # type: ignore[union-attr]
+    return samples, scores, known
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"llmwatch: {message}\n")
+    return 2
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from agent.cli import _config_from_args
+    from scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
+
+    cfg = _config_from_args(args)
+    baseline = None
+    if args.baseline:
+        from scorers.baseline import load_baseline
+
+        baseline = load_baseline(args.baseline)
+    samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
+    report = build_report(samples, scores, cfg.matrix, known_checks=known, baseline=baseline, drift_alpha=args.alpha, drift_min_samples=args.min_samples)
+    if args.compare:
+        try:
+            earlier = orjson.loads(Path(args.compare).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            return _fail(f"cannot read the earlier report {args.compare}: {exc}")
+        try:
+            report.comparison = compare_reports(report.to_dict(), earlier, allow_weights_change=args.allow_weights_change)
+        except WeightsMismatch as exc:
+            return _fail(f"refusing to compare with {args.compare}: {exc}")
+        except ValueError as exc:
+            return _fail(f"{args.compare}: {exc}")
+    data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+    if args.out:
+        with open(args.out, "wb") as fh:
+            fh.write(data + b"\n")
+    if args.format == "json":
+        sys.stdout.write(data.decode() + "\n")
+    else:
+        sys.stdout.write(format_text(report) + "\n")
+    return 0
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from agent.cli import _config_from_args
+    from scorers.regress import RegressError, RunSettings, format_run, regress
+
+    cfg = _config_from_args(args)
+    settings = RunSettings(
+        upstream=args.upstream,
+        model=args.model,
+        repeat=args.repeat,
+        concurrency=args.concurrency,
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or "sk-llmwatch-regress",
+        timeout_s=args.timeout,
+        max_retries=args.max_retries,
+        judge_url=args.judge_url,
+        judge_model=args.judge_model,
+        judge_api_key=args.judge_api_key or os.environ.get("LLMWATCH_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "sk-llmwatch-judge",
+        judge_min_score=args.judge_min_score,
+        pricing=cfg.metrics.pricing,
+    )
+    try:
+        run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
+    except RegressError as exc:
+        return _fail(str(exc))
+    if args.format == "json":
+        summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
+        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(format_run(run) + "\n")
+        if args.out:
+            sys.stdout.write(f"run -> {args.out}\n")
+    return code
+
+
+def cmd_review_export(args: argparse.Namespace) -> int:
+    from agent.cli import _config_from_args
+    from scorers.matrix import build_categories
+    from scorers.review import ReviewError, export_tasks
+
+    cfg = _config_from_args(args)
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    if len(versions) != 2:
+        return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
+    criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
+    samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
+    try:
+        summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
+                               seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
+    except ReviewError as exc:
+        return _fail(str(exc))
+    strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
+    sys.stdout.write(
+        f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
+        f"key (model identities; keep it from the reviewers) -> {summary.key_path}\n"
+    )
+    if summary.n_tasks < args.n:
+        sys.stdout.write(f"note: only {summary.n_tasks} pairs could be formed (asked for {args.n})\n")
+    return 0
+
+
+def cmd_review_import(args: argparse.Namespace) -> int:
+    from scorers.review import ReviewError, format_import, import_reviews, key_path_for
+
+    key = args.key or str(key_path_for(args.tasks))
+    judge = None
+    if args.scores:
+        from collectors.files import read_records
+        from scorers.score import Score
+
+        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
+    try:
+        report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
+    except ReviewError as exc:
+        return _fail(str(exc))
+    if args.out:
+        with open(args.out, "wb") as fh:
+            fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(format_import(report) + "\n")
+        if args.out:
+            sys.stdout.write(f"report -> {args.out}\n")
+    return 0
+
+
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
+    common(p)
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
+    p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
+    p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare)")
+    p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
+    p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
+    p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
+    p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("regress", help="run a regression suite N times against a live endpoint; exit 1 if a case regressed vs --baseline")
+    common(p)
+    p.add_argument("--suite", required=True, help="suite .jsonl: one case per line (id, category, input, expected and/or checks)")
+    p.add_argument("--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--repeat", type=int, default=5, help="attempts per case (default 5)")
+    p.add_argument("--baseline", help="an earlier run file (--out) to compare with; refused if the suite changed")
+    p.add_argument("--out", help="write this run (with every attempt) to a JSON file")
+    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight (default 8)")
+    p.add_argument("--threshold", type=float, default=0.2, help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the per-case test (default 0.05)")
+    p.add_argument("--correction", choices=["holm", "none"], default="holm", help="multiple-testing correction across cases (default holm)")
+    p.add_argument("--api-key", help="API key for --upstream (default: $OPENAI_API_KEY)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
+    p.add_argument("--max-retries", type=int, default=2, help="client retries on 429/5xx/connection errors (default 2)")
+    p.add_argument("--judge-url", help="OpenAI-compatible endpoint of a model-as-judge (adds a 1-5 judge check to every case)")
+    p.add_argument("--judge-model", help="the judge's model name")
+    p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
+    p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_regress)
+
+    p = sub.add_parser("review", help="blind human review of two model versions")
+    rsub = p.add_subparsers(dest="review_command", required=True)
+    p = rsub.add_parser("export", help="write blind, paired review tasks from live samples (and a separate key file)")
+    common(p)
+    p.add_argument("--samples", required=True)
+    p.add_argument("--scores", help="scores for those samples (default: score them now)")
+    p.add_argument("--versions", required=True, help="the two versions to compare, e.g. A,B")
+    p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
+    p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")
+    p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
+    p.set_defaults(func=cmd_review_export)
+    p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--key", help="key file (default: <tasks>.key.json next to the tasks)")
+    p.add_argument("--reviews", required=True, help="reviews .jsonl, one review per line")
+    p.add_argument("--out", help="write the JSON report here")
+    p.add_argument("--arbitration", help="disputed tasks .jsonl (default: <reviews>.arbitration.jsonl)")
+    p.add_argument("--scores", help="scores with judge-check results made after the export (default: those recorded in the key)")
+    p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_review_import)

@@ -1,0 +1,89 @@
+"""Inter-rater agreement: Krippendorff's alpha and Cohen's weighted kappa. Pure functions, no I/O.
+
+Krippendorff's alpha (Krippendorff 2011, "Computing Krippendorff's alpha-reliability"):
+alpha = 1 - D_o / D_e from the coincidence matrix o_ck of values within units; every unit with
+at least two values contributes, each of its m values pairing with the other m - 1 at weight
+1 / (m - 1), so any number of reviewers and missing ratings are fine. Distances: nominal
+(c != k), interval ((c - k)^2), ordinal ((sum of n_g for g from c to k - (n_c + n_k) / 2)^2).
+On the paper's 4-coder example it gives 0.743 / 0.815 / 0.849 (nominal / ordinal / interval).
+
+Cohen's weighted kappa for two raters: 1 - sum(w * O) / sum(w * E), O the observed joint
+proportions, E the product of the marginals, w_ij = |i - j| (linear) or (i - j)^2 (quadratic)
+on the scale's values. Quadratic weights make it close to an intraclass correlation.
+
+Both return NaN when undefined (no pairable values, or no variation at all).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import numpy as np
+
+__all__ = ["krippendorff_alpha", "cohen_weighted_kappa"]
+
+Level = Literal["nominal", "ordinal", "interval"]
+
+
+def krippendorff_alpha(units: Sequence[Sequence[float | None]], level: Level = "interval") -> float:
+    """`units`: one sequence of ratings per rated item (None = that rater gave none)."""
+    if level not in ("nominal", "ordinal", "interval"):
+        raise ValueError(f"level must be nominal, ordinal or interval, got {level!r}")
+    pairable = [[v for v in unit if v is not None and not (isinstance(v, float) and math.isnan(v))] for unit in units]
+    pairable = [u for u in pairable if len(u) >= 2]
+    if not pairable:
+        return math.nan
+    values = sorted({v for u in pairable for v in u})
+    index = {v: i for i, v in enumerate(values)}
+    size = len(values)
+    o = np.zeros((size, size))
+    for unit in pairable:
+        counts = np.zeros(size)
+        for v in unit:
+            counts[index[v]] += 1
+        # Ordered pairs of different ratings within the unit: n_c * n_k, minus the self-pairs on the diagonal.
+        o += (np.outer(counts, counts) - np.diag(counts)) / (len(unit) - 1)
+    n_c = o.sum(axis=1)
+    n = n_c.sum()
+    v = np.asarray(values, dtype=float)
+    if level == "nominal":
+        delta = 1.0 - np.eye(size)
+    elif level == "interval":
+        delta = (v[:, None] - v[None, :]) ** 2
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(n_c)])
+        lo = np.minimum.outer(np.arange(size), np.arange(size))
+        hi = np.maximum.outer(np.arange(size), np.arange(size))
+        delta = (cum[hi + 1] - cum[lo] - (n_c[:, None] + n_c[None, :]) / 2.0) ** 2
+    expected = float((np.outer(n_c, n_c) * delta).sum())
+    if expected == 0.0:
+        return math.nan
+    return float(1.0 - (n - 1.0) * float((o * delta).sum()) / expected)
+
+
+def cohen_weighted_kappa(a: Sequence[float], b: Sequence[float], labels: Sequence[float], weights: Literal["linear", "quadratic"] = "quadratic") -> float:
+    """Two raters' ratings of the same items, in the same order, on the scale `labels`."""
+    if len(a) != len(b):
+        raise ValueError(f"a and b must rate the same items, got {len(a)} and {len(b)} ratings")
+    if weights not in ("linear", "quadratic"):
+        raise ValueError(f"weights must be linear or quadratic, got {weights!r}")
+    if not a:
+        return math.nan
+    index = {v: i for i, v in enumerate(labels)}
+    unknown = sorted({x for x in (*a, *b) if x not in index})
+    if unknown:
+        raise ValueError(f"ratings {unknown} are not on the scale {list(labels)}")
+    k = len(labels)
+    observed = np.zeros((k, k))
+    for x, y in zip(a, b):
+        observed[index[x], index[y]] += 1
+    observed /= observed.sum()
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
+    lv = np.asarray(labels, dtype=float)
+    diff = np.abs(lv[:, None] - lv[None, :])
+    w = diff if weights == "linear" else diff**2
+    denom = float((w * expected).sum())
+    if denom == 0.0:
+        return math.nan
+    return float(1.0 - float((w * observed).sum()) / denom)

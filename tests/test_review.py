@@ -1,0 +1,308 @@
+"""Blind review round trip: export paired tasks, two reviewers, one dispute, agreement checked independently."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import yaml
+from sklearn.metrics import cohen_kappa_score
+
+from agent.cli import main
+from agent.config import ScoringSection
+from agent.records import Sample
+from scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
+from scorers.score import Score
+from scorers.suite import build_suite
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+V1, V2 = "support-v1-2026-11", "support-v2-2026-12"
+REFUSAL = "I'm sorry, but I can't help with that."
+CHECKS = [{"name": "refusal", "kind": "refusal"}, {"name": "complete", "kind": "not_empty_or_truncated"}]
+CRITERIA = ["accuracy", "completeness", "hallucination"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cli_leaves_logging_alone():
+    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
+    # closed after the test, and every later test module that logs would then fail.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("agent.cli.configure_logging", lambda *args, **kwargs: None)
+        yield
+
+PROMPTS = {
+    "billing": [
+        "Why was I charged twice for my subscription this month?",
+        "Can I get a refund for the annual plan I bought yesterday?",
+        "How do I change the credit card on my account?",
+    ],
+    "shipping": [
+        "My package says delivered but it is not at my door. What now?",
+        "Do you ship to Norway, and how long does it take?",
+    ],
+}
+ANSWERS = {
+    V1: "Here is what to do: open Settings > Billing, check the invoice list, and contact us from there if anything looks wrong; we answer within a day.",
+    V2: "Open Settings > Billing to see both charges. A duplicate is refunded automatically within 5 business days; if not, reply with the invoice numbers.",
+}
+
+
+def sample(sid: str, version: str, prompt: str, answer: str, category: str, n: int, finish: str = "stop") -> Sample:
+    return Sample(
+        id=sid, timestamp=T0 + timedelta(seconds=n), model="gpt-4o-mini", response_model="gpt-4o-mini-2024-07-18", model_version=version,
+        status=200, latency_ms=700.0, finish_reason=finish, cost_usd=0.001,
+        request={"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": prompt}]},
+        response={"id": f"chatcmpl-{sid}", "model": "gpt-4o-mini-2024-07-18", "system_fingerprint": f"fp_{version}",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish}]},
+        metadata={"category": category},
+    )
+
+
+def live_traffic() -> list[Sample]:
+    out, n = [], 0
+    for category, prompts in PROMPTS.items():
+        for i, prompt in enumerate(prompts):
+            for version in (V1, V2):
+                # v2 refuses the refund question: a failing answer the review must include.
+                answer = REFUSAL if (version == V2 and "refund" in prompt) else ANSWERS[version]
+                out.append(sample(f"req-{category}-{i}-{version[-7:]}", version, prompt, answer, category, n))
+                n += 1
+    # Prompts only one version saw: paired within their category instead.
+    out.append(sample("req-only-v1", V1, "Is there a student discount on the annual plan?", ANSWERS[V1] + " Students get 20% off.", "billing", n + 1))
+    out.append(sample("req-only-v2", V2, "Can I pause my subscription for two months?", ANSWERS[V2] + " Pausing is free.", "billing", n + 2, finish="length"))
+    return out
+
+
+@pytest.fixture
+def exported(tmp_path: Path, capsys):
+    samples = live_traffic()
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    scores = [r.score for r in build_suite(ScoringSection.model_validate({"checks": CHECKS, "embeddings": False})).score(samples)]
+    # A model-as-judge check scored the live traffic too: refusals low, everything else high.
+    for s in samples:
+        value = 0.0 if s.answer_text() == REFUSAL else (0.75 if s.model_version == V1 else 1.0)
+        scores.append(Score(sample_id=s.id, check="judge", kind="judge", result="pass" if value >= 0.75 else "fail", value=value, model_version=s.model_version, sample_timestamp=s.timestamp))
+    (tmp_path / "scores.jsonl").write_bytes(b"".join(sc.to_json() + b"\n" for sc in scores))
+    config = tmp_path / "llmwatch.yaml"
+    config.write_text(yaml.safe_dump({
+        "scoring": {"checks": CHECKS, "embeddings": False},
+        "matrix": {"categories": [{"name": "billing", "match": {"metadata": {"category": "billing"}}}, {"name": "shipping", "match": {"metadata": {"category": "shipping"}}}]},
+    }))
+    out = tmp_path / "round1" / "tasks.jsonl"
+    assert main(["review", "export", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl"), "--config", str(config),
+                 "--versions", f"{V1},{V2}", "--n", "6", "--out", str(out), "--seed", "11"]) == 0
+    printed = capsys.readouterr().out
+    return out, printed, samples
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def test_export_writes_stratified_blind_tasks_and_a_separate_key(exported):
+    tasks_path, printed, samples = exported
+    key_path = tasks_path.with_name("tasks.key.json")
+    assert f"-> {tasks_path}" in printed and f"-> {key_path}" in printed
+    tasks = read_jsonl(tasks_path)
+    assert len(tasks) == 6
+    assert {t["stratum"] for t in tasks} >= {"failing", "typical"}
+    assert sum(t["same_prompt"] for t in tasks) == 5  # every prompt both versions answered; the sixth is a category pair
+    # Nothing in the tasks names a model: no version, model, sample id or fingerprint.
+    body = tasks_path.read_text()
+    for secret in (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample_id"):
+        assert secret not in body, secret
+    for t in tasks:
+        assert set(t["candidates"]) == {"A", "B"} and t["criteria"] == CRITERIA
+    key = orjson.loads(key_path.read_bytes())
+    assert set(key["tasks"]) == {t["task_id"] for t in tasks}
+    first_version = {entry["A"]["model_version"] for entry in key["tasks"].values()}
+    assert first_version == {V1, V2}, "the A/B order is drawn per task"
+    by_id = {s.id: s for s in samples}
+    for t in tasks:
+        for label in ("A", "B"):
+            entry = key["tasks"][t["task_id"]][label]
+            assert by_id[entry["sample_id"]].answer_text() == t["candidates"][label]["answer"]
+            assert by_id[entry["sample_id"]].model_version == entry["model_version"]
+
+
+def reviews_for(tasks: list[dict], dispute: str) -> list[dict]:
+    """Reviewer 1 scores what she reads; reviewer 2 agrees within a point, except a 2-point gap on `dispute`."""
+    out = []
+    for t in tasks:
+        first = {}
+        for label, cand in t["candidates"].items():
+            refused = cand["answer"] == REFUSAL
+            detailed = "refunded" in cand["answer"] or "%" in cand["answer"]
+            first[label] = {"accuracy": 1 if refused else (5 if detailed else 4), "completeness": 1 if refused else (4 if detailed else 3), "hallucination": 5}
+        second = {label: {**s, "hallucination": 4} for label, s in first.items()}
+        if t["task_id"] == dispute:
+            second["A"]["accuracy"] = first["A"]["accuracy"] - 2 if first["A"]["accuracy"] > 2 else first["A"]["accuracy"] + 2
+        for judge, scores in (("reviewer_01", first), ("reviewer_02", second)):
+            out.append({"task_id": t["task_id"], "category": t["category"], "candidates": ["A", "B"], "scores": scores, "judge": judge, "blind": True})
+    return out
+
+
+def alpha_interval_pairwise(pairs: list[tuple[int, int]]) -> float:
+    """Krippendorff's interval alpha for two complete raters, from its pairwise definition:
+    1 - D_o / D_e, D_o the mean squared difference within items, D_e over all pairs of ratings."""
+    values = [v for p in pairs for v in p]
+    n = len(values)
+    d_o = sum(2 * (a - b) ** 2 for a, b in pairs) / n
+    d_e = sum((x - y) ** 2 for x, y in product(values, values)) / (n * (n - 1))
+    return 1 - d_o / d_e
+
+
+def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitration(exported, tmp_path: Path, capsys):
+    tasks_path, _, _ = exported
+    tasks = read_jsonl(tasks_path)
+    dispute = tasks[2]["task_id"]
+    reviews = reviews_for(tasks, dispute)
+    reviews_path = tmp_path / "reviews.jsonl"
+    reviews_path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
+    report_path = tmp_path / "review-report.json"
+    assert main(["review", "import", "--tasks", str(tasks_path), "--key", str(tasks_path.with_name("tasks.key.json")), "--reviews", str(reviews_path),
+                 "--out", str(report_path), "--level", "interval"]) == 0
+    printed = capsys.readouterr().out
+    report = orjson.loads(report_path.read_bytes())
+    assert report["reviewers"] == ["reviewer_01", "reviewer_02"] and report["reviews"] == 12
+
+    # Agreement per criterion, against independent computations.
+    for criterion in CRITERIA:
+        pairs = []
+        for t in tasks:
+            r1, r2 = (next(r for r in reviews if r["task_id"] == t["task_id"] and r["judge"] == j) for j in ("reviewer_01", "reviewer_02"))
+            pairs += [(r1["scores"][label][criterion], r2["scores"][label][criterion]) for label in ("A", "B")]
+        got = report["agreement"][criterion]
+        expected_alpha = alpha_interval_pairwise(pairs)
+        assert got["krippendorff_alpha"] == pytest.approx(expected_alpha), criterion
+        kappa = cohen_kappa_score([a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5])
+        assert got["cohen_kappa"]["reviewer_01|reviewer_02"]["kappa_quadratic"] == pytest.approx(kappa), criterion
+        assert got["n_items"] == 12
+    # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all.
+    assert report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
+
+    # Exactly one dispute, in the arbitration file, still blind.
+    assert report["disputed"] == [dispute]
+    arbitration = read_jsonl(Path(report["arbitration_file"]))
+    assert [a["task_id"] for a in arbitration] == [dispute]
+    assert arbitration[0]["reasons"][0]["kind"] == "score_gap" and arbitration[0]["reasons"][0]["criterion"] == "accuracy"
+    assert V1 not in Path(report["arbitration_file"]).read_text() and V2 not in Path(report["arbitration_file"]).read_text()
+
+    # Unblinded: v2 refused the refund question, so its billing accuracy is the mean of what it got, by hand.
+    key = orjson.loads(tasks_path.with_name("tasks.key.json").read_bytes())["tasks"]
+    expected = [r["scores"][label]["accuracy"] for r in reviews for label in ("A", "B")
+                if key[r["task_id"]][label]["model_version"] == V2 and r["category"] == "billing"]
+    assert report["human_scores"][V2]["billing"]["accuracy"]["mean"] == pytest.approx(np.mean(expected))
+    assert report["human_scores"][V2]["billing"]["accuracy"]["n"] == len(expected)
+    prefs = report["preferences"]
+    assert prefs[V1]["wins"] + prefs[V1]["ties"] + prefs[V1]["losses"] == 12
+
+    # The judge check against the humans' mean score per answer.
+    cal = report["judge_calibration"]
+    assert cal["n"] == 12
+    xs, ys = [], []
+    for t in tasks:
+        for label in ("A", "B"):
+            xs.append(key[t["task_id"]][label]["judge"])
+            ys.append(np.mean([np.mean([r["scores"][label][c] for c in CRITERIA]) for r in reviews if r["task_id"] == t["task_id"]]))
+    assert cal["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
+    assert cal["pearson"] > 0.9
+
+    assert "Krippendorff alpha (interval)" in printed and f"Disputed: 1 task(s): {dispute}" in printed
+    assert "Judge check vs human mean score" in printed
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r["scores"]["B"].update(accuracy=7), "reviews.jsonl:2: field 'scores.B.accuracy': 7 is outside the scale 1..5"),
+        (lambda r: r["scores"]["A"].update(accuracy="4"), "reviews.jsonl:2: field 'scores.A.accuracy': Input should be a valid integer"),
+        (lambda r: r.pop("judge"), "reviews.jsonl:2: field 'judge': Field required"),
+        (lambda r: r.update(task_id="T-9999"), "reviews.jsonl:2: field 'task_id': unknown task 'T-9999'"),
+        (lambda r: r["scores"]["A"].pop("completeness"), "reviews.jsonl:2: field 'scores.A.completeness': missing"),
+        (lambda r: r["scores"]["A"].update(tone=3), "reviews.jsonl:2: field 'scores.A.tone': unknown criterion"),
+        (lambda r: r.update(category="long_context_summary"), "reviews.jsonl:2: field 'category': 'long_context_summary' but task"),
+        (lambda r: r.update(judge="reviewer_01"), "reviews.jsonl:2: field 'judge': reviewer 'reviewer_01' already reviewed"),
+    ],
+)
+def test_bad_reviews_are_refused_naming_the_line_and_the_field(exported, tmp_path: Path, capsys, edit, message):
+    tasks_path, _, _ = exported
+    tasks = read_jsonl(tasks_path)
+    reviews = reviews_for(tasks, dispute="none")[:2]
+    edit(reviews[1])
+    path = tmp_path / "reviews.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
+    assert main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_key_from_another_export_is_refused(exported, tmp_path: Path, capsys):
+    tasks_path, _, _ = exported
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(tasks_path.read_bytes().replace(b"T-0001", b"T-0100"))
+    reviews = tmp_path / "reviews.jsonl"
+    reviews.write_bytes(b"")
+    assert main(["review", "import", "--tasks", str(other), "--key", str(tasks_path.with_name("tasks.key.json")), "--reviews", str(reviews)]) == 2
+    assert "belongs to another tasks file" in capsys.readouterr().err
+
+
+def test_exporting_over_an_unimported_round_is_refused(exported, tmp_path: Path, capsys):
+    tasks_path, _, _ = exported
+    assert main(["review", "export", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl"), "--config", str(tmp_path / "llmwatch.yaml"),
+                 "--versions", f"{V1},{V2}", "--n", "3", "--out", str(tasks_path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_krippendorff_alpha_reproduces_the_published_four_coder_example():
+    # Krippendorff (2011), "Computing Krippendorff's alpha-reliability": 4 coders, 12 units, missing values.
+    n = None
+    coders = [
+        [1, 2, 3, 3, 2, 1, 4, 1, 2, n, n, n],
+        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, n, 3],
+        [n, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, n],
+        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, n],
+    ]
+    units = list(zip(*coders))
+    assert round(krippendorff_alpha(units, "nominal"), 3) == 0.743
+    assert round(krippendorff_alpha(units, "ordinal"), 3) == 0.815
+    assert round(krippendorff_alpha(units, "interval"), 3) == 0.849
+    assert math.isnan(krippendorff_alpha([[3, 3], [3, 3]], "interval"))  # no variation: undefined
+
+
+def test_weighted_kappa_by_hand_on_a_three_item_example():
+    # Ratings (1, 1), (2, 3), (3, 3) on the scale 1..3, quadratic weights (i - j)^2.
+    # Observed: sum w*O = (2-3)^2 / 3 = 1/3. Marginals a: 1/3 each of 1,2,3; b: 1/3 of 1, 2/3 of 3.
+    # Expected: sum_ij w_ij a_i b_j = 1/3 * [(0*1/3 + 4*2/3) + (1*1/3 + 1*2/3) + (4*1/3 + 0)] = 1/3 * (8/3 + 1 + 4/3) = 5/3.
+    # kappa = 1 - (1/3) / (5/3) = 0.8.
+    assert cohen_weighted_kappa([1, 2, 3], [1, 3, 3], [1, 2, 3], "quadratic") == pytest.approx(0.8)
+
+
+def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(exported, tmp_path: Path, capsys):
+    tasks_path, _, samples = exported
+    tasks = read_jsonl(tasks_path)
+    reviews_path = tmp_path / "reviews.jsonl"
+    reviews_path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews_for(tasks, dispute="none")))
+    # A miscalibrated judge run later: it likes refusals best.
+    later = [Score(sample_id=s.id, check="judge", kind="judge", result="pass", value=1.0 if s.answer_text() == REFUSAL else 0.25,
+                   model_version=s.model_version, sample_timestamp=s.timestamp) for s in samples]
+    (tmp_path / "later-scores.jsonl").write_bytes(b"".join(sc.to_json() + b"\n" for sc in later))
+    out = tmp_path / "report.json"
+    assert main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(reviews_path), "--scores", str(tmp_path / "later-scores.jsonl"), "--out", str(out)]) == 0
+    report = orjson.loads(out.read_bytes())
+    assert report["disputed"] == []
+    key = orjson.loads(tasks_path.with_name("tasks.key.json").read_bytes())["tasks"]
+    judge = {sc.sample_id: sc.value for sc in later}
+    xs, ys = [], []
+    for t in tasks:
+        for label in ("A", "B"):
+            xs.append(judge[key[t["task_id"]][label]["sample_id"]])
+            ys.append(np.mean([np.mean([r["scores"][label][c] for c in CRITERIA]) for r in reviews_for(tasks, "none") if r["task_id"] == t["task_id"]]))
+    assert report["judge_calibration"]["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
+    assert report["judge_calibration"]["pearson"] < 0
+    assert set(report["judge_calibration"]["by_judge_score"]) == {"2", "5"}
