@@ -2,7 +2,7 @@
 
 1. Rule checks alone: samples/s on one core (process CPU time), default rule suite and every rule kind.
 2. Embedding checks (answer relevance, all-MiniLM-L6-v2 on the CPU, 2 torch threads) at batch
-   sizes 1, 16 and 64: samples/s (wall clock).
+   sizes 1, 16 and 64: samples/s (wall clock), fp32 and int8-quantized.
 3. The proxy's latency while its scorer process is saturated (100% sampling, embeddings on, the
    scorer far behind and dropping), against an idle proxy (scoring off) in the same run,
    alternating, same upstream, same paired delays. Both proxies, and so their scorer
@@ -86,11 +86,11 @@ def rule_throughput(items: list[Sample]) -> list[tuple[str, float]]:
     return rows
 
 
-def embedding_throughput(items: list[Sample]) -> list[tuple[int, float]]:
+def embedding_throughput(items: list[Sample], quantize: bool) -> list[tuple[int, float]]:
     from scorers.embeddings import EmbeddingScorer
 
     rows = []
-    scorer = EmbeddingScorer([("answer_relevance", "embedding_relevance", {})], threads=2)
+    scorer = EmbeddingScorer([("answer_relevance", "embedding_relevance", {})], threads=2, quantize=quantize)
     for batch in (1, 16, 64):
         pool = items[:256]
         scorer.score_batch(pool[:batch])
@@ -172,8 +172,9 @@ def main() -> None:
     items = samples(args.samples)
     out = [f"llmwatch scoring throughput, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores", "", "| rule checks (1 core) | samples/s |", "|---|---|"]
     out += [f"| {label} | {rate:,.0f} |" for label, rate in rule_throughput(items)]
-    out += ["", "| embedding relevance (2 torch threads), batch size | samples/s |", "|---|---|"]
-    out += [f"| {b} | {rate:,.1f} |" for b, rate in embedding_throughput(items)]
+    fp32, int8 = embedding_throughput(items, False), embedding_throughput(items, True)
+    out += ["", "| embedding relevance (2 torch threads), batch size | fp32 samples/s | int8 (`quantize_embeddings`) samples/s |", "|---|---|---|"]
+    out += [f"| {b} | {r1:,.1f} | {r2:,.1f} |" for (b, r1), (_, r2) in zip(fp32, int8)]
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
     if not args.skip_proxy:

@@ -103,7 +103,7 @@ class Embedder:
     give each worker thread its own instance, or serialise calls.
     """
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, quantize: bool = False) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         path = model_dir()
@@ -121,6 +121,16 @@ class Embedder:
         # The weight-loading progress bar would land in the sidecar's stderr on every start.
         transformers.utils.logging.disable_progress_bar()
         self._model = SentenceTransformer(path, device="cpu", local_files_only=True)
+        self.quantized = quantize
+        if quantize:
+            # int8 weights for the Linear layers: about 3x the throughput on a CPU with VNNI,
+            # at the price of vectors slightly off the fp32 ones (cosine >= 0.9 on the test
+            # texts). The thresholds were calibrated in fp32, so this is opt-in.
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._model = torch.ao.quantization.quantize_dynamic(self._model, {torch.nn.Linear}, dtype=torch.qint8)
         self._dimension = int(self._model.get_embedding_dimension())
         log.info(
             "embedding_model_loaded",
@@ -484,6 +494,7 @@ class EmbeddingScorer:
         embedder: Embedder | None = None,
         threads: int | None = None,
         batch_size: int = 32,
+        quantize: bool = False,
     ) -> None:
         known = ", ".join(sorted(EMBEDDING_CHECKS))
         self._checks: list[_Configured] = []
@@ -505,7 +516,7 @@ class EmbeddingScorer:
             except ValidationError as exc:
                 raise ValueError(_describe_params_error(name, kind, entry.params_model, exc)) from None
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
-        self.embedder = embedder if embedder is not None else Embedder(threads=threads)
+        self.embedder = embedder if embedder is not None else Embedder(threads=threads, quantize=quantize)
         self._last_batch: dict[str, np.ndarray] = {}
         self._batch_size = batch_size
         for route, vector in normalised.items():

@@ -90,6 +90,6 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
 
         wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]  # type: ignore[union-attr]
         if wanted:
-            vectors = Embedder(threads=cfg.scoring.torch_threads).encode([s.answer_text() for s in wanted])  # type: ignore[union-attr]
+            vectors = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings).encode([s.answer_text() for s in wanted])  # type: ignore[union-attr]
             embeddings = {s.id: v for s, v in zip(wanted, vectors)}  # type: ignore[union-attr]
     return samples, scores, embeddings, versions

@@ -139,7 +139,7 @@ class ScoredCheck:
 
 
 class Suite:
-    def __init__(self, specs: Sequence[CheckSpec], *, check_timeout_s: float = 2.0, torch_threads: int = 1, centroids: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(self, specs: Sequence[CheckSpec], *, check_timeout_s: float = 2.0, torch_threads: int = 1, quantize: bool = False, centroids: Mapping[str, np.ndarray] | None = None) -> None:
         self.check_timeout_s = check_timeout_s
         self.rules: list[_Rule] = []
         embedding_specs: list[CheckSpec] = []
@@ -167,7 +167,7 @@ class Suite:
             from scorers.embeddings import EmbeddingScorer
 
             try:
-                self.embedder = EmbeddingScorer([(s.name, s.kind, s.params) for s in embedding_specs], threads=torch_threads, centroids=centroids)
+                self.embedder = EmbeddingScorer([(s.name, s.kind, s.params) for s in embedding_specs], threads=torch_threads, quantize=quantize, centroids=centroids)
             except ValueError as exc:
                 raise ConfigError(f"scoring.checks: {exc}") from None
 
@@ -216,7 +216,7 @@ class Suite:
 
 def build_suite(cfg: ScoringSection, *, centroids: Mapping[str, np.ndarray] | None = None) -> Suite:
     specs = cfg.checks if cfg.checks is not None else default_checks(cfg.embeddings)
-    return Suite(specs, check_timeout_s=cfg.check_timeout_s, torch_threads=cfg.torch_threads, centroids=centroids)
+    return Suite(specs, check_timeout_s=cfg.check_timeout_s, torch_threads=cfg.torch_threads, quantize=cfg.quantize_embeddings, centroids=centroids)
 
 
 def validate_scoring(cfg: ScoringSection) -> None:

@@ -453,3 +453,22 @@ def test_embed_answers_gives_unit_rows_and_zero_rows_for_failed_or_empty_answers
     assert np.linalg.norm(vectors[0]) == pytest.approx(1.0, abs=1e-5)
     assert not vectors[1].any() and not vectors[2].any()
     assert np.allclose(vectors[0], embedder.encode(["The capital of France is Paris."])[0], atol=1e-5)
+
+
+def test_quantized_model_keeps_rankings_and_stays_close_to_fp32(embedder):
+    from scorers.embeddings import Embedder
+
+    quantized = Embedder(threads=2, quantize=True)
+    texts = [
+        "Roast the chicken at 220 C for about an hour, then rest it before carving.",
+        "Use a LEFT JOIN to keep customers without orders, then group by customer id.",
+        "The best time to visit Kyoto is spring for the cherry blossoms or autumn for the leaves.",
+    ]
+    full, small = embedder.encode(texts), quantized.encode(texts)
+    assert quantized.quantized and not embedder.quantized
+    agreement = (full * small).sum(axis=1)
+    assert agreement.min() >= 0.9
+    assert agreement.max() < 0.99999, "int8 weights really change the vectors (the model was quantized)"
+    prompt = quantized.encode(["How long do I roast a chicken?"])[0]
+    sims = small @ prompt
+    assert sims[0] == sims.max(), "the on-topic answer still ranks first"
