@@ -31,6 +31,16 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
         return asyncio.run(main())
 
 
+async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
+    agent = make_agent()
+    await agent.start()
+    try:
+        await wait_for_signal()
+    finally:
+        await agent.stop()
+    return 0
+
+
 def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     overrides = {
         "upstream": getattr(args, "upstream", None),
@@ -50,16 +60,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
     from agent.runtime import Agent
 
-    async def main() -> int:
-        agent = Agent(cfg)
-        await agent.start()
-        try:
-            await wait_for_signal()
-        finally:
-            await agent.stop()
-        return 0
-
-    return run_async(main)
+    return run_async(lambda: _serve_until_signal(lambda: Agent(cfg)))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -125,16 +126,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
     from agent.runtime import Agent
 
-    async def main() -> int:
-        agent = Agent(cfg, serve_proxy=False)
-        await agent.start()
-        try:
-            await wait_for_signal()
-        finally:
-            await agent.stop()
-        return 0
-
-    return run_async(main)
+    return run_async(lambda: _serve_until_signal(lambda: Agent(cfg, serve_proxy=False)))
 
 
 def build_parser() -> argparse.ArgumentParser:

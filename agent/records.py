@@ -198,3 +198,22 @@ def extract_answer_text(response: Any) -> str:
                         texts.append(part["text"])
         return "".join(texts)
     return ""
+
+
+def response_finish_reason(response: Any) -> str | None:
+    """Why the model stopped: the first choice's finish_reason, or the Responses API status."""
+    if not isinstance(response, dict):
+        return None
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    status = response.get("status")
+    if status == "incomplete":
+        # Responses API: truncation is reported as incomplete_details.reason instead.
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
+    if status == "completed":
+        return "stop"
+    return None

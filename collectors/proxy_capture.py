@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from agent.records import Sample, Usage, extract_answer_text, extract_prompt_text
+from agent.records import Sample, Usage, extract_answer_text, extract_prompt_text, response_finish_reason
 
 OPERATIONS = {
     "/v1/chat/completions": "chat",
@@ -250,22 +250,6 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
     return (inp if isinstance(inp, int) else None), (out if isinstance(out, int) else None)
 
 
-def _finish_reason(response: Any) -> str | None:
-    if not isinstance(response, dict):
-        return None
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        reason = choices[0].get("finish_reason")
-        return reason if isinstance(reason, str) else None
-    status = response.get("status")
-    if status == "incomplete":
-        details = response.get("incomplete_details") or {}
-        return "length" if details.get("reason") == "max_output_tokens" else "incomplete"
-    if status == "completed":
-        return "stop"
-    return None
-
-
 def analyze(ex: Exchange) -> CallFacts:
     notes = list(ex.notes)
     operation = OPERATIONS.get(ex.route, "other")
@@ -340,7 +324,7 @@ def analyze(ex: Exchange) -> CallFacts:
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         tokens_estimated=tokens_estimated,
-        finish_reason=_finish_reason(response),
+        finish_reason=response_finish_reason(response),
         request=request if request is not None else _raw_preview(ex.request_body),
         response=response,
         notes=notes,

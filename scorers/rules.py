@@ -28,7 +28,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from agent.records import Sample
+from agent.records import Sample, response_finish_reason
 from scorers.score import Result
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
@@ -98,21 +98,7 @@ def _answer_or_skip(sample: Sample) -> str | CheckOutcome:
 
 
 def _finish_reason(sample: Sample) -> str | None:
-    if sample.finish_reason:
-        return sample.finish_reason
-    response = sample.response
-    if not isinstance(response, dict):
-        return None
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        reason = choices[0].get("finish_reason")
-        return reason if isinstance(reason, str) else None
-    if response.get("status") == "incomplete":
-        # Responses API: truncation is reported as incomplete_details.reason instead.
-        incomplete = response.get("incomplete_details")
-        reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
-        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
-    return None
+    return sample.finish_reason or response_finish_reason(sample.response)
 
 
 # --- json_valid / json_schema --------------------------------------------------------------------
