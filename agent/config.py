@@ -51,6 +51,12 @@ class CaptureSection(_Section):
     routes: list[str] = Field(
         default_factory=lambda: ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
     )
+    # Request headers copied into `sample.metadata` (header -> key), e.g. for the evaluation
+    # matrix's categories or to key Kafka records by conversation. Only these are kept: no other
+    # header of a request is ever stored.
+    metadata_headers: dict[str, str] = Field(
+        default_factory=lambda: {"x-llmwatch-category": "category", "x-llmwatch-conversation-id": "conversation_id"}
+    )
 
 
 class SamplingOverride(_Section):

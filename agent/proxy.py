@@ -65,6 +65,7 @@ class Proxy:
         self._limit = cfg.capture.max_body_bytes
         self._version_header = cfg.model_version.header.lower()
         self._rid_header = cfg.sampling.request_id_header.lower()
+        self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
         self._warned_unpriced: set[str] = set()
         self.session: aiohttp.ClientSession | None = None
@@ -142,6 +143,11 @@ class Proxy:
         ex: Exchange | None = None
         if path in self._routes:
             ex = Exchange(request_id=request.headers.get(self._rid_header, ""), started_at=started_at, t0=t0, method=request.method, route=path)
+            headers_in = request.headers
+            for header, key in self._metadata_headers:
+                value = headers_in.get(header)
+                if value is not None:
+                    ex.metadata[key] = value[:256]
         assert self.session is not None
         headers = self._forward_headers(request)
         data = await self._request_body(request, ex)

@@ -81,6 +81,8 @@ class Agent:
                 batch_timeout_s=cfg.scoring.batch_timeout_s,
                 drift_payload=cfg.drift.model_dump(mode="json"),
                 on_drift=self._on_drift,
+                matrix_payload=cfg.matrix.model_dump(mode="json"),
+                on_evaluation=self._on_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
             )
@@ -126,6 +128,17 @@ class Agent:
         if self.notifier is not None and self._loop is not None:
             # Called on the scorer's result thread; the notifier lives on the event loop.
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
+
+    def _on_evaluation(self, readings: list[tuple]) -> None:
+        m = self.metrics
+        for kind, category, stability_kind, version, value in readings:
+            v = m.version_label(version)
+            if kind == "category_quality":
+                m.category_quality.labels(category, v).set(value)
+            elif kind == "stability":
+                m.stability.labels(stability_kind, category, v).set(value)
+            elif kind == "decision":
+                m.decision_score.labels(v).set(value)
 
     def _drift_alerts(self) -> dict:
         from agent.notifier import AlertSpec, alert_key

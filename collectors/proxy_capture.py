@@ -52,6 +52,7 @@ class Exchange:
     t_end: float = 0.0
     error_type: str | None = None  # set by the proxy for transport-level failures
     notes: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)  # from `capture.metadata_headers` only
 
 
 @dataclass(slots=True)
@@ -361,5 +362,5 @@ def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost
         sample_reason=reason,
         redacted=False,
         capture_notes=facts.notes,
-        metadata={},
+        metadata=dict(ex.metadata),
     )

@@ -145,6 +145,11 @@ def build_categories(cfg: MatrixSection, known_checks: Iterable[str] | None = No
 
 
 def categorize(sample: Sample, categories: Sequence[Category], default: str = "uncategorized") -> str:
+    # An explicit tag (the `x-llmwatch-category` request header, or `metadata.category` in an
+    # export) that names a configured category beats every heuristic rule.
+    tagged = sample.metadata.get("category") if isinstance(sample.metadata, dict) else None
+    if isinstance(tagged, str) and any(c.name == tagged for c in categories):
+        return tagged
     for category in categories:
         if category.matches(sample):
             return category.name

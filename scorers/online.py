@@ -60,6 +60,12 @@ class DriftWindows:
                 win = self._windows[version] = deque(maxlen=self.window)
             win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
 
+    def contents(self) -> tuple[list[Sample], list[Score]]:
+        """Every sample in every window, and their scores (for the evaluation matrix)."""
+        samples = [item[0] for win in self._windows.values() for item in win]
+        scores = [s for win in self._windows.values() for item in win for s in item[1]]
+        return samples, scores
+
     def set_baseline(self, baseline: Baseline) -> None:
         self.baseline = baseline
         self._windows.clear()

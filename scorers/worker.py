@@ -34,8 +34,8 @@ ScoreHandler = Callable[[list[Score], list[float]], None]
 DriftHandler = Callable[[list[tuple]], None]
 
 
-def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
-    from agent.config import DriftSection, ScoringSection
+def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
+    from agent.config import DriftSection, MatrixSection, ScoringSection
     from agent.logs import configure_logging
     from scorers.baseline import load_baseline, write_baseline
     from scorers.drift import DriftSettings
@@ -56,6 +56,8 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
         outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
         return
     windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=DriftSettings(alpha=drift_cfg.alpha, min_samples=drift_cfg.min_samples))
+    matrix_cfg = MatrixSection.model_validate(matrix_payload) if matrix_payload else None
+    next_evaluation = time.monotonic() + drift_cfg.interval_s
     outbox.put(("ready", suite.check_names))
     while True:
         try:
@@ -84,6 +86,9 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
             results = suite.score(samples)
             outbox.put(("scores", batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
             windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
+        if matrix_cfg is not None and time.monotonic() >= next_evaluation:
+            next_evaluation = time.monotonic() + drift_cfg.interval_s
+            _send_evaluation(outbox, windows, matrix_cfg, suite.check_names, drift_cfg)
         if windows.due():
             try:
                 readings = windows.evaluate()
@@ -91,6 +96,24 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
                 log.exception("drift_evaluation_failed", error=str(exc))
                 continue
             outbox.put(("drift", [(r.model_version, r.operation, r.signal, r.statistic, r.p_value, r.detected, r.n_current) for r in readings]))
+
+
+def _send_evaluation(outbox: Any, windows: Any, matrix_cfg: Any, checks: Sequence[str], drift_cfg: Any) -> None:
+    """The evaluation matrix, stability and decision score over the recent windows, as gauge readings."""
+    from scorers.evaluation import build_report
+
+    samples, scores = windows.contents()
+    if not samples:
+        return
+    try:
+        report = build_report(samples, scores, matrix_cfg, known_checks=checks, baseline=windows.baseline, drift_alpha=drift_cfg.alpha, drift_min_samples=drift_cfg.min_samples)
+    except Exception as exc:
+        log.exception("evaluation_failed", error=str(exc))
+        return
+    readings = [("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
+    readings += [("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
+    readings += [("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
+    outbox.put(("evaluation", readings))
 
 
 def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -121,12 +144,16 @@ class ScorerProcess:
         batch_timeout_s: float,
         drift_payload: dict[str, Any] | None = None,
         on_drift: DriftHandler | None = None,
+        matrix_payload: dict[str, Any] | None = None,
+        on_evaluation: DriftHandler | None = None,
         log_level: str = "warning",
         on_drop: Callable[[str, int], None] | None = None,
     ) -> None:
         self._payload = scoring_payload
         self._drift_payload = drift_payload or {}
         self._on_drift = on_drift or (lambda readings: None)
+        self._matrix_payload = matrix_payload or {}
+        self._on_evaluation = on_evaluation or (lambda readings: None)
         self._on_scores = on_scores
         self._on_drop = on_drop or (lambda reason, n: None)
         self._max_pending = max_pending
@@ -155,7 +182,7 @@ class ScorerProcess:
     def _spawn(self) -> None:
         self._inbox = self._ctx.Queue()
         self._outbox = self._ctx.Queue()
-        self._proc = self._ctx.Process(target=_child_main, args=(self._payload, self._drift_payload, self._inbox, self._outbox, self._log_level), name="llmwatch-scorer", daemon=True)
+        self._proc = self._ctx.Process(target=_child_main, args=(self._payload, self._drift_payload, self._matrix_payload, self._inbox, self._outbox, self._log_level), name="llmwatch-scorer", daemon=True)
         self._proc.start()
 
     def start(self) -> None:
@@ -285,6 +312,8 @@ class ScorerProcess:
                 return
             elif kind == "drift":
                 self._on_drift(message[1])
+            elif kind == "evaluation":
+                self._on_evaluation(message[1])
             elif kind == "frozen":
                 self._frozen[message[1]] = message[2]
                 self._frozen_event.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -12,7 +13,7 @@ import pytest
 
 from agent.config import CheckSpec, ConfigError, ScoringSection
 from agent.records import Sample
-from conftest import metric, proxy_url, scrape, wait_until
+from conftest import metric, proxy_url, read_samples, scrape, wait_until
 from scorers import rules
 from scorers.suite import Suite, build_suite, validate_scoring
 
@@ -148,3 +149,30 @@ def test_score_command_names_the_bad_line_and_writes_nothing(tmp_path):
     assert result.returncode == 2
     assert f"{src}:2" in result.stderr and "status" in result.stderr
     assert not out.exists() and not (tmp_path / "scores.jsonl.partial").exists()
+
+
+async def test_live_evaluation_matrix_exports_category_quality_stability_and_decision(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY, drift={"interval_s": 1.0})
+    c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
+    for i in range(12):
+        # The same prompt several times: sampling stability needs repeated prompts.
+        await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "Extract the date from: shipped on 3 May 2024"}],
+                                        extra_headers={"x-llmwatch-category": "extraction", "x-llmwatch-conversation-id": f"conv-{i % 3}"})
+    await wait_until(lambda: agent.recorder.recorded >= 12 * 4, timeout=60)
+
+    async def exported() -> dict:
+        return await scrape(agent)
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        samples = await exported()
+        if metric(samples, "llmwatch_decision_score", model_version="A") > 0 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert metric(samples, "llmwatch_decision_score", model_version="A") > 0
+    categories = {dict(ls)["category"] for n, ls in samples if n == "llmwatch_category_quality" and dict(ls).get("model_version") == "A"}
+    assert categories == {"extraction"}, "the category came from the x-llmwatch-category header"
+    assert any(n == "llmwatch_stability" and dict(ls).get("kind") == "sampling" for n, ls in samples)
+    records = read_samples(agent)
+    assert {r["metadata"].get("category") for r in records} == {"extraction"}
+    assert {r["metadata"].get("conversation_id") for r in records} == {"conv-0", "conv-1", "conv-2"}
