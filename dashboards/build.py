@@ -1,6 +1,6 @@
 """Build llmwatch's Grafana dashboards with the Grafana Foundation SDK.
 
-    python dashboards/build.py           # write dashboards/*.json and helm/llmwatch/dashboards/*.json
+    python dashboards/build.py           # write dashboards/*.json, helm/llmwatch/dashboards/*.json and the chart's copy of the alert rules
     python dashboards/build.py --check   # exit 1 if a committed JSON file differs from what this builds
 
 The JSON files are committed: Grafana (file provisioning, the Helm chart's dashboard ConfigMap,
@@ -30,6 +30,8 @@ from grafana_foundation_sdk.models import common as cm, dashboard as dm, heatmap
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUTPUTS = (HERE, ROOT / "helm" / "llmwatch" / "dashboards")
+RULES_SOURCE = HERE / "alerts" / "llmwatch-rules.yaml"
+RULES_COPY = ROOT / "helm" / "llmwatch" / "files" / "alerts.yaml"
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 RI = "$__rate_interval"
@@ -544,6 +546,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 out.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
+    # Helm cannot read outside the chart: the PrometheusRule carries a copy of the repo's rules.
+    rules_text = RULES_SOURCE.read_text()
+    if args.check:
+        if not RULES_COPY.exists() or RULES_COPY.read_text() != rules_text:
+            stale.append(str(RULES_COPY.relative_to(ROOT)))
+    else:
+        RULES_COPY.write_text(rules_text)
     if args.check:
         for out in OUTPUTS:
             extra = sorted(p.name for p in out.glob("*.json") if p.name not in DASHBOARDS)

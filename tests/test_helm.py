@@ -410,6 +410,12 @@ def test_prometheus_rule_passes_promtool(name: str, tmp_path: Path) -> None:
     assert "SUCCESS" in proc.stdout + proc.stderr
 
 
+def test_chart_alerts_are_the_repo_rules() -> None:
+    """Same rules in the PrometheusRule as in dashboards/alerts (kept in sync by dashboards/build.py)."""
+    repo = CHART.parent.parent / "dashboards" / "alerts" / "llmwatch-rules.yaml"
+    assert (CHART / "files" / "alerts.yaml").read_text() == repo.read_text(), "run `python dashboards/build.py`"
+
+
 def test_alerts_file_is_a_valid_prometheus_rule_file() -> None:
     proc = subprocess.run([promtool_binary(), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
