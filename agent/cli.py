@@ -120,6 +120,14 @@ def cmd_scorer(args: argparse.Namespace) -> int:
     return run_scorer(cfg)
 
 
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from scorers.kafka_aggregator import run_aggregator
+
+    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
+    cfg = _config_from_args(args, kafka={k: v for k, v in kafka.items() if v is not None} or None, drift={"baseline": args.baseline} if args.baseline else None)
+    return run_aggregator(cfg)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
@@ -192,6 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scores-topic", help="where scores are published (default: kafka.scores_topic, llmwatch.scores)")
     p.add_argument("--metrics-listen", help="HOST:PORT for this worker's /metrics and /healthz (default: metrics_listen)")
     p.set_defaults(func=cmd_scorer)
+
+    p = sub.add_parser("aggregate", help="fleet-wide exact quality metrics and drift from the samples and scores topics")
+    common(p)
+    p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
+    p.add_argument("--topic", help="samples topic (default: kafka.samples_topic)")
+    p.add_argument("--scores-topic", help="scores topic (default: kafka.scores_topic)")
+    p.add_argument("--group", help="the workers' group id; the aggregator uses <group>-aggregator (default: kafka.group_id)")
+    p.add_argument("--baseline", help="baseline file for drift (default: drift.baseline)")
+    p.add_argument("--metrics-listen", help="HOST:PORT for /metrics and /healthz (default: metrics_listen)")
+    p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("ingest", help="receive OTLP/HTTP traces from instrumented apps and store, redact and score their LLM spans (no proxy)")
     common(p)

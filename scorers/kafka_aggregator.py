@@ -1,0 +1,176 @@
+"""`llmwatch aggregate`: one consumer of the samples and scores topics, for a fleet of workers.
+
+Scorer workers are at-least-once: a worker killed between publishing scores and committing its
+offsets leaves that batch to be scored again by the partition's next owner. Their per-worker
+counters can therefore count a (sample, check) twice in that window. The aggregator is where
+the fleet's numbers are made exact and where drift sees every partition at once:
+
+* every score is keyed by (sample_id, check); the first one counts, later ones are duplicates
+  (`llmwatch_kafka_consumed_total{outcome="duplicate_score"}`), so `llmwatch_check_total` and
+  `llmwatch_quality_score` from the aggregator count each scored sample exactly once;
+* samples are joined with their scores and fed, per model version, into the same drift windows
+  as the sidecar's (`scorers/online.py`), compared with the baseline every `drift.interval_s`.
+
+It runs as a single member of its own consumer group (`<group_id>-aggregator`): the state is in
+memory, so one instance reads every partition. Offsets are committed after each poll, at least
+once; the dedupe memory covers redeliveries within `dedupe_ttl_s`. The embedding signal needs
+answer vectors, which the topics do not carry: it is computed in the sidecar mode only.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+import structlog
+from pydantic import ValidationError
+
+from agent.config import Config
+from agent.metrics import Metrics
+from agent.records import Sample
+from scorers.baseline import load_baseline
+from scorers.drift import DriftSettings
+from scorers.export import ScoreRecorder
+from scorers.kafka_worker import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
+from scorers.online import DriftWindows
+from scorers.score import Score
+
+log = structlog.get_logger(__name__)
+
+# A sample joins the drift window this long after it arrived, so that its scores (published by
+# a worker a moment later, on another topic) are there too.
+JOIN_DELAY_S = 3.0
+MAX_PENDING = 100_000
+
+
+class Aggregator:
+    """The consumer-independent part: dedupe, join, windows, gauges (testable without a broker)."""
+
+    def __init__(self, cfg: Config, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.recorder = ScoreRecorder(metrics, None)
+        self.seen_scores = RecentIds()
+        self.pending: OrderedDict[str, tuple[float, Sample]] = OrderedDict()
+        self.scores: dict[str, list[Score]] = {}
+        d = cfg.drift
+        baseline = load_baseline(d.baseline) if d.baseline else None
+        self.windows = DriftWindows(baseline, window=d.window, interval_s=d.interval_s, settings=DriftSettings(alpha=d.alpha, min_samples=d.min_samples))
+
+    def add_score(self, score: Score) -> bool:
+        key = f"{score.sample_id}\x00{score.check}"
+        if key in self.seen_scores:
+            self.metrics.kafka_consumed.labels(outcome="duplicate_score").inc()
+            return False
+        self.seen_scores.add(key)
+        self.recorder.record([score], [0.0])
+        self.scores.setdefault(score.sample_id, []).append(score)
+        return True
+
+    def add_sample(self, sample: Sample, now: float | None = None) -> None:
+        if sample.id in self.pending:
+            self.metrics.kafka_consumed.labels(outcome="duplicate").inc()
+            return
+        self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
+        while len(self.pending) > MAX_PENDING:
+            self.pending.popitem(last=False)
+            self.metrics.kafka_consumed.labels(outcome="join_overflow").inc()
+
+    def flush(self, now: float | None = None) -> int:
+        """Move samples that have waited `JOIN_DELAY_S` into the windows, with whatever scores arrived."""
+        now = now if now is not None else time.monotonic()
+        ready: list[Sample] = []
+        while self.pending:
+            sid, (arrived, sample) = next(iter(self.pending.items()))
+            if now - arrived < JOIN_DELAY_S:
+                break
+            self.pending.popitem(last=False)
+            ready.append(sample)
+        if ready:
+            joined = [s for sample in ready for s in self.scores.pop(sample.id, [])]
+            self.windows.add(ready, joined, {})
+        return len(ready)
+
+    def refresh(self, now: float | None = None) -> int:
+        if not self.windows.due(now):
+            return 0
+        readings = self.windows.evaluate(now)
+        m = self.metrics
+        for r in readings:
+            v = m.version_label(r.model_version)
+            m.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
+            m.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
+            m.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
+            m.drift_window.labels(v).set(r.n_current)
+        return len(readings)
+
+
+def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
+    from kafka import KafkaConsumer
+
+    kcfg = cfg.kafka
+    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
+    agg = Aggregator(cfg, metrics)
+    stop = stop or threading.Event()
+    state: dict[str, Any] = {"status": "ok", "ready": False, "topics": [kcfg.samples_topic, kcfg.scores_topic]}
+    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    consumer = None
+    try:
+        consumer = _connect(
+            lambda: KafkaConsumer(
+                bootstrap_servers=list(kcfg.bootstrap_servers),
+                group_id=f"{kcfg.group_id}-aggregator",
+                client_id=f"{kcfg.client_id}-aggregator",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+                bootstrap_timeout_ms=5_000,
+                reconnect_backoff_max_ms=1_000,
+                metrics_enabled=False,
+            ),
+            "consumer",
+            stop,
+        )
+        if consumer is not None:
+            consumer.subscribe([kcfg.samples_topic, kcfg.scores_topic])
+            state["ready"] = True
+            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.server_address[1])
+        while consumer is not None and not stop.is_set():
+            batch = consumer.poll(timeout_ms=500)
+            for tp, records in batch.items():
+                for record in records:
+                    try:
+                        data = orjson.loads(record.value)
+                        if tp.topic == kcfg.scores_topic:
+                            agg.add_score(Score.model_validate(data))
+                        else:
+                            agg.add_sample(Sample.model_validate(data))
+                    except (orjson.JSONDecodeError, ValidationError, TypeError):
+                        metrics.kafka_consumed.labels(outcome="invalid").inc()
+            agg.flush()
+            agg.refresh()
+            if batch:
+                try:
+                    consumer.commit()
+                except Exception as exc:
+                    log.warning("commit_failed", error=repr(exc))
+    finally:
+        state["status"], state["ready"] = "stopping", False
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception as exc:
+                log.warning("consumer_close_failed", error=repr(exc))
+        server.shutdown()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

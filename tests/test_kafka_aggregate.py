@@ -1,0 +1,108 @@
+"""Fleet aggregation: each (sample, check) counts once across redelivering workers; drift sees every partition."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from synthetic import Behaviour, degradations, window  # noqa: E402
+
+from agent.config import load_config  # noqa: E402
+from agent.metrics import Metrics  # noqa: E402
+from collectors.kafka import create_topics  # noqa: E402
+from kafka_broker import free_port, kafka_broker  # noqa: E402,F401
+from scorers import kafka_aggregator  # noqa: E402
+from scorers.baseline import freeze, write_baseline  # noqa: E402
+from scorers.kafka_aggregator import Aggregator, run_aggregator  # noqa: E402
+
+
+def baseline_file(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    return write_baseline(freeze(*window(rng, 2000, Behaviour(), prefix="base")[:2], None, model_version="A"), tmp_path / "baseline-A.json")
+
+
+def config(tmp_path: Path, **kafka):
+    return load_config(None, overrides={"drift": {"baseline": str(baseline_file(tmp_path)), "interval_s": 0.5, "min_samples": 40, "window": 1000}, "kafka": kafka or None, "metrics_listen": f"127.0.0.1:{free_port()}"}, environ={})
+
+
+def counter(metrics: Metrics, name: str, **labels: str) -> float:
+    return sum(s.value for f in metrics.registry.collect() for s in f.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_redelivered_scores_count_once_and_degraded_version_drifts(tmp_path, monkeypatch):
+    monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.0)
+    metrics = Metrics()
+    agg = Aggregator(config(tmp_path), metrics)
+    rng = np.random.default_rng(9)
+    for version, behaviour in (("A", Behaviour()), ("B", degradations()["latency +40%"])):
+        samples, scores, _ = window(rng, 400, behaviour, version=version, prefix="cur")
+        for s in samples:
+            agg.add_sample(s)
+        for score in scores:
+            agg.add_score(score)
+        for score in scores[:300]:  # a batch scored again after a worker died before committing
+            agg.add_score(score)
+    agg.flush()
+    assert agg.refresh(now=time.monotonic() + 10) > 0
+    refusal_scores = counter(metrics, "llmwatch_check_total", check="refusal")
+    assert refusal_scores == sum(1 for s in agg.windows.contents()[1] if s.check == "refusal")
+    assert counter(metrics, "llmwatch_kafka_consumed_total", outcome="duplicate_score") == 600
+    detected = {(s.labels["model_version"], s.labels["signal"]): s.value for f in metrics.registry.collect() for s in f.samples if s.name == "llmwatch_drift_detected"}
+    assert detected[("B", "latency_ms")] == 1.0
+    assert not any(v for (version, _), v in detected.items() if version == "A")
+
+
+def scrape(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == val for k, val in labels.items()))
+
+
+@pytest.mark.slow
+def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker, monkeypatch):  # noqa: F811
+    from kafka import KafkaProducer
+
+    monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.5)
+    create_topics([kafka_broker.bootstrap], {"samples": 2, "scores": 2})
+    cfg = config(tmp_path, enabled=True, bootstrap_servers=kafka_broker.bootstrap, samples_topic="samples", scores_topic="scores", group_id="g")
+    producer = KafkaProducer(bootstrap_servers=[kafka_broker.bootstrap], enable_idempotence=False)
+    rng = np.random.default_rng(3)
+    samples, scores, _ = window(rng, 300, degradations()["latency +40%"], version="B", prefix="k")
+    for s in samples:
+        producer.send("samples", s.to_json(), key=s.id.encode())
+    for score in scores + scores[:100]:  # 100 redelivered
+        producer.send("scores", score.to_json(), key=score.sample_id.encode())
+    producer.flush(30)
+    producer.close()
+
+    stop = threading.Event()
+    thread = threading.Thread(target=run_aggregator, args=(cfg,), kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    port = int(cfg.metrics_listen.rsplit(":", 1)[1])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                got = scrape(port)
+            except OSError:
+                got = {}
+            if total(got, "llmwatch_drift_detected", model_version="B", signal="latency_ms") == 1.0 and total(got, "llmwatch_check_total", check="refusal") == sum(s.check == "refusal" for s in scores):
+                break
+            assert time.monotonic() < deadline, f"aggregator did not converge: {sorted(k for k in got if k[0].startswith('llmwatch_'))[:20]}"
+            time.sleep(0.5)
+        assert total(got, "llmwatch_kafka_consumed_total", outcome="duplicate_score") == 100
+    finally:
+        stop.set()
+        thread.join(20)
