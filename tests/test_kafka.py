@@ -122,13 +122,13 @@ class Worker:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def start_worker(tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, group: str, name: str) -> Worker:
+def start_worker(tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, group: str, name: str, command: str = "scorer") -> Worker:
     port = free_port()
     log = tmp_path / f"{name}.log"
     env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "info", "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "scorer", "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", f"127.0.0.1:{port}"],
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -362,6 +362,8 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
     bootstrap = kafka_broker.bootstrap
     create_topics([bootstrap], {"samples": 2, "scores": 2})
     workers = [start_worker(tmp_path, bootstrap, "samples", "scores", "scorers", f"w{i}") for i in (1, 2)]
+    # The fleet's exact counts: one aggregator reads both topics and dedupes by (sample_id, check).
+    aggregator = start_worker(tmp_path, bootstrap, "samples", "scores", "scorers", "aggregator", command="aggregate")
     try:
         agent = await make_agent(
             sim.url,
@@ -435,8 +437,13 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
             assert w.checks() == by_scorer[w.id], (w.id, w.checks(), by_scorer)
         assert by_scorer[victim.id] >= before_kill["checks"]
         assert sum(w.checks() for w in live) + by_scorer[victim.id] == n + len(dups)
+        # Exactly once in the aggregated metrics, kill or not.
+        await until(lambda: aggregator.checks() >= n, 30, "the aggregator counted every sample", [aggregator])
+        await asyncio.sleep(1.0)
+        assert aggregator.checks() == n, (aggregator.checks(), n, len(dups))
+        assert aggregator.consumed("duplicate_score") >= len(dups)
     finally:
-        stop_workers(workers)
+        stop_workers(workers + [aggregator])
     for w in workers[1:]:
         assert w.proc.returncode == 0, f"SIGTERM stops a worker cleanly:\n{w.log_tail()}"
 
