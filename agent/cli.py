@@ -112,20 +112,21 @@ def cmd_drift(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
+    return {k: v for k, v in kafka.items() if v is not None} or None
+
+
 def cmd_scorer(args: argparse.Namespace) -> int:
     from scorers.kafka_worker import run_scorer
 
-    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
-    cfg = _config_from_args(args, kafka={k: v for k, v in kafka.items() if v is not None} or None)
-    return run_scorer(cfg)
+    return run_scorer(_config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from scorers.kafka_aggregator import run_aggregator
 
-    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
-    cfg = _config_from_args(args, kafka={k: v for k, v in kafka.items() if v is not None} or None, drift={"baseline": args.baseline} if args.baseline else None)
-    return run_aggregator(cfg)
+    return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -192,23 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
     p.set_defaults(func=cmd_drift)
 
+    def kafka_options(p: argparse.ArgumentParser, group_help: str) -> None:
+        common(p)
+        p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
+        p.add_argument("--topic", help="samples topic (default: kafka.samples_topic, llmwatch.samples)")
+        p.add_argument("--group", help=group_help)
+        p.add_argument("--scores-topic", help="scores topic (default: kafka.scores_topic, llmwatch.scores)")
+        p.add_argument("--metrics-listen", help="HOST:PORT for /metrics and /healthz (default: metrics_listen)")
+
     p = sub.add_parser("scorer", help="score samples from a Kafka topic as one member of a consumer group")
-    common(p)
-    p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
-    p.add_argument("--topic", help="samples topic (default: kafka.samples_topic, llmwatch.samples)")
-    p.add_argument("--group", help="consumer group shared by all workers (default: kafka.group_id, llmwatch-scorers)")
-    p.add_argument("--scores-topic", help="where scores are published (default: kafka.scores_topic, llmwatch.scores)")
-    p.add_argument("--metrics-listen", help="HOST:PORT for this worker's /metrics and /healthz (default: metrics_listen)")
+    kafka_options(p, "consumer group shared by all workers (default: kafka.group_id, llmwatch-scorers)")
     p.set_defaults(func=cmd_scorer)
 
     p = sub.add_parser("aggregate", help="fleet-wide exact quality metrics and drift from the samples and scores topics")
-    common(p)
-    p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
-    p.add_argument("--topic", help="samples topic (default: kafka.samples_topic)")
-    p.add_argument("--scores-topic", help="scores topic (default: kafka.scores_topic)")
-    p.add_argument("--group", help="the workers' group id; the aggregator uses <group>-aggregator (default: kafka.group_id)")
+    kafka_options(p, "the workers' group id; the aggregator uses <group>-aggregator (default: kafka.group_id)")
     p.add_argument("--baseline", help="baseline file for drift (default: drift.baseline)")
-    p.add_argument("--metrics-listen", help="HOST:PORT for /metrics and /healthz (default: metrics_listen)")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("ingest", help="receive OTLP/HTTP traces from instrumented apps and store, redact and score their LLM spans (no proxy)")
