@@ -9,12 +9,20 @@ traffic can feed llmwatch without running the proxy.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
+
+
+def as_utc(value: datetime) -> datetime:
+    # Naive datetimes would compare and serialise inconsistently with the UTC records.
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Usage(BaseModel):
@@ -38,7 +46,7 @@ class Sample(BaseModel):
 
     schema_: str = Field(default=SAMPLE_SCHEMA, alias="schema")
     id: str = ""
-    timestamp: datetime
+    timestamp: UtcDatetime
     route: str = "/v1/chat/completions"
     operation: str = "chat"
     model: str | None
@@ -67,11 +75,6 @@ class Sample(BaseModel):
             seconds = value / 1000.0 if value > 1e11 else value
             return datetime.fromtimestamp(seconds, tz=timezone.utc)
         return value
-
-    @field_validator("timestamp")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json", by_alias=True))

@@ -11,7 +11,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.records import UtcDatetime
 
 if TYPE_CHECKING:
     from agent.records import Sample
@@ -40,14 +42,8 @@ class Score(BaseModel):
     model: str | None = None
     model_version: str | None = None
     route: str | None = None
-    sample_timestamp: datetime
-    scored_at: datetime = Field(default_factory=_utcnow)
-
-    @field_validator("sample_timestamp", "scored_at")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        # Naive datetimes would compare/serialise inconsistently with the UTC samples.
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    sample_timestamp: UtcDatetime
+    scored_at: UtcDatetime = Field(default_factory=_utcnow)
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json", by_alias=True))

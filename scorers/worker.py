@@ -121,11 +121,10 @@ def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
         return {}
     import numpy as np
 
-    wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
-    if not wanted:
-        return {}
-    vectors = suite.embedder.embed_answers(wanted)
-    return {s.id: v for s, v in zip(wanted, vectors) if np.any(v)}
+    # embed_answers already leaves failed, tool-only and empty answers as zero rows (and reuses
+    # the vectors the relevance check just computed): keep the others.
+    vectors = suite.embedder.embed_answers(samples)
+    return {s.id: v for s, v in zip(samples, vectors) if np.any(v)}
 
 
 @dataclass
