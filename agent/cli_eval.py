@@ -17,10 +17,10 @@ import orjson
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
-    from agent.records import RecordError
-    from collectors.files import read_records
-    from scorers.score import Score
-    from scorers.suite import build_suite, default_checks
+    from llmwatch.core.records import RecordError
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.scorers.score import Score
+    from llmwatch.scorers.suite import build_suite, default_checks
 
     samples = list(read_records(samples_path))
     if not samples:
@@ -41,13 +41,13 @@ def _fail(message: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from agent.cli import _config_from_args
-    from scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
+    from llmwatch.agent.cli import _config_from_args
+    from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
     cfg = _config_from_args(args)
     baseline = None
     if args.baseline:
-        from scorers.baseline import load_baseline
+        from llmwatch.scorers.baseline import load_baseline
 
         baseline = load_baseline(args.baseline)
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
@@ -75,8 +75,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from agent.cli import _config_from_args
-    from scorers.regress import RegressError, RunSettings, format_run, regress
+    from llmwatch.agent.cli import _config_from_args
+    from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
 
     cfg = _config_from_args(args)
     settings = RunSettings(
@@ -108,9 +108,9 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    from agent.cli import _config_from_args
-    from scorers.matrix import build_categories
-    from scorers.review import ReviewError, export_tasks
+    from llmwatch.agent.cli import _config_from_args
+    from llmwatch.scorers.matrix import build_categories
+    from llmwatch.scorers.review import ReviewError, export_tasks
 
     cfg = _config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
@@ -134,13 +134,13 @@ def cmd_review_export(args: argparse.Namespace) -> int:
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
-    from scorers.review import ReviewError, format_import, import_reviews, key_path_for
+    from llmwatch.scorers.review import ReviewError, format_import, import_reviews, key_path_for
 
     key = args.key or str(key_path_for(args.tasks))
     judge = None
     if args.scores:
-        from collectors.files import read_records
-        from scorers.score import Score
+        from llmwatch.core.jsonio import read_records
+        from llmwatch.scorers.score import Score
 
         judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
     try:

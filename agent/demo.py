@@ -24,11 +24,11 @@ import numpy as np
 import openai
 import structlog
 
-from agent.config import Config
-from agent.runtime import Agent, split_host_port
-from agent.signals import wait_for_signal
-from agent.simulator import FAULT_HEADER, PROFILES, start_simulator
-from scorers.report import pass_rate_table
+from llmwatch.core.config import Config
+from llmwatch.agent.runtime import Agent, split_host_port
+from llmwatch.agent.signals import wait_for_signal
+from llmwatch.agent.simulator import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.scorers.report import pass_rate_table
 
 log = structlog.get_logger(__name__)
 

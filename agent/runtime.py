@@ -11,15 +11,15 @@ from typing import Sequence
 import structlog
 from aiohttp import web
 
-from agent.config import Config, ConfigError
-from agent.health import metrics_app
-from agent.metrics import Metrics
-from agent.pipeline import Captured, FileSink, Pipeline, Sink
-from agent.pricing import PriceTable
-from agent.proxy import Proxy
-from agent.queue import BoundedQueue
-from agent.redaction import Redactor
-from agent.sampler import Sampler
+from llmwatch.core.config import Config, ConfigError
+from llmwatch.collectors.health import metrics_app
+from llmwatch.core.metrics import Metrics
+from llmwatch.collectors.intake import Captured, FileSink, Pipeline, Sink
+from llmwatch.core.pricing import PriceTable
+from llmwatch.collectors.proxy import Proxy
+from llmwatch.core.queue import BoundedQueue
+from llmwatch.scorers.redaction import Redactor
+from llmwatch.scorers.sampler import Sampler
 
 log = structlog.get_logger(__name__)
 
@@ -54,22 +54,22 @@ class Agent:
             sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes))
         sinks.extend(self.extra_sinks)
         if cfg.kafka.enabled:
-            from collectors.kafka import KafkaSampleSink
+            from llmwatch.collectors.kafka import KafkaSampleSink
 
             # In addition to local scoring, unless `scoring.enabled: false` (scorer workers then do it all).
             sinks.append(KafkaSampleSink(cfg.kafka, self.metrics))
         self.scorer = None
         self.recorder = None
         if cfg.scoring.enabled:
-            from collectors.files import JsonlWriter
-            from scorers.export import ScoreRecorder
-            from scorers.suite import validate_scoring
-            from scorers.worker import ScorerProcess, ScoringSink
+            from llmwatch.core.jsonio import JsonlWriter
+            from llmwatch.scorers.export import ScoreRecorder
+            from llmwatch.scorers.suite import validate_scoring
+            from llmwatch.agent.scoring import ScorerProcess, ScoringSink
 
             # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
             validate_scoring(cfg.scoring)
             if cfg.drift.baseline is not None:
-                from scorers.baseline import load_baseline
+                from llmwatch.scorers.baseline import load_baseline
 
                 load_baseline(cfg.drift.baseline)
             self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
@@ -97,20 +97,20 @@ class Agent:
         self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
-            from collectors.otel_export import OtelExporter
+            from llmwatch.collectors.otel_export import OtelExporter
 
             self.otel = OtelExporter(cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor)
             self.proxy.on_call = self.otel.on_call
         self.receiver = None
         if cfg.otel.ingest_listen:
-            from collectors.otlp_ingest import OtlpReceiver
+            from llmwatch.collectors.otlp_ingest import OtlpReceiver
 
             self.receiver = OtlpReceiver(self.pipeline, sampler, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
         if cfg.drift.webhook.url:
-            from agent.notifier import WebhookNotifier
+            from llmwatch.collectors.webhook import WebhookNotifier
 
             hook = cfg.drift.webhook
             events = self.metrics.notifications
@@ -141,7 +141,7 @@ class Agent:
                 m.decision_score.labels(v).set(value)
 
     def _drift_alerts(self) -> dict:
-        from agent.notifier import AlertSpec, alert_key
+        from llmwatch.collectors.webhook import AlertSpec, alert_key
 
         active = {}
         for (version, operation, signal), (statistic, p_value, detected, n) in self.drift_state.items():

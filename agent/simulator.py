@@ -1337,7 +1337,7 @@ def _profile_from_args(name: str, latency_scale: float) -> SimProfile:
 async def _serve(args: argparse.Namespace) -> None:
     handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale),
                                    seed=args.seed)
-    from agent.signals import wait_for_signal
+    from llmwatch.agent.signals import wait_for_signal
 
     try:
         await wait_for_signal()

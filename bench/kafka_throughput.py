@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from proxy_overhead import BODY, closed_loop, free_port, wait_ready  # noqa: E402
 
-from agent.config import KafkaSection  # noqa: E402
-from agent.logs import configure_logging  # noqa: E402
-from agent.metrics import Metrics  # noqa: E402
-from agent.records import Sample  # noqa: E402
-from collectors.kafka import KafkaSampleSink, create_topics  # noqa: E402
+from llmwatch.core.config import KafkaSection  # noqa: E402
+from llmwatch.core.logs import configure_logging  # noqa: E402
+from llmwatch.core.metrics import Metrics  # noqa: E402
+from llmwatch.core.records import Sample  # noqa: E402
+from llmwatch.collectors.kafka import KafkaSampleSink, create_topics  # noqa: E402
 
 ANSWER = (
     "Roast a whole chicken at 220 C (425 F) for about 20 minutes per 500 g plus 20 minutes, until the thickest part of the "
@@ -135,7 +135,7 @@ def score_rate(bootstrap: str, samples: list[Sample], workers: int, logdir: str)
     env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "warning"}
     ports = [free_port() for _ in range(workers)]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "agent.cli", "scorer", "--kafka", bootstrap, "--topic", topic, "--group", topic, "--scores-topic", f"{topic}.scores", "--metrics-listen", f"127.0.0.1:{p}"], cwd=ROOT, env=env, stdout=open(os.path.join(logdir, f"{topic}-{p}.log"), "wb"), stderr=subprocess.STDOUT)
+        subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "scorer", "--kafka", bootstrap, "--topic", topic, "--group", topic, "--scores-topic", f"{topic}.scores", "--metrics-listen", f"127.0.0.1:{p}"], cwd=ROOT, env=env, stdout=open(os.path.join(logdir, f"{topic}-{p}.log"), "wb"), stderr=subprocess.STDOUT)
         for p in ports
     ]
     try:
@@ -174,7 +174,7 @@ def proxy_latency(args: argparse.Namespace, bootstrap: str, logdir: str) -> dict
             path = os.path.join(logdir, f"proxy-{mode}.yaml")
             Path(path).write_text(yaml.safe_dump(cfg))
             port = free_port()
-            proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "proxy", "--config", path, "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}", "--data-dir", logdir], cwd=ROOT)
+            proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", path, "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}", "--data-dir", logdir], cwd=ROOT)
             proxies[mode] = (proc, f"http://127.0.0.1:{port}")
         asyncio.run(wait_ready(f"http://127.0.0.1:{up_port}"))
         lat: dict[str, list[np.ndarray]] = {"off": [], "on": []}

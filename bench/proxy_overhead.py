@@ -229,7 +229,7 @@ def main() -> None:
     # The proxy itself; what a saturated scorer costs it is bench/scoring_throughput.py.
     env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "false"}
     proxy = subprocess.Popen(
-        pinned([sys.executable, "-m", "agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{proxy_port}",
+        pinned([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{proxy_port}",
                 "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", data_dir], "1"),
         env=env,
         cwd=ROOT,

@@ -31,9 +31,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import BODY, closed_loop, free_port, pinned, wait_ready  # noqa: E402
 
-from agent.config import CheckSpec, ScoringSection  # noqa: E402
-from agent.records import Sample  # noqa: E402
-from scorers.suite import Suite, build_suite  # noqa: E402
+from llmwatch.core.config import CheckSpec, ScoringSection  # noqa: E402
+from llmwatch.core.records import Sample  # noqa: E402
+from llmwatch.scorers.suite import Suite, build_suite  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = [
@@ -87,7 +87,7 @@ def rule_throughput(items: list[Sample]) -> list[tuple[str, float]]:
 
 
 def embedding_throughput(items: list[Sample], quantize: bool) -> list[tuple[int, float]]:
-    from scorers.embeddings import EmbeddingScorer
+    from llmwatch.scorers.embeddings import EmbeddingScorer
 
     rows = []
     scorer = EmbeddingScorer([("answer_relevance", "embedding_relevance", {})], threads=2, quantize=quantize)
@@ -119,7 +119,7 @@ def proxy_under_saturated_scoring(requests: int, concurrency: int) -> tuple[list
         port, mport = free_port(), free_port()
         env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": scoring, "LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__MAX_PENDING": "500"}
         procs[label] = subprocess.Popen(
-            pinned([sys.executable, "-m", "agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{mport}", "--data-dir", f"{data}/{scoring}"], "1"),
+            pinned([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{mport}", "--data-dir", f"{data}/{scoring}"], "1"),
             env=env, cwd=ROOT,
         )
         ports[label] = (port, mport)

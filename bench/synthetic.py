@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from agent.records import Sample, Usage
-from scorers.score import Score
+from llmwatch.core.records import Sample, Usage
+from llmwatch.scorers.score import Score
 
 DIM = 384
 _TOPICS = np.random.default_rng(12345).normal(size=(12, DIM))

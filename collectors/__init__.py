@@ -1,0 +1,1 @@
+"""Ways in and out: the proxy, OTLP ingest and export, files, Kafka, metrics and webhooks."""

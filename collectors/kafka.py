@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 import structlog
 
-from agent.config import ConfigError, KafkaSection
-from agent.metrics import Metrics
-from agent.records import Sample
+from llmwatch.core.config import ConfigError, KafkaSection
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample
 
 log = structlog.get_logger(__name__)
 

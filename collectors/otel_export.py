@@ -25,10 +25,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agent.config import OtelSection
-from agent.metrics import Metrics
-from agent.records import _content_to_text, extract_answer_text, extract_prompt_text
-from collectors.proxy_capture import CallFacts, Exchange
+from llmwatch.core.config import OtelSection
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import _content_to_text, extract_answer_text, extract_prompt_text
+from llmwatch.collectors.proxy_capture import CallFacts, Exchange
 
 log = structlog.get_logger(__name__)
 

@@ -37,11 +37,11 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from agent.metrics import Metrics
-from agent.pipeline import Pipeline
-from agent.records import Sample, Usage, _content_to_text, extract_answer_text, extract_prompt_text
-from agent.sampler import Sampler
-from collectors.proxy_capture import approx_tokens
+from llmwatch.core.metrics import Metrics
+from llmwatch.collectors.intake import Pipeline
+from llmwatch.core.records import Sample, Usage, _content_to_text, extract_answer_text, extract_prompt_text
+from llmwatch.scorers.sampler import Sampler
+from llmwatch.collectors.proxy_capture import approx_tokens
 
 log = structlog.get_logger(__name__)
 

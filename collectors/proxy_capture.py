@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from agent.records import Sample, Usage, extract_answer_text, extract_prompt_text, response_finish_reason
+from llmwatch.core.records import Sample, Usage, extract_answer_text, extract_prompt_text, response_finish_reason
 
 OPERATIONS = {
     "/v1/chat/completions": "chat",

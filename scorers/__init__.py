@@ -1,0 +1,1 @@
+"""Processing: sampling, redaction, checks, aggregation, drift and evaluation."""

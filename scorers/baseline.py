@@ -18,10 +18,10 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from agent import __version__
-from agent.records import RecordError, Sample, describe_validation_error
-from scorers.features import RouteStats, summarize
-from scorers.score import Score
+from llmwatch import __version__
+from llmwatch.core.records import RecordError, Sample, describe_validation_error
+from llmwatch.scorers.features import RouteStats, summarize
+from llmwatch.scorers.score import Score
 
 BASELINE_SCHEMA = "llmwatch.baseline/v1"
 

@@ -26,8 +26,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from agent.config import DecisionSection
-from agent.records import Sample
+from llmwatch.core.config import DecisionSection
+from llmwatch.core.records import Sample
 
 __all__ = ["CostLatency", "DecisionRow", "QUANTILES", "cost_latency", "decision_scores"]
 

@@ -25,8 +25,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from scorers import stats
-from scorers.features import CONTINUOUS, RouteStats
+from llmwatch.scorers import stats
+from llmwatch.scorers.features import CONTINUOUS, RouteStats
 
 
 @dataclass(frozen=True)

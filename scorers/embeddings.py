@@ -32,8 +32,8 @@ import numpy as np
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.records import Sample
-from scorers.rules import CheckOutcome, _answer_or_skip, _Params
+from llmwatch.core.records import Sample
+from llmwatch.scorers.rules import CheckOutcome, _answer_or_skip, _Params
 
 __all__ = [
     "EMBEDDING_CHECKS",

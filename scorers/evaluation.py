@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
-from agent.config import MatrixSection
-from agent.records import Sample
-from scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
-from scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
-from scorers.score import Score
-from scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
+from llmwatch.core.config import MatrixSection
+from llmwatch.core.records import Sample
+from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
+from llmwatch.scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
+from llmwatch.scorers.score import Score
+from llmwatch.scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
 
 __all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "export_metrics", "format_text"]
 

@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Sequence
 
-from agent.metrics import Metrics
-from collectors.files import JsonlWriter
-from scorers.score import Score
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.jsonio import JsonlWriter
+from llmwatch.scorers.score import Score
 
 
 class ScoreRecorder:

@@ -14,9 +14,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from agent.records import Sample
-from agent.sampler import hash_fraction
-from scorers.score import Score
+from llmwatch.core.records import Sample
+from llmwatch.scorers.sampler import hash_fraction
+from llmwatch.scorers.score import Score
 
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 CONTINUOUS = ("latency_ms", "ttft_ms", "output_tokens", "cost_usd")

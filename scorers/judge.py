@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import structlog
 
-from scorers.rules import CheckOutcome
+from llmwatch.scorers.rules import CheckOutcome
 
 log = structlog.get_logger(__name__)
 

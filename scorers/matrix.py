@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from agent.config import CategorySpec, ConfigError, MatrixSection
-from agent.records import Sample, _content_to_text
-from scorers.score import Score
-from scorers.suite import json_mode
+from llmwatch.core.config import CategorySpec, ConfigError, MatrixSection
+from llmwatch.core.records import Sample, _content_to_text
+from llmwatch.scorers.score import Score
+from llmwatch.scorers.suite import json_mode
 
 __all__ = [
     "DEFAULT_CATEGORIES",

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from agent.config import Config
-from agent.records import RecordError, Sample
-from collectors.files import jsonl_paths, read_records
-from scorers.report import count_scores, pass_rate_table
-from scorers.score import Score
-from scorers.suite import build_suite
+from llmwatch.core.config import Config
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.jsonio import jsonl_paths, read_records
+from llmwatch.scorers.report import count_scores, pass_rate_table
+from llmwatch.scorers.score import Score
+from llmwatch.scorers.suite import build_suite
 
 
 def _count_lines(paths: list[str]) -> int:
@@ -86,7 +86,7 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
         scores = [r.score for r in suite.score(samples)]  # type: ignore[arg-type]
     embeddings: dict[str, np.ndarray] = {}
     if cfg.scoring.embeddings:
-        from scorers.embeddings import Embedder
+        from llmwatch.scorers.embeddings import Embedder
 
         wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]  # type: ignore[union-attr]
         if wanted:

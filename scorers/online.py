@@ -15,12 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
-from agent.records import Sample
-from collectors.proxy_capture import OPERATIONS
-from scorers.baseline import Baseline
-from scorers.drift import DriftSettings, compare
-from scorers.features import summarize
-from scorers.score import Score
+from llmwatch.core.records import Sample
+from llmwatch.collectors.proxy_capture import OPERATIONS
+from llmwatch.scorers.baseline import Baseline
+from llmwatch.scorers.drift import DriftSettings, compare
+from llmwatch.scorers.features import summarize
+from llmwatch.scorers.score import Score
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class DriftWindows:
         self._windows.clear()
 
     def freeze(self, version: str) -> Baseline:
-        from scorers.baseline import freeze
+        from llmwatch.scorers.baseline import freeze
 
         win = self._windows.get(version) or ()
         return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version)

@@ -43,11 +43,11 @@ import orjson
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent import __version__
-from agent.pricing import PriceTable
-from agent.records import Sample, Usage, extract_prompt_text
-from scorers import stats
-from scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
+from llmwatch import __version__
+from llmwatch.core.pricing import PriceTable
+from llmwatch.core.records import Sample, Usage, extract_prompt_text
+from llmwatch.scorers import stats
+from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
 
 log = structlog.get_logger(__name__)
 
@@ -406,7 +406,7 @@ def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: di
 async def _attempt(case: SuiteCase, repeat: int, suite: Suite, s: RunSettings, client: Any, judge: Any, prices: PriceTable) -> Attempt:
     import openai
 
-    from scorers.judge import judge_answer
+    from llmwatch.scorers.judge import judge_answer
 
     messages = case.messages()
     body = {"model": s.model, "messages": messages, **case.params}
@@ -451,7 +451,7 @@ async def run_attempts(suite: Suite, s: RunSettings, *, progress: bool | None = 
     import openai
     from tqdm import tqdm
 
-    from agent.config import Price
+    from llmwatch.core.config import Price
 
     prices = PriceTable({k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()})
     client = openai.AsyncOpenAI(base_url=openai_base_url(s.upstream), api_key=s.api_key, timeout=s.timeout_s, max_retries=s.max_retries)

@@ -28,8 +28,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from agent.records import Sample, response_finish_reason
-from scorers.score import Result
+from llmwatch.core.records import Sample, response_finish_reason
+from llmwatch.scorers.score import Result
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
 

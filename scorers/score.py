@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.records import UtcDatetime
+from llmwatch.core.records import UtcDatetime
 
 if TYPE_CHECKING:
-    from agent.records import Sample
-    from scorers.rules import CheckOutcome
+    from llmwatch.core.records import Sample
+    from llmwatch.scorers.rules import CheckOutcome
 
 SCORE_SCHEMA = "llmwatch.score/v1"
 

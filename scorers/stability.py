@@ -41,9 +41,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import orjson
 
-from agent.records import Sample, _content_to_text
-from scorers.matrix import ScoredSample, request_messages, user_turns
-from scorers.score import Score
+from llmwatch.core.records import Sample, _content_to_text
+from llmwatch.scorers.matrix import ScoredSample, request_messages, user_turns
+from llmwatch.scorers.score import Score
 
 __all__ = [
     "ALL",
@@ -180,8 +180,8 @@ def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> li
 
 def version_stability(samples: Iterable[Sample], scores: Iterable[Score], baseline: Any, *, alpha: float = 0.05, min_samples: int = 30) -> list[StabilityCell]:
     """One figure per version from the drift report of its samples against `baseline` (a scorers.baseline.Baseline)."""
-    from scorers.drift import DriftSettings, compare
-    from scorers.features import summarize
+    from llmwatch.scorers.drift import DriftSettings, compare
+    from llmwatch.scorers.features import summarize
 
     by_version: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:

@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from agent.config import CheckSpec, ConfigError, ScoringSection
-from agent.records import Sample
-from scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check
-from scorers.score import Score
+from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.records import Sample
+from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check
+from llmwatch.scorers.score import Score
 
 GENERATIVE = ["chat", "text_completion", "generate_content"]
 EMBEDDING_KINDS = ("embedding_relevance", "embedding_reference", "embedding_centroid", "embedding_repetition")
@@ -164,7 +164,7 @@ class Suite:
         self._embedding_applies = {s.name: _selector(s) for s in embedding_specs}
         self.embedder = None
         if embedding_specs:
-            from scorers.embeddings import EmbeddingScorer
+            from llmwatch.scorers.embeddings import EmbeddingScorer
 
             try:
                 self.embedder = EmbeddingScorer([(s.name, s.kind, s.params) for s in embedding_specs], threads=torch_threads, quantize=quantize, centroids=centroids)
@@ -230,7 +230,7 @@ def validate_scoring(cfg: ScoringSection) -> None:
         if names.count(name) > 1:
             raise ConfigError(f"scoring.checks: check name '{name}' is used twice; names must be unique")
     if embedding_specs:
-        from scorers.embeddings import model_dir, validate_embedding_params
+        from llmwatch.scorers.embeddings import model_dir, validate_embedding_params
 
         for i, spec in embedding_specs:
             try:

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import load_config
-from agent.runtime import Agent
-from agent.simulator import SimProfile, start_simulator
+from llmwatch.core.config import load_config
+from llmwatch.agent.runtime import Agent
+from llmwatch.agent.simulator import SimProfile, start_simulator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from agent.simulator import FAULT_HEADER
+from llmwatch.agent.simulator import FAULT_HEADER
 from conftest import drained, metric, proxy_url, scrape
 from test_proxy import CHAT, client
 from upstreams import echo_app, serve
@@ -147,7 +147,7 @@ async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, ma
 
 
 def run_cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], capture_output=True, text=True, timeout=60, **kw)
 
 
 def test_bad_config_file_stops_start_up_with_the_field_named(tmp_path):

@@ -4,7 +4,7 @@ import gzip
 
 import orjson
 
-from collectors.proxy_capture import Exchange, analyze
+from llmwatch.collectors.proxy_capture import Exchange, analyze
 
 
 def sse(*events):

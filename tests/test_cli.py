@@ -36,9 +36,9 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
 def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path):
     sim_port, proxy_port, metrics_port = free_port(), free_port(), free_port()
     env = {**os.environ, "LLMWATCH_SAMPLING__RATE": "1.0"}
-    sim = subprocess.Popen([sys.executable, "-m", "agent.simulator", "--port", str(sim_port), "--latency-scale", "0.02"], stderr=subprocess.DEVNULL)
+    sim = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.simulator", "--port", str(sim_port), "--latency-scale", "0.02"], stderr=subprocess.DEVNULL)
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{sim_port}", "--listen", f"127.0.0.1:{proxy_port}",
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{sim_port}", "--listen", f"127.0.0.1:{proxy_port}",
          "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(tmp_path / "data")],
         env=env, stderr=subprocess.PIPE, text=True,
     )
@@ -63,7 +63,7 @@ def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(t
 
 def test_demo_runs_and_prints_a_summary(tmp_path: Path):
     result = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "demo", "--duration", "4", "--rate", "15", "--data-dir", str(tmp_path / "d"),
+        [sys.executable, "-m", "llmwatch.agent.cli", "demo", "--duration", "4", "--rate", "15", "--data-dir", str(tmp_path / "d"),
          "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=120,
     )

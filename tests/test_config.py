@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from agent.config import ConfigError, load_config
+from llmwatch.core.config import ConfigError, load_config
 
 
 def write(tmp_path, text):

@@ -26,9 +26,9 @@ import jsonschema
 import pytest
 import yaml
 
-from agent.config import Config, load_config
-from agent.runtime import Agent
-from agent.simulator import FAULT_HEADER, SimProfile, start_simulator
+from llmwatch.core.config import Config, load_config
+from llmwatch.agent.runtime import Agent
+from llmwatch.agent.simulator import FAULT_HEADER, SimProfile, start_simulator
 from prom import Prometheus, finite, running_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from agent.simulator import PROFILES, SimProfile, start_simulator
+from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
 from conftest import proxy_url, wait_until
 from prom import alertmanager_binary, free_port, start_prometheus
 

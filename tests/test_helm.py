@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 import yaml
 
-from agent.config import load_config
+from llmwatch.core.config import load_config
 from prom import INSTALL_HINT, promtool_binary
 
 ROOT = Path(__file__).resolve().parent.parent

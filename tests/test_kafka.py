@@ -21,13 +21,13 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.config import ConfigError, KafkaSection, load_config
-from agent.metrics import Metrics
-from agent.records import Sample
-from collectors.kafka import KafkaSampleSink, create_topics, sample_key
+from llmwatch.core.config import ConfigError, KafkaSection, load_config
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample
+from llmwatch.collectors.kafka import KafkaSampleSink, create_topics, sample_key
 from conftest import metric, proxy_url, scrape, wait_until
 from kafka_broker import free_port, kafka_broker  # noqa: F401  (pytest finds the fixture by name)
-from scorers.kafka_worker import SCORER_HEADER, RecentIds, run_scorer
+from llmwatch.agent.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = "refusal"  # applies to every chat sample
@@ -128,7 +128,7 @@ def start_worker(tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, 
     env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "info", "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "llmwatch.agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", f"127.0.0.1:{port}"],
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -16,13 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from synthetic import Behaviour, degradations, window  # noqa: E402
 
-from agent.config import load_config  # noqa: E402
-from agent.metrics import Metrics  # noqa: E402
-from collectors.kafka import create_topics  # noqa: E402
+from llmwatch.core.config import load_config  # noqa: E402
+from llmwatch.core.metrics import Metrics  # noqa: E402
+from llmwatch.collectors.kafka import create_topics  # noqa: E402
 from kafka_broker import free_port, kafka_broker  # noqa: E402,F401
-from scorers import kafka_aggregator  # noqa: E402
-from scorers.baseline import freeze, write_baseline  # noqa: E402
-from scorers.kafka_aggregator import Aggregator, run_aggregator  # noqa: E402
+from llmwatch.agent import kafka_aggregate as kafka_aggregator  # noqa: E402
+from llmwatch.scorers.baseline import freeze, write_baseline  # noqa: E402
+from llmwatch.agent.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
 
 
 def baseline_file(tmp_path: Path) -> Path:

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent.notifier import AlertSpec, WebhookNotifier, alert_key, fingerprint
+from llmwatch.collectors.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
 
 TOP_LEVEL_KEYS = {"version", "groupKey", "status", "receiver", "groupLabels", "commonLabels", "commonAnnotations", "externalURL", "alerts"}
 ALERT_KEYS = {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}

@@ -35,10 +35,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agent.config import ConfigError, load_config
-from agent.records import extract_answer_text, extract_prompt_text
-from agent.runtime import Agent
-from agent.simulator import FAULT_HEADER
+from llmwatch.core.config import ConfigError, load_config
+from llmwatch.core.records import extract_answer_text, extract_prompt_text
+from llmwatch.agent.runtime import Agent
+from llmwatch.agent.simulator import FAULT_HEADER
 from conftest import drained, metric, proxy_url, scrape, wait_until
 from upstreams import serve
 
@@ -461,7 +461,7 @@ async def test_ingest_only_agent_runs_without_a_proxy(tmp_path: Path):
 def test_llmwatch_ingest_command(tmp_path: Path):
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "LLMWATCH_SCORING__ENABLED": "false", "LLMWATCH_SAMPLING__RATE": "1.0"}
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "ingest", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "ingest", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(tmp_path)],
                             env=env, stderr=subprocess.PIPE, text=True)
     try:
         emitted = False

@@ -1,8 +1,8 @@
 """Cost from the price table, and bounded label cardinality."""
 
-from agent.config import Price
-from agent.metrics import OTHER, LabelCap
-from agent.pricing import PriceTable
+from llmwatch.core.config import Price
+from llmwatch.core.metrics import OTHER, LabelCap
+from llmwatch.core.pricing import PriceTable
 
 
 def test_cost_uses_per_million_prices():

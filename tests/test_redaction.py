@@ -1,6 +1,6 @@
 """Redaction: PII and secrets are masked in stored text; ordinary numbers survive."""
 
-from agent.redaction import Redactor, luhn_valid
+from llmwatch.scorers.redaction import Redactor, luhn_valid
 
 ALL = ["email", "phone", "card", "key", "iban", "ssn"]
 

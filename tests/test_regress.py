@@ -16,9 +16,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from agent.cli import main
-from scorers.judge import JudgeReplyError, parse_judge_reply
-from scorers.regress import load_run, load_suite
+from llmwatch.agent.cli import main
+from llmwatch.scorers.judge import JudgeReplyError, parse_judge_reply
+from llmwatch.scorers.regress import load_run, load_suite
 
 REPEAT = "30"
 SUITE = [
@@ -44,7 +44,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("agent.cli.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.configure_logging", lambda *args, **kwargs: None)
         yield
 
 
@@ -72,7 +72,7 @@ def simulators():
     procs, urls = [], {}
     for profile in ("A", "B"):
         port = free_port()
-        procs.append(subprocess.Popen([sys.executable, "-m", "agent.simulator", "--port", str(port), "--latency-scale", "0", "--profile", profile, "--seed", "7"],
+        procs.append(subprocess.Popen([sys.executable, "-m", "llmwatch.agent.simulator", "--port", str(port), "--latency-scale", "0", "--profile", profile, "--seed", "7"],
                                       stderr=subprocess.DEVNULL))
         urls[profile] = f"http://127.0.0.1:{port}"
     try:

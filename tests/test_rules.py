@@ -8,9 +8,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from agent.records import Sample
-from scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
-from scorers.score import Score
+from llmwatch.core.records import Sample
+from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
+from llmwatch.scorers.score import Score
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 _UNSET: Any = object()

@@ -11,11 +11,11 @@ import openai
 import orjson
 import pytest
 
-from agent.config import CheckSpec, ConfigError, ScoringSection
-from agent.records import Sample
+from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.records import Sample
 from conftest import metric, proxy_url, read_samples, scrape, wait_until
-from scorers import rules
-from scorers.suite import Suite, build_suite, validate_scoring
+from llmwatch.scorers import rules
+from llmwatch.scorers.suite import Suite, build_suite, validate_scoring
 
 RULES_ONLY = {"enabled": True, "embeddings": False}
 
@@ -131,7 +131,7 @@ def test_score_command_scores_a_file_and_prints_pass_rates(tmp_path):
     write_samples(src, [sample(id=f"s{i}") for i in range(5)] + [sample("I'm sorry, but I can't help with that.", id="r1")])
     out = tmp_path / "out" / "scores.jsonl"
     env = {"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     scores = [orjson.loads(l) for l in out.read_bytes().splitlines()]
     refusals = [s for s in scores if s["check"] == "refusal"]
@@ -145,7 +145,7 @@ def test_score_command_names_the_bad_line_and_writes_nothing(tmp_path):
     with open(src, "ab") as fh:
         fh.write(b'{"request": {}, "response": {}, "model": "m", "status": "two hundred", "latency_ms": 1, "timestamp": 0}\n')
     out = tmp_path / "scores.jsonl"
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env={"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env={"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     assert f"{src}:2" in result.stderr and "status" in result.stderr
     assert not out.exists() and not (tmp_path / "scores.jsonl.partial").exists()

@@ -18,7 +18,7 @@ import aiohttp
 import openai
 import pytest
 
-from agent.simulator import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
+from llmwatch.agent.simulator import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -403,7 +403,7 @@ def _free_port() -> int:
 async def test_standalone_process(http: aiohttp.ClientSession) -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.simulator", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "llmwatch.agent.simulator", "--host", "127.0.0.1", "--port", str(port),
          "--latency-scale", "0", "--profile", "B"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 from pydantic import BaseModel
 
-from agent.records import RecordError, Sample, iter_jsonl
+from llmwatch.core.records import RecordError, Sample, iter_jsonl
 
 
 class JsonlWriter:

@@ -11,7 +11,7 @@ import hashlib
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from agent.config import SamplingSection
+from llmwatch.core.config import SamplingSection
 
 _SCALE = float(1 << 64)
 

@@ -8,7 +8,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agent.metrics import Metrics
+from llmwatch.core.metrics import Metrics
 
 
 def metrics_app(metrics: Metrics, readiness: Callable[[], dict[str, bool]]) -> web.Application:

@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 import orjson
 import structlog
 
-from agent.records import Sample
-from scorers.score import Score
+from llmwatch.core.records import Sample
+from llmwatch.scorers.score import Score
 
 log = structlog.get_logger(__name__)
 
@@ -35,12 +35,12 @@ DriftHandler = Callable[[list[tuple]], None]
 
 
 def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
-    from agent.config import DriftSection, MatrixSection, ScoringSection
-    from agent.logs import configure_logging
-    from scorers.baseline import load_baseline, write_baseline
-    from scorers.drift import DriftSettings
-    from scorers.online import DriftWindows
-    from scorers.suite import build_suite
+    from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
+    from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.baseline import load_baseline, write_baseline
+    from llmwatch.scorers.drift import DriftSettings
+    from llmwatch.scorers.online import DriftWindows
+    from llmwatch.scorers.suite import build_suite
 
     configure_logging(log_level)
     # Below the proxy in CPU priority: where both share a core, traffic wins and scoring lags.
@@ -100,7 +100,7 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
 
 def _send_evaluation(outbox: Any, windows: Any, matrix_cfg: Any, checks: Sequence[str], drift_cfg: Any) -> None:
     """The evaluation matrix, stability and decision score over the recent windows, as gauge readings."""
-    from scorers.evaluation import build_report
+    from llmwatch.scorers.evaluation import build_report
 
     samples, scores = windows.contents()
     if not samples:

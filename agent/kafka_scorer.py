@@ -28,11 +28,11 @@ import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agent.config import Config
-from agent.metrics import Metrics
-from agent.records import Sample
-from scorers.export import ScoreRecorder
-from scorers.suite import build_suite
+from llmwatch.core.config import Config
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample
+from llmwatch.scorers.export import ScoreRecorder
+from llmwatch.scorers.suite import build_suite
 
 log = structlog.get_logger(__name__)
 
@@ -168,7 +168,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.errors import CommitFailedError
 
-    from collectors.kafka import check_codec, producer_settings
+    from llmwatch.collectors.kafka import check_codec, producer_settings
 
     kcfg = cfg.kafka
     check_codec(kcfg.compression)

@@ -14,11 +14,11 @@ from typing import Any, Callable, Protocol, Sequence
 
 import structlog
 
-from agent.metrics import Metrics
-from agent.queue import BoundedQueue
-from agent.records import Sample
-from collectors.files import JsonlWriter
-from collectors.proxy_capture import CallFacts, Exchange, to_sample
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.queue import BoundedQueue
+from llmwatch.core.records import Sample
+from llmwatch.core.jsonio import JsonlWriter
+from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
 
 log = structlog.get_logger(__name__)
 

@@ -23,13 +23,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from agent.config import Config
-from agent.metrics import Metrics
-from agent.pipeline import Captured
-from agent.pricing import PriceTable
-from agent.queue import BoundedQueue
-from agent.sampler import Sampler
-from collectors.proxy_capture import CallFacts, Exchange, analyze
+from llmwatch.core.config import Config
+from llmwatch.core.metrics import Metrics
+from llmwatch.collectors.intake import Captured
+from llmwatch.core.pricing import PriceTable
+from llmwatch.core.queue import BoundedQueue
+from llmwatch.scorers.sampler import Sampler
+from llmwatch.collectors.proxy_capture import CallFacts, Exchange, analyze
 
 log = structlog.get_logger(__name__)
 

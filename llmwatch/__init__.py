@@ -1,0 +1,16 @@
+"""llmwatch: a production traffic observability sidecar for OpenAI-compatible LLM services.
+
+One import namespace over the repository's folders (pyproject's package-dir maps them):
+
+- `llmwatch.core`: records, config, errors, OpenAI wire helpers, JSON Lines I/O, metrics.
+  Imports nothing above it.
+- `llmwatch.scorers` (folder `scorers/`): processors - sample, redact, check, aggregate, drift,
+  evaluation. Import only the core.
+- `llmwatch.collectors` (folder `collectors/`): ways in and out - the proxy, OTLP ingest and
+  export, files, Kafka, the metrics/health server, webhooks.
+- `llmwatch.agent` (folder `agent/`): the runtime that wires them, and the command line.
+
+docs/architecture.md draws the layers and the pipeline.
+"""
+
+__version__ = "0.2.0"

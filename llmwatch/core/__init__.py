@@ -1,0 +1,1 @@
+"""The core layer: what every other part of llmwatch builds on. It imports nothing above it."""
