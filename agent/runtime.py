@@ -14,7 +14,8 @@ from aiohttp import web
 from llmwatch.core.config import Config, ConfigError
 from llmwatch.collectors.health import metrics_app
 from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Captured, FileSink, Pipeline, Sink
+from llmwatch.collectors.files import FileSink
+from llmwatch.collectors.intake import Captured, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
 from llmwatch.core.queue import BoundedQueue

@@ -17,7 +17,6 @@ import structlog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
-from llmwatch.core.jsonio import JsonlWriter
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
 
 log = structlog.get_logger(__name__)
@@ -43,20 +42,6 @@ class Sink(Protocol):
     def write(self, samples: Sequence[Sample]) -> None: ...
 
     def close(self) -> None: ...
-
-
-class FileSink:
-    name = "files"
-    raw = False
-
-    def __init__(self, directory: str, max_file_bytes: int) -> None:
-        self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
-
-    def write(self, samples: Sequence[Sample]) -> None:
-        self._writer.write_lines(s.to_json() for s in samples)
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 class Pipeline:
