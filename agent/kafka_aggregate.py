@@ -35,7 +35,8 @@ from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import load_baseline
 from llmwatch.scorers.drift import DriftSettings
 from llmwatch.scorers.export import ScoreRecorder
-from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
+from llmwatch.collectors.kafka import RecentIds, connect, consumer_settings
+from llmwatch.agent.kafka_scorer import serve_http
 from llmwatch.scorers.online import DriftWindows
 from llmwatch.scorers.score import Score
 
@@ -123,19 +124,8 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     consumer = None
     try:
-        consumer = _connect(
-            lambda: KafkaConsumer(
-                bootstrap_servers=list(kcfg.bootstrap_servers),
-                group_id=f"{kcfg.group_id}-aggregator",
-                client_id=f"{kcfg.client_id}-aggregator",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                session_timeout_ms=SESSION_TIMEOUT_MS,
-                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                bootstrap_timeout_ms=5_000,
-                reconnect_backoff_max_ms=1_000,
-                metrics_enabled=False,
-            ),
+        consumer = connect(
+            lambda: KafkaConsumer(**consumer_settings(kcfg, group_id=f"{kcfg.group_id}-aggregator", client_id=f"{kcfg.client_id}-aggregator")),
             "consumer",
             stop,
         )
