@@ -35,8 +35,8 @@ from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import load_baseline
 from llmwatch.scorers.drift import DriftSettings
 from llmwatch.scorers.export import ScoreRecorder
+from llmwatch.collectors.health import metrics_app, serve_in_thread
 from llmwatch.collectors.kafka import RecentIds, connect, consumer_settings
-from llmwatch.agent.kafka_scorer import serve_http
 from llmwatch.scorers.online import DriftWindows
 from llmwatch.scorers.score import Score
 
@@ -116,8 +116,9 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
     metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
     agg = Aggregator(cfg, metrics)
     stop = stop or threading.Event()
-    state: dict[str, Any] = {"status": "ok", "ready": False, "topics": [kcfg.samples_topic, kcfg.scores_topic]}
-    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
+    ready = threading.Event()
+    state: dict[str, Any] = {"topics": [kcfg.samples_topic, kcfg.scores_topic]}
+    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-aggregator-http")
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -131,8 +132,8 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
         )
         if consumer is not None:
             consumer.subscribe([kcfg.samples_topic, kcfg.scores_topic])
-            state["ready"] = True
-            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.server_address[1])
+            ready.set()
+            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.port)
         while consumer is not None and not stop.is_set():
             batch = consumer.poll(timeout_ms=500)
             for tp, records in batch.items():
@@ -153,14 +154,13 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
                 except Exception as exc:
                     log.warning("commit_failed", error=repr(exc))
     finally:
-        state["status"], state["ready"] = "stopping", False
+        ready.clear()
         if consumer is not None:
             try:
                 consumer.close()
             except Exception as exc:
                 log.warning("consumer_close_failed", error=repr(exc))
-        server.shutdown()
-        server.server_close()
+        server.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

@@ -19,17 +19,14 @@ import os
 import signal
 import socket
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-import orjson
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
+from llmwatch.collectors.health import metrics_app, serve_in_thread
 from llmwatch.collectors.kafka import RecentIds, check_codec, connect, consumer_settings, producer_settings, publish, rewind
 from llmwatch.scorers.export import ScoreRecorder
 from llmwatch.scorers.suite import build_suite
@@ -37,48 +34,6 @@ from llmwatch.scorers.suite import build_suite
 log = structlog.get_logger(__name__)
 
 SCORER_HEADER = "llmwatch-scorer"
-
-
-def serve_http(address: str, metrics: Metrics, health: Callable[[], dict[str, Any]]) -> ThreadingHTTPServer:
-    """`/metrics`, `/healthz` and `/readyz` on a daemon thread; the main thread stays with the consumer."""
-    host, _, port = address.rpartition(":")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status = 200
-            if self.path == "/metrics":
-                body, ctype = generate_latest(metrics.registry), CONTENT_TYPE_LATEST
-            elif self.path in ("/healthz", "/readyz"):
-                current = health()
-                body, ctype = orjson.dumps(current), "application/json"
-                # Ready = connected and polling; a worker with no partition (more workers than
-                # partitions) is still ready: it takes over when another one leaves.
-                if self.path == "/readyz" and not current.get("ready"):
-                    status = 503
-            else:
-                self.send_error(404)
-                return
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # scrapes every few seconds would drown the structured log
-
-    host = host.strip("[]")
-    server_class = ThreadingHTTPServer
-    if ":" in host:
-
-        class Server6(ThreadingHTTPServer):
-            address_family = socket.AF_INET6
-
-        server_class = Server6
-    server = server_class((host, int(port)), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="llmwatch-scorer-http", daemon=True).start()
-    return server
 
 
 def _decode(records: Sequence[Any], seen: RecentIds) -> tuple[list[Sample], int, int]:
@@ -117,14 +72,16 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     seen = RecentIds()
     worker = worker_id or f"{socket.gethostname()}/{os.getpid()}"
     stop = stop or threading.Event()
-    state: dict[str, Any] = {"status": "ok", "ready": False, "worker": worker, "group": kcfg.group_id, "topic": kcfg.samples_topic, "assigned": []}
-
-    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
+    # Ready = connected and polling; a worker with no partition (more workers than partitions)
+    # is still ready: it takes over when another one leaves.
+    ready = threading.Event()
+    state: dict[str, Any] = {"worker": worker, "group": kcfg.group_id, "topic": kcfg.samples_topic, "assigned": []}
+    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-scorer-http")
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    log.info("scorer_starting", worker=worker, checks=suite.check_names, bootstrap_servers=kcfg.bootstrap_servers, topic=kcfg.samples_topic, scores_topic=kcfg.scores_topic, group=kcfg.group_id, metrics_port=server.server_address[1])
+    log.info("scorer_starting", worker=worker, checks=suite.check_names, bootstrap_servers=kcfg.bootstrap_servers, topic=kcfg.samples_topic, scores_topic=kcfg.scores_topic, group=kcfg.group_id, metrics_port=server.port)
 
     consumer = producer = None
     publish_timeout_s = min(kcfg.delivery_timeout_ms / 1000.0, 30.0)
@@ -147,7 +104,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
         producer = connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
         if consumer is not None and producer is not None:
             consumer.subscribe([kcfg.samples_topic])
-            state["ready"] = True
+            ready.set()
         while consumer is not None and producer is not None and not stop.is_set():
             batch = consumer.poll(timeout_ms=500)
             state["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in consumer.assignment())
@@ -180,7 +137,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
                 # `seen`, another one scores it a second time.
                 log.warning("commit_failed", records=len(records), rebalanced=isinstance(exc, CommitFailedError), error=repr(exc))
     finally:
-        state["status"], state["ready"] = "stopping", False
+        ready.clear()
         if consumer is not None:
             try:
                 consumer.close()  # LeaveGroup: the others take over at once, not after the session timeout
@@ -191,8 +148,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
                 producer.close(timeout=5)
             except Exception as exc:
                 log.warning("producer_close_failed", error=repr(exc))
-        server.shutdown()
-        server.server_close()
+        server.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("scorer_stopped", worker=worker, scores=recorder.recorded)

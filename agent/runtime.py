@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -12,7 +11,7 @@ import structlog
 from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
-from llmwatch.collectors.health import metrics_app
+from llmwatch.collectors.health import metrics_app, serve_app
 from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.files import FileSink
 from llmwatch.collectors.intake import Captured, Pipeline, Sink
@@ -23,11 +22,6 @@ from llmwatch.scorers.redaction import Redactor
 from llmwatch.scorers.sampler import Sampler
 
 log = structlog.get_logger(__name__)
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -166,17 +160,9 @@ class Agent:
         return checks
 
     async def _serve(self, app: web.Application, address: str) -> int:
-        host, port = split_host_port(address)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        # Bind ourselves so that port 0 works and the chosen port is known.
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        site = web.SockSite(runner, sock, backlog=2048)
-        await site.start()
+        runner, port = await serve_app(app, address)
         self._runners.append(runner)
-        return sock.getsockname()[1]
+        return port
 
     async def start(self) -> None:
         # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
