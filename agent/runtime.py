@@ -14,7 +14,7 @@ from llmwatch.core.config import Config, ConfigError
 from llmwatch.collectors.health import metrics_app, serve_app
 from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.files import FileSink
-from llmwatch.collectors.intake import Captured, Pipeline, Sink
+from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
 from llmwatch.core.queue import BoundedQueue
@@ -88,8 +88,9 @@ class Agent:
         self.metrics.queue_depth.set_function(self.queue.depth)
         redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
-        sampler = Sampler(cfg.sampling)
-        self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
+        self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
+        self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter
@@ -100,7 +101,7 @@ class Agent:
         if cfg.otel.ingest_listen:
             from llmwatch.collectors.otlp_ingest import OtlpReceiver
 
-            self.receiver = OtlpReceiver(self.pipeline, sampler, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
+            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
