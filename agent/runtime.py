@@ -12,7 +12,7 @@ from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
 from llmwatch.collectors.health import metrics_app, serve_app
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.collectors.files import FileSink
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
@@ -77,7 +77,7 @@ class Agent:
                 drift_payload=cfg.drift.model_dump(mode="json"),
                 on_drift=self._on_drift,
                 matrix_payload=cfg.matrix.model_dump(mode="json"),
-                on_evaluation=self._on_evaluation,
+                on_evaluation=self.metrics.set_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
             )
@@ -112,29 +112,13 @@ class Agent:
             events = self.metrics.notifications
             self.notifier = WebhookNotifier(hook.url, repeat_interval_s=hook.repeat_interval_s, max_retries=hook.max_retries, on_event=lambda name: events.labels(event=name).inc())
 
-    def _on_drift(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for version, operation, signal, statistic, p_value, detected, n in readings:
-            v = m.version_label(version)
-            m.drift_statistic.labels(signal, v, operation).set(statistic)
-            m.drift_p_value.labels(signal, v, operation).set(p_value)
-            m.drift_detected.labels(signal, v, operation).set(1.0 if detected else 0.0)
-            m.drift_window.labels(v).set(n)
-            self.drift_state[(version, operation, signal)] = (statistic, p_value, detected, n)
+    def _on_drift(self, readings: list[DriftReading]) -> None:
+        self.metrics.set_drift(readings)
+        for r in readings:
+            self.drift_state[(r.model_version, r.operation, r.signal)] = (r.statistic, r.p_value, r.detected, r.n_current)
         if self.notifier is not None and self._loop is not None:
             # Called on the scorer's result thread; the notifier lives on the event loop.
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
-
-    def _on_evaluation(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for kind, category, stability_kind, version, value in readings:
-            v = m.version_label(version)
-            if kind == "category_quality":
-                m.category_quality.labels(category, v).set(value)
-            elif kind == "stability":
-                m.stability.labels(stability_kind, category, v).set(value)
-            elif kind == "decision":
-                m.decision_score.labels(v).set(value)
 
     def _drift_alerts(self) -> dict:
         from llmwatch.collectors.webhook import AlertSpec, alert_key
