@@ -5,8 +5,8 @@ version, takes the sampling decision, enqueues what is selected and counts it
 (`llmwatch_samples_total{reason}` once per selected call, `llmwatch_samples_dropped_total
 {reason="queue_full"}` when the bounded queue refuses). It never blocks: a full queue drops.
 
-`Pipeline` is the other end: one daemon thread drains the queue in batches. Building the `Sample` record and redacting it
-happen here, not on the hot path. A sink that raises loses that batch for that sink only: the
+`Pipeline` is the other end: one daemon thread drains the queue in batches. Building the
+`Sample` record and redacting it happen there, not on the hot path. A sink that raises loses that batch for that sink only: the
 loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged, and the
 other sinks and the proxy go on.
 """
