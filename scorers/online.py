@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from llmwatch.core.records import Sample
-from llmwatch.collectors.proxy_capture import OPERATIONS
+from llmwatch.core.wire import OPERATIONS
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize

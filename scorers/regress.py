@@ -45,7 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmwatch import __version__
 from llmwatch.core.pricing import PriceTable
-from llmwatch.core.records import Sample, Usage, extract_prompt_text
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.wire import extract_prompt_text
 from llmwatch.scorers import stats
 from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
 

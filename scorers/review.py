@@ -42,7 +42,8 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from llmwatch.core.records import RecordError, Sample, _content_to_text
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
 from llmwatch.scorers.regress import describe_validation_error
@@ -152,7 +153,7 @@ class ExportSummary:
 
 
 def _messages_for_review(request: Any) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "user")), "content": _content_to_text(m.get("content"))} for m in request_messages(request)]
+    return [{"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))} for m in request_messages(request)]
 
 
 def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:

@@ -28,7 +28,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from llmwatch.core.records import Sample, response_finish_reason
+from llmwatch.core.records import Sample
+from llmwatch.core.wire import approx_tokens, response_finish_reason
 from llmwatch.scorers.score import Result
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
@@ -405,16 +406,6 @@ def check_regex(sample: Sample, params: RegexParams) -> CheckOutcome:
 
 # --- length --------------------------------------------------------------------------------------
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-# CJK has no spaces, so each ideograph/kana/hangul counts as a token instead of a whole run.
-_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
-
-
-def _approximate_tokens(text: str) -> int:
-    """Word/punctuation count, a tokenizer-free stand-in for when usage is missing."""
-    return len(_TOKEN_RE.findall(text))
-
-
 class LengthParams(_Params):
     min_chars: int | None = Field(default=None, ge=0)
     max_chars: int | None = Field(default=None, ge=0)
@@ -449,7 +440,7 @@ def check_length(sample: Sample, params: LengthParams) -> CheckOutcome:
             tokens = sample.usage.output_tokens
             details["tokens_source"] = "usage_estimated" if sample.usage.estimated else "usage"
         else:
-            tokens = _approximate_tokens(text)
+            tokens = approx_tokens(text)
             details["tokens_source"] = "approximation"
         details["tokens"] = tokens
         if params.min_tokens is not None and tokens < params.min_tokens:
