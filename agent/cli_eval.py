@@ -19,7 +19,7 @@ import orjson
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
     from llmwatch.core.jsonio import read_records
-    from llmwatch.scorers.score import Score
+    from llmwatch.core.scores import Score
     from llmwatch.scorers.suite import build_suite, default_checks
 
     samples = list(read_records(samples_path))
@@ -140,7 +140,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     judge = None
     if args.scores:
         from llmwatch.core.jsonio import read_records
-        from llmwatch.scorers.score import Score
+        from llmwatch.core.scores import Score
 
         judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
     try:

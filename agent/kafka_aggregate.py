@@ -29,15 +29,15 @@ import orjson
 import structlog
 from pydantic import ValidationError
 
+from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.baseline import load_baseline
 from llmwatch.scorers.drift import DriftSettings
 from llmwatch.scorers.export import ScoreRecorder
-from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
 from llmwatch.scorers.online import DriftWindows
-from llmwatch.scorers.score import Score
 
 log = structlog.get_logger(__name__)
 

@@ -26,7 +26,7 @@ import orjson
 import structlog
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 

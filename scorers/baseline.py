@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch import __version__
 from llmwatch.core.records import RecordError, Sample, describe_validation_error
+from llmwatch.core.scores import Score
 from llmwatch.scorers.features import RouteStats, summarize
-from llmwatch.scorers.score import Score
 
 BASELINE_SCHEMA = "llmwatch.baseline/v1"
 

@@ -16,9 +16,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import MatrixSection
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
 
 __all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "export_metrics", "format_text"]

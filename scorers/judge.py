@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import structlog
 
-from llmwatch.scorers.rules import CheckOutcome
+from llmwatch.core.scores import CheckOutcome
 
 log = structlog.get_logger(__name__)
 

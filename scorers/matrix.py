@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import CategorySpec, ConfigError, MatrixSection
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.suite import json_mode
 
 __all__ = [

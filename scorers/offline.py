@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import IO
 
 from llmwatch.core.config import Config
-from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.jsonio import jsonl_paths, read_records
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.report import count_scores, pass_rate_table
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.suite import build_suite
 
 

@@ -16,11 +16,11 @@ from typing import Sequence
 import numpy as np
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.core.wire import OPERATIONS
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize
-from llmwatch.scorers.score import Score
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import fnmatch
 import operator
 import re
 import string
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple, get_args
@@ -29,17 +28,10 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import approx_tokens, response_finish_reason
-from llmwatch.scorers.score import Result
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckOutcome:
-    result: Result
-    value: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _pass(**details: Any) -> CheckOutcome:

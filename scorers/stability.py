@@ -42,9 +42,9 @@ import numpy as np
 import orjson
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.matrix import ScoredSample, request_messages, user_turns
-from llmwatch.scorers.score import Score
 
 __all__ = [
     "ALL",

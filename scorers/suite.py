@@ -20,8 +20,8 @@ import numpy as np
 
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check
-from llmwatch.scorers.score import Score
 
 GENERATIVE = ["chat", "text_completion", "generate_content"]
 EMBEDDING_KINDS = ("embedding_relevance", "embedding_reference", "embedding_centroid", "embedding_repetition")
