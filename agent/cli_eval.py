@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import orjson
 
+from llmwatch.agent.cli_args import config_from_args
+
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
@@ -41,10 +43,9 @@ def _fail(message: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     baseline = None
     if args.baseline:
         from llmwatch.scorers.baseline import load_baseline
@@ -75,10 +76,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
     from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     settings = RunSettings(
         upstream=args.upstream,
         model=args.model,
@@ -108,11 +108,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
     from llmwatch.scorers.matrix import build_categories
     from llmwatch.scorers.review import ReviewError, export_tasks
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")

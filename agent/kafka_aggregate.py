@@ -29,7 +29,7 @@ import orjson
 import structlog
 from pydantic import ValidationError
 
-from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
+from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, connect, serve_http
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
@@ -123,7 +123,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     consumer = None
     try:
-        consumer = _connect(
+        consumer = connect(
             lambda: KafkaConsumer(
                 bootstrap_servers=list(kcfg.bootstrap_servers),
                 group_id=f"{kcfg.group_id}-aggregator",

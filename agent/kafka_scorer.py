@@ -112,7 +112,7 @@ def serve_http(address: str, metrics: Metrics, health: Callable[[], dict[str, An
     return server
 
 
-def _connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any:
+def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any:
     """Build a client, retrying while the broker is unreachable (a worker may start first)."""
     backoff = 0.5
     while not stop.is_set():
@@ -192,7 +192,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     publish_timeout_s = min(kcfg.delivery_timeout_ms / 1000.0, 30.0)
     backoff = 0.5
     try:
-        consumer = _connect(
+        consumer = connect(
             lambda: KafkaConsumer(
                 bootstrap_servers=list(kcfg.bootstrap_servers),
                 group_id=kcfg.group_id,
@@ -211,7 +211,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
             "consumer",
             stop,
         )
-        producer = _connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
+        producer = connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
         if consumer is not None and producer is not None:
             consumer.subscribe([kcfg.samples_topic])
             state["ready"] = True
