@@ -18,6 +18,7 @@ import orjson
 import structlog
 
 from llmwatch.core.scores import CheckOutcome
+from llmwatch.scorers.checks import error_outcome
 
 log = structlog.get_logger(__name__)
 
@@ -150,14 +151,14 @@ async def judge_answer(
         completion = await client.chat.completions.create(model=model, messages=judge_messages(question, answer, rubric=rubric, reference=reference), temperature=0)
         reply = (completion.choices[0].message.content or "") if completion.choices else ""
     except openai.APIStatusError as exc:
-        return CheckOutcome("error", None, {"error": f"judge answered HTTP {exc.status_code}", "message": str(exc)[:200], "judge_model": model})
+        return error_outcome(f"judge answered HTTP {exc.status_code}", message=str(exc)[:200], judge_model=model)
     except openai.APIError as exc:
-        return CheckOutcome("error", None, {"error": f"judge call failed: {type(exc).__name__}", "message": str(exc)[:200], "judge_model": model})
+        return error_outcome(f"judge call failed: {type(exc).__name__}", message=str(exc)[:200], judge_model=model)
     try:
         score, reason = parse_judge_reply(reply)
     except JudgeReplyError as exc:
         log.debug("judge_reply_unusable", error=str(exc), reply=reply[:200])
-        return CheckOutcome("error", None, {"error": str(exc), "reply": reply[:300], "judge_model": model})
+        return error_outcome(str(exc), reply=reply[:300], judge_model=model)
     value = (score - 1.0) / 4.0
     details = {"score": score, "reason": reason, "judge_model": model, "min_score": min_score}
     return CheckOutcome("pass" if score >= min_score else "fail", value, details)
