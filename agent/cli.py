@@ -17,7 +17,7 @@ from llmwatch import __version__
 from llmwatch.agent.cli_args import config_from_args
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.core.config import ConfigError
-from llmwatch.core.records import RecordError
+from llmwatch.core.errors import LlmwatchError
 
 log = structlog.get_logger(__name__)
 
@@ -214,13 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        sys.stderr.write(f"llmwatch: {exc}\n")
-        return 2
-    except RecordError as exc:
-        sys.stderr.write(f"llmwatch: bad input: {exc}\n")
-        return 2
-
+    except LlmwatchError as exc:
+        # Bad config, bad input files, unusable suites or reviews: the message names the place.
+        sys.stderr.write(f"llmwatch: {exc.label}{exc}\n")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

@@ -2,7 +2,9 @@
 
 Kept apart from agent/cli.py so that the sidecar's own commands stay small; `register` adds the
 subcommands to its parser. Exit codes follow agent/cli.py: 0 fine, 1 the command found a problem
-(a regression), 2 bad usage or unusable input (the message names the file, line or field).
+(a regression), 2 bad usage or unusable input (the message names the file, line or field). A
+suite or review file that cannot be used raises its `LlmwatchError` (RegressError, ReviewError),
+which agent/cli.py's `main` reports and turns into its exit code like every other.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
+    from llmwatch.scorers.regress import RunSettings, format_run, regress
 
     cfg = config_from_args(args)
     settings = RunSettings(
@@ -93,10 +95,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
     )
-    try:
-        run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
-    except RegressError as exc:
-        return _fail(str(exc))
+    run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
     if args.format == "json":
         summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -109,7 +108,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def cmd_review_export(args: argparse.Namespace) -> int:
     from llmwatch.scorers.matrix import build_categories
-    from llmwatch.scorers.review import ReviewError, export_tasks
+    from llmwatch.scorers.review import export_tasks
 
     cfg = config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
@@ -117,11 +116,8 @@ def cmd_review_export(args: argparse.Namespace) -> int:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    try:
-        summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
-                               seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
-    except ReviewError as exc:
-        return _fail(str(exc))
+    summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
+                           seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
@@ -133,7 +129,7 @@ def cmd_review_export(args: argparse.Namespace) -> int:
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.review import ReviewError, format_import, import_reviews, key_path_for
+    from llmwatch.scorers.review import format_import, import_reviews, key_path_for
 
     key = args.key or str(key_path_for(args.tasks))
     judge = None
@@ -142,10 +138,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
         from llmwatch.core.scores import Score
 
         judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
-    try:
-        report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
-    except ReviewError as exc:
-        return _fail(str(exc))
+    report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
     if args.out:
         with open(args.out, "wb") as fh:
             fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")

@@ -37,8 +37,9 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.intake import Pipeline
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.wire import approx_tokens, content_to_text, extract_answer_text, extract_prompt_text
 from llmwatch.scorers.sampler import Sampler
@@ -56,7 +57,7 @@ _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
 
 
-class SpanRejected(ValueError):
+class SpanRejected(LlmwatchError, ValueError):
     """An LLM span that cannot become a sample (reported in partial_success)."""
 
 

@@ -19,7 +19,8 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch import __version__
-from llmwatch.core.records import RecordError, Sample, describe_validation_error
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.features import RouteStats, summarize
 

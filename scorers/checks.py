@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
 
@@ -27,6 +28,7 @@ __all__ = [
     "ConfiguredCheck",
     "NonEmptyStr",
     "answer_or_skip",
+    "describe_params_error",
     "error_outcome",
     "every_sample",
     "failed",
@@ -81,6 +83,11 @@ class CheckParams(BaseModel):
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+def describe_params_error(model: type[BaseModel], exc: ValidationError) -> str:
+    """What is wrong with a check's params; an unknown field lists the fields the kind accepts."""
+    return describe_validation_error(exc, allowed=[f.alias or name for name, f in model.model_fields.items()])
 
 
 # --- outcomes --------------------------------------------------------------------------------------

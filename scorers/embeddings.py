@@ -32,9 +32,10 @@ import numpy as np
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
-from llmwatch.scorers.checks import CheckParams, answer_or_skip, error_outcome, skipped
+from llmwatch.scorers.checks import CheckParams, answer_or_skip, describe_params_error, error_outcome, skipped
 
 __all__ = [
     "EMBEDDING_CHECKS",
@@ -62,7 +63,7 @@ _REQUIRED_FILES = ("modules.json", "config.json", "tokenizer.json", "1_Pooling/c
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-class EmbeddingModelMissing(RuntimeError):
+class EmbeddingModelMissing(LlmwatchError, RuntimeError):
     """The packaged embedding model is not installed (or is incomplete)."""
 
 
@@ -448,18 +449,6 @@ EMBEDDING_CHECKS: dict[str, EmbeddingCheckKind] = {
 }
 
 
-def _describe_params_error(name: str, kind: str, model: type[BaseModel], exc: ValidationError) -> str:
-    allowed = ", ".join(model.model_fields) or "none"
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown field '{loc}' (allowed fields: {allowed})")
-        else:
-            parts.append(f"field '{loc}': {err['msg']}")
-    return f"check '{name}' (kind {kind}): " + "; ".join(parts)
-
-
 @dataclass
 class _Configured:
     name: str
@@ -507,7 +496,7 @@ class EmbeddingScorer:
             try:
                 validated = entry.params_model.model_validate(dict(params))
             except ValidationError as exc:
-                raise ValueError(_describe_params_error(name, kind, entry.params_model, exc)) from None
+                raise ValueError(f"check '{name}' (kind {kind}): {describe_params_error(entry.params_model, exc)}") from None
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
         self.embedder = embedder if embedder is not None else Embedder(threads=threads, quantize=quantize)
         self._last_batch: dict[str, np.ndarray] = {}
@@ -589,4 +578,4 @@ def validate_embedding_params(kind: str, params: Mapping[str, Any] | None) -> No
     try:
         entry.params_model.model_validate(dict(params or {}))
     except ValidationError as exc:
-        raise ValueError(_describe_params_error(kind, kind, entry.params_model, exc)) from None
+        raise ValueError(f"check '{kind}' (kind {kind}): {describe_params_error(entry.params_model, exc)}") from None

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import MatrixSection
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
@@ -26,7 +27,7 @@ __all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report
 REPORT_SCHEMA = "llmwatch.report/v1"
 
 
-class WeightsMismatch(ValueError):
+class WeightsMismatch(LlmwatchError, ValueError):
     """Two reports made under different decision weights; the message says how to compare anyway."""
 
 

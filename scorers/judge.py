@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import structlog
 
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.scorers.checks import error_outcome
 
@@ -39,7 +40,7 @@ _LABELLED = re.compile(r"(?i)\b(?:score|rating|grade)\b[\"']?\s*[:=]\s*[\"']?(\d
 _BARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?\s*\.?\s*$")
 
 
-class JudgeReplyError(ValueError):
+class JudgeReplyError(LlmwatchError, ValueError):
     """The judge answered, but not with a usable score."""
 
 

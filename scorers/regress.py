@@ -44,6 +44,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmwatch import __version__
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
@@ -58,18 +59,8 @@ RUN_SCHEMA = "llmwatch.regress-run/v1"
 _RESERVED_PARAMS = ("model", "messages", "stream", "stream_options", "n")
 
 
-class RegressError(ValueError):
+class RegressError(LlmwatchError, ValueError):
     """The suite or the baseline cannot be used (exit 2); the message says which line/field and the fix."""
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """"field 'a.b': message" per error, without pydantic's "Value error, " noise; whole-record errors bare."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"field '{loc}': {msg}" if loc else msg)
-    return "; ".join(parts)
 
 
 # --- suite -------------------------------------------------------------------------------------

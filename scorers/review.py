@@ -42,12 +42,12 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
-from llmwatch.scorers.regress import describe_validation_error
 from llmwatch.scorers.stability import prompt_hash
 
 __all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import"]
@@ -68,6 +68,8 @@ INSTRUCTIONS = (
 
 class ReviewError(RecordError):
     """Review input that cannot be used; the message names the file, line and field."""
+
+    label = ""  # the CLI has always printed these as "llmwatch: <message>", without "bad input: "
 
 
 # --- records -----------------------------------------------------------------------------------

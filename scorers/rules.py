@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_valid
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import approx_tokens, response_finish_reason
-from llmwatch.scorers.checks import CheckParams, NonEmptyStr, answer_or_skip, failed, passed, run_check, skipped, tool_call_count, upstream_failed
+from llmwatch.scorers.checks import CheckParams, NonEmptyStr, answer_or_skip, describe_params_error, failed, passed, run_check, skipped, tool_call_count, upstream_failed
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
 
@@ -978,21 +978,6 @@ RULE_CHECKS: dict[str, RuleCheck] = {
 }
 
 
-def _describe_params_error(kind: str, model: type[BaseModel], exc: ValidationError) -> str:
-    allowed = ", ".join(f.alias or name for name, f in model.model_fields.items())
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown field '{loc}' (allowed fields: {allowed or 'none'})")
-        elif loc:
-            parts.append(f"field '{loc}': {msg}")
-        else:
-            parts.append(msg)
-    return f"check kind '{kind}': invalid params: " + "; ".join(parts)
-
-
 def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callable[[Sample], CheckOutcome]:
     """Validate `params` for `kind` and return `sample -> CheckOutcome`; raise ValueError naming
     the kind, the field and what is allowed."""
@@ -1006,7 +991,7 @@ def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callabl
     try:
         validated = entry.params_model.model_validate(params)
     except ValidationError as exc:
-        raise ValueError(_describe_params_error(kind, entry.params_model, exc)) from None
+        raise ValueError(f"check kind '{kind}': invalid params: {describe_params_error(entry.params_model, exc)}") from None
     fn = entry.fn
 
     def bound(sample: Sample) -> CheckOutcome:

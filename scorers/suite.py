@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks import ConfiguredCheck, error_outcome
@@ -77,8 +78,8 @@ def _selector(spec: CheckSpec) -> Callable[[Sample], bool]:
     return applies
 
 
-class CheckTimeout(Exception):
-    pass
+class CheckTimeout(LlmwatchError):
+    """A check ran past scoring.check_timeout_s; recorded as that check's error outcome."""
 
 
 class _TimeLimit:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Iterator
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.wire import extract_answer_text, extract_prompt_text
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
@@ -93,16 +94,10 @@ class Sample(BaseModel):
         return extract_answer_text(self.response)
 
 
-class RecordError(ValueError):
+class RecordError(LlmwatchError, ValueError):
     """A line of a JSON Lines file that is not a valid record; names file, line and field."""
 
-
-def describe_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(record)"
-        parts.append(f"field '{loc}': {err['msg']}")
-    return "; ".join(parts)
+    label = "bad input: "
 
 
 def iter_jsonl(path: str, model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
