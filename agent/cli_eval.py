@@ -32,10 +32,10 @@ def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | Non
     configured = [s.name for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))]
     if scores_path is not None:
         ids = {s.id for s in samples}
-        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]  # type: ignore[union-attr]
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
     else:
-        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]  # type: ignore[arg-type]
-    known = sorted(set(configured) | {sc.check for sc in scores})  # type: ignore[union-attr]
+        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]
+    known = sorted(set(configured) | {sc.check for sc in scores})
     return samples, scores, known
 
 
@@ -137,7 +137,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
         from llmwatch.core.jsonio import read_records
         from llmwatch.core.scores import Score
 
-        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
+        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}
     report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
     if args.out:
         with open(args.out, "wb") as fh:

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmwatch import __version__
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
@@ -582,12 +583,7 @@ def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], 
 
 
 def write_run(run: RegressRun, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    return target
+    return atomic_write_bytes(path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
 
 
 def _pct(x: float | None) -> str:

@@ -43,6 +43,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
@@ -297,10 +298,7 @@ def export_tasks(
         counts[stratum] += 1
         same += same_prompt
     body = b"\n".join(lines) + b"\n"
-    tasks_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tasks_path.with_name(tasks_path.name + ".partial")
-    tmp.write_bytes(body)
-    os.replace(tmp, tasks_path)
+    atomic_write_bytes(tasks_path, body)
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,
@@ -310,7 +308,7 @@ def export_tasks(
         criteria=list(criteria),
         tasks=key_tasks,
     )
-    key_path.write_bytes(orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
     available = defaultdict(int)
     for c in pool:
         available[c.stratum] += 1

@@ -9,12 +9,12 @@ traffic can feed llmwatch without running the proxy.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.wire import extract_answer_text, extract_prompt_text
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
@@ -98,26 +98,3 @@ class RecordError(LlmwatchError, ValueError):
     """A line of a JSON Lines file that is not a valid record; names file, line and field."""
 
     label = "bad input: "
-
-
-def iter_jsonl(path: str, model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
-    """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
-
-    Blank lines are skipped. A final line without a newline that does not parse
-    is treated as a torn write (the writer was killed mid-line) only if it is the
-    last line; it is reported like any other bad line so that nothing is lost silently.
-    """
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
-            if not isinstance(data, dict):
-                raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-            try:
-                yield model.model_validate(data)
-            except ValidationError as exc:
-                raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
