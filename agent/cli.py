@@ -14,10 +14,10 @@ from typing import Any, Awaitable, Callable, Sequence
 import structlog
 
 from llmwatch import __version__
-from llmwatch.core.config import Config, ConfigError, load_config
-from llmwatch.core.logs import configure_logging
-from llmwatch.core.records import RecordError
+from llmwatch.agent.cli_args import config_from_args
 from llmwatch.agent.signals import wait_for_signal
+from llmwatch.core.config import ConfigError
+from llmwatch.core.errors import LlmwatchError
 
 log = structlog.get_logger(__name__)
 
@@ -41,21 +41,8 @@ async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     return 0
 
 
-def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
-    overrides = {
-        "upstream": getattr(args, "upstream", None),
-        "listen": getattr(args, "listen", None),
-        "metrics_listen": getattr(args, "metrics_listen", None),
-        "data_dir": getattr(args, "data_dir", None),
-        **extra,
-    }
-    cfg = load_config(args.config, overrides=overrides)
-    configure_logging(cfg.logging.level, cfg.logging.format)
-    return cfg
-
-
 def cmd_proxy(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     if not cfg.upstream:
         raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
     from llmwatch.agent.runtime import Agent
@@ -66,14 +53,14 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from llmwatch.agent.demo import run_demo
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     from llmwatch.scorers.offline import score_files
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
 
 
@@ -81,7 +68,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     from llmwatch.scorers.baseline import freeze, write_baseline
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
     baseline = freeze(samples, scores, embeddings, model_version=args.model_version)
     path = write_baseline(baseline, args.out)
@@ -98,7 +85,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from llmwatch.scorers.features import summarize
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     baseline = load_baseline(args.baseline)
     samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
     current = summarize(samples, scores, embeddings)
@@ -120,17 +107,17 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 def cmd_scorer(args: argparse.Namespace) -> int:
     from llmwatch.agent.kafka_scorer import run_scorer
 
-    return run_scorer(_config_from_args(args, kafka=_kafka_overrides(args)))
+    return run_scorer(config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from llmwatch.agent.kafka_aggregate import run_aggregator
 
-    return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
+    return run_aggregator(config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
+    cfg = config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
     from llmwatch.agent.runtime import Agent
@@ -227,13 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        sys.stderr.write(f"llmwatch: {exc}\n")
-        return 2
-    except RecordError as exc:
-        sys.stderr.write(f"llmwatch: bad input: {exc}\n")
-        return 2
-
+    except LlmwatchError as exc:
+        # Bad config, bad input files, unusable suites or reviews: the message names the place.
+        sys.stderr.write(f"llmwatch: {exc.label}{exc}\n")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

@@ -16,10 +16,12 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
+
 ENV_PREFIX = "LLMWATCH_"
 
 
-class ConfigError(ValueError):
+class ConfigError(LlmwatchError, ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
 
 
@@ -399,25 +401,6 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     return None
 
 
-def format_validation_error(exc: ValidationError, source: str, env_keys: Mapping[str, str]) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        origin = env_keys.get(path)
-        where = f" (from environment variable {origin})" if origin else ""
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_fields(Config, loc)
-            hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-            lines.append(f"  - {path}{where}: unknown field{hint}")
-            continue
-        given = err.get("input")
-        given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
-        message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"  - {path}{where}: {message}{given_text}")
-    return "\n".join(lines)
-
-
 def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """`LLMWATCH_SAMPLING__RATE=0.5` -> {"sampling": {"rate": 0.5}}; values are parsed as YAML scalars."""
     tree: dict[str, Any] = {}
@@ -492,4 +475,4 @@ def load_config(
         return Config.model_validate(data)
     except ValidationError as exc:
         source = str(path) if path is not None else "defaults and environment"
-        raise ConfigError(format_validation_error(exc, source, origins)) from None
+        raise ConfigError(describe_validation_error(exc, header=f"invalid configuration ({source}):", allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None
