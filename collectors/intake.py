@@ -2,8 +2,10 @@
 
 One daemon thread drains the queue in batches. Building the `Sample` record and redacting it
 happen here, not on the hot path. A sink that raises loses that batch for that sink only: the
-loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged, and the
-other sinks and the proxy go on.
+loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged (at a
+bounded rate), and the other sinks and the proxy go on. A sink that refuses part of a batch
+(disk full, scorer too far behind) counts the refused samples itself, with its own reason, and
+returns how many it refused: per sink, samples selected = written + dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import structlog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
-from llmwatch.core.jsonio import JsonlWriter
+from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
+from llmwatch.core.logs import RateLimitedLog
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
 
 log = structlog.get_logger(__name__)
@@ -40,7 +43,10 @@ class Sink(Protocol):
     # on this host (`raw = True`) sees the original text, so that e.g. `pii_leak` can find PII.
     raw: bool
 
-    def write(self, samples: Sequence[Sample]) -> None: ...
+    def write(self, samples: Sequence[Sample]) -> int | None:
+        """Take the batch; None (or 0) when all of it was accepted, else how many were refused
+        (the sink has counted those under `llmwatch_samples_dropped_total` with its reason)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -49,11 +55,22 @@ class FileSink:
     name = "files"
     raw = False
 
-    def __init__(self, directory: str, max_file_bytes: int) -> None:
+    def __init__(self, directory: str, max_file_bytes: int, metrics: Metrics | None = None) -> None:
         self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
+        self._metrics = metrics
+        self._warn = RateLimitedLog()
 
-    def write(self, samples: Sequence[Sample]) -> None:
-        self._writer.write_lines(s.to_json() for s in samples)
+    def write(self, samples: Sequence[Sample]) -> int | None:
+        try:
+            self._writer.write_lines(s.to_json() for s in samples)
+        except JsonlWriteError as exc:
+            # Disk full or an I/O error: the file was cut back to whole lines, the next batch
+            # tries again (so writing resumes when space returns), and the loss is counted.
+            if self._metrics is not None:
+                self._metrics.samples_dropped.labels(reason="write_error").inc(exc.lost)
+            self._warn(log.error, "samples_write_failed", directory=str(self._writer.directory), lost=exc.lost, error=str(exc))
+            return exc.lost
+        return None
 
     def close(self) -> None:
         self._writer.close()
@@ -77,6 +94,8 @@ class Pipeline:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmwatch-pipeline", daemon=True)
         self.processed = 0
+        self._warn = RateLimitedLog()
+        self._sink_warn = {sink.name: RateLimitedLog() for sink in self.sinks}
 
     def start(self) -> None:
         self._thread.start()
@@ -106,7 +125,13 @@ class Pipeline:
         while True:
             batch = self.queue.get_batch(self._batch_size, timeout=0.2)
             if batch:
-                self._process(batch)
+                try:
+                    self._process(batch)
+                except Exception as exc:
+                    # This thread is the only consumer: were it to die, every later sample would
+                    # pile up unseen. The batch is lost and counted; the thread goes on.
+                    self.metrics.samples_dropped.labels(reason="pipeline_error").inc(len(batch))
+                    self._warn(log.error, "pipeline_batch_failed", samples=len(batch), error=repr(exc))
             elif self._stop.is_set():
                 return
 
@@ -128,11 +153,13 @@ class Pipeline:
                     redacted = [self.redacted(s) for s in samples]
                 batch_for_sink = redacted
             try:
-                sink.write(batch_for_sink)
-                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples))
+                refused = sink.write(batch_for_sink) or 0
             except Exception as exc:
                 self.metrics.samples_dropped.labels(reason="sink_error").inc(len(samples))
-                log.error("sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                self._sink_warn[sink.name](log.error, "sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                continue
+            if len(samples) > refused:
+                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples) - refused)
         self.processed += len(batch)
 
     def close(self, timeout: float = 5.0) -> None:

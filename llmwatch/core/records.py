@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Iterator
 
 import orjson
+import structlog
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
@@ -106,9 +107,9 @@ def describe_validation_error(exc: ValidationError) -> str:
 def iter_jsonl(path: str, model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
     """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
 
-    Blank lines are skipped. A final line without a newline that does not parse
-    is treated as a torn write (the writer was killed mid-line) only if it is the
-    last line; it is reported like any other bad line so that nothing is lost silently.
+    Blank lines are skipped. A last line without its newline that does not parse is a torn
+    write (the writer was killed mid-line): it is skipped with a warning naming the file and
+    line, since the record was never complete. A bad line anywhere else is refused.
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -117,6 +118,10 @@ def iter_jsonl(path: str, model: type[BaseModel] = Sample) -> Iterator[BaseModel
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
+                # Only the last line can lack its newline.
+                if not raw.endswith(b"\n"):
+                    structlog.get_logger(__name__).warning("torn_last_line_skipped", file=str(path), line=lineno, bytes=len(raw), fix="a writer was killed mid-line; the record was never complete")
+                    return
                 raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
             if not isinstance(data, dict):
                 raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")

@@ -1,0 +1,286 @@
+"""The scorer never stops silently and shutdown is bounded: real processes, real signals, a real full disk.
+
+Each process test starts `llmwatch proxy` (and the simulator upstream) as subprocesses on port 0,
+reads the ports they bound from their logs, and signals only the PIDs it started (or, for the
+scorer child, the PID the proxy started for it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx2 as httpx  # the HTTP client the openai SDK ships with
+import orjson
+import pytest
+import structlog.testing
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import metric, proxy_url, scrape, wait_until
+from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
+from llmwatch.core.records import RecordError, Sample, iter_jsonl
+
+RULES_ONLY = {"LLMWATCH_SCORING__ENABLED": "true", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+CHECKS = 4  # the built-in rule checks a plain chat answer gets (see test_scoring.py)
+
+
+# --- helpers: processes that report what they bound ----------------------------------------
+
+
+class Proc:
+    """A subprocess whose merged output is read by a thread (never blocks it) and searchable."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.popen = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _read(self) -> None:
+        for raw in self.popen.stdout:  # type: ignore[union-attr]
+            with self._changed:
+                self.lines.append(raw.decode("utf-8", "replace"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match:
+        """The first output line matching `pattern`; fails after `timeout` or when the process ends."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.popen.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no line matching {pattern!r}; output:\n{self.output()}")
+                self._changed.wait(min(left, 0.5))
+
+    def events(self, name: str) -> list[dict]:
+        out = []
+        for line in self.lines:
+            if line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("event") == name:
+                    out.append(record)
+        return out
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+def children(pid: int) -> dict[int, str]:
+    """{pid: command line} of the live processes whose parent is `pid` (a /proc scan)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found[int(entry)] = cmdline
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s")
+        time.sleep(poll)
+
+
+def scorer_child(proxy: Proc, timeout: float = 30.0) -> int:
+    """The PID of the scorer process the proxy spawned (not multiprocessing's resource tracker)."""
+    found: list[int] = []
+
+    def look() -> bool:
+        found[:] = [pid for pid, cmd in children(proxy.pid).items() if "spawn_main" in cmd]
+        return bool(found)
+
+    wait_for(look, timeout, "the proxy's scorer child process", poll=0.005)
+    return found[0]
+
+
+@pytest.fixture
+def simulator():
+    sim = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0", "--latency-scale", "0.01", "--seed", "1"])
+    try:
+        yield sim.wait_for(r"url=(http://127\.0\.0\.1:\d+)").group(1)
+    finally:
+        if sim.popen.poll() is None:
+            os.kill(sim.pid, signal.SIGTERM)
+        sim.stop()
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path):
+    started: list[Proc] = []
+
+    def start(upstream: str, data_dir: Path | None = None, **env: str) -> tuple[Proc, str, str]:
+        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_LOGGING__LEVEL": "info", **RULES_ONLY, **env}
+        argv = [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0",
+                "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir or tmp_path / "data")]
+        proc = Proc(argv, env=full_env)
+        started.append(proc)
+        return proc, *_ports(proc)
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def _ports(proc: Proc) -> tuple[str, str]:
+    m = proc.wait_for(r'"event": "agent_started"')
+    record = json.loads(m.string)
+    return f"http://127.0.0.1:{record['proxy_port']}", f"http://127.0.0.1:{record['metrics_port']}"
+
+
+def chat(proxy: str, text: str = "How do I bake bread?", seed: int = 0) -> None:
+    body = {"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": text}], "seed": seed}
+    r = httpx.post(f"{proxy}/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-lifecycle-test"}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def scrape_url(metrics_url: str) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(f"{metrics_url}/metrics", timeout=5).text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def wait_metric(metrics_url: str, name: str, at_least: float, timeout: float = 30.0, **labels: str) -> dict:
+    last: dict = {}
+
+    def reached() -> bool:
+        nonlocal last
+        last = scrape_url(metrics_url)
+        return metric(last, name, **labels) >= at_least
+
+    wait_for(reached, timeout, f"{name}{labels} >= {at_least} (last {metric(last, name, **labels)})", poll=0.1)
+    return last
+
+
+def records(directory: Path) -> list[dict]:
+    """Every record of every .jsonl file, read strictly: any incomplete line fails the test."""
+    out = []
+    for path in sorted(directory.glob("*.jsonl")):
+        data = path.read_bytes()
+        assert not data or data.endswith(b"\n"), f"{path} ends with a torn line"
+        out.extend(orjson.loads(line) for line in data.splitlines() if line.strip())
+    return out
+
+
+# --- writers and readers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """An 8 MiB tmpfs: a disk that really fills up, without touching the real one."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {exc}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a filler file until the disk is full; deleting it gives the space back."""
+    filler = disk / "filler"
+    chunk = b"\0" * 65536
+    with open(filler, "wb", buffering=0) as fh:
+        for _ in range(8 * 1024 * 1024 // len(chunk) + 16):
+            try:
+                fh.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        else:
+            raise AssertionError("the 8 MiB disk never filled up")
+        # Whatever is left is smaller than a chunk: take that too, byte by page.
+        for _ in range(64):
+            try:
+                fh.write(b"\0" * 4096)
+            except OSError:
+                break
+    return filler
+
+
+def line(i: int, size: int = 2000) -> bytes:
+    return orjson.dumps({"i": i, "pad": "x" * size})
+
+
+def test_a_writer_on_a_full_disk_keeps_whole_lines_counts_the_loss_and_resumes_when_space_returns(small_disk: Path):
+    writer = JsonlWriter(small_disk / "scores", "scores")
+    assert writer.write_lines(line(i) for i in range(3)) == 3
+    filler = fill(small_disk)
+    with pytest.raises(JsonlWriteError) as err:
+        writer.write_lines(line(i) for i in range(3, 13))
+    assert err.value.errno == errno.ENOSPC
+    assert err.value.written + err.value.lost == 10 and err.value.lost > 0
+    kept = records(small_disk / "scores")
+    assert [r["i"] for r in kept] == list(range(3 + err.value.written)), "only whole lines, in order"
+    filler.unlink()
+    assert writer.write_lines(line(i) for i in range(100, 105)) == 5
+    writer.close()
+    assert [r["i"] for r in records(small_disk / "scores")][-5:] == list(range(100, 105))
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_but_a_torn_line_in_the_middle_is_refused(tmp_path: Path):
+    good = Sample(timestamp=datetime.now(timezone.utc), request={"model": "m"}, response={}, model="m", status=200, latency_ms=1.0).to_json()
+    torn_at_end = tmp_path / "end.jsonl"
+    torn_at_end.write_bytes(good + b"\n" + good[: len(good) // 2])
+    with structlog.testing.capture_logs() as logs:
+        assert len(list(iter_jsonl(str(torn_at_end)))) == 1
+    assert [(e["event"], e["file"], e["line"]) for e in logs] == [("torn_last_line_skipped", str(torn_at_end), 2)]
+    torn_in_middle = tmp_path / "middle.jsonl"
+    torn_in_middle.write_bytes(good + b"\n" + good[: len(good) // 2] + b"\n" + good + b"\n")
+    with pytest.raises(RecordError, match=r"middle\.jsonl:2: not valid JSON"):
+        list(iter_jsonl(str(torn_in_middle)))
