@@ -31,7 +31,6 @@ from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.records import RecordError, Sample, iter_jsonl
 
 RULES_ONLY = {"LLMWATCH_SCORING__ENABLED": "true", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
-CHECKS = 4  # the built-in rule checks a plain chat answer gets (see test_scoring.py)
 
 
 # --- helpers: processes that report what they bound ----------------------------------------
@@ -284,3 +283,103 @@ def test_a_torn_last_line_is_skipped_with_a_warning_but_a_torn_line_in_the_middl
     torn_in_middle.write_bytes(good + b"\n" + good[: len(good) // 2] + b"\n" + good + b"\n")
     with pytest.raises(RecordError, match=r"middle\.jsonl:2: not valid JSON"):
         list(iter_jsonl(str(torn_in_middle)))
+
+
+# --- the scorer process: signals, parent death, shutdown -------------------------------------
+
+
+def test_sigkill_of_the_proxy_takes_the_scorer_child_and_the_resource_tracker_with_it(simulator, start_proxy):
+    proxy, _, _ = start_proxy(simulator)
+    proxy.wait_for(r'"event": "scorer_ready"')
+    family = children(proxy.pid)
+    scorer = scorer_child(proxy)
+    assert scorer in family and any("resource_tracker" in cmd for cmd in family.values()), family
+    try:
+        os.kill(proxy.pid, signal.SIGKILL)
+        proxy.popen.wait(timeout=10)
+        wait_for(lambda: not any(running(pid) for pid in family), 15, f"the proxy's children {sorted(family)} exit after it was killed")
+    finally:
+        for pid in family:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_the_backlog_as_errors(simulator, start_proxy, tmp_path: Path):
+    proxy, proxy_base, metrics_url = start_proxy(simulator, LLMWATCH_SCORING__SHUTDOWN_TIMEOUT_S="1")
+    proxy.wait_for(r'"event": "scorer_ready"')
+    scorer = scorer_child(proxy)
+    # A scorer that reads nothing: its inbox pipe (64 KiB) fills up, as with a scorer far behind.
+    os.kill(scorer, signal.SIGSTOP)
+    try:
+        n = 24
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: chat(proxy_base, "Summarise this. " + "lorem ipsum " * 800, seed=i), range(n)))
+        wait_metric(metrics_url, "llmwatch_scoring_pending", n)
+        os.kill(proxy.pid, signal.SIGTERM)
+        assert proxy.popen.wait(timeout=30) == 0, proxy.output()
+    finally:
+        if running(scorer):
+            os.kill(scorer, signal.SIGKILL)
+    assert not running(scorer), "the stopped scorer was killed, not left behind"
+    assert proxy.events("scorer_draining")[0]["samples"] == n
+    assert proxy.events("scorer_unscored")[0] == {**proxy.events("scorer_unscored")[0], "samples": n, "reason": "shutdown"}
+    scores = records(tmp_path / "data" / "scores")
+    # One error per sample and per check the scorer had loaded.
+    assert len(scores) == n * len(proxy.events("scorer_ready")[0]["checks"])
+    assert {(s["result"], s["details"]["exception"]) for s in scores} == {("error", "shutdown")}
+    assert len({s["sample_id"] for s in scores}) == n
+    assert "Traceback" not in proxy.output()
+
+
+def test_ctrl_c_while_the_model_loads_stops_at_once_and_records_the_waiting_samples_as_errors(simulator, start_proxy, tmp_path: Path):
+    proxy, proxy_base, metrics_url = start_proxy(simulator)
+    # Stopped before it could say it is ready: a scorer still loading its model, for as long as we like.
+    scorer = scorer_child(proxy)
+    os.kill(scorer, signal.SIGSTOP)
+    try:
+        assert not proxy.events("scorer_ready"), "the scorer was stopped only after it had loaded"
+        for i in range(3):
+            chat(proxy_base, seed=i)
+        wait_metric(metrics_url, "llmwatch_scoring_pending", 3)
+        os.kill(proxy.pid, signal.SIGINT)
+        proxy.wait_for(r'"event": "agent_stopping"', timeout=10)
+        assert proxy.popen.wait(timeout=15) == 0, proxy.output()
+    finally:
+        if running(scorer):
+            os.kill(scorer, signal.SIGKILL)
+    assert not proxy.events("scorer_draining"), "nothing to wait for: the model was not loaded"
+    assert proxy.events("scorer_stopping")[0]["model_loaded"] is False
+    assert proxy.events("scorer_unscored")[0]["samples"] == 3
+    scores = records(tmp_path / "data" / "scores")
+    # Check names come from the child once loaded; before that each sample gets one `scorer` error.
+    assert [(s["check"], s["result"], s["details"]["exception"]) for s in scores] == [("scorer", "error", "shutdown")] * 3
+    assert "Traceback" not in proxy.output()
+
+
+async def test_scorer_sink_counts_only_what_the_scorer_accepted_and_shutdown_counts_the_unscored(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False, "max_pending": 2, "shutdown_timeout_s": 0.5})
+    await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
+    os.kill(agent.scorer._proc.pid, signal.SIGSTOP)
+    client = httpx.AsyncClient(timeout=30)
+    n = 5
+    for i in range(n):
+        r = await client.post(proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": i})
+        assert r.status_code == 200
+        await wait_until(lambda: agent.pipeline.processed >= i + 1)
+    await client.aclose()
+    samples = await scrape(agent)
+    written = metric(samples, "llmwatch_samples_written_total", sink="scorer")
+    refused = metric(samples, "llmwatch_samples_dropped_total", reason="scoring_queue_full")
+    assert (written, refused) == (2, 3), "selected = written + dropped for the scorer sink"
+    assert metric(samples, "llmwatch_samples_written_total", sink="files") == n
+    await agent.stop()
+    assert metric(await _registry(agent), "llmwatch_samples_unscored_total", reason="shutdown") == 2
+    assert not agent.scorer.alive
+
+
+async def _registry(agent) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(__import__("prometheus_client").generate_latest(agent.metrics.registry).decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
