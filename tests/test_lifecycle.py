@@ -383,3 +383,48 @@ async def _registry(agent) -> dict:
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
+
+
+def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_resume(simulator, start_proxy, small_disk: Path):
+    proxy, proxy_base, metrics_url = start_proxy(simulator, data_dir=small_disk)
+    proxy.wait_for(r'"event": "scorer_ready"')
+    checks = len(proxy.events("scorer_ready")[0]["checks"])
+    for i in range(3):
+        chat(proxy_base, seed=i)
+    wait_metric(metrics_url, "llmwatch_samples_written_total", 3, sink="files")
+    base_scores = metric(wait_metric(metrics_url, "llmwatch_check_total", 3 * 4), "llmwatch_check_total")
+
+    filler = fill(small_disk)
+    # Samples larger than a page: a file's last, partly used page cannot take one (tmpfs allocates pages).
+    big = 5
+    for i in range(3, 3 + big):
+        chat(proxy_base, "Summarise this. " + "lorem ipsum " * 500, seed=i)
+    samples = wait_metric(metrics_url, "llmwatch_samples_dropped_total", big, reason="write_error")
+    assert metric(samples, "llmwatch_samples_written_total", sink="files") == 3
+    assert metric(samples, "llmwatch_samples_total") == metric(samples, "llmwatch_samples_written_total", sink="files") + metric(samples, "llmwatch_samples_dropped_total")
+    # Scores go on being counted in the metrics; the scores file lost some (what fit in its last page stayed), and says so.
+    wait_metric(metrics_url, "llmwatch_check_total", base_scores + big * 4)
+    wait_metric(metrics_url, "llmwatch_scores_dropped_total", 1, reason="write_error")
+    ready = httpx.get(f"{metrics_url}/readyz", timeout=5)
+    assert ready.status_code == 200 and ready.json()["checks"]["scorer_alive"] is True, ready.text
+
+    filler.unlink()
+    for i in range(8, 10):
+        chat(proxy_base, seed=i)
+    wait_metric(metrics_url, "llmwatch_samples_written_total", 5, sink="files")
+    samples = wait_metric(metrics_url, "llmwatch_check_total", base_scores + (big + 2) * 4)
+    lost_scores = metric(samples, "llmwatch_scores_dropped_total", reason="write_error")
+    os.kill(proxy.pid, signal.SIGTERM)
+    assert proxy.popen.wait(timeout=30) == 0, proxy.output()
+
+    # Whole lines only, and exactly what the counters say was written.
+    stored = records(small_disk / "samples")
+    assert len(stored) == 5
+    scores = records(small_disk / "scores")
+    assert len(scores) == metric(samples, "llmwatch_check_total") - lost_scores
+    assert {s["sample_id"] for s in scores} >= {s["id"] for s in stored}, "scoring resumed: the samples stored after the disk freed up are scored"
+    assert len(proxy.events("samples_write_failed")) <= 2, "a repeating failure is logged at a bounded rate"
+    # The commands that read these files accept them.
+    out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(small_disk / "samples"), "--out", str(small_disk / "rescored.jsonl")],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, **RULES_ONLY})
+    assert out.returncode == 0, out.stderr
