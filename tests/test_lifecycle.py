@@ -428,3 +428,50 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
     out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(small_disk / "samples"), "--out", str(small_disk / "rescored.jsonl")],
                          capture_output=True, text=True, timeout=120, env={**os.environ, **RULES_ONLY})
     assert out.returncode == 0, out.stderr
+
+
+# --- Kafka with no broker --------------------------------------------------------------------
+
+
+def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_and_logs_at_a_bounded_rate():
+    import logging
+
+    from llmwatch.collectors.kafka import KafkaSampleSink
+    from llmwatch.core.config import KafkaSection
+    from llmwatch.core.metrics import Metrics
+
+    # A port that was just free: nothing listens there (no broker), connections are refused at once.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.name.startswith("kafka") and record.levelno >= logging.WARNING:
+                seen.append(record)
+
+    handler = Keep()
+    logging.getLogger().addHandler(handler)
+    metrics = Metrics()
+    started = time.monotonic()
+    sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], delivery_timeout_ms=1000), metrics)
+    try:
+        sink.write([Sample(id=f"s{i}", timestamp=datetime.now(timezone.utc), request={}, response={}, model="m", status=200, latency_ms=1.0) for i in range(10)])
+        expired = metrics.kafka_dropped.labels(reason="delivery_timeout")
+        wait_for(lambda: expired._value.get() == 10, 30, "the 10 buffered samples expire")
+        assert sink.outstanding == 0
+        # Let kafka-python go on failing a while: its lines stay at one per logger per 10 s.
+        wait_for(lambda: time.monotonic() - started > 4, 10, "a few seconds of failed connection attempts", poll=0.2)
+        elapsed = time.monotonic() - started
+        per_logger: dict[str, int] = {}
+        for record in seen:
+            per_logger[record.name] = per_logger.get(record.name, 0) + 1
+        assert per_logger, "kafka-python did report the refused connections"
+        assert max(per_logger.values()) <= 1 + elapsed // 10, per_logger
+    finally:
+        logging.getLogger().removeHandler(handler)
+        sink.close(timeout=1.0)
+    assert metrics.kafka_dropped.labels(reason="closed")._value.get() == 0, "nothing left to lose at close"

@@ -190,7 +190,7 @@ class Metrics:
         self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",
-            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, closed).",
+            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, delivery_timeout, closed).",
             ["reason"],
             registry=r,
         )
