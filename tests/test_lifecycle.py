@@ -475,3 +475,29 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
         logging.getLogger().removeHandler(handler)
         sink.close(timeout=1.0)
     assert metrics.kafka_dropped.labels(reason="closed")._value.get() == 0, "nothing left to lose at close"
+
+
+async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path: Path):
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from synthetic import Behaviour, window
+
+    from llmwatch.agent.runtime import Agent
+    from llmwatch.core.config import load_config
+    from llmwatch.scorers.baseline import freeze, write_baseline
+
+    samples, scores, emb = window(np.random.default_rng(1), 100, Behaviour(), version="A", prefix="base")
+    baseline = write_baseline(freeze(samples, scores, emb, model_version="A"), tmp_path / "baseline.json")
+    overrides = {"upstream": sim.url, "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"),
+                 "scoring": {"enabled": True, "embeddings": False}, "drift": {"baseline": str(baseline)}}
+    agent = Agent(load_config(None, overrides=overrides, environ={}))  # checks the baseline in this process
+    baseline.write_text("{}")  # ... which the scorer child then cannot load: it fails to start
+    await agent.start()
+    try:
+        await wait_until(lambda: agent.scorer.fatal is not None, timeout=60)
+        async with httpx.AsyncClient() as client:
+            r = await client.get(f"http://127.0.0.1:{agent.metrics_port}/readyz")
+        assert r.status_code == 503 and r.json()["checks"] == {**r.json()["checks"], "scorer_alive": False, "pipeline_alive": True}
+    finally:
+        await agent.stop()
