@@ -10,9 +10,11 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import json
+import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +26,7 @@ import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
 import structlog.testing
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import metric, proxy_url, scrape, wait_until
@@ -329,6 +332,7 @@ def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_th
     assert {(s["result"], s["details"]["exception"]) for s in scores} == {("error", "shutdown")}
     assert len({s["sample_id"] for s in scores}) == n
     assert "Traceback" not in proxy.output()
+    assert "sk-lifecycle-test" not in proxy.output() + json.dumps(scores), "no secret in logs or error scores"
 
 
 def test_ctrl_c_while_the_model_loads_stops_at_once_and_records_the_waiting_samples_as_errors(simulator, start_proxy, tmp_path: Path):
@@ -378,8 +382,9 @@ async def test_scorer_sink_counts_only_what_the_scorer_accepted_and_shutdown_cou
 
 
 async def _registry(agent) -> dict:
+    """The agent's metrics read from its registry: after `stop` its /metrics port is closed."""
     out = {}
-    for family in text_string_to_metric_families(__import__("prometheus_client").generate_latest(agent.metrics.registry).decode()):
+    for family in text_string_to_metric_families(generate_latest(agent.metrics.registry).decode()):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
@@ -388,11 +393,11 @@ async def _registry(agent) -> dict:
 def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_resume(simulator, start_proxy, small_disk: Path):
     proxy, proxy_base, metrics_url = start_proxy(simulator, data_dir=small_disk)
     proxy.wait_for(r'"event": "scorer_ready"')
-    checks = len(proxy.events("scorer_ready")[0]["checks"])
+    per_sample = 4  # the built-in rule checks of a plain (not JSON-mode) chat answer
     for i in range(3):
         chat(proxy_base, seed=i)
     wait_metric(metrics_url, "llmwatch_samples_written_total", 3, sink="files")
-    base_scores = metric(wait_metric(metrics_url, "llmwatch_check_total", 3 * 4), "llmwatch_check_total")
+    base_scores = metric(wait_metric(metrics_url, "llmwatch_check_total", 3 * per_sample), "llmwatch_check_total")
 
     filler = fill(small_disk)
     # Samples larger than a page: a file's last, partly used page cannot take one (tmpfs allocates pages).
@@ -403,7 +408,7 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
     assert metric(samples, "llmwatch_samples_written_total", sink="files") == 3
     assert metric(samples, "llmwatch_samples_total") == metric(samples, "llmwatch_samples_written_total", sink="files") + metric(samples, "llmwatch_samples_dropped_total")
     # Scores go on being counted in the metrics; the scores file lost some (what fit in its last page stayed), and says so.
-    wait_metric(metrics_url, "llmwatch_check_total", base_scores + big * 4)
+    wait_metric(metrics_url, "llmwatch_check_total", base_scores + big * per_sample)
     wait_metric(metrics_url, "llmwatch_scores_dropped_total", 1, reason="write_error")
     ready = httpx.get(f"{metrics_url}/readyz", timeout=5)
     assert ready.status_code == 200 and ready.json()["checks"]["scorer_alive"] is True, ready.text
@@ -412,7 +417,7 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
     for i in range(8, 10):
         chat(proxy_base, seed=i)
     wait_metric(metrics_url, "llmwatch_samples_written_total", 5, sink="files")
-    samples = wait_metric(metrics_url, "llmwatch_check_total", base_scores + (big + 2) * 4)
+    samples = wait_metric(metrics_url, "llmwatch_check_total", base_scores + (big + 2) * per_sample)
     lost_scores = metric(samples, "llmwatch_scores_dropped_total", reason="write_error")
     os.kill(proxy.pid, signal.SIGTERM)
     assert proxy.popen.wait(timeout=30) == 0, proxy.output()
@@ -434,15 +439,11 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
 
 
 def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_and_logs_at_a_bounded_rate():
-    import logging
-
     from llmwatch.collectors.kafka import KafkaSampleSink
     from llmwatch.core.config import KafkaSection
     from llmwatch.core.metrics import Metrics
 
     # A port that was just free: nothing listens there (no broker), connections are refused at once.
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
