@@ -197,7 +197,7 @@ class ScorerProcess:
         self._inflight: dict[int, _Batch] = {}
         self._pending = 0
         self._lock = threading.Lock()
-        # One restart at a time: both the collector (broken pipe) and the watchdog may ask.
+        # A restart (watchdog thread) and close() never interleave: close would miss the new child.
         self._restart_lock = threading.Lock()
         self._stop = threading.Event()
         self._proc: Any = None
@@ -389,11 +389,13 @@ class ScorerProcess:
             log.error("scorer_restarted", reason=reason, inflight=len(self._inflight))
             old_proc, old_inbox, old_outbox = self._proc, self._inbox, self._outbox
             self._stop_child(old_proc, old_inbox, graceful=False)
-            self._fail_inflight(reason)
             self.restarts += 1
             self.ready.clear()
             self._last_progress = time.monotonic()
             self._spawn()
+            # After the new inbox is in place: a batch submitted meanwhile went to the old one and
+            # is failed here, instead of waiting unanswered for the next timeout.
+            self._fail_inflight(reason)
             self._discard_queues(old_inbox, old_outbox)
 
     def _collect(self) -> None:
