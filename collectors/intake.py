@@ -45,7 +45,8 @@ class Sink(Protocol):
 
     def write(self, samples: Sequence[Sample]) -> int | None:
         """Take the batch; None (or 0) when all of it was accepted, else how many were refused
-        (the sink has counted those under `llmwatch_samples_dropped_total` with its reason)."""
+        (the sink has counted those itself, with a reason: `llmwatch_samples_dropped_total`, or
+        its own counter such as `llmwatch_kafka_dropped_total`)."""
         ...
 
     def close(self) -> None: ...

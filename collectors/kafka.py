@@ -153,7 +153,8 @@ class KafkaSampleSink:
     def connected(self) -> bool:
         return self._producer is not None
 
-    def write(self, samples: Sequence[Sample]) -> None:
+    def write(self, samples: Sequence[Sample]) -> int:
+        """Buffer samples for sending; how many were refused (counted in `llmwatch_kafka_dropped_total`)."""
         self._expire()
         now = time.monotonic()
         with self._lock:
@@ -166,6 +167,7 @@ class KafkaSampleSink:
             self._dropped.labels(reason="closed" if self._closed else "buffer_full").inc(lost)
         if accepted:
             self._wake.set()
+        return lost
 
     def _expire(self) -> None:
         """Give up samples that waited here past `delivery_timeout_ms` (counted `delivery_timeout`)."""

@@ -458,9 +458,12 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
     logging.getLogger().addHandler(handler)
     metrics = Metrics()
     started = time.monotonic()
-    sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], delivery_timeout_ms=1000), metrics)
+    sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], delivery_timeout_ms=1000, max_buffered=10), metrics)
     try:
-        sink.write([Sample(id=f"s{i}", timestamp=datetime.now(timezone.utc), request={}, response={}, model="m", status=200, latency_ms=1.0) for i in range(10)])
+        batch = [Sample(id=f"s{i}", timestamp=datetime.now(timezone.utc), request={}, response={}, model="m", status=200, latency_ms=1.0) for i in range(12)]
+        # The sink tells the pipeline what it refused, so that samples_written{sink="kafka"} counts only what it took.
+        assert sink.write(batch) == 2
+        assert metrics.kafka_dropped.labels(reason="buffer_full")._value.get() == 2
         expired = metrics.kafka_dropped.labels(reason="delivery_timeout")
         wait_for(lambda: expired._value.get() == 10, 30, "the 10 buffered samples expire")
         assert sink.outstanding == 0
