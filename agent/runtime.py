@@ -46,7 +46,7 @@ class Agent:
         self.queue = BoundedQueue(cfg.queue.max_size)
         sinks: list[Sink] = []
         if cfg.files.enabled:
-            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes))
+            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes, self.metrics))
         sinks.extend(self.extra_sinks)
         if cfg.kafka.enabled:
             from llmwatch.collectors.kafka import KafkaSampleSink
@@ -80,6 +80,8 @@ class Agent:
                 on_evaluation=self.metrics.set_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
+                on_unscored=lambda reason, n: self.metrics.samples_unscored.labels(reason=reason).inc(n),
+                shutdown_timeout_s=cfg.scoring.shutdown_timeout_s,
             )
             self.metrics.scoring_pending.set_function(lambda: self.scorer.pending)
             sinks.append(ScoringSink(self.scorer, cfg.scoring.batch_size))
@@ -138,6 +140,10 @@ class Agent:
 
     def readiness(self) -> dict[str, bool]:
         checks = {"pipeline_alive": self.pipeline.alive}
+        if self.scorer is not None:
+            # A scorer that failed to start, or lost a thread, scores nothing: not ready, so the
+            # orchestrator sees it instead of frozen quality metrics.
+            checks["scorer_alive"] = self.scorer.healthy
         if self.proxy is not None:
             checks["proxy_listening"] = self.proxy_port > 0
         if self.receiver is not None:
@@ -176,6 +182,8 @@ class Agent:
         )
 
     async def stop(self) -> None:
+        # Say what the stop waits for: without it a Ctrl-C that takes seconds looks hung.
+        log.info("agent_stopping", queued_samples=self.queue.depth(), scorer_pending=self.scorer.pending if self.scorer is not None else 0)
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -184,7 +192,8 @@ class Agent:
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)
-        # The pipeline drains into its sinks (the scorer sink waits for the scores) before they close.
+        # The pipeline drains into its sinks before they close; the scorer sink then waits up to
+        # scoring.shutdown_timeout_s for scores and records the rest as `error` (see agent/scoring.py).
         self.pipeline.close()
         if self.recorder is not None:
             self.recorder.close()

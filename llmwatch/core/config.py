@@ -160,6 +160,10 @@ class ScoringSection(_Section):
     check_timeout_s: float = Field(2.0, gt=0)
     # A scorer process silent for this long is killed and restarted; its batch is recorded as errors.
     batch_timeout_s: float = Field(120.0, gt=0)
+    # On shutdown a ready scorer gets this long to score what it holds; the rest (and everything,
+    # if the model is still loading) is recorded as `error` scores with reason `shutdown`. The
+    # whole stop then takes at most this plus about 2 s.
+    shutdown_timeout_s: float = Field(5.0, ge=0, le=600)
     # Torch threads in the scorer process; keep it below the cores the proxy does not need.
     torch_threads: int = Field(1, ge=1, le=64)
     # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).

@@ -144,13 +144,13 @@ class Metrics:
         )
         self.samples_dropped = Counter(
             "llmwatch_samples_dropped",
-            "Samples selected but lost before storage, by reason (queue_full, sink_error, ...).",
+            "Samples selected but lost before a sink took them, by reason (queue_full, sink_error, write_error, scoring_queue_full, ...).",
             ["reason"],
             registry=r,
         )
         self.samples_written = Counter(
             "llmwatch_samples_written",
-            "Samples written by each sink.",
+            "Samples each sink accepted (written to disk, handed to the scorer, buffered for Kafka).",
             ["sink"],
             registry=r,
         )
@@ -195,6 +195,18 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        self.samples_unscored = Counter(
+            "llmwatch_samples_unscored",
+            "Samples accepted by the scorer but recorded as `error` scores instead of scored, by reason (shutdown, scorer_crashed, scorer_timeout, scorer_failed).",
+            ["reason"],
+            registry=r,
+        )
+        self.scores_dropped = Counter(
+            "llmwatch_scores_dropped",
+            "Score records counted in the metrics but not written to the scores files, by reason (write_error).",
+            ["reason"],
+            registry=r,
+        )
         self.scoring_pending = Gauge("llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.", registry=r)
         drift_labels = ["signal", "model_version", "gen_ai_operation_name"]
         self.drift_statistic = Gauge("llmwatch_drift_statistic", "Test statistic of each drift signal against the frozen baseline.", drift_labels, registry=r)
@@ -204,7 +216,7 @@ class Metrics:
         self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",
-            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, closed).",
+            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, delivery_timeout, closed).",
             ["reason"],
             registry=r,
         )
