@@ -201,7 +201,7 @@ class Metrics:
         )
         self.proxy_errors = Counter(
             "llmwatch_proxy_errors",
-            "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected).",
+            "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout).",
             ["error_type"],
             registry=r,
         )
