@@ -231,8 +231,15 @@ class Proxy:
     def app(self, *, client_max_size: int = 1 << 40) -> web.Application:
         # aiohttp's own body limit would answer 413 itself; the proxy forwards any size.
         p = self.cfg.proxy
-        limits = {"max_line_size": p.max_header_bytes, "max_field_size": p.max_header_bytes, "max_headers": p.max_headers}
-        app = web.Application(client_max_size=client_max_size, handler_args=limits)
+        handler_args = {
+            "max_line_size": p.max_header_bytes,
+            "max_field_size": p.max_header_bytes,
+            "max_headers": p.max_headers,
+            # A compressed request body is forwarded as sent: inflated, it no longer matched its
+            # own Content-Encoding (and a small upload could inflate without bound).
+            "auto_decompress": False,
+        }
+        app = web.Application(client_max_size=client_max_size, handler_args=handler_args)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         app.on_response_prepare.append(_on_response_prepare)
         return app
@@ -328,6 +335,7 @@ class Proxy:
                 # One per call (clients reuse theirs on retries); getrandbits costs far less than uuid4.
                 sample_id=f"llmw-{random.getrandbits(64):016x}",
                 max_body_bytes=self._limit,
+                request_encoding=request.headers.get("Content-Encoding"),
             )
             headers_in = request.headers
             for header, key in self._metadata_headers:

@@ -30,6 +30,7 @@ class Exchange:
     request_body: bytes | None = None  # None: not captured (too large or streamed through)
     # capture.max_body_bytes: also bounds a compressed response once inflated.
     max_body_bytes: int = 1_048_576
+    request_encoding: str | None = None  # the request's Content-Encoding: its body is kept as sent
     status: int = 0
     response_headers: dict[str, str] = field(default_factory=dict)  # only the few we read
     response_chunks: list[bytes] = field(default_factory=list)
@@ -261,7 +262,17 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
 def analyze(ex: Exchange) -> CallFacts:
     notes = list(ex.notes)
     operation = OPERATIONS.get(ex.route, "other")
-    request = _parse_json(ex.request_body, notes, "request")
+    request_body = ex.request_body
+    if request_body and ex.request_encoding:
+        try:
+            request_body = _decode_body(request_body, ex.request_encoding, ex.max_body_bytes)
+        except _TooLarge:
+            notes.append("request_decompressed_too_large")
+            request_body = None
+        except (zlib.error, ValueError):
+            notes.append("request_undecodable")
+            request_body = None
+    request = _parse_json(request_body, notes, "request")
     model = request.get("model") if isinstance(request, dict) else None
     if model is not None and not isinstance(model, str):
         model = str(model)
@@ -336,7 +347,7 @@ def analyze(ex: Exchange) -> CallFacts:
         output_tokens=output_tokens,
         tokens_estimated=tokens_estimated,
         finish_reason=response_finish_reason(response),
-        request=request if request is not None else _raw_preview(ex.request_body),
+        request=request if request is not None else _raw_preview(request_body),
         response=response,
         notes=notes,
     )

@@ -273,6 +273,25 @@ async def test_deflate_and_gzip_bodies_within_the_limit_are_still_captured(make_
         await runner.cleanup()
 
 
+async def test_a_compressed_request_body_is_forwarded_as_sent_and_still_captured(make_agent):
+    received: list[bytes] = []
+
+    async def keep_body(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await read_body(head, reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON))
+        await writer.drain()
+
+    compressed = gzip.compress(CHAT_BODY)
+    async with RawUpstream(keep_body) as upstream:
+        agent = await make_agent(upstream.url, sampling={"rate": 1.0})
+        for path in ("/v1/chat/completions", "/uploads"):  # captured, and streamed through
+            status, _, _ = await raw_call(agent.proxy_port, post(path, compressed, "Content-Encoding: gzip"))
+            assert status == 200
+        assert received == [compressed, compressed]
+        [record] = await drained(agent, 1)
+        assert record["request"]["model"] == "m"
+
+
 # --- 3. a client that leaves ---------------------------------------------------------------------
 
 
