@@ -25,7 +25,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from conftest import drained, metric, scrape, wait_until
+from conftest import drained, metric, scrape
 from upstreams import serve
 
 CHAT_BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -312,7 +312,10 @@ async def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_c
         await asyncio.wait_for(upstream.got_request.wait(), 5)
         writer.close()
         await asyncio.wait_for(upstream_saw_close.wait(), 5)
-        await wait_until(lambda: agent.metrics.proxy_errors.labels(error_type="client_disconnected")._value.get() == 1)
+        deadline = asyncio.get_running_loop().time() + 5
+        while metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") != 1:
+            assert asyncio.get_running_loop().time() < deadline, "the disconnect was never counted"
+            await asyncio.sleep(0.05)
 
 
 # --- 4. slow clients -----------------------------------------------------------------------------
