@@ -16,6 +16,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -67,7 +68,7 @@ class RawUpstream:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while True:
+            for _ in range(100):  # requests per connection, far more than any test sends
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.heads.append(head[:-4])
                 self.got_request.set()
@@ -193,15 +194,21 @@ class ProxyProcess:
         self.log: list[bytes] = []
         self.proxy_port = self.metrics_port = 0
         assert self.proc.stdout is not None
-        for _ in range(200):  # bounded: the start-up line comes within the first few lines
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.log.append(line)
-            if b'"agent_started"' in line:
-                started = orjson.loads(line)
-                self.proxy_port, self.metrics_port = started["proxy_port"], started["metrics_port"]
-                break
+        # A process that never logs its start is killed, which ends the readline below.
+        watchdog = threading.Timer(60, self.proc.kill)
+        watchdog.start()
+        try:
+            for _ in range(200):  # bounded: the start-up line comes within the first few lines
+                line = self.proc.stdout.readline()
+                if not line:
+                    break
+                self.log.append(line)
+                if b'"agent_started"' in line:
+                    started = orjson.loads(line)
+                    self.proxy_port, self.metrics_port = started["proxy_port"], started["metrics_port"]
+                    break
+        finally:
+            watchdog.cancel()
         assert self.proxy_port, b"".join(self.log).decode(errors="replace")
 
     def peak_rss_bytes(self) -> int:
@@ -212,7 +219,11 @@ class ProxyProcess:
 
     def stop(self) -> bytes:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=20)
+        try:
+            out, _ = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate(timeout=5)
         return b"".join(self.log) + out
 
 
