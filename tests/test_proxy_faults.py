@@ -26,6 +26,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from llmwatch.core.config import ConfigError, load_config
 from conftest import drained, metric, scrape
 from upstreams import serve
 
@@ -483,6 +484,13 @@ async def test_credentials_in_the_upstream_url_never_appear_in_the_log_or_error_
     finally:
         output = await asyncio.to_thread(proxy.stop)
     assert b'"agent_started"' in output and SECRET.encode() not in output
+
+
+def test_an_invalid_upstream_url_is_reported_without_its_password():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"upstream": f"ftp://llm:{SECRET}@127.0.0.1:21"}, environ={})
+    assert "upstream" in str(err.value) and "ftp://***@127.0.0.1:21" in str(err.value)
+    assert SECRET not in str(err.value)
 
 
 @pytest.mark.parametrize(
