@@ -27,11 +27,10 @@ import aiohttp
 import orjson
 import structlog
 from aiohttp import web
-from multidict import CIMultiDict
-from yarl import URL
-
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+from multidict import CIMultiDict
+from yarl import URL
 
 from llmwatch.core.config import Config
 from llmwatch.core.urls import mask_url, split_userinfo
