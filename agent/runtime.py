@@ -11,6 +11,7 @@ import structlog
 from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
+from llmwatch.core.urls import mask_url
 from llmwatch.collectors.health import metrics_app, serve_app
 from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.collectors.files import FileSink
@@ -93,6 +94,8 @@ class Agent:
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
         self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        if self.proxy is not None:
+            self.proxy.set_redactor(redactor)
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter
@@ -150,8 +153,8 @@ class Agent:
             checks["ingest_listening"] = self.ingest_port > 0
         return checks
 
-    async def _serve(self, app: web.Application, address: str) -> int:
-        runner, port = await serve_app(app, address)
+    async def _serve(self, app: web.Application, address: str, runner: web.AppRunner | None = None) -> int:
+        runner, port = await serve_app(app, address, runner)
         self._runners.append(runner)
         return port
 
@@ -168,10 +171,11 @@ class Agent:
             self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen)
         if self.proxy is not None:
             await self.proxy.start()
-            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen)
+            proxy_app = self.proxy.app()
+            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, self.proxy.runner(proxy_app))
         log.info(
             "agent_started",
-            upstream=self.cfg.upstream,
+            upstream=mask_url(self.cfg.upstream) if self.cfg.upstream else None,
             proxy_port=self.proxy_port,
             metrics_port=self.metrics_port,
             ingest_port=self.ingest_port or None,

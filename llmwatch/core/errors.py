@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import ValidationError
 
+from llmwatch.core.urls import mask_url
+
 __all__ = ["LlmwatchError", "describe_validation_error"]
 
 
@@ -69,6 +71,8 @@ def describe_validation_error(
             lines.append(f"  - {path}{where}: unknown field{hint}")
             continue
         given = err.get("input")
+        if isinstance(given, str):
+            given = mask_url(given)  # an invalid URL may still carry a password
         given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
         lines.append(f"  - {path}{where}: {message}{given_text}")
     if header is None:
