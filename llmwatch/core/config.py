@@ -85,13 +85,45 @@ class QueueSection(_Section):
     max_size: int = Field(10_000, ge=1)
 
 
+# The kinds of llmwatch.scorers.pii, the one detector (core cannot import it); `card` and `key`
+# are the older names of credit_card and api_key and still accepted.
+_PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
+_FIELD_NAME_RE = re.compile(r"^(?:id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
+
+
 class RedactionSection(_Section):
     enabled: bool = True
-    patterns: list[Literal["email", "phone", "card", "key", "ipv4", "iban", "ssn"]] = Field(
-        default_factory=lambda: ["email", "phone", "card", "key", "iban", "ssn"]
+    patterns: list[Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]] = Field(
+        default_factory=lambda: ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
     )
     # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
     extra_patterns: list[str] = Field(default_factory=list)
+    # mask: stored/shipped samples carry redacted bodies. scores_only: they carry no request or
+    # response text at all; scores are still computed in memory on the raw text.
+    mode: Literal["mask", "scores_only"] = "mask"
+    # Field -> drop | mask | hash, over the defaults {id: mask, metadata.*: mask, request.user: hash}.
+    # Fields: id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
+    fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
+    # Salt of `hash`; without one, hashes only group within one process run.
+    hash_salt: SecretStr | None = None
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _old_kind_names(cls, patterns: Any) -> Any:
+        if isinstance(patterns, list):
+            return [_PII_KIND_ALIASES.get(p, p) if isinstance(p, str) else p for p in patterns]
+        return patterns
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, fields: dict[str, str]) -> dict[str, str]:
+        for name in fields:
+            if not _FIELD_NAME_RE.match(name):
+                raise ValueError(
+                    f"field {name!r}: expected id, metadata.<key>, request.<path> or response.<path> "
+                    "(dotted keys, * for any key), e.g. request.user or metadata.conversation_id"
+                )
+        return fields
 
     @field_validator("extra_patterns")
     @classmethod
