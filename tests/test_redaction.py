@@ -134,3 +134,66 @@ def test_one_detector_serves_masking_and_the_pii_leak_check():
 def test_old_pattern_names_are_still_accepted():
     assert Redactor(["card", "key"]).kinds == ("api_key", "credit_card")
     assert RedactionSection(patterns=["card", "key"]).patterns == ["credit_card", "api_key"]
+
+
+# --- policy per field and scores_only mode ------------------------------------------------------------
+
+
+def _sample(**fields):
+    base = dict(
+        id="req-1",
+        timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        model="m",
+        status=200,
+        latency_ms=1.0,
+        request={"user": "jane@corp.io", "messages": [{"role": "user", "content": "I am jane@corp.io", "name": "Jane"}]},
+        response={"choices": [{"message": {"role": "assistant", "content": "Hi Jane, card 4111 1111 1111 1111"}}]},
+        metadata={"conversation_id": "c-42", "category": "billing"},
+    )
+    return Sample(**{**base, **fields})
+
+
+def test_fields_can_be_dropped_masked_or_hashed():
+    section = RedactionSection(
+        fields={"request.messages.*.name": "drop", "metadata.conversation_id": "hash", "response.choices.0.message.content": "mask"},
+        hash_salt="pepper",
+    )
+    redactor = Redactor.from_config(section)
+    out = redactor.sample(_sample())
+    message = out.request["messages"][0]
+    assert "name" not in message and message["content"] == "I am [EMAIL]"
+    assert out.response["choices"][0]["message"]["content"] == "Hi Jane, card [CARD]"
+    # hash: equal values still group, the value itself is gone.
+    assert out.metadata["conversation_id"].startswith("sha256:") and "42" not in out.metadata["conversation_id"]
+    again = redactor.sample(_sample(metadata={"conversation_id": "c-42"}))
+    other = redactor.sample(_sample(metadata={"conversation_id": "c-43"}))
+    assert again.metadata["conversation_id"] == out.metadata["conversation_id"] != other.metadata["conversation_id"]
+    # The default for the OpenAI `user` field is hash, for metadata mask.
+    assert out.request["user"].startswith("sha256:") and out.metadata["category"] == "billing"
+
+
+def test_hashes_depend_on_the_salt():
+    one = Redactor(fields={"id": "hash"}, hash_salt=b"a").sample(_sample())
+    two = Redactor(fields={"id": "hash"}, hash_salt=b"b").sample(_sample())
+    assert one.id != two.id and one.id.startswith("sha256:")
+
+
+def test_scores_only_mode_keeps_every_body_text_on_the_host():
+    redactor = Redactor.from_config(RedactionSection(mode="scores_only"))
+    raw = _sample()
+    out = redactor.sample(raw)
+    assert out.request is None and out.response is None and out.redacted
+    assert out.model == "m" and out.status == 200 and out.latency_ms == 1.0
+    assert redactor(raw.request) is None, "the plain callable (OTel span content) carries no text either"
+    # Scores are computed on the raw sample in memory: the original is untouched.
+    assert raw.answer_text().endswith("1111")
+    assert build_rule_check("pii_leak")(raw).details["kinds"] == ["credit_card"]
+
+
+def test_redaction_is_on_by_default_and_bad_field_names_are_refused():
+    assert Redactor.from_config(RedactionSection()) is not None
+    assert Redactor.from_config(RedactionSection(enabled=False)) is None
+    with pytest.raises(ValueError, match="field 'body.user': expected id, metadata.<key>, request.<path> or response.<path>"):
+        RedactionSection(fields={"body.user": "hash"})
+    with pytest.raises(ValueError, match="drop"):
+        RedactionSection(fields={"id": "encrypt"})
