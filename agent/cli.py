@@ -15,6 +15,7 @@ import structlog
 
 from llmwatch import __version__
 from llmwatch.core.config import Config, ConfigError, load_config
+from llmwatch.core.jsonio import set_file_mode
 from llmwatch.core.logs import configure_logging
 from llmwatch.core.records import RecordError
 from llmwatch.agent.signals import wait_for_signal
@@ -51,6 +52,8 @@ def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     }
     cfg = load_config(args.config, overrides=overrides)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    # Every data file this process creates (samples, scores, baselines, reports) gets this mode.
+    set_file_mode(cfg.files.mode_bits)
     return cfg
 
 

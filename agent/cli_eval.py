@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import orjson
 
+from llmwatch.core.jsonio import write_private
+
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
@@ -65,8 +67,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return _fail(f"{args.compare}: {exc}")
     data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(data + b"\n")
+        write_private(args.out, data + b"\n")
     if args.format == "json":
         sys.stdout.write(data.decode() + "\n")
     else:
@@ -148,8 +149,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     except ReviewError as exc:
         return _fail(str(exc))
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        write_private(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

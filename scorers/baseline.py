@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch import __version__
+from llmwatch.core.jsonio import write_private
 from llmwatch.core.records import RecordError, Sample, describe_validation_error
 from llmwatch.scorers.features import RouteStats, summarize
 from llmwatch.scorers.score import Score
@@ -79,12 +80,8 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.exists():
         raise BaselineError(f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    target.chmod(0o444)
-    return target
+    # Read-only as well as private: baselines are immutable.
+    return write_private(target, orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2), read_only=True)
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:

@@ -13,7 +13,7 @@ from typing import IO
 
 from llmwatch.core.config import Config
 from llmwatch.core.records import RecordError, Sample
-from llmwatch.core.jsonio import jsonl_paths, read_records
+from llmwatch.core.jsonio import jsonl_paths, make_dirs, open_private, read_records
 from llmwatch.scorers.report import count_scores, pass_rate_table
 from llmwatch.scorers.score import Score
 from llmwatch.scorers.suite import build_suite
@@ -33,13 +33,13 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
     paths = jsonl_paths(source)
     suite = build_suite(cfg.scoring)
     target = Path(out_path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     tmp = target.with_name(target.name + ".partial")
     scores_all = []
     samples_seen = 0
     progress = tqdm(total=_count_lines(paths), unit="sample", disable=not sys.stderr.isatty(), file=sys.stderr)
     try:
-        with open(tmp, "wb") as fh:
+        with open_private(tmp) as fh:
             batch: list[Sample] = []
 
             def flush() -> None:

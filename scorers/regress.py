@@ -44,6 +44,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmwatch import __version__
+from llmwatch.core.jsonio import write_private
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.records import Sample, Usage, extract_prompt_text
 from llmwatch.scorers import stats
@@ -592,12 +593,7 @@ def build_run(suite: Suite, s: RunSettings, attempts: Sequence[Attempt], duratio
 
 
 def write_run(run: RegressRun, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    return target
+    return write_private(path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
 
 
 def _pct(x: float | None) -> str:

@@ -42,6 +42,7 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from llmwatch.core.jsonio import write_private
 from llmwatch.core.records import RecordError, Sample, _content_to_text
 from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
@@ -294,10 +295,7 @@ def export_tasks(
         counts[stratum] += 1
         same += same_prompt
     body = b"\n".join(lines) + b"\n"
-    tasks_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tasks_path.with_name(tasks_path.name + ".partial")
-    tmp.write_bytes(body)
-    os.replace(tmp, tasks_path)
+    write_private(tasks_path, body)
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,
@@ -307,7 +305,7 @@ def export_tasks(
         criteria=list(criteria),
         tasks=key_tasks,
     )
-    key_path.write_bytes(orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    write_private(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
     available = defaultdict(int)
     for c in pool:
         available[c.stratum] += 1
@@ -503,8 +501,7 @@ def import_reviews(
                 "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
             })
     arb = Path(arbitration_path) if arbitration_path else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
-    arb.parent.mkdir(parents=True, exist_ok=True)
-    arb.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in disputes))
+    write_private(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
 
     # Unblinded human scores per version and category.
     acc: dict[tuple[str, str, str], list[int]] = defaultdict(list)

@@ -159,6 +159,23 @@ class ModelVersionSection(_Section):
 class FilesSection(_Section):
     enabled: bool = True
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=4096)
+    # Mode of data files (samples, scores, baselines, reports, review files), an octal string;
+    # directories created for them get the matching x bits (0600 -> 0700, 0640 -> 0750).
+    # Private by default: they hold prompts and answers.
+    mode: str = "0600"
+
+    @field_validator("mode")
+    @classmethod
+    def _octal_mode(cls, value: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", value) or int(value, 8) & ~0o666:
+            raise ValueError(f"expected an octal file mode such as \"0600\" or \"0640\" (no execute bits), got {value!r}")
+        if not int(value, 8) & 0o600 == 0o600:
+            raise ValueError(f"mode {value!r} must let the owner read and write (0600 at least)")
+        return value
+
+    @property
+    def mode_bits(self) -> int:
+        return int(self.mode, 8)
 
 
 class CheckWhen(_Section):
