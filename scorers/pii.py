@@ -74,7 +74,7 @@ _SECRET_RE = re.compile(
 _CONTEXT_SECRET_RE = re.compile(
     r"(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\"']?\s*[:=]\s*[\"']?"
     r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
-    r"|(?i:password|passwd|api_?key|apikey|client_?secret|secret_?key|access_?token|auth_?token)[\"']?\s*[:=]\s*[\"']?"
+    r"|(?i:password|passwd|api[_-]?key|client[_-]?secret|secret[_-]?key|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?"
     r"([^\s\"',;]{8,})"
 )
 # Documentation placeholders ("sk-xxxxxxxx...", AWS's "...EXAMPLE") are not leaks; the check
@@ -88,8 +88,9 @@ _EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@((?:[A-Za-z0-9-]+\.)+[A-
 # --- numbers -----------------------------------------------------------------------------------
 
 _PHONE_RES = (
-    # International, E.164 with or without separators: +44 20 7946 0958, +14155550177.
-    (re.compile(r"\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])"), "+"),
+    # International, E.164 with or without separators: +44 20 7946 0958, +14155550177, and with
+    # the 00 international prefix: 0049 30 12345678.
+    (re.compile(r"(?:\+|00(?=[1-9]))\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])"), "+"),
     # North American with an area code in parentheses: (415) 555-2671, 1 (415) 555 2671.
     (re.compile(r"(?:1 ?)?\([2-9]\d{2}\) ?[2-9]\d{2}[-. ]?\d{4}(?![\w-])"), ""),
     # North American with separators: 415-555-2671, 1-800-555-0199, 415.555.2671, 415 555 2671.
@@ -100,6 +101,8 @@ _PHONE_RES = (
     (re.compile(r"[2-9]\d{2}[2-9]\d{6}(?![\w-])"), ".-#$/,"),
     # National numbers with a trunk prefix 0 and spaces: 020 7946 0958, 030 1234 5678.
     (re.compile(r"\(?0\d{1,4}\)? \d{3,4} ?\d{3,4}(?![\w-])"), ".-"),
+    # French national numbers in pairs: 06 12 34 56 78.
+    (re.compile(r"0[1-9](?:[ .]\d{2}){4}(?![\w.-])"), ".-"),
 )
 _CARD_RE = re.compile(r"\d(?:[ -]?\d){12,18}(?![\d-])")
 _IBAN_RE = re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
@@ -191,7 +194,11 @@ def _candidates(text: str, kind: str, ignored_domains: tuple[str, ...], skip_pla
     elif kind == "phone":
         for rx, also in _PHONE_RES:
             for m in rx.finditer(text):
-                if _left_boundary(text, m.start(), also) and 8 <= len(_NON_DIGITS_RE.sub("", m.group(0))) <= 15:
+                start = m.start()
+                # Not the tail of a longer run of digit groups (an IBAN, an order number in blocks).
+                if start >= 2 and text[start - 1] in " .-" and text[start - 2].isdigit():
+                    continue
+                if _left_boundary(text, start, also) and 8 <= len(_NON_DIGITS_RE.sub("", m.group(0))) <= 15:
                     yield m.span()
     elif kind == "ipv4":
         for m in _IPV4_RE.finditer(text):
