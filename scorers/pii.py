@@ -57,16 +57,21 @@ def canonical_kind(name: str) -> str:
 # Each alternative names the token it catches. Prefix-shaped tokens are matched whole.
 _SECRET_RE = re.compile(
     r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}"  # OpenAI / Anthropic keys
-    r"|[sr]k_(?:live|test)_[0-9A-Za-z]{20,}"  # Stripe secret / restricted keys
+    r"|sk_(?:live|test)_[0-9A-Za-z]{20,}"  # Stripe secret keys
     r"|(?:AKIA|ASIA|AIDA|AROA|ANPA|AGPA)[0-9A-Z]{16}(?![0-9A-Za-z])"  # AWS access key ids (long-term AKIA, STS ASIA, ...)
     r"|github_pat_[A-Za-z0-9_]{22,}"  # GitHub fine-grained personal access tokens
     r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub classic PAT, OAuth, user-to-server, server, refresh tokens
     r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access tokens
     r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
     r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs (base64url '{"' header)
-    r"|[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*"  # Authorization: Bearer <token>
     r"|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----)?"  # PEM private keys
+)
+# Tokens whose first letter is common in prose ("e", "b", "r") would make the engine try the
+# whole pattern at most positions: each is only tried when its marker occurs in the text.
+_GATED_SECRET_RES = (
+    ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWTs (base64url '{"' header)
+    ("earer", re.compile(r"[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*")),  # Authorization: Bearer <token>
+    ("rk_", re.compile(r"rk_(?:live|test)_[0-9A-Za-z]{20,}")),  # Stripe restricted keys
 )
 # Secrets without a recognisable prefix are only found by their context: the value after a
 # name such as aws_secret_access_key / SecretAccessKey (AWS: 40 base64 characters), or after
@@ -77,6 +82,7 @@ _CONTEXT_SECRET_RE = re.compile(
     r"|(?i:password|passwd|api[_-]?key|client[_-]?secret|secret[_-]?key|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?"
     r"([^\s\"',;]{8,})"
 )
+_CONTEXT_WORDS = ("secret", "passw", "key", "token")
 # Documentation placeholders ("sk-xxxxxxxx...", AWS's "...EXAMPLE") are not leaks; the check
 # ignores them, masking does not (it costs nothing to mask a placeholder).
 _PLACEHOLDER_VALUE_RE = re.compile(r"(?i)example|x{6,}|\*{4,}|<[^>]*>|\$\{|your[_-]")
@@ -171,6 +177,15 @@ def _candidates(text: str, kind: str, ignored_domains: tuple[str, ...], skip_pla
         for m in _SECRET_RE.finditer(text):
             if _left_boundary(text, m.start(), "-") and not (skip_placeholders and is_placeholder_secret(m[0])):
                 yield m.span()
+        for marker, rx in _GATED_SECRET_RES:
+            if marker in text:
+                for m in rx.finditer(text):
+                    if _left_boundary(text, m.start(), "-") and not (skip_placeholders and is_placeholder_secret(m[0])):
+                        yield m.span()
+        # The context pattern cannot skip ahead on a literal; most texts name no secret at all.
+        low = text.lower()
+        if not any(word in low for word in _CONTEXT_WORDS):
+            return
         for m in _CONTEXT_SECRET_RE.finditer(text):
             group = 1 if m.group(1) is not None else 2
             if not (skip_placeholders and is_placeholder_secret(m.group(group))):
