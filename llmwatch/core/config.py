@@ -419,6 +419,17 @@ class Config(_Section):
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
         return value.rstrip("/")
 
+    @model_validator(mode="after")
+    def _scores_only_stays_on_this_host(self) -> "Config":
+        # Kafka workers score what they receive; in scores_only mode that is no text at all.
+        if self.redaction.enabled and self.redaction.mode == "scores_only" and self.kafka.enabled:
+            raise ValueError(
+                "redaction.mode: scores_only keeps request and response text on this host, but kafka.enabled ships "
+                "samples to `llmwatch scorer` workers, which would score empty text; score here (kafka.enabled: false) "
+                "or use redaction.mode: mask"
+            )
+        return self
+
 
 # --- loading ---------------------------------------------------------------------------------
 
