@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from llmwatch.core.config import Config, load_config
+from llmwatch.core.jsonio import set_file_mode
 from llmwatch.core.logs import configure_logging
 
 
@@ -24,4 +25,6 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     }
     cfg = load_config(args.config, overrides=overrides)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    # Every data file this process creates (samples, scores, baselines, reports) gets this mode.
+    set_file_mode(cfg.files.mode_bits)
     return cfg

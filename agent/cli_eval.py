@@ -18,6 +18,7 @@ from typing import Any, Callable
 import orjson
 
 from llmwatch.agent.cli_args import config_from_args
+from llmwatch.core.jsonio import atomic_write_bytes
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
@@ -68,8 +69,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return _fail(f"{args.compare}: {exc}")
     data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(data + b"\n")
+        atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
         sys.stdout.write(data.decode() + "\n")
     else:
@@ -140,8 +140,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
         judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}
     report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -89,13 +89,11 @@ class Agent:
         elif cfg.drift.baseline is not None:
             raise ConfigError("drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline")
         self.metrics.queue_depth.set_function(self.queue.depth)
-        redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
+        redactor = Redactor.from_config(cfg.redaction)
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
         self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
-        if self.proxy is not None:
-            self.proxy.set_redactor(redactor)
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter

@@ -28,6 +28,7 @@ from llmwatch.core.records import Sample
 from llmwatch.core.logs import RateLimitedLog
 from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
+from llmwatch.scorers.redaction import redact_sample
 
 log = structlog.get_logger(__name__)
 
@@ -124,9 +125,9 @@ class Pipeline:
         return to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
 
     def redacted(self, sample: Sample) -> Sample:
-        if self._redact is None:
-            return sample
-        return sample.model_copy(update={"request": self._redact(sample.request), "response": self._redact(sample.response), "redacted": True})
+        # A Redactor applies the whole policy: field rules, header metadata, the client's
+        # request id, and scores_only mode; any other callable only masks the bodies.
+        return redact_sample(self._redact, sample)
 
     def _run(self) -> None:
         while True:

@@ -199,7 +199,6 @@ class Proxy:
         self._warned_unpriced: set[str] = set()
         # Configured and priced models keep their own label whatever clients send first.
         metrics.model_label.allow([*cfg.metrics.models, *prices.models])
-        self._redact: Callable[[Any], Any] | None = None
         self.session: aiohttp.ClientSession | None = None
         # Set by the runtime (OpenTelemetry export): called once per captured call, sampled or not.
         self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
@@ -259,10 +258,6 @@ class Proxy:
             header_timeout_s=self.cfg.proxy.header_timeout_s,
             on_header_timeout=header_timeouts.inc,
         )
-
-    def set_redactor(self, redact: Callable[[Any], Any] | None) -> None:
-        """Redaction for the one request header a sample keeps (the client's request id)."""
-        self._redact = redact
 
     def _forward_headers(self, request: web.Request) -> CIMultiDict[str]:
         headers: CIMultiDict[str] = CIMultiDict()
@@ -438,8 +433,8 @@ class Proxy:
 
     def _captured(self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str) -> Captured:
         if client_id:
-            # A header value that lands in the sample: redacted like the bodies are.
-            ex.client_request_id = self._redact(client_id) if self._redact is not None else client_id
+            # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
+            ex.client_request_id = client_id
         return Captured(ex, facts, version, cost, reason)
 
     def _finish(self, ex: Exchange) -> None:

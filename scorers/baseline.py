@@ -81,9 +81,19 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.exists():
         raise BaselineError(f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
-    atomic_write_bytes(target, orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    target.chmod(0o444)
-    return target
+    data = orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2)
+    # JSON has no inf/NaN (orjson writes null): never freeze a file that `drift` would refuse.
+    try:
+        Baseline.model_validate(orjson.loads(data))
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+        more = f" and {len(fields) - 3} more" if len(fields) > 3 else ""
+        raise BaselineError(
+            f"refusing to write {target}: the baseline would not load back (no finite value for {', '.join(fields[:3])}{more}); "
+            "check the samples for extreme numeric values (e.g. latency_ms or cost_usd near 1e308)"
+        ) from None
+    # Read-only as well as private: baselines are immutable.
+    return atomic_write_bytes(target, data, read_only=True)
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:

@@ -105,10 +105,36 @@ def build_report(
     )
 
 
+def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first field of an earlier report that compare_reports cannot use."""
+
+    def bad(field: str, expected: str, got: Any) -> ValueError:
+        return ValueError(f"field '{field}': expected {expected}, got {type(got).__name__} {str(got)[:60]!r}; the file is damaged or not written by `llmwatch report --out`")
+
+    decision = earlier.get("decision")
+    if decision is None:
+        return
+    if not isinstance(decision, Mapping):
+        raise bad("decision", "an object", decision)
+    if not isinstance(decision.get("versions", []), list):
+        raise bad("decision.versions", "a list", decision.get("versions"))
+    for i, row in enumerate(decision.get("versions", [])):
+        if not isinstance(row, Mapping):
+            raise bad(f"decision.versions.{i}", "an object", row)
+        if not isinstance(row.get("model_version"), (str, type(None))):
+            raise bad(f"decision.versions.{i}.model_version", "a string", row.get("model_version"))
+        for key in ("decision_score", "quality", "stability", "cost_per_1k"):
+            value = row.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+                raise bad(f"decision.versions.{i}.{key}", "a finite number or null", value)
+
+
 def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, allow_weights_change: bool = False) -> dict[str, Any]:
     """Per-version changes from `earlier` to `current` (both `to_dict()` forms)."""
-    if earlier.get("schema") != REPORT_SCHEMA:
-        raise ValueError(f"the earlier report is not an llmwatch report (schema {earlier.get('schema')!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`")
+    if not isinstance(earlier, Mapping) or earlier.get("schema") != REPORT_SCHEMA:
+        found = earlier.get("schema") if isinstance(earlier, Mapping) else type(earlier).__name__
+        raise ValueError(f"the earlier report is not an llmwatch report (schema {found!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`")
+    _check_earlier_shape(earlier)
     cur_d, old_d = current["decision"], earlier.get("decision") or {}
     same = cur_d["weights_version"] == old_d.get("weights_version") and cur_d["weights"] == old_d.get("weights")
     if not same and not allow_weights_change:

@@ -504,8 +504,7 @@ def import_reviews(
                 "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
             })
     arb = Path(arbitration_path) if arbitration_path else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
-    arb.parent.mkdir(parents=True, exist_ok=True)
-    arb.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in disputes))
+    atomic_write_bytes(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
 
     # Unblinded human scores per version and category.
     acc: dict[tuple[str, str, str], list[int]] = defaultdict(list)

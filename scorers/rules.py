@@ -14,7 +14,6 @@ count. That plumbing, shared with the embedding and judge checks, is `scorers/ch
 
 from __future__ import annotations
 
-import fnmatch
 import operator
 import re
 import string
@@ -31,6 +30,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_valid
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import approx_tokens, response_finish_reason
+from llmwatch.scorers import pii
 from llmwatch.scorers.checks import CheckParams, NonEmptyStr, answer_or_skip, describe_params_error, failed, passed, run_check, skipped, tool_call_count, upstream_failed
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
@@ -810,92 +810,6 @@ def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
 PiiKind = Literal["email", "phone", "credit_card", "iban", "ssn", "api_key"]
 _PII_KINDS: tuple[str, ...] = get_args(PiiKind)
 
-# Apart from the e-mail pattern (only tried when "@" occurs), patterns start with a literal or a
-# character class, not a lookbehind or \b, so that the regex engine can skip ahead; the left
-# boundary is checked in Python on the few candidates instead.
-_EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@((?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,})\b")
-# Cards, phones, SSNs and IBANs all contain a run of 8+ digits with at most single separators.
-_LONG_NUMBER_RE = re.compile(r"\d[\d ().-]{6,}\d")
-_PHONE_RES = (
-    (re.compile(r"\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])"), "+"),
-    # North American numbers need separators: bare 10-digit runs are mostly ids and amounts.
-    (re.compile(r"(?:1 ?)?\([2-9]\d{2}\) ?[2-9]\d{2}[-.]\d{4}(?![\w-])"), ""),
-    (re.compile(r"(?:1[-. ])?[2-9]\d{2}[-.][2-9]\d{2}[-.]\d{4}(?![\w-])"), ".-"),
-)
-_CARD_RE = re.compile(r"\d(?:[ -]?\d){12,18}(?![\d-])")
-_IBAN_RE = re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
-_SSN_RE = re.compile(r"\d{3}-\d{2}-\d{4}(?![\d-])")
-_SECRET_RE = re.compile(
-    r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}|sk_live_[0-9A-Za-z]{24,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}"
-    r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}"
-    r"|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----"
-)
-_NON_DIGITS_RE = re.compile(r"\D")
-_DIGITS = string.digits.encode()
-
-
-def _left_boundary(text: str, start: int, also: str = "") -> bool:
-    """True when the match at `start` is not the tail of a longer word or number."""
-    if start == 0:
-        return True
-    before = text[start - 1]
-    return not (before.isalnum() or before == "_" or before in also)
-
-
-def _luhn_ok(digits: str) -> bool:
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        d = ord(char) - 48
-        if index % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def _card_ok(candidate: str) -> bool:
-    digits = _NON_DIGITS_RE.sub("", candidate)
-    if not 13 <= len(digits) <= 19:
-        return False
-    # Issuer prefixes (Amex/Diners/JCB 3, Visa 4, Mastercard 5 and 2221-2720, Discover/UnionPay 6)
-    # cut the 1-in-10 Luhn false positives on arbitrary long numbers.
-    if digits[0] not in "3456" and not 2221 <= int(digits[:4]) <= 2720:
-        return False
-    return _luhn_ok(digits)
-
-
-def _count_phones(text: str) -> int:
-    taken: list[tuple[int, int]] = []
-    for rx, also in _PHONE_RES:
-        for m in rx.finditer(text):
-            start, end = m.span()
-            # "+1 (415) 555-2671" also matches the national pattern; count it once.
-            if any(s < end and start < e for s, e in taken) or not _left_boundary(text, start, also):
-                continue
-            if 8 <= len(_NON_DIGITS_RE.sub("", m.group(0))) <= 15:
-                taken.append((start, end))
-    return len(taken)
-
-
-def _ssn_ok(candidate: str) -> bool:
-    # Never issued: area 000, 666 and 900-999, group 00, serial 0000.
-    area, group, serial = candidate.split("-")
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
-
-
-def _iban_ok(candidate: str) -> bool:
-    compact = candidate.replace(" ", "")
-    if not 15 <= len(compact) <= 34:
-        return False
-    rotated = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in rotated)) % 97 == 1
-
-
-def _secret_ok(candidate: str) -> bool:
-    if candidate.startswith("-----"):
-        return True
-    # Documentation placeholders ("sk-xxxxxxxx...", AWS's "...EXAMPLE") are not leaks.
-    return any(c.isdigit() for c in candidate) and "example" not in candidate.lower()
-
 
 class PiiLeakParams(CheckParams):
     kinds: list[PiiKind] = Field(default_factory=lambda: list(_PII_KINDS), min_length=1)
@@ -918,42 +832,15 @@ def check_pii_leak(sample: Sample, params: PiiLeakParams) -> CheckOutcome:
     text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
-    kinds = params._kinds
+    # The detector that masks stored samples decides; documentation placeholders (sk-xxxx...,
+    # AKIA...EXAMPLE) and reserved e-mail domains are not leaks.
     found: dict[str, int] = {}
+    for finding in pii.find(text, params._kinds, ignore_email_domains=params._ignored, skip_placeholders=True):
+        found[finding.kind] = found.get(finding.kind, 0) + 1
     # Counts only: a score record must never carry the personal data it reports.
-    if "email" in kinds and "@" in text:
-        n = sum(1 for m in _EMAIL_RE.finditer(text) if not _email_ignored(m.group(1).lower(), params._ignored))
-        if n:
-            found["email"] = n
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) - len(raw.translate(None, _DIGITS)) >= 8 and _LONG_NUMBER_RE.search(text) is not None:
-        if "credit_card" in kinds:
-            n = sum(1 for m in _CARD_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _card_ok(m.group(0)))
-            if n:
-                found["credit_card"] = n
-        if "phone" in kinds:
-            n = _count_phones(text)
-            if n:
-                found["phone"] = n
-        if "ssn" in kinds:
-            n = sum(1 for m in _SSN_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _ssn_ok(m.group(0)))
-            if n:
-                found["ssn"] = n
-        if "iban" in kinds:
-            n = sum(1 for m in _IBAN_RE.finditer(text) if _left_boundary(text, m.start()) and _iban_ok(m.group(0)))
-            if n:
-                found["iban"] = n
-    if "api_key" in kinds:
-        n = sum(1 for m in _SECRET_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _secret_ok(m[0]))
-        if n:
-            found["api_key"] = n
     if found:
         return failed(kinds=sorted(found), counts=found)
     return passed()
-
-
-def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
-    return any(domain == p or domain.endswith("." + p) or fnmatch.fnmatchcase(domain, p) for p in ignored)
 
 
 # --- registry ------------------------------------------------------------------------------------

@@ -118,3 +118,29 @@ def test_invalid_redaction_regex_names_the_pattern(tmp_path):
 def test_sampling_override_needs_a_selector(tmp_path):
     with pytest.raises(ConfigError, match="route"):
         load_config(write(tmp_path, "sampling: {overrides: [{rate: 0.5}]}\n"), environ={})
+
+
+def test_redaction_policy_fields_mode_and_salt_are_read_from_the_file(tmp_path):
+    cfg = load_config(write(tmp_path, """\
+        redaction:
+          mode: scores_only
+          fields: {request.user: drop, metadata.conversation_id: hash}
+          hash_salt: s3cret
+        files: {mode: "0640"}
+        """), environ={})
+    assert cfg.redaction.mode == "scores_only"
+    assert cfg.redaction.fields == {"request.user": "drop", "metadata.conversation_id": "hash"}
+    assert cfg.redaction.hash_salt.get_secret_value() == "s3cret" and "s3cret" not in repr(cfg)
+    assert cfg.files.mode_bits == 0o640
+    assert load_config(None, environ={}).files.mode == "0600", "data files are private by default"
+
+
+def test_an_unknown_redaction_action_names_the_field_and_the_choices(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "redaction: {fields: {request.user: encrypt}}\n"), environ={})
+    assert "redaction.fields.request.user" in str(err.value) and "'drop', 'mask' or 'hash'" in str(err.value)
+
+
+def test_scores_only_with_kafka_scale_out_is_refused():
+    with pytest.raises(ConfigError, match="scores_only keeps request and response text on this host"):
+        load_config(None, overrides={"redaction": {"mode": "scores_only"}, "kafka": {"enabled": True}}, environ={})

@@ -522,5 +522,5 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     while not await resumed():
         assert time.monotonic() < deadline, "delivery did not resume after the broker came back"
         await asyncio.sleep(0.5)
-    arrived = {Sample.from_json(r.value).id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")}
+    arrived = {Sample.from_json(r.value).client_request_id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")}
     assert arrived & set(ids), "new samples arrive on the topic after the restart"

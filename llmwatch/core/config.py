@@ -97,13 +97,45 @@ class QueueSection(_Section):
     max_size: int = Field(10_000, ge=1)
 
 
+# The kinds of llmwatch.scorers.pii, the one detector (core cannot import it); `card` and `key`
+# are the older names of credit_card and api_key and still accepted.
+_PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
+_FIELD_NAME_RE = re.compile(r"^(?:client_request_id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
+
+
 class RedactionSection(_Section):
     enabled: bool = True
-    patterns: list[Literal["email", "phone", "card", "key", "ipv4", "iban", "ssn"]] = Field(
-        default_factory=lambda: ["email", "phone", "card", "key", "iban", "ssn"]
+    patterns: list[Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]] = Field(
+        default_factory=lambda: ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
     )
     # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
     extra_patterns: list[str] = Field(default_factory=list)
+    # mask: stored/shipped samples carry redacted bodies. scores_only: they carry no request or
+    # response text at all; scores are still computed in memory on the raw text.
+    mode: Literal["mask", "scores_only"] = "mask"
+    # Field -> drop | mask | hash, over the defaults {client_request_id: mask, metadata.*: mask, request.user: hash}.
+    # Fields: id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
+    fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
+    # Salt of `hash`; without one, hashes only group within one process run.
+    hash_salt: SecretStr | None = None
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _old_kind_names(cls, patterns: Any) -> Any:
+        if isinstance(patterns, list):
+            return [_PII_KIND_ALIASES.get(p, p) if isinstance(p, str) else p for p in patterns]
+        return patterns
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, fields: dict[str, str]) -> dict[str, str]:
+        for name in fields:
+            if not _FIELD_NAME_RE.match(name):
+                raise ValueError(
+                    f"field {name!r}: expected client_request_id, metadata.<key>, request.<path> or response.<path> "
+                    "(dotted keys, * for any key), e.g. request.user or metadata.conversation_id"
+                )
+        return fields
 
     @field_validator("extra_patterns")
     @classmethod
@@ -143,6 +175,23 @@ class ModelVersionSection(_Section):
 class FilesSection(_Section):
     enabled: bool = True
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=4096)
+    # Mode of data files (samples, scores, baselines, reports, review files), an octal string;
+    # directories created for them get the matching x bits (0600 -> 0700, 0640 -> 0750).
+    # Private by default: they hold prompts and answers.
+    mode: str = "0600"
+
+    @field_validator("mode")
+    @classmethod
+    def _octal_mode(cls, value: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", value) or int(value, 8) & ~0o666:
+            raise ValueError(f"expected an octal file mode such as \"0600\" or \"0640\" (no execute bits), got {value!r}")
+        if not int(value, 8) & 0o600 == 0o600:
+            raise ValueError(f"mode {value!r} must let the owner read and write (0600 at least)")
+        return value
+
+    @property
+    def mode_bits(self) -> int:
+        return int(self.mode, 8)
 
 
 class CheckWhen(_Section):
@@ -389,6 +438,17 @@ class Config(_Section):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {mask_url(value)!r}")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _scores_only_stays_on_this_host(self) -> "Config":
+        # Kafka workers score what they receive; in scores_only mode that is no text at all.
+        if self.redaction.enabled and self.redaction.mode == "scores_only" and self.kafka.enabled:
+            raise ValueError(
+                "redaction.mode: scores_only keeps request and response text on this host, but kafka.enabled ships "
+                "samples to `llmwatch scorer` workers, which would score empty text; score here (kafka.enabled: false) "
+                "or use redaction.mode: mask"
+            )
+        return self
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -9,13 +9,16 @@ Only a process killed mid-write can leave a torn last line; readers skip that on
 
 Whole files that must never be seen half-written (scores of `llmwatch score`, baselines, regress
 runs, review tasks) go through `atomic_writer` / `atomic_write_bytes`.
+
+Data files hold prompts and answers, so they are private by default: files are created 0600 in
+directories created 0700 (`files.mode`, see `set_file_mode`). Every writer of data files
+(samples, scores, baselines, reports, review files) creates them through the helpers here.
 """
 
 from __future__ import annotations
 
 import errno
 import glob
-import io
 import os
 import time
 from contextlib import contextmanager
@@ -41,16 +44,80 @@ class JsonlWriteError(OSError):
         self.lost = lost
 
 
+_file_mode = 0o600
+
+
+def set_file_mode(mode: int) -> None:
+    """Mode of data files created from now on in this process; directories get the matching x bits."""
+    global _file_mode
+    if mode & ~0o666:
+        raise ValueError(f"file mode {mode:#o} has bits beyond rw-rw-rw-")
+    _file_mode = mode
+
+
+def file_mode() -> int:
+    return _file_mode
+
+
+def dir_mode(mode: int | None = None) -> int:
+    mode = _file_mode if mode is None else mode
+    # Whoever may read the files may list the directory: r -> r-x, w -> -wx.
+    return 0o700 | mode | ((mode & 0o044) >> 2) | ((mode & 0o022) >> 1)
+
+
+def make_dirs(directory: str | os.PathLike[str], mode: int | None = None) -> Path:
+    """`mkdir -p` where each directory this call creates gets `dir_mode` (despite the umask);
+    directories that already exist keep their mode (they may be shared, like /tmp)."""
+    path = Path(directory)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    wanted = dir_mode(mode)
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=wanted)
+        except FileExistsError:
+            continue  # made by someone else in the meantime: not ours to chmod
+        os.chmod(d, wanted)
+    return path
+
+
+def open_private(path: str | os.PathLike[str], append: bool = False, mode: int | None = None, *, buffered: bool = True) -> BinaryIO:
+    """Open a data file for binary writing; a file this call creates gets `file_mode` exactly.
+    Unbuffered (`buffered=False`): each write is one system call whose count is what reached the file."""
+    wanted = _file_mode if mode is None else mode
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_CLOEXEC", 0)
+    existed = os.path.exists(path)
+    fd = os.open(path, flags, wanted)
+    try:
+        if not existed:
+            os.fchmod(fd, wanted)  # the umask may have taken bits the config asked for
+        return os.fdopen(fd, "ab" if append else "wb", buffering=-1 if buffered else 0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class JsonlWriter:
-    def __init__(self, directory: str | os.PathLike[str], prefix: str, *, max_file_bytes: int = 100 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        prefix: str,
+        *,
+        max_file_bytes: int = 100 * 1024 * 1024,
+        file_mode: int | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.prefix = prefix
         self.max_file_bytes = max_file_bytes
-        self._fh: io.FileIO | None = None
+        self._file_mode = file_mode
+        self._fh: BinaryIO | None = None
         self._day = ""
         # Bytes of whole lines in the current file: where a failed write is cut back to.
         self._size = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory, file_mode)
 
     def _next_path(self, day: str) -> Path:
         n = 0
@@ -60,7 +127,7 @@ class JsonlWriter:
                 return path
             n += 1
 
-    def _ensure_file(self) -> io.FileIO:
+    def _ensure_file(self) -> BinaryIO:
         day = time.strftime("%Y%m%d", time.gmtime())
         if self._fh is not None and day == self._day and self._size < self.max_file_bytes:
             return self._fh
@@ -68,13 +135,13 @@ class JsonlWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._next_path(day)
         # Unbuffered: what a write call reports written is in the file, so a failure can be undone exactly.
-        fh = io.FileIO(path, "ab")
+        fh = open_private(path, append=True, mode=self._file_mode, buffered=False)
         self._fh = fh
         self._day = day
         self._size = os.fstat(fh.fileno()).st_size
         return fh
 
-    def _write_chunk(self, fh: io.FileIO, lines: list[bytes]) -> None:
+    def _write_chunk(self, fh: BinaryIO, lines: list[bytes]) -> None:
         """Write `lines` whole; on failure cut the file back to the last whole line and raise."""
         data = memoryview(b"".join(lines))
         done = 0
@@ -196,21 +263,26 @@ def read_records(source: str | os.PathLike[str], model: type[BaseModel] = Sample
 
 
 @contextmanager
-def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """A binary file that appears at `path` complete or not at all.
+def atomic_writer(path: str | os.PathLike[str], *, read_only: bool = False) -> Iterator[BinaryIO]:
+    """A private binary file that appears at `path` complete or not at all.
 
     Written as `<name>.partial` in the same directory (so the rename cannot cross file systems),
     flushed to disk, then renamed over `path`: a reader, or a crash, never sees half a file.
-    If the block raises, the partial file is removed and `path` is left as it was.
+    If the block raises, the partial file is removed and `path` is left as it was. The file gets
+    the data-file mode (`set_file_mode`, 0600 by default); `read_only` drops its write bits
+    (baselines are immutable).
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     tmp = target.with_name(target.name + ".partial")
     try:
-        with open(tmp, "wb") as fh:
+        with open_private(tmp) as fh:
+            os.fchmod(fh.fileno(), _file_mode)  # a stale .partial left by a crash keeps no old mode
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        if read_only:
+            os.chmod(tmp, _file_mode & 0o444)
         os.replace(tmp, target)
     finally:
         if tmp.exists():
@@ -218,8 +290,8 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     _fsync_directory(target.parent)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    with atomic_writer(path) as fh:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, read_only: bool = False) -> Path:
+    with atomic_writer(path, read_only=read_only) as fh:
         fh.write(data)
     return Path(path)
 

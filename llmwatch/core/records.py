@@ -18,6 +18,7 @@ from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.wire import extract_answer_text, extract_prompt_text
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
+MAX_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z, the last second datetime can hold
 
 
 def as_utc(value: datetime) -> datetime:
@@ -29,7 +30,7 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Usage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
@@ -45,7 +46,8 @@ class Sample(BaseModel):
     `latency_ms`, `timestamp`. Everything else has a sensible default.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    # Non-finite numbers ("Infinity", "NaN") pass ge=0 but break every statistic downstream.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     schema_: str = Field(default=SAMPLE_SCHEMA, alias="schema")
     id: str = ""
@@ -73,11 +75,25 @@ class Sample(BaseModel):
     capture_notes: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("schema_")
+    @classmethod
+    def _known_schema(cls, value: str) -> str:
+        # A newer format may mean something else by the same field names: refuse, do not guess.
+        if value != SAMPLE_SCHEMA:
+            raise ValueError(f"unsupported schema {value!r}; this llmwatch reads {SAMPLE_SCHEMA!r} (omit the field or convert the file)")
+        return value
+
     @field_validator("timestamp", mode="before")
     @classmethod
     def _epoch_or_iso(cls, value: Any) -> Any:
         # Exports from other tools often carry epoch seconds (or ms) instead of ISO 8601.
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # Seconds up to year 9999, or the same in ms; beyond that datetime overflows.
+            if not 0 <= value <= MAX_EPOCH_S * 1000:
+                raise ValueError(
+                    f"epoch timestamp {value!r} is out of range; use seconds or milliseconds since 1970 "
+                    "(0 to 253402300799 s) or an ISO 8601 string"
+                )
             seconds = value / 1000.0 if value > 1e11 else value
             return datetime.fromtimestamp(seconds, tz=timezone.utc)
         return value

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmwatch.core.records import Sample, UtcDatetime
 
@@ -51,6 +51,13 @@ class Score(BaseModel):
     route: str | None = None
     sample_timestamp: UtcDatetime
     scored_at: UtcDatetime = Field(default_factory=_utcnow)
+
+    @field_validator("schema_")
+    @classmethod
+    def _known_schema(cls, value: str) -> str:
+        if value != SCORE_SCHEMA:
+            raise ValueError(f"unsupported schema {value!r}; this llmwatch reads {SCORE_SCHEMA!r} (omit the field or convert the file)")
+        return value
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json", by_alias=True))
