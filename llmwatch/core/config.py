@@ -23,9 +23,27 @@ class ConfigError(ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
 
 
+class ListenError(ConfigError):
+    """An address from the configuration that cannot be listened on (in use, not ours, no permission)."""
+
+
 class _Section(BaseModel):
     # Unknown keys are almost always typos (`sample_rate` for `rate`); refuse them loudly.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def normalize_upstream(url: str) -> str:
+    """The server's base URL from what a user gives: `http://h:8000`, `.../`, or the `/v1` root.
+
+    Clients send paths that already start with `/v1/` (the proxy forwards them as they are), so
+    an upstream given as the `/v1` root, the form OpenAI clients take as `base_url`, would send
+    every call to `/v1/v1/...`. One trailing `/v1` segment is dropped; a deeper path (a gateway
+    serving under a prefix, `https://gw/openai`) is kept.
+    """
+    url = url.rstrip("/")
+    if url.endswith("/v1") and re.match(r"^https?://[^/\s]+/", url):
+        url = url[: -len("/v1")].rstrip("/")
+    return url
 
 
 def _host_port(value: str) -> str:
@@ -368,7 +386,7 @@ class Config(_Section):
             return None
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
-        return value.rstrip("/")
+        return normalize_upstream(value)
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -399,23 +417,56 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     return None
 
 
-def format_validation_error(exc: ValidationError, source: str, env_keys: Mapping[str, str]) -> str:
-    lines = [f"invalid configuration ({source}):"]
+def format_validation_error(exc: ValidationError, source: str, origins: Mapping[str, str]) -> str:
+    """One line per error: the field, where its value came from, what is wrong; the value once.
+
+    `origins` maps a dotted field path to where it was set ("environment variable LLMWATCH_X",
+    "command line: --upstream"); fields not in it come from `source` (the file, or defaults).
+    """
+    lines = [f"invalid configuration ({source}):" if source else "invalid configuration:"]
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = ".".join(str(p) for p in loc) or "(top level)"
-        origin = env_keys.get(path)
-        where = f" (from environment variable {origin})" if origin else ""
+        origin = _origin_of(path, origins)
+        where = f" ({origin})" if origin else ""
         if err["type"] == "extra_forbidden":
             allowed = _allowed_fields(Config, loc)
             hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
             lines.append(f"  - {path}{where}: unknown field{hint}")
             continue
-        given = err.get("input")
-        given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
         message = err["msg"].removeprefix("Value error, ")
+        given = err.get("input")
+        # Our validators already say "got '...'"; pydantic's own messages ("less than or equal
+        # to 1") do not. Name the value once either way.
+        shown = repr(given)
+        given_text = "" if isinstance(given, (dict, list)) or shown in message else f" (got {shown})"
         lines.append(f"  - {path}{where}: {message}{given_text}")
     return "\n".join(lines)
+
+
+def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
+    """The origin of `path` or of the nearest enclosing section set as a whole (`--kafka` sets kafka.*)."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        origin = origins.get(".".join(parts[:n]))
+        if origin:
+            return origin
+    return None
+
+
+def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix: str = "") -> dict[str, str]:
+    """Dotted path -> "command line: --flag" for every leaf set by a command-line override."""
+    out: dict[str, str] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flag_origins(value, flags, path + "."))
+        else:
+            flag = flags.get(path) or "--" + str(key).replace("_", "-")
+            out[path] = f"command line: {flag}"
+    return out
 
 
 def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -438,7 +489,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {key}: {'.'.join(path[:-1])} is not a section")
         node[path[-1]] = value
-        origins[".".join(path)] = key
+        origins[".".join(path)] = f"from environment variable {key}"
     return tree, origins
 
 
@@ -478,8 +529,13 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """File, then environment, then explicit overrides (CLI flags); validated once."""
+    """File, then environment, then explicit overrides (CLI flags); validated once.
+
+    `flags` names the command-line flag behind an override's dotted path where it is not
+    `--<field>` (e.g. {"otel.ingest_listen": "--listen"}), so that errors blame the right flag.
+    """
     environ = os.environ if environ is None else environ
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
         path = environ[ENV_PREFIX + "CONFIG"]
@@ -488,8 +544,10 @@ def load_config(
     data = _merge(data, env_tree)
     if overrides:
         data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+        origins.update(_flag_origins(overrides, flags or {}))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        source = str(path) if path is not None else "defaults and environment"
+        # Without a file, every bad value has an origin of its own (a variable or a flag).
+        source = f"config file {path}" if path is not None else ""
         raise ConfigError(format_validation_error(exc, source, origins)) from None
