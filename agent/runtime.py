@@ -11,12 +11,13 @@ from typing import Sequence
 import structlog
 from aiohttp import web
 
-from llmwatch.core.config import Config, ConfigError
+from llmwatch.core.config import Config, ConfigError, ListenError
 from llmwatch.collectors.health import metrics_app
 from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.intake import Captured, FileSink, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
+from llmwatch.collectors.upstream_probe import UpstreamProbe
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.scorers.redaction import Redactor
 from llmwatch.scorers.sampler import Sampler
@@ -95,6 +96,7 @@ class Agent:
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
         sampler = Sampler(cfg.sampling)
         self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter
@@ -164,14 +166,26 @@ class Agent:
             checks["ingest_listening"] = self.ingest_port > 0
         return checks
 
-    async def _serve(self, app: web.Application, address: str) -> int:
+    def readiness_details(self) -> dict[str, object]:
+        # Beside the checks, not among them: see collectors/upstream_probe.py for why.
+        if self.upstream_probe is None:
+            return {}
+        return {"upstream": self.cfg.upstream, "upstream_reachable": self.upstream_probe.reachable}
+
+    async def _serve(self, app: web.Application, address: str, setting: str) -> int:
         host, port = split_host_port(address)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
         # Bind ourselves so that port 0 works and the chosen port is known.
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            # The bare "[Errno 98] Address already in use" names neither the address nor the setting.
+            raise ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
+                              f"stop what holds it or choose another address (port 0 picks a free one)") from None
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
         site = web.SockSite(runner, sock, backlog=2048)
         await site.start()
         self._runners.append(runner)
@@ -185,12 +199,15 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
-        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
+        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
-            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen)
+            setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
+            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
         if self.proxy is not None:
             await self.proxy.start()
-            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen)
+            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen, "--listen, config listen")
+        if self.upstream_probe is not None:
+            self.upstream_probe.start()
         log.info(
             "agent_started",
             upstream=self.cfg.upstream,
@@ -204,6 +221,8 @@ class Agent:
         )
 
     async def stop(self) -> None:
+        if self.upstream_probe is not None:
+            await self.upstream_probe.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 from aiohttp import web
@@ -11,7 +11,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from llmwatch.core.metrics import Metrics
 
 
-def metrics_app(metrics: Metrics, readiness: Callable[[], dict[str, bool]]) -> web.Application:
+def metrics_app(metrics: Metrics, readiness: Callable[[], dict[str, bool]], details: Callable[[], dict[str, Any]] | None = None) -> web.Application:
+    """`details` adds facts to `/readyz`'s body that do not decide readiness (upstream_reachable)."""
+
     async def scrape(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -23,7 +25,7 @@ def metrics_app(metrics: Metrics, readiness: Callable[[], dict[str, bool]]) -> w
         ready = all(checks.values())
         return web.Response(
             status=200 if ready else 503,
-            body=orjson.dumps({"status": "ready" if ready else "not_ready", "checks": checks}),
+            body=orjson.dumps({"status": "ready" if ready else "not_ready", "checks": checks, **(details() if details else {})}),
             content_type="application/json",
         )
 
