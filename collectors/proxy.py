@@ -30,6 +30,7 @@ from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, analyze
+from llmwatch.collectors.upstream_probe import describe_connect_error, upstream_address
 
 log = structlog.get_logger(__name__)
 
@@ -217,16 +218,19 @@ class Proxy:
             ex.error_type = error_type
 
     def _gateway_error(self, request: web.Request, ex: Exchange | None, exc: BaseException) -> web.Response:
+        reason = str(exc)
         if isinstance(exc, asyncio.TimeoutError):
             status, kind = 504, "upstream_timeout"
             message = f"llmwatch proxy: upstream {self.upstream} did not answer in time ({type(exc).__name__})"
         else:
             status, kind = 502, "upstream_unavailable"
-            message = f"llmwatch proxy: upstream {self.upstream} is unreachable: {exc}"
+            # aiohttp's own text says "ssl:default" even for plain http; name host:port instead.
+            reason = describe_connect_error(*upstream_address(str(self.upstream)), exc) if isinstance(exc, aiohttp.ClientConnectorError) else str(exc)
+            message = f"llmwatch proxy: upstream {self.upstream} is unreachable: {reason}"
         self._fail(ex, kind)
         if ex is not None:
             ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=request.path, error=str(exc))
+        log.warning("upstream_failed", error_type=kind, path=request.path, error=reason)
         return web.Response(status=status, body=error_body(kind, message), content_type="application/json")
 
     def _finish(self, ex: Exchange) -> None:
