@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
 import structlog
 
 from llmwatch import __version__
-from llmwatch.core.config import Config, ConfigError, load_config
+from llmwatch.core.config import Config, ConfigError, ListenError, load_config
 from llmwatch.core.logs import configure_logging
 from llmwatch.core.records import RecordError
 from llmwatch.agent.signals import wait_for_signal
@@ -33,12 +35,48 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
 
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
-    await agent.start()
     try:
+        await agent.start()
         await wait_for_signal()
     finally:
+        # Also after a failed start (a port in use): what did start (the upstream session, the
+        # scorer process, the pipeline thread) is closed, not left to warn at exit.
         await agent.stop()
     return 0
+
+
+# Commands whose output a person reads (summaries, tables, reports): their logs stay below
+# warning unless asked for, so that the output is not interleaved with log lines.
+QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "report", "regress", "review"})
+
+# Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
+_FLAGS = {
+    "otel.ingest_listen": "--listen",
+    "kafka.bootstrap_servers": "--kafka",
+    "kafka.samples_topic": "--topic",
+    "kafka.group_id": "--group",
+    "kafka.scores_topic": "--scores-topic",
+    "drift.baseline": "--baseline",
+    "logging.level": "--log-level/--verbose",
+}
+
+
+def _requested_level(args: argparse.Namespace) -> str | None:
+    if getattr(args, "log_level", None):
+        return args.log_level
+    return "info" if getattr(args, "verbose", False) else None
+
+
+def _setup_logging(args: argparse.Namespace, cfg: Config | None = None) -> str:
+    """Logs always go to stderr: console lines on a terminal, JSON lines otherwise (or as configured)."""
+    level = _requested_level(args)
+    if level is None and cfg is not None and ("level" in cfg.logging.model_fields_set or args.command not in QUIET_COMMANDS):
+        level = cfg.logging.level
+    if level is None:
+        level = "warning" if args.command in QUIET_COMMANDS else "info"
+    fmt = cfg.logging.format if cfg is not None and "format" in cfg.logging.model_fields_set else None
+    configure_logging(level, fmt)
+    return level
 
 
 def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
@@ -47,11 +85,58 @@ def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
         "listen": getattr(args, "listen", None),
         "metrics_listen": getattr(args, "metrics_listen", None),
         "data_dir": getattr(args, "data_dir", None),
+        "logging": {"level": _requested_level(args)} if _requested_level(args) else None,
         **extra,
     }
-    cfg = load_config(args.config, overrides=overrides)
-    configure_logging(cfg.logging.level, cfg.logging.format)
+    cfg = load_config(args.config, overrides=overrides, flags=_FLAGS)
+    level = _setup_logging(args, cfg)
+    if level != cfg.logging.level:
+        # Processes started from here (the demo's scorer child) log at the same level.
+        cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update={"level": level})})
     return cfg
+
+
+# The offline commands load the embedding model (20-40 s) and scipy before they read a line, so
+# the mistakes a person makes at the prompt (a typo in a path, an empty export, an existing
+# baseline) are checked first, here, with nothing heavier than the core imported.
+
+
+def require_records(source: str, flag: str, what: str = "samples") -> None:
+    """`source` (a file or a directory of .jsonl) exists and holds at least one record."""
+    from llmwatch.core.jsonio import jsonl_paths
+
+    try:
+        paths = jsonl_paths(source, what)
+    except RecordError as exc:
+        raise RecordError(f"{flag} {exc}") from None
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                if any(line.strip() for line in fh):
+                    return
+        except OSError as exc:
+            raise RecordError(f"{flag} {path}: cannot be read: {exc.strerror or exc}") from None
+    raise RecordError(f"{flag} {source} holds no {what} (empty file{'s' if len(paths) > 1 else ''}); export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`")
+
+
+def require_file(path: str, flag: str, hint: str) -> None:
+    if not Path(path).is_file():
+        state = "is a directory" if Path(path).is_dir() else "does not exist"
+        raise RecordError(f"{flag} {path} {state}; {hint}")
+
+
+def require_writable(path: str, flag: str, *, must_not_exist: str | None = None) -> None:
+    """`path` can be created: not a directory, (if asked) not already there, its folder writable."""
+    target = Path(path)
+    if target.is_dir():
+        raise RecordError(f"{flag} {path} is a directory; give a file name inside it, e.g. {target / 'out.jsonl'}")
+    if must_not_exist and target.exists():
+        raise RecordError(f"{flag} {path} already exists; {must_not_exist}")
+    folder = target.parent.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise RecordError(f"{flag} {path}: cannot write there ({folder} is not a writable directory)")
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
@@ -71,17 +156,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args)
+    require_records(args.input, "--in")
+    require_writable(args.output, "--out")
     from llmwatch.scorers.offline import score_files
 
-    cfg = _config_from_args(args)
     return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
 
 
 def cmd_baseline_freeze(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args)
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
+    require_writable(args.out, "--out", must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
     from llmwatch.scorers.baseline import freeze, write_baseline
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
     baseline = freeze(samples, scores, embeddings, model_version=args.model_version)
     path = write_baseline(baseline, args.out)
@@ -91,6 +182,11 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args)
+    require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
     import orjson
 
     from llmwatch.scorers.baseline import load_baseline
@@ -98,7 +194,6 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from llmwatch.scorers.features import summarize
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
     baseline = load_baseline(args.baseline)
     samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
     current = summarize(samples, scores, embeddings)
@@ -129,6 +224,15 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from llmwatch.agent.simulator import run
+
+    try:
+        return run(args)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
@@ -141,10 +245,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services.")
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Not required: `llmwatch` alone prints the commands (main), not argparse's bare complaint.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="YAML config file (env LLMWATCH_CONFIG); env LLMWATCH_<SECTION>__<FIELD> overrides it")
+        log_options(p)
 
     p = sub.add_parser("proxy", help="run the sidecar proxy in front of an LLM service")
     common(p)
@@ -153,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_proxy)
+
+    p = sub.add_parser("simulate", help="run the built-in OpenAI-compatible LLM simulator (an upstream to try llmwatch on)")
+    from llmwatch.agent.simulator_options import add_arguments as simulator_arguments
+
+    simulator_arguments(p)
+    log_options(p)
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary")
     common(p)
@@ -169,11 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--in", dest="input", required=True, help="a samples .jsonl file, or a directory of them")
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="samples scored together; larger is faster for the embedding checks and uses more memory (default 64)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("baseline", help="frozen baselines of a model version's behaviour")
-    bsub = p.add_subparsers(dest="baseline_command", required=True)
+    bsub = p.add_subparsers(dest="baseline_command", metavar="COMMAND", title="commands")
+    p.set_defaults(func=show_usage(p))
     p = bsub.add_parser("freeze", help="summarise samples of one model version into an immutable, checksummed baseline file")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
@@ -184,11 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)")
     common(p)
-    p.add_argument("--baseline", required=True)
+    p.add_argument("--baseline", required=True, help="baseline file written by `llmwatch baseline freeze`")
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--model-version", help="only samples of this version (default: all)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table for people; json: the full report for scripts (default text)")
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
     p.set_defaults(func=cmd_drift)
@@ -222,9 +336,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help="log level on stderr (default: info for servers; warning for commands that print a summary, as config logging.level)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at info level (same as --log-level info)")
+
+
+def show_usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """A command given without its subcommand: the list of what it takes, and exit 2 (bad usage)."""
+
+    def show(_: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        return show_usage(parser)(args)
+    # Until a command reads its config: nothing may reach stdout, the human output's stream.
+    _setup_logging(args)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

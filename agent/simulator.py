@@ -39,7 +39,8 @@ Fault injection, for tests of the proxy: request header
 
 Run standalone (benchmarks use a separate process):
 
-    python -m agent.simulator --host 127.0.0.1 --port 8001 --latency-scale 1.0 --profile A
+    llmwatch simulate --host 127.0.0.1 --port 8001 --latency-scale 1.0 --profile A
+    python -m llmwatch.agent.simulator --port 0   # the same; prints the address it bound
 """
 
 from __future__ import annotations
@@ -1334,33 +1335,47 @@ def _profile_from_args(name: str, latency_scale: float) -> SimProfile:
     return SimProfile(**{**asdict(base), "latency_scale": latency_scale})
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, out: Any = None) -> int:
+    """Serve until SIGINT/SIGTERM; say on `out` (stdout) where, so `--port 0` is usable."""
+    import sys
+
+    out = out or sys.stdout
     handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale),
                                    seed=args.seed)
     from llmwatch.agent.signals import wait_for_signal
 
+    out.write(f"llmwatch simulator: profile {handle.profile.name} listening on {handle.url} "
+              f"(OpenAI base URL {handle.url}/v1); Ctrl-C to stop\n")
+    out.flush()
     try:
         await wait_for_signal()
     finally:
         await handle.close()
         log.info("simulator.stopped", url=handle.url)
+    return 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agent.simulator",
-                                     description="OpenAI-compatible LLM server simulator")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--latency-scale", type=float, default=1.0)
-    parser.add_argument("--profile", default="A", help="A, B, or any label (default behaviour)")
-    parser.add_argument("--seed", type=int, default=None)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve(args))
-    else:
-        uvloop.run(_serve(args))
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from llmwatch.agent.simulator_options import add_arguments
+    from llmwatch.core.logs import configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m llmwatch.agent.simulator",
+                                     description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging("info")
+    try:
+        run(args)
+    except OSError as exc:
+        raise SystemExit(f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":
