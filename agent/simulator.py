@@ -121,7 +121,7 @@ class _Topic:
 _TOPICS: tuple[_Topic, ...] = (
     _Topic(
         "cooking",
-        ("cook", "recipe", "bake", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
+        ("cook", "recipe", "bake", "lentil", "nutrition", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
          "chicken", "soup", "kitchen", "ingredient", "grill", "fry", "roast", "garlic", "onion", "steak",
          "dough", "bread", "meal", "dish", "spice", "simmer", "boil", "flavor", "flavour", "cuisine"),
         (
@@ -521,7 +521,49 @@ def _scale_paragraphs(pool: Sequence[str], base_count: int, scale: float) -> str
     return "\n\n".join(" ".join(s) for s in out)
 
 
-def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float) -> tuple[str, str]:
+# Words of a request's framing rather than its subject ("Return a JSON object about ...").
+_FRAMING_WORDS = frozenset({"json", "object", "return", "reply", "respond", "format", "recommend", "plan"})
+
+
+def _content_words(prompt: str, limit: int = 6) -> list[str]:
+    """The prompt's subject words in order, without framing; a sentence's first word lowercased
+    unless it is an acronym (SQL), so proper nouns keep their capital."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in re.finditer(r"[A-Za-z][A-Za-z0-9'-]*", prompt):
+        word, low = m.group(0), m.group(0).lower()
+        if len(low) < 3 or low in _STOPWORDS or low in _FRAMING_WORDS or low in seen:
+            continue
+        seen.add(low)
+        at_start = not prompt[: m.start()].strip() or prompt[: m.start()].rstrip()[-1] in ".!?:"
+        out.append(low if at_start and not word.isupper() else word)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _lead(prompt: str) -> str:
+    """An opening that names what was asked about, as a model answering the question does.
+
+    Without it the canned paragraphs are about the topic but often not about the question
+    (a Python question answered with advice on virtualenvs), and the demo's good version A
+    failed `answer_relevance` on about a quarter of its answers.
+    """
+    words = _content_words(prompt)
+    if not words:
+        return ""
+    subject = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"Here is what matters about {subject}. "
+
+
+def _overlap(prompt_words: set[str], paragraph: str) -> int:
+    # Five-letter stems, so that "roast" meets "roasting" and "tomatoes" meets "tomato".
+    return len(prompt_words & {w.lower()[:5] for w in re.findall(r"[A-Za-z]+", paragraph)})
+
+
+def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float, *, on_topic: bool = True) -> tuple[str, str]:
+    """An answer from `topic`'s bank; `on_topic` False for a deliberately off-topic answer,
+    which then neither leads with the prompt's subject nor picks the paragraphs closest to it."""
     if topic is None:
         nouns = _key_nouns(prompt)
         if nouns:
@@ -535,8 +577,13 @@ def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: 
         pool = list(topic.answers)
         rng.shuffle(pool)
         name = topic.name
+        if on_topic:
+            # Stable: the closest paragraphs first, ties in the shuffled order.
+            stems = {w.lower()[:5] for w in _content_words(prompt)}
+            pool.sort(key=lambda paragraph: -_overlap(stems, paragraph))
     base_count = 1 if rng.random() < 0.5 else 2
-    return _scale_paragraphs(pool, base_count, scale), name
+    body = _scale_paragraphs(pool, base_count, scale)
+    return (_lead(prompt) + body if topic is not None and on_topic else body), name
 
 
 def _break_json(rng: random.Random, text: str) -> str:
@@ -576,10 +623,11 @@ def _plan_choice(
     if rng.random() < profile.refusal_rate:
         text = json.dumps({"refusal": REFUSAL}) if json_mode else REFUSAL
     else:
+        on_topic = True
         if rng.random() < profile.off_topic_rate:
             others = [t for t in _TOPICS if t is not topic]
-            topic = rng.choice(others)
-        body, name = _topic_answer(rng, topic, prompt, profile.answer_length_scale)
+            topic, on_topic = rng.choice(others), False
+        body, name = _topic_answer(rng, topic, prompt, profile.answer_length_scale, on_topic=on_topic)
         if json_mode:
             text = json.dumps(
                 {"answer": body, "topic": name, "confidence": round(rng.uniform(0.55, 0.98), 2)},
