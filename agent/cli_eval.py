@@ -40,11 +40,24 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The files named on the command line, before scipy and the embedding model load (as `drift`)."""
+    from llmwatch.agent.cli import require_file, require_records
+
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
+    if getattr(args, "baseline", None):
+        require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from llmwatch.agent.cli import _config_from_args
-    from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
     cfg = _config_from_args(args)
+    _check_inputs(args)
+    from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
+
     baseline = None
     if args.baseline:
         from llmwatch.scorers.baseline import load_baseline
@@ -109,10 +122,12 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def cmd_review_export(args: argparse.Namespace) -> int:
     from llmwatch.agent.cli import _config_from_args
+
+    cfg = _config_from_args(args)
+    _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
     from llmwatch.scorers.review import ReviewError, export_tasks
 
-    cfg = _config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")

@@ -252,3 +252,28 @@ def test_baseline_freeze_refuses_an_existing_out_file_before_scoring(tmp_path: P
     result = run(["baseline", "freeze", "--samples", str(samples), "--model-version", "A", "--out", str(existing)])
     assert result.returncode == 2
     assert f"--out {existing} already exists" in result.stderr
+
+
+def test_report_refuses_an_empty_samples_file_naming_it(tmp_path: Path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n")
+    result = run(["report", "--samples", str(samples)])
+    assert result.returncode == 2
+    assert f"--samples {samples} holds no samples" in result.stderr
+
+
+def test_a_command_that_prints_a_summary_keeps_logs_off_stdout_and_quiet_unless_verbose(tmp_path: Path):
+    sim, url = start_simulator()
+    suite = tmp_path / "suite.jsonl"
+    suite.write_bytes(orjson.dumps({"id": "pasta", "category": "instruction_following", "input": "A simple pasta dinner?", "checks": [{"kind": "refusal"}]}) + b"\n")
+    args = ["regress", "--suite", str(suite), "--upstream", url + "/v1", "--model", "sim-gpt-4o-mini", "--repeat", "2"]
+    try:
+        quiet, verbose = run(args), run([*args, "--verbose"])
+    finally:
+        stop(sim)
+    for result in (quiet, verbose):
+        assert result.returncode == 0, result.stderr
+        assert "pasta" in result.stdout
+        assert "regress_done" not in result.stdout, "logs go to stderr, never into the output a person reads"
+    assert "regress_done" not in quiet.stderr
+    assert "regress_done" in verbose.stderr
