@@ -28,7 +28,7 @@ import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from llmwatch.core.config import Config
+from llmwatch.core.config import Config, ListenError
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.export import ScoreRecorder
@@ -106,7 +106,12 @@ def serve_http(address: str, metrics: Metrics, health: Callable[[], dict[str, An
             address_family = socket.AF_INET6
 
         server_class = Server6
-    server = server_class((host, int(port)), Handler)
+    try:
+        server = server_class((host, int(port)), Handler)
+    except OSError as exc:
+        # As the proxy does (runtime.Agent): name the address and the setting, not just "[Errno 98]".
+        raise ListenError(f"cannot listen on {address} (--metrics-listen, config metrics_listen): {exc.strerror or exc}; "
+                          f"stop what holds it or choose another address (port 0 picks a free one)") from None
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="llmwatch-scorer-http", daemon=True).start()
     return server

@@ -179,6 +179,19 @@ def test_a_port_in_use_names_the_address_and_the_flag_and_exits_2(tmp_path: Path
         assert noise not in result.stderr, result.stderr
 
 
+def test_a_kafka_worker_names_its_taken_metrics_port_too():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        # Rule checks only: the port is bound before any broker is contacted, so none is needed.
+        result = subprocess.run(LLMWATCH + ["scorer", "--kafka", "127.0.0.1:9", "--metrics-listen", address],
+                                env={**ENV, "LLMWATCH_SCORING__EMBEDDINGS": "false"}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"cannot listen on {address} (--metrics-listen," in result.stderr
+    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
+
+
 def test_an_unreachable_upstream_is_warned_once_and_reported_by_readyz_without_failing_it(tmp_path: Path):
     with socket.socket() as closed:  # a port just freed: nothing listens there
         closed.bind(("127.0.0.1", 0))
