@@ -89,16 +89,24 @@ def stop(proc: subprocess.Popen[str]) -> int:
 
 def start_simulator() -> tuple[subprocess.Popen[str], str]:
     proc, out, _ = start(["simulate", "--port", "0", "--latency-scale", "0"])
-    line = out.wait_for(lambda l: "listening on" in l)
-    url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-    assert url, line
+    try:
+        line = out.wait_for(lambda l: "listening on" in l)
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        assert url, line
+    except BaseException:
+        stop(proc)
+        raise
     return proc, url.group(1)
 
 
 def start_proxy(upstream: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Lines, dict]:
     """`llmwatch proxy` on ports it picks itself; they are read back from its start-up log line."""
     proc, _, err = start(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")])
-    started = orjson.loads(err.wait_for(lambda l: '"agent_started"' in l))
+    try:
+        started = orjson.loads(err.wait_for(lambda l: '"agent_started"' in l))
+    except BaseException:
+        stop(proc)
+        raise
     return proc, err, started
 
 
