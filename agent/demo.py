@@ -25,7 +25,8 @@ import openai
 import structlog
 
 from llmwatch.core.config import Config
-from llmwatch.agent.runtime import Agent, split_host_port
+from llmwatch.collectors.health import split_host_port
+from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.agent.simulator import FAULT_HEADER, PROFILES, start_simulator
 from llmwatch.scorers.report import pass_rate_table

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -11,10 +10,11 @@ from typing import Sequence
 import structlog
 from aiohttp import web
 
-from llmwatch.core.config import Config, ConfigError, ListenError
-from llmwatch.collectors.health import metrics_app
-from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Captured, FileSink, Pipeline, Sink
+from llmwatch.core.config import Config, ConfigError
+from llmwatch.collectors.health import metrics_app, serve_app
+from llmwatch.core.metrics import DriftReading, Metrics
+from llmwatch.collectors.files import FileSink
+from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
 from llmwatch.collectors.upstream_probe import UpstreamProbe
@@ -23,11 +23,6 @@ from llmwatch.scorers.redaction import Redactor
 from llmwatch.scorers.sampler import Sampler
 
 log = structlog.get_logger(__name__)
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -83,7 +78,7 @@ class Agent:
                 drift_payload=cfg.drift.model_dump(mode="json"),
                 on_drift=self._on_drift,
                 matrix_payload=cfg.matrix.model_dump(mode="json"),
-                on_evaluation=self._on_evaluation,
+                on_evaluation=self.metrics.set_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
             )
@@ -94,8 +89,9 @@ class Agent:
         self.metrics.queue_depth.set_function(self.queue.depth)
         redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
-        sampler = Sampler(cfg.sampling)
-        self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
+        self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
+        self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
         self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
@@ -107,7 +103,7 @@ class Agent:
         if cfg.otel.ingest_listen:
             from llmwatch.collectors.otlp_ingest import OtlpReceiver
 
-            self.receiver = OtlpReceiver(self.pipeline, sampler, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
+            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
@@ -118,29 +114,13 @@ class Agent:
             events = self.metrics.notifications
             self.notifier = WebhookNotifier(hook.url, repeat_interval_s=hook.repeat_interval_s, max_retries=hook.max_retries, on_event=lambda name: events.labels(event=name).inc())
 
-    def _on_drift(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for version, operation, signal, statistic, p_value, detected, n in readings:
-            v = m.version_label(version)
-            m.drift_statistic.labels(signal, v, operation).set(statistic)
-            m.drift_p_value.labels(signal, v, operation).set(p_value)
-            m.drift_detected.labels(signal, v, operation).set(1.0 if detected else 0.0)
-            m.drift_window.labels(v).set(n)
-            self.drift_state[(version, operation, signal)] = (statistic, p_value, detected, n)
+    def _on_drift(self, readings: list[DriftReading]) -> None:
+        self.metrics.set_drift(readings)
+        for r in readings:
+            self.drift_state[(r.model_version, r.operation, r.signal)] = (r.statistic, r.p_value, r.detected, r.n_current)
         if self.notifier is not None and self._loop is not None:
             # Called on the scorer's result thread; the notifier lives on the event loop.
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
-
-    def _on_evaluation(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for kind, category, stability_kind, version, value in readings:
-            v = m.version_label(version)
-            if kind == "category_quality":
-                m.category_quality.labels(category, v).set(value)
-            elif kind == "stability":
-                m.stability.labels(stability_kind, category, v).set(value)
-            elif kind == "decision":
-                m.decision_score.labels(v).set(value)
 
     def _drift_alerts(self) -> dict:
         from llmwatch.collectors.webhook import AlertSpec, alert_key
@@ -173,23 +153,9 @@ class Agent:
         return {"upstream": self.cfg.upstream, "upstream_reachable": self.upstream_probe.reachable}
 
     async def _serve(self, app: web.Application, address: str, setting: str) -> int:
-        host, port = split_host_port(address)
-        # Bind ourselves so that port 0 works and the chosen port is known.
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            # The bare "[Errno 98] Address already in use" names neither the address nor the setting.
-            raise ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
-                              f"stop what holds it or choose another address (port 0 picks a free one)") from None
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.SockSite(runner, sock, backlog=2048)
-        await site.start()
+        runner, port = await serve_app(app, address, setting=setting)
         self._runners.append(runner)
-        return sock.getsockname()[1]
+        return port
 
     async def start(self) -> None:
         # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
@@ -199,7 +165,7 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
-        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
+        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
             setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
             self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)

@@ -8,6 +8,11 @@ once and scores batches sent over a multiprocessing queue.
 `ScorerProcess` is the parent's handle: `submit` never blocks (a full hand-off drops and
 counts), and a watchdog restarts a child that dies or goes silent past `batch_timeout_s`,
 recording its in-flight batches as `error` results so that nothing disappears unexplained.
+
+Parent and child talk in the small frozen dataclasses below, matched by type: `ScoreBatch`,
+`LoadBaseline`, `FreezeBaseline` go to the child (None asks it to stop); `Ready`, `Fatal`,
+`Scored`, `DriftUpdate`, `EvaluationUpdate`, `Frozen` come back. The child's windows, drift and
+evaluation are the shared aggregate stage (scorers/aggregate.py).
 """
 
 from __future__ import annotations
@@ -22,24 +27,80 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-import orjson
 import structlog
 
+from llmwatch.core.metrics import DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.scorers.score import Score
 
 log = structlog.get_logger(__name__)
 
 ScoreHandler = Callable[[list[Score], list[float]], None]
-DriftHandler = Callable[[list[tuple]], None]
+DriftHandler = Callable[[list[DriftReading]], None]
+EvaluationHandler = Callable[[list[EvaluationReading]], None]
+
+
+# --- messages, parent -> child (None: stop) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreBatch:
+    batch_id: int
+    lines: list[bytes]  # Sample.to_json() of each sample
+
+
+@dataclass(frozen=True)
+class LoadBaseline:
+    path: str
+
+
+@dataclass(frozen=True)
+class FreezeBaseline:
+    model_version: str
+    path: str
+
+
+# --- messages, child -> parent ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    check_names: list[str]
+
+
+@dataclass(frozen=True)
+class Fatal:
+    error: str
+
+
+@dataclass(frozen=True)
+class Scored:
+    batch_id: int
+    lines: list[bytes]  # Score.to_json() of each result
+    durations: list[float]
+
+
+@dataclass(frozen=True)
+class DriftUpdate:
+    readings: list[DriftReading]
+
+
+@dataclass(frozen=True)
+class EvaluationUpdate:
+    readings: list[EvaluationReading]
+
+
+@dataclass(frozen=True)
+class Frozen:
+    path: str
+    error: str | None
 
 
 def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
     from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.aggregate import WindowAggregator
     from llmwatch.scorers.baseline import load_baseline, write_baseline
-    from llmwatch.scorers.drift import DriftSettings
-    from llmwatch.scorers.online import DriftWindows
     from llmwatch.scorers.suite import build_suite
 
     configure_logging(log_level)
@@ -53,67 +114,47 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
         baseline = load_baseline(drift_cfg.baseline) if drift_cfg.baseline else None
         suite = build_suite(ScoringSection.model_validate(scoring_payload), centroids=baseline.centroids() if baseline else None)
     except Exception as exc:
-        outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
+        outbox.put(Fatal(f"{type(exc).__name__}: {exc}"))
         return
-    windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=DriftSettings(alpha=drift_cfg.alpha, min_samples=drift_cfg.min_samples))
     matrix_cfg = MatrixSection.model_validate(matrix_payload) if matrix_payload else None
-    next_evaluation = time.monotonic() + drift_cfg.interval_s
-    outbox.put(("ready", suite.check_names))
+    stage = WindowAggregator(baseline, drift_cfg, matrix_cfg, known_checks=suite.check_names)
+    outbox.put(Ready(list(suite.check_names)))
     while True:
         try:
-            item = inbox.get(timeout=1.0)
+            message = inbox.get(timeout=1.0)
         except queue.Empty:
-            item = ()
-        if item is None:
-            return
-        if item and item[0] == "baseline":
-            try:
-                windows.set_baseline(load_baseline(item[1]))
-            except Exception as exc:
-                log.error("baseline_load_failed", path=str(item[1]), error=str(exc))
-            continue
-        if item and item[0] == "freeze":
-            _, version, path = item
-            try:
-                write_baseline(windows.freeze(version), path)
-                outbox.put(("frozen", path, None))
-            except Exception as exc:
-                outbox.put(("frozen", path, f"{type(exc).__name__}: {exc}"))
-            continue
-        if item:
-            batch_id, lines = item
-            samples = [Sample.from_json(line) for line in lines]
-            results = suite.score(samples)
-            outbox.put(("scores", batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
-            windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
-        if matrix_cfg is not None and time.monotonic() >= next_evaluation:
-            next_evaluation = time.monotonic() + drift_cfg.interval_s
-            _send_evaluation(outbox, windows, matrix_cfg, suite.check_names, drift_cfg)
-        if windows.due():
-            try:
-                readings = windows.evaluate()
-            except Exception as exc:
-                log.exception("drift_evaluation_failed", error=str(exc))
+            message = _IDLE
+        match message:
+            case None:
+                return
+            case LoadBaseline(path):
+                try:
+                    stage.set_baseline(load_baseline(path))
+                except Exception as exc:
+                    log.error("baseline_load_failed", path=str(path), error=str(exc))
                 continue
-            outbox.put(("drift", [(r.model_version, r.operation, r.signal, r.statistic, r.p_value, r.detected, r.n_current) for r in readings]))
+            case FreezeBaseline(version, path):
+                try:
+                    write_baseline(stage.freeze(version), path)
+                    outbox.put(Frozen(path, None))
+                except Exception as exc:
+                    outbox.put(Frozen(path, f"{type(exc).__name__}: {exc}"))
+                continue
+            case ScoreBatch(batch_id, lines):
+                samples = [Sample.from_json(line) for line in lines]
+                results = suite.score(samples)
+                outbox.put(Scored(batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
+                stage.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
+        if stage.due():
+            readings = stage.readings()
+            if readings.evaluation is not None:
+                outbox.put(EvaluationUpdate(readings.evaluation))
+            if readings.drift is not None:
+                outbox.put(DriftUpdate(readings.drift))
 
 
-def _send_evaluation(outbox: Any, windows: Any, matrix_cfg: Any, checks: Sequence[str], drift_cfg: Any) -> None:
-    """The evaluation matrix, stability and decision score over the recent windows, as gauge readings."""
-    from llmwatch.scorers.evaluation import build_report
-
-    samples, scores = windows.contents()
-    if not samples:
-        return
-    try:
-        report = build_report(samples, scores, matrix_cfg, known_checks=checks, baseline=windows.baseline, drift_alpha=drift_cfg.alpha, drift_min_samples=drift_cfg.min_samples)
-    except Exception as exc:
-        log.exception("evaluation_failed", error=str(exc))
-        return
-    readings = [("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
-    readings += [("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
-    readings += [("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
-    outbox.put(("evaluation", readings))
+# What the child's loop sees when its inbox stayed empty for a second: no message, only the clock.
+_IDLE = object()
 
 
 def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -144,7 +185,7 @@ class ScorerProcess:
         drift_payload: dict[str, Any] | None = None,
         on_drift: DriftHandler | None = None,
         matrix_payload: dict[str, Any] | None = None,
-        on_evaluation: DriftHandler | None = None,
+        on_evaluation: EvaluationHandler | None = None,
         log_level: str = "warning",
         on_drop: Callable[[str, int], None] | None = None,
     ) -> None:
@@ -219,7 +260,7 @@ class ScorerProcess:
             self._inflight[batch_id] = _Batch(list(samples), time.monotonic())
             self._pending += n
             inbox = self._inbox
-        inbox.put((batch_id, [s.to_json() for s in samples]))
+        inbox.put(ScoreBatch(batch_id, [s.to_json() for s in samples]))
         return True
 
     def freeze_baseline(self, version: str, path: str, timeout: float = 120.0) -> None:
@@ -230,7 +271,7 @@ class ScorerProcess:
         path = str(path)
         self._frozen.pop(path, None)
         self._frozen_event.clear()
-        self._inbox.put(("freeze", version, path))
+        self._inbox.put(FreezeBaseline(version, path))
         deadline = time.monotonic() + timeout
         while path not in self._frozen:
             if time.monotonic() > deadline:
@@ -245,7 +286,7 @@ class ScorerProcess:
         """Compare from now on against this baseline file (windows start empty)."""
         self._drift_payload = {**self._drift_payload, "baseline": str(path)}
         if self._inbox is not None:
-            self._inbox.put(("baseline", str(path)))
+            self._inbox.put(LoadBaseline(str(path)))
 
     @property
     def pending(self) -> int:
@@ -299,27 +340,26 @@ class ScorerProcess:
                 self._restart("scorer_crashed")
                 continue
             self._last_progress = time.monotonic()
-            kind = message[0]
-            if kind == "ready":
-                self.check_names = list(message[1])
-                self.ready.set()
-            elif kind == "fatal":
-                self.fatal = message[1]
-                log.error("scorer_failed_to_start", error=message[1])
-                self._fail_inflight("scorer_failed")
-                self.ready.set()
-                return
-            elif kind == "drift":
-                self._on_drift(message[1])
-            elif kind == "evaluation":
-                self._on_evaluation(message[1])
-            elif kind == "frozen":
-                self._frozen[message[1]] = message[2]
-                self._frozen_event.set()
-            elif kind == "scores":
-                _, batch_id, lines, durations = message
-                if self._finish(batch_id) is not None:
-                    self._on_scores([Score.from_json(line) for line in lines], durations)
+            match message:
+                case Ready(check_names):
+                    self.check_names = list(check_names)
+                    self.ready.set()
+                case Fatal(error):
+                    self.fatal = error
+                    log.error("scorer_failed_to_start", error=error)
+                    self._fail_inflight("scorer_failed")
+                    self.ready.set()
+                    return
+                case DriftUpdate(readings):
+                    self._on_drift(readings)
+                case EvaluationUpdate(readings):
+                    self._on_evaluation(readings)
+                case Frozen(path, error):
+                    self._frozen[path] = error
+                    self._frozen_event.set()
+                case Scored(batch_id, lines, durations):
+                    if self._finish(batch_id) is not None:
+                        self._on_scores([Score.from_json(line) for line in lines], durations)
             self._watchdog()
 
     def _watchdog(self) -> None:

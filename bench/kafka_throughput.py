@@ -178,7 +178,7 @@ def proxy_latency(args: argparse.Namespace, bootstrap: str, logdir: str) -> dict
             proxies[mode] = (proc, f"http://127.0.0.1:{port}")
         asyncio.run(wait_ready(f"http://127.0.0.1:{up_port}"))
         lat: dict[str, list[np.ndarray]] = {"off": [], "on": []}
-        for mode, (_, url) in proxies.items():
+        for _mode, (_, url) in proxies.items():
             asyncio.run(wait_ready(url))
             asyncio.run(closed_loop(url, BODY, 300, 16))
         for _ in range(2):  # alternate, so that drift of the machine hits both

@@ -128,7 +128,7 @@ def proxy_under_saturated_scoring(requests: int, concurrency: int) -> tuple[list
     lat: dict[str, list[np.ndarray]] = {k: [] for k in procs}
     try:
         asyncio.run(wait_ready(f"http://127.0.0.1:{up_port}"))
-        for label, (port, _) in ports.items():
+        for port, _ in ports.values():
             asyncio.run(wait_ready(f"http://127.0.0.1:{port}"))
             asyncio.run(closed_loop(f"http://127.0.0.1:{port}", BODY, 300, 16))
         time.sleep(20)  # let the scorer load its model and fall behind on the warm-up samples

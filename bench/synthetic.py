@@ -74,7 +74,8 @@ def window(rng: np.random.Generator, n: int, b: Behaviour, *, version: str = "A"
         if error:
             continue
 
-        def add(check: str, kind: str, ok: bool | None, value: float | None = None) -> None:
+        # Bound as defaults: the helper belongs to this sample, not to whichever the loop is on.
+        def add(check: str, kind: str, ok: bool | None, value: float | None = None, sid: str = sid, sample: Sample = sample, ts: datetime = ts) -> None:
             result = "skip" if ok is None else ("pass" if ok else "fail")
             v = value if value is not None else (None if ok is None else float(ok))
             scores.append(Score(sample_id=sid, check=check, kind=kind, result=result, value=v, model=sample.model, model_version=version, route=sample.route, sample_timestamp=ts))

@@ -1,7 +1,12 @@
-"""The consumer side of the sample queue: build, redact, hand to sinks, off the event loop.
+"""The intake of every call llmwatch sees, and the consumer side of the sample queue.
 
-One daemon thread drains the queue in batches. Building the `Sample` record and redacting it
-happen here, not on the hot path. A sink that raises loses that batch for that sink only: the
+`Intake` is the one way in, for the proxy and for the OTLP receiver alike: it resolves the model
+version, takes the sampling decision, enqueues what is selected and counts it
+(`llmwatch_samples_total{reason}` once per selected call, `llmwatch_samples_dropped_total
+{reason="queue_full"}` when the bounded queue refuses). It never blocks: a full queue drops.
+
+`Pipeline` is the other end: one daemon thread drains the queue in batches. Building the
+`Sample` record and redacting it happen there, not on the hot path. A sink that raises loses that batch for that sink only: the
 loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged, and the
 other sinks and the proxy go on.
 """
@@ -17,7 +22,7 @@ import structlog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
-from llmwatch.core.jsonio import JsonlWriter
+from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
 
 log = structlog.get_logger(__name__)
@@ -34,6 +39,38 @@ class Captured:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the intake did with one call: `reason` is None when sampling skipped it."""
+
+    reason: str | None
+    queued: bool
+
+
+class Intake:
+    def __init__(self, queue: BoundedQueue[Any], sampler: Sampler, metrics: Metrics, *, default_version: str | None) -> None:
+        self.queue = queue
+        self.sampler = sampler
+        self.metrics = metrics
+        self._default_version = default_version
+
+    def model_version(self, declared: str | None, response_model: str | None, request_model: str | None) -> str | None:
+        """The version a call is labelled with: declared (header, span attribute) -> `model_version.default` -> response model -> request model."""
+        return declared or self._default_version or response_model or request_model
+
+    def admit(self, key: str, route: str, model: str | None, *, error: bool, latency_ms: float, build: Callable[[str], Captured | Sample]) -> Admission:
+        """Decide on one call and, when it is selected, queue `build(reason)` and count it."""
+        reason = self.sampler.decide(key, route, model, error=error, latency_ms=latency_ms)
+        if reason is None:
+            return Admission(None, False)
+        m = self.metrics
+        m.samples.labels(reason=reason).inc()
+        if self.queue.offer(build(reason)):
+            return Admission(reason, True)
+        m.samples_dropped.labels(reason="queue_full").inc()
+        return Admission(reason, False)
+
+
 class Sink(Protocol):
     name: str
     # Sinks that store or ship samples get redacted copies; a sink that only scores in memory
@@ -43,20 +80,6 @@ class Sink(Protocol):
     def write(self, samples: Sequence[Sample]) -> None: ...
 
     def close(self) -> None: ...
-
-
-class FileSink:
-    name = "files"
-    raw = False
-
-    def __init__(self, directory: str, max_file_bytes: int) -> None:
-        self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
-
-    def write(self, samples: Sequence[Sample]) -> None:
-        self._writer.write_lines(s.to_json() for s in samples)
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 class Pipeline:
@@ -84,13 +107,6 @@ class Pipeline:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
-
-    def submit(self, sample: Sample) -> bool:
-        """Queue a sample built elsewhere (e.g. from an ingested OTLP span); False when the queue is full (counted)."""
-        if self.queue.offer(sample):
-            return True
-        self.metrics.samples_dropped.labels(reason="queue_full").inc()
-        return False
 
     def build(self, item: Captured | Sample) -> Sample:
         if isinstance(item, Sample):

@@ -1,7 +1,10 @@
 """Samples to Kafka: the scale-out transport (`kafka.enabled: true`).
 
 The sidecar produces each redacted sample to `kafka.samples_topic`; `llmwatch scorer` workers in
-one consumer group score them (scorers/kafka_worker.py). The proxy must never notice Kafka, so
+one consumer group score them (agent/kafka_scorer.py), and `llmwatch aggregate` reads both topics
+(agent/kafka_aggregate.py). All Kafka client code lives here: producer and consumer settings,
+the codec check, the connect-with-retry helper, the dedupe memory and the producer sink; the
+workers keep only their run loops. The proxy must never notice Kafka, so
 `KafkaSampleSink.write` only appends to a bounded buffer of its own and returns: a background
 thread creates the producer (retrying while the broker is unreachable) and sends. kafka-python
 has no memory bound of its own, hence `max_buffered`: samples queued here plus samples sent and
@@ -14,7 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import structlog
 
@@ -26,6 +29,12 @@ log = structlog.get_logger(__name__)
 
 # Seconds between two "still failing" log lines while the broker is unreachable.
 _WARN_EVERY_S = 10.0
+
+# tansu holds every JoinGroup open for session_timeout_ms / 2, so kafka-python's 45 s default
+# means 22 s per rebalance; 6 s (Kafka's group.min.session.timeout.ms) joins in ~3 s and still
+# tolerates a GC pause. Heartbeats every second notice a rebalance quickly.
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 1_000
 
 
 def check_codec(compression: str) -> None:
@@ -58,6 +67,80 @@ def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[s
         "reconnect_backoff_max_ms": 1_000,
         "metrics_enabled": False,
     }
+
+
+def consumer_settings(cfg: KafkaSection, *, group_id: str, client_id: str, **overrides: Any) -> dict[str, Any]:
+    """KafkaConsumer arguments shared by the scorer workers and the aggregator; offsets are committed by hand."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(cfg.bootstrap_servers),
+        "group_id": group_id,
+        "client_id": client_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "bootstrap_timeout_ms": 5_000,
+        "reconnect_backoff_max_ms": 1_000,
+        "metrics_enabled": False,
+    }
+    settings.update(overrides)
+    return settings
+
+
+def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any:
+    """Build a client, retrying while the broker is unreachable (a worker may start first); None once `stop` is set."""
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            return factory()
+        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError
+            log.warning("kafka_unreachable", client=what, error=repr(exc))
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+    return None
+
+
+def publish(producer: Any, topic: str, records: Sequence[tuple[bytes, bytes]], headers: list[tuple[str, bytes]], timeout_s: float) -> None:
+    """Send (key, value) records and wait until every one is acknowledged; raises when any was not."""
+    futures = [producer.send(topic, key=key, value=value, headers=headers) for key, value in records]
+    # flush() raises only on time-out; a send the broker refused fails its own future.
+    producer.flush(timeout=timeout_s)
+    for future in futures:
+        if future.failed():
+            raise future.exception
+
+
+def rewind(consumer: Any, batch: dict[Any, list[Any]]) -> None:
+    """Seek each partition back to the first record of a polled batch, so that the next poll reads it again."""
+    for tp, records in batch.items():
+        if records:
+            consumer.seek(tp, records[0].offset)
+
+
+class RecentIds:
+    """Ids seen lately, bounded by count and by age (oldest forgotten first): the consumers' dedupe memory."""
+
+    def __init__(self, max_size: int = 200_000, ttl_s: float = 3600.0) -> None:
+        self._ids: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._max = max_size
+        self._ttl = ttl_s
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, sample_id: object) -> bool:
+        added = self._ids.get(sample_id)  # type: ignore[call-overload]
+        return added is not None and time.monotonic() - added < self._ttl
+
+    def add(self, sample_id: str) -> None:
+        now = time.monotonic()
+        self._ids[sample_id] = now
+        self._ids.move_to_end(sample_id)
+        while self._ids:
+            oldest_id, oldest = next(iter(self._ids.items()))
+            if len(self._ids) <= self._max and now - oldest < self._ttl:
+                break
+            del self._ids[oldest_id]
 
 
 def sample_key(sample: Sample) -> bytes:

@@ -25,10 +25,8 @@ from yarl import URL
 
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Captured
+from llmwatch.collectors.intake import Captured, Intake
 from llmwatch.core.pricing import PriceTable
-from llmwatch.core.queue import BoundedQueue
-from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, analyze
 from llmwatch.collectors.upstream_probe import describe_connect_error, upstream_address
 
@@ -52,13 +50,12 @@ async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[byt
 
 
 class Proxy:
-    def __init__(self, cfg: Config, metrics: Metrics, queue: BoundedQueue[Captured], *, sampler: Sampler, prices: PriceTable) -> None:
+    def __init__(self, cfg: Config, metrics: Metrics, intake: Intake, *, prices: PriceTable) -> None:
         if not cfg.upstream:
             raise ValueError("upstream is not set; pass --upstream URL or set `upstream:` in the config")
         self.cfg = cfg
         self.metrics = metrics
-        self.queue = queue
-        self.sampler = sampler
+        self.intake = intake
         self.prices = prices
         self.upstream = URL(cfg.upstream)
         self._upstream_prefix = cfg.upstream.rstrip("/")
@@ -239,7 +236,7 @@ class Proxy:
             facts = analyze(ex)
             m = self.metrics
             model_label = m.model_label(facts.model)
-            version = ex.response_headers.get(self._version_header) or self.cfg.model_version.default or facts.response_model or facts.model
+            version = self.intake.model_version(ex.response_headers.get(self._version_header), facts.response_model, facts.model)
             version_label = m.version_label(version)
             op = facts.operation
             m.operation_duration.labels(op, model_label, version_label, facts.error_type or "").observe(facts.duration_s)
@@ -264,15 +261,16 @@ class Proxy:
             if not ex.request_id:
                 # Random ids only feed the sampling hash; uuid4 (os.urandom) costs more than the rest of the analysis.
                 ex.request_id = ex.response_headers.get(_UPSTREAM_REQUEST_ID) or f"llmw-{random.getrandbits(64):016x}"
-            error = facts.error_type is not None
-            reason = self.sampler.decide(ex.request_id, ex.route, facts.model, error=error, latency_ms=facts.duration_s * 1000.0)
+            admission = self.intake.admit(
+                ex.request_id,
+                ex.route,
+                facts.model,
+                error=facts.error_type is not None,
+                latency_ms=facts.duration_s * 1000.0,
+                build=lambda reason: Captured(ex, facts, version, cost, reason),
+            )
             if self.on_call is not None:
-                self.on_call(ex, facts, version, cost, reason)
-            if reason is None:
-                return
-            m.samples.labels(reason=reason).inc()
-            if not self.queue.offer(Captured(ex, facts, version, cost, reason)):
-                m.samples_dropped.labels(reason="queue_full").inc()
+                self.on_call(ex, facts, version, cost, admission.reason)
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)

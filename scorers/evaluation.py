@@ -15,13 +15,14 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import MatrixSection
+from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
 from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
 
-__all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "export_metrics", "format_text"]
+__all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "evaluation_readings", "export_metrics", "format_text"]
 
 REPORT_SCHEMA = "llmwatch.report/v1"
 
@@ -135,18 +136,17 @@ def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, a
     }
 
 
-def export_metrics(metrics: Any, report: EvaluationReport) -> None:
+def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
+    """The report's values as gauge readings (None values, for too little data, are left out)."""
+    readings = [EvaluationReading("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
+    readings += [EvaluationReading("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
+    readings += [EvaluationReading("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
+    return readings
+
+
+def export_metrics(metrics: Metrics, report: EvaluationReport) -> None:
     """Set `llmwatch_category_quality`, `llmwatch_stability`, `llmwatch_decision_score` on an agent's Metrics."""
-    version = metrics.version_label
-    for cell in report.cells:
-        if cell.mean_score is not None:
-            metrics.category_quality.labels(cell.category, version(cell.model_version)).set(cell.mean_score)
-    for cell in report.stability:
-        if cell.value is not None:
-            metrics.stability.labels(cell.kind, cell.category, version(cell.model_version)).set(cell.value)
-    for row in report.decision:
-        if row.decision_score is not None:
-            metrics.decision_score.labels(version(row.model_version)).set(row.decision_score)
+    metrics.set_evaluation(evaluation_readings(report))
 
 
 # --- text ------------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ fi
 # Real services the tests run: Prometheus, promtool, Alertmanager (Debian) and Helm.
 bash tests/services.sh
 
+# Static checks first: they take seconds and name the line (pyproject.toml configures both).
+.venv/bin/ruff check --quiet .
+.venv/bin/mypy --no-error-summary llmwatch/core
+
 # Models load from installed packages only; nothing is fetched at test time.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec .venv/bin/python -m pytest "$@"

@@ -297,6 +297,30 @@ def test_kafka_scorer_workers(name: str) -> None:
     assert labels["app.kubernetes.io/component"] == "scorer"
 
 
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: str) -> None:
+    # A sidecar is paid for in every pod: with Kafka, scoring (torch, the embedding model) lives in
+    # the scorer Deployment and the proxy container needs only the slim install.
+    docs = rendered(name)
+    _, on = RENDERS[name]
+    proxy_pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
+    proxy = next(c for c in proxy_pod["containers"] if c["name"] == "llmwatch")
+    if on.get("kafka"):
+        assert proxy["image"] == "llmwatch:0.1.0-slim"
+        scorer = one(docs, "Deployment", "rel-llmwatch-scorer")["spec"]["template"]["spec"]["containers"][0]
+        assert scorer["image"] == "llmwatch:0.1.0"
+    else:
+        assert proxy["image"] == "llmwatch:0.1.0"
+
+
+def test_a_slim_image_can_be_named() -> None:
+    args = ["-f", str(CI / "sidecar-values.yaml"), "--set", "kafka.enabled=true", "--set", "kafka.bootstrapServers={kafka:9092}",
+            "--set", "slimImage.repository=registry.example/llmwatch-slim", "--set-string", "slimImage.tag=7"]
+    docs = tuple(d for d in yaml.safe_load_all(helm("template", "rel", str(CHART), *args).stdout) if d)
+    proxy = next(c for c in one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]["containers"] if c["name"] == "llmwatch")
+    assert proxy["image"] == "registry.example/llmwatch-slim:7"
+
+
 # --- prometheus-operator objects (CRDs: structure checked here, not by the Kubernetes schemas) ------
 
 SERVICE_MONITOR = {

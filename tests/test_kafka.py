@@ -293,6 +293,38 @@ def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path):
     assert all(r.key == orjson.loads(r.value)["sample_id"].encode() for r in scores)
 
 
+def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path):
+    """The shared metrics app: /healthz 200 with the worker's facts, /readyz 503 naming the failing check."""
+    import urllib.error
+
+    port = free_port()
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens here
+    cfg = load_config(None, overrides={"metrics_listen": f"127.0.0.1:{port}", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-alone"}, daemon=True)
+    thread.start()
+    try:
+        health = None
+        deadline = time.monotonic() + 20
+        while health is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                    health = (resp.status, orjson.loads(resp.read()))
+            except OSError:
+                assert time.monotonic() < deadline and thread.is_alive(), "the worker serves /healthz while it looks for the broker"
+                stop.wait(0.1)
+        assert health == (200, {"worker": "w-alone", "group": "g1", "topic": "in", "assigned": [], "status": "ok"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        body = orjson.loads(refused.value.read())
+        assert refused.value.code == 503
+        assert (body["status"], body["checks"], body["worker"]) == ("not_ready", {"consumer_polling": False}, "w-alone")
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive(), "the worker stops when asked, even before it ever connected"
+
+
 def test_a_crash_between_publish_and_commit_rescores_that_batch_once(kafka_broker, monkeypatch):
     """The at-least-once window, made deterministic: the first worker dies right after publishing."""
     import kafka

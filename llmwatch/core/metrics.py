@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -68,6 +70,30 @@ class LabelCap:
     @property
     def admitted(self) -> int:
         return sum(1 for v in self._seen.values() if v != OTHER)
+
+
+@dataclass(frozen=True)
+class DriftReading:
+    """One drift signal of one model version and operation against the baseline, as the gauges show it."""
+
+    model_version: str
+    operation: str
+    signal: str
+    statistic: float
+    p_value: float  # adjusted for multiple testing
+    detected: bool
+    n_current: int
+
+
+@dataclass(frozen=True)
+class EvaluationReading:
+    """One value of the evaluation report: kind is category_quality, stability or decision."""
+
+    kind: str
+    category: str
+    stability_kind: str
+    model_version: str
+    value: float
 
 
 class Metrics:
@@ -212,3 +238,23 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+
+    def set_drift(self, readings: Iterable[DriftReading]) -> None:
+        """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
+        for r in readings:
+            v = self.version_label(r.model_version)
+            self.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
+            self.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
+            self.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
+            self.drift_window.labels(v).set(r.n_current)
+
+    def set_evaluation(self, readings: Iterable[EvaluationReading]) -> None:
+        """Evaluation readings become the category quality, stability and decision score gauges."""
+        for r in readings:
+            v = self.version_label(r.model_version)
+            if r.kind == "category_quality":
+                self.category_quality.labels(r.category, v).set(r.value)
+            elif r.kind == "stability":
+                self.stability.labels(r.stability_kind, r.category, v).set(r.value)
+            elif r.kind == "decision":
+                self.decision_score.labels(v).set(r.value)

@@ -46,6 +46,25 @@ app.kubernetes.io/part-of: llmwatch
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/*
+The proxy container's image. When the scorer Deployment does the scoring (kafka.enabled, and the
+user did not switch in-process scoring back on), the proxy needs no torch and no embedding model:
+it runs the slim image (Dockerfile --build-arg EXTRAS=kafka,otel), paid for in every pod.
+*/}}
+{{- define "llmwatch.proxyImage" -}}
+{{- $inProcessScoring := true }}
+{{- if .Values.kafka.enabled }}
+{{- $inProcessScoring = false }}
+{{- with .Values.config.scoring }}{{- if hasKey . "enabled" }}{{- $inProcessScoring = .enabled }}{{- end }}{{- end }}
+{{- end }}
+{{- if $inProcessScoring }}
+{{- include "llmwatch.image" . }}
+{{- else }}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- printf "%s:%s" (default .Values.image.repository .Values.slimImage.repository) (default (printf "%s-slim" $tag) .Values.slimImage.tag) }}
+{{- end }}
+{{- end }}
+
 {{/* The URL llmwatch forwards to. */}}
 {{- define "llmwatch.upstream" -}}
 {{- if eq .Values.mode "sidecar" }}
