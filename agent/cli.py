@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
 import structlog
@@ -19,6 +17,7 @@ from llmwatch import __version__
 from llmwatch.core.config import Config, ConfigError, ListenError, load_config
 from llmwatch.core.logs import configure_logging
 from llmwatch.core.records import RecordError
+from llmwatch.agent.cli_common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal
 
 log = structlog.get_logger(__name__)
@@ -94,49 +93,6 @@ def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
         # Processes started from here (the demo's scorer child) log at the same level.
         cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update={"level": level})})
     return cfg
-
-
-# The offline commands load the embedding model (20-40 s) and scipy before they read a line, so
-# the mistakes a person makes at the prompt (a typo in a path, an empty export, an existing
-# baseline) are checked first, here, with nothing heavier than the core imported.
-
-
-def require_records(source: str, flag: str, what: str = "samples") -> None:
-    """`source` (a file or a directory of .jsonl) exists and holds at least one record."""
-    from llmwatch.core.jsonio import jsonl_paths
-
-    try:
-        paths = jsonl_paths(source, what)
-    except RecordError as exc:
-        raise RecordError(f"{flag} {exc}") from None
-    for path in paths:
-        try:
-            with open(path, "rb") as fh:
-                if any(line.strip() for line in fh):
-                    return
-        except OSError as exc:
-            raise RecordError(f"{flag} {path}: cannot be read: {exc.strerror or exc}") from None
-    raise RecordError(f"{flag} {source} holds no {what} (empty file{'s' if len(paths) > 1 else ''}); export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`")
-
-
-def require_file(path: str, flag: str, hint: str) -> None:
-    if not Path(path).is_file():
-        state = "is a directory" if Path(path).is_dir() else "does not exist"
-        raise RecordError(f"{flag} {path} {state}; {hint}")
-
-
-def require_writable(path: str, flag: str, *, must_not_exist: str | None = None) -> None:
-    """`path` can be created: not a directory, (if asked) not already there, its folder writable."""
-    target = Path(path)
-    if target.is_dir():
-        raise RecordError(f"{flag} {path} is a directory; give a file name inside it, e.g. {target / 'out.jsonl'}")
-    if must_not_exist and target.exists():
-        raise RecordError(f"{flag} {path} already exists; {must_not_exist}")
-    folder = target.parent.resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise RecordError(f"{flag} {path}: cannot write there ({folder} is not a writable directory)")
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
@@ -332,24 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
     from llmwatch.agent.cli_eval import register as register_evaluation
 
-    register_evaluation(sub, common)
+    register_evaluation(sub, common, _config_from_args)
     return parser
-
-
-def log_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                   help="log level on stderr (default: info for servers; warning for commands that print a summary, as config logging.level)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at info level (same as --log-level info)")
-
-
-def show_usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """A command given without its subcommand: the list of what it takes, and exit 2 (bad usage)."""
-
-    def show(_: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        return 2
-
-    return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import orjson
 
+from llmwatch.agent.cli_common import log_options, require_file, require_records, show_usage
+
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
@@ -42,8 +44,6 @@ def _fail(message: str) -> int:
 
 def _check_inputs(args: argparse.Namespace) -> None:
     """The files named on the command line, before scipy and the embedding model load (as `drift`)."""
-    from llmwatch.agent.cli import require_file, require_records
-
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
@@ -52,9 +52,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
-
-    cfg = _config_from_args(args)
+    cfg = args.config_from_args(args)
     _check_inputs(args)
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
@@ -88,10 +86,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
     from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
 
-    cfg = _config_from_args(args)
+    cfg = args.config_from_args(args)
     settings = RunSettings(
         upstream=args.upstream,
         model=args.model,
@@ -121,9 +118,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
-
-    cfg = _config_from_args(args)
+    cfg = args.config_from_args(args)
     _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
     from llmwatch.scorers.review import ReviewError, export_tasks
@@ -174,9 +169,9 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    from llmwatch.agent.cli import log_options, show_usage
-
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None], config_from_args: Callable[[argparse.Namespace], Any]) -> None:
+    """Add the evaluation commands to `sub`. `config_from_args` (agent/cli.py's) loads the config
+    and sets up logging as for every command; passed in, so that this module never imports cli."""
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
@@ -188,7 +183,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(func=cmd_report, config_from_args=config_from_args)
 
     p = sub.add_parser("regress", help="run a regression suite N times against a live endpoint; exit 1 if a case regressed vs --baseline")
     common(p)
@@ -210,7 +205,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
-    p.set_defaults(func=cmd_regress)
+    p.set_defaults(func=cmd_regress, config_from_args=config_from_args)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
     rsub = p.add_subparsers(dest="review_command", metavar="COMMAND", title="commands")
@@ -224,7 +219,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")
     p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
-    p.set_defaults(func=cmd_review_export)
+    p.set_defaults(func=cmd_review_export, config_from_args=config_from_args)
     p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
     log_options(p)
     p.add_argument("--tasks", required=True, help="the tasks .jsonl written by `llmwatch review export`")
