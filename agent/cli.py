@@ -14,11 +14,11 @@ from typing import Any, Awaitable, Callable, Sequence
 import structlog
 
 from llmwatch import __version__
-from llmwatch.core.config import Config, ConfigError, ListenError, load_config
-from llmwatch.core.logs import configure_logging
-from llmwatch.core.records import RecordError
+from llmwatch.agent.cli_args import config_from_args, setup_logging
 from llmwatch.agent.cli_common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal
+from llmwatch.core.config import ConfigError, ListenError
+from llmwatch.core.errors import LlmwatchError
 
 log = structlog.get_logger(__name__)
 
@@ -44,59 +44,8 @@ async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     return 0
 
 
-# Commands whose output a person reads (summaries, tables, reports): their logs stay below
-# warning unless asked for, so that the output is not interleaved with log lines.
-QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "report", "regress", "review"})
-
-# Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
-_FLAGS = {
-    "otel.ingest_listen": "--listen",
-    "kafka.bootstrap_servers": "--kafka",
-    "kafka.samples_topic": "--topic",
-    "kafka.group_id": "--group",
-    "kafka.scores_topic": "--scores-topic",
-    "drift.baseline": "--baseline",
-    "logging.level": "--log-level/--verbose",
-}
-
-
-def _requested_level(args: argparse.Namespace) -> str | None:
-    if getattr(args, "log_level", None):
-        return args.log_level
-    return "info" if getattr(args, "verbose", False) else None
-
-
-def _setup_logging(args: argparse.Namespace, cfg: Config | None = None) -> str:
-    """Logs always go to stderr: console lines on a terminal, JSON lines otherwise (or as configured)."""
-    level = _requested_level(args)
-    if level is None and cfg is not None and ("level" in cfg.logging.model_fields_set or args.command not in QUIET_COMMANDS):
-        level = cfg.logging.level
-    if level is None:
-        level = "warning" if args.command in QUIET_COMMANDS else "info"
-    fmt = cfg.logging.format if cfg is not None and "format" in cfg.logging.model_fields_set else None
-    configure_logging(level, fmt)
-    return level
-
-
-def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
-    overrides = {
-        "upstream": getattr(args, "upstream", None),
-        "listen": getattr(args, "listen", None),
-        "metrics_listen": getattr(args, "metrics_listen", None),
-        "data_dir": getattr(args, "data_dir", None),
-        "logging": {"level": _requested_level(args)} if _requested_level(args) else None,
-        **extra,
-    }
-    cfg = load_config(args.config, overrides=overrides, flags=_FLAGS)
-    level = _setup_logging(args, cfg)
-    if level != cfg.logging.level:
-        # Processes started from here (the demo's scorer child) log at the same level.
-        cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update={"level": level})})
-    return cfg
-
-
 def cmd_proxy(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     if not cfg.upstream:
         raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
     from llmwatch.agent.runtime import Agent
@@ -107,12 +56,12 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from llmwatch.agent.demo import run_demo
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     require_records(args.input, "--in")
     require_writable(args.output, "--out")
     from llmwatch.scorers.offline import score_files
@@ -121,7 +70,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline_freeze(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
@@ -138,7 +87,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:
@@ -171,13 +120,13 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 def cmd_scorer(args: argparse.Namespace) -> int:
     from llmwatch.agent.kafka_scorer import run_scorer
 
-    return run_scorer(_config_from_args(args, kafka=_kafka_overrides(args)))
+    return run_scorer(config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from llmwatch.agent.kafka_aggregate import run_aggregator
 
-    return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
+    return run_aggregator(config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -190,7 +139,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
+    cfg = config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
     from llmwatch.agent.runtime import Agent
@@ -288,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
     from llmwatch.agent.cli_eval import register as register_evaluation
 
-    register_evaluation(sub, common, _config_from_args)
+    register_evaluation(sub, common)
     return parser
 
 
@@ -298,16 +247,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         return show_usage(parser)(args)
     # Until a command reads its config: nothing may reach stdout, the human output's stream.
-    _setup_logging(args)
+    setup_logging(args)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        sys.stderr.write(f"llmwatch: {exc}\n")
-        return 2
-    except RecordError as exc:
-        sys.stderr.write(f"llmwatch: bad input: {exc}\n")
-        return 2
-
+    except LlmwatchError as exc:
+        # Bad config, bad input files, unusable suites or reviews: the message names the place.
+        sys.stderr.write(f"llmwatch: {exc.label}{exc}\n")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

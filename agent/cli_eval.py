@@ -2,7 +2,9 @@
 
 Kept apart from agent/cli.py so that the sidecar's own commands stay small; `register` adds the
 subcommands to its parser. Exit codes follow agent/cli.py: 0 fine, 1 the command found a problem
-(a regression), 2 bad usage or unusable input (the message names the file, line or field).
+(a regression), 2 bad usage or unusable input (the message names the file, line or field). A
+suite or review file that cannot be used raises its `LlmwatchError` (RegressError, ReviewError),
+which agent/cli.py's `main` reports and turns into its exit code like every other.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from typing import Any, Callable
 
 import orjson
 
+from llmwatch.agent.cli_args import config_from_args
 from llmwatch.agent.cli_common import log_options, require_file, require_records, show_usage
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
     from llmwatch.core.jsonio import read_records
-    from llmwatch.scorers.score import Score
+    from llmwatch.core.scores import Score
     from llmwatch.scorers.suite import build_suite, default_checks
 
     samples = list(read_records(samples_path))
@@ -30,10 +33,10 @@ def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | Non
     configured = [s.name for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))]
     if scores_path is not None:
         ids = {s.id for s in samples}
-        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]  # type: ignore[union-attr]
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
     else:
-        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]  # type: ignore[arg-type]
-    known = sorted(set(configured) | {sc.check for sc in scores})  # type: ignore[union-attr]
+        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]
+    known = sorted(set(configured) | {sc.check for sc in scores})
     return samples, scores, known
 
 
@@ -52,7 +55,7 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    cfg = args.config_from_args(args)
+    cfg = config_from_args(args)
     _check_inputs(args)
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
@@ -86,9 +89,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
+    from llmwatch.scorers.regress import RunSettings, format_run, regress
 
-    cfg = args.config_from_args(args)
+    cfg = config_from_args(args)
     settings = RunSettings(
         upstream=args.upstream,
         model=args.model,
@@ -103,10 +106,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
     )
-    try:
-        run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
-    except RegressError as exc:
-        return _fail(str(exc))
+    run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
     if args.format == "json":
         summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -118,21 +118,18 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    cfg = args.config_from_args(args)
+    cfg = config_from_args(args)
     _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
-    from llmwatch.scorers.review import ReviewError, export_tasks
+    from llmwatch.scorers.review import export_tasks
 
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    try:
-        summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
-                               seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
-    except ReviewError as exc:
-        return _fail(str(exc))
+    summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
+                           seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
@@ -144,19 +141,16 @@ def cmd_review_export(args: argparse.Namespace) -> int:
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.review import ReviewError, format_import, import_reviews, key_path_for
+    from llmwatch.scorers.review import format_import, import_reviews, key_path_for
 
     key = args.key or str(key_path_for(args.tasks))
     judge = None
     if args.scores:
         from llmwatch.core.jsonio import read_records
-        from llmwatch.scorers.score import Score
+        from llmwatch.core.scores import Score
 
-        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
-    try:
-        report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
-    except ReviewError as exc:
-        return _fail(str(exc))
+        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}
+    report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
     if args.out:
         with open(args.out, "wb") as fh:
             fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
@@ -169,9 +163,7 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, common: Callable[[argparse.ArgumentParser], None], config_from_args: Callable[[argparse.Namespace], Any]) -> None:
-    """Add the evaluation commands to `sub`. `config_from_args` (agent/cli.py's) loads the config
-    and sets up logging as for every command; passed in, so that this module never imports cli."""
+def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
@@ -183,7 +175,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None], config
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
-    p.set_defaults(func=cmd_report, config_from_args=config_from_args)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("regress", help="run a regression suite N times against a live endpoint; exit 1 if a case regressed vs --baseline")
     common(p)
@@ -205,7 +197,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None], config
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
-    p.set_defaults(func=cmd_regress, config_from_args=config_from_args)
+    p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
     rsub = p.add_subparsers(dest="review_command", metavar="COMMAND", title="commands")
@@ -219,7 +211,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None], config
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")
     p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
-    p.set_defaults(func=cmd_review_export, config_from_args=config_from_args)
+    p.set_defaults(func=cmd_review_export)
     p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
     log_options(p)
     p.add_argument("--tasks", required=True, help="the tasks .jsonl written by `llmwatch review export`")

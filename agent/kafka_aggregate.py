@@ -38,7 +38,7 @@ from llmwatch.scorers.baseline import load_baseline
 from llmwatch.scorers.export import ScoreRecorder
 from llmwatch.collectors.health import metrics_app, serve_in_thread
 from llmwatch.collectors.kafka import RecentIds, connect, consumer_settings
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 

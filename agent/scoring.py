@@ -31,7 +31,7 @@ import structlog
 
 from llmwatch.core.metrics import DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 

@@ -38,10 +38,11 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.intake import Intake
-from llmwatch.core.records import Sample, Usage, _content_to_text, extract_answer_text, extract_prompt_text
-from llmwatch.collectors.proxy_capture import approx_tokens
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.wire import approx_tokens, content_to_text, extract_answer_text, extract_prompt_text
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +57,7 @@ _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
 
 
-class SpanRejected(ValueError):
+class SpanRejected(LlmwatchError, ValueError):
     """An LLM span that cannot become a sample (reported in partial_success)."""
 
 
@@ -288,10 +289,10 @@ def _text(value: Any) -> str:
     """Message content as text: plain, or a JSON list of parts (how multimodal content is flattened)."""
     if isinstance(value, str):
         if value[:1] in ("[", "{"):
-            text = _content_to_text(_json(value))
+            text = content_to_text(_json(value))
             return text or value
         return value
-    return _content_to_text(value) if value is not None else ""
+    return content_to_text(value) if value is not None else ""
 
 
 def _traceloop_content(attrs: dict[str, Any]) -> _Content:

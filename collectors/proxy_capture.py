@@ -9,7 +9,6 @@ cannot read becomes a note, because traffic it does not understand is still traf
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,21 +16,8 @@ from typing import Any
 
 import orjson
 
-from llmwatch.core.records import Sample, Usage, extract_answer_text, extract_prompt_text, response_finish_reason
-
-OPERATIONS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "text_completion",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "generate_content",
-}
-
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-
-
-def approx_tokens(text: str) -> int:
-    """Rough BPE-like count (words and punctuation); used only when the upstream reports no usage."""
-    return len(_TOKEN_RE.findall(text))
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.wire import OPERATIONS, approx_tokens, extract_answer_text, extract_prompt_text, response_finish_reason
 
 
 @dataclass(slots=True)

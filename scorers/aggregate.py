@@ -25,7 +25,7 @@ from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings
 from llmwatch.scorers.online import DriftWindows
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 

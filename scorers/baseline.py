@@ -19,9 +19,11 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch import __version__
-from llmwatch.core.records import RecordError, Sample, describe_validation_error
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.features import RouteStats, summarize
-from llmwatch.scorers.score import Score
 
 BASELINE_SCHEMA = "llmwatch.baseline/v1"
 
@@ -79,10 +81,7 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.exists():
         raise BaselineError(f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
+    atomic_write_bytes(target, orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
     target.chmod(0o444)
     return target
 

@@ -15,11 +15,12 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import MatrixSection
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
 
 __all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "evaluation_readings", "export_metrics", "format_text"]
@@ -27,7 +28,7 @@ __all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report
 REPORT_SCHEMA = "llmwatch.report/v1"
 
 
-class WeightsMismatch(ValueError):
+class WeightsMismatch(LlmwatchError, ValueError):
     """Two reports made under different decision weights; the message says how to compare anyway."""
 
 

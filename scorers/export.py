@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Sequence
 
-from llmwatch.core.metrics import Metrics
 from llmwatch.core.jsonio import JsonlWriter
-from llmwatch.scorers.score import Score
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.scores import Score
 
 
 class ScoreRecorder:

@@ -15,8 +15,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.sampler import hash_fraction
-from llmwatch.scorers.score import Score
 
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 CONTINUOUS = ("latency_ms", "ttft_ms", "output_tokens", "cost_usd")

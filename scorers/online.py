@@ -17,10 +17,10 @@ import numpy as np
 
 from llmwatch.core.metrics import DriftReading
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize
-from llmwatch.scorers.score import Score
 
 
 class DriftWindows:

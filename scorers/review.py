@@ -42,11 +42,13 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from llmwatch.core.records import RecordError, Sample, _content_to_text
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
-from llmwatch.scorers.regress import describe_validation_error
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import prompt_hash
 
 __all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import"]
@@ -67,6 +69,8 @@ INSTRUCTIONS = (
 
 class ReviewError(RecordError):
     """Review input that cannot be used; the message names the file, line and field."""
+
+    label = ""  # the CLI has always printed these as "llmwatch: <message>", without "bad input: "
 
 
 # --- records -----------------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class ExportSummary:
 
 
 def _messages_for_review(request: Any) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "user")), "content": _content_to_text(m.get("content"))} for m in request_messages(request)]
+    return [{"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))} for m in request_messages(request)]
 
 
 def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:
@@ -294,10 +298,7 @@ def export_tasks(
         counts[stratum] += 1
         same += same_prompt
     body = b"\n".join(lines) + b"\n"
-    tasks_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tasks_path.with_name(tasks_path.name + ".partial")
-    tmp.write_bytes(body)
-    os.replace(tmp, tasks_path)
+    atomic_write_bytes(tasks_path, body)
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,
@@ -307,7 +308,7 @@ def export_tasks(
         criteria=list(criteria),
         tasks=key_tasks,
     )
-    key_path.write_bytes(orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
     available = defaultdict(int)
     for c in pool:
         available[c.stratum] += 1

@@ -164,3 +164,31 @@ def test_missing_upstream_is_a_usage_error():
     result = run_cli("proxy", env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     assert "--upstream" in result.stderr
+
+
+def test_every_error_llmwatch_defines_shares_one_root_with_an_exit_code():
+    from llmwatch.collectors.otlp_ingest import SpanRejected
+    from llmwatch.core.config import ConfigError
+    from llmwatch.core.errors import LlmwatchError
+    from llmwatch.core.records import RecordError
+    from llmwatch.scorers.baseline import BaselineError
+    from llmwatch.scorers.embeddings import EmbeddingModelMissing
+    from llmwatch.scorers.evaluation import WeightsMismatch
+    from llmwatch.scorers.judge import JudgeReplyError
+    from llmwatch.scorers.regress import RegressError
+    from llmwatch.scorers.review import ReviewError
+    from llmwatch.scorers.suite import CheckTimeout
+
+    for cls in (ConfigError, RecordError, BaselineError, ReviewError, RegressError, WeightsMismatch, SpanRejected, JudgeReplyError, EmbeddingModelMissing, CheckTimeout):
+        assert issubclass(cls, LlmwatchError) and cls("x").exit_code == 2, cls
+    # The builtin bases stay, so code that caught ValueError/RuntimeError still does.
+    assert issubclass(ConfigError, ValueError) and issubclass(EmbeddingModelMissing, RuntimeError)
+    assert LlmwatchError("x", exit_code=3).exit_code == 3
+
+
+def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"id": "c1", "input": "hi"}\n')
+    result = run_cli("regress", "--suite", str(suite), "--upstream", "http://127.0.0.1:9", "--model", "m")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"llmwatch: {suite}:1: ") and "a case needs `expected` and/or `checks`" in result.stderr

@@ -15,6 +15,10 @@ from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.records import Sample
 from conftest import metric, proxy_url, read_samples, scrape, wait_until
 from llmwatch.scorers import rules
+from llmwatch.scorers.checks import error_outcome, failed
+from llmwatch.scorers.embeddings import EMBEDDING_CHECKS
+from llmwatch.scorers.registry import CHECK_KINDS, build_check
+from llmwatch.scorers.regress import load_suite
 from llmwatch.scorers.suite import Suite, build_suite, validate_scoring
 
 RULES_ONLY = {"enabled": True, "embeddings": False}
@@ -83,6 +87,37 @@ def test_bad_check_config_names_the_check_and_field():
         validate_scoring(ScoringSection(checks=[CheckSpec(name="x", kind="jsonn_valid")]))
     with pytest.raises(ConfigError, match="used twice"):
         validate_scoring(ScoringSection(embeddings=False, checks=[CheckSpec(name="x", kind="refusal"), CheckSpec(name="x", kind="length")]))
+
+
+def test_one_registry_knows_every_check_kind_and_which_family_runs_it():
+    assert set(CHECK_KINDS) == set(rules.RULE_CHECKS) | set(EMBEDDING_CHECKS)
+    assert CHECK_KINDS["regex"].family == "rule" and CHECK_KINDS["regex"].params_model is rules.RegexParams
+    assert CHECK_KINDS["embedding_relevance"].family == "embedding"
+    with pytest.raises(ValueError, match="'embedding_relevance' is an embedding check.*per-sample kinds: .*regex"):
+        build_check("rel", "embedding_relevance", {})
+
+
+def test_a_kind_added_to_a_family_table_is_known_to_the_suite_and_regress(monkeypatch, tmp_path):
+    monkeypatch.setitem(rules.RULE_CHECKS, "always_fails", rules.RuleCheck(lambda s, p: failed(why="test"), rules.NotEmptyParams))
+    assert CHECK_KINDS["always_fails"].family == "rule"
+    [scored] = Suite([CheckSpec(name="af", kind="always_fails")]).score([sample()])
+    assert (scored.score.result, scored.score.details) == ("fail", {"why": "test"})
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text('{"id": "c1", "input": "hi", "checks": [{"kind": "always_fails"}]}\n')
+    assert [c.kind for c in load_suite(suite_file).checks["c1"]] == ["always_fails"]
+
+
+def test_embedding_params_are_validated_at_start_up_through_the_registry_without_the_model():
+    spec = CheckSpec(name="rel", kind="embedding_relevance", params={"threshold": 0.5})
+    with pytest.raises(ConfigError, match=r"scoring.checks\[0\] \(rel\).params: .*unknown field 'threshold'"):
+        validate_scoring(ScoringSection(checks=[spec]))
+
+
+def test_error_outcomes_are_built_one_way_for_exceptions_and_for_stated_reasons():
+    assert error_outcome(KeyError("choices")).details == {"exception": "KeyError", "message": "'choices'"}
+    assert error_outcome(RuntimeError("x" * 900)).details["message"] == "x" * 500
+    judged = error_outcome("judge answered HTTP 503", judge_model="j")
+    assert (judged.result, judged.value, judged.details) == ("error", None, {"error": "judge answered HTTP 503", "judge_model": "j"})
 
 
 async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_metrics(sim, make_agent):

@@ -16,10 +16,12 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
+
 ENV_PREFIX = "LLMWATCH_"
 
 
-class ConfigError(ValueError):
+class ConfigError(LlmwatchError, ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
 
 
@@ -417,43 +419,6 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     return None
 
 
-def format_validation_error(exc: ValidationError, source: str, origins: Mapping[str, str]) -> str:
-    """One line per error: the field, where its value came from, what is wrong; the value once.
-
-    `origins` maps a dotted field path to where it was set ("environment variable LLMWATCH_X",
-    "command line: --upstream"); fields not in it come from `source` (the file, or defaults).
-    """
-    lines = [f"invalid configuration ({source}):" if source else "invalid configuration:"]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        origin = _origin_of(path, origins)
-        where = f" ({origin})" if origin else ""
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_fields(Config, loc)
-            hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-            lines.append(f"  - {path}{where}: unknown field{hint}")
-            continue
-        message = err["msg"].removeprefix("Value error, ")
-        given = err.get("input")
-        # Our validators already say "got '...'"; pydantic's own messages ("less than or equal
-        # to 1") do not. Name the value once either way.
-        shown = repr(given)
-        given_text = "" if isinstance(given, (dict, list)) or shown in message else f" (got {shown})"
-        lines.append(f"  - {path}{where}: {message}{given_text}")
-    return "\n".join(lines)
-
-
-def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
-    """The origin of `path` or of the nearest enclosing section set as a whole (`--kafka` sets kafka.*)."""
-    parts = path.split(".")
-    for n in range(len(parts), 0, -1):
-        origin = origins.get(".".join(parts[:n]))
-        if origin:
-            return origin
-    return None
-
-
 def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix: str = "") -> dict[str, str]:
     """Dotted path -> "command line: --flag" for every leaf set by a command-line override."""
     out: dict[str, str] = {}
@@ -549,5 +514,5 @@ def load_config(
         return Config.model_validate(data)
     except ValidationError as exc:
         # Without a file, every bad value has an origin of its own (a variable or a flag).
-        source = f"config file {path}" if path is not None else ""
-        raise ConfigError(format_validation_error(exc, source, origins)) from None
+        header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
+        raise ConfigError(describe_validation_error(exc, header=header, allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None

@@ -4,6 +4,9 @@ One writer per record kind appends to `<dir>/<prefix>-<UTC date>-<n>.jsonl`, sta
 at midnight or when the current one passes `max_file_bytes`. Each record is one `write` of a
 complete line, flushed per batch, so a reader never sees half a record unless the process is
 killed mid-write; readers report such a torn last line instead of skipping it silently.
+
+Whole files that must never be seen half-written (scores of `llmwatch score`, baselines, regress
+runs, review tasks) go through `atomic_writer` / `atomic_write_bytes`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,17 @@ from __future__ import annotations
 import glob
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator, TypeVar, overload
 
-from pydantic import BaseModel
+import orjson
+from pydantic import BaseModel, ValidationError
 
-from llmwatch.core.records import RecordError, Sample, iter_jsonl
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.records import RecordError, Sample
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class JsonlWriter:
@@ -24,7 +32,7 @@ class JsonlWriter:
         self.directory = Path(directory)
         self.prefix = prefix
         self.max_file_bytes = max_file_bytes
-        self._fh = None
+        self._fh: BinaryIO | None = None
         self._day = ""
         self._size = 0
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -78,6 +86,86 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
     raise RecordError(f"{source}: no such file or directory")
 
 
+@overload
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
+@overload
+def iter_jsonl(path: str | os.PathLike[str], model: type[M]) -> Iterator[M]: ...
+def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
+    """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
+
+    Blank lines are skipped. A final line without a newline that does not parse
+    is treated as a torn write (the writer was killed mid-line) only if it is the
+    last line; it is reported like any other bad line so that nothing is lost silently.
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
+            if not isinstance(data, dict):
+                raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
+            try:
+                yield model.model_validate(data)
+            except ValidationError as exc:
+                raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
+
+
+@overload
+def read_records(source: str | os.PathLike[str], *, prefix: str = "samples") -> Iterator[Sample]: ...
+@overload
+def read_records(source: str | os.PathLike[str], model: type[M], prefix: str = "samples") -> Iterator[M]: ...
 def read_records(source: str | os.PathLike[str], model: type[BaseModel] = Sample, prefix: str = "samples") -> Iterator[BaseModel]:
+    """Validated records of a file, or of every `<prefix>-*.jsonl` file of a directory in order."""
     for path in jsonl_paths(source, prefix):
         yield from iter_jsonl(path, model)
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file that appears at `path` complete or not at all.
+
+    Written as `<name>.partial` in the same directory (so the rename cannot cross file systems),
+    flushed to disk, then renamed over `path`: a reader, or a crash, never sees half a file.
+    If the block raises, the partial file is removed and `path` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".partial")
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_directory(target.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    with atomic_writer(path) as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The rename is durable only once the directory entry is; not every platform or file
+    # system lets a directory be opened for that, and the file itself is already safe.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -9,10 +9,13 @@ traffic can feed llmwatch without running the proxy.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.wire import extract_answer_text, extract_prompt_text
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
 
@@ -91,132 +94,7 @@ class Sample(BaseModel):
         return extract_answer_text(self.response)
 
 
-class RecordError(ValueError):
+class RecordError(LlmwatchError, ValueError):
     """A line of a JSON Lines file that is not a valid record; names file, line and field."""
 
-
-def describe_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(record)"
-        parts.append(f"field '{loc}': {err['msg']}")
-    return "; ".join(parts)
-
-
-def iter_jsonl(path: str, model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
-    """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
-
-    Blank lines are skipped. A final line without a newline that does not parse
-    is treated as a torn write (the writer was killed mid-line) only if it is the
-    last line; it is reported like any other bad line so that nothing is lost silently.
-    """
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
-            if not isinstance(data, dict):
-                raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-            try:
-                yield model.model_validate(data)
-            except ValidationError as exc:
-                raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
-
-
-# --- text extraction -------------------------------------------------------------------------
-
-
-def _content_to_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # Multi-part content: [{"type": "text", "text": ...}, {"type": "image_url", ...}]
-        texts = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    texts.append(text)
-            elif isinstance(part, str):
-                texts.append(part)
-        return "\n".join(texts)
-    return ""
-
-
-def extract_prompt_text(request: Any) -> str:
-    """The user's side of a request: the last user message, or the prompt/input."""
-    if not isinstance(request, dict):
-        return request if isinstance(request, str) else ""
-    messages = request.get("messages")
-    if isinstance(messages, list):
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                return _content_to_text(message.get("content"))
-        return ""
-    prompt = request.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        return prompt[0]
-    inp = request.get("input")
-    if isinstance(inp, str):
-        return inp
-    if isinstance(inp, list):
-        for item in reversed(inp):
-            if isinstance(item, dict) and item.get("role", "user") == "user":
-                return _content_to_text(item.get("content"))
-            if isinstance(item, str):
-                return item
-    return ""
-
-
-def extract_answer_text(response: Any) -> str:
-    """The model's answer: first choice's message/text, or the Responses API output text."""
-    if not isinstance(response, dict):
-        return response if isinstance(response, str) else ""
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices:
-        first = choices[0] if isinstance(choices[0], dict) else {}
-        message = first.get("message")
-        if isinstance(message, dict):
-            return _content_to_text(message.get("content"))
-        text = first.get("text")
-        if isinstance(text, str):
-            return text
-        return ""
-    if isinstance(response.get("output_text"), str):
-        return response["output_text"]
-    output = response.get("output")
-    if isinstance(output, list):
-        texts = []
-        for item in output:
-            if isinstance(item, dict) and item.get("type") == "message":
-                for part in item.get("content") or []:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        texts.append(part["text"])
-        return "".join(texts)
-    return ""
-
-
-def response_finish_reason(response: Any) -> str | None:
-    """Why the model stopped: the first choice's finish_reason, or the Responses API status."""
-    if not isinstance(response, dict):
-        return None
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        reason = choices[0].get("finish_reason")
-        return reason if isinstance(reason, str) else None
-    status = response.get("status")
-    if status == "incomplete":
-        # Responses API: truncation is reported as incomplete_details.reason instead.
-        details = response.get("incomplete_details")
-        reason = details.get("reason") if isinstance(details, dict) else None
-        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
-    if status == "completed":
-        return "stop"
-    return None
+    label = "bad input: "
