@@ -11,6 +11,7 @@ import structlog
 from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
+from llmwatch.core.urls import mask_url
 from llmwatch.collectors.health import metrics_app, serve_app
 from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.collectors.files import FileSink
@@ -47,7 +48,7 @@ class Agent:
         self.queue = BoundedQueue(cfg.queue.max_size)
         sinks: list[Sink] = []
         if cfg.files.enabled:
-            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes))
+            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes, self.metrics))
         sinks.extend(self.extra_sinks)
         if cfg.kafka.enabled:
             from llmwatch.collectors.kafka import KafkaSampleSink
@@ -81,6 +82,8 @@ class Agent:
                 on_evaluation=self.metrics.set_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
+                on_unscored=lambda reason, n: self.metrics.samples_unscored.labels(reason=reason).inc(n),
+                shutdown_timeout_s=cfg.scoring.shutdown_timeout_s,
             )
             self.metrics.scoring_pending.set_function(lambda: self.scorer.pending)
             sinks.append(ScoringSink(self.scorer, cfg.scoring.batch_size))
@@ -92,6 +95,8 @@ class Agent:
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
         self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        if self.proxy is not None:
+            self.proxy.set_redactor(redactor)
         self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
@@ -140,6 +145,10 @@ class Agent:
 
     def readiness(self) -> dict[str, bool]:
         checks = {"pipeline_alive": self.pipeline.alive}
+        if self.scorer is not None:
+            # A scorer that failed to start, or lost a thread, scores nothing: not ready, so the
+            # orchestrator sees it instead of frozen quality metrics.
+            checks["scorer_alive"] = self.scorer.healthy
         if self.proxy is not None:
             checks["proxy_listening"] = self.proxy_port > 0
         if self.receiver is not None:
@@ -150,10 +159,10 @@ class Agent:
         # Beside the checks, not among them: see collectors/upstream_probe.py for why.
         if self.upstream_probe is None:
             return {}
-        return {"upstream": self.cfg.upstream, "upstream_reachable": self.upstream_probe.reachable}
+        return {"upstream": mask_url(self.cfg.upstream or ""), "upstream_reachable": self.upstream_probe.reachable}
 
-    async def _serve(self, app: web.Application, address: str, setting: str) -> int:
-        runner, port = await serve_app(app, address, setting=setting)
+    async def _serve(self, app: web.Application, address: str, setting: str, runner: web.AppRunner | None = None) -> int:
+        runner, port = await serve_app(app, address, runner, setting=setting)
         self._runners.append(runner)
         return port
 
@@ -171,12 +180,13 @@ class Agent:
             self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
         if self.proxy is not None:
             await self.proxy.start()
-            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen, "--listen, config listen")
+            proxy_app = self.proxy.app()
+            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
         if self.upstream_probe is not None:
             self.upstream_probe.start()
         log.info(
             "agent_started",
-            upstream=self.cfg.upstream,
+            upstream=mask_url(self.cfg.upstream) if self.cfg.upstream else None,
             proxy_port=self.proxy_port,
             metrics_port=self.metrics_port,
             ingest_port=self.ingest_port or None,
@@ -187,6 +197,8 @@ class Agent:
         )
 
     async def stop(self) -> None:
+        # Say what the stop waits for: without it a Ctrl-C that takes seconds looks hung.
+        log.info("agent_stopping", queued_samples=self.queue.depth(), scorer_pending=self.scorer.pending if self.scorer is not None else 0)
         if self.upstream_probe is not None:
             await self.upstream_probe.close()
         for runner in reversed(self._runners):
@@ -197,7 +209,8 @@ class Agent:
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)
-        # The pipeline drains into its sinks (the scorer sink waits for the scores) before they close.
+        # The pipeline drains into its sinks before they close; the scorer sink then waits up to
+        # scoring.shutdown_timeout_s for scores and records the rest as `error` (see agent/scoring.py).
         self.pipeline.close()
         if self.recorder is not None:
             self.recorder.close()

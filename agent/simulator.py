@@ -1392,8 +1392,9 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
                                    seed=args.seed)
     from llmwatch.agent.signals import wait_for_signal
 
-    out.write(f"llmwatch simulator: profile {handle.profile.name} listening on {handle.url} "
-              f"(OpenAI base URL {handle.url}/v1); Ctrl-C to stop\n")
+    # `url=` as in the start-up log line, so one pattern finds the address in either.
+    out.write(f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
+              f"profile {handle.profile.name}; Ctrl-C to stop\n")
     out.flush()
     try:
         await wait_for_signal()

@@ -60,14 +60,14 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve_app(app: web.Application, address: str, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
-    """Serve `app` on `address` from the running loop; (runner to clean up, port bound).
+async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
+    """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound).
 
     `setting` names where the address came from ("--listen, config listen"): a bind failure
     says it, since the bare "[Errno 98] Address already in use" names neither it nor the address.
     """
     host, port = split_host_port(address)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = runner or web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     # Bind ourselves so that port 0 works and the chosen port is known.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

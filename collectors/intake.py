@@ -6,9 +6,12 @@ version, takes the sampling decision, enqueues what is selected and counts it
 {reason="queue_full"}` when the bounded queue refuses). It never blocks: a full queue drops.
 
 `Pipeline` is the other end: one daemon thread drains the queue in batches. Building the
-`Sample` record and redacting it happen there, not on the hot path. A sink that raises loses that batch for that sink only: the
-loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged, and the
-other sinks and the proxy go on.
+`Sample` record and redacting it happen there, not on the hot path. A sink that raises loses
+that batch for that sink only: the loss is counted under
+`llmwatch_samples_dropped_total{reason="sink_error"}` and logged (at a bounded rate), and the
+other sinks and the proxy go on. A sink that refuses part of a batch (disk full, scorer too far
+behind) counts the refused samples itself, with its own reason, and returns how many it refused:
+per sink, samples selected = written + dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import structlog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
+from llmwatch.core.logs import RateLimitedLog
 from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
 
@@ -77,7 +81,11 @@ class Sink(Protocol):
     # on this host (`raw = True`) sees the original text, so that e.g. `pii_leak` can find PII.
     raw: bool
 
-    def write(self, samples: Sequence[Sample]) -> None: ...
+    def write(self, samples: Sequence[Sample]) -> int | None:
+        """Take the batch; None (or 0) when all of it was accepted, else how many were refused
+        (the sink has counted those itself, with a reason: `llmwatch_samples_dropped_total`, or
+        its own counter such as `llmwatch_kafka_dropped_total`)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -100,6 +108,8 @@ class Pipeline:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmwatch-pipeline", daemon=True)
         self.processed = 0
+        self._warn = RateLimitedLog()
+        self._sink_warn = {sink.name: RateLimitedLog() for sink in self.sinks}
 
     def start(self) -> None:
         self._thread.start()
@@ -122,7 +132,13 @@ class Pipeline:
         while True:
             batch = self.queue.get_batch(self._batch_size, timeout=0.2)
             if batch:
-                self._process(batch)
+                try:
+                    self._process(batch)
+                except Exception as exc:
+                    # This thread is the only consumer: were it to die, every later sample would
+                    # pile up unseen. The batch is lost and counted; the thread goes on.
+                    self.metrics.samples_dropped.labels(reason="pipeline_error").inc(len(batch))
+                    self._warn(log.error, "pipeline_batch_failed", samples=len(batch), error=repr(exc))
             elif self._stop.is_set():
                 return
 
@@ -144,11 +160,13 @@ class Pipeline:
                     redacted = [self.redacted(s) for s in samples]
                 batch_for_sink = redacted
             try:
-                sink.write(batch_for_sink)
-                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples))
+                refused = sink.write(batch_for_sink) or 0
             except Exception as exc:
                 self.metrics.samples_dropped.labels(reason="sink_error").inc(len(samples))
-                log.error("sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                self._sink_warn[sink.name](log.error, "sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                continue
+            if len(samples) > refused:
+                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples) - refused)
         self.processed += len(batch)
 
     def close(self, timeout: float = 5.0) -> None:

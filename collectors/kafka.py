@@ -10,11 +10,17 @@ thread creates the producer (retrying while the broker is unreachable) and sends
 has no memory bound of its own, hence `max_buffered`: samples queued here plus samples sent and
 not yet acknowledged. Beyond it new samples are dropped and counted; a broker outage therefore
 costs bounded memory and some counted samples, never proxy latency or an exception.
+
+A sample that waits here longer than `delivery_timeout_ms` (no broker to send it to) is given up
+and counted as `delivery_timeout`, as kafka-python does for the ones it holds. kafka-python logs
+every failed connection attempt (a few ERROR lines a second while the broker is away): its
+warnings and errors are let through at most once per `_WARN_EVERY_S` per logger, with a count.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -35,6 +41,47 @@ _WARN_EVERY_S = 10.0
 # tolerates a GC pause. Heartbeats every second notice a rebalance quickly.
 SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 1_000
+
+
+class _RateLimitFilter(logging.Filter):
+    """One WARNING-or-worse record per logger per `every_s`; the next one says how many were held back."""
+
+    def __init__(self, every_s: float) -> None:
+        super().__init__()
+        self._every_s = every_s
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(record.name, float("-inf")) < self._every_s:
+                self._held[record.name] = self._held.get(record.name, 0) + 1
+                return False
+            self._last[record.name] = now
+            held = self._held.pop(record.name, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} similar messages suppressed in the last {self._every_s:g} s)"
+        return True
+
+
+_kafka_log_filter = _RateLimitFilter(_WARN_EVERY_S)
+
+
+def quiet_kafka_logs() -> None:
+    """Rate-limit kafka-python's own warnings and errors (each of its module loggers: a filter on
+    the parent `kafka` logger would not see its children's records)."""
+    import kafka  # noqa: F401  (its modules create their loggers on import)
+    import kafka.producer  # noqa: F401
+
+    for name in list(logging.root.manager.loggerDict):
+        if name == "kafka" or name.startswith("kafka."):
+            logger = logging.getLogger(name)
+            if _kafka_log_filter not in logger.filters:
+                logger.addFilter(_kafka_log_filter)
 
 
 def check_codec(compression: str) -> None:
@@ -62,7 +109,8 @@ def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[s
         "request_timeout_ms": min(30_000, max(cfg.delivery_timeout_ms - cfg.linger_ms, 500)),
         # send() waits this long for unknown topic metadata; it runs on our thread, not the pipeline's.
         "max_block_ms": 2_000,
-        "bootstrap_timeout_ms": 5_000,
+        # Never longer than a sample may wait: the sink expires waiting samples between attempts.
+        "bootstrap_timeout_ms": min(5_000, cfg.delivery_timeout_ms),
         # Reconnect within a second of the broker coming back (kafka-python's default backs off to 30 s).
         "reconnect_backoff_max_ms": 1_000,
         "metrics_enabled": False,
@@ -160,10 +208,13 @@ class KafkaSampleSink:
 
     def __init__(self, cfg: KafkaSection, metrics: Metrics) -> None:
         check_codec(cfg.compression)
+        quiet_kafka_logs()
         self._cfg = cfg
         self._topic = cfg.samples_topic
         self._max = cfg.max_buffered
-        self._pending: collections.deque[Sample] = collections.deque()
+        self._timeout_s = cfg.delivery_timeout_ms / 1000.0
+        # (when handed over, sample): waiting for a producer, oldest first.
+        self._pending: collections.deque[tuple[float, Sample]] = collections.deque()
         self._outstanding = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -185,17 +236,37 @@ class KafkaSampleSink:
     def connected(self) -> bool:
         return self._producer is not None
 
-    def write(self, samples: Sequence[Sample]) -> None:
+    def write(self, samples: Sequence[Sample]) -> int:
+        """Buffer samples for sending; how many were refused (counted in `llmwatch_kafka_dropped_total`)."""
+        self._expire()
+        now = time.monotonic()
         with self._lock:
             room = 0 if self._closed else max(self._max - self._outstanding, 0)
             accepted = samples[:room]
             self._outstanding += len(accepted)
-            self._pending.extend(accepted)
+            self._pending.extend((now, s) for s in accepted)
         lost = len(samples) - len(accepted)
         if lost:
             self._dropped.labels(reason="closed" if self._closed else "buffer_full").inc(lost)
         if accepted:
             self._wake.set()
+        return lost
+
+    def _expire(self) -> None:
+        """Give up samples that waited here past `delivery_timeout_ms` (counted `delivery_timeout`)."""
+        cutoff = time.monotonic() - self._timeout_s
+        expired = 0
+        with self._lock:
+            while self._pending and self._pending[0][0] < cutoff:
+                self._pending.popleft()
+                expired += 1
+            self._outstanding -= expired
+        if expired:
+            self._dropped.labels(reason="delivery_timeout").inc(expired)
+            now = time.monotonic()
+            if now - self._last_warn > _WARN_EVERY_S:
+                self._last_warn = now
+                log.warning("kafka_samples_expired", samples=expired, delivery_timeout_ms=self._cfg.delivery_timeout_ms, buffered=self._outstanding)
 
     # --- sender thread ------------------------------------------------------------------------
 
@@ -205,6 +276,7 @@ class KafkaSampleSink:
         backoff = 0.5
         failures = 0
         while not self._closing.is_set():
+            self._expire()
             try:
                 producer = KafkaProducer(**producer_settings(self._cfg))
             except Exception as exc:
@@ -213,7 +285,8 @@ class KafkaSampleSink:
                     self._last_warn = time.monotonic()
                     log.warning("kafka_unreachable", bootstrap_servers=self._cfg.bootstrap_servers, attempts=failures, buffered=self._outstanding, error=repr(exc))
                 self._closing.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                # Back off, but come round often enough to expire what waited too long.
+                backoff = min(backoff * 2, 5.0, max(self._timeout_s, 0.5))
                 continue
             if self._closed:  # close() gave up waiting for this connection attempt
                 producer.close(timeout=0)
@@ -230,11 +303,12 @@ class KafkaSampleSink:
         while True:
             self._wake.wait(0.2)
             self._wake.clear()
+            self._expire()
             while True:
-                try:
-                    sample = self._pending.popleft()
-                except IndexError:
-                    break
+                with self._lock:
+                    if not self._pending:
+                        break
+                    _, sample = self._pending.popleft()
                 self._send(producer, sample)
             if self._closing.is_set() and not self._pending:
                 return

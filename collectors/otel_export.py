@@ -221,7 +221,7 @@ class OtelExporter:
         if cost is not None:
             attrs["llmwatch.cost_usd"] = cost
         if reason is not None:
-            attrs["llmwatch.sample_id"] = ex.request_id
+            attrs["llmwatch.sample_id"] = ex.sample_id or ex.request_id
         if facts.error_type:
             attrs["error.type"] = facts.error_type
         start_ns = int(ex.started_at * 1e9)

@@ -15,6 +15,8 @@ import contextlib
 import structlog
 from yarl import URL
 
+from llmwatch.core.urls import mask_url
+
 log = structlog.get_logger(__name__)
 
 
@@ -43,6 +45,8 @@ class UpstreamProbe:
 
     def __init__(self, url: str, *, interval_s: float = 10.0, timeout_s: float = 5.0) -> None:
         self.url = url
+        # What logs may show: a URL's password never reaches them.
+        self.shown = mask_url(url)
         self.host, self.port = upstream_address(url)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -54,7 +58,7 @@ class UpstreamProbe:
             _, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             if self.reachable is not False:
-                log.warning("upstream_unreachable", upstream=self.url, error=describe_connect_error(self.host, self.port, exc),
+                log.warning("upstream_unreachable", upstream=self.shown, error=describe_connect_error(self.host, self.port, exc),
                             note="the proxy keeps forwarding; clients get a 502 naming the upstream until it answers")
             self.reachable = False
             return False
@@ -62,7 +66,7 @@ class UpstreamProbe:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
         if self.reachable is False:
-            log.info("upstream_reachable_again", upstream=self.url)
+            log.info("upstream_reachable_again", upstream=self.shown)
         self.reachable = True
         return True
 

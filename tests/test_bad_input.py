@@ -135,14 +135,20 @@ async def test_upstream_closing_mid_stream_breaks_the_client_stream_like_a_direc
 async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, make_agent):
     agent = await make_agent(sim.url, metrics={"max_models": 2})
     c = client(proxy_url(agent))
-    for model in ("sim-gpt-4o-mini", "my-private-finetune", "another-model", "yet-another"):
+    # Models the upstream answers for are real: each keeps its label, priced or not.
+    for model in ("sim-gpt-4o-mini", "my-private-finetune", "another-model"):
         r = await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
         assert r.model == model
+    # Names the upstream refuses are capped: the first max_models keep a label, the rest are `other`.
+    for model in ("typo-1", "typo-2", "typo-3", "typo-4"):
+        with pytest.raises(openai.NotFoundError):
+            await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], extra_headers={FAULT_HEADER: "status=404"})
     samples = await scrape(agent)
     models = {dict(ls)["gen_ai_request_model"] for (n, ls) in samples if n == "gen_ai_client_operation_duration_seconds_count"}
-    assert models == {"sim-gpt-4o-mini", "my-private-finetune", "other"}
+    assert models == {"sim-gpt-4o-mini", "my-private-finetune", "another-model", "typo-1", "typo-2", "other"}
+    assert metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_request_model="other") == 2
     assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="my-private-finetune") == 1
-    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="other") == 2
+    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="another-model") == 1
     assert metric(samples, "llmwatch_cost_usd_total", gen_ai_request_model="my-private-finetune") == 0
 
 

@@ -448,10 +448,13 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
         await asyncio.sleep(1.5)
 
         scores = checks_of(read_topic(bootstrap, "scores", expect=n * 4))
-        samples_on_topic = {Sample.from_json(r.value).id for r in read_topic(bootstrap, "samples", expect=n)}
-        assert samples_on_topic == ids_sent
+        on_topic = [Sample.from_json(r.value) for r in read_topic(bootstrap, "samples", expect=n)]
+        # One sample per call, each with its own id; the client's x-request-id rides along.
+        assert {s.client_request_id for s in on_topic} == ids_sent
+        sample_ids = {s.id for s in on_topic}
+        assert len(sample_ids) == n
         # At least once: every sample has a score for the check, none is missing ...
-        assert {s["sample_id"] for s in scores} == ids_sent
+        assert {s["sample_id"] for s in scores} == sample_ids
         # ... and after dedupe by (sample_id, check) there is exactly one per sample.
         assert len({(s["sample_id"], s["check"]) for s in scores}) == n
         # Duplicates can only be the killed worker's last published-but-uncommitted batch, each

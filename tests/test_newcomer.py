@@ -90,8 +90,8 @@ def stop(proc: subprocess.Popen[str]) -> int:
 def start_simulator() -> tuple[subprocess.Popen[str], str]:
     proc, out, _ = start(["simulate", "--port", "0", "--latency-scale", "0"])
     try:
-        line = out.wait_for(lambda l: "listening on" in l)
-        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        line = out.wait_for(lambda l: "listening" in l)
+        url = re.search(r"url=(http://127\.0\.0\.1:\d+)", line)
         assert url, line
     except BaseException:
         stop(proc)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -143,10 +145,14 @@ async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_met
 async def test_a_crashing_scorer_process_is_restarted_and_its_batch_recorded_as_errors(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
     await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
-    agent.scorer._proc.kill()
+    # Stopped first, so that the sample is surely in flight (handed over, unanswered) when it dies.
+    pid = agent.scorer._proc.pid
+    os.kill(pid, signal.SIGSTOP)
     c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
     r = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "still up?"}])
-    assert r.choices[0].message.content, "traffic flows while the scorer is down"
+    assert r.choices[0].message.content, "traffic flows while the scorer is stuck"
+    await wait_until(lambda: agent.scorer.pending == 1)
+    os.kill(pid, signal.SIGKILL)
     await wait_until(lambda: agent.scorer.restarts >= 1 and agent.scorer.ready.is_set(), timeout=60)
     for i in range(3):
         await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "and now?"}], seed=i)

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.urls import mask_url
 
 ENV_PREFIX = "LLMWATCH_"
 
@@ -63,6 +64,15 @@ class ProxySection(_Section):
     # Reverse proxies normally send the upstream's own Host; keep the client's only when the
     # upstream does virtual hosting on it.
     preserve_host: bool = False
+    # A client that has not sent a complete request head (request line and headers) this long
+    # after it started one is disconnected, so slow clients cannot hold connections open.
+    header_timeout_s: float = Field(10.0, gt=0)
+    # Longest request line, and longest single header line, accepted from clients and from the
+    # upstream (nginx and Envoy accept 64 KiB header sections). Bigger ones get 400 (client) or
+    # 502 (upstream). One request head is bounded by max_headers * max_header_bytes.
+    max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
+    # Most header fields in one request or response head.
+    max_headers: int = Field(256, ge=32, le=4096)
 
 
 class CaptureSection(_Section):
@@ -133,6 +143,10 @@ class MetricsSection(_Section):
     # Beyond this many distinct model names the rest are reported as model "other".
     max_models: int = Field(20, ge=1, le=500)
     max_versions: int = Field(20, ge=1, le=500)
+    # Model names that always get their own label, whatever clients send first. Models in the
+    # price table and models the upstream answered for are kept too; only request model names
+    # no upstream confirmed count against max_models.
+    models: list[str] = Field(default_factory=list)
     # USD per million tokens; merged over the built-in defaults (yours win).
     pricing: dict[str, Price] = Field(default_factory=dict)
 
@@ -178,6 +192,10 @@ class ScoringSection(_Section):
     check_timeout_s: float = Field(2.0, gt=0)
     # A scorer process silent for this long is killed and restarted; its batch is recorded as errors.
     batch_timeout_s: float = Field(120.0, gt=0)
+    # On shutdown a ready scorer gets this long to score what it holds; the rest (and everything,
+    # if the model is still loading) is recorded as `error` scores with reason `shutdown`. The
+    # whole stop then takes at most this plus about 2 s.
+    shutdown_timeout_s: float = Field(5.0, ge=0, le=600)
     # Torch threads in the scorer process; keep it below the cores the proxy does not need.
     torch_threads: int = Field(1, ge=1, le=64)
     # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).
@@ -387,7 +405,7 @@ class Config(_Section):
         if value is None:
             return None
         if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {mask_url(value)!r}")
         return normalize_upstream(value)
 
 

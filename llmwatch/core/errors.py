@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import ValidationError
 
+from llmwatch.core.urls import mask_url
+
 __all__ = ["LlmwatchError", "describe_validation_error"]
 
 
@@ -71,6 +73,8 @@ def describe_validation_error(
             lines.append(f"  - {path}{where}: unknown field{hint}")
             continue
         given = err.get("input")
+        if isinstance(given, str):
+            given = mask_url(given)  # an invalid URL may still carry a password
         # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
         # to 1") do not.
         given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"

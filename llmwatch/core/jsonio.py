@@ -1,9 +1,11 @@
 """JSON Lines files: where samples (and later scores) are kept on the embedded default.
 
 One writer per record kind appends to `<dir>/<prefix>-<UTC date>-<n>.jsonl`, starting a new file
-at midnight or when the current one passes `max_file_bytes`. Each record is one `write` of a
-complete line, flushed per batch, so a reader never sees half a record unless the process is
-killed mid-write; readers report such a torn last line instead of skipping it silently.
+at midnight or when the current one passes `max_file_bytes`. A batch of records goes to the file
+in unbuffered writes of whole lines. When a write fails (disk full, I/O error) the file is cut
+back to its last whole line and `JsonlWriteError` says how many lines of the batch were kept and
+how many lost; the next batch writes again, so writing resumes by itself when space returns.
+Only a process killed mid-write can leave a torn last line; readers skip that one with a warning.
 
 Whole files that must never be seen half-written (scores of `llmwatch score`, baselines, regress
 runs, review tasks) go through `atomic_writer` / `atomic_write_bytes`.
@@ -11,7 +13,9 @@ runs, review tasks) go through `atomic_writer` / `atomic_write_bytes`.
 
 from __future__ import annotations
 
+import errno
 import glob
+import io
 import os
 import time
 from contextlib import contextmanager
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, TypeVar, overload
 
 import orjson
+import structlog
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
@@ -27,13 +32,23 @@ from llmwatch.core.records import RecordError, Sample
 M = TypeVar("M", bound=BaseModel)
 
 
+class JsonlWriteError(OSError):
+    """A batch was only partly written: `written` lines are in the file, `lost` are not (no torn line)."""
+
+    def __init__(self, cause: OSError, written: int, lost: int) -> None:
+        super().__init__(cause.errno, f"{cause.strerror or cause}; {lost} line(s) not written", cause.filename)
+        self.written = written
+        self.lost = lost
+
+
 class JsonlWriter:
     def __init__(self, directory: str | os.PathLike[str], prefix: str, *, max_file_bytes: int = 100 * 1024 * 1024) -> None:
         self.directory = Path(directory)
         self.prefix = prefix
         self.max_file_bytes = max_file_bytes
-        self._fh: BinaryIO | None = None
+        self._fh: io.FileIO | None = None
         self._day = ""
+        # Bytes of whole lines in the current file: where a failed write is cut back to.
         self._size = 0
         self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -45,32 +60,85 @@ class JsonlWriter:
                 return path
             n += 1
 
-    def _ensure_file(self) -> None:
+    def _ensure_file(self) -> io.FileIO:
         day = time.strftime("%Y%m%d", time.gmtime())
         if self._fh is not None and day == self._day and self._size < self.max_file_bytes:
-            return
+            return self._fh
         self.close()
+        self.directory.mkdir(parents=True, exist_ok=True)
         path = self._next_path(day)
-        self._fh = open(path, "ab")
+        # Unbuffered: what a write call reports written is in the file, so a failure can be undone exactly.
+        fh = io.FileIO(path, "ab")
+        self._fh = fh
         self._day = day
-        self._size = path.stat().st_size
+        self._size = os.fstat(fh.fileno()).st_size
+        return fh
+
+    def _write_chunk(self, fh: io.FileIO, lines: list[bytes]) -> None:
+        """Write `lines` whole; on failure cut the file back to the last whole line and raise."""
+        data = memoryview(b"".join(lines))
+        done = 0
+        try:
+            while done < len(data):
+                n = fh.write(data[done:])
+                if not n:
+                    raise OSError(errno.EIO, "write returned 0 bytes")
+                done += n
+        except OSError as exc:
+            kept, kept_bytes = 0, 0
+            for line in lines:
+                if kept_bytes + len(line) > done:
+                    break
+                kept += 1
+                kept_bytes += len(line)
+            try:
+                os.ftruncate(fh.fileno(), self._size + kept_bytes)
+                self._size += kept_bytes
+            except OSError:
+                # Could not even cut back: drop the handle so the next batch reopens and the
+                # size is read afresh from the file.
+                self.close()
+            raise _Partial(exc, kept) from exc
+        self._size += done
 
     def write_lines(self, lines: Iterable[bytes]) -> int:
-        count = 0
-        for line in lines:
-            self._ensure_file()
-            data = line + b"\n"
-            self._fh.write(data)  # type: ignore[union-attr]
-            self._size += len(data)
-            count += 1
-        if self._fh is not None:
-            self._fh.flush()
-        return count
+        """Append `lines` (each without its newline); the count written, or `JsonlWriteError`."""
+        pending = [line + b"\n" for line in lines]
+        written = 0
+        try:
+            while pending:
+                fh = self._ensure_file()
+                # Up to the rotation threshold in one chunk; at least one line per file.
+                room = self.max_file_bytes - self._size
+                take, taken_bytes = 0, 0
+                for line in pending:
+                    if take and taken_bytes + len(line) > room:
+                        break
+                    take += 1
+                    taken_bytes += len(line)
+                self._write_chunk(fh, pending[:take])
+                written += take
+                del pending[:take]
+        except _Partial as exc:
+            written += exc.kept
+            raise JsonlWriteError(exc.cause, written, len(pending) - exc.kept) from exc.cause
+        except OSError as exc:  # opening or rotating the file failed
+            raise JsonlWriteError(exc, written, len(pending)) from exc
+        return written
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError:
+                pass
+
+
+class _Partial(Exception):
+    def __init__(self, cause: OSError, kept: int) -> None:
+        self.cause = cause
+        self.kept = kept
 
 
 def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list[str]:
@@ -93,9 +161,9 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[M]) -> Iterator[M]: ...
 def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
     """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
 
-    Blank lines are skipped. A final line without a newline that does not parse
-    is treated as a torn write (the writer was killed mid-line) only if it is the
-    last line; it is reported like any other bad line so that nothing is lost silently.
+    Blank lines are skipped. A last line without its newline that does not parse is a torn
+    write (the writer was killed mid-line): it is skipped with a warning naming the file and
+    line, since the record was never complete. A bad line anywhere else is refused.
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -104,6 +172,10 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
+                # Only the last line can lack its newline.
+                if not raw.endswith(b"\n"):
+                    structlog.get_logger(__name__).warning("torn_last_line_skipped", file=str(path), line=lineno, bytes=len(raw), fix="a writer was killed mid-line; the record was never complete")
+                    return
                 raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
             if not isinstance(data, dict):
                 raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")

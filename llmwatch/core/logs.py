@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from typing import Any
 
 import structlog
 
@@ -36,3 +39,30 @@ def _isatty(stream: object) -> bool:
         return bool(stream.isatty())  # type: ignore[attr-defined]
     except (AttributeError, ValueError):  # replaced or closed streams (tests, daemons)
         return False
+
+
+class RateLimitedLog:
+    """At most one log line per `every_s` for a repeating failure, with how many were suppressed.
+
+    A full disk or an unreachable broker fails on every batch; one line per batch would flood
+    the log (and the disk that is already full) without saying more than the first one.
+    """
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self._every_s = every_s
+        self._clock = time.monotonic
+        self._last = float("-inf")
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, method: Any, event: str, **fields: Any) -> bool:
+        """Call `method(event, suppressed=N, **fields)` if the last line is old enough; True when logged."""
+        with self._lock:
+            now = self._clock()
+            if now - self._last < self._every_s:
+                self._suppressed += 1
+                return False
+            self._last = now
+            suppressed, self._suppressed = self._suppressed, 0
+        method(event, suppressed=suppressed, **fields)
+        return True

@@ -49,6 +49,9 @@ class Sample(BaseModel):
 
     schema_: str = Field(default=SAMPLE_SCHEMA, alias="schema")
     id: str = ""
+    # The request id header the client sent (at most 128 characters); several samples can share
+    # it when a client retries, unlike `id`.
+    client_request_id: str | None = None
     timestamp: UtcDatetime
     route: str = "/v1/chat/completions"
     operation: str = "chat"
