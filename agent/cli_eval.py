@@ -18,6 +18,7 @@ from typing import Any, Callable
 import orjson
 
 from llmwatch.agent.cli_args import config_from_args
+from llmwatch.agent.cli_common import log_options, require_file, require_records, show_usage
 from llmwatch.core.jsonio import atomic_write_bytes
 
 
@@ -45,10 +46,20 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The files named on the command line, before scipy and the embedding model load (as `drift`)."""
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
+    if getattr(args, "baseline", None):
+        require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    _check_inputs(args)
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
-    cfg = config_from_args(args)
     baseline = None
     if args.baseline:
         from llmwatch.scorers.baseline import load_baseline
@@ -107,10 +118,11 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
     from llmwatch.scorers.review import export_tasks
 
-    cfg = config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
@@ -156,7 +168,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: tables for people; json: the full report for scripts (default text)")
     p.add_argument("--out", help="also write the JSON report to this file (for a later --compare)")
     p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
@@ -168,29 +180,30 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     common(p)
     p.add_argument("--suite", required=True, help="suite .jsonl: one case per line (id, category, input, expected and/or checks)")
     p.add_argument("--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="model name sent in every request (the `model` field)")
     p.add_argument("--repeat", type=int, default=5, help="attempts per case (default 5)")
     p.add_argument("--baseline", help="an earlier run file (--out) to compare with; refused if the suite changed")
     p.add_argument("--out", help="write this run (with every attempt) to a JSON file")
-    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight (default 8)")
+    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight at once; lower it if the endpoint rate-limits (default 8)")
     p.add_argument("--threshold", type=float, default=0.2, help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the per-case test (default 0.05)")
     p.add_argument("--correction", choices=["holm", "none"], default="holm", help="multiple-testing correction across cases (default holm)")
     p.add_argument("--api-key", help="API key for --upstream (default: $OPENAI_API_KEY)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
-    p.add_argument("--max-retries", type=int, default=2, help="client retries on 429/5xx/connection errors (default 2)")
+    p.add_argument("--max-retries", type=int, default=2, help="retries of one call on 429, 5xx and connection errors, with backoff; a call that still fails counts as a failed attempt (default 2)")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of a model-as-judge (adds a 1-5 judge check to every case)")
     p.add_argument("--judge-model", help="the judge's model name")
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
     p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
-    rsub = p.add_subparsers(dest="review_command", required=True)
+    rsub = p.add_subparsers(dest="review_command", metavar="COMMAND", title="commands")
+    p.set_defaults(func=show_usage(p))
     p = rsub.add_parser("export", help="write blind, paired review tasks from live samples (and a separate key file)")
     common(p)
-    p.add_argument("--samples", required=True)
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory holding both versions")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--versions", required=True, help="the two versions to compare, e.g. A,B")
     p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
@@ -199,12 +212,13 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
     p.set_defaults(func=cmd_review_export)
     p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
-    p.add_argument("--tasks", required=True)
+    log_options(p)
+    p.add_argument("--tasks", required=True, help="the tasks .jsonl written by `llmwatch review export`")
     p.add_argument("--key", help="key file (default: <tasks>.key.json next to the tasks)")
     p.add_argument("--reviews", required=True, help="reviews .jsonl, one review per line")
     p.add_argument("--out", help="write the JSON report here")
     p.add_argument("--arbitration", help="disputed tasks .jsonl (default: <reviews>.arbitration.jsonl)")
     p.add_argument("--scores", help="scores with judge-check results made after the export (default: those recorded in the key)")
     p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: agreement and disputes for people; json: the full report for scripts (default text)")
     p.set_defaults(func=cmd_review_import)

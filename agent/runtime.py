@@ -18,6 +18,7 @@ from llmwatch.collectors.files import FileSink
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
+from llmwatch.collectors.upstream_probe import UpstreamProbe
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.scorers.redaction import Redactor
 from llmwatch.scorers.sampler import Sampler
@@ -94,6 +95,7 @@ class Agent:
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
         self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter
@@ -151,8 +153,14 @@ class Agent:
             checks["ingest_listening"] = self.ingest_port > 0
         return checks
 
-    async def _serve(self, app: web.Application, address: str, runner: web.AppRunner | None = None) -> int:
-        runner, port = await serve_app(app, address, runner)
+    def readiness_details(self) -> dict[str, object]:
+        # Beside the checks, not among them: see collectors/upstream_probe.py for why.
+        if self.upstream_probe is None:
+            return {}
+        return {"upstream": mask_url(self.cfg.upstream or ""), "upstream_reachable": self.upstream_probe.reachable}
+
+    async def _serve(self, app: web.Application, address: str, setting: str, runner: web.AppRunner | None = None) -> int:
+        runner, port = await serve_app(app, address, runner, setting=setting)
         self._runners.append(runner)
         return port
 
@@ -164,13 +172,16 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
-        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
+        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
-            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen)
+            setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
+            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
         if self.proxy is not None:
             await self.proxy.start()
             proxy_app = self.proxy.app()
-            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, self.proxy.runner(proxy_app))
+            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
+        if self.upstream_probe is not None:
+            self.upstream_probe.start()
         log.info(
             "agent_started",
             upstream=mask_url(self.cfg.upstream) if self.cfg.upstream else None,
@@ -186,6 +197,8 @@ class Agent:
     async def stop(self) -> None:
         # Say what the stop waits for: without it a Ctrl-C that takes seconds looks hung.
         log.info("agent_stopping", queued_samples=self.queue.depth(), scorer_pending=self.scorer.pending if self.scorer is not None else 0)
+        if self.upstream_probe is not None:
+            await self.upstream_probe.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()

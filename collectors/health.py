@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from llmwatch.core.config import ListenError
 from llmwatch.core.metrics import Metrics
 
 Readiness = Callable[[], dict[str, bool]]
@@ -59,8 +60,12 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None) -> tuple[web.AppRunner, int]:
-    """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound)."""
+async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
+    """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound).
+
+    `setting` names where the address came from ("--listen, config listen"): a bind failure
+    says it, since the bare "[Errno 98] Address already in use" names neither it nor the address.
+    """
     host, port = split_host_port(address)
     runner = runner or web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -69,10 +74,11 @@ async def serve_app(app: web.Application, address: str, runner: web.AppRunner | 
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
         await runner.cleanup()
-        raise
+        raise ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
+                          f"stop what holds it or choose another address (port 0 picks a free one)") from None
     site = web.SockSite(runner, sock, backlog=2048)
     await site.start()
     return runner, sock.getsockname()[1]
@@ -81,7 +87,7 @@ async def serve_app(app: web.Application, address: str, runner: web.AppRunner | 
 class ThreadedServer:
     """An aiohttp app on its own event loop in a daemon thread, for processes whose main thread is busy."""
 
-    def __init__(self, app: web.Application, address: str, *, name: str = "llmwatch-http") -> None:
+    def __init__(self, app: web.Application, address: str, *, name: str = "llmwatch-http", setting: str = "listen address") -> None:
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -91,7 +97,7 @@ class ThreadedServer:
         def run() -> None:
             asyncio.set_event_loop(self._loop)
             try:
-                self._runner, self.port = self._loop.run_until_complete(serve_app(app, address))
+                self._runner, self.port = self._loop.run_until_complete(serve_app(app, address, setting=setting))
             except BaseException as exc:
                 failure.append(exc)
                 bound.set()
@@ -115,5 +121,5 @@ class ThreadedServer:
             self._thread.join(timeout)
 
 
-def serve_in_thread(app: web.Application, address: str, *, name: str = "llmwatch-http") -> ThreadedServer:
-    return ThreadedServer(app, address, name=name)
+def serve_in_thread(app: web.Application, address: str, *, name: str = "llmwatch-http", setting: str = "--metrics-listen, config metrics_listen") -> ThreadedServer:
+    return ThreadedServer(app, address, name=name, setting=setting)

@@ -44,6 +44,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmwatch import __version__
+from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.pricing import PriceTable
@@ -367,9 +368,12 @@ class RunSettings:
 
 
 def openai_base_url(url: str) -> str:
-    """The openai client wants the /v1 root; users give either the server or the /v1 root."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+    """The openai client wants the /v1 root; users give either the server or the /v1 root.
+
+    Both forms resolve as `--upstream` does for the proxy (config.normalize_upstream), so one
+    URL means the same server in `llmwatch proxy` and `llmwatch regress`.
+    """
+    return normalize_upstream(url) + "/v1"
 
 
 def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: dict[str, Any] | None, *, status: int, latency_ms: float, version: str | None, error: str | None, cost: float | None) -> Sample:

@@ -26,9 +26,27 @@ class ConfigError(LlmwatchError, ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
 
 
+class ListenError(ConfigError):
+    """An address from the configuration that cannot be listened on (in use, not ours, no permission)."""
+
+
 class _Section(BaseModel):
     # Unknown keys are almost always typos (`sample_rate` for `rate`); refuse them loudly.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def normalize_upstream(url: str) -> str:
+    """The server's base URL from what a user gives: `http://h:8000`, `.../`, or the `/v1` root.
+
+    Clients send paths that already start with `/v1/` (the proxy forwards them as they are), so
+    an upstream given as the `/v1` root, the form OpenAI clients take as `base_url`, would send
+    every call to `/v1/v1/...`. One trailing `/v1` segment is dropped; a deeper path (a gateway
+    serving under a prefix, `https://gw/openai`) is kept.
+    """
+    url = url.rstrip("/")
+    if url.endswith("/v1") and re.match(r"^https?://[^/\s]+/", url):
+        url = url[: -len("/v1")].rstrip("/")
+    return url
 
 
 def _host_port(value: str) -> str:
@@ -437,7 +455,7 @@ class Config(_Section):
             return None
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {mask_url(value)!r}")
-        return value.rstrip("/")
+        return normalize_upstream(value)
 
     @model_validator(mode="after")
     def _scores_only_stays_on_this_host(self) -> "Config":
@@ -479,6 +497,21 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     return None
 
 
+def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix: str = "") -> dict[str, str]:
+    """Dotted path -> "command line: --flag" for every leaf set by a command-line override."""
+    out: dict[str, str] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flag_origins(value, flags, path + "."))
+        else:
+            flag = flags.get(path) or "--" + str(key).replace("_", "-")
+            out[path] = f"command line: {flag}"
+    return out
+
+
 def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """`LLMWATCH_SAMPLING__RATE=0.5` -> {"sampling": {"rate": 0.5}}; values are parsed as YAML scalars."""
     tree: dict[str, Any] = {}
@@ -499,7 +532,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {key}: {'.'.join(path[:-1])} is not a section")
         node[path[-1]] = value
-        origins[".".join(path)] = key
+        origins[".".join(path)] = f"from environment variable {key}"
     return tree, origins
 
 
@@ -539,8 +572,13 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """File, then environment, then explicit overrides (CLI flags); validated once."""
+    """File, then environment, then explicit overrides (CLI flags); validated once.
+
+    `flags` names the command-line flag behind an override's dotted path where it is not
+    `--<field>` (e.g. {"otel.ingest_listen": "--listen"}), so that errors blame the right flag.
+    """
     environ = os.environ if environ is None else environ
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
         path = environ[ENV_PREFIX + "CONFIG"]
@@ -549,8 +587,10 @@ def load_config(
     data = _merge(data, env_tree)
     if overrides:
         data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+        origins.update(_flag_origins(overrides, flags or {}))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        source = str(path) if path is not None else "defaults and environment"
-        raise ConfigError(describe_validation_error(exc, header=f"invalid configuration ({source}):", allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None
+        # Without a file, every bad value has an origin of its own (a variable or a flag).
+        header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
+        raise ConfigError(describe_validation_error(exc, header=header, allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None

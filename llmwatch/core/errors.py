@@ -47,8 +47,10 @@ def describe_validation_error(
     model validator) are bare messages. Unknown fields list the allowed ones when `allowed`
     says what they are (a list, or a function of the error's location).
 
-    With `header`, one line per error under it, for the configuration: "  - a.b: message (got
-    'value')", plus "(from environment variable X)" when `origins` maps the path to one.
+    With `header`, one line per error under it, for the configuration: "  - a.b (ORIGIN):
+    message (got 'value')", where `origins` maps the path, or the section that holds it, to where
+    the value came from ("from environment variable X", "command line: --upstream"). The value
+    is named once: not again when the message already quotes it.
     """
     lines = []
     for err in exc.errors():
@@ -64,8 +66,8 @@ def describe_validation_error(
                 lines.append(f"field '{path}': {message}" if path else message)
             continue
         path = path or "(top level)"
-        origin = (origins or {}).get(path)
-        where = f" (from environment variable {origin})" if origin else ""
+        origin = _origin_of(path, origins or {})
+        where = f" ({origin})" if origin else ""
         if unknown:
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
             lines.append(f"  - {path}{where}: unknown field{hint}")
@@ -73,8 +75,20 @@ def describe_validation_error(
         given = err.get("input")
         if isinstance(given, str):
             given = mask_url(given)  # an invalid URL may still carry a password
-        given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
+        # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
+        # to 1") do not.
+        given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
         lines.append(f"  - {path}{where}: {message}{given_text}")
     if header is None:
         return "; ".join(lines)
     return "\n".join([header, *lines])
+
+
+def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
+    """The origin of `path`, or of the nearest section that holds it (`--kafka` sets kafka.*)."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        origin = origins.get(".".join(parts[:n]))
+        if origin:
+            return origin
+    return None

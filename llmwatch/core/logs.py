@@ -1,4 +1,5 @@
-"""structlog set-up: JSON lines on stderr by default, readable console output on request."""
+"""structlog set-up: always on stderr (stdout is for what a command prints for people or scripts);
+JSON lines for log collectors, readable console lines when a person watches the terminal."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from typing import Any
 import structlog
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
+def configure_logging(level: str = "info", fmt: str | None = None) -> None:
+    """`fmt` None: console lines when stderr is a terminal, else JSON lines (a collector reads them)."""
+    if fmt is None:
+        fmt = "console" if _isatty(sys.stderr) else "json"
     numeric = getattr(logging, level.upper(), logging.INFO)
     renderer = structlog.dev.ConsoleRenderer(colors=False) if fmt == "console" else structlog.processors.JSONRenderer()
     structlog.configure(
@@ -28,6 +32,13 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     )
     # Libraries that use stdlib logging (aiohttp access log is off) go to the same stream.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # replaced or closed streams (tests, daemons)
+        return False
 
 
 class RateLimitedLog:
