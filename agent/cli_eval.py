@@ -40,11 +40,32 @@ def _fail(message: str) -> int:
     return 2
 
 
+def check_html_args(args: argparse.Namespace) -> None:
+    """`--format html` needs --out and the reports extra; refused before any work is done."""
+    from llmwatch.core.config import ConfigError
+    from llmwatch.scorers.report_html import require_matplotlib
+
+    require_matplotlib()
+    if not args.out:
+        raise ConfigError("--format html writes a file: pass --out FILE.html")
+
+
+def write_html(path: str, text: str, what: str) -> None:
+    # Written beside the target and renamed, so a viewer never opens half a report.
+    target = Path(path)
+    tmp = target.with_name(target.name + ".partial")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
+    sys.stdout.write(f"{what}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from llmwatch.agent.cli import _config_from_args
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
     cfg = _config_from_args(args)
+    if args.format == "html":
+        check_html_args(args)
     baseline = None
     if args.baseline:
         from llmwatch.scorers.baseline import load_baseline
@@ -64,6 +85,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail(f"{args.compare}: {exc}")
     data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+    if args.format == "html":
+        from llmwatch.scorers.report_html import render_evaluation
+
+        write_html(args.out, render_evaluation(report), "report")
+        return 0
     if args.out:
         with open(args.out, "wb") as fh:
             fh.write(data + b"\n")
@@ -165,8 +191,8 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument("--format", choices=["text", "json"], default="text")
-    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare)")
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page")
     p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
