@@ -185,6 +185,18 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review_serve(args: argparse.Namespace) -> int:
+    from llmwatch.agent.review_app import run
+    from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.review import ReviewError
+
+    configure_logging("info", "json")
+    try:
+        return run(args.tasks, args.out, args.listen, args.reviewers, args.arbiters, args.public_url)
+    except ReviewError as exc:
+        return _fail(str(exc))
+
+
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
@@ -243,3 +255,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_review_import)
+    p = rsub.add_parser("serve", help="blind review in the browser: a personal link per reviewer, verdicts appended to --out, disputes to arbiters")
+    p.add_argument("--tasks", required=True, help="tasks .jsonl written by `review export` (the key is never read)")
+    p.add_argument("--out", required=True, help="reviews .jsonl, appended one verdict per line (what `review import --reviews` reads)")
+    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT (default 127.0.0.1:8088; port 0 picks a free one, printed)")
+    p.add_argument("--reviewers", help="names (alice,bob) or a count (2); kept with their tokens in <out>.tokens.json")
+    p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
+    p.add_argument("--public-url", help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com")
+    p.set_defaults(func=cmd_review_serve)
