@@ -110,6 +110,8 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
             raise ReviewError(f"{path} is not an llmwatch review tokens file (expected schema {TOKENS_SCHEMA!r})")
         for role in ("reviewers", "arbiters"):
             tokens[role] = {str(k): str(v) for k, v in (data.get(role) or {}).items()}
+    if not tokens["reviewers"] and not reviewers:
+        raise ReviewError("no reviewer: pass --reviewers alice,bob (or a count, e.g. 2)")
     changed = not path.exists()
     for role, names in (("reviewers", reviewers), ("arbiters", arbiters)):
         for name in names:
@@ -188,8 +190,6 @@ def load_state(tasks_path: Path, out_path: Path, reviewers: Sequence[str], arbit
     out_path.parent.mkdir(parents=True, exist_ok=True)
     arbitrated_path = sibling(out_path, ".arbitrated.jsonl")
     tokens = load_or_make_tokens(sibling(out_path, ".tokens.json"), reviewers, arbiters)
-    if not tokens["reviewers"]:
-        raise ReviewError("no reviewer: pass --reviewers alice,bob (or a count, e.g. 2)")
     state = ReviewState(tasks, list(tasks), AppendOnly(out_path), AppendOnly(arbitrated_path), tokens)
     for path, target in ((out_path, "reviews"), (arbitrated_path, "arbitrated")):
         if path.exists():
@@ -288,7 +288,8 @@ def _form(task: ReviewTask, order: Sequence[str], saved: Review | None, action: 
     comment = _e(saved.comment or "") if saved is not None else ""
     button = "" if saved else '<p><button type="submit" id="save">Save verdict <kbd>Enter</kbd></button></p>'
     return (
-        f'<form method="post" action="{_e(action)}" id="verdict" data-lo="{lo}" data-hi="{hi}" data-readonly="{"1" if saved else "0"}">'
+        # autocomplete off: a reload must not bring back a half-typed verdict the server never saw.
+        f'<form method="post" action="{_e(action)}" id="verdict" autocomplete="off" data-lo="{lo}" data-hi="{hi}" data-readonly="{"1" if saved else "0"}">'
         f'<table class="scores"><thead><tr><th>criterion ({lo} worst, {hi} best)</th>{head}</tr></thead><tbody>{"".join(rows)}'
         f'<tr class="pref" data-group="preferred"><th>preferred</th><td colspan="{len(order)}">{pref_opts}</td></tr></tbody></table>'
         f'<p><label>Comment (optional)<br><textarea name="comment" rows="2" maxlength="{MAX_COMMENT}"{" disabled" if saved else ""}>{comment}</textarea></label></p>'
@@ -555,17 +556,21 @@ def build_app(state: ReviewState) -> web.Application:
     return app
 
 
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ReviewError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8088 (port 0 picks a free one)")
+    return host.strip("[]"), int(port_text)
+
+
 async def serve(state: ReviewState, listen: str, public_url: str | None, out: Any = sys.stdout) -> int:
     from llmwatch.agent.signals import wait_for_signal
 
-    host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit():
-        raise ReviewError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8088 (port 0 picks a free one)")
-    host = host.strip("[]")
+    host, port = parse_listen(listen)
     runner = web.AppRunner(build_app(state), access_log=None)  # access lines would carry the tokens
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, int(port_text))
+        site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0][1]
         base = (public_url or f"http://{host if ':' not in host else f'[{host}]'}:{bound}").rstrip("/")
@@ -584,6 +589,7 @@ async def serve(state: ReviewState, listen: str, public_url: str | None, out: An
 
 
 def run(tasks: str, out: str, listen: str, reviewers: str | None, arbiters: str | None, public_url: str | None) -> int:
+    parse_listen(listen)  # a bad --listen is refused before any file is written
     state = load_state(Path(tasks), Path(out), parse_people(reviewers, "reviewer"), parse_people(arbiters, "arbiter"))
     try:
         import uvloop  # type: ignore[import-not-found]

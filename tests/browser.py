@@ -44,8 +44,9 @@ def chromium(profile: Path) -> Any:
     return driver
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(name="browser")
+def browser_fixture(tmp_path: Path) -> Iterator[Any]:
+    """A Chromium of the test's own; import `browser_fixture` into a test module to use `browser`."""
     driver = chromium(tmp_path / "chromium-profile")
     try:
         yield driver
