@@ -297,18 +297,20 @@ def _form(task: ReviewTask, order: Sequence[str], saved: Review | None, action: 
     )
 
 
-HELP = (
-    '<p class="help">Keys: <kbd>1</kbd>-<kbd>9</kbd> score the highlighted cell and move to the next; <kbd>&uarr;</kbd>/<kbd>&darr;</kbd> move; '
-    "on the preferred row <kbd>1</kbd>/<kbd>2</kbd> choose an answer, <kbd>0</kbd> a tie; <kbd>Enter</kbd> saves; <kbd>n</kbd>/<kbd>p</kbd> next/previous task. "
-    "Higher is better on every criterion (for hallucination, the top score means nothing invented). The models behind the answers are hidden on purpose.</p>"
-)
+def _help(task: ReviewTask) -> str:
+    lo, hi = task.scale
+    return (
+        f'<p class="help">Keys: <kbd>{lo}</kbd>-<kbd>{hi}</kbd> score the highlighted cell and move to the next (row by row); <kbd>&uarr;</kbd>/<kbd>&darr;</kbd> move; '
+        "on the preferred row <kbd>1</kbd>/<kbd>2</kbd> choose an answer, <kbd>0</kbd> a tie; <kbd>Enter</kbd> saves; <kbd>n</kbd>/<kbd>p</kbd> next/previous task. "
+        "Higher is better on every criterion (for hallucination, the top score means nothing invented). The models behind the answers are hidden on purpose.</p>"
+    )
 
 
-def _header(role: str, name: str, done: int, total: int, where: str = "") -> str:
+def _header(role: str, name: str, done: int, total: int, where: str = "", word: str = "saved") -> str:
     pct = 100 * done / total if total else 100
     return (
         f'<span class="title">llmwatch blind review</span><span>{_e(role)} {_e(name)}</span><span>{_e(where)}</span>'
-        f'<span id="progress">{done} of {total} saved</span><span class="bar"><span style="width:{pct:.0f}%"></span></span>'
+        f'<span id="progress">{done} of {total} {word}</span><span class="bar"><span style="width:{pct:.0f}%"></span></span>'
     )
 
 
@@ -411,7 +413,7 @@ class ReviewApp:
             notice += '<div class="saved" id="saved">Saved. Verdicts are final; this is what you recorded.</div>'
         nav = (f'<nav>{f"<a id=prev href={chr(34)}{_e(prev_link)}{chr(34)}>&larr; previous (p)</a>" if prev_link else ""}'
                f'<a id="next" href="{_e(next_link)}">next (n) &rarr;</a><a href="/r/{_e(token)}">first open task</a></nav>')
-        body = notice + _task_body(task, order) + _form(task, order, saved, f"/r/{token}/t/{task.task_id}") + nav + HELP
+        body = notice + _task_body(task, order) + _form(task, order, saved, f"/r/{token}/t/{task.task_id}") + nav + _help(task)
         resp = page(f"Task {i + 1} of {total}", _header("reviewer", name, self._done(name), total, f"task {i + 1} of {total}"), body)
         resp.set_status(status)
         return resp
@@ -460,7 +462,7 @@ class ReviewApp:
         )
         body = (f'<p id="summary">{len(disputes)} disputed task(s), {resolved} resolved.</p><ol>{items}</ol>' if disputes
                 else '<p id="summary">No disputed task yet: a task is disputed once two reviews of it disagree.</p>')
-        return page("Arbitration", _header("arbiter", name, resolved, len(disputes), "arbitration"), body)
+        return page("Arbitration", _header("arbiter", name, resolved, len(disputes), "arbitration", "resolved"), body)
 
     async def arbiter_task(self, request: web.Request, error: str | None = None, status: int = 200) -> web.Response:
         name = self._arbiter(request)
@@ -488,10 +490,10 @@ class ReviewApp:
             notice += '<div class="saved" id="saved">Arbitrated. This is the recorded verdict.</div>'
         reason_html = "".join(f'<div class="reason">{_e(_reason_text(x, order, anon))}</div>' for x in reasons)
         body = (notice + reason_html + _task_body(task, order) + f'<h2>The two reviews</h2><div class="reviews">{"".join(panels)}</div><h2>Your verdict</h2>'
-                + _form(task, order, saved, f"/arbitrate/{token}/t/{task.task_id}") + f'<nav><a id="next" href="/arbitrate/{_e(token)}">all disputes</a></nav>' + HELP)
+                + _form(task, order, saved, f"/arbitrate/{token}/t/{task.task_id}") + f'<nav><a id="next" href="/arbitrate/{_e(token)}">all disputes</a></nav>' + _help(task))
         disputes = self.state.disputes()
         resolved = sum(1 for t in disputes if t in self.state.arbitrated)
-        resp = page("Arbitration", _header("arbiter", name, resolved, len(disputes), f"task {self.state.order.index(task.task_id) + 1}"), body)
+        resp = page("Arbitration", _header("arbiter", name, resolved, len(disputes), f"task {self.state.order.index(task.task_id) + 1}", "resolved"), body)
         resp.set_status(status)
         return resp
 

@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
-CHROMIUM = os.environ.get("LLMWATCH_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("LLMWATCH_CHROMEDRIVER", "/usr/bin/chromedriver")
+# Not LLMWATCH_*: the config loader reads that prefix as overrides of its own fields.
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900")
 
@@ -80,8 +81,8 @@ def failed_requests(events: list[dict]) -> list[str]:
 
 
 def screenshot(driver: Any, name: str, fallback: Path) -> Path:
-    """Whole-page PNG: into $LLMWATCH_SCREENSHOTS (docs/screenshots when refreshing them), else the test's directory."""
-    folder = Path(os.environ.get("LLMWATCH_SCREENSHOTS") or fallback)
+    """Whole-page PNG: into $SAVE_SCREENSHOTS_TO (docs/screenshots when refreshing them), else the test's directory."""
+    folder = Path(os.environ.get("SAVE_SCREENSHOTS_TO") or fallback)
     folder.mkdir(parents=True, exist_ok=True)
     height = int(driver.execute_script("return Math.min(document.documentElement.scrollHeight, 6000)"))
     driver.set_window_size(1280, max(700, height + 100))
