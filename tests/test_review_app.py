@@ -69,7 +69,12 @@ class Server:
         self.links: dict[str, str] = {}
         self.port = 0
         expected = 1 + sum(len(a.split(",")) for flag, a in zip(args, args[1:]) if flag in ("--reviewers", "--arbiters"))
-        lines = self._read_lines(expected, deadline=time.monotonic() + 60)
+        try:
+            lines = self._read_lines(expected, deadline=time.monotonic() + 60)
+        except BaseException:
+            self.proc.kill()  # the child this test started, by its own handle
+            self.stop()
+            raise
         self.port = int(re.match(r"review app listening on http://127\.0\.0\.1:(\d+) ", lines[0]).group(1))  # type: ignore[union-attr]
         for line in lines[1:]:
             role_name, url = line.split(": ", 1)
@@ -191,7 +196,7 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
                 browser.find_element(By.NAME, "comment").send_keys(NOTE + " 5 n p")
                 before = browser.current_url
                 browser.find_element(By.ID, "save").click()
-                WebDriverWait(browser, 15).until(lambda d: d.current_url != before)
+                WebDriverWait(browser, 15).until(lambda d, before=before: d.current_url != before)
             else:
                 keyboard_verdict(browser, scores)
             visit_log()
@@ -260,6 +265,11 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
     finally:
         code = server.stop()
     assert code == 0
+    # The links are credentials: the server's log names reviewers, never their tokens.
+    server_log = (tmp_path / "serve.stderr").read_text()
+    assert "review.saved" in server_log and "alice" in server_log
+    for link in server.links.values():
+        assert link.rsplit("/", 1)[1] not in server_log
 
     # Nothing that names a model reached the browser: not in any page, not in any request.
     for src in pages:
