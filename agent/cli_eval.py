@@ -187,10 +187,8 @@ def cmd_review_import(args: argparse.Namespace) -> int:
 
 def cmd_review_serve(args: argparse.Namespace) -> int:
     from llmwatch.agent.review_app import run
-    from llmwatch.core.logs import configure_logging
     from llmwatch.scorers.review import ReviewError
 
-    configure_logging("info", "json")
     try:
         return run(args.tasks, args.out, args.listen, args.reviewers, args.arbiters, args.public_url)
     except ReviewError as exc:

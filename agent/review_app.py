@@ -593,6 +593,10 @@ async def serve(state: ReviewState, listen: str, public_url: str | None, out: An
 def run(tasks: str, out: str, listen: str, reviewers: str | None, arbiters: str | None, public_url: str | None) -> int:
     parse_listen(listen)  # a bad --listen is refused before any file is written
     state = load_state(Path(tasks), Path(out), parse_people(reviewers, "reviewer"), parse_people(arbiters, "arbiter"))
+    from llmwatch.core.logs import configure_logging
+
+    # Only once the inputs are good: a refused start prints its one line and nothing else.
+    configure_logging("info", "json")
     try:
         import uvloop  # type: ignore[import-not-found]
 
