@@ -88,6 +88,10 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.format == "html":
+        from llmwatch.agent.cli_eval import check_html_args
+
+        check_html_args(args)
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:
@@ -107,6 +111,11 @@ def cmd_drift(args: argparse.Namespace) -> int:
     report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n")
+    elif args.format == "html":
+        from llmwatch.agent.cli_eval import write_html
+        from llmwatch.scorers.report_html import render_drift
+
+        write_html(args.out, render_drift(report, baseline.routes, current), f"drift {report.verdict.upper()}")
     else:
         sys.stdout.write(format_text(report) + "\n")
     return report.exit_code
@@ -207,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--model-version", help="only samples of this version (default: all)")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table for people; json: the full report for scripts (default text)")
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="file for --format html")
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
     p.set_defaults(func=cmd_drift)

@@ -19,7 +19,7 @@ import orjson
 
 from llmwatch.agent.cli_args import config_from_args
 from llmwatch.agent.cli_common import log_options, require_file, require_records, show_usage
-from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
@@ -55,8 +55,26 @@ def _check_inputs(args: argparse.Namespace) -> None:
         require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
 
 
+def check_html_args(args: argparse.Namespace) -> None:
+    """`--format html` needs --out and the reports extra; refused before any work is done."""
+    from llmwatch.core.config import ConfigError
+    from llmwatch.scorers.report_html import require_matplotlib
+
+    require_matplotlib()
+    if not args.out:
+        raise ConfigError("--format html writes a file: pass --out FILE.html")
+
+
+def write_html(path: str, text: str, what: str) -> None:
+    # Atomic and private like every data file: a viewer never opens half a report.
+    target = atomic_write_text(path, text)
+    sys.stdout.write(f"{what}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.format == "html":
+        check_html_args(args)
     _check_inputs(args)
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
@@ -79,6 +97,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail(f"{args.compare}: {exc}")
     data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+    if args.format == "html":
+        from llmwatch.scorers.report_html import render_evaluation
+
+        write_html(args.out, render_evaluation(report), "report")
+        return 0
     if args.out:
         atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
@@ -162,14 +185,24 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review_serve(args: argparse.Namespace) -> int:
+    from llmwatch.agent.review_app import run
+    from llmwatch.scorers.review import ReviewError
+
+    try:
+        return run(args.tasks, args.out, args.listen, args.reviewers, args.arbiters, args.public_url)
+    except ReviewError as exc:
+        return _fail(str(exc))
+
+
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="text: tables for people; json: the full report for scripts (default text)")
-    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare)")
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page")
     p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
@@ -222,3 +255,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text: agreement and disputes for people; json: the full report for scripts (default text)")
     p.set_defaults(func=cmd_review_import)
+    p = rsub.add_parser("serve", help="blind review in the browser: a personal link per reviewer, verdicts appended to --out, disputes to arbiters")
+    p.add_argument("--tasks", required=True, help="tasks .jsonl written by `review export` (the key is never read)")
+    p.add_argument("--out", required=True, help="reviews .jsonl, appended one verdict per line (what `review import --reviews` reads)")
+    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT (default 127.0.0.1:8088; port 0 picks a free one, printed)")
+    p.add_argument("--reviewers", help="names (alice,bob) or a count (2); kept with their tokens in <out>.tokens.json")
+    p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
+    p.add_argument("--public-url", help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com")
+    p.set_defaults(func=cmd_review_serve)

@@ -18,7 +18,7 @@ import random
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import openai

@@ -6,7 +6,6 @@ was read, so a bad line leaves no half-written result behind; the error names fi
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import IO

@@ -51,7 +51,7 @@ from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
 from llmwatch.scorers.stability import prompt_hash
 
-__all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import"]
+__all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
 
 TASK_SCHEMA = "llmwatch.review-task/v1"
 KEY_SCHEMA = "llmwatch.review-key/v1"
@@ -424,6 +424,29 @@ def _preference(review: Review, criteria: Sequence[str]) -> str:
     return "A" if means["A"] > means["B"] else "B"
 
 
+def preference(review: Review, criteria: Sequence[str]) -> str:
+    """"A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
+    return _preference(review, criteria)
+
+
+def dispute_reasons(reviews: Sequence[Review], criteria: Sequence[str]) -> list[dict[str, Any]]:
+    """Why the reviews of one task disagree (empty: they do not): a score gap of 2 or more on a
+    candidate and criterion, or one reviewer preferring A and another B. Shared by `review import`
+    and the review app's arbitration queue, so that both call the same tasks disputed."""
+    if len(reviews) < 2:
+        return []
+    reasons: list[dict[str, Any]] = []
+    for label in LABELS:
+        for c in criteria:
+            given = {r.judge: r.scores[label][c] for r in reviews}  # type: ignore[index]
+            if max(given.values()) - min(given.values()) >= 2:
+                reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
+    prefs = {r.judge: _preference(r, criteria) for r in reviews}
+    if {"A", "B"} <= set(prefs.values()):
+        reasons.append({"kind": "preference", "preferences": prefs})
+    return reasons
+
+
 def _nan_to_none(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
@@ -483,18 +506,9 @@ def import_reviews(
         by_task[r.task_id].append(r)
     disputes = []
     for task_id, rs in sorted(by_task.items()):
-        if len(rs) < 2:
-            continue
-        reasons = []
-        for label in LABELS:
-            for c in criteria:
-                given = {r.judge: r.scores[label][c] for r in rs}  # type: ignore[index]
-                if max(given.values()) - min(given.values()) >= 2:
-                    reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
-        prefs = {r.judge: _preference(r, criteria) for r in rs}
-        if {"A", "B"} <= set(prefs.values()):
-            reasons.append({"kind": "preference", "preferences": prefs})
+        reasons = dispute_reasons(rs, criteria)
         if reasons:
+            prefs = {r.judge: _preference(r, criteria) for r in rs}
             task = tasks[task_id]
             disputes.append({
                 "task_id": task_id,
