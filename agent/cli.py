@@ -19,6 +19,7 @@ from llmwatch.agent.cli_common import log_options, require_file, require_records
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.extras import require
 
 log = structlog.get_logger(__name__)
 
@@ -127,12 +128,14 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_scorer(args: argparse.Namespace) -> int:
+    require("kafka", "llmwatch scorer")
     from llmwatch.agent.kafka_scorer import run_scorer
 
     return run_scorer(config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
+    require("kafka", "llmwatch aggregate")
     from llmwatch.agent.kafka_aggregate import run_aggregator
 
     return run_aggregator(config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
@@ -148,6 +151,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    require("otel", "llmwatch ingest")
     cfg = config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})

@@ -11,6 +11,7 @@ import structlog
 from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
+from llmwatch.core.extras import check_config
 from llmwatch.core.urls import mask_url
 from llmwatch.collectors.health import metrics_app, serve_app
 from llmwatch.core.metrics import DriftReading, Metrics
@@ -44,6 +45,8 @@ class Agent:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
+        # Before anything starts: a feature configured without its extra is refused in one line.
+        check_config(cfg, proxy=self.serve_proxy)
         self.metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
         self.queue = BoundedQueue(cfg.queue.max_size)
         sinks: list[Sink] = []

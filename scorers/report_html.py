@@ -26,15 +26,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from llmwatch.core.config import ConfigError
+from llmwatch.core.extras import require
 from llmwatch.scorers.drift import DriftReport, Signal
 from llmwatch.scorers.evaluation import EvaluationReport
 from llmwatch.scorers.features import RouteStats
 from llmwatch.scorers.matrix import wilson_interval
 
-__all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation", "MISSING_EXTRA"]
+__all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation"]
 
-MISSING_EXTRA = "--format html needs matplotlib, which is in the 'reports' extra: pip install 'llmwatch[reports]'"
 # Above this an inline SVG (a dense scatter, many bins) is swapped for a PNG of the same figure.
 SVG_LIMIT_BYTES = 150_000
 BASELINE_COLOUR, CURRENT_COLOUR = "#7f8c8d", "#d35400"
@@ -46,10 +45,7 @@ PERFORMANCE = ("latency_ms", "ttft_ms", "cost_usd")
 
 
 def require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ConfigError(MISSING_EXTRA) from None
+    require("reports", "--format html", "use --format text or json")
 
 
 def _pyplot() -> Any:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from llmwatch.core.extras import require
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
@@ -222,6 +223,7 @@ def validate_scoring(cfg: ScoringSection) -> None:
         if names.count(name) > 1:
             raise ConfigError(f"scoring.checks: check name '{name}' is used twice; names must be unique")
     if embedding_specs:
+        require("embeddings", "the embedding checks (scoring.embeddings)", "set scoring.embeddings: false to run the rule checks only")
         from llmwatch.scorers.embeddings import model_dir, validate_embedding_params
 
         for i, spec in embedding_specs:

@@ -137,7 +137,7 @@ def test_html_without_matplotlib_is_refused_in_one_line_naming_the_extra(traffic
     out = tmp_path / "drift.html"
     assert main(drift_args(traffic, "--format", "html", "--out", str(out))) == 2
     err = capsys.readouterr().err
-    assert err == "llmwatch: --format html needs matplotlib, which is in the 'reports' extra: pip install 'llmwatch[reports]'\n"
+    assert err == "llmwatch: --format html needs the [reports] extra: pip install 'llmwatch[reports]' (or use --format text or json)\n"
     assert not out.exists()
     assert main(report_args(traffic, "--format", "html", "--out", str(out))) == 2
     assert "llmwatch[reports]" in capsys.readouterr().err
