@@ -67,7 +67,8 @@ async def serve_app(app: web.Application, address: str, runner: web.AppRunner | 
     says it, since the bare "[Errno 98] Address already in use" names neither it nor the address.
     """
     host, port = split_host_port(address)
-    runner = runner or web.AppRunner(app, access_log=None, handle_signals=False)
+    # Scrapes and probes are quick: at shutdown they get a second, not aiohttp's default minute.
+    runner = runner or web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     # Bind ourselves so that port 0 works and the chosen port is known.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

@@ -257,6 +257,7 @@ class Proxy:
             logger=_http_log,
             header_timeout_s=self.cfg.proxy.header_timeout_s,
             on_header_timeout=header_timeouts.inc,
+            shutdown_timeout=self.cfg.proxy.shutdown_timeout_s,
         )
 
     def _forward_headers(self, request: web.Request) -> CIMultiDict[str]:

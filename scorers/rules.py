@@ -214,7 +214,7 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
             if not all(isinstance(o, str) for o in options):
                 return None
             allowed = frozenset(options)
-            tests.append(lambda v: isinstance(v, str) and v in allowed)
+            tests.append(lambda v, allowed=allowed: isinstance(v, str) and v in allowed)
     if "properties" in schema or "required" in schema or "additionalProperties" in schema:
         props: dict[str, Callable[[Any], bool]] = {}
         for name, sub in schema.get("properties", {}).items():

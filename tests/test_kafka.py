@@ -26,7 +26,7 @@ from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.collectors.kafka import KafkaSampleSink, create_topics, sample_key
 from conftest import metric, proxy_url, scrape, wait_until
-from kafka_broker import free_port, kafka_broker  # noqa: F401  (pytest finds the fixture by name)
+from kafka_broker import free_port
 from llmwatch.agent.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from synthetic import Behaviour, degradations, window  # noqa: E402
 from llmwatch.core.config import load_config  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.collectors.kafka import create_topics  # noqa: E402
-from kafka_broker import free_port, kafka_broker  # noqa: E402,F401
+from kafka_broker import free_port  # noqa: E402
 from llmwatch.agent import kafka_aggregate as kafka_aggregator  # noqa: E402
 from llmwatch.scorers.baseline import freeze, write_baseline  # noqa: E402
 from llmwatch.agent.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
@@ -97,7 +97,7 @@ def total(samples: dict, name: str, **labels: str) -> float:
 
 
 @pytest.mark.slow
-def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker, monkeypatch):  # noqa: F811
+def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker, monkeypatch):
     from kafka import KafkaProducer
 
     monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.5)

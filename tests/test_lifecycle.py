@@ -370,7 +370,7 @@ async def test_scorer_sink_counts_only_what_the_scorer_accepted_and_shutdown_cou
     for i in range(n):
         r = await client.post(proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": i})
         assert r.status_code == 200
-        await wait_until(lambda: agent.pipeline.processed >= i + 1)
+        await wait_until(lambda i=i: agent.pipeline.processed >= i + 1)
     await client.aclose()
     samples = await scrape(agent)
     written = metric(samples, "llmwatch_samples_written_total", sink="scorer")
@@ -506,3 +506,42 @@ async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path
         assert r.status_code == 503 and r.json()["checks"] == {**r.json()["checks"], "scorer_alive": False, "pipeline_alive": True}
     finally:
         await agent.stop()
+
+
+def test_sigterm_with_a_call_still_open_cuts_it_after_the_proxy_shutdown_timeout(start_proxy, tmp_path: Path):
+    # An upstream that takes the request and never answers: the call stays open until cut.
+    listener = socket.create_server(("127.0.0.1", 0))
+    got_request = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        held.append(conn)
+        conn.recv(65536)
+        got_request.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    upstream = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    proxy, proxy_base, _ = start_proxy(upstream, LLMWATCH_SCORING__ENABLED="false", LLMWATCH_PROXY__SHUTDOWN_TIMEOUT_S="1")
+    client_result: list[object] = []
+
+    def call() -> None:
+        try:
+            client_result.append(httpx.post(f"{proxy_base}/v1/chat/completions", json={"model": "m", "messages": []}, timeout=120).status_code)
+        except httpx.HTTPError as exc:
+            client_result.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        assert got_request.wait(30), "the upstream never saw the call"
+        os.kill(proxy.pid, signal.SIGTERM)
+        # aiohttp's own default would wait 60 s for the open call; the configured second applies.
+        assert proxy.popen.wait(timeout=30) == 0, proxy.output()
+        caller.join(30)
+        assert client_result, "the client's call ended when the proxy stopped"
+        assert "Traceback" not in proxy.output()
+    finally:
+        for conn in held:
+            conn.close()
+        listener.close()

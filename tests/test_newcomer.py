@@ -90,7 +90,7 @@ def stop(proc: subprocess.Popen[str]) -> int:
 def start_simulator() -> tuple[subprocess.Popen[str], str]:
     proc, out, _ = start(["simulate", "--port", "0", "--latency-scale", "0"])
     try:
-        line = out.wait_for(lambda l: "listening" in l)
+        line = out.wait_for(lambda ln: "listening" in ln)
         url = re.search(r"url=(http://127\.0\.0\.1:\d+)", line)
         assert url, line
     except BaseException:
@@ -103,7 +103,7 @@ def start_proxy(upstream: str, tmp_path: Path) -> tuple[subprocess.Popen[str], L
     """`llmwatch proxy` on ports it picks itself; they are read back from its start-up log line."""
     proc, _, err = start(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")])
     try:
-        started = orjson.loads(err.wait_for(lambda l: '"agent_started"' in l))
+        started = orjson.loads(err.wait_for(lambda ln: '"agent_started"' in ln))
     except BaseException:
         stop(proc)
         raise
@@ -206,7 +206,7 @@ def test_an_unreachable_upstream_is_warned_once_and_reported_by_readyz_without_f
         dead = "127.0.0.1:%d" % closed.getsockname()[1]
     proxy, err, started = start_proxy(f"http://{dead}", tmp_path)
     try:
-        warning = orjson.loads(err.wait_for(lambda l: '"upstream_unreachable"' in l))
+        warning = orjson.loads(err.wait_for(lambda ln: '"upstream_unreachable"' in ln))
         assert dead in warning["error"] and "ssl" not in warning["error"]
         ready = httpx.get(f"http://127.0.0.1:{started['metrics_port']}/readyz", timeout=5)
         assert ready.status_code == 200, "the proxy stays ready: clients must see the upstream's own failure"

@@ -500,7 +500,7 @@ def test_llmwatch_ingest_command(tmp_path: Path):
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
-    lines = [orjson.loads(l) for f in (tmp_path / "samples").glob("*.jsonl") for l in f.read_bytes().splitlines()]
+    lines = [orjson.loads(ln) for f in (tmp_path / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 6 and {s["metadata"]["service_name"] for s in lines} == {"shop-app"}
 
 

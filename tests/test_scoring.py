@@ -137,9 +137,9 @@ async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_met
     assert metric(samples, "llmwatch_scoring_lag_seconds_count", **labels) == 9
     assert metric(samples, "llmwatch_scoring_duration_seconds_count", check="refusal") == 9
     await agent.stop()
-    lines = [orjson.loads(l) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for l in f.read_bytes().splitlines()]
+    lines = [orjson.loads(ln) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == agent.recorder.recorded
-    assert {l["check"] for l in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
+    assert {ln["check"] for ln in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
 
 
 async def test_a_crashing_scorer_process_is_restarted_and_its_batch_recorded_as_errors(sim, make_agent):
@@ -174,7 +174,7 @@ def test_score_command_scores_a_file_and_prints_pass_rates(tmp_path):
     env = {"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
-    scores = [orjson.loads(l) for l in out.read_bytes().splitlines()]
+    scores = [orjson.loads(ln) for ln in out.read_bytes().splitlines()]
     refusals = [s for s in scores if s["check"] == "refusal"]
     assert len(refusals) == 6 and sum(s["result"] == "fail" for s in refusals) == 1
     assert "refusal" in result.stdout and "83.3% of" in result.stdout

@@ -67,6 +67,10 @@ class ProxySection(_Section):
     # A client that has not sent a complete request head (request line and headers) this long
     # after it started one is disconnected, so slow clients cannot hold connections open.
     header_timeout_s: float = Field(10.0, gt=0)
+    # On SIGTERM, calls still in flight get this long to finish before they are cut, so that a
+    # rolling restart does not break answers that are nearly done, and a stuck stream cannot hold
+    # the pod past its termination grace period (Kubernetes' default is 30 s).
+    shutdown_timeout_s: float = Field(10.0, ge=0, le=3600)
     # Longest request line, and longest single header line, accepted from clients and from the
     # upstream (nginx and Envoy accept 64 KiB header sections). Bigger ones get 400 (client) or
     # 502 (upstream). One request head is bounded by max_headers * max_header_bytes.
@@ -121,11 +125,16 @@ _PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
 _FIELD_NAME_RE = re.compile(r"^(?:client_request_id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
 
 
+PiiKind = Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]
+
+
+def _default_pii_kinds() -> list[PiiKind]:
+    return ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
+
+
 class RedactionSection(_Section):
     enabled: bool = True
-    patterns: list[Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]] = Field(
-        default_factory=lambda: ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
-    )
+    patterns: list[PiiKind] = Field(default_factory=_default_pii_kinds)
     # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
     extra_patterns: list[str] = Field(default_factory=list)
     # mask: stored/shipped samples carry redacted bodies. scores_only: they carry no request or
