@@ -79,10 +79,12 @@ def tree_rss_mb(pid: int) -> float:
 def wait_line(proc: subprocess.Popen, needle: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
+    seen = []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
+        seen.append(line)
         if not line:
-            raise RuntimeError(f"process ended before {needle!r}")
+            raise RuntimeError(f"process ended before {needle!r}:\n{''.join(seen[-20:])}")
         if needle in line:
             return json.loads(line)
     raise RuntimeError(f"no {needle!r} within {timeout} s")
