@@ -90,3 +90,22 @@ def read_samples(agent: Agent) -> list[dict]:
 async def drained(agent: Agent, expected: int) -> list[dict]:
     await wait_until(lambda: agent.pipeline.processed >= expected)
     return read_samples(agent)
+
+
+# --- the fast lane --------------------------------------------------------------------------------
+# `bash tests/run.sh -m "not slow"` skips what starts heavy real components (the broker, Prometheus,
+# Chromium, the embedding model, whole proxy processes under signals, the demo); CI runs everything.
+SLOW_MODULES = {
+    "test_kafka.py", "test_kafka_aggregate.py", "test_dashboards.py", "test_drift_alerting.py", "test_embeddings.py",
+    "test_review_app.py", "test_html_reports.py", "test_lifecycle.py",
+}
+SLOW_TESTS = {
+    "test_false_alarm_rate_of_a_stable_version_stays_near_alpha",
+    "test_demo_runs_and_prints_a_summary",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
