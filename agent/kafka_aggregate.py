@@ -33,7 +33,7 @@ from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import load_baseline
-from llmwatch.scorers.drift import DriftSettings
+from llmwatch.scorers.drift import settings_from_config
 from llmwatch.scorers.export import ScoreRecorder
 from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
 from llmwatch.scorers.online import DriftWindows
@@ -58,7 +58,7 @@ class Aggregator:
         self.scores: dict[str, list[Score]] = {}
         d = cfg.drift
         baseline = load_baseline(d.baseline) if d.baseline else None
-        self.windows = DriftWindows(baseline, window=d.window, interval_s=d.interval_s, settings=DriftSettings(alpha=d.alpha, min_samples=d.min_samples))
+        self.windows = DriftWindows(baseline, window=d.window, interval_s=d.interval_s, settings=settings_from_config(d))
 
     def add_score(self, score: Score) -> bool:
         key = f"{score.sample_id}\x00{score.check}"

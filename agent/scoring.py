@@ -38,7 +38,7 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
     from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
     from llmwatch.scorers.baseline import load_baseline, write_baseline
-    from llmwatch.scorers.drift import DriftSettings
+    from llmwatch.scorers.drift import settings_from_config
     from llmwatch.scorers.online import DriftWindows
     from llmwatch.scorers.suite import build_suite
 
@@ -55,7 +55,7 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
     except Exception as exc:
         outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
         return
-    windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=DriftSettings(alpha=drift_cfg.alpha, min_samples=drift_cfg.min_samples))
+    windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=settings_from_config(drift_cfg))
     matrix_cfg = MatrixSection.model_validate(matrix_payload) if matrix_payload else None
     next_evaluation = time.monotonic() + drift_cfg.interval_s
     outbox.put(("ready", suite.check_names))
