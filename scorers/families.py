@@ -123,17 +123,20 @@ def _tables(rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check:
 def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float) -> tuple[list[Signal], dict[str, Any]]:
     base_strata = Counter(st for st, _, _ in base)
     known = {st for st, n in base_strata.items() if n >= 5}
-    overlap = sum(st in known for st, _, _ in cur) / len(cur) if cur else 0.0
-    base_hashes = {h for _, h, _ in base}
-    matched_rows = [t for t in cur if t[1] in base_hashes]
-    matched = len(matched_rows) / len(cur) if cur else 0.0
+    # Prompts the baseline saw often enough are strata of their own (matched prompts: the
+    # tightest comparison there is); every other sample is compared within its category.
+    base_hashes = Counter(h for _, h, _ in base)
+    frequent = {h for h, n in base_hashes.items() if n >= 5}
+    matched = sum(h in base_hashes for _, h, _ in cur) / len(cur) if cur else 0.0
+    in_prompts = sum(h in frequent for _, h, _ in cur) / len(cur) if cur else 0.0
     by_stratum: Callable[[str, str], str] = lambda st, h: st  # noqa: E731
-    by_prompt: Callable[[str, str], str] = lambda st, h: h  # noqa: E731
-    paired = matched >= s.match_fraction and len(matched_rows) >= s.min_samples
-    key = by_prompt if paired else by_stratum
-    b_rows = [t for t in base if t[1] in {h for _, h, _ in matched_rows}] if paired else base
-    c_rows = matched_rows if paired else [t for t in cur if t[0] in known]
-    info = {"comparison": "matched prompts" if paired else "within strata", "overlap": round(overlap, 4), "matched_fraction": round(matched, 4),
+    key: Callable[[str, str], str] = lambda st, h: f"prompt {h}" if h in frequent else st  # noqa: E731
+    c_rows = [t for t in cur if t[1] in frequent or t[0] in known]
+    b_rows = base
+    overlap = len(c_rows) / len(cur) if cur else 0.0
+    paired = in_prompts >= s.match_fraction
+    info = {"comparison": "matched prompts" if paired else "within strata" if not in_prompts else "within strata and matched prompts", "overlap": round(overlap, 4),
+            "matched_fraction": round(matched, 4), "in_prompt_strata": round(in_prompts, 4),
             "strata_baseline": dict(sorted(base_strata.items())), "strata_current": dict(sorted(Counter(st for st, _, _ in cur).items()))}
     out: list[Signal] = []
     short = overlap < s.min_overlap
@@ -143,6 +146,10 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         # The pooled test decides; the per-category view names where the change is.
         if naming is not None and naming.worst_stratum:
             sig.stratum = naming.worst_stratum
+            for k in ("worst_stratum_p", "worst_stratum_effect", "worst_stratum_shift"):
+                if k in naming.detail:
+                    sig.detail[k.replace("worst_", "")] = naming.detail[k]
+            sig.detail["strata_named_among"] = naming.n_strata
         sig.n_effective = round(n_eff, 1)
         sig.detail["comparison"] = info["comparison"]
         return sig
@@ -171,22 +178,23 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         if not relative:
             res.effect = float(res.detail["median_shift"])  # similarities: absolute change, in cosine units
         _, _, ess = reweighted_quantiles(bv, cv, (0.5,))
-        sig = finish(_from(name, "behaviour", route, res, min_effect=minimum, effect_unit="fraction of median" if relative else "absolute"), van_elteren(_by(base, by_stratum, value), _by(cur, by_stratum, value)), ess)
+        naming = van_elteren(_by(base, by_stratum, value), _by(cur, by_stratum, value))
+        if naming is not None and not relative and "worst_stratum_shift" in naming.detail:
+            naming.detail["worst_stratum_effect"] = naming.detail["worst_stratum_shift"]
+        sig = finish(_from(name, "behaviour", route, res, min_effect=minimum, effect_unit="fraction of median" if relative else "absolute"), naming, ess)
         sig.direction = "higher" if sig.effect_size > 0 else "lower" if sig.effect_size < 0 else ""
         out.append(sig)
     # Failure modes over every sample (errors included).
     fb: dict[str, Counter[str]] = defaultdict(Counter)
     fc: dict[str, Counter[str]] = defaultdict(Counter)
+    # Per category, even where prompts match: a chi-square per prompt with a few answers is meaningless.
     for rows, target in ((b_rows, fb), (c_rows, fc)):
         for st, h, r in rows:
-            target[key(st, h)][r.failure_mode] += 1
-    res = stratified_chi2(fb, fc, min_per_stratum=1 if paired else 5) if not short else None
+            target[st][r.failure_mode] += 1
+    res = stratified_chi2(fb, fc) if not short else None
     if res is None or res.n_baseline < m or res.n_current < m:
         out.append(_insufficient("failure_modes", "behaviour", "stratified_chi2", sum(sum(c.values()) for c in fb.values()), sum(sum(c.values()) for c in fc.values()), route))
     else:
-        if paired:
-            # Chi-square per prompt with one or two answers is meaningless; pool per category instead.
-            res = stratified_chi2(_count_modes(b_rows, by_stratum), _count_modes(c_rows, by_stratum)) or res
         sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(base, by_stratum), _count_modes(cur, by_stratum)), res.n_current)
         out.append(sig)
     out.append(_embedding(bstats, cstats, s, route, needed_p, short))
@@ -215,19 +223,24 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
     # Resample the current answers to the baseline's category mix (deterministic), so that the
     # embedding compares answers to comparable questions rather than the topics users asked about.
     bcount = Counter(bs)
-    shared = [k for k in bcount if k in set(cs)]
+    ccount = Counter(cs)
+    shared = [k for k in bcount if ccount[k] >= 5]  # a category with a handful of answers would shrink the whole subsample
     if short or not shared:
         return _insufficient("embedding", "behaviour", "mmd_permutation", len(X), len(Y), route, reason="inputs barely overlap the baseline's")
     rng = np.random.default_rng(s.seed)
     idx = {k: [i for i, v in enumerate(cs) if v == k] for k in shared}
     total = sum(bcount[k] for k in shared)
+    # Without replacement: duplicated answers would make the current side look tighter than it is
+    # and the permutation test would read that as drift. So the largest subsample in the
+    # baseline's proportions that the scarcest category allows.
+    size = min(len(idx[k]) * total / bcount[k] for k in shared)
     take: list[int] = []
     for k in shared:
-        n_k = int(round(len(Y) * bcount[k] / total))
-        take.extend(rng.choice(idx[k], size=n_k, replace=len(idx[k]) < n_k).tolist() if n_k else [])
+        n_k = min(len(idx[k]), int(size * bcount[k] / total))
+        take.extend(rng.choice(idx[k], size=n_k, replace=False).tolist() if n_k else [])
     Xs = X[[i for i, v in enumerate(bs) if v in set(shared)]]
     Ys = Y[take]
-    n_eff = float(len(set(take)))
+    n_eff = float(len(take))
     if len(Xs) < s.min_samples or n_eff < s.min_samples:
         return _insufficient("embedding", "behaviour", "mmd_permutation", len(Xs), len(Ys), route, reason="too few samples")
     res = adaptive_mmd(Xs, Ys, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
@@ -291,17 +304,29 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
 
 
 def _material(sig: Signal, s: DriftSettings) -> bool:
+    """The pooled effect is material, or the named stratum's own effect is (and is no accident there).
+
+    A change confined to one category is diluted in the pooled, mix-weighted effect; it still
+    counts when that category alone shows it significantly (Bonferroni over the categories).
+    """
+    if _material_effect(sig, sig.effect_size, s):
+        return True
+    p, effect, among = sig.detail.get("stratum_p"), sig.detail.get("stratum_effect"), sig.detail.get("strata_named_among", 1)
+    return sig.family == "behaviour" and p is not None and effect is not None and p * max(1, among) < s.alpha and _material_effect(sig, effect, s)
+
+
+def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
     if sig.family == "inputs":
-        return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else sig.effect_size >= s.min_mix_change
+        return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else effect >= s.min_mix_change
     if sig.family == "performance":
-        return sig.effect_size > s.performance_margin  # only slower or dearer is a regression
+        return effect > s.performance_margin  # only slower or dearer is a regression
     if sig.name.startswith("pass_rate:") or sig.name == "failure_modes":
-        return abs(sig.effect_size) >= s.min_pass_rate_change
+        return abs(effect) >= s.min_pass_rate_change
     if sig.name == "embedding":
-        return sig.effect_size >= s.min_embedding_distance
+        return effect >= s.min_embedding_distance
     if sig.name.startswith("score:"):
-        return abs(sig.effect_size) >= s.min_score_change
-    return abs(sig.effect_size) >= s.min_relative_change
+        return abs(effect) >= s.min_score_change
+    return abs(effect) >= s.min_relative_change
 
 
 def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Mapping[str, RouteStats], s: DriftSettings) -> tuple[list[Signal], dict[str, dict[str, Any]]]:
@@ -350,7 +375,7 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
         else:
             verdict = "insufficient"
         fams[f] = {"verdict": verdict, "signals": [g.name for g in _ranked(mine)]}
-    fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction")})
+    fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction", "in_prompt_strata")})
     fams["inputs"].update({k: info[k] for k in ("strata_baseline", "strata_current")})
     if fams["behaviour"]["verdict"] == "insufficient" and info["overlap"] < s.min_overlap:
         fams["behaviour"]["reason"] = f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"

@@ -77,7 +77,8 @@ def cmh(tables: Mapping[str, tuple[int, int, int, int]]) -> Stratified | None:
                 worst, worst_p = k, float(r.p_value)
     nb_all = sum(tables[k][1] for k in keys)
     nc_all = sum(tables[k][3] for k in keys)
-    return Stratified("cmh", chi2, p, effect, nb_all, nc_all, len(keys), worst, {"worst_stratum_p": worst_p} if worst else {})
+    extra = {"worst_stratum_p": worst_p, "worst_stratum_effect": tables[worst][2] / tables[worst][3] - tables[worst][0] / tables[worst][1]} if worst else {}
+    return Stratified("cmh", chi2, p, effect, nb_all, nc_all, len(keys), worst, extra)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -129,15 +130,20 @@ def van_elteren(base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[
     z = num / math.sqrt(var) if var > 0 else 0.0
     p = float(2 * sps.norm.sf(abs(z))) if var > 0 else 1.0
     w = _weights({k: len(base[k]) for k in keys}, keys)
-    effect = 0.0
-    for k in keys:
-        mb, mc = float(np.median(base[k])), float(np.median(cur[k]))
-        effect += w[k] * ((mc - mb) / abs(mb) if mb else (mc - mb))
+    # Ratio of weighted sums, not a weighted mean of per-stratum ratios: with small strata (one
+    # prompt each) the mean of ratios is biased upward (Jensen), the ratio of sums is not.
     abs_shift = sum(w[k] * (float(np.median(cur[k])) - float(np.median(base[k]))) for k in keys)
+    level = sum(w[k] * float(np.median(base[k])) for k in keys)
+    effect = abs_shift / abs(level) if level else abs_shift
     return Stratified(
         "van_elteren", z, p, effect, sum(len(base[k]) for k in keys), sum(len(cur[k]) for k in keys), len(keys), worst,
-        {"median_shift": round(abs_shift, 6), **({"worst_stratum_p": worst_p} if worst else {})},
+        {"median_shift": round(abs_shift, 6), **(_worst_median(base[worst], cur[worst], worst_p) if worst else {})},
     )
+
+
+def _worst_median(b: Sequence[float], c: Sequence[float], p: float) -> dict[str, float]:
+    mb, mc = float(np.median(b)), float(np.median(c))
+    return {"worst_stratum_p": p, "worst_stratum_shift": mc - mb, "worst_stratum_effect": (mc - mb) / abs(mb) if mb else mc - mb}
 
 
 def stratified_chi2(base: Mapping[str, Mapping[str, int]], cur: Mapping[str, Mapping[str, int]], *, min_per_stratum: int = 5) -> Stratified | None:

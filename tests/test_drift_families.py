@@ -1,0 +1,219 @@
+"""Drift families: a change in what users ask is not a model regression, and load is not a version change.
+
+Synthetic traffic with three categories that behave very differently (long code answers, short
+chat answers, often-refused legal questions), so that a change in the mix moves every marginal
+distribution while the model's behaviour on each kind of question stays the same.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from llmwatch.core.records import Sample, Usage
+from llmwatch.scorers.baseline import BaselineError, check_minimums, freeze, write_baseline
+from llmwatch.scorers.drift import DriftSettings, compare, format_text
+from llmwatch.scorers.features import summarize
+from llmwatch.scorers.score import Score
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+DIM = 32
+_CENTRES = {c: v / np.linalg.norm(v) for c, v in zip(("code", "chat", "legal"), np.random.default_rng(42).normal(size=(3, DIM)))}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How the model behaves on one category of question."""
+
+    prompt_tokens: float
+    answer_tokens: float
+    refusal: float
+    relevance: float
+
+
+@dataclass(frozen=True)
+class Model:
+    kinds: dict
+    ms_per_token: float = 15.0
+    ttft_base_ms: float = 120.0
+    ttft_ms_per_input_token: float = 0.4
+
+    def with_kind(self, category: str, **changes) -> "Model":
+        return replace(self, kinds={**self.kinds, category: replace(self.kinds[category], **changes)})
+
+
+MODEL = Model({
+    "code": Kind(prompt_tokens=220, answer_tokens=420, refusal=0.01, relevance=0.72),
+    "chat": Kind(prompt_tokens=30, answer_tokens=70, refusal=0.04, relevance=0.55),
+    "legal": Kind(prompt_tokens=90, answer_tokens=260, refusal=0.12, relevance=0.62),
+})
+MIX = {"code": 0.6, "chat": 0.3, "legal": 0.1}
+SHIFTED_MIX = {"code": 0.15, "chat": 0.35, "legal": 0.5}
+
+
+def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix: str, version: str = "A", prompts_per_category: int = 400):
+    samples, scores, embeddings = [], [], {}
+    cats = rng.choice(list(mix), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
+    for i, cat in enumerate(cats):
+        k = model.kinds[cat]
+        sid = f"{prefix}-{i}-{rng.integers(1 << 40)}"
+        ts = T0 + timedelta(seconds=i)
+        refused = rng.random() < k.refusal
+        tokens = int(rng.integers(8, 20)) if refused else int(max(2, rng.lognormal(np.log(k.answer_tokens), 0.3)))
+        pin = int(max(5, rng.lognormal(np.log(k.prompt_tokens), 0.2)))
+        ttft = float(rng.lognormal(np.log(model.ttft_base_ms + model.ttft_ms_per_input_token * pin), 0.2))
+        latency = ttft + (tokens - 1) * float(rng.lognormal(np.log(model.ms_per_token), 0.15))
+        prompt = f"{cat} question number {rng.integers(prompts_per_category)}"
+        sample = Sample(
+            id=sid, timestamp=ts, model="m", model_version=version, status=200, latency_ms=latency, ttft_ms=ttft, stream=True,
+            usage=Usage(input_tokens=pin, output_tokens=tokens), finish_reason="stop", cost_usd=(pin * 0.15 + tokens * 0.6) / 1e6,
+            request={"model": "m", "messages": [{"role": "user", "content": prompt}]}, response={}, metadata={"category": cat},
+        )
+        samples.append(sample)
+        rel = float(np.clip(rng.normal(k.relevance, 0.06), 0, 1))
+        for check, kind, ok, value in (("refusal", "refusal", not refused, None), ("answer_relevance", "embedding_relevance", rel >= 0.3, rel)):
+            scores.append(Score(sample_id=sid, check=check, kind=kind, result="pass" if ok else "fail", value=value if value is not None else float(ok),
+                                model="m", model_version=version, route=sample.route, sample_timestamp=ts))
+        vec = _CENTRES[cat] + rng.normal(scale=0.15, size=DIM)
+        embeddings[sid] = (vec / np.linalg.norm(vec)).astype(np.float32)
+    return samples, scores, embeddings
+
+
+def baseline_of(rng, n=3000, model=MODEL, mix=MIX):
+    return freeze(*traffic(rng, n, model, mix, prefix="base"), model_version="A")
+
+
+def report(baseline, rng, n, model=MODEL, mix=MIX, **settings):
+    samples, scores, emb = traffic(rng, n, model, mix, prefix="cur", version="B")
+    return compare(baseline.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"], settings=DriftSettings(**settings))
+
+
+def verdicts(r) -> dict[str, str]:
+    return {f: info["verdict"] for f, info in r.families.items()}
+
+
+def signal(r, name):
+    return next(s for s in r.signals if s.name == name)
+
+
+def test_a_pure_mix_shift_reads_as_traffic_changed_not_as_behaviour_drift():
+    rng = np.random.default_rng(1)
+    base = baseline_of(rng)
+    r = report(base, rng, 2000, mix=SHIFTED_MIX)
+    assert verdicts(r) == {"inputs": "shifted", "behaviour": "stable", "performance": "stable"}, format_text(r)
+    assert r.exit_code == 0
+    assert signal(r, "input:mix:category").verdict == "shifted" and signal(r, "input:mix:category").stratum in {"code", "legal"}
+    # The marginal view moved a lot (what the old report alarmed on): the raw answer length and
+    # refusal rate of this traffic really differ from the baseline's.
+    assert abs(signal(r, "perf:latency_ms").detail["p50_change"]) > 0.2, format_text(r)
+
+
+def test_a_behaviour_change_in_one_category_fires_and_names_it():
+    rng = np.random.default_rng(2)
+    base = baseline_of(rng)
+    r = report(base, rng, 2000, model=MODEL.with_kind("legal", refusal=0.30))
+    assert verdicts(r)["behaviour"] == "drift" and r.exit_code == 1, format_text(r)
+    refusal = signal(r, "pass_rate:refusal")
+    assert refusal.verdict == "drift" and refusal.stratum == "legal" and refusal.direction == "worse", format_text(r)
+    assert verdicts(r)["inputs"] == "stable"
+
+
+def test_a_behaviour_change_survives_a_simultaneous_mix_shift():
+    rng = np.random.default_rng(3)
+    base = baseline_of(rng)
+    r = report(base, rng, 2000, model=MODEL.with_kind("chat", answer_tokens=45), mix=SHIFTED_MIX)
+    assert verdicts(r)["behaviour"] == "drift" and verdicts(r)["inputs"] == "shifted", format_text(r)
+    length = signal(r, "output_tokens")
+    assert length.verdict == "drift" and length.stratum == "chat" and length.direction == "lower"
+
+
+def test_a_a_is_stable_in_every_family():
+    rng = np.random.default_rng(4)
+    base = baseline_of(rng)
+    r = report(base, rng, 1500)
+    assert verdicts(r) == {"inputs": "stable", "behaviour": "stable", "performance": "stable"}, format_text(r)
+    assert r.exit_code == 0
+
+
+def test_longer_answers_at_the_same_speed_per_token_are_no_performance_regression():
+    """Latency x1.5 because answers are 1.5x longer: behaviour changed, performance did not."""
+    rng = np.random.default_rng(5)
+    base = baseline_of(rng)
+    longer = Model({c: replace(k, answer_tokens=k.answer_tokens * 1.5) for c, k in MODEL.kinds.items()})
+    r = report(base, rng, 1500, model=longer)
+    assert verdicts(r)["performance"] == "stable", format_text(r)
+    assert signal(r, "perf:latency_ms").verdict == "changed" and signal(r, "perf:latency_ms").effect_size > 0.3
+    assert signal(r, "output_tokens").verdict == "drift"
+
+
+@pytest.mark.parametrize("factor,expected", [(1.4, "drift"), (1.08, "stable")])
+def test_performance_regresses_only_beyond_the_margin_per_token(factor, expected):
+    rng = np.random.default_rng(6)
+    base = baseline_of(rng)
+    r = report(base, rng, 2000, model=replace(MODEL, ms_per_token=MODEL.ms_per_token * factor))
+    sig = signal(r, "perf:latency_per_token_ms")
+    assert verdicts(r)["performance"] == expected and sig.verdict == expected, format_text(r)
+    # A significant +8 % is still noise for an on-call engineer: below the 20 % margin.
+    if expected == "stable":
+        assert sig.p_value < 1e-3 and sig.effect_size < 0.2
+
+
+def test_traffic_the_baseline_never_saw_is_insufficient_not_drift():
+    rng = np.random.default_rng(7)
+    base = baseline_of(rng, mix={"code": 1.0})
+    r = report(base, rng, 800, mix={"chat": 0.8, "code": 0.2})
+    assert verdicts(r)["behaviour"] == "insufficient" and r.exit_code == 2, format_text(r)
+    assert "strata the baseline knows" in r.families["behaviour"]["reason"]
+
+
+def test_repeated_prompts_are_compared_as_matched_pairs():
+    rng = np.random.default_rng(8)
+    base = freeze(*traffic(rng, 2000, MODEL, MIX, prefix="base", prompts_per_category=40), model_version="A")
+    samples, scores, emb = traffic(rng, 800, MODEL, MIX, prefix="cur", prompts_per_category=40)
+    r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["A"])
+    assert r.families["behaviour"]["comparison"] == "matched prompts" and r.families["behaviour"]["in_prompt_strata"] > 0.9
+    assert verdicts(r)["behaviour"] == "stable", format_text(r)
+    assert all(s.n_effective > 0 for s in r.signals if s.family == "behaviour" and s.verdict != "insufficient")
+
+
+def test_other_material_minimums_than_the_baseline_s_are_refused():
+    base = baseline_of(np.random.default_rng(9), n=200)
+    check_minimums(base, DriftSettings())
+    with pytest.raises(BaselineError, match="performance_margin is 0.5 but .* frozen with 0.2"):
+        check_minimums(base, DriftSettings(performance_margin=0.5))
+
+
+def _write(path: Path, records) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json", by_alias=True)) + b"\n" for r in records))
+    return path
+
+
+def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_path):
+    rng = np.random.default_rng(10)
+    base = baseline_of(rng, n=1500)
+    write_baseline(base, tmp_path / "base.json")
+    samples, scores, _ = traffic(rng, 1000, MODEL, SHIFTED_MIX, prefix="cur")
+    _write(tmp_path / "samples.jsonl", samples)
+    _write(tmp_path / "scores.jsonl", scores)
+    common = ["drift", "--baseline", str(tmp_path / "base.json"), "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--format", "json"]
+    proc = llmwatch(*common, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    out = orjson.loads(proc.stdout)
+    assert set(out["families"]) == {"inputs", "behaviour", "performance"}
+    assert out["families"]["inputs"]["verdict"] == "shifted" and out["families"]["behaviour"]["verdict"] == "stable"
+    assert any(s["name"] == "input:mix:category" for s in out["families"]["inputs"]["signals"])
+    assert llmwatch(*common, "--fail-on", "inputs,behaviour", cwd=tmp_path).returncode == 1
+    bad = llmwatch(*common, "--fail-on", "latency", cwd=tmp_path)
+    assert bad.returncode == 2 and "--fail-on" in bad.stderr and "Traceback" not in bad.stderr
