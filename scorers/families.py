@@ -189,7 +189,7 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     fc: dict[str, Counter[str]] = defaultdict(Counter)
     # Per category, even where prompts match: a chi-square per prompt with a few answers is meaningless.
     for rows, target in ((b_rows, fb), (c_rows, fc)):
-        for st, h, r in rows:
+        for st, _h, r in rows:
             target[st][r.failure_mode] += 1
     res = stratified_chi2(fb, fc) if not short else None
     if res is None or res.n_baseline < m or res.n_current < m:
