@@ -69,9 +69,10 @@ class Agent:
             # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
             validate_scoring(cfg.scoring)
             if cfg.drift.baseline is not None:
-                from llmwatch.scorers.baseline import load_baseline
+                from llmwatch.scorers.baseline import check_minimums, load_baseline
+                from llmwatch.scorers.drift import settings_from_config
 
-                load_baseline(cfg.drift.baseline)
+                check_minimums(load_baseline(cfg.drift.baseline), settings_from_config(cfg.drift), f"baseline {cfg.drift.baseline}")
             self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
             dropped = self.metrics.samples_dropped
             self.scorer = ScorerProcess(

@@ -217,3 +217,27 @@ def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_p
     assert llmwatch(*common, "--fail-on", "inputs,behaviour", cwd=tmp_path).returncode == 1
     bad = llmwatch(*common, "--fail-on", "latency", cwd=tmp_path)
     assert bad.returncode == 2 and "--fail-on" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_real_outputs_bench_reads_its_documented_format_and_prints_the_table(tmp_path, capsys):
+    """bench/drift_real.py on a small directory in its documented format: a version that refuses more is found."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import drift_real
+
+    rng = np.random.default_rng(11)
+    lines = []
+    for model, refusal in (("m-v1", 0.03), ("m-v2", 0.35)):
+        for i in range(240):
+            source = "helpful" if i % 3 else "koala"
+            refused = rng.random() < refusal
+            output = "I'm sorry, but I can't help with that." if refused else " ".join(["word"] * int(rng.integers(40, 160)))
+            lines.append({"prompt_id": str(i), "prompt": f"{source} question {i}", "model": model, "output": output, "source": source})
+    (tmp_path / "outputs.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
+    assert drift_real.main([str(tmp_path), "--splits", "4", "--pair", "m-v1:m-v2"]) == 0
+    table = capsys.readouterr().out
+    assert "| A/A m-v1 | 4 splits |" in table and "| mix shift m-v2 |" in table
+    pair = next(line for line in table.splitlines() if line.startswith("| m-v1 -> m-v2"))
+    assert "exit 1" in pair and "pass_rate:refusal" in pair, table
+    (tmp_path / "outputs.jsonl").write_bytes(b'{"prompt_id": "1", "model": "m"}\n')
+    with pytest.raises(SystemExit, match=r"outputs.jsonl:1: field\(s\) prompt, output missing"):
+        drift_real.main([str(tmp_path)])
