@@ -203,6 +203,11 @@ class ScorerProcess:
             self._proc.join(timeout=max(deadline - time.monotonic(), 1.0))
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
+        if self._inbox is not None:
+            # What is still buffered is for a child that is gone: without this the queue's feeder
+            # thread blocks interpreter exit on a full pipe (seen under CPU load, when a slow
+            # child had not drained its inbox before it was stopped).
+            self._inbox.cancel_join_thread()
         self._thread.join(timeout=2.0)
 
     # --- hand-off ---------------------------------------------------------------------------

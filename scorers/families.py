@@ -39,7 +39,7 @@ from llmwatch.scorers import stats
 from llmwatch.scorers.drift_model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.features import RouteStats
 from llmwatch.scorers.rows import Row
-from llmwatch.scorers.stratified import Stratified, adaptive_mmd, cmh, reweighted_quantiles, stratified_chi2, van_elteren
+from llmwatch.scorers.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
 
@@ -197,7 +197,7 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     else:
         sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(base, by_stratum), _count_modes(cur, by_stratum)), res.n_current)
         out.append(sig)
-    out.append(_embedding(bstats, cstats, s, route, needed_p, short))
+    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent))
     return out, info
 
 
@@ -208,46 +208,41 @@ def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Count
     return out
 
 
-def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool) -> Signal:
-    bx, bs, cx, cs = [], [], [], []
-    for routes, xs, ss in ((bstats, bx, bs), (cstats, cx, cs)):
+def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str]) -> Signal:
+    """Answer embeddings compared within strata: a matched prompt, else the category.
+
+    Answers to different questions differ by topic; comparing them across a changed mix measures
+    the mix (issue 14: 7-10x more than a model change). The permutations stay inside strata.
+    """
+    bx, bk, cx, ck = [], [], [], []
+    for routes, xs, ks in ((bstats, bx, bk), (cstats, cx, ck)):
         for _route, st in sorted(routes.items()):
             e = st.embedding
             if e is None:
                 continue
+            cats = e.strata if len(e.strata) == len(e.reservoir) else [""] * len(e.reservoir)
+            prompts = e.prompts if len(e.prompts) == len(e.reservoir) else [""] * len(e.reservoir)
             xs.extend(e.reservoir)
-            ss.extend(e.strata if len(e.strata) == len(e.reservoir) else [""] * len(e.reservoir))
+            ks.extend(f"prompt {h}" if h in frequent else f"{_route} {c}" for c, h in zip(cats, prompts))
     if not bx or not cx:
-        return _insufficient("embedding", "behaviour", "mmd_permutation", len(bx), len(cx), route, reason="no answer embeddings")
-    X, Y = np.asarray(bx, dtype=np.float64), np.asarray(cx, dtype=np.float64)
-    # Resample the current answers to the baseline's category mix (deterministic), so that the
-    # embedding compares answers to comparable questions rather than the topics users asked about.
-    bcount = Counter(bs)
-    ccount = Counter(cs)
-    shared = [k for k in bcount if ccount[k] >= 5]  # a category with a handful of answers would shrink the whole subsample
-    if short or not shared:
-        return _insufficient("embedding", "behaviour", "mmd_permutation", len(X), len(Y), route, reason="inputs barely overlap the baseline's")
-    rng = np.random.default_rng(s.seed)
-    idx = {k: [i for i, v in enumerate(cs) if v == k] for k in shared}
-    total = sum(bcount[k] for k in shared)
-    # Without replacement: duplicated answers would make the current side look tighter than it is
-    # and the permutation test would read that as drift. So the largest subsample in the
-    # baseline's proportions that the scarcest category allows.
-    size = min(len(idx[k]) * total / bcount[k] for k in shared)
-    take: list[int] = []
-    for k in shared:
-        n_k = min(len(idx[k]), int(size * bcount[k] / total))
-        take.extend(rng.choice(idx[k], size=n_k, replace=False).tolist() if n_k else [])
-    Xs = X[[i for i, v in enumerate(bs) if v in set(shared)]]
-    Ys = Y[take]
-    n_eff = float(len(take))
-    if len(Xs) < s.min_samples or n_eff < s.min_samples:
-        return _insufficient("embedding", "behaviour", "mmd_permutation", len(Xs), len(Ys), route, reason="too few samples")
-    res = adaptive_mmd(Xs, Ys, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
-    cb, cc = Xs.mean(0), Ys.mean(0)
-    cos = float(np.dot(cb, cc) / (np.linalg.norm(cb) * np.linalg.norm(cc))) if np.linalg.norm(cb) and np.linalg.norm(cc) else 1.0
-    return Signal("embedding", route, res.test, float(res.statistic), float(res.p_value), 1.0 - cos, res.n_baseline, res.n_current, family="behaviour", n_effective=n_eff,
-                  detail={**res.detail, "centroid_cosine": round(cos, 4), "min_effect": s.min_embedding_distance, "comparison": "reweighted to the baseline's category mix"})
+        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="no answer embeddings")
+    if short:
+        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="inputs barely overlap the baseline's")
+    shared = set(bk) & set(ck)
+    X = np.asarray([v for v, k in zip(bx, bk) if k in shared], dtype=np.float64)
+    Y = np.asarray([v for v, k in zip(cx, ck) if k in shared], dtype=np.float64)
+    sx, sy = [k for k in bk if k in shared], [k for k in ck if k in shared]
+    if len(X) < s.min_samples or len(Y) < s.min_samples:
+        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(X), len(Y), route, reason="too few samples in shared strata")
+    res = stratified_mmd(X, Y, sx, sy, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
+    # Effect: 1 - cosine between the centroids, each side's stratum centroids weighted by the baseline's mix.
+    weights = Counter(sx)
+    cb = sum(weights[k] * X[[i for i, v in enumerate(sx) if v == k]].mean(0) for k in weights)
+    cc = sum(weights[k] * Y[[i for i, v in enumerate(sy) if v == k]].mean(0) for k in weights if k in set(sy))
+    nb, nc = float(np.linalg.norm(cb)), float(np.linalg.norm(cc))
+    cos = float(np.dot(cb, cc) / (nb * nc)) if nb and nc else 1.0
+    return Signal("embedding", route, res.test, float(res.statistic), float(res.p_value), 1.0 - cos, res.n_baseline, res.n_current, family="behaviour", n_effective=float(len(Y)),
+                  detail={**res.detail, "centroid_cosine": round(cos, 4), "min_effect": s.min_embedding_distance, "comparison": "permutations within matched prompts and categories"})
 
 
 # ---------------------------------------------------------------------------- performance

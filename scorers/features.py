@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers.rows import Row, category_of, make_row, reservoir_rows
+from llmwatch.scorers.rows import Row, category_of, make_row, prompt_digest, reservoir_rows
 from llmwatch.scorers.sampler import hash_fraction
 from llmwatch.scorers.score import Score
 
@@ -48,6 +48,8 @@ class EmbeddingStats(BaseModel):
     reservoir: list[list[float]]
     # The category of each reservoir entry, so the families can compare answers on comparable prompts.
     strata: list[str] = Field(default_factory=list)
+    # The normalised-prompt hash of each entry: answers to the same prompt are compared together.
+    prompts: list[str] = Field(default_factory=list)
 
 
 class RouteStats(BaseModel):
@@ -159,6 +161,7 @@ def summarize(
                     centroid=np.round(centroid / norm if norm else centroid, 6).tolist(),
                     reservoir=np.round(reservoir, 5).tolist(),
                     strata=[category_of(by_id[vids[j]]) for j in order],
+                    prompts=[prompt_digest(by_id[vids[j]].prompt_text()) for j in order],
                 )
         out[route] = stats
     return out

@@ -10,7 +10,8 @@ mix) does not move the statistic, while a change inside one stratum does.
 * `van_elteren`: the stratified Wilcoxon rank-sum test for a continuous value. With strata of one
   pair it reduces to a sign-type paired test; with one stratum it is Mann-Whitney.
 * `stratified_chi2`: homogeneity of a categorical (failure modes) per stratum, chi-squares summed.
-* `adaptive_mmd`: the MMD permutation test with as many permutations as the decision needs.
+* `stratified_mmd`: MMD on answer embeddings, labels permuted within strata, with as many
+  permutations as the decision needs (adaptive, up to 10 000).
 
 Effects are reported in the user's units and weighted by the *baseline's* stratum mix: "in the
 traffic the baseline saw, pass rate moved by x points", so an effect does not change with the mix.
@@ -178,21 +179,57 @@ def stratified_chi2(base: Mapping[str, Mapping[str, int]], cur: Mapping[str, Map
     )
 
 
-def adaptive_mmd(X: np.ndarray, Y: np.ndarray, *, needed: float, seed: int = 0, start: int = 200, most: int = 10_000) -> stats.TestResult:
-    """MMD permutation test that keeps permuting while the p-value could still cross `needed`.
+def stratified_mmd(
+    X: np.ndarray, Y: np.ndarray, sx: Sequence[str], sy: Sequence[str], *, needed: float, seed: int = 0, start: int = 200, most: int = 10_000, max_points: int = 1000
+) -> stats.TestResult:
+    """MMD^2 (RBF kernel, median heuristic, unbiased) with labels permuted only *within* strata.
 
-    With a fixed 200 permutations the smallest p is 1/201, which Holm over ten signals can never
-    use. Here a p-value clearly above `needed` stops at once (the common, stable case stays cheap);
-    one that could be below it is refined up to `most` permutations (smallest p 1e-4).
+    The null is "inside each stratum (category, or one matched prompt) baseline and current
+    answers come from the same distribution": the permutations keep each stratum's baseline /
+    current counts, so a different mix of strata moves the observed statistic and its null alike
+    and cannot produce a small p-value by itself. Permutations grow while the p-value could still
+    cross `needed`: with a fixed 200 the smallest p is 1/201, which Holm over ten signals can
+    never use; a p-value clearly above `needed` stops at once, so the stable case stays cheap.
     """
-    n = start
+    rng = np.random.default_rng(seed)
+    Z = np.vstack([X, Y]).astype(np.float64)
+    labels = np.concatenate([np.ones(len(X)), np.zeros(len(Y))])
+    strata = np.asarray(list(sx) + list(sy))
+    if len(Z) > max_points:
+        keep = np.sort(rng.choice(len(Z), max_points, replace=False))
+        Z, labels, strata = Z[keep], labels[keep], strata[keep]
+    sq = np.maximum((Z * Z).sum(1)[:, None] + (Z * Z).sum(1)[None, :] - 2 * Z @ Z.T, 0.0)
+    off = sq[np.triu_indices(len(Z), 1)]
+    sigma2 = float(np.median(off)) / 2 if off.size and np.median(off) > 0 else 1.0
+    K = np.exp(-sq / (2 * sigma2))
+    K1 = K.sum(1)
+    total = float(K1.sum())
+    nx, ny = float(labels.sum()), float(len(labels) - labels.sum())
+    groups = [np.flatnonzero(strata == k) for k in np.unique(strata)]
+
+    def mmd(A: np.ndarray) -> np.ndarray:
+        aKa = np.einsum("pi,pi->p", A @ K, A)
+        aK1 = A @ K1
+        kxx = aKa - nx  # diagonal of an RBF kernel is 1
+        kyy = total - 2 * aK1 + aKa - ny
+        kxy = aK1 - aKa
+        return kxx / (nx * (nx - 1)) + kyy / (ny * (ny - 1)) - 2 * kxy / (nx * ny)
+
+    observed = float(mmd(labels[None, :])[0])
+    count, done, n = 0, 0, start
     while True:
-        res = stats.mmd_permutation_test(X, Y, n_permutations=n, seed=seed)
-        p = float(res.p_value)
-        # Three standard errors of the permutation p-value: above that, more permutations cannot help.
-        clearly_above = p - 3 * math.sqrt(p * (1 - p) / n) > needed
-        resolved = 1.0 / (n + 1) < needed / 5 and p > 1.0 / (n + 1) * 20
-        if clearly_above or resolved or n >= most:
-            detail = {**res.detail, "permutations": n}
-            return stats.TestResult(res.test, res.statistic, p, res.effect_size, res.n_baseline, res.n_current, detail)
+        while done < n:
+            batch = min(200, n - done)
+            A = np.tile(labels, (batch, 1))
+            for idx in groups:
+                if len(idx) > 1:
+                    order = np.argsort(rng.random((batch, len(idx))), axis=1)
+                    A[:, idx] = labels[idx][order]
+            count += int((mmd(A) >= observed - 1e-12).sum())
+            done += batch
+        p = (count + 1) / (done + 1)
+        clearly_above = p - 3 * math.sqrt(p * (1 - p) / done) > needed
+        resolved = 1.0 / (done + 1) < needed / 5 and p > 20.0 / (done + 1)
+        if clearly_above or resolved or done >= most:
+            return stats.TestResult("mmd_stratified_permutation", observed, p, observed, int(nx), int(ny), {"permutations": done, "strata": len(groups), "sigma": round(math.sqrt(sigma2), 4)})
         n = min(most, n * 7)

@@ -241,3 +241,23 @@ def test_real_outputs_bench_reads_its_documented_format_and_prints_the_table(tmp
     (tmp_path / "outputs.jsonl").write_bytes(b'{"prompt_id": "1", "model": "m"}\n')
     with pytest.raises(SystemExit, match=r"outputs.jsonl:1: field\(s\) prompt, output missing"):
         drift_real.main([str(tmp_path)])
+
+
+def test_answer_embeddings_follow_the_model_not_the_topic_mix():
+    """Issue 14: the answer-embedding test moved more with the prompt mix than with the model."""
+    rng = np.random.default_rng(12)
+    base = baseline_of(rng)
+    mix = report(base, rng, 1500, mix=SHIFTED_MIX)
+    assert signal(mix, "embedding").verdict == "stable", format_text(mix)
+    # Answers about legal questions drift to another place (the model says something else),
+    # nothing else changes: the permutation p-value can go far below 1/201.
+    global _CENTRES
+    saved = _CENTRES
+    moved = np.random.default_rng(77).normal(size=DIM)
+    _CENTRES = {**saved, "legal": (saved["legal"] + 0.6 * moved / np.linalg.norm(moved)) / np.linalg.norm(saved["legal"] + 0.6 * moved / np.linalg.norm(moved))}
+    try:
+        changed = report(base, rng, 1500)
+    finally:
+        _CENTRES = saved
+    emb = signal(changed, "embedding")
+    assert emb.verdict == "drift" and emb.p_value < 1 / 201 and emb.detail["permutations"] > 200, format_text(changed)
