@@ -215,7 +215,7 @@ class DriftSection(_Section):
     interval_s: float = Field(30.0, gt=0)
     alpha: float = Field(0.05, gt=0, lt=1)
     # Families whose drift is an alert / exit 1; `inputs` (what users ask) is news, not a regression.
-    fail_on: list[Literal["inputs", "behaviour", "performance"]] = Field(default_factory=lambda: ["behaviour", "performance"])
+    fail_on: list[Literal["inputs", "behaviour", "performance"]] = ["behaviour", "performance"]  # pydantic copies list defaults
     # Performance regresses when p50 or p95 time per output token (or TTFT, cost per 1k tokens) is
     # more than this fraction above the baseline's: 0.2 is noticeable to users and above what load
     # moves per token.
