@@ -7,6 +7,7 @@ distribution while the model's behaviour on each kind of question stays the same
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -17,11 +18,14 @@ import numpy as np
 import orjson
 import pytest
 
+from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
 from llmwatch.core.records import Sample, Usage
 from llmwatch.scorers.baseline import BaselineError, check_minimums, freeze, write_baseline
 from llmwatch.scorers.drift import DriftSettings, compare, format_text
+from llmwatch.scorers.drift_model import family_of
 from llmwatch.scorers.features import summarize
 from llmwatch.scorers.score import Score
+from conftest import proxy_url, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -271,3 +275,56 @@ def test_false_alarms_of_a_stable_version_stay_near_alpha_with_strata():
         alarms += report(baseline_of(rng, n=1500), rng, 800).exit_code == 1
     # binomial(30, 0.05) exceeds 5 with probability 1.6 %; the seeds are fixed, so this is deterministic.
     assert alarms <= 5, f"{alarms}/{runs} stable windows failed the run"
+
+
+SIM_PROMPTS = {
+    "cooking": ["How do I roast a chicken?", "How should I water tomatoes?", "How long do I boil an egg?"],
+    "code": ["Explain Python list comprehensions.", "What is a race condition?", "How do I reverse a list in Python?"],
+}
+
+
+async def sim_traffic(base: str, n: int, share_code: float, seed0: int) -> None:
+    import openai
+
+    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sem = asyncio.Semaphore(16)
+    rng = np.random.default_rng(seed0)
+    cats = ["code" if rng.random() < share_code else "cooking" for _ in range(n)]
+
+    async def one(i: int) -> None:
+        prompts = SIM_PROMPTS[cats[i]]
+        async with sem:
+            await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": prompts[i % len(prompts)]}], seed=seed0 + i,
+                                            extra_headers={"x-llmwatch-category": cats[i]})
+
+    await asyncio.gather(*[one(i) for i in range(n)])
+    await c.close()
+
+
+@pytest.mark.slow
+async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed_not_behaviour_drift(tmp_path, make_agent):
+    """Real proxy, scorer and online drift: the same simulated version asked other questions."""
+    sim = await start_simulator("127.0.0.1", 0, SimProfile(**{**PROFILES["A"].__dict__, "latency_scale": 0.05}), seed=3)
+    try:
+        agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False},
+                                 drift={"interval_s": 1.0, "min_samples": 40, "window": 400, "alpha": 0.01})
+        await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
+        await sim_traffic(proxy_url(agent), 300, 0.15, 0)
+        await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
+        await asyncio.to_thread(agent.scorer.freeze_baseline, "A", str(tmp_path / "baseline-A.json"))
+        agent.scorer.load_baseline(str(tmp_path / "baseline-A.json"))
+        await sim_traffic(proxy_url(agent), 300, 0.85, 10_000)
+        await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
+        # A verdict over the whole new window (all 300 samples scored).
+        await wait_until(lambda: any(k[0] == "A" and v[3] == 300 for k, v in agent.drift_state.items()), timeout=60)
+        latest = {k[2]: v for k, v in agent.drift_state.items() if k[0] == "A" and v[3] == 300}
+        assert latest.get("input:mix:category", (0, 1, False))[2], f"the mix moved from 15 % to 85 % code: {latest}"
+        # The test can fail: the simulator answers code questions much shorter than cooking ones,
+        # so this mix shift moves the marginal answer length that the old report alarmed on.
+        rows = orjson.loads((tmp_path / "baseline-A.json").read_bytes())["routes"]["/v1/chat/completions"]["rows"]
+        median = {c: float(np.median([r["output_tokens"] for r in rows if r["category"] == c and r["output_tokens"]])) for c in SIM_PROMPTS}
+        assert median["code"] < 0.8 * median["cooking"], median
+        behaviour = sorted(name for name, v in latest.items() if v[2] and family_of(name) == "behaviour")
+        assert behaviour == [], f"the same version on other questions must not read as behaviour drift: {latest}"
+    finally:
+        await sim.close()
