@@ -42,7 +42,8 @@ class DriftSettings:
     # Behaviour is compared only where inputs overlap: below this share of current traffic in
     # strata the baseline knows, behaviour is `insufficient`, not `drift`.
     min_overlap: float = 0.5
-    # Matched prompts decide when at least this share of current samples repeats a baseline prompt.
+    # The report says "matched prompts" when at least this share of current samples falls in
+    # prompt strata (prompts the baseline saw at least 5 times); the tests are the same.
     match_fraction: float = 0.5
     mmd_permutations: int = 200  # first round; more while the p-value could still matter
     max_permutations: int = 10_000

@@ -4,17 +4,19 @@
   models and languages (chi-square; material when the total variation distance is at least
   `min_mix_change`). Verdict `stable` | `shifted` | `insufficient`. Never a regression by itself.
 * `behaviour` - does the model answer comparable inputs differently? Compared inside strata so
-  that the mix does not count:
-    - matched prompts when at least `match_fraction` of current samples repeat a baseline prompt
-      (normalised-text hash): each prompt is its own stratum, so the tests are paired tests
-      (CMH over 1:1 pairs is McNemar; van Elteren over pairs is a signed-rank-type test);
-    - otherwise strata are categories (and routes): Cochran-Mantel-Haenszel for pass rates, van
-      Elteren (stratified Wilcoxon) for answer length and continuous scores, per-stratum
-      chi-square summed for failure modes, and the answer-embedding MMD on the current reservoir
-      resampled to the baseline's category mix, with adaptive permutations.
+  that the mix does not count. A prompt the baseline saw at least 5 times (normalised-text hash)
+  is a stratum of its own - matched prompts, the tightest comparison: Cochran-Mantel-Haenszel
+  over 1:1 pairs is McNemar's test, van Elteren over pairs a signed-rank-type test - and every
+  other sample is compared within its category (and route):
+    - Cochran-Mantel-Haenszel for pass rates;
+    - van Elteren (stratified Wilcoxon rank-sum) for answer length and continuous scores;
+    - per-category chi-square, summed, for failure modes;
+    - MMD on answer embeddings with labels permuted only within strata (the answer compared
+      conditionally on the prompt), permutations adaptive up to 10 000.
   Effects are weighted by the baseline's stratum mix. Below `min_overlap` of current traffic in
-  strata the baseline knows, behaviour is `insufficient`. The stratum with the clearest change is
-  named in `stratum`.
+  strata the baseline knows, behaviour is `insufficient`. The category with the clearest change
+  is named in `stratum`; a change confined to it counts as material when that category's own
+  effect passes the minimum and its own test is significant (Bonferroni over the categories).
 * `performance` - is it slower or dearer per unit of work? Time per output token (TPOT), TTFT
   within input-length buckets, cost per 1k tokens, each stratified like behaviour. A regression
   needs both a significant test and p50 or p95 more than `performance_margin` (20 %) higher than
