@@ -125,10 +125,12 @@ def _tables(rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check:
 def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float) -> tuple[list[Signal], dict[str, Any]]:
     base_strata = Counter(st for st, _, _ in base)
     known = {st for st, n in base_strata.items() if n >= 5}
-    # Prompts the baseline saw often enough are strata of their own (matched prompts: the
-    # tightest comparison there is); every other sample is compared within its category.
+    # Prompts seen on both sides are strata of their own (matched prompts: the tightest
+    # comparison there is); every other sample is compared within its category.
     base_hashes = Counter(h for _, h, _ in base)
-    frequent = {h for h, n in base_hashes.items() if n >= 5}
+    # A prompt asked on both sides is its own stratum, even once each (1:1 pairs: the paired
+    # test of a successor version on the same prompt set).
+    frequent = set(base_hashes) & {h for _, h, _ in cur}
     matched = sum(h in base_hashes for _, h, _ in cur) / len(cur) if cur else 0.0
     in_prompts = sum(h in frequent for _, h, _ in cur) / len(cur) if cur else 0.0
     by_stratum: Callable[[str, str], str] = lambda st, h: st  # noqa: E731
@@ -216,8 +218,9 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
     Answers to different questions differ by topic; comparing them across a changed mix measures
     the mix (issue 14: 7-10x more than a model change). The permutations stay inside strata.
     """
-    bx, bk, cx, ck = [], [], [], []
-    for routes, xs, ks in ((bstats, bx, bk), (cstats, cx, ck)):
+    bx, cx = [], []
+    entries: tuple[list[tuple[str, str]], list[tuple[str, str]]] = ([], [])
+    for routes, xs, es in ((bstats, bx, entries[0]), (cstats, cx, entries[1])):
         for _route, st in sorted(routes.items()):
             e = st.embedding
             if e is None:
@@ -225,7 +228,12 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
             cats = e.strata if len(e.strata) == len(e.reservoir) else [""] * len(e.reservoir)
             prompts = e.prompts if len(e.prompts) == len(e.reservoir) else [""] * len(e.reservoir)
             xs.extend(e.reservoir)
-            ks.extend(f"prompt {h}" if h in frequent else f"{_route} {c}" for c, h in zip(cats, prompts))
+            es.extend((f"{_route} {c}", h) for c, h in zip(cats, prompts))
+    # A prompt is its own stratum when both embedding reservoirs hold an answer to it; an answer
+    # whose partner is not in the other reservoir stays in its category rather than being dropped.
+    paired = {h for _, h in entries[0] if h in frequent} & {h for _, h in entries[1]}
+    bk = [f"prompt {h}" if h in paired else c for c, h in entries[0]]
+    ck = [f"prompt {h}" if h in paired else c for c, h in entries[1]]
     if not bx or not cx:
         return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="no answer embeddings")
     if short:

@@ -24,6 +24,7 @@ from llmwatch.scorers.baseline import BaselineError, check_minimums, freeze, wri
 from llmwatch.scorers.drift import DriftSettings, compare, format_text
 from llmwatch.scorers.drift_model import family_of
 from llmwatch.scorers.features import summarize
+from llmwatch.scorers import stats
 from llmwatch.scorers.score import Score
 from conftest import proxy_url, wait_until
 
@@ -328,3 +329,34 @@ async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed
         assert behaviour == [], f"the same version on other questions must not read as behaviour drift: {latest}"
     finally:
         await sim.close()
+
+
+def one_answer_per_prompt(rng, n_prompts: int, length_factor: float, version: str):
+    """Each prompt answered once: lengths vary a lot between prompts, little between versions."""
+    prompt_rng = np.random.default_rng(99)  # the prompt set is shared by both versions
+    typical = prompt_rng.lognormal(np.log(200), 0.8, n_prompts)
+    cats = prompt_rng.choice(list(MIX), size=n_prompts, p=list(MIX.values()))
+    samples, scores = [], []
+    for i in range(n_prompts):
+        tokens = int(max(2, typical[i] * length_factor * rng.lognormal(0, 0.05)))
+        sid = f"{version}-{i}"
+        ts = T0 + timedelta(seconds=i)
+        samples.append(Sample(id=sid, timestamp=ts, model="m", model_version=version, status=200, latency_ms=100.0 + 15 * tokens, ttft_ms=100.0, stream=True,
+                              usage=Usage(input_tokens=40, output_tokens=tokens), finish_reason="stop",
+                              request={"model": "m", "messages": [{"role": "user", "content": f"prompt {i}"}]}, response={}, metadata={"category": str(cats[i])}))
+        scores.append(Score(sample_id=sid, check="refusal", kind="refusal", result="pass", value=1.0, model="m", model_version=version, route=samples[-1].route, sample_timestamp=ts))
+    return samples, scores
+
+
+@pytest.mark.parametrize("factor,expected", [(0.9, 1), (1.0, 0)])
+def test_a_successor_on_the_same_prompts_is_compared_pair_by_pair(factor, expected):
+    """10 % shorter on every prompt is lost in the spread between prompts, and plain on each pair."""
+    rng = np.random.default_rng(13)
+    base = freeze(*one_answer_per_prompt(rng, 400, 1.0, "v1"), None, model_version="v1")
+    samples, scores = one_answer_per_prompt(rng, 400, factor, "v2")
+    r = compare(base.routes, summarize(samples, scores, None), baseline_version="v1", current_versions=["v2"])
+    assert r.families["behaviour"]["comparison"] == "matched prompts" and r.exit_code == expected, format_text(r)
+    if expected:
+        assert signal(r, "output_tokens").verdict == "drift" and signal(r, "output_tokens").direction == "lower"
+        # Without the pairing, the same windows differ by far less than the spread between prompts.
+        assert stats.compare_distributions([s.usage.output_tokens for s in samples], [r_.output_tokens for r_ in base.routes["/v1/chat/completions"].rows]).p_value > 0.01
