@@ -40,14 +40,54 @@ import numpy as np
 from llmwatch.scorers import stats
 from llmwatch.scorers.drift_model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.features import RouteStats
-from llmwatch.scorers.rows import Row
+from llmwatch.scorers.rows import UNCATEGORIZED, Row, sketch_bits
 from llmwatch.scorers.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
 
 
-def _rows(routes: Mapping[str, RouteStats], multi_route: bool) -> Keyed:
-    return [(f"{route} {row.category}" if multi_route else row.category, row.prompt_hash, row) for route, rs in sorted(routes.items()) for row in rs.rows]
+def _rows(routes: Mapping[str, RouteStats], multi_route: bool, label: Callable[[Row], str]) -> Keyed:
+    return [(f"{route} {label(row)}" if multi_route else label(row), row.prompt_hash, row) for route, rs in sorted(routes.items()) for row in rs.rows]
+
+
+def _prompt_features(rows: Sequence[Row], centre: float, scale: float) -> np.ndarray:
+    # Content words (128 +-1 bits) and the prompt's log length, weighted so that a length twice
+    # the spread weighs about as much as two unrelated sketches.
+    bits = np.stack([sketch_bits(r.prompt_sketch) for r in rows])
+    length = np.array([math.log1p(r.prompt_tokens or 0.0) for r in rows])
+    return np.hstack([bits, (8.0 * (length - centre) / scale)[:, None]])
+
+
+def prompt_clusters(base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cluster: int = 150) -> Callable[[Row], str] | None:
+    """Strata for traffic without category tags: k-means on prompt sketches, fitted on the baseline only.
+
+    A deterministic function of the baseline's rows, so it is frozen with the baseline: the same
+    prompt lands in the same cluster in every later comparison. None when the baseline is too
+    small for two clusters of `per_cluster` prompts.
+    """
+    k = min(most, len(base) // per_cluster)
+    if k < 2:
+        return None
+    logs = np.array([math.log1p(r.prompt_tokens or 0.0) for r in base])
+    centre, scale = float(np.median(logs)), float(np.std(logs)) or 1.0
+    X = _prompt_features(base, centre, scale)
+    rng = np.random.default_rng(seed)
+    centres = X[[int(rng.integers(len(X)))]]
+    for _ in range(1, k):  # k-means++
+        d = ((X[:, None, :] - centres[None]) ** 2).sum(-1).min(1)
+        centres = np.vstack([centres, X[int(rng.choice(len(X), p=d / d.sum()))] if d.sum() > 0 else X[int(rng.integers(len(X)))]])
+    for _ in range(25):
+        assign = ((X[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
+        moved = np.stack([X[assign == j].mean(0) if (assign == j).any() else centres[j] for j in range(k)])
+        if np.allclose(moved, centres):
+            break
+        centres = moved
+
+    def label(row: Row) -> str:
+        x = _prompt_features([row], centre, scale)[0]
+        return f"cluster-{int(((centres - x) ** 2).sum(1).argmin())}"
+
+    return label
 
 
 def _insufficient(name: str, family: str, test: str, nb: int, nc: int, route: str, **detail: Any) -> Signal:
@@ -67,7 +107,7 @@ def _tvd(a: Mapping[str, int], b: Mapping[str, int]) -> float:
     return 0.5 * sum(abs(a.get(k, 0) / na - b.get(k, 0) / nb) for k in set(a) | set(b)) if na and nb else 0.0
 
 
-def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: bool) -> list[Signal]:
+def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: bool, *, clustered: bool = False) -> list[Signal]:
     out: list[Signal] = []
     bl = [r.prompt_tokens for _, _, r in base if r.prompt_tokens is not None]
     cl = [r.prompt_tokens for _, _, r in cur if r.prompt_tokens is not None]
@@ -81,6 +121,8 @@ def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: 
     mixes: dict[str, Callable[[str, Row], str | None]] = {"category": lambda st, r: r.category, "model": lambda st, r: r.model, "language": lambda st, r: r.language}
     if multi_route:
         mixes["route"] = lambda st, r: st.rsplit(" ", 1)[0]
+    if clustered:
+        mixes["prompt_cluster"] = lambda st, r: st.rsplit(" ", 1)[-1]
     for mix, key in mixes.items():
         bc = Counter(v for st, _, r in base if (v := key(st, r)) is not None)
         cc = Counter(v for st, _, r in cur if (v := key(st, r)) is not None)
@@ -201,7 +243,7 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     else:
         sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(base, by_stratum), _count_modes(cur, by_stratum)), res.n_current)
         out.append(sig)
-    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent))
+    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}))
     return out, info
 
 
@@ -212,7 +254,7 @@ def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Count
     return out
 
 
-def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str]) -> Signal:
+def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str], strata: Mapping[str, str]) -> Signal:
     """Answer embeddings compared within strata: a matched prompt, else the category.
 
     Answers to different questions differ by topic; comparing them across a changed mix measures
@@ -228,7 +270,8 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
             cats = e.strata if len(e.strata) == len(e.reservoir) else [""] * len(e.reservoir)
             prompts = e.prompts if len(e.prompts) == len(e.reservoir) else [""] * len(e.reservoir)
             xs.extend(e.reservoir)
-            es.extend((f"{_route} {c}", h) for c, h in zip(cats, prompts))
+            # The stratum of the row with the same prompt (category or prompt cluster).
+            es.extend((strata.get(h, f"{_route} {c}"), h) for c, h in zip(cats, prompts))
     # A prompt is its own stratum when both embedding reservoirs hold an answer to it; an answer
     # whose partner is not in the other reservoir stays in its category rather than being dropped.
     paired = {h for _, h in entries[0] if h in frequent} & {h for _, h in entries[1]}
@@ -339,7 +382,12 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     all_routes = {r for r, st in baseline_routes.items() if st.rows} | {r for r, st in current_routes.items() if st.rows}
     multi = len(all_routes) > 1
     route = next(iter(all_routes)) if len(all_routes) == 1 else "*"
-    base, cur = _rows(baseline_routes, multi), _rows(current_routes, multi)
+    # Strata: the category tags where the traffic has them; otherwise prompt clusters frozen with
+    # the baseline, so that untagged traffic is still compared like with like.
+    base_rows = [r for rs in baseline_routes.values() for r in rs.rows]
+    clusters = prompt_clusters(base_rows, seed=s.seed) if base_rows and all(r.category == UNCATEGORIZED for r in base_rows) else None
+    label: Callable[[Row], str] = clusters or (lambda r: r.category)
+    base, cur = _rows(baseline_routes, multi, label), _rows(current_routes, multi, label)
     fams: dict[str, dict[str, Any]] = {f: {"verdict": "insufficient", "signals": []} for f in FAMILIES}
     if not base:
         for f in FAMILIES:
@@ -350,7 +398,7 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     # A rough count of the tests the decisive group will hold, for the adaptive permutations:
     # they stop once the embedding p-value cannot reach what Holm's first step needs.
     decisive_guess = 3 + len({c for _, _, r in base for c in r.checks}) + len({c for _, _, r in base for c in r.scores}) + 3
-    signals = _inputs(base, cur, s, route, multi)
+    signals = _inputs(base, cur, s, route, multi, clustered=clusters is not None)
     behaviour, info = _behaviour(base, cur, baseline_routes, current_routes, s, route, s.alpha / decisive_guess)
     signals += behaviour
     signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from typing import Iterable, Mapping
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
@@ -23,11 +24,22 @@ from llmwatch.scorers.score import Score
 
 UNCATEGORIZED = "uncategorized"
 _WS = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+# Words that say nothing about what is asked; without them the sketch follows the topic.
+_STOP = frozenset(
+    "the and for are but not you your with this that have from they will would there their what about which when make like time just know take into year "
+    "some could them see other than then now look only come its over think also back after use two how our work first well way even new want because any "
+    "these give day most can please tell me i a an of to in on is be do does it my us we why who where should explain write".split()
+)
+SKETCH_BITS = 128
 
 
 class Row(BaseModel):
     category: str = UNCATEGORIZED
     prompt_hash: str = ""
+    # SimHash of the prompt's content words (hex): prompts about the same things share most bits.
+    # Lets untagged traffic be stratified by prompt clusters without keeping any prompt text.
+    prompt_sketch: str = ""
     prompt_tokens: float | None = None  # usage.input_tokens, else prompt characters / 4
     model: str | None = None
     language: str | None = None
@@ -51,6 +63,24 @@ def normalise_prompt(text: str) -> str:
 def prompt_digest(text: str) -> str:
     # 16 hex digits: collisions are irrelevant at reservoir sizes, and the baseline stays small.
     return hashlib.sha256(normalise_prompt(text).encode()).hexdigest()[:16]
+
+
+def prompt_sketch(text: str) -> str:
+    words = {w for w in _WORD.findall(normalise_prompt(text)) if len(w) > 2 and w not in _STOP and not w.isdigit()}
+    if not words:
+        return ""
+    acc = np.zeros(SKETCH_BITS)
+    for word in words:
+        bits = np.unpackbits(np.frombuffer(hashlib.blake2b(word.encode(), digest_size=SKETCH_BITS // 8).digest(), dtype=np.uint8))
+        acc += 2.0 * bits - 1.0
+    return np.packbits(acc > 0).tobytes().hex()
+
+
+def sketch_bits(sketch: str) -> np.ndarray:
+    """The sketch as a +-1 vector (for k-means); zeros when the prompt had no content words."""
+    if not sketch:
+        return np.zeros(SKETCH_BITS)
+    return 2.0 * np.unpackbits(np.frombuffer(bytes.fromhex(sketch), dtype=np.uint8)).astype(float) - 1.0
 
 
 def category_of(sample: Sample) -> str:
@@ -84,6 +114,7 @@ def make_row(sample: Sample, scores: Mapping[str, Score], failure_mode: str) -> 
     row = Row(
         category=category_of(sample),
         prompt_hash=prompt_digest(text),
+        prompt_sketch=prompt_sketch(text),
         prompt_tokens=float(sample.usage.input_tokens) if sample.usage.input_tokens is not None else (round(len(text) / 4, 1) if text else None),
         model=sample.model,
         language=_language(sample),

@@ -64,7 +64,7 @@ MIX = {"code": 0.6, "chat": 0.3, "legal": 0.1}
 SHIFTED_MIX = {"code": 0.15, "chat": 0.35, "legal": 0.5}
 
 
-def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix: str, version: str = "A", prompts_per_category: int = 400):
+def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix: str, version: str = "A", prompts_per_category: int = 400, tagged: bool = True):
     samples, scores, embeddings = [], [], {}
     cats = rng.choice(list(mix), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
     for i, cat in enumerate(cats):
@@ -80,7 +80,7 @@ def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix
         sample = Sample(
             id=sid, timestamp=ts, model="m", model_version=version, status=200, latency_ms=latency, ttft_ms=ttft, stream=True,
             usage=Usage(input_tokens=pin, output_tokens=tokens), finish_reason="stop", cost_usd=(pin * 0.15 + tokens * 0.6) / 1e6,
-            request={"model": "m", "messages": [{"role": "user", "content": prompt}]}, response={}, metadata={"category": cat},
+            request={"model": "m", "messages": [{"role": "user", "content": prompt}]}, response={}, metadata={"category": cat} if tagged else {},
         )
         samples.append(sample)
         rel = float(np.clip(rng.normal(k.relevance, 0.06), 0, 1))
@@ -360,3 +360,17 @@ def test_a_successor_on_the_same_prompts_is_compared_pair_by_pair(factor, expect
         assert signal(r, "output_tokens").verdict == "drift" and signal(r, "output_tokens").direction == "lower"
         # Without the pairing, the same windows differ by far less than the spread between prompts.
         assert stats.compare_distributions([s.usage.output_tokens for s in samples], [r_.output_tokens for r_ in base.routes["/v1/chat/completions"].rows]).p_value > 0.01
+
+
+def test_untagged_traffic_is_stratified_by_prompt_clusters_frozen_with_the_baseline():
+    """No category tags: the same mix shift still reads as traffic, not behaviour, through prompt clusters."""
+    rng = np.random.default_rng(14)
+    base = freeze(*traffic(rng, 3000, MODEL, MIX, prefix="base", tagged=False), model_version="A")
+    samples, scores, emb = traffic(rng, 2000, MODEL, SHIFTED_MIX, prefix="cur", version="B", tagged=False)
+    r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"])
+    assert verdicts(r) == {"inputs": "shifted", "behaviour": "stable", "performance": "stable"}, format_text(r)
+    assert signal(r, "input:mix:prompt_cluster").verdict == "shifted"
+    # And a change on one kind of question is still found and placed in a cluster.
+    samples, scores, emb = traffic(rng, 2000, MODEL.with_kind("legal", refusal=0.35), MIX, prefix="cur2", version="B", tagged=False)
+    r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"])
+    assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith("cluster-"), format_text(r)
