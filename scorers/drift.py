@@ -74,7 +74,9 @@ def compare(
     failing = [f for f in FAMILIES if f in settings.fail_on]
     if any(families[f]["verdict"] in ("drift", "shifted") for f in failing):
         verdict = "drift"
-    elif n_current < settings.min_samples or any(families[f]["verdict"] == "insufficient" for f in failing):
+    # A family with no signal at all records nothing here (e.g. no latencies or token counts in an
+    # export): it cannot be judged, but it does not make the others undecided either.
+    elif n_current < settings.min_samples or not any(families[f].get("recorded", True) for f in failing) or any(families[f]["verdict"] == "insufficient" and families[f].get("recorded", True) for f in failing):
         verdict = "insufficient"
     else:
         verdict = "stable"

@@ -428,6 +428,9 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
         else:
             verdict = "insufficient"
         fams[f] = {"verdict": verdict, "signals": [g.name for g in _ranked(mine)]}
+        if not any(g.decisive for g in mine):
+            fams[f]["reason"] = "nothing to compare: the samples record none of the figures that decide this family"
+            fams[f]["recorded"] = False
     fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction", "in_prompt_strata")})
     fams["inputs"].update({k: info[k] for k in ("strata_baseline", "strata_current")})
     if fams["behaviour"]["verdict"] == "insufficient" and info["overlap"] < s.min_overlap:

@@ -374,3 +374,16 @@ def test_untagged_traffic_is_stratified_by_prompt_clusters_frozen_with_the_basel
     samples, scores, emb = traffic(rng, 2000, MODEL.with_kind("legal", refusal=0.35), MIX, prefix="cur2", version="B", tagged=False)
     r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"])
     assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith("cluster-"), format_text(r)
+
+
+def test_an_export_without_latencies_or_token_counts_is_judged_on_behaviour_alone():
+    """Performance that is not recorded at all cannot block a verdict (A/A of such an export exits 0)."""
+    rng = np.random.default_rng(15)
+
+    def bare(prefix, n):
+        samples, scores, emb = traffic(rng, n, MODEL, MIX, prefix=prefix)
+        return [s.model_copy(update={"ttft_ms": None, "usage": Usage(), "cost_usd": None, "latency_ms": 0.0}) for s in samples], scores, emb
+
+    base = freeze(*bare("base", 1500), model_version="A")
+    r = compare(base.routes, summarize(*bare("cur", 800)), baseline_version="A", current_versions=["A"])
+    assert verdicts(r)["behaviour"] == "stable" and r.exit_code == 0, format_text(r)
