@@ -110,6 +110,6 @@ def format_text(report: DriftReport) -> str:
     for s in report.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
-            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {s.direction}{' in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted', 'changed') else ''}"
+            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted', 'changed') else ''}"
         )
     return "\n".join(lines)
