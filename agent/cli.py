@@ -14,10 +14,12 @@ from typing import Any, Awaitable, Callable, Sequence
 import structlog
 
 from llmwatch import __version__
-from llmwatch.core.config import Config, ConfigError, load_config
-from llmwatch.core.logs import configure_logging
-from llmwatch.core.records import RecordError
+from llmwatch.agent.cli_args import config_from_args, setup_logging
+from llmwatch.agent.cli_common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal
+from llmwatch.core.config import ConfigError, ListenError
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.extras import require
 
 log = structlog.get_logger(__name__)
 
@@ -33,29 +35,18 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
 
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
-    await agent.start()
     try:
+        await agent.start()
         await wait_for_signal()
     finally:
+        # Also after a failed start (a port in use): what did start (the upstream session, the
+        # scorer process, the pipeline thread) is closed, not left to warn at exit.
         await agent.stop()
     return 0
 
 
-def _config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
-    overrides = {
-        "upstream": getattr(args, "upstream", None),
-        "listen": getattr(args, "listen", None),
-        "metrics_listen": getattr(args, "metrics_listen", None),
-        "data_dir": getattr(args, "data_dir", None),
-        **extra,
-    }
-    cfg = load_config(args.config, overrides=overrides)
-    configure_logging(cfg.logging.level, cfg.logging.format)
-    return cfg
-
-
 def cmd_proxy(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     if not cfg.upstream:
         raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
     from llmwatch.agent.runtime import Agent
@@ -66,22 +57,28 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from llmwatch.agent.demo import run_demo
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    require_records(args.input, "--in")
+    require_writable(args.output, "--out")
     from llmwatch.scorers.offline import score_files
 
-    cfg = _config_from_args(args)
     return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
 
 
 def cmd_baseline_freeze(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
+    require_writable(args.out, "--out", must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
     from llmwatch.scorers.baseline import freeze, write_baseline
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
     from llmwatch.scorers.drift import settings_from_config
 
@@ -93,6 +90,15 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.format == "html":
+        from llmwatch.agent.cli_eval import check_html_args
+
+        check_html_args(args)
+    require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
     import orjson
 
     from llmwatch.scorers.baseline import check_minimums, load_baseline
@@ -100,7 +106,6 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from llmwatch.scorers.features import summarize
     from llmwatch.scorers.offline import load_window
 
-    cfg = _config_from_args(args)
     baseline = load_baseline(args.baseline)
     samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
     current = summarize(samples, scores, embeddings)
@@ -113,6 +118,11 @@ def cmd_drift(args: argparse.Namespace) -> int:
     report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n")
+    elif args.format == "html":
+        from llmwatch.agent.cli_eval import write_html
+        from llmwatch.scorers.report_html import render_drift
+
+        write_html(args.out, render_drift(report, baseline.routes, current), f"drift {report.verdict.upper()}")
     else:
         sys.stdout.write(format_text(report) + "\n")
     return report.exit_code
@@ -124,19 +134,31 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def cmd_scorer(args: argparse.Namespace) -> int:
+    require("kafka", "llmwatch scorer")
     from llmwatch.agent.kafka_scorer import run_scorer
 
-    return run_scorer(_config_from_args(args, kafka=_kafka_overrides(args)))
+    return run_scorer(config_from_args(args, kafka=_kafka_overrides(args)))
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
+    require("kafka", "llmwatch aggregate")
     from llmwatch.agent.kafka_aggregate import run_aggregator
 
-    return run_aggregator(_config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
+    return run_aggregator(config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from llmwatch.agent.simulator import run
+
+    try:
+        return run(args)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    cfg = _config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
+    require("otel", "llmwatch ingest")
+    cfg = config_from_args(args, otel={"ingest_listen": args.ingest_listen} if args.ingest_listen else None)
     if not cfg.otel.ingest_listen:
         cfg = cfg.model_copy(update={"otel": cfg.otel.model_copy(update={"ingest_listen": "127.0.0.1:4318"})})
     from llmwatch.agent.runtime import Agent
@@ -147,10 +169,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services.")
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Not required: `llmwatch` alone prints the commands (main), not argparse's bare complaint.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="YAML config file (env LLMWATCH_CONFIG); env LLMWATCH_<SECTION>__<FIELD> overrides it")
+        log_options(p)
 
     p = sub.add_parser("proxy", help="run the sidecar proxy in front of an LLM service")
     common(p)
@@ -159,6 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_proxy)
+
+    p = sub.add_parser("simulate", help="run the built-in OpenAI-compatible LLM simulator (an upstream to try llmwatch on)")
+    from llmwatch.agent.simulator_options import add_arguments as simulator_arguments
+
+    simulator_arguments(p)
+    log_options(p)
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary")
     common(p)
@@ -175,11 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--in", dest="input", required=True, help="a samples .jsonl file, or a directory of them")
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="samples scored together; larger is faster for the embedding checks and uses more memory (default 64)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("baseline", help="frozen baselines of a model version's behaviour")
-    bsub = p.add_subparsers(dest="baseline_command", required=True)
+    bsub = p.add_subparsers(dest="baseline_command", metavar="COMMAND", title="commands")
+    p.set_defaults(func=show_usage(p))
     p = bsub.add_parser("freeze", help="summarise samples of one model version into an immutable, checksummed baseline file")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
@@ -190,11 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)")
     common(p)
-    p.add_argument("--baseline", required=True)
+    p.add_argument("--baseline", required=True, help="baseline file written by `llmwatch baseline freeze`")
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--model-version", help="only samples of this version (default: all)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="file for --format html")
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
     p.add_argument("--fail-on", help="families whose drift exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)")
@@ -232,15 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        return show_usage(parser)(args)
+    # Until a command reads its config: nothing may reach stdout, the human output's stream.
+    setup_logging(args)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        sys.stderr.write(f"llmwatch: {exc}\n")
-        return 2
-    except RecordError as exc:
-        sys.stderr.write(f"llmwatch: bad input: {exc}\n")
-        return 2
-
+    except LlmwatchError as exc:
+        # Bad config, bad input files, unusable suites or reviews: the message names the place.
+        sys.stderr.write(f"llmwatch: {exc.label}{exc}\n")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

@@ -2,7 +2,9 @@
 
 Kept apart from agent/cli.py so that the sidecar's own commands stay small; `register` adds the
 subcommands to its parser. Exit codes follow agent/cli.py: 0 fine, 1 the command found a problem
-(a regression), 2 bad usage or unusable input (the message names the file, line or field).
+(a regression), 2 bad usage or unusable input (the message names the file, line or field). A
+suite or review file that cannot be used raises its `LlmwatchError` (RegressError, ReviewError),
+which agent/cli.py's `main` reports and turns into its exit code like every other.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from typing import Any, Callable
 
 import orjson
 
+from llmwatch.agent.cli_args import config_from_args
+from llmwatch.agent.cli_common import log_options, require_file, require_records, show_usage
+from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text
+
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
     from llmwatch.core.records import RecordError
     from llmwatch.core.jsonio import read_records
-    from llmwatch.scorers.score import Score
+    from llmwatch.core.scores import Score
     from llmwatch.scorers.suite import build_suite, default_checks
 
     samples = list(read_records(samples_path))
@@ -28,10 +34,10 @@ def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | Non
     configured = [s.name for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))]
     if scores_path is not None:
         ids = {s.id for s in samples}
-        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]  # type: ignore[union-attr]
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
     else:
-        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]  # type: ignore[arg-type]
-    known = sorted(set(configured) | {sc.check for sc in scores})  # type: ignore[union-attr]
+        scores = [r.score for r in build_suite(cfg.scoring).score(samples)]
+    known = sorted(set(configured) | {sc.check for sc in scores})
     return samples, scores, known
 
 
@@ -40,11 +46,38 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The files named on the command line, before scipy and the embedding model load (as `drift`)."""
+    require_records(args.samples, "--samples")
+    if args.scores:
+        require_records(args.scores, "--scores", "scores")
+    if getattr(args, "baseline", None):
+        require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
+
+
+def check_html_args(args: argparse.Namespace) -> None:
+    """`--format html` needs --out and the reports extra; refused before any work is done."""
+    from llmwatch.core.config import ConfigError
+    from llmwatch.scorers.report_html import require_matplotlib
+
+    require_matplotlib()
+    if not args.out:
+        raise ConfigError("--format html writes a file: pass --out FILE.html")
+
+
+def write_html(path: str, text: str, what: str) -> None:
+    # Atomic and private like every data file: a viewer never opens half a report.
+    target = atomic_write_text(path, text)
+    sys.stdout.write(f"{what}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
+    cfg = config_from_args(args)
+    if args.format == "html":
+        check_html_args(args)
+    _check_inputs(args)
     from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, format_text
 
-    cfg = _config_from_args(args)
     baseline = None
     if args.baseline:
         from llmwatch.scorers.baseline import load_baseline
@@ -64,9 +97,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail(f"{args.compare}: {exc}")
     data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+    if args.format == "html":
+        from llmwatch.scorers.report_html import render_evaluation
+
+        write_html(args.out, render_evaluation(report), "report")
+        return 0
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(data + b"\n")
+        atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
         sys.stdout.write(data.decode() + "\n")
     else:
@@ -75,10 +112,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
-    from llmwatch.scorers.regress import RegressError, RunSettings, format_run, regress
+    from llmwatch.scorers.regress import RunSettings, format_run, regress
 
-    cfg = _config_from_args(args)
+    cfg = config_from_args(args)
     settings = RunSettings(
         upstream=args.upstream,
         model=args.model,
@@ -93,10 +129,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
     )
-    try:
-        run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
-    except RegressError as exc:
-        return _fail(str(exc))
+    run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
     if args.format == "json":
         summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -108,21 +141,18 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli import _config_from_args
+    cfg = config_from_args(args)
+    _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
-    from llmwatch.scorers.review import ReviewError, export_tasks
+    from llmwatch.scorers.review import export_tasks
 
-    cfg = _config_from_args(args)
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    try:
-        summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
-                               seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
-    except ReviewError as exc:
-        return _fail(str(exc))
+    summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
+                           seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
@@ -134,22 +164,18 @@ def cmd_review_export(args: argparse.Namespace) -> int:
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.review import ReviewError, format_import, import_reviews, key_path_for
+    from llmwatch.scorers.review import format_import, import_reviews, key_path_for
 
     key = args.key or str(key_path_for(args.tasks))
     judge = None
     if args.scores:
         from llmwatch.core.jsonio import read_records
-        from llmwatch.scorers.score import Score
+        from llmwatch.core.scores import Score
 
-        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}  # type: ignore[union-attr]
-    try:
-        report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
-    except ReviewError as exc:
-        return _fail(str(exc))
+        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}
+    report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
     if args.out:
-        with open(args.out, "wb") as fh:
-            fh.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -159,14 +185,24 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review_serve(args: argparse.Namespace) -> int:
+    from llmwatch.agent.review_app import run
+    from llmwatch.scorers.review import ReviewError
+
+    try:
+        return run(args.tasks, args.out, args.listen, args.reviewers, args.arbiters, args.public_url)
+    except ReviewError as exc:
+        return _fail(str(exc))
+
+
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument("--format", choices=["text", "json"], default="text")
-    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare)")
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page")
     p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
     p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
@@ -177,29 +213,30 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     common(p)
     p.add_argument("--suite", required=True, help="suite .jsonl: one case per line (id, category, input, expected and/or checks)")
     p.add_argument("--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="model name sent in every request (the `model` field)")
     p.add_argument("--repeat", type=int, default=5, help="attempts per case (default 5)")
     p.add_argument("--baseline", help="an earlier run file (--out) to compare with; refused if the suite changed")
     p.add_argument("--out", help="write this run (with every attempt) to a JSON file")
-    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight (default 8)")
+    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight at once; lower it if the endpoint rate-limits (default 8)")
     p.add_argument("--threshold", type=float, default=0.2, help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the per-case test (default 0.05)")
     p.add_argument("--correction", choices=["holm", "none"], default="holm", help="multiple-testing correction across cases (default holm)")
     p.add_argument("--api-key", help="API key for --upstream (default: $OPENAI_API_KEY)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
-    p.add_argument("--max-retries", type=int, default=2, help="client retries on 429/5xx/connection errors (default 2)")
+    p.add_argument("--max-retries", type=int, default=2, help="retries of one call on 429, 5xx and connection errors, with backoff; a call that still fails counts as a failed attempt (default 2)")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of a model-as-judge (adds a 1-5 judge check to every case)")
     p.add_argument("--judge-model", help="the judge's model name")
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
     p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
-    rsub = p.add_subparsers(dest="review_command", required=True)
+    rsub = p.add_subparsers(dest="review_command", metavar="COMMAND", title="commands")
+    p.set_defaults(func=show_usage(p))
     p = rsub.add_parser("export", help="write blind, paired review tasks from live samples (and a separate key file)")
     common(p)
-    p.add_argument("--samples", required=True)
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory holding both versions")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--versions", required=True, help="the two versions to compare, e.g. A,B")
     p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
@@ -208,12 +245,21 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
     p.set_defaults(func=cmd_review_export)
     p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
-    p.add_argument("--tasks", required=True)
+    log_options(p)
+    p.add_argument("--tasks", required=True, help="the tasks .jsonl written by `llmwatch review export`")
     p.add_argument("--key", help="key file (default: <tasks>.key.json next to the tasks)")
     p.add_argument("--reviews", required=True, help="reviews .jsonl, one review per line")
     p.add_argument("--out", help="write the JSON report here")
     p.add_argument("--arbitration", help="disputed tasks .jsonl (default: <reviews>.arbitration.jsonl)")
     p.add_argument("--scores", help="scores with judge-check results made after the export (default: those recorded in the key)")
     p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text: agreement and disputes for people; json: the full report for scripts (default text)")
     p.set_defaults(func=cmd_review_import)
+    p = rsub.add_parser("serve", help="blind review in the browser: a personal link per reviewer, verdicts appended to --out, disputes to arbiters")
+    p.add_argument("--tasks", required=True, help="tasks .jsonl written by `review export` (the key is never read)")
+    p.add_argument("--out", required=True, help="reviews .jsonl, appended one verdict per line (what `review import --reviews` reads)")
+    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT (default 127.0.0.1:8088; port 0 picks a free one, printed)")
+    p.add_argument("--reviewers", help="names (alice,bob) or a count (2); kept with their tokens in <out>.tokens.json")
+    p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
+    p.add_argument("--public-url", help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com")
+    p.set_defaults(func=cmd_review_serve)

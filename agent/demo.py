@@ -18,14 +18,15 @@ import random
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import openai
 import structlog
 
 from llmwatch.core.config import Config
-from llmwatch.agent.runtime import Agent, split_host_port
+from llmwatch.collectors.health import split_host_port
+from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.agent.simulator import FAULT_HEADER, PROFILES, start_simulator
 from llmwatch.scorers.report import pass_rate_table
@@ -175,7 +176,8 @@ def _pct(values: list[float], q: float) -> str:
     return f"{np.percentile(values, q):.0f} ms" if values else "n/a"
 
 
-def summary(agent: Agent, tally: Tally, elapsed: float) -> str:
+def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None = None) -> str:
+    """`traffic_s`: time spent sending traffic, for the request rate; `elapsed`: the whole run."""
     n = tally.ok + tally.errors
     tokens_in = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="input")
     tokens_out = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="output")
@@ -187,7 +189,7 @@ def summary(agent: Agent, tally: Tally, elapsed: float) -> str:
     lines = [
         "",
         "llmwatch demo summary",
-        f"  requests         {n} in {elapsed:.1f} s ({n / elapsed if elapsed else 0:.1f}/s), {tally.errors} errors",
+        f"  requests         {n} in {traffic_s:.1f} s of traffic ({n / traffic_s if traffic_s else 0:.1f}/s), {tally.errors} errors",
         f"  mix              {mix}",
         f"  latency          p50 {_pct(tally.latencies_ms, 50)}, p95 {_pct(tally.latencies_ms, 95)}",
         f"  time to 1st tok  p50 {_pct(tally.ttfts_ms, 50)}, p95 {_pct(tally.ttfts_ms, 95)} (streamed calls)",
@@ -201,8 +203,10 @@ def summary(agent: Agent, tally: Tally, elapsed: float) -> str:
         lines += [f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}", "  pass rate per check and model version:", pass_rate_table(check_counts(agent)), drift_summary(agent)]
     lines += [
         f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
-        "",
     ]
+    if elapsed is not None:
+        lines.append(f"  run time         {elapsed:.1f} s (traffic, loading the model, waiting for scores)")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -230,8 +234,11 @@ def _freeze_baseline(agent: Agent, version: str) -> str:
     return str(path)
 
 
-async def _settle(agent: Agent, timeout: float) -> None:
+async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None) -> None:
     """Wait until queued samples are stored and scored (bounded), so phases do not blur."""
+    if out is not None and agent.scorer is not None and agent.scorer.pending:
+        out.write(f"  waiting for the scorer to catch up ({agent.scorer.pending} samples to score)...\n")
+        out.flush()
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         if agent.queue.depth() == 0 and (agent.scorer is None or agent.scorer.pending == 0):
@@ -251,27 +258,44 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
             "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
         }
     )
+    started = time.perf_counter()
     agent = Agent(cfg)
-    await agent.start()
+    try:
+        await agent.start()
+    except BaseException:
+        await agent.stop()
+        await sim.close()
+        raise
     host = split_host_port(cfg.listen)[0]
+    # The traffic is `duration`; scoring adds the model's load and the waits between phases,
+    # so the banner says so rather than promising a run of `duration` seconds.
+    extra = ", plus loading the embedding model and waiting for scores between phases" if agent.scorer is not None else ""
     out.write(
         f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
-        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases, Ctrl-C to stop early\n"
+        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases{extra}; Ctrl-C to stop early\n"
     )
     out.flush()
     stop = asyncio.Event()
-    started = time.perf_counter()
-    watcher = asyncio.create_task(wait_for_signal(duration * 2 + 120.0))
+    watcher = asyncio.create_task(wait_for_signal(duration * 2 + 300.0))
     watcher.add_done_callback(lambda _: stop.set())
     base_url = f"http://{host}:{agent.proxy_port}/v1"
     tally = Tally()
     phase = duration / 3.0
+    traffic_s = 0.0
     try:
+        if agent.scorer is not None:
+            # Traffic sent before the model is loaded would only queue up for the scorer.
+            out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
+            out.flush()
+            loading = time.perf_counter()
+            await _wait_ready(agent, stop, timeout=180.0)
+            if not stop.is_set():
+                out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
         for name in ("A (baseline)", "A (after freeze)", "B"):
             if stop.is_set():
                 break
             if name == "A (after freeze)" and agent.scorer is not None:
-                await _settle(agent, 60.0)
+                await _settle(agent, 60.0, out)
                 try:
                     path = await asyncio.to_thread(_freeze_baseline, agent, "A")
                 except Exception as exc:  # the demo goes on without drift rather than failing
@@ -283,19 +307,30 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
                 sim.set_profile(PROFILES["B"])
             out.write(f"  phase {name}: {phase:.0f} s\n")
             out.flush()
+            phase_started = time.perf_counter()
             part = await drive_traffic(base_url, duration=phase, rate=rate, concurrency=concurrency, stop=stop)
+            traffic_s += time.perf_counter() - phase_started
             _merge(tally, part)
         if agent.scorer is not None and not stop.is_set():
-            await _settle(agent, 60.0)
+            await _settle(agent, 60.0, out)
+            out.write(f"  waiting {cfg.drift.interval_s + 1.5:.0f} s for a last drift comparison over the last samples...\n")
+            out.flush()
             await asyncio.sleep(cfg.drift.interval_s + 1.5)  # one more drift refresh over the last samples
     finally:
         watcher.cancel()
         elapsed = time.perf_counter() - started
         await agent.stop()
         await sim.close()
-    out.write(summary(agent, tally, elapsed))
+    out.write(summary(agent, tally, traffic_s, elapsed))
     out.flush()
     return 0
+
+
+async def _wait_ready(agent: Agent, stop: asyncio.Event, timeout: float) -> None:
+    """Until the scorer process has loaded its model, Ctrl-C, or `timeout` (bounded poll)."""
+    deadline = time.perf_counter() + timeout
+    while not agent.scorer.ready.is_set() and not stop.is_set() and time.perf_counter() < deadline:
+        await asyncio.sleep(0.2)
 
 
 def _merge(total: Tally, part: Tally) -> None:

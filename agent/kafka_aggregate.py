@@ -8,8 +8,9 @@ the fleet's numbers are made exact and where drift sees every partition at once:
 * every score is keyed by (sample_id, check); the first one counts, later ones are duplicates
   (`llmwatch_kafka_consumed_total{outcome="duplicate_score"}`), so `llmwatch_check_total` and
   `llmwatch_quality_score` from the aggregator count each scored sample exactly once;
-* samples are joined with their scores and fed, per model version, into the same drift windows
-  as the sidecar's (`scorers/online.py`), compared with the baseline every `drift.interval_s`.
+* samples are joined with their scores and fed into the same aggregate stage as the sidecar's
+  scorer (`scorers/aggregate.py`): drift windows per model version compared with the baseline,
+  and the evaluation matrix, every `drift.interval_s`, set as the same gauges.
 
 It runs as a single member of its own consumer group (`<group_id>-aggregator`): the state is in
 memory, so one instance reads every partition. Offsets are committed after each poll, at least
@@ -32,12 +33,12 @@ from pydantic import ValidationError
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
+from llmwatch.scorers.aggregate import WindowAggregator
 from llmwatch.scorers.baseline import load_baseline
-from llmwatch.scorers.drift import settings_from_config
 from llmwatch.scorers.export import ScoreRecorder
-from llmwatch.agent.kafka_scorer import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, RecentIds, _connect, serve_http
-from llmwatch.scorers.online import DriftWindows
-from llmwatch.scorers.score import Score
+from llmwatch.collectors.health import metrics_app, serve_in_thread
+from llmwatch.collectors.kafka import RecentIds, connect, consumer_settings
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +49,7 @@ MAX_PENDING = 100_000
 
 
 class Aggregator:
-    """The consumer-independent part: dedupe, join, windows, gauges (testable without a broker)."""
+    """The consumer-independent part: dedupe and join, then the shared aggregate stage and its gauges (testable without a broker)."""
 
     def __init__(self, cfg: Config, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -56,9 +57,9 @@ class Aggregator:
         self.seen_scores = RecentIds()
         self.pending: OrderedDict[str, tuple[float, Sample]] = OrderedDict()
         self.scores: dict[str, list[Score]] = {}
-        d = cfg.drift
-        baseline = load_baseline(d.baseline) if d.baseline else None
-        self.windows = DriftWindows(baseline, window=d.window, interval_s=d.interval_s, settings=settings_from_config(d))
+        baseline = load_baseline(cfg.drift.baseline) if cfg.drift.baseline else None
+        self.stage = WindowAggregator(baseline, cfg.drift, cfg.matrix)
+        self.windows = self.stage.windows
 
     def add_score(self, score: Score) -> bool:
         key = f"{score.sample_id}\x00{score.check}"
@@ -91,21 +92,17 @@ class Aggregator:
             ready.append(sample)
         if ready:
             joined = [s for sample in ready for s in self.scores.pop(sample.id, [])]
-            self.windows.add(ready, joined, {})
+            self.stage.add(ready, joined)
         return len(ready)
 
     def refresh(self, now: float | None = None) -> int:
-        if not self.windows.due(now):
+        """Set the gauges from whatever readings are due; the number of drift readings."""
+        if not self.stage.due(now):
             return 0
-        readings = self.windows.evaluate(now)
-        m = self.metrics
-        for r in readings:
-            v = m.version_label(r.model_version)
-            m.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
-            m.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
-            m.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
-            m.drift_window.labels(v).set(r.n_current)
-        return len(readings)
+        readings = self.stage.readings(now)
+        self.metrics.set_evaluation(readings.evaluation or [])
+        self.metrics.set_drift(readings.drift or [])
+        return len(readings.drift or [])
 
 
 def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
@@ -115,34 +112,24 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
     metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
     agg = Aggregator(cfg, metrics)
     stop = stop or threading.Event()
-    state: dict[str, Any] = {"status": "ok", "ready": False, "topics": [kcfg.samples_topic, kcfg.scores_topic]}
-    server = serve_http(cfg.metrics_listen, metrics, lambda: dict(state))
+    ready = threading.Event()
+    state: dict[str, Any] = {"topics": [kcfg.samples_topic, kcfg.scores_topic]}
+    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-aggregator-http")
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     consumer = None
     try:
-        consumer = _connect(
-            lambda: KafkaConsumer(
-                bootstrap_servers=list(kcfg.bootstrap_servers),
-                group_id=f"{kcfg.group_id}-aggregator",
-                client_id=f"{kcfg.client_id}-aggregator",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                session_timeout_ms=SESSION_TIMEOUT_MS,
-                heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                bootstrap_timeout_ms=5_000,
-                reconnect_backoff_max_ms=1_000,
-                metrics_enabled=False,
-            ),
+        consumer = connect(
+            lambda: KafkaConsumer(**consumer_settings(kcfg, group_id=f"{kcfg.group_id}-aggregator", client_id=f"{kcfg.client_id}-aggregator")),
             "consumer",
             stop,
         )
         if consumer is not None:
             consumer.subscribe([kcfg.samples_topic, kcfg.scores_topic])
-            state["ready"] = True
-            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.server_address[1])
+            ready.set()
+            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.port)
         while consumer is not None and not stop.is_set():
             batch = consumer.poll(timeout_ms=500)
             for tp, records in batch.items():
@@ -163,14 +150,13 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
                 except Exception as exc:
                     log.warning("commit_failed", error=repr(exc))
     finally:
-        state["status"], state["ready"] = "stopping", False
+        ready.clear()
         if consumer is not None:
             try:
                 consumer.close()
             except Exception as exc:
                 log.warning("consumer_close_failed", error=repr(exc))
-        server.shutdown()
-        server.server_close()
+        server.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

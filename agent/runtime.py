@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -12,21 +11,20 @@ import structlog
 from aiohttp import web
 
 from llmwatch.core.config import Config, ConfigError
-from llmwatch.collectors.health import metrics_app
-from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Captured, FileSink, Pipeline, Sink
+from llmwatch.core.extras import check_config
+from llmwatch.core.urls import mask_url
+from llmwatch.collectors.health import metrics_app, serve_app
+from llmwatch.core.metrics import DriftReading, Metrics
+from llmwatch.collectors.files import FileSink
+from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.proxy import Proxy
+from llmwatch.collectors.upstream_probe import UpstreamProbe
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.scorers.redaction import Redactor
 from llmwatch.scorers.sampler import Sampler
 
 log = structlog.get_logger(__name__)
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -47,11 +45,13 @@ class Agent:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
+        # Before anything starts: a feature configured without its extra is refused in one line.
+        check_config(cfg, proxy=self.serve_proxy)
         self.metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
         self.queue = BoundedQueue(cfg.queue.max_size)
         sinks: list[Sink] = []
         if cfg.files.enabled:
-            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes))
+            sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes, self.metrics))
         sinks.extend(self.extra_sinks)
         if cfg.kafka.enabled:
             from llmwatch.collectors.kafka import KafkaSampleSink
@@ -83,19 +83,23 @@ class Agent:
                 drift_payload=cfg.drift.model_dump(mode="json"),
                 on_drift=self._on_drift,
                 matrix_payload=cfg.matrix.model_dump(mode="json"),
-                on_evaluation=self._on_evaluation,
+                on_evaluation=self.metrics.set_evaluation,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
+                on_unscored=lambda reason, n: self.metrics.samples_unscored.labels(reason=reason).inc(n),
+                shutdown_timeout_s=cfg.scoring.shutdown_timeout_s,
             )
             self.metrics.scoring_pending.set_function(lambda: self.scorer.pending)
             sinks.append(ScoringSink(self.scorer, cfg.scoring.batch_size))
         elif cfg.drift.baseline is not None:
             raise ConfigError("drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline")
         self.metrics.queue_depth.set_function(self.queue.depth)
-        redactor = Redactor(cfg.redaction.patterns, cfg.redaction.extra_patterns) if cfg.redaction.enabled else None
+        redactor = Redactor.from_config(cfg.redaction)
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
-        sampler = Sampler(cfg.sampling)
-        self.proxy = Proxy(cfg, self.metrics, self.queue, sampler=sampler, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
+        self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
+        self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.otel_export import OtelExporter
@@ -106,7 +110,7 @@ class Agent:
         if cfg.otel.ingest_listen:
             from llmwatch.collectors.otlp_ingest import OtlpReceiver
 
-            self.receiver = OtlpReceiver(self.pipeline, sampler, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
+            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
@@ -117,29 +121,13 @@ class Agent:
             events = self.metrics.notifications
             self.notifier = WebhookNotifier(hook.url, repeat_interval_s=hook.repeat_interval_s, max_retries=hook.max_retries, on_event=lambda name: events.labels(event=name).inc())
 
-    def _on_drift(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for version, operation, signal, statistic, p_value, detected, n in readings:
-            v = m.version_label(version)
-            m.drift_statistic.labels(signal, v, operation).set(statistic)
-            m.drift_p_value.labels(signal, v, operation).set(p_value)
-            m.drift_detected.labels(signal, v, operation).set(1.0 if detected else 0.0)
-            m.drift_window.labels(v).set(n)
-            self.drift_state[(version, operation, signal)] = (statistic, p_value, detected, n)
+    def _on_drift(self, readings: list[DriftReading]) -> None:
+        self.metrics.set_drift(readings)
+        for r in readings:
+            self.drift_state[(r.model_version, r.operation, r.signal)] = (r.statistic, r.p_value, r.detected, r.n_current)
         if self.notifier is not None and self._loop is not None:
             # Called on the scorer's result thread; the notifier lives on the event loop.
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
-
-    def _on_evaluation(self, readings: list[tuple]) -> None:
-        m = self.metrics
-        for kind, category, stability_kind, version, value in readings:
-            v = m.version_label(version)
-            if kind == "category_quality":
-                m.category_quality.labels(category, v).set(value)
-            elif kind == "stability":
-                m.stability.labels(stability_kind, category, v).set(value)
-            elif kind == "decision":
-                m.decision_score.labels(v).set(value)
 
     def _drift_alerts(self) -> dict:
         from llmwatch.collectors.webhook import AlertSpec, alert_key
@@ -164,24 +152,26 @@ class Agent:
 
     def readiness(self) -> dict[str, bool]:
         checks = {"pipeline_alive": self.pipeline.alive}
+        if self.scorer is not None:
+            # A scorer that failed to start, or lost a thread, scores nothing: not ready, so the
+            # orchestrator sees it instead of frozen quality metrics.
+            checks["scorer_alive"] = self.scorer.healthy
         if self.proxy is not None:
             checks["proxy_listening"] = self.proxy_port > 0
         if self.receiver is not None:
             checks["ingest_listening"] = self.ingest_port > 0
         return checks
 
-    async def _serve(self, app: web.Application, address: str) -> int:
-        host, port = split_host_port(address)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        # Bind ourselves so that port 0 works and the chosen port is known.
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        site = web.SockSite(runner, sock, backlog=2048)
-        await site.start()
+    def readiness_details(self) -> dict[str, object]:
+        # Beside the checks, not among them: see collectors/upstream_probe.py for why.
+        if self.upstream_probe is None:
+            return {}
+        return {"upstream": mask_url(self.cfg.upstream or ""), "upstream_reachable": self.upstream_probe.reachable}
+
+    async def _serve(self, app: web.Application, address: str, setting: str, runner: web.AppRunner | None = None) -> int:
+        runner, port = await serve_app(app, address, runner, setting=setting)
         self._runners.append(runner)
-        return sock.getsockname()[1]
+        return port
 
     async def start(self) -> None:
         # The event loop must get the GIL back quickly from the pipeline thread: the default 5 ms
@@ -191,15 +181,19 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
-        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness), self.cfg.metrics_listen)
+        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
-            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen)
+            setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
+            self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
         if self.proxy is not None:
             await self.proxy.start()
-            self.proxy_port = await self._serve(self.proxy.app(), self.cfg.listen)
+            proxy_app = self.proxy.app()
+            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
+        if self.upstream_probe is not None:
+            self.upstream_probe.start()
         log.info(
             "agent_started",
-            upstream=self.cfg.upstream,
+            upstream=mask_url(self.cfg.upstream) if self.cfg.upstream else None,
             proxy_port=self.proxy_port,
             metrics_port=self.metrics_port,
             ingest_port=self.ingest_port or None,
@@ -210,6 +204,10 @@ class Agent:
         )
 
     async def stop(self) -> None:
+        # Say what the stop waits for: without it a Ctrl-C that takes seconds looks hung.
+        log.info("agent_stopping", queued_samples=self.queue.depth(), scorer_pending=self.scorer.pending if self.scorer is not None else 0)
+        if self.upstream_probe is not None:
+            await self.upstream_probe.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -218,7 +216,8 @@ class Agent:
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)
-        # The pipeline drains into its sinks (the scorer sink waits for the scores) before they close.
+        # The pipeline drains into its sinks before they close; the scorer sink then waits up to
+        # scoring.shutdown_timeout_s for scores and records the rest as `error` (see agent/scoring.py).
         self.pipeline.close()
         if self.recorder is not None:
             self.recorder.close()

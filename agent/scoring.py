@@ -8,6 +8,22 @@ once and scores batches sent over a multiprocessing queue.
 `ScorerProcess` is the parent's handle: `submit` never blocks (a full hand-off drops and
 counts), and a watchdog restarts a child that dies or goes silent past `batch_timeout_s`,
 recording its in-flight batches as `error` results so that nothing disappears unexplained.
+
+Parent and child talk in the small frozen dataclasses below, matched by type: `ScoreBatch`,
+`LoadBaseline`, `FreezeBaseline` go to the child (None asks it to stop); `Ready`, `Fatal`,
+`Scored`, `DriftUpdate`, `EvaluationUpdate`, `Frozen` come back. The child's windows, drift and
+evaluation are the shared aggregate stage (scorers/aggregate.py).
+
+Lifecycle. Two parent threads: the collector reads results, the watchdog restarts the child; a
+failing result handler (disk full) is caught and counted, never kills either thread, and
+`healthy` (in /readyz) turns false if one dies anyway. `close` is bounded by
+`scoring.shutdown_timeout_s`: a ready scorer gets that long to score what it holds (announced as
+`scorer_draining`), one still loading its model gets nothing; then the child is stopped (killed
+after a second) and every sample left unscored becomes one `error` score per check with
+`details.exception = "shutdown"`, counted in `llmwatch_samples_unscored_total{reason}`. The
+multiprocessing queues never hold up the exit (`cancel_join_thread`), and the child exits by
+itself within a second when its parent is gone (even SIGKILLed), which also lets
+multiprocessing's resource tracker exit.
 """
 
 from __future__ import annotations
@@ -16,30 +32,105 @@ import itertools
 import os
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-import orjson
 import structlog
 
+from llmwatch.core.logs import RateLimitedLog
+from llmwatch.core.metrics import DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 
 ScoreHandler = Callable[[list[Score], list[float]], None]
-DriftHandler = Callable[[list[tuple]], None]
+DriftHandler = Callable[[list[DriftReading]], None]
+EvaluationHandler = Callable[[list[EvaluationReading]], None]
 
 
-def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str) -> None:
+# --- messages, parent -> child (None: stop) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreBatch:
+    batch_id: int
+    lines: list[bytes]  # Sample.to_json() of each sample
+
+
+@dataclass(frozen=True)
+class LoadBaseline:
+    path: str
+
+
+@dataclass(frozen=True)
+class FreezeBaseline:
+    model_version: str
+    path: str
+
+
+# --- messages, child -> parent ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    check_names: list[str]
+
+
+@dataclass(frozen=True)
+class Fatal:
+    error: str
+
+
+@dataclass(frozen=True)
+class Scored:
+    batch_id: int
+    lines: list[bytes]  # Score.to_json() of each result
+    durations: list[float]
+
+
+@dataclass(frozen=True)
+class DriftUpdate:
+    readings: list[DriftReading]
+
+
+@dataclass(frozen=True)
+class EvaluationUpdate:
+    readings: list[EvaluationReading]
+
+
+@dataclass(frozen=True)
+class Frozen:
+    path: str
+    error: str | None
+
+
+def _exit_when_orphaned(parent_pid: int, poll_s: float = 0.5) -> None:
+    """Exit this process as soon as the parent that spawned it is gone (killed, crashed).
+
+    A thread, so that it also works while the main thread is busy loading the model. Re-parented,
+    the child would otherwise run on, and keep multiprocessing's resource tracker running too.
+    """
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    log.warning("scorer_parent_gone", parent_pid=parent_pid)
+    os._exit(0)
+
+
+def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str, parent_pid: int | None = None) -> None:
+    # Ctrl-C reaches the whole process group: the parent decides when and how the scorer stops
+    # (drain, then stop), so the child must not die mid-batch with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None:
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True).start()
     from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.aggregate import WindowAggregator
     from llmwatch.scorers.baseline import load_baseline, write_baseline
-    from llmwatch.scorers.drift import settings_from_config
-    from llmwatch.scorers.online import DriftWindows
     from llmwatch.scorers.suite import build_suite
 
     configure_logging(log_level)
@@ -53,67 +144,47 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
         baseline = load_baseline(drift_cfg.baseline) if drift_cfg.baseline else None
         suite = build_suite(ScoringSection.model_validate(scoring_payload), centroids=baseline.centroids() if baseline else None)
     except Exception as exc:
-        outbox.put(("fatal", f"{type(exc).__name__}: {exc}"))
+        outbox.put(Fatal(f"{type(exc).__name__}: {exc}"))
         return
-    windows = DriftWindows(baseline, window=drift_cfg.window, interval_s=drift_cfg.interval_s, settings=settings_from_config(drift_cfg))
     matrix_cfg = MatrixSection.model_validate(matrix_payload) if matrix_payload else None
-    next_evaluation = time.monotonic() + drift_cfg.interval_s
-    outbox.put(("ready", suite.check_names))
+    stage = WindowAggregator(baseline, drift_cfg, matrix_cfg, known_checks=suite.check_names)
+    outbox.put(Ready(list(suite.check_names)))
     while True:
         try:
-            item = inbox.get(timeout=1.0)
+            message = inbox.get(timeout=1.0)
         except queue.Empty:
-            item = ()
-        if item is None:
-            return
-        if item and item[0] == "baseline":
-            try:
-                windows.set_baseline(load_baseline(item[1]))
-            except Exception as exc:
-                log.error("baseline_load_failed", path=str(item[1]), error=str(exc))
-            continue
-        if item and item[0] == "freeze":
-            _, version, path = item
-            try:
-                write_baseline(windows.freeze(version), path)
-                outbox.put(("frozen", path, None))
-            except Exception as exc:
-                outbox.put(("frozen", path, f"{type(exc).__name__}: {exc}"))
-            continue
-        if item:
-            batch_id, lines = item
-            samples = [Sample.from_json(line) for line in lines]
-            results = suite.score(samples)
-            outbox.put(("scores", batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
-            windows.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
-        if matrix_cfg is not None and time.monotonic() >= next_evaluation:
-            next_evaluation = time.monotonic() + drift_cfg.interval_s
-            _send_evaluation(outbox, windows, matrix_cfg, suite.check_names, drift_cfg)
-        if windows.due():
-            try:
-                readings = windows.evaluate()
-            except Exception as exc:
-                log.exception("drift_evaluation_failed", error=str(exc))
+            message = _IDLE
+        match message:
+            case None:
+                return
+            case LoadBaseline(path):
+                try:
+                    stage.set_baseline(load_baseline(path))
+                except Exception as exc:
+                    log.error("baseline_load_failed", path=str(path), error=str(exc))
                 continue
-            outbox.put(("drift", [(r.model_version, r.operation, r.signal, r.statistic, r.p_value, r.detected, r.n_current) for r in readings]))
+            case FreezeBaseline(version, path):
+                try:
+                    write_baseline(stage.freeze(version), path)
+                    outbox.put(Frozen(path, None))
+                except Exception as exc:
+                    outbox.put(Frozen(path, f"{type(exc).__name__}: {exc}"))
+                continue
+            case ScoreBatch(batch_id, lines):
+                samples = [Sample.from_json(line) for line in lines]
+                results = suite.score(samples)
+                outbox.put(Scored(batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
+                stage.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
+        if stage.due():
+            readings = stage.readings()
+            if readings.evaluation is not None:
+                outbox.put(EvaluationUpdate(readings.evaluation))
+            if readings.drift is not None:
+                outbox.put(DriftUpdate(readings.drift))
 
 
-def _send_evaluation(outbox: Any, windows: Any, matrix_cfg: Any, checks: Sequence[str], drift_cfg: Any) -> None:
-    """The evaluation matrix, stability and decision score over the recent windows, as gauge readings."""
-    from llmwatch.scorers.evaluation import build_report
-
-    samples, scores = windows.contents()
-    if not samples:
-        return
-    try:
-        report = build_report(samples, scores, matrix_cfg, known_checks=checks, baseline=windows.baseline, drift_alpha=drift_cfg.alpha, drift_min_samples=drift_cfg.min_samples)
-    except Exception as exc:
-        log.exception("evaluation_failed", error=str(exc))
-        return
-    readings = [("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
-    readings += [("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
-    readings += [("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
-    outbox.put(("evaluation", readings))
+# What the child's loop sees when its inbox stayed empty for a second: no message, only the clock.
+_IDLE = object()
 
 
 def _answer_vectors(suite: Any, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -144,9 +215,11 @@ class ScorerProcess:
         drift_payload: dict[str, Any] | None = None,
         on_drift: DriftHandler | None = None,
         matrix_payload: dict[str, Any] | None = None,
-        on_evaluation: DriftHandler | None = None,
+        on_evaluation: EvaluationHandler | None = None,
         log_level: str = "warning",
         on_drop: Callable[[str, int], None] | None = None,
+        on_unscored: Callable[[str, int], None] | None = None,
+        shutdown_timeout_s: float = 5.0,
     ) -> None:
         self._payload = scoring_payload
         self._drift_payload = drift_payload or {}
@@ -155,14 +228,18 @@ class ScorerProcess:
         self._on_evaluation = on_evaluation or (lambda readings: None)
         self._on_scores = on_scores
         self._on_drop = on_drop or (lambda reason, n: None)
+        self._on_unscored = on_unscored or (lambda reason, n: None)
         self._max_pending = max_pending
         self._timeout = batch_timeout_s
+        self.shutdown_timeout_s = shutdown_timeout_s
         self._log_level = log_level
         self._ctx = mp.get_context("spawn")
         self._ids = itertools.count()
         self._inflight: dict[int, _Batch] = {}
         self._pending = 0
         self._lock = threading.Lock()
+        # A restart (watchdog thread) and close() never interleave: close would miss the new child.
+        self._restart_lock = threading.Lock()
         self._stop = threading.Event()
         self._proc: Any = None
         self._inbox: Any = None
@@ -174,41 +251,92 @@ class ScorerProcess:
         self._last_progress = time.monotonic()
         self._frozen: dict[str, str | None] = {}
         self._frozen_event = threading.Event()
+        self._warn = RateLimitedLog()
         self._thread = threading.Thread(target=self._collect, name="llmwatch-scorer-results", daemon=True)
+        # Not in the collector thread: whatever happens to result handling, restarts go on.
+        self._watchdog_thread = threading.Thread(target=self._supervise, name="llmwatch-scorer-watchdog", daemon=True)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def _spawn(self) -> None:
         self._inbox = self._ctx.Queue()
         self._outbox = self._ctx.Queue()
-        self._proc = self._ctx.Process(target=_child_main, args=(self._payload, self._drift_payload, self._matrix_payload, self._inbox, self._outbox, self._log_level), name="llmwatch-scorer", daemon=True)
+        # A child that is stopped, killed or hung never reads its inbox again; the feeder thread
+        # writing to that pipe would then block the interpreter's exit forever.
+        self._inbox.cancel_join_thread()
+        args = (self._payload, self._drift_payload, self._matrix_payload, self._inbox, self._outbox, self._log_level, os.getpid())
+        self._proc = self._ctx.Process(target=_child_main, args=args, name="llmwatch-scorer", daemon=True)
         self._proc.start()
 
     def start(self) -> None:
         self._spawn()
         self._thread.start()
+        self._watchdog_thread.start()
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Let queued batches finish (up to `timeout`), then stop the child."""
+    @property
+    def healthy(self) -> bool:
+        """For /readyz: the scorer started, both its threads run, and the child can be (re)started.
+
+        A child that is loading its model is healthy; one that failed to start is not.
+        """
+        if self.fatal is not None or self._stop.is_set():
+            return False
+        return self._thread.is_alive() and self._watchdog_thread.is_alive()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop within `timeout` (default `shutdown_timeout_s`) plus about two seconds.
+
+        A ready scorer first scores what it holds, up to `timeout`; one still loading its model
+        is not waited for. Whatever is left unscored is recorded as `error` scores (`shutdown`).
+        """
+        timeout = self.shutdown_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        while self._inflight and time.monotonic() < deadline and self.alive:
-            time.sleep(0.05)
+        pending = self._pending
+        if pending and self.ready.is_set() and self.fatal is None and self.alive:
+            log.info("scorer_draining", samples=pending, timeout_s=timeout)
+            while self._inflight and time.monotonic() < deadline and self.alive:
+                time.sleep(0.05)
+        log.info("scorer_stopping", unscored=self._pending, model_loaded=self.ready.is_set())
         self._stop.set()
-        if self._inbox is not None and self.alive:
-            self._inbox.put(None)
-            self._proc.join(timeout=max(deadline - time.monotonic(), 1.0))
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-        if self._inbox is not None:
-            # What is still buffered is for a child that is gone: without this the queue's feeder
-            # thread blocks interpreter exit on a full pipe (seen under CPU load, when a slow
-            # child had not drained its inbox before it was stopped).
-            self._inbox.cancel_join_thread()
-        self._thread.join(timeout=2.0)
+        with self._restart_lock:  # a restart under way finishes first, so its new child is stopped too
+            self._stop_child(self._proc, self._inbox, graceful=self.ready.is_set())
+        for thread in (self._thread, self._watchdog_thread):
+            if thread.is_alive():
+                thread.join(timeout=1.0)
+        unscored = self._fail_inflight("shutdown")
+        if unscored:
+            log.warning("scorer_unscored", samples=unscored, reason="shutdown")
+        self._discard_queues(self._inbox, self._outbox)
+
+    def _stop_child(self, proc: Any, inbox: Any, *, graceful: bool) -> None:
+        """Ask the child to stop, then make sure: at most ~1.5 s, whatever state it is in."""
+        if proc is None:
+            return
+        if graceful and proc.is_alive():
+            try:
+                inbox.put(None)
+            except (OSError, ValueError):
+                pass
+            proc.join(timeout=1.0)
+        if proc.is_alive():
+            # SIGKILL: a child stopped (SIGSTOP) or stuck in native code ignores anything milder.
+            proc.kill()
+            proc.join(timeout=0.5)
+
+    @staticmethod
+    def _discard_queues(*queues: Any) -> None:
+        for q in queues:
+            if q is None:
+                continue
+            try:
+                q.cancel_join_thread()
+                q.close()
+            except (OSError, ValueError):
+                pass
 
     # --- hand-off ---------------------------------------------------------------------------
 
@@ -216,15 +344,15 @@ class ScorerProcess:
         """Queue samples for scoring; False (and counted) when the scorer is too far behind."""
         n = len(samples)
         with self._lock:
-            if self.fatal is not None or self._pending + n > self._max_pending:
-                reason = "scorer_failed" if self.fatal is not None else "scoring_queue_full"
+            if self.fatal is not None or self._stop.is_set() or self._pending + n > self._max_pending:
+                reason = "scorer_failed" if self.fatal is not None else "scorer_stopped" if self._stop.is_set() else "scoring_queue_full"
                 self._on_drop(reason, n)
                 return False
             batch_id = next(self._ids)
             self._inflight[batch_id] = _Batch(list(samples), time.monotonic())
             self._pending += n
             inbox = self._inbox
-        inbox.put((batch_id, [s.to_json() for s in samples]))
+        inbox.put(ScoreBatch(batch_id, [s.to_json() for s in samples]))
         return True
 
     def freeze_baseline(self, version: str, path: str, timeout: float = 120.0) -> None:
@@ -235,7 +363,7 @@ class ScorerProcess:
         path = str(path)
         self._frozen.pop(path, None)
         self._frozen_event.clear()
-        self._inbox.put(("freeze", version, path))
+        self._inbox.put(FreezeBaseline(version, path))
         deadline = time.monotonic() + timeout
         while path not in self._frozen:
             if time.monotonic() > deadline:
@@ -250,7 +378,7 @@ class ScorerProcess:
         """Compare from now on against this baseline file (windows start empty)."""
         self._drift_payload = {**self._drift_payload, "baseline": str(path)}
         if self._inbox is not None:
-            self._inbox.put(("baseline", str(path)))
+            self._inbox.put(LoadBaseline(str(path)))
 
     @property
     def pending(self) -> int:
@@ -265,67 +393,102 @@ class ScorerProcess:
                 self._pending -= len(batch.samples)
             return batch
 
-    def _fail_inflight(self, reason: str) -> None:
-        """Record every unanswered sample as an `error` score, so losses are visible per check."""
+    def _fail_inflight(self, reason: str) -> int:
+        """Record every unanswered sample as an `error` score, so losses are visible per check.
+
+        Returns (and counts under `on_unscored`) how many samples that was.
+        """
         with self._lock:
             batches = list(self._inflight.items())
             self._inflight.clear()
             self._pending = 0
         now = datetime.now(timezone.utc)
+        total = 0
         for _, batch in batches:
+            total += len(batch.samples)
             scores = [
                 Score(sample_id=s.id, check=name, kind="scorer", result="error", details={"exception": reason}, model=s.model, model_version=s.model_version, route=s.route, sample_timestamp=s.timestamp, scored_at=now)
                 for s in batch.samples
                 for name in (self.check_names or ["scorer"])
             ]
-            self._on_scores(scores, [0.0] * len(scores))
+            self._handle("scores", self._on_scores, scores, [0.0] * len(scores))
+        if total:
+            self._on_unscored(reason, total)
+        return total
+
+    def _handle(self, what: str, handler: Callable[..., None], *args: Any) -> None:
+        """Run a result handler; its failure (e.g. a full disk) is logged, never fatal to the thread."""
+        try:
+            handler(*args)
+        except Exception as exc:
+            self._warn(log.error, "scorer_result_handler_failed", result=what, error=repr(exc))
 
     def _restart(self, reason: str) -> None:
-        log.error("scorer_restarted", reason=reason, inflight=len(self._inflight))
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(timeout=5)
-        self._fail_inflight(reason)
-        self.restarts += 1
-        self.ready.clear()
-        self._last_progress = time.monotonic()
-        self._spawn()
+        with self._restart_lock:
+            if self._stop.is_set():
+                return
+            log.error("scorer_restarted", reason=reason, inflight=len(self._inflight))
+            old_proc, old_inbox, old_outbox = self._proc, self._inbox, self._outbox
+            self._stop_child(old_proc, old_inbox, graceful=False)
+            self.restarts += 1
+            self.ready.clear()
+            self._last_progress = time.monotonic()
+            self._spawn()
+            # After the new inbox is in place: a batch submitted meanwhile went to the old one and
+            # is failed here, instead of waiting unanswered for the next timeout.
+            self._fail_inflight(reason)
+            self._discard_queues(old_inbox, old_outbox)
 
     def _collect(self) -> None:
         while not self._stop.is_set():
+            outbox = self._outbox
             try:
-                message = self._outbox.get(timeout=0.2)
+                message = outbox.get(timeout=0.2)
             except queue.Empty:
-                self._watchdog()
                 continue
-            except (EOFError, OSError):
-                if self._stop.is_set():
+            except (EOFError, OSError, ValueError):
+                # The child died mid-message, or a restart closed this queue: the watchdog
+                # restarts the child; this thread picks up the new queue.
+                self._stop.wait(0.2)
+                continue
+            try:
+                if not self._dispatch(message):
                     return
-                self._restart("scorer_crashed")
-                continue
-            self._last_progress = time.monotonic()
-            kind = message[0]
-            if kind == "ready":
-                self.check_names = list(message[1])
+            except Exception as exc:
+                self._warn(log.error, "scorer_message_failed", error=repr(exc))
+
+    def _dispatch(self, message: object) -> bool:
+        """Act on one message from the child; False when the scorer cannot run at all."""
+        self._last_progress = time.monotonic()
+        match message:
+            case Ready(check_names):
+                self.check_names = list(check_names)
                 self.ready.set()
-            elif kind == "fatal":
-                self.fatal = message[1]
-                log.error("scorer_failed_to_start", error=message[1])
+                log.info("scorer_ready", checks=self.check_names, restarts=self.restarts)
+            case Fatal(error):
+                self.fatal = error
+                log.error("scorer_failed_to_start", error=error)
                 self._fail_inflight("scorer_failed")
                 self.ready.set()
-                return
-            elif kind == "drift":
-                self._on_drift(message[1])
-            elif kind == "evaluation":
-                self._on_evaluation(message[1])
-            elif kind == "frozen":
-                self._frozen[message[1]] = message[2]
+                return False
+            case DriftUpdate(readings):
+                self._handle("drift", self._on_drift, readings)
+            case EvaluationUpdate(readings):
+                self._handle("evaluation", self._on_evaluation, readings)
+            case Frozen(path, error):
+                self._frozen[path] = error
                 self._frozen_event.set()
-            elif kind == "scores":
-                _, batch_id, lines, durations = message
+            case Scored(batch_id, lines, durations):
                 if self._finish(batch_id) is not None:
-                    self._on_scores([Score.from_json(line) for line in lines], durations)
-            self._watchdog()
+                    self._handle("scores", self._on_scores, [Score.from_json(line) for line in lines], durations)
+        return True
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                self._watchdog()
+            except Exception as exc:
+                self._warn(log.error, "scorer_watchdog_failed", error=repr(exc))
 
     def _watchdog(self) -> None:
         if self._stop.is_set() or self.fatal is not None:
@@ -350,9 +513,14 @@ class ScoringSink:
         self.scorer = scorer
         self.batch_size = batch_size
 
-    def write(self, samples: Sequence[Sample]) -> None:
+    def write(self, samples: Sequence[Sample]) -> int:
+        """Hand samples to the scorer; how many it refused (counted by the scorer's `on_drop`)."""
+        refused = 0
         for i in range(0, len(samples), self.batch_size):
-            self.scorer.submit(samples[i : i + self.batch_size])
+            chunk = samples[i : i + self.batch_size]
+            if not self.scorer.submit(chunk):
+                refused += len(chunk)
+        return refused
 
     def close(self) -> None:
         self.scorer.close()

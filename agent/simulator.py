@@ -39,7 +39,8 @@ Fault injection, for tests of the proxy: request header
 
 Run standalone (benchmarks use a separate process):
 
-    python -m agent.simulator --host 127.0.0.1 --port 8001 --latency-scale 1.0 --profile A
+    llmwatch simulate --host 127.0.0.1 --port 8001 --latency-scale 1.0 --profile A
+    python -m llmwatch.agent.simulator --port 0   # the same; prints the address it bound
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class _Topic:
 _TOPICS: tuple[_Topic, ...] = (
     _Topic(
         "cooking",
-        ("cook", "recipe", "bake", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
+        ("cook", "recipe", "bake", "lentil", "nutrition", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
          "chicken", "soup", "kitchen", "ingredient", "grill", "fry", "roast", "garlic", "onion", "steak",
          "dough", "bread", "meal", "dish", "spice", "simmer", "boil", "flavor", "flavour", "cuisine"),
         (
@@ -520,7 +521,49 @@ def _scale_paragraphs(pool: Sequence[str], base_count: int, scale: float) -> str
     return "\n\n".join(" ".join(s) for s in out)
 
 
-def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float) -> tuple[str, str]:
+# Words of a request's framing rather than its subject ("Return a JSON object about ...").
+_FRAMING_WORDS = frozenset({"json", "object", "return", "reply", "respond", "format", "recommend", "plan"})
+
+
+def _content_words(prompt: str, limit: int = 6) -> list[str]:
+    """The prompt's subject words in order, without framing; a sentence's first word lowercased
+    unless it is an acronym (SQL), so proper nouns keep their capital."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in re.finditer(r"[A-Za-z][A-Za-z0-9'-]*", prompt):
+        word, low = m.group(0), m.group(0).lower()
+        if len(low) < 3 or low in _STOPWORDS or low in _FRAMING_WORDS or low in seen:
+            continue
+        seen.add(low)
+        at_start = not prompt[: m.start()].strip() or prompt[: m.start()].rstrip()[-1] in ".!?:"
+        out.append(low if at_start and not word.isupper() else word)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _lead(prompt: str) -> str:
+    """An opening that names what was asked about, as a model answering the question does.
+
+    Without it the canned paragraphs are about the topic but often not about the question
+    (a Python question answered with advice on virtualenvs), and the demo's good version A
+    failed `answer_relevance` on about a quarter of its answers.
+    """
+    words = _content_words(prompt)
+    if not words:
+        return ""
+    subject = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"Here is what matters about {subject}. "
+
+
+def _overlap(prompt_words: set[str], paragraph: str) -> int:
+    # Five-letter stems, so that "roast" meets "roasting" and "tomatoes" meets "tomato".
+    return len(prompt_words & {w.lower()[:5] for w in re.findall(r"[A-Za-z]+", paragraph)})
+
+
+def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float, *, on_topic: bool = True) -> tuple[str, str]:
+    """An answer from `topic`'s bank; `on_topic` False for a deliberately off-topic answer,
+    which then neither leads with the prompt's subject nor picks the paragraphs closest to it."""
     if topic is None:
         nouns = _key_nouns(prompt)
         if nouns:
@@ -534,8 +577,13 @@ def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: 
         pool = list(topic.answers)
         rng.shuffle(pool)
         name = topic.name
+        if on_topic:
+            # Stable: the closest paragraphs first, ties in the shuffled order.
+            stems = {w.lower()[:5] for w in _content_words(prompt)}
+            pool.sort(key=lambda paragraph: -_overlap(stems, paragraph))
     base_count = 1 if rng.random() < 0.5 else 2
-    return _scale_paragraphs(pool, base_count, scale), name
+    body = _scale_paragraphs(pool, base_count, scale)
+    return (_lead(prompt) + body if topic is not None and on_topic else body), name
 
 
 def _break_json(rng: random.Random, text: str) -> str:
@@ -575,10 +623,11 @@ def _plan_choice(
     if rng.random() < profile.refusal_rate:
         text = json.dumps({"refusal": REFUSAL}) if json_mode else REFUSAL
     else:
+        on_topic = True
         if rng.random() < profile.off_topic_rate:
             others = [t for t in _TOPICS if t is not topic]
-            topic = rng.choice(others)
-        body, name = _topic_answer(rng, topic, prompt, profile.answer_length_scale)
+            topic, on_topic = rng.choice(others), False
+        body, name = _topic_answer(rng, topic, prompt, profile.answer_length_scale, on_topic=on_topic)
         if json_mode:
             text = json.dumps(
                 {"answer": body, "topic": name, "confidence": round(rng.uniform(0.55, 0.98), 2)},
@@ -1334,33 +1383,48 @@ def _profile_from_args(name: str, latency_scale: float) -> SimProfile:
     return SimProfile(**{**asdict(base), "latency_scale": latency_scale})
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, out: Any = None) -> int:
+    """Serve until SIGINT/SIGTERM; say on `out` (stdout) where, so `--port 0` is usable."""
+    import sys
+
+    out = out or sys.stdout
     handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale),
                                    seed=args.seed)
     from llmwatch.agent.signals import wait_for_signal
 
+    # `url=` as in the start-up log line, so one pattern finds the address in either.
+    out.write(f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
+              f"profile {handle.profile.name}; Ctrl-C to stop\n")
+    out.flush()
     try:
         await wait_for_signal()
     finally:
         await handle.close()
         log.info("simulator.stopped", url=handle.url)
+    return 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agent.simulator",
-                                     description="OpenAI-compatible LLM server simulator")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--latency-scale", type=float, default=1.0)
-    parser.add_argument("--profile", default="A", help="A, B, or any label (default behaviour)")
-    parser.add_argument("--seed", type=int, default=None)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve(args))
-    else:
-        uvloop.run(_serve(args))
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from llmwatch.agent.simulator_options import add_arguments
+    from llmwatch.core.logs import configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m llmwatch.agent.simulator",
+                                     description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging("info")
+    try:
+        run(args)
+    except OSError as exc:
+        raise SystemExit(f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":

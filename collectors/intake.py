@@ -1,9 +1,17 @@
-"""The consumer side of the sample queue: build, redact, hand to sinks, off the event loop.
+"""The intake of every call llmwatch sees, and the consumer side of the sample queue.
 
-One daemon thread drains the queue in batches. Building the `Sample` record and redacting it
-happen here, not on the hot path. A sink that raises loses that batch for that sink only: the
-loss is counted under `llmwatch_samples_dropped_total{reason="sink_error"}` and logged, and the
-other sinks and the proxy go on.
+`Intake` is the one way in, for the proxy and for the OTLP receiver alike: it resolves the model
+version, takes the sampling decision, enqueues what is selected and counts it
+(`llmwatch_samples_total{reason}` once per selected call, `llmwatch_samples_dropped_total
+{reason="queue_full"}` when the bounded queue refuses). It never blocks: a full queue drops.
+
+`Pipeline` is the other end: one daemon thread drains the queue in batches. Building the
+`Sample` record and redacting it happen there, not on the hot path. A sink that raises loses
+that batch for that sink only: the loss is counted under
+`llmwatch_samples_dropped_total{reason="sink_error"}` and logged (at a bounded rate), and the
+other sinks and the proxy go on. A sink that refuses part of a batch (disk full, scorer too far
+behind) counts the refused samples itself, with its own reason, and returns how many it refused:
+per sink, samples selected = written + dropped.
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ import structlog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
-from llmwatch.core.jsonio import JsonlWriter
+from llmwatch.core.logs import RateLimitedLog
+from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
+from llmwatch.scorers.redaction import redact_sample
 
 log = structlog.get_logger(__name__)
 
@@ -34,29 +44,51 @@ class Captured:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the intake did with one call: `reason` is None when sampling skipped it."""
+
+    reason: str | None
+    queued: bool
+
+
+class Intake:
+    def __init__(self, queue: BoundedQueue[Any], sampler: Sampler, metrics: Metrics, *, default_version: str | None) -> None:
+        self.queue = queue
+        self.sampler = sampler
+        self.metrics = metrics
+        self._default_version = default_version
+
+    def model_version(self, declared: str | None, response_model: str | None, request_model: str | None) -> str | None:
+        """The version a call is labelled with: declared (header, span attribute) -> `model_version.default` -> response model -> request model."""
+        return declared or self._default_version or response_model or request_model
+
+    def admit(self, key: str, route: str, model: str | None, *, error: bool, latency_ms: float, build: Callable[[str], Captured | Sample]) -> Admission:
+        """Decide on one call and, when it is selected, queue `build(reason)` and count it."""
+        reason = self.sampler.decide(key, route, model, error=error, latency_ms=latency_ms)
+        if reason is None:
+            return Admission(None, False)
+        m = self.metrics
+        m.samples.labels(reason=reason).inc()
+        if self.queue.offer(build(reason)):
+            return Admission(reason, True)
+        m.samples_dropped.labels(reason="queue_full").inc()
+        return Admission(reason, False)
+
+
 class Sink(Protocol):
     name: str
     # Sinks that store or ship samples get redacted copies; a sink that only scores in memory
     # on this host (`raw = True`) sees the original text, so that e.g. `pii_leak` can find PII.
     raw: bool
 
-    def write(self, samples: Sequence[Sample]) -> None: ...
+    def write(self, samples: Sequence[Sample]) -> int | None:
+        """Take the batch; None (or 0) when all of it was accepted, else how many were refused
+        (the sink has counted those itself, with a reason: `llmwatch_samples_dropped_total`, or
+        its own counter such as `llmwatch_kafka_dropped_total`)."""
+        ...
 
     def close(self) -> None: ...
-
-
-class FileSink:
-    name = "files"
-    raw = False
-
-    def __init__(self, directory: str, max_file_bytes: int) -> None:
-        self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
-
-    def write(self, samples: Sequence[Sample]) -> None:
-        self._writer.write_lines(s.to_json() for s in samples)
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 class Pipeline:
@@ -77,6 +109,8 @@ class Pipeline:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmwatch-pipeline", daemon=True)
         self.processed = 0
+        self._warn = RateLimitedLog()
+        self._sink_warn = {sink.name: RateLimitedLog() for sink in self.sinks}
 
     def start(self) -> None:
         self._thread.start()
@@ -85,28 +119,27 @@ class Pipeline:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def submit(self, sample: Sample) -> bool:
-        """Queue a sample built elsewhere (e.g. from an ingested OTLP span); False when the queue is full (counted)."""
-        if self.queue.offer(sample):
-            return True
-        self.metrics.samples_dropped.labels(reason="queue_full").inc()
-        return False
-
     def build(self, item: Captured | Sample) -> Sample:
         if isinstance(item, Sample):
             return item
         return to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
 
     def redacted(self, sample: Sample) -> Sample:
-        if self._redact is None:
-            return sample
-        return sample.model_copy(update={"request": self._redact(sample.request), "response": self._redact(sample.response), "redacted": True})
+        # A Redactor applies the whole policy: field rules, header metadata, the client's
+        # request id, and scores_only mode; any other callable only masks the bodies.
+        return redact_sample(self._redact, sample)
 
     def _run(self) -> None:
         while True:
             batch = self.queue.get_batch(self._batch_size, timeout=0.2)
             if batch:
-                self._process(batch)
+                try:
+                    self._process(batch)
+                except Exception as exc:
+                    # This thread is the only consumer: were it to die, every later sample would
+                    # pile up unseen. The batch is lost and counted; the thread goes on.
+                    self.metrics.samples_dropped.labels(reason="pipeline_error").inc(len(batch))
+                    self._warn(log.error, "pipeline_batch_failed", samples=len(batch), error=repr(exc))
             elif self._stop.is_set():
                 return
 
@@ -128,11 +161,13 @@ class Pipeline:
                     redacted = [self.redacted(s) for s in samples]
                 batch_for_sink = redacted
             try:
-                sink.write(batch_for_sink)
-                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples))
+                refused = sink.write(batch_for_sink) or 0
             except Exception as exc:
                 self.metrics.samples_dropped.labels(reason="sink_error").inc(len(samples))
-                log.error("sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                self._sink_warn[sink.name](log.error, "sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                continue
+            if len(samples) > refused:
+                self.metrics.samples_written.labels(sink=sink.name).inc(len(samples) - refused)
         self.processed += len(batch)
 
     def close(self, timeout: float = 5.0) -> None:

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from llmwatch.core.config import OtelSection
 from llmwatch.core.metrics import Metrics
-from llmwatch.core.records import _content_to_text, extract_answer_text, extract_prompt_text
+from llmwatch.core.wire import content_to_text, extract_answer_text, extract_prompt_text
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange
 
 log = structlog.get_logger(__name__)
@@ -98,7 +98,7 @@ def _messages_in(request: Any) -> list[dict[str, Any]]:
             if not isinstance(m, dict):
                 continue
             parts: list[dict[str, Any]] = []
-            text = _content_to_text(m.get("content"))
+            text = content_to_text(m.get("content"))
             if m.get("role") == "tool":
                 parts.append({"type": "tool_call_response", "id": m.get("tool_call_id"), "response": text})
             elif text:
@@ -124,7 +124,7 @@ def _messages_out(response: Any, finish_reason: str | None) -> list[dict[str, An
                 continue
             message = c.get("message") if isinstance(c.get("message"), dict) else {}
             parts: list[dict[str, Any]] = []
-            text = _content_to_text(message.get("content")) if message else c.get("text")
+            text = content_to_text(message.get("content")) if message else c.get("text")
             if isinstance(text, str) and text:
                 parts.append({"type": "text", "content": text})
             for call in message.get("tool_calls") or []:
@@ -221,7 +221,7 @@ class OtelExporter:
         if cost is not None:
             attrs["llmwatch.cost_usd"] = cost
         if reason is not None:
-            attrs["llmwatch.sample_id"] = ex.request_id
+            attrs["llmwatch.sample_id"] = ex.sample_id or ex.request_id
         if facts.error_type:
             attrs["error.type"] = facts.error_type
         start_ns = int(ex.started_at * 1e9)

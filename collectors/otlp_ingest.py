@@ -25,6 +25,7 @@ import base64
 import re
 import zlib
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime, timezone
 from typing import Any
 
@@ -37,11 +38,11 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from llmwatch.collectors.intake import Intake
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Pipeline
-from llmwatch.core.records import Sample, Usage, _content_to_text, extract_answer_text, extract_prompt_text
-from llmwatch.scorers.sampler import Sampler
-from llmwatch.collectors.proxy_capture import approx_tokens
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.wire import approx_tokens, content_to_text, extract_answer_text, extract_prompt_text
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +57,7 @@ _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
 
 
-class SpanRejected(ValueError):
+class SpanRejected(LlmwatchError, ValueError):
     """An LLM span that cannot become a sample (reported in partial_success)."""
 
 
@@ -288,10 +289,10 @@ def _text(value: Any) -> str:
     """Message content as text: plain, or a JSON list of parts (how multimodal content is flattened)."""
     if isinstance(value, str):
         if value[:1] in ("[", "{"):
-            text = _content_to_text(_json(value))
+            text = content_to_text(_json(value))
             return text or value
         return value
-    return _content_to_text(value) if value is not None else ""
+    return content_to_text(value) if value is not None else ""
 
 
 def _traceloop_content(attrs: dict[str, Any]) -> _Content:
@@ -442,7 +443,8 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
         operation=operation,
         model=model,
         response_model=response_model,
-        model_version=_str(attrs, "llmwatch.model_version") or response_model or model,
+        # Only the version the span declares; the intake falls back as for proxied calls.
+        model_version=_str(attrs, "llmwatch.model_version"),
         status=status,
         error_type=error_type,
         latency_ms=round((span.end_time_unix_nano - span.start_time_unix_nano) / 1e6, 3),
@@ -462,10 +464,14 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
 # --- the HTTP receiver -------------------------------------------------------------------------
 
 
+def _selected(sample: Sample, reason: str) -> Sample:
+    sample.sample_reason = reason
+    return sample
+
+
 class OtlpReceiver:
-    def __init__(self, pipeline: Pipeline, sampler: Sampler, metrics: Metrics, *, max_body_bytes: int) -> None:
-        self.pipeline = pipeline
-        self.sampler = sampler
+    def __init__(self, intake: Intake, metrics: Metrics, *, max_body_bytes: int) -> None:
+        self.intake = intake
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
 
@@ -495,13 +501,12 @@ class OtlpReceiver:
                     if sample is None:
                         count.labels(outcome="not_llm").inc()
                         continue
-                    reason = self.sampler.decide(sample.id, sample.route, sample.model, error=sample.error_type is not None, latency_ms=sample.latency_ms)
-                    if reason is None:
+                    # Resolved as for proxied calls: a declared `llmwatch.model_version` first, then `model_version.default`.
+                    sample.model_version = self.intake.model_version(sample.model_version, sample.response_model, sample.model)
+                    admission = self.intake.admit(sample.id, sample.route, sample.model, error=sample.error_type is not None, latency_ms=sample.latency_ms, build=partial(_selected, sample))
+                    if admission.reason is None:
                         count.labels(outcome="unsampled").inc()
-                        continue
-                    sample.sample_reason = reason
-                    if self.pipeline.submit(sample):
-                        self.metrics.samples.labels(reason=reason).inc()
+                    elif admission.queued:
                         count.labels(outcome="sampled").inc()
                     else:
                         rejected += 1

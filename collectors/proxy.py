@@ -5,12 +5,19 @@ connection), and what the upstream answers is what the client gets: status, reas
 body, chunk by chunk. Capture only copies bytes and timestamps aside; the analysis, metrics and
 sampling run after the last byte has gone out, and any failure in them is counted and ignored,
 so llmwatch fails open. The only responses llmwatch writes itself are 502/504 when the upstream
-cannot be reached at all, in the OpenAI error format so that SDKs report them clearly.
+cannot be reached at all, and 400 for a request target that is not a path, in the OpenAI error
+format so that SDKs report them clearly; their messages are fixed words that never echo what
+the upstream sent nor the upstream's credentials.
+
+Documented exceptions to "bytes untouched" (docs/notes/proxyfaults.md): `Expect: 100-continue`
+is answered by the proxy itself and not forwarded; 1xx informational responses (103 Early Hints)
+are not relayed, because aiohttp's client consumes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from time import perf_counter
@@ -20,15 +27,16 @@ import aiohttp
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 from yarl import URL
 
 from llmwatch.core.config import Config
+from llmwatch.core.urls import mask_url, split_userinfo
 from llmwatch.core.metrics import Metrics
-from llmwatch.collectors.intake import Captured
+from llmwatch.collectors.intake import Captured, Intake
 from llmwatch.core.pricing import PriceTable
-from llmwatch.core.queue import BoundedQueue
-from llmwatch.scorers.sampler import Sampler
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, analyze
 
 log = structlog.get_logger(__name__)
@@ -38,10 +46,124 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
 )
 _UPSTREAM_REQUEST_ID = "x-request-id"
+# Headers aiohttp's StreamResponse adds when they are missing; a relayed response gets none of
+# them unless the upstream sent them.
+_DEFAULTED = frozenset({"content-type", "server", "date"})
+_UPSTREAM_HAS = web.ResponseKey("llmwatch_upstream_has", set)
+# A client's own request id is a header value: stored on the sample, so kept short.
+_MAX_CLIENT_ID = 128
 
 
 def error_body(kind: str, message: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": f"llmwatch_{kind}"}})
+
+
+def _strip_defaults(response: web.StreamResponse) -> None:
+    present = response.get(_UPSTREAM_HAS)
+    if present is None:
+        return  # one of llmwatch's own answers (502/504/400): aiohttp's defaults are fine there
+    headers = response.headers
+    for name in _DEFAULTED - present:
+        headers.popall(name, None)
+
+
+async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    # Runs after aiohttp filled in its defaults and before the head is written.
+    _strip_defaults(response)
+
+
+class _MalformedRequestFilter(logging.Filter):
+    """aiohttp logs every malformed request (bad target, headers over the limits) at ERROR with a
+    traceback, and the exception's text quotes the client's bytes (an Authorization header, say).
+    A client's bad request is not an llmwatch error: one line, the error class, no bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = "malformed request rejected with %s: %s"
+            record.args = (exc.code, type(exc).__name__)
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_http_log = logging.getLogger("llmwatch.proxy.http")
+_http_log.addFilter(_MalformedRequestFilter())
+
+
+class _HeadDeadlineHandler(RequestHandler):
+    """aiohttp's connection handler plus a deadline on receiving a complete request head.
+
+    aiohttp has no such timeout: a client that sends a header line every few seconds holds its
+    connection (and a file descriptor) open for as long as it likes. The clock starts when a
+    connection opens and when bytes arrive while the connection is idle (aiohttp waits for its
+    next request), and stops when the parser has a complete head. Body bytes of a request being
+    handled never start it, and an idle keep-alive connection is left to keepalive_timeout.
+    """
+
+    def __init__(self, manager: web.Server, *, header_timeout_s: float, on_timeout: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._head_timeout_s = header_timeout_s
+        self._head_on_timeout = on_timeout
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._heads_at_arm = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._head_arm()
+
+    def data_received(self, data: bytes) -> None:
+        heads_before = self._request_count
+        super().data_received(data)
+        if self._request_count != heads_before:
+            self._head_disarm()
+        elif self._head_deadline is None and self._waiter is not None and not self._waiter.done():
+            self._head_arm()  # idle, and bytes of a new request head came in
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._head_disarm()
+        super().connection_lost(exc)
+
+    def _head_arm(self) -> None:
+        self._head_disarm()
+        self._heads_at_arm = self._request_count
+        self._head_deadline = self._loop.call_later(self._head_timeout_s, self._head_expired)
+
+    def _head_disarm(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_expired(self) -> None:
+        self._head_deadline = None
+        if self.transport is not None and self._request_count == self._heads_at_arm:
+            self._head_on_timeout()
+            self.force_close()
+
+
+class _ProxyServer(web.Server):
+    header_timeout_s: float = 10.0
+    on_header_timeout: Callable[[], None] = staticmethod(lambda: None)
+
+    def __call__(self) -> RequestHandler:
+        return _HeadDeadlineHandler(self, loop=self._loop, header_timeout_s=self.header_timeout_s, on_timeout=self.on_header_timeout, **self._kwargs)
+
+
+class _ProxyRunner(web.AppRunner):
+    def __init__(self, app: web.Application, *, header_timeout_s: float, on_header_timeout: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._header_timeout_s = header_timeout_s
+        self._on_header_timeout = on_header_timeout
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # The application builds a plain Server; this subclass only changes which connection
+        # handler it makes, so swapping the class keeps everything the app set up.
+        server.__class__ = _ProxyServer
+        server.header_timeout_s = self._header_timeout_s  # type: ignore[attr-defined]
+        server.on_header_timeout = self._on_header_timeout  # type: ignore[attr-defined]
+        return server
 
 
 async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -51,16 +173,23 @@ async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[byt
 
 
 class Proxy:
-    def __init__(self, cfg: Config, metrics: Metrics, queue: BoundedQueue[Captured], *, sampler: Sampler, prices: PriceTable) -> None:
+    def __init__(self, cfg: Config, metrics: Metrics, intake: Intake, *, prices: PriceTable) -> None:
         if not cfg.upstream:
             raise ValueError("upstream is not set; pass --upstream URL or set `upstream:` in the config")
         self.cfg = cfg
         self.metrics = metrics
-        self.queue = queue
-        self.sampler = sampler
+        self.intake = intake
         self.prices = prices
-        self.upstream = URL(cfg.upstream)
-        self._upstream_prefix = cfg.upstream.rstrip("/")
+        # Credentials in the upstream URL are sent as Basic auth, only on requests that carry no
+        # Authorization of their own, and never shown: messages use the masked form.
+        bare, userinfo = split_userinfo(cfg.upstream)
+        self.upstream = URL(bare)
+        self.shown_upstream = mask_url(cfg.upstream)
+        self._upstream_prefix = bare.rstrip("/")
+        self._upstream_auth: str | None = None
+        if userinfo is not None:
+            auth = aiohttp.BasicAuth.from_url(URL(cfg.upstream))
+            self._upstream_auth = auth.encode() if auth is not None else None
         self._routes = frozenset(cfg.capture.routes)
         self._limit = cfg.capture.max_body_bytes
         self._version_header = cfg.model_version.header.lower()
@@ -68,6 +197,8 @@ class Proxy:
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
         self._warned_unpriced: set[str] = set()
+        # Configured and priced models keep their own label whatever clients send first.
+        metrics.model_label.allow([*cfg.metrics.models, *prices.models])
         self.session: aiohttp.ClientSession | None = None
         # Set by the runtime (OpenTelemetry export): called once per captured call, sampled or not.
         self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
@@ -85,6 +216,10 @@ class Proxy:
             cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None, connect=p.connect_timeout_s, sock_connect=p.connect_timeout_s, sock_read=p.read_timeout_s),
             trust_env=False,
+            # aiohttp's 8,190-byte default turns upstream answers with long headers into 502.
+            max_line_size=p.max_header_bytes,
+            max_field_size=p.max_header_bytes,
+            max_headers=p.max_headers,
         )
 
     async def close(self) -> None:
@@ -93,9 +228,37 @@ class Proxy:
 
     def app(self, *, client_max_size: int = 1 << 40) -> web.Application:
         # aiohttp's own body limit would answer 413 itself; the proxy forwards any size.
-        app = web.Application(client_max_size=client_max_size, handler_args={"max_field_size": 65536})
+        p = self.cfg.proxy
+        handler_args = {
+            "max_line_size": p.max_header_bytes,
+            "max_field_size": p.max_header_bytes,
+            "max_headers": p.max_headers,
+            # A compressed request body is forwarded as sent: inflated, it no longer matched its
+            # own Content-Encoding (and a small upload could inflate without bound).
+            "auto_decompress": False,
+        }
+        app = web.Application(client_max_size=client_max_size, handler_args=handler_args)
         app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_response_prepare.append(_on_response_prepare)
         return app
+
+    def runner(self, app: web.Application) -> web.AppRunner:
+        """The runner to serve `app` with: head deadline, and handlers cancelled when the client leaves.
+
+        Cancelling the handler of a client that went away closes its upstream connection, so
+        the upstream stops working for nobody and the pool slot comes back at once.
+        """
+        header_timeouts = self.metrics.proxy_errors.labels(error_type="client_header_timeout")
+        return _ProxyRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            logger=_http_log,
+            header_timeout_s=self.cfg.proxy.header_timeout_s,
+            on_header_timeout=header_timeouts.inc,
+            shutdown_timeout=self.cfg.proxy.shutdown_timeout_s,
+        )
 
     def _forward_headers(self, request: web.Request) -> CIMultiDict[str]:
         headers: CIMultiDict[str] = CIMultiDict()
@@ -105,7 +268,14 @@ class Proxy:
             lower = name.lower()
             if lower in HOP_BY_HOP or (lower == "host" and not preserve_host):
                 continue
+            if lower == "expect" and raw_value.lower() == b"100-continue":
+                # aiohttp has already answered 100 Continue and the body is on its way to us:
+                # forwarded, the header would make the upstream request wait for a second 100
+                # that an upstream expecting only the body never sends.
+                continue
             headers.add(name, raw_value.decode("latin-1"))
+        if self._upstream_auth is not None and "authorization" not in headers:
+            headers["Authorization"] = self._upstream_auth
         return headers
 
     async def _request_body(self, request: web.Request, ex: Exchange | None) -> Any:
@@ -139,10 +309,29 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         t0 = perf_counter()
         started_at = time.time()
+        raw_target = request.raw_path
+        if not raw_target.startswith("/"):
+            # Absolute-form (`GET http://other/ HTTP/1.1`) or `OPTIONS *`: a reverse proxy only
+            # ever sends to its one upstream, so only a path can be forwarded.
+            return self._bad_request("llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL")
+        url = URL(self._upstream_prefix + raw_target, encoded=True)
+        if url.host != self.upstream.host or url.port != self.upstream.port:
+            return self._bad_request("llmwatch proxy: the request target must be a path such as /v1/chat/completions")
         path = request.path
         ex: Exchange | None = None
         if path in self._routes:
-            ex = Exchange(request_id=request.headers.get(self._rid_header, ""), started_at=started_at, t0=t0, method=request.method, route=path)
+            client_id = request.headers.get(self._rid_header)
+            ex = Exchange(
+                request_id=client_id[:_MAX_CLIENT_ID] if client_id else "",
+                started_at=started_at,
+                t0=t0,
+                method=request.method,
+                route=path,
+                # One per call (clients reuse theirs on retries); getrandbits costs far less than uuid4.
+                sample_id=f"llmw-{random.getrandbits(64):016x}",
+                max_body_bytes=self._limit,
+                request_encoding=request.headers.get("Content-Encoding"),
+            )
             headers_in = request.headers
             for header, key in self._metadata_headers:
                 value = headers_in.get(header)
@@ -151,16 +340,20 @@ class Proxy:
         assert self.session is not None
         headers = self._forward_headers(request)
         data = await self._request_body(request, ex)
-        url = URL(self._upstream_prefix + request.raw_path, encoded=True)
         resp: web.StreamResponse | None = None
         try:
             async with self.session.request(request.method, url, headers=headers, data=data, allow_redirects=False) as up:
                 resp = web.StreamResponse(status=up.status, reason=up.reason)
                 out_headers = resp.headers
+                present: set[str] = set()
                 for raw_name, raw_value in up.raw_headers:
                     name = raw_name.decode("latin-1")
-                    if name.lower() not in HOP_BY_HOP:
+                    lower = name.lower()
+                    if lower not in HOP_BY_HOP:
                         out_headers.add(name, raw_value.decode("latin-1"))
+                        if lower in _DEFAULTED:
+                            present.add(lower)
+                resp[_UPSTREAM_HAS] = present
                 if ex is not None:
                     ex.status = up.status
                     upstream_headers = up.headers
@@ -184,6 +377,11 @@ class Proxy:
         except aiohttp.ClientConnectionResetError:
             self._fail(ex, "client_disconnected")
             return resp if resp is not None else web.Response(status=499)
+        except asyncio.CancelledError:
+            # The client went away (aiohttp cancels its handler); leaving the `async with`
+            # closed the upstream connection.
+            self._fail(ex, "client_disconnected")
+            raise
         except aiohttp.ClientError as exc:
             if resp is None or not resp.prepared:
                 return self._gateway_error(request, ex, exc)
@@ -216,26 +414,39 @@ class Proxy:
         if ex is not None:
             ex.error_type = error_type
 
+    def _bad_request(self, message: str) -> web.Response:
+        return web.Response(status=400, body=error_body("invalid_request_error", message), content_type="application/json")
+
     def _gateway_error(self, request: web.Request, ex: Exchange | None, exc: BaseException) -> web.Response:
+        # Fixed words only: an exception's text can quote the upstream's header bytes.
+        shown = self.shown_upstream
         if isinstance(exc, asyncio.TimeoutError):
             status, kind = 504, "upstream_timeout"
-            message = f"llmwatch proxy: upstream {self.upstream} did not answer in time ({type(exc).__name__})"
+            message = f"llmwatch proxy: upstream {shown} did not answer in time (proxy.connect_timeout_s / proxy.read_timeout_s)"
         else:
             status, kind = 502, "upstream_unavailable"
-            message = f"llmwatch proxy: upstream {self.upstream} is unreachable: {exc}"
+            message = f"llmwatch proxy: upstream {shown} {_what_failed(exc)}"
         self._fail(ex, kind)
         if ex is not None:
             ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=request.path, error=str(exc))
+        log.warning("upstream_failed", error_type=kind, path=request.path, upstream=shown, error=type(exc).__name__)
         return web.Response(status=status, body=error_body(kind, message), content_type="application/json")
+
+    def _captured(self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str) -> Captured:
+        if client_id:
+            # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
+            ex.client_request_id = client_id
+        return Captured(ex, facts, version, cost, reason)
 
     def _finish(self, ex: Exchange) -> None:
         """Metrics and sampling for one call. Never raises: llmwatch must not break traffic."""
         try:
             facts = analyze(ex)
             m = self.metrics
-            model_label = m.model_label(facts.model)
-            version = ex.response_headers.get(self._version_header) or self.cfg.model_version.default or facts.response_model or facts.model
+            # A model the upstream answered for is real: it keeps its label past the cap.
+            confirmed = facts.response_model is not None and facts.status < 400
+            model_label = m.model_label.confirm(facts.model) if confirmed else m.model_label(facts.model)
+            version = self.intake.model_version(ex.response_headers.get(self._version_header), facts.response_model, facts.model)
             version_label = m.version_label(version)
             op = facts.operation
             m.operation_duration.labels(op, model_label, version_label, facts.error_type or "").observe(facts.duration_s)
@@ -257,18 +468,32 @@ class Proxy:
                     m.cost.labels(op, model_label, version_label).inc(cost)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
-            if not ex.request_id:
-                # Random ids only feed the sampling hash; uuid4 (os.urandom) costs more than the rest of the analysis.
-                ex.request_id = ex.response_headers.get(_UPSTREAM_REQUEST_ID) or f"llmw-{random.getrandbits(64):016x}"
-            error = facts.error_type is not None
-            reason = self.sampler.decide(ex.request_id, ex.route, facts.model, error=error, latency_ms=facts.duration_s * 1000.0)
+            client_id = ex.request_id
+            if not client_id:
+                # The sampling hash needs some id; the sample's own id is always the per-call one.
+                ex.request_id = ex.response_headers.get(_UPSTREAM_REQUEST_ID) or ex.sample_id
+            admission = self.intake.admit(
+                ex.request_id,
+                ex.route,
+                facts.model,
+                error=facts.error_type is not None,
+                latency_ms=facts.duration_s * 1000.0,
+                build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason),
+            )
             if self.on_call is not None:
-                self.on_call(ex, facts, version, cost, reason)
-            if reason is None:
-                return
-            m.samples.labels(reason=reason).inc()
-            if not self.queue.offer(Captured(ex, facts, version, cost, reason)):
-                m.samples_dropped.labels(reason="queue_full").inc()
+                self.on_call(ex, facts, version, cost, admission.reason)
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)
+
+
+def _what_failed(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "is unreachable: the connection could not be made"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "closed the connection without a complete response"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "sent a response that is not valid HTTP or exceeds the header limits (proxy.max_header_bytes, proxy.max_headers)"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "sent a response body that is not valid HTTP"
+    return "is unreachable"

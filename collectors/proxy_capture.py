@@ -9,7 +9,6 @@ cannot read becomes a note, because traffic it does not understand is still traf
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,21 +16,8 @@ from typing import Any
 
 import orjson
 
-from llmwatch.core.records import Sample, Usage, extract_answer_text, extract_prompt_text, response_finish_reason
-
-OPERATIONS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "text_completion",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "generate_content",
-}
-
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-
-
-def approx_tokens(text: str) -> int:
-    """Rough BPE-like count (words and punctuation); used only when the upstream reports no usage."""
-    return len(_TOKEN_RE.findall(text))
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.wire import OPERATIONS, approx_tokens, extract_answer_text, extract_prompt_text, response_finish_reason
 
 
 @dataclass(slots=True)
@@ -42,6 +28,9 @@ class Exchange:
     method: str
     route: str
     request_body: bytes | None = None  # None: not captured (too large or streamed through)
+    # capture.max_body_bytes: also bounds a compressed response once inflated.
+    max_body_bytes: int = 1_048_576
+    request_encoding: str | None = None  # the request's Content-Encoding: its body is kept as sent
     status: int = 0
     response_headers: dict[str, str] = field(default_factory=dict)  # only the few we read
     response_chunks: list[bytes] = field(default_factory=list)
@@ -53,6 +42,9 @@ class Exchange:
     error_type: str | None = None  # set by the proxy for transport-level failures
     notes: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)  # from `capture.metadata_headers` only
+    # Unique per call: clients reuse their request id on retries, so it cannot name a sample.
+    sample_id: str = ""
+    client_request_id: str | None = None  # the client's request id header, stored on the sample
 
 
 @dataclass(slots=True)
@@ -76,17 +68,33 @@ class CallFacts:
     notes: list[str]
 
 
-def _decode_body(body: bytes, encoding: str | None) -> bytes:
+class _TooLarge(Exception):
+    pass
+
+
+def _inflate(body: bytes, wbits: int, limit: int) -> bytes:
+    # Never more than limit + 1 bytes out, whatever the ratio: 900 KB of gzip can inflate to
+    # gigabytes, and this runs on the event loop.
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise _TooLarge
+    return out
+
+
+def _decode_body(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The identity bytes of a captured body, at most `limit` of them (else `_TooLarge`)."""
     # The proxy relays compressed bytes untouched; only the analysis looks inside them.
     if not encoding or encoding == "identity":
         return body
+    encoding = encoding.strip().lower()
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        return _inflate(body, 16 + zlib.MAX_WBITS, limit)
     if encoding == "deflate":
         try:
-            return zlib.decompress(body)
+            return _inflate(body, zlib.MAX_WBITS, limit)
         except zlib.error:
-            return zlib.decompress(body, -zlib.MAX_WBITS)
+            return _inflate(body, -zlib.MAX_WBITS, limit)
     raise ValueError(f"content-encoding {encoding} not supported for capture")
 
 
@@ -254,7 +262,17 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
 def analyze(ex: Exchange) -> CallFacts:
     notes = list(ex.notes)
     operation = OPERATIONS.get(ex.route, "other")
-    request = _parse_json(ex.request_body, notes, "request")
+    request_body = ex.request_body
+    if request_body and ex.request_encoding:
+        try:
+            request_body = _decode_body(request_body, ex.request_encoding, ex.max_body_bytes)
+        except _TooLarge:
+            notes.append("request_decompressed_too_large")
+            request_body = None
+        except (zlib.error, ValueError):
+            notes.append("request_undecodable")
+            request_body = None
+    request = _parse_json(request_body, notes, "request")
     model = request.get("model") if isinstance(request, dict) else None
     if model is not None and not isinstance(model, str):
         model = str(model)
@@ -266,7 +284,10 @@ def analyze(ex: Exchange) -> CallFacts:
     if ex.response_truncated:
         notes.append("response_truncated")
     try:
-        body = _decode_body(body, ex.response_headers.get("content-encoding"))
+        body = _decode_body(body, ex.response_headers.get("content-encoding"), ex.max_body_bytes)
+    except _TooLarge:
+        notes.append("decompressed_too_large")
+        body = b""
     except (zlib.error, ValueError):
         notes.append("response_undecodable")
         body = b""
@@ -326,7 +347,7 @@ def analyze(ex: Exchange) -> CallFacts:
         output_tokens=output_tokens,
         tokens_estimated=tokens_estimated,
         finish_reason=response_finish_reason(response),
-        request=request if request is not None else _raw_preview(ex.request_body),
+        request=request if request is not None else _raw_preview(request_body),
         response=response,
         notes=notes,
     )
@@ -342,7 +363,8 @@ def _raw_preview(body: bytes | None) -> Any:
 def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str) -> Sample:
     return Sample.model_construct(
         schema_="llmwatch.sample/v1",
-        id=ex.request_id,
+        id=ex.sample_id or ex.request_id,
+        client_request_id=ex.client_request_id,
         timestamp=datetime.fromtimestamp(ex.started_at, tz=timezone.utc),
         route=ex.route,
         operation=facts.operation,

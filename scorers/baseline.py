@@ -19,10 +19,12 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch import __version__
-from llmwatch.core.records import RecordError, Sample, describe_validation_error
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.drift_model import DriftSettings
 from llmwatch.scorers.features import RouteStats, summarize
-from llmwatch.scorers.score import Score
 
 # v2: per-sample rows (stratum, prompt hash, prompt-side features, per-token performance) for
 # the drift families, the category of each embedding, and the material minimums it was frozen with.
@@ -87,12 +89,19 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.exists():
         raise BaselineError(f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    target.chmod(0o444)
-    return target
+    data = orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2)
+    # JSON has no inf/NaN (orjson writes null): never freeze a file that `drift` would refuse.
+    try:
+        Baseline.model_validate(orjson.loads(data))
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+        more = f" and {len(fields) - 3} more" if len(fields) > 3 else ""
+        raise BaselineError(
+            f"refusing to write {target}: the baseline would not load back (no finite value for {', '.join(fields[:3])}{more}); "
+            "check the samples for extreme numeric values (e.g. latency_ms or cost_usd near 1e308)"
+        ) from None
+    # Read-only as well as private: baselines are immutable.
+    return atomic_write_bytes(target, data, read_only=True)
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:

@@ -32,8 +32,10 @@ import numpy as np
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
-from llmwatch.scorers.rules import CheckOutcome, _answer_or_skip, _Params
+from llmwatch.core.scores import CheckOutcome
+from llmwatch.scorers.checks import CheckParams, answer_or_skip, describe_params_error, error_outcome, skipped
 
 __all__ = [
     "EMBEDDING_CHECKS",
@@ -61,7 +63,7 @@ _REQUIRED_FILES = ("modules.json", "config.json", "tokenizer.json", "1_Pooling/c
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-class EmbeddingModelMissing(RuntimeError):
+class EmbeddingModelMissing(LlmwatchError, RuntimeError):
     """The packaged embedding model is not installed (or is incomplete)."""
 
 
@@ -191,16 +193,12 @@ def _length_chunks(texts: Mapping[int, str], batch_size: int) -> list[list[int]]
 # --- shared helpers ------------------------------------------------------------------------------
 
 
-def _skip(reason: str, **details: Any) -> CheckOutcome:
-    return CheckOutcome("skip", None, {"reason": reason, **details})
-
-
 def _answer_text(sample: Sample) -> str | CheckOutcome:
-    answer = _answer_or_skip(sample)
+    answer = answer_or_skip(sample)
     if isinstance(answer, CheckOutcome):
         return answer
     if not answer.strip():
-        return _skip("empty_answer")
+        return skipped("empty_answer")
     return answer
 
 
@@ -244,7 +242,7 @@ class CheckState:
 # --- embedding_relevance -------------------------------------------------------------------------
 
 
-class RelevanceParams(_Params):
+class RelevanceParams(CheckParams):
     # Calibrated on tests/test_embeddings.py: full on-topic answers score 0.51-0.82 against
     # their prompt, off-topic ones -0.07-0.08, but terse correct answers ("About six
     # minutes.") only 0.25-0.33, so the threshold sits below those rather than mid-gap.
@@ -257,7 +255,7 @@ def relevance_texts(sample: Sample, params: RelevanceParams, state: CheckState) 
         return answer
     prompt = sample.prompt_text().strip()
     if not prompt:
-        return _skip("empty_prompt")
+        return skipped("empty_prompt")
     if len(prompt) > PROMPT_TAIL_CHARS:
         tail = prompt[-PROMPT_TAIL_CHARS:]
         # Start at a word so that the first word piece is not half a word.
@@ -272,7 +270,7 @@ def relevance_judge(sample: Sample, params: RelevanceParams, vectors: np.ndarray
 # --- embedding_reference -------------------------------------------------------------------------
 
 
-class ReferenceParams(_Params):
+class ReferenceParams(CheckParams):
     # Paraphrases of a reference score 0.69-0.99, same-topic-but-different answers about
     # 0.34, unrelated ones below 0.2. Cosine cannot see a contradiction ("Paris" vs "Lyon"
     # scores 0.75): this catches answers that wander off the reference, not wrong facts.
@@ -297,12 +295,12 @@ def reference_texts(sample: Sample, params: ReferenceParams, state: CheckState) 
         return answer
     found = _reference(sample)
     if found is None:
-        return _skip("no_reference")
+        return skipped("no_reference")
     reference, source = found
     if not isinstance(reference, str):
-        return _skip("reference_not_text", source=source, type=type(reference).__name__)
+        return skipped("reference_not_text", source=source, type=type(reference).__name__)
     if not reference.strip():
-        return _skip("no_reference", source=source)
+        return skipped("no_reference", source=source)
     return [answer, reference]
 
 
@@ -314,7 +312,7 @@ def reference_judge(sample: Sample, params: ReferenceParams, vectors: np.ndarray
 # --- embedding_centroid --------------------------------------------------------------------------
 
 
-class CentroidParams(_Params):
+class CentroidParams(CheckParams):
     # On a single-purpose route answers sit 0.45-0.9 from the normalised centroid and other
     # topics near 0; on a mixed-topic route every answer is only 0.25-0.4 from it, so a
     # higher default would fail ordinary traffic there.
@@ -326,7 +324,7 @@ def centroid_texts(sample: Sample, params: CentroidParams, state: CheckState) ->
     if isinstance(answer, CheckOutcome):
         return answer
     if sample.route not in state.centroids:
-        return _skip("no_centroid", route=sample.route)
+        return skipped("no_centroid", route=sample.route)
     return [answer]
 
 
@@ -338,7 +336,7 @@ def centroid_judge(sample: Sample, params: CentroidParams, vectors: np.ndarray, 
 # --- embedding_repetition ------------------------------------------------------------------------
 
 
-class RepetitionParams(_Params):
+class RepetitionParams(CheckParams):
     # MiniLM puts sentences that differ in a word or two at 0.9-0.97; rewordings of the same
     # point in a normal answer stay below 0.9, so 0.95 only catches copy-with-typo loops.
     max_sentence_similarity: float = Field(default=0.95, gt=0.0, le=1.0)
@@ -451,22 +449,6 @@ EMBEDDING_CHECKS: dict[str, EmbeddingCheckKind] = {
 }
 
 
-def _error(exc: Exception) -> CheckOutcome:
-    return CheckOutcome("error", None, {"exception": type(exc).__name__, "message": str(exc)[:500]})
-
-
-def _describe_params_error(name: str, kind: str, model: type[BaseModel], exc: ValidationError) -> str:
-    allowed = ", ".join(model.model_fields) or "none"
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown field '{loc}' (allowed fields: {allowed})")
-        else:
-            parts.append(f"field '{loc}': {err['msg']}")
-    return f"check '{name}' (kind {kind}): " + "; ".join(parts)
-
-
 @dataclass
 class _Configured:
     name: str
@@ -514,7 +496,7 @@ class EmbeddingScorer:
             try:
                 validated = entry.params_model.model_validate(dict(params))
             except ValidationError as exc:
-                raise ValueError(_describe_params_error(name, kind, entry.params_model, exc)) from None
+                raise ValueError(f"check '{name}' (kind {kind}): {describe_params_error(entry.params_model, exc)}") from None
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
         self.embedder = embedder if embedder is not None else Embedder(threads=threads, quantize=quantize)
         self._last_batch: dict[str, np.ndarray] = {}
@@ -535,7 +517,7 @@ class EmbeddingScorer:
                 try:
                     texts = check.entry.texts(sample, check.params, check.state)
                 except Exception as exc:  # one odd sample must not take the batch down
-                    row.append(_error(exc))
+                    row.append(error_outcome(exc))
                     continue
                 if isinstance(texts, CheckOutcome):
                     row.append(texts)
@@ -554,7 +536,7 @@ class EmbeddingScorer:
                     try:
                         plan = check.entry.judge(sample, check.params, vectors[plan], check.state)  # type: ignore[index]
                     except Exception as exc:  # a failing check must not take the others down
-                        plan = _error(exc)
+                        plan = error_outcome(exc)
                 out.append((check.name, check.kind, plan))
             results.append(out)
         return results
@@ -596,4 +578,4 @@ def validate_embedding_params(kind: str, params: Mapping[str, Any] | None) -> No
     try:
         entry.params_model.model_validate(dict(params or {}))
     except ValidationError as exc:
-        raise ValueError(_describe_params_error(kind, kind, entry.params_model, exc)) from None
+        raise ValueError(f"check '{kind}' (kind {kind}): {describe_params_error(entry.params_model, exc)}") from None

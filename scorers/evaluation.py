@@ -15,18 +15,20 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import MatrixSection
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
 
-__all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "export_metrics", "format_text"]
+__all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "evaluation_readings", "export_metrics", "format_text"]
 
 REPORT_SCHEMA = "llmwatch.report/v1"
 
 
-class WeightsMismatch(ValueError):
+class WeightsMismatch(LlmwatchError, ValueError):
     """Two reports made under different decision weights; the message says how to compare anyway."""
 
 
@@ -103,10 +105,36 @@ def build_report(
     )
 
 
+def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first field of an earlier report that compare_reports cannot use."""
+
+    def bad(field: str, expected: str, got: Any) -> ValueError:
+        return ValueError(f"field '{field}': expected {expected}, got {type(got).__name__} {str(got)[:60]!r}; the file is damaged or not written by `llmwatch report --out`")
+
+    decision = earlier.get("decision")
+    if decision is None:
+        return
+    if not isinstance(decision, Mapping):
+        raise bad("decision", "an object", decision)
+    if not isinstance(decision.get("versions", []), list):
+        raise bad("decision.versions", "a list", decision.get("versions"))
+    for i, row in enumerate(decision.get("versions", [])):
+        if not isinstance(row, Mapping):
+            raise bad(f"decision.versions.{i}", "an object", row)
+        if not isinstance(row.get("model_version"), (str, type(None))):
+            raise bad(f"decision.versions.{i}.model_version", "a string", row.get("model_version"))
+        for key in ("decision_score", "quality", "stability", "cost_per_1k"):
+            value = row.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+                raise bad(f"decision.versions.{i}.{key}", "a finite number or null", value)
+
+
 def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, allow_weights_change: bool = False) -> dict[str, Any]:
     """Per-version changes from `earlier` to `current` (both `to_dict()` forms)."""
-    if earlier.get("schema") != REPORT_SCHEMA:
-        raise ValueError(f"the earlier report is not an llmwatch report (schema {earlier.get('schema')!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`")
+    if not isinstance(earlier, Mapping) or earlier.get("schema") != REPORT_SCHEMA:
+        found = earlier.get("schema") if isinstance(earlier, Mapping) else type(earlier).__name__
+        raise ValueError(f"the earlier report is not an llmwatch report (schema {found!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`")
+    _check_earlier_shape(earlier)
     cur_d, old_d = current["decision"], earlier.get("decision") or {}
     same = cur_d["weights_version"] == old_d.get("weights_version") and cur_d["weights"] == old_d.get("weights")
     if not same and not allow_weights_change:
@@ -135,18 +163,17 @@ def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, a
     }
 
 
-def export_metrics(metrics: Any, report: EvaluationReport) -> None:
+def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
+    """The report's values as gauge readings (None values, for too little data, are left out)."""
+    readings = [EvaluationReading("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
+    readings += [EvaluationReading("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
+    readings += [EvaluationReading("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
+    return readings
+
+
+def export_metrics(metrics: Metrics, report: EvaluationReport) -> None:
     """Set `llmwatch_category_quality`, `llmwatch_stability`, `llmwatch_decision_score` on an agent's Metrics."""
-    version = metrics.version_label
-    for cell in report.cells:
-        if cell.mean_score is not None:
-            metrics.category_quality.labels(cell.category, version(cell.model_version)).set(cell.mean_score)
-    for cell in report.stability:
-        if cell.value is not None:
-            metrics.stability.labels(cell.kind, cell.category, version(cell.model_version)).set(cell.value)
-    for row in report.decision:
-        if row.decision_score is not None:
-            metrics.decision_score.labels(version(row.model_version)).set(row.decision_score)
+    metrics.set_evaluation(evaluation_readings(report))
 
 
 # --- text ------------------------------------------------------------------------------------

@@ -10,9 +10,14 @@ import threading
 import time
 from typing import Sequence
 
+import structlog
+
+from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
+from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import Metrics
-from llmwatch.core.jsonio import JsonlWriter
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
+
+log = structlog.get_logger(__name__)
 
 
 class ScoreRecorder:
@@ -21,6 +26,7 @@ class ScoreRecorder:
         self.writer = writer
         self._lock = threading.Lock()
         self.recorded = 0
+        self._warn = RateLimitedLog()
 
     def record(self, scores: Sequence[Score], durations: Sequence[float]) -> None:
         m = self.metrics
@@ -39,7 +45,13 @@ class ScoreRecorder:
                 m.scoring_lag.labels(model, version).observe(max(now - score.sample_timestamp.timestamp(), 0.0))
         if self.writer is not None:
             with self._lock:
-                self.writer.write_lines(s.to_json() for s in scores)
+                try:
+                    self.writer.write_lines(s.to_json() for s in scores)
+                except JsonlWriteError as exc:
+                    # Disk full: the metrics above still count these scores; the file lost them
+                    # (cut back to whole lines) and the next batch writes again.
+                    m.scores_dropped.labels(reason="write_error").inc(exc.lost)
+                    self._warn(log.error, "scores_write_failed", directory=str(self.writer.directory), lost=exc.lost, error=str(exc))
         self.recorded += len(scores)
 
     def close(self) -> None:

@@ -15,9 +15,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.rows import Row, category_of, make_row, prompt_digest, reservoir_rows
 from llmwatch.scorers.sampler import hash_fraction
-from llmwatch.scorers.score import Score
 
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 CONTINUOUS = ("latency_ms", "ttft_ms", "output_tokens", "cost_usd")

@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 import structlog
 
-from llmwatch.scorers.rules import CheckOutcome
+from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.scores import CheckOutcome
+from llmwatch.scorers.checks import error_outcome
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +40,7 @@ _LABELLED = re.compile(r"(?i)\b(?:score|rating|grade)\b[\"']?\s*[:=]\s*[\"']?(\d
 _BARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/\s*(\d+))?\s*\.?\s*$")
 
 
-class JudgeReplyError(ValueError):
+class JudgeReplyError(LlmwatchError, ValueError):
     """The judge answered, but not with a usable score."""
 
 
@@ -150,14 +152,14 @@ async def judge_answer(
         completion = await client.chat.completions.create(model=model, messages=judge_messages(question, answer, rubric=rubric, reference=reference), temperature=0)
         reply = (completion.choices[0].message.content or "") if completion.choices else ""
     except openai.APIStatusError as exc:
-        return CheckOutcome("error", None, {"error": f"judge answered HTTP {exc.status_code}", "message": str(exc)[:200], "judge_model": model})
+        return error_outcome(f"judge answered HTTP {exc.status_code}", message=str(exc)[:200], judge_model=model)
     except openai.APIError as exc:
-        return CheckOutcome("error", None, {"error": f"judge call failed: {type(exc).__name__}", "message": str(exc)[:200], "judge_model": model})
+        return error_outcome(f"judge call failed: {type(exc).__name__}", message=str(exc)[:200], judge_model=model)
     try:
         score, reason = parse_judge_reply(reply)
     except JudgeReplyError as exc:
         log.debug("judge_reply_unusable", error=str(exc), reply=reply[:200])
-        return CheckOutcome("error", None, {"error": str(exc), "reply": reply[:300], "judge_model": model})
+        return error_outcome(str(exc), reply=reply[:300], judge_model=model)
     value = (score - 1.0) / 4.0
     details = {"score": score, "reason": reason, "judge_model": model, "min_score": min_score}
     return CheckOutcome("pass" if score >= min_score else "fail", value, details)

@@ -23,8 +23,9 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from llmwatch.core.config import CategorySpec, ConfigError, MatrixSection
-from llmwatch.core.records import Sample, _content_to_text
-from llmwatch.scorers.score import Score
+from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.suite import json_mode
 
 __all__ = [
@@ -88,7 +89,7 @@ def request_messages(request: Any) -> list[dict[str, Any]]:
 
 def request_text(request: Any) -> str:
     """Every message's text, joined: a summary request often has the document outside the last turn."""
-    return "\n".join(_content_to_text(m.get("content")) for m in request_messages(request))
+    return "\n".join(content_to_text(m.get("content")) for m in request_messages(request))
 
 
 def user_turns(request: Any) -> int:

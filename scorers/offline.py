@@ -6,16 +6,15 @@ was read, so a bad line leaves no half-written result behind; the error names fi
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import IO
 
 from llmwatch.core.config import Config
+from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
-from llmwatch.core.jsonio import jsonl_paths, read_records
+from llmwatch.core.scores import Score
 from llmwatch.scorers.report import count_scores, pass_rate_table
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.suite import build_suite
 
 
@@ -33,13 +32,11 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
     paths = jsonl_paths(source)
     suite = build_suite(cfg.scoring)
     target = Path(out_path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
     scores_all = []
     samples_seen = 0
     progress = tqdm(total=_count_lines(paths), unit="sample", disable=not sys.stderr.isatty(), file=sys.stderr)
     try:
-        with open(tmp, "wb") as fh:
+        with atomic_writer(target) as fh:
             batch: list[Sample] = []
 
             def flush() -> None:
@@ -50,17 +47,14 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
                 batch.clear()
 
             for sample in read_records(source):
-                batch.append(sample)  # type: ignore[arg-type]
+                batch.append(sample)
                 samples_seen += 1
                 if len(batch) >= batch_size:
                     flush()
             if batch:
                 flush()
-        os.replace(tmp, target)
     finally:
         progress.close()
-        if tmp.exists():
-            tmp.unlink()
     out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
     out.write(pass_rate_table(count_scores(scores_all)) + "\n")
     return 0
@@ -70,26 +64,26 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
     """Samples (of one version, if asked), their scores (read, or computed now) and answer embeddings."""
     import numpy as np
 
-    samples = [s for s in read_records(samples_path)]  # type: ignore[misc]
-    versions = sorted({s.model_version or "unknown" for s in samples})  # type: ignore[union-attr]
+    samples = [s for s in read_records(samples_path)]
+    versions = sorted({s.model_version or "unknown" for s in samples})
     if model_version is not None:
-        samples = [s for s in samples if (s.model_version or "unknown") == model_version]  # type: ignore[union-attr]
+        samples = [s for s in samples if (s.model_version or "unknown") == model_version]
         if not samples:
             raise RecordError(f"no samples of model version {model_version!r} in {samples_path} for {purpose}; versions found: {', '.join(versions) or 'none'}")
     if not samples:
         raise RecordError(f"{samples_path} holds no samples for {purpose}")
-    ids = {s.id for s in samples}  # type: ignore[union-attr]
+    ids = {s.id for s in samples}
     if scores_path is not None:
-        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]  # type: ignore[union-attr]
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
     else:
         suite = build_suite(cfg.scoring)
-        scores = [r.score for r in suite.score(samples)]  # type: ignore[arg-type]
+        scores = [r.score for r in suite.score(samples)]
     embeddings: dict[str, np.ndarray] = {}
     if cfg.scoring.embeddings:
         from llmwatch.scorers.embeddings import Embedder
 
-        wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]  # type: ignore[union-attr]
+        wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
         if wanted:
-            vectors = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings).encode([s.answer_text() for s in wanted])  # type: ignore[union-attr]
-            embeddings = {s.id: v for s, v in zip(wanted, vectors)}  # type: ignore[union-attr]
+            vectors = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings).encode([s.answer_text() for s in wanted])
+            embeddings = {s.id: v for s, v in zip(wanted, vectors)}
     return samples, scores, embeddings, versions

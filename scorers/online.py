@@ -1,8 +1,9 @@
 """Online drift: a sliding window per model version, compared with the baseline on an interval.
 
-Runs inside the scorer process, where the scores and answer embeddings already are. Each
-refresh summarises every window with enough samples exactly as `llmwatch drift` would and
-yields one gauge reading per signal; the parent turns them into `llmwatch_drift_*` metrics.
+Held by the aggregator (scorers/aggregate.py), in the scorer process, where the scores and answer
+embeddings already are, and in `llmwatch aggregate`. Each refresh summarises every window with
+enough samples exactly as `llmwatch drift` would and yields one gauge reading per signal, which
+`Metrics.set_drift` turns into `llmwatch_drift_*` gauges.
 """
 
 from __future__ import annotations
@@ -10,28 +11,16 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from llmwatch.core.metrics import DriftReading
 from llmwatch.core.records import Sample
-from llmwatch.collectors.proxy_capture import OPERATIONS
+from llmwatch.core.scores import Score
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize
-from llmwatch.scorers.score import Score
-
-
-@dataclass(frozen=True)
-class DriftReading:
-    model_version: str
-    operation: str
-    signal: str
-    statistic: float
-    p_value: float  # adjusted
-    detected: bool
-    n_current: int
 
 
 class DriftWindows:
@@ -90,11 +79,13 @@ class DriftWindows:
             if len(win) < self.settings.min_samples:
                 continue
             samples = [item[0] for item in win]
+            # Drift compares per route; the gauges are labelled by the operation the samples were captured as.
+            operations = {sample.route: sample.operation for sample in samples}
             scores = [s for item in win for s in item[1]]
             vectors = {item[0].id: item[2] for item in win if item[2] is not None}
             report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
             for sig in report.signals:
                 if math.isnan(sig.p_adjusted):
                     continue
-                readings.append(DriftReading(version, OPERATIONS.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current))
+                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current))
         return readings

@@ -44,10 +44,16 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmwatch import __version__
+from llmwatch.core.config import normalize_upstream
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.pricing import PriceTable
-from llmwatch.core.records import Sample, Usage, extract_prompt_text
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.scores import CheckOutcome
+from llmwatch.core.wire import extract_prompt_text
 from llmwatch.scorers import stats
-from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
+from llmwatch.scorers.checks import ConfiguredCheck, every_sample, run_check, skipped
+from llmwatch.scorers.registry import CHECK_KINDS, build_check, known_kinds
 
 log = structlog.get_logger(__name__)
 
@@ -55,18 +61,8 @@ RUN_SCHEMA = "llmwatch.regress-run/v1"
 _RESERVED_PARAMS = ("model", "messages", "stream", "stream_options", "n")
 
 
-class RegressError(ValueError):
+class RegressError(LlmwatchError, ValueError):
     """The suite or the baseline cannot be used (exit 2); the message says which line/field and the fix."""
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """"field 'a.b': message" per error, without pydantic's "Value error, " noise; whole-record errors bare."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"field '{loc}': {msg}" if loc else msg)
-    return "; ".join(parts)
 
 
 # --- suite -------------------------------------------------------------------------------------
@@ -134,19 +130,14 @@ class SuiteCase(_Strict):
         return [m.model_dump(exclude_none=True) for m in self.input]
 
 
-@dataclass(frozen=True)
-class BuiltCheck:
-    name: str
-    kind: str
-    fn: Callable[[Sample], CheckOutcome]
-
-
 @dataclass
-class Suite:
+class RegressSuite:
+    """A loaded suite file: its cases, its checksum, and each case's built checks by case id."""
+
     path: str
     cases: list[SuiteCase]
     checksum: str
-    checks: dict[str, list[BuiltCheck]]
+    checks: dict[str, list[ConfiguredCheck]]
 
 
 def _norm(text: str) -> str:
@@ -160,7 +151,7 @@ def _expected_check(case: SuiteCase) -> Callable[[Sample], CheckOutcome]:
 
     def check(sample: Sample) -> CheckOutcome:
         if sample.status == 0 or sample.status >= 400:
-            return CheckOutcome("skip", None, {"reason": "upstream_error"})
+            return skipped("upstream_error")
         answer = sample.answer_text()
         if pattern is not None:
             ok = pattern.search(answer) is not None
@@ -178,7 +169,7 @@ def suite_checksum(raw_cases: Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256(orjson.dumps(ordered, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def load_suite(path: str | os.PathLike[str]) -> Suite:
+def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
     source = Path(path)
     try:
         raw_lines = source.read_bytes().splitlines()
@@ -188,7 +179,7 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         raise RegressError(f"suite {source} cannot be read: {exc}") from None
     raws: list[dict[str, Any]] = []
     cases: list[SuiteCase] = []
-    checks: dict[str, list[BuiltCheck]] = {}
+    checks: dict[str, list[ConfiguredCheck]] = {}
     seen: dict[str, int] = {}
     for lineno, raw in enumerate(raw_lines, start=1):
         if not raw.strip():
@@ -209,26 +200,27 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
         seen[case.id] = lineno
         built = []
         if case.expected is not None:
-            built.append(BuiltCheck("expected", "expected", _expected_check(case)))
+            built.append(ConfiguredCheck("expected", "expected", every_sample, _expected_check(case)))
         names = {b.name for b in built}
         for i, spec in enumerate(case.checks):
             name = spec.name or spec.kind
             if name in names:
                 raise RegressError(f"{where}: field 'checks.{i}.name': check name {name!r} is used twice in case {case.id!r}; give one a `name`")
             names.add(name)
-            if spec.kind not in RULE_CHECKS:
-                raise RegressError(f"{where}: field 'checks.{i}.kind': unknown check kind {spec.kind!r}; known kinds: {', '.join(sorted(RULE_CHECKS))}")
+            entry = CHECK_KINDS.get(spec.kind)
+            if entry is None or entry.family != "rule":
+                # A suite's checks run on one answer at a time; embedding kinds need a model and a batch.
+                raise RegressError(f"{where}: field 'checks.{i}.kind': unknown check kind {spec.kind!r}; known kinds: {', '.join(known_kinds('rule'))}")
             try:
-                fn = build_rule_check(spec.kind, spec.params)
+                built.append(build_check(name, spec.kind, spec.params))
             except ValueError as exc:
                 raise RegressError(f"{where}: field 'checks.{i}.params': {exc}") from None
-            built.append(BuiltCheck(name, spec.kind, fn))
         raws.append(data)
         cases.append(case)
         checks[case.id] = built
     if not cases:
         raise RegressError(f"suite {source} has no cases")
-    return Suite(str(source), cases, suite_checksum(raws), checks)
+    return RegressSuite(str(source), cases, suite_checksum(raws), checks)
 
 
 # --- run records -------------------------------------------------------------------------------
@@ -346,7 +338,7 @@ def load_run(path: str | os.PathLike[str]) -> RegressRun:
         raise RegressError(f"baseline run {source} is damaged: {describe_validation_error(exc)}") from None
 
 
-def check_same_suite(suite: Suite, baseline: RegressRun, baseline_path: str) -> None:
+def check_same_suite(suite: RegressSuite, baseline: RegressRun, baseline_path: str) -> None:
     if baseline.suite_checksum != suite.checksum:
         raise RegressError(
             f"suite checksum differs: the baseline run {baseline_path} was made with suite sha256:{baseline.suite_checksum[:16]}… "
@@ -376,9 +368,12 @@ class RunSettings:
 
 
 def openai_base_url(url: str) -> str:
-    """The openai client wants the /v1 root; users give either the server or the /v1 root."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
+    """The openai client wants the /v1 root; users give either the server or the /v1 root.
+
+    Both forms resolve as `--upstream` does for the proxy (config.normalize_upstream), so one
+    URL means the same server in `llmwatch proxy` and `llmwatch regress`.
+    """
+    return normalize_upstream(url) + "/v1"
 
 
 def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: dict[str, Any] | None, *, status: int, latency_ms: float, version: str | None, error: str | None, cost: float | None) -> Sample:
@@ -403,7 +398,7 @@ def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: di
     )
 
 
-async def _attempt(case: SuiteCase, repeat: int, suite: Suite, s: RunSettings, client: Any, judge: Any, prices: PriceTable) -> Attempt:
+async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSettings, client: Any, judge: Any, prices: PriceTable) -> Attempt:
     import openai
 
     from llmwatch.scorers.judge import judge_answer
@@ -430,7 +425,7 @@ async def _attempt(case: SuiteCase, repeat: int, suite: Suite, s: RunSettings, c
     sample = _sample_for(case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost)
     results = []
     for check in suite.checks[case.id]:
-        outcome = run_check(check.fn, sample)
+        outcome = run_check(check.run, sample)
         results.append(CheckResult(name=check.name, kind=check.kind, result=outcome.result, value=outcome.value, details=dict(outcome.details)))
     if judge is not None:
         outcome = await judge_answer(judge, s.judge_model, extract_prompt_text(body), sample.answer_text(), rubric=case.rubric, reference=case.reference, min_score=s.judge_min_score)  # type: ignore[arg-type]
@@ -447,7 +442,7 @@ async def _attempt(case: SuiteCase, repeat: int, suite: Suite, s: RunSettings, c
     )
 
 
-async def run_attempts(suite: Suite, s: RunSettings, *, progress: bool | None = None) -> list[Attempt]:
+async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | None = None) -> list[Attempt]:
     import openai
     from tqdm import tqdm
 
@@ -480,7 +475,7 @@ async def run_attempts(suite: Suite, s: RunSettings, *, progress: bool | None = 
 # --- summarising and comparing -------------------------------------------------------------------
 
 
-def summarize_cases(suite: Suite, attempts: Sequence[Attempt]) -> tuple[list[CaseSummary], list[CategorySummary]]:
+def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt]) -> tuple[list[CaseSummary], list[CategorySummary]]:
     by_case: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
         by_case[a.case_id].append(a)
@@ -567,7 +562,7 @@ def compare_runs(current: Sequence[CaseSummary], baseline: RegressRun, baseline_
     )
 
 
-def build_run(suite: Suite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
+def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
     cases, categories = summarize_cases(suite, attempts)
     costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
     ok = [a.latency_ms for a in attempts if a.result != "upstream_error"]
@@ -592,12 +587,7 @@ def build_run(suite: Suite, s: RunSettings, attempts: Sequence[Attempt], duratio
 
 
 def write_run(run: RegressRun, path: str | os.PathLike[str]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".partial")
-    tmp.write_bytes(orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, target)
-    return target
+    return atomic_write_bytes(path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
 
 
 def _pct(x: float | None) -> str:

@@ -42,14 +42,16 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from llmwatch.core.records import RecordError, Sample, _content_to_text
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
-from llmwatch.scorers.regress import describe_validation_error
-from llmwatch.scorers.score import Score
 from llmwatch.scorers.stability import prompt_hash
 
-__all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import"]
+__all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
 
 TASK_SCHEMA = "llmwatch.review-task/v1"
 KEY_SCHEMA = "llmwatch.review-key/v1"
@@ -67,6 +69,8 @@ INSTRUCTIONS = (
 
 class ReviewError(RecordError):
     """Review input that cannot be used; the message names the file, line and field."""
+
+    label = ""  # the CLI has always printed these as "llmwatch: <message>", without "bad input: "
 
 
 # --- records -----------------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class ExportSummary:
 
 
 def _messages_for_review(request: Any) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "user")), "content": _content_to_text(m.get("content"))} for m in request_messages(request)]
+    return [{"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))} for m in request_messages(request)]
 
 
 def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:
@@ -294,10 +298,7 @@ def export_tasks(
         counts[stratum] += 1
         same += same_prompt
     body = b"\n".join(lines) + b"\n"
-    tasks_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tasks_path.with_name(tasks_path.name + ".partial")
-    tmp.write_bytes(body)
-    os.replace(tmp, tasks_path)
+    atomic_write_bytes(tasks_path, body)
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,
@@ -307,7 +308,7 @@ def export_tasks(
         criteria=list(criteria),
         tasks=key_tasks,
     )
-    key_path.write_bytes(orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
     available = defaultdict(int)
     for c in pool:
         available[c.stratum] += 1
@@ -423,6 +424,29 @@ def _preference(review: Review, criteria: Sequence[str]) -> str:
     return "A" if means["A"] > means["B"] else "B"
 
 
+def preference(review: Review, criteria: Sequence[str]) -> str:
+    """"A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
+    return _preference(review, criteria)
+
+
+def dispute_reasons(reviews: Sequence[Review], criteria: Sequence[str]) -> list[dict[str, Any]]:
+    """Why the reviews of one task disagree (empty: they do not): a score gap of 2 or more on a
+    candidate and criterion, or one reviewer preferring A and another B. Shared by `review import`
+    and the review app's arbitration queue, so that both call the same tasks disputed."""
+    if len(reviews) < 2:
+        return []
+    reasons: list[dict[str, Any]] = []
+    for label in LABELS:
+        for c in criteria:
+            given = {r.judge: r.scores[label][c] for r in reviews}  # type: ignore[index]
+            if max(given.values()) - min(given.values()) >= 2:
+                reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
+    prefs = {r.judge: _preference(r, criteria) for r in reviews}
+    if {"A", "B"} <= set(prefs.values()):
+        reasons.append({"kind": "preference", "preferences": prefs})
+    return reasons
+
+
 def _nan_to_none(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
@@ -482,18 +506,9 @@ def import_reviews(
         by_task[r.task_id].append(r)
     disputes = []
     for task_id, rs in sorted(by_task.items()):
-        if len(rs) < 2:
-            continue
-        reasons = []
-        for label in LABELS:
-            for c in criteria:
-                given = {r.judge: r.scores[label][c] for r in rs}  # type: ignore[index]
-                if max(given.values()) - min(given.values()) >= 2:
-                    reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
-        prefs = {r.judge: _preference(r, criteria) for r in rs}
-        if {"A", "B"} <= set(prefs.values()):
-            reasons.append({"kind": "preference", "preferences": prefs})
+        reasons = dispute_reasons(rs, criteria)
         if reasons:
+            prefs = {r.judge: _preference(r, criteria) for r in rs}
             task = tasks[task_id]
             disputes.append({
                 "task_id": task_id,
@@ -503,8 +518,7 @@ def import_reviews(
                 "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
             })
     arb = Path(arbitration_path) if arbitration_path else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
-    arb.parent.mkdir(parents=True, exist_ok=True)
-    arb.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in disputes))
+    atomic_write_bytes(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
 
     # Unblinded human scores per version and category.
     acc: dict[tuple[str, str, str], list[int]] = defaultdict(list)

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 UNCATEGORIZED = "uncategorized"
 _WS = re.compile(r"\s+")

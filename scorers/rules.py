@@ -7,94 +7,33 @@ Everything that can be prepared once (regexes, schema validators) is prepared
 when the params are validated, because checks run on every sampled request.
 
 Checks that judge the answer's content skip (rather than fail) samples whose
-upstream call failed or that answered with tool calls only: those are measured
-by error rates and tool-call metrics, and failing them here would double count.
+upstream call failed or that answered with tool calls only (`answer_or_skip`): those
+are measured by error rates and tool-call metrics, and failing them here would double
+count. That plumbing, shared with the embedding and judge checks, is `scorers/checks.py`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import operator
 import re
 import string
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, NamedTuple, get_args
+from typing import Any, Callable, Literal, NamedTuple, get_args
 
 import orjson
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
-from llmwatch.core.records import Sample, response_finish_reason
-from llmwatch.scorers.score import Result
+from llmwatch.core.records import Sample
+from llmwatch.core.scores import CheckOutcome
+from llmwatch.core.wire import approx_tokens, response_finish_reason
+from llmwatch.scorers import pii
+from llmwatch.scorers.checks import CheckParams, NonEmptyStr, answer_or_skip, describe_params_error, failed, passed, run_check, skipped, tool_call_count, upstream_failed
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
-
-
-@dataclass(frozen=True, slots=True)
-class CheckOutcome:
-    result: Result
-    value: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def _pass(**details: Any) -> CheckOutcome:
-    return CheckOutcome("pass", 1.0, details)
-
-
-def _fail(**details: Any) -> CheckOutcome:
-    return CheckOutcome("fail", 0.0, details)
-
-
-def _skip(reason: str, **details: Any) -> CheckOutcome:
-    return CheckOutcome("skip", None, {"reason": reason, **details})
-
-
-class _Params(BaseModel):
-    # strict: a YAML typo such as `max_latency_ms: "2s"` must be an error, not a coercion.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-NonEmptyStr = Annotated[str, Field(min_length=1)]
-
-
-# --- shared sample accessors -------------------------------------------------------------------
-
-
-def _upstream_failed(sample: Sample) -> bool:
-    # status 0 is how the sidecar records "no HTTP response at all" (connect error, timeout).
-    return sample.status == 0 or sample.status >= 400
-
-
-def _tool_call_count(response: Any) -> int:
-    if not isinstance(response, dict):
-        return 0
-    choices = response.get("choices")
-    if isinstance(choices, list):
-        first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        message = first.get("message") or first.get("delta")
-        if not isinstance(message, dict):
-            return 0
-        calls = message.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            return len(calls)
-        return 1 if isinstance(message.get("function_call"), dict) else 0
-    output = response.get("output")
-    if isinstance(output, list):
-        return sum(1 for item in output if isinstance(item, dict) and str(item.get("type", "")).endswith("_call"))
-    return 0
-
-
-def _answer_or_skip(sample: Sample) -> str | CheckOutcome:
-    if _upstream_failed(sample):
-        return _skip("upstream_error", status=sample.status, error_type=sample.error_type)
-    text = sample.answer_text()
-    if not text and _tool_call_count(sample.response):
-        return _skip("tool_call")
-    return text
 
 
 def _finish_reason(sample: Sample) -> str | None:
@@ -158,24 +97,24 @@ def _load_json(text: str, allow_fences: bool) -> tuple[Any, dict[str, Any]]:
         return _NOT_PARSED, details
 
 
-class JsonValidParams(_Params):
+class JsonValidParams(CheckParams):
     require_object: bool = False
     allow_fences: bool = False
 
 
 def check_json_valid(sample: Sample, params: JsonValidParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
     doc, details = _load_json(text, params.allow_fences)
     if doc is _NOT_PARSED:
-        return _fail(**details)
+        return failed(**details)
     if params.require_object and not isinstance(doc, dict):
-        return _fail(error="expected a JSON object", got=_JSON_TYPE_NAMES.get(type(doc), "null"), **details)
-    return _pass(**details)
+        return failed(error="expected a JSON object", got=_JSON_TYPE_NAMES.get(type(doc), "null"), **details)
+    return passed(**details)
 
 
-class JsonSchemaParams(_Params):
+class JsonSchemaParams(CheckParams):
     schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
     schema_file: NonEmptyStr | None = None
     allow_fences: bool = False
@@ -275,7 +214,7 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
             if not all(isinstance(o, str) for o in options):
                 return None
             allowed = frozenset(options)
-            tests.append(lambda v: isinstance(v, str) and v in allowed)
+            tests.append(lambda v, allowed=allowed: isinstance(v, str) and v in allowed)
     if "properties" in schema or "required" in schema or "additionalProperties" in schema:
         props: dict[str, Callable[[Any], bool]] = {}
         for name, sub in schema.get("properties", {}).items():
@@ -333,23 +272,23 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
 
 
 def check_json_schema(sample: Sample, params: JsonSchemaParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
     doc, details = _load_json(text, params.allow_fences)
     if doc is _NOT_PARSED:
-        return _fail(**details)
+        return failed(**details)
     if params._quick is not None and params._quick(doc):
-        return _pass(**details)
+        return passed(**details)
     found = list(islice(params._validator.iter_errors(doc), params.max_errors + 1))
     if not found:
-        return _pass(**details)
+        return passed(**details)
     errors = [
         # Messages quote the offending value; cap them so a score never carries a whole answer.
         {"path": err.json_path, "keyword": str(err.validator), "message": err.message[:200]}
         for err in found[: params.max_errors]
     ]
-    return _fail(errors=errors, more_errors=len(found) > params.max_errors, **details)
+    return failed(errors=errors, more_errors=len(found) > params.max_errors, **details)
 
 
 # --- regex -----------------------------------------------------------------------------------------
@@ -367,7 +306,7 @@ def _compile_patterns(name: str, patterns: list[str], flags: int) -> tuple[re.Pa
     return tuple(compiled)
 
 
-class RegexParams(_Params):
+class RegexParams(CheckParams):
     must_match: list[NonEmptyStr] = Field(default_factory=list)
     must_not_match: list[NonEmptyStr] = Field(default_factory=list)
     flags: list[Literal["ignorecase", "multiline", "dotall"]] = Field(default_factory=list)
@@ -388,7 +327,7 @@ class RegexParams(_Params):
 
 
 def check_regex(sample: Sample, params: RegexParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
     missing = [rx.pattern for rx in params._must if rx.search(text) is None]
@@ -399,23 +338,13 @@ def check_regex(sample: Sample, params: RegexParams) -> CheckOutcome:
             # Position only: the matched text may be exactly what the pattern guards against.
             forbidden.append({"pattern": rx.pattern, "position": match.start()})
     if missing or forbidden:
-        return _fail(missing=missing, forbidden=forbidden)
-    return _pass()
+        return failed(missing=missing, forbidden=forbidden)
+    return passed()
 
 
 # --- length --------------------------------------------------------------------------------------
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-# CJK has no spaces, so each ideograph/kana/hangul counts as a token instead of a whole run.
-_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
-
-
-def _approximate_tokens(text: str) -> int:
-    """Word/punctuation count, a tokenizer-free stand-in for when usage is missing."""
-    return len(_TOKEN_RE.findall(text))
-
-
-class LengthParams(_Params):
+class LengthParams(CheckParams):
     min_chars: int | None = Field(default=None, ge=0)
     max_chars: int | None = Field(default=None, ge=0)
     min_tokens: int | None = Field(default=None, ge=0)
@@ -433,7 +362,7 @@ class LengthParams(_Params):
 
 
 def check_length(sample: Sample, params: LengthParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
     details: dict[str, Any] = {}
@@ -449,7 +378,7 @@ def check_length(sample: Sample, params: LengthParams) -> CheckOutcome:
             tokens = sample.usage.output_tokens
             details["tokens_source"] = "usage_estimated" if sample.usage.estimated else "usage"
         else:
-            tokens = _approximate_tokens(text)
+            tokens = approx_tokens(text)
             details["tokens_source"] = "approximation"
         details["tokens"] = tokens
         if params.min_tokens is not None and tokens < params.min_tokens:
@@ -457,8 +386,8 @@ def check_length(sample: Sample, params: LengthParams) -> CheckOutcome:
         if params.max_tokens is not None and tokens > params.max_tokens:
             violations.append("max_tokens")
     if violations:
-        return _fail(violations=violations, **details)
-    return _pass(**details)
+        return failed(violations=violations, **details)
+    return passed(**details)
 
 
 # --- refusal -------------------------------------------------------------------------------------
@@ -592,7 +521,7 @@ def _find_refusal(window: str) -> re.Match[str] | None:
     return None
 
 
-class RefusalParams(_Params):
+class RefusalParams(CheckParams):
     window_chars: int = Field(default=300, ge=20, le=100_000)
     extra_patterns: list[NonEmptyStr] = Field(default_factory=list)
 
@@ -605,7 +534,7 @@ class RefusalParams(_Params):
 
 
 def check_refusal(sample: Sample, params: RefusalParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
     window = text[: params.window_chars].lower()
@@ -618,12 +547,12 @@ def check_refusal(sample: Sample, params: RefusalParams) -> CheckOutcome:
         match = _find_refusal(window) or _find_unanchored_refusal(window)
     if match is not None:
         phrase = match.group(0).lstrip(_ANCHOR_CHARS).rstrip()
-        return _fail(matched=phrase[:120], language=match.lastgroup)
+        return failed(matched=phrase[:120], language=match.lastgroup)
     for rx in params._extra:
         match = rx.search(window)
         if match is not None:
-            return _fail(matched=match.group(0)[:120], language=None, pattern=rx.pattern)
-    return _pass()
+            return failed(matched=match.group(0)[:120], language=None, pattern=rx.pattern)
+    return passed()
 
 
 # --- not_empty_or_truncated ---------------------------------------------------------------------
@@ -632,27 +561,27 @@ def check_refusal(sample: Sample, params: RefusalParams) -> CheckOutcome:
 _BLANK_RE = re.compile(r"[\s\u200b\u200c\u200d\u2060\ufeff]*")
 
 
-class NotEmptyParams(_Params):
+class NotEmptyParams(CheckParams):
     truncation_reasons: list[NonEmptyStr] = Field(default_factory=lambda: ["length"])
     allow_tool_calls: bool = True
 
 
 def check_not_empty_or_truncated(sample: Sample, params: NotEmptyParams) -> CheckOutcome:
-    if _upstream_failed(sample):
-        return _skip("upstream_error", status=sample.status, error_type=sample.error_type)
+    if upstream_failed(sample):
+        return skipped("upstream_error", status=sample.status, error_type=sample.error_type)
     finish = _finish_reason(sample)
     if finish in params.truncation_reasons:
-        return _fail(reason="truncated", finish_reason=finish)
+        return failed(reason="truncated", finish_reason=finish)
     text = sample.answer_text()
     if _BLANK_RE.fullmatch(text) is None:
-        return _pass()
-    calls = _tool_call_count(sample.response)
+        return passed()
+    calls = tool_call_count(sample.response)
     if calls and params.allow_tool_calls:
-        return _pass(tool_calls=calls)
+        return passed(tool_calls=calls)
     details: dict[str, Any] = {"reason": "empty" if not text else "whitespace_only", "finish_reason": finish}
     if sample.error_type:
         details["error_type"] = sample.error_type
-    return _fail(**details)
+    return failed(**details)
 
 
 # --- language_match ------------------------------------------------------------------------------
@@ -710,7 +639,7 @@ _STOPWORD_SETS = {lang: frozenset(words.encode().split()) for lang, words in _ST
 _ALL_STOPWORDS = frozenset().union(*_STOPWORD_SETS.values())
 
 
-class LanguageMatchParams(_Params):
+class LanguageMatchParams(CheckParams):
     min_letters: int = Field(default=16, ge=1)
     min_stopwords: int = Field(default=2, ge=1)
     window_chars: int = Field(default=400, ge=50, le=100_000)
@@ -779,27 +708,27 @@ def _dominant_script(low: str) -> tuple[str, int]:
 
 
 def check_language_match(sample: Sample, params: LanguageMatchParams) -> CheckOutcome:
-    answer = _answer_or_skip(sample)
+    answer = answer_or_skip(sample)
     if not isinstance(answer, str):
         return answer
     opts = (params.window_chars, params.min_letters, params.min_stopwords)
     answer_lang, answer_how = _detect_language(answer, *opts)
     if answer_lang is None and answer_how == "too_short":
-        return _skip("answer_too_short")
+        return skipped("answer_too_short")
     prompt_lang, prompt_how = _detect_language(sample.prompt_text(), *opts)
     if prompt_lang is None and prompt_how == "too_short":
-        return _skip("prompt_too_short")
+        return skipped("prompt_too_short")
     details = {"prompt_language": prompt_lang, "answer_language": answer_lang}
     if prompt_lang is None or answer_lang is None:
         # One side is Latin script in a language without a profile: a different script still
         # proves a mismatch, the same script proves nothing.
         other = answer_lang if prompt_lang is None else prompt_lang
         if other is not None and other not in _STOPWORD_SETS:
-            return _fail(**details)
-        return _skip("undetermined", **details)
+            return failed(**details)
+        return skipped("undetermined", **details)
     if prompt_lang == answer_lang:
-        return _pass(**details)
-    return _fail(**details)
+        return passed(**details)
+    return failed(**details)
 
 
 # --- latency_budget / cost_budget -----------------------------------------------------------------
@@ -809,7 +738,7 @@ def _budget_ratio(budget: float, actual: float) -> float:
     return 1.0 if actual <= budget else budget / actual
 
 
-class LatencyBudgetParams(_Params):
+class LatencyBudgetParams(CheckParams):
     max_latency_ms: float | None = Field(default=None, gt=0)
     max_ttft_ms: float | None = Field(default=None, gt=0)
 
@@ -835,14 +764,14 @@ def check_latency_budget(sample: Sample, params: LatencyBudgetParams) -> CheckOu
         if sample.ttft_ms > params.max_ttft_ms:
             exceeded.append("max_ttft_ms")
     if not ratios:
-        return _skip("no_ttft", stream=sample.stream)
+        return skipped("no_ttft", stream=sample.stream)
     value = min(ratios)
     if exceeded:
         return CheckOutcome("fail", value, {"exceeded": exceeded, **details})
     return CheckOutcome("pass", value, details)
 
 
-class CostBudgetParams(_Params):
+class CostBudgetParams(CheckParams):
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, gt=0)
 
@@ -869,7 +798,7 @@ def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
         if total > params.max_total_tokens:
             exceeded.append("max_total_tokens")
     if not ratios:
-        return _skip("unknown_cost")
+        return skipped("unknown_cost")
     value = min(ratios)
     if exceeded:
         return CheckOutcome("fail", value, {"exceeded": exceeded, **details})
@@ -881,94 +810,8 @@ def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
 PiiKind = Literal["email", "phone", "credit_card", "iban", "ssn", "api_key"]
 _PII_KINDS: tuple[str, ...] = get_args(PiiKind)
 
-# Apart from the e-mail pattern (only tried when "@" occurs), patterns start with a literal or a
-# character class, not a lookbehind or \b, so that the regex engine can skip ahead; the left
-# boundary is checked in Python on the few candidates instead.
-_EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@((?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,})\b")
-# Cards, phones, SSNs and IBANs all contain a run of 8+ digits with at most single separators.
-_LONG_NUMBER_RE = re.compile(r"\d[\d ().-]{6,}\d")
-_PHONE_RES = (
-    (re.compile(r"\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])"), "+"),
-    # North American numbers need separators: bare 10-digit runs are mostly ids and amounts.
-    (re.compile(r"(?:1 ?)?\([2-9]\d{2}\) ?[2-9]\d{2}[-.]\d{4}(?![\w-])"), ""),
-    (re.compile(r"(?:1[-. ])?[2-9]\d{2}[-.][2-9]\d{2}[-.]\d{4}(?![\w-])"), ".-"),
-)
-_CARD_RE = re.compile(r"\d(?:[ -]?\d){12,18}(?![\d-])")
-_IBAN_RE = re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
-_SSN_RE = re.compile(r"\d{3}-\d{2}-\d{4}(?![\d-])")
-_SECRET_RE = re.compile(
-    r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}|sk_live_[0-9A-Za-z]{24,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}"
-    r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}"
-    r"|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----"
-)
-_NON_DIGITS_RE = re.compile(r"\D")
-_DIGITS = string.digits.encode()
 
-
-def _left_boundary(text: str, start: int, also: str = "") -> bool:
-    """True when the match at `start` is not the tail of a longer word or number."""
-    if start == 0:
-        return True
-    before = text[start - 1]
-    return not (before.isalnum() or before == "_" or before in also)
-
-
-def _luhn_ok(digits: str) -> bool:
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        d = ord(char) - 48
-        if index % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def _card_ok(candidate: str) -> bool:
-    digits = _NON_DIGITS_RE.sub("", candidate)
-    if not 13 <= len(digits) <= 19:
-        return False
-    # Issuer prefixes (Amex/Diners/JCB 3, Visa 4, Mastercard 5 and 2221-2720, Discover/UnionPay 6)
-    # cut the 1-in-10 Luhn false positives on arbitrary long numbers.
-    if digits[0] not in "3456" and not 2221 <= int(digits[:4]) <= 2720:
-        return False
-    return _luhn_ok(digits)
-
-
-def _count_phones(text: str) -> int:
-    taken: list[tuple[int, int]] = []
-    for rx, also in _PHONE_RES:
-        for m in rx.finditer(text):
-            start, end = m.span()
-            # "+1 (415) 555-2671" also matches the national pattern; count it once.
-            if any(s < end and start < e for s, e in taken) or not _left_boundary(text, start, also):
-                continue
-            if 8 <= len(_NON_DIGITS_RE.sub("", m.group(0))) <= 15:
-                taken.append((start, end))
-    return len(taken)
-
-
-def _ssn_ok(candidate: str) -> bool:
-    # Never issued: area 000, 666 and 900-999, group 00, serial 0000.
-    area, group, serial = candidate.split("-")
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
-
-
-def _iban_ok(candidate: str) -> bool:
-    compact = candidate.replace(" ", "")
-    if not 15 <= len(compact) <= 34:
-        return False
-    rotated = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in rotated)) % 97 == 1
-
-
-def _secret_ok(candidate: str) -> bool:
-    if candidate.startswith("-----"):
-        return True
-    # Documentation placeholders ("sk-xxxxxxxx...", AWS's "...EXAMPLE") are not leaks.
-    return any(c.isdigit() for c in candidate) and "example" not in candidate.lower()
-
-
-class PiiLeakParams(_Params):
+class PiiLeakParams(CheckParams):
     kinds: list[PiiKind] = Field(default_factory=lambda: list(_PII_KINDS), min_length=1)
     # RFC 2606 reserved names cannot belong to anyone; answers use them in examples all the time.
     ignore_email_domains: list[NonEmptyStr] = Field(
@@ -986,45 +829,18 @@ class PiiLeakParams(_Params):
 
 
 def check_pii_leak(sample: Sample, params: PiiLeakParams) -> CheckOutcome:
-    text = _answer_or_skip(sample)
+    text = answer_or_skip(sample)
     if not isinstance(text, str):
         return text
-    kinds = params._kinds
+    # The detector that masks stored samples decides; documentation placeholders (sk-xxxx...,
+    # AKIA...EXAMPLE) and reserved e-mail domains are not leaks.
     found: dict[str, int] = {}
+    for finding in pii.find(text, params._kinds, ignore_email_domains=params._ignored, skip_placeholders=True):
+        found[finding.kind] = found.get(finding.kind, 0) + 1
     # Counts only: a score record must never carry the personal data it reports.
-    if "email" in kinds and "@" in text:
-        n = sum(1 for m in _EMAIL_RE.finditer(text) if not _email_ignored(m.group(1).lower(), params._ignored))
-        if n:
-            found["email"] = n
-    raw = text.encode("utf-8", "surrogatepass")
-    if len(raw) - len(raw.translate(None, _DIGITS)) >= 8 and _LONG_NUMBER_RE.search(text) is not None:
-        if "credit_card" in kinds:
-            n = sum(1 for m in _CARD_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _card_ok(m.group(0)))
-            if n:
-                found["credit_card"] = n
-        if "phone" in kinds:
-            n = _count_phones(text)
-            if n:
-                found["phone"] = n
-        if "ssn" in kinds:
-            n = sum(1 for m in _SSN_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _ssn_ok(m.group(0)))
-            if n:
-                found["ssn"] = n
-        if "iban" in kinds:
-            n = sum(1 for m in _IBAN_RE.finditer(text) if _left_boundary(text, m.start()) and _iban_ok(m.group(0)))
-            if n:
-                found["iban"] = n
-    if "api_key" in kinds:
-        n = sum(1 for m in _SECRET_RE.finditer(text) if _left_boundary(text, m.start(), "-") and _secret_ok(m[0]))
-        if n:
-            found["api_key"] = n
     if found:
-        return _fail(kinds=sorted(found), counts=found)
-    return _pass()
-
-
-def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
-    return any(domain == p or domain.endswith("." + p) or fnmatch.fnmatchcase(domain, p) for p in ignored)
+        return failed(kinds=sorted(found), counts=found)
+    return passed()
 
 
 # --- registry ------------------------------------------------------------------------------------
@@ -1049,21 +865,6 @@ RULE_CHECKS: dict[str, RuleCheck] = {
 }
 
 
-def _describe_params_error(kind: str, model: type[BaseModel], exc: ValidationError) -> str:
-    allowed = ", ".join(f.alias or name for name, f in model.model_fields.items())
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown field '{loc}' (allowed fields: {allowed or 'none'})")
-        elif loc:
-            parts.append(f"field '{loc}': {msg}")
-        else:
-            parts.append(msg)
-    return f"check kind '{kind}': invalid params: " + "; ".join(parts)
-
-
 def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callable[[Sample], CheckOutcome]:
     """Validate `params` for `kind` and return `sample -> CheckOutcome`; raise ValueError naming
     the kind, the field and what is allowed."""
@@ -1077,7 +878,7 @@ def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callabl
     try:
         validated = entry.params_model.model_validate(params)
     except ValidationError as exc:
-        raise ValueError(_describe_params_error(kind, entry.params_model, exc)) from None
+        raise ValueError(f"check kind '{kind}': invalid params: {describe_params_error(entry.params_model, exc)}") from None
     fn = entry.fn
 
     def bound(sample: Sample) -> CheckOutcome:
@@ -1085,15 +886,3 @@ def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callabl
 
     bound.__name__ = bound.__qualname__ = f"{kind}_check"
     return bound
-
-
-def run_check(fn: Callable[[Sample], CheckOutcome], sample: Sample) -> CheckOutcome:
-    """Call a built check; a crash becomes an "error" outcome instead of stopping the scoring run."""
-    try:
-        outcome = fn(sample)
-    except Exception as exc:  # a buggy check or an odd sample must not take the others down
-        return CheckOutcome("error", None, {"exception": type(exc).__name__, "message": str(exc)[:500]})
-    if not isinstance(outcome, CheckOutcome):
-        message = f"check returned {type(outcome).__name__}, not CheckOutcome"
-        return CheckOutcome("error", None, {"exception": "TypeError", "message": message})
-    return outcome

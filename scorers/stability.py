@@ -41,9 +41,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import orjson
 
-from llmwatch.core.records import Sample, _content_to_text
+from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.matrix import ScoredSample, request_messages, user_turns
-from llmwatch.scorers.score import Score
 
 __all__ = [
     "ALL",
@@ -77,7 +78,7 @@ class StabilityCell:
 
 def prompt_hash(request: Any) -> str:
     """Same hash for requests a user would call "the same prompt": transport and sampling fields ignored."""
-    messages = [[str(m.get("role", "user")), _WS.sub(" ", _content_to_text(m.get("content"))).strip()] for m in request_messages(request)]
+    messages = [[str(m.get("role", "user")), _WS.sub(" ", content_to_text(m.get("content"))).strip()] for m in request_messages(request)]
     extra: dict[str, Any] = {}
     if isinstance(request, dict):
         fmt = request.get("response_format")

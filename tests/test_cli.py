@@ -57,7 +57,7 @@ def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(t
         sim.wait(timeout=20)
     assert proxy.returncode == 0, stderr
     assert "sk-cli-test" not in stderr, "no secret reaches the logs"
-    lines = [orjson.loads(l) for f in (tmp_path / "data" / "samples").glob("*.jsonl") for l in f.read_bytes().splitlines()]
+    lines = [orjson.loads(ln) for f in (tmp_path / "data" / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 1 and lines[0]["model"] == "sim-gpt-4o-mini"
 
 

@@ -118,3 +118,65 @@ def test_invalid_redaction_regex_names_the_pattern(tmp_path):
 def test_sampling_override_needs_a_selector(tmp_path):
     with pytest.raises(ConfigError, match="route"):
         load_config(write(tmp_path, "sampling: {overrides: [{rate: 0.5}]}\n"), environ={})
+
+
+def test_redaction_policy_fields_mode_and_salt_are_read_from_the_file(tmp_path):
+    cfg = load_config(write(tmp_path, """\
+        redaction:
+          mode: scores_only
+          fields: {request.user: drop, metadata.conversation_id: hash}
+          hash_salt: s3cret
+        files: {mode: "0640"}
+        """), environ={})
+    assert cfg.redaction.mode == "scores_only"
+    assert cfg.redaction.fields == {"request.user": "drop", "metadata.conversation_id": "hash"}
+    assert cfg.redaction.hash_salt.get_secret_value() == "s3cret" and "s3cret" not in repr(cfg)
+    assert cfg.files.mode_bits == 0o640
+    assert load_config(None, environ={}).files.mode == "0600", "data files are private by default"
+
+
+def test_an_unknown_redaction_action_names_the_field_and_the_choices(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "redaction: {fields: {request.user: encrypt}}\n"), environ={})
+    assert "redaction.fields.request.user" in str(err.value) and "'drop', 'mask' or 'hash'" in str(err.value)
+
+
+def test_scores_only_with_kafka_scale_out_is_refused():
+    with pytest.raises(ConfigError, match="scores_only keeps request and response text on this host"):
+        load_config(None, overrides={"redaction": {"mode": "scores_only"}, "kafka": {"enabled": True}}, environ={})
+
+
+@pytest.mark.parametrize("given, server", [
+    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000"),
+    ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+    ("https://gateway.example/openai/v1", "https://gateway.example/openai"),
+    ("https://gateway.example/openai", "https://gateway.example/openai"),
+    ("http://127.0.0.1:8000/v1beta", "http://127.0.0.1:8000/v1beta"),
+])
+def test_upstream_is_the_server_whether_given_with_its_v1_root_or_not(given, server):
+    # Clients send paths that start with /v1/; an upstream ending in /v1 would make them /v1/v1/...
+    assert load_config(None, overrides={"upstream": given}, environ={}).upstream == server
+
+
+def test_regress_resolves_an_endpoint_as_the_proxy_resolves_its_upstream():
+    from llmwatch.scorers.regress import openai_base_url
+
+    for given in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"):
+        assert openai_base_url(given) == load_config(None, overrides={"upstream": given}, environ={}).upstream + "/v1"
+
+
+def test_bad_flag_value_is_blamed_on_the_flag_and_named_once():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"upstream": "localhost:8000"}, environ={})
+    message = str(err.value)
+    assert "upstream (command line: --upstream)" in message
+    assert message.count("'localhost:8000'") == 1
+    assert "defaults and environment" not in message
+
+
+def test_flag_names_that_differ_from_the_field_are_used():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"otel": {"ingest_listen": "nowhere"}}, environ={}, flags={"otel.ingest_listen": "--listen"})
+    assert "otel.ingest_listen (command line: --listen)" in str(err.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -53,7 +52,8 @@ def test_baseline_is_immutable(tmp_path):
     with pytest.raises(BaselineError, match="immutable"):
         write_baseline(baseline, path)
     assert not os.access(path, os.W_OK) or os.geteuid() == 0  # read-only mode bits (root ignores them)
-    assert oct(path.stat().st_mode & 0o777) == "0o444"
+    # Read-only and private (files.mode 0600 without its write bit).
+    assert oct(path.stat().st_mode & 0o777) == "0o400"
 
 
 def test_tampered_baseline_is_refused(tmp_path):

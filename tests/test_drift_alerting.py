@@ -13,7 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import aiohttp
 import openai
 import pytest
 import yaml

@@ -25,7 +25,7 @@ from llmwatch.scorers.drift import DriftSettings, compare, format_text
 from llmwatch.scorers.drift_model import family_of
 from llmwatch.scorers.features import summarize
 from llmwatch.scorers import stats
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 from conftest import proxy_url, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.collectors.kafka import KafkaSampleSink, create_topics, sample_key
 from conftest import metric, proxy_url, scrape, wait_until
-from kafka_broker import free_port, kafka_broker  # noqa: F401  (pytest finds the fixture by name)
+from kafka_broker import free_port
 from llmwatch.agent.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,6 +293,38 @@ def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path):
     assert all(r.key == orjson.loads(r.value)["sample_id"].encode() for r in scores)
 
 
+def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path):
+    """The shared metrics app: /healthz 200 with the worker's facts, /readyz 503 naming the failing check."""
+    import urllib.error
+
+    port = free_port()
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens here
+    cfg = load_config(None, overrides={"metrics_listen": f"127.0.0.1:{port}", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-alone"}, daemon=True)
+    thread.start()
+    try:
+        health = None
+        deadline = time.monotonic() + 20
+        while health is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+                    health = (resp.status, orjson.loads(resp.read()))
+            except OSError:
+                assert time.monotonic() < deadline and thread.is_alive(), "the worker serves /healthz while it looks for the broker"
+                stop.wait(0.1)
+        assert health == (200, {"worker": "w-alone", "group": "g1", "topic": "in", "assigned": [], "status": "ok"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        body = orjson.loads(refused.value.read())
+        assert refused.value.code == 503
+        assert (body["status"], body["checks"], body["worker"]) == ("not_ready", {"consumer_polling": False}, "w-alone")
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive(), "the worker stops when asked, even before it ever connected"
+
+
 def test_a_crash_between_publish_and_commit_rescores_that_batch_once(kafka_broker, monkeypatch):
     """The at-least-once window, made deterministic: the first worker dies right after publishing."""
     import kafka
@@ -416,10 +448,13 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
         await asyncio.sleep(1.5)
 
         scores = checks_of(read_topic(bootstrap, "scores", expect=n * 4))
-        samples_on_topic = {Sample.from_json(r.value).id for r in read_topic(bootstrap, "samples", expect=n)}
-        assert samples_on_topic == ids_sent
+        on_topic = [Sample.from_json(r.value) for r in read_topic(bootstrap, "samples", expect=n)]
+        # One sample per call, each with its own id; the client's x-request-id rides along.
+        assert {s.client_request_id for s in on_topic} == ids_sent
+        sample_ids = {s.id for s in on_topic}
+        assert len(sample_ids) == n
         # At least once: every sample has a score for the check, none is missing ...
-        assert {s["sample_id"] for s in scores} == ids_sent
+        assert {s["sample_id"] for s in scores} == sample_ids
         # ... and after dedupe by (sample_id, check) there is exactly one per sample.
         assert len({(s["sample_id"], s["check"]) for s in scores}) == n
         # Duplicates can only be the killed worker's last published-but-uncommitted batch, each
@@ -487,5 +522,5 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     while not await resumed():
         assert time.monotonic() < deadline, "delivery did not resume after the broker came back"
         await asyncio.sleep(0.5)
-    arrived = {Sample.from_json(r.value).id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")}
+    arrived = {Sample.from_json(r.value).client_request_id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")}
     assert arrived & set(ids), "new samples arrive on the topic after the restart"

@@ -19,7 +19,7 @@ from synthetic import Behaviour, degradations, window  # noqa: E402
 from llmwatch.core.config import load_config  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.collectors.kafka import create_topics  # noqa: E402
-from kafka_broker import free_port, kafka_broker  # noqa: E402,F401
+from kafka_broker import free_port  # noqa: E402
 from llmwatch.agent import kafka_aggregate as kafka_aggregator  # noqa: E402
 from llmwatch.scorers.baseline import freeze, write_baseline  # noqa: E402
 from llmwatch.agent.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
@@ -62,6 +62,32 @@ def test_redelivered_scores_count_once_and_degraded_version_drifts(tmp_path, mon
     assert not any(v for (version, _), v in detected.items() if version == "A")
 
 
+def test_the_fleet_aggregator_sets_the_evaluation_gauges_the_sidecar_sets(tmp_path, monkeypatch):
+    """One aggregate stage: `llmwatch aggregate` exports the evaluation matrix from its windows, as the scorer child does."""
+    from llmwatch.scorers.baseline import load_baseline
+    from llmwatch.scorers.evaluation import build_report
+
+    monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.0)
+    cfg = config(tmp_path)
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    samples, scores, _ = window(np.random.default_rng(4), 200, Behaviour(), version="A", prefix="ev")
+    for s in samples:
+        agg.add_sample(s)
+    for score in scores:
+        agg.add_score(score)
+    agg.flush()
+    agg.refresh(now=time.monotonic() + 10)
+    report = build_report(samples, scores, cfg.matrix, baseline=load_baseline(cfg.drift.baseline), drift_alpha=cfg.drift.alpha, drift_min_samples=cfg.drift.min_samples)
+    expected = {(c.category, c.model_version): c.mean_score for c in report.cells if c.mean_score is not None}
+    assert expected, "the synthetic window fills at least one category"
+    got = {(s.labels["category"], s.labels["model_version"]): s.value for f in metrics.registry.collect() for s in f.samples if s.name == "llmwatch_category_quality"}
+    assert got == pytest.approx(expected)
+    (row,) = [r for r in report.decision if r.model_version == "A"]
+    assert row.decision_score is not None
+    assert counter(metrics, "llmwatch_decision_score", model_version="A") == pytest.approx(row.decision_score)
+
+
 def scrape(port: int) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
@@ -72,7 +98,7 @@ def total(samples: dict, name: str, **labels: str) -> float:
 
 
 @pytest.mark.slow
-def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker, monkeypatch):  # noqa: F811
+def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker, monkeypatch):
     from kafka import KafkaProducer
 
     monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.5)

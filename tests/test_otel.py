@@ -421,6 +421,25 @@ async def test_ingest_json_bodies_partial_success_and_bad_requests(sim, make_age
     assert metric(m, "llmwatch_otlp_ingest_spans_total", outcome="rejected") == 1
 
 
+async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
+    """Version order, one intake for both ways in: declared (header / span attribute) -> model_version.default -> response model -> request model."""
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, model_version={"default": "canary-3"}, otel={"ingest_listen": "127.0.0.1:0"})
+    declared = json_span("ddd19b7ec3c1b175", "declared")
+    declared["attributes"].append({"key": "llmwatch.model_version", "value": {"stringValue": "v9"}})
+    answered = json_span("ddd19b7ec3c1b176", "answered")
+    answered["attributes"].append({"key": "gen_ai.response.model", "value": {"stringValue": "m-json-2025"}})
+    async with aiohttp.ClientSession() as http:
+        body = otlp_json(json_span("ddd19b7ec3c1b174", "undeclared"), declared, answered)
+        async with http.post(f"http://127.0.0.1:{agent.ingest_port}/v1/traces", data=body, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200
+    samples = await drained(agent, 3)
+    versions = {extract_prompt_text(s["request"]): s["model_version"] for s in samples}
+    assert versions == {"undeclared": "canary-3", "declared": "v9", "answered": "canary-3"}
+    m = await scrape(agent)
+    assert metric(m, "llmwatch_samples_total", reason="rate") == 3, "counted once each, when selected"
+    assert metric(m, "llmwatch_otlp_ingest_spans_total", outcome="sampled") == 3
+
+
 async def test_llmwatch_spans_round_trip_through_its_own_receiver(sim, make_agent):
     port = free_port()
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"enabled": True, "endpoint": f"http://127.0.0.1:{port}/v1/traces", "capture_content": True, "ingest_listen": f"127.0.0.1:{port}"})
@@ -481,7 +500,7 @@ def test_llmwatch_ingest_command(tmp_path: Path):
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
-    lines = [orjson.loads(l) for f in (tmp_path / "samples").glob("*.jsonl") for l in f.read_bytes().splitlines()]
+    lines = [orjson.loads(ln) for f in (tmp_path / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 6 and {s["metadata"]["service_name"] for s in lines} == {"shop-app"}
 
 

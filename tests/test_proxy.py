@@ -180,7 +180,8 @@ async def test_samples_carry_the_record_fields_and_no_secrets(sim, make_agent):
     first, second = sorted(records, key=lambda r: r["stream"])
     for field in ("request", "response", "model", "model_version", "status", "latency_ms", "ttft_ms", "timestamp"):
         assert field in first
-    assert first["id"] == "req-abc"
+    # The sample id is the proxy's own, one per call; the client's request id is kept beside it.
+    assert first["client_request_id"] == "req-abc" and first["id"] != "req-abc" and first["id"] != second["id"]
     assert first["model"] == "sim-gpt-4o" and first["model_version"] == "A" and first["status"] == 200
     assert first["usage"]["input_tokens"] > 0 and first["cost_usd"] > 0
     assert "jane@example.com" not in orjson.dumps(first).decode() and "[EMAIL]" in first["request"]["messages"][0]["content"]

@@ -44,7 +44,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

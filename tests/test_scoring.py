@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -15,6 +17,10 @@ from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.records import Sample
 from conftest import metric, proxy_url, read_samples, scrape, wait_until
 from llmwatch.scorers import rules
+from llmwatch.scorers.checks import error_outcome, failed
+from llmwatch.scorers.embeddings import EMBEDDING_CHECKS
+from llmwatch.scorers.registry import CHECK_KINDS, build_check
+from llmwatch.scorers.regress import load_suite
 from llmwatch.scorers.suite import Suite, build_suite, validate_scoring
 
 RULES_ONLY = {"enabled": True, "embeddings": False}
@@ -85,6 +91,37 @@ def test_bad_check_config_names_the_check_and_field():
         validate_scoring(ScoringSection(embeddings=False, checks=[CheckSpec(name="x", kind="refusal"), CheckSpec(name="x", kind="length")]))
 
 
+def test_one_registry_knows_every_check_kind_and_which_family_runs_it():
+    assert set(CHECK_KINDS) == set(rules.RULE_CHECKS) | set(EMBEDDING_CHECKS)
+    assert CHECK_KINDS["regex"].family == "rule" and CHECK_KINDS["regex"].params_model is rules.RegexParams
+    assert CHECK_KINDS["embedding_relevance"].family == "embedding"
+    with pytest.raises(ValueError, match="'embedding_relevance' is an embedding check.*per-sample kinds: .*regex"):
+        build_check("rel", "embedding_relevance", {})
+
+
+def test_a_kind_added_to_a_family_table_is_known_to_the_suite_and_regress(monkeypatch, tmp_path):
+    monkeypatch.setitem(rules.RULE_CHECKS, "always_fails", rules.RuleCheck(lambda s, p: failed(why="test"), rules.NotEmptyParams))
+    assert CHECK_KINDS["always_fails"].family == "rule"
+    [scored] = Suite([CheckSpec(name="af", kind="always_fails")]).score([sample()])
+    assert (scored.score.result, scored.score.details) == ("fail", {"why": "test"})
+    suite_file = tmp_path / "suite.jsonl"
+    suite_file.write_text('{"id": "c1", "input": "hi", "checks": [{"kind": "always_fails"}]}\n')
+    assert [c.kind for c in load_suite(suite_file).checks["c1"]] == ["always_fails"]
+
+
+def test_embedding_params_are_validated_at_start_up_through_the_registry_without_the_model():
+    spec = CheckSpec(name="rel", kind="embedding_relevance", params={"threshold": 0.5})
+    with pytest.raises(ConfigError, match=r"scoring.checks\[0\] \(rel\).params: .*unknown field 'threshold'"):
+        validate_scoring(ScoringSection(checks=[spec]))
+
+
+def test_error_outcomes_are_built_one_way_for_exceptions_and_for_stated_reasons():
+    assert error_outcome(KeyError("choices")).details == {"exception": "KeyError", "message": "'choices'"}
+    assert error_outcome(RuntimeError("x" * 900)).details["message"] == "x" * 500
+    judged = error_outcome("judge answered HTTP 503", judge_model="j")
+    assert (judged.result, judged.value, judged.details) == ("error", None, {"error": "judge answered HTTP 503", "judge_model": "j"})
+
+
 async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_metrics(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
     c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
@@ -100,18 +137,22 @@ async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_met
     assert metric(samples, "llmwatch_scoring_lag_seconds_count", **labels) == 9
     assert metric(samples, "llmwatch_scoring_duration_seconds_count", check="refusal") == 9
     await agent.stop()
-    lines = [orjson.loads(l) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for l in f.read_bytes().splitlines()]
+    lines = [orjson.loads(ln) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == agent.recorder.recorded
-    assert {l["check"] for l in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
+    assert {ln["check"] for ln in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
 
 
 async def test_a_crashing_scorer_process_is_restarted_and_its_batch_recorded_as_errors(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
     await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
-    agent.scorer._proc.kill()
+    # Stopped first, so that the sample is surely in flight (handed over, unanswered) when it dies.
+    pid = agent.scorer._proc.pid
+    os.kill(pid, signal.SIGSTOP)
     c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
     r = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "still up?"}])
-    assert r.choices[0].message.content, "traffic flows while the scorer is down"
+    assert r.choices[0].message.content, "traffic flows while the scorer is stuck"
+    await wait_until(lambda: agent.scorer.pending == 1)
+    os.kill(pid, signal.SIGKILL)
     await wait_until(lambda: agent.scorer.restarts >= 1 and agent.scorer.ready.is_set(), timeout=60)
     for i in range(3):
         await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "and now?"}], seed=i)
@@ -133,7 +174,7 @@ def test_score_command_scores_a_file_and_prints_pass_rates(tmp_path):
     env = {"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
-    scores = [orjson.loads(l) for l in out.read_bytes().splitlines()]
+    scores = [orjson.loads(ln) for ln in out.read_bytes().splitlines()]
     refusals = [s for s in scores if s["check"] == "refusal"]
     assert len(refusals) == 6 and sum(s["result"] == "fail" for s in refusals) == 1
     assert "refusal" in result.stdout and "83.3% of" in result.stdout

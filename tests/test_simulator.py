@@ -363,6 +363,19 @@ async def test_answers_are_on_topic_and_off_topic_is_not() -> None:
             assert not words(resp.choices[0].message.content) & COOKING_WORDS
 
 
+async def test_on_topic_answers_name_what_was_asked_and_off_topic_ones_do_not() -> None:
+    # The topic bank's paragraphs are about Python, not about tuples; the answer must say what it answers.
+    question = "What is the difference between a list and a tuple in Python?"
+    async with serve() as (_, client):
+        for seed in range(4):
+            resp = await client.chat.completions.create(model="m", messages=user(question), seed=seed)
+            assert "tuple" in resp.choices[0].message.content
+    async with serve(replace(CLEAN, off_topic_rate=1.0)) as (_, client):
+        for seed in range(4):
+            resp = await client.chat.completions.create(model="m", messages=user(question), seed=seed)
+            assert "tuple" not in resp.choices[0].message.content.lower()
+
+
 async def test_unknown_topic_restates_prompt(sim_client: Any) -> None:
     _, client = sim_client
     resp = await client.chat.completions.create(model="m", messages=user("What about zebras and quilts?"))

@@ -16,16 +16,37 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.urls import mask_url
+
 ENV_PREFIX = "LLMWATCH_"
 
 
-class ConfigError(ValueError):
+class ConfigError(LlmwatchError, ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
+
+
+class ListenError(ConfigError):
+    """An address from the configuration that cannot be listened on (in use, not ours, no permission)."""
 
 
 class _Section(BaseModel):
     # Unknown keys are almost always typos (`sample_rate` for `rate`); refuse them loudly.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def normalize_upstream(url: str) -> str:
+    """The server's base URL from what a user gives: `http://h:8000`, `.../`, or the `/v1` root.
+
+    Clients send paths that already start with `/v1/` (the proxy forwards them as they are), so
+    an upstream given as the `/v1` root, the form OpenAI clients take as `base_url`, would send
+    every call to `/v1/v1/...`. One trailing `/v1` segment is dropped; a deeper path (a gateway
+    serving under a prefix, `https://gw/openai`) is kept.
+    """
+    url = url.rstrip("/")
+    if url.endswith("/v1") and re.match(r"^https?://[^/\s]+/", url):
+        url = url[: -len("/v1")].rstrip("/")
+    return url
 
 
 def _host_port(value: str) -> str:
@@ -43,6 +64,19 @@ class ProxySection(_Section):
     # Reverse proxies normally send the upstream's own Host; keep the client's only when the
     # upstream does virtual hosting on it.
     preserve_host: bool = False
+    # A client that has not sent a complete request head (request line and headers) this long
+    # after it started one is disconnected, so slow clients cannot hold connections open.
+    header_timeout_s: float = Field(10.0, gt=0)
+    # On SIGTERM, calls still in flight get this long to finish before they are cut, so that a
+    # rolling restart does not break answers that are nearly done, and a stuck stream cannot hold
+    # the pod past its termination grace period (Kubernetes' default is 30 s).
+    shutdown_timeout_s: float = Field(10.0, ge=0, le=3600)
+    # Longest request line, and longest single header line, accepted from clients and from the
+    # upstream (nginx and Envoy accept 64 KiB header sections). Bigger ones get 400 (client) or
+    # 502 (upstream). One request head is bounded by max_headers * max_header_bytes.
+    max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
+    # Most header fields in one request or response head.
+    max_headers: int = Field(256, ge=32, le=4096)
 
 
 class CaptureSection(_Section):
@@ -85,13 +119,50 @@ class QueueSection(_Section):
     max_size: int = Field(10_000, ge=1)
 
 
+# The kinds of llmwatch.scorers.pii, the one detector (core cannot import it); `card` and `key`
+# are the older names of credit_card and api_key and still accepted.
+_PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
+_FIELD_NAME_RE = re.compile(r"^(?:client_request_id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
+
+
+PiiKind = Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]
+
+
+def _default_pii_kinds() -> list[PiiKind]:
+    return ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
+
+
 class RedactionSection(_Section):
     enabled: bool = True
-    patterns: list[Literal["email", "phone", "card", "key", "ipv4", "iban", "ssn"]] = Field(
-        default_factory=lambda: ["email", "phone", "card", "key", "iban", "ssn"]
-    )
+    patterns: list[PiiKind] = Field(default_factory=_default_pii_kinds)
     # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
     extra_patterns: list[str] = Field(default_factory=list)
+    # mask: stored/shipped samples carry redacted bodies. scores_only: they carry no request or
+    # response text at all; scores are still computed in memory on the raw text.
+    mode: Literal["mask", "scores_only"] = "mask"
+    # Field -> drop | mask | hash, over the defaults {client_request_id: mask, metadata.*: mask, request.user: hash}.
+    # Fields: id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
+    fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
+    # Salt of `hash`; without one, hashes only group within one process run.
+    hash_salt: SecretStr | None = None
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _old_kind_names(cls, patterns: Any) -> Any:
+        if isinstance(patterns, list):
+            return [_PII_KIND_ALIASES.get(p, p) if isinstance(p, str) else p for p in patterns]
+        return patterns
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, fields: dict[str, str]) -> dict[str, str]:
+        for name in fields:
+            if not _FIELD_NAME_RE.match(name):
+                raise ValueError(
+                    f"field {name!r}: expected client_request_id, metadata.<key>, request.<path> or response.<path> "
+                    "(dotted keys, * for any key), e.g. request.user or metadata.conversation_id"
+                )
+        return fields
 
     @field_validator("extra_patterns")
     @classmethod
@@ -113,6 +184,10 @@ class MetricsSection(_Section):
     # Beyond this many distinct model names the rest are reported as model "other".
     max_models: int = Field(20, ge=1, le=500)
     max_versions: int = Field(20, ge=1, le=500)
+    # Model names that always get their own label, whatever clients send first. Models in the
+    # price table and models the upstream answered for are kept too; only request model names
+    # no upstream confirmed count against max_models.
+    models: list[str] = Field(default_factory=list)
     # USD per million tokens; merged over the built-in defaults (yours win).
     pricing: dict[str, Price] = Field(default_factory=dict)
 
@@ -127,6 +202,23 @@ class ModelVersionSection(_Section):
 class FilesSection(_Section):
     enabled: bool = True
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=4096)
+    # Mode of data files (samples, scores, baselines, reports, review files), an octal string;
+    # directories created for them get the matching x bits (0600 -> 0700, 0640 -> 0750).
+    # Private by default: they hold prompts and answers.
+    mode: str = "0600"
+
+    @field_validator("mode")
+    @classmethod
+    def _octal_mode(cls, value: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", value) or int(value, 8) & ~0o666:
+            raise ValueError(f"expected an octal file mode such as \"0600\" or \"0640\" (no execute bits), got {value!r}")
+        if not int(value, 8) & 0o600 == 0o600:
+            raise ValueError(f"mode {value!r} must let the owner read and write (0600 at least)")
+        return value
+
+    @property
+    def mode_bits(self) -> int:
+        return int(self.mode, 8)
 
 
 class CheckWhen(_Section):
@@ -158,6 +250,10 @@ class ScoringSection(_Section):
     check_timeout_s: float = Field(2.0, gt=0)
     # A scorer process silent for this long is killed and restarted; its batch is recorded as errors.
     batch_timeout_s: float = Field(120.0, gt=0)
+    # On shutdown a ready scorer gets this long to score what it holds; the rest (and everything,
+    # if the model is still loading) is recorded as `error` scores with reason `shutdown`. The
+    # whole stop then takes at most this plus about 2 s.
+    shutdown_timeout_s: float = Field(5.0, ge=0, le=600)
     # Torch threads in the scorer process; keep it below the cores the proxy does not need.
     torch_threads: int = Field(1, ge=1, le=64)
     # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).
@@ -381,8 +477,19 @@ class Config(_Section):
         if value is None:
             return None
         if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
-        return value.rstrip("/")
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {mask_url(value)!r}")
+        return normalize_upstream(value)
+
+    @model_validator(mode="after")
+    def _scores_only_stays_on_this_host(self) -> "Config":
+        # Kafka workers score what they receive; in scores_only mode that is no text at all.
+        if self.redaction.enabled and self.redaction.mode == "scores_only" and self.kafka.enabled:
+            raise ValueError(
+                "redaction.mode: scores_only keeps request and response text on this host, but kafka.enabled ships "
+                "samples to `llmwatch scorer` workers, which would score empty text; score here (kafka.enabled: false) "
+                "or use redaction.mode: mask"
+            )
+        return self
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -413,23 +520,19 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     return None
 
 
-def format_validation_error(exc: ValidationError, source: str, env_keys: Mapping[str, str]) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        path = ".".join(str(p) for p in loc) or "(top level)"
-        origin = env_keys.get(path)
-        where = f" (from environment variable {origin})" if origin else ""
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_fields(Config, loc)
-            hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-            lines.append(f"  - {path}{where}: unknown field{hint}")
+def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix: str = "") -> dict[str, str]:
+    """Dotted path -> "command line: --flag" for every leaf set by a command-line override."""
+    out: dict[str, str] = {}
+    for key, value in overrides.items():
+        if value is None:
             continue
-        given = err.get("input")
-        given_text = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
-        message = err["msg"].removeprefix("Value error, ")
-        lines.append(f"  - {path}{where}: {message}{given_text}")
-    return "\n".join(lines)
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flag_origins(value, flags, path + "."))
+        else:
+            flag = flags.get(path) or "--" + str(key).replace("_", "-")
+            out[path] = f"command line: {flag}"
+    return out
 
 
 def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -452,7 +555,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {key}: {'.'.join(path[:-1])} is not a section")
         node[path[-1]] = value
-        origins[".".join(path)] = key
+        origins[".".join(path)] = f"from environment variable {key}"
     return tree, origins
 
 
@@ -492,8 +595,13 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> Config:
-    """File, then environment, then explicit overrides (CLI flags); validated once."""
+    """File, then environment, then explicit overrides (CLI flags); validated once.
+
+    `flags` names the command-line flag behind an override's dotted path where it is not
+    `--<field>` (e.g. {"otel.ingest_listen": "--listen"}), so that errors blame the right flag.
+    """
     environ = os.environ if environ is None else environ
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
         path = environ[ENV_PREFIX + "CONFIG"]
@@ -502,8 +610,10 @@ def load_config(
     data = _merge(data, env_tree)
     if overrides:
         data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+        origins.update(_flag_origins(overrides, flags or {}))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        source = str(path) if path is not None else "defaults and environment"
-        raise ConfigError(format_validation_error(exc, source, origins)) from None
+        # Without a file, every bad value has an origin of its own (a variable or a flag).
+        header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
+        raise ConfigError(describe_validation_error(exc, header=header, allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None

@@ -1,14 +1,21 @@
-"""structlog set-up: JSON lines on stderr by default, readable console output on request."""
+"""structlog set-up: always on stderr (stdout is for what a command prints for people or scripts);
+JSON lines for log collectors, readable console lines when a person watches the terminal."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from typing import Any
 
 import structlog
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
+def configure_logging(level: str = "info", fmt: str | None = None) -> None:
+    """`fmt` None: console lines when stderr is a terminal, else JSON lines (a collector reads them)."""
+    if fmt is None:
+        fmt = "console" if _isatty(sys.stderr) else "json"
     numeric = getattr(logging, level.upper(), logging.INFO)
     renderer = structlog.dev.ConsoleRenderer(colors=False) if fmt == "console" else structlog.processors.JSONRenderer()
     structlog.configure(
@@ -25,3 +32,37 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     )
     # Libraries that use stdlib logging (aiohttp access log is off) go to the same stream.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # replaced or closed streams (tests, daemons)
+        return False
+
+
+class RateLimitedLog:
+    """At most one log line per `every_s` for a repeating failure, with how many were suppressed.
+
+    A full disk or an unreachable broker fails on every batch; one line per batch would flood
+    the log (and the disk that is already full) without saying more than the first one.
+    """
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self._every_s = every_s
+        self._clock = time.monotonic
+        self._last = float("-inf")
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, method: Any, event: str, **fields: Any) -> bool:
+        """Call `method(event, suppressed=N, **fields)` if the last line is old enough; True when logged."""
+        with self._lock:
+            now = self._clock()
+            if now - self._last < self._every_s:
+                self._suppressed += 1
+                return False
+            self._last = now
+            suppressed, self._suppressed = self._suppressed, 0
+        method(event, suppressed=suppressed, **fields)
+        return True

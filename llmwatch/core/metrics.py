@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -34,18 +36,33 @@ _SAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
 
 
 class LabelCap:
-    """Admit the first `limit` distinct values; every later newcomer becomes `other`.
+    """Bound the distinct values of a label; every value beyond the bound becomes `other`.
 
-    First-come is deliberate: the models a service really uses appear in the first minutes,
-    while a client that sends random model names cannot grow the series count past the cap.
+    Names the operator configured (`allow`) and names the upstream confirmed by answering for
+    them (`confirm`) always keep their own label: otherwise a client that sends 20 made-up model
+    names first would push the real ones into `other` for the life of the process. Only
+    unconfirmed names are admitted first-come, up to `limit`, so random names from clients
+    cannot grow the series count past the cap.
     """
+
+    # Upstreams are trusted to name real models, but a router can serve hundreds; past this
+    # many confirmed names the cap applies to them too, so memory and series stay bounded.
+    MAX_CONFIRMED = 500
 
     def __init__(self, limit: int, preset: tuple[str, ...] = ()) -> None:
         self._limit = limit
         self._seen: dict[str, str] = {}
+        self._capped = 0  # unconfirmed names admitted so far
+        self._confirmed = 0
         self._lock = threading.Lock()
-        for value in preset:
-            self(value)
+        self.allow(preset)
+
+    def allow(self, values: Iterable[str]) -> None:
+        """Give each configured name its own label, outside the cap."""
+        with self._lock:
+            for value in values:
+                if value and self._seen.get(value, OTHER) == OTHER:
+                    self._seen[value] = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
 
     def __call__(self, value: str | None) -> str:
         if not value:
@@ -54,20 +71,67 @@ class LabelCap:
         if label is not None:
             return label
         with self._lock:
-            label = self._seen.get(value)
-            if label is None:
-                if len(self._seen) < self._limit:
-                    label = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
-                else:
-                    label = OTHER
-                # Remember rejections too (bounded by a second cap) so lookups stay O(1).
-                if label != OTHER or len(self._seen) < self._limit * 50:
-                    self._seen[value] = label
+            return self._admit_locked(value)
+
+    def confirm(self, value: str | None) -> str:
+        """The label of a name the upstream answered for: its own, even after the cap is full."""
+        if not value:
+            return UNKNOWN
+        label = self._seen.get(value)
+        if label is not None and label != OTHER:
             return label
+        with self._lock:
+            label = self._seen.get(value)
+            if label is not None and label != OTHER:
+                return label
+            if self._confirmed < self.MAX_CONFIRMED:
+                self._confirmed += 1
+                label = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
+                self._seen[value] = label
+                return label
+            return label or self._admit_locked(value)
+
+    def _admit_locked(self, value: str) -> str:
+        label = self._seen.get(value)
+        if label is not None:
+            return label
+        if self._capped < self._limit:
+            self._capped += 1
+            label = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
+        else:
+            label = OTHER
+        # Remember rejections too (bounded by a second cap) so lookups stay O(1).
+        if label != OTHER or len(self._seen) < self._limit * 50:
+            self._seen[value] = label
+        return label
 
     @property
     def admitted(self) -> int:
         return sum(1 for v in self._seen.values() if v != OTHER)
+
+
+@dataclass(frozen=True)
+class DriftReading:
+    """One drift signal of one model version and operation against the baseline, as the gauges show it."""
+
+    model_version: str
+    operation: str
+    signal: str
+    statistic: float
+    p_value: float  # adjusted for multiple testing
+    detected: bool
+    n_current: int
+
+
+@dataclass(frozen=True)
+class EvaluationReading:
+    """One value of the evaluation report: kind is category_quality, stability or decision."""
+
+    kind: str
+    category: str
+    stability_kind: str
+    model_version: str
+    value: float
 
 
 class Metrics:
@@ -118,13 +182,13 @@ class Metrics:
         )
         self.samples_dropped = Counter(
             "llmwatch_samples_dropped",
-            "Samples selected but lost before storage, by reason (queue_full, sink_error, ...).",
+            "Samples selected but lost before a sink took them, by reason (queue_full, sink_error, write_error, scoring_queue_full, ...).",
             ["reason"],
             registry=r,
         )
         self.samples_written = Counter(
             "llmwatch_samples_written",
-            "Samples written by each sink.",
+            "Samples each sink accepted (written to disk, handed to the scorer, buffered for Kafka).",
             ["sink"],
             registry=r,
         )
@@ -137,7 +201,7 @@ class Metrics:
         )
         self.proxy_errors = Counter(
             "llmwatch_proxy_errors",
-            "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected).",
+            "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout).",
             ["error_type"],
             registry=r,
         )
@@ -169,6 +233,18 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        self.samples_unscored = Counter(
+            "llmwatch_samples_unscored",
+            "Samples accepted by the scorer but recorded as `error` scores instead of scored, by reason (shutdown, scorer_crashed, scorer_timeout, scorer_failed).",
+            ["reason"],
+            registry=r,
+        )
+        self.scores_dropped = Counter(
+            "llmwatch_scores_dropped",
+            "Score records counted in the metrics but not written to the scores files, by reason (write_error).",
+            ["reason"],
+            registry=r,
+        )
         self.scoring_pending = Gauge("llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.", registry=r)
         drift_labels = ["signal", "model_version", "gen_ai_operation_name"]
         self.drift_statistic = Gauge("llmwatch_drift_statistic", "Test statistic of each drift signal against the frozen baseline.", drift_labels, registry=r)
@@ -178,7 +254,7 @@ class Metrics:
         self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",
-            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, closed).",
+            "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, delivery_timeout, closed).",
             ["reason"],
             registry=r,
         )
@@ -212,3 +288,23 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+
+    def set_drift(self, readings: Iterable[DriftReading]) -> None:
+        """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
+        for r in readings:
+            v = self.version_label(r.model_version)
+            self.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
+            self.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
+            self.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
+            self.drift_window.labels(v).set(r.n_current)
+
+    def set_evaluation(self, readings: Iterable[EvaluationReading]) -> None:
+        """Evaluation readings become the category quality, stability and decision score gauges."""
+        for r in readings:
+            v = self.version_label(r.model_version)
+            if r.kind == "category_quality":
+                self.category_quality.labels(r.category, v).set(r.value)
+            elif r.kind == "stability":
+                self.stability.labels(r.stability_kind, r.category, v).set(r.value)
+            elif r.kind == "decision":
+                self.decision_score.labels(v).set(r.value)

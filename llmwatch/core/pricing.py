@@ -49,6 +49,11 @@ class PriceTable:
         self._prefixes = sorted(prices, key=len, reverse=True)
         self.lookup = lru_cache(maxsize=4096)(self._lookup)
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model name with a price (built-in and configured)."""
+        return tuple(self._prices)
+
     def _lookup(self, model: str | None) -> ModelPrice | None:
         if not model:
             return None

@@ -37,7 +37,7 @@ class BoundedQueue(Generic[T]):
             if time.monotonic() >= deadline:
                 return []
             time.sleep(self._poll_s)
-        batch = []
+        batch: list[T] = []
         popleft = items.popleft
         while items and len(batch) < max_items:
             batch.append(popleft())

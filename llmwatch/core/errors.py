@@ -1,0 +1,94 @@
+"""The one root of llmwatch's exceptions, and the one way to put a pydantic error into words.
+
+Every exception class the project defines derives from `LlmwatchError`, so the command line
+catches them once and exits with the error's `exit_code` (2: bad input or configuration, by the
+exit-code contract of agent/cli.py) with its message, never a traceback. Classes keep their
+historic builtin base too (`ValueError`, `RuntimeError`) so existing `except` clauses still work.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from pydantic import ValidationError
+
+from llmwatch.core.urls import mask_url
+
+__all__ = ["LlmwatchError", "describe_validation_error"]
+
+
+class LlmwatchError(Exception):
+    """An error llmwatch reports to the user as a message and an exit code."""
+
+    exit_code: int = 2
+    # What the command line writes between "llmwatch: " and the message (e.g. "bad input: ").
+    label: str = ""
+
+    def __init__(self, *args: Any, exit_code: int | None = None) -> None:
+        super().__init__(*args)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+AllowedFields = Sequence[str] | Callable[[tuple[Any, ...]], Sequence[str] | None]
+
+
+def describe_validation_error(
+    exc: ValidationError,
+    *,
+    allowed: AllowedFields | None = None,
+    header: str | None = None,
+    origins: Mapping[str, str] | None = None,
+) -> str:
+    """Name each failing field and say what is wrong with it, without pydantic's noise.
+
+    Inline (the default), for a message that already names the file and line:
+    "field 'a.b': message; unknown field 'c' (allowed fields: x, y)". Whole-record errors (a
+    model validator) are bare messages. Unknown fields list the allowed ones when `allowed`
+    says what they are (a list, or a function of the error's location).
+
+    With `header`, one line per error under it, for the configuration: "  - a.b (ORIGIN):
+    message (got 'value')", where `origins` maps the path, or the section that holds it, to where
+    the value came from ("from environment variable X", "command line: --upstream"). The value
+    is named once: not again when the message already quotes it.
+    """
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc)
+        message = err["msg"].removeprefix("Value error, ")
+        unknown = err["type"] == "extra_forbidden"
+        fields = (allowed(loc) if callable(allowed) else allowed) if allowed is not None else None
+        if header is None:
+            if unknown and fields is not None:
+                lines.append(f"unknown field '{path}' (allowed fields: {', '.join(fields) or 'none'})")
+            else:
+                lines.append(f"field '{path}': {message}" if path else message)
+            continue
+        path = path or "(top level)"
+        origin = _origin_of(path, origins or {})
+        where = f" ({origin})" if origin else ""
+        if unknown:
+            hint = f"; allowed here: {', '.join(fields)}" if fields else ""
+            lines.append(f"  - {path}{where}: unknown field{hint}")
+            continue
+        given = err.get("input")
+        if isinstance(given, str):
+            given = mask_url(given)  # an invalid URL may still carry a password
+        # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
+        # to 1") do not.
+        given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
+        lines.append(f"  - {path}{where}: {message}{given_text}")
+    if header is None:
+        return "; ".join(lines)
+    return "\n".join([header, *lines])
+
+
+def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
+    """The origin of `path`, or of the nearest section that holds it (`--kafka` sets kafka.*)."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        origin = origins.get(".".join(parts[:n]))
+        if origin:
+            return origin
+    return None

@@ -1,0 +1,130 @@
+"""The OpenAI wire format, read tolerantly: texts, finish reasons, operations, token estimates.
+
+Chat Completions, legacy Completions and the Responses API each put the prompt, the answer and
+the stop reason in a different place, and exporters from other tools add their own variants.
+Every collector and scorer reads them through these helpers, so a sample means the same thing
+whether it came from the proxy, an OTLP span or a user's file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# The route of a captured call -> the operation name used in metrics, samples and drift.
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "generate_content",
+}
+
+# Kana, CJK ideographs and Hangul: scripts written without spaces between words.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
+
+
+def approx_tokens(text: str) -> int:
+    """A tokenizer-free token count, used only where the upstream reported no usage.
+
+    BPE tokenizers give roughly one token per common word or punctuation mark (about 4
+    characters of English), so words and punctuation marks are counted. CJK scripts have
+    no spaces, so a whole run of them would count as one "word"; each of their characters
+    is about one token instead, and is counted as one. One rule for the proxy, OTLP ingest
+    and the length check, so an estimated count means the same wherever it was made.
+    """
+    return len(_TOKEN_RE.findall(text))
+
+
+
+def content_to_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Multi-part content: [{"type": "text", "text": ...}, {"type": "image_url", ...}]
+        texts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+            elif isinstance(part, str):
+                texts.append(part)
+        return "\n".join(texts)
+    return ""
+
+
+def extract_prompt_text(request: Any) -> str:
+    """The user's side of a request: the last user message, or the prompt/input."""
+    if not isinstance(request, dict):
+        return request if isinstance(request, str) else ""
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return content_to_text(message.get("content"))
+        return ""
+    prompt = request.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return prompt[0]
+    inp = request.get("input")
+    if isinstance(inp, str):
+        return inp
+    if isinstance(inp, list):
+        for item in reversed(inp):
+            if isinstance(item, dict) and item.get("role", "user") == "user":
+                return content_to_text(item.get("content"))
+            if isinstance(item, str):
+                return item
+    return ""
+
+
+def extract_answer_text(response: Any) -> str:
+    """The model's answer: first choice's message/text, or the Responses API output text."""
+    if not isinstance(response, dict):
+        return response if isinstance(response, str) else ""
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices:
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        if isinstance(message, dict):
+            return content_to_text(message.get("content"))
+        text = first.get("text")
+        if isinstance(text, str):
+            return text
+        return ""
+    if isinstance(response.get("output_text"), str):
+        return response["output_text"]
+    output = response.get("output")
+    if isinstance(output, list):
+        texts = []
+        for item in output:
+            if isinstance(item, dict) and item.get("type") == "message":
+                for part in item.get("content") or []:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        texts.append(part["text"])
+        return "".join(texts)
+    return ""
+
+
+def response_finish_reason(response: Any) -> str | None:
+    """Why the model stopped: the first choice's finish_reason, or the Responses API status."""
+    if not isinstance(response, dict):
+        return None
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    status = response.get("status")
+    if status == "incomplete":
+        # Responses API: truncation is reported as incomplete_details.reason instead.
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
+    if status == "completed":
+        return "stop"
+    return None

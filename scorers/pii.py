@@ -1,0 +1,254 @@
+"""The one detector of personal data and secrets in text.
+
+Both masking of stored samples (`llmwatch.scorers.redaction`) and the `pii_leak` check
+(`llmwatch.scorers.rules`) ask this module where PII is, so that they agree on what counts and
+call each kind by the same name. `find()` returns non-overlapping spans, each with its kind;
+masking replaces them with the kind's placeholder, the check only counts them.
+
+Kinds: email, phone, credit_card, iban, ssn, api_key, ipv4. The older redaction names `card`
+and `key` are accepted as aliases of `credit_card` and `api_key`.
+
+Patterns start with a literal or a character class rather than a lookbehind or \\b where they
+can, so that the regex engine can skip ahead; left boundaries and checksums are checked in
+Python on the few candidates instead. Texts without "@" skip the e-mail pattern and texts with
+fewer than 7 digits skip the number patterns, because most answers contain neither.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["KINDS", "ALIASES", "PLACEHOLDERS", "Finding", "canonical_kind", "find", "luhn_valid", "is_placeholder_secret"]
+
+# In priority order: where two kinds claim overlapping text, the earlier wins (a key can
+# contain digit runs that would otherwise look like a card or a phone number).
+KINDS: tuple[str, ...] = ("api_key", "email", "iban", "credit_card", "ssn", "phone", "ipv4")
+ALIASES = {"card": "credit_card", "key": "api_key"}
+PLACEHOLDERS = {
+    "api_key": "[SECRET]",
+    "email": "[EMAIL]",
+    "iban": "[IBAN]",
+    "credit_card": "[CARD]",
+    "ssn": "[SSN]",
+    "phone": "[PHONE]",
+    "ipv4": "[IP]",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    start: int
+    end: int
+
+
+def canonical_kind(name: str) -> str:
+    kind = ALIASES.get(name, name)
+    if kind not in PLACEHOLDERS:
+        raise ValueError(f"unknown PII kind {name!r}; known kinds: {', '.join(KINDS)}")
+    return kind
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+# Each alternative names the token it catches. Prefix-shaped tokens are matched whole.
+_SECRET_RE = re.compile(
+    r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}"  # OpenAI / Anthropic keys
+    r"|sk_(?:live|test)_[0-9A-Za-z]{20,}"  # Stripe secret keys
+    r"|(?:AKIA|ASIA|AIDA|AROA|ANPA|AGPA)[0-9A-Z]{16}(?![0-9A-Za-z])"  # AWS access key ids (long-term AKIA, STS ASIA, ...)
+    r"|github_pat_[A-Za-z0-9_]{22,}"  # GitHub fine-grained personal access tokens
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub classic PAT, OAuth, user-to-server, server, refresh tokens
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab personal access tokens
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"|-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z]+ )?PRIVATE KEY-----)?"  # PEM private keys
+)
+# Tokens whose first letter is common in prose ("e", "b", "r") would make the engine try the
+# whole pattern at most positions: each is only tried when its marker occurs in the text.
+_GATED_SECRET_RES = (
+    ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWTs (base64url '{"' header)
+    ("earer", re.compile(r"[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*")),  # Authorization: Bearer <token>
+    ("rk_", re.compile(r"rk_(?:live|test)_[0-9A-Za-z]{20,}")),  # Stripe restricted keys
+)
+# Secrets without a recognisable prefix are only found by their context: the value after a
+# name such as aws_secret_access_key / SecretAccessKey (AWS: 40 base64 characters), or after
+# password= / api_key: / client_secret= ... (group 1 is the value that gets masked).
+_CONTEXT_SECRET_RE = re.compile(
+    r"(?i:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\"']?\s*[:=]\s*[\"']?"
+    r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+    r"|(?i:password|passwd|api[_-]?key|client[_-]?secret|secret[_-]?key|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?"
+    r"([^\s\"',;]{8,})"
+)
+_CONTEXT_WORDS = ("secret", "passw", "key", "token")
+# Documentation placeholders ("sk-xxxxxxxx...", AWS's "...EXAMPLE") are not leaks; the check
+# ignores them, masking does not (it costs nothing to mask a placeholder).
+_PLACEHOLDER_VALUE_RE = re.compile(r"(?i)example|x{6,}|\*{4,}|<[^>]*>|\$\{|your[_-]")
+
+# --- e-mail ------------------------------------------------------------------------------------
+
+_EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@((?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,})(?![A-Za-z0-9])")
+
+# --- numbers -----------------------------------------------------------------------------------
+
+_PHONE_RES = (
+    # International, E.164 with or without separators: +44 20 7946 0958, +14155550177, and with
+    # the 00 international prefix: 0049 30 12345678.
+    (re.compile(r"(?:\+|00(?=[1-9]))\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])"), "+"),
+    # North American with an area code in parentheses: (415) 555-2671, 1 (415) 555 2671.
+    (re.compile(r"(?:1 ?)?\([2-9]\d{2}\) ?[2-9]\d{2}[-. ]?\d{4}(?![\w-])"), ""),
+    # North American with separators: 415-555-2671, 1-800-555-0199, 415.555.2671, 415 555 2671.
+    (re.compile(r"(?:1[-. ])?[2-9]\d{2}([-. ])[2-9]\d{2}\1\d{4}(?![\w-])"), ".-"),
+    # North American bare 10 digits (4155550199): area and exchange codes never start with 0 or
+    # 1, which rules out Unix timestamps (1...) and most order numbers; "#" and "$" before the
+    # digits mark ids and amounts.
+    (re.compile(r"[2-9]\d{2}[2-9]\d{6}(?![\w-])"), ".-#$/,"),
+    # National numbers with a trunk prefix 0 and spaces: 020 7946 0958, 030 1234 5678.
+    (re.compile(r"\(?0\d{1,4}\)? \d{3,4} ?\d{3,4}(?![\w-])"), ".-"),
+    # French national numbers in pairs: 06 12 34 56 78.
+    (re.compile(r"0[1-9](?:[ .]\d{2}){4}(?![\w.-])"), ".-"),
+)
+_CARD_RE = re.compile(r"\d(?:[ -]?\d){12,18}(?![\d-])")
+_IBAN_RE = re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+_SSN_RE = re.compile(r"\d{3}-\d{2}-\d{4}(?![\d-])")
+_IPV4_RE = re.compile(r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])")
+_NON_DIGITS_RE = re.compile(r"\D")
+_DIGIT_TABLE = str.maketrans("", "", "0123456789")
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        d = ord(char) - 48
+        if index % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _left_boundary(text: str, start: int, also: str = "") -> bool:
+    """True when the match at `start` is not the tail of a longer word or number."""
+    if start == 0:
+        return True
+    before = text[start - 1]
+    return not (before.isalnum() or before == "_" or before in also)
+
+
+def _card_ok(candidate: str) -> bool:
+    digits = _NON_DIGITS_RE.sub("", candidate)
+    if not 13 <= len(digits) <= 19:
+        return False
+    # Issuer prefixes (Amex/Diners/JCB 3, Visa 4, Mastercard 5 and 2221-2720, Discover/UnionPay 6)
+    # cut the 1-in-10 Luhn false positives on arbitrary long numbers.
+    if digits[0] not in "3456" and not 2221 <= int(digits[:4]) <= 2720:
+        return False
+    return luhn_valid(digits)
+
+
+def _ssn_ok(candidate: str) -> bool:
+    # Never issued: area 000, 666 and 900-999, group 00, serial 0000.
+    area, group, serial = candidate.split("-")
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+def _iban_ok(candidate: str) -> bool:
+    compact = candidate.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    rotated = compact[4:] + compact[:4]
+    return int("".join(str(int(c, 36)) for c in rotated)) % 97 == 1
+
+
+def is_placeholder_secret(candidate: str) -> bool:
+    """True for documentation placeholders: no digit at all, or an "EXAMPLE"/"xxxx"-style value."""
+    if candidate.startswith("-----"):
+        return False
+    return not any(c.isdigit() for c in candidate) or _PLACEHOLDER_VALUE_RE.search(candidate) is not None
+
+
+def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
+    return any(domain == p or domain.endswith("." + p) or fnmatch.fnmatchcase(domain, p) for p in ignored)
+
+
+def _candidates(text: str, kind: str, ignored_domains: tuple[str, ...], skip_placeholders: bool) -> Iterable[tuple[int, int]]:
+    if kind == "api_key":
+        for m in _SECRET_RE.finditer(text):
+            if _left_boundary(text, m.start(), "-") and not (skip_placeholders and is_placeholder_secret(m[0])):
+                yield m.span()
+        for marker, rx in _GATED_SECRET_RES:
+            if marker in text:
+                for m in rx.finditer(text):
+                    if _left_boundary(text, m.start(), "-") and not (skip_placeholders and is_placeholder_secret(m[0])):
+                        yield m.span()
+        # The context pattern cannot skip ahead on a literal; most texts name no secret at all.
+        low = text.lower()
+        if not any(word in low for word in _CONTEXT_WORDS):
+            return
+        for m in _CONTEXT_SECRET_RE.finditer(text):
+            group = 1 if m.group(1) is not None else 2
+            if not (skip_placeholders and is_placeholder_secret(m.group(group))):
+                yield m.span(group)
+    elif kind == "email":
+        for m in _EMAIL_RE.finditer(text):
+            if not _email_ignored(m.group(1).lower(), ignored_domains):
+                yield m.span()
+    elif kind == "credit_card":
+        for m in _CARD_RE.finditer(text):
+            if _left_boundary(text, m.start(), "-") and _card_ok(m.group(0)):
+                yield m.span()
+    elif kind == "ssn":
+        for m in _SSN_RE.finditer(text):
+            if _left_boundary(text, m.start(), "-") and _ssn_ok(m.group(0)):
+                yield m.span()
+    elif kind == "iban":
+        for m in _IBAN_RE.finditer(text):
+            if _left_boundary(text, m.start()) and _iban_ok(m.group(0)):
+                yield m.span()
+    elif kind == "phone":
+        for rx, also in _PHONE_RES:
+            for m in rx.finditer(text):
+                start = m.start()
+                # Not the tail of a longer run of digit groups (an IBAN, an order number in blocks).
+                if start >= 2 and text[start - 1] in " .-" and text[start - 2].isdigit():
+                    continue
+                if _left_boundary(text, start, also) and 8 <= len(_NON_DIGITS_RE.sub("", m.group(0))) <= 15:
+                    yield m.span()
+    elif kind == "ipv4":
+        for m in _IPV4_RE.finditer(text):
+            if _left_boundary(text, m.start(), "."):
+                yield m.span()
+
+
+def find(
+    text: str,
+    kinds: Iterable[str] = KINDS,
+    *,
+    ignore_email_domains: Iterable[str] = (),
+    skip_placeholders: bool = False,
+) -> list[Finding]:
+    """Non-overlapping findings of the wanted kinds in `text`, in text order.
+
+    `ignore_email_domains` (exact, suffix or glob) and `skip_placeholders` are for the check,
+    which must not fail an answer for `jane@example.com` or `sk-xxxx...`; masking keeps both off.
+    """
+    wanted = {canonical_kind(k) for k in kinds}
+    has_at = "@" in text
+    # Every number kind needs at least 7 digits; most answers have fewer, so skip them cheaply.
+    many_digits = len(text) - len(text.translate(_DIGIT_TABLE)) >= 7
+    ignored = tuple(d.lower() for d in ignore_email_domains)
+    taken: list[Finding] = []
+    for kind in KINDS:
+        if kind not in wanted:
+            continue
+        if kind == "email" and not has_at:
+            continue
+        if kind in ("iban", "credit_card", "ssn", "phone", "ipv4") and not many_digits and kind != "ipv4":
+            continue
+        for start, end in _candidates(text, kind, ignored, skip_placeholders):
+            if any(f.start < end and start < f.end for f in taken):
+                continue
+            taken.append(Finding(kind, start, end))
+    taken.sort(key=lambda f: f.start)
+    return taken

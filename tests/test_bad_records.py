@@ -1,0 +1,203 @@
+"""Offline commands on bad records: exit 2 naming file, line and field; never 1, never a traceback.
+
+Exit 1 means "the command ran and found a problem" (drift found), so bad input must never end
+with it; and a traceback tells a user nothing about which line of their export to fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmwatch.agent.cli import main
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def record(i: int, **fields) -> dict:
+    base = {
+        "id": f"s{i}",
+        "timestamp": (T0 + timedelta(seconds=i)).isoformat(),
+        "model": "m",
+        "model_version": "A" if i % 2 else "B",
+        "status": 200,
+        "latency_ms": 100.0 + i,
+        "request": {"messages": [{"role": "user", "content": f"question {i}?"}]},
+        "response": {"choices": [{"message": {"role": "assistant", "content": f"answer number {i}."}, "finish_reason": "stop"}]},
+    }
+    base.update(fields)
+    return base
+
+
+def write_lines(path: Path, lines: list[bytes]) -> str:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """The CLI in-process (much faster than a subprocess per call); any exception is a failure."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("bad-records")
+    # No embedding model: bad input is refused before any scoring happens anyway.
+    (d / "llmwatch.yaml").write_text("scoring: {embeddings: false}\n")
+    good = write_lines(d / "good.jsonl", [orjson.dumps(record(i)) for i in range(20)])
+    code, err = run_cli(["baseline", "freeze", "--config", str(d / "llmwatch.yaml"), "--samples", good, "--model-version", "A", "--out", str(d / "baseline.json")])
+    assert code == 0, err
+    return d
+
+
+_counter = itertools.count()
+
+
+def commands(d: Path, samples: str) -> dict[str, list[str]]:
+    n = next(_counter)
+    cfg = ["--config", str(d / "llmwatch.yaml")]
+    return {
+        "score": ["score", *cfg, "--in", samples, "--out", str(d / f"scores-{n}.jsonl")],
+        "baseline freeze": ["baseline", "freeze", *cfg, "--samples", samples, "--model-version", "A", "--out", str(d / f"b-{n}.json")],
+        "drift": ["drift", *cfg, "--baseline", str(d / "baseline.json"), "--samples", samples],
+        "report": ["report", *cfg, "--samples", samples],
+        "review export": ["review", "export", *cfg, "--samples", samples, "--versions", "A,B", "--n", "2", "--seed", "1", "--out", str(d / f"tasks-{n}.jsonl")],
+    }
+
+
+def assert_refused(d: Path, samples: str, line: int, field: str | None) -> None:
+    for name, argv in commands(d, samples).items():
+        code, err = run_cli(argv)
+        assert code == 2, f"{name}: exit {code}, stderr {err!r}"
+        assert "Traceback" not in err
+        assert f"{samples}:{line}:" in err, f"{name}: file and line not named: {err!r}"
+        if field is not None:
+            # The field, or a field inside it (usage -> usage.input_tokens), is named.
+            assert f"field '{field}'" in err or f"field '{field}." in err, f"{name}: field not named: {err!r}"
+
+
+# --- the reported cases ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("latency_ms", "Infinity"),
+        ("latency_ms", "NaN"),
+        ("ttft_ms", "-Infinity"),
+        ("cost_usd", "Infinity"),
+        ("timestamp", -1e20),
+        ("timestamp", 1e20),
+        ("schema", "llmwatch.sample/v9"),
+    ],
+)
+def test_each_reported_bad_value_is_refused_by_every_offline_command(workdir, field, value):
+    lines = [orjson.dumps(record(i)) for i in range(12)]
+    lines[6] = orjson.dumps(record(6, **{field: value}))
+    samples = write_lines(workdir / f"bad-{field}-{next(_counter)}.jsonl", lines)
+    assert_refused(workdir, samples, 7, field)
+
+
+def test_bad_records_in_a_real_process_exit_2_without_a_traceback(workdir):
+    samples = write_lines(workdir / "overflow.jsonl", [orjson.dumps(record(0, timestamp=-1e20))])
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(workdir / "baseline.json"), "--samples", samples],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{samples}:1: field 'timestamp'" in proc.stderr
+
+
+def test_a_frozen_baseline_always_loads_back_in_drift(workdir):
+    # Finite but extreme values: whatever freeze accepts, drift must accept too.
+    lines = [orjson.dumps(record(i, latency_ms=1.7e308, cost_usd=1.7e308)) for i in range(12)]
+    samples = write_lines(workdir / "extreme.jsonl", lines)
+    out = workdir / "extreme-baseline.json"
+    code, err = run_cli(["baseline", "freeze", "--config", str(workdir / "llmwatch.yaml"), "--samples", samples, "--model-version", "A", "--out", str(out)])
+    assert "Traceback" not in err
+    if code == 0:
+        code, err = run_cli(["drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(out), "--samples", samples])
+        assert code in (0, 1, 2) and "could not" not in err and "corrupt" not in err, err
+    else:
+        assert code == 2 and "refusing to write" in err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "content, names",
+    [
+        (b"[1, 2]", "not an llmwatch report"),
+        (b"null", "not an llmwatch report"),
+        (b'{"schema": "llmwatch.report/v1", "decision": 3}', "field 'decision'"),
+        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": "A"}}', "field 'decision.versions'"),
+        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [7]}}', "field 'decision.versions.0'"),
+        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": "A", "quality": "high"}]}}', "field 'decision.versions.0.quality'"),
+        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": ["A"]}]}}', "field 'decision.versions.0.model_version'"),
+    ],
+)
+def test_report_compare_with_a_malformed_earlier_report_exits_2(workdir, content, names):
+    earlier = workdir / f"earlier-{next(_counter)}.json"
+    earlier.write_bytes(content)
+    code, err = run_cli(["report", "--config", str(workdir / "llmwatch.yaml"), "--samples", str(workdir / "good.jsonl"), "--compare", str(earlier), "--allow-weights-change"])
+    assert code == 2 and "Traceback" not in err
+    assert str(earlier) in err and names in err
+
+
+# --- fuzz ------------------------------------------------------------------------------------------
+
+# Values each field must refuse (none of them is a valid spelling of anything).
+BAD_VALUES = {
+    "timestamp": st.sampled_from([-1e20, 1e20, -1, 1e300, "Infinity", "not a date", "2026-13-45T00:00:00Z", None, [], {}]),
+    "latency_ms": st.sampled_from(["Infinity", "-Infinity", "NaN", "inf", -1, -1e-9, None, "fast", [], {}]),
+    "ttft_ms": st.sampled_from(["Infinity", "NaN", -5, "soon", []]),
+    "cost_usd": st.sampled_from(["NaN", "Infinity", -0.5, "cheap", {}]),
+    "status": st.sampled_from([-1, 1000, "ok", None, 1.5, []]),
+    "usage": st.sampled_from([{"input_tokens": -3}, {"output_tokens": "many"}, {"input_tokens": 1.5}, "lots", []]),
+    "schema": st.sampled_from(["llmwatch.sample/v9", "llmwatch.sample/v2", "llmwatch.score/v1", "", 7]),
+    "model": st.sampled_from([5, [], {}]),
+    "metadata": st.sampled_from(["x", [], 3]),
+    "capture_notes": st.sampled_from(["x", 3, {}]),
+}
+BROKEN_LINES = st.sampled_from([b'{"id": "s1", "timestamp": ', b"[]", b"3", b"null", b'"a string"', b"{'single': 'quotes'}", b"\xff\xfe"])
+
+
+@st.composite
+def malformed_file(draw):
+    n = draw(st.integers(min_value=1, max_value=8))
+    bad_at = draw(st.integers(min_value=0, max_value=n - 1))
+    lines = [orjson.dumps(record(i)) for i in range(n)]
+    if draw(st.booleans()):
+        field = draw(st.sampled_from(sorted(BAD_VALUES)))
+        lines[bad_at] = orjson.dumps(record(bad_at, **{field: draw(BAD_VALUES[field])}))
+    elif draw(st.booleans()):
+        field = draw(st.sampled_from(["timestamp", "status", "latency_ms", "request", "response", "model"]))
+        broken = record(bad_at)
+        del broken[field]
+        lines[bad_at] = orjson.dumps(broken)
+    else:
+        field = None
+        lines[bad_at] = draw(BROKEN_LINES)
+    return lines, bad_at + 1, field
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=malformed_file())
+def test_fuzz_malformed_records_exit_2_with_file_and_line_and_no_traceback(workdir, case):
+    lines, line, field = case
+    samples = write_lines(workdir / f"fuzz-{next(_counter)}.jsonl", lines)
+    assert_refused(workdir, samples, line, field)
