@@ -10,7 +10,7 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Which extras go in: `all` (the default: embedding checks, Kafka, OpenTelemetry) or the slim proxy
+# Which extras go in: `all` (the default: embedding checks, Kafka, OpenTelemetry, HTML reports) or the slim proxy
 # the Helm chart runs when the scorer Deployment scores: --build-arg EXTRAS=kafka,otel
 ARG EXTRAS=all
 

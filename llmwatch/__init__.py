@@ -14,3 +14,13 @@ docs/architecture.md draws the layers and the pipeline.
 """
 
 __version__ = "0.2.0"
+
+# In a source checkout, agent/, collectors/ and scorers/ sit beside this folder (an installed copy
+# has them inside it). Python run from the checkout's root finds this folder first, through the
+# current directory; let the subpackages resolve from the sibling folders then, as pyproject maps them.
+import os as _os
+
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if all(_os.path.isfile(_os.path.join(_checkout, d, "__init__.py")) for d in ("agent", "collectors", "scorers")):
+    __path__.append(_checkout)
+del _os, _checkout

@@ -16,8 +16,8 @@ treatment:
 
 A field is `request.<path>` or `response.<path>` (dotted keys into the JSON body, `*` for any
 key or list index), `metadata.<key>` (values copied from request headers by
-`capture.metadata_headers`, `*` for all), or `id` (the sample id, which is the client's
-`x-request-id` when it sent one). The most specific rule wins (fewest `*`).
+`capture.metadata_headers`, `*` for all), or `client_request_id` (the client's `x-request-id`;
+the sample `id` is llmwatch's own and never rewritten). The most specific rule wins (fewest `*`).
 
 `redaction.mode: scores_only` keeps all request and response text on the host: stored and
 shipped samples carry neither body, while scores are still computed in memory on the raw text.

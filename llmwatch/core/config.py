@@ -141,7 +141,7 @@ class RedactionSection(_Section):
     # response text at all; scores are still computed in memory on the raw text.
     mode: Literal["mask", "scores_only"] = "mask"
     # Field -> drop | mask | hash, over the defaults {client_request_id: mask, metadata.*: mask, request.user: hash}.
-    # Fields: id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
+    # Fields: client_request_id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
     fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
     # Salt of `hash`; without one, hashes only group within one process run.
     hash_salt: SecretStr | None = None
@@ -529,7 +529,9 @@ def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(_flag_origins(value, flags, path + "."))
-        else:
+        elif path in flags or not prefix:
+            # Top-level keys are the command's own flags (--upstream, --listen, ...); a nested
+            # value is a flag's only where `flags` says so (programmatic overrides are not flags).
             flag = flags.get(path) or "--" + str(key).replace("_", "-")
             out[path] = f"command line: {flag}"
     return out
