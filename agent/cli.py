@@ -80,7 +80,9 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     from llmwatch.scorers.offline import load_window
 
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
-    baseline = freeze(samples, scores, embeddings, model_version=args.model_version)
+    from llmwatch.scorers.drift import settings_from_config
+
+    baseline = freeze(samples, scores, embeddings, model_version=args.model_version, minimums=settings_from_config(cfg.drift).minimums())
     path = write_baseline(baseline, args.out)
     routes = ", ".join(f"{r} ({s.n})" for r, s in baseline.routes.items())
     sys.stdout.write(f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n")
@@ -99,15 +101,19 @@ def cmd_drift(args: argparse.Namespace) -> int:
         require_records(args.scores, "--scores", "scores")
     import orjson
 
-    from llmwatch.scorers.baseline import load_baseline
-    from llmwatch.scorers.drift import DriftSettings, compare, format_text
+    from llmwatch.scorers.baseline import check_minimums, load_baseline
+    from llmwatch.scorers.drift import compare, format_text, settings_from_config
     from llmwatch.scorers.features import summarize
     from llmwatch.scorers.offline import load_window
 
     baseline = load_baseline(args.baseline)
     samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
     current = summarize(samples, scores, embeddings)
-    settings = DriftSettings(alpha=args.alpha, min_samples=args.min_samples)
+    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
+    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
+        raise ConfigError(f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)")
+    settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
+    check_minimums(baseline, settings, f"baseline {args.baseline}")
     shown = [args.model_version] if args.model_version else sorted({s.model_version or "unknown" for s in samples})
     report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings)
     if args.format == "json":
@@ -224,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="file for --format html")
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
+    p.add_argument("--fail-on", help="families whose drift exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)")
     p.set_defaults(func=cmd_drift)
 
     def kafka_options(p: argparse.ArgumentParser, group_help: str) -> None:

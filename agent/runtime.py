@@ -69,9 +69,10 @@ class Agent:
             # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
             validate_scoring(cfg.scoring)
             if cfg.drift.baseline is not None:
-                from llmwatch.scorers.baseline import load_baseline
+                from llmwatch.scorers.baseline import check_minimums, load_baseline
+                from llmwatch.scorers.drift import settings_from_config
 
-                load_baseline(cfg.drift.baseline)
+                check_minimums(load_baseline(cfg.drift.baseline), settings_from_config(cfg.drift), f"baseline {cfg.drift.baseline}")
             self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
             dropped = self.metrics.samples_dropped
             self.scorer = ScorerProcess(
@@ -130,16 +131,21 @@ class Agent:
 
     def _drift_alerts(self) -> dict:
         from llmwatch.collectors.webhook import AlertSpec, alert_key
+        from llmwatch.scorers.drift_model import ALERTS, family_of
 
         active = {}
         for (version, operation, signal), (statistic, p_value, detected, n) in self.drift_state.items():
             if not detected:
                 continue
-            labels = {"alertname": "LLMWatchDriftDetected", "severity": "warning", "signal": signal, "model_version": version, "gen_ai_operation_name": operation}
+            # One alert per drift family: behaviour drift pages, a performance regression warns, a
+            # change in what users ask (inputs) is information; see scorers/families.py.
+            family = family_of(signal)
+            alertname = ALERTS[family]
+            labels = {"alertname": alertname, "severity": "info" if family == "inputs" else "warning", "signal": signal, "model_version": version, "gen_ai_operation_name": operation}
             annotations = {
-                "summary": f"Drift on {signal} for model_version {version} ({operation})",
-                "description": f"Signal {signal} of model_version {version} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
-                "runbook_url": "https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#llmwatchdriftdetected",
+                "summary": f"{'Traffic changed' if family == 'inputs' else 'Performance regression' if family == 'performance' else 'Behaviour drift'} on {signal} for model_version {version} ({operation})",
+                "description": f"Signal {signal} ({family}) of model_version {version} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
+                "runbook_url": f"https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#{alertname.lower()}",
             }
             active[alert_key(labels)] = AlertSpec(labels, annotations)
         return active

@@ -23,7 +23,7 @@ from llmwatch.core.config import DriftSection, MatrixSection
 from llmwatch.core.metrics import DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import Baseline
-from llmwatch.scorers.drift import DriftSettings
+from llmwatch.scorers.drift import settings_from_config
 from llmwatch.scorers.online import DriftWindows
 from llmwatch.core.scores import Score
 
@@ -43,7 +43,7 @@ class WindowAggregator:
         self.drift = drift
         self.matrix = matrix
         self.known_checks = list(known_checks) if known_checks is not None else None
-        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=DriftSettings(alpha=drift.alpha, min_samples=drift.min_samples))
+        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift))
         self._next_evaluation = time.monotonic() + drift.interval_s
 
     @property

@@ -23,9 +23,13 @@ from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.drift_model import DriftSettings
 from llmwatch.scorers.features import RouteStats, summarize
 
-BASELINE_SCHEMA = "llmwatch.baseline/v1"
+# v2: per-sample rows (stratum, prompt hash, prompt-side features, per-token performance) for
+# the drift families, the category of each embedding, and the material minimums it was frozen with.
+BASELINE_SCHEMA = "llmwatch.baseline/v2"
+OLD_SCHEMAS = ("llmwatch.baseline/v1",)
 
 
 class BaselineError(RecordError):
@@ -41,6 +45,8 @@ class Baseline(BaseModel):
     time_span: tuple[datetime, datetime]
     checks: list[str]
     routes: dict[str, RouteStats]
+    # Material minimums (DriftSettings.minimums) this baseline is judged with; other settings refuse.
+    minimums: dict[str, float] = Field(default_factory=dict)
     checksum: str = ""
 
     def content_digest(self) -> str:
@@ -59,6 +65,7 @@ def freeze(
     model_version: str,
     reservoir_size: int = 5000,
     embedding_reservoir: int = 500,
+    minimums: Mapping[str, float] | None = None,
 ) -> Baseline:
     items = list(samples)
     if not items:
@@ -72,6 +79,7 @@ def freeze(
         time_span=(stamps[0], stamps[-1]),
         checks=sorted({s.check for s in score_list}),
         routes=summarize(items, score_list, embeddings, reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir),
+        minimums=dict(minimums) if minimums is not None else DriftSettings().minimums(),
     )
     baseline.checksum = baseline.content_digest()
     return baseline
@@ -108,6 +116,13 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BaselineError(f"baseline {source} is corrupt (not valid JSON: {exc}); refreeze it with `llmwatch baseline freeze`") from None
+    if isinstance(data, dict) and data.get("schema") in OLD_SCHEMAS:
+        # Refused rather than half-used: without per-sample rows no family could compare like
+        # with like, and a verdict from marginal tests is exactly what issue 14 found misleading.
+        raise BaselineError(
+            f"baseline {source} was frozen by an older llmwatch (schema {data['schema']!r}, this one reads {BASELINE_SCHEMA!r}) and lacks what the drift "
+            "families need (per-sample strata, prompt hashes, per-token latency); refreeze it from the same samples with `llmwatch baseline freeze`"
+        )
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise BaselineError(f"baseline {source} is not an llmwatch baseline (schema {found!r}, expected {BASELINE_SCHEMA!r})")
@@ -121,3 +136,12 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
             "Baselines are immutable; refreeze from the original samples with `llmwatch baseline freeze`"
         )
     return baseline
+
+
+def check_minimums(baseline: Baseline, settings: DriftSettings, source: str = "the baseline") -> None:
+    """Refuse to compare with material minimums other than the baseline's: the verdicts would not mean the same."""
+    ours = settings.minimums()
+    differ = {k: (v, ours.get(k)) for k, v in baseline.minimums.items() if ours.get(k) != v}
+    if differ:
+        what = ", ".join(f"drift.{k} is {cur} but {source} was frozen with {frozen}" for k, (frozen, cur) in sorted(differ.items()))
+        raise BaselineError(f"{what}: set them back to the frozen values, or freeze a new baseline with the new settings")

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.rows import Row, category_of, make_row, prompt_digest, reservoir_rows
 from llmwatch.scorers.sampler import hash_fraction
 
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -45,6 +46,10 @@ class EmbeddingStats(BaseModel):
     n: int
     centroid: list[float]
     reservoir: list[list[float]]
+    # The category of each reservoir entry, so the families can compare answers on comparable prompts.
+    strata: list[str] = Field(default_factory=list)
+    # The normalised-prompt hash of each entry: answers to the same prompt are compared together.
+    prompts: list[str] = Field(default_factory=list)
 
 
 class RouteStats(BaseModel):
@@ -53,6 +58,8 @@ class RouteStats(BaseModel):
     metrics: dict[str, Distribution] = Field(default_factory=dict)
     failure_modes: dict[str, int] = Field(default_factory=dict)
     embedding: EmbeddingStats | None = None
+    # Per-sample rows (scorers/rows.py) for the drift families: stratified and matched-prompt tests.
+    rows: list[Row] = Field(default_factory=list)
 
 
 def distribution(values: Sequence[float], fractions: Sequence[float], reservoir_size: int) -> Distribution:
@@ -117,6 +124,7 @@ def summarize(
         counts: dict[str, dict[str, int]] = defaultdict(lambda: {"pass": 0, "fail": 0, "error": 0, "skip": 0})
         check_values: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
         modes = {m: 0 for m in FAILURE_MODES}
+        row_items = []
         for s in items:
             scored = by_sample.get(s.id, {})
             for name, score in scored.items():
@@ -124,16 +132,20 @@ def summarize(
                 if score.value is not None and score.result in ("pass", "fail"):
                     check_values[name][0].append(score.value)
                     check_values[name][1].append(fraction[s.id])
-            modes[failure_mode(s, scored)] += 1
+            mode = failure_mode(s, scored)
+            modes[mode] += 1
+            row_items.append((fraction[s.id], make_row(s, scored, mode)))
         per_check = {name: CheckStats(n_pass=c["pass"], n_fail=c["fail"], n_error=c["error"], n_skip=c["skip"]) for name, c in counts.items()}
         for name, (values, fracs) in check_values.items():
             if values and set(values) - {0.0, 1.0}:
                 per_check[name].values = distribution(values, fracs, reservoir_size)
         stats.checks = per_check
         stats.failure_modes = modes
+        stats.rows = reservoir_rows(row_items, reservoir_size)
         # Answer embeddings.
         if embeddings:
             vids = [s.id for s in items if s.id in embeddings]
+            by_id = {s.id: s for s in items}
             if vids:
                 # Summed in place rather than stacked: 100k x 384 floats is a 150 MB copy.
                 total = np.zeros(len(embeddings[vids[0]]), dtype=np.float64)
@@ -148,6 +160,8 @@ def summarize(
                     n=len(vids),
                     centroid=np.round(centroid / norm if norm else centroid, 6).tolist(),
                     reservoir=np.round(reservoir, 5).tolist(),
+                    strata=[category_of(by_id[vids[j]]) for j in order],
+                    prompts=[prompt_digest(by_id[vids[j]].prompt_text()) for j in order],
                 )
         out[route] = stats
     return out

@@ -63,7 +63,7 @@ class DriftWindows:
         from llmwatch.scorers.baseline import freeze
 
         win = self._windows.get(version) or ()
-        return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version)
+        return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version, minimums=self.settings.minimums())
 
     def due(self, now: float | None = None) -> bool:
         if self.baseline is None:
@@ -87,5 +87,5 @@ class DriftWindows:
             for sig in report.signals:
                 if math.isnan(sig.p_adjusted):
                     continue
-                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict == "drift", report.n_current))
+                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current))
         return readings

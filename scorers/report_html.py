@@ -189,6 +189,8 @@ def _percent() -> Any:
 
 
 def _family(sig: Signal) -> str:
+    if getattr(sig, "family", None):
+        return sig.family  # the drift families (scorers/families.py) say it themselves
     if sig.name in PERFORMANCE:
         return "performance"
     if sig.name.startswith(("input", "prompt", "request")):
@@ -206,6 +208,13 @@ def _signal_caption(sig: Signal) -> str:
     return "; ".join(parts)
 
 
+# Drift-family signals whose values are a field of the per-sample rows (scorers/rows.py).
+_ROW_FIELDS = {
+    "output_tokens": "output_tokens", "input:prompt_tokens": "prompt_tokens", "perf:latency_per_token_ms": "ms_per_token",
+    "perf:ttft_ms_by_input_length": "ttft_ms", "perf:cost_per_1k_tokens": "cost_per_1k", "perf:latency_ms": "latency_ms", "perf:ttft_ms": "ttft_ms", "perf:cost_usd": "cost_usd",
+}
+
+
 def _reservoirs(sig: Signal, base: RouteStats, cur: RouteStats) -> tuple[list[float], list[float]] | None:
     if sig.name.startswith("score:"):
         check = sig.name.split(":", 1)[1]
@@ -213,6 +222,11 @@ def _reservoirs(sig: Signal, base: RouteStats, cur: RouteStats) -> tuple[list[fl
         if b is not None and c is not None and b.values is not None and c.values is not None:
             return b.values.reservoir, c.values.reservoir
         return None
+    if sig.name in _ROW_FIELDS and base.rows and cur.rows:
+        field = _ROW_FIELDS[sig.name]
+        b_v = [v for r in base.rows if (v := getattr(r, field)) is not None]
+        c_v = [v for r in cur.rows if (v := getattr(r, field)) is not None]
+        return (b_v, c_v) if b_v and c_v else None
     b_m, c_m = base.metrics.get(sig.name), cur.metrics.get(sig.name)
     if b_m is None or c_m is None:
         return None
@@ -231,7 +245,7 @@ def _distribution_figure(plt: Any, sig: Signal, base: Sequence[float], cur: Sequ
         counts, edges = np.histogram(np.clip(values, lo, hi), bins=bins)
         density = counts / max(1, counts.sum())
         ax.stairs(density, edges, color=colour, linewidth=1.4, label=label, fill=colour == BASELINE_COLOUR, alpha=0.35 if colour == BASELINE_COLOUR else 1.0)
-    ax.set_title(f"{sig.name} [{sig.route}]  {sig.verdict.upper()}  (KS D {_num(sig.statistic, '.3f')}, p adj {_num(sig.p_adjusted, '.2g')})", fontsize=8.5, loc="left",
+    ax.set_title(f"{sig.name} [{sig.route}]  {sig.verdict.upper()}  ({'KS D' if sig.test == 'ks' else sig.test} {_num(sig.statistic, '.3f')}, p adj {_num(sig.p_adjusted, '.2g')})", fontsize=8.5, loc="left",
                  color="#c0392b" if sig.verdict == "drift" else "#1c2833")
     ax.set_ylabel("share of calls")
     ax.yaxis.set_major_formatter(_percent())

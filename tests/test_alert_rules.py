@@ -18,6 +18,8 @@ RUNBOOK_BASE = "https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#
 
 REQUIRED_ALERTS = {
     "LLMWatchDriftDetected",
+    "LLMWatchPerformanceRegression",
+    "LLMWatchTrafficChanged",
     "LLMWatchQualityPassRateDrop",
     "LLMWatchLatencyRegression",
     "LLMWatchTTFTRegression",

@@ -40,6 +40,10 @@ def test_baseline_round_trips_through_its_file_and_verifies(tmp_path):
     assert route.embedding is not None and route.embedding.dim == 384 and len(route.embedding.reservoir) <= 500
     assert set(route.metrics) == {"latency_ms", "ttft_ms", "output_tokens", "cost_usd"}
     assert sum(route.failure_modes.values()) == 300
+    # What the drift families need: one row per sample (up to the reservoir) with its stratum.
+    assert len(route.rows) == 300 and {r.category for r in route.rows} == {"uncategorized"}
+    assert len(route.embedding.strata) == len(route.embedding.reservoir)
+    assert loaded.minimums == DriftSettings().minimums()
 
 
 def test_baseline_is_immutable(tmp_path):
@@ -62,7 +66,7 @@ def test_tampered_baseline_is_refused(tmp_path):
         load_baseline(path)
 
 
-@pytest.mark.parametrize("content,message", [(b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"), (b'{"schema": "something/else"}', "not an llmwatch baseline"), (b'{"schema": "llmwatch.baseline/v1", "model_version": 3}', "corrupt")])
+@pytest.mark.parametrize("content,message", [(b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"), (b'{"schema": "something/else"}', "not an llmwatch baseline"), (b'{"schema": "llmwatch.baseline/v2", "model_version": 3}', "corrupt"), (b'{"schema": "llmwatch.baseline/v1", "model_version": "A"}', "older llmwatch.*refreeze")])
 def test_corrupt_baseline_is_refused_with_a_clear_message(tmp_path, content, message):
     path = tmp_path / "b.json"
     path.write_bytes(content)
@@ -89,7 +93,8 @@ def test_realistic_degradations_are_detected_with_the_right_signal(name):
         "answers 30% shorter": "output_tokens",
         "refusals +10 points": "pass_rate:refusal",
         "10% of answers off-topic": "score:answer_relevance",
-        "latency +40%": "latency_ms",
+        # Latency per output token, not the raw total: answer length and load move the total.
+        "latency +40%": "perf:latency_per_token_ms",
     }[name]
     rng = np.random.default_rng(11)
     baseline = frozen(rng, n=4000)

@@ -95,16 +95,17 @@ def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot
     first_section = main_el.find_elements(By.CSS_SELECTOR, "h1 ~ *")[1]
     assert first_section.get_attribute("id") == "verdict"
     assert first_section.text.startswith("DRIFT: the current window behaves differently from the baseline")
-    assert "latency_ms" in first_section.text and "pass_rate:refusal" in first_section.text
+    # Slower at the same answer length: a performance regression per output token (drift families).
+    assert "perf:latency_per_token_ms" in first_section.text and "pass_rate:refusal" in first_section.text
     assert browser.execute_script("return document.querySelectorAll('main i').length") == 0  # the <i> in the version name stayed text
     figures = browser.find_elements(By.CSS_SELECTOR, "figure svg, figure img")
     captions = [f.text for f in browser.find_elements(By.TAG_NAME, "figcaption")]
     # Every tested signal but the embedding has its baseline-vs-current picture, captioned with its test and effect.
     assert len(figures) == len(captions) >= 8
-    latency = next(c for c in captions if c.startswith("latency_ms"))
-    assert "drift" in latency and "ks statistic" in latency and "effect +" in latency
+    latency = next(c for c in captions if c.startswith("perf:latency_per_token_ms"))
+    assert "drift" in latency and "van_elteren statistic" in latency and "effect +" in latency
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
-    assert headings == ["Signals", "Behaviour: baseline vs current", "Performance: baseline vs current"]
+    assert headings == ["Signals", "Inputs: baseline vs current", "Behaviour: baseline vs current", "Performance: baseline vs current"]
     # The version name in the plots' legends is drawn as written ($ not read as TeX).
     assert "$5" in browser.execute_script("return Array.from(document.querySelectorAll('figure svg text')).map(t => t.textContent).join(' ')")
     screenshot(browser, "drift-report.png", tmp_path)

@@ -57,7 +57,8 @@ def test_redelivered_scores_count_once_and_degraded_version_drifts(tmp_path, mon
     assert refusal_scores == sum(1 for s in agg.windows.contents()[1] if s.check == "refusal")
     assert counter(metrics, "llmwatch_kafka_consumed_total", outcome="duplicate_score") == 600
     detected = {(s.labels["model_version"], s.labels["signal"]): s.value for f in metrics.registry.collect() for s in f.samples if s.name == "llmwatch_drift_detected"}
-    assert detected[("B", "latency_ms")] == 1.0
+    # Latency +40 % at the same answer length: +40 % per output token, beyond the 20 % margin.
+    assert detected[("B", "perf:latency_per_token_ms")] == 1.0
     assert not any(v for (version, _), v in detected.items() if version == "A")
 
 
@@ -124,7 +125,7 @@ def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker,
                 got = scrape(port)
             except OSError:
                 got = {}
-            if total(got, "llmwatch_drift_detected", model_version="B", signal="latency_ms") == 1.0 and total(got, "llmwatch_check_total", check="refusal") == sum(s.check == "refusal" for s in scores):
+            if total(got, "llmwatch_drift_detected", model_version="B", signal="perf:latency_per_token_ms") == 1.0 and total(got, "llmwatch_check_total", check="refusal") == sum(s.check == "refusal" for s in scores):
                 break
             assert time.monotonic() < deadline, f"aggregator did not converge: {sorted(k for k in got if k[0].startswith('llmwatch_'))[:20]}"
             time.sleep(0.5)

@@ -310,6 +310,20 @@ class DriftSection(_Section):
     min_samples: int = Field(50, ge=5)
     interval_s: float = Field(30.0, gt=0)
     alpha: float = Field(0.05, gt=0, lt=1)
+    # Families whose drift is an alert / exit 1; `inputs` (what users ask) is news, not a regression.
+    fail_on: list[Literal["inputs", "behaviour", "performance"]] = ["behaviour", "performance"]  # pydantic copies list defaults
+    # Performance regresses when p50 or p95 time per output token (or TTFT, cost per 1k tokens) is
+    # more than this fraction above the baseline's: 0.2 is noticeable to users and above what load
+    # moves per token.
+    performance_margin: float = Field(0.20, ge=0)
+    # Smallest changes worth an alert, in the user's units; frozen into the baseline.
+    min_pass_rate_change: float = Field(0.01, ge=0, le=1)  # pass-rate points (0.01 = 1 point)
+    min_relative_change: float = Field(0.05, ge=0)  # answer length: fraction of the baseline median
+    min_score_change: float = Field(0.01, ge=0)  # similarity scores: absolute (cosine)
+    min_embedding_distance: float = Field(0.0, ge=0, le=2)  # 1 - cosine of answer-embedding centroids
+    min_mix_change: float = Field(0.05, ge=0, le=1)  # inputs: total variation distance of a mix
+    # Behaviour is `insufficient` when less than this share of traffic is in strata the baseline knows.
+    min_overlap: float = Field(0.5, ge=0, le=1)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
 
 

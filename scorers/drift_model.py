@@ -1,0 +1,85 @@
+"""The drift report's vocabulary: settings and signals, shared by drift.py and families.py (no cycle)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+FAMILIES = ("inputs", "behaviour", "performance")
+# Prometheus alert per family (dashboards/alerts/llmwatch-rules.yaml); behaviour keeps the old name.
+ALERTS = {"behaviour": "LLMWatchDriftDetected", "performance": "LLMWatchPerformanceRegression", "inputs": "LLMWatchTrafficChanged"}
+
+
+def family_of(signal: str) -> str:
+    """The family of a signal name as exported in metrics: `input:*` inputs, `perf:*` performance."""
+    if signal.startswith("input:"):
+        return "inputs"
+    if signal.startswith("perf:"):
+        return "performance"
+    return "behaviour"
+
+
+@dataclass(frozen=True)
+class DriftSettings:
+    alpha: float = 0.05
+    min_samples: int = 30
+    correction: str = "holm"
+    # Families whose drift makes `llmwatch drift` exit 1. `inputs` can be named but is not by
+    # default: a change in what users ask is news, not a regression of the model.
+    fail_on: tuple[str, ...] = ("behaviour", "performance")
+    # Material minimums, in the units a user thinks in (carried in the baseline, see `minimums`):
+    min_pass_rate_change: float = 0.01  # pass rate, absolute points (0.01 = 1 point)
+    min_relative_change: float = 0.05  # answer length etc.: fraction of the baseline median
+    min_score_change: float = 0.01  # continuous check values (similarities): absolute, cosine units
+    min_embedding_distance: float = 0.0  # 1 - cosine between answer-embedding centroids; 0: the test decides
+    min_ks_distance: float = 0.05  # inputs: prompt length, KS D
+    min_mix_change: float = 0.05  # inputs: total variation distance of a mix (route, category, model, language)
+    min_cramers_v: float = 0.03  # kept for compatibility of old settings files; unused by the families
+    # Performance regresses when p50 or p95 per token is more than this fraction higher (and the
+    # test says it is not noise). 20 %: what a user notices and what hourly load rarely moves per token.
+    performance_margin: float = 0.20
+    # Behaviour is compared only where inputs overlap: below this share of current traffic in
+    # strata the baseline knows, behaviour is `insufficient`, not `drift`.
+    min_overlap: float = 0.5
+    # The report says "matched prompts" when at least this share of current samples falls in
+    # prompt strata (prompts the baseline saw at least 5 times); the tests are the same.
+    match_fraction: float = 0.5
+    mmd_permutations: int = 200  # first round; more while the p-value could still matter
+    max_permutations: int = 10_000
+    seed: int = 0
+
+    def minimums(self) -> dict[str, float]:
+        """What a baseline records: runs with other minimums are not comparable with it."""
+        return {
+            "min_pass_rate_change": self.min_pass_rate_change,
+            "min_relative_change": self.min_relative_change,
+            "min_score_change": self.min_score_change,
+            "min_embedding_distance": self.min_embedding_distance,
+            "min_ks_distance": self.min_ks_distance,
+            "min_mix_change": self.min_mix_change,
+            "performance_margin": self.performance_margin,
+        }
+
+
+@dataclass
+class Signal:
+    name: str
+    route: str
+    test: str
+    statistic: float
+    p_value: float
+    effect_size: float
+    n_baseline: int
+    n_current: int
+    p_adjusted: float = math.nan
+    verdict: str = "insufficient"
+    direction: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    family: str = "behaviour"
+    # The part of the traffic where the change is largest (category, or route and category).
+    stratum: str = ""
+    # Current samples the test effectively rests on (matched, or Kish's n after reweighting).
+    n_effective: float = math.nan
+    # False for context figures (raw latency totals): shown, never decide a verdict.
+    decisive: bool = True
