@@ -128,6 +128,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
         judge_api_key=args.judge_api_key or os.environ.get("LLMWATCH_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "sk-llmwatch-judge",
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
+        early_stop=args.early_stop,
+        min_repeat=args.min_repeat,
+        confidence=args.confidence,
+        pass_threshold=args.pass_threshold,
     )
     run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
     if args.format == "json":
@@ -295,6 +299,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
+    p.add_argument("--early-stop", action="store_true",
+                   help="stop repeating a case once its verdict is decided: the Wilson interval of its pass rate at --confidence lies wholly above or below "
+                        "the baseline's pass rate minus --threshold (or --pass-threshold without a baseline); --repeat is then the most attempts per case")
+    p.add_argument("--min-repeat", type=int, default=5, help="with --early-stop, attempts before the first decision (default 5)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the pass-rate intervals: early stopping and flaky cases (default 0.95)")
+    p.add_argument("--pass-threshold", type=float, default=0.8, help="with --early-stop and no --baseline, the pass rate a case is decided against (default 0.8)")
     p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
