@@ -169,3 +169,20 @@ def test_early_stop_options_are_checked(tmp_path: Path, capsys):
     assert "--confidence must be in (0, 1)" in capsys.readouterr().err
     assert regress(suite, "http://127.0.0.1:1", "--early-stop", "--pass-threshold", "0") == 2
     assert "--pass-threshold must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_the_ci_example_is_a_workflow_whose_regress_flags_exist_and_that_fails_on_exit_1_only_by_regress(capsys):
+    import re
+
+    import yaml
+
+    workflow = yaml.safe_load((Path(__file__).resolve().parents[1] / "docs" / "ci" / "regress.yml").read_text())
+    steps = workflow["jobs"]["regress"]["steps"]
+    script = next(s["run"] for s in steps if "llmwatch regress" in s.get("run", ""))
+    with pytest.raises(SystemExit):
+        main(["regress", "--help"])
+    known = set(re.findall(r"--[a-z][a-z-]+", capsys.readouterr().out))
+    used = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", script.split("llmwatch regress", 1)[1].split("| tee", 1)[0]))
+    assert {"--early-stop", "--baseline", "--threshold"} <= used <= known
+    # The step's status is regress's own exit code (tee would hide it otherwise).
+    assert "PIPESTATUS[0]" in script and 'exit "$code"' in script
