@@ -7,7 +7,7 @@ manifest beside it (`<name>.manifest.json`) that says which samples each case ca
 How cases are picked (`build_cases`):
 
 1. Candidates: generative samples with a user turn. A prompt that is mostly redaction
-   placeholders (`[EMAIL]`, `[PHONE]`, ...; more than `PLACEHOLDER_SHARE` of its words) says
+   placeholders (`[EMAIL]`, `[PHONE]`, ...; more than `PLACEHOLDER_SHARE` of its words or characters) says
    nothing a model could be tested on: it is left out and counted. Redacted text is copied as
    it is, never restored.
 2. Near-duplicates collapse into one candidate: normalised text (case, digits, punctuation and
@@ -99,11 +99,16 @@ def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def placeholder_share(text: str) -> float:
-    """Share of the prompt's words that are redaction placeholders (a placeholder counts as one word)."""
-    placeholders = len(_PLACEHOLDER_RE.findall(text))
-    words = len(_WORD_RE.findall(_PLACEHOLDER_RE.sub(" ", text)))
-    total = placeholders + words
-    return placeholders / total if total else 1.0
+    """How much of the prompt is redaction placeholders: the larger of their share of its words
+    (a placeholder counts as one word) and of its non-space characters. Either alone misses a
+    case: "[EMAIL] [PHONE] thanks" by characters, "mail [EMAIL] or call [PHONE]" by words."""
+    found = _PLACEHOLDER_RE.findall(text)
+    rest = _PLACEHOLDER_RE.sub(" ", text)
+    words = len(found) + len(_WORD_RE.findall(rest))
+    chars = sum(len(p) for p in found) + sum(1 for c in rest if not c.isspace())
+    if not words or not chars:
+        return 1.0
+    return max(len(found) / words, sum(len(p) for p in found) / chars)
 
 
 def normalise(text: str) -> str:

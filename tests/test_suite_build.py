@@ -54,7 +54,8 @@ def traffic() -> list[dict]:
         reqs.append({"messages": [{"role": "user", "content": f"I want to plan {trip}"}, {"role": "assistant", "content": "Sure, when do you go?"},
                                   {"role": "user", "content": "Next month, what should I book first?"}]})
     # Prompts that are mostly personal data: after redaction only placeholders are left.
-    for who in ("jane.doe@mailbox.org +44 20 7946 0958", "sam.lee@postbox.net 4111 1111 1111 1111", "kim@inbox.eu +1 415 555 0132"):
+    for who in ("jane.doe@mailbox.org +44 20 7946 0958", "sam.lee@postbox.net 4111 1111 1111 1111", "kim@inbox.eu +1 415 555 0132",
+                "mail ola.berg@postbox.net or call +44 20 7946 0123"):
         reqs.append({"messages": [{"role": "user", "content": who}]})
     return reqs
 
@@ -148,13 +149,20 @@ def test_near_duplicate_prompts_collapse_into_one_case_that_lists_every_sample(b
 def test_no_case_is_made_of_placeholders_and_the_left_out_prompts_are_counted(built: Path, captured: Path):
     suite = load_suite(built)
     raw = [s for s in read_records(captured / "samples") if "[EMAIL]" in s.prompt_text()]
-    assert len(raw) == 3, "the sidecar redacted the personal data before it was stored"
+    assert len(raw) == 4, "the sidecar redacted the personal data before it was stored"
     manifest = orjson.loads(manifest_path(built).read_bytes())
-    assert manifest["counts"]["placeholder_only"] == 3
+    assert manifest["counts"]["placeholder_only"] == 4
     for case in suite.cases:
         text = case.input if isinstance(case.input, str) else " ".join(str(m.content) for m in case.input)
         assert placeholder_share(text) <= 0.5
         assert "@" not in text
+
+
+def test_mostly_placeholders_means_by_words_or_by_characters():
+    assert placeholder_share("mail [EMAIL] or call [PHONE]") > 0.5
+    assert placeholder_share("[EMAIL] [PHONE] thanks") > 0.5
+    assert placeholder_share("Please email [EMAIL] about the refund for order 5") < 0.5
+    assert placeholder_share("Give me a simple recipe for a pasta dinner.") == 0.0
 
 
 def test_cases_carry_the_checks_that_applied_a_reference_when_one_passed_and_a_rubric(built: Path):
@@ -180,7 +188,7 @@ def test_show_counts_by_category_failure_mode_and_source(built: Path, capsys):
     assert info["by_failure_mode"]["truncated"] >= 1
     assert main(["suite", "show", str(built)]) == 0
     text = capsys.readouterr().out
-    assert "by category:" in text and "by failure mode:" in text and "left out when built: 3 mostly-placeholder prompts" in text
+    assert "by category:" in text and "by failure mode:" in text and "left out when built: 4 mostly-placeholder prompts" in text
 
 
 def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built: Path, tmp_path: Path, capsys):
