@@ -603,14 +603,14 @@ def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confide
     for c in cases:
         cats[c.category].append(c)
     categories = []
-    for name, items in sorted(cats.items()):
-        rates = [c.pass_rate for c in items if c.pass_rate is not None]
-        variances = [c.variance for c in items if c.variance is not None]
-        all_pass = [c.pass_k for c in items if c.pass_k is not None]
+    for name, group in sorted(cats.items()):
+        rates = [c.pass_rate for c in group if c.pass_rate is not None]
+        variances = [c.variance for c in group if c.variance is not None]
+        all_pass = [c.pass_k for c in group if c.pass_k is not None]
         categories.append(CategorySummary(
             category=name,
-            cases=len(items),
-            attempts=sum(c.attempts for c in items),
+            cases=len(group),
+            attempts=sum(c.attempts for c in group),
             mean_pass_rate=float(np.mean(rates)) if rates else None,
             mean_variance=float(np.mean(variances)) if variances else None,
             pass_k_rate=sum(all_pass) / len(all_pass) if all_pass else None,

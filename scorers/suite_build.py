@@ -341,6 +341,16 @@ def _fill(targets: dict[str, int], available: Mapping[str, int]) -> dict[str, in
     return seats
 
 
+def _take(rng: random.Random, items: list[Candidate], n: int, source: str, taken: set[str], chosen: list[Candidate]) -> None:
+    """Up to `n` of `items` not yet taken, at random, marked with where they came from."""
+    items = [c for c in items if c.key not in taken]
+    rng.shuffle(items)
+    for c in items[:max(n, 0)]:
+        c.source = source
+        taken.add(c.key)
+        chosen.append(c)
+
+
 def select(
     material: Material,
     categories: Sequence[Category],
@@ -373,22 +383,13 @@ def select(
     chosen: list[Candidate] = []
     for k in sorted(targets):
         taken: set[str] = set()
-
-        def take(items: list[Candidate], n: int, source: str) -> None:
-            items = [c for c in items if c.key not in taken]
-            rng.shuffle(items)
-            for c in items[:n]:
-                c.source = source
-                taken.add(c.key)
-                chosen.append(c)
-
-        take(failures.get(k, []), n_fail[k], "failure")
+        _take(rng, failures.get(k, []), n_fail[k], "failure", taken, chosen)
         # Edge cases: the most unusual first (most reasons), then at random.
         ranked = sorted(edges.get(k, []), key=lambda c: -len(c.edge_reasons))
-        take(ranked[:max(n_edge[k] * 3, n_edge[k])], n_edge[k], "edge")
-        take([c for c in by_cat[k] if not c.failure_modes], targets[k] - n_fail[k] - n_edge[k], "typical")
+        _take(rng, ranked[:max(n_edge[k] * 3, n_edge[k])], n_edge[k], "edge", taken, chosen)
+        _take(rng, [c for c in by_cat[k] if not c.failure_modes], targets[k] - n_fail[k] - n_edge[k], "typical", taken, chosen)
         # Short of typical traffic: the remaining seats go to the category's other candidates.
-        take(by_cat[k], targets[k] - sum(1 for c in chosen if c.category == k), "typical")
+        _take(rng, by_cat[k], targets[k] - len(taken), "typical", taken, chosen)
     return chosen
 
 

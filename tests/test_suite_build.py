@@ -14,10 +14,12 @@ import pytest
 from llmwatch.agent.cli import main
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.simulator import SimProfile, start_simulator
-from llmwatch.core.config import load_config
+from llmwatch.core.config import MatrixSection, load_config
 from llmwatch.core.jsonio import read_records
+from llmwatch.core.scores import Score
+from llmwatch.scorers.matrix import build_categories
 from llmwatch.scorers.regress import load_suite
-from llmwatch.scorers.suite_build import manifest_path, normalise, placeholder_share
+from llmwatch.scorers.suite_build import gather, manifest_path, normalise, placeholder_share
 
 SIZE = 24
 FAILURE_QUOTA = 0.25
@@ -53,6 +55,11 @@ def traffic() -> list[dict]:
     for trip in TRIPS:
         reqs.append({"messages": [{"role": "user", "content": f"I want to plan {trip}"}, {"role": "assistant", "content": "Sure, when do you go?"},
                                   {"role": "user", "content": "Next month, what should I book first?"}]})
+    # Edges: a model a small share of traffic uses, and prompts in other scripts.
+    for dish in ("a cheese omelette", "a plum cake"):
+        reqs.append({"model": "sim-gpt-4o", "messages": [{"role": "user", "content": f"How do I cook {dish} for two?"}]})
+    for text in ("Как испечь домашний хлеб без дрожжей?", "パンを焼くのに何分かかりますか？教えてください。"):
+        reqs.append({"messages": [{"role": "user", "content": text}]})
     # Prompts that are mostly personal data: after redaction only placeholders are left.
     for who in ("jane.doe@mailbox.org +44 20 7946 0958", "sam.lee@postbox.net 4111 1111 1111 1111", "kim@inbox.eu +1 415 555 0132",
                 "mail ola.berg@postbox.net or call +44 20 7946 0123"):
@@ -72,7 +79,8 @@ async def capture(data_dir: Path, profile: SimProfile, reqs: list[dict]) -> None
             body = dict(body)
             fault = body.pop("fault", None)
             try:
-                await client.chat.completions.create(model="sim-gpt-4o-mini", extra_headers={"x-llmwatch-sim-fault": fault} if fault else None, **body)
+                body.setdefault("model", "sim-gpt-4o-mini")
+                await client.chat.completions.create(extra_headers={"x-llmwatch-sim-fault": fault} if fault else None, **body)
             except openai.APIStatusError:
                 pass
         deadline = asyncio.get_running_loop().time() + 60
@@ -144,6 +152,20 @@ def test_near_duplicate_prompts_collapse_into_one_case_that_lists_every_sample(b
     entry = manifest["cases"][recipe]
     assert len(entry["sample_ids"]) >= 2 and entry["model_versions"] == ["A"]
     assert entry["first_seen"] <= entry["last_seen"]
+
+
+def test_edge_cases_fill_their_quota_and_say_what_makes_them_unusual(built: Path, captured: Path):
+    manifest = orjson.loads(manifest_path(built).read_bytes())
+    edges = [e for e in manifest["cases"].values() if e["source"] == "edge"]
+    assert len(edges) == round(SIZE * 0.1)
+    assert all(e["edge_reasons"] and not e["failure_modes"] for e in edges)
+    # What is recognised as an edge, on the captured samples themselves.
+    material = gather(read_records(captured / "samples"), read_records(captured / "scores", Score, prefix="scores"), build_categories(MatrixSection()))
+    reasons = {c.text: c.edge_reasons for c in material.candidates}
+    assert "other_language" in reasons["Как испечь домашний хлеб без дрожжей?"]
+    assert "other_language" in reasons["パンを焼くのに何分かかりますか？教えてください。"]
+    assert "rare_model" in reasons["How do I cook a plum cake for two?"]
+    assert not any("rare_model" in r for t, r in reasons.items() if t.startswith("Give me a simple recipe"))
 
 
 def test_no_case_is_made_of_placeholders_and_the_left_out_prompts_are_counted(built: Path, captured: Path):
