@@ -249,3 +249,26 @@ def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp
     code = main(["suite", "build", "--samples", str(tmp_path / "nope"), "--scores", str(captured / "scores"), "--out", str(tmp_path / "s.jsonl")])
     assert code == 2 and "--samples" in capsys.readouterr().err
     assert main(["suite", "add", "--suite", str(tmp_path / "none.jsonl"), "--samples", str(captured / "samples"), "--scores", str(captured / "scores")]) == 2
+
+
+@pytest.mark.slow
+def test_with_the_embeddings_extra_paraphrases_collapse_that_text_shingles_keep_apart():
+    # Loads the packaged MiniLM (tens of seconds on a busy CPU): one small batch only.
+    pytest.importorskip("sentence_transformers")
+    from datetime import datetime, timezone
+
+    from llmwatch.core.records import Sample
+
+    def sample(i: int, text: str) -> Sample:
+        return Sample(id=f"s{i}", timestamp=datetime(2026, 12, 1, tzinfo=timezone.utc), model="m", status=200, latency_ms=1.0,
+                      request={"model": "m", "messages": [{"role": "user", "content": text}]}, response={"choices": [{"message": {"content": "ok"}}]})
+
+    prompts = ["How do I bake bread at home?", "How can I bake bread at home?", "Give me a simple recipe for banana bread.", "How do I fix a KeyError in my Python code?"]
+    samples = [sample(i, t) for i, t in enumerate(prompts)]
+    categories = build_categories(MatrixSection())
+    by_text = gather(samples, [], categories, similarity="text")
+    by_meaning = gather(samples, [], categories, similarity="embeddings")
+    assert len(by_text.candidates) == 4
+    assert len(by_meaning.candidates) == 3 and by_meaning.n_duplicates == 1
+    merged = next(c for c in by_meaning.candidates if len(c.samples) == 2)
+    assert {s.id for s in merged.samples} == {"s0", "s1"}
