@@ -226,7 +226,10 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
 def cmd_suite_build(args: argparse.Namespace) -> int:
     from llmwatch.scorers.suite_build import build, format_show, show
 
+    from llmwatch.agent.cli_common import require_writable
+
     cfg = config_from_args(args)
+    require_writable(args.out, "--out")
     material, categories, checks = _suite_material(cfg, args)
     result = build(material, categories, checks, args.out, size=args.size, failure_quota=args.failure_quota, edge_quota=args.edge_quota,
                    seed=args.seed, mix=args.mix, sources={"samples": args.samples, "scores": args.scores})

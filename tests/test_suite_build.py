@@ -248,6 +248,9 @@ def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp
     assert code == 2 and "--failure-quota" in capsys.readouterr().err
     code = main(["suite", "build", "--samples", str(tmp_path / "nope"), "--scores", str(captured / "scores"), "--out", str(tmp_path / "s.jsonl")])
     assert code == 2 and "--samples" in capsys.readouterr().err
+    code = main(["suite", "build", "--samples", str(captured / "samples"), "--scores", str(captured / "scores"), "--out", str(tmp_path), "--similarity", "text"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--out {tmp_path} is a directory" in err
     assert main(["suite", "add", "--suite", str(tmp_path / "none.jsonl"), "--samples", str(captured / "samples"), "--scores", str(captured / "scores")]) == 2
 
 
