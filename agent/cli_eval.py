@@ -128,6 +128,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
         judge_api_key=args.judge_api_key or os.environ.get("LLMWATCH_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "sk-llmwatch-judge",
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
+        early_stop=args.early_stop,
+        min_repeat=args.min_repeat,
+        confidence=args.confidence,
+        pass_threshold=args.pass_threshold,
     )
     run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
     if args.format == "json":
@@ -195,6 +199,75 @@ def cmd_review_serve(args: argparse.Namespace) -> int:
         return _fail(str(exc))
 
 
+def _suite_material(cfg: Any, args: argparse.Namespace):
+    """Samples and scores read, categorised, de-duplicated: what `suite build` and `suite add` pick from."""
+    require_records(args.samples, "--samples")
+    require_records(args.scores, "--scores", "scores")
+    from llmwatch.core import extras
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.scores import Score
+    from llmwatch.scorers.matrix import build_categories
+    from llmwatch.scorers.suite import default_checks
+    from llmwatch.scorers.suite_build import gather
+
+    similarity = args.similarity
+    if similarity == "auto":
+        similarity = "embeddings" if extras.installed("embeddings") else "text"
+    elif similarity == "embeddings":
+        extras.require("embeddings", "--similarity embeddings")
+    samples = list(read_records(args.samples))
+    scores = list(read_records(args.scores, Score, prefix="scores"))
+    categories = build_categories(cfg.matrix)
+    checks = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings)
+    material = gather(samples, scores, categories, default_category=cfg.matrix.default_category, similarity=similarity)
+    return material, categories, checks
+
+
+def cmd_suite_build(args: argparse.Namespace) -> int:
+    from llmwatch.scorers.suite_build import build, format_show, show
+
+    from llmwatch.agent.cli_common import require_writable
+
+    cfg = config_from_args(args)
+    require_writable(args.out, "--out")
+    material, categories, checks = _suite_material(cfg, args)
+    result = build(material, categories, checks, args.out, size=args.size, failure_quota=args.failure_quota, edge_quota=args.edge_quota,
+                   seed=args.seed, mix=args.mix, sources={"samples": args.samples, "scores": args.scores})
+    counts = result.manifest["counts"]
+    sys.stdout.write(
+        f"suite -> {result.suite_path} ({counts['cases']} cases from {counts['samples']} samples; left out: {counts['placeholder_only']} mostly-placeholder prompts, "
+        f"{counts['near_duplicates_collapsed']} near-duplicates collapsed)\nmanifest -> {result.manifest_path}\n"
+    )
+    sys.stdout.write(format_show(show(result.suite_path)) + "\n")
+    return 0
+
+
+def cmd_suite_add(args: argparse.Namespace) -> int:
+    from llmwatch.scorers.suite_build import add
+
+    cfg = config_from_args(args)
+    require_file(args.suite, "--suite", "build one with `llmwatch suite build`")
+    material, _, checks = _suite_material(cfg, args)
+    added, manifest = add(args.suite, material, checks, failed_only=args.failed_only, max_new=args.max_new, sources={"samples": args.samples, "scores": args.scores})
+    if not added:
+        sys.stdout.write(f"suite {args.suite} unchanged: no new {'failure' if args.failed_only else 'failure or edge case'} that the suite does not already cover\n")
+        return 0
+    sys.stdout.write(f"added {len(added)} case(s) to {args.suite} (version {manifest['version']}, sha256:{manifest['checksum'][:12]}): {', '.join(added)}\n"
+                     "runs made with the earlier version are no longer comparable: re-run the baseline with this suite\n")
+    return 0
+
+
+def cmd_suite_show(args: argparse.Namespace) -> int:
+    from llmwatch.scorers.suite_build import format_show, show
+
+    info = show(args.suite)
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(format_show(info) + "\n")
+    return 0
+
+
 def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("report", help="evaluation matrix, stability, cost/latency and decision score per model version")
     common(p)
@@ -229,6 +302,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
+    p.add_argument("--early-stop", action="store_true",
+                   help="stop repeating a case once its verdict is decided: the Wilson interval of its pass rate at --confidence lies wholly above or below "
+                        "the baseline's pass rate minus --threshold (or --pass-threshold without a baseline); --repeat is then the most attempts per case")
+    p.add_argument("--min-repeat", type=int, default=5, help="with --early-stop, attempts before the first decision (default 5)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the pass-rate intervals: early stopping and flaky cases (default 0.95)")
+    p.add_argument("--pass-threshold", type=float, default=0.8, help="with --early-stop and no --baseline, the pass rate a case is decided against (default 0.8)")
     p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
@@ -263,3 +342,38 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
     p.add_argument("--public-url", help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com")
     p.set_defaults(func=cmd_review_serve)
+
+    p = sub.add_parser("suite", help="build, grow and review a private regression suite from captured samples (for `llmwatch regress`)")
+    ssub = p.add_subparsers(dest="suite_command", metavar="COMMAND", title="commands")
+    p.set_defaults(func=show_usage(p))
+
+    def material_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--samples", required=True, help="captured samples .jsonl file or directory (the sidecar's data_dir/samples)")
+        p.add_argument("--scores", required=True, help="their scores .jsonl file or directory (data_dir/scores)")
+        p.add_argument("--similarity", choices=["auto", "text", "embeddings"], default="auto",
+                       help="near-duplicate rule: embeddings of the prompts (extra: embeddings) or normalised text shingles; auto: embeddings when installed")
+
+    p = ssub.add_parser("build", help="pick cases matching live traffic's category mix, with quotas of failures and edge cases; writes the suite and <name>.manifest.json")
+    common(p)
+    material_args(p)
+    p.add_argument("--out", required=True, help="suite .jsonl to write (the manifest goes beside it)")
+    p.add_argument("--size", type=int, default=200, help="cases in the suite (default 200)")
+    p.add_argument("--failure-quota", type=float, default=0.2, help="share of cases taken from known failures: a failed check, refused, truncated, errored (default 0.2)")
+    p.add_argument("--edge-quota", type=float, default=0.1, help="share of cases taken from edge cases: longest prompts, rare routes/models, other languages (default 0.1)")
+    p.add_argument("--mix", choices=["traffic", "weighted"], default="traffic", help="category mix: live traffic share, or traffic share x matrix weight (default traffic)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the random picks (default: random)")
+    p.set_defaults(func=cmd_suite_build)
+
+    p = ssub.add_parser("add", help="append new failures to a suite; existing cases stay byte-identical, the version and checksum change")
+    common(p)
+    p.add_argument("--suite", required=True, help="suite .jsonl made by `llmwatch suite build` (its manifest beside it)")
+    material_args(p)
+    p.add_argument("--failed-only", action="store_true", help="add known failures only (default: failures and edge cases)")
+    p.add_argument("--max-new", type=int, default=None, help="add at most this many cases")
+    p.set_defaults(func=cmd_suite_add)
+
+    p = ssub.add_parser("show", help="counts by category, failure mode and source, to review a suite before freezing it")
+    log_options(p)
+    p.add_argument("suite", help="suite .jsonl")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text for people, json for scripts (default text)")
+    p.set_defaults(func=cmd_suite_show)

@@ -22,6 +22,15 @@ out of the pass rate. Attempt score = mean check value.
 A case regressed when its pass rate dropped by more than `threshold` (absolute) AND the one-sided
 test that the current rate is lower (scorers.stats.compare_proportions: z-test, or Fisher's exact
 for small counts) has a Holm-adjusted p-value below `alpha` across all the cases compared.
+
+Sequential repeats (`early_stop`): a case is run `min_repeat` times, then once more at a time, and
+stops as soon as the Wilson interval of its pass rate (at `confidence`) lies wholly above or below
+the line that decides its verdict: the baseline's pass rate minus `threshold` when there is a
+baseline (a drop to below it is what "regressed" needs), `pass_threshold` otherwise. A case near
+its line still gets up to `repeat` attempts, so noise is not stopped early into a verdict. Each
+case reports its interval, pass^k (all of its k judged attempts passed) beside the mean pass
+rate, and `flaky` when its pass rate is strictly between 0 and 1 with the interval excluding
+both 0 and 1.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -53,6 +63,7 @@ from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import extract_prompt_text
 from llmwatch.scorers import stats
 from llmwatch.scorers.checks import ConfiguredCheck, every_sample, run_check, skipped
+from llmwatch.scorers.matrix import wilson_interval
 from llmwatch.scorers.registry import CHECK_KINDS, build_check, known_kinds
 
 log = structlog.get_logger(__name__)
@@ -261,6 +272,12 @@ class CaseSummary(BaseModel):
     variance: float | None
     failing_checks: dict[str, int] = Field(default_factory=dict)
     check_errors: dict[str, int] = Field(default_factory=dict)
+    # Wilson interval of the pass rate at the run's confidence; pass^k: every judged attempt passed.
+    ci_low: float | None = None
+    ci_high: float | None = None
+    pass_k: bool | None = None
+    flaky: bool = False
+    stopped_early: bool = False
 
 
 class CategorySummary(BaseModel):
@@ -269,6 +286,7 @@ class CategorySummary(BaseModel):
     attempts: int
     mean_pass_rate: float | None
     mean_variance: float | None
+    pass_k_rate: float | None = None  # share of the category's cases whose every attempt passed
 
 
 class CaseVerdict(BaseModel):
@@ -318,6 +336,10 @@ class RegressRun(BaseModel):
     cases: list[CaseSummary]
     categories: list[CategorySummary]
     comparison: Comparison | None = None
+    confidence: float = 0.95
+    early_stop: bool = False
+    calls: int = 0
+    calls_saved: int = 0  # repeat x cases minus the calls made: what early stopping spared
     attempts: list[Attempt] = Field(default_factory=list)
 
 
@@ -338,11 +360,32 @@ def load_run(path: str | os.PathLike[str]) -> RegressRun:
         raise RegressError(f"baseline run {source} is damaged: {describe_validation_error(exc)}") from None
 
 
+def _ids(ids: Sequence[str], most: int = 10) -> str:
+    shown = ", ".join(ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def suite_difference(suite: RegressSuite, baseline: RegressRun) -> str:
+    """Which cases the suite gained or lost since the baseline run (by case id)."""
+    now = [c.id for c in suite.cases]
+    then = [c.id for c in baseline.cases]
+    added = [i for i in now if i not in set(then)]
+    removed = [i for i in then if i not in set(now)]
+    parts = []
+    if added:
+        parts.append(f"{len(added)} case(s) added since the baseline: {_ids(added)}")
+    if removed:
+        parts.append(f"{len(removed)} case(s) removed: {_ids(removed)}")
+    if not parts:
+        parts.append("the same case ids, so a case's content changed")
+    return "; ".join(parts)
+
+
 def check_same_suite(suite: RegressSuite, baseline: RegressRun, baseline_path: str) -> None:
     if baseline.suite_checksum != suite.checksum:
         raise RegressError(
             f"suite checksum differs: the baseline run {baseline_path} was made with suite sha256:{baseline.suite_checksum[:16]}… "
-            f"({baseline.n_cases} cases, {baseline.suite_path}), but {suite.path} is now sha256:{suite.checksum[:16]}… ({len(suite.cases)} cases). "
+            f"({baseline.n_cases} cases, {baseline.suite_path}), but {suite.path} is now sha256:{suite.checksum[:16]}… ({len(suite.cases)} cases): {suite_difference(suite, baseline)}. "
             "Cases changed, so their pass rates are not comparable: re-run the baseline version with this suite "
             "(`llmwatch regress --suite ... --out new-baseline.json`) or compare with the suite the baseline was made with"
         )
@@ -365,6 +408,34 @@ class RunSettings:
     judge_api_key: str = "sk-llmwatch-judge"
     judge_min_score: float = 4.0
     pricing: Mapping[str, Any] | None = None
+    early_stop: bool = False
+    min_repeat: int = 5
+    confidence: float = 0.95
+    pass_threshold: float = 0.8
+
+
+def z_for(confidence: float) -> float:
+    """Two-sided normal quantile for a confidence level (0.95 -> 1.96)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def decided(attempts: Sequence[Attempt], line: float, z: float) -> bool:
+    """The case's verdict against `line` is settled: its Wilson interval lies wholly on one side."""
+    judged = [a for a in attempts if a.result != "error"]
+    if not judged:
+        return False
+    lo, hi = wilson_interval(sum(1 for a in judged if a.result == "pass"), len(judged), z)
+    return hi < line or lo > line
+
+
+def decision_lines(suite: RegressSuite, baseline: RegressRun | None, *, threshold: float, pass_threshold: float) -> dict[str, float]:
+    """Per case, the pass rate that decides its verdict: below it is a regression (or a failing case)."""
+    lines = {c.id: pass_threshold for c in suite.cases}
+    if baseline is not None:
+        for c in baseline.cases:
+            if c.id in lines and c.pass_rate is not None:
+                lines[c.id] = c.pass_rate - threshold
+    return lines
 
 
 def openai_base_url(url: str) -> str:
@@ -442,7 +513,7 @@ async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSett
     )
 
 
-async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | None = None) -> list[Attempt]:
+async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None) -> list[Attempt]:
     import openai
     from tqdm import tqdm
 
@@ -463,7 +534,19 @@ async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | 
         bar.update(1)
         return attempt
 
+    async def sequential(case: SuiteCase) -> list[Attempt]:
+        line = (lines or {}).get(case.id, s.pass_threshold)
+        z = z_for(s.confidence)
+        done = list(await asyncio.gather(*(one(case, i) for i in range(min(s.min_repeat, s.repeat)))))
+        # One at a time after the first batch: every call not made is one the verdict did not need.
+        while len(done) < s.repeat and not decided(done, line, z):
+            done.append(await one(case, len(done)))
+        return done
+
     try:
+        if s.early_stop:
+            per_case = await asyncio.gather(*(sequential(c) for c in suite.cases))
+            return [a for items in per_case for a in items]
         return list(await asyncio.gather(*(one(c, i) for c in suite.cases for i in range(s.repeat))))
     finally:
         bar.close()
@@ -475,7 +558,8 @@ async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | 
 # --- summarising and comparing -------------------------------------------------------------------
 
 
-def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt]) -> tuple[list[CaseSummary], list[CategorySummary]]:
+def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confidence: float = 0.95, repeat: int | None = None) -> tuple[list[CaseSummary], list[CategorySummary]]:
+    z = z_for(confidence)
     by_case: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
         by_case[a.case_id].append(a)
@@ -495,6 +579,7 @@ def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt]) -> tuple[l
                     errors[r.name] += 1
             if a.result == "upstream_error":
                 failing["(call failed)"] += 1
+        lo, hi = wilson_interval(n_pass, len(judged), z) if judged else (None, None)
         cases.append(CaseSummary(
             id=case.id,
             category=case.category,
@@ -508,20 +593,27 @@ def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt]) -> tuple[l
             variance=float(np.var(scores)) if scores else None,
             failing_checks=dict(failing.most_common()),
             check_errors=dict(errors.most_common()),
+            ci_low=lo,
+            ci_high=hi,
+            pass_k=(n_pass == len(judged)) if judged else None,
+            flaky=bool(judged) and 0 < n_pass < len(judged) and lo is not None and hi is not None and lo > 0.0 and hi < 1.0,
+            stopped_early=repeat is not None and len(items) < repeat,
         ))
     cats: dict[str, list[CaseSummary]] = defaultdict(list)
     for c in cases:
         cats[c.category].append(c)
     categories = []
-    for name, items in sorted(cats.items()):
-        rates = [c.pass_rate for c in items if c.pass_rate is not None]
-        variances = [c.variance for c in items if c.variance is not None]
+    for name, group in sorted(cats.items()):
+        rates = [c.pass_rate for c in group if c.pass_rate is not None]
+        variances = [c.variance for c in group if c.variance is not None]
+        all_pass = [c.pass_k for c in group if c.pass_k is not None]
         categories.append(CategorySummary(
             category=name,
-            cases=len(items),
-            attempts=sum(c.attempts for c in items),
+            cases=len(group),
+            attempts=sum(c.attempts for c in group),
             mean_pass_rate=float(np.mean(rates)) if rates else None,
             mean_variance=float(np.mean(variances)) if variances else None,
+            pass_k_rate=sum(all_pass) / len(all_pass) if all_pass else None,
         ))
     return cases, categories
 
@@ -563,7 +655,7 @@ def compare_runs(current: Sequence[CaseSummary], baseline: RegressRun, baseline_
 
 
 def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
-    cases, categories = summarize_cases(suite, attempts)
+    cases, categories = summarize_cases(suite, attempts, confidence=s.confidence, repeat=s.repeat)
     costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
     ok = [a.latency_ms for a in attempts if a.result != "upstream_error"]
     latency = {f"p{q}": float(v) for q, v in zip((50, 90, 95, 99), np.percentile(ok, (50, 90, 95, 99)))} if ok else {}
@@ -582,6 +674,10 @@ def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], 
         latency_ms=latency,
         cases=cases,
         categories=categories,
+        confidence=s.confidence,
+        early_stop=s.early_stop,
+        calls=len(attempts),
+        calls_saved=len(suite.cases) * s.repeat - len(attempts),
         attempts=list(attempts),
     )
 
@@ -607,24 +703,33 @@ def format_run(run: RegressRun) -> str:
                      f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases)")
     width = max([4] + [len(c.id) for c in run.cases])
     cw = max([8] + [len(c.category) for c in run.cases])
-    head = f"  {'case':<{width}} {'category':<{cw}} {'n':>4} {'pass':>7} {'var':>7}"
+    head = f"  {'case':<{width}} {'category':<{cw}} {'n':>4} {'pass':>7} {'pass^k':>6} {'var':>7}"
     if cmp:
         head += f" {'baseline':>9} {'delta':>7} {'p_adj':>8}  verdict"
     lines += ["", head]
     for c in run.cases:
-        line = f"  {c.id:<{width}} {c.category:<{cw}} {c.n_judged:>4} {_pct(c.pass_rate):>7} {('-' if c.variance is None else f'{c.variance:.3f}'):>7}"
+        passk = "-" if c.pass_k is None else ("yes" if c.pass_k else "no")
+        line = f"  {c.id:<{width}} {c.category:<{cw}} {c.n_judged:>4} {_pct(c.pass_rate):>7} {passk:>6} {('-' if c.variance is None else f'{c.variance:.3f}'):>7}"
         if cmp:
             v = verdicts.get(c.id)
             if v is not None:
                 delta = "-" if v.delta is None else f"{v.delta * 100:+.0f}"
                 p = "-" if v.p_adjusted is None else f"{v.p_adjusted:.3g}"
                 line += f" {_pct(v.baseline_pass_rate):>9} {delta:>7} {p:>8}  {v.verdict.upper() if v.verdict == 'regressed' else v.verdict}"
+        if c.flaky:
+            line += f"  FLAKY ({_pct(c.ci_low)}-{_pct(c.ci_high)})"
         if c.n_error:
             line += f"  ({c.n_error} attempt(s) unjudged: {', '.join(f'{k} error x{n}' for k, n in c.check_errors.items())})"
         lines.append(line)
-    lines += ["", f"  {'category':<{cw}} {'cases':>5} {'attempts':>8} {'mean pass':>9} {'mean var':>9}"]
+    lines += ["", f"  {'category':<{cw}} {'cases':>5} {'attempts':>8} {'mean pass':>9} {'pass^k':>7} {'mean var':>9}"]
     for g in run.categories:
-        lines.append(f"  {g.category:<{cw}} {g.cases:>5} {g.attempts:>8} {_pct(g.mean_pass_rate):>9} {('-' if g.mean_variance is None else f'{g.mean_variance:.3f}'):>9}")
+        lines.append(f"  {g.category:<{cw}} {g.cases:>5} {g.attempts:>8} {_pct(g.mean_pass_rate):>9} {_pct(g.pass_k_rate):>7} {('-' if g.mean_variance is None else f'{g.mean_variance:.3f}'):>9}")
+    flaky = [c.id for c in run.cases if c.flaky]
+    if flaky:
+        lines.append(f"\n  flaky (pass rate strictly between 0 and 1 at {run.confidence:.0%} confidence): {_ids(flaky)}")
+    if run.early_stop:
+        lines.append(f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
+                     f"({sum(c.stopped_early for c in run.cases)} of {run.n_cases} cases decided before {run.repeat} repeats)")
     cost = "-" if run.cost_per_1k is None else f"{run.cost_per_1k:.4f}"
     lat = "/".join(f"{run.latency_ms[k]:.0f}" for k in ("p50", "p95")) if run.latency_ms else "-"
     lines.append(f"\n  {sum(c.attempts for c in run.cases)} calls in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms")
@@ -665,6 +770,12 @@ def regress(
         raise RegressError("the judge needs both --judge-url and --judge-model")
     if not 0 <= threshold < 1:
         raise RegressError(f"--threshold must be in [0, 1), got {threshold}")
+    if not 0 < settings.confidence < 1:
+        raise RegressError(f"--confidence must be in (0, 1), e.g. 0.95, got {settings.confidence}")
+    if settings.early_stop and settings.min_repeat < 1:
+        raise RegressError("--min-repeat must be at least 1")
+    if not 0 < settings.pass_threshold < 1:
+        raise RegressError(f"--pass-threshold must be in (0, 1), got {settings.pass_threshold}")
     suite = load_suite(suite_path)
     baseline = None
     if baseline_path is not None:
@@ -672,7 +783,8 @@ def regress(
         # Before any call: a refused comparison must not cost a full run.
         check_same_suite(suite, baseline, baseline_path)
     started = time.perf_counter()
-    attempts = asyncio.run(run_attempts(suite, settings, progress=progress))
+    lines = decision_lines(suite, baseline, threshold=threshold, pass_threshold=settings.pass_threshold)
+    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines))
     if attempts and all(a.result == "upstream_error" for a in attempts):
         raise RegressError(f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?")
     run = build_run(suite, settings, attempts, time.perf_counter() - started)
