@@ -79,6 +79,19 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
         await asyncio.sleep(0.02)
 
 
+def calls_observed(agent: Agent) -> float:
+    """Proxied calls the agent has finished with: the proxy records the duration, then (in the
+    same synchronous step) hands the call to sampling and the OTel exporter, so once this counts a
+    call its sample is admitted and its span has ended."""
+    return sum(
+        s.value
+        for family in agent.metrics.registry.collect()
+        if family.name == "gen_ai_client_operation_duration_seconds"
+        for s in family.samples
+        if s.name.endswith("_count")
+    )
+
+
 def read_samples(agent: Agent) -> list[dict]:
     lines = []
     for path in sorted(glob.glob(str(agent.cfg.data_dir / "samples" / "*.jsonl"))):
