@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -90,6 +92,31 @@ def calls_observed(agent: Agent) -> float:
         for s in family.samples
         if s.name.endswith("_count")
     )
+
+
+def recorded_servers(monkeypatch: pytest.MonkeyPatch, module: Any) -> list:
+    """Keep every metrics server `module` (kafka_scorer, kafka_aggregate) starts through
+    `serve_in_thread`, so an in-thread worker configured with port 0 can tell the port it bound
+    (the command logs it as metrics_port; in-process, the server object carries it)."""
+    servers: list = []
+    original = module.serve_in_thread
+
+    def recording(*args: Any, **kwargs: Any):
+        server = original(*args, **kwargs)
+        servers.append(server)
+        return server
+
+    monkeypatch.setattr(module, "serve_in_thread", recording)
+    return servers
+
+
+def bound_port(servers: list, thread: threading.Thread, timeout: float = 30.0) -> int:
+    """The port of the first server in `servers`, once the worker running in `thread` has bound it."""
+    deadline = time.monotonic() + timeout
+    while not servers:
+        assert thread.is_alive() and time.monotonic() < deadline, "the worker never started its metrics server"
+        time.sleep(0.01)  # poll interval of a bounded wait: the worker binds before it looks for a broker
+    return servers[0].port
 
 
 def read_samples(agent: Agent) -> list[dict]:
