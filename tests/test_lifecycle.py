@@ -29,6 +29,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import metric, proxy_url, scrape, wait_until
+from ports import dead_address
 from procs import Proc, agent_started, simulator_url, start_simulator
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.jsonio import iter_jsonl
@@ -382,10 +383,7 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
     from llmwatch.core.config import KafkaSection
     from llmwatch.core.metrics import Metrics
 
-    # A port that was just free: nothing listens there (no broker), connections are refused at once.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead = dead_address()  # nothing listens there (no broker): connections are refused at once
     seen: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
