@@ -7,8 +7,8 @@ two cases where that is impossible:
 
 - `free_port()`: ONLY for external programs that cannot report what they bound (Prometheus,
   Alertmanager, the tansu broker). Bind-close-reuse is racy on a busy machine: another process
-  can take the port between the close and the program's bind, so callers retry on
-  "address already in use".
+  can take the port between the close and the program's bind (tests/prom.py retries on
+  "address already in use" for that reason).
 - `dead_address()`: an address where nothing listens, for tests that want connection refused.
 """
 
@@ -36,7 +36,3 @@ def dead_address() -> str:
     _held.append(s)
     return f"127.0.0.1:{s.getsockname()[1]}"
 
-
-def dead_port() -> int:
-    """The port of `dead_address()`, for callers that build the URL themselves."""
-    return int(dead_address().rsplit(":", 1)[1])
