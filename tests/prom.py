@@ -23,7 +23,6 @@ import contextlib
 import json
 import math
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -36,6 +35,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pytest
 import yaml
+
+# Prometheus cannot bind port 0 and report it: the one kind of caller free_port is kept for.
+from ports import free_port
 
 INSTALL_HINT = "run `bash tests/services.sh` (as root) to install it"
 
@@ -62,12 +64,6 @@ def alertmanager_binary() -> str:
     if path is None:
         pytest.fail(f"`prometheus-alertmanager` not found on PATH (Debian package `prometheus-alertmanager`): {INSTALL_HINT}", pytrace=False)
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PromQueryError(AssertionError):
@@ -197,6 +193,18 @@ class Prometheus:
             return bool(rules) and all(r.get("lastEvaluation") and not r["lastEvaluation"].startswith("0001") for r in rules)
 
         self.wait_until(done, timeout, "first evaluation of every rule group")
+
+    def wait_for_evaluations(self, after: float | None = None, evaluations: int = 1, interval: float = 1.0, timeout: float = 20.0) -> None:
+        """Wait until every loaded rule has been evaluated `evaluations` times after `after` (a
+        time.time() value; default now) at the groups' `interval`: what a test waits for before it
+        asserts that an alert did NOT fire."""
+        since = time.time() if after is None else after
+
+        def done() -> bool:
+            rules = [r for g in self.rules() for r in g["rules"]]
+            return bool(rules) and all(r.get("lastEvaluation") and not r["lastEvaluation"].startswith("0001") and _parse_rfc3339(r["lastEvaluation"]) >= since + (evaluations - 1) * interval for r in rules)
+
+        self.wait_until(done, timeout, f"{evaluations} evaluation(s) of every rule group")
 
     # --- lifecycle ----------------------------------------------------------------------------
     def reload(self) -> None:
@@ -363,7 +371,6 @@ __all__ = [
     "Prometheus",
     "alertmanager_binary",
     "finite",
-    "free_port",
     "make_prometheus",
     "prometheus_binary",
     "promtool_binary",

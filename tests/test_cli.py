@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,11 +12,7 @@ import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import openai
 import orjson
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from procs import Proc, agent_env, agent_started, simulator_url, start_simulator
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
@@ -29,21 +23,23 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll interval of a bounded wait for the condition above
     raise AssertionError(f"{url} did not come up")
 
 
 def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path):
-    sim_port, proxy_port, metrics_port = free_port(), free_port(), free_port()
-    env = {**os.environ, "LLMWATCH_SAMPLING__RATE": "1.0"}
-    sim = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.simulator", "--port", str(sim_port), "--latency-scale", "0.02"], stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{sim_port}", "--listen", f"127.0.0.1:{proxy_port}",
-         "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(tmp_path / "data")],
-        env=env, stderr=subprocess.PIPE, text=True,
-    )
+    # Both processes bind port 0 and report the port they got: no probed port to race for.
+    sim = start_simulator("--latency-scale", "0.02")
+    proxy = None
     try:
-        wait_http(f"http://127.0.0.1:{sim_port}/v1/models")
+        sim_url = simulator_url(sim)
+        proxy = Proc(
+            [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", sim_url, "--listen", "127.0.0.1:0",
+             "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+            env=agent_env(LLMWATCH_SAMPLING__RATE="1.0"),
+        )
+        started = agent_started(proxy)
+        proxy_port, metrics_port = started["proxy_port"], started["metrics_port"]
         wait_http(f"http://127.0.0.1:{metrics_port}/readyz")
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="sk-cli-test-0123456789abcdef", max_retries=0)
         r = c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "Tell me about Jupiter"}])
@@ -51,12 +47,16 @@ def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(t
         metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
         assert 'gen_ai_client_operation_duration_seconds_count{error_type="",gen_ai_operation_name="chat",gen_ai_request_model="sim-gpt-4o-mini",model_version="A"} 1.0' in metrics
     finally:
-        proxy.send_signal(signal.SIGTERM)
-        _, stderr = proxy.communicate(timeout=20)
-        sim.send_signal(signal.SIGTERM)
-        sim.wait(timeout=20)
-    assert proxy.returncode == 0, stderr
-    assert "sk-cli-test" not in stderr, "no secret reaches the logs"
+        if proxy is not None:
+            proxy.popen.send_signal(signal.SIGTERM)
+            proxy.popen.wait(timeout=20)
+            proxy.stop()
+        sim.popen.send_signal(signal.SIGTERM)
+        sim.popen.wait(timeout=20)
+        sim.stop()
+    output = proxy.output()
+    assert proxy.popen.returncode == 0, output
+    assert "sk-cli-test" not in output, "no secret reaches the logs"
     lines = [orjson.loads(ln) for f in (tmp_path / "data" / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 1 and lines[0]["model"] == "sim-gpt-4o-mini"
 

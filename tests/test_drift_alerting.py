@@ -20,7 +20,8 @@ from aiohttp import web
 
 from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
 from conftest import proxy_url, wait_until
-from prom import alertmanager_binary, free_port, start_prometheus
+from ports import free_port
+from prom import alertmanager_binary, start_prometheus
 
 RULES = Path(__file__).resolve().parent.parent / "dashboards" / "alerts" / "llmwatch-rules.yaml"
 PROMPTS = ["How do I roast a chicken?", "Explain Python list comprehensions.", "Plan a weekend in Lisbon.", "Why is the sky blue?", "How should I water tomatoes?"]
@@ -111,7 +112,11 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
         agent.scorer.load_baseline(str(baseline))
         await traffic(proxy_url(agent), 250, 10_000)
         await wait_until(lambda: any(k[0] == "A" for k in agent.drift_state), timeout=60)
-        await asyncio.sleep(3)  # a few evaluations and scrapes of A alone
+        # A few scrapes and rule evaluations of A alone, so that "no alert" below means something.
+        # In threads: the agent shares this event loop and must keep answering scrapes.
+        since = time.time()
+        await asyncio.to_thread(prom.wait_for_scrape, since, 3, 30.0)
+        await asyncio.to_thread(prom.wait_for_evaluations, since, 3, 1.0, 30.0)
         assert any(t["health"] == "up" for t in prom.active_targets()), "Prometheus scrapes the agent"
         assert prom.query('llmwatch_drift_detected{model_version="A"}'), "A's drift verdicts reached Prometheus"
         a_alerts = [a for a in prom.alerts() if a["labels"].get("alertname") == "LLMWatchDriftDetected"]

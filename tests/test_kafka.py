@@ -25,8 +25,9 @@ from llmwatch.core.config import ConfigError, KafkaSection, load_config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.collectors.kafka import KafkaSampleSink, create_topics, sample_key
-from conftest import metric, proxy_url, scrape, wait_until
-from kafka_broker import free_port
+from conftest import bound_port, metric, proxy_url, recorded_servers, scrape, wait_until
+from ports import dead_address
+from llmwatch.agent import kafka_scorer
 from llmwatch.agent.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,19 +124,31 @@ class Worker:
 
 
 def start_worker(tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, group: str, name: str, command: str = "scorer") -> Worker:
-    port = free_port()
     log = tmp_path / f"{name}.log"
-    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "info", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "info", "LLMWATCH_LOGGING__FORMAT": "json", "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llmwatch.agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "llmwatch.agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", "127.0.0.1:0"],
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=ROOT,
             env=env,
         )
-    return Worker(proc, port, log)
+    return Worker(proc, reported_metrics_port(proc, log), log)
+
+
+def reported_metrics_port(proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> int:
+    """The metrics port a worker bound on port 0, from its start-up log line (`scorer_starting`,
+    `aggregator_started`: both carry metrics_port)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"metrics_port"' in line:
+                return int(orjson.loads(line)["metrics_port"])
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no metrics_port in the worker's log (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.05)  # poll interval of a bounded wait for the line
 
 
 async def until(predicate, timeout: float, what: str, workers: list[Worker] = ()) -> None:
@@ -222,7 +235,7 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
 
 def test_sink_with_no_broker_never_blocks_and_counts_its_drops():
     metrics = Metrics()
-    dead = f"127.0.0.1:{free_port()}"  # nothing listens here
+    dead = dead_address()  # nothing listens here
     start = time.perf_counter()
     sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], max_buffered=50), metrics)
     for i in range(10):
@@ -259,7 +272,7 @@ def test_recent_ids_are_bounded_by_count_and_age():
     assert "a" not in old
 
 
-def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path):
+def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path, monkeypatch):
     bootstrap = kafka_broker.bootstrap
     create_topics([bootstrap], {"in": 1, "out": 1})
     producer = KafkaProducer(bootstrap_servers=bootstrap)
@@ -268,12 +281,13 @@ def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path):
         producer.send("in", value=value)
     producer.flush()
     producer.close()
-    port = free_port()
-    cfg = load_config(None, overrides={"metrics_listen": f"127.0.0.1:{port}", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    servers = recorded_servers(monkeypatch, kafka_scorer)
+    cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
     stop = threading.Event()
     thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-test"}, daemon=True)
     thread.start()
     try:
+        port = bound_port(servers, thread)
         scores = read_topic(bootstrap, "out", timeout=20, idle=2.0)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
             assert resp.status == 200 and orjson.loads(resp.read())["assigned"] == ["in:0"]
@@ -293,17 +307,18 @@ def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path):
     assert all(r.key == orjson.loads(r.value)["sample_id"].encode() for r in scores)
 
 
-def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path):
+def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path, monkeypatch):
     """The shared metrics app: /healthz 200 with the worker's facts, /readyz 503 naming the failing check."""
     import urllib.error
 
-    port = free_port()
-    dead = f"127.0.0.1:{free_port()}"  # nothing listens here
-    cfg = load_config(None, overrides={"metrics_listen": f"127.0.0.1:{port}", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    servers = recorded_servers(monkeypatch, kafka_scorer)
+    dead = dead_address()  # nothing listens here
+    cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
     stop = threading.Event()
     thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-alone"}, daemon=True)
     thread.start()
     try:
+        port = bound_port(servers, thread)
         health = None
         deadline = time.monotonic() + 20
         while health is None:
@@ -337,7 +352,7 @@ def test_a_crash_between_publish_and_commit_rescores_that_batch_once(kafka_broke
     producer.flush()
 
     def worker(name: str, stop: threading.Event, errors: list) -> threading.Thread:
-        cfg = load_config(None, overrides={"metrics_listen": f"127.0.0.1:{free_port()}", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g"}}, environ={})
+        cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g"}}, environ={})
 
         def run() -> None:
             try:

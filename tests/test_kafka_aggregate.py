@@ -19,10 +19,10 @@ from synthetic import Behaviour, degradations, window  # noqa: E402
 from llmwatch.core.config import load_config  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.collectors.kafka import create_topics  # noqa: E402
-from kafka_broker import free_port  # noqa: E402
 from llmwatch.agent import kafka_aggregate as kafka_aggregator  # noqa: E402
 from llmwatch.scorers.baseline import freeze, write_baseline  # noqa: E402
 from llmwatch.agent.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
+from conftest import bound_port, recorded_servers  # noqa: E402
 
 
 def baseline_file(tmp_path: Path) -> Path:
@@ -31,7 +31,7 @@ def baseline_file(tmp_path: Path) -> Path:
 
 
 def config(tmp_path: Path, **kafka):
-    return load_config(None, overrides={"drift": {"baseline": str(baseline_file(tmp_path)), "interval_s": 0.5, "min_samples": 40, "window": 1000}, "kafka": kafka or None, "metrics_listen": f"127.0.0.1:{free_port()}"}, environ={})
+    return load_config(None, overrides={"drift": {"baseline": str(baseline_file(tmp_path)), "interval_s": 0.5, "min_samples": 40, "window": 1000}, "kafka": kafka or None, "metrics_listen": "127.0.0.1:0"}, environ={})
 
 
 def counter(metrics: Metrics, name: str, **labels: str) -> float:
@@ -114,11 +114,12 @@ def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker,
     producer.flush(30)
     producer.close()
 
+    servers = recorded_servers(monkeypatch, kafka_aggregator)  # it binds port 0 (config above)
     stop = threading.Event()
     thread = threading.Thread(target=run_aggregator, args=(cfg,), kwargs={"stop": stop}, daemon=True)
     thread.start()
-    port = int(cfg.metrics_listen.rsplit(":", 1)[1])
     try:
+        port = bound_port(servers, thread)
         deadline = time.monotonic() + 60
         while True:
             try:

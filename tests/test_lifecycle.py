@@ -12,7 +12,6 @@ import errno
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -30,6 +29,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import metric, proxy_url, scrape, wait_until
+from ports import dead_address
+from procs import Proc, agent_started, simulator_url, start_simulator
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.jsonio import iter_jsonl
 from llmwatch.core.records import RecordError, Sample
@@ -38,67 +39,6 @@ RULES_ONLY = {"LLMWATCH_SCORING__ENABLED": "true", "LLMWATCH_SCORING__EMBEDDINGS
 
 
 # --- helpers: processes that report what they bound ----------------------------------------
-
-
-class Proc:
-    """A subprocess whose merged output is read by a thread (never blocks it) and searchable."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.popen = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def _read(self) -> None:
-        for raw in self.popen.stdout:  # type: ignore[union-attr]
-            with self._changed:
-                self.lines.append(raw.decode("utf-8", "replace"))
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match:
-        """The first output line matching `pattern`; fails after `timeout` or when the process ends."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        seen = 0
-        with self._changed:
-            while True:
-                for line in self.lines[seen:]:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                seen = len(self.lines)
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.popen.poll() is not None and not self._reader.is_alive()):
-                    raise AssertionError(f"no line matching {pattern!r}; output:\n{self.output()}")
-                self._changed.wait(min(left, 0.5))
-
-    def events(self, name: str) -> list[dict]:
-        out = []
-        for line in self.lines:
-            if line.startswith("{"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("event") == name:
-                    out.append(record)
-        return out
-
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(timeout=10)
-        self._reader.join(timeout=5)
 
 
 def children(pid: int) -> dict[int, str]:
@@ -148,9 +88,9 @@ def scorer_child(proxy: Proc, timeout: float = 30.0) -> int:
 
 @pytest.fixture
 def simulator():
-    sim = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0", "--latency-scale", "0.01", "--seed", "1"])
+    sim = start_simulator("--latency-scale", "0.01", "--seed", "1")
     try:
-        yield sim.wait_for(r"url=(http://127\.0\.0\.1:\d+)").group(1)
+        yield simulator_url(sim)
     finally:
         if sim.popen.poll() is None:
             os.kill(sim.pid, signal.SIGTERM)
@@ -175,8 +115,7 @@ def start_proxy(tmp_path: Path):
 
 
 def _ports(proc: Proc) -> tuple[str, str]:
-    m = proc.wait_for(r'"event": "agent_started"')
-    record = json.loads(m.string)
+    record = agent_started(proc)
     return f"http://127.0.0.1:{record['proxy_port']}", f"http://127.0.0.1:{record['metrics_port']}"
 
 
@@ -444,10 +383,7 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
     from llmwatch.core.config import KafkaSection
     from llmwatch.core.metrics import Metrics
 
-    # A port that was just free: nothing listens there (no broker), connections are refused at once.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead = dead_address()  # nothing listens there (no broker): connections are refused at once
     seen: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from concurrent import futures
@@ -39,7 +37,9 @@ from llmwatch.core.config import ConfigError, load_config
 from llmwatch.core.records import extract_answer_text, extract_prompt_text
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.simulator import FAULT_HEADER
-from conftest import drained, metric, proxy_url, scrape, wait_until
+from conftest import calls_observed, drained, metric, proxy_url, scrape, wait_until
+from ports import dead_address
+from procs import Proc, agent_env, agent_started
 from upstreams import serve
 
 MODEL = "sim-gpt-4o-mini"
@@ -48,12 +48,6 @@ API_KEY = "sk-test-abcdefghijklmnopqrstuvwxyz"
 
 def client(base: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=base + "/v1", api_key=API_KEY, max_retries=0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def attrs_of(span: Span) -> dict:
@@ -185,7 +179,7 @@ async def test_export_over_otlp_grpc(sim, make_agent):
         c = client(proxy_url(agent))
         for _ in range(2):
             await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me about Jupiter"}])
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: calls_observed(agent) >= 2)  # both spans ended: the flush exports them
         await asyncio.to_thread(agent.otel.flush)
         await wait_until(lambda: sum(len(ss.spans) for r in service.requests for rs in r.resource_spans for ss in rs.scope_spans) >= 2)
     finally:
@@ -206,10 +200,10 @@ async def test_a_dead_or_hung_collector_costs_spans_never_traffic(sim, make_agen
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(64)
-    dead_port = free_port()  # nothing listens there: connection refused
+    nowhere = dead_address()  # nothing listens there: connection refused
     try:
         slow = await make_agent(sim.url, otel={"enabled": True, "endpoint": f"http://127.0.0.1:{hung.getsockname()[1]}/v1/traces", "timeout_s": 1.0, "max_queue": 2})
-        dead = await make_agent(sim.url, otel={"enabled": True, "endpoint": f"http://127.0.0.1:{dead_port}/v1/traces", "timeout_s": 0.5})
+        dead = await make_agent(sim.url, otel={"enabled": True, "endpoint": f"http://{nowhere}/v1/traces", "timeout_s": 0.5})
         c_slow, c_dead = client(proxy_url(slow)), client(proxy_url(dead))
 
         async def call(c):
@@ -222,7 +216,7 @@ async def test_a_dead_or_hung_collector_costs_spans_never_traffic(sim, make_agen
         durations = await asyncio.gather(*(call(c_slow) for _ in range(20)), *(call(c_dead) for _ in range(3)))
         # The hung collector holds an export for a second; calls are not held with it.
         assert time.perf_counter() - t0 < 1.0 and max(durations) < 1.0
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: calls_observed(slow) >= 20 and calls_observed(dead) >= 3)  # every span ended
         await asyncio.gather(asyncio.to_thread(slow.otel.flush), asyncio.to_thread(dead.otel.flush))
 
         async def outcomes(agent):
@@ -441,8 +435,30 @@ async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_call
 
 
 async def test_llmwatch_spans_round_trip_through_its_own_receiver(sim, make_agent):
-    port = free_port()
-    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"enabled": True, "endpoint": f"http://127.0.0.1:{port}/v1/traces", "capture_content": True, "ingest_listen": f"127.0.0.1:{port}"})
+    # The export endpoint is fixed before the agent binds its receiver on port 0, so the agent
+    # exports to a relay (on a port it bound itself) that forwards each export unchanged to the
+    # receiver's reported port: no probed port to race for.
+    receiver: list[str] = []
+
+    async def relay(request: web.Request) -> web.Response:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "content-encoding")}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(receiver[0] + request.path, data=body, headers=headers) as r:
+                return web.Response(status=r.status, body=await r.read(), headers={"Content-Type": r.headers.get("Content-Type", "application/x-protobuf")})
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", relay)
+    runner, relay_url = await serve(app)
+    try:
+        await _round_trip(make_agent, sim.url, relay_url, receiver)
+    finally:
+        await runner.cleanup()
+
+
+async def _round_trip(make_agent, upstream: str, relay_url: str, receiver: list[str]) -> None:
+    agent = await make_agent(upstream, sampling={"rate": 1.0}, otel={"enabled": True, "endpoint": f"{relay_url}/v1/traces", "capture_content": True, "ingest_listen": "127.0.0.1:0"})
+    receiver.append(f"http://127.0.0.1:{agent.ingest_port}")
     c = client(proxy_url(agent))
     stream = await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Tell me about Saturn"}], stream=True, stream_options={"include_usage": True})
     async for _ in stream:
@@ -478,28 +494,19 @@ async def test_ingest_only_agent_runs_without_a_proxy(tmp_path: Path):
 
 
 def test_llmwatch_ingest_command(tmp_path: Path):
-    port, metrics_port = free_port(), free_port()
-    env = {**os.environ, "LLMWATCH_SCORING__ENABLED": "false", "LLMWATCH_SAMPLING__RATE": "1.0"}
-    proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "ingest", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(tmp_path)],
-                            env=env, stderr=subprocess.PIPE, text=True)
+    env = agent_env(LLMWATCH_SCORING__ENABLED="false", LLMWATCH_SAMPLING__RATE="1.0")
+    proc = Proc([sys.executable, "-m", "llmwatch.agent.cli", "ingest", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path)], env=env)
     try:
-        emitted = False
-        deadline = time.time() + 30
-        while time.time() < deadline and not emitted:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    emitted = True
-            except OSError:
-                time.sleep(0.1)
-        assert emitted, "ingest port never opened"
+        port = agent_started(proc, timeout=30)["ingest_port"]  # logged once the receiver listens
         emit_spans(port, build_three_styles)
         deadline = time.time() + 10
         while time.time() < deadline and len(list((tmp_path / "samples").glob("*.jsonl"))) == 0:
-            time.sleep(0.1)
+            time.sleep(0.1)  # poll interval of a bounded wait for the first samples file
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=20)
-    assert proc.returncode == 0, stderr
+        proc.popen.send_signal(signal.SIGTERM)
+        proc.popen.wait(timeout=20)
+        proc.stop()
+    assert proc.popen.returncode == 0, proc.output()
     lines = [orjson.loads(ln) for f in (tmp_path / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 6 and {s["metadata"]["service_name"] for s in lines} == {"shop-app"}
 

@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import json
 import re
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -19,6 +17,7 @@ import openai
 import pytest
 
 from llmwatch.agent.simulator import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
+from procs import Proc, simulator_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -407,33 +406,15 @@ async def test_latency_is_applied() -> None:
         assert first_content is not None and first_content > 0.02
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_standalone_process(http: aiohttp.ClientSession) -> None:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmwatch.agent.simulator", "--host", "127.0.0.1", "--port", str(port),
-         "--latency-scale", "0", "--profile", "B"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
+    proc = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--host", "127.0.0.1", "--port", "0",
+                 "--latency-scale", "0", "--profile", "B"], cwd=str(ROOT))
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/v1/models") as r:
-                    assert r.headers["x-model-version"] == "B"
-                    break
-            except aiohttp.ClientConnectionError:
-                assert proc.poll() is None, proc.stderr.read()
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+        url = await asyncio.to_thread(simulator_url, proc, 15)  # printed once it has bound port 0
+        async with http.get(f"{url}/v1/models") as r:
+            assert r.headers["x-model-version"] == "B"
     finally:
-        proc.terminate()
-        code = proc.wait(timeout=10)
-        proc.stderr.close()
+        proc.popen.terminate()
+        code = proc.popen.wait(timeout=10)
+        proc.stop()
     assert code == 0

@@ -1,0 +1,107 @@
+"""Real subprocesses for tests, and the ports they report having bound.
+
+    sim = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0"])
+    url = simulator_url(sim)                      # from its `url=http://127.0.0.1:PORT` line
+    proxy = Proc([... "proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"], env=agent_env())
+    ports = agent_started(proxy)                  # the `agent_started` JSON log record
+    ports["proxy_port"], ports["metrics_port"]
+
+End each with `stop()` (it kills only its own PID).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+
+class Proc:
+    """A subprocess whose merged output is read by a thread (never blocks it) and searchable."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _read(self) -> None:
+        for raw in self.popen.stdout:  # type: ignore[union-attr]
+            with self._changed:
+                self.lines.append(raw.decode("utf-8", "replace"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match:
+        """The first output line matching `pattern`; fails after `timeout` or when the process ends."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in self.lines[seen:]:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.popen.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no line matching {pattern!r}; output:\n{self.output()}")
+                self._changed.wait(min(left, 0.5))
+
+    def events(self, name: str) -> list[dict]:
+        """Every JSON log record of the output whose `event` is `name`."""
+        out = []
+        for line in list(self.lines):
+            if line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("event") == name:
+                    out.append(record)
+        return out
+
+    def wait_event(self, name: str, timeout: float = 60.0) -> dict:
+        """The first JSON log record whose `event` is `name`."""
+        m = self.wait_for(rf'"event": "{re.escape(name)}"', timeout)
+        return json.loads(m.string)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """An environment in which `llmwatch` logs JSON at info level, so `agent_started` carries the ports."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_LOGGING__FORMAT": "json", "LLMWATCH_LOGGING__LEVEL": "info", **extra}
+
+
+def agent_started(proc: Proc, timeout: float = 60.0) -> dict:
+    """The `agent_started` log record of an `llmwatch proxy`/`ingest` process (proxy_port, metrics_port, ingest_port)."""
+    return proc.wait_event("agent_started", timeout)
+
+
+def start_simulator(*args: str) -> Proc:
+    """`python -m llmwatch.agent.simulator --port 0 ARGS`; read its URL with `simulator_url`."""
+    return Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0", *args])
+
+
+def simulator_url(proc: Proc, timeout: float = 60.0) -> str:
+    """The `http://127.0.0.1:PORT` the simulator printed once it had bound."""
+    return proc.wait_for(r"url=(http://127\.0\.0\.1:\d+)", timeout).group(1)
