@@ -24,6 +24,8 @@ import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
 
+from ports import dead_address
+
 LLMWATCH = [sys.executable, "-m", "llmwatch.agent.cli"]
 # Scoring off: these tests are about the command line, not the embedding model.
 ENV = {**os.environ, "LLMWATCH_SCORING__ENABLED": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -201,9 +203,7 @@ def test_a_kafka_worker_names_its_taken_metrics_port_too():
 
 
 def test_an_unreachable_upstream_is_warned_once_and_reported_by_readyz_without_failing_it(tmp_path: Path):
-    with socket.socket() as closed:  # a port just freed: nothing listens there
-        closed.bind(("127.0.0.1", 0))
-        dead = "127.0.0.1:%d" % closed.getsockname()[1]
+    dead = dead_address()  # bound, never listening: connection refused, and no one else can take it
     proxy, err, started = start_proxy(f"http://{dead}", tmp_path)
     try:
         warning = orjson.loads(err.wait_for(lambda ln: '"upstream_unreachable"' in ln))

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
-import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
 from aiohttp import web
 
 from llmwatch.agent.cli import main
+from ports import dead_address
+from procs import simulator_url, start_simulator
 from llmwatch.scorers.judge import JudgeReplyError, parse_judge_reply
 from llmwatch.scorers.regress import load_run, load_suite
 
@@ -48,42 +45,20 @@ def _cli_leaves_logging_alone():
         yield
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not come up")
-
-
 @pytest.fixture(scope="module")
 def simulators():
     """Two simulator processes, one per model version; no delays, so 150 calls take about a second."""
-    procs, urls = [], {}
-    for profile in ("A", "B"):
-        port = free_port()
-        procs.append(subprocess.Popen([sys.executable, "-m", "llmwatch.agent.simulator", "--port", str(port), "--latency-scale", "0", "--profile", profile, "--seed", "7"],
-                                      stderr=subprocess.DEVNULL))
-        urls[profile] = f"http://127.0.0.1:{port}"
+    procs = {profile: start_simulator("--latency-scale", "0", "--profile", profile, "--seed", "7") for profile in ("A", "B")}
     try:
-        for url in urls.values():
-            wait_http(url + "/v1/models")
-        yield urls
+        # Each simulator binds port 0 and prints the URL it got.
+        yield {profile: simulator_url(proc) for profile, proc in procs.items()}
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=20)
+        for proc in procs.values():
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            proc.popen.wait(timeout=20)
+            proc.stop()
 
 
 def write_suite(path: Path, cases=SUITE) -> str:
@@ -149,7 +124,7 @@ def test_a_changed_suite_refuses_to_compare_before_making_any_call(baseline_run,
     changed = [dict(c) for c in SUITE]
     changed[1] = {**changed[1], "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 200}}]}
     suite = write_suite(tmp_path / "suite-v2.jsonl", changed)
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: a call would fail differently
+    dead = f"http://{dead_address()}"  # nothing listens: a call would fail differently
     capsys.readouterr()
     assert regress(suite, dead, "--baseline", str(run)) == 2
     err = capsys.readouterr().err
@@ -186,7 +161,7 @@ def test_suite_errors_name_the_line_and_the_field(tmp_path: Path, capsys, case, 
 
 def test_an_unreachable_endpoint_is_a_usage_error_not_a_regression(tmp_path: Path, capsys):
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    assert main(["regress", "--suite", suite, "--upstream", f"http://127.0.0.1:{free_port()}", "--model", "m", "--repeat", "2", "--max-retries", "0", "--timeout", "2"]) == 2
+    assert main(["regress", "--suite", suite, "--upstream", f"http://{dead_address()}", "--model", "m", "--repeat", "2", "--max-retries", "0", "--timeout", "2"]) == 2
     assert "no call to http://127.0.0.1:" in capsys.readouterr().err
 
 
@@ -236,17 +211,22 @@ def judge_server():
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
     runner = web.AppRunner(app)
-    port = free_port()
+    bound: list[int] = []
+    ready = threading.Event()
 
     def serve() -> None:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        bound.append(runner.addresses[0][1])
+        ready.set()
         loop.run_forever()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    wait_http(f"http://127.0.0.1:{port}/v1/chat/completions")
+    assert ready.wait(30), "the judge stub did not start"
+    port = bound[0]
     yield f"http://127.0.0.1:{port}", seen
     asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
     loop.call_soon_threadsafe(loop.stop)
