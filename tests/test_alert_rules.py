@@ -25,6 +25,8 @@ REQUIRED_ALERTS = {
     "LLMWatchSamplesDropped",
     "LLMWatchScoringLagHigh",
     "LLMWatchUpstreamErrors",
+    "LLMWatchShadowCandidateWorse",
+    "LLMWatchShadowCandidateErrors",
 }
 
 
