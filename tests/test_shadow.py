@@ -364,3 +364,36 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
     for secret in (SECRET, SECRET.split()[-1]):
         assert secret not in text
         assert secret not in stored
+
+
+async def test_pairs_are_redacted_like_samples(make_agent):
+    primary = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=1)
+    cand = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=2)
+    try:
+        agent = await make_agent(primary.url, shadow=shadow_section(cand.url))
+        c = client(agent)
+        await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "My email is jane.doe@example.com, card 4111 1111 1111 1111: update billing"}])
+        await c.close()
+        await wait_until(lambda: agent.shadow.finished >= 1)
+        text = "".join(Path(p).read_text() for p in glob.glob(str(agent.cfg.data_dir / "pairs" / "*.jsonl")))
+        pair = json.loads(text.splitlines()[0])
+        assert pair["primary"]["redacted"] and pair["shadow"]["redacted"]
+        assert "jane.doe@example.com" not in text and "4111 1111 1111 1111" not in text
+    finally:
+        await primary.close()
+        await cand.close()
+
+
+def test_report_html_and_bad_input(tmp_path):
+    pairs_dir = tmp_path / "pairs"
+    pairs_dir.mkdir()
+    worse = [_pair(i, True, i % 12 != 0, 100, 100) for i in range(300)]
+    (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"\n".join(p.to_json() for p in worse) + b"\n")
+    out = report(pairs_dir, "--margin-pass-rate", "5", "--format", "html", "--out", str(tmp_path / "r.html"))
+    assert out.returncode == 1, out.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "WORSE on check:ok" in html and "<table>" in html
+    # A broken line: exit 2, naming the file and line, no traceback.
+    (pairs_dir / "pairs-20261201-0001.jsonl").write_text('{"schema": "llmwatch.pair/v1", "id": "x"}\n')
+    out = report(pairs_dir)
+    assert out.returncode == 2 and "pairs-20261201-0001.jsonl:1" in out.stderr and "Traceback" not in out.stderr
