@@ -191,7 +191,9 @@ class ShadowMirror:
         self._ready = threading.Event()
         self._warned_unpriced: set[str] = set()
         self.written = 0
-        self.finished = 0  # mirrors that ended (pair written or not): tests and shutdown wait on it
+        # Mirrors that ended (pair written or not): tests wait on it. Moved by two threads.
+        self.finished = 0
+        self._finished_lock = threading.Lock()
 
     # --- the hot path -----------------------------------------------------------------------
 
@@ -239,13 +241,8 @@ class ShadowMirror:
                     continue
             if spec.max_requests_per_minute is not None:
                 cand.minute.append(now)
-            request = dict(facts.request)
-            if spec.model:
-                request["model"] = spec.model
-            if spec.stream == "buffered" and request.get("stream"):
-                request["stream"] = False
-                request.pop("stream_options", None)
-            job = _Job(ex, facts, version, cost, estimate, orjson.dumps(request))
+            # The body is built in the mirror thread: serialising a large prompt is not the hot path's work.
+            job = _Job(ex, facts, version, cost, estimate, b"")
             loop = self._loop
             if loop is None:
                 cand.settle(estimate, 0.0)
@@ -297,6 +294,14 @@ class ShadowMirror:
 
     async def _mirror(self, cand: _Candidate, job: _Job) -> None:
         primary = job.exchange
+        request = dict(job.facts.request)
+        spec = cand.spec
+        if spec.model:
+            request["model"] = spec.model
+        if spec.stream == "buffered" and request.get("stream"):
+            request["stream"] = False
+            request.pop("stream_options", None)
+        job.body = orjson.dumps(request)
         sx = Exchange(
             request_id=primary.request_id,
             started_at=time.time(),
@@ -344,7 +349,7 @@ class ShadowMirror:
         if sx.error_type == "shutdown":
             cand.settle(job.reserved_usd, 0.0)
             self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="shutdown").inc()
-            self.finished += 1
+            self._count_finished(1)
             return
         kind = sx.error_type or ("http_5xx" if sx.status >= 500 else "http_4xx" if sx.status >= 400 else None)
         if kind in cand.errors:
@@ -354,7 +359,7 @@ class ShadowMirror:
         if not self._done.offer(_Done(cand, job, sx)):
             cand.settle(job.reserved_usd, 0.0)
             self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="writer_full").inc()
-            self.finished += 1
+            self._count_finished(1)
 
     # --- the writer thread ------------------------------------------------------------------
 
@@ -372,7 +377,7 @@ class ShadowMirror:
                 except Exception as exc:
                     self.metrics.shadow_pairs_dropped.labels(candidate=done.candidate.name, reason="build_error").inc()
                     done.candidate.warn(log.error, "shadow_pair_failed", candidate=done.candidate.name, error=type(exc).__name__)
-                    self.finished += 1
+                    self._count_finished(1)
             self._write(pairs)
 
     def _pair(self, done: _Done) -> Pair:
@@ -419,7 +424,11 @@ class ShadowMirror:
         for cand, _ in pairs[:written]:
             cand.pairs.inc()
         self.written += written
-        self.finished += len(pairs)
+        self._count_finished(len(pairs))
+
+    def _count_finished(self, n: int) -> None:
+        with self._finished_lock:
+            self.finished += n
 
     def _observe(self, cand: _Candidate, primary: Sample, shadow: Sample, p_scores: list[PairScore], s_scores: list[PairScore]) -> None:
         """Add one pair to the candidate's window and move its gauges."""
