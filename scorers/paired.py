@@ -202,7 +202,8 @@ def _check_rows(pairs: Sequence[Pair], category: str, confidence: float, margin_
         row.needed = _needed(discordance, margin_points / 100.0, alpha, power)
         rows.append(row)
         values = np.array([[a, b] for _, _, a, b in per_check[check] if a is not None and b is not None], dtype=float)
-        if len(values) >= MIN_PAIRS and np.ptp(values) > 0:
+        # Continuous values only: a 0/1 value says no more than the pass/fail row above.
+        if len(values) >= MIN_PAIRS and np.ptp(values) > 0 and not np.isin(values, (0.0, 1.0)).all():
             d = values[:, 1] - values[:, 0]
             rows.append(Row(
                 signal=f"value:{check}", category=category, n=len(values), primary=float(values[:, 0].mean()), shadow=float(values[:, 1].mean()),

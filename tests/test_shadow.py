@@ -172,6 +172,11 @@ def test_verdicts_not_worse_worse_and_not_enough_pairs():
     # Slower by half at p95.
     slow = [_pair(i, True, True, 100 + i % 5, 150 + i % 5) for i in range(200)]
     assert "latency_p95" in compare(slow, margins).worse_on
+    # Per category: the loss is located where it is.
+    for i, pair in enumerate(worse):
+        pair.category = "billing" if i % 12 == 0 or i % 5 == 0 else "recipes"
+    rows = {(x.signal, x.category): x for x in compare(worse, margins).rows}
+    assert rows[("check:ok", "billing")].losses == 34 and rows[("check:ok", "recipes")].losses == 0
     # Too few pairs to clear the margins: undecided, with the pairs needed.
     few = [_pair(i, i % 3 != 0, i % 4 != 0, 100, 100) for i in range(12)]
     r = compare(few, margins)
