@@ -106,7 +106,16 @@ class Agent:
         if cfg.shadow.enabled and self.proxy is not None:
             from llmwatch.collectors.shadow import ShadowMirror
 
-            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, redact=redactor)
+            pair_sinks = []
+            if cfg.kafka.enabled:
+                from llmwatch.collectors.kafka import KafkaSampleSink
+
+                # Pairs go where samples go: files, and Kafka when it is on.
+                pair_sinks.append(KafkaSampleSink(
+                    cfg.kafka, self.metrics, topic=cfg.kafka.pairs_topic, key=lambda pair: pair.id.encode(),
+                    produced=self.metrics.shadow_kafka_produced, dropped=self.metrics.shadow_kafka_dropped, track_depth=False,
+                ))
+            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, redact=redactor, pair_sinks=pair_sinks)
             self.proxy.shadow = self.shadow
         self.receiver = None
         if cfg.otel.ingest_listen:

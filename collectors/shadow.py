@@ -39,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import aiohttp
 import numpy as np
@@ -161,7 +161,9 @@ class ShadowMirror:
         *,
         redact: Callable[[Any], Any] | None,
         environ: Mapping[str, str] | None = None,
+        pair_sinks: Sequence[Any] = (),
     ) -> None:
+        """`pair_sinks`: where pairs go besides the files, e.g. Kafka (`write(list)`, `close()`)."""
         from llmwatch.scorers.suite import Suite, default_checks
         from llmwatch.scorers.registry import CHECK_KINDS
 
@@ -178,6 +180,7 @@ class ShadowMirror:
         specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
         self.suite = Suite([s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"], check_timeout_s=cfg.scoring.check_timeout_s)
         self.writer = JsonlWriter(cfg.data_dir / "pairs", "pairs", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None
+        self.pair_sinks = list(pair_sinks)
         self._offered = 0  # hot path only
         self._taken = 0  # mirror thread only
         self._done: BoundedQueue[_Done] = BoundedQueue(max(self._max_queue, 64))
@@ -423,6 +426,14 @@ class ShadowMirror:
                 log.error("shadow_pairs_write_failed", lost=len(pairs) - written, error=type(exc.__cause__).__name__)
         for cand, _ in pairs[:written]:
             cand.pairs.inc()
+        for sink in self.pair_sinks:
+            try:
+                # The sink counts what it refuses itself (buffer full, broker away).
+                sink.write([p for _, p in pairs])
+            except Exception as exc:
+                for cand, _ in pairs:
+                    self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="sink_error").inc()
+                log.error("shadow_pair_sink_failed", sink=getattr(sink, "name", "?"), error=type(exc).__name__)
         self.written += written
         self._count_finished(len(pairs))
 
@@ -490,6 +501,11 @@ class ShadowMirror:
             self._writer_thread.join(timeout + 5.0)
         if self.writer is not None:
             self.writer.close()
+        for sink in self.pair_sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.error("shadow_pair_sink_close_failed", error=type(exc).__name__)
 
     async def _shutdown(self, timeout: float) -> None:
         tasks = list(self._tasks)

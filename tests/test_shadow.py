@@ -28,6 +28,7 @@ import yaml
 from aiohttp import web
 
 from conftest import metric, proxy_url, scrape, wait_until
+from kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
 from upstreams import serve
 
 from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
@@ -405,3 +406,25 @@ def test_report_html_and_bad_input(tmp_path):
     (pairs_dir / "pairs-20261201-0001.jsonl").write_text('{"schema": "llmwatch.pair/v1", "id": "x"}\n')
     out = report(pairs_dir)
     assert out.returncode == 2 and "pairs-20261201-0001.jsonl:1" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
+    from test_kafka import read_topic
+
+    from llmwatch.collectors.kafka import create_topics
+
+    create_topics([kafka_broker.bootstrap], {"llmwatch.samples": 1, "llmwatch.pairs": 1})
+    primary = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=1)
+    cand = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=2)
+    try:
+        agent = await make_agent(primary.url, shadow=shadow_section(cand.url), kafka={"enabled": True, "bootstrap_servers": [kafka_broker.bootstrap], "linger_ms": 5})
+        await traffic(agent, 4)
+        await wait_until(lambda: agent.shadow.finished >= 4)
+        records = await asyncio.to_thread(read_topic, kafka_broker.bootstrap, "llmwatch.pairs", expect=4)
+        pairs = [Pair.from_json(r.value) for r in records]
+        assert len(pairs) == 4 and all(r.key == p.id.encode() for r, p in zip(records, pairs))
+        assert all(p.primary.redacted and p.shadow.redacted for p in pairs)
+        await wait_until(lambda: agent.metrics.shadow_kafka_produced._value.get() >= 4)
+    finally:
+        await primary.close()
+        await cand.close()

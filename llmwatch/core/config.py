@@ -258,6 +258,8 @@ class KafkaSection(_Section):
     bootstrap_servers: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"])
     samples_topic: str = Field("llmwatch.samples", pattern=r"^[A-Za-z0-9._-]{1,249}$")
     scores_topic: str = Field("llmwatch.scores", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    # Shadow evaluation's pair records (llmwatch.pair/v1), when shadow.enabled.
+    pairs_topic: str = Field("llmwatch.pairs", pattern=r"^[A-Za-z0-9._-]{1,249}$")
     compression: Literal["gzip", "lz4", "zstd", "snappy", "none"] = "gzip"
     # A little lingering turns one request per sample into one per batch, at no cost to the proxy.
     linger_ms: int = Field(20, ge=0, le=60_000)

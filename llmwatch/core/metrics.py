@@ -301,6 +301,8 @@ class Metrics:
         )
         self.shadow_pairs = Counter("llmwatch_shadow_pairs", "Pair records (primary and candidate answers to one request) written.", ["candidate"], registry=r)
         self.shadow_pairs_dropped = Counter("llmwatch_shadow_pairs_dropped", "Finished mirrors whose pair was not written, by reason.", ["candidate", "reason"], registry=r)
+        self.shadow_kafka_produced = Counter("llmwatch_shadow_kafka_produced", "Pair records acknowledged by the Kafka broker (kafka.pairs_topic).", registry=r)
+        self.shadow_kafka_dropped = Counter("llmwatch_shadow_kafka_dropped", "Pair records not delivered to Kafka, by reason (as llmwatch_kafka_dropped_total).", ["reason"], registry=r)
         self.shadow_spend = Counter("llmwatch_shadow_spend_usd", "Estimated USD spent on mirrored calls (price table).", ["candidate"], registry=r)
         # Over the last pairs of each candidate (a sliding window): what the dashboard and alerts read.
         self.shadow_window_pairs = Gauge("llmwatch_shadow_window_pairs", "Pairs in the sliding window behind the llmwatch_shadow_* gauges.", ["candidate"], registry=r)
