@@ -428,3 +428,26 @@ async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
     finally:
         await primary.close()
         await cand.close()
+
+
+async def test_skips_are_counted_by_reason_never_silent(make_agent):
+    runner_p, primary = await serve(_canned_app())
+    runner_c, candidate = await serve(_canned_app())
+    try:
+        agent = await make_agent(primary, capture={"max_body_bytes": 1024}, shadow=shadow_section(candidate, max_requests_per_minute=2))
+        async with aiohttp.ClientSession() as session:
+            url = proxy_url(agent) + "/v1/chat/completions"
+            for _ in range(5):
+                async with session.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}) as r:
+                    assert r.status == 200
+            # A body over capture.max_body_bytes is forwarded but not captured: nothing to mirror.
+            async with session.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": "x" * 4000}]}) as r:
+                assert r.status == 200
+        await wait_until(lambda: agent.shadow.finished >= 2)
+        m = await scrape(agent)
+        assert metric(m, "llmwatch_shadow_mirrored_total", candidate="cand") == 2
+        assert metric(m, "llmwatch_shadow_skipped_total", candidate="cand", reason="rate_cap") == 3
+        assert metric(m, "llmwatch_shadow_skipped_total", candidate="cand", reason="not_captured") == 1
+    finally:
+        await runner_p.cleanup()
+        await runner_c.cleanup()
