@@ -53,9 +53,12 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
         shadow["alpha"] = args.alpha
     cfg = config_from_args(args, shadow=shadow or None)
     if args.format == "html":
-        from llmwatch.agent.cli_eval import check_html_args
+        # As cli_eval.check_html_args (not imported: cli_eval dispatches `review export --pairs` here).
+        from llmwatch.scorers.report_html import require_matplotlib
 
-        check_html_args(args)
+        require_matplotlib()
+        if not args.out:
+            raise ConfigError("--format html writes a file: pass --out FILE.html")
     require_records(args.pairs, "--pairs", "pairs")
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.pairs import Pair
@@ -76,12 +79,40 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
         text = orjson.dumps({"verdict": {0: "not_worse", 1: "worse", 2: "inconclusive"}[code], "exit_code": code, "margins": s.margins.model_dump(), "alpha": s.alpha, "candidates": [r.as_dict() for r in reports]}, option=orjson.OPT_INDENT_2).decode() + "\n"
         _emit(args.out, text)
     elif args.format == "html":
-        from llmwatch.agent.cli_eval import write_html
+        from llmwatch.core.jsonio import atomic_write_text
 
-        write_html(args.out, render_html(reports, s.margins.model_dump(), s.alpha), f"shadow report {['NOT WORSE', 'WORSE', 'UNDECIDED'][code]}")
+        text = render_html(reports, s.margins.model_dump(), s.alpha)
+        target = atomic_write_text(args.out, text)
+        sys.stdout.write(f"shadow report {['NOT WORSE', 'WORSE', 'UNDECIDED'][code]}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
     else:
         _emit(args.out, format_text(reports, s.alpha))
     return code
+
+
+def cmd_review_export_pairs(args: argparse.Namespace) -> int:
+    """`llmwatch review export --pairs DIR`: blind review tasks straight from shadow-evaluation pairs."""
+    from llmwatch.agent.cli_args import config_from_args
+    from llmwatch.core.config import ConfigError
+
+    cfg = config_from_args(args)
+    require_records(args.pairs, "--pairs", "pairs")
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.review import export_pair_tasks
+
+    pairs = list(read_records(args.pairs, Pair, prefix="pairs"))
+    if args.candidate:
+        pairs = [p for p in pairs if p.candidate == args.candidate]
+        if not pairs:
+            raise ConfigError(f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}")
+    criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
+    summary = export_pair_tasks(pairs, n=args.n, out_path=args.out, seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
+    strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "failing"))
+    sys.stdout.write(
+        f"wrote {summary.n_tasks} blind review tasks from pairs ({strata}; all on the same prompt) -> {summary.tasks_path}\n"
+        f"key (which answer is the primary's; keep it from the reviewers) -> {summary.key_path}\n"
+    )
+    return 0
 
 
 def _emit(out: str | None, text: str) -> None:

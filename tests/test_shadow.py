@@ -451,3 +451,31 @@ async def test_skips_are_counted_by_reason_never_silent(make_agent):
     finally:
         await runner_p.cleanup()
         await runner_c.cleanup()
+
+
+def test_review_export_from_pairs_is_blind_and_imports(tmp_path):
+    pairs_dir = tmp_path / "pairs"
+    pairs_dir.mkdir()
+    pairs = [_pair(i, True, i % 4 != 0, 100, 100) for i in range(40)]
+    for p in pairs:  # every side answered, so every pair is reviewable
+        p.shadow.response = {"choices": [{"message": {"content": "candidate answer"}}]}
+        p.primary.response = {"choices": [{"message": {"content": "primary answer"}}]}
+    (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"\n".join(p.to_json() for p in pairs) + b"\n")
+    tasks = tmp_path / "tasks.jsonl"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "review", *a], capture_output=True, text=True, timeout=120)  # noqa: E731
+    out = run("export", "--pairs", str(pairs_dir), "--n", "12", "--out", str(tasks), "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in tasks.read_text().splitlines()]
+    assert len(lines) == 12 and all(t["same_prompt"] for t in lines)
+    assert "primary" not in tasks.read_text().replace("primary answer", "")  # blind: only the key says which is which
+    key = json.loads((tmp_path / "tasks.key.json").read_text())
+    assert key["versions"] == ["primary", "c"]
+    assert sum(1 for t in lines if t["stratum"] == "failing") >= 3  # disagreements get their quota
+    reviews = tmp_path / "reviews.jsonl"
+    with open(reviews, "w") as fh:
+        for t in lines:
+            for judge in ("ann", "bob"):
+                fh.write(json.dumps({"task_id": t["task_id"], "candidates": ["A", "B"], "scores": {"A": {c: 4 for c in t["criteria"]}, "B": {c: 3 for c in t["criteria"]}}, "judge": judge, "blind": True}) + "\n")
+    out = run("import", "--tasks", str(tasks), "--reviews", str(reviews))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "primary" in out.stdout
