@@ -35,6 +35,22 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     r.add_argument("--margin-latency", type=float, help="ratio a candidate's p95 latency may reach (default shadow.margins.p95_latency_ratio, 1.10)")
     r.add_argument("--alpha", type=float, help="one-sided level of the tests (default shadow.alpha, 0.05)")
     r.set_defaults(func=cmd_shadow_report)
+    j = ssub.add_parser(
+        "judge",
+        help="pairwise model-as-judge over pairs: both answers blind, asked twice with the order swapped; a win counts only if it survives the swap",
+    )
+    common(j)
+    j.add_argument("--pairs", required=True, help="a pairs .jsonl file, or a directory of them (<data_dir>/pairs)")
+    j.add_argument("--judge-url", required=True, help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8001/v1")
+    j.add_argument("--judge-model", required=True, help="the judge's model name")
+    j.add_argument("--judge-key-env", help="environment variable holding the judge's API key (never given on the command line)")
+    j.add_argument("--rubric", help="what better means (default: correctness, then completeness and instructions; not length)")
+    j.add_argument("--candidate", help="only this candidate's pairs")
+    j.add_argument("--max-pairs", type=int, default=200, help="most pairs judged, two judge calls each: the cap on the judge's cost (default 200)")
+    j.add_argument("--concurrency", type=int, default=4, help="judge calls in flight (default 4)")
+    j.add_argument("--out", help="write one verdict per pair here (JSON Lines)")
+    j.add_argument("--format", choices=["text", "json"], default="text", help="summary format (default text)")
+    j.set_defaults(func=cmd_shadow_judge)
 
 
 def cmd_shadow_report(args: argparse.Namespace) -> int:
@@ -87,6 +103,70 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
     else:
         _emit(args.out, format_text(reports, s.alpha))
     return code
+
+
+def cmd_shadow_judge(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from llmwatch.agent.cli_args import config_from_args
+    from llmwatch.core.config import ConfigError
+
+    config_from_args(args)
+    if args.max_pairs < 1 or args.concurrency < 1:
+        raise ConfigError("--max-pairs and --concurrency must be at least 1")
+    key = "llmwatch-no-key"
+    if args.judge_key_env:
+        if args.judge_key_env not in os.environ:
+            raise ConfigError(f"--judge-key-env {args.judge_key_env}: that environment variable is not set")
+        key = os.environ[args.judge_key_env]
+    require_records(args.pairs, "--pairs", "pairs")
+    import openai
+    import orjson
+
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.pairwise_judge import judge_pair, summarize
+
+    pairs = [p for p in read_records(args.pairs, Pair, prefix="pairs") if not args.candidate or p.candidate == args.candidate]
+    # Only pairs where both sides answered; the newest first would favour nothing, so file order.
+    pairs = [p for p in pairs if p.primary.answer_text().strip() and p.shadow.answer_text().strip()][: args.max_pairs]
+    if not pairs:
+        raise ConfigError(f"--pairs {args.pairs}: no pair where both sides answered" + (f" for candidate {args.candidate}" if args.candidate else ""))
+
+    async def run_all() -> list:
+        client = openai.AsyncOpenAI(base_url=args.judge_url, api_key=key, max_retries=1, timeout=120.0)
+        gate = asyncio.Semaphore(args.concurrency)
+
+        async def one(pair: Pair):
+            async with gate:
+                return await judge_pair(client, args.judge_model, pair, rubric=args.rubric)
+
+        try:
+            return await asyncio.gather(*(one(p) for p in pairs))
+        finally:
+            await client.close()
+
+    verdicts = asyncio.run(run_all())
+    if args.out:
+        from llmwatch.core.jsonio import atomic_write_bytes
+
+        atomic_write_bytes(args.out, b"".join(orjson.dumps(v.as_dict()) + b"\n" for v in verdicts))
+    out = {}
+    for name in sorted({v.candidate for v in verdicts}):
+        out[name] = summarize([v for v in verdicts if v.candidate == name])
+    if args.format == "json":
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        for name, sm in out.items():
+            rate = sm["position_inconsistent_rate"]
+            sys.stdout.write(
+                f"candidate {name}: judged {sm['judged']} of {sm['pairs']} pairs ({sm['errors']} judge errors): "
+                f"candidate wins {sm['candidate_wins']}, ties {sm['ties']}, losses {sm['candidate_losses']}; "
+                f"position-inconsistent (counted as ties) {sm['position_inconsistent']} ({'-' if rate is None else f'{rate:.0%}'}); "
+                f"sign test p {sm['sign_test_p']:.2g}\n"
+            )
+    return 0
 
 
 def cmd_review_export_pairs(args: argparse.Namespace) -> int:

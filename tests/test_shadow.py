@@ -479,3 +479,53 @@ def test_review_export_from_pairs_is_blind_and_imports(tmp_path):
     out = run("import", "--tasks", str(tasks), "--reviews", str(reviews))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "primary" in out.stdout
+
+
+def _judge_app(prefer: str | None) -> web.Application:
+    """A judge that prefers the answer containing `prefer` (else the primary's) whatever its position; with None it always picks answer 1."""
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        text = body["messages"][-1]["content"]
+        first, second = text.split("Answer 1:\n", 1)[1].split("\n\nAnswer 2:\n", 1)
+        if prefer is None:
+            winner = "1"
+        elif prefer in first or prefer in second:
+            winner = "1" if prefer in first else "2"
+        else:  # neither is the better one: the primary's, wherever it is
+            winner = "1" if "primary" in first else "2"
+        reply = {"id": "j", "object": "chat.completion", "model": "judge", "choices": [{"index": 0, "message": {"role": "assistant", "content": f'```json\n{{"winner": "{winner}", "reason": "r"}}\n```'}, "finish_reason": "stop"}]}
+        return web.json_response(reply)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize("judge", ["consistent", "position_biased"])
+async def test_pairwise_judge_counts_only_wins_that_survive_the_swap(tmp_path, judge):
+    pairs_dir = tmp_path / "pairs"
+    pairs_dir.mkdir()
+    pairs = [_pair(i, True, True, 100, 100) for i in range(10)]
+    for i, p in enumerate(pairs):
+        p.primary.response = {"choices": [{"message": {"content": "primary answer"}}]}
+        p.shadow.response = {"choices": [{"message": {"content": "better answer" if i < 7 else "worse answer"}}]}
+    (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"\n".join(p.to_json() for p in pairs) + b"\n")
+    runner, url = await serve(_judge_app("better" if judge == "consistent" else None))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "llmwatch.agent.cli", "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
+            "--format", "json", "--max-pairs", "8", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+    finally:
+        await runner.cleanup()
+    assert proc.returncode == 0, stderr.decode()
+    sm = json.loads(stdout)["c"]
+    assert sm["pairs"] == 8  # the cap: 8 pairs, 16 judge calls
+    if judge == "consistent":
+        # Candidate wins where its answer is the better one (7 pairs), loses to the primary on the last one.
+        assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent"]) == (7, 0, 1, 0)
+    else:
+        # Always "1": every verdict flips with the order, so none counts as a win.
+        assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent_rate"]) == (0, 8, 0, 1.0)
