@@ -259,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmwatch.agent.cli_eval import register as register_evaluation
 
     register_evaluation(sub, common)
+    from llmwatch.agent.cli_shadow import add_parser as register_shadow
+
+    register_shadow(sub, common)
     return parser
 
 

@@ -145,6 +145,12 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
+    if args.pairs:
+        from llmwatch.agent.cli_shadow import cmd_review_export_pairs
+
+        return cmd_review_export_pairs(args)
+    if not args.samples or not args.versions:
+        return _fail("review export needs --samples and --versions (or --pairs, from shadow evaluation)")
     cfg = config_from_args(args)
     _check_inputs(args)
     from llmwatch.scorers.matrix import build_categories
@@ -315,9 +321,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.set_defaults(func=show_usage(p))
     p = rsub.add_parser("export", help="write blind, paired review tasks from live samples (and a separate key file)")
     common(p)
-    p.add_argument("--samples", required=True, help="samples .jsonl file or directory holding both versions")
+    p.add_argument("--samples", help="samples .jsonl file or directory holding both versions")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
-    p.add_argument("--versions", required=True, help="the two versions to compare, e.g. A,B")
+    p.add_argument("--versions", help="the two versions to compare, e.g. A,B")
+    p.add_argument("--pairs", help="instead of --samples/--versions: shadow-evaluation pairs (<data_dir>/pairs), primary vs one candidate on the same prompts")
+    p.add_argument("--candidate", help="with --pairs: the candidate to review (default: the only one in the pairs)")
     p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")

@@ -24,7 +24,7 @@ import numpy as np
 import openai
 import structlog
 
-from llmwatch.core.config import Config
+from llmwatch.core.config import Config, ShadowCandidate, ShadowSection
 from llmwatch.collectors.health import split_host_port
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
@@ -201,6 +201,8 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     if agent.scorer is not None:
         scored = agent.recorder.recorded if agent.recorder else 0
         lines += [f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}", "  pass rate per check and model version:", pass_rate_table(check_counts(agent)), drift_summary(agent)]
+    if agent.shadow is not None:
+        lines.append(shadow_summary(agent))
     lines += [
         f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
     ]
@@ -246,10 +248,46 @@ async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None) -> N
         await asyncio.sleep(0.1)
 
 
+def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
+    """The demo's shadow evaluation: a quarter of the calls mirrored to a second simulator serving B."""
+    if cfg.shadow.enabled:
+        return cfg.shadow  # the user's own candidates
+    # Concurrency for the demo's rate at B's pace (about 2 s per answer), so that few mirrors are skipped.
+    candidate = ShadowCandidate(name="candidate-B", upstream=candidate_url, rate=0.25, max_concurrency=64, timeout_s=30.0)
+    return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
+
+
+def shadow_summary(agent: Agent) -> str:
+    """The verdict of `llmwatch shadow report` over the pairs the demo wrote (its margins, its exit code)."""
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.paired import by_candidate, compare
+
+    folder = agent.cfg.data_dir / "pairs"
+    if agent.shadow is None or not folder.is_dir() or not any(folder.glob("pairs-*.jsonl")):
+        return "  shadow           no pairs written"
+    lines = []
+    s = agent.cfg.shadow
+    for name, pairs in sorted(by_candidate(read_records(folder, Pair, prefix="pairs")).items()):
+        r = compare(pairs, s.margins, alpha=s.alpha, power=s.power)
+        if r.verdict == "worse":
+            verdict = f"WORSE on {', '.join(r.worse_on)} (exit 1)"
+        elif r.verdict == "not_worse":
+            verdict = "not worse within the margins (exit 0)"
+        else:
+            verdict = f"undecided, about {r.needed} pairs needed for the margins (exit 2)"
+        lines.append(f"  shadow           candidate {name}: {len(pairs)} pairs with the primary; {verdict}")
+    lines.append(f"                   details: llmwatch shadow report --pairs {folder}")
+    return "\n".join(lines)
+
+
 async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 0.5) -> int:
     sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
+    # A candidate version for shadow evaluation: the same prompts mirrored to B, compared in pairs.
+    candidate_sim = await start_simulator("127.0.0.1", 0, PROFILES["B"])
     cfg = cfg.model_copy(
         update={
+            "shadow": _shadow_demo(cfg, candidate_sim.url),
             "upstream": sim.url,
             "listen": _free_or_default(cfg.listen),
             "metrics_listen": _free_or_default(cfg.metrics_listen),
@@ -265,6 +303,7 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
     except BaseException:
         await agent.stop()
         await sim.close()
+        await candidate_sim.close()
         raise
     host = split_host_port(cfg.listen)[0]
     # The traffic is `duration`; scoring adds the model's load and the waits between phases,
@@ -321,6 +360,7 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
         elapsed = time.perf_counter() - started
         await agent.stop()
         await sim.close()
+        await candidate_sim.close()
     out.write(summary(agent, tally, traffic_s, elapsed))
     out.flush()
     return 0

@@ -106,6 +106,21 @@ class Agent:
 
             self.otel = OtelExporter(cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor)
             self.proxy.on_call = self.otel.on_call
+        self.shadow = None
+        if cfg.shadow.enabled and self.proxy is not None:
+            from llmwatch.collectors.shadow import ShadowMirror
+
+            pair_sinks = []
+            if cfg.kafka.enabled:
+                from llmwatch.collectors.kafka import KafkaSampleSink
+
+                # Pairs go where samples go: files, and Kafka when it is on.
+                pair_sinks.append(KafkaSampleSink(
+                    cfg.kafka, self.metrics, topic=cfg.kafka.pairs_topic, key=lambda pair: pair.id.encode(),
+                    produced=self.metrics.shadow_kafka_produced, dropped=self.metrics.shadow_kafka_dropped, track_depth=False,
+                ))
+            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, redact=redactor, pair_sinks=pair_sinks)
+            self.proxy.shadow = self.shadow
         self.receiver = None
         if cfg.otel.ingest_listen:
             from llmwatch.collectors.otlp_ingest import OtlpReceiver
@@ -181,6 +196,9 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
+        if self.shadow is not None:
+            # Before the proxy listens: a call offered before the mirror runs would be skipped.
+            self.shadow.start()
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
             setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
@@ -201,6 +219,7 @@ class Agent:
             sampling_rate=self.cfg.sampling.rate,
             redaction=self.cfg.redaction.enabled,
             data_dir=str(self.cfg.data_dir),
+            shadow_candidates=[c.name for c in self.cfg.shadow.candidates] if self.shadow is not None else None,
         )
 
     async def stop(self) -> None:
@@ -213,6 +232,9 @@ class Agent:
         self._runners.clear()
         if self.proxy is not None:
             await self.proxy.close()
+        if self.shadow is not None:
+            # In a thread: it waits up to a few seconds for mirrors in flight, then writes their pairs.
+            await asyncio.to_thread(self.shadow.close, 5.0)
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)

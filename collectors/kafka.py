@@ -206,11 +206,24 @@ class KafkaSampleSink:
     # Only redacted samples leave this host (and samples never carry headers).
     raw = False
 
-    def __init__(self, cfg: KafkaSection, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        cfg: KafkaSection,
+        metrics: Metrics,
+        *,
+        topic: str | None = None,
+        key: Callable[[Any], bytes] = sample_key,
+        produced: Any = None,
+        dropped: Any = None,
+        track_depth: bool = True,
+    ) -> None:
+        """`topic`, `key` and the counters default to the samples'; shadow evaluation reuses the
+        sink for pair records (`kafka.pairs_topic`) with its own counters."""
         check_codec(cfg.compression)
         quiet_kafka_logs()
         self._cfg = cfg
-        self._topic = cfg.samples_topic
+        self._topic = topic or cfg.samples_topic
+        self._key = key
         self._max = cfg.max_buffered
         self._timeout_s = cfg.delivery_timeout_ms / 1000.0
         # (when handed over, sample): waiting for a producer, oldest first.
@@ -221,10 +234,11 @@ class KafkaSampleSink:
         self._closing = threading.Event()
         self._closed = False
         self._producer: Any = None
-        self._produced = metrics.kafka_produced
-        self._dropped = metrics.kafka_dropped
+        self._produced = produced if produced is not None else metrics.kafka_produced
+        self._dropped = dropped if dropped is not None else metrics.kafka_dropped
         self._last_warn = 0.0
-        metrics.kafka_buffer_depth.set_function(lambda: self._outstanding)
+        if track_depth:
+            metrics.kafka_buffer_depth.set_function(lambda: self._outstanding)
         self._thread = threading.Thread(target=self._run, name="llmwatch-kafka", daemon=True)
         self._thread.start()
 
@@ -315,7 +329,7 @@ class KafkaSampleSink:
 
     def _send(self, producer: Any, sample: Sample) -> None:
         try:
-            future = producer.send(self._topic, key=sample_key(sample), value=sample.to_json())
+            future = producer.send(self._topic, key=self._key(sample), value=sample.to_json())
         except Exception as exc:  # no metadata within max_block_ms, record too large, producer closed
             self._settle("send_failed", exc)
             return

@@ -202,6 +202,8 @@ class Proxy:
         self.session: aiohttp.ClientSession | None = None
         # Set by the runtime (OpenTelemetry export): called once per captured call, sampled or not.
         self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
+        # Set by the runtime (shadow evaluation): offered every captured call after the intake.
+        self.shadow: Any = None
 
     async def start(self) -> None:
         p = self.cfg.proxy
@@ -482,6 +484,8 @@ class Proxy:
             )
             if self.on_call is not None:
                 self.on_call(ex, facts, version, cost, admission.reason)
+            if self.shadow is not None:
+                self.shadow.offer(ex, facts, version, cost)
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)

@@ -363,6 +363,21 @@ def quality() -> db.Dashboard:
         .with_row(db.Row("Scoring cost"))
         .with_panel(ts("Scoring duration p50 / p95 by check", "Time one check takes on one sample.", "s",
                        quantiles("llmwatch_scoring_duration_seconds", 'check=~"$check"', "check", "{{check}}", qs=(0.5, 0.95)), w=24))
+        .with_row(db.Row("Shadow evaluation: primary vs candidate"))
+        .with_panel(ts("Paired pass-rate difference (candidate - primary)",
+                       "Over each candidate's last pairs (same prompts, same checks): below 0 the candidate fails checks the primary passes. "
+                       "`llmwatch shadow report` gives the verdict with intervals and margins.", "percentunit",
+                       [q("max by (candidate) (llmwatch_shadow_pass_rate_difference)", "{{candidate}}")], w=8))
+        .with_panel(ts("Wins and losses per paired check", "Share of paired check results the candidate wins (passes where the primary fails) and loses.", "percentunit",
+                       [q("max by (candidate) (llmwatch_shadow_win_rate)", "win {{candidate}}"), q("max by (candidate) (llmwatch_shadow_loss_rate)", "loss {{candidate}}")], w=8, min_val=0))
+        .with_panel(ts("Latency and cost ratio (candidate / primary)", "p95 latency and mean cost of the candidate over the primary's on the same requests; 1 = the same.", "short",
+                       [q("max by (candidate) (llmwatch_shadow_latency_ratio)", "p95 latency {{candidate}}"), q("max by (candidate) (llmwatch_shadow_cost_ratio)", "cost {{candidate}}")], w=8))
+        .with_panel(ts("Mirrors per second: sent, skipped, failed",
+                       "Calls mirrored to each candidate, skipped (queue_full, concurrency, spend_cap, rate_cap, not_captured) and failed at the candidate. "
+                       "A mirror that never fires shows here as skips, not as silence.", "reqps",
+                       [q(f"sum by (candidate) (rate(llmwatch_shadow_mirrored_total[{RI}]))", "sent {{candidate}}"),
+                        q(f"sum by (candidate, reason) (rate(llmwatch_shadow_skipped_total[{RI}]))", "skipped {{candidate}} {{reason}}"),
+                        q(f"sum by (candidate, error_type) (rate(llmwatch_shadow_candidate_errors_total[{RI}]))", "failed {{candidate}} {{error_type}}")], w=24))
     )
 
 

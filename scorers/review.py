@@ -51,7 +51,7 @@ from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.matrix import Category, categorize, request_messages, request_text
 from llmwatch.scorers.stability import prompt_hash
 
-__all__ = ["ReviewError", "export_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
+__all__ = ["ReviewError", "export_tasks", "export_pair_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
 
 TASK_SCHEMA = "llmwatch.review-task/v1"
 KEY_SCHEMA = "llmwatch.review-key/v1"
@@ -313,6 +313,78 @@ def export_tasks(
     for c in pool:
         available[c.stratum] += 1
     return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
+
+
+def export_pair_tasks(
+    pairs: Sequence[Any],
+    *,
+    n: int,
+    out_path: str | os.PathLike[str],
+    seed: int | None = None,
+    criteria: Sequence[str] = DEFAULT_CRITERIA,
+    default_category: str = "uncategorized",
+) -> ExportSummary:
+    """Blind tasks from shadow-evaluation pairs (`llmwatch.pair/v1`): both answers to one prompt.
+
+    The two sides are the key's versions `primary` and the candidate's name (a candidate can serve
+    the same model_version label as the primary). Pairs where a side failed or gave no answer are
+    left out; pairs where the two sides disagree on a check are the `failing` stratum, up to its quota.
+    """
+    if n < 1:
+        raise ReviewError("--n must be at least 1")
+    names = sorted({p.candidate for p in pairs})
+    if len(names) != 1:
+        raise ReviewError(f"--pairs holds pairs of {len(names)} candidates ({', '.join(names) or 'none'}); export one at a time with --candidate")
+    candidate = names[0]
+    if candidate == "primary":
+        raise ReviewError("a candidate named 'primary' cannot be told from the primary in a review; rename it in shadow.candidates")
+    usable = []
+    for p in pairs:
+        if not all(0 < s.status < 400 and s.answer_text().strip() for s in (p.primary, p.shadow)):
+            continue
+        prim = {sc.check: sc.result for sc in p.primary_scores}
+        disagree = any(prim.get(sc.check) in ("pass", "fail") and sc.result in ("pass", "fail") and prim[sc.check] != sc.result for sc in p.shadow_scores)
+        usable.append((p, "failing" if disagree else "typical"))
+    if not usable:
+        raise ReviewError("no reviewable pair (both sides answered, status < 400)")
+    rng = random.Random(seed)
+    rng.shuffle(usable)
+    failing = [u for u in usable if u[1] == "failing"][: max(1, int(n * QUOTAS["failing"]))]
+    rest = [u for u in usable if u not in failing]
+    chosen = (failing + rest)[:n]
+    rng.shuffle(chosen)
+    tasks_path = Path(out_path)
+    key_path = key_path_for(tasks_path)
+    if key_path.exists():
+        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+    lines = []
+    key_tasks: dict[str, dict[str, KeyEntry]] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for i, (pair, stratum) in enumerate(chosen, start=1):
+        task_id = f"T-{i:04d}"
+        sides = [("primary", pair.primary), (candidate, pair.shadow)]
+        if rng.random() < 0.5:
+            sides.reverse()
+        task = ReviewTask(
+            task_id=task_id, category=pair.category or default_category, stratum=stratum, same_prompt=True,
+            prompt=_messages_for_review(pair.primary.request),
+            candidates={label: Candidate(answer=sample.answer_text()) for label, (_, sample) in zip(LABELS, sides)},
+            criteria=list(criteria),
+        )
+        lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        key_tasks[task_id] = {label: KeyEntry(model_version=version, sample_id=sample.id) for label, (version, sample) in zip(LABELS, sides)}
+        counts[stratum] += 1
+    body = b"\n".join(lines) + b"\n"
+    atomic_write_bytes(tasks_path, body)
+    key = ReviewKey(
+        created_at=datetime.now(timezone.utc), tasks_file=tasks_path.name, tasks_sha256=hashlib.sha256(body).hexdigest(),
+        versions=["primary", candidate], seed=seed, criteria=list(criteria), tasks=key_tasks,
+    )
+    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    available: dict[str, int] = defaultdict(int)
+    for _, stratum in usable:
+        available[stratum] += 1
+    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), len(chosen), dict(available))
 
 
 # --- import ------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ REQUIRED_ALERTS = {
     "LLMWatchSamplesDropped",
     "LLMWatchScoringLagHigh",
     "LLMWatchUpstreamErrors",
+    "LLMWatchShadowCandidateWorse",
+    "LLMWatchShadowCandidateErrors",
 }
 
 

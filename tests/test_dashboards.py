@@ -439,6 +439,8 @@ async def _start_agent(upstream: str, data_dir: Path, scoring: dict[str, Any]) -
         "data_dir": str(data_dir),
         "sampling": {"rate": 1.0},
         "capture": {"max_body_bytes": 4096},
+        # A candidate (the same simulator) so that the shadow panels have series.
+        "shadow": {"enabled": True, "candidates": [{"name": "same", "upstream": upstream, "rate": 1.0}]},
         **scoring,
     }
     agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=(FailingSink(),))

@@ -267,6 +267,8 @@ class KafkaSection(_Section):
     bootstrap_servers: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"])
     samples_topic: str = Field("llmwatch.samples", pattern=r"^[A-Za-z0-9._-]{1,249}$")
     scores_topic: str = Field("llmwatch.scores", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    # Shadow evaluation's pair records (llmwatch.pair/v1), when shadow.enabled.
+    pairs_topic: str = Field("llmwatch.pairs", pattern=r"^[A-Za-z0-9._-]{1,249}$")
     compression: Literal["gzip", "lz4", "zstd", "snappy", "none"] = "gzip"
     # A little lingering turns one request per sample into one per batch, at no cost to the proxy.
     linger_ms: int = Field(20, ge=0, le=60_000)
@@ -441,6 +443,90 @@ class MatrixSection(_Section):
         return categories
 
 
+SHADOW_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+
+
+class ShadowCandidate(_Section):
+    """One candidate version that sampled live requests are mirrored to (collectors/shadow.py)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    upstream: str
+    # Fraction of captured calls mirrored, decided on the request id (independent of sampling.rate).
+    rate: float = Field(0.1, ge=0.0, le=1.0)
+    # Rewrites the request body's `model` for the candidate; unset: sent as the client asked.
+    model: str | None = None
+    # Sent to the candidate only (e.g. its own authorization). A value `env:NAME` is read from the
+    # environment at start-up; values are secrets: never stored, logged, or echoed in errors.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    max_concurrency: int = Field(4, ge=1, le=1024)
+    timeout_s: float = Field(60.0, gt=0)
+    # Spend caps: a mirror that would exceed either is skipped (counted as spend_cap / rate_cap).
+    max_usd_per_hour: float | None = Field(None, ge=0)
+    max_requests_per_minute: int | None = Field(None, ge=0)
+    # mirror: a streamed request is sent streamed too (TTFT recorded); buffered: sent with stream off.
+    stream: Literal["mirror", "buffered"] = "mirror"
+
+    @field_validator("upstream")
+    @classmethod
+    def _valid_upstream(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001, got {mask_url(value)!r}")
+        return normalize_upstream(value)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_values_as_text(cls, value: Any) -> Any:
+        # A validation error would echo the offending value, and these values are secrets.
+        if not isinstance(value, dict):
+            raise ValueError("expected a mapping of header names to values, e.g. {authorization: 'env:CANDIDATE_KEY'}")
+        return {str(k): v if isinstance(v, SecretStr) else str(v) for k, v in value.items()}
+
+
+class ShadowMargins(_Section):
+    """Non-inferiority margins of `llmwatch shadow report`: how much worse still counts as not worse."""
+
+    # Pass rate of every check (and category): the candidate's may be at most this many points lower.
+    pass_rate_points: float = Field(1.0, ge=0, le=100)
+    # p95 latency and p95 TTFT: at most this ratio of the primary's (1.10 = 10 % higher).
+    p95_latency_ratio: float = Field(1.10, ge=1.0)
+    p95_ttft_ratio: float = Field(1.10, ge=1.0)
+    # Mean cost per call: at most this ratio of the primary's.
+    cost_ratio: float = Field(1.10, ge=0)
+    # Candidate error rate: at most this many points above the primary's.
+    error_rate_points: float = Field(1.0, ge=0, le=100)
+
+
+class ShadowSection(_Section):
+    enabled: bool = False
+    candidates: list[ShadowCandidate] = Field(default_factory=list)
+    routes: list[str] = Field(default_factory=lambda: list(SHADOW_ROUTES))
+    # Mirrors waiting to be sent (all candidates); beyond it a mirror is skipped (queue_full).
+    max_queue: int = Field(1000, ge=1)
+    margins: ShadowMargins = Field(default_factory=ShadowMargins)
+    # One-sided level of the non-inferiority tests (Holm-corrected over the signals).
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    # Power the report sizes "pairs needed" for.
+    power: float = Field(0.95, gt=0.5, lt=1)
+
+    @field_validator("routes")
+    @classmethod
+    def _known_routes(cls, routes: list[str]) -> list[str]:
+        for route in routes:
+            if route not in SHADOW_ROUTES:
+                raise ValueError(f"route {route!r} cannot be mirrored; choose among {', '.join(SHADOW_ROUTES)}")
+        return routes
+
+    @model_validator(mode="after")
+    def _candidates_when_enabled(self) -> "ShadowSection":
+        if self.enabled and not self.candidates:
+            raise ValueError("enabled: true needs at least one entry in candidates (name, upstream, rate)")
+        names = [c.name for c in self.candidates]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"candidate name {name!r} is used twice; names must be unique (they are metric labels)")
+        return self
+
+
 class LoggingSection(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -464,6 +550,7 @@ class Config(_Section):
     drift: DriftSection = Field(default_factory=DriftSection)
     otel: OtelSection = Field(default_factory=OtelSection)
     matrix: MatrixSection = Field(default_factory=MatrixSection)
+    shadow: ShadowSection = Field(default_factory=ShadowSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")

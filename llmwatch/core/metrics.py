@@ -288,6 +288,34 @@ class Metrics:
             ["stage"],
             registry=r,
         )
+        # Shadow evaluation (collectors/shadow.py); `candidate` is a configured candidate name only.
+        self.shadow_mirrored = Counter("llmwatch_shadow_mirrored", "Requests mirrored to a shadow candidate (sent, whatever the outcome).", ["candidate"], registry=r)
+        self.shadow_skipped = Counter(
+            "llmwatch_shadow_skipped",
+            "Calls picked for mirroring but not mirrored, by reason (queue_full, concurrency, spend_cap, rate_cap, not_captured).",
+            ["candidate", "reason"],
+            registry=r,
+        )
+        self.shadow_candidate_errors = Counter(
+            "llmwatch_shadow_candidate_errors", "Mirrored calls the candidate failed (timeout, unreachable, HTTP status >= 400).", ["candidate", "error_type"], registry=r
+        )
+        self.shadow_pairs = Counter("llmwatch_shadow_pairs", "Pair records (primary and candidate answers to one request) written.", ["candidate"], registry=r)
+        self.shadow_pairs_dropped = Counter("llmwatch_shadow_pairs_dropped", "Finished mirrors whose pair was not written, by reason.", ["candidate", "reason"], registry=r)
+        self.shadow_kafka_produced = Counter("llmwatch_shadow_kafka_produced", "Pair records acknowledged by the Kafka broker (kafka.pairs_topic).", registry=r)
+        self.shadow_kafka_dropped = Counter("llmwatch_shadow_kafka_dropped", "Pair records not delivered to Kafka, by reason (as llmwatch_kafka_dropped_total).", ["reason"], registry=r)
+        self.shadow_spend = Counter("llmwatch_shadow_spend_usd", "Estimated USD spent on mirrored calls (price table).", ["candidate"], registry=r)
+        # Over the last pairs of each candidate (a sliding window): what the dashboard and alerts read.
+        self.shadow_window_pairs = Gauge("llmwatch_shadow_window_pairs", "Pairs in the sliding window behind the llmwatch_shadow_* gauges.", ["candidate"], registry=r)
+        self.shadow_pass_rate_diff = Gauge(
+            "llmwatch_shadow_pass_rate_difference", "Candidate minus primary pass rate (0..1 scale) over paired check results in the window.", ["candidate"], registry=r
+        )
+        self.shadow_worse_p_value = Gauge(
+            "llmwatch_shadow_worse_p_value", "One-sided exact McNemar p-value that the candidate fails more paired checks than the primary (window).", ["candidate"], registry=r
+        )
+        self.shadow_win_rate = Gauge("llmwatch_shadow_win_rate", "Share of paired check results the candidate wins (it passes, the primary fails), window.", ["candidate"], registry=r)
+        self.shadow_loss_rate = Gauge("llmwatch_shadow_loss_rate", "Share of paired check results the candidate loses (it fails, the primary passes), window.", ["candidate"], registry=r)
+        self.shadow_latency_ratio = Gauge("llmwatch_shadow_latency_ratio", "Candidate p95 latency / primary p95 latency over the window's pairs.", ["candidate"], registry=r)
+        self.shadow_cost_ratio = Gauge("llmwatch_shadow_cost_ratio", "Candidate mean cost / primary mean cost over the window's priced pairs.", ["candidate"], registry=r)
 
     def set_drift(self, readings: Iterable[DriftReading]) -> None:
         """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
