@@ -94,7 +94,7 @@ async def traffic(agent, n: int, *, paced: bool = False) -> None:
         else:
             await c.chat.completions.create(model=MODEL, messages=msgs)
         if paced:
-            await wait_until(lambda: agent.shadow.finished >= i + 1, timeout=30)
+            await wait_until(lambda i=i: agent.shadow.finished >= i + 1, timeout=30)
     await c.close()
 
 
