@@ -170,6 +170,12 @@ class _ProxyRunner(web.AppRunner):
 _MAX_CACHED_CHILDREN = 8192
 
 
+class _HeadWithBody(web.StreamResponse):
+    """A relayed response whose head waits for the first body bytes (aiohttp sends both at once)."""
+
+    _send_headers_immediately = False
+
+
 async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     yield prefix
     async for chunk in rest.iter_any():
@@ -347,7 +353,10 @@ class Proxy:
         resp: web.StreamResponse | None = None
         try:
             async with self.session.request(request.method, url, headers=headers, data=data, allow_redirects=False) as up:
-                resp = web.StreamResponse(status=up.status, reason=up.reason)
+                # A body of known length goes out with the head in one write (one syscall, one
+                # packet, as web.Response does) instead of two; a chunked or event stream's head
+                # still leaves at once, so the client sees the status before the first event.
+                resp = (_HeadWithBody if up.content_length is not None else web.StreamResponse)(status=up.status, reason=up.reason)
                 out_headers = resp.headers
                 present: set[str] = set()
                 for raw_name, raw_value in up.raw_headers:
@@ -364,7 +373,9 @@ class Proxy:
                     ex.response_headers = {k: upstream_headers[k] for k in self._wanted_headers if k in upstream_headers}
                 await resp.prepare(request)
                 if ex is None:
-                    async for chunk in up.content.iter_any():
+                    # readany() directly: iter_any() wraps each read in one more coroutine.
+                    read = up.content.readany
+                    while chunk := await read():
                         await resp.write(chunk)
                 else:
                     await self._relay_captured(up, resp, ex)
@@ -402,7 +413,9 @@ class Proxy:
         ends = ex.chunk_ends
         times = ex.chunk_times
         size = 0
-        async for chunk in up.content.iter_any():
+        read = up.content.readany
+        write = resp.write
+        while chunk := await read():
             if size <= limit:
                 size += len(chunk)
                 chunks.append(chunk)
@@ -410,7 +423,7 @@ class Proxy:
                 times.append(perf_counter())
                 if size > limit:
                     ex.response_truncated = True
-            await resp.write(chunk)
+            await write(chunk)
         ex.captured_bytes = size
 
     def _fail(self, ex: Exchange | None, error_type: str) -> None:
