@@ -250,8 +250,8 @@ class ScoringSection(_Section):
     # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).
     quantize_embeddings: bool = False
     # The CPUs the scorer child may run on. "auto": every CPU this process may use except the
-    # first, which is left to traffic (pin the proxy there: `taskset -c FIRST llmwatch proxy`),
-    # whenever two or more are allowed; with one CPU the child shares it at lower priority.
+    # first, which is left to traffic (the proxy's event loop runs there while the scorer is
+    # busy), whenever two or more are allowed; with one CPU the child shares it at lower priority.
     # "all": no pinning. Else a CPU list such as "1-3" or "1,3" (as taskset -c takes it).
     cpu_affinity: str = "auto"
     # The scorer child's nice value: below the proxy in CPU priority wherever they share a core.
