@@ -67,3 +67,11 @@ def test_the_real_scorer_child_runs_pinned_and_niced(setting):
             assert min(here) not in _parse(allowed)
     finally:
         scorer.close(timeout=1.0)
+
+
+@pytest.mark.parametrize(("written", "kept"), [("1", "1"), ("[1, 3]", "1,3"), ("'2-3'", "2-3"), ("auto", "auto")])
+def test_cpu_lists_are_taken_as_yaml_and_the_environment_type_them(tmp_path, written, kept):
+    path = tmp_path / "llmwatch.yaml"
+    path.write_text(f"upstream: http://127.0.0.1:9/\nscoring:\n  cpu_affinity: {written}\n")
+    assert load_config(path).scoring.cpu_affinity == kept
+    assert load_config(None, environ={"LLMWATCH_SCORING__CPU_AFFINITY": "0", "LLMWATCH_UPSTREAM": "http://127.0.0.1:9/"}).scoring.cpu_affinity == "0"

@@ -257,9 +257,18 @@ class ScoringSection(_Section):
     # The scorer child's nice value: below the proxy in CPU priority wherever they share a core.
     nice: int = Field(10, ge=0, le=19)
 
-    @field_validator("cpu_affinity")
+    @field_validator("cpu_affinity", mode="before")
     @classmethod
-    def _cpu_list(cls, value: str) -> str:
+    def _cpu_list(cls, value: Any) -> str:
+        # YAML and environment values arrive typed: `cpu_affinity: 1` is an int, `[1, 3]` a list.
+        if isinstance(value, bool):
+            raise ValueError("use auto, all, or CPU numbers such as 1-3 or 1,3")
+        if isinstance(value, int):
+            value = str(value)
+        elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            value = ",".join(str(v) for v in value)
+        if not isinstance(value, str):
+            raise ValueError("use auto, all, or CPU numbers such as 1-3 or 1,3")
         value = value.strip()
         if value in ("auto", "all"):
             return value
