@@ -69,6 +69,7 @@ class Peer:
     calls: dict[str, int] = field(default_factory=dict)
     not_idle: bool = False  # the tree was still busy when a cell's count stopped: CPU is a lower bound
     cells: dict[tuple[float, str], list[Outcome]] = field(default_factory=dict)
+    cell_cpu: dict[tuple[float, str], float] = field(default_factory=dict)
     rss_mb: float | None = None
 
     @property
@@ -189,7 +190,7 @@ async def fetch(url: str, body: bytes, headers: dict[str, str]) -> bytes:
             return await r.read()
 
 
-def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes) -> None:
+def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes, cpu_rates: list[float]) -> None:
     body = BODY if mode == "plain" else STREAM_BODY
     c0 = tree_cpu_seconds(peer.pid) if peer.pid else 0.0
     p0 = cpu_seconds(peer.pid) if peer.pid else 0.0
@@ -199,9 +200,12 @@ def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes)
         c1 = wait_idle(peer.pid)
         if time.monotonic() - t0 >= 9.5:
             peer.not_idle = True
-        peer.cpu[mode] = peer.cpu.get(mode, 0.0) + c1 - c0
-        peer.proxy_cpu[mode] = peer.proxy_cpu.get(mode, 0.0) + cpu_seconds(peer.pid) - p0
-    peer.calls[mode] = peer.calls.get(mode, 0) + out.count
+        peer.cell_cpu[(rate, mode)] = peer.cell_cpu.get((rate, mode), 0.0) + c1 - c0
+        if rate in cpu_rates:
+            peer.cpu[mode] = peer.cpu.get(mode, 0.0) + c1 - c0
+            peer.proxy_cpu[mode] = peer.proxy_cpu.get(mode, 0.0) + cpu_seconds(peer.pid) - p0
+    if rate in cpu_rates:
+        peer.calls[mode] = peer.calls.get(mode, 0) + out.count
     peer.cells.setdefault((rate, mode), []).append(out)
 
 
@@ -220,6 +224,12 @@ def merged(outcomes: list[Outcome]) -> Outcome:
     return m
 
 
+def cell_us(peer: Peer, rate: float, mode: str, outcome: Outcome) -> str:
+    if (rate, mode) not in peer.cell_cpu or not outcome.count:
+        return "-"
+    return f"{peer.cell_cpu[(rate, mode)] / outcome.count * 1e6:,.0f} µs"
+
+
 def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str:
     direct = next((p for p in peers if p.name == "direct"), None)
     lines = [
@@ -229,6 +239,8 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         f"open loop at {', '.join(f'{r:g}' for r in args.rates)} req/s, {args.rounds} rounds of {args.seconds:g} s per cell, peer order rotating; "
         f"{'load generator and upstream on core 0, each proxy on core 1 (taskset)' if can_pin() else 'no pinning (taskset or a second core missing)'}; "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end.",
+        "",
+        f"CPU per call from the cells at {', '.join(f'{r:g}' for r in args.cpu_rates)} req/s (a saturated core merges chunks and lowers it; per rate below).",
         "",
         "| proxy | CPU per plain call | CPU per 30-chunk stream | saturation per core (plain / stream) | RSS | bodies byte-identical |",
         "|---|---|---|---|---|---|",
@@ -249,7 +261,7 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         lines.append(
             f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
-    lines += ["", "| proxy | rate | plain p50 / p99 (added) | stream p50 / p99 (added) | first chunk p50 / p99 (added) | reads per stream | failed |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| proxy | rate | plain p50 / p99 (added) | stream p50 / p99 (added) | first chunk p50 / p99 (added) | reads per stream | CPU per call plain / stream | failed |", "|---|---|---|---|---|---|---|---|"]
     for p in peers:
         for rate in args.rates:
             plain, stream = p.cells.get((rate, "plain")), p.cells.get((rate, "stream"))
@@ -271,7 +283,8 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
                 f"| {p.name} | {rate:g} | {pct(a.latency_ms, 50):.1f} / {pct(a.latency_ms, 99):.1f}{added(a.latency_ms, da.latency_ms if da else [])} "
                 f"| {pct(s.latency_ms, 50):.1f} / {pct(s.latency_ms, 99):.1f}{added(s.latency_ms, ds.latency_ms if ds else [])} "
                 f"| {pct(s.first_chunk_ms, 50):.1f} / {pct(s.first_chunk_ms, 99):.1f}{added(s.first_chunk_ms, ds.first_chunk_ms if ds else [])} "
-                f"| {np.mean(s.reads) if s.reads else float('nan'):.1f} | {a.failures + s.failures} |"
+                f"| {np.mean(s.reads) if s.reads else float('nan'):.1f} "
+                f"| {cell_us(p, rate, 'plain', a)} / {cell_us(p, rate, 'stream', s)} | {a.failures + s.failures} |"
             )
     lines += ["", "Latencies in ms from each request's scheduled time; added = peer minus direct in the same run."]
     lines += [f"- {n}" for n in notes]
@@ -283,6 +296,7 @@ def main() -> None:
     ap.add_argument("--peers", default=",".join(ALL_PEERS))
     ap.add_argument("--rates", default="50,200,500")
     ap.add_argument("--litellm-rates", default="50", help="the rates LiteLLM is offered (it saturates near 70 req/s)")
+    ap.add_argument("--cpu-rates", default="50,200", help="the rates whose cells make the CPU-per-call headline: at a rate that saturates a core, chunks merge and CPU per call drops")
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds per cell and round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--latency-ms", type=float, default=50.0)
@@ -295,6 +309,7 @@ def main() -> None:
     args = ap.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
     args.litellm_rates = [float(r) for r in args.litellm_rates.split(",") if r]
+    args.cpu_rates = [float(r) for r in args.cpu_rates.split(",") if r]
     wanted = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = [p for p in wanted if p not in ALL_PEERS]
     if unknown:
@@ -366,7 +381,7 @@ def main() -> None:
                         if peer.max_rate is not None and rate not in args.litellm_rates:
                             continue
                         print(f"round {rnd + 1}/{args.rounds}: {peer.name} {mode} {rate:g} req/s", file=sys.stderr)
-                        measure(peer, mode, rate, args.seconds, expected[mode])
+                        measure(peer, mode, rate, args.seconds, expected[mode], args.cpu_rates if peer.max_rate is None else [peer.max_rate])
         for peer in peers:
             if peer.pid:
                 peer.rss_mb = tree_rss_mb(peer.pid)
