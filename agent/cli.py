@@ -176,7 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", help="YAML config file (env LLMWATCH_CONFIG); env LLMWATCH_<SECTION>__<FIELD> overrides it")
         log_options(p)
 
-    p = sub.add_parser("proxy", help="run the sidecar proxy in front of an LLM service")
+    p = sub.add_parser(
+        "proxy",
+        help="run the sidecar proxy in front of an LLM service",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "scoring isolation on one machine:\n"
+            "  The scorer runs in a child process at nice 10 (scoring.nice). With two or more CPUs\n"
+            "  allowed, it is pinned to all of them but the first (scoring.cpu_affinity: auto), which\n"
+            "  is left to traffic: the proxy (one event loop) runs there while the scorer is busy.\n"
+            "  Give the proxy at least two CPUs for this (e.g. `taskset -c 0,1 llmwatch proxy ...`);\n"
+            "  with one CPU the scorer shares it at lower priority only.\n"
+            "  scoring.cpu_affinity: \"2-3\" names the scorer's CPUs; \"all\" turns pinning off.\n"
+            "  To keep scoring off the machine's traffic altogether: scoring.enabled: false here, and\n"
+            "  kafka.enabled: true with `llmwatch scorer` workers elsewhere (the Helm chart's scorer\n"
+            "  Deployment, with its own CPU request and limit)."
+        ),
+    )
     common(p)
     p.add_argument("--upstream", help="the LLM service's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--listen", help="HOST:PORT to accept client traffic on (default 127.0.0.1:8080)")

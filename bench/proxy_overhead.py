@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,55 +34,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-BODY = json.dumps(
-    {
-        "model": "gpt-4o-mini",
-        "messages": [
-            {"role": "system", "content": "You are a helpful cooking assistant."},
-            {"role": "user", "content": "How long should I roast a whole chicken, and at what temperature? My email is a@b.co."},
-        ],
-        "max_tokens": 200,
-    }
-).encode()
-STREAM_BODY = json.dumps({**json.loads(BODY), "stream": True, "stream_options": {"include_usage": True}}).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pinned(cmd: list[str], cpus: str) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
-        return ["taskset", "-c", cpus, *cmd]
-    return cmd
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def wait_ready(url: str) -> None:
-    async with aiohttp.ClientSession() as s:
-        for _ in range(200):
-            try:
-                async with s.post(url + "/v1/chat/completions", data=BODY, headers={"x-bench-delay-ms": "1"}) as r:
-                    await r.read()
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def delays(n: int, median_ms: float, sigma: float = 0.25, seed: int = 11) -> list[str]:
-    """The same upstream delays for the direct and the proxied run (paired comparison)."""
-    rng = np.random.default_rng(seed)
-    return [f"{d:.3f}" for d in median_ms * rng.lognormal(0.0, sigma, n)]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BODY, ROOT, STREAM_BODY, cpu_seconds, delays, free_port, pinned, wait_ready  # noqa: E402,F401  (re-exported for the other benches)
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes, delay_ms: str) -> None:

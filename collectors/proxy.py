@@ -166,6 +166,16 @@ class _ProxyRunner(web.AppRunner):
         return server
 
 
+# Labelled children kept at hand: models x versions x operations x errors, a few metrics each.
+_MAX_CACHED_CHILDREN = 8192
+
+
+class _HeadWithBody(web.StreamResponse):
+    """A relayed response whose head waits for the first body bytes (aiohttp sends both at once)."""
+
+    _send_headers_immediately = False
+
+
 async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     yield prefix
     async for chunk in rest.iter_any():
@@ -197,6 +207,7 @@ class Proxy:
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
         self._warned_unpriced: set[str] = set()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Configured and priced models keep their own label whatever clients send first.
         metrics.model_label.allow([*cfg.metrics.models, *prices.models])
         self.session: aiohttp.ClientSession | None = None
@@ -345,7 +356,10 @@ class Proxy:
         resp: web.StreamResponse | None = None
         try:
             async with self.session.request(request.method, url, headers=headers, data=data, allow_redirects=False) as up:
-                resp = web.StreamResponse(status=up.status, reason=up.reason)
+                # A body of known length goes out with the head in one write (one syscall, one
+                # packet, as web.Response does) instead of two; a chunked or event stream's head
+                # still leaves at once, so the client sees the status before the first event.
+                resp = (_HeadWithBody if up.content_length is not None else web.StreamResponse)(status=up.status, reason=up.reason)
                 out_headers = resp.headers
                 present: set[str] = set()
                 for raw_name, raw_value in up.raw_headers:
@@ -362,7 +376,9 @@ class Proxy:
                     ex.response_headers = {k: upstream_headers[k] for k in self._wanted_headers if k in upstream_headers}
                 await resp.prepare(request)
                 if ex is None:
-                    async for chunk in up.content.iter_any():
+                    # readany() directly: iter_any() wraps each read in one more coroutine.
+                    read = up.content.readany
+                    while chunk := await read():
                         await resp.write(chunk)
                 else:
                     await self._relay_captured(up, resp, ex)
@@ -400,7 +416,9 @@ class Proxy:
         ends = ex.chunk_ends
         times = ex.chunk_times
         size = 0
-        async for chunk in up.content.iter_any():
+        read = up.content.readany
+        write = resp.write
+        while chunk := await read():
             if size <= limit:
                 size += len(chunk)
                 chunks.append(chunk)
@@ -408,7 +426,7 @@ class Proxy:
                 times.append(perf_counter())
                 if size > limit:
                     ex.response_truncated = True
-            await resp.write(chunk)
+            await write(chunk)
         ex.captured_bytes = size
 
     def _fail(self, ex: Exchange | None, error_type: str) -> None:
@@ -440,10 +458,24 @@ class Proxy:
             ex.client_request_id = client_id
         return Captured(ex, facts, version, cost, reason)
 
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        # `.labels()` validates and joins its labels and takes a lock on every call; the children
+        # it returns live as long as the registry, so each label set is looked up once. Created
+        # on first use only, as `.labels()` did: a series that was never observed is not exposed.
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= _MAX_CACHED_CHILDREN:
+                self._children.clear()  # the label caps bound this; the bound is only a backstop
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def _finish(self, ex: Exchange) -> None:
         """Metrics and sampling for one call. Never raises: llmwatch must not break traffic."""
         try:
-            facts = analyze(ex)
+            # The answer of a stream is assembled only where it is read: OpenTelemetry spans
+            # carry it, and a sampled call's sample (built later, in the pipeline thread).
+            facts = analyze(ex, assemble=self.on_call is not None)
             m = self.metrics
             # A model the upstream answered for is real: it keeps its label past the cap.
             confirmed = facts.response_model is not None and facts.status < 400
@@ -451,13 +483,14 @@ class Proxy:
             version = self.intake.model_version(ex.response_headers.get(self._version_header), facts.response_model, facts.model)
             version_label = m.version_label(version)
             op = facts.operation
-            m.operation_duration.labels(op, model_label, version_label, facts.error_type or "").observe(facts.duration_s)
+            child = self._child
+            child(m.operation_duration, (op, model_label, version_label, facts.error_type or "")).observe(facts.duration_s)
             if facts.ttft_s is not None:
-                m.time_to_first_token.labels(op, model_label, version_label).observe(facts.ttft_s)
+                child(m.time_to_first_token, (op, model_label, version_label)).observe(facts.ttft_s)
             if facts.input_tokens is not None:
-                m.token_usage.labels(op, model_label, version_label, "input").observe(facts.input_tokens)
+                child(m.token_usage, (op, model_label, version_label, "input")).observe(facts.input_tokens)
             if facts.output_tokens is not None:
-                m.token_usage.labels(op, model_label, version_label, "output").observe(facts.output_tokens)
+                child(m.token_usage, (op, model_label, version_label, "output")).observe(facts.output_tokens)
             cost = None
             if facts.model is not None and (facts.input_tokens or facts.output_tokens):
                 cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens)
@@ -467,7 +500,7 @@ class Proxy:
                         self._warned_unpriced.add(facts.model)
                         log.warning("model_not_priced", model=facts.model, fix="add it under metrics.pricing in the config")
                 else:
-                    m.cost.labels(op, model_label, version_label).inc(cost)
+                    child(m.cost, (op, model_label, version_label)).inc(cost)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
             client_id = ex.request_id

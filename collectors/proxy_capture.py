@@ -66,6 +66,9 @@ class CallFacts:
     request: Any
     response: Any
     notes: list[str]
+    # False when `analyze(assemble=False)` took the metrics-only path: request and response are
+    # then not the full bodies, and a sample must be built from a full analysis.
+    assembled: bool = True
 
 
 class _TooLarge(Exception):
@@ -108,6 +111,18 @@ def _parse_json(body: bytes | None, notes: list[str], what: str) -> Any:
         return None
 
 
+def _event_of(block: bytes) -> tuple[str | None, bytes | None]:
+    """The (event name, data) of one SSE event's lines; data None when it has no data line."""
+    event_name = None
+    data_lines = []
+    for line in block.splitlines():
+        if line.startswith(b"data:"):
+            data_lines.append(line[5:].lstrip(b" "))
+        elif line.startswith(b"event:"):
+            event_name = line[6:].strip().decode("utf-8", "replace")
+    return event_name, (b"\n".join(data_lines) if data_lines else None)
+
+
 def _iter_sse(buffer: bytes):
     """Yield (end_offset, event_name, data_bytes) for each complete event in an SSE buffer."""
     pos = 0
@@ -120,16 +135,10 @@ def _iter_sse(buffer: bytes):
             end, sep = crlf, 4
         if end == -1:
             return  # incomplete trailing event: the stream was cut
-        event_name = None
-        data_lines = []
-        for line in buffer[pos:end].splitlines():
-            if line.startswith(b"data:"):
-                data_lines.append(line[5:].lstrip(b" "))
-            elif line.startswith(b"event:"):
-                event_name = line[6:].strip().decode("utf-8", "replace")
+        event_name, data = _event_of(buffer[pos:end])
         pos = end + sep
-        if data_lines:
-            yield pos, event_name, b"\n".join(data_lines)
+        if data is not None:
+            yield pos, event_name, data
 
 
 class _StreamAssembler:
@@ -259,7 +268,81 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
     return (inp if isinstance(inp, int) else None), (out if isinstance(out, int) else None)
 
 
-def analyze(ex: Exchange) -> CallFacts:
+# How many events from a stream's end may precede `[DONE]` and still be looked at for usage: the
+# usage event is the last or next-to-last before [DONE] in the streams OpenAI-compatible servers send.
+_USAGE_TAIL_EVENTS = 4
+
+
+def _sse_metrics_only(body: bytes, operation: str, ex: Exchange) -> tuple[float | None, dict[str, Any], int | None, int] | None:
+    """What metrics need of a chat/completions stream, without assembling the answer.
+
+    Parses events from the start only up to the first content event (TTFT, response model) and
+    from the end only down to the usage event: a few events instead of every one. Returns
+    (ttft_s, a response carrying only the model, input tokens, output tokens), or None whenever
+    that shortcut might read the stream differently from the full assembly (no usage near the
+    end, no [DONE], CR line ends, a Responses-API stream, ...): the caller then assembles.
+    """
+    if operation not in ("chat", "text_completion") or not body.endswith(b"\n\n"):
+        return None
+    # Without CR and without three newlines in a row, the "\n\n" separators cannot overlap, so
+    # splitting from the end finds the same events as `_iter_sse` does from the start.
+    if b"\r" in body or b"\n\n\n" in body:
+        return None
+    assembler = _StreamAssembler(operation)
+    first_offset = None
+    for end, event_name, data in _iter_sse(body):
+        if assembler.feed(event_name, data):
+            first_offset = end
+            break
+        if assembler.final_response is not None or assembler.text_parts:
+            return None
+    if first_offset is None or "model" not in assembler.meta:
+        return None
+    stop = len(body) - 2
+    usage = None
+    covered = False  # whether the backward pass met the forward one: every event was looked at
+    for i in range(_USAGE_TAIL_EVENTS + 1):
+        start = body.rfind(b"\n\n", 0, stop)
+        event_name, data = _event_of(body[start + 2 if start != -1 else 0 : stop])
+        if i == 0:
+            if data != b"[DONE]":
+                return None
+        elif data is not None and data != b"[DONE]":
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                kind = obj.get("type") or event_name
+                if isinstance(kind, str) and kind.startswith("response."):
+                    return None
+                if isinstance(obj.get("usage"), dict):
+                    usage = obj["usage"]
+                    break
+        if start == -1 or start + 2 <= first_offset:
+            covered = True  # reached the events the forward pass already fed to the assembler
+            break
+        stop = start
+    if usage is None:
+        if not covered:
+            return None
+        usage = assembler.usage
+    input_tokens, output_tokens = _usage_numbers(usage)
+    if output_tokens is None:
+        return None  # the full assembly counts content events instead
+    ttft_s = None
+    for chunk_end, t in zip(ex.chunk_ends, ex.chunk_times):
+        if chunk_end >= first_offset:
+            ttft_s = t - ex.t0
+            break
+    return ttft_s, {"model": assembler.meta["model"]}, input_tokens, output_tokens
+
+
+def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:
+    """The facts of one call. With `assemble=False` (the proxy, for a call no consumer needs the
+    bodies of) a stream's answer is not assembled: the facts carry the same metric figures, but
+    `response` holds only the model and `finish_reason` is None, and `assembled` says so;
+    `to_sample` analyses such a call again, fully, in the pipeline thread."""
     notes = list(ex.notes)
     operation = OPERATIONS.get(ex.route, "other")
     request_body = ex.request_body
@@ -294,7 +377,12 @@ def analyze(ex: Exchange) -> CallFacts:
 
     ttft_s: float | None = None
     tokens_estimated = False
-    if is_sse:
+    light = None
+    if is_sse and not assemble:
+        light = _sse_metrics_only(body, operation, ex)
+    if light is not None:
+        ttft_s, response, input_tokens, output_tokens = light
+    elif is_sse:
         assembler = _StreamAssembler(operation)
         first_offset = None
         for end, event_name, data in _iter_sse(body):
@@ -335,6 +423,7 @@ def analyze(ex: Exchange) -> CallFacts:
     if error_type is None and ex.status >= 400:
         error_type = str(ex.status)
     return CallFacts(
+        assembled=light is None,
         operation=operation,
         model=model,
         response_model=response_model if isinstance(response_model, str) else None,
@@ -361,6 +450,8 @@ def _raw_preview(body: bytes | None) -> Any:
 
 
 def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str) -> Sample:
+    if not facts.assembled:
+        facts = analyze(ex)  # in the pipeline thread: the proxy only read what metrics need
     return Sample.model_construct(
         schema_="llmwatch.sample/v1",
         id=ex.sample_id or ex.request_id,

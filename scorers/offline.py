@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from llmwatch.core.config import Config
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.embedding_cache import cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.report import count_scores, pass_rate_table
 from llmwatch.scorers.suite import build_suite
 
@@ -35,6 +36,9 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
     scores_all = []
     samples_seen = 0
     progress = tqdm(total=_count_lines(paths), unit="sample", disable=not sys.stderr.isatty(), file=sys.stderr)
+    # Answer vectors the relevance checks just computed (no second model call), kept beside the
+    # scores so that `baseline freeze` and `drift --scores` do not embed again.
+    vectors: dict[str, tuple[str, Any]] = {}
     try:
         with atomic_writer(target) as fh:
             batch: list[Sample] = []
@@ -43,6 +47,10 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
                 for result in suite.score(batch):
                     fh.write(result.score.to_json() + b"\n")
                     scores_all.append(result.score)
+                if suite.embedder is not None:
+                    for sample, vector in zip(batch, suite.embedder.embed_answers(batch)):
+                        if vector.any():
+                            vectors[sample.id] = (text_key(sample.answer_text()), vector)
                 progress.update(len(batch))
                 batch.clear()
 
@@ -53,6 +61,8 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64
                     flush()
             if batch:
                 flush()
+        if suite.embedder is not None:
+            write_cache(cache_path(target), vectors, quantized=cfg.scoring.quantize_embeddings)
     finally:
         progress.close()
     out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
@@ -73,17 +83,59 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
     if not samples:
         raise RecordError(f"{samples_path} holds no samples for {purpose}")
     ids = {s.id for s in samples}
+    suite = None
+    # Vectors computed once per sample: by `llmwatch score` (the cache beside its scores file),
+    # or by the relevance checks while scoring now; the model runs only for what is left.
+    known: dict[str, tuple[str, np.ndarray]] = {}
     if scores_path is not None:
         scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
+        if cfg.scoring.embeddings:
+            known = read_cache(cache_path(scores_path), quantized=cfg.scoring.quantize_embeddings)
     else:
         suite = build_suite(cfg.scoring)
-        scores = [r.score for r in suite.score(samples)]
+        scores = []
+        with _progress(len(samples), f"scoring for {purpose}") as progress:
+            for start in range(0, len(samples), _OFFLINE_BATCH):
+                batch = samples[start : start + _OFFLINE_BATCH]
+                scores += [r.score for r in suite.score(batch)]
+                if cfg.scoring.embeddings and suite.embedder is not None:
+                    for sample, vector in zip(batch, suite.embedder.embed_answers(batch)):
+                        if vector.any():
+                            known[sample.id] = (text_key(sample.answer_text()), vector)
+                progress.update(len(batch))
     embeddings: dict[str, np.ndarray] = {}
     if cfg.scoring.embeddings:
-        from llmwatch.scorers.embeddings import Embedder
-
         wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
-        if wanted:
-            vectors = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings).encode([s.answer_text() for s in wanted])
-            embeddings = {s.id: v for s, v in zip(wanted, vectors)}
+        missing = []
+        for s in wanted:
+            hit = known.get(s.id)
+            if hit is not None and hit[0] == text_key(s.answer_text()):
+                embeddings[s.id] = hit[1]
+            else:
+                missing.append(s)
+        if missing:
+            if suite is not None and suite.embedder is not None:
+                embedder = suite.embedder.embedder
+            else:
+                from llmwatch.scorers.embeddings import Embedder
+
+                embedder = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings)
+            with _progress(len(missing), f"embedding answers for {purpose}") as progress:
+                for start in range(0, len(missing), _OFFLINE_BATCH):
+                    part = missing[start : start + _OFFLINE_BATCH]
+                    for s, v in zip(part, embedder.encode([s.answer_text() for s in part])):
+                        embeddings[s.id] = v
+                    progress.update(len(part))
     return samples, scores, embeddings, versions
+
+
+# Samples per model call in the offline commands: large enough for batching, small enough for a
+# progress bar that moves.
+_OFFLINE_BATCH = 256
+
+
+def _progress(total: int, what: str):
+    from tqdm import tqdm
+
+    # On a terminal only: a redirected stderr (CI logs) gets no bar.
+    return tqdm(total=total, unit="sample", desc=what, disable=not sys.stderr.isatty(), file=sys.stderr)

@@ -258,6 +258,42 @@ class ScoringSection(_Section):
     torch_threads: int = Field(1, ge=1, le=64)
     # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).
     quantize_embeddings: bool = False
+    # The CPUs the scorer child may run on. "auto": every CPU this process may use except the
+    # first, which is left to traffic (the proxy's event loop runs there while the scorer is
+    # busy), whenever two or more are allowed; with one CPU the child shares it at lower priority.
+    # "all": no pinning. Else a CPU list such as "1-3" or "1,3" (as taskset -c takes it).
+    cpu_affinity: str = "auto"
+    # The scorer child's nice value: below the proxy in CPU priority wherever they share a core.
+    nice: int = Field(10, ge=0, le=19)
+
+    @field_validator("cpu_affinity", mode="before")
+    @classmethod
+    def _cpu_list(cls, value: Any) -> str:
+        # YAML and environment values arrive typed: `cpu_affinity: 1` is an int, `[1, 3]` a list.
+        if isinstance(value, bool):
+            raise ValueError("use auto, all, or CPU numbers such as 1-3 or 1,3")
+        if isinstance(value, int):
+            value = str(value)
+        elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            value = ",".join(str(v) for v in value)
+        if not isinstance(value, str):
+            raise ValueError("use auto, all, or CPU numbers such as 1-3 or 1,3")
+        value = value.strip()
+        if value in ("auto", "all"):
+            return value
+        parse_cpu_list(value)
+        return value
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """The CPUs of a taskset-style list ("0", "1-3", "1,3-4"); ValueError naming the fix otherwise."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"{text!r} is not a CPU list: use auto, all, or CPU numbers such as 1-3 or 1,3")
+        cpus.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return cpus
 
 
 class KafkaSection(_Section):
