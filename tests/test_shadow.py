@@ -228,9 +228,10 @@ async def test_identical_candidate_is_not_found_worse(make_agent, sim_process, t
     doc = json.loads(out.stdout)
     assert doc["verdict"] == "not_worse" and doc["candidates"][0]["worse_on"] == []
     # With the default 1-point pass-rate margin the same pairs cannot decide, and say how many would.
-    # Latency margins of 1.5: the candidate's timings carry a known bias of a few ms in-process
-    # (docs/notes/shadow.md, "Timing caveat"), which the default 1.10 on p95 TTFT can flag.
-    cfg.write_text(yaml.safe_dump({"shadow": {"margins": {"p95_latency_ratio": 1.5, "p95_ttft_ratio": 1.5}}}))
+    # Latency margins stay wide here: this part is about the pass rate, and the candidate's timings
+    # carry a known in-process bias (docs/notes/shadow.md, "Timing caveat") that grows with host
+    # load (1.15-1.4x at p95 measured), so a tighter margin would decide on the host, not the model.
+    cfg.write_text(yaml.safe_dump({"shadow": {"margins": {"p95_latency_ratio": 3, "p95_ttft_ratio": 3}}}))
     out = report(agent.cfg.data_dir / "pairs", "--config", str(cfg))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "pairs are needed" in out.stdout
