@@ -256,7 +256,7 @@ class ScoringSection(_Section):
     shutdown_timeout_s: float = Field(5.0, ge=0, le=600)
     # Torch threads in the scorer process; keep it below the cores the proxy does not need.
     torch_threads: int = Field(1, ge=1, le=64)
-    # int8 embedding model: ~3x the throughput, vectors slightly off the fp32 ones (README).
+    # int8 embedding model: ~2x the throughput (bench/embed_runtime.py, 2026-12-03), vectors slightly off the fp32 ones (README).
     quantize_embeddings: bool = False
     # The CPUs the scorer child may run on. "auto": every CPU this process may use except the
     # first, which is left to traffic (the proxy's event loop runs there while the scorer is
