@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -125,7 +126,12 @@ class Agent:
         if cfg.otel.ingest_listen:
             from llmwatch.collectors.otlp_ingest import OtlpReceiver
 
-            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes)
+            token = None
+            if cfg.otel.ingest_token_env:
+                token = os.environ.get(cfg.otel.ingest_token_env)
+                if not token:
+                    raise ConfigError(f"otel.ingest_token_env: environment variable {cfg.otel.ingest_token_env} is not set or empty; set it to the bearer token senders use")
+            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes, max_spans=cfg.otel.ingest_max_spans, token=token)
         self._runners: list[web.AppRunner] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None

@@ -21,6 +21,7 @@ Three instrumentation styles are understood:
 from __future__ import annotations
 
 import asyncio
+import hmac
 import base64
 import re
 import zlib
@@ -95,13 +96,20 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         raise ValueError(f"body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"body must be a JSON object (an ExportTraceServiceRequest), got {type(data).__name__}")
-    _hex_ids_to_base64(data)
     try:
+        _hex_ids_to_base64(data)
         # The spec makes receivers ignore unknown fields, so that newer senders still work.
         json_format.ParseDict(data, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+    except RecursionError:
+        # A body nested hundreds of levels deep is no export request; refused, not a 500.
+        raise ValueError("body nests too deeply to be an OTLP/JSON ExportTraceServiceRequest") from None
     return message
+
+
+class TooManySpans(ValueError):
+    """An export request with more spans than `otel.ingest_max_spans`."""
 
 
 def _any(value: Any) -> Any:
@@ -470,10 +478,13 @@ def _selected(sample: Sample, reason: str) -> Sample:
 
 
 class OtlpReceiver:
-    def __init__(self, intake: Intake, metrics: Metrics, *, max_body_bytes: int) -> None:
+    def __init__(self, intake: Intake, metrics: Metrics, *, max_body_bytes: int, max_spans: int = 10_000, token: str | None = None) -> None:
         self.intake = intake
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.max_spans = max_spans
+        # Compared in constant time; never logged.
+        self._expected_auth = f"Bearer {token}".encode() if token else None
 
     def app(self) -> web.Application:
         # The body limit is checked here and again after our own bounded gunzip (aiohttp's would
@@ -526,6 +537,10 @@ class OtlpReceiver:
 
     async def _traces(self, request: web.Request) -> web.Response:
         encoding = request.content_type
+        if self._expected_auth is not None:
+            given = request.headers.get("Authorization", "").encode("latin-1", "replace")
+            if not hmac.compare_digest(given, self._expected_auth):
+                return self._fail(encoding if encoding in (_PROTOBUF, _JSON) else _JSON, 401, "missing or wrong bearer token (Authorization: Bearer ...)")
         if encoding not in (_PROTOBUF, _JSON):
             return self._fail(_JSON, 415, f"unsupported content type {encoding!r}; send {_PROTOBUF} or {_JSON}")
         coding = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -550,6 +565,8 @@ class OtlpReceiver:
         # Decoding and conversion of a large batch would stall the proxy sharing this event loop.
         try:
             rejected, reasons = await asyncio.to_thread(self._decode_and_ingest, body, encoding)
+        except TooManySpans as exc:
+            return self._fail(encoding, 413, str(exc))
         except ValueError as exc:
             return self._fail(encoding, 400, str(exc))
         response = ExportTraceServiceResponse()
@@ -559,4 +576,9 @@ class OtlpReceiver:
         return self._answer(encoding, response)
 
     def _decode_and_ingest(self, body: bytes, encoding: str) -> tuple[int, list[str]]:
-        return self.ingest(decode_request(body, encoding))
+        message = decode_request(body, encoding)
+        # Counted before any span is converted: an oversized batch costs its parse only.
+        spans = sum(len(scope.spans) for rs in message.resource_spans for scope in rs.scope_spans)
+        if spans > self.max_spans:
+            raise TooManySpans(f"{spans} spans in one request is over the limit of {self.max_spans} (otel.ingest_max_spans); send smaller batches")
+        return self.ingest(message)

@@ -22,6 +22,7 @@ import grpc
 import openai
 import orjson
 import pytest
+import structlog.testing
 from aiohttp import web
 from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -520,3 +521,49 @@ def test_otel_config_is_checked_and_keeps_its_secrets():
     assert cfg.otel.headers["authorization"].get_secret_value() == "Bearer s3cret-token"
     assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.model_dump(mode="json"))
     assert cfg.otel.resolved_endpoint() == "http://127.0.0.1:4318/v1/traces"
+
+
+async def test_ingest_refuses_deep_json_and_oversized_batches_without_converting_them(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0", "ingest_max_spans": 3})
+    url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
+    async with aiohttp.ClientSession() as http:
+        # 1,000 levels: within orjson's own limit, deeper than Python's recursion limit.
+        deep = b'{"resourceSpans": [' + b'{"a": [' * 499 + b"1" + b"]}" * 499 + b"]}"
+        async with http.post(url, data=deep, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 400, "a 1,000-deep body is bad input, not a server error"
+            assert "nests too deeply" in orjson.loads(await r.read())["message"]
+        four = otlp_json(*(json_span(f"fff19b7ec3c1b17{i}", f"span {i}") for i in range(4)))
+        async with http.post(url, data=four, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 413 and "otel.ingest_max_spans" in orjson.loads(await r.read())["message"]
+        three = otlp_json(*(json_span(f"aaa29b7ec3c1b17{i}", f"kept {i}") for i in range(3)))
+        async with http.post(url, data=three, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200
+    samples = await drained(agent, 3)
+    assert sorted(extract_prompt_text(s["request"]) for s in samples) == ["kept 0", "kept 1", "kept 2"], "nothing of the refused batch was queued"
+
+
+async def test_ingest_with_a_bearer_token_refuses_other_senders_and_never_logs_the_token(sim, make_agent, monkeypatch):
+    monkeypatch.setenv("LLMW_TEST_INGEST_TOKEN", "s3cret-ingest-token")
+    with structlog.testing.capture_logs() as logs:
+        agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0", "ingest_token_env": "LLMW_TEST_INGEST_TOKEN"})
+        url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
+        body = otlp_json(json_span("bbb19b7ec3c1b174", "with token"))
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-ingest-token"}):
+                async with http.post(url, data=body, headers={"Content-Type": "application/json", **headers}) as r:
+                    assert r.status == 401, headers
+                    assert "s3cret" not in (await r.text())
+            async with http.post(url, data=body, headers={"Content-Type": "application/json", "Authorization": "Bearer s3cret-ingest-token"}) as r:
+                assert r.status == 200
+        samples = await drained(agent, 1)
+    assert extract_prompt_text(samples[0]["request"]) == "with token"
+    assert "s3cret" not in repr(logs)
+
+
+def test_an_ingest_token_variable_that_is_not_set_is_refused_at_start(monkeypatch):
+    from llmwatch.core.config import ConfigError, load_config
+
+    monkeypatch.delenv("LLMW_TEST_MISSING_TOKEN", raising=False)
+    cfg = load_config(None, overrides={"upstream": "http://127.0.0.1:9", "otel": {"ingest_listen": "127.0.0.1:0", "ingest_token_env": "LLMW_TEST_MISSING_TOKEN"}}, environ={})
+    with pytest.raises(ConfigError, match="LLMW_TEST_MISSING_TOKEN is not set"):
+        Agent(cfg)

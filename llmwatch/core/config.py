@@ -383,6 +383,12 @@ class OtelSection(_Section):
     # Serve an OTLP/HTTP receiver (POST /v1/traces) here; its LLM spans become samples.
     ingest_listen: str | None = None
     ingest_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Spans in one export request; beyond it the request is refused (413). Converting spans costs
+    # CPU in the agent's process (one 15 MB batch of 190k spans cost 30-50 s): bound it per request.
+    ingest_max_spans: int = Field(10_000, ge=1, le=1_000_000)
+    # The NAME of an environment variable holding a bearer token; when set, the receiver answers 401
+    # to requests without `Authorization: Bearer <token>`. The token itself is never in the config.
+    ingest_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
     @field_validator("ingest_listen")
     @classmethod
