@@ -35,7 +35,7 @@ import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BODY, ROOT, STREAM_BODY, cpu_seconds, delays, free_port, pinned, wait_ready  # noqa: E402,F401  (re-exported for the other benches)
+from common import BODY, ROOT, STREAM_BODY, cpu_seconds, delays, free_port, open_loop_checked, pinned, wait_ready  # noqa: E402,F401  (re-exported for the other benches)
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes, delay_ms: str) -> None:
@@ -66,33 +66,9 @@ async def closed_loop(base: str, body: bytes, n: int, concurrency: int, median_m
 
 
 async def open_loop(base: str, body: bytes, rate: float, seconds: float, median_ms: float = 50.0) -> tuple[np.ndarray, int]:
-    url = base + "/v1/chat/completions"
-    # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
-    clock = time.perf_counter
-    latencies: list[float] = []
-    failures = 0
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-        async def scheduled(at: float, delay_ms: str) -> None:
-            nonlocal failures
-            try:
-                await one(session, url, body, delay_ms)
-                latencies.append(clock() - at)
-            except Exception:
-                failures += 1
-
-        tasks = []
-        start = clock() + 0.05
-        total = int(rate * seconds)
-        plan = delays(total, median_ms)
-        for i in range(total):
-            at = start + i / rate
-            delay = at - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(scheduled(at, plan[i])))
-        await asyncio.gather(*tasks)
-    return np.array(latencies) * 1000.0, failures
+    """Fixed arrival rate, latency from each request's scheduled time: common.open_loop_checked without the byte check."""
+    out = await open_loop_checked(base + "/v1/chat/completions", body, rate, seconds, expected=None, median_ms=median_ms)
+    return np.array(out.latency_ms), out.failures
 
 
 @dataclass
