@@ -270,10 +270,7 @@ def export_tasks(
     if not chosen:
         raise ReviewError(f"no pair of answers of versions {versions[0]!r} and {versions[1]!r} in the same task category")
     rng.shuffle(chosen)
-    tasks_path = Path(out_path)
-    key_path = key_path_for(tasks_path)
-    if key_path.exists():
-        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+    tasks_path, key_path = _round_paths(out_path)
     lines = []
     key_tasks: dict[str, dict[str, KeyEntry]] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -297,22 +294,36 @@ def export_tasks(
         key_tasks[task_id] = {label: KeyEntry(model_version=c.version, sample_id=c.sample.id, judge=judge.get(c.sample.id)) for label, c in zip(LABELS, order)}
         counts[stratum] += 1
         same += same_prompt
+    _write_round(tasks_path, key_path, lines, key_tasks, versions=list(versions), seed=seed, criteria=criteria)
+    available = defaultdict(int)
+    for c in pool:
+        available[c.stratum] += 1
+    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
+
+
+def _round_paths(out_path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The tasks file and its key; refused when a key is already there (it unblinds an earlier round)."""
+    tasks_path = Path(out_path)
+    key_path = key_path_for(tasks_path)
+    if key_path.exists():
+        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+    return tasks_path, key_path
+
+
+def _write_round(tasks_path: Path, key_path: Path, lines: list[bytes], key_tasks: dict[str, dict[str, KeyEntry]], *, versions: list[str], seed: int | None, criteria: Sequence[str]) -> None:
+    """The blind tasks file, then the key that unblinds it, which pins the tasks file's checksum."""
     body = b"\n".join(lines) + b"\n"
     atomic_write_bytes(tasks_path, body)
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,
         tasks_sha256=hashlib.sha256(body).hexdigest(),
-        versions=list(versions),
+        versions=versions,
         seed=seed,
         criteria=list(criteria),
         tasks=key_tasks,
     )
     atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
-    available = defaultdict(int)
-    for c in pool:
-        available[c.stratum] += 1
-    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
 
 
 def export_pair_tasks(
@@ -353,10 +364,7 @@ def export_pair_tasks(
     rest = [u for u in usable if u not in failing]
     chosen = (failing + rest)[:n]
     rng.shuffle(chosen)
-    tasks_path = Path(out_path)
-    key_path = key_path_for(tasks_path)
-    if key_path.exists():
-        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+    tasks_path, key_path = _round_paths(out_path)
     lines = []
     key_tasks: dict[str, dict[str, KeyEntry]] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -374,13 +382,7 @@ def export_pair_tasks(
         lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
         key_tasks[task_id] = {label: KeyEntry(model_version=version, sample_id=sample.id) for label, (version, sample) in zip(LABELS, sides)}
         counts[stratum] += 1
-    body = b"\n".join(lines) + b"\n"
-    atomic_write_bytes(tasks_path, body)
-    key = ReviewKey(
-        created_at=datetime.now(timezone.utc), tasks_file=tasks_path.name, tasks_sha256=hashlib.sha256(body).hexdigest(),
-        versions=["primary", candidate], seed=seed, criteria=list(criteria), tasks=key_tasks,
-    )
-    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    _write_round(tasks_path, key_path, lines, key_tasks, versions=["primary", candidate], seed=seed, criteria=criteria)
     available: dict[str, int] = defaultdict(int)
     for _, stratum in usable:
         available[stratum] += 1
