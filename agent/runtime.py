@@ -100,6 +100,18 @@ class Agent:
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
         self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.sentinel = None
+        self.version_actions = None
+        watch = cfg.drift.version_change
+        if watch.enabled:
+            from llmwatch.collectors.sentinel import VersionActions, VersionSentinel
+
+            actions = VersionActions(watch, self.metrics)
+            self.version_actions = actions if actions.enabled else None
+            self.sentinel = VersionSentinel(
+                self.metrics, fields=watch.fields, max_values=cfg.metrics.max_versions, on_change=self.version_actions.submit if self.version_actions is not None else None
+            )
+            self.intake.sentinel = self.sentinel
         self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
@@ -202,6 +214,8 @@ class Agent:
         if self.scorer is not None:
             self.scorer.start()
         self.pipeline.start()
+        if self.version_actions is not None:
+            self.version_actions.start()
         if self.shadow is not None:
             # Before the proxy listens: a call offered before the mirror runs would be skipped.
             self.shadow.start()
@@ -251,4 +265,6 @@ class Agent:
             self.recorder.close()
         if self.notifier is not None:
             await self.notifier.close()
+        if self.version_actions is not None:
+            await self.version_actions.close()
         log.info("agent_stopped", samples_processed=self.pipeline.processed)

@@ -80,6 +80,9 @@ class SimProfile:
     off_topic_rate: float = 0.0  # fraction of answers about an unrelated topic
     error_rate: float = 0.0  # fraction of requests answered 500
     truncation_rate: float = 0.02  # fraction cut short with finish_reason "length"
+    # The `model` answers name, as a provider resolves an alias to a dated snapshot; None: the
+    # requested model. Switching profiles with another one is a silent version change.
+    served_model: str | None = None
 
 
 # "B" is the regressed version the demo switches to: slower, terser, and
@@ -951,6 +954,7 @@ def _interleave(choices: Sequence[_Choice]) -> Iterable[tuple[int, str]]:
 async def _chat(ctx: _Ctx) -> web.StreamResponse:
     body = ctx.body
     model = _require_model(body)
+    model = ctx.profile.served_model or model
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _ApiError(400, "Missing required parameter: 'messages'.", param="messages",
@@ -1024,6 +1028,7 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
 async def _completions(ctx: _Ctx) -> web.StreamResponse:
     body = ctx.body
     model = _require_model(body)
+    model = ctx.profile.served_model or model
     raw_prompt = body.get("prompt", "")
     if isinstance(raw_prompt, str):
         prompts = [raw_prompt]
@@ -1157,6 +1162,7 @@ def _responses_prompt(body: dict[str, Any]) -> tuple[_Topic | None, str, int]:
 async def _responses(ctx: _Ctx) -> web.StreamResponse:
     body = ctx.body
     model = _require_model(body)
+    model = ctx.profile.served_model or model
     topic, prompt, input_tokens = _responses_prompt(body)
     max_tokens = _opt_int(body, "max_output_tokens")
     text_opts = body.get("text")
@@ -1378,9 +1384,9 @@ async def start_simulator(host: str = "127.0.0.1", port: int = 0,
     return handle
 
 
-def _profile_from_args(name: str, latency_scale: float) -> SimProfile:
+def _profile_from_args(name: str, latency_scale: float, served_model: str | None = None) -> SimProfile:
     base = PROFILES.get(name) or SimProfile(name=name)
-    return SimProfile(**{**asdict(base), "latency_scale": latency_scale})
+    return SimProfile(**{**asdict(base), "latency_scale": latency_scale, "served_model": served_model})
 
 
 async def serve(args: argparse.Namespace, out: Any = None) -> int:
@@ -1388,7 +1394,7 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
     import sys
 
     out = out or sys.stdout
-    handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale),
+    handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale, getattr(args, "served_model", None)),
                                    seed=args.seed)
     from llmwatch.agent.signals import wait_for_signal
 

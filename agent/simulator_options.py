@@ -21,4 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="model version to act as: A (good), B (slower, terser, more refusals and broken JSON), or any other label "
         "(A's behaviour under that name); returned in the x-model-version header (default A)",
     )
+    parser.add_argument(
+        "--served-model", default=None,
+        help="the `model` answers name instead of the requested one (as a provider serves an alias by a dated snapshot); default: the requested model",
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for answers of requests without their own `seed` (default: random)")

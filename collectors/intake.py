@@ -58,10 +58,17 @@ class Intake:
         self.sampler = sampler
         self.metrics = metrics
         self._default_version = default_version
+        # Set by the runtime (drift.version_change.enabled): told the version of every successful call.
+        self.sentinel: Any = None
 
     def model_version(self, declared: str | None, response_model: str | None, request_model: str | None) -> str | None:
         """The version a call is labelled with: declared (header, span attribute) -> `model_version.default` -> response model -> request model."""
         return declared or self._default_version or response_model or request_model
+
+    def served(self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None) -> None:
+        """One successful call's served version, for the version-change sentinel (O(1), never raises)."""
+        if self.sentinel is not None:
+            self.sentinel.observe(model, version, response_model, fingerprint)
 
     def admit(self, key: str, route: str, model: str | None, *, error: bool, latency_ms: float, build: Callable[[str], Captured | Sample]) -> Admission:
         """Decide on one call and, when it is selected, queue `build(reason)` and count it."""

@@ -422,6 +422,10 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
         response = {"object": "text_completion" if operation == "text_completion" else "chat.completion", "id": _str(attrs, "gen_ai.response.id"), "model": response_model or model, "choices": choices}
         if input_tokens is not None or output_tokens is not None:
             response["usage"] = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}
+        # Where the span tells it (OpenAI instrumentations): the served-version sentinel reads it.
+        fingerprint = _str(attrs, "openai.response.system_fingerprint", "gen_ai.openai.response.system_fingerprint")
+        if fingerprint:
+            response["system_fingerprint"] = fingerprint
     if finish_reason is None and isinstance(response, dict):
         first = (response.get("choices") or [{}])[0]
         finish_reason = first.get("finish_reason") if isinstance(first, dict) else None
@@ -514,6 +518,9 @@ class OtlpReceiver:
                         continue
                     # Resolved as for proxied calls: a declared `llmwatch.model_version` first, then `model_version.default`.
                     sample.model_version = self.intake.model_version(sample.model_version, sample.response_model, sample.model)
+                    if sample.response_model is not None and sample.status < 400:
+                        fingerprint = sample.response.get("system_fingerprint") if isinstance(sample.response, dict) else None
+                        self.intake.served(sample.model, sample.model_version, sample.response_model, fingerprint if isinstance(fingerprint, str) else None)
                     admission = self.intake.admit(sample.id, sample.route, sample.model, error=sample.error_type is not None, latency_ms=sample.latency_ms, build=partial(_selected, sample))
                     if admission.reason is None:
                         count.labels(outcome="unsampled").inc()

@@ -482,6 +482,8 @@ class Proxy:
             model_label = m.model_label.confirm(facts.model) if confirmed else m.model_label(facts.model)
             version = self.intake.model_version(ex.response_headers.get(self._version_header), facts.response_model, facts.model)
             version_label = m.version_label(version)
+            if confirmed:
+                self.intake.served(facts.model, version, facts.response_model, facts.system_fingerprint)
             op = facts.operation
             child = self._child
             child(m.operation_duration, (op, model_label, version_label, facts.error_type or "")).observe(facts.duration_s)

@@ -69,6 +69,9 @@ class CallFacts:
     # False when `analyze(assemble=False)` took the metrics-only path: request and response are
     # then not the full bodies, and a sample must be built from a full analysis.
     assembled: bool = True
+    # The response's `system_fingerprint` (chat/completions), read on both paths: the served-version
+    # sentinel compares it on every call.
+    system_fingerprint: str | None = None
 
 
 class _TooLarge(Exception):
@@ -335,7 +338,8 @@ def _sse_metrics_only(body: bytes, operation: str, ex: Exchange) -> tuple[float 
         if chunk_end >= first_offset:
             ttft_s = t - ex.t0
             break
-    return ttft_s, {"model": assembler.meta["model"]}, input_tokens, output_tokens
+    # The first events already carried the fingerprint where the server sends one: no extra parsing.
+    return ttft_s, {"model": assembler.meta["model"], "system_fingerprint": assembler.meta.get("system_fingerprint")}, input_tokens, output_tokens
 
 
 def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:
@@ -419,6 +423,7 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:
             tokens_estimated = True
 
     response_model = response.get("model") if isinstance(response, dict) else None
+    fingerprint = response.get("system_fingerprint") if isinstance(response, dict) else None
     error_type = ex.error_type
     if error_type is None and ex.status >= 400:
         error_type = str(ex.status)
@@ -427,6 +432,7 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:
         operation=operation,
         model=model,
         response_model=response_model if isinstance(response_model, str) else None,
+        system_fingerprint=fingerprint if isinstance(fingerprint, str) else None,
         stream=is_sse or stream_requested,
         status=ex.status,
         error_type=error_type,

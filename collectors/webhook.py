@@ -195,6 +195,12 @@ class WebhookNotifier:
                 tracked.inflight = True
             self._enqueue(outgoing)
 
+    def post(self, payload: Mapping[str, Any]) -> None:
+        """Queue one JSON body of the caller's own shape (not an Alertmanager payload), sent once
+        with the same retries, backoff and counting as alerts. Call it on the event loop."""
+        if not self._closed:
+            self._enqueue(_Outgoing(dict(payload), ()))
+
     def _alert(self, tracked: _Tracked, ends_at: datetime | None) -> dict[str, Any]:
         return {
             "status": "firing" if ends_at is None else "resolved",
@@ -272,14 +278,14 @@ class WebhookNotifier:
                     if resp.status not in _RETRY_STATUSES:
                         # A 4xx will not get better by asking again: the payload or URL is wrong.
                         self.stats.last_error = error
-                        log.warning("webhook_rejected", url=self.url, status=resp.status, alerts=len(payload["alerts"]))
+                        log.warning("webhook_rejected", url=self.url, status=resp.status, alerts=len(payload.get("alerts", ())))
                         self._count("failed")
                         return False
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self.stats.last_error = error
             log.info("webhook_attempt_failed", url=self.url, attempt=attempt + 1, error=error)
-        log.warning("webhook_gave_up", url=self.url, attempts=self.max_retries + 1, error=self.stats.last_error, alerts=len(payload["alerts"]))
+        log.warning("webhook_gave_up", url=self.url, attempts=self.max_retries + 1, error=self.stats.last_error, alerts=len(payload.get("alerts", ())))
         self._count("failed")
         return False
 

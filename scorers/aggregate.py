@@ -43,7 +43,9 @@ class WindowAggregator:
         self.drift = drift
         self.matrix = matrix
         self.known_checks = list(known_checks) if known_checks is not None else None
-        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift))
+        watch = drift.version_change
+        restart_on = [f for f in watch.fields if f != "model_version"] if watch.enabled else []  # model_version keys the windows already
+        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on)
         self._next_evaluation = time.monotonic() + drift.interval_s
 
     @property

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Sequence
 
 import numpy as np
+import structlog
 
 from llmwatch.core.metrics import DriftReading
 from llmwatch.core.records import Sample
@@ -22,21 +23,53 @@ from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize
 
+log = structlog.get_logger(__name__)
+
 
 class DriftWindows:
     """Recent scored samples per model version; compared with `baseline` when there is one.
 
     The windows fill even without a baseline, so that one can be frozen from them (`freeze`).
     Setting a new baseline empties them: what was seen before was measured against another.
+
+    A window also starts afresh when the version serving its model_version changes: the response
+    model or system_fingerprint of a successful sample differs from the window's (those of
+    `restart_on`; the served-version sentinel, collectors/sentinel.py, watches the same parts on
+    the proxy's side). Samples of the old and the new version are then never compared as one. A
+    sample that does not tell a part (an error, an answer without fingerprint) changes nothing.
     """
 
-    def __init__(self, baseline: Baseline | None, *, window: int, interval_s: float, settings: DriftSettings) -> None:
+    def __init__(self, baseline: Baseline | None, *, window: int, interval_s: float, settings: DriftSettings, restart_on: Sequence[str] = ("response_model", "system_fingerprint")) -> None:
         self.baseline = baseline
         self.window = window
         self.interval_s = interval_s
         self.settings = settings
         self._windows: dict[str, deque[tuple[Sample, list[Score], np.ndarray | None]]] = {}
         self._last = 0.0
+        self._watch_model = "response_model" in restart_on
+        self._watch_fingerprint = "system_fingerprint" in restart_on
+        # Per model_version: the (response model, fingerprint) its window's samples were served as.
+        self._served: dict[str, tuple[str | None, str | None]] = {}
+        self.restarts = 0
+
+    def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
+        if sample.error_type is not None or sample.status >= 400 or not (self._watch_model or self._watch_fingerprint):
+            return None
+        fingerprint = sample.response.get("system_fingerprint") if self._watch_fingerprint and isinstance(sample.response, dict) else None
+        served = (sample.response_model if self._watch_model else None, fingerprint if isinstance(fingerprint, str) else None)
+        return served if any(served) else None
+
+    def _restart_if_changed(self, version: str, served: tuple[str | None, str | None]) -> None:
+        before = self._served.get(version)
+        if before is not None:
+            served = (served[0] or before[0], served[1] or before[1])
+            if served != before:
+                win = self._windows.get(version)
+                log.warning("drift_window_restarted", model_version=version, old=before, new=served, dropped_samples=len(win) if win else 0, why="served version changed")
+                if win is not None:
+                    win.clear()
+                self.restarts += 1
+        self._served[version] = served
 
     def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]) -> None:
         by_id: dict[str, list[Score]] = {}
@@ -44,6 +77,9 @@ class DriftWindows:
             by_id.setdefault(score.sample_id, []).append(score)
         for sample in samples:
             version = sample.model_version or "unknown"
+            served = self._served_as(sample)
+            if served is not None and self._served.get(version) != served:
+                self._restart_if_changed(version, served)
             win = self._windows.get(version)
             if win is None:
                 win = self._windows[version] = deque(maxlen=self.window)
@@ -58,6 +94,7 @@ class DriftWindows:
     def set_baseline(self, baseline: Baseline) -> None:
         self.baseline = baseline
         self._windows.clear()
+        self._served.clear()
 
     def freeze(self, version: str) -> Baseline:
         from llmwatch.scorers.baseline import freeze

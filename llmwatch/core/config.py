@@ -22,6 +22,10 @@ from llmwatch.core.urls import mask_url
 ENV_PREFIX = "LLMWATCH_"
 
 
+# What `drift.version_change.fields` may name: the parts of a call that say which version served it.
+VERSION_FIELDS = ("model_version", "response_model", "system_fingerprint")
+
+
 class ConfigError(LlmwatchError, ValueError):
     """Configuration that cannot be used; the message says which field and how to fix it."""
 
@@ -340,6 +344,40 @@ class WebhookSection(_Section):
     max_retries: int = Field(5, ge=0, le=20)
 
 
+class VersionChangeSection(_Section):
+    """The served-version sentinel: what counts as the version a model label is served as, and
+    what to do when it changes (collectors/sentinel.py). Detection, metrics and the new drift
+    window are on by default (one dict lookup per call); the webhook and the command are off."""
+
+    enabled: bool = True
+    # What identifies the served version. Drop system_fingerprint where a provider rotates it
+    # between backends of one version (each rotation would read as a change).
+    fields: list[Literal["model_version", "response_model", "system_fingerprint"]] = Field(
+        default_factory=lambda: list(VERSION_FIELDS), min_length=1
+    )
+    # POSTed {old, new, model, at} (JSON) on each change, with the drift webhook's retries.
+    webhook: str | None = None
+    # Run (argv, never through a shell) on each change, one at a time, with LLMWATCH_OLD_VERSION,
+    # LLMWATCH_NEW_VERSION and LLMWATCH_MODEL set; e.g. [llmwatch, regress, --config, regress.yaml].
+    command: list[str] | None = Field(None, min_length=1)
+    # A command still running after this long is killed (its whole process group).
+    command_timeout_s: float = Field(600.0, gt=0, le=86_400)
+
+    @field_validator("webhook")
+    @classmethod
+    def _valid_webhook(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:9000/hook, got {mask_url(value)!r}")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _no_empty_program(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value[0].strip():
+            raise ValueError("the first item is the program to run; give it, e.g. [llmwatch, regress, --config, regress.yaml]")
+        return value
+
+
 class DriftSection(_Section):
     # A file written by `llmwatch baseline freeze`; unset: no online drift detection.
     baseline: Path | None = None
@@ -363,6 +401,8 @@ class DriftSection(_Section):
     # Behaviour is `insufficient` when less than this share of traffic is in strata the baseline knows.
     min_overlap: float = Field(0.5, ge=0, le=1)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
+    # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
+    version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)
 
 
 class OtelSection(_Section):

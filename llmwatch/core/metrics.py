@@ -251,6 +251,32 @@ class Metrics:
         self.drift_p_value = Gauge("llmwatch_drift_p_value", "Multiple-testing-adjusted p-value of each drift signal.", drift_labels, registry=r)
         self.drift_detected = Gauge("llmwatch_drift_detected", "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).", drift_labels, registry=r)
         self.drift_window = Gauge("llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"], registry=r)
+        # Served-version sentinel (collectors/sentinel.py): one info series per request model, the
+        # current one; the previous is removed, not set to 0, so series stay one per model however
+        # often a provider rotates versions, and `== 1` never matches a stale one.
+        self.model_version_info = Gauge(
+            "llmwatch_model_version_info",
+            "1 for the version each request model is served as now (model_version, response model, system_fingerprint of its last answer).",
+            ["gen_ai_request_model", "model_version", "response_model", "system_fingerprint"],
+            registry=r,
+        )
+        self.model_version_changes = Counter(
+            "llmwatch_model_version_changes", "Times the served version of a request model changed (see llmwatch_model_version_info).", ["gen_ai_request_model"], registry=r
+        )
+        # Value: when the last change happened (Unix seconds); labels: from what to what. What the
+        # LLMWatchServedVersionChanged alert reads, so its annotations can name both versions.
+        self.model_version_last_change = Gauge(
+            "llmwatch_model_version_last_change_timestamp_seconds",
+            "Unix time of the last served-version change of each request model, labelled with the versions before and after.",
+            ["gen_ai_request_model", "from_version", "to_version"],
+            registry=r,
+        )
+        self.model_version_actions = Counter(
+            "llmwatch_model_version_change_actions",
+            "What drift.version_change triggered on a change, by action (webhook, command) and outcome (sent, retries, failed, dropped; ok, exit_nonzero, timeout, not_started).",
+            ["action", "outcome"],
+            registry=r,
+        )
         self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",

@@ -1,0 +1,270 @@
+"""The served-version sentinel: notice, within one call, that a model is served as another version.
+
+Providers swap the model behind an alias (`gpt-4o` answered by another snapshot, a new
+`system_fingerprint`, a new value of the version header) without telling anyone. `VersionSentinel`
+keeps, per request model label, the version its last successful call was served as, and compares
+each call with it: one dict lookup and one tuple comparison on the hot path, nothing more unless
+the version changed. Which parts count is `drift.version_change.fields` (model_version,
+response_model, system_fingerprint). A call that does not say one of them (no fingerprint in a
+Responses-API answer, say) keeps the last known value of that part: saying nothing is no change.
+
+On a change it sets the metrics (`llmwatch_model_version_info`, `..._changes_total`,
+`..._last_change_timestamp_seconds{from_version, to_version}`), logs `served_version_changed`
+and hands a `VersionChange` to `on_change`; `VersionActions` is the usual receiver, which POSTs a
+webhook and runs a command, both on the event loop's side, never in the call's path. The drift
+window of the new version starts afresh in the scorer (scorers/online.py), which sees the same
+parts on the samples.
+
+Models past the model label cap (label `other`) are not watched: their calls share one label, and
+each alternation between them would read as a change. State lives in memory: a change that
+happens while llmwatch is down is not seen as one (the first call after a start sets the version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+import structlog
+
+from llmwatch.core.config import VERSION_FIELDS, VersionChangeSection
+from llmwatch.core.metrics import OTHER, LabelCap, Metrics
+from llmwatch.core.urls import mask_url
+
+log = structlog.get_logger(__name__)
+
+# Changes waiting for their webhook/command; past it the newest are dropped (and counted): a
+# provider flapping between versions must not queue unbounded work.
+_MAX_PENDING = 32
+
+Identity = tuple[str | None, str | None, str | None]  # (model_version, response_model, system_fingerprint)
+
+
+def describe(identity: Identity) -> str:
+    """One short text for a served version: `version (response model, fingerprint)`, parts only once."""
+    version, response_model, fingerprint = identity
+    main = version or response_model or "unknown"
+    extras = [p for p in ((response_model if response_model != main else None), fingerprint) if p]
+    return f"{main} ({', '.join(extras)})" if extras else main
+
+
+@dataclass(frozen=True)
+class VersionChange:
+    """One change of the version a request model is served as."""
+
+    model: str  # the request model's metric label
+    old: Identity
+    new: Identity
+    at: datetime
+
+    @property
+    def old_text(self) -> str:
+        return describe(self.old)
+
+    @property
+    def new_text(self) -> str:
+        return describe(self.new)
+
+    def payload(self) -> dict:
+        """The webhook's JSON body: old and new as text, and each part of both."""
+        parts = lambda ident: dict(zip(VERSION_FIELDS, ident))  # noqa: E731
+        return {
+            "event": "served_version_changed",
+            "model": self.model,
+            "old": self.old_text,
+            "new": self.new_text,
+            "old_parts": parts(self.old),
+            "new_parts": parts(self.new),
+            "at": self.at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
+
+
+class VersionSentinel:
+    def __init__(self, metrics: Metrics, *, fields: Sequence[str] = VERSION_FIELDS, max_values: int = 20, on_change: Callable[[VersionChange], None] | None = None) -> None:
+        self.metrics = metrics
+        self._mask = tuple(f in fields for f in VERSION_FIELDS)
+        self.on_change = on_change
+        # Per request model label: (the identity as seen, the label values of its info series).
+        self._last: dict[str, tuple[Identity, tuple[str, str, str]]] = {}
+        self._last_change: dict[str, tuple[str, str]] = {}
+        # The version label is the one every other metric uses; the other two parts get caps of their own.
+        self._response_label = LabelCap(max_values)
+        self._fingerprint_label = LabelCap(max_values)
+
+    def observe(self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None) -> VersionChange | None:
+        """Compare one successful call with the last of its request model; never raises."""
+        try:
+            ident = (version if self._mask[0] else None, response_model if self._mask[1] else None, fingerprint if self._mask[2] else None)
+            key = self.metrics.model_label(model)
+            last = self._last.get(key)
+            if last is not None and last[0] == ident:
+                return None  # the hot path: same version as the last call
+            return self._slow(key, last, ident)
+        except Exception:
+            self.metrics.internal_errors.labels(stage="version_sentinel").inc()
+            log.exception("version_sentinel_failed", model=model)
+            return None
+
+    def _slow(self, key: str, last: tuple[Identity, tuple[str, str, str]] | None, ident: Identity) -> VersionChange | None:
+        if key == OTHER or not any(ident):
+            return None
+        if last is not None:
+            # A part the call does not tell keeps its last known value.
+            ident = tuple(n if n is not None else o for n, o in zip(ident, last[0]))  # type: ignore[assignment]
+            if ident == last[0]:
+                return None
+        m = self.metrics
+        labels = (m.version_label(ident[0]) if ident[0] else "", self._response_label(ident[1]) if ident[1] else "", self._fingerprint_label(ident[2]) if ident[2] else "")
+        if last is not None:
+            try:
+                m.model_version_info.remove(key, *last[1])
+            except KeyError:
+                pass
+        m.model_version_info.labels(key, *labels).set(1)
+        self._last[key] = (ident, labels)
+        if last is None:
+            return None  # first sight of this model: nothing to compare with
+        # The alert's labels come from capped parts, so the from/to pairs stay bounded too.
+        old_text, new_text = describe(tuple(p or None for p in last[1])), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
+        previous = self._last_change.get(key)
+        if previous is not None:
+            try:
+                m.model_version_last_change.remove(key, *previous)
+            except KeyError:
+                pass
+        m.model_version_last_change.labels(key, old_text, new_text).set(time.time())
+        self._last_change[key] = (old_text, new_text)
+        m.model_version_changes.labels(key).inc()
+        change = VersionChange(key, last[0], ident, datetime.now(timezone.utc))
+        log.warning("served_version_changed", model=key, old=change.old_text, new=change.new_text, fix="run `llmwatch regress` against the new version; the drift window restarts")
+        if self.on_change is not None:
+            self.on_change(change)
+        return change
+
+
+class VersionActions:
+    """What `drift.version_change` asks for on a change: a webhook POST and/or a command.
+
+    `submit` may be called from any thread and only queues (bounded); one task on the event loop
+    delivers, one change at a time, so at most one command runs at once. The webhook goes through
+    the drift notifier's sender (retries with backoff, counted); the command is started with an
+    argv list (never a shell), in its own process group, stdin closed, and killed with its group
+    after `command_timeout_s`; its exit is logged and counted."""
+
+    def __init__(self, cfg: VersionChangeSection, metrics: Metrics) -> None:
+        self.cfg = cfg
+        self.metrics = metrics
+        self.notifier = None
+        if cfg.webhook:
+            from llmwatch.collectors.webhook import WebhookNotifier
+
+            counter = metrics.model_version_actions
+            self.notifier = WebhookNotifier(cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc())
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[VersionChange] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.running: asyncio.subprocess.Process | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.notifier is not None or bool(self.cfg.command)
+
+    def start(self) -> None:
+        """On the event loop that will deliver."""
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue(maxsize=_MAX_PENDING)
+        self._task = self._loop.create_task(self._run(), name="llmwatch-version-actions")
+
+    def submit(self, change: VersionChange) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._offer, change)
+
+    def _offer(self, change: VersionChange) -> None:
+        assert self._queue is not None
+        try:
+            self._queue.put_nowait(change)
+        except asyncio.QueueFull:
+            for action in ("webhook" if self.notifier else None, "command" if self.cfg.command else None):
+                if action:
+                    self.metrics.model_version_actions.labels(action=action, outcome="dropped").inc()
+            log.warning("version_change_action_dropped", model=change.model, old=change.old_text, new=change.new_text, pending=_MAX_PENDING)
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            change = await self._queue.get()
+            try:
+                if self.notifier is not None:
+                    self.notifier.post(change.payload())
+                if self.cfg.command:
+                    await self._command(change)
+            except Exception:
+                log.exception("version_change_action_failed", model=change.model)
+            finally:
+                self._queue.task_done()
+
+    async def _command(self, change: VersionChange) -> None:
+        argv = list(self.cfg.command or ())
+        env = {**os.environ, "LLMWATCH_OLD_VERSION": change.old_text, "LLMWATCH_NEW_VERSION": change.new_text, "LLMWATCH_MODEL": change.model}
+        counter = self.metrics.model_version_actions
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as exc:
+            counter.labels(action="command", outcome="not_started").inc()
+            log.error("version_change_command_not_started", program=argv[0], error=str(exc), fix="drift.version_change.command: give an argv list whose first item is an executable on PATH")
+            return
+        self.running = proc
+        log.info("version_change_command_started", program=argv[0], pid=proc.pid, model=change.model, old=change.old_text, new=change.new_text)
+        try:
+            code = await asyncio.wait_for(proc.wait(), self.cfg.command_timeout_s)
+        except asyncio.TimeoutError:
+            self._kill_group(proc)
+            await proc.wait()
+            counter.labels(action="command", outcome="timeout").inc()
+            log.error("version_change_command_timeout", program=argv[0], pid=proc.pid, timeout_s=self.cfg.command_timeout_s, fix="raise drift.version_change.command_timeout_s or make the command faster")
+            return
+        finally:
+            self.running = None
+        counter.labels(action="command", outcome="ok" if code == 0 else "exit_nonzero").inc()
+        (log.info if code == 0 else log.error)("version_change_command_exited", program=argv[0], pid=proc.pid, exit_code=code, seconds=round(time.monotonic() - started, 3))
+
+    @staticmethod
+    def _kill_group(proc: asyncio.subprocess.Process) -> None:
+        # Its own session: the group is the command and what it started, nothing of ours.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Let a running command finish within `timeout_s` (else kill its group), send what is queued, stop."""
+        if self._task is not None:
+            queue = self._queue
+            if queue is not None:
+                try:
+                    await asyncio.wait_for(queue.join(), timeout_s)
+                except asyncio.TimeoutError:
+                    if self.running is not None:
+                        self._kill_group(self.running)
+                    log.warning("version_change_actions_close_timeout", pending=queue.qsize())
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        if self.notifier is not None:
+            await self.notifier.close(timeout_s)
+
+    def shown_webhook(self) -> str | None:
+        return mask_url(self.cfg.webhook) if self.cfg.webhook else None
