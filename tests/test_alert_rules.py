@@ -20,6 +20,7 @@ REQUIRED_ALERTS = {
     "LLMWatchDriftDetected",
     "LLMWatchPerformanceRegression",
     "LLMWatchTrafficChanged",
+    "LLMWatchServedVersionChanged",
     "LLMWatchQualityPassRateDrop",
     "LLMWatchLatencyRegression",
     "LLMWatchTTFTRegression",
