@@ -42,6 +42,8 @@ class Agent:
     ingest_port: int = field(init=False, default=0)
     # Latest reading per (model version, operation, signal): (statistic, adjusted p, detected, n).
     drift_state: dict[tuple[str, str, str], tuple] = field(init=False, default_factory=dict)
+    # What each model version's window was last served as (response model, fingerprint), for the alert text.
+    drift_served: dict[str, str] = field(init=False, default_factory=dict)
     metrics_port: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -158,6 +160,8 @@ class Agent:
         self.metrics.set_drift(readings)
         for r in readings:
             self.drift_state[(r.model_version, r.operation, r.signal)] = (r.statistic, r.p_value, r.detected, r.n_current)
+            if r.served_as:
+                self.drift_served[r.model_version] = r.served_as
         if self.notifier is not None and self._loop is not None:
             # Called on the scorer's result thread; the notifier lives on the event loop.
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
@@ -173,11 +177,12 @@ class Agent:
             # One alert per drift family: behaviour drift pages, a performance regression warns, a
             # change in what users ask (inputs) is information; see scorers/families.py.
             family = family_of(signal)
+            served = f" (served as {self.drift_served[version]})" if version in self.drift_served else ""
             alertname = ALERTS[family]
             labels = {"alertname": alertname, "severity": "info" if family == "inputs" else "warning", "signal": signal, "model_version": version, "gen_ai_operation_name": operation}
             annotations = {
                 "summary": f"{'Traffic changed' if family == 'inputs' else 'Performance regression' if family == 'performance' else 'Behaviour drift'} on {signal} for model_version {version} ({operation})",
-                "description": f"Signal {signal} ({family}) of model_version {version} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
+                "description": f"Signal {signal} ({family}) of model_version {version}{served} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
                 "runbook_url": f"https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#{alertname.lower()}",
             }
             active[alert_key(labels)] = AlertSpec(labels, annotations)

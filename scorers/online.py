@@ -120,9 +120,10 @@ class DriftWindows:
             operations = {sample.route: sample.operation for sample in samples}
             scores = [s for item in win for s in item[1]]
             vectors = {item[0].id: item[2] for item in win if item[2] is not None}
+            served = ", ".join(p for p in self._served.get(version, ()) if p) or None
             report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
             for sig in report.signals:
                 if math.isnan(sig.p_adjusted):
                     continue
-                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current))
+                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current, served_as=served))
         return readings

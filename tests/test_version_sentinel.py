@@ -267,3 +267,16 @@ def test_describe_names_each_part_once():
     assert describe(("gpt-4o-2024-08-06", "gpt-4o-2024-08-06", None)) == "gpt-4o-2024-08-06"
     assert describe(("v7", "gpt-4o-2024-08-06", "fp_1")) == "v7 (gpt-4o-2024-08-06, fp_1)"
     assert describe((None, None, "fp_1")) == "unknown (fp_1)"
+
+
+def test_the_drift_reading_after_a_change_is_of_the_new_version_and_names_it():
+    stage = WindowAggregator(None, DriftSection(interval_s=1.0), None)
+    stage.add([_sample(i, "prod", "gpt-4o-2024-05-13", "fp_a") for i in range(60)], [])
+    stage.set_baseline(stage.freeze("prod"))
+    stage.add([_sample(100 + i, "prod", "gpt-4o-2024-05-13", "fp_a") for i in range(60)], [])
+    stage.add([_sample(200 + i, "prod", "gpt-4o-2024-05-13", "fp_b") for i in range(10)], [])
+    # Ten samples of the new version: not enough to compare, and the old ones are not used instead.
+    assert stage.readings(now=1e9).drift == []
+    stage.add([_sample(300 + i, "prod", "gpt-4o-2024-05-13", "fp_b") for i in range(50)], [])
+    readings = stage.readings(now=2e9).drift
+    assert readings and {(r.model_version, r.served_as, r.n_current) for r in readings} == {("prod", "gpt-4o-2024-05-13, fp_b", 60)}

@@ -121,6 +121,9 @@ class DriftReading:
     p_value: float  # adjusted for multiple testing
     detected: bool
     n_current: int
+    # The version the window's samples were served as ("response model, fingerprint"), when they
+    # said: after a silent change under one model_version, the reading names the new one.
+    served_as: str | None = None
 
 
 @dataclass(frozen=True)
