@@ -89,8 +89,10 @@ class VersionSentinel:
         self.metrics = metrics
         self._mask = tuple(f in fields for f in VERSION_FIELDS)
         self.on_change = on_change
-        # Per request model label: (the identity as seen, the label values of its info series).
-        self._last: dict[str, tuple[Identity, tuple[str, str, str]]] = {}
+        # Per request model label: (the last call's parts as it told them, the version they add up
+        # to, the label values of its info series). Comparing the first is the hot path; it is
+        # exact because merging the same parts again into the version they made changes nothing.
+        self._last: dict[str, tuple[Identity, Identity, tuple[str, str, str]]] = {}
         self._last_change: dict[str, tuple[str, str]] = {}
         # The version label is the one every other metric uses; the other two parts get caps of their own.
         self._response_label = LabelCap(max_values)
@@ -110,27 +112,29 @@ class VersionSentinel:
             log.exception("version_sentinel_failed", model=model)
             return None
 
-    def _slow(self, key: str, last: tuple[Identity, tuple[str, str, str]] | None, ident: Identity) -> VersionChange | None:
-        if key == OTHER or not any(ident):
+    def _slow(self, key: str, last: tuple[Identity, Identity, tuple[str, str, str]] | None, told: Identity) -> VersionChange | None:
+        if key == OTHER or not any(told):
             return None
+        ident = told
         if last is not None:
             # A part the call does not tell keeps its last known value.
-            ident = tuple(n if n is not None else o for n, o in zip(ident, last[0]))  # type: ignore[assignment]
-            if ident == last[0]:
+            ident = tuple(n if n is not None else o for n, o in zip(told, last[1]))  # type: ignore[assignment]
+            if ident == last[1]:
+                self._last[key] = (told, ident, last[2])
                 return None
         m = self.metrics
         labels = (m.version_label(ident[0]) if ident[0] else "", self._response_label(ident[1]) if ident[1] else "", self._fingerprint_label(ident[2]) if ident[2] else "")
         if last is not None:
             try:
-                m.model_version_info.remove(key, *last[1])
+                m.model_version_info.remove(key, *last[2])
             except KeyError:
                 pass
         m.model_version_info.labels(key, *labels).set(1)
-        self._last[key] = (ident, labels)
+        self._last[key] = (told, ident, labels)
         if last is None:
             return None  # first sight of this model: nothing to compare with
         # The alert's labels come from capped parts, so the from/to pairs stay bounded too.
-        old_text, new_text = describe(tuple(p or None for p in last[1])), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
+        old_text, new_text = describe(tuple(p or None for p in last[2])), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
         previous = self._last_change.get(key)
         if previous is not None:
             try:
@@ -140,7 +144,7 @@ class VersionSentinel:
         m.model_version_last_change.labels(key, old_text, new_text).set(time.time())
         self._last_change[key] = (old_text, new_text)
         m.model_version_changes.labels(key).inc()
-        change = VersionChange(key, last[0], ident, datetime.now(timezone.utc))
+        change = VersionChange(key, last[1], ident, datetime.now(timezone.utc))
         log.warning("served_version_changed", model=key, old=change.old_text, new=change.new_text, fix="run `llmwatch regress` against the new version; the drift window restarts")
         if self.on_change is not None:
             self.on_change(change)
