@@ -280,3 +280,17 @@ def test_the_drift_reading_after_a_change_is_of_the_new_version_and_names_it():
     stage.add([_sample(300 + i, "prod", "gpt-4o-2024-05-13", "fp_b") for i in range(50)], [])
     readings = stage.readings(now=2e9).drift
     assert readings and {(r.model_version, r.served_as, r.n_current) for r in readings} == {("prod", "gpt-4o-2024-05-13, fp_b", 60)}
+
+
+async def test_the_simulator_serves_an_alias_as_the_snapshot_it_is_told():
+    from procs import simulator_url, start_simulator as start_simulator_process
+
+    proc = start_simulator_process("--latency-scale", "0", "--served-model", "sim-gpt-4o-2024-05-13")
+    try:
+        base = simulator_url(proc)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{base}/v1/chat/completions", json={"model": "sim-gpt-4o", "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                body = await resp.json()
+        assert body["model"] == "sim-gpt-4o-2024-05-13" and body["system_fingerprint"].startswith("fp_sim_")
+    finally:
+        proc.stop()
