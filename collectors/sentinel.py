@@ -34,7 +34,6 @@ import structlog
 
 from llmwatch.core.config import VERSION_FIELDS, VersionChangeSection
 from llmwatch.core.metrics import OTHER, LabelCap, Metrics
-from llmwatch.core.urls import mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -269,6 +268,3 @@ class VersionActions:
             self._task = None
         if self.notifier is not None:
             await self.notifier.close(timeout_s)
-
-    def shown_webhook(self) -> str | None:
-        return mask_url(self.cfg.webhook) if self.cfg.webhook else None

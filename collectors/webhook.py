@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -52,6 +53,14 @@ class AlertSpec:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # When the condition began, if the caller knows; otherwise the first `update` that saw it.
     starts_at: datetime | None = None
+
+
+def shown_url(url: str) -> str:
+    """`scheme://host[:port]/…`: what of a webhook URL may be logged (no userinfo, path or query)."""
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/?#@]*@)?([^/?#]*)(.*)$", url)
+    if match is None:
+        return "***"
+    return match.group(1) + match.group(2) + ("/…" if match.group(3) not in ("", "/") else "")
 
 
 def alert_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -134,6 +143,9 @@ class WebhookNotifier:
         if repeat_interval_s <= 0 or timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or max_queue < 1:
             raise ValueError("repeat_interval_s and timeout_s must be > 0, max_retries and backoff_s >= 0, max_queue >= 1")
         self.url = url
+        # Webhook URLs often carry their secret in the path or query (chat hooks): logs show the
+        # scheme and host only.
+        self.shown_url = shown_url(url)
         self.repeat_interval_s = float(repeat_interval_s)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
@@ -156,7 +168,7 @@ class WebhookNotifier:
         try:
             self._update(active)
         except Exception:
-            log.exception("webhook_update_failed", url=self.url)
+            log.exception("webhook_update_failed", url=self.shown_url)
 
     def _update(self, active: Mapping[tuple, AlertSpec]) -> None:
         if self._closed:
@@ -254,7 +266,7 @@ class WebhookNotifier:
                     raise
                 except Exception as exc:
                     # Belt and braces: a bug here must not kill the worker for all later alerts.
-                    log.exception("webhook_worker_error", url=self.url)
+                    log.exception("webhook_worker_error", url=self.shown_url)
                     self.stats.last_error = repr(exc)
                     self._count("failed")
                 finally:
@@ -278,14 +290,14 @@ class WebhookNotifier:
                     if resp.status not in _RETRY_STATUSES:
                         # A 4xx will not get better by asking again: the payload or URL is wrong.
                         self.stats.last_error = error
-                        log.warning("webhook_rejected", url=self.url, status=resp.status, alerts=len(payload.get("alerts", ())))
+                        log.warning("webhook_rejected", url=self.shown_url, status=resp.status, alerts=len(payload.get("alerts", ())))
                         self._count("failed")
                         return False
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self.stats.last_error = error
-            log.info("webhook_attempt_failed", url=self.url, attempt=attempt + 1, error=error)
-        log.warning("webhook_gave_up", url=self.url, attempts=self.max_retries + 1, error=self.stats.last_error, alerts=len(payload.get("alerts", ())))
+            log.info("webhook_attempt_failed", url=self.shown_url, attempt=attempt + 1, error=error)
+        log.warning("webhook_gave_up", url=self.shown_url, attempts=self.max_retries + 1, error=self.stats.last_error, alerts=len(payload.get("alerts", ())))
         self._count("failed")
         return False
 
@@ -331,14 +343,14 @@ class WebhookNotifier:
         worker = self._worker
         if worker is not None and not worker.done():
             if not await self.flush(timeout_s):
-                log.warning("webhook_close_timeout", url=self.url, pending=self._queue.qsize())
+                log.warning("webhook_close_timeout", url=self.shown_url, pending=self._queue.qsize())
             worker.cancel()
             try:
                 await worker
             except asyncio.CancelledError:
                 pass
             except Exception:
-                log.exception("webhook_worker_error", url=self.url)
+                log.exception("webhook_worker_error", url=self.shown_url)
         while not self._queue.empty():
             self._queue.get_nowait()
             self._queue.task_done()

@@ -294,3 +294,68 @@ async def test_the_simulator_serves_an_alias_as_the_snapshot_it_is_told():
         assert body["model"] == "sim-gpt-4o-2024-05-13" and body["system_fingerprint"].startswith("fp_sim_")
     finally:
         proc.stop()
+
+
+def _change(i: int):
+    from llmwatch.collectors.sentinel import VersionChange
+
+    return VersionChange("gpt-4o", ("v1", "gpt-4o", f"fp_{i}"), ("v1", "gpt-4o", f"fp_{i + 1}"), datetime.now(timezone.utc))
+
+
+async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Path):
+    from llmwatch.collectors.sentinel import VersionActions
+    from llmwatch.core.config import VersionChangeSection
+
+    log_file = tmp_path / "runs.txt"
+    # Each run writes `start NEW`, then `end NEW` after a pause: overlapping runs would interleave.
+    script = ("import os, sys, time; f = open(sys.argv[1], 'a'); f.write('start ' + os.environ['LLMWATCH_NEW_VERSION'] + '\\n'); f.flush(); "
+              "time.sleep(0.2); f.write('end ' + os.environ['LLMWATCH_NEW_VERSION'] + '\\n')")
+    m = Metrics()
+    actions = VersionActions(VersionChangeSection(command=[sys.executable, "-c", script, str(log_file)]), m)
+    actions.start()
+    for i in range(3):
+        actions.submit(_change(i))
+    outcome = m.model_version_actions.labels(action="command", outcome="ok")
+    await wait_until(lambda: outcome._value.get() == 3, timeout=60)
+    await actions.close()
+    new = [f"v1 (gpt-4o, fp_{i + 1})" for i in range(3)]
+    assert log_file.read_text().splitlines() == [line for v in new for line in (f"start {v}", f"end {v}")]
+
+    marker = tmp_path / "child.pid"
+    # A command that hangs, with a child of its own: both go at the timeout.
+    hang = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(600)"
+    actions = VersionActions(VersionChangeSection(command=[sys.executable, "-c", hang, str(marker)], command_timeout_s=2), m)
+    actions.start()
+    actions.submit(_change(7))
+    timeouts = m.model_version_actions.labels(action="command", outcome="timeout")
+    await wait_until(lambda: timeouts._value.get() == 1, timeout=60)
+    await actions.close()
+    child = int(marker.read_text())
+    await wait_until(lambda: not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0], timeout=10)
+
+
+async def test_a_refused_webhook_is_counted_and_its_secret_never_logged(tmp_path: Path):
+    from structlog.testing import capture_logs
+
+    from llmwatch.collectors.sentinel import VersionActions
+    from llmwatch.core.config import VersionChangeSection
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.Response(status=400)
+
+    app = web.Application()
+    app.router.add_post("/hook/{secret}", refuse)
+    runner, base = await serve(app)
+    m = Metrics()
+    try:
+        with capture_logs() as logs:
+            actions = VersionActions(VersionChangeSection(webhook=f"{base}/hook/s3cret-path?token=s3cret-query"), m)
+            actions.start()
+            actions.submit(_change(1))
+            failed = m.model_version_actions.labels(action="webhook", outcome="failed")
+            await wait_until(lambda: failed._value.get() == 1, timeout=30)
+            await actions.close()
+    finally:
+        await runner.cleanup()
+    assert any(e["event"] == "webhook_rejected" for e in logs)
+    assert "s3cret" not in repr(logs)
