@@ -359,3 +359,27 @@ async def test_a_refused_webhook_is_counted_and_its_secret_never_logged(tmp_path
         await runner.cleanup()
     assert any(e["event"] == "webhook_rejected" for e in logs)
     assert "s3cret" not in repr(logs)
+
+
+def _span(span_id: str, fingerprint: str) -> dict:
+    t0 = 1_700_000_000_000_000_000
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m-otlp", "gen_ai.response.model": "m-otlp-2025-01",
+             "gen_ai.openai.response.system_fingerprint": fingerprint,
+             "gen_ai.input.messages": '[{"role":"user","parts":[{"type":"text","content":"hi"}]}]',
+             "gen_ai.output.messages": '[{"role":"assistant","parts":[{"type":"text","content":"ok"}]}]'}
+    return {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": span_id, "name": "chat m-otlp", "kind": 3,
+            "startTimeUnixNano": str(t0), "endTimeUnixNano": str(t0 + 42_000_000), "status": {},
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+
+
+async def test_spans_ingested_over_otlp_are_watched_like_proxied_calls(make_agent):
+    agent = await make_agent("http://127.0.0.1:9", sampling={"rate": 0.0, "keep_errors": False, "slow_ms": None}, otel={"ingest_listen": "127.0.0.1:0"})
+    url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
+    async with aiohttp.ClientSession() as http:
+        for span_id, fp in (("aaa19b7ec3c1b174", "fp_a"), ("aaa19b7ec3c1b175", "fp_a"), ("aaa19b7ec3c1b176", "fp_b")):
+            body = orjson.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "t"}, "spans": [_span(span_id, fp)]}]}]})
+            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200
+    [now] = info_series(agent.metrics)
+    assert (now["gen_ai_request_model"], now["response_model"], now["system_fingerprint"]) == ("m-otlp", "m-otlp-2025-01", "fp_b")
+    assert changes(agent.metrics, "m-otlp") == 1
