@@ -111,7 +111,7 @@ class Agent:
             actions = VersionActions(watch, self.metrics)
             self.version_actions = actions if actions.enabled else None
             self.sentinel = VersionSentinel(
-                self.metrics, fields=watch.fields, max_values=cfg.metrics.max_versions, on_change=self.version_actions.submit if self.version_actions is not None else None
+                self.metrics, fields=watch.fields, remember_s=watch.remember_s, max_values=cfg.metrics.max_versions, on_change=self.version_actions.submit if self.version_actions is not None else None
             )
             self.intake.sentinel = self.sentinel
         self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None

@@ -7,6 +7,8 @@ each call with it: one dict lookup and one tuple comparison on the hot path, not
 the version changed. Which parts count is `drift.version_change.fields` (model_version,
 response_model, system_fingerprint). A call that does not say one of them (no fingerprint in a
 Responses-API answer, say) keeps the last known value of that part: saying nothing is no change.
+A version served within the last `remember_s` is not new (a provider serving one version from
+backends with different fingerprints alternates between them): see llmwatch/core/served.py.
 
 On a change it sets the metrics (`llmwatch_model_version_info`, `..._changes_total`,
 `..._last_change_timestamp_seconds{from_version, to_version}`), logs `served_version_changed`
@@ -34,6 +36,7 @@ import structlog
 
 from llmwatch.core.config import VERSION_FIELDS, VersionChangeSection
 from llmwatch.core.metrics import OTHER, LabelCap, Metrics
+from llmwatch.core.served import ServedVersion
 
 log = structlog.get_logger(__name__)
 
@@ -84,14 +87,22 @@ class VersionChange:
 
 
 class VersionSentinel:
-    def __init__(self, metrics: Metrics, *, fields: Sequence[str] = VERSION_FIELDS, max_values: int = 20, on_change: Callable[[VersionChange], None] | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        fields: Sequence[str] = VERSION_FIELDS,
+        remember_s: float = 3600.0,
+        max_values: int = 20,
+        on_change: Callable[[VersionChange], None] | None = None,
+    ) -> None:
         self.metrics = metrics
         self._mask = tuple(f in fields for f in VERSION_FIELDS)
+        self.remember_s = remember_s
         self.on_change = on_change
-        # Per request model label: (the last call's parts as it told them, the version they add up
-        # to, the label values of its info series). Comparing the first is the hot path; it is
-        # exact because merging the same parts again into the version they made changes nothing.
-        self._last: dict[str, tuple[Identity, Identity, tuple[str, str, str]]] = {}
+        # Per request model label: its served version, and the label values of its info series.
+        self._served: dict[str, ServedVersion] = {}
+        self._info: dict[str, tuple[str, str, str]] = {}
         self._last_change: dict[str, tuple[str, str]] = {}
         # The version label is the one every other metric uses; the other two parts get caps of their own.
         self._response_label = LabelCap(max_values)
@@ -100,50 +111,52 @@ class VersionSentinel:
     def observe(self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None) -> VersionChange | None:
         """Compare one successful call with the last of its request model; never raises."""
         try:
-            ident = (version if self._mask[0] else None, response_model if self._mask[1] else None, fingerprint if self._mask[2] else None)
+            told = (version if self._mask[0] else None, response_model if self._mask[1] else None, fingerprint if self._mask[2] else None)
             key = self.metrics.model_label(model)
-            last = self._last.get(key)
-            if last is not None and last[0] == ident:
-                return None  # the hot path: same version as the last call
-            return self._slow(key, last, ident)
+            served = self._served.get(key)
+            if served is not None and served.told == told:
+                return None  # the hot path: the call told what the last one did
+            return self._slow(key, served, told)
         except Exception:
             self.metrics.internal_errors.labels(stage="version_sentinel").inc()
             log.exception("version_sentinel_failed", model=model)
             return None
 
-    def _slow(self, key: str, last: tuple[Identity, Identity, tuple[str, str, str]] | None, told: Identity) -> VersionChange | None:
+    def _slow(self, key: str, served: ServedVersion | None, told: Identity) -> VersionChange | None:
         if key == OTHER or not any(told):
             return None
-        ident = told
-        if last is not None:
-            # A part the call does not tell keeps its last known value.
-            ident = tuple(n if n is not None else o for n, o in zip(told, last[1]))  # type: ignore[assignment]
-            if ident == last[1]:
-                self._last[key] = (told, ident, last[2])
-                return None
+        if served is None:
+            served = self._served[key] = ServedVersion(self.remember_s)
+        seen, previous = served.see(told, time.monotonic())
+        if seen == "same":
+            return None
+        ident: Identity = served.current  # type: ignore[assignment]
         m = self.metrics
         labels = (m.version_label(ident[0]) if ident[0] else "", self._response_label(ident[1]) if ident[1] else "", self._fingerprint_label(ident[2]) if ident[2] else "")
-        if last is not None:
-            try:
-                m.model_version_info.remove(key, *last[2])
-            except KeyError:
-                pass
-        m.model_version_info.labels(key, *labels).set(1)
-        self._last[key] = (told, ident, labels)
-        if last is None:
-            return None  # first sight of this model: nothing to compare with
+        # The info series follows the version of the last call, also between known ones.
+        old_labels = self._info.get(key)
+        if old_labels != labels:
+            if old_labels is not None:
+                try:
+                    m.model_version_info.remove(key, *old_labels)
+                except KeyError:
+                    pass
+            m.model_version_info.labels(key, *labels).set(1)
+            self._info[key] = labels
+        if seen != "new" or previous is None or old_labels is None:
+            return None  # first sight, or back to a version served moments ago: no change
         # The alert's labels come from capped parts, so the from/to pairs stay bounded too.
-        old_text, new_text = describe(tuple(p or None for p in last[2])), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
-        previous = self._last_change.get(key)
-        if previous is not None:
+        old_text, new_text = describe(tuple(p or None for p in old_labels)), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
+        last_change = self._last_change.get(key)
+        if last_change is not None:
             try:
-                m.model_version_last_change.remove(key, *previous)
+                m.model_version_last_change.remove(key, *last_change)
             except KeyError:
                 pass
         m.model_version_last_change.labels(key, old_text, new_text).set(time.time())
         self._last_change[key] = (old_text, new_text)
         m.model_version_changes.labels(key).inc()
-        change = VersionChange(key, last[1], ident, datetime.now(timezone.utc))
+        change = VersionChange(key, previous, ident, datetime.now(timezone.utc))  # type: ignore[arg-type]
         log.warning("served_version_changed", model=key, old=change.old_text, new=change.new_text, fix="run `llmwatch regress` against the new version; the drift window restarts")
         if self.on_change is not None:
             self.on_change(change)

@@ -45,7 +45,7 @@ class WindowAggregator:
         self.known_checks = list(known_checks) if known_checks is not None else None
         watch = drift.version_change
         restart_on = [f for f in watch.fields if f != "model_version"] if watch.enabled else []  # model_version keys the windows already
-        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on)
+        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on, remember_s=watch.remember_s)
         self._next_evaluation = time.monotonic() + drift.interval_s
 
     @property

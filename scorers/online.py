@@ -19,6 +19,7 @@ import structlog
 from llmwatch.core.metrics import DriftReading
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.core.served import ServedVersion
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import DriftSettings, compare
 from llmwatch.scorers.features import summarize
@@ -36,10 +37,21 @@ class DriftWindows:
     model or system_fingerprint of a successful sample differs from the window's (those of
     `restart_on`; the served-version sentinel, collectors/sentinel.py, watches the same parts on
     the proxy's side). Samples of the old and the new version are then never compared as one. A
-    sample that does not tell a part (an error, an answer without fingerprint) changes nothing.
+    sample that does not tell a part (an error, an answer without fingerprint) changes nothing, and
+    coming back to a version served within `remember_s` (backends of one version with different
+    fingerprints) is no change either: the rules of llmwatch/core/served.py.
     """
 
-    def __init__(self, baseline: Baseline | None, *, window: int, interval_s: float, settings: DriftSettings, restart_on: Sequence[str] = ("response_model", "system_fingerprint")) -> None:
+    def __init__(
+        self,
+        baseline: Baseline | None,
+        *,
+        window: int,
+        interval_s: float,
+        settings: DriftSettings,
+        restart_on: Sequence[str] = ("response_model", "system_fingerprint"),
+        remember_s: float = 3600.0,
+    ) -> None:
         self.baseline = baseline
         self.window = window
         self.interval_s = interval_s
@@ -48,8 +60,9 @@ class DriftWindows:
         self._last = 0.0
         self._watch_model = "response_model" in restart_on
         self._watch_fingerprint = "system_fingerprint" in restart_on
-        # Per model_version: the (response model, fingerprint) its window's samples were served as.
-        self._served: dict[str, tuple[str | None, str | None]] = {}
+        self._remember_s = remember_s
+        # Per model_version: the (response model, fingerprint) its window's samples are served as.
+        self._served: dict[str, ServedVersion] = {}
         self.restarts = 0
 
     def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
@@ -59,17 +72,19 @@ class DriftWindows:
         served = (sample.response_model if self._watch_model else None, fingerprint if isinstance(fingerprint, str) else None)
         return served if any(served) else None
 
-    def _restart_if_changed(self, version: str, served: tuple[str | None, str | None]) -> None:
-        before = self._served.get(version)
-        if before is not None:
-            served = (served[0] or before[0], served[1] or before[1])
-            if served != before:
-                win = self._windows.get(version)
-                log.warning("drift_window_restarted", model_version=version, old=before, new=served, dropped_samples=len(win) if win else 0, why="served version changed")
-                if win is not None:
-                    win.clear()
-                self.restarts += 1
-        self._served[version] = served
+    def _see(self, version: str, told: tuple[str | None, str | None]) -> None:
+        served = self._served.get(version)
+        if served is None:
+            served = self._served[version] = ServedVersion(self._remember_s)
+        seen, before = served.see(told, time.monotonic())
+        if seen == "new":
+            # Same rule as the proxy's sentinel (llmwatch/core/served.py): a version served moments
+            # ago (another backend's fingerprint of it) does not restart the window.
+            win = self._windows.get(version)
+            log.warning("drift_window_restarted", model_version=version, old=before, new=served.current, dropped_samples=len(win) if win else 0, why="served version changed")
+            if win is not None:
+                win.clear()
+            self.restarts += 1
 
     def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]) -> None:
         by_id: dict[str, list[Score]] = {}
@@ -77,9 +92,11 @@ class DriftWindows:
             by_id.setdefault(score.sample_id, []).append(score)
         for sample in samples:
             version = sample.model_version or "unknown"
-            served = self._served_as(sample)
-            if served is not None and self._served.get(version) != served:
-                self._restart_if_changed(version, served)
+            told = self._served_as(sample)
+            if told is not None:
+                served = self._served.get(version)
+                if served is None or served.told != told:
+                    self._see(version, told)
             win = self._windows.get(version)
             if win is None:
                 win = self._windows[version] = deque(maxlen=self.window)
@@ -120,7 +137,8 @@ class DriftWindows:
             operations = {sample.route: sample.operation for sample in samples}
             scores = [s for item in win for s in item[1]]
             vectors = {item[0].id: item[2] for item in win if item[2] is not None}
-            served = ", ".join(p for p in self._served.get(version, ()) if p) or None
+            current = self._served[version].current if version in self._served else None
+            served = ", ".join(p for p in current or () if p) or None
             report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
             for sig in report.signals:
                 if math.isnan(sig.p_adjusted):

@@ -383,3 +383,32 @@ async def test_spans_ingested_over_otlp_are_watched_like_proxied_calls(make_agen
     [now] = info_series(agent.metrics)
     assert (now["gen_ai_request_model"], now["response_model"], now["system_fingerprint"]) == ("m-otlp", "m-otlp-2025-01", "fp_b")
     assert changes(agent.metrics, "m-otlp") == 1
+
+
+def test_alternating_between_backends_of_one_version_is_one_change_and_a_late_return_is_another():
+    from llmwatch.core.served import ServedVersion
+
+    v = ServedVersion(remember_s=600)
+    assert v.see(("m", "fp_a"), now=0) == ("first", None)
+    assert v.see(("m", "fp_a"), now=1)[0] == "same"
+    assert v.see(("m", "fp_b"), now=2) == ("new", ("m", "fp_a"))
+    # The provider answers from both backends: calls alternate, nothing more is new.
+    assert [v.see(("m", fp), now=3 + i)[0] for i, fp in enumerate(["fp_a", "fp_b"] * 5)] == ["known"] * 10
+    assert v.see(("m", None), now=20)[0] == "same"  # a call without a fingerprint
+    # fp_b alone for longer than remember_s: a return to fp_a is a change again.
+    assert v.see(("m", "fp_a"), now=12 + 601) == ("new", ("m", "fp_b"))
+    strict = ServedVersion(remember_s=0)
+    strict.see(("m", "fp_a"), now=0)
+    assert [strict.see(("m", fp), now=1 + i)[0] for i, fp in enumerate(["fp_b", "fp_a", "fp_b"])] == ["new"] * 3
+
+
+def test_the_sentinel_and_the_window_count_backend_alternation_once():
+    m = Metrics()
+    s = VersionSentinel(m)
+    for fp in ["fp_a", "fp_b"] * 10:
+        s.observe("gpt-4o", "v1", "gpt-4o-2024-08-06", fp)
+    assert changes(m, "gpt-4o") == 1
+    assert info_series(m)[0]["system_fingerprint"] == "fp_b", "the info series follows the last call"
+    stage = WindowAggregator(None, DriftSection(), None)
+    stage.add([_sample(i, "v1", "gpt-4o-2024-08-06", ["fp_a", "fp_b"][i % 2]) for i in range(40)], [])
+    assert stage.windows.restarts == 1 and len(stage.windows.contents()[0]) == 39

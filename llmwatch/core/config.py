@@ -355,6 +355,9 @@ class VersionChangeSection(_Section):
     fields: list[Literal["model_version", "response_model", "system_fingerprint"]] = Field(
         default_factory=lambda: list(VERSION_FIELDS), min_length=1
     )
+    # A version served within this long is not new when calls come back to it: providers serve one
+    # version from backends with different fingerprints at once. 0: every alternation is a change.
+    remember_s: float = Field(3600.0, ge=0)
     # POSTed {old, new, model, at} (JSON) on each change, with the drift webhook's retries.
     webhook: str | None = None
     # Run (argv, never through a shell) on each change, one at a time, with LLMWATCH_OLD_VERSION,
