@@ -1,0 +1,195 @@
+"""Canary comparison (issue 14): two versions served in the same window, compared with each other.
+
+Load and the traffic mix hit both versions alike in one window, so the canary is judged against
+the stable version's samples from the same minutes, not against a baseline frozen under other
+load. Unit tests of the window and the verdict on synthetic traffic (tests/test_drift_families.py's
+generator), the command line's exit codes, and a real simulator serving both versions at once
+behind the real proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
+from llmwatch.core.records import Sample
+from llmwatch.scorers.canary import CanaryError, compare_versions, format_text, parse_duration, pick_pairs, same_window
+from llmwatch.scorers.drift import DriftSettings
+from conftest import drained, proxy_url
+from test_drift_families import MIX, MODEL, SHIFTED_MIX, T0, traffic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _at(samples: list[Sample], offset_s: float) -> list[Sample]:
+    return [s.model_copy(update={"timestamp": s.timestamp + timedelta(seconds=offset_s)}) for s in samples]
+
+
+def two_versions(rng, n: int, canary_model=MODEL, *, canary_offset_s: float = 0.0, canary_mix=MIX, n_canary: int | None = None):
+    """Stable version A and canary B, each sample one second apart from T0 (B shifted by `canary_offset_s`)."""
+    a = traffic(rng, n, MODEL, MIX, prefix="a", version="A")
+    b = traffic(rng, n_canary or n, canary_model, canary_mix, prefix="b", version="B")
+    return a, (_at(b[0], canary_offset_s), b[1], b[2])
+
+
+def run(a, b, **settings):
+    samples = a[0] + b[0]
+    stable, canary, window = same_window(samples, "A", "B")
+    report, _, _ = compare_versions((stable, a[1], a[2]), (canary, b[1], b[2]), stable_version="A", canary_version="B", window=window, settings=DriftSettings(**settings))
+    return report
+
+
+# ---------------------------------------------------------------------------- the window
+
+
+def test_only_the_time_both_versions_were_served_is_compared_and_the_rest_is_counted():
+    rng = np.random.default_rng(0)
+    a, b = two_versions(rng, 100, canary_offset_s=60)  # A 0..99 s, B 60..159 s
+    stable, canary, window = same_window(a[0] + b[0], "A", "B")
+    assert (window.start, window.end) == (T0 + timedelta(seconds=60), T0 + timedelta(seconds=99))
+    assert len(stable) == window.n_stable == 40 and len(canary) == window.n_canary == 40
+    assert window.left_out == {"A": 60, "B": 60}
+    assert all(window.start <= s.timestamp <= window.end for s in stable + canary)
+    assert {s.model_version for s in stable} == {"A"} and {s.model_version for s in canary} == {"B"}
+
+
+def test_a_window_asked_for_is_applied_before_the_overlap():
+    rng = np.random.default_rng(0)
+    a, b = two_versions(rng, 100)
+    stable, canary, window = same_window(a[0] + b[0], "A", "B", start=T0 + timedelta(seconds=10), end=T0 + timedelta(seconds=29))
+    assert len(stable) == len(canary) == 20 and window.left_out == {"A": 80, "B": 80}
+    # --last: the span before the newest sample of either version (the file's own clock).
+    stable, canary, window = same_window(a[0] + b[0], "A", "B", last=timedelta(seconds=9))
+    assert len(stable) == len(canary) == 10 and window.end == T0 + timedelta(seconds=99)
+
+
+def test_versions_never_served_together_or_missing_are_refused_with_what_was_found():
+    rng = np.random.default_rng(0)
+    a, b = two_versions(rng, 50, canary_offset_s=3600)
+    with pytest.raises(CanaryError, match="never served at the same time.*llmwatch drift"):
+        same_window(a[0] + b[0], "A", "B")
+    with pytest.raises(CanaryError, match=r"no samples of version 'C'.*A \(50\), B \(50\)"):
+        same_window(a[0] + b[0], "A", "C")
+    with pytest.raises(CanaryError, match="two different versions"):
+        same_window(a[0], "A", "A")
+    with pytest.raises(CanaryError, match="widen the window"):
+        same_window(a[0] + b[0], "A", "B", end=T0 + timedelta(seconds=100))
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1.5d", 129600)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "-5m", "0h", "2 weeks"])
+def test_bad_durations_are_refused_with_an_example(text):
+    with pytest.raises(ValueError, match="e.g. 30m"):
+        parse_duration(text)
+
+
+def test_online_pairs_follow_the_config_or_the_version_with_most_samples():
+    counts = {"gpt": {"v1": 900, "v2": 100}, "other": {"x": 50}}
+    assert pick_pairs(counts, None, None) == [("v1", "v2")]
+    assert pick_pairs(counts, "v2", "v1") == [("v2", "v1")]
+    assert pick_pairs(counts, "v1", "v3") == [], "a configured canary not in the window is not compared"
+    many = {"gpt": {f"v{i}": 100 - i for i in range(10)}}
+    assert pick_pairs(many, None, None, most=3) == [("v0", "v1"), ("v0", "v2"), ("v0", "v3")]
+
+
+# ---------------------------------------------------------------------------- the verdict
+
+
+def test_a_canary_slower_per_token_and_refusing_more_is_worse_and_named():
+    rng = np.random.default_rng(1)
+    slower = replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.5).with_kind("chat", refusal=0.25)
+    r = run(*two_versions(rng, 1500, slower))
+    assert r.verdict == "worse" and r.exit_code == 1, format_text(r)
+    named = {(s.family, s.name) for s in r.worse}
+    assert ("performance", "perf:latency_per_token_ms") in named and ("behaviour", "pass_rate:refusal") in named
+    assert r.family_verdicts()["performance"] == "worse" and r.family_verdicts()["behaviour"] == "worse"
+    text = format_text(r)
+    assert text.startswith("WORSE") and "perf:latency_per_token_ms" in text.splitlines()[0]
+
+
+def test_an_identical_canary_is_not_worse():
+    rng = np.random.default_rng(2)
+    r = run(*two_versions(rng, 1500))
+    assert r.verdict == "not_worse" and r.exit_code == 0, format_text(r)
+    assert r.worse == []
+
+
+def test_a_canary_that_refuses_less_differs_but_is_not_worse():
+    rng = np.random.default_rng(3)
+    r = run(*two_versions(rng, 1500, MODEL.with_kind("legal", refusal=0.0).with_kind("chat", refusal=0.0)))
+    assert [s.name for s in r.better] and r.worse == [], format_text(r)
+    assert r.verdict == "not_worse" and r.exit_code == 0
+
+
+def test_a_canary_on_another_traffic_mix_is_compared_within_categories():
+    # The canary's router sent it other questions: inputs shifted, behaviour and performance compared like with like.
+    rng = np.random.default_rng(4)
+    r = run(*two_versions(rng, 1500, canary_mix=SHIFTED_MIX))
+    assert r.family_verdicts() == {"inputs": "shifted", "behaviour": "not_worse", "performance": "not_worse"}, format_text(r)
+    assert r.exit_code == 0
+
+
+def test_too_few_canary_samples_are_undecided_not_a_verdict():
+    rng = np.random.default_rng(5)
+    r = run(*two_versions(rng, 1000, replace(MODEL, ms_per_token=40.0), n_canary=10), min_samples=30)
+    assert r.verdict == "insufficient" and r.exit_code == 2, format_text(r)
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def _write(path: Path, records) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json", by_alias=True)) + b"\n" for r in records))
+    return path
+
+
+def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_exit_codes_json_and_bad_input(tmp_path):
+    rng = np.random.default_rng(6)
+    a, b = two_versions(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), canary_offset_s=100)
+    _write(tmp_path / "samples.jsonl", a[0] + b[0])
+    _write(tmp_path / "scores.jsonl", a[1] + b[1])
+    common = ["canary", "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "B"]
+
+    worse = llmwatch(*common, "--format", "json", cwd=tmp_path)
+    assert worse.returncode == 1, worse.stderr + worse.stdout[-3000:]
+    out = orjson.loads(worse.stdout)
+    assert out["verdict"] == "worse" and out["exit_code"] == 1
+    assert out["families"]["performance"]["canary_verdict"] == "worse"
+    assert {"family": "performance", "signal": "perf:latency_per_token_ms"}.items() <= out["worse"][0].items()
+    assert out["window"]["left_out"] == {"A": 100, "B": 100} and out["window"]["n_stable"] == out["window"]["n_canary"] == 700
+    # Performance not named: the slower canary passes.
+    assert llmwatch(*common, "--fail-on", "behaviour", cwd=tmp_path).returncode == 0
+    text = llmwatch(*common, cwd=tmp_path)
+    assert text.returncode == 1 and text.stdout.startswith("WORSE") and "left out" in text.stdout
+
+    for extra, needle in (
+        (["--fail-on", "latency"], "--fail-on"),
+        (["--window-start", "yesterday"], "--window-start"),
+        (["--last", "2 weeks"], "--last"),
+        (["--last", "1h", "--window-end", "2026-12-01T00:10:00Z"], "--last"),
+    ):
+        bad = llmwatch(*common, *extra, cwd=tmp_path)
+        assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
+    missing = llmwatch("canary", "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "C", cwd=tmp_path)
+    assert missing.returncode == 2 and "'C'" in missing.stderr and "Traceback" not in missing.stderr
+    apart = _write(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
+    never = llmwatch("canary", "--samples", str(apart), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "B", cwd=tmp_path)
+    assert never.returncode == 2 and "never served at the same time" in never.stderr and "Traceback" not in never.stderr
