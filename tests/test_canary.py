@@ -10,7 +10,6 @@ behind the real proxy.
 from __future__ import annotations
 
 import asyncio
-import random
 import subprocess
 import sys
 from dataclasses import replace
@@ -193,3 +192,84 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
     apart = _write(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
     never = llmwatch("canary", "--samples", str(apart), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "B", cwd=tmp_path)
     assert never.returncode == 2 and "never served at the same time" in never.stderr and "Traceback" not in never.stderr
+
+
+# ---------------------------------------------------------------------------- a real canary
+
+
+PROMPTS = ["How do I roast a chicken?", "Explain Python list comprehensions.", "Plan a weekend in Lisbon.", "Why is the sky blue?", "How should I water tomatoes?"]
+
+
+def split(stable: SimProfile, canary: SimProfile, every: int = 2):
+    """The simulator serving two versions at once: every `every`-th request goes to the canary."""
+    counter = iter(range(1 << 62))
+    return lambda: canary if next(counter) % every == 0 else stable
+
+
+def at_pace(profile: SimProfile, latency_scale: float, name: str | None = None) -> SimProfile:
+    return SimProfile(**{**profile.__dict__, "latency_scale": latency_scale, **({"name": name} if name else {})})
+
+
+async def canary_traffic(base: str, n: int, seed0: int) -> None:
+    import openai
+
+    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], seed=seed0 + i)
+
+    await asyncio.gather(*[one(i) for i in range(n)])
+    await c.close()
+
+
+async def served_canary(tmp_path: Path, make_agent, phases: list[tuple[SimProfile, SimProfile]], n: int) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Each phase: `n` calls through the real proxy to a simulator serving (stable, canary) half and half; then `llmwatch canary`."""
+    sim = await start_simulator("127.0.0.1", 0, split(*phases[0]), seed=5)
+    try:
+        agent = await make_agent(sim.url, sampling={"rate": 1.0})
+        for k, (stable, canary) in enumerate(phases):
+            sim.set_profile(split(stable, canary))
+            await canary_traffic(proxy_url(agent), n, 1000 * k)
+        samples = await drained(agent, n * len(phases))
+    finally:
+        await sim.close()
+    config = tmp_path / "llmwatch.yaml"
+    config.write_text("scoring:\n  embeddings: false\n")
+    stable, canary = phases[0][0].name, phases[0][1].name
+    proc = await asyncio.to_thread(llmwatch, "canary", "--config", str(config), "--samples", str(agent.cfg.data_dir / "samples"), "--stable", stable, "--canary", canary,
+                                   "--alpha", "0.01", "--format", "json", cwd=tmp_path)
+    return proc, samples
+
+
+@pytest.mark.slow
+async def test_a_degraded_canary_served_beside_the_stable_version_is_found_worse(tmp_path, make_agent):
+    pace = 0.1
+    proc, _ = await served_canary(tmp_path, make_agent, [(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace))], 400)
+    assert proc.returncode == 1, proc.stderr + proc.stdout[-4000:]
+    out = orjson.loads(proc.stdout)
+    assert out["verdict"] == "worse" and out["stable_version"] == "A" and out["canary_version"] == "B"
+    assert {w["family"] for w in out["worse"]} & {"behaviour", "performance"}
+    assert out["families"]["behaviour"]["comparison"] == "matched prompts", "both versions answered the same prompts"
+
+
+@pytest.mark.slow
+async def test_an_identical_canary_under_load_that_hits_both_versions_is_not_worse(tmp_path, make_agent):
+    # Host load: halfway through, everything the simulator serves gets 3x slower, for both versions.
+    quiet, loaded = 0.1, 0.3
+    a, a2 = PROFILES["A"], replace(PROFILES["A"], name="A2")
+    phases = [(at_pace(a, quiet), at_pace(a2, quiet)), (at_pace(a, loaded), at_pace(a2, loaded))]
+    proc, samples = await served_canary(tmp_path, make_agent, phases, 200)
+    # The test can fail: the load moved the stable version's own time per token far beyond the
+    # 20 % margin, so a comparison with its quiet past would read as a performance regression.
+    per_token = {phase: [s["latency_ms"] / s["usage"]["output_tokens"] for s in samples if s["model_version"] == "A" and s["usage"].get("output_tokens")
+                         and (int(s["request"]["seed"]) >= 1000) == phase] for phase in (False, True)}
+    assert np.median(per_token[True]) > 1.5 * np.median(per_token[False]), {k: float(np.median(v)) for k, v in per_token.items()}
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-4000:]
+    out = orjson.loads(proc.stdout)
+    assert out["verdict"] == "not_worse" and out["worse"] == []
+    assert out["families"]["performance"]["canary_verdict"] == "not_worse"
+    # Only the first and last few calls fall outside the time both versions were served.
+    window = out["window"]
+    assert window["n_stable"] + window["n_canary"] + sum(window["left_out"].values()) == 400 and sum(window["left_out"].values()) <= 10, window
