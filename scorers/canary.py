@@ -28,12 +28,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from llmwatch.core.metrics import CanaryReading
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.drift import DriftReport, DriftSettings, Signal, compare
 from llmwatch.scorers.features import RouteStats, summarize
 
-__all__ = ["CanaryError", "CanaryReport", "Window", "compare_versions", "format_text", "parse_duration", "pick_pairs", "same_window"]
+__all__ = ["CanaryError", "CanaryReport", "Window", "canary_readings", "compare_versions", "format_text", "parse_duration", "pick_pairs", "readings_of", "same_window"]
 
 SCHEMA = "llmwatch.canary/v1"
 
@@ -286,3 +287,48 @@ def format_text(report: CanaryReport) -> str:
             f"{f'{s.n_baseline}/{s.n_current}':>16}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted') else ''}"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- online
+
+
+Item = tuple[Sample, Sequence[Score], "np.ndarray | None"]
+_VERDICT_VALUE = {"worse": 1.0, "shifted": 1.0, "not_worse": 0.0, "stable": 0.0}
+
+
+def canary_readings(windows: Mapping[str, Sequence[Item]], settings: DriftSettings, *, stable: str | None = None, canary: str | None = None, most: int = 4) -> list[CanaryReading]:
+    """Gauge readings for every (stable, canary) pair served in the recent windows (see `pick_pairs`).
+
+    Each pair is compared exactly as `llmwatch canary` would, on the part of both windows that
+    overlaps in time. A pair that was never served at the same time yields nothing.
+    """
+    counts: dict[str, Counter[str]] = {}
+    for version, items in windows.items():
+        for sample, _, _ in items:
+            counts.setdefault(sample.model or "unknown", Counter())[version] += 1
+    out: list[CanaryReading] = []
+    for s_version, c_version in pick_pairs(counts, stable, canary, most=most):
+        items = [*windows.get(s_version, ()), *windows.get(c_version, ())]
+        try:
+            s_samples, c_samples, window = same_window([i[0] for i in items], s_version, c_version)
+        except CanaryError:
+            continue
+        scores = [sc for i in items for sc in i[1]]
+        vectors = {i[0].id: i[2] for i in items if i[2] is not None}
+        report, _, _ = compare_versions((s_samples, scores, vectors), (c_samples, scores, vectors), stable_version=s_version, canary_version=c_version, window=window, settings=settings)
+        out += readings_of(report)
+    return out
+
+
+def readings_of(report: CanaryReport) -> list[CanaryReading]:
+    s, c = report.stable_version, report.canary_version
+    out = [CanaryReading("samples", s, c, "stable", float(report.window.n_stable)), CanaryReading("samples", s, c, "canary", float(report.window.n_canary))]
+    out += [CanaryReading("verdict", s, c, family, _VERDICT_VALUE.get(verdict, -1.0)) for family, verdict in report.family_verdicts().items()]
+    for sig in report.drift.signals:
+        if sig.name == "perf:latency_per_token_ms" and "p50" in sig.detail:
+            for q, (b, cur) in (("0.5", sig.detail["p50"]), ("0.95", sig.detail["p95"])):
+                if b:
+                    out.append(CanaryReading("latency_per_token_ratio", s, c, q, cur / b))
+        elif sig.name.startswith("pass_rate:") and not math.isnan(sig.effect_size):
+            out.append(CanaryReading("pass_rate_difference", s, c, sig.name.removeprefix("pass_rate:"), float(sig.effect_size)))
+    return out

@@ -22,9 +22,12 @@ import pytest
 
 from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
 from llmwatch.core.records import Sample
+from llmwatch.core.config import ConfigError, DriftSection, load_config
+from llmwatch.core.metrics import CanaryReading, Metrics
+from llmwatch.scorers.aggregate import WindowAggregator
 from llmwatch.scorers.canary import CanaryError, compare_versions, format_text, parse_duration, pick_pairs, same_window
 from llmwatch.scorers.drift import DriftSettings
-from conftest import drained, proxy_url
+from conftest import drained, metric, proxy_url, scrape, wait_until
 from test_drift_families import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,3 +276,84 @@ async def test_an_identical_canary_under_load_that_hits_both_versions_is_not_wor
     # Only the first and last few calls fall outside the time both versions were served.
     window = out["window"]
     assert window["n_stable"] + window["n_canary"] + sum(window["left_out"].values()) == 400 and sum(window["left_out"].values()) <= 10, window
+
+
+# ---------------------------------------------------------------------------- online
+
+
+def aggregator(**canary) -> WindowAggregator:
+    return WindowAggregator(None, DriftSection(min_samples=30, window=2000, interval_s=1.0, canary=canary), None)
+
+
+def fed(stage: WindowAggregator, a, b) -> WindowAggregator:
+    for side in (a, b):
+        stage.add(side[0], side[1], side[2])
+    return stage
+
+
+def test_the_aggregate_stage_reads_a_configured_canary_without_any_baseline():
+    rng = np.random.default_rng(7)
+    stage = fed(aggregator(stable="A", canary="B"), *two_versions(rng, 1200, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.5)))
+    assert stage.baseline is None and stage.due(now=1e12)
+    got = {(r.kind, r.key): r for r in stage.readings(now=1e12).canary}
+    assert got[("verdict", "performance")].value == 1.0 and got[("verdict", "behaviour")].value == 0.0
+    assert {(r.stable_version, r.canary_version) for r in got.values()} == {("A", "B")}
+    assert 1.3 < got[("latency_per_token_ratio", "0.5")].value < 1.7
+    assert abs(got[("pass_rate_difference", "refusal")].value) < 0.05
+    assert got[("samples", "stable")].value == got[("samples", "canary")].value == 1200
+
+
+def test_automatic_pairs_take_the_busiest_version_as_stable_and_an_identical_canary_is_not_worse():
+    rng = np.random.default_rng(8)
+    stage = fed(aggregator(enabled=True), *two_versions(rng, 1500, n_canary=300))
+    got = {(r.kind, r.key): r for r in stage.readings(now=1e12).canary}
+    assert {(r.stable_version, r.canary_version) for r in got.values()} == {("A", "B")}
+    assert got[("verdict", "performance")].value == 0.0 and got[("verdict", "behaviour")].value == 0.0
+
+
+def test_the_canary_is_off_unless_configured_and_a_half_configured_pair_is_refused():
+    rng = np.random.default_rng(9)
+    stage = fed(aggregator(), *two_versions(rng, 100))
+    assert not stage.due(now=1e12) and stage.readings(now=1e12).canary is None
+    with pytest.raises(ConfigError, match="drift.canary"):
+        load_config(None, overrides={"drift": {"canary": {"stable": "A"}}}, environ={})
+    assert load_config(None, overrides={"drift": {"canary": {"stable": "A", "canary": "B"}}}, environ={}).drift.canary.enabled
+
+
+def test_canary_gauges_are_replaced_as_a_whole_so_a_finished_canary_stops_alerting():
+    m = Metrics()
+    m.set_canary([CanaryReading("verdict", "A", "B", "performance", 1.0), CanaryReading("latency_per_token_ratio", "A", "B", "0.5", 1.4)])
+    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}) == 1.0
+    m.set_canary([CanaryReading("verdict", "A", "C", "performance", 0.0)])
+    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}) is None
+    assert m.registry.get_sample_value("llmwatch_canary_latency_per_token_ratio", {"quantile": "0.5", "stable_version": "A", "canary_version": "B"}) is None
+    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "C"}) == 0.0
+
+
+@pytest.mark.slow
+async def test_the_sidecar_exports_a_degraded_canary_as_worse_while_both_versions_are_served(make_agent):
+    """Real simulator serving A and B at once, the real proxy, the scorer process, a real scrape."""
+    pace = 0.1
+    sim = await start_simulator("127.0.0.1", 0, split(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace)), seed=5)
+    try:
+        agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False},
+                                 drift={"interval_s": 1.0, "min_samples": 40, "window": 400, "alpha": 0.01, "canary": {"stable": "A", "canary": "B"}})
+        await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
+        await canary_traffic(proxy_url(agent), 400, 0)
+        await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
+        labels = {"stable_version": "A", "canary_version": "B"}
+        samples: dict = {}
+        deadline = asyncio.get_running_loop().time() + 60
+        # The verdict over (nearly) every sample served; the first intervals saw fewer.
+        while asyncio.get_running_loop().time() < deadline:
+            samples = await scrape(agent)
+            if metric(samples, "llmwatch_canary_window_samples", role="canary", **labels) >= 190:
+                break
+            await asyncio.sleep(0.2)
+        assert metric(samples, "llmwatch_canary_window_samples", role="canary", **labels) >= 190, "a verdict over B's samples in the window"
+        worse = {f: metric(samples, "llmwatch_canary_verdict", family=f, **labels) for f in ("behaviour", "performance")}
+        assert 1.0 in worse.values(), {k: v for k, v in samples.items() if k[0].startswith("llmwatch_canary")}
+        assert metric(samples, "llmwatch_canary_latency_per_token_ratio", quantile="0.5", **labels) > 1.2, "B is slower per token in the same window"
+        assert metric(samples, "llmwatch_canary_pass_rate_difference", check="refusal", **labels) < 0, "B refuses more"
+    finally:
+        await sim.close()
