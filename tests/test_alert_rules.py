@@ -20,6 +20,7 @@ REQUIRED_ALERTS = {
     "LLMWatchDriftDetected",
     "LLMWatchPerformanceRegression",
     "LLMWatchTrafficChanged",
+    "LLMWatchCanaryWorse",
     "LLMWatchQualityPassRateDrop",
     "LLMWatchLatencyRegression",
     "LLMWatchTTFTRegression",
