@@ -278,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmwatch.agent.cli_shadow import add_parser as register_shadow
 
     register_shadow(sub, common)
+    from llmwatch.agent.cli_canary import add_parser as register_canary
+
+    register_canary(sub, common)
     return parser
 
 

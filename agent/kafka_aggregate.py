@@ -102,6 +102,8 @@ class Aggregator:
         readings = self.stage.readings(now)
         self.metrics.set_evaluation(readings.evaluation or [])
         self.metrics.set_drift(readings.drift or [])
+        if readings.canary is not None:
+            self.metrics.set_canary(readings.canary)
         return len(readings.drift or [])
 
 

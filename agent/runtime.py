@@ -87,6 +87,7 @@ class Agent:
                 on_drift=self._on_drift,
                 matrix_payload=cfg.matrix.model_dump(mode="json"),
                 on_evaluation=self.metrics.set_evaluation,
+                on_canary=self.metrics.set_canary,
                 log_level=cfg.logging.level,
                 on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
                 on_unscored=lambda reason, n: self.metrics.samples_unscored.labels(reason=reason).inc(n),

@@ -43,7 +43,7 @@ import structlog
 
 from llmwatch.core.config import parse_cpu_list
 from llmwatch.core.logs import RateLimitedLog
-from llmwatch.core.metrics import DriftReading, EvaluationReading
+from llmwatch.core.metrics import CanaryReading, DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 
@@ -52,6 +52,7 @@ log = structlog.get_logger(__name__)
 ScoreHandler = Callable[[list[Score], list[float]], None]
 DriftHandler = Callable[[list[DriftReading]], None]
 EvaluationHandler = Callable[[list[EvaluationReading]], None]
+CanaryHandler = Callable[[list[CanaryReading]], None]
 
 
 # --- messages, parent -> child (None: stop) -----------------------------------------------------
@@ -97,6 +98,11 @@ class Scored:
 @dataclass(frozen=True)
 class DriftUpdate:
     readings: list[DriftReading]
+
+
+@dataclass(frozen=True)
+class CanaryUpdate:
+    readings: list[CanaryReading]
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,8 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
                 outbox.put(EvaluationUpdate(readings.evaluation))
             if readings.drift is not None:
                 outbox.put(DriftUpdate(readings.drift))
+            if readings.canary is not None:
+                outbox.put(CanaryUpdate(readings.canary))
 
 
 # What the child's loop sees when its inbox stayed empty for a second: no message, only the clock.
@@ -249,6 +257,7 @@ class ScorerProcess:
         on_drift: DriftHandler | None = None,
         matrix_payload: dict[str, Any] | None = None,
         on_evaluation: EvaluationHandler | None = None,
+        on_canary: CanaryHandler | None = None,
         log_level: str = "warning",
         on_drop: Callable[[str, int], None] | None = None,
         on_unscored: Callable[[str, int], None] | None = None,
@@ -259,6 +268,7 @@ class ScorerProcess:
         self._on_drift = on_drift or (lambda readings: None)
         self._matrix_payload = matrix_payload or {}
         self._on_evaluation = on_evaluation or (lambda readings: None)
+        self._on_canary = on_canary or (lambda readings: None)
         self._on_scores = on_scores
         self._on_drop = on_drop or (lambda reason, n: None)
         self._on_unscored = on_unscored or (lambda reason, n: None)
@@ -513,6 +523,8 @@ class ScorerProcess:
                 self._handle("drift", self._on_drift, readings)
             case EvaluationUpdate(readings):
                 self._handle("evaluation", self._on_evaluation, readings)
+            case CanaryUpdate(readings):
+                self._handle("canary", self._on_canary, readings)
             case Frozen(path, error):
                 self._frozen[path] = error
                 self._frozen_event.set()

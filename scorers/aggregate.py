@@ -5,7 +5,9 @@ fed batch by batch as it scores them, and `llmwatch aggregate` (agent/kafka_aggr
 from the samples and scores topics. Both turn the readings into the same gauges with
 `Metrics.set_drift` and `Metrics.set_evaluation`.
 
-Drift is compared on `drift.interval_s` once there is a baseline; the evaluation matrix,
+Drift is compared on `drift.interval_s` once there is a baseline; with `drift.canary` enabled,
+versions of one model served side by side are compared with each other on the same interval
+(scorers/canary.py; no baseline needed); the evaluation matrix,
 stability and decision score are computed on the same interval whenever a matrix config is
 given, with or without a baseline. A failing comparison is logged and yields no readings: the
 windows keep filling and the next interval tries again.
@@ -20,7 +22,7 @@ from typing import Any, Sequence
 import structlog
 
 from llmwatch.core.config import DriftSection, MatrixSection
-from llmwatch.core.metrics import DriftReading, EvaluationReading
+from llmwatch.core.metrics import CanaryReading, DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.scorers.baseline import Baseline
 from llmwatch.scorers.drift import settings_from_config
@@ -36,6 +38,7 @@ class Readings:
 
     drift: list[DriftReading] | None = None
     evaluation: list[EvaluationReading] | None = None
+    canary: list[CanaryReading] | None = None
 
 
 class WindowAggregator:
@@ -47,6 +50,7 @@ class WindowAggregator:
         restart_on = [f for f in watch.fields if f != "model_version"] if watch.enabled else []  # model_version keys the windows already
         self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on, remember_s=watch.remember_s)
         self._next_evaluation = time.monotonic() + drift.interval_s
+        self._next_canary = time.monotonic() + drift.interval_s
 
     @property
     def baseline(self) -> Baseline | None:
@@ -63,7 +67,7 @@ class WindowAggregator:
 
     def due(self, now: float | None = None) -> bool:
         now = now if now is not None else time.monotonic()
-        return self.windows.due(now) or (self.matrix is not None and now >= self._next_evaluation)
+        return self.windows.due(now) or (self.matrix is not None and now >= self._next_evaluation) or (self.drift.canary.enabled and now >= self._next_canary)
 
     def readings(self, now: float | None = None) -> Readings:
         """What is due at `now`: the evaluation readings, then the drift readings (either may be empty)."""
@@ -78,7 +82,21 @@ class WindowAggregator:
                 drift = self.windows.evaluate(now)
             except Exception as exc:
                 log.exception("drift_evaluation_failed", error=str(exc))
-        return Readings(drift, evaluation)
+        canary = None
+        if self.drift.canary.enabled and now >= self._next_canary:
+            self._next_canary = now + self.drift.interval_s
+            canary = self._canary()
+        return Readings(drift, evaluation, canary)
+
+    def _canary(self) -> list[CanaryReading] | None:
+        """Versions served side by side, each canary against the stable version in their common window."""
+        from llmwatch.scorers.canary import canary_readings
+
+        try:
+            return canary_readings(self.windows.by_version(), self.windows.settings, stable=self.drift.canary.stable, canary=self.drift.canary.canary)
+        except Exception as exc:
+            log.exception("canary_evaluation_failed", error=str(exc))
+            return None
 
     def _evaluate(self) -> list[EvaluationReading] | None:
         """The evaluation matrix, stability and decision score over the recent windows."""

@@ -108,6 +108,10 @@ class DriftWindows:
         scores = [s for win in self._windows.values() for item in win for s in item[1]]
         return samples, scores
 
+    def by_version(self) -> dict[str, list[tuple[Sample, list[Score], np.ndarray | None]]]:
+        """A copy of each version's window: (sample, its scores, its answer vector), oldest first (for the canary)."""
+        return {version: list(win) for version, win in self._windows.items()}
+
     def set_baseline(self, baseline: Baseline) -> None:
         self.baseline = baseline
         self._windows.clear()

@@ -21,6 +21,7 @@ REQUIRED_ALERTS = {
     "LLMWatchPerformanceRegression",
     "LLMWatchTrafficChanged",
     "LLMWatchServedVersionChanged",
+    "LLMWatchCanaryWorse",
     "LLMWatchQualityPassRateDrop",
     "LLMWatchLatencyRegression",
     "LLMWatchTTFTRegression",

@@ -381,6 +381,30 @@ class VersionChangeSection(_Section):
         return value
 
 
+class CanarySection(_Section):
+    """Two versions of one model served at once, compared with each other in the same window (issue 14).
+
+    Off by default: each comparison costs the scorer a drift comparison per interval. `stable` and
+    `canary` name the pair; leave both unset for automatic pairs (per model, the version with
+    the most samples in the windows is stable, each other version a canary).
+    """
+
+    enabled: bool = False
+    stable: str | None = Field(None, min_length=1)
+    canary: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _pair(self) -> "CanarySection":
+        if (self.stable is None) != (self.canary is None):
+            raise ValueError("set both drift.canary.stable and drift.canary.canary, or neither (automatic: the version with most samples is stable)")
+        if self.stable is not None and self.stable == self.canary:
+            raise ValueError(f"drift.canary.stable and drift.canary.canary are both {self.stable!r}; name two different versions")
+        if self.stable is not None and not self.enabled:
+            # Naming the pair is asking for the comparison.
+            object.__setattr__(self, "enabled", True)
+        return self
+
+
 class DriftSection(_Section):
     # A file written by `llmwatch baseline freeze`; unset: no online drift detection.
     baseline: Path | None = None
@@ -406,6 +430,8 @@ class DriftSection(_Section):
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)
+    # Canary: versions served side by side compared with each other (no baseline needed).
+    canary: CanarySection = Field(default_factory=CanarySection)
 
 
 class OtelSection(_Section):

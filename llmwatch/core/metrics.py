@@ -127,6 +127,22 @@ class DriftReading:
 
 
 @dataclass(frozen=True)
+class CanaryReading:
+    """One figure of a canary compared with the stable version in the same window.
+
+    kind: `verdict` (key = family; value 1 worse, 0 not worse, -1 undecided),
+    `latency_per_token_ratio` (key = quantile 0.5 or 0.95; canary / stable), `pass_rate_difference`
+    (key = check; canary minus stable, stratified) or `samples` (key = stable or canary).
+    """
+
+    kind: str
+    stable_version: str
+    canary_version: str
+    key: str
+    value: float
+
+
+@dataclass(frozen=True)
 class EvaluationReading:
     """One value of the evaluation report: kind is category_quality, stability or decision."""
 
@@ -280,6 +296,13 @@ class Metrics:
             ["action", "outcome"],
             registry=r,
         )
+        # Canary (scorers/canary.py): two versions served at once, compared in the same window.
+        pair = ["stable_version", "canary_version"]
+        self.canary_verdict = Gauge("llmwatch_canary_verdict", "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).", ["family", *pair], registry=r)
+        self.canary_latency_ratio = Gauge("llmwatch_canary_latency_per_token_ratio", "Canary / stable time per output token at a quantile (0.5, 0.95), same window, stratified.", ["quantile", *pair], registry=r)
+        self.canary_pass_rate_diff = Gauge("llmwatch_canary_pass_rate_difference", "Canary minus stable pass rate of a check (0..1 scale), stratified, same window.", ["check", *pair], registry=r)
+        self.canary_samples = Gauge("llmwatch_canary_window_samples", "Samples of each side (role: stable, canary) in the common window of a canary comparison.", ["role", *pair], registry=r)
+        self._canary_series: set[tuple[str, tuple[str, str, str]]] = set()
         self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",
@@ -354,6 +377,22 @@ class Metrics:
             self.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
             self.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
             self.drift_window.labels(v).set(r.n_current)
+
+    def set_canary(self, readings: Iterable[CanaryReading]) -> None:
+        """The canary gauges, replaced as a whole: a pair no longer served stops being exported (and its alert resolves)."""
+        gauges = {"verdict": self.canary_verdict, "latency_per_token_ratio": self.canary_latency_ratio, "pass_rate_difference": self.canary_pass_rate_diff, "samples": self.canary_samples}
+        now: set[tuple[str, tuple[str, str, str]]] = set()
+        for r in readings:
+            gauge = gauges.get(r.kind)
+            if gauge is not None:
+                labels = (r.key, self.version_label(r.stable_version), self.version_label(r.canary_version))
+                gauge.labels(*labels).set(r.value)
+                now.add((r.kind, labels))
+        # Set first, then remove what is gone: a scrape in between never misses a series that
+        # stays (a gap would reset the `for:` of a pending alert).
+        for kind, labels in self._canary_series - now:
+            gauges[kind].remove(*labels)
+        self._canary_series = now
 
     def set_evaluation(self, readings: Iterable[EvaluationReading]) -> None:
         """Evaluation readings become the category quality, stability and decision score gauges."""
