@@ -41,15 +41,12 @@ import socket
 import ssl
 import time
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 from urllib.parse import unquote
 
 import httptools
 import structlog
 from llmwatch.collectors.proxy_capture import Exchange
-
-if TYPE_CHECKING:
-    from llmwatch.collectors.proxy import Proxy
 
 log = structlog.get_logger(__name__)
 
@@ -409,6 +406,8 @@ class _Upstream(asyncio.Protocol):
                 self.paused = False
                 self.transport.resume_reading()
             self.pool.release(self, self.keep_alive and self.reusable and call.body_done)
+        # An upstream that answered before it had read the whole body may have paused the client.
+        call.client.resume("upstream")
         call.client.response_done(call)
 
     # --- failures --------------------------------------------------------------------------------------
@@ -455,6 +454,8 @@ class _Upstream(asyncio.Protocol):
         else:
             data = call.head
         self.transport.write(data)  # type: ignore[union-attr]
+        if call.client.writing_paused:
+            self.pause_client_reads()  # the client is not reading yet what the last call sent
 
     def send(self, data: bytes) -> None:
         transport = self.transport
@@ -499,7 +500,7 @@ class _Upstream(asyncio.Protocol):
 class _Pool:
     """Keep-alive connections to the one upstream, at most `proxy.max_connections` of them."""
 
-    def __init__(self, proxy: "Proxy", loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, proxy: Any, loop: asyncio.AbstractEventLoop) -> None:
         p = proxy.cfg.proxy
         url = proxy.upstream
         self.loop = loop
@@ -906,9 +907,12 @@ class _Client(asyncio.Protocol):
 
 
 class RelayServer:
-    """The listening side: accepts clients, owns the upstream pool, stops in bounded time."""
+    """The listening side: accepts clients, owns the upstream pool, stops in bounded time.
 
-    def __init__(self, proxy: "Proxy") -> None:
+    `proxy` is the `Proxy` of collectors/proxy.py (typed Any: that module imports this one).
+    """
+
+    def __init__(self, proxy: Any) -> None:
         p = proxy.cfg.proxy
         self.proxy = proxy
         self.loop = asyncio.get_running_loop()
@@ -926,7 +930,7 @@ class RelayServer:
         self._sweeper: asyncio.TimerHandle | None = None
         url = proxy.upstream
         self.prefix = url.raw_path.rstrip("/").encode("latin-1")
-        self.host_header = b"Host: " + url.host_port_subcomponent.encode("latin-1") + b"\r\n"  # type: ignore[union-attr]
+        self.host_header = b"Host: " + url.host_port_subcomponent.encode("latin-1") + b"\r\n"
         self.auth = (b"Authorization: " + proxy.upstream_authorization.encode("latin-1") + b"\r\n") if proxy.upstream_authorization else None
         self.preserve_host = p.preserve_host
         self.routes = proxy.capture_routes
@@ -969,7 +973,6 @@ class RelayServer:
         has_auth = False
         chunked = False
         length = None
-        wanted = None
         for name, value in headers:
             lower = name.lower()
             if lower in _HOP_BY_HOP:
