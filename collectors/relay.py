@@ -118,9 +118,11 @@ class _Call:
         if self.chunked:
             data = b"%x\r\n%b\r\n" % (len(data), data)
         up = self.up
-        if up is not None:
+        if up is not None and not self.client.feeding:
             up.send(data)
         else:
+            if up is not None:
+                self.client.flush = self  # sent when the parse of this read returns
             self.pending.append(data)
             self.pending_size += len(data)
             if self.pending_size > _PENDING_LIMIT:
@@ -134,9 +136,11 @@ class _Call:
             self.req_buf = None
         if self.local is None and self.chunked:
             # Trailers are not forwarded; the body's content is.
-            if self.up is not None:
+            if self.up is not None and not self.client.feeding:
                 self.up.send(b"0\r\n\r\n")
             else:
+                if self.up is not None:
+                    self.client.flush = self
                 self.pending.append(b"0\r\n\r\n")
         if self.local is not None and self.started and not self.finished:
             self.client.answer_local(self)
@@ -445,16 +449,23 @@ class _Upstream(asyncio.Protocol):
         loop = self.pool.loop
         self.last_read = loop.time()
         self.timer = loop.call_at(self.last_read + self.pool.read_timeout, self._check_read)
-        if call.pending:
-            data = call.head + b"".join(call.pending)
-            call.pending = []
-            if call.pending_size > _PENDING_LIMIT:
-                call.client.resume("pending")
-            call.pending_size = 0
+        client = call.client
+        if client.feeding:
+            # Attached while the client's bytes are being parsed: the head, and the body bytes
+            # that follow in the same read, leave in one write when the parse returns.
+            call.pending.insert(0, call.head)
+            client.flush = call
         else:
-            data = call.head
-        self.transport.write(data)  # type: ignore[union-attr]
-        if call.client.writing_paused:
+            if call.pending:
+                data = call.head + b"".join(call.pending)
+                call.pending = []
+                if call.pending_size > _PENDING_LIMIT:
+                    client.resume("pending")
+                call.pending_size = 0
+            else:
+                data = call.head
+            self.transport.write(data)  # type: ignore[union-attr]
+        if client.writing_paused:
             self.pause_client_reads()  # the client is not reading yet what the last call sent
 
     def send(self, data: bytes) -> None:
@@ -668,6 +679,8 @@ class _Client(asyncio.Protocol):
         self.writing_paused = False
         self.idle_since = 0.0
         self.closing = False
+        self.feeding = False  # inside parser.feed_data: upstream writes wait for its end
+        self.flush: _Call | None = None
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -706,20 +719,43 @@ class _Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.in_head:
             self.head_bytes += len(data)
+        self.feeding = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(400, "llmwatch proxy: protocol upgrades (Upgrade / CONNECT) are not relayed")
             return
-        except (httptools.HttpParserError, _LimitExceeded):
+        except (httptools.HttpParserError, _LimitExceeded) as exc:
+            cause = exc.__context__
+            if isinstance(exc, httptools.HttpParserCallbackError) and not isinstance(cause, _LimitExceeded):
+                # A fault of the relay's own, not of the request: say so, and still answer.
+                self.proxy.metrics.internal_errors.labels(stage="relay").inc()
+                log.error("relay_internal_error", error=type(cause).__name__)
             self._reject(400, "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers")
             return
+        finally:
+            self.feeding = False
+        call = self.flush
+        if call is not None:
+            self.flush = None
+            self._flush(call)
         if self.in_head:
             if self.head_bytes > self.server.max_head:
                 self._reject(400, "llmwatch proxy: the request head exceeds proxy.max_header_bytes / proxy.max_headers")
                 return
             if self.deadline is None:
                 self._arm()  # idle, and bytes of a new request head came in
+
+    def _flush(self, call: _Call) -> None:
+        up = call.up
+        if up is None or call.finished:
+            return
+        data = b"".join(call.pending)
+        call.pending = []
+        if call.pending_size > _PENDING_LIMIT:
+            self.resume("pending")
+        call.pending_size = 0
+        up.send(data)
 
     # --- request parsing ------------------------------------------------------------------------------
 
