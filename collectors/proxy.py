@@ -210,6 +210,8 @@ class Proxy:
         self.wanted_headers = self._wanted_headers
         self.capture_routes = self._routes
         self.upstream_authorization = self._upstream_auth
+        # The request headers `relay_exchange` reads (lower case).
+        self.exchange_headers = frozenset({self._rid_header, "content-encoding", *(h for h, _ in self._metadata_headers)})
         self.relay: Any = None
         self._warned_unpriced: set[str] = set()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

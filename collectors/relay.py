@@ -970,6 +970,7 @@ class RelayServer:
         self.auth = (b"Authorization: " + proxy.upstream_authorization.encode("latin-1") + b"\r\n") if proxy.upstream_authorization else None
         self.preserve_host = p.preserve_host
         self.routes = proxy.capture_routes
+        self.read_headers = frozenset(h.encode("latin-1") for h in proxy.exchange_headers)
 
     async def start(self, sock: socket.socket) -> int:
         sock.setblocking(False)
@@ -1003,6 +1004,14 @@ class RelayServer:
                 call.local = (400, proxy.relay_error_body("llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"))
             call.body_done = False
             return call
+        raw_path = target.split(b"?", 1)[0]
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(raw_path.decode("utf-8", "replace"))
+        call.path = path
+        # Of a captured call's headers, only the few the Exchange reads are decoded.
+        lookup: dict[str, str] | None = {} if path in self.routes else None
+        read = self.read_headers
         out = [method, b" ", self.prefix, target, b" HTTP/1.1\r\n"]
         if not self.preserve_host:
             out.append(self.host_header)
@@ -1011,6 +1020,10 @@ class RelayServer:
         length = None
         for name, value in headers:
             lower = name.lower()
+            if lookup is not None and lower in read:
+                key = lower.decode("latin-1")
+                if key not in lookup:
+                    lookup[key] = value.decode("latin-1")
             if lower in _HOP_BY_HOP:
                 if lower == b"transfer-encoding":
                     chunked = True  # llhttp accepts it only with chunked last
@@ -1036,17 +1049,7 @@ class RelayServer:
         out.append(b"\r\n")
         call.head = b"".join(out)
         call.chunked = chunked
-        raw_path = target.split(b"?", 1)[0]
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(raw_path.decode("utf-8", "replace"))
-        call.path = path
-        if path in self.routes:
-            lookup: dict[str, str] = {}
-            for name, value in headers:
-                key = name.decode("latin-1").lower()
-                if key not in lookup:
-                    lookup[key] = value.decode("latin-1")
+        if lookup is not None:
             ex = call.ex = proxy.relay_exchange(method.decode("latin-1"), path, lookup, t0, started_at)
             has_body = chunked or (length is not None and length.strip() not in (b"0", b""))
             if not has_body:

@@ -216,3 +216,31 @@ async def test_the_aiohttp_core_is_still_there_behind_the_switch(sim, make_agent
     direct = await raw_call(int(sim.url.rsplit(":", 1)[1]), post("/v1/chat/completions", body))
     proxied = await raw_call(agent.proxy_port, post("/v1/chat/completions", body))
     assert proxied[0] == direct[0] == 200 and proxied[2] == direct[2]
+
+
+async def test_answers_without_a_body_head_204_304_end_at_their_head_and_the_connection_goes_on(make_agent):
+    async def bodiless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        path = head.split(b" ")[1]
+        if path == b"/head":
+            # The length of the body a GET would get; a HEAD answer has none.
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(OK_JSON))
+        elif path == b"/204":
+            writer.write(b"HTTP/1.1 204 No Content\r\nX-Kind: none\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bodiless) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(b"HEAD /head HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: %d" % len(OK_JSON) in head
+            for path, status in (("/204", 204), ("/304", 304)):
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 %d" % status)
+        finally:
+            writer.close()
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"HEAD /head HTTP/1.1", b"GET /204 HTTP/1.1", b"GET /304 HTTP/1.1"]
