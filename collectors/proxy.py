@@ -12,6 +12,10 @@ the upstream sent nor the upstream's credentials.
 Documented exceptions to "bytes untouched" (docs/notes/proxyfaults.md): `Expect: 100-continue`
 is answered by the proxy itself and not forwarded; 1xx informational responses (103 Early Hints)
 are not relayed, because aiohttp's client consumes them.
+
+Two cores serve this class (`proxy.engine`): `relay` (the default, collectors/relay.py: raw
+asyncio protocols that forward bytes and call `_finish` for captured calls) and `aiohttp`
+(`handle` below, the previous core). Both keep the behaviours above; docs/notes/relay.md says why.
 """
 
 from __future__ import annotations
