@@ -6,7 +6,7 @@ import asyncio
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import structlog
 from aiohttp import web
@@ -14,7 +14,7 @@ from aiohttp import web
 from llmwatch.core.config import Config, ConfigError
 from llmwatch.core.extras import check_config
 from llmwatch.core.urls import mask_url
-from llmwatch.collectors.health import metrics_app, serve_app
+from llmwatch.collectors.health import bind_socket, metrics_app, serve_app
 from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.collectors.files import FileSink
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
@@ -147,7 +147,7 @@ class Agent:
                 if not token:
                     raise ConfigError(f"otel.ingest_token_env: environment variable {cfg.otel.ingest_token_env} is not set or empty; set it to the bearer token senders use")
             self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes, max_spans=cfg.otel.ingest_max_spans, token=token)
-        self._runners: list[web.AppRunner] = []
+        self._runners: list[Any] = []  # aiohttp runners, and the relay server (both have cleanup())
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
         if cfg.drift.webhook.url:
@@ -231,8 +231,13 @@ class Agent:
             self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
         if self.proxy is not None:
             await self.proxy.start()
-            proxy_app = self.proxy.app()
-            self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
+            if self.cfg.proxy.engine == "relay":
+                relay = self.proxy.relay_server()
+                self.proxy_port = await relay.start(bind_socket(self.cfg.listen, "--listen, config listen"))
+                self._runners.append(relay)  # stopped like a runner: cleanup() is its bounded shutdown
+            else:
+                proxy_app = self.proxy.app()
+                self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
         if self.upstream_probe is not None:
             self.upstream_probe.start()
         log.info(

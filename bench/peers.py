@@ -175,7 +175,8 @@ def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolat
     cmd = [*base, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(data_dir)]
     # Isolated: the scorer child must be allowed core 0 to be pinned there; the proxy's own
     # threads are moved to core 1 once it is up (`taskset -a -p`).
-    proc = subprocess.Popen(pinned(cmd, "0,1" if isolated else "1"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(work / f"{name.replace('/', '_')}.log", "wb"))
+    # Run from the tree it runs: from ROOT, `import llmwatch` would find this checkout first (cwd is on sys.path).
+    proc = subprocess.Popen(pinned(cmd, "0,1" if isolated else "1"), env=env, cwd=src or ROOT, stdout=subprocess.DEVNULL, stderr=open(work / f"{name.replace('/', '_')}.log", "wb"))
     return Peer(name, f"http://127.0.0.1:{port}", proc)
 
 

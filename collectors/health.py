@@ -60,16 +60,9 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
-    """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound).
-
-    `setting` names where the address came from ("--listen, config listen"): a bind failure
-    says it, since the bare "[Errno 98] Address already in use" names neither it nor the address.
-    """
+def bind_socket(address: str, setting: str) -> socket.socket:
+    """A TCP socket bound to `address` (port 0 picks a free one); `ListenError` naming `setting` if it cannot be."""
     host, port = split_host_port(address)
-    # Scrapes and probes are quick: at shutdown they get a second, not aiohttp's default minute.
-    runner = runner or web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
-    await runner.setup()
     # Bind ourselves so that port 0 works and the chosen port is known.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -77,9 +70,25 @@ async def serve_app(app: web.Application, address: str, runner: web.AppRunner | 
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        await runner.cleanup()
         raise ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
                           f"stop what holds it or choose another address (port 0 picks a free one)") from None
+    return sock
+
+
+async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
+    """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound).
+
+    `setting` names where the address came from ("--listen, config listen"): a bind failure
+    says it, since the bare "[Errno 98] Address already in use" names neither it nor the address.
+    """
+    # Scrapes and probes are quick: at shutdown they get a second, not aiohttp's default minute.
+    runner = runner or web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        sock = bind_socket(address, setting)
+    except ListenError:
+        await runner.cleanup()
+        raise
     site = web.SockSite(runner, sock, backlog=2048)
     await site.start()
     return runner, sock.getsockname()[1]

@@ -12,6 +12,10 @@ the upstream sent nor the upstream's credentials.
 Documented exceptions to "bytes untouched" (docs/notes/proxyfaults.md): `Expect: 100-continue`
 is answered by the proxy itself and not forwarded; 1xx informational responses (103 Early Hints)
 are not relayed, because aiohttp's client consumes them.
+
+Two cores serve this class (`proxy.engine`): `relay` (the default, collectors/relay.py: raw
+asyncio protocols that forward bytes and call `_finish` for captured calls) and `aiohttp`
+(`handle` below, the previous core). Both keep the behaviours above; docs/notes/relay.md says why.
 """
 
 from __future__ import annotations
@@ -206,6 +210,13 @@ class Proxy:
         self._rid_header = cfg.sampling.request_id_header.lower()
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
+        # What the relay core (collectors/relay.py) reads of this proxy's settings.
+        self.wanted_headers = self._wanted_headers
+        self.capture_routes = self._routes
+        self.upstream_authorization = self._upstream_auth
+        # The request headers `relay_exchange` reads (lower case).
+        self.exchange_headers = frozenset({self._rid_header, "content-encoding", *(h for h, _ in self._metadata_headers)})
+        self.relay: Any = None
         self._warned_unpriced: set[str] = set()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Configured and priced models keep their own label whatever clients send first.
@@ -218,6 +229,8 @@ class Proxy:
 
     async def start(self) -> None:
         p = self.cfg.proxy
+        if p.engine == "relay":
+            return  # the relay core keeps its own upstream connections (relay_server)
         connector = aiohttp.TCPConnector(limit=p.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
             connector=connector,
@@ -238,6 +251,60 @@ class Proxy:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+        if self.relay is not None:
+            self.relay.pool.close()
+
+    def relay_server(self) -> Any:
+        """The relay core serving this proxy (`proxy.engine: relay`); its `start(sock)` returns the port."""
+        from llmwatch.collectors.relay import RelayServer
+
+        self.relay = RelayServer(self)
+        return self.relay
+
+    # --- what the relay core calls: the same exchange, failures and finish as `handle` ------------
+
+    def relay_exchange(self, method: str, route: str, headers: dict[str, str], t0: float, started_at: float) -> Exchange:
+        """The Exchange of a captured call, from its request head (`headers`: lower-case name -> first value)."""
+        client_id = headers.get(self._rid_header)
+        ex = Exchange(
+            request_id=client_id[:_MAX_CLIENT_ID] if client_id else "",
+            started_at=started_at,
+            t0=t0,
+            method=method,
+            route=route,
+            sample_id=f"llmw-{random.getrandbits(64):016x}",
+            max_body_bytes=self._limit,
+            request_encoding=headers.get("content-encoding"),
+        )
+        for header, key in self._metadata_headers:
+            value = headers.get(header)
+            if value is not None:
+                ex.metadata[key] = value[:256]
+        return ex
+
+    def relay_error_body(self, message: str) -> bytes:
+        return error_body("invalid_request_error", message)
+
+    def relay_gateway_error(self, ex: Exchange | None, *, timeout: bool, what: str, path: str) -> tuple[int, bytes]:
+        """Status and body of a 502/504, in the fixed words `_gateway_error` uses."""
+        shown = self.shown_upstream
+        if timeout:
+            status, kind = 504, "upstream_timeout"
+            message = f"llmwatch proxy: upstream {shown} did not answer in time (proxy.connect_timeout_s / proxy.read_timeout_s)"
+        else:
+            status, kind = 502, "upstream_unavailable"
+            message = f"llmwatch proxy: upstream {shown} {what}"
+        self._fail(ex, kind)
+        if ex is not None:
+            ex.status = status
+        log.warning("upstream_failed", error_type=kind, path=path, upstream=shown, error=what or "timeout")
+        return status, error_body(kind, message)
+
+    def fail(self, ex: Exchange | None, error_type: str) -> None:
+        self._fail(ex, error_type)
+
+    def finish(self, ex: Exchange) -> None:
+        self._finish(ex)
 
     def app(self, *, client_max_size: int = 1 << 40) -> web.Application:
         # aiohttp's own body limit would answer 413 itself; the proxy forwards any size.

@@ -81,6 +81,9 @@ class ProxySection(_Section):
     max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
+    # The relay core: `relay` forwards bytes on raw asyncio protocols (collectors/relay.py, about
+    # a quarter of aiohttp's CPU per call); `aiohttp` is the previous core, kept as a fallback.
+    engine: Literal["relay", "aiohttp"] = "relay"
 
 
 class CaptureSection(_Section):
