@@ -131,8 +131,16 @@ def test_a_prompt_shared_across_batches_is_embedded_once_with_the_same_verdicts(
         assert memo.result == whole.result and abs(memo.value - whole.value) < 1e-5
 
 
-def test_offline_commands_use_every_allowed_cpu_unless_threads_are_configured() -> None:
-    assert offline_scoring(ScoringSection()).torch_threads == len(os.sched_getaffinity(0))
+def test_offline_commands_use_every_allowed_cpu_unless_threads_are_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert offline_scoring(ScoringSection(torch_threads=1)).torch_threads == 1
+    assert "OMP_WAIT_POLICY" not in os.environ
+    assert offline_scoring(ScoringSection()).torch_threads == len(os.sched_getaffinity(0))
+    # Several threads wait passively (no core burnt spinning on a shared machine), unless the user chose.
+    assert offline_scoring(ScoringSection(torch_threads=2)).torch_threads == 2
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    offline_scoring(ScoringSection(torch_threads=2))
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
     # The sidecar's own default is untouched: one thread, the other cores left to traffic.
     assert ScoringSection().torch_threads == 1
