@@ -144,3 +144,24 @@ def test_offline_commands_use_every_allowed_cpu_unless_threads_are_configured(mo
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
     # The sidecar's own default is untouched: one thread, the other cores left to traffic.
     assert ScoringSection().torch_threads == 1
+
+
+def _score_log(tmp_path: Path, prefix: list[str], name: str) -> dict:
+    """The `embedding_model_loaded` event of one `llmwatch score` run (JSON logs: not a terminal)."""
+    src = tmp_path / f"{name}.jsonl"
+    src.write_bytes(b"".join(_sample(i, "Summarise the incident report.").to_json() + b"\n" for i in range(3)))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LLMWATCH_LOGGING__LEVEL": "info"}
+    cmd = [*prefix, sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(tmp_path / f"{name}-scores.jsonl")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = [ln for ln in (result.stdout + result.stderr).splitlines() if "embedding_model_loaded" in ln]
+    return json.loads(line)
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and two CPUs")
+def test_score_runs_the_model_on_every_cpu_it_may_use_and_no_more(tmp_path: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    unpinned = _score_log(tmp_path, [], "all")
+    assert (unpinned["threads"], unpinned["runtime"]) == (len(allowed), "torch")
+    pinned = _score_log(tmp_path, ["taskset", "-c", str(allowed[0])], "one")
+    assert pinned["threads"] == 1
