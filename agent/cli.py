@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--in", dest="input", required=True, help="a samples .jsonl file, or a directory of them")
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
-    p.add_argument("--batch-size", type=int, default=64, help="samples scored together; larger is faster for the embedding checks and uses more memory (default 64)")
+    p.add_argument("--batch-size", type=int, default=256, help="samples scored together; larger is faster for the embedding checks and uses more memory (default 256)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("baseline", help="frozen baselines of a model version's behaviour")

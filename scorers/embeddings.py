@@ -23,6 +23,7 @@ import importlib
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,14 +116,23 @@ class Embedder:
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
         started = time.perf_counter()
         import torch
-        import transformers
-        from sentence_transformers import SentenceTransformer
+
+        from llmwatch.scorers import minilm
 
         if threads is not None:
             torch.set_num_threads(threads)
-        # The weight-loading progress bar would land in the sidecar's stderr on every start.
-        transformers.utils.logging.disable_progress_bar()
-        self._model = SentenceTransformer(path, device="cpu", local_files_only=True)
+        # The packaged model in plain torch: the same vectors without importing
+        # sentence-transformers and transformers, which took longer than embedding a few
+        # hundred texts (docs/notes/offline.md). Any other layout goes through sentence-transformers.
+        self._model: Any = minilm.load(path)
+        self.runtime = "torch" if self._model is not None else "sentence-transformers"
+        if self._model is None:
+            import transformers
+            from sentence_transformers import SentenceTransformer
+
+            # The weight-loading progress bar would land in the sidecar's stderr on every start.
+            transformers.utils.logging.disable_progress_bar()
+            self._model = SentenceTransformer(path, device="cpu", local_files_only=True)
         self.quantized = quantize
         if quantize:
             # int8 weights for the Linear layers: about 3x the throughput on a CPU with VNNI,
@@ -133,10 +143,11 @@ class Embedder:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._model = torch.ao.quantization.quantize_dynamic(self._model, {torch.nn.Linear}, dtype=torch.qint8)
-        self._dimension = int(self._model.get_embedding_dimension())
+        self._dimension = int(self._model.dimension if self.runtime == "torch" else self._model.get_embedding_dimension())
         log.info(
             "embedding_model_loaded",
             path=path,
+            runtime=self.runtime,
             dimension=self._dimension,
             threads=torch.get_num_threads(),
             seconds=round(time.perf_counter() - started, 2),
@@ -158,13 +169,17 @@ class Embedder:
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
         clipped = {i: _clip(text) for i, text in enumerate(texts) if text and not text.isspace()}
         for chunk in _length_chunks(clipped, batch_size):
-            vectors = self._model.encode(
-                [clipped[i] for i in chunk],
-                batch_size=len(chunk),
-                show_progress_bar=False,
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-            )
+            texts_of_chunk = [clipped[i] for i in chunk]
+            if self.runtime == "torch":
+                vectors = self._model.embed(texts_of_chunk).numpy()
+            else:
+                vectors = self._model.encode(
+                    texts_of_chunk,
+                    batch_size=len(chunk),
+                    show_progress_bar=False,
+                    convert_to_numpy=True,
+                    normalize_embeddings=False,
+                )
             vectors = np.asarray(vectors, dtype=np.float32)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             out[chunk] = vectors / np.maximum(norms, 1e-12)
@@ -449,6 +464,12 @@ EMBEDDING_CHECKS: dict[str, EmbeddingCheckKind] = {
 }
 
 
+# Recently embedded texts kept with their vectors, least recently used dropped first: a prompt
+# that many samples share (a template, a system prompt) is embedded once per run instead of once
+# per batch, while unique answers only pass through. 2,048 x 384 floats: 3 MB plus the texts.
+_MEMO_TEXTS = 2048
+
+
 @dataclass
 class _Configured:
     name: str
@@ -500,6 +521,7 @@ class EmbeddingScorer:
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
         self.embedder = embedder if embedder is not None else Embedder(threads=threads, quantize=quantize)
         self._last_batch: dict[str, np.ndarray] = {}
+        self._memo: OrderedDict[str, np.ndarray] = OrderedDict()
         self._batch_size = batch_size
         for route, vector in normalised.items():
             if vector.shape != (self.embedder.dimension,):
@@ -525,7 +547,7 @@ class EmbeddingScorer:
                 row.append([index.setdefault(_clip(text), len(index)) for text in texts])
             plans.append(row)
 
-        vectors = self.embedder.encode(list(index), batch_size=self._batch_size) if index else None
+        vectors = self._vectors(list(index)) if index else None
         # Kept until the next batch: the drift window wants the same answer vectors right after.
         self._last_batch = {text: vectors[i] for text, i in index.items()} if vectors is not None else {}
         results = []
@@ -540,6 +562,26 @@ class EmbeddingScorer:
                 out.append((check.name, check.kind, plan))
             results.append(out)
         return results
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        """Vectors of distinct texts: from the memory of recent texts, the model for the rest."""
+        out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
+        memo = self._memo
+        missing = []
+        for i, text in enumerate(texts):
+            hit = memo.get(text)
+            if hit is None:
+                missing.append(i)
+            else:
+                out[i] = hit
+                memo.move_to_end(text)
+        if missing:
+            out[missing] = self.embedder.encode([texts[i] for i in missing], batch_size=self._batch_size)
+            for i in missing:
+                memo[texts[i]] = out[i].copy()  # a view would keep the whole batch array alive
+            while len(memo) > _MEMO_TEXTS:
+                memo.popitem(last=False)
+        return out
 
     def embed_answers(self, samples: Sequence[Sample]) -> np.ndarray:
         """float32 (len(samples), dimension) answer vectors, for baseline centroids and reservoirs.

@@ -6,11 +6,12 @@ was read, so a bad line leaves no half-written result behind; the error names fi
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any
 
-from llmwatch.core.config import Config
+from llmwatch.core.config import Config, ScoringSection
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
@@ -27,15 +28,40 @@ def _count_lines(paths: list[str]) -> int:
     return total
 
 
-def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 64, out: IO[str] = sys.stdout) -> int:
+def offline_scoring(cfg: ScoringSection) -> ScoringSection:
+    """The scoring settings of an offline command: torch on every CPU this process may use.
+
+    The sidecar's default of one torch thread leaves the other cores to traffic; a `score`,
+    `freeze` or `drift` run has the machine to itself. An explicit `scoring.torch_threads`
+    (config file or LLMWATCH_SCORING__TORCH_THREADS) is kept: on a machine shared with other
+    busy processes fewer threads can be faster (docs/notes/offline.md).
+    """
+    if "torch_threads" not in cfg.model_fields_set:
+        try:
+            cpus = len(os.sched_getaffinity(0))  # a taskset or cgroup cpuset, not the host's count
+        except AttributeError:  # not Linux
+            cpus = os.cpu_count() or 1
+        cfg = cfg.model_copy(update={"torch_threads": max(1, min(cpus, 64))})
+    if cfg.torch_threads > 1:
+        # OpenMP threads that wait by spinning burn a core each whenever another process holds
+        # it: on 2 shared cores that doubled the CPU of the model forward (31 s instead of 18 s for
+        # 1,000 samples) and made 2 threads slower than 1. Read when torch loads, so set before;
+        # a value the user set wins.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return cfg
+
+
+def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 256, out: IO[str] = sys.stdout) -> int:
     from tqdm import tqdm
 
     paths = jsonl_paths(source)
-    suite = build_suite(cfg.scoring)
+    suite = build_suite(offline_scoring(cfg.scoring))
     target = Path(out_path)
     scores_all = []
     samples_seen = 0
-    progress = tqdm(total=_count_lines(paths), unit="sample", disable=not sys.stderr.isatty(), file=sys.stderr)
+    shown = sys.stderr.isatty()
+    # The total is one more read of every file: only worth it when a bar is shown.
+    progress = tqdm(total=_count_lines(paths) if shown else None, unit="sample", disable=not shown, file=sys.stderr)
     # Answer vectors the relevance checks just computed (no second model call), kept beside the
     # scores so that `baseline freeze` and `drift --scores` do not embed again.
     vectors: dict[str, tuple[str, Any]] = {}
@@ -92,7 +118,7 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
         if cfg.scoring.embeddings:
             known = read_cache(cache_path(scores_path), quantized=cfg.scoring.quantize_embeddings)
     else:
-        suite = build_suite(cfg.scoring)
+        suite = build_suite(offline_scoring(cfg.scoring))
         scores = []
         with _progress(len(samples), f"scoring for {purpose}") as progress:
             for start in range(0, len(samples), _OFFLINE_BATCH):
@@ -119,7 +145,7 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
             else:
                 from llmwatch.scorers.embeddings import Embedder
 
-                embedder = Embedder(threads=cfg.scoring.torch_threads, quantize=cfg.scoring.quantize_embeddings)
+                embedder = Embedder(threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings)
             with _progress(len(missing), f"embedding answers for {purpose}") as progress:
                 for start in range(0, len(missing), _OFFLINE_BATCH):
                     part = missing[start : start + _OFFLINE_BATCH]
