@@ -5,9 +5,11 @@ Two halves in two processes, so that the mirror never shares the proxy's GIL or 
 - **`ShadowMirror`, in the proxy's process.** The proxy calls `offer` from `_finish`, after the
   client has its last byte and after the sampling decision. `offer` only decides (the candidate's
   own rate, on the request id's hash, so replays agree), checks the caps (queue, concurrency,
-  requests per minute, USD per hour) and does one non-blocking `put` on a bounded multiprocessing
-  queue: a full queue is a skip counted as `queue_full`, never a wait. Every skip is counted here
-  at once, with its reason. A thread drains the child's small stats messages into the parent's
+  requests per minute, USD per hour) and appends the call to a bounded queue: a full queue
+  (`shadow.max_queue`) is a skip counted as `queue_full`, never a wait. A sender thread pickles
+  what waits, a batch at a time (one write and one wake-up for many calls), onto the child's pipe;
+  only the captured exchange travels, the child parses it again. Every skip is counted here at
+  once, with its reason. A thread drains the child's small stats messages into the parent's
   Prometheus metrics (candidate errors, pairs, drops, spend, the paired gauges) and, when Kafka is
   on, hands the child's pair lines to the pair sinks.
 - **`ShadowWorker`, in the mirror child** (spawned; entry point `agent/shadow_process.py`). Its
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import queue
 import threading
 import time
@@ -108,8 +111,9 @@ def resolve_headers(spec: ShadowCandidate, index: int, environ: Mapping[str, str
 @dataclass(frozen=True, slots=True)
 class MirrorJob:
     candidate: int  # index in shadow.candidates
+    # The primary's call as captured; the child analyses it again (the parsed bodies are not sent:
+    # half the pickling, and pickling is the proxy process's share of the mirror's cost).
     exchange: Exchange
-    facts: CallFacts
     version: str | None
     cost: float | None
     reserved_usd: float
@@ -257,7 +261,11 @@ class ShadowMirror:
         self.pair_sinks = list(pair_sinks)
         self._child_main = child_main
         self._ctx = mp.get_context("spawn")
-        self._inbox: Any = None
+        self._max_queue = section.max_queue
+        # Jobs offered and not yet written to the child's pipe (hot path appends, sender pops).
+        self._pending: deque[MirrorJob] = deque()
+        self._kick = threading.Event()
+        self._conn: Any = None  # the pipe's writing end (the child reads the other)
         self._outbox: Any = None
         self._proc: Any = None
         self._closing = False
@@ -267,6 +275,7 @@ class ShadowMirror:
         self._warned_unpriced: set[str] = set()
         self._warn = RateLimitedLog()
         self._thread = threading.Thread(target=self._collect, name="llmwatch-shadow-stats", daemon=True)
+        self._sender = threading.Thread(target=self._send_batches, name="llmwatch-shadow-send", daemon=True)
         self.written = 0
         # Mirrors that ended (pair written or not), as the child reported them: tests wait on it.
         self.finished = 0
@@ -290,8 +299,7 @@ class ShadowMirror:
             if ex.request_body is None or not isinstance(facts.request, dict):
                 cand.skipped["not_captured"].inc()
                 continue
-            inbox = self._inbox
-            if inbox is None or self._closing:
+            if self._conn is None or self._closing or len(self._pending) >= self._max_queue:
                 cand.skipped["queue_full"].inc()
                 continue
             now = time.monotonic()
@@ -318,14 +326,10 @@ class ShadowMirror:
                         log.warning("shadow_model_not_priced", candidate=cand.name, model=model, fix="add it under metrics.pricing, or drop max_usd_per_hour")
                     continue
                 estimate = guess
-            try:
-                # Appends to the queue's buffer; pickling and the pipe write happen on its feeder thread.
-                inbox.put_nowait(MirrorJob(index, ex, facts, version, cost, estimate))
-            except (queue.Full, ValueError, OSError):
-                cand.free_slots(1)
-                cand.settle(estimate, 0.0)
-                cand.skipped["queue_full"].inc()
-                continue
+            # An append; the sender thread pickles and writes batches (one wake-up per batch, not per call).
+            self._pending.append(MirrorJob(index, ex, version, cost, estimate))
+            if not self._kick.is_set():
+                self._kick.set()
             if spec.max_requests_per_minute is not None:
                 cand.minute.append(now)
             cand.mirrored.inc()
@@ -340,18 +344,45 @@ class ShadowMirror:
         """
         self._spawn()
         self._thread.start()
+        self._sender.start()
         if not self.ready.wait(wait_s):
             log.warning("shadow_mirror_slow_start", waited_s=wait_s, note="mirrors queue until it runs")
 
     def _spawn(self) -> None:
-        self._inbox = self._ctx.Queue(self.cfg.shadow.max_queue)
+        reader, writer = self._ctx.Pipe(duplex=False)
         self._outbox = self._ctx.Queue()
-        # A child that is stopped or killed never reads its inbox again; the feeder thread
-        # writing to that pipe must not hold up this interpreter's exit.
-        self._inbox.cancel_join_thread()
-        args = (self.cfg, self._headers, self._inbox, self._outbox, bool(self.pair_sinks), os.getpid())
+        args = (self.cfg, self._headers, reader, self._outbox, bool(self.pair_sinks), os.getpid())
         self._proc = self._ctx.Process(target=self._child_main, args=args, name="llmwatch-shadow", daemon=True)
         self._proc.start()
+        reader.close()  # the child's end: closed here, so that the child's death is a broken pipe
+        old, self._conn = self._conn, writer
+        if old is not None:
+            old.close()
+
+    def _send_batches(self) -> None:
+        """Pickle what `offer` queued and write it to the child, a batch at a time."""
+        while not (self._closing and not self._pending):
+            self._kick.wait(0.5)
+            if self._closing and not self._pending:
+                break
+            time.sleep(0.002)  # gather a batch: one write and one wake-up of the child for many calls
+            self._kick.clear()
+            batch = []
+            while self._pending and len(batch) < 256:
+                batch.append(self._pending.popleft())
+            if not batch:
+                continue
+            try:
+                # Blocks while the child's pipe is full: `offer` then skips as queue_full.
+                self._conn.send_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+            except (OSError, ValueError, AttributeError):
+                # The child is gone (restarted by the stats thread): these mirrors never left.
+                for job in batch:
+                    cand = self.candidates[job.candidate]
+                    cand.free_slots(1)
+                    cand.settle(job.reserved_usd, 0.0)
+                    self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="mirror_down").inc()
+                time.sleep(0.2)
 
     def close(self, timeout: float = 5.0) -> None:
         """Let mirrors in flight finish (at most `timeout`), have their pairs written, stop the child.
@@ -359,13 +390,15 @@ class ShadowMirror:
         Bounded: about `timeout` + 3 s whatever state the child is in (killed past that).
         """
         self._closing = True
+        self._kick.set()
+        if self._sender.is_alive():
+            self._sender.join(2.0)  # what was offered goes to the child before the stop
         proc = self._proc
         if proc is not None:
             if proc.is_alive():
-                try:
-                    self._inbox.put(StopMirror(timeout), timeout=1.0)
-                except (queue.Full, ValueError, OSError):
-                    pass
+                stop = threading.Thread(target=self._send_stop, args=(timeout,), name="llmwatch-shadow-stop", daemon=True)
+                stop.start()
+                stop.join(1.0)  # a child that reads nothing (stopped, stuck) is killed below
                 self._closed.wait(timeout + 2.0)
                 proc.join(1.0)
             if proc.is_alive():
@@ -374,18 +407,25 @@ class ShadowMirror:
                 proc.join(1.0)
         if self._thread.is_alive():
             self._thread.join(2.0)
-        for q in (self._inbox, self._outbox):
-            if q is not None:
-                try:
-                    q.cancel_join_thread()
-                    q.close()
-                except (OSError, ValueError):
-                    pass
+        if self._outbox is not None:
+            try:
+                self._outbox.cancel_join_thread()
+                self._outbox.close()
+            except (OSError, ValueError):
+                pass
+        if self._conn is not None:
+            self._conn.close()
         for sink in self.pair_sinks:
             try:
                 sink.close()
             except Exception as exc:
                 log.error("shadow_pair_sink_close_failed", error=type(exc).__name__)
+
+    def _send_stop(self, timeout: float) -> None:
+        try:
+            self._conn.send_bytes(pickle.dumps([StopMirror(timeout)]))
+        except (OSError, ValueError):
+            pass
 
     # --- messages from the child ------------------------------------------------------------
 
@@ -460,6 +500,7 @@ class ShadowMirror:
 class _Done:
     target: "_Target"
     job: MirrorJob
+    facts: CallFacts  # the primary's
     shadow: Exchange
 
 
@@ -587,16 +628,23 @@ class ShadowWorker:
 
         while True:
             try:
-                message = inbox.get(timeout=1.0)
-            except queue.Empty:
-                continue
+                batch = pickle.loads(inbox.recv_bytes())
             except (EOFError, OSError, ValueError):
                 loop.call_soon_threadsafe(stop, 0.0)  # the parent's end of the pipe is gone
                 return
-            if isinstance(message, StopMirror):
-                loop.call_soon_threadsafe(stop, message.timeout)
-                return
-            loop.call_soon_threadsafe(self._dispatch, message)
+            for message in batch:
+                if isinstance(message, StopMirror):
+                    loop.call_soon_threadsafe(stop, message.timeout)
+                    return
+                try:
+                    # Here, not on the loop: parsing must not delay the timestamps of other mirrors.
+                    facts = analyze(message.exchange)
+                except Exception as exc:
+                    target = self.targets[message.candidate]
+                    target.warn(log.error, "shadow_pair_failed", candidate=target.name, error=type(exc).__name__)
+                    self._drop(target, message, "build_error")
+                    continue
+                loop.call_soon_threadsafe(self._dispatch, message, facts)
 
     async def _open(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -617,12 +665,12 @@ class ShadowWorker:
 
     # --- the mirror loop --------------------------------------------------------------------
 
-    def _dispatch(self, job: MirrorJob) -> None:
+    def _dispatch(self, job: MirrorJob, facts: CallFacts) -> None:
         target = self.targets[job.candidate]
         if self._stopping:
             self._drop(target, job, "shutdown")
             return
-        task = asyncio.get_running_loop().create_task(self._mirror(target, job))
+        task = asyncio.get_running_loop().create_task(self._mirror(target, job, facts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -632,9 +680,9 @@ class ShadowWorker:
         self.stats.ended(target.index)
         self.stats.finished(1)
 
-    async def _mirror(self, target: _Target, job: MirrorJob) -> None:
+    async def _mirror(self, target: _Target, job: MirrorJob, facts: CallFacts) -> None:
         primary = job.exchange
-        request = dict(job.facts.request)
+        request = dict(facts.request)
         spec = target.spec
         if spec.model:
             request["model"] = spec.model
@@ -694,7 +742,7 @@ class ShadowWorker:
             self.stats.count("shadow_candidate_errors", candidate=target.name, error_type=kind)
             # Fixed fields only: never the candidate's headers or the body it sent back.
             target.warn(log.warning, "shadow_candidate_failed", candidate=target.name, upstream=target.shown, error_type=kind, status=sx.status or None)
-        if not self._done.offer(_Done(target, job, sx)):
+        if not self._done.offer(_Done(target, job, facts, sx)):
             self.stats.settle(target.index, job.reserved_usd, 0.0)
             self.stats.count("shadow_pairs_dropped", candidate=target.name, reason="writer_full")
             self.stats.finished(1)
@@ -732,7 +780,7 @@ class ShadowWorker:
 
     def _pair(self, done: _Done) -> Pair:
         target, job = done.target, done.job
-        primary = to_sample(job.exchange, job.facts, model_version=job.version, cost_usd=job.cost, reason="shadow")
+        primary = to_sample(job.exchange, done.facts, model_version=job.version, cost_usd=job.cost, reason="shadow")
         facts = analyze(done.shadow)
         version = done.shadow.response_headers.get(self._version_header) or facts.response_model or facts.model
         cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens) if facts.model and (facts.input_tokens or facts.output_tokens) else None
