@@ -635,3 +635,52 @@ def test_judge_agreement_refuses_reviews_without_their_tasks(tmp_path):
     out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "shadow", "judge", "--pairs", str(tmp_path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j",
                           "--reviews", str(tmp_path / "reviews.jsonl")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--tasks and --reviews go together" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_it(tmp_path):
+    """`llmwatch proxy` with a candidate: the mirror runs in a process of its own, on the CPUs
+    `shadow.cpu_affinity` names, and exits by itself when the proxy is killed (SIGKILL: no goodbye)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    runner_p, primary = await serve(_canned_app())
+    runner_c, candidate = await serve(_canned_app())
+    cfg = tmp_path / "llmwatch.yaml"
+    cfg.write_text(yaml.safe_dump({"scoring": {"enabled": False}, "shadow": {**shadow_section(candidate), "cpu_affinity": str(allowed[-1])}}))
+    log = tmp_path / "proxy.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(cfg), "--upstream", primary, "--listen", "127.0.0.1:0",
+                                 "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.STDOUT)
+    child = None
+    try:
+        ready = started = None
+        deadline = time.monotonic() + 60
+        while (ready is None or started is None) and time.monotonic() < deadline and proc.poll() is None:
+            for line in log.read_text().splitlines():
+                if '"shadow_mirror_ready"' in line:
+                    ready = json.loads(line)
+                if '"agent_started"' in line:
+                    started = json.loads(line)
+            await asyncio.sleep(0.05)
+        assert ready is not None and started is not None, log.read_text()
+        child = ready["pid"]
+        assert child != proc.pid and os.sched_getaffinity(child) == {allowed[-1]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}) as r:
+                assert r.status == 200
+        await wait_until(lambda: any(Path(p).read_text() for p in glob.glob(str(tmp_path / "data" / "pairs" / "*.jsonl"))), timeout=20)
+        proc.kill()  # the proxy this test started, by its handle
+        proc.wait(timeout=10)
+
+        def gone() -> bool:
+            try:
+                with open(f"/proc/{child}/stat") as fh:
+                    return fh.read().split(") ", 1)[1].startswith("Z")  # exited, not yet reaped
+            except FileNotFoundError:
+                return True
+
+        await wait_until(gone, timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        await runner_p.cleanup()
+        await runner_c.cleanup()
