@@ -393,7 +393,8 @@ class ShadowMirror:
     def close(self, timeout: float = 5.0) -> None:
         """Let mirrors in flight finish (at most `timeout`), have their pairs written, stop the child.
 
-        Bounded: about `timeout` + 3 s whatever state the child is in (killed past that).
+        Bounded whatever state the child is in: `timeout` + 3 s for a child that answers, at most
+        `timeout` + 9 s for one that does not (a full pipe, a stopped process), which is killed.
         """
         self._closing = True
         self._kick.set()
