@@ -50,6 +50,9 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     j.add_argument("--concurrency", type=int, default=4, help="judge calls in flight (default 4)")
     j.add_argument("--out", help="write one verdict per pair here (JSON Lines)")
     j.add_argument("--format", choices=["text", "json"], default="text", help="summary format (default text)")
+    j.add_argument("--tasks", help="with --reviews: a tasks file of `llmwatch review export --pairs`; the judge is asked on exactly those pairs and its agreement with the reviewers is reported")
+    j.add_argument("--reviews", help="with --tasks: the reviewers' verdicts on those tasks (the file `llmwatch review serve` writes, as `review import` reads)")
+    j.add_argument("--key", help="the key of --tasks (default: TASKS.key.json next to it)")
     j.set_defaults(func=cmd_shadow_judge)
 
 
@@ -115,6 +118,8 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
     config_from_args(args)
     if args.max_pairs < 1 or args.concurrency < 1:
         raise ConfigError("--max-pairs and --concurrency must be at least 1")
+    if bool(args.tasks) != bool(args.reviews):
+        raise ConfigError("--tasks and --reviews go together: the exported tasks and the reviewers' verdicts on them")
     key = "llmwatch-no-key"
     if args.judge_key_env:
         if args.judge_key_env not in os.environ:
@@ -126,9 +131,16 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
 
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.pairs import Pair
-    from llmwatch.scorers.pairwise_judge import judge_pair, summarize
+    from llmwatch.scorers.pairwise_judge import agreement, human_verdicts, judge_outcomes, judge_pair, summarize
 
     pairs = [p for p in read_records(args.pairs, Pair, prefix="pairs") if not args.candidate or p.candidate == args.candidate]
+    human = per_reviewer = None
+    if args.tasks:
+        # Before any judge call: bad review files fail fast, and only the reviewed pairs are judged.
+        human, per_reviewer, reviewed_candidate = human_verdicts(args.tasks, args.reviews, args.key)
+        pairs = [p for p in pairs if p.candidate == reviewed_candidate and p.shadow.id in human]
+        if not pairs:
+            raise ConfigError(f"--pairs {args.pairs}: none of the {len(human)} reviewed pairs of {args.tasks} (candidate {reviewed_candidate}) is there; give the pairs they were exported from")
     # Only pairs where both sides answered; the newest first would favour nothing, so file order.
     pairs = [p for p in pairs if p.primary.answer_text().strip() and p.shadow.answer_text().strip()][: args.max_pairs]
     if not pairs:
@@ -155,6 +167,16 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
     out = {}
     for name in sorted({v.candidate for v in verdicts}):
         out[name] = summarize([v for v in verdicts if v.candidate == name])
+    if human is not None and per_reviewer is not None:
+        # People's verdicts are keyed by the candidate's sample id (the key's), the judge's by pair id.
+        shadow_id = {p.id: p.shadow.id for p in pairs}
+        judged = {shadow_id[pid]: o for pid, o in judge_outcomes(verdicts).items()}
+        for name in out:
+            out[name]["human_agreement"] = {
+                **agreement(judged, human),
+                "reviewed_pairs": len(human), "judge_errors": sum(1 for v in verdicts if v.winner == "error"),
+                "per_reviewer": {who: agreement(judged, theirs) for who, theirs in sorted(per_reviewer.items())},
+            }
     if args.format == "json":
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -166,7 +188,30 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
                 f"position-inconsistent (counted as ties) {sm['position_inconsistent']} ({'-' if rate is None else f'{rate:.0%}'}); "
                 f"sign test p {sm['sign_test_p']:.2g}\n"
             )
+            if "human_agreement" in sm:
+                sys.stdout.write(format_agreement(sm["human_agreement"]))
     return 0
+
+
+def format_agreement(ag: dict[str, Any]) -> str:
+    """The judge-versus-people block of `shadow judge --tasks --reviews` (text)."""
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    lo, hi = ag["kappa_ci"]
+    lines = [
+        f"  agreement with human verdicts: {ag['pairs']} pairs with both verdicts (of {ag['reviewed_pairs']} reviewed; {ag['judge_errors']} judge errors left out): "
+        f"agreement {pct(ag['agreement'])}, Cohen's kappa {_f(ag['kappa'])} [{_f(lo)}, {_f(hi)}] ({ag['confidence']:.0%} bootstrap CI)",
+        "    the candidate's outcome   people: win   tie  loss",
+    ]
+    for row in ("win", "tie", "loss"):
+        c = ag["confusion"][row]
+        lines.append(f"    judge: {row:<4}                     {c['win']:>5} {c['tie']:>5} {c['loss']:>5}")
+    for who, mine in ag["per_reviewer"].items():
+        lines.append(f"    reviewer {who}: {mine['pairs']} pairs, agreement {pct(mine['agreement'])}, kappa {_f(mine['kappa'])}")
+    lines.append("    (people: each reviewer's preferred answer, else the higher mean score; several reviewers summed, a split is a tie)")
+    return "\n".join(lines) + "\n"
 
 
 def cmd_review_export_pairs(args: argparse.Namespace) -> int:

@@ -124,6 +124,7 @@ class Agent:
             self.proxy.on_call = self.otel.on_call
         self.shadow = None
         if cfg.shadow.enabled and self.proxy is not None:
+            from llmwatch.agent.shadow_process import child_main
             from llmwatch.collectors.shadow import ShadowMirror
 
             pair_sinks = []
@@ -135,7 +136,8 @@ class Agent:
                     cfg.kafka, self.metrics, topic=cfg.kafka.pairs_topic, key=lambda pair: pair.id.encode(),
                     produced=self.metrics.shadow_kafka_produced, dropped=self.metrics.shadow_kafka_dropped, track_depth=False,
                 ))
-            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, redact=redactor, pair_sinks=pair_sinks)
+            # The mirror is a child process (redacting with its own Redactor from cfg.redaction).
+            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, child_main=child_main, pair_sinks=pair_sinks)
             self.proxy.shadow = self.shadow
         self.receiver = None
         if cfg.otel.ingest_listen:
@@ -223,8 +225,8 @@ class Agent:
         if self.version_actions is not None:
             self.version_actions.start()
         if self.shadow is not None:
-            # Before the proxy listens: a call offered before the mirror runs would be skipped.
-            self.shadow.start()
+            # Before the proxy listens: the child (a spawned process) is running when calls come.
+            await asyncio.to_thread(self.shadow.start)
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
             setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
@@ -264,7 +266,7 @@ class Agent:
         if self.proxy is not None:
             await self.proxy.close()
         if self.shadow is not None:
-            # In a thread: it waits up to a few seconds for mirrors in flight, then writes their pairs.
+            # In a thread: it waits up to a few seconds for mirrors in flight (the child writes their pairs).
             await asyncio.to_thread(self.shadow.close, 5.0)
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).

@@ -116,7 +116,7 @@ class Frozen:
     error: str | None
 
 
-def _exit_when_orphaned(parent_pid: int, poll_s: float = 0.5) -> None:
+def exit_when_orphaned(parent_pid: int, poll_s: float = 0.5, role: str = "scorer") -> None:
     """Exit this process as soon as the parent that spawned it is gone (killed, crashed).
 
     A thread, so that it also works while the main thread is busy loading the model. Re-parented,
@@ -124,7 +124,7 @@ def _exit_when_orphaned(parent_pid: int, poll_s: float = 0.5) -> None:
     """
     while os.getppid() == parent_pid:
         time.sleep(poll_s)
-    log.warning("scorer_parent_gone", parent_pid=parent_pid)
+    log.warning(f"{role}_parent_gone", parent_pid=parent_pid)
     os._exit(0)
 
 
@@ -145,7 +145,8 @@ def scorer_cpus(setting: str, allowed: set[int]) -> set[int] | None:
     return wanted or None  # none of them allowed here: run unpinned rather than not at all
 
 
-def _isolate(setting: str, nice: int) -> None:
+def isolate(setting: str, nice: int, role: str = "scorer") -> None:
+    """Lower this (child) process's priority and pin it per a `cpu_affinity` setting (see scorer_cpus)."""
     # Below the proxy in CPU priority wherever both share a core, and off the traffic core when
     # there is another: traffic wins and scoring lags.
     try:
@@ -158,9 +159,9 @@ def _isolate(setting: str, nice: int) -> None:
         cpus = scorer_cpus(setting, os.sched_getaffinity(0))
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
-            log.info("scorer_cpus", cpus=sorted(cpus))
+            log.info(f"{role}_cpus", cpus=sorted(cpus))
     except OSError as exc:
-        log.warning("scorer_cpu_affinity_failed", setting=setting, error=str(exc))
+        log.warning(f"{role}_cpu_affinity_failed", setting=setting, error=str(exc))
 
 
 def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str, parent_pid: int | None = None) -> None:
@@ -168,7 +169,7 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
     # (drain, then stop), so the child must not die mid-batch with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None:
-        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True).start()
+        threading.Thread(target=exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True).start()
     from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
     from llmwatch.scorers.aggregate import WindowAggregator
@@ -177,7 +178,7 @@ def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], 
 
     configure_logging(log_level)
     scoring_cfg = ScoringSection.model_validate(scoring_payload)
-    _isolate(scoring_cfg.cpu_affinity, scoring_cfg.nice)
+    isolate(scoring_cfg.cpu_affinity, scoring_cfg.nice)
     drift_cfg = DriftSection.model_validate(drift_payload)
     try:
         baseline = load_baseline(drift_cfg.baseline) if drift_cfg.baseline else None

@@ -23,6 +23,9 @@ Peers:
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
+  llmwatch-shadow    llmwatch-off plus shadow evaluation: every call (rate 1.0) mirrored to a second
+                     bench/upstream.py on core 0; the mirror child pinned to core 0 (shadow.cpu_affinity),
+                     the proxy to core 1. The report adds shadow on minus llmwatch-off, same run.
   --baseline-src DIR adds `llmwatch-off@DIR`: another checkout (e.g. /work/main) run with this venv,
                      for old-versus-new in the same run
 
@@ -51,7 +54,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BODY, ROOT, STREAM_BODY, HEADERS, Outcome, can_pin, cpu_seconds, editable_launcher, free_port, open_loop_checked, pinned, tree_cpu_seconds, tree_rss_mb, wait_idle, wait_ready  # noqa: E402
 
-ALL_PEERS = ("direct", "nginx", "litellm", "llmwatch-off", "llmwatch-defaults", "llmwatch-isolated")
+ALL_PEERS = ("direct", "nginx", "litellm", "llmwatch-off", "llmwatch-defaults", "llmwatch-isolated", "llmwatch-shadow")
 LITELLM_KEY = "sk-bench-master"
 
 
@@ -70,7 +73,9 @@ class Peer:
     not_idle: bool = False  # the tree was still busy when a cell's count stopped: CPU is a lower bound
     cells: dict[tuple[float, str], list[Outcome]] = field(default_factory=dict)
     cell_cpu: dict[tuple[float, str], float] = field(default_factory=dict)
+    cell_proxy_cpu: dict[tuple[float, str], float] = field(default_factory=dict)  # the proxy process alone
     rss_mb: float | None = None
+    metrics_url: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -165,19 +170,73 @@ litellm_settings:
     return Peer("litellm", f"http://127.0.0.1:{port}", proc, headers={"Authorization": f"Bearer {LITELLM_KEY}"}, max_rate=max(args.litellm_rates))
 
 
-def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolated: bool, src: str | None = None) -> Peer:
+def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolated: bool, src: str | None = None, shadow_port: int | None = None) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
     env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "true" if scoring else "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if isolated:
         env["LLMWATCH_SCORING__CPU_AFFINITY"] = "0"
+    if shadow_port is not None:
+        # Every call mirrored; concurrency room for the rates here (50 ms upstream x 500 req/s).
+        env["LLMWATCH_SHADOW__ENABLED"] = "true"
+        env["LLMWATCH_SHADOW__CPU_AFFINITY"] = "0"
+        env["LLMWATCH_SHADOW__CANDIDATES"] = json.dumps([{"name": "bench", "upstream": f"http://127.0.0.1:{shadow_port}", "rate": 1.0, "max_concurrency": 256}])
     base = editable_launcher(src) if src else [sys.executable, "-m", "llmwatch.agent.cli"]
     cmd = [*base, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(data_dir)]
     # Isolated: the scorer child must be allowed core 0 to be pinned there; the proxy's own
     # threads are moved to core 1 once it is up (`taskset -a -p`).
     # Run from the tree it runs: from ROOT, `import llmwatch` would find this checkout first (cwd is on sys.path).
-    proc = subprocess.Popen(pinned(cmd, "0,1" if isolated else "1"), env=env, cwd=src or ROOT, stdout=subprocess.DEVNULL, stderr=open(work / f"{name.replace('/', '_')}.log", "wb"))
-    return Peer(name, f"http://127.0.0.1:{port}", proc)
+    proc = subprocess.Popen(pinned(cmd, "0,1" if isolated or shadow_port is not None else "1"), env=env, cwd=src or ROOT, stdout=subprocess.DEVNULL, stderr=open(work / f"{name.replace('/', '_')}.log", "wb"))
+    return Peer(name, f"http://127.0.0.1:{port}", proc, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+def shadow_counts(peer: Peer) -> str:
+    """What the mirror did (mirrored, skipped by reason, candidate errors), from the peer's /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(peer.metrics_url, timeout=5).read().decode()
+    except OSError as exc:
+        return f"metrics not read ({exc})"
+    out = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in ("llmwatch_shadow_mirrored_total", "llmwatch_shadow_skipped_total", "llmwatch_shadow_candidate_errors_total", "llmwatch_shadow_pairs_total") and sample.value:
+                extra = ",".join(f"{k}={v}" for k, v in sample.labels.items() if k != "candidate")
+                out.append(f"{sample.name.removeprefix('llmwatch_shadow_')}{'{' + extra + '}' if extra else ''} {sample.value:,.0f}")
+    return "; ".join(out) or "nothing mirrored"
+
+
+def shadow_added(peers: list[Peer], args: argparse.Namespace) -> list[str]:
+    """Shadow on (llmwatch-shadow) minus off (llmwatch-off), same run: latency and the proxy's own CPU."""
+    on = next((p for p in peers if p.name == "llmwatch-shadow"), None)
+    off = next((p for p in peers if p.name == "llmwatch-off"), None)
+    if on is None or off is None:
+        return []
+    lines = ["", "Shadow evaluation on minus off (llmwatch-shadow minus llmwatch-off, interleaved in the same run; target: p99 added < 0.5 ms):", "",
+             "| rate | plain p50 / p99 added | stream p50 / p99 added | first chunk p50 / p99 added | proxy process CPU per call, off / on (plain) | off / on (stream) |", "|---|---|---|---|---|---|"]
+    for rate in args.rates:
+        cells = []
+        for mode, attr in (("plain", "latency_ms"), ("stream", "latency_ms"), ("stream", "first_chunk_ms")):
+            a, b = on.cells.get((rate, mode)), off.cells.get((rate, mode))
+            if not a or not b:
+                cells.append("-")
+                continue
+            x, y = getattr(merged(a), attr), getattr(merged(b), attr)
+            cells.append(f"{pct(x, 50) - pct(y, 50):+.2f} / {pct(x, 99) - pct(y, 99):+.2f} ms")
+        cpu = []
+        for mode in ("plain", "stream"):
+            both = []
+            for p in (off, on):
+                n = sum(o.count for o in p.cells.get((rate, mode), []))
+                c = p.cell_proxy_cpu.get((rate, mode))
+                both.append(f"{c / n * 1e6:,.0f}" if c is not None and n else "-")
+            cpu.append(" / ".join(both) + " µs")
+        lines.append(f"| {rate:g} | {cells[0]} | {cells[1]} | {cells[2]} | {cpu[0]} | {cpu[1]} |")
+    lines += ["", f"Mirror of llmwatch-shadow over the run: {shadow_counts(on)}."]
+    return lines
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -202,6 +261,7 @@ def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes,
         if time.monotonic() - t0 >= 9.5:
             peer.not_idle = True
         peer.cell_cpu[(rate, mode)] = peer.cell_cpu.get((rate, mode), 0.0) + c1 - c0
+        peer.cell_proxy_cpu[(rate, mode)] = peer.cell_proxy_cpu.get((rate, mode), 0.0) + cpu_seconds(peer.pid) - p0
         if rate in cpu_rates:
             peer.cpu[mode] = peer.cpu.get(mode, 0.0) + c1 - c0
             peer.proxy_cpu[mode] = peer.proxy_cpu.get(mode, 0.0) + cpu_seconds(peer.pid) - p0
@@ -287,6 +347,7 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
                 f"| {np.mean(s.reads) if s.reads else float('nan'):.1f} "
                 f"| {cell_us(p, rate, 'plain', a)} / {cell_us(p, rate, 'stream', s)} | {a.failures + s.failures} |"
             )
+    lines += getattr(args, "shadow_lines", [])
     lines += ["", "Latencies in ms from each request's scheduled time; added = peer minus direct in the same run."]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines)
@@ -321,6 +382,13 @@ def main() -> None:
     upstream = subprocess.Popen(
         pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port), "--latency-ms", str(args.latency_ms), "--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms)], "0")
     )
+    candidate = None
+    if "llmwatch-shadow" in wanted:
+        # The shadow candidate: a second upstream like the first, on the same core.
+        shadow_port = free_port()
+        candidate = subprocess.Popen(
+            pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(shadow_port), "--latency-ms", str(args.latency_ms), "--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms)], "0")
+        )
     if can_pin():
         os.sched_setaffinity(0, {0})
     try:
@@ -330,6 +398,7 @@ def main() -> None:
     except ImportError:
         pass
     notes: list[str] = []
+    shadow_lines: list[str] = []
     peers: list[Peer] = []
     try:
         direct_url = f"http://127.0.0.1:{up_port}"
@@ -350,6 +419,9 @@ def main() -> None:
                     notes.append("LiteLLM could not be installed here: left out")
                 else:
                     peers.append(peer)
+            elif name == "llmwatch-shadow":
+                asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
+                peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, shadow_port=shadow_port))
             else:
                 peers.append(start_llmwatch(name, up_port, work, scoring=name != "llmwatch-off", isolated=name == "llmwatch-isolated"))
         if args.baseline_src:
@@ -372,7 +444,7 @@ def main() -> None:
             if peer.pid:
                 wait_idle(peer.pid, quiet_s=1.0, limit_s=300.0)
         for peer in peers:
-            if peer.name == "llmwatch-isolated" and peer.pid and can_pin():
+            if peer.name in ("llmwatch-isolated", "llmwatch-shadow") and peer.pid and can_pin():
                 subprocess.run(["taskset", "-a", "-p", "-c", "1", str(peer.pid)], check=False, stdout=subprocess.DEVNULL)
         for rnd in range(args.rounds):
             for rate in args.rates:
@@ -386,6 +458,8 @@ def main() -> None:
         for peer in peers:
             if peer.pid:
                 peer.rss_mb = tree_rss_mb(peer.pid)
+        # Read now, while the proxy still answers /metrics.
+        shadow_lines = shadow_added(peers, args)
     finally:
         for peer in peers:
             if peer.proc is not None:
@@ -396,10 +470,13 @@ def main() -> None:
                     peer.proc.wait(30)
                 except subprocess.TimeoutExpired:
                     peer.proc.kill()
-        upstream.terminate()
-        upstream.wait(30)
+        for up in (upstream, candidate):
+            if up is not None:
+                up.terminate()
+                up.wait(30)
     if any(p.name == "litellm" for p in peers):
         notes.append("LiteLLM rewrites response bodies (ids, timestamps, fields), so its bodies are not byte-identical by design; it is offered only " + ", ".join(f"{r:g}" for r in args.litellm_rates) + " req/s")
+    args.shadow_lines = shadow_lines
     text = report(peers, args, notes)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,43 +1,53 @@
 """Shadow evaluation: mirror sampled live requests to candidate versions and write pair records.
 
-The proxy calls `ShadowMirror.offer` from `_finish`, after the client has its last byte and after
-the sampling decision. `offer` only decides (the candidate's own rate, on the request id's hash,
-so replays agree), checks the caps and hands the request to the mirror's own thread: a length
-check and one `call_soon_threadsafe`. Everything else happens off the proxy's event loop:
+Two halves in two processes, so that the mirror never shares the proxy's GIL or its core:
 
-- the **mirror thread** runs its own event loop and aiohttp session; it sends at most
-  `max_concurrency` requests per candidate at once, each bounded by `timeout_s`. A mirror that
-  would exceed the concurrency is skipped, not queued behind a slow candidate: a backlog of old
-  requests would measure the candidate under a load the primary never had.
-- the **writer thread** builds both `Sample`s, scores both with the same rule checks, redacts both
-  like samples, writes the `llmwatch.pair/v1` record under `<data_dir>/pairs/`, and moves the
-  `llmwatch_shadow_*` gauges. It is separate from the mirror loop so that parsing and scoring never
-  delay the timestamps of chunks still arriving from other candidates.
+- **`ShadowMirror`, in the proxy's process.** The proxy calls `offer` from `_finish`, after the
+  client has its last byte and after the sampling decision. `offer` only decides (the candidate's
+  own rate, on the request id's hash, so replays agree), checks the caps (queue, concurrency,
+  requests per minute, USD per hour) and appends the call to a bounded queue: a full queue
+  (`shadow.max_queue`) is a skip counted as `queue_full`, never a wait. A sender thread pickles
+  what waits, a batch at a time (one write and one wake-up for many calls), onto the child's pipe;
+  only the captured exchange travels, the child parses it again. Every skip is counted here at
+  once, with its reason. A thread drains the child's small stats messages into the parent's
+  Prometheus metrics (candidate errors, pairs, drops, spend, the paired gauges) and, when Kafka is
+  on, hands the child's pair lines to the pair sinks.
+- **`ShadowWorker`, in the mirror child** (spawned; entry point `agent/shadow_process.py`). Its
+  main thread runs an event loop and one aiohttp session that sends at most `max_concurrency`
+  requests per candidate at once, each bounded by `timeout_s`; a **writer thread** builds both
+  `Sample`s, scores both with the same rule checks, redacts both like samples, writes the
+  `llmwatch.pair/v1` record under `<data_dir>/pairs/` and moves the gauges. The writer is a thread
+  of its own so that parsing and scoring never delay the timestamps of chunks still arriving.
 
-Timing caveat (measured, docs/notes/shadow.md): the candidate's latency and TTFT are timestamps
-taken by the mirror thread, which shares the GIL with the busy proxy; and a mirror always runs
-while the client's next calls are being served. An identical candidate behind a proxy under load
-reads slower at p95 than the primary (about 1.25x in the tests with a one-at-a-time client; it
-was worse, 1.6x, with the mirror on the proxy's own loop, which was tried and dropped). Latency
-margins must allow for it, or the comparison be made at low load; quality signals are unaffected.
+Why a process (measured, docs/notes/shadow2.md): with the mirror as a thread of the proxy, the
+candidate's timestamps waited on the GIL behind the busy proxy, and an identical candidate read
+1.15-1.4x slower at p95 latency/TTFT; the mirror's CPU was also spent on the traffic core. In its
+own process, pinned off the proxy's core like the scorer (`shadow.cpu_affinity`), the candidate
+is timed by an interpreter that does nothing else.
 
-Pairs are scored here, with the rule checks of `scoring.checks` only (embedding checks need the
-scorer child's model; pairs are few, and both sides must be scored by the same checks). Every skip
-is counted with its reason, every candidate failure is counted and logged at a bounded rate.
+A mirror that would exceed the candidate's concurrency is skipped, not queued behind a slow
+candidate: a backlog of old requests would measure the candidate under a load the primary never
+had. The parent counts a mirror in flight from its `put` until the child reports it ended.
+
+Pairs are scored in the child with the rule checks of `scoring.checks` only (embedding checks
+need the scorer child's model; pairs are few, and both sides must be scored by the same checks).
 
 The candidate gets the request body (its `model` rewritten if configured, streaming switched off
 in `buffered` mode) and the candidate's own configured headers; none of the client's headers: the
-client's credentials are for the primary, not for another service.
+client's credentials are for the primary, not for another service. The resolved header values
+reach the child as arguments of the spawn (a pipe), never a log line, a record or a command line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable, Mapping, Sequence
 
@@ -58,7 +68,7 @@ from llmwatch.core.records import Sample
 from llmwatch.core.urls import mask_url, split_userinfo
 from llmwatch.collectors.proxy_capture import CallFacts, Exchange, analyze, to_sample
 from llmwatch.scorers.paired import mcnemar_worse_p
-from llmwatch.scorers.redaction import redact_sample
+from llmwatch.scorers.redaction import Redactor, redact_sample
 from llmwatch.scorers.sampler import hash_fraction
 
 log = structlog.get_logger(__name__)
@@ -68,6 +78,20 @@ ERROR_TYPES = ("timeout", "unreachable", "transport", "http_4xx", "http_5xx")
 # Pairs behind the gauges of each candidate.
 WINDOW = 1000
 _WANTED_HEADERS = ("content-type", "content-encoding")
+# How often the child sends what changed (counters, gauges, ended mirrors) to the parent. Each
+# message costs the proxy's process an unpickling and a few metric updates, but a mirror's
+# concurrency slot is freed in the parent only when its end arrives: at 0.1 s, a one-at-a-time
+# client on a 50 ms candidate already held 4 slots (the default max_concurrency) and mirrors were
+# skipped. So: short.
+STATS_EVERY_S = 0.02
+# How long the sender gathers offered calls into one write to the child (the slot is held meanwhile).
+BATCH_S = 0.002
+# The metrics the child may move in the parent (by attribute of `Metrics`): nothing else is applied.
+CHILD_COUNTERS = frozenset({"shadow_candidate_errors", "shadow_pairs", "shadow_pairs_dropped"})
+CHILD_GAUGES = frozenset({
+    "shadow_window_pairs", "shadow_win_rate", "shadow_loss_rate", "shadow_pass_rate_diff",
+    "shadow_worse_p_value", "shadow_latency_ratio", "shadow_cost_ratio",
+})
 
 
 def resolve_headers(spec: ShadowCandidate, index: int, environ: Mapping[str, str]) -> dict[str, str]:
@@ -87,48 +111,100 @@ def resolve_headers(spec: ShadowCandidate, index: int, environ: Mapping[str, str
     return out
 
 
-@dataclass(slots=True)
-class _Job:
+# --- messages, parent -> child ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorJob:
+    candidate: int  # index in shadow.candidates
+    # The primary's call as captured; the child analyses it again (the parsed bodies are not sent:
+    # half the pickling, and pickling is the proxy process's share of the mirror's cost).
     exchange: Exchange
-    facts: CallFacts
     version: str | None
     cost: float | None
     reserved_usd: float
-    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StopMirror:
+    timeout: float  # how long mirrors in flight may still take
+
+
+# --- messages, child -> parent ------------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class _Done:
-    candidate: "_Candidate"
-    job: _Job
-    shadow: Exchange
+class MirrorStats:
+    """What changed in the child since its last message; applied in this order by the parent."""
+
+    settles: list[tuple[int, float, float]] = field(default_factory=list)  # (candidate, reserved, actual USD)
+    counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    gauges: dict[tuple[str, str], float] = field(default_factory=dict)  # (metric, candidate) -> value
+    ended: dict[int, int] = field(default_factory=dict)  # candidate -> mirrors that freed their slot
+    finished: int = 0  # mirrors that ended, pair written or not
+    written: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PairLines:
+    """Pairs for the parent's pair sinks (Kafka): (candidate, pair id, JSON line)."""
+
+    lines: list[tuple[int, str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorReady:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorClosed:
+    pass
+
+
+class _PairLine:
+    """What a pair sink reads of a pair (`id`, `to_json()`), without parsing it again."""
+
+    __slots__ = ("id", "_line")
+
+    def __init__(self, pair_id: str, line: bytes) -> None:
+        self.id = pair_id
+        self._line = line
+
+    def to_json(self) -> bytes:
+        return self._line
+
+
+# --- the parent: decide, count, hand off --------------------------------------------------------
 
 
 class _Candidate:
-    def __init__(self, spec: ShadowCandidate, headers: dict[str, str], metrics: Metrics) -> None:
+    """The parent's view of one candidate: its caps and its metric series."""
+
+    def __init__(self, spec: ShadowCandidate, metrics: Metrics) -> None:
         self.spec = spec
         self.name = spec.name
-        bare, userinfo = split_userinfo(spec.upstream)
-        self.prefix = bare.rstrip("/")
-        self.shown = mask_url(spec.upstream)
-        self.headers = {"Content-Type": "application/json", **headers}
-        if userinfo is not None and not any(h.lower() == "authorization" for h in headers):
-            auth = aiohttp.BasicAuth.from_url(URL(spec.upstream))
-            if auth is not None:
-                self.headers["Authorization"] = auth.encode()
-        self.inflight = 0  # mirror thread only
         self.minute: deque[float] = deque()  # hot path only: send times of the last minute
-        self._lock = threading.Lock()  # spend: hot path (reserve) and writer thread (settle)
+        # Spend and slots: taken on the hot path, given back by the stats thread.
+        self._lock = threading.Lock()
+        self.inflight = 0
         self.spent: deque[tuple[float, float]] = deque()
         self.spent_sum = 0.0
         self.reserved = 0.0
-        self.warn = RateLimitedLog()
-        self.window: deque[tuple[int, int, int, float, float, float | None, float | None]] = deque(maxlen=WINDOW)
         self.mirrored = metrics.shadow_mirrored.labels(candidate=spec.name)
         self.skipped = {r: metrics.shadow_skipped.labels(candidate=spec.name, reason=r) for r in SKIP_REASONS}
-        self.errors = {e: metrics.shadow_candidate_errors.labels(candidate=spec.name, error_type=e) for e in ERROR_TYPES}
-        self.pairs = metrics.shadow_pairs.labels(candidate=spec.name)
         self.spend = metrics.shadow_spend.labels(candidate=spec.name)
+
+    def take_slot(self) -> bool:
+        with self._lock:
+            if self.inflight >= self.spec.max_concurrency:
+                return False
+            self.inflight += 1
+            return True
+
+    def free_slots(self, n: int) -> None:
+        with self._lock:
+            self.inflight = max(0, self.inflight - n)
 
     def reserve(self, now: float, usd: float) -> bool:
         """Hold `usd` of the hourly budget for one mirror; False when the cap would be passed."""
@@ -151,52 +227,69 @@ class _Candidate:
         if actual > 0:
             self.spend.inc(actual)
 
+    def reset(self) -> None:
+        """The child died: its mirrors will never report, so their slots and reservations go."""
+        with self._lock:
+            self.inflight = 0
+            self.reserved = 0.0
+
+
+ChildMain = Callable[..., None]
+
 
 class ShadowMirror:
+    """The proxy's handle on the mirror child: `offer` on the hot path, metrics from the child."""
+
     def __init__(
         self,
         cfg: Config,
         metrics: Metrics,
         prices: PriceTable,
         *,
-        redact: Callable[[Any], Any] | None,
+        child_main: ChildMain,
         environ: Mapping[str, str] | None = None,
         pair_sinks: Sequence[Any] = (),
     ) -> None:
-        """`pair_sinks`: where pairs go besides the files, e.g. Kafka (`write(list)`, `close()`)."""
-        from llmwatch.scorers.suite import Suite, default_checks
-        from llmwatch.scorers.registry import CHECK_KINDS
+        """`child_main(cfg, headers, inbox, outbox, pairs_to_parent, parent_pid)`: the child's entry
+        point (agent/shadow_process.py). `pair_sinks`: where pairs go besides the files, e.g. Kafka
+        (`write(list)`, `close()`); they run here, fed by the child."""
+        import multiprocessing as mp
 
         environ = os.environ if environ is None else environ
         section = cfg.shadow
         self.cfg = cfg
         self.metrics = metrics
         self.prices = prices
-        self._redact = redact
         self._routes = frozenset(section.routes)
-        self._max_queue = section.max_queue
-        self._version_header = cfg.model_version.header.lower()
-        self.candidates = [_Candidate(c, resolve_headers(c, i, environ), metrics) for i, c in enumerate(section.candidates)]
-        specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
-        self.suite = Suite([s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"], check_timeout_s=cfg.scoring.check_timeout_s)
-        self.writer = JsonlWriter(cfg.data_dir / "pairs", "pairs", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None
+        # Read now: a missing variable is a start-up error; the values go to the child only.
+        self._headers = [resolve_headers(c, i, environ) for i, c in enumerate(section.candidates)]
+        self.candidates = [_Candidate(c, metrics) for c in section.candidates]
         self.pair_sinks = list(pair_sinks)
-        self._offered = 0  # hot path only
-        self._taken = 0  # mirror thread only
-        self._done: BoundedQueue[_Done] = BoundedQueue(max(self._max_queue, 64))
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._stop = threading.Event()
-        self._writer_stop = threading.Event()
-        self._mirror_thread = threading.Thread(target=self._run_loop, name="llmwatch-shadow-mirror", daemon=True)
-        self._writer_thread = threading.Thread(target=self._run_writer, name="llmwatch-shadow-writer", daemon=True)
-        self._ready = threading.Event()
+        self._child_main = child_main
+        self._ctx = mp.get_context("spawn")
+        self._max_queue = section.max_queue
+        # Jobs offered and not yet written to the child's pipe (hot path appends, sender pops).
+        self._pending: deque[MirrorJob] = deque()
+        self._kick = threading.Event()
+        self._conn: Any = None  # the pipe's writing end (the child reads the other)
+        self._outbox: Any = None
+        self._proc: Any = None
+        self._closing = False
+        self._closed = threading.Event()  # the child said it is done (MirrorClosed)
+        self.ready = threading.Event()
+        self.restarts = 0
         self._warned_unpriced: set[str] = set()
+        self._warn = RateLimitedLog()
+        self._thread = threading.Thread(target=self._collect, name="llmwatch-shadow-stats", daemon=True)
+        self._sender = threading.Thread(target=self._send_batches, name="llmwatch-shadow-send", daemon=True)
         self.written = 0
-        # Mirrors that ended (pair written or not): tests wait on it. Moved by two threads.
+        # Mirrors that ended (pair written or not), as the child reported them: tests wait on it.
         self.finished = 0
-        self._finished_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The mirror child's process id (None before it starts): to measure or pin it."""
+        return None if self._proc is None else self._proc.pid
 
     # --- the hot path -----------------------------------------------------------------------
 
@@ -204,19 +297,15 @@ class ShadowMirror:
         """Called by the proxy after the client has its answer; decides and hands off, never waits."""
         if ex.route not in self._routes:
             return
-        body: bytes | None = None
         frac = hash_fraction(ex.request_id)
-        for cand in self.candidates:
+        for index, cand in enumerate(self.candidates):
             spec = cand.spec
             if frac >= spec.rate:
                 continue
-            if body is None:
-                request = facts.request
-                if ex.request_body is None or not isinstance(request, dict):
-                    cand.skipped["not_captured"].inc()
-                    continue
-                body = b""  # built per candidate below (model and stream differ)
-            if self._offered - self._taken >= self._max_queue:
+            if ex.request_body is None or not isinstance(facts.request, dict):
+                cand.skipped["not_captured"].inc()
+                continue
+            if self._conn is None or self._closing or len(self._pending) >= self._max_queue:
                 cand.skipped["queue_full"].inc()
                 continue
             now = time.monotonic()
@@ -227,53 +316,342 @@ class ShadowMirror:
                 if len(minute) >= spec.max_requests_per_minute:
                     cand.skipped["rate_cap"].inc()
                     continue
+            if not cand.take_slot():
+                cand.skipped["concurrency"].inc()
+                continue
             estimate = 0.0
             if spec.max_usd_per_hour is not None:
                 model = spec.model or facts.model
                 guess = self.prices.cost(model, facts.input_tokens, facts.output_tokens)
-                if guess is None:
-                    # Without a price the cap cannot be held: refuse rather than spend blind.
+                if guess is None or not cand.reserve(now, guess):
+                    cand.free_slots(1)
                     cand.skipped["spend_cap"].inc()
-                    if model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
+                    if guess is None and model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
+                        # Without a price the cap cannot be held: refuse rather than spend blind.
                         self._warned_unpriced.add(str(model))
                         log.warning("shadow_model_not_priced", candidate=cand.name, model=model, fix="add it under metrics.pricing, or drop max_usd_per_hour")
                     continue
                 estimate = guess
-                if not cand.reserve(now, estimate):
-                    cand.skipped["spend_cap"].inc()
-                    continue
+            # An append; the sender thread pickles and writes batches (one wake-up per batch, not per call).
+            self._pending.append(MirrorJob(index, ex, version, cost, estimate))
+            if not self._kick.is_set():
+                self._kick.set()
             if spec.max_requests_per_minute is not None:
                 cand.minute.append(now)
-            # The body is built in the mirror thread: serialising a large prompt is not the hot path's work.
-            job = _Job(ex, facts, version, cost, estimate, b"")
-            loop = self._loop
-            if loop is None:
-                cand.settle(estimate, 0.0)
-                cand.skipped["queue_full"].inc()
+            cand.mirrored.inc()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self, wait_s: float = 15.0) -> None:
+        """Spawn the mirror child and the thread that reads its messages; wait (bounded) until it runs.
+
+        Waited for because mirrors offered before it runs would sit in the queue holding their
+        candidate's concurrency slots, and be skipped as `concurrency` for a start-up reason.
+        """
+        self._spawn()
+        self._thread.start()
+        self._sender.start()
+        if not self.ready.wait(wait_s):
+            log.warning("shadow_mirror_slow_start", waited_s=wait_s, note="mirrors queue until it runs")
+
+    def _spawn(self) -> None:
+        reader, writer = self._ctx.Pipe(duplex=False)
+        self._outbox = self._ctx.Queue()
+        args = (self.cfg, self._headers, reader, self._outbox, bool(self.pair_sinks), os.getpid())
+        self._proc = self._ctx.Process(target=self._child_main, args=args, name="llmwatch-shadow", daemon=True)
+        self._proc.start()
+        reader.close()  # the child's end: closed here, so that the child's death is a broken pipe
+        old, self._conn = self._conn, writer
+        if old is not None:
+            old.close()
+
+    def _send_batches(self) -> None:
+        """Pickle what `offer` queued and write it to the child, a batch at a time."""
+        while not (self._closing and not self._pending):
+            self._kick.wait(0.5)
+            if self._closing and not self._pending:
+                break
+            time.sleep(BATCH_S)  # gather a batch: one write and one wake-up of each side for many calls
+            self._kick.clear()
+            batch = []
+            while self._pending and len(batch) < 256:
+                batch.append(self._pending.popleft())
+            if not batch:
                 continue
-            self._offered += 1
-            loop.call_soon_threadsafe(self._dispatch, cand, job)
+            try:
+                # Blocks while the child's pipe is full: `offer` then skips as queue_full.
+                self._conn.send_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+            except (OSError, ValueError, AttributeError):
+                # The child is gone (restarted by the stats thread): these mirrors never left.
+                for job in batch:
+                    cand = self.candidates[job.candidate]
+                    cand.free_slots(1)
+                    cand.settle(job.reserved_usd, 0.0)
+                    self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="mirror_down").inc()
+                time.sleep(0.2)
 
-    # --- the mirror thread ------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Let mirrors in flight finish (at most `timeout`), have their pairs written, stop the child.
 
-    def start(self) -> None:
-        """Start the mirror thread (its own event loop and session) and the writer thread."""
-        self._mirror_thread.start()
-        self._writer_thread.start()
-        self._ready.wait(10.0)
+        Bounded whatever state the child is in: `timeout` + 3 s for a child that answers, at most
+        `timeout` + 9 s for one that does not (a full pipe, a stopped process), which is killed.
+        """
+        self._closing = True
+        self._kick.set()
+        if self._sender.is_alive():
+            self._sender.join(2.0)  # what was offered goes to the child before the stop
+        proc = self._proc
+        if proc is not None:
+            if proc.is_alive():
+                stop = threading.Thread(target=self._send_stop, args=(timeout,), name="llmwatch-shadow-stop", daemon=True)
+                stop.start()
+                stop.join(1.0)  # a child that reads nothing (stopped, stuck) is killed below
+                self._closed.wait(timeout + 2.0)
+                proc.join(1.0)
+            if proc.is_alive():
+                log.error("shadow_mirror_killed", reason="did not stop in time", timeout_s=timeout)
+                proc.kill()
+                proc.join(1.0)
+        if self._thread.is_alive():
+            self._thread.join(2.0)
+        if self._outbox is not None:
+            try:
+                self._outbox.cancel_join_thread()
+                self._outbox.close()
+            except (OSError, ValueError):
+                pass
+        if self._conn is not None:
+            self._conn.close()
+        for sink in self.pair_sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                log.error("shadow_pair_sink_close_failed", error=type(exc).__name__)
 
-    def _run_loop(self) -> None:
+    def _send_stop(self, timeout: float) -> None:
+        try:
+            self._conn.send_bytes(pickle.dumps([StopMirror(timeout)]))
+        except (OSError, ValueError):
+            pass
+
+    # --- messages from the child ------------------------------------------------------------
+
+    def _collect(self) -> None:
+        last_restart = 0.0
+        while True:
+            try:
+                message = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                proc = self._proc
+                if proc is not None and not proc.is_alive():
+                    if self._closing:
+                        return  # stopped (or killed) and nothing left to read
+                    # A mirror that silently never fires is the failure users report: say it, start again.
+                    log.error("shadow_mirror_died", exitcode=proc.exitcode, restarts=self.restarts)
+                    for cand in self.candidates:
+                        cand.reset()
+                    if time.monotonic() - last_restart < 5.0:
+                        time.sleep(1.0)
+                    last_restart = time.monotonic()
+                    self.restarts += 1
+                    self._spawn()
+                continue
+            except (EOFError, OSError, ValueError):
+                if self._closing:
+                    return
+                time.sleep(0.2)
+                continue
+            try:
+                if isinstance(message, MirrorClosed):
+                    self._closed.set()
+                    return
+                self._apply(message)
+            except Exception as exc:
+                self._warn(log.error, "shadow_stats_failed", error=repr(exc))
+
+    def _apply(self, message: object) -> None:
+        m = self.metrics
+        match message:
+            case MirrorStats():
+                for index, reserved, actual in message.settles:
+                    self.candidates[index].settle(reserved, actual)
+                for (name, labels), value in message.counters.items():
+                    if name in CHILD_COUNTERS:
+                        getattr(m, name).labels(**dict(labels)).inc(value)
+                for (name, candidate), value in message.gauges.items():
+                    if name in CHILD_GAUGES:
+                        getattr(m, name).labels(candidate=candidate).set(value)
+                for index, n in message.ended.items():
+                    self.candidates[index].free_slots(n)
+                self.written += message.written
+                self.finished += message.finished  # last: whoever waits on it sees the metrics above
+            case PairLines(lines):
+                items = [_PairLine(pair_id, line) for _, pair_id, line in lines]
+                for sink in self.pair_sinks:
+                    try:
+                        # The sink counts what it refuses itself (buffer full, broker away).
+                        sink.write(items)
+                    except Exception as exc:
+                        for index, _, _ in lines:
+                            m.shadow_pairs_dropped.labels(candidate=self.candidates[index].name, reason="sink_error").inc()
+                        log.error("shadow_pair_sink_failed", sink=getattr(sink, "name", "?"), error=type(exc).__name__)
+            case MirrorReady():
+                self.ready.set()
+                log.info("shadow_mirror_ready", pid=self.pid, candidates=[c.name for c in self.candidates])
+
+
+# --- the child: send, time, pair, score, write --------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Done:
+    target: "_Target"
+    job: MirrorJob
+    facts: CallFacts  # the primary's
+    shadow: Exchange
+
+
+class _Target:
+    """The child's view of one candidate: where and how to send, and its window of pairs."""
+
+    def __init__(self, index: int, spec: ShadowCandidate, headers: dict[str, str]) -> None:
+        self.index = index
+        self.spec = spec
+        self.name = spec.name
+        bare, userinfo = split_userinfo(spec.upstream)
+        self.prefix = bare.rstrip("/")
+        self.shown = mask_url(spec.upstream)
+        self.headers = {"Content-Type": "application/json", **headers}
+        if userinfo is not None and not any(h.lower() == "authorization" for h in headers):
+            auth = aiohttp.BasicAuth.from_url(URL(spec.upstream))
+            if auth is not None:
+                self.headers["Authorization"] = auth.encode()
+        self.warn = RateLimitedLog()
+        self.window: deque[tuple[int, int, int, float, float, float | None, float | None]] = deque(maxlen=WINDOW)
+
+
+class _Stats:
+    """What the child accumulates between two messages to the parent (several threads add)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current = MirrorStats()
+        self._dirty = False
+
+    def count(self, metric: str, delta: float = 1.0, **labels: str) -> None:
+        key = (metric, tuple(sorted(labels.items())))
+        with self._lock:
+            self._current.counters[key] = self._current.counters.get(key, 0.0) + delta
+            self._dirty = True
+
+    def gauge(self, metric: str, candidate: str, value: float) -> None:
+        with self._lock:
+            self._current.gauges[(metric, candidate)] = value
+            self._dirty = True
+
+    def settle(self, index: int, reserved: float, actual: float) -> None:
+        with self._lock:
+            self._current.settles.append((index, reserved, actual))
+            self._dirty = True
+
+    def ended(self, index: int) -> None:
+        with self._lock:
+            self._current.ended[index] = self._current.ended.get(index, 0) + 1
+            self._dirty = True
+
+    def finished(self, n: int, written: int = 0) -> None:
+        with self._lock:
+            self._current.finished += n
+            self._current.written += written
+            self._dirty = True
+
+    def take(self) -> MirrorStats | None:
+        with self._lock:
+            if not self._dirty:
+                return None
+            out, self._current, self._dirty = self._current, MirrorStats(), False
+            return out
+
+
+class ShadowWorker:
+    """The mirror child's work: its own event loop sends, its writer thread pairs and writes."""
+
+    def __init__(self, cfg: Config, headers: Sequence[dict[str, str]], send: Callable[[object], None], *, pairs_to_parent: bool) -> None:
+        from llmwatch.scorers.registry import CHECK_KINDS
+        from llmwatch.scorers.suite import Suite, default_checks
+
+        self.cfg = cfg
+        self._send = send
+        self._pairs_to_parent = pairs_to_parent
+        self._version_header = cfg.model_version.header.lower()
+        self.targets = [_Target(i, c, h) for i, (c, h) in enumerate(zip(cfg.shadow.candidates, headers))]
+        self.prices = PriceTable(cfg.metrics.pricing)
+        self._redact = Redactor.from_config(cfg.redaction)
+        specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
+        self.suite = Suite([s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"], check_timeout_s=cfg.scoring.check_timeout_s)
+        self.writer = JsonlWriter(cfg.data_dir / "pairs", "pairs", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None
+        self.stats = _Stats()
+        self._done: BoundedQueue[_Done] = BoundedQueue(max(cfg.shadow.max_queue, 64))
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._writer_stop = threading.Event()
+        self._flush_stop = threading.Event()
+
+    # --- main -------------------------------------------------------------------------------
+
+    def run(self, inbox: Any) -> None:
+        """Serve mirrors from `inbox` until a `StopMirror`; returns once every pair is written."""
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        stopped = loop.create_future()
+        self._session = loop.run_until_complete(self._open())
+        writer = threading.Thread(target=self._run_writer, name="llmwatch-shadow-writer", daemon=True)
+        flusher = threading.Thread(target=self._run_flusher, name="llmwatch-shadow-flush", daemon=True)
+        reader = threading.Thread(target=self._read, args=(inbox, loop, stopped), name="llmwatch-shadow-reader", daemon=True)
+        writer.start()
+        flusher.start()
+        reader.start()
+        self._send(MirrorReady())
         try:
-            self._session = loop.run_until_complete(self._open())
-            self._loop = loop
-        finally:
-            self._ready.set()
-        try:
-            loop.run_forever()
+            timeout = loop.run_until_complete(stopped)
+            loop.run_until_complete(self._shutdown(timeout))
         finally:
             loop.close()
+        # Only now: mirrors that were still in flight have handed their pairs over.
+        self._writer_stop.set()
+        writer.join(30.0)
+        if self.writer is not None:
+            self.writer.close()
+        self._flush_stop.set()
+        flusher.join(5.0)
+        self._flush()
+        self._send(MirrorClosed())
+
+    def _read(self, inbox: Any, loop: asyncio.AbstractEventLoop, stopped: asyncio.Future) -> None:
+        def stop(timeout: float) -> None:
+            if not stopped.done():
+                stopped.set_result(timeout)
+
+        while True:
+            try:
+                batch = pickle.loads(inbox.recv_bytes())
+            except (EOFError, OSError, ValueError):
+                loop.call_soon_threadsafe(stop, 0.0)  # the parent's end of the pipe is gone
+                return
+            for message in batch:
+                if isinstance(message, StopMirror):
+                    loop.call_soon_threadsafe(stop, message.timeout)
+                    return
+                try:
+                    # Here, not on the loop: parsing must not delay the timestamps of other mirrors.
+                    facts = analyze(message.exchange)
+                except Exception as exc:
+                    target = self.targets[message.candidate]
+                    target.warn(log.error, "shadow_pair_failed", candidate=target.name, error=type(exc).__name__)
+                    self._drop(target, message, "build_error")
+                    continue
+                loop.call_soon_threadsafe(self._dispatch, message, facts)
 
     async def _open(self) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -283,47 +661,61 @@ class ShadowMirror:
             trust_env=False,
         )
 
-    def _dispatch(self, cand: _Candidate, job: _Job) -> None:
-        self._taken += 1
-        if cand.inflight >= cand.spec.max_concurrency or self._stop.is_set():
-            cand.settle(job.reserved_usd, 0.0)
-            cand.skipped["concurrency"].inc()
+    def _run_flusher(self) -> None:
+        while not self._flush_stop.wait(STATS_EVERY_S):
+            self._flush()
+
+    def _flush(self) -> None:
+        stats = self.stats.take()
+        if stats is not None:
+            self._send(stats)
+
+    # --- the mirror loop --------------------------------------------------------------------
+
+    def _dispatch(self, job: MirrorJob, facts: CallFacts) -> None:
+        target = self.targets[job.candidate]
+        if self._stopping:
+            self._drop(target, job, "shutdown")
             return
-        cand.inflight += 1
-        cand.mirrored.inc()
-        task = asyncio.get_running_loop().create_task(self._mirror(cand, job))
+        task = asyncio.get_running_loop().create_task(self._mirror(target, job, facts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _mirror(self, cand: _Candidate, job: _Job) -> None:
+    def _drop(self, target: _Target, job: MirrorJob, reason: str) -> None:
+        self.stats.settle(target.index, job.reserved_usd, 0.0)
+        self.stats.count("shadow_pairs_dropped", candidate=target.name, reason=reason)
+        self.stats.ended(target.index)
+        self.stats.finished(1)
+
+    async def _mirror(self, target: _Target, job: MirrorJob, facts: CallFacts) -> None:
         primary = job.exchange
-        request = dict(job.facts.request)
-        spec = cand.spec
+        request = dict(facts.request)
+        spec = target.spec
         if spec.model:
             request["model"] = spec.model
         if spec.stream == "buffered" and request.get("stream"):
             request["stream"] = False
             request.pop("stream_options", None)
-        job.body = orjson.dumps(request)
+        body = orjson.dumps(request)
         sx = Exchange(
             request_id=primary.request_id,
             started_at=time.time(),
             t0=perf_counter(),
             method="POST",
             route=primary.route,
-            request_body=job.body,
+            request_body=body,
             max_body_bytes=primary.max_body_bytes,
-            sample_id=f"{primary.sample_id}.{cand.name}",
+            sample_id=f"{primary.sample_id}.{target.name}",
             metadata=dict(primary.metadata),
         )
         assert self._session is not None
         try:
             async with self._session.post(
-                cand.prefix + primary.route,
-                data=job.body,
-                headers=cand.headers,
+                target.prefix + primary.route,
+                data=body,
+                headers=target.headers,
                 allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=cand.spec.timeout_s),
+                timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
             ) as up:
                 sx.status = up.status
                 sx.response_headers = {k: up.headers[k] for k in (*_WANTED_HEADERS, self._version_header) if k in up.headers}
@@ -348,21 +740,31 @@ class ShadowMirror:
             sx.error_type = "shutdown"
         finally:
             sx.t_end = perf_counter()
-            cand.inflight -= 1
         if sx.error_type == "shutdown":
-            cand.settle(job.reserved_usd, 0.0)
-            self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="shutdown").inc()
-            self._count_finished(1)
+            self._drop(target, job, "shutdown")
             return
+        self.stats.ended(target.index)
         kind = sx.error_type or ("http_5xx" if sx.status >= 500 else "http_4xx" if sx.status >= 400 else None)
-        if kind in cand.errors:
-            cand.errors[kind].inc()
+        if kind in ERROR_TYPES:
+            self.stats.count("shadow_candidate_errors", candidate=target.name, error_type=kind)
             # Fixed fields only: never the candidate's headers or the body it sent back.
-            cand.warn(log.warning, "shadow_candidate_failed", candidate=cand.name, upstream=cand.shown, error_type=kind, status=sx.status or None)
-        if not self._done.offer(_Done(cand, job, sx)):
-            cand.settle(job.reserved_usd, 0.0)
-            self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="writer_full").inc()
-            self._count_finished(1)
+            target.warn(log.warning, "shadow_candidate_failed", candidate=target.name, upstream=target.shown, error_type=kind, status=sx.status or None)
+        if not self._done.offer(_Done(target, job, facts, sx)):
+            self.stats.settle(target.index, job.reserved_usd, 0.0)
+            self.stats.count("shadow_pairs_dropped", candidate=target.name, reason="writer_full")
+            self.stats.finished(1)
+
+    async def _shutdown(self, timeout: float) -> None:
+        self._stopping = True
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        if self._session is not None:
+            await self._session.close()
 
     # --- the writer thread ------------------------------------------------------------------
 
@@ -373,23 +775,23 @@ class ShadowMirror:
                 if self._writer_stop.is_set():
                     return
                 continue
-            pairs: list[tuple[_Candidate, Pair]] = []
+            pairs: list[tuple[_Target, Pair]] = []
             for done in batch:
                 try:
-                    pairs.append((done.candidate, self._pair(done)))
+                    pairs.append((done.target, self._pair(done)))
                 except Exception as exc:
-                    self.metrics.shadow_pairs_dropped.labels(candidate=done.candidate.name, reason="build_error").inc()
-                    done.candidate.warn(log.error, "shadow_pair_failed", candidate=done.candidate.name, error=type(exc).__name__)
-                    self._count_finished(1)
+                    self.stats.count("shadow_pairs_dropped", candidate=done.target.name, reason="build_error")
+                    done.target.warn(log.error, "shadow_pair_failed", candidate=done.target.name, error=type(exc).__name__)
+                    self.stats.finished(1)
             self._write(pairs)
 
     def _pair(self, done: _Done) -> Pair:
-        cand, job = done.candidate, done.job
-        primary = to_sample(job.exchange, job.facts, model_version=job.version, cost_usd=job.cost, reason="shadow")
+        target, job = done.target, done.job
+        primary = to_sample(job.exchange, done.facts, model_version=job.version, cost_usd=job.cost, reason="shadow")
         facts = analyze(done.shadow)
         version = done.shadow.response_headers.get(self._version_header) or facts.response_model or facts.model
         cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens) if facts.model and (facts.input_tokens or facts.output_tokens) else None
-        cand.settle(job.reserved_usd, cost or 0.0)
+        self.stats.settle(target.index, job.reserved_usd, cost or 0.0)
         shadow = to_sample(done.shadow, facts, model_version=version, cost_usd=cost, reason="shadow")
         scored = self.suite.score([primary, shadow])
         p_scores = [PairScore(check=s.score.check, kind=s.score.kind, result=s.score.result, value=s.score.value) for s in scored if s.score.sample_id == primary.id]
@@ -397,11 +799,11 @@ class ShadowMirror:
         primary_r = redact_sample(self._redact, primary)
         shadow_r = redact_sample(self._redact, shadow)
         category = primary_r.metadata.get("category")
-        self._observe(cand, primary, shadow, p_scores, s_scores)
+        self._observe(target, primary, shadow, p_scores, s_scores)
         return Pair.model_construct(
             schema_="llmwatch.pair/v1",
             id=shadow.id,
-            candidate=cand.name,
+            candidate=target.name,
             timestamp=primary.timestamp,
             route=primary.route,
             category=category if isinstance(category, str) else None,
@@ -412,36 +814,27 @@ class ShadowMirror:
             scored_by="rules",
         )
 
-    def _write(self, pairs: list[tuple[_Candidate, Pair]]) -> None:
+    def _write(self, pairs: list[tuple[_Target, Pair]]) -> None:
         if not pairs:
             return
+        lines = [p.to_json() for _, p in pairs]
         written = len(pairs)
         if self.writer is not None:
             try:
-                written = self.writer.write_lines(p.to_json() for _, p in pairs)
+                written = self.writer.write_lines(lines)
             except JsonlWriteError as exc:
                 written = exc.written
-                for cand, _ in pairs[written:]:
-                    self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="write_error").inc()
+                for target, _ in pairs[written:]:
+                    self.stats.count("shadow_pairs_dropped", candidate=target.name, reason="write_error")
                 log.error("shadow_pairs_write_failed", lost=len(pairs) - written, error=type(exc.__cause__).__name__)
-        for cand, _ in pairs[:written]:
-            cand.pairs.inc()
-        for sink in self.pair_sinks:
-            try:
-                # The sink counts what it refuses itself (buffer full, broker away).
-                sink.write([p for _, p in pairs])
-            except Exception as exc:
-                for cand, _ in pairs:
-                    self.metrics.shadow_pairs_dropped.labels(candidate=cand.name, reason="sink_error").inc()
-                log.error("shadow_pair_sink_failed", sink=getattr(sink, "name", "?"), error=type(exc).__name__)
-        self.written += written
-        self._count_finished(len(pairs))
+        for target, _ in pairs[:written]:
+            self.stats.count("shadow_pairs", candidate=target.name)
+        if self._pairs_to_parent:
+            # Before `finished` moves: whoever waits on it finds the pairs already at the sinks.
+            self._send(PairLines([(t.index, p.id, line) for (t, p), line in zip(pairs, lines)]))
+        self.stats.finished(len(pairs), written)
 
-    def _count_finished(self, n: int) -> None:
-        with self._finished_lock:
-            self.finished += n
-
-    def _observe(self, cand: _Candidate, primary: Sample, shadow: Sample, p_scores: list[PairScore], s_scores: list[PairScore]) -> None:
+    def _observe(self, target: _Target, primary: Sample, shadow: Sample, p_scores: list[PairScore], s_scores: list[PairScore]) -> None:
         """Add one pair to the candidate's window and move its gauges."""
         prim = {s.check: s.result for s in p_scores}
         wins = losses = ties = 0
@@ -458,62 +851,22 @@ class ShadowMirror:
         failed = shadow.error_type is not None or shadow.status >= 400
         if failed and primary.error_type is None:
             losses += 1  # a failed candidate call loses to an answer
-        cand.window.append((wins, losses, ties, primary.latency_ms, shadow.latency_ms, primary.cost_usd, shadow.cost_usd))
-        w = np.array([row[:5] for row in cand.window], dtype=float)
-        name = cand.name
-        m = self.metrics
+        target.window.append((wins, losses, ties, primary.latency_ms, shadow.latency_ms, primary.cost_usd, shadow.cost_usd))
+        w = np.array([row[:5] for row in target.window], dtype=float)
+        name = target.name
+        gauge = self.stats.gauge
         total_w, total_l, total = w[:, 0].sum(), w[:, 1].sum(), w[:, :3].sum()
-        m.shadow_window_pairs.labels(candidate=name).set(len(w))
+        gauge("shadow_window_pairs", name, float(len(w)))
         if total > 0:
-            m.shadow_win_rate.labels(candidate=name).set(total_w / total)
-            m.shadow_loss_rate.labels(candidate=name).set(total_l / total)
-            m.shadow_pass_rate_diff.labels(candidate=name).set((total_w - total_l) / total)
-        m.shadow_worse_p_value.labels(candidate=name).set(mcnemar_worse_p(int(total_w), int(total_l)))
+            gauge("shadow_win_rate", name, float(total_w / total))
+            gauge("shadow_loss_rate", name, float(total_l / total))
+            gauge("shadow_pass_rate_diff", name, float((total_w - total_l) / total))
+        gauge("shadow_worse_p_value", name, float(mcnemar_worse_p(int(total_w), int(total_l))))
         p95 = np.percentile(w[:, 3], 95)
         if p95 > 0:
-            m.shadow_latency_ratio.labels(candidate=name).set(float(np.percentile(w[:, 4], 95) / p95))
-        costs = [(a, b) for *_, a, b in cand.window if a is not None and b is not None]
+            gauge("shadow_latency_ratio", name, float(np.percentile(w[:, 4], 95) / p95))
+        costs = [(a, b) for *_, a, b in target.window if a is not None and b is not None]
         if costs:
             base = sum(a for a, _ in costs)
             if base > 0:
-                m.shadow_cost_ratio.labels(candidate=name).set(sum(b for _, b in costs) / base)
-
-    # --- shutdown ---------------------------------------------------------------------------
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Let mirrors in flight finish (at most `timeout`), write their pairs, stop both threads."""
-        self._stop.set()
-        loop = self._loop
-        if loop is not None and self._mirror_thread.is_alive():
-            fut = asyncio.run_coroutine_threadsafe(self._shutdown(timeout), loop)
-            try:
-                fut.result(timeout + 5.0)
-            except Exception as exc:
-                log.error("shadow_stop_failed", error=type(exc).__name__)
-            loop.call_soon_threadsafe(loop.stop)
-            self._mirror_thread.join(5.0)
-        self._close_writer(timeout)
-
-    def _close_writer(self, timeout: float) -> None:
-        # Only now: mirrors that were still in flight have handed their pairs over.
-        self._writer_stop.set()
-        if self._writer_thread.is_alive():
-            self._writer_thread.join(timeout + 5.0)
-        if self.writer is not None:
-            self.writer.close()
-        for sink in self.pair_sinks:
-            try:
-                sink.close()
-            except Exception as exc:
-                log.error("shadow_pair_sink_close_failed", error=type(exc).__name__)
-
-    async def _shutdown(self, timeout: float) -> None:
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
-        if self._session is not None:
-            await self._session.close()
+                gauge("shadow_cost_ratio", name, sum(b for _, b in costs) / base)

@@ -110,3 +110,101 @@ def summarize(verdicts: Sequence[PairVerdict]) -> dict[str, Any]:
         "position_inconsistent": inconsistent, "position_inconsistent_rate": inconsistent / len(judged) if judged else None,
         "sign_test_p": p,
     }
+
+
+# --- agreement with human verdicts ---------------------------------------------------------------
+
+# The candidate's outcome in one pair, from the judge or from people: the rows and columns of the confusion table.
+OUTCOMES = ("win", "tie", "loss")
+_FROM_WINNER = {"candidate": "win", "tie": "tie", "primary": "loss"}
+
+
+def human_verdicts(tasks_path: str, reviews_path: str, key_path: str | None = None) -> tuple[dict[str, str], dict[str, dict[str, str]], str]:
+    """People's verdicts on exported pairs (`review export --pairs`), keyed by the candidate's sample id.
+
+    Returns (verdict per pair: win | tie | loss of the candidate, each reviewer's own verdicts, the
+    candidate's name). A reviewer's verdict is `preferred`, else the answer with the higher mean
+    score (as `review import`); several reviewers of one pair are summed (+1 win, -1 loss): a split
+    is a tie. The key says which label was the candidate; the tasks never did.
+    """
+    from llmwatch.scorers.review import ReviewError, key_path_for, load_key, load_reviews, load_tasks, preference
+
+    tasks, digest = load_tasks(tasks_path)
+    key_file = key_path or key_path_for(tasks_path)
+    key = load_key(key_file)
+    if key.tasks_sha256 != digest:
+        raise ReviewError(f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)")
+    if len(key.versions) != 2 or key.versions[0] != "primary":
+        raise ReviewError(f"key file {key_file} is not from `llmwatch review export --pairs` (versions {key.versions}, expected primary and a candidate)")
+    candidate = key.versions[1]
+    reviews = load_reviews(reviews_path, tasks)
+    per_reviewer: dict[str, dict[str, str]] = {}
+    summed: dict[str, int] = {}
+    for review in reviews:
+        sides = key.tasks.get(review.task_id)
+        if sides is None:
+            raise ReviewError(f"{reviews_path}: task {review.task_id} is not in the key {key_file}")
+        pair_id = next(e.sample_id for e in sides.values() if e.model_version != "primary")
+        label = preference(review, tasks[review.task_id].criteria)
+        outcome = "tie" if label == "tie" else ("loss" if sides[label].model_version == "primary" else "win")
+        per_reviewer.setdefault(review.judge, {})[pair_id] = outcome
+        summed[pair_id] = summed.get(pair_id, 0) + {"win": 1, "tie": 0, "loss": -1}[outcome]
+    merged = {pid: "win" if s > 0 else "loss" if s < 0 else "tie" for pid, s in summed.items()}
+    return merged, per_reviewer, candidate
+
+
+def cohen_kappa(a: Sequence[str], b: Sequence[str], labels: Sequence[str] = OUTCOMES) -> float:
+    """Cohen's (unweighted) kappa of two raters over the same items; NaN when undefined."""
+    import math
+
+    n = len(a)
+    if n == 0 or n != len(b):
+        return math.nan
+    observed = sum(1 for x, y in zip(a, b) if x == y) / n
+    expected = sum((sum(1 for x in a if x == c) / n) * (sum(1 for y in b if y == c) / n) for c in labels)
+    return math.nan if expected >= 1.0 else (observed - expected) / (1.0 - expected)
+
+
+def agreement(judge: dict[str, str], human: dict[str, str], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Judge versus people on the pairs both gave a verdict for (outcomes win | tie | loss of the candidate).
+
+    Raw agreement, Cohen's kappa with a percentile bootstrap interval over pairs, and the confusion
+    table (rows: the judge, columns: people).
+    """
+    import math
+
+    import numpy as np
+
+    ids = sorted(set(judge) & set(human))
+    a = [judge[i] for i in ids]
+    b = [human[i] for i in ids]
+    confusion = {r: {c: sum(1 for x, y in zip(a, b) if x == r and y == c) for c in OUTCOMES} for r in OUTCOMES}
+    kappa = cohen_kappa(a, b)
+    lo = hi = math.nan
+    if len(ids) >= 2 and math.isfinite(kappa):
+        rng = np.random.default_rng(seed)
+        index = {o: k for k, o in enumerate(OUTCOMES)}
+        aa, bb = np.array([index[x] for x in a]), np.array([index[y] for y in b])
+        draws = []
+        for _ in range(resamples):
+            pick = rng.integers(0, len(ids), len(ids))
+            k = cohen_kappa([OUTCOMES[i] for i in aa[pick]], [OUTCOMES[i] for i in bb[pick]])
+            if math.isfinite(k):
+                draws.append(k)
+        if draws:
+            lo, hi = (float(np.percentile(draws, q)) for q in (50 * (1 - confidence), 100 - 50 * (1 - confidence)))
+
+    def clean(x: float) -> float | None:
+        return None if not math.isfinite(x) else round(float(x), 4)
+
+    return {
+        "pairs": len(ids),
+        "agreement": None if not ids else round(sum(1 for x, y in zip(a, b) if x == y) / len(ids), 4),
+        "kappa": clean(kappa), "kappa_ci": [clean(lo), clean(hi)], "confidence": confidence,
+        "confusion": confusion,
+    }
+
+
+def judge_outcomes(verdicts: Sequence[PairVerdict]) -> dict[str, str]:
+    """The judge's verdicts as outcomes of the candidate, errors left out."""
+    return {v.pair_id: _FROM_WINNER[v.winner] for v in verdicts if v.winner in _FROM_WINNER}

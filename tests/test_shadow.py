@@ -76,25 +76,23 @@ def shadow_section(upstream: str, **candidate) -> dict:
     return {"enabled": True, "candidates": [{"name": "cand", "upstream": upstream, "rate": 1.0, **candidate}]}
 
 
-async def traffic(agent, n: int, *, paced: bool = False) -> None:
-    """n chat calls through the proxy, half streamed, on prompts of several topics.
+async def traffic(agent, n: int, *, seeded: bool = False) -> None:
+    """n chat calls through the proxy, one at a time, half streamed, on prompts of several topics.
 
-    `paced`: each call waits for the previous call's mirror to end, so that the candidate is
-    timed under the same (idle) load as the primary; a one-at-a-time client otherwise always
-    overlaps a mirror with its next call, and only the candidate's timing pays for it.
+    `seeded`: each request carries `seed`, so that two simulators of one profile give it the same
+    answer and draw the same delays (the simulator's seeded path): an identical candidate.
     """
     c = client(agent)
     topics = ["How do I bake sourdough bread?", "Explain kubernetes pods", "What is a good running plan?", "Tips for learning python"]
     for i in range(n):
         msgs = [{"role": "user", "content": f"{topics[i % len(topics)]} ({i})"}]
+        extra = {"seed": i} if seeded else {}
         if i % 2:
-            stream = await c.chat.completions.create(model=MODEL, messages=msgs, stream=True)
+            stream = await c.chat.completions.create(model=MODEL, messages=msgs, stream=True, **extra)
             async for _ in stream:
                 pass
         else:
-            await c.chat.completions.create(model=MODEL, messages=msgs)
-        if paced:
-            await wait_until(lambda i=i: agent.shadow.finished >= i + 1, timeout=30)
+            await c.chat.completions.create(model=MODEL, messages=msgs, **extra)
     await c.close()
 
 
@@ -217,22 +215,42 @@ async def test_identical_candidate_is_not_found_worse(make_agent, sim_process, t
     # Both versions in processes of their own, alike: neither side's latency shares a loop with the test.
     primary = await sim_process("A", 1)
     same = await sim_process("A", 7)
-    agent = await make_agent(primary, shadow=shadow_section(same), sampling={"rate": 0.0})
-    await traffic(agent, 80, paced=True)
+    # The mirror child unpinned (shadow.cpu_affinity: all): this host is shared (load 9-11 on 2
+    # cores), so the CPU that "auto" leaves the child is as busy as the other, and a process held
+    # to one busy CPU wakes later than one that may take either (pinned, the candidate lost 24-29
+    # of 40 TTFT pairs in 4 of 5 runs here; unpinned 15-20). On a host of its own, "auto" puts the
+    # child beside the scorer (nice 10), which it preempts.
+    agent = await make_agent(primary, shadow={**shadow_section(same), "cpu_affinity": "all"}, sampling={"rate": 0.0})
+    # Seeded requests: both simulators give each request the same answer after the same simulated
+    # delays, so what differs is only how each side is timed (unseeded, the two generators' draws
+    # alone made the candidate lose 30 of 40 TTFT pairs, run after run). Not paced: each mirror
+    # overlaps the client's next call, as in production; the mirror's own process absorbs it.
+    await traffic(agent, 80, seeded=True)
     await wait_until(lambda: agent.shadow.finished >= 80, timeout=30)
-    # Wide margins: 80 pairs are enough to rule out a large loss, not a 1-point one.
-    cfg = tmp_path / "margins.yaml"
-    cfg.write_text(yaml.safe_dump({"shadow": {"margins": {"pass_rate_points": 15, "p95_latency_ratio": 3, "p95_ttft_ratio": 3, "cost_ratio": 3, "error_rate_points": 5}}}))
-    out = report(agent.cfg.data_dir / "pairs", "--config", str(cfg), "--format", "json")
-    assert out.returncode == 0, out.stdout + out.stderr
-    doc = json.loads(out.stdout)
+
+    def verdict(margins: dict, *codes: int) -> dict:
+        cfg = tmp_path / "margins.yaml"
+        cfg.write_text(yaml.safe_dump({"shadow": {"margins": margins}}))
+        out = report(agent.cfg.data_dir / "pairs", "--config", str(cfg), "--format", "json")
+        assert out.returncode in codes, out.stdout + out.stderr
+        return json.loads(out.stdout)
+
+    # Latency and TTFT on the default margins (p95 at most 10 % higher), decided by the report.
+    # Measured here (load 11, 80 pairs, seeded, unpinned): p95 latency ratio 0.85, TTFT 0.80; the
+    # primary is timed by the busy proxy (the test's own process), the candidate by the mirror
+    # child. With the mirror a thread of the proxy, the same test read 1.15-1.4x and worse on
+    # ttft_p95. 80 pairs do not always bound a ratio under 1.10: not worse or undecided (exit 2).
+    wide_quality = {"pass_rate_points": 15, "cost_ratio": 3, "error_rate_points": 5}
+    doc = verdict(wide_quality, 0, 2)
+    rows = {r["signal"]: r for r in doc["candidates"][0]["rows"] if r["category"] == "*"}
+    assert doc["verdict"] != "worse" and doc["candidates"][0]["worse_on"] == []
+    for signal in ("latency_p95", "ttft_p95"):
+        assert rows[signal]["margin"] == 1.10 and rows[signal]["verdict"] in ("not_worse", "inconclusive"), rows[signal]
+    # Wide margins everywhere: 80 pairs are enough to rule out a large loss, so: not worse.
+    doc = verdict({**wide_quality, "p95_latency_ratio": 3, "p95_ttft_ratio": 3}, 0)
     assert doc["verdict"] == "not_worse" and doc["candidates"][0]["worse_on"] == []
-    # With the default 1-point pass-rate margin the same pairs cannot decide, and say how many would.
-    # Latency margins stay wide here: this part is about the pass rate, and the candidate's timings
-    # carry a known in-process bias (docs/notes/shadow.md, "Timing caveat") that grows with host
-    # load (1.15-1.4x at p95 measured), so a tighter margin would decide on the host, not the model.
-    cfg.write_text(yaml.safe_dump({"shadow": {"margins": {"p95_latency_ratio": 3, "p95_ttft_ratio": 3}}}))
-    out = report(agent.cfg.data_dir / "pairs", "--config", str(cfg))
+    # The default margins (1 point of pass rate): the same pairs cannot decide, and say how many would.
+    out = report(agent.cfg.data_dir / "pairs")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "pairs are needed" in out.stdout
 
@@ -530,3 +548,139 @@ async def test_pairwise_judge_counts_only_wins_that_survive_the_swap(tmp_path, j
     else:
         # Always "1": every verdict flips with the order, so none counts as a win.
         assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent_rate"]) == (0, 8, 0, 1.0)
+
+
+def _reviewer_choice(first: str, second: str) -> str:
+    """A scripted reviewer: the "better" answer wins, a "worse" one loses, otherwise a tie."""
+    for pos, (mine, other) in enumerate(((first, second), (second, first)), start=1):
+        if "better" in mine or "worse" in other:
+            return str(pos)
+    return "tie"
+
+
+async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
+    """Pairs exported for blind review, verdicts saved by `llmwatch review serve`, the judge asked on
+    exactly those pairs: agreement, Cohen's kappa with its interval, and the confusion table."""
+    from test_review_app import Server
+
+    from llmwatch.agent.review_app import positions
+
+    pairs_dir = tmp_path / "pairs"
+    pairs_dir.mkdir()
+    # 5 pairs the candidate answers better, 3 worse, 2 identical answers, 2 merely different ("fine").
+    kinds = ["better"] * 5 + ["worse"] * 3 + ["same"] * 2 + ["fine"] * 2
+    pairs = [_pair(i, True, True, 100, 100) for i in range(len(kinds))]
+    for i, (p, kind) in enumerate(zip(pairs, kinds)):
+        p.primary.response = {"choices": [{"message": {"content": "primary answer"}}]}
+        p.shadow.response = {"choices": [{"message": {"content": "primary answer" if kind == "same" else f"{kind} answer {i}"}}]}
+    # Pairs of other, unreviewed prompts: the judge must not be asked about them.
+    extra = [_pair(100 + i, True, True, 100, 100) for i in range(6)]
+    for p in extra:
+        p.primary.response = p.shadow.response = {"choices": [{"message": {"content": "unreviewed"}}]}
+    (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"".join(p.to_json() + b"\n" for p in pairs + extra))
+    cli = [sys.executable, "-m", "llmwatch.agent.cli"]
+    tasks = tmp_path / "round1" / "tasks.jsonl"
+    subset = tmp_path / "reviewed"
+    subset.mkdir()
+    (subset / "pairs-20261201-0000.jsonl").write_bytes(b"".join(p.to_json() + b"\n" for p in pairs))
+    out = subprocess.run([*cli, "review", "export", "--pairs", str(subset), "--n", str(len(pairs)), "--out", str(tasks), "--seed", "5"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    reviews = tmp_path / "round1" / "reviews.jsonl"
+    server = Server(tmp_path, "--tasks", str(tasks), "--out", str(reviews), "--reviewers", "ann,bob")
+    try:
+        async with aiohttp.ClientSession() as session:
+            for line in tasks.read_text().splitlines():
+                task = json.loads(line)
+                for who in ("ann", "bob"):
+                    order = positions(who, task["task_id"])  # the labels behind Answer 1 and Answer 2 on this reviewer's page
+                    answers = [task["candidates"][label]["answer"] for label in order]
+                    form = {f"s{pos}_{ci}": "3" for ci in range(len(task["criteria"])) for pos in (1, 2)}
+                    form["preferred"] = _reviewer_choice(*answers)
+                    async with session.post(f"{server.links[who]}/t/{task['task_id']}", data=form, allow_redirects=False) as r:
+                        assert r.status == 303, await r.text()
+    finally:
+        assert server.stop() == 0
+    runner, url = await serve(_judge_app("better"))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cli, "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
+            "--tasks", str(tasks), "--reviews", str(reviews), "--format", "json", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+        text = await asyncio.create_subprocess_exec(
+            *cli, "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
+            "--tasks", str(tasks), "--reviews", str(reviews), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        text_out, text_err = await asyncio.wait_for(text.communicate(), timeout=120)
+    finally:
+        await runner.cleanup()
+    assert proc.returncode == 0, stderr.decode()
+    sm = json.loads(stdout)["c"]
+    assert sm["pairs"] == 12  # the reviewed pairs only
+    ag = sm["human_agreement"]
+    # The judge (prefers "better", else the primary's answer; identical answers flip with the order:
+    # ties) against the reviewers (better wins, worse loses, anything else a tie):
+    assert ag["confusion"] == {"win": {"win": 5, "tie": 0, "loss": 0}, "tie": {"win": 0, "tie": 2, "loss": 0}, "loss": {"win": 0, "tie": 2, "loss": 3}}
+    assert ag["pairs"] == 12 and ag["agreement"] == pytest.approx(10 / 12, abs=1e-4)
+    # p_o = 10/12, p_e = (5*5 + 2*4 + 5*3) / 144 = 1/3: kappa = (5/6 - 1/3) / (2/3) = 0.75.
+    assert ag["kappa"] == pytest.approx(0.75, abs=1e-4)
+    lo, hi = ag["kappa_ci"]
+    assert lo < 0.75 < hi <= 1.0
+    assert set(ag["per_reviewer"]) == {"ann", "bob"} and ag["per_reviewer"]["ann"]["kappa"] == pytest.approx(0.75, abs=1e-4)
+    assert text.returncode == 0, text_err.decode()
+    assert "agreement with human verdicts: 12 pairs" in text_out.decode() and "Cohen's kappa 0.75" in text_out.decode()
+
+
+def test_judge_agreement_refuses_reviews_without_their_tasks(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "shadow", "judge", "--pairs", str(tmp_path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j",
+                          "--reviews", str(tmp_path / "reviews.jsonl")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--tasks and --reviews go together" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_it(tmp_path):
+    """`llmwatch proxy` with a candidate: the mirror runs in a process of its own, on the CPUs
+    `shadow.cpu_affinity` names, and exits by itself when the proxy is killed (SIGKILL: no goodbye)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    runner_p, primary = await serve(_canned_app())
+    runner_c, candidate = await serve(_canned_app())
+    cfg = tmp_path / "llmwatch.yaml"
+    cfg.write_text(yaml.safe_dump({"scoring": {"enabled": False}, "shadow": {**shadow_section(candidate), "cpu_affinity": str(allowed[-1])}}))
+    log = tmp_path / "proxy.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(cfg), "--upstream", primary, "--listen", "127.0.0.1:0",
+                                 "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.STDOUT)
+    child = None
+    try:
+        ready = started = None
+        deadline = time.monotonic() + 60
+        while (ready is None or started is None) and time.monotonic() < deadline and proc.poll() is None:
+            for line in log.read_text().splitlines():
+                if '"shadow_mirror_ready"' in line:
+                    ready = json.loads(line)
+                if '"agent_started"' in line:
+                    started = json.loads(line)
+            await asyncio.sleep(0.05)
+        assert ready is not None and started is not None, log.read_text()
+        child = ready["pid"]
+        assert child != proc.pid and os.sched_getaffinity(child) == {allowed[-1]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}) as r:
+                assert r.status == 200
+        await wait_until(lambda: any(Path(p).read_text() for p in glob.glob(str(tmp_path / "data" / "pairs" / "*.jsonl"))), timeout=20)
+        proc.kill()  # the proxy this test started, by its handle
+        proc.wait(timeout=10)
+
+        def gone() -> bool:
+            try:
+                with open(f"/proc/{child}/stat") as fh:
+                    return fh.read().split(") ", 1)[1].startswith("Z")  # exited, not yet reaped
+            except FileNotFoundError:
+                return True
+
+        await wait_until(gone, timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        await runner_p.cleanup()
+        await runner_c.cleanup()

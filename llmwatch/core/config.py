@@ -621,6 +621,19 @@ class ShadowSection(_Section):
     alpha: float = Field(0.05, gt=0, lt=0.5)
     # Power the report sizes "pairs needed" for.
     power: float = Field(0.95, gt=0.5, lt=1)
+    # The mirror runs in a child process of its own (collectors/shadow.py), pinned like the scorer
+    # (same values as scoring.cpu_affinity): "auto" keeps it off the first allowed CPU, the
+    # proxy's, wherever there is another.
+    cpu_affinity: str = "auto"
+    # 0 by default, unlike the scorer's 10: the child takes the candidate's timestamps, and a lower
+    # priority would delay them on a busy host and read as a slower candidate. It mostly waits on
+    # the candidate, and "auto" already keeps it off the proxy's core.
+    nice: int = Field(0, ge=0, le=19)
+
+    @field_validator("cpu_affinity", mode="before")
+    @classmethod
+    def _cpu_list(cls, value: Any) -> str:
+        return ScoringSection._cpu_list(value)
 
     @field_validator("routes")
     @classmethod
