@@ -155,6 +155,8 @@ class _Upstream(asyncio.Protocol):
         self.call: _Call | None = None
         self.idle_since = 0.0
         self.paused = False
+        # The read deadline's timer outlives the call it was armed for (see `attach`).
+        self.timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -171,7 +173,6 @@ class _Upstream(asyncio.Protocol):
         self.reusable = True
         self.complete = False
         self.last_read = 0.0
-        self.timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -402,7 +403,8 @@ class _Upstream(asyncio.Protocol):
 
     def _finished(self, call: _Call) -> None:
         self.state = 4
-        self._cancel_timer()
+        # The read timer stays armed: it finds no call and stops, or the next call's reads moved
+        # its due time (`_check_read`); cancelling and re-arming it per call cost more.
         self.call = None
         call.up = None
         if self.transport is not None:
@@ -448,7 +450,8 @@ class _Upstream(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         loop = self.pool.loop
         self.last_read = loop.time()
-        self.timer = loop.call_at(self.last_read + self.pool.read_timeout, self._check_read)
+        if self.timer is None:
+            self.timer = loop.call_at(self.last_read + self.pool.read_timeout, self._check_read)
         client = call.client
         if client.feeding:
             # Attached while the client's bytes are being parsed: the head, and the body bytes
@@ -476,11 +479,13 @@ class _Upstream(asyncio.Protocol):
             self.last_read = self.pool.loop.time()
 
     def _check_read(self) -> None:
-        # One timer per call, moved lazily: a stamp per read is cheaper than a timer per read.
+        # One timer per connection, moved lazily: a stamp per read is cheaper than a timer per
+        # read, and a timer left armed across calls cheaper than one armed and cancelled per call.
+        # It may have been armed for an earlier call: `last_read` is this call's, set by `attach`.
         self.timer = None
         call = self.call
         if call is None:
-            return
+            return  # idle: the next `attach` arms it again
         loop = self.pool.loop
         due = self.last_read + self.pool.read_timeout
         if loop.time() < due:
