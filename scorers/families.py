@@ -266,7 +266,7 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     # Prompts that differ in meaning *inside* the strata (a topic shift within a cluster or
     # category) make an unmatched comparison measure the topic: then only matched prompts
     # (identical or near-duplicate) are comparable inputs.
-    within = _within_strata_shift(base, cur, vectors, s) if vectors is not None else None
+    within = _within_strata_shift(base, [t for t in cur if t[1] not in frequent], vectors, s) if vectors is not None else None
     matched_only = within is not None and within["shifted"]
     if matched_only:
         c_rows = [t for t in cur if t[1] in frequent]
@@ -349,10 +349,12 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
 
 
 def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftSettings) -> dict[str, Any] | None:
-    """Do the prompts differ in meaning inside the strata? The prompt classifier, ranked within strata.
+    """Do the unmatched current prompts (`cur`) differ in meaning from the baseline's inside the strata?
 
-    `shifted` when significant at `alpha` and at least `min_prompt_separation`: unmatched samples
-    of one stratum then answer different questions, and comparing them would measure the topic.
+    The prompt classifier, ranked within strata. `shifted` when significant at `alpha` and at
+    least `min_prompt_separation`: unmatched samples of one stratum then answer different
+    questions, and comparing them would measure the topic. Matched prompts are left out: they
+    are compared pair by pair whatever the rest does.
     """
     pb = [(st, h, v) for st, h, r in base if (v := vectors.of(r)) is not None]
     pc = [(st, h, v) for st, h, r in cur if (v := vectors.of(r)) is not None]

@@ -79,9 +79,10 @@ def _ridge(X: np.ndarray, Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.nda
     return W, my - mx @ W
 
 
-# Ridge penalty per row: the vectors are unit length, so X'X has trace n; a penalty of 0.1 per
-# row keeps ~20-80 effective dimensions of a 384-dimensional space on a few hundred prompts
-# (measured on AlpacaEval prompts: the held-out fit of answer length is best between 0.03 and 0.3).
+# Ridge penalty per row (the vectors are unit length, so X'X has trace n). Measured on the 805
+# AlpacaEval prompts (gpt4_0613, 5 folds), held-out R^2 of log answer length from the prompt
+# vector: 0.32 at 0.001, 0.36 at 0.003, 0.31 at 0.01, 0.20 at 0.03, 0.09 at 0.1; of the answer
+# vector: 0.34, 0.33, 0.25, 0.15, 0.06.
 RIDGE_PER_ROW = 0.003
 
 
