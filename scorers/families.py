@@ -364,7 +364,7 @@ def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: Dri
                           strata=([st for st, _, _ in pb], [st for st, _, _ in pc]))
     if res is None:
         return None
-    return {"separation": round(res.effect, 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.min_prompt_separation)}
+    return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.min_prompt_separation)}
 
 
 def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Counter[str]]:
