@@ -352,7 +352,7 @@ def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: Dri
     """Do the unmatched current prompts (`cur`) differ in meaning from the baseline's inside the strata?
 
     The prompt classifier, ranked within strata. `shifted` when significant at `alpha` and at
-    least `min_prompt_separation`: unmatched samples of one stratum then answer different
+    least `max_unmatched_separation`: unmatched samples of one stratum then answer different
     questions, and comparing them would measure the topic. Matched prompts are left out: they
     are compared pair by pair whatever the rest does.
     """
@@ -364,7 +364,7 @@ def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: Dri
                           strata=([st for st, _, _ in pb], [st for st, _, _ in pc]))
     if res is None:
         return None
-    return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.min_prompt_separation)}
+    return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.max_unmatched_separation)}
 
 
 def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Counter[str]]:

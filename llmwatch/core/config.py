@@ -369,6 +369,9 @@ class DriftSection(_Section):
     # inputs: how well a classifier tells baseline prompts from current ones (2 * AUC - 1) before
     # the prompt-embedding signal reads `shifted`; frozen into the baseline.
     min_prompt_separation: float = Field(0.1, ge=0, le=1)
+    # Unmatched prompts are compared (within strata) only while they differ from the baseline's
+    # by less than this separation; beyond it only repeated / near-duplicate prompts are compared.
+    max_unmatched_separation: float = Field(0.15, ge=0, le=1)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
 
 
