@@ -40,7 +40,7 @@ import numpy as np
 from llmwatch.scorers import stats
 from llmwatch.scorers.drift_model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.features import RouteStats
-from llmwatch.scorers.prompt_space import CrossFitRidge, classifier_test, fold_of, near_duplicates, residualizer, semantic_clusters
+from llmwatch.scorers.prompt_space import TEST_FOLDS, CrossFitRidge, classifier_test, near_duplicates, residualizer, semantic_clusters
 from llmwatch.scorers.rows import UNCATEGORIZED, Row, sketch_bits, unpack_vectors
 from llmwatch.scorers.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
 
@@ -432,15 +432,32 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
             Pc = np.stack([p for p in pc if p is not None])
             Xk, Yk = X[kb], Y[kc]
             hbk = [h for h, k in zip(hb, kb) if k]
-            model = CrossFitRidge.fit(Pb, Xk, hbk)
+            # Split-sample (see prompt_space.TEST_FOLDS): the map is fitted on one half of the
+            # baseline and the other half is tested with the current answers of its prompts.
+            model = CrossFitRidge.fit(Pb, Xk, hbk, folds=TEST_FOLDS)
             if model is not None:
                 pred_b, fb = model.predict(Pb, hbk)
                 pred_c, fc = model.predict(Pc, [h for h, k in zip(fold_keys_c, kc) if k])
-                X, Y = Xk - pred_b, Yk - pred_c
-                sx = [f"{k} fold {f}" for k, f in zip([k for k, keep in zip(sx, kb) if keep], fb)]
-                sy = [f"{k} fold {f}" for k, f in zip([k for k, keep in zip(sy, kc) if keep], fc)]
-                how = "residuals after the prompt embedding (ridge fitted on the baseline), permutations within matched prompts, strata and folds"
+                Rb, Rc = Xk - pred_b, Yk - pred_c
+                skb = [k for k, keep in zip(sx, kb) if keep]
+                skc = [k for k, keep in zip(sy, kc) if keep]
+                halves = []
+                for j in range(TEST_FOLDS):
+                    ib, ic = np.flatnonzero(fb == j), np.flatnonzero(fc == j)
+                    if len(ib) >= s.min_samples // 2 and len(ic) >= s.min_samples // 2:
+                        halves.append(stratified_mmd(Rb[ib], Rc[ic], [skb[i] for i in ib], [skc[i] for i in ic], needed=needed_p / TEST_FOLDS, seed=s.seed + j,
+                                                     start=s.mmd_permutations, most=s.max_permutations))
+                if halves:
+                    best = min(halves, key=lambda h: h.p_value)
+                    res = stats.TestResult("mmd_residual_split", best.statistic, min(1.0, TEST_FOLDS * best.p_value), best.effect_size, len(X), len(Y),
+                                           {"permutations": sum(h.detail["permutations"] for h in halves), "halves": len(halves), "p_halves": [float(f"{h.p_value:.3g}") for h in halves]})
+                    how = "residuals after the prompt embedding (ridge fitted on one half of the baseline, the other half tested, Bonferroni over both), permutations within matched prompts and strata"
+                    return _embedding_signal(res, raw, route, s, how)
     res = stratified_mmd(X, Y, sx, sy, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
+    return _embedding_signal(res, raw, route, s, how)
+
+
+def _embedding_signal(res: stats.TestResult, raw: tuple[np.ndarray, np.ndarray, list[str], list[str]], route: str, s: DriftSettings, how: str) -> Signal:
     X, Y, sx, sy = raw
     # Effect: 1 - cosine between the centroids, each side's stratum centroids weighted by the baseline's mix.
     weights = Counter(sx)
