@@ -53,7 +53,7 @@ class DriftSettings:
     # Behaviour on unmatched prompts is compared only while the unmatched current prompts differ
     # from the baseline's within strata by less than this separation (or not significantly);
     # beyond it only matched prompts are comparable. 0.15: random halves of one prompt set reach
-    # at most 0.13 (60 splits of the AlpacaEval prompts), a shift of prompt sources 0.17-0.25.
+    # at most 0.12 (60 splits of the AlpacaEval prompts), a shift of prompt sources 0.16-0.22.
     max_unmatched_separation: float = 0.15
     mmd_permutations: int = 200  # first round; more while the p-value could still matter
     max_permutations: int = 10_000
