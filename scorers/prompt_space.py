@@ -9,14 +9,17 @@ function of the rows (and `seed`), so what is fitted on a baseline's rows is fro
 * `near_duplicates`: a current prompt whose cosine with a baseline prompt is at least the
   threshold is treated as that prompt (templates with a changed name, retries with a typo,
   rephrased popular questions), so its answer is compared paired with the baseline's.
-* `classifier_test`: can a linear classifier tell baseline prompts from current ones? Cross-fitted
-  ridge discriminant, each fold's held-out scores compared with a rank test and the folds pooled
-  (van Elteren), so the p-value is analytic and can go as low as Holm needs - no permutations.
+* `classifier_test`: can a linear classifier tell baseline prompts from current ones? A ridge
+  discriminant fitted on one half, its scores on the other half rank-tested, both ways,
+  Bonferroni over the halves (`TEST_FOLDS`): the p-value is analytic and can go as low as Holm
+  needs - no permutations.
 * `CrossFitRidge`: a ridge map from the prompt vector to a behaviour value (answer length, a
-  similarity, the answer vector), fitted on the baseline with K folds. A baseline row gets the
-  prediction of the model that did not see its fold, a current row that of a fold model chosen by
-  its prompt hash; under "same behaviour given the prompt" both residuals are then exchangeable
-  within a fold, and a change of topic moves the prediction, not the residual.
+  similarity, the answer vector), fitted on the baseline in folds. A baseline row gets the
+  prediction of the model that did not see its fold, a current row that of the fold model chosen
+  by its prompt hash, so a change of topic moves the prediction, not the residual. The answer
+  embedding test uses it split-sample (2 folds, each tested alone); the 1-d adjustment of answer
+  length and scores (`residualizer`, 5 folds) is pooled, which is not exact but fired in none of
+  160 A/A splits of real outputs.
 """
 
 from __future__ import annotations
