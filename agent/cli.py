@@ -79,10 +79,11 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     from llmwatch.scorers.baseline import freeze, write_baseline
     from llmwatch.scorers.offline import load_window
 
-    samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline")
+    prompts: dict = {}
+    samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts)
     from llmwatch.scorers.drift import settings_from_config
 
-    baseline = freeze(samples, scores, embeddings, model_version=args.model_version, minimums=settings_from_config(cfg.drift).minimums())
+    baseline = freeze(samples, scores, embeddings, model_version=args.model_version, minimums=settings_from_config(cfg.drift).minimums(), prompt_embeddings=prompts)
     path = write_baseline(baseline, args.out)
     routes = ", ".join(f"{r} ({s.n})" for r, s in baseline.routes.items())
     sys.stdout.write(f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n")
@@ -107,8 +108,9 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from llmwatch.scorers.offline import load_window
 
     baseline = load_baseline(args.baseline)
-    samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window")
-    current = summarize(samples, scores, embeddings)
+    prompts: dict = {}
+    samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts)
+    current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
     if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
         raise ConfigError(f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)")

@@ -66,6 +66,7 @@ def freeze(
     reservoir_size: int = 5000,
     embedding_reservoir: int = 500,
     minimums: Mapping[str, float] | None = None,
+    prompt_embeddings: Mapping[str, np.ndarray] | None = None,
 ) -> Baseline:
     items = list(samples)
     if not items:
@@ -78,7 +79,7 @@ def freeze(
         sample_count=len(items),
         time_span=(stamps[0], stamps[-1]),
         checks=sorted({s.check for s in score_list}),
-        routes=summarize(items, score_list, embeddings, reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir),
+        routes=summarize(items, score_list, embeddings, reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir, prompt_embeddings=prompt_embeddings),
         minimums=dict(minimums) if minimums is not None else DriftSettings().minimums(),
     )
     baseline.checksum = baseline.content_digest()

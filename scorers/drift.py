@@ -53,7 +53,7 @@ class DriftReport:
 
 def settings_from_config(section: Any, **overrides: Any) -> DriftSettings:
     """DriftSettings from a config `drift` section (core.config.DriftSection); `overrides` win (CLI flags)."""
-    names = ("alpha", "min_samples", "performance_margin", "min_pass_rate_change", "min_relative_change", "min_score_change", "min_embedding_distance", "min_mix_change", "min_overlap")
+    names = ("alpha", "min_samples", "performance_margin", "min_pass_rate_change", "min_relative_change", "min_score_change", "min_embedding_distance", "min_mix_change", "min_overlap", "near_duplicate_cosine", "min_prompt_separation", "max_unmatched_separation")
     values: dict[str, Any] = {n: getattr(section, n) for n in names if hasattr(section, n)}
     if hasattr(section, "fail_on"):
         values["fail_on"] = tuple(section.fail_on)

@@ -45,6 +45,16 @@ class DriftSettings:
     # The report says "matched prompts" when at least this share of current samples falls in
     # prompt strata (prompts the baseline saw at least 5 times); the tests are the same.
     match_fraction: float = 0.5
+    # Prompt embeddings, when the rows carry them (scoring.embeddings on at freeze and drift time):
+    # a current prompt at least this cosine from a baseline prompt is matched to it (paired tests).
+    near_duplicate_cosine: float = 0.95
+    # inputs: prompt-embedding classifier separation (2 * AUC - 1) that counts as a shift.
+    min_prompt_separation: float = 0.1
+    # Behaviour on unmatched prompts is compared only while the unmatched current prompts differ
+    # from the baseline's within strata by less than this separation (or not significantly);
+    # beyond it only matched prompts are comparable. 0.15: random halves of one prompt set reach
+    # at most 0.12 (60 splits of the AlpacaEval prompts), a shift of prompt sources 0.16-0.22.
+    max_unmatched_separation: float = 0.15
     mmd_permutations: int = 200  # first round; more while the p-value could still matter
     max_permutations: int = 10_000
     seed: int = 0
@@ -58,6 +68,9 @@ class DriftSettings:
             "min_embedding_distance": self.min_embedding_distance,
             "min_ks_distance": self.min_ks_distance,
             "min_mix_change": self.min_mix_change,
+            "min_prompt_separation": self.min_prompt_separation,
+            "near_duplicate_cosine": self.near_duplicate_cosine,
+            "max_unmatched_separation": self.max_unmatched_separation,
             "performance_margin": self.performance_margin,
         }
 

@@ -1,4 +1,4 @@
-"""Answer embeddings kept beside a scores file, so that `baseline freeze` and `drift` of scored
+"""Answer (and prompt) embeddings kept beside a scores file, so that `baseline freeze` and `drift` of scored
 samples do not run the embedding model again.
 
 `llmwatch score --out scores.jsonl` writes `scores.jsonl.embeddings.npz` (for a directory of
@@ -20,6 +20,9 @@ import structlog
 log = structlog.get_logger(__name__)
 
 FORMAT = "llmwatch.embeddings/v1"
+# Prompt vectors share the file under this prefix of the sample id (drift's prompt matching and
+# clusters); a reader that does not know them never looks them up.
+PROMPT_PREFIX = "prompt:"
 
 
 def cache_path(scores_path: str | os.PathLike[str]) -> Path:

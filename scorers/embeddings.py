@@ -46,6 +46,7 @@ __all__ = [
     "Embedder",
     "EmbeddingScorer",
     "model_dir",
+    "prompt_for_embedding",
 ]
 
 log = structlog.get_logger(__name__)
@@ -268,14 +269,25 @@ def relevance_texts(sample: Sample, params: RelevanceParams, state: CheckState) 
     answer = _answer_text(sample)
     if isinstance(answer, CheckOutcome):
         return answer
-    prompt = sample.prompt_text().strip()
+    prompt = prompt_for_embedding(sample)
     if not prompt:
         return skipped("empty_prompt")
+    return [prompt, answer]
+
+
+def prompt_for_embedding(sample: Sample) -> str:
+    """The prompt text that is embedded: its tail, as relevance reads it ("" when empty).
+
+    One definition for the relevance check and the drift's prompt vectors, so that the vectors
+    relevance already computed are reused (`EmbeddingScorer.embed_prompts`) instead of embedding
+    the prompt twice.
+    """
+    prompt = sample.prompt_text().strip()
     if len(prompt) > PROMPT_TAIL_CHARS:
         tail = prompt[-PROMPT_TAIL_CHARS:]
         # Start at a word so that the first word piece is not half a word.
         prompt = tail.split(None, 1)[-1] if " " in tail else tail
-    return [prompt, answer]
+    return prompt
 
 
 def relevance_judge(sample: Sample, params: RelevanceParams, vectors: np.ndarray, state: CheckState) -> CheckOutcome:
@@ -593,6 +605,25 @@ class EmbeddingScorer:
         for sample in samples:
             answer = _answer_text(sample)
             texts.append("" if isinstance(answer, CheckOutcome) else _clip(answer))
+        out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
+        cached = getattr(self, "_last_batch", {})
+        missing = [i for i, text in enumerate(texts) if text and text not in cached]
+        for i, text in enumerate(texts):
+            if text in cached:
+                out[i] = cached[text]
+        if missing:
+            out[missing] = self.embedder.encode([texts[i] for i in missing], batch_size=self._batch_size)
+        return out
+
+
+    def embed_prompts(self, samples: Sequence[Sample]) -> np.ndarray:
+        """float32 (len(samples), dimension) prompt vectors (`prompt_for_embedding`), for the drift's
+        prompt matching, prompt clusters and `inputs` signal. Empty prompts give zero rows; the
+        vectors the relevance check computed in the last batch are reused.
+        """
+        return self._embed_texts([_clip(prompt_for_embedding(s)) for s in samples])
+
+    def _embed_texts(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
         cached = getattr(self, "_last_batch", {})
         missing = [i for i, text in enumerate(texts) if text and text not in cached]

@@ -40,7 +40,8 @@ import numpy as np
 from llmwatch.scorers import stats
 from llmwatch.scorers.drift_model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.features import RouteStats
-from llmwatch.scorers.rows import UNCATEGORIZED, Row, sketch_bits
+from llmwatch.scorers.prompt_space import TEST_FOLDS, CrossFitRidge, classifier_test, near_duplicates, residualizer, semantic_clusters
+from llmwatch.scorers.rows import UNCATEGORIZED, Row, sketch_bits, unpack_vectors
 from llmwatch.scorers.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
@@ -90,6 +91,45 @@ def prompt_clusters(base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cl
     return label
 
 
+class PromptVectors:
+    """The rows' prompt embeddings, unpacked once per comparison (None for a row without one)."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        have = [r for r in rows if r.prompt_vec]
+        X = unpack_vectors(have) if have else np.zeros((0, 0))
+        self._by_row = {id(r): X[i] for i, r in enumerate(have)}
+
+    def of(self, row: Row) -> np.ndarray | None:
+        return self._by_row.get(id(row))
+
+    def share(self, rows: Sequence[Row]) -> float:
+        return sum(id(r) in self._by_row for r in rows) / len(rows) if rows else 0.0
+
+
+# Prompt embeddings are used when at least this share of the rows on each side carry one (the
+# rest, empty prompts, form a stratum of their own); otherwise matching and strata stay lexical.
+SEMANTIC_SHARE = 0.9
+
+
+def semantic_prompt_clusters(base: Sequence[Row], vectors: PromptVectors, *, seed: int = 0, most: int = 8, per_cluster: int = 150) -> Callable[[Row], str] | None:
+    """Strata for untagged traffic from prompt embeddings: spherical k-means on the baseline's prompts only.
+
+    Like the lexical clusters, a deterministic function of the baseline's rows (frozen with it);
+    unlike them, prompts on one topic share a cluster without sharing a word.
+    """
+    X = np.stack([v for r in base if (v := vectors.of(r)) is not None]) if base else np.zeros((0, 0))
+    k = min(most, len(X) // per_cluster)
+    if k < 2:
+        return None
+    centres = semantic_clusters(X, k, seed=seed)
+
+    def label(row: Row) -> str:
+        v = vectors.of(row)
+        return "topic-none" if v is None else f"topic-{int((centres @ v).argmax())}"
+
+    return label
+
+
 def _insufficient(name: str, family: str, test: str, nb: int, nc: int, route: str, **detail: Any) -> Signal:
     return Signal(name, route, test, math.nan, math.nan, math.nan, nb, nc, family=family, detail=dict(detail))
 
@@ -107,7 +147,19 @@ def _tvd(a: Mapping[str, int], b: Mapping[str, int]) -> float:
     return 0.5 * sum(abs(a.get(k, 0) / na - b.get(k, 0) / nb) for k in set(a) | set(b)) if na and nb else 0.0
 
 
-def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: bool, *, clustered: bool = False) -> list[Signal]:
+def _prompt_embedding(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftSettings, route: str) -> Signal:
+    """Did what users ask move in meaning? A cross-fitted classifier between baseline and current prompts."""
+    pb = [(h, v) for _, h, r in base if (v := vectors.of(r)) is not None]
+    pc = [(h, v) for _, h, r in cur if (v := vectors.of(r)) is not None]
+    res = classifier_test(np.stack([v for _, v in pb]), np.stack([v for _, v in pc]), [h for h, _ in pb], [h for h, _ in pc]) if len(pb) >= s.min_samples and len(pc) >= s.min_samples else None
+    if res is None:
+        return _insufficient("input:prompt_embedding", "inputs", "classifier_two_sample", len(pb), len(pc), route)
+    sig = _from("input:prompt_embedding", "inputs", route, res, min_effect=s.min_prompt_separation, effect_unit="2 * AUC - 1")
+    sig.direction = "prompts differ in meaning" if sig.effect_size > 0 else ""
+    return sig
+
+
+def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: bool, *, clustered: bool = False, vectors: PromptVectors | None = None) -> list[Signal]:
     out: list[Signal] = []
     bl = [r.prompt_tokens for _, _, r in base if r.prompt_tokens is not None]
     cl = [r.prompt_tokens for _, _, r in cur if r.prompt_tokens is not None]
@@ -138,6 +190,8 @@ def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: 
         top = max(shares, key=lambda k: abs(shares[k][1] - shares[k][0]))
         out.append(Signal(name, route, res.test, float(res.statistic), float(res.p_value), tvd, res.n_baseline, res.n_current, family="inputs", stratum=top,
                           detail={"total_variation": round(tvd, 4), "shares_baseline_current": shares, "min_effect": s.min_mix_change}))
+    if vectors is not None:
+        out.append(_prompt_embedding(base, cur, vectors, s, route))
     return out
 
 
@@ -164,7 +218,37 @@ def _tables(rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check:
     return {k: (v[0], v[1], v[2], v[3]) for k, v in cells.items()}
 
 
-def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float) -> tuple[list[Signal], dict[str, Any]]:
+def _given_prompt(base: Keyed, cur: Keyed, vectors: PromptVectors | None, value: Callable[[Row], float | None], log: bool) -> Callable[[Row], float | None]:
+    """`value` with what the prompt predicts of it taken out (ridge on the prompt embedding, fitted
+    on the baseline, cross-fitted): `value - f(prompt) + mean f` (on log1p for lengths).
+
+    Within a prompt cluster the topics still differ, and answer length follows the topic: a
+    current window of chattier questions has longer answers without any change of the model.
+    Compared after the prompt's share is taken out, a change of topic moves the prediction, not
+    the value compared. Rows without a prompt vector keep their value.
+    """
+    if vectors is None:
+        return value
+    pts = [(v, h, y) for _, h, r in base if (y := value(r)) is not None and (v := vectors.of(r)) is not None]
+    if len(pts) < 100:
+        return value
+    ys = np.array([y for _, _, y in pts], dtype=float)
+    offset = residualizer(np.stack([v for v, _, _ in pts]), np.log1p(np.maximum(ys, 0.0)) if log else ys, [h for _, h, _ in pts])
+    if offset is None:
+        return value
+    adjusted: dict[int, float] = {}
+    for rows in (base, cur):
+        have = [(r, h, v, y) for _, h, r in rows if (y := value(r)) is not None and (v := vectors.of(r)) is not None]
+        if not have:
+            continue
+        offs = offset(np.stack([v for _, _, v, _ in have]), [h for _, h, _, _ in have])
+        for (r, _, _, y), o in zip(have, offs):
+            adjusted[id(r)] = float(np.expm1(np.log1p(max(y, 0.0)) - o)) if log else float(y - o)
+    return lambda r: adjusted.get(id(r), value(r))
+
+
+def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float,
+               vectors: PromptVectors | None = None, alias: Mapping[str, str] | None = None) -> tuple[list[Signal], dict[str, Any]]:
     base_strata = Counter(st for st, _, _ in base)
     known = {st for st, n in base_strata.items() if n >= 5}
     # Prompts seen on both sides are strata of their own (matched prompts: the tightest
@@ -179,14 +263,27 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     key: Callable[[str, str], str] = lambda st, h: f"prompt {h}" if h in frequent else st  # noqa: E731
     c_rows = [t for t in cur if t[1] in frequent or t[0] in known]
     b_rows = base
+    # Prompts that differ in meaning *inside* the strata (a topic shift within a cluster or
+    # category) make an unmatched comparison measure the topic: then only matched prompts
+    # (identical or near-duplicate) are comparable inputs.
+    within = _within_strata_shift(base, [t for t in cur if t[1] not in frequent], vectors, s) if vectors is not None else None
+    matched_only = within is not None and within["shifted"]
+    if matched_only:
+        c_rows = [t for t in cur if t[1] in frequent]
+        b_rows = [t for t in base if t[1] in frequent]
     overlap = len(c_rows) / len(cur) if cur else 0.0
     paired = in_prompts >= s.match_fraction
     info = {"comparison": "matched prompts" if paired else "within strata" if not in_prompts else "within strata and matched prompts", "overlap": round(overlap, 4),
             "matched_fraction": round(matched, 4), "in_prompt_strata": round(in_prompts, 4),
-            "strata_baseline": dict(sorted(base_strata.items())), "strata_current": dict(sorted(Counter(st for st, _, _ in cur).items()))}
+            "strata_baseline": dict(sorted(base_strata.items())), "strata_current": dict(sorted(Counter(st for st, _, _ in cur).items())),
+            "prompts_within_strata": within, "matched_only": matched_only}
+    if matched_only:
+        info["comparison"] = "matched prompts only (prompts differ within strata)"
     out: list[Signal] = []
     short = overlap < s.min_overlap
     m = s.min_samples
+    # The per-stratum view that names where a change is looks at the same rows the tests do.
+    nb_rows, nc_rows = (b_rows, c_rows) if matched_only else (base, cur)
 
     def finish(sig: Signal, naming: Stratified | None, n_eff: float) -> Signal:
         # The pooled test decides; the per-category view names where the change is.
@@ -209,13 +306,14 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         if res is None or res.n_baseline < m or res.n_current < m:
             out.append(_insufficient(name, "behaviour", "cmh", nb, nc, route, reason="inputs barely overlap the baseline's" if short else "too few samples"))
             continue
-        sig = finish(_from(name, "behaviour", route, res, min_effect=s.min_pass_rate_change), cmh(_tables(base, cur, by_stratum, check)), res.n_current)
+        sig = finish(_from(name, "behaviour", route, res, min_effect=s.min_pass_rate_change), cmh(_tables(nb_rows, nc_rows, by_stratum, check)), res.n_current)
         sig.direction = "better" if sig.effect_size > 0 else "worse"
         out.append(sig)
     continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)]
     for check in sorted({c for _, _, r in base for c in r.scores}):
         continuous.append((f"score:{check}", lambda r, c=check: r.scores.get(c), s.min_score_change, False))
-    for name, value, minimum, relative in continuous:
+    for name, raw, minimum, relative in continuous:
+        value = _given_prompt(base, cur, vectors, raw, relative)
         bv, cv = _by(b_rows, key, value), _by(c_rows, key, value)
         res = van_elteren(bv, cv) if not short else None
         if res is None or res.n_baseline < m or res.n_current < m:
@@ -224,10 +322,11 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         if not relative:
             res.effect = float(res.detail["median_shift"])  # similarities: absolute change, in cosine units
         _, _, ess = reweighted_quantiles(bv, cv, (0.5,))
-        naming = van_elteren(_by(base, by_stratum, value), _by(cur, by_stratum, value))
+        naming = van_elteren(_by(nb_rows, by_stratum, value), _by(nc_rows, by_stratum, value))
         if naming is not None and not relative and "worst_stratum_shift" in naming.detail:
             naming.detail["worst_stratum_effect"] = naming.detail["worst_stratum_shift"]
-        sig = finish(_from(name, "behaviour", route, res, min_effect=minimum, effect_unit="fraction of median" if relative else "absolute"), naming, ess)
+        sig = finish(_from(name, "behaviour", route, res, min_effect=minimum, effect_unit="fraction of median" if relative else "absolute",
+                           **({"given_prompt": "value less what the prompt embedding predicts (ridge, fitted on the baseline)"} if value is not raw else {})), naming, ess)
         sig.direction = "higher" if sig.effect_size > 0 else "lower" if sig.effect_size < 0 else ""
         out.append(sig)
     # Failure modes over every sample (errors included).
@@ -241,10 +340,31 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     if res is None or res.n_baseline < m or res.n_current < m:
         out.append(_insufficient("failure_modes", "behaviour", "stratified_chi2", sum(sum(c.values()) for c in fb.values()), sum(sum(c.values()) for c in fc.values()), route))
     else:
-        sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(base, by_stratum), _count_modes(cur, by_stratum)), res.n_current)
+        sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(nb_rows, by_stratum), _count_modes(nc_rows, by_stratum)), res.n_current)
         out.append(sig)
-    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}))
+    pv_b = {r.prompt_hash: v for _, _, r in base if vectors is not None and (v := vectors.of(r)) is not None}
+    pv_c = {r.prompt_hash: v for _, _, r in cur if vectors is not None and (v := vectors.of(r)) is not None}
+    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}, alias or {}, (pv_b, pv_c) if vectors is not None else None, matched_only))
     return out, info
+
+
+def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftSettings) -> dict[str, Any] | None:
+    """Do the unmatched current prompts (`cur`) differ in meaning from the baseline's inside the strata?
+
+    The prompt classifier, ranked within strata. `shifted` when significant at `alpha` and at
+    least `max_unmatched_separation`: unmatched samples of one stratum then answer different
+    questions, and comparing them would measure the topic. Matched prompts are left out: they
+    are compared pair by pair whatever the rest does.
+    """
+    pb = [(st, h, v) for st, h, r in base if (v := vectors.of(r)) is not None]
+    pc = [(st, h, v) for st, h, r in cur if (v := vectors.of(r)) is not None]
+    if len(pb) < s.min_samples or len(pc) < s.min_samples:
+        return None
+    res = classifier_test(np.stack([v for _, _, v in pb]), np.stack([v for _, _, v in pc]), [h for _, h, _ in pb], [h for _, h, _ in pc],
+                          strata=([st for st, _, _ in pb], [st for st, _, _ in pc]))
+    if res is None:
+        return None
+    return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.max_unmatched_separation)}
 
 
 def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Counter[str]]:
@@ -254,15 +374,21 @@ def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Count
     return out
 
 
-def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str], strata: Mapping[str, str]) -> Signal:
+def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str], strata: Mapping[str, str],
+               alias: Mapping[str, str] | None = None, prompt_vectors: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] | None = None, matched_only: bool = False) -> Signal:
     """Answer embeddings compared within strata: a matched prompt, else the category.
 
     Answers to different questions differ by topic; comparing them across a changed mix measures
     the mix (issue 14: 7-10x more than a model change). The permutations stay inside strata.
+    With prompt embeddings the answers are compared as residuals, answer - f(prompt), f a ridge
+    map fitted on the baseline (cross-fitted, permutations within folds too): within a prompt
+    cluster the topics still differ, and the residual is what the topic does not explain.
     """
+    alias = alias or {}
     bx, cx = [], []
     entries: tuple[list[tuple[str, str]], list[tuple[str, str]]] = ([], [])
-    for routes, xs, es in ((bstats, bx, entries[0]), (cstats, cx, entries[1])):
+    own: tuple[list[str], list[str]] = ([], [])  # each entry's own prompt hash (before near-duplicate matching)
+    for routes, xs, es, hs in ((bstats, bx, entries[0], own[0]), (cstats, cx, entries[1], own[1])):
         for _route, st in sorted(routes.items()):
             e = st.embedding
             if e is None:
@@ -270,8 +396,10 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
             cats = e.strata if len(e.strata) == len(e.reservoir) else [""] * len(e.reservoir)
             prompts = e.prompts if len(e.prompts) == len(e.reservoir) else [""] * len(e.reservoir)
             xs.extend(e.reservoir)
-            # The stratum of the row with the same prompt (category or prompt cluster).
-            es.extend((strata.get(h, f"{_route} {c}"), h) for c, h in zip(cats, prompts))
+            hs.extend(prompts)
+            # The stratum of the row with the same prompt (category or prompt cluster); a
+            # near-duplicate of a baseline prompt is that prompt.
+            es.extend((strata.get(alias.get(h, h), f"{_route} {c}"), alias.get(h, h) if routes is cstats else h) for c, h in zip(cats, prompts))
     # A prompt is its own stratum when both embedding reservoirs hold an answer to it; an answer
     # whose partner is not in the other reservoir stays in its category rather than being dropped.
     paired = {h for _, h in entries[0] if h in frequent} & {h for _, h in entries[1]}
@@ -282,12 +410,55 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
     if short:
         return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="inputs barely overlap the baseline's")
     shared = set(bk) & set(ck)
+    if matched_only:
+        shared = {k for k in shared if k.startswith("prompt ")}
     X = np.asarray([v for v, k in zip(bx, bk) if k in shared], dtype=np.float64)
     Y = np.asarray([v for v, k in zip(cx, ck) if k in shared], dtype=np.float64)
     sx, sy = [k for k in bk if k in shared], [k for k in ck if k in shared]
     if len(X) < s.min_samples or len(Y) < s.min_samples:
         return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(X), len(Y), route, reason="too few samples in shared strata")
+    raw = (X, Y, sx, sy)
+    how = "permutations within matched prompts and categories"
+    if prompt_vectors is not None:
+        hb = [h for (_, h), k in zip(entries[0], bk) if k in shared]
+        hc = [h for h, k in zip(own[1], ck) if k in shared]
+        fold_keys_c = [alias.get(h, h) for h in hc]
+        pb = [prompt_vectors[0].get(h) for h in hb]
+        pc = [prompt_vectors[1].get(h) for h in hc]
+        kb = [p is not None for p in pb]
+        kc = [p is not None for p in pc]
+        if sum(kb) >= s.min_samples and sum(kc) >= s.min_samples:
+            Pb = np.stack([p for p in pb if p is not None])
+            Pc = np.stack([p for p in pc if p is not None])
+            Xk, Yk = X[kb], Y[kc]
+            hbk = [h for h, k in zip(hb, kb) if k]
+            # Split-sample (see prompt_space.TEST_FOLDS): the map is fitted on one half of the
+            # baseline and the other half is tested with the current answers of its prompts.
+            model = CrossFitRidge.fit(Pb, Xk, hbk, folds=TEST_FOLDS)
+            if model is not None:
+                pred_b, fb = model.predict(Pb, hbk)
+                pred_c, fc = model.predict(Pc, [h for h, k in zip(fold_keys_c, kc) if k])
+                Rb, Rc = Xk - pred_b, Yk - pred_c
+                skb = [k for k, keep in zip(sx, kb) if keep]
+                skc = [k for k, keep in zip(sy, kc) if keep]
+                halves = []
+                for j in range(TEST_FOLDS):
+                    ib, ic = np.flatnonzero(fb == j), np.flatnonzero(fc == j)
+                    if len(ib) >= s.min_samples // 2 and len(ic) >= s.min_samples // 2:
+                        halves.append(stratified_mmd(Rb[ib], Rc[ic], [skb[i] for i in ib], [skc[i] for i in ic], needed=needed_p / TEST_FOLDS, seed=s.seed + j,
+                                                     start=s.mmd_permutations, most=s.max_permutations))
+                if halves:
+                    best = min(halves, key=lambda h: h.p_value)
+                    res = stats.TestResult("mmd_residual_split", best.statistic, min(1.0, TEST_FOLDS * best.p_value), best.effect_size, len(X), len(Y),
+                                           {"permutations": sum(h.detail["permutations"] for h in halves), "halves": len(halves), "p_halves": [float(f"{h.p_value:.3g}") for h in halves]})
+                    how = "residuals after the prompt embedding (ridge fitted on one half of the baseline, the other half tested, Bonferroni over both), permutations within matched prompts and strata"
+                    return _embedding_signal(res, raw, route, s, how)
     res = stratified_mmd(X, Y, sx, sy, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
+    return _embedding_signal(res, raw, route, s, how)
+
+
+def _embedding_signal(res: stats.TestResult, raw: tuple[np.ndarray, np.ndarray, list[str], list[str]], route: str, s: DriftSettings, how: str) -> Signal:
+    X, Y, sx, sy = raw
     # Effect: 1 - cosine between the centroids, each side's stratum centroids weighted by the baseline's mix.
     weights = Counter(sx)
     cb = sum(weights[k] * X[[i for i, v in enumerate(sx) if v == k]].mean(0) for k in weights)
@@ -295,7 +466,7 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
     nb, nc = float(np.linalg.norm(cb)), float(np.linalg.norm(cc))
     cos = float(np.dot(cb, cc) / (nb * nc)) if nb and nc else 1.0
     return Signal("embedding", route, res.test, float(res.statistic), float(res.p_value), 1.0 - cos, res.n_baseline, res.n_current, family="behaviour", n_effective=float(len(Y)),
-                  detail={**res.detail, "centroid_cosine": round(cos, 4), "min_effect": s.min_embedding_distance, "comparison": "permutations within matched prompts and categories"})
+                  detail={**res.detail, "centroid_cosine": round(cos, 4), "min_effect": s.min_embedding_distance, "comparison": how})
 
 
 # ---------------------------------------------------------------------------- performance
@@ -365,6 +536,8 @@ def _material(sig: Signal, s: DriftSettings) -> bool:
 
 def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
     if sig.family == "inputs":
+        if sig.name == "input:prompt_embedding":
+            return effect >= s.min_prompt_separation
         return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else effect >= s.min_mix_change
     if sig.family == "performance":
         return effect > s.performance_margin  # only slower or dearer is a regression
@@ -385,9 +558,19 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     # Strata: the category tags where the traffic has them; otherwise prompt clusters frozen with
     # the baseline, so that untagged traffic is still compared like with like.
     base_rows = [r for rs in baseline_routes.values() for r in rs.rows]
-    clusters = prompt_clusters(base_rows, seed=s.seed) if base_rows and all(r.category == UNCATEGORIZED for r in base_rows) else None
+    cur_rows = [r for rs in current_routes.values() for r in rs.rows]
+    # Prompt embeddings when both sides carry them (embeddings on at freeze and at drift time):
+    # semantic clusters, near-duplicate matching, the inputs embedding signal, behaviour given the
+    # prompt. Without them everything below is lexical, as before.
+    pv = PromptVectors([*base_rows, *cur_rows])
+    vectors = pv if base_rows and cur_rows and pv.share(base_rows) >= SEMANTIC_SHARE and pv.share(cur_rows) >= SEMANTIC_SHARE else None
+    clusters = None
+    if base_rows and all(r.category == UNCATEGORIZED for r in base_rows):
+        clusters = (semantic_prompt_clusters(base_rows, vectors, seed=s.seed) if vectors is not None else None) or prompt_clusters(base_rows, seed=s.seed)
     label: Callable[[Row], str] = clusters or (lambda r: r.category)
     base, cur = _rows(baseline_routes, multi, label), _rows(current_routes, multi, label)
+    alias = _near_duplicates(base_rows, cur_rows, vectors, s.near_duplicate_cosine) if vectors is not None else {}
+    cur = [(st, alias.get(h, h), r) for st, h, r in cur]
     fams: dict[str, dict[str, Any]] = {f: {"verdict": "insufficient", "signals": []} for f in FAMILIES}
     if not base:
         for f in FAMILIES:
@@ -398,8 +581,12 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     # A rough count of the tests the decisive group will hold, for the adaptive permutations:
     # they stop once the embedding p-value cannot reach what Holm's first step needs.
     decisive_guess = 3 + len({c for _, _, r in base for c in r.checks}) + len({c for _, _, r in base for c in r.scores}) + 3
-    signals = _inputs(base, cur, s, route, multi, clustered=clusters is not None)
-    behaviour, info = _behaviour(base, cur, baseline_routes, current_routes, s, route, s.alpha / decisive_guess)
+    signals = _inputs(base, cur, s, route, multi, clustered=clusters is not None, vectors=vectors)
+    behaviour, info = _behaviour(base, cur, baseline_routes, current_routes, s, route, s.alpha / decisive_guess, vectors, alias)
+    base_hashes = {r.prompt_hash for r in base_rows}
+    info["exact_match_fraction"] = round(sum(r.prompt_hash in base_hashes for r in cur_rows) / len(cur_rows), 4)
+    info["near_duplicate_fraction"] = round(sum(r.prompt_hash in alias for r in cur_rows) / len(cur_rows), 4)
+    info["prompt_space"] = (f"prompt embeddings (near duplicates at cosine >= {s.near_duplicate_cosine})" if vectors is not None else "lexical (normalised-text hash, SimHash clusters)")
     signals += behaviour
     signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
     # Holm: the decisive signals of the failing families together, each other family alone.
@@ -431,11 +618,32 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
         if not any(g.decisive for g in mine):
             fams[f]["reason"] = "nothing to compare: the samples record none of the figures that decide this family"
             fams[f]["recorded"] = False
-    fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction", "in_prompt_strata")})
+    fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction", "in_prompt_strata", "exact_match_fraction", "near_duplicate_fraction", "prompt_space", "prompts_within_strata")})
     fams["inputs"].update({k: info[k] for k in ("strata_baseline", "strata_current")})
     if fams["behaviour"]["verdict"] == "insufficient" and info["overlap"] < s.min_overlap:
-        fams["behaviour"]["reason"] = f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
+        if info["matched_only"]:
+            fams["behaviour"]["reason"] = (f"the prompts differ in meaning within strata (prompt separation {info['prompts_within_strata']['separation']:.2f}), so only matched prompts are "
+                                           f"comparable, and only {info['overlap']:.0%} of current samples repeat or nearly repeat a baseline prompt (at least {s.min_overlap:.0%} needed)")
+        else:
+            fams["behaviour"]["reason"] = f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
     return _ranked(signals), fams
+
+
+def _near_duplicates(base_rows: Sequence[Row], cur_rows: Sequence[Row], vectors: PromptVectors, threshold: float) -> dict[str, str]:
+    """Current prompt hash -> the hash of the baseline prompt it nearly duplicates (cosine >= threshold).
+
+    Only prompts the baseline never saw verbatim are matched; an exact match always wins.
+    """
+    known = {r.prompt_hash for r in base_rows}
+    bvec = [(r.prompt_hash, v) for r in base_rows if (v := vectors.of(r)) is not None]
+    cand: dict[str, np.ndarray] = {}
+    for r in cur_rows:
+        if r.prompt_hash not in known and r.prompt_hash not in cand and (v := vectors.of(r)) is not None:
+            cand[r.prompt_hash] = v
+    if not cand or not bvec:
+        return {}
+    best, cos = near_duplicates(np.stack(list(cand.values())), np.stack([v for _, v in bvec]), threshold)
+    return {h: bvec[i][0] for h, i, c in zip(cand, best, cos) if c >= threshold}
 
 
 def _ranked(signals: Sequence[Signal]) -> list[Signal]:

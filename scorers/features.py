@@ -98,8 +98,11 @@ def summarize(
     *,
     reservoir_size: int = 5000,
     embedding_reservoir: int = 500,
+    prompt_embeddings: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, RouteStats]:
-    """Per-route stats of `samples`, joined with their `scores` (by sample id) and answer embeddings."""
+    """Per-route stats of `samples`, joined with their `scores` (by sample id), answer embeddings
+    and prompt embeddings (kept in the rows, for prompt matching, clusters and the inputs signal)."""
+    prompt_embeddings = prompt_embeddings or {}
     by_sample: dict[str, dict[str, Score]] = defaultdict(dict)
     for score in scores:
         by_sample[score.sample_id][score.check] = score
@@ -134,7 +137,7 @@ def summarize(
                     check_values[name][1].append(fraction[s.id])
             mode = failure_mode(s, scored)
             modes[mode] += 1
-            row_items.append((fraction[s.id], make_row(s, scored, mode)))
+            row_items.append((fraction[s.id], make_row(s, scored, mode, prompt_embeddings.get(s.id))))
         per_check = {name: CheckStats(n_pass=c["pass"], n_fail=c["fail"], n_error=c["error"], n_skip=c["skip"]) for name, c in counts.items()}
         for name, (values, fracs) in check_values.items():
             if values and set(values) - {0.0, 1.0}:

@@ -15,7 +15,7 @@ from llmwatch.core.config import Config, ScoringSection
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
-from llmwatch.scorers.embedding_cache import cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.report import count_scores, pass_rate_table
 from llmwatch.scorers.suite import build_suite
 
@@ -74,9 +74,7 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 25
                     fh.write(result.score.to_json() + b"\n")
                     scores_all.append(result.score)
                 if suite.embedder is not None:
-                    for sample, vector in zip(batch, suite.embedder.embed_answers(batch)):
-                        if vector.any():
-                            vectors[sample.id] = (text_key(sample.answer_text()), vector)
+                    _keep_vectors(suite.embedder, batch, vectors)
                 progress.update(len(batch))
                 batch.clear()
 
@@ -96,8 +94,24 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 25
     return 0
 
 
-def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_version: str | None, *, purpose: str):
-    """Samples (of one version, if asked), their scores (read, or computed now) and answer embeddings."""
+def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str, Any]]) -> None:
+    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id."""
+    from llmwatch.scorers.embeddings import prompt_for_embedding
+
+    for sample, vector in zip(batch, embedder.embed_answers(batch)):
+        if vector.any():
+            into[sample.id] = (text_key(sample.answer_text()), vector)
+    for sample, vector in zip(batch, embedder.embed_prompts(batch)):
+        if vector.any():
+            into[PROMPT_PREFIX + sample.id] = (text_key(prompt_for_embedding(sample)), vector)
+
+
+def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_version: str | None, *, purpose: str, prompts: dict | None = None):
+    """Samples (of one version, if asked), their scores (read, or computed now) and answer embeddings.
+
+    With a `prompts` dict (and embeddings on), it is filled with the prompt vectors by sample id,
+    for the drift's prompt matching, clusters and `inputs` signal.
+    """
     import numpy as np
 
     samples = [s for s in read_records(samples_path)]
@@ -125,34 +139,42 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
                 batch = samples[start : start + _OFFLINE_BATCH]
                 scores += [r.score for r in suite.score(batch)]
                 if cfg.scoring.embeddings and suite.embedder is not None:
-                    for sample, vector in zip(batch, suite.embedder.embed_answers(batch)):
-                        if vector.any():
-                            known[sample.id] = (text_key(sample.answer_text()), vector)
+                    _keep_vectors(suite.embedder, batch, known)
                 progress.update(len(batch))
     embeddings: dict[str, np.ndarray] = {}
     if cfg.scoring.embeddings:
         wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
-        missing = []
-        for s in wanted:
-            hit = known.get(s.id)
-            if hit is not None and hit[0] == text_key(s.answer_text()):
-                embeddings[s.id] = hit[1]
-            else:
-                missing.append(s)
-        if missing:
-            if suite is not None and suite.embedder is not None:
-                embedder = suite.embedder.embedder
-            else:
-                from llmwatch.scorers.embeddings import Embedder
+        embedder = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
+        embedder = _embed_missing(cfg, wanted, known, "", lambda s: s.answer_text(), embeddings, embedder, f"embedding answers for {purpose}")
+        if prompts is not None:
+            from llmwatch.scorers.embeddings import prompt_for_embedding
 
-                embedder = Embedder(threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings)
-            with _progress(len(missing), f"embedding answers for {purpose}") as progress:
-                for start in range(0, len(missing), _OFFLINE_BATCH):
-                    part = missing[start : start + _OFFLINE_BATCH]
-                    for s, v in zip(part, embedder.encode([s.answer_text() for s in part])):
-                        embeddings[s.id] = v
-                    progress.update(len(part))
+            asked = [s for s in samples if s.operation in ("chat", "text_completion", "generate_content") and prompt_for_embedding(s)]
+            _embed_missing(cfg, asked, known, PROMPT_PREFIX, prompt_for_embedding, prompts, embedder, f"embedding prompts for {purpose}")
     return samples, scores, embeddings, versions
+
+
+def _embed_missing(cfg: Config, wanted: list[Sample], known: dict, prefix: str, text: Any, into: dict, embedder: Any, what: str) -> Any:
+    """Vectors of `text(sample)` into `into[sample.id]`: from `known` when the text hash matches, else embedded now."""
+    missing = []
+    for s in wanted:
+        hit = known.get(prefix + s.id)
+        if hit is not None and hit[0] == text_key(text(s)):
+            into[s.id] = hit[1]
+        else:
+            missing.append(s)
+    if missing:
+        if embedder is None:
+            from llmwatch.scorers.embeddings import Embedder
+
+            embedder = Embedder(threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings)
+        with _progress(len(missing), what) as progress:
+            for start in range(0, len(missing), _OFFLINE_BATCH):
+                part = missing[start : start + _OFFLINE_BATCH]
+                for s, v in zip(part, embedder.encode([text(s) for s in part])):
+                    into[s.id] = v
+                progress.update(len(part))
+    return embedder
 
 
 # Samples per model call in the offline commands: large enough for batching, small enough for a

@@ -10,11 +10,12 @@ for every other reservoir), so matched-prompt and stratified tests can run again
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import re
 import unicodedata
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -53,6 +54,20 @@ class Row(BaseModel):
     cost_usd: float | None = None
     checks: dict[str, int] = Field(default_factory=dict)  # 1 pass, 0 fail
     scores: dict[str, float] = Field(default_factory=dict)  # continuous check values
+    # The prompt's embedding (all-MiniLM-L6-v2, unit length) as base64 float16, "" without one:
+    # near-duplicate matching, semantic prompt clusters and the `inputs` embedding signal. It is
+    # a lossy 384-number summary, not the prompt text (about 1 KB a row).
+    prompt_vec: str = ""
+
+
+def pack_vector(vector: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f2").tobytes()).decode()
+
+
+def unpack_vectors(rows: Sequence["Row"]) -> np.ndarray:
+    """The rows' prompt vectors as float64 (n, dim), re-normalised; rows without one must be filtered first."""
+    X = np.stack([np.frombuffer(base64.b64decode(r.prompt_vec), dtype="<f2") for r in rows]).astype(np.float64)
+    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
 
 
 def normalise_prompt(text: str) -> str:
@@ -109,9 +124,10 @@ def per_token_latency(latency_ms: float, ttft_ms: float | None, output_tokens: f
     return latency_ms / output_tokens
 
 
-def make_row(sample: Sample, scores: Mapping[str, Score], failure_mode: str) -> Row:
+def make_row(sample: Sample, scores: Mapping[str, Score], failure_mode: str, prompt_vector: np.ndarray | None = None) -> Row:
     text = sample.prompt_text()
     row = Row(
+        prompt_vec=pack_vector(prompt_vector) if prompt_vector is not None and np.any(prompt_vector) else "",
         category=category_of(sample),
         prompt_hash=prompt_digest(text),
         prompt_sketch=prompt_sketch(text),

@@ -14,7 +14,7 @@ import pytest
 from llmwatch.core.config import Config
 from llmwatch.core.records import Sample
 from llmwatch.scorers import embeddings as embeddings_module
-from llmwatch.scorers.embedding_cache import cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.offline import load_window, score_files
 
 
@@ -103,10 +103,48 @@ def test_score_writes_the_vectors_the_offline_commands_then_reuse(tmp_path, monk
     cfg = config(tmp_path, embeddings=True)
     score_files(cfg, str(samples_path), str(scores_path), out=open(tmp_path / "out.txt", "w"))
     cached = read_cache(cache_path(scores_path), quantized=False)
-    assert set(cached) == {s.id for s in samples}
-    fresh = embeddings_module.Embedder(threads=1).encode([s.answer_text() for s in samples])
+    # Answers under the sample id, prompts (what relevance embedded anyway) under "prompt:<id>".
+    assert set(cached) == {s.id for s in samples} | {PROMPT_PREFIX + s.id for s in samples}
+    model = embeddings_module.Embedder(threads=1)
+    fresh = model.encode([s.answer_text() for s in samples])
     for s, v in zip(samples, fresh):
         assert float(np.dot(cached[s.id][1], v)) > 0.999
+    for s, v in zip(samples, model.encode([s.prompt_text() for s in samples])):
+        assert float(np.dot(cached[PROMPT_PREFIX + s.id][1], v)) > 0.999
     monkeypatch.setattr(embeddings_module, "Embedder", NoModel)
-    _, _, vectors, _ = load_window(cfg, str(samples_path), str(scores_path), None, purpose="the baseline")
+    prompts: dict = {}
+    _, _, vectors, _ = load_window(cfg, str(samples_path), str(scores_path), None, purpose="the baseline", prompts=prompts)
     assert set(vectors) == {s.id for s in samples}
+    assert set(prompts) == {s.id for s in samples}
+
+
+def test_prompt_vectors_come_from_the_cache_and_a_changed_prompt_is_embedded_again(tmp_path, monkeypatch):
+    samples = [sample(0, "an answer"), sample(1, "another answer")]
+    samples_path = tmp_path / "samples.jsonl"
+    scores_path = tmp_path / "scores.jsonl"
+    scores_path.write_text("")
+    entries = {s.id: (text_key(s.answer_text()), np.ones(384, dtype=np.float32)) for s in samples}
+    entries.update({PROMPT_PREFIX + s.id: (text_key(s.prompt_text()), np.full(384, 2.0, dtype=np.float32)) for s in samples})
+    write_cache(cache_path(scores_path), entries, quantized=False)
+    samples[1].request["messages"][0]["content"] = "a question that was edited after scoring"
+    write_samples(samples_path, samples)
+    asked: list[list[str]] = []
+
+    class Recording:
+        def __init__(self, *a, **k):
+            pass
+
+        def encode(self, texts):
+            asked.append(list(texts))
+            return np.zeros((len(texts), 384), dtype=np.float32)
+
+    monkeypatch.setattr(embeddings_module, "Embedder", Recording)
+    prompts: dict = {}
+    load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the drift window", prompts=prompts)
+    assert asked == [["a question that was edited after scoring"]]
+    assert np.array_equal(prompts["s0"], np.full(384, 2.0, dtype=np.float32))
+    # Embeddings off: no prompt vectors, no model.
+    monkeypatch.setattr(embeddings_module, "Embedder", NoModel)
+    prompts = {}
+    load_window(config(tmp_path, embeddings=False), str(samples_path), str(scores_path), None, purpose="the drift window", prompts=prompts)
+    assert prompts == {}

@@ -430,6 +430,16 @@ class DriftSection(_Section):
     min_mix_change: float = Field(0.05, ge=0, le=1)  # inputs: total variation distance of a mix
     # Behaviour is `insufficient` when less than this share of traffic is in strata the baseline knows.
     min_overlap: float = Field(0.5, ge=0, le=1)
+    # Prompt embeddings (scoring.embeddings on): a current prompt at least this cosine from a
+    # baseline prompt is the same prompt for paired tests; MiniLM puts rewordings of one question
+    # at 0.95-0.99 and different questions on one topic below 0.9.
+    near_duplicate_cosine: float = Field(0.95, gt=0, le=1)
+    # inputs: how well a classifier tells baseline prompts from current ones (2 * AUC - 1) before
+    # the prompt-embedding signal reads `shifted`; frozen into the baseline.
+    min_prompt_separation: float = Field(0.1, ge=0, le=1)
+    # Unmatched prompts are compared (within strata) only while they differ from the baseline's
+    # by less than this separation; beyond it only repeated / near-duplicate prompts are compared.
+    max_unmatched_separation: float = Field(0.15, ge=0, le=1)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)
