@@ -605,16 +605,7 @@ class EmbeddingScorer:
         for sample in samples:
             answer = _answer_text(sample)
             texts.append("" if isinstance(answer, CheckOutcome) else _clip(answer))
-        out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
-        cached = getattr(self, "_last_batch", {})
-        missing = [i for i, text in enumerate(texts) if text and text not in cached]
-        for i, text in enumerate(texts):
-            if text in cached:
-                out[i] = cached[text]
-        if missing:
-            out[missing] = self.embedder.encode([texts[i] for i in missing], batch_size=self._batch_size)
-        return out
-
+        return self._embed_texts(texts)
 
     def embed_prompts(self, samples: Sequence[Sample]) -> np.ndarray:
         """float32 (len(samples), dimension) prompt vectors (`prompt_for_embedding`), for the drift's
@@ -624,6 +615,7 @@ class EmbeddingScorer:
         return self._embed_texts([_clip(prompt_for_embedding(s)) for s in samples])
 
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Vectors of `texts` (empty text: a zero row), reusing the last scored batch's."""
         out = np.zeros((len(texts), self.embedder.dimension), dtype=np.float32)
         cached = getattr(self, "_last_batch", {})
         missing = [i for i, text in enumerate(texts) if text and text not in cached]
