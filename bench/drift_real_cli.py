@@ -92,7 +92,7 @@ def write_jsonl(path: Path, rows: list[bytes]) -> Path:
 class Model:
     """One model's outputs as llmwatch samples, scored once by `llmwatch score`."""
 
-    def __init__(self, name: str, records: list[dict[str, Any]], work: Path, cli: Cli, category: str) -> None:
+    def __init__(self, name: str, records: list[dict[str, Any]], work: Path, cli: Cli, category: str, reuse: bool = False) -> None:
         self.name = name
         self.dir = work / "models" / name
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -106,9 +106,15 @@ class Model:
             self.lines[rec["prompt_id"]] = orjson.dumps(s.model_dump(mode="json", by_alias=True))
             self.source[rec["prompt_id"]] = str(rec.get("source"))
             self.sample_id[rec["prompt_id"]] = s.id
-        self.samples = write_jsonl(self.dir / "samples.jsonl", list(self.lines.values()))
+        self.samples = self.dir / "samples.jsonl"
         self.scores = self.dir / "scores.jsonl"
-        cli("score", "--in", str(self.samples), "--out", str(self.scores))
+        body = b"".join(r + b"\n" for r in self.lines.values())
+        # Scoring (with embeddings, minutes per model) is done once: a kept --work folder with the
+        # very same samples and their scores is reused; anything else is scored afresh.
+        if not (reuse and self.scores.exists() and self.samples.exists() and self.samples.read_bytes() == body):
+            self.samples.write_bytes(body)
+            self.scores.unlink(missing_ok=True)
+            cli("score", "--in", str(self.samples), "--out", str(self.scores))
         self.features = self._features()
 
     def _features(self) -> dict[str, dict[str, float]]:
@@ -191,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llmwatch", help="the llmwatch command (default: this Python's `-m llmwatch.agent.cli`)")
     ap.add_argument("--evidently-python", default=str(HERE.parent / ".bench/evidently-venv/bin/python"))
     ap.add_argument("--work", type=Path, help="keep converted files here (default: a temporary folder, removed)")
+    ap.add_argument("--reuse-scores", action="store_true", help="keep scores already in --work for unchanged samples (scored by whichever llmwatch wrote them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per llmwatch command")
     args = ap.parse_args(argv)
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         version = cli("--version").stdout.strip()
-        models = {m: Model(m, by_model[m], work, cli, args.category) for m in sorted(wanted)}
+        models = {m: Model(m, by_model[m], work, cli, args.category, args.reuse_scores) for m in sorted(wanted)}
         rows: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []
 
@@ -260,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                     hits += run_case(cli, work, sub_name, models[old], common, models[new], sub, baseline=r["baseline"])["exit"] == 1
                     jobs.append(evidently_job(sub_name, models[old], common, models[new], sub))
                 hits_by_n[n] = hits
-            needed[name] = next((str(n) for n, h in hits_by_n.items() if h >= 0.8 * args.needed_repeats), f">{max(hits_by_n) if hits_by_n else '-'}")
+            needed[name] = next((str(n) for n, h in hits_by_n.items() if h >= 0.8 * args.needed_repeats), f">{max(hits_by_n)}" if hits_by_n else "not run")
             r["hits_by_n"] = hits_by_n
 
         # A/A: random halves of one model's prompts.
