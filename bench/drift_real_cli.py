@@ -295,9 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         all_ok &= r["ok"]
-        extra = f"; needed {needed.get(r['name'], '-')} (exit-1 hits/{args.needed_repeats} by n: {r.get('hits_by_n')})" if r["scenario"] == "version pair" else ""
+        extra = f"; needed {needed.get(r['name'], '-')} (exit-1 hits/{args.needed_repeats} by n: {r.get('hits_by_n')})" if r.get("hits_by_n") else ""
         ev_extra = ""
-        if r["scenario"] == "version pair" and ev:
+        if r.get("hits_by_n") and ev:
             ev_hits = {n: sum(ev.get(f"{r['name']}-n{n}-{j}", {}).get("dataset_drift", False) for j in range(args.needed_repeats)) for n in r.get("hits_by_n", {})}
             ev_need = next((str(n) for n, h in ev_hits.items() if h >= 0.8 * args.needed_repeats), ">" + str(max(ev_hits)) if ev_hits else "-")
             ev_extra = f"; needed {ev_need} ({ev_hits})"
