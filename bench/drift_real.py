@@ -37,8 +37,8 @@ behaviour or performance family drifts):
 * samples needed (`--pair`): the smallest current window (subsampled) detected in 80 % of repeats.
 
 Checks are the default rule checks (no embedding model is loaded unless `--embeddings`).
-The comparison with Evidently's data-drift preset runs when `evidently` is installed
-(`pip install evidently`); otherwise it is reported as not run.
+The comparison with Evidently's data-drift preset is in `bench/drift_real_cli.py` (Evidently in
+its own venv, `.bench/evidently-venv`, not a dependency of llmwatch).
 
     python bench/drift_real.py outputs/ --splits 100 --pair vendor-2024-05:vendor-2024-08
 
@@ -224,11 +224,7 @@ def mix_shift(world: World, settings: DriftSettings, rng: np.random.Generator) -
 
 
 def evidently_note() -> str:
-    try:
-        import evidently  # noqa: F401
-    except ImportError:
-        return "Evidently data-drift preset: not run (`evidently` is not installed)."
-    return "Evidently data-drift preset: installed; comparison on the same feature columns is not implemented in this script yet."
+    return "Evidently data-drift preset: see bench/drift_real_cli.py (runs it on the same windows from its own venv)."
 
 
 def main(argv: list[str] | None = None) -> int:

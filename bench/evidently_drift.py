@@ -31,11 +31,11 @@ def run(job: dict) -> dict:
     cur = pd.DataFrame(job["current"])
     # Columns that are constant or empty on both sides carry no information and break some tests.
     cols = [c for c in ref.columns if c in cur.columns and pd.concat([ref[c], cur[c]]).dropna().nunique() > 1]
-    binary = [c for c in cols if set(pd.concat([ref[c], cur[c]]).dropna().unique()) <= {0, 1, 0.0, 1.0}]
+    binary = [c for c in cols if set(pd.concat([ref[c], cur[c]]).dropna().unique()) <= {0, 1}]
     numeric = [c for c in cols if c not in binary]
     for frame in (ref, cur):
         for c in binary:
-            frame[c] = frame[c].map({0: "0", 1: "1", 0.0: "0", 1.0: "1"})
+            frame[c] = frame[c].map({0: "0", 1: "1"})
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=binary)
     snapshot = Report([DataDriftPreset()]).run(Dataset.from_pandas(cur[cols], data_definition=definition),
                                                Dataset.from_pandas(ref[cols], data_definition=definition))
