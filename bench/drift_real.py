@@ -11,14 +11,19 @@ used for the mix-shift scenario) and `category` (the stratum; defaults to `sourc
 when the export has them (tokens otherwise estimated as characters / 4; performance is judged
 only when latencies are given). Every model should answer the same prompt set.
 
-Converting a public leaderboard export: most publish one file per model with a list of
-{instruction, output, generator, dataset} records (e.g. an AlpacaEval-style `model_outputs.json`);
-map instruction -> prompt, generator -> model, dataset -> source, and use the instruction's index
-(or a hash of it) as prompt_id:
+AlpacaEval outputs are read directly (no conversion step): one `model_outputs.json` per model,
+a list of {instruction, output, generator, dataset} records on the same 805 prompts (instruction ->
+prompt, the model's folder or file name -> model, dataset -> source, a hash of the instruction ->
+prompt_id). Either the
+repository's `results/` folder (`results/<model>/model_outputs.json`) or a folder of
+`<model>.json` files; `--models` keeps only the named ones (scoring all 200+ takes long):
 
-    jq -c 'to_entries[] | {prompt_id: (.key|tostring), prompt: .value.instruction,
-           model: .value.generator, output: .value.output, source: .value.dataset}' \\
-       model_outputs.json > outputs/MODEL.jsonl
+    git clone https://github.com/tatsu-lab/alpaca_eval
+    python bench/drift_real.py --alpaca-eval alpaca_eval/results --models gpt4_0613,gpt4_0613_verbose \
+        --pair gpt4_0613:gpt4_0613_verbose
+
+A directory given positionally is read the same way when it holds no `*.jsonl` but such `.json`
+lists. (The AlpacaEval data is Apache-2.0; it is read from where you cloned it, never copied here.)
 
 Scenarios, each through the same `compare` as `llmwatch drift` (exit code semantics: 1 = a
 behaviour or performance family drifts):
@@ -32,10 +37,12 @@ behaviour or performance family drifts):
 * samples needed (`--pair`): the smallest current window (subsampled) detected in 80 % of repeats.
 
 Checks are the default rule checks (no embedding model is loaded unless `--embeddings`).
-The comparison with Evidently's data-drift preset runs when `evidently` is installed
-(`pip install evidently`); otherwise it is reported as not run.
+The comparison with Evidently's data-drift preset is in `bench/drift_real_cli.py` (Evidently in
+its own venv, `.bench/evidently-venv`, not a dependency of llmwatch).
 
     python bench/drift_real.py outputs/ --splits 100 --pair vendor-2024-05:vendor-2024-08
+
+`bench/drift_real_cli.py` runs the same scenarios through the real `llmwatch` command line.
 """
 
 from __future__ import annotations
@@ -61,11 +68,14 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REQUIRED = ("prompt_id", "prompt", "model", "output")
 
 
-def load(directory: Path) -> list[dict[str, Any]]:
-    records = []
+def load(directory: Path, models: set[str] | None = None) -> list[dict[str, Any]]:
+    """Records of the JSONL format above, or of AlpacaEval files when the directory holds those."""
     files = sorted(directory.glob("*.jsonl"))
     if not files:
-        raise SystemExit(f"{directory}: no *.jsonl files (see the format in bench/drift_real.py)")
+        if alpaca_eval_files(directory):
+            return load_alpaca_eval(directory, models)
+        raise SystemExit(f"{directory}: no *.jsonl files and no AlpacaEval model_outputs (see the formats in bench/drift_real.py)")
+    records = []
     for path in files:
         for number, line in enumerate(path.read_bytes().splitlines(), 1):
             if not line.strip():
@@ -77,7 +87,51 @@ def load(directory: Path) -> list[dict[str, Any]]:
             missing = [k for k in REQUIRED if not isinstance(rec.get(k), str)]
             if missing:
                 raise SystemExit(f"{path}:{number}: field(s) {', '.join(missing)} missing or not text; each line needs prompt_id, prompt, model, output")
-            records.append(rec)
+            if models is None or rec["model"] in models:
+                records.append(rec)
+    return records
+
+
+def alpaca_eval_files(directory: Path) -> dict[str, Path]:
+    """Model name (folder or file stem) -> its outputs file: `results/<model>/model_outputs.json`, or `<model>.json`."""
+    found = {p.parent.name: p for p in sorted(directory.glob("*/model_outputs.json"))}
+    for p in sorted(directory.glob("*.json")):
+        found.setdefault(p.stem, p)
+    return found
+
+
+def prompt_id(instruction: str) -> str:
+    # The same instruction is the same prompt in every model's file (the files are not all in one order).
+    return "ae-" + hashlib.sha256(instruction.encode()).hexdigest()[:12]
+
+
+def load_alpaca_eval(directory: Path, models: set[str] | None = None) -> list[dict[str, Any]]:
+    files = alpaca_eval_files(directory)
+    if models is not None:
+        unknown = sorted(models - set(files))
+        if unknown:
+            raise SystemExit(f"{directory}: no outputs for {', '.join(unknown)} (expected <model>/model_outputs.json or <model>.json)")
+        files = {m: p for m, p in files.items() if m in models}
+    records = []
+    for name, path in files.items():
+        try:
+            data = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise SystemExit(f"{path}: not JSON ({exc})") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            if models is None:
+                continue  # another JSON file in the folder (a leaderboard, annotations): not outputs
+            raise SystemExit(f"{path}: not a list of records; AlpacaEval model_outputs.json is [{{instruction, output, generator, dataset}}, ...]")
+        for number, r in enumerate(data):
+            if not (isinstance(r.get("instruction"), str) and isinstance(r.get("output"), str)):
+                if models is None and number == 0:
+                    break  # not a model_outputs file
+                raise SystemExit(f"{path}: record {number}: fields instruction and output must be text (an AlpacaEval model_outputs.json record)")
+            records.append({"prompt_id": prompt_id(r["instruction"]), "prompt": r["instruction"], "output": r["output"],
+                            # The folder/file name, not `generator`: a few files name the generator differently.
+                            "model": name, "generator": r.get("generator"), "source": r.get("dataset")})
+    if not records:
+        raise SystemExit(f"{directory}: no AlpacaEval model outputs found")
     return records
 
 
@@ -170,22 +224,26 @@ def mix_shift(world: World, settings: DriftSettings, rng: np.random.Generator) -
 
 
 def evidently_note() -> str:
-    try:
-        import evidently  # noqa: F401
-    except ImportError:
-        return "Evidently data-drift preset: not run (`evidently` is not installed)."
-    return "Evidently data-drift preset: installed; comparison on the same feature columns is not implemented in this script yet."
+    return "Evidently data-drift preset: see bench/drift_real_cli.py (runs it on the same windows from its own venv)."
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("directory", type=Path)
+    ap.add_argument("directory", type=Path, nargs="?", help="JSONL outputs (format above), or AlpacaEval files")
+    ap.add_argument("--alpaca-eval", type=Path, help="AlpacaEval results/ folder (or a folder of <model>.json)")
+    ap.add_argument("--models", help="comma-separated model names to load (default: every model found)")
     ap.add_argument("--splits", type=int, default=100)
     ap.add_argument("--pair", action="append", default=[], help="OLD:NEW model names, the same prompts")
     ap.add_argument("--embeddings", action="store_true", help="score with the embedding checks (loads the model)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    world = World(load(args.directory), args.embeddings)
+    if (args.directory is None) == (args.alpaca_eval is None):
+        ap.error("give either a directory of JSONL outputs or --alpaca-eval DIR")
+    models = set(args.models.split(",")) if args.models else None
+    if models is not None:
+        models |= {m for spec in args.pair for m in spec.split(":")}
+    records = load_alpaca_eval(args.alpaca_eval, models) if args.alpaca_eval else load(args.directory, models)
+    world = World(records, args.embeddings)
     settings = DriftSettings()
     rng = np.random.default_rng(args.seed)
     print(f"{len(world.samples)} outputs of {len(world.by_model)} models; performance {'judged' if world.has_latency else 'not judged (no latencies)'}")
