@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import structlog
 
 from llmwatch import __version__
-from llmwatch.agent.cli_args import config_from_args, setup_logging
+from llmwatch.agent.cli_args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli_common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.core.config import ConfigError, ListenError
@@ -244,11 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--model-version", help="only samples of this version (default: all)")
-    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
-    p.add_argument("--out", help="file for --format html")
-    p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
-    p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs on each side (default 30)")
-    p.add_argument("--fail-on", help="families whose drift exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)")
+    add_comparison_options(
+        p,
+        min_samples_help="fewest samples a signal needs on each side (default 30)",
+        fail_on_help="families whose drift exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)",
+    )
     p.set_defaults(func=cmd_drift)
 
     def kafka_options(p: argparse.ArgumentParser, group_help: str) -> None:

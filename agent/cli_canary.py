@@ -12,7 +12,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from llmwatch.agent.cli_args import config_from_args
+from llmwatch.agent.cli_args import add_comparison_options, config_from_args
 from llmwatch.agent.cli_common import require_records
 from llmwatch.core.config import ConfigError
 
@@ -88,9 +88,9 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     p.add_argument("--window-start", help="ISO 8601 time; only samples from then on (default: the first time both versions were served)")
     p.add_argument("--window-end", help="ISO 8601 time; only samples up to then (default: the last time both were served)")
     p.add_argument("--last", help="only the last DURATION (e.g. 30m, 2h, 1d) before the newest sample of either version")
-    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
-    p.add_argument("--out", help="file for --format html")
-    p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
-    p.add_argument("--min-samples", type=int, default=30, help="fewest samples a signal needs of each version (default 30)")
-    p.add_argument("--fail-on", help="families whose worsening exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)")
+    add_comparison_options(
+        p,
+        min_samples_help="fewest samples a signal needs of each version (default 30)",
+        fail_on_help="families whose worsening exits 1, from inputs, behaviour, performance (default: drift.fail_on, behaviour,performance)",
+    )
     p.set_defaults(func=cmd_canary)
