@@ -40,8 +40,8 @@ import numpy as np
 from llmwatch.scorers import stats
 from llmwatch.scorers.drift_model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.features import RouteStats
-from llmwatch.scorers.prompt_space import TEST_FOLDS, CrossFitRidge, classifier_test, near_duplicates, residualizer, semantic_clusters
-from llmwatch.scorers.rows import UNCATEGORIZED, Row, sketch_bits, unpack_vectors
+from llmwatch.scorers.prompt_space import HASHED_RIDGE_PER_ROW, RIDGE_PER_ROW, TEST_FOLDS, CrossFitRidge, classifier_test, near_duplicates, residualizer, semantic_clusters
+from llmwatch.scorers.rows import HASHED_WORDS, MINILM, UNCATEGORIZED, Row, sketch_bits, space_of, unpack_vectors
 from llmwatch.scorers.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
@@ -94,8 +94,11 @@ def prompt_clusters(base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cl
 class PromptVectors:
     """The rows' prompt embeddings, unpacked once per comparison (None for a row without one)."""
 
-    def __init__(self, rows: Sequence[Row]) -> None:
-        have = [r for r in rows if r.prompt_vec]
+    def __init__(self, rows: Sequence[Row], space: str = MINILM) -> None:
+        # Only the vectors of one space: a MiniLM vector and a hashed-words vector are not comparable.
+        have = [r for r in rows if space_of(r) == space]
+        self.space = space
+        self.penalty = HASHED_RIDGE_PER_ROW if space == HASHED_WORDS else RIDGE_PER_ROW
         X = unpack_vectors(have) if have else np.zeros((0, 0))
         self._by_row = {id(r): X[i] for i, r in enumerate(have)}
 
@@ -109,6 +112,10 @@ class PromptVectors:
 # Prompt embeddings are used when at least this share of the rows on each side carry one (the
 # rest, empty prompts, form a stratum of their own); otherwise matching and strata stay lexical.
 SEMANTIC_SHARE = 0.9
+# Near-duplicate threshold on hashed-words vectors (drift.near_duplicate_cosine is MiniLM's). Word
+# overlap cannot tell a rewording from a different question that shares its words, so only
+# near-verbatim prompts (a template with a changed name or number, a typo) may count as the same.
+HASHED_NEAR_DUPLICATE_COSINE = 0.9
 
 
 def semantic_prompt_clusters(base: Sequence[Row], vectors: PromptVectors, *, seed: int = 0, most: int = 8, per_cluster: int = 150) -> Callable[[Row], str] | None:
@@ -147,15 +154,21 @@ def _tvd(a: Mapping[str, int], b: Mapping[str, int]) -> float:
     return 0.5 * sum(abs(a.get(k, 0) / na - b.get(k, 0) / nb) for k in set(a) | set(b)) if na and nb else 0.0
 
 
+def prompt_signal_name(space: str) -> str:
+    """`input:prompt_embedding` on MiniLM vectors, `input:prompt_words` on hashed words (a different test power)."""
+    return "input:prompt_words" if space == HASHED_WORDS else "input:prompt_embedding"
+
+
 def _prompt_embedding(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftSettings, route: str) -> Signal:
     """Did what users ask move in meaning? A cross-fitted classifier between baseline and current prompts."""
+    name = prompt_signal_name(vectors.space)
     pb = [(h, v) for _, h, r in base if (v := vectors.of(r)) is not None]
     pc = [(h, v) for _, h, r in cur if (v := vectors.of(r)) is not None]
-    res = classifier_test(np.stack([v for _, v in pb]), np.stack([v for _, v in pc]), [h for h, _ in pb], [h for h, _ in pc]) if len(pb) >= s.min_samples and len(pc) >= s.min_samples else None
+    res = classifier_test(np.stack([v for _, v in pb]), np.stack([v for _, v in pc]), [h for h, _ in pb], [h for h, _ in pc], penalty=vectors.penalty) if len(pb) >= s.min_samples and len(pc) >= s.min_samples else None
     if res is None:
-        return _insufficient("input:prompt_embedding", "inputs", "classifier_two_sample", len(pb), len(pc), route)
-    sig = _from("input:prompt_embedding", "inputs", route, res, min_effect=s.min_prompt_separation, effect_unit="2 * AUC - 1")
-    sig.direction = "prompts differ in meaning" if sig.effect_size > 0 else ""
+        return _insufficient(name, "inputs", "classifier_two_sample", len(pb), len(pc), route)
+    sig = _from(name, "inputs", route, res, min_effect=s.min_prompt_separation, effect_unit="2 * AUC - 1", prompt_space=vectors.space)
+    sig.direction = ("prompts differ in wording" if vectors.space == HASHED_WORDS else "prompts differ in meaning") if sig.effect_size > 0 else ""
     return sig
 
 
@@ -233,7 +246,7 @@ def _given_prompt(base: Keyed, cur: Keyed, vectors: PromptVectors | None, value:
     if len(pts) < 100:
         return value
     ys = np.array([y for _, _, y in pts], dtype=float)
-    offset = residualizer(np.stack([v for v, _, _ in pts]), np.log1p(np.maximum(ys, 0.0)) if log else ys, [h for _, h, _ in pts])
+    offset = residualizer(np.stack([v for v, _, _ in pts]), np.log1p(np.maximum(ys, 0.0)) if log else ys, [h for _, h, _ in pts], penalty=vectors.penalty)
     if offset is None:
         return value
     adjusted: dict[int, float] = {}
@@ -344,7 +357,11 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         out.append(sig)
     pv_b = {r.prompt_hash: v for _, _, r in base if vectors is not None and (v := vectors.of(r)) is not None}
     pv_c = {r.prompt_hash: v for _, _, r in cur if vectors is not None and (v := vectors.of(r)) is not None}
-    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}, alias or {}, (pv_b, pv_c) if vectors is not None else None, matched_only))
+    # The answer embedding given the prompt (a 384 -> 384 ridge map) was built and measured on
+    # MiniLM prompt vectors only; on hashed words (answer vectors without prompt vectors, e.g.
+    # scores cached before prompts were) it keeps the stratified test on the raw answers.
+    given = vectors is not None and vectors.space == MINILM
+    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}, alias or {}, (pv_b, pv_c) if given else None, matched_only))
     return out, info
 
 
@@ -361,7 +378,7 @@ def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: Dri
     if len(pb) < s.min_samples or len(pc) < s.min_samples:
         return None
     res = classifier_test(np.stack([v for _, _, v in pb]), np.stack([v for _, _, v in pc]), [h for _, h, _ in pb], [h for _, h, _ in pc],
-                          strata=([st for st, _, _ in pb], [st for st, _, _ in pc]))
+                          strata=([st for st, _, _ in pb], [st for st, _, _ in pc]), penalty=vectors.penalty)
     if res is None:
         return None
     return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.max_unmatched_separation)}
@@ -536,7 +553,7 @@ def _material(sig: Signal, s: DriftSettings) -> bool:
 
 def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
     if sig.family == "inputs":
-        if sig.name == "input:prompt_embedding":
+        if sig.name in ("input:prompt_embedding", "input:prompt_words"):
             return effect >= s.min_prompt_separation
         return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else effect >= s.min_mix_change
     if sig.family == "performance":
@@ -562,14 +579,19 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     # Prompt embeddings when both sides carry them (embeddings on at freeze and at drift time):
     # semantic clusters, near-duplicate matching, the inputs embedding signal, behaviour given the
     # prompt. Without them everything below is lexical, as before.
-    pv = PromptVectors([*base_rows, *cur_rows])
-    vectors = pv if base_rows and cur_rows and pv.share(base_rows) >= SEMANTIC_SHARE and pv.share(cur_rows) >= SEMANTIC_SHARE else None
+    # Without embeddings (embeddings off, the slim install) rows carry hashed-words vectors instead,
+    # and the same machinery runs on them. A baseline and a window of different spaces are not
+    # compared on vectors (the baseline keeps no prompt text to recompute them): lexical, with a note.
+    space_b, space_c = _vector_space(base_rows), _vector_space(cur_rows)
+    vectors = PromptVectors([*base_rows, *cur_rows], space_b) if space_b and space_b == space_c else None
+    mismatch = bool(space_b and space_c and space_b != space_c)
+    near_cosine = s.near_duplicate_cosine if vectors is None or vectors.space == MINILM else HASHED_NEAR_DUPLICATE_COSINE
     clusters = None
     if base_rows and all(r.category == UNCATEGORIZED for r in base_rows):
         clusters = (semantic_prompt_clusters(base_rows, vectors, seed=s.seed) if vectors is not None else None) or prompt_clusters(base_rows, seed=s.seed)
     label: Callable[[Row], str] = clusters or (lambda r: r.category)
     base, cur = _rows(baseline_routes, multi, label), _rows(current_routes, multi, label)
-    alias = _near_duplicates(base_rows, cur_rows, vectors, s.near_duplicate_cosine) if vectors is not None else {}
+    alias = _near_duplicates(base_rows, cur_rows, vectors, near_cosine) if vectors is not None else {}
     cur = [(st, alias.get(h, h), r) for st, h, r in cur]
     fams: dict[str, dict[str, Any]] = {f: {"verdict": "insufficient", "signals": []} for f in FAMILIES}
     if not base:
@@ -586,7 +608,15 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     base_hashes = {r.prompt_hash for r in base_rows}
     info["exact_match_fraction"] = round(sum(r.prompt_hash in base_hashes for r in cur_rows) / len(cur_rows), 4)
     info["near_duplicate_fraction"] = round(sum(r.prompt_hash in alias for r in cur_rows) / len(cur_rows), 4)
-    info["prompt_space"] = (f"prompt embeddings (near duplicates at cosine >= {s.near_duplicate_cosine})" if vectors is not None else "lexical (normalised-text hash, SimHash clusters)")
+    if vectors is not None and vectors.space == HASHED_WORDS:
+        info["prompt_space"] = f"hashed words (no prompt embeddings; near duplicates at cosine >= {near_cosine})"
+    elif vectors is not None:
+        info["prompt_space"] = f"prompt embeddings (near duplicates at cosine >= {near_cosine})"
+    elif mismatch:
+        info["prompt_space"] = (f"lexical (normalised-text hash, SimHash clusters): the baseline's prompt vectors are {space_b}, the window's {space_c}, and vectors "
+                                f"of two spaces are not compared; freeze and run drift with the same scoring.embeddings setting")
+    else:
+        info["prompt_space"] = "lexical (normalised-text hash, SimHash clusters)"
     signals += behaviour
     signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
     # Holm: the decisive signals of the failing families together, each other family alone.
@@ -627,6 +657,15 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
         else:
             fams["behaviour"]["reason"] = f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
     return _ranked(signals), fams
+
+
+def _vector_space(rows: Sequence[Row]) -> str:
+    """The prompt-vector space that at least SEMANTIC_SHARE of the rows carry, "" if none does."""
+    if not rows:
+        return ""
+    spaces = Counter(space_of(r) for r in rows)
+    best, n = spaces.most_common(1)[0]
+    return best if best and n / len(rows) >= SEMANTIC_SHARE else ""
 
 
 def _near_duplicates(base_rows: Sequence[Row], cur_rows: Sequence[Row], vectors: PromptVectors, threshold: float) -> dict[str, str]:

@@ -373,7 +373,7 @@ def test_untagged_traffic_is_stratified_by_prompt_clusters_frozen_with_the_basel
     # And a change on one kind of question is still found and placed in a cluster.
     samples, scores, emb = traffic(rng, 2000, MODEL.with_kind("legal", refusal=0.35), MIX, prefix="cur2", version="B", tagged=False)
     r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"])
-    assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith("cluster-"), format_text(r)
+    assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith(("cluster-", "topic-")), format_text(r)
 
 
 def test_an_export_without_latencies_or_token_counts_is_judged_on_behaviour_alone():

@@ -92,11 +92,13 @@ def test_a_pure_topic_shift_reads_as_inputs_shifted_and_never_as_behaviour_drift
     assert r.exit_code != 1
 
 
-def test_without_prompt_embeddings_the_same_shift_falls_back_to_lexical_strata():
+def test_without_prompt_embeddings_the_same_shift_falls_back_to_hashed_words():
+    # Without embeddings the rows carry hashed-words vectors (tests/test_drift_prompt_words.py).
     rng = np.random.default_rng(1)
     _, r = run(rng, MIX, SHIFTED, depth_shift=0.8, with_prompts=False)
-    assert r.families["behaviour"]["prompt_space"].startswith("lexical")
+    assert r.families["behaviour"]["prompt_space"].startswith("hashed words")
     assert "input:prompt_embedding" not in {s.name for s in r.signals}
+    assert "input:prompt_words" in {s.name for s in r.signals}
 
 
 def test_a_behaviour_change_inside_one_cluster_fires_and_names_that_cluster():
