@@ -23,7 +23,7 @@ Peers:
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
-  llmwatch-shadow    llmwatch-off plus shadow evaluation: every call (rate 1.0) mirrored to a second
+  llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second
                      bench/upstream.py on core 0; the mirror child pinned to core 0 (shadow.cpu_affinity),
                      the proxy to core 1. The report adds shadow on minus llmwatch-off, same run.
   --baseline-src DIR adds `llmwatch-off@DIR`: another checkout (e.g. /work/main) run with this venv,
@@ -170,7 +170,7 @@ litellm_settings:
     return Peer("litellm", f"http://127.0.0.1:{port}", proc, headers={"Authorization": f"Bearer {LITELLM_KEY}"}, max_rate=max(args.litellm_rates))
 
 
-def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolated: bool, src: str | None = None, shadow_port: int | None = None) -> Peer:
+def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolated: bool, src: str | None = None, shadow_port: int | None = None, shadow_rate: float = 1.0) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
     env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "true" if scoring else "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -180,7 +180,7 @@ def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolat
         # Every call mirrored; concurrency room for the rates here (50 ms upstream x 500 req/s).
         env["LLMWATCH_SHADOW__ENABLED"] = "true"
         env["LLMWATCH_SHADOW__CPU_AFFINITY"] = "0"
-        env["LLMWATCH_SHADOW__CANDIDATES"] = json.dumps([{"name": "bench", "upstream": f"http://127.0.0.1:{shadow_port}", "rate": 1.0, "max_concurrency": 256}])
+        env["LLMWATCH_SHADOW__CANDIDATES"] = json.dumps([{"name": "bench", "upstream": f"http://127.0.0.1:{shadow_port}", "rate": shadow_rate, "max_concurrency": 256}])
     base = editable_launcher(src) if src else [sys.executable, "-m", "llmwatch.agent.cli"]
     cmd = [*base, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(data_dir)]
     # Isolated: the scorer child must be allowed core 0 to be pinned there; the proxy's own
@@ -361,6 +361,7 @@ def main() -> None:
     ap.add_argument("--cpu-rates", default="50,200", help="the rates whose cells make the CPU-per-call headline: at a rate that saturates a core, chunks merge and CPU per call drops")
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds per cell and round")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--shadow-rate", type=float, default=1.0, help="llmwatch-shadow: share of calls mirrored (default 1.0, every call)")
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--gap-ms", type=float, default=3.0)
@@ -421,7 +422,7 @@ def main() -> None:
                     peers.append(peer)
             elif name == "llmwatch-shadow":
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
-                peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, shadow_port=shadow_port))
+                peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, shadow_port=shadow_port, shadow_rate=args.shadow_rate))
             else:
                 peers.append(start_llmwatch(name, up_port, work, scoring=name != "llmwatch-off", isolated=name == "llmwatch-isolated"))
         if args.baseline_src:
