@@ -23,7 +23,8 @@ ENV_PREFIX = "LLMWATCH_"
 
 
 # What `drift.version_change.fields` may name: the parts of a call that say which version served it.
-VERSION_FIELDS = ("model_version", "response_model", "system_fingerprint")
+VersionField = Literal["model_version", "response_model", "system_fingerprint"]
+VERSION_FIELDS: tuple[VersionField, ...] = ("model_version", "response_model", "system_fingerprint")
 
 
 class ConfigError(LlmwatchError, ValueError):
@@ -355,7 +356,7 @@ class VersionChangeSection(_Section):
     enabled: bool = True
     # What identifies the served version. Drop system_fingerprint where a provider rotates it
     # between backends of one version (each rotation would read as a change).
-    fields: list[Literal["model_version", "response_model", "system_fingerprint"]] = Field(
+    fields: list[VersionField] = Field(
         default_factory=lambda: list(VERSION_FIELDS), min_length=1
     )
     # A version served within this long is not new when calls come back to it: providers serve one
