@@ -61,8 +61,12 @@ class DriftWindows:
         self._watch_model = "response_model" in restart_on
         self._watch_fingerprint = "system_fingerprint" in restart_on
         self._remember_s = remember_s
-        # Per model_version: the (response model, fingerprint) its window's samples are served as.
-        self._served: dict[str, ServedVersion] = {}
+        # Per (model_version, request model): the (response model, fingerprint) it is served as.
+        # Keyed by request model too, as the proxy's sentinel is: one version label often covers
+        # several models (a chat model and an embedding model), whose answers name different models.
+        self._served: dict[tuple[str, str], ServedVersion] = {}
+        # Per model_version: what it was last seen served as (named in the drift readings).
+        self._served_as_now: dict[str, tuple[str | None, ...]] = {}
         self.restarts = 0
 
     def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
@@ -72,11 +76,13 @@ class DriftWindows:
         served = (sample.response_model if self._watch_model else None, fingerprint if isinstance(fingerprint, str) else None)
         return served if any(served) else None
 
-    def _see(self, version: str, told: tuple[str | None, str | None]) -> None:
-        served = self._served.get(version)
+    def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> None:
+        served = self._served.get(key)
         if served is None:
-            served = self._served[version] = ServedVersion(self._remember_s)
+            served = self._served[key] = ServedVersion(self._remember_s)
         seen, before = served.see(told, time.monotonic())
+        if served.current is not None:
+            self._served_as_now[version] = served.current
         if seen == "new":
             # Same rule as the proxy's sentinel (llmwatch/core/served.py): a version served moments
             # ago (another backend's fingerprint of it) does not restart the window.
@@ -94,9 +100,10 @@ class DriftWindows:
             version = sample.model_version or "unknown"
             told = self._served_as(sample)
             if told is not None:
-                served = self._served.get(version)
+                key = (version, sample.model or "")
+                served = self._served.get(key)
                 if served is None or served.told != told:
-                    self._see(version, told)
+                    self._see(version, key, told)
             win = self._windows.get(version)
             if win is None:
                 win = self._windows[version] = deque(maxlen=self.window)
@@ -116,6 +123,7 @@ class DriftWindows:
         self.baseline = baseline
         self._windows.clear()
         self._served.clear()
+        self._served_as_now.clear()
 
     def freeze(self, version: str) -> Baseline:
         from llmwatch.scorers.baseline import freeze
@@ -141,7 +149,7 @@ class DriftWindows:
             operations = {sample.route: sample.operation for sample in samples}
             scores = [s for item in win for s in item[1]]
             vectors = {item[0].id: item[2] for item in win if item[2] is not None}
-            current = self._served[version].current if version in self._served else None
+            current = self._served_as_now.get(version)
             served = ", ".join(p for p in current or () if p) or None
             report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
             for sig in report.signals:

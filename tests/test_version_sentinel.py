@@ -132,6 +132,22 @@ def test_the_drift_window_starts_afresh_when_the_served_version_changes():
     assert stage.windows.restarts == 1
 
 
+def test_one_version_label_over_several_models_is_not_a_version_change():
+    # `model_version: A` often covers a chat model and an embedding model at once: their answers
+    # name different models on every other call, which is not the version changing under them.
+    stage = WindowAggregator(None, DriftSection(), None)
+    mixed = []
+    for i in range(40):
+        s = _sample(i, "A", "sim-gpt-4o-mini" if i % 2 else "sim-text-embedding-3-small", "fp_a")
+        mixed.append(s.model_copy(update={"model": s.response_model}))
+    stage.add(mixed, [])
+    assert len(stage.windows.contents()[0]) == 40 and stage.windows.restarts == 0
+    # A change of one of those models still starts the window afresh.
+    changed = _sample(100, "A", "sim-gpt-4o-mini", "fp_b")
+    stage.add([changed.model_copy(update={"model": "sim-gpt-4o-mini"})], [])
+    assert stage.windows.restarts == 1 and [s.id for s in stage.windows.contents()[0]] == ["s100"]
+
+
 def test_the_drift_window_keeps_filling_when_the_sentinel_is_off_or_ignores_the_part():
     for watch in ({"enabled": False}, {"fields": ["model_version", "response_model"]}):
         stage = WindowAggregator(None, DriftSection(version_change=watch), None)
