@@ -285,8 +285,8 @@ class Proxy:
     def relay_error_body(self, message: str) -> bytes:
         return error_body("invalid_request_error", message)
 
-    def relay_gateway_error(self, ex: Exchange | None, *, timeout: bool, what: str, path: str) -> tuple[int, bytes]:
-        """Status and body of a 502/504, in the fixed words `_gateway_error` uses."""
+    def relay_gateway_error(self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None) -> tuple[int, bytes]:
+        """Status and body of a 502/504 in fixed words (both cores); counted, and logged as `logged` or `what`."""
         shown = self.shown_upstream
         if timeout:
             status, kind = 504, "upstream_timeout"
@@ -297,7 +297,7 @@ class Proxy:
         self._fail(ex, kind)
         if ex is not None:
             ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=path, upstream=shown, error=what or "timeout")
+        log.warning("upstream_failed", error_type=kind, path=path, upstream=shown, error=logged or what or "timeout")
         return status, error_body(kind, message)
 
     def fail(self, ex: Exchange | None, error_type: str) -> None:
@@ -506,18 +506,9 @@ class Proxy:
 
     def _gateway_error(self, request: web.Request, ex: Exchange | None, exc: BaseException) -> web.Response:
         # Fixed words only: an exception's text can quote the upstream's header bytes.
-        shown = self.shown_upstream
-        if isinstance(exc, asyncio.TimeoutError):
-            status, kind = 504, "upstream_timeout"
-            message = f"llmwatch proxy: upstream {shown} did not answer in time (proxy.connect_timeout_s / proxy.read_timeout_s)"
-        else:
-            status, kind = 502, "upstream_unavailable"
-            message = f"llmwatch proxy: upstream {shown} {_what_failed(exc)}"
-        self._fail(ex, kind)
-        if ex is not None:
-            ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=request.path, upstream=shown, error=type(exc).__name__)
-        return web.Response(status=status, body=error_body(kind, message), content_type="application/json")
+        timeout = isinstance(exc, asyncio.TimeoutError)
+        status, body = self.relay_gateway_error(ex, timeout=timeout, what="" if timeout else _what_failed(exc), path=request.path, logged=type(exc).__name__)
+        return web.Response(status=status, body=body, content_type="application/json")
 
     def _captured(self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str) -> Captured:
         if client_id:
