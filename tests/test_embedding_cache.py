@@ -39,6 +39,22 @@ class NoModel:
         raise AssertionError("the embedding model was loaded although every vector was cached")
 
 
+
+def record_embedder(monkeypatch) -> list[list[str]]:
+    """Replace the model with one that records the texts it is asked to embed (zero vectors)."""
+    asked: list[list[str]] = []
+
+    class Recording:
+        def __init__(self, *a, **k):
+            pass
+
+        def encode(self, texts):
+            asked.append(list(texts))
+            return np.zeros((len(texts), 384), dtype=np.float32)
+
+    monkeypatch.setattr(embeddings_module, "Embedder", Recording)
+    return asked
+
 def test_cache_round_trip_and_where_it_lives(tmp_path):
     scores = tmp_path / "scores.jsonl"
     assert cache_path(scores) == tmp_path / "scores.jsonl.embeddings.npz"
@@ -78,17 +94,7 @@ def test_a_changed_answer_is_embedded_again(tmp_path, monkeypatch):
     write_cache(cache_path(scores_path), {s.id: (text_key(s.answer_text()), np.ones(384, dtype=np.float32)) for s in samples}, quantized=False)
     samples[0] = sample(0, "a new answer under the same id")
     write_samples(samples_path, samples)
-    asked: list[list[str]] = []
-
-    class Recording:
-        def __init__(self, *a, **k):
-            pass
-
-        def encode(self, texts):
-            asked.append(list(texts))
-            return np.zeros((len(texts), 384), dtype=np.float32)
-
-    monkeypatch.setattr(embeddings_module, "Embedder", Recording)
+    asked = record_embedder(monkeypatch)
     _, _, vectors, _ = load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the baseline")
     assert asked == [["a new answer under the same id"]]
     assert np.array_equal(vectors["s1"], np.ones(384, dtype=np.float32))
@@ -128,17 +134,7 @@ def test_prompt_vectors_come_from_the_cache_and_a_changed_prompt_is_embedded_aga
     write_cache(cache_path(scores_path), entries, quantized=False)
     samples[1].request["messages"][0]["content"] = "a question that was edited after scoring"
     write_samples(samples_path, samples)
-    asked: list[list[str]] = []
-
-    class Recording:
-        def __init__(self, *a, **k):
-            pass
-
-        def encode(self, texts):
-            asked.append(list(texts))
-            return np.zeros((len(texts), 384), dtype=np.float32)
-
-    monkeypatch.setattr(embeddings_module, "Embedder", Recording)
+    asked = record_embedder(monkeypatch)
     prompts: dict = {}
     load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the drift window", prompts=prompts)
     assert asked == [["a question that was edited after scoring"]]
