@@ -226,7 +226,7 @@ class Agent:
             self.version_actions.start()
         if self.shadow is not None:
             # Before the proxy listens: the child (a spawned process) is running when calls come.
-            await asyncio.to_thread(self.shadow.start)
+            await self.shadow.start()
         self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
         if self.receiver is not None and self.cfg.otel.ingest_listen:
             setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
@@ -266,8 +266,8 @@ class Agent:
         if self.proxy is not None:
             await self.proxy.close()
         if self.shadow is not None:
-            # In a thread: it waits up to a few seconds for mirrors in flight (the child writes their pairs).
-            await asyncio.to_thread(self.shadow.close, 5.0)
+            # Waits up to a few seconds for mirrors in flight (the child writes their pairs).
+            await self.shadow.close(5.0)
         if self.otel is not None:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)

@@ -26,7 +26,7 @@ def child_main(cfg: Config, headers: Sequence[dict[str, str]], inbox: Any, outbo
     if parent_pid is not None:
         threading.Thread(target=exit_when_orphaned, args=(parent_pid, 0.5, "shadow_mirror"), name="llmwatch-shadow-orphan-check", daemon=True).start()
     from llmwatch.core.logs import configure_logging
-    from llmwatch.collectors.shadow import ShadowWorker
+    from llmwatch.collectors.shadow import ShadowWorker, framed_sender
 
     # As the parent's CLI does: JSON lines unless a format was configured or stderr is a terminal.
     configure_logging(cfg.logging.level, cfg.logging.format if "format" in cfg.logging.model_fields_set else None)
@@ -35,4 +35,4 @@ def child_main(cfg: Config, headers: Sequence[dict[str, str]], inbox: Any, outbo
     # the default 5 ms switch interval a chunk could wait that long for the GIL and read as a
     # slower candidate (the proxy's process sets the same interval for the same reason).
     sys.setswitchinterval(0.0005)
-    ShadowWorker(cfg, headers, outbox.put, pairs_to_parent=pairs_to_parent).run(inbox)
+    ShadowWorker(cfg, headers, framed_sender(outbox), pairs_to_parent=pairs_to_parent).run(inbox)

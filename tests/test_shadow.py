@@ -472,6 +472,46 @@ async def test_skips_are_counted_by_reason_never_silent(make_agent):
         await runner_c.cleanup()
 
 
+async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(make_agent):
+    """The failure users report of mirrors is one that silently stops firing. Here the child is
+    killed (SIGKILL, as the out-of-memory killer would): the proxy says so, starts a new child,
+    and later calls are mirrored and paired again; the client's calls all succeed meanwhile."""
+    from structlog.testing import capture_logs
+
+    runner_p, primary = await serve(_canned_app())
+    runner_c, candidate = await serve(_canned_app())
+    try:
+        agent = await make_agent(primary, shadow=shadow_section(candidate))
+        body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]})
+        statuses = []
+        async with aiohttp.ClientSession() as session:
+
+            async def call() -> None:
+                async with session.post(proxy_url(agent) + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as r:
+                    statuses.append(r.status)
+                    await r.read()
+
+            await call()
+            await wait_until(lambda: agent.shadow.finished >= 1)
+            first = agent.shadow.pid
+            with capture_logs() as logs:
+                os.kill(first, 9)  # SIGKILL, to the mirror child this test's agent started, by its PID
+                await wait_until(lambda: agent.shadow.restarts == 1 and agent.shadow.pid != first, timeout=30)
+                deadline = time.monotonic() + 60
+                for _ in range(600):  # calls until one is mirrored by the new child (bounded in count and time)
+                    await call()
+                    if agent.shadow.finished >= 2 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)  # pacing the retries, not synchronisation: the loop checks the event
+        assert agent.shadow.finished >= 2, "no mirror after the restart"
+        assert set(statuses) == {200}
+        assert any(e["event"] == "shadow_mirror_died" for e in logs)
+        assert len(pairs_of(agent)) >= 2
+    finally:
+        await runner_p.cleanup()
+        await runner_c.cleanup()
+
+
 def test_review_export_from_pairs_is_blind_and_imports(tmp_path):
     pairs_dir = tmp_path / "pairs"
     pairs_dir.mkdir()
