@@ -51,7 +51,11 @@ class Agent:
         # Before anything starts: a feature configured without its extra is refused in one line.
         check_config(cfg, proxy=self.serve_proxy)
         self.metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
-        self.queue = BoundedQueue(cfg.queue.max_size)
+        # Polled every 0.1 s rather than the default 0.02: each wake-up of the pipeline thread takes
+        # the GIL from the event loop; measured at 200 plain calls/s with 10 % sampled, the thread's
+        # CPU per proxied call went from ~80 to ~55 µs (fewer wake-ups, warmer batches), and samples
+        # reach their sinks at most ~0.1 s later.
+        self.queue = BoundedQueue(cfg.queue.max_size, poll_s=0.1)
         sinks: list[Sink] = []
         if cfg.files.enabled:
             sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes, self.metrics))

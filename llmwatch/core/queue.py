@@ -3,7 +3,7 @@
 `offer` never blocks, takes no lock and wakes no thread: it is one length check and one
 `deque.append`, both atomic under the GIL. A full queue refuses the item and the caller counts
 the drop. The consumer thread polls in batches (every `poll_s` when idle), so the event loop
-never pays for waking it, and sample storage runs tens of milliseconds behind traffic at most.
+never pays for waking it, and sample storage runs at most about `poll_s` behind traffic.
 """
 
 from __future__ import annotations
