@@ -26,6 +26,9 @@ Peers:
   llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second
                      bench/upstream.py on core 0; the mirror child pinned to core 0 (shadow.cpu_affinity),
                      the proxy to core 1. The report adds shadow on minus llmwatch-off, same run.
+  llmwatch-off-b     a second llmwatch-off, started the same way: the A/A control. The shadow table
+                     adds llmwatch-off-b minus llmwatch-off, what two identical proxies differ by in
+                     the same run (the noise the shadow figures are read against).
   --baseline-src DIR adds `llmwatch-off@DIR`: another checkout (e.g. /work/main) run with this venv,
                      for old-versus-new in the same run
 
@@ -54,7 +57,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BODY, ROOT, STREAM_BODY, HEADERS, Outcome, can_pin, cpu_seconds, editable_launcher, free_port, open_loop_checked, pinned, tree_cpu_seconds, tree_rss_mb, wait_idle, wait_ready  # noqa: E402
 
-ALL_PEERS = ("direct", "nginx", "litellm", "llmwatch-off", "llmwatch-defaults", "llmwatch-isolated", "llmwatch-shadow")
+ALL_PEERS = ("direct", "nginx", "litellm", "llmwatch-off", "llmwatch-defaults", "llmwatch-isolated", "llmwatch-shadow", "llmwatch-off-b")
 LITELLM_KEY = "sk-bench-master"
 
 
@@ -210,13 +213,25 @@ def shadow_counts(peer: Peer) -> str:
 
 
 def shadow_added(peers: list[Peer], args: argparse.Namespace) -> list[str]:
-    """Shadow on (llmwatch-shadow) minus off (llmwatch-off), same run: latency and the proxy's own CPU."""
+    """Shadow on (llmwatch-shadow) minus off (llmwatch-off), same run: latency and the proxy's own CPU;
+    with llmwatch-off-b, the same difference between two identical proxies (A/A) as the noise floor."""
     on = next((p for p in peers if p.name == "llmwatch-shadow"), None)
     off = next((p for p in peers if p.name == "llmwatch-off"), None)
+    control = next((p for p in peers if p.name == "llmwatch-off-b"), None)
     if on is None or off is None:
         return []
-    lines = ["", "Shadow evaluation on minus off (llmwatch-shadow minus llmwatch-off, interleaved in the same run; target: p99 added < 0.5 ms):", "",
+    lines = ["", "Shadow evaluation on minus off (llmwatch-shadow minus llmwatch-off, interleaved in the same run; target: p99 added < 0.5 ms)"
+             + ("; A/A rows: llmwatch-off-b minus llmwatch-off, two identical proxies:" if control is not None else ":"), "",
              "| rate | plain p50 / p99 added | stream p50 / p99 added | first chunk p50 / p99 added | proxy process CPU per call, off / on (plain) | off / on (stream) |", "|---|---|---|---|---|---|"]
+    lines += _difference_rows(on, off, args, "")
+    if control is not None:
+        lines += _difference_rows(control, off, args, " A/A")
+    lines += ["", f"Mirror of llmwatch-shadow over the run: {shadow_counts(on)}."]
+    return lines
+
+
+def _difference_rows(on: Peer, off: Peer, args: argparse.Namespace, tag: str) -> list[str]:
+    lines = []
     for rate in args.rates:
         cells = []
         for mode, attr in (("plain", "latency_ms"), ("stream", "latency_ms"), ("stream", "first_chunk_ms")):
@@ -234,8 +249,7 @@ def shadow_added(peers: list[Peer], args: argparse.Namespace) -> list[str]:
                 c = p.cell_proxy_cpu.get((rate, mode))
                 both.append(f"{c / n * 1e6:,.0f}" if c is not None and n else "-")
             cpu.append(" / ".join(both) + " µs")
-        lines.append(f"| {rate:g} | {cells[0]} | {cells[1]} | {cells[2]} | {cpu[0]} | {cpu[1]} |")
-    lines += ["", f"Mirror of llmwatch-shadow over the run: {shadow_counts(on)}."]
+        lines.append(f"| {rate:g}{tag} | {cells[0]} | {cells[1]} | {cells[2]} | {cpu[0]} | {cpu[1]} |")
     return lines
 
 
@@ -424,7 +438,7 @@ def main() -> None:
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
                 peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, shadow_port=shadow_port, shadow_rate=args.shadow_rate))
             else:
-                peers.append(start_llmwatch(name, up_port, work, scoring=name != "llmwatch-off", isolated=name == "llmwatch-isolated"))
+                peers.append(start_llmwatch(name, up_port, work, scoring=not name.startswith("llmwatch-off"), isolated=name == "llmwatch-isolated"))
         if args.baseline_src:
             peers.append(start_llmwatch(f"llmwatch-off@{args.baseline_src}", up_port, work, scoring=False, isolated=False, src=args.baseline_src))
         ready = []
