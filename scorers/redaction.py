@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 import orjson
 
-from llmwatch.scorers.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid
+from llmwatch.scorers.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid, shortest
 
 if TYPE_CHECKING:
     from llmwatch.core.config import RedactionSection
@@ -87,6 +87,9 @@ class Redactor:
         hash_salt: bytes | None = None,
     ) -> None:
         self.kinds = tuple(k for k in KINDS if k in {canonical_kind(p) for p in patterns})
+        # Most strings of a body are keys and short values ("role", "user", "gpt-4o-mini"): those
+        # shorter than any finding of these kinds skip the detector.
+        self._shortest = shortest(self.kinds)
         self._extra = [re.compile(p) for p in extra_patterns]
         self.mode = mode
         # Without a configured salt, hashes group within this process only; a salt that is not
@@ -128,7 +131,7 @@ class Redactor:
     # --- values ------------------------------------------------------------------------------
 
     def text(self, value: str) -> str:
-        if self.kinds:
+        if self.kinds and len(value) >= self._shortest:
             findings = find(value, self.kinds)
             if findings:
                 parts = []
