@@ -16,8 +16,9 @@ fewer than 7 digits skip the number patterns, because most answers contain neith
 The proxy redacts every sampled call in its own process, so the cost per text matters (issue 13).
 Before the patterns run, cheap gates rule kinds out: a length below the kind's shortest finding,
 no run of 8 digits for phone/card/ssn, no "d.d.d.d" shape for ipv4, none of the literal prefixes
-of the secret pattern. Each gate is a proven superset of what its patterns can find (the argument
-is next to it), so gated and ungated results are identical; tests/test_pii_gates.py compares them.
+of the secret pattern; the e-mail scan starts at the first "@"'s local part. Each gate is a
+proven superset of what its patterns can find (the argument is next to it), so gated and
+ungated results are identical; tests/test_pii_gates.py compares them.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ _PLACEHOLDER_VALUE_RE = re.compile(r"(?i)example|x{6,}|\*{4,}|<[^>]*>|\$\{|your[
 # --- e-mail ------------------------------------------------------------------------------------
 
 _EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@((?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,})(?![A-Za-z0-9])")
+_EMAIL_LOCAL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-"
 
 # --- numbers -----------------------------------------------------------------------------------
 
@@ -218,7 +220,7 @@ def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
 
 
 def _candidates(
-    text: str, kind: str, ignored_domains: tuple[str, ...], skip_placeholders: bool, secret_re: bool = True
+    text: str, kind: str, ignored_domains: tuple[str, ...], skip_placeholders: bool, gated: bool = True, secret_re: bool = True
 ) -> Iterable[tuple[int, int]]:
     if kind == "api_key":
         # `secret_re` is False only when the prefix gate has ruled _SECRET_RE out.
@@ -240,7 +242,11 @@ def _candidates(
             if not (skip_placeholders and is_placeholder_secret(m.group(group))):
                 yield m.span(group)
     elif kind == "email":
-        for m in _EMAIL_RE.finditer(text):
+        # A match holds one "@" and starts where the run of local-part characters before it
+        # starts (inside a run the lookbehind fails), so none starts before the run that ends at
+        # the first "@": the scan can begin there (the lookbehind still sees the character before).
+        start = len(text[: text.find("@")].rstrip(_EMAIL_LOCAL_CHARS)) if gated and "@" in text else 0
+        for m in _EMAIL_RE.finditer(text, start):
             if not _email_ignored(m.group(1).lower(), ignored_domains):
                 yield m.span()
     elif kind == "credit_card":
@@ -310,24 +316,37 @@ def shortest(kinds: Iterable[str] = KINDS) -> int:
 
 
 def _may_match_secret_re(text: str, shape: bytes | None) -> bool:
-    if ("-" in text or "_" in text) and any(prefix in text for prefix in _SECRET_PREFIXES_SEP):
-        return True
+    # Plain loops: any() over a generator costs more than the searches on short texts.
+    if "-" in text or "_" in text:
+        for prefix in _SECRET_PREFIXES_SEP:
+            if prefix in text:
+                return True
     if shape is not None:
-        return any(marker in shape for marker in _SECRET_CAPS_SHAPES)
-    return any(prefix in text for prefix in _SECRET_PREFIXES_CAPS)
+        for marker in _SECRET_CAPS_SHAPES:
+            if marker in shape:
+                return True
+        return False
+    for prefix in _SECRET_PREFIXES_CAPS:
+        if prefix in text:
+            return True
+    return False
 
 
 def _possible(text: str, kinds: tuple[str, ...]) -> tuple[list[str], bool]:
     """The kinds of `kinds` the gates cannot rule out for `text` (see the gates above), and
     whether _SECRET_RE may match."""
     size = len(text)
-    shape = text.encode("ascii").translate(_SHAPE_TABLE) if text.isascii() else None
+    shape: bytes | None = None
+    shaped = False  # the shape is only worked out once a gate needs it (short texts never do)
     digit_run: bool | None = None
     secret_re = False
     out = []
     for kind in kinds:
         if size < _MIN_LEN[kind]:
             continue
+        if not shaped and kind != "email":
+            shape = text.encode("ascii").translate(_SHAPE_TABLE) if text.isascii() else None
+            shaped = True
         if kind == "api_key":
             secret_re = _may_match_secret_re(text, shape)
         elif kind == "email":
@@ -371,7 +390,7 @@ def _scan(text: str, plan: _Plan, ignored: tuple[str, ...], skip_placeholders: b
         ]
     taken: list[Finding] = []
     for kind in kinds:
-        for start, end in _candidates(text, kind, ignored, skip_placeholders, secret_re):
+        for start, end in _candidates(text, kind, ignored, skip_placeholders, gated, secret_re):
             if taken and any(f.start < end and start < f.end for f in taken):
                 continue
             taken.append(Finding(kind, start, end))
