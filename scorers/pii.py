@@ -156,11 +156,16 @@ _DIGIT_RUN_RE = re.compile(r"\d(?:[ .()\-]{0,3}\d){7}")
 # An ipv4 match is four groups of 1-3 digits joined by dots, so it contains ".d.d." with 1-3
 # digits each; starting with a literal dot, this search skips ahead fast.
 _IPV4_GATE_RE = re.compile(r"\.\d{1,3}\.\d{1,3}\.")
-# For ASCII text (where \d is [0-9]) a cheaper pre-check: the "shape" maps digits and the
-# separators " .-()" to "0" and capital letters to "A". A digit run as above is 8 characters of
-# digits and separators, so its shape holds b"00000000"; an IBAN starts with [A-Z]{2}\d{2},
-# shape b"AA00". Without these substrings the regexes cannot match.
-_SHAPE_TABLE = bytes.maketrans(b"0123456789 .-()ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"0" * 15 + b"A" * 26)
+# Cheaper pre-checks run on the text's "shape": its UTF-8 bytes with ASCII digits, the separators
+# " .-()" and every byte of a non-ASCII character (which may be another Unicode digit, \d) turned
+# into "0", and capital letters into "A". A digit run as above is 8 characters of digits and
+# separators, each one or more "0" bytes, so its shape holds b"00000000"; an IBAN starts with
+# [A-Z]{2}\d{2}, shape b"AA00" (or more zeros). Without these substrings the regexes cannot
+# match. bytes.translate costs far less than str.translate, which is slow on non-ASCII text.
+_SHAPE_TABLE = bytes.maketrans(
+    b"0123456789 .-()ABCDEFGHIJKLMNOPQRSTUVWXYZ" + bytes(range(128, 256)), b"0" * 15 + b"A" * 26 + b"0" * 128
+)
+_ASCII_DIGITS = b"0123456789"
 # The capital-letter secret prefixes in that shape (b"AAAA", b"AAza"): two searches, not seven.
 _SECRET_CAPS_SHAPES = tuple({p.encode("ascii").translate(_SHAPE_TABLE) for p in _SECRET_PREFIXES_CAPS})
 
@@ -281,6 +286,12 @@ def _many_digits(text: str) -> bool:
     return len(text) - len(text.translate(_DIGIT_TABLE)) >= 7
 
 
+def _many_ascii_digits(data: bytes) -> bool:
+    # `_many_digits` on the text's UTF-8 bytes (ASCII digits are the bytes 0x30-0x39 and occur in
+    # no multi-byte character); str.translate takes ~50 us on 600 characters of non-ASCII text.
+    return len(data) - len(data.translate(None, _ASCII_DIGITS)) >= 7
+
+
 class _Plan:
     """What `find` needs to know about one set of wanted kinds, worked out once per set."""
 
@@ -315,19 +326,14 @@ def shortest(kinds: Iterable[str] = KINDS) -> int:
     return _plan(kinds).shortest
 
 
-def _may_match_secret_re(text: str, shape: bytes | None) -> bool:
+def _may_match_secret_re(text: str, shape: bytes) -> bool:
     # Plain loops: any() over a generator costs more than the searches on short texts.
     if "-" in text or "_" in text:
         for prefix in _SECRET_PREFIXES_SEP:
             if prefix in text:
                 return True
-    if shape is not None:
-        for marker in _SECRET_CAPS_SHAPES:
-            if marker in shape:
-                return True
-        return False
-    for prefix in _SECRET_PREFIXES_CAPS:
-        if prefix in text:
+    for marker in _SECRET_CAPS_SHAPES:
+        if marker in shape:
             return True
     return False
 
@@ -336,7 +342,7 @@ def _possible(text: str, kinds: tuple[str, ...]) -> tuple[list[str], bool]:
     """The kinds of `kinds` the gates cannot rule out for `text` (see the gates above), and
     whether _SECRET_RE may match."""
     size = len(text)
-    shape: bytes | None = None
+    data = shape = b""
     shaped = False  # the shape is only worked out once a gate needs it (short texts never do)
     digit_run: bool | None = None
     secret_re = False
@@ -345,7 +351,8 @@ def _possible(text: str, kinds: tuple[str, ...]) -> tuple[list[str], bool]:
         if size < _MIN_LEN[kind]:
             continue
         if not shaped and kind != "email":
-            shape = text.encode("ascii").translate(_SHAPE_TABLE) if text.isascii() else None
+            data = text.encode("utf-8", "surrogatepass")
+            shape = data.translate(_SHAPE_TABLE)
             shaped = True
         if kind == "api_key":
             secret_re = _may_match_secret_re(text, shape)
@@ -356,16 +363,16 @@ def _possible(text: str, kinds: tuple[str, ...]) -> tuple[list[str], bool]:
             if _IPV4_GATE_RE.search(text) is None:
                 continue
         elif kind == "iban":
-            if (shape is not None and b"AA00" not in shape) or not _many_digits(text):
+            if b"AA00" not in shape or not _many_ascii_digits(data):
                 continue
         else:  # phone, credit_card, ssn
             if digit_run is None:
-                # ASCII text with such a run has 8 digits, so `_many_digits` holds; otherwise
-                # the run may be of other Unicode digits and the ungated rule must be asked.
+                # ASCII text with such a run has 8 ASCII digits, so the rule of 7 holds; in other
+                # text the run may be of other Unicode digits, and the rule must be asked.
                 digit_run = (
-                    (shape is None or b"00000000" in shape)
+                    b"00000000" in shape
                     and _DIGIT_RUN_RE.search(text) is not None
-                    and (shape is not None or _many_digits(text))
+                    and (len(data) == size or _many_ascii_digits(data))
                 )
             if not digit_run:
                 continue

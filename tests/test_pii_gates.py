@@ -125,11 +125,17 @@ def test_near_misses_on_each_side_of_a_gate_agree():
         # Other Unicode digits match \d, but the number kinds need 7 ASCII digits in the text.
         "\u0662\u0661\u0663-\u0664\u0665-\u0666\u0667\u0668\u0669", "\u0662\u0661\u0663-\u0664\u0665-\u0666\u0667\u0668\u0669 1234567",
         "+\u0664\u0664 \u0662\u0660 \u0667\u0669\u0664\u0666 \u0660\u0669\u0665\u0668", "+\u0664\u0664 \u0662\u0660 \u0667\u0669\u0664\u0666 \u0660\u0669\u0665\u0668 / 123456",
+        "\uff14\uff11\uff15-\uff15\uff15\uff15-\uff12\uff16\uff17\uff11 and 1234567", "NO\uff19\uff13 8601 1117 947 1234567",
+        # An IBAN of letters: found only where the text has 7 ASCII digits in all.
+        "x NO16ABCDEFGHIJKL and 1234", "x NO16ABCDEFGHIJKL and 12345",
+        "\ud800 call 415-555-2671 \udfff", "caf\u00e9 220 \u00b0C \u2014 500 g, 20 min \u2026 4111 1111 1111 1111",
     ]
     # The premises hold: these are found where the rules allow it, so the comparison has teeth.
     assert [f.kind for f in pii.find("+1 (234) (5678)", ("phone",))] == ["phone"]
     assert [f.kind for f in pii.find("\u0662\u0661\u0663-\u0664\u0665-\u0666\u0667\u0668\u0669 1234567", ("ssn",))] == ["ssn"]
     assert pii.find("\u0662\u0661\u0663-\u0664\u0665-\u0666\u0667\u0668\u0669", ("ssn",)) == []
+    assert [f.kind for f in pii.find("x NO16ABCDEFGHIJKL and 12345", ("iban",))] == ["iban"]
+    assert pii.find("x NO16ABCDEFGHIJKL and 1234", ("iban",)) == []
     assert differences(texts) == []
 
 
