@@ -213,3 +213,17 @@ def test_the_gated_detector_differs_from_a_broken_gate(monkeypatch):
     # of exactly 8 digits are lost and the gated result no longer equals the ungated one.
     monkeypatch.setattr(pii, "_DIGIT_RUN_RE", re.compile(r"\d(?:[ .()\-]{0,3}\d){8}"))
     assert differences(["00123456"]) != []
+
+
+def test_object_keys_are_masked_the_same_on_every_call_and_only_clean_short_keys_are_remembered():
+    redactor = Redactor(DEFAULT_KINDS, extra_patterns=[r"secretname"])
+    body = {"role": "user", "jane@corp.io": 1, "my secretname": 2, "k" * 100: 3}
+    for _ in range(3):
+        assert redactor(body) == {"role": "user", "[EMAIL]": 1, "my [REDACTED]": 2, "k" * 100: 3}
+        assert redactor.body(body, "request") == {"role": "user", "[EMAIL]": 1, "my [REDACTED]": 2, "k" * 100: 3}
+    # What is remembered had nothing to mask, and it is bounded in length and number.
+    assert redactor._clean_keys == {"role"}
+    many = {f"field_{i}": i for i in range(5000)}
+    assert redactor(many) == many
+    assert len(redactor._clean_keys) == 4096
+    assert redactor({"call +1 415 555 2671": 0, "field_4999": 1}) == {"call [PHONE]": 0, "field_4999": 1}
