@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 import orjson
 
-from llmwatch.scorers.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid
+from llmwatch.scorers.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid, shortest
 
 if TYPE_CHECKING:
     from llmwatch.core.config import RedactionSection
@@ -48,6 +48,11 @@ _DROP = object()
 # identifies an end user: hash it, so that per-user grouping still works without storing who.
 DEFAULT_FIELDS: dict[str, Action] = {"client_request_id": "mask", "metadata.*": "mask", "request.user": "hash"}
 DEFAULT_KINDS = ("email", "phone", "credit_card", "api_key", "iban", "ssn")
+# Object keys are the same few names on every call ("role", "content", "finish_reason"): a key
+# that came out of masking unchanged is remembered and not scanned again. Only unchanged keys are
+# kept (no finding, so nothing to hide), and only a bounded number of short ones.
+_CLEAN_KEYS_MAX = 4096
+_CLEAN_KEY_MAX_LEN = 64
 
 
 def _split(path: str) -> tuple[str, ...]:
@@ -87,6 +92,10 @@ class Redactor:
         hash_salt: bytes | None = None,
     ) -> None:
         self.kinds = tuple(k for k in KINDS if k in {canonical_kind(p) for p in patterns})
+        # Most strings of a body are keys and short values ("role", "user", "gpt-4o-mini"): those
+        # shorter than any finding of these kinds skip the detector.
+        self._shortest = shortest(self.kinds)
+        self._clean_keys: set[str] = set()
         self._extra = [re.compile(p) for p in extra_patterns]
         self.mode = mode
         # Without a configured salt, hashes group within this process only; a salt that is not
@@ -128,7 +137,7 @@ class Redactor:
     # --- values ------------------------------------------------------------------------------
 
     def text(self, value: str) -> str:
-        if self.kinds:
+        if self.kinds and len(value) >= self._shortest:
             findings = find(value, self.kinds)
             if findings:
                 parts = []
@@ -143,6 +152,14 @@ class Redactor:
             value = regex.sub("[REDACTED]", value)
         return value
 
+    def _key(self, key: str) -> str:
+        if key in self._clean_keys:
+            return key
+        masked = self.text(key)
+        if masked == key and len(key) <= _CLEAN_KEY_MAX_LEN and len(self._clean_keys) < _CLEAN_KEYS_MAX:
+            self._clean_keys.add(key)
+        return masked
+
     def hash(self, value: Any) -> str:
         raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         return "sha256:" + hashlib.sha256(self._salt + raw).hexdigest()[:16]
@@ -151,7 +168,7 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self._mask(v) for k, v in value.items()}
+            return {self._key(k) if isinstance(k, str) else k: self._mask(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._mask(v) for v in value]
         return value
@@ -169,7 +186,7 @@ class Redactor:
             for k, v in value.items():
                 new = self._apply(v, rules, path + (str(k),))
                 if new is not _DROP:
-                    out[self.text(k) if isinstance(k, str) else k] = new
+                    out[self._key(k) if isinstance(k, str) else k] = new
             return out
         if isinstance(value, list):
             items = (self._apply(v, rules, path + (str(i),)) for i, v in enumerate(value))

@@ -99,7 +99,11 @@ class Sample(BaseModel):
         return value
 
     def to_json(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json", by_alias=True))
+        # pydantic's own JSON writer: the same bytes as orjson over model_dump(mode="json")
+        # (tests/test_records_json.py), without building the dict first; a third less CPU per
+        # stored sample in the proxy (issue 13). Unlike orjson it also writes integers beyond
+        # 64 bits instead of raising (orjson.loads reads such numbers as floats anyway).
+        return self.model_dump_json(by_alias=True).encode()
 
     @classmethod
     def from_json(cls, line: bytes | str) -> "Sample":
