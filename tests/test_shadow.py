@@ -219,8 +219,11 @@ async def test_identical_candidate_is_not_found_worse(make_agent, sim_process, t
     # cores), so the CPU that "auto" leaves the child is as busy as the other, and a process held
     # to one busy CPU wakes later than one that may take either (pinned, the candidate lost 24-29
     # of 40 TTFT pairs in 4 of 5 runs here; unpinned 15-20). On a host of its own, "auto" puts the
-    # child beside the scorer (nice 10), which it preempts.
-    agent = await make_agent(primary, shadow={**shadow_section(same), "cpu_affinity": "all"}, sampling={"rate": 0.0})
+    # child beside the scorer.
+    # And at nice 0 (the default is 10): this test is about timing fidelity on a loaded host, where a
+    # lower priority delays the child's timestamps by a scheduler slice, a large share of the
+    # simulators' scaled-down delays.
+    agent = await make_agent(primary, shadow={**shadow_section(same), "cpu_affinity": "all", "nice": 0}, sampling={"rate": 0.0})
     # Seeded requests: both simulators give each request the same answer after the same simulated
     # delays, so what differs is only how each side is timed (unseeded, the two generators' draws
     # alone made the candidate lose 30 of 40 TTFT pairs, run after run). Not paced: each mirror
