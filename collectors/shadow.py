@@ -42,6 +42,7 @@ reach the child as arguments of the spawn (a pipe), never a log line, a record o
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pickle
 import struct
@@ -73,6 +74,10 @@ from llmwatch.scorers.redaction import Redactor, redact_sample
 from llmwatch.scorers.sampler import hash_fraction
 
 log = structlog.get_logger(__name__)
+
+# The gauge's p-value on the window's counts: one scipy call costs tens of µs, and the counts of a
+# window that moves by one pair mostly repeat.
+_worse_p = functools.lru_cache(maxsize=8192)(mcnemar_worse_p)
 
 SKIP_REASONS = ("queue_full", "concurrency", "spend_cap", "rate_cap", "not_captured")
 ERROR_TYPES = ("timeout", "unreachable", "transport", "http_4xx", "http_5xx")
@@ -613,7 +618,72 @@ class _Target:
             if auth is not None:
                 self.headers["Authorization"] = auth.encode()
         self.warn = RateLimitedLog()
-        self.window: deque[tuple[int, int, int, float, float, float | None, float | None]] = deque(maxlen=WINDOW)
+        self.window = PairWindow(WINDOW)
+
+
+class PairWindow:
+    """The last `size` pairs of one candidate, with running sums behind its gauges.
+
+    A pair costs a few additions and two percentiles. Recomputing everything from the window on
+    every pair (its first version) was most of the mirror child's CPU per mirrored call once the
+    window filled (py-spy, 50 streams/s, every call mirrored): CPU the child takes from whatever
+    shares its core.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.rows: deque[tuple[int, int, int, float | None, float | None]] = deque()
+        self.latency_primary: deque[float] = deque(maxlen=size)
+        self.latency_shadow: deque[float] = deque(maxlen=size)
+        self.wins = self.losses = self.ties = 0
+        self.cost_primary = self.cost_shadow = 0.0
+        self.priced = 0  # pairs with both costs known
+        self._added = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, wins: int, losses: int, ties: int, latency_primary: float, latency_shadow: float, cost_primary: float | None, cost_shadow: float | None) -> None:
+        if len(self.rows) == self.size:
+            w, lo, t, cp, cs = self.rows.popleft()
+            self.wins -= w
+            self.losses -= lo
+            self.ties -= t
+            if cp is not None and cs is not None:
+                self.cost_primary -= cp
+                self.cost_shadow -= cs
+                self.priced -= 1
+        self.rows.append((wins, losses, ties, cost_primary, cost_shadow))
+        self.wins += wins
+        self.losses += losses
+        self.ties += ties
+        if cost_primary is not None and cost_shadow is not None:
+            self.cost_primary += cost_primary
+            self.cost_shadow += cost_shadow
+            self.priced += 1
+        self.latency_primary.append(latency_primary)
+        self.latency_shadow.append(latency_shadow)
+        self._added += 1
+        if self._added % self.size == 0:
+            # Sums of floats that are added and taken away drift: start them again from the rows.
+            both = [(a, b) for *_, a, b in self.rows if a is not None and b is not None]
+            self.cost_primary = sum(a for a, _ in both)
+            self.cost_shadow = sum(b for _, b in both)
+
+    @staticmethod
+    def p95(which: deque[float]) -> float:
+        """np.percentile(which, 95) with its linear interpolation, by a partial sort: percentile's
+        general machinery cost more than the rest of a pair's gauges together."""
+        n = len(which)
+        if n == 0:
+            return float("nan")
+        values = np.fromiter(which, dtype=float, count=n)
+        index = 0.95 * (n - 1)
+        lo = int(index)
+        hi = min(lo + 1, n - 1)
+        part = np.partition(values, (lo, hi))
+        a, b = float(part[lo]), float(part[hi])
+        return a + (b - a) * (index - lo)
 
 
 class _Stats:
@@ -937,22 +1007,20 @@ class ShadowWorker:
         failed = shadow.error_type is not None or shadow.status >= 400
         if failed and primary.error_type is None:
             losses += 1  # a failed candidate call loses to an answer
-        target.window.append((wins, losses, ties, primary.latency_ms, shadow.latency_ms, primary.cost_usd, shadow.cost_usd))
-        w = np.array([row[:5] for row in target.window], dtype=float)
+        window = target.window
+        window.add(wins, losses, ties, primary.latency_ms, shadow.latency_ms, primary.cost_usd, shadow.cost_usd)
         name = target.name
         gauge = self.stats.gauge
-        total_w, total_l, total = w[:, 0].sum(), w[:, 1].sum(), w[:, :3].sum()
-        gauge("shadow_window_pairs", name, float(len(w)))
+        total_w, total_l = window.wins, window.losses
+        total = total_w + total_l + window.ties
+        gauge("shadow_window_pairs", name, float(len(window)))
         if total > 0:
-            gauge("shadow_win_rate", name, float(total_w / total))
-            gauge("shadow_loss_rate", name, float(total_l / total))
-            gauge("shadow_pass_rate_diff", name, float((total_w - total_l) / total))
-        gauge("shadow_worse_p_value", name, float(mcnemar_worse_p(int(total_w), int(total_l))))
-        p95 = np.percentile(w[:, 3], 95)
+            gauge("shadow_win_rate", name, total_w / total)
+            gauge("shadow_loss_rate", name, total_l / total)
+            gauge("shadow_pass_rate_diff", name, (total_w - total_l) / total)
+        gauge("shadow_worse_p_value", name, _worse_p(total_w, total_l))
+        p95 = window.p95(window.latency_primary)
         if p95 > 0:
-            gauge("shadow_latency_ratio", name, float(np.percentile(w[:, 4], 95) / p95))
-        costs = [(a, b) for *_, a, b in target.window if a is not None and b is not None]
-        if costs:
-            base = sum(a for a, _ in costs)
-            if base > 0:
-                gauge("shadow_cost_ratio", name, sum(b for _, b in costs) / base)
+            gauge("shadow_latency_ratio", name, window.p95(window.latency_shadow) / p95)
+        if window.priced and window.cost_primary > 0:
+            gauge("shadow_cost_ratio", name, window.cost_shadow / window.cost_primary)

@@ -158,6 +158,33 @@ def test_mcnemar_exact_is_the_binomial_tail_of_the_disagreements():
     assert mcnemar_worse_p(3, 3) == pytest.approx(0.65625)
 
 
+def test_the_gauges_window_holds_exactly_the_last_pairs():
+    """The child keeps running sums over a candidate's last pairs; after many more pairs than the
+    window holds (evictions, unpriced pairs), they equal the sums recomputed from those pairs."""
+    import random
+
+    import numpy as np
+
+    from llmwatch.collectors.shadow import PairWindow
+
+    rng = random.Random(7)
+    window = PairWindow(7)
+    rows = []
+    for _ in range(100):
+        row = (rng.randint(0, 2), rng.randint(0, 2), rng.randint(0, 3), rng.uniform(10, 900), rng.uniform(10, 900),
+               rng.choice([None, rng.uniform(0, 0.01)]), rng.choice([None, rng.uniform(0, 0.01)]))
+        rows.append(row)
+        window.add(*row)
+        last = rows[-7:]
+        assert len(window) == len(last)
+        assert (window.wins, window.losses, window.ties) == tuple(sum(r[i] for r in last) for i in range(3))
+        priced = [(r[5], r[6]) for r in last if r[5] is not None and r[6] is not None]
+        assert window.priced == len(priced)
+        assert window.cost_primary == pytest.approx(sum(a for a, _ in priced), abs=1e-12)
+        assert window.cost_shadow == pytest.approx(sum(b for _, b in priced), abs=1e-12)
+        assert window.p95(window.latency_shadow) == pytest.approx(np.percentile([r[4] for r in last], 95))
+
+
 def test_verdicts_not_worse_worse_and_not_enough_pairs():
     margins = ShadowMargins(pass_rate_points=5.0, p95_latency_ratio=1.2)
     # Identical behaviour: every pair agrees, latencies jitter around the same value.
