@@ -51,6 +51,11 @@ class WindowAggregator:
         self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on, remember_s=watch.remember_s)
         self._next_evaluation = time.monotonic() + drift.interval_s
         self._next_canary = time.monotonic() + drift.interval_s
+        # Readings are not due again before as long as the last ones took: on a starved CPU (the
+        # scorer runs at nice 10) a drift evaluation of a full window can take longer than
+        # drift.interval_s, and without this the child evaluated after every batch it scored and
+        # fell behind on scoring without bound. So readings take at most about half its time.
+        self._quiet_until = float("-inf")
 
     @property
     def baseline(self) -> Baseline | None:
@@ -67,11 +72,14 @@ class WindowAggregator:
 
     def due(self, now: float | None = None) -> bool:
         now = now if now is not None else time.monotonic()
+        if now < self._quiet_until:
+            return False
         return self.windows.due(now) or (self.matrix is not None and now >= self._next_evaluation) or (self.drift.canary.enabled and now >= self._next_canary)
 
     def readings(self, now: float | None = None) -> Readings:
         """What is due at `now`: the evaluation readings, then the drift readings (either may be empty)."""
-        now = now if now is not None else time.monotonic()
+        started = time.monotonic()
+        now = now if now is not None else started
         evaluation = None
         if self.matrix is not None and now >= self._next_evaluation:
             self._next_evaluation = now + self.drift.interval_s
@@ -86,6 +94,7 @@ class WindowAggregator:
         if self.drift.canary.enabled and now >= self._next_canary:
             self._next_canary = now + self.drift.interval_s
             canary = self._canary()
+        self._quiet_until = now + (time.monotonic() - started)
         return Readings(drift, evaluation, canary)
 
     def _canary(self) -> list[CanaryReading] | None:

@@ -291,6 +291,27 @@ def fed(stage: WindowAggregator, a, b) -> WindowAggregator:
     return stage
 
 
+def test_readings_that_take_longer_than_the_interval_leave_at_least_as_long_for_scoring(monkeypatch):
+    """On a starved CPU one evaluation can outlast drift.interval_s; the scorer child asks `due()`
+    after every batch it scores, so without a pause it would evaluate after every batch and fall
+    behind on scoring without bound. Here an evaluation takes 5 s of a 1 s interval."""
+    import llmwatch.scorers.aggregate as aggregate
+
+    clock = [1000.0]
+    monkeypatch.setattr(aggregate.time, "monotonic", lambda: clock[0])
+    stage = aggregator(stable="A", canary="B")
+
+    def slow_canary():
+        clock[0] += 5.0
+        return []
+
+    monkeypatch.setattr(stage, "_canary", slow_canary)
+    assert stage.due(now=clock[0] + 1.0)
+    stage.readings(now=clock[0] + 1.0)  # starts at 1001 by its `now`, ends at 1005 by the clock
+    assert not stage.due(now=1003.0) and not stage.due(now=1005.5)
+    assert stage.due(now=1006.5)
+
+
 def test_the_aggregate_stage_reads_a_configured_canary_without_any_baseline():
     rng = np.random.default_rng(7)
     stage = fed(aggregator(stable="A", canary="B"), *two_versions(rng, 1200, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.5)))
