@@ -488,9 +488,7 @@ class ShadowMirror:
         if protocol is not self._from_child:
             return
         self._from_child = None
-        if self._to_child is not None:
-            self._to_child.abort()
-            self._to_child = None
+        self._drop_to_child()
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)
         if self._closing or self._loop is None:
@@ -500,6 +498,13 @@ class ShadowMirror:
         self._closed = self._loop.create_future()
         self._respawning = True
         self._loop.create_task(self._respawn())
+
+    def _drop_to_child(self) -> None:
+        to_child, self._to_child = self._to_child, None
+        # A transport that saw the broken pipe itself is closing already; aborting it again would
+        # run its connection_lost twice (asyncio's pipe transport then raises in a callback).
+        if to_child is not None and not to_child.is_closing():
+            to_child.abort()
 
     async def _respawn(self) -> None:
         try:
@@ -545,9 +550,7 @@ class ShadowMirror:
             log.error("shadow_mirror_killed", reason="did not stop in time", timeout_s=timeout)
             proc.kill()
             await asyncio.to_thread(proc.join, 1.0)
-        if self._to_child is not None:
-            self._to_child.abort()
-            self._to_child = None
+        self._drop_to_child()
         for sink in self.pair_sinks:
             try:
                 await asyncio.to_thread(sink.close)
