@@ -26,16 +26,15 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BODY, ROOT  # noqa: E402
+from upstream import ANSWER, plain_body  # noqa: E402
 
 from llmwatch.collectors.proxy_capture import Exchange, analyze, to_sample  # noqa: E402
 from llmwatch.scorers import pii  # noqa: E402
 from llmwatch.scorers.redaction import Redactor, redact_sample  # noqa: E402
 
-ANSWER = ("Roast the chicken at 220 C for about 20 minutes per 500 g, then rest it for ten minutes before carving. " * 6).strip()
 TEXTS = {
     f"answer ({len(ANSWER)} chars, ASCII)": ANSWER,
     "answer, non-ASCII (220 °C — …)": ANSWER.replace(" C ", " °C — ").replace("carving.", "carving…"),
@@ -46,17 +45,7 @@ TEXTS = {
 
 def exchange() -> Exchange:
     """The proxy benchmark's call, as the proxy has captured it."""
-    words = ANSWER.split(" ")
-    response = orjson.dumps(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "gpt-4o-mini",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 24, "completion_tokens": len(words), "total_tokens": 24 + len(words)},
-        }
-    )
+    response = plain_body()
     now = time.perf_counter()
     ex = Exchange(
         request_id="r1", started_at=time.time(), t0=now, method="POST", route="/v1/chat/completions",

@@ -22,9 +22,10 @@ from aiohttp import web
 ANSWER = ("Roast the chicken at 220 C for about 20 minutes per 500 g, then rest it for ten minutes before carving. " * 6).strip()
 
 
-def build(args: argparse.Namespace) -> web.Application:
+def plain_body() -> bytes:
+    """The non-streamed answer this upstream sends (also what bench/redaction_cost.py redacts)."""
     words = ANSWER.split(" ")
-    body = orjson.dumps(
+    return orjson.dumps(
         {
             "id": "chatcmpl-bench",
             "object": "chat.completion",
@@ -34,6 +35,11 @@ def build(args: argparse.Namespace) -> web.Application:
             "usage": {"prompt_tokens": 24, "completion_tokens": len(words), "total_tokens": 24 + len(words)},
         }
     )
+
+
+def build(args: argparse.Namespace) -> web.Application:
+    words = ANSWER.split(" ")
+    body = plain_body()
     per_chunk = max(1, len(words) // args.chunks)
     pieces = [" ".join(words[i : i + per_chunk]) + " " for i in range(0, len(words), per_chunk)][: args.chunks]
 
