@@ -219,13 +219,7 @@ class _Upstream(asyncio.Protocol):
         elif state == 2:
             if not self.dechunk:
                 call.client.write(data)
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserError:
-                self._broken(call)
-                return
-            if self.complete:
-                self._finished(call)
+            self._chunked_body(call, data)
         elif state == 3:
             self._capture(call, data)
             call.client.write(data)
@@ -351,14 +345,7 @@ class _Upstream(asyncio.Protocol):
             self._length_body(call, rest, head)
         elif state == 2:
             client.write(head + rest if rest and not self.dechunk else head)
-            if rest:
-                try:
-                    self.parser.feed_data(rest)
-                except httptools.HttpParserError:
-                    self._broken(call)
-                    return
-            if self.complete:
-                self._finished(call)
+            self._chunked_body(call, rest)
         elif state == 3:
             client.write(head + rest)
             if rest:
@@ -386,6 +373,18 @@ class _Upstream(asyncio.Protocol):
         if data:
             self._capture(call, data)
         call.client.write(head + data if head else data)
+
+    def _chunked_body(self, call: _Call, data: bytes) -> None:
+        """Bytes of a chunked body, already written on: the parser finds the chunks (captured, or
+        written on dechunked by its callbacks) and the end of the response."""
+        if data:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                self._broken(call)
+                return
+        if self.complete:
+            self._finished(call)
 
     def _capture(self, call: _Call, data: bytes) -> None:
         ex = call.ex
