@@ -191,8 +191,8 @@ class _Candidate:
         self.spec = spec
         self.name = spec.name
         self.minute: deque[float] = deque()  # hot path only: send times of the last minute
-        # Spend and slots: taken on the hot path, given back by the stats thread.
-        self._lock = threading.Lock()
+        # Spend and slots: taken by `offer`, given back by the child's messages, both on the
+        # proxy's event loop (no lock: one thread).
         self.inflight = 0
         self.spent: deque[tuple[float, float]] = deque()
         self.spent_sum = 0.0
@@ -202,42 +202,36 @@ class _Candidate:
         self.spend = metrics.shadow_spend.labels(candidate=spec.name)
 
     def take_slot(self) -> bool:
-        with self._lock:
-            if self.inflight >= self.spec.max_concurrency:
-                return False
-            self.inflight += 1
-            return True
+        if self.inflight >= self.spec.max_concurrency:
+            return False
+        self.inflight += 1
+        return True
 
     def free_slots(self, n: int) -> None:
-        with self._lock:
-            self.inflight = max(0, self.inflight - n)
+        self.inflight = max(0, self.inflight - n)
 
     def reserve(self, now: float, usd: float) -> bool:
         """Hold `usd` of the hourly budget for one mirror; False when the cap would be passed."""
         cap = self.spec.max_usd_per_hour
-        with self._lock:
-            spent = self.spent
-            while spent and spent[0][0] < now - 3600.0:
-                self.spent_sum -= spent.popleft()[1]
-            if cap is not None and self.spent_sum + self.reserved + usd > cap:
-                return False
-            self.reserved += usd
-            return True
+        spent = self.spent
+        while spent and spent[0][0] < now - 3600.0:
+            self.spent_sum -= spent.popleft()[1]
+        if cap is not None and self.spent_sum + self.reserved + usd > cap:
+            return False
+        self.reserved += usd
+        return True
 
     def settle(self, reserved: float, actual: float) -> None:
-        with self._lock:
-            self.reserved = max(0.0, self.reserved - reserved)
-            if actual > 0:
-                self.spent.append((time.monotonic(), actual))
-                self.spent_sum += actual
+        self.reserved = max(0.0, self.reserved - reserved)
         if actual > 0:
+            self.spent.append((time.monotonic(), actual))
+            self.spent_sum += actual
             self.spend.inc(actual)
 
     def reset(self) -> None:
         """The child died: its mirrors will never report, so their slots and reservations go."""
-        with self._lock:
-            self.inflight = 0
-            self.reserved = 0.0
+        self.inflight = 0
+        self.reserved = 0.0
 
 
 ChildMain = Callable[..., None]
@@ -347,7 +341,7 @@ class ShadowMirror:
         self._from_child: _FromChild | None = None
         self._proc: Any = None
         self._closing = False
-        self._respawning = False
+        self._respawn_task: asyncio.Task[None] | None = None  # kept: a task nobody holds may be collected
         self._closed: asyncio.Future[None] | None = None  # the child said it is done (MirrorClosed)
         self._ready: asyncio.Future[None] | None = None
         self.restarts = 0
@@ -496,8 +490,7 @@ class ShadowMirror:
         for cand in self.candidates:
             cand.reset()
         self._closed = self._loop.create_future()
-        self._respawning = True
-        self._loop.create_task(self._respawn())
+        self._respawn_task = self._loop.create_task(self._respawn())
 
     def _drop_to_child(self) -> None:
         to_child, self._to_child = self._to_child, None
@@ -523,8 +516,6 @@ class ShadowMirror:
             await self._spawn()
         except Exception as exc:
             log.error("shadow_mirror_restart_failed", error=type(exc).__name__)
-        finally:
-            self._respawning = False
 
     async def close(self, timeout: float = 5.0) -> None:
         """Let mirrors in flight finish (at most `timeout`), have their pairs written, stop the child.
