@@ -12,15 +12,20 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"llmwatch.core": ROOT / "llmwatch" / "core", "llmwatch.scorers": ROOT / "scorers", "llmwatch.collectors": ROOT / "collectors", "llmwatch.agent": ROOT / "agent"}
+# Each layer is a portion of the `llmwatch` namespace package in a folder of its own: the folder
+# that holds `llmwatch/<layer>/` is the root its module paths are read from.
+PORTIONS = {"llmwatch.core": ROOT, "llmwatch.scorers": ROOT / "scorers", "llmwatch.collectors": ROOT / "collectors", "llmwatch.agent": ROOT / "agent"}
 RANK = {"llmwatch.core": 0, "llmwatch.scorers": 1, "llmwatch.collectors": 2, "llmwatch.agent": 3}
 
 
 def modules() -> dict[str, Path]:
-    found = {"llmwatch": ROOT / "llmwatch" / "__init__.py"}
-    for package, folder in FOLDERS.items():
-        for path in sorted(folder.glob("*.py")):
-            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    """Every module of the package, named by its file's path below its portion's root."""
+    found = {}
+    for package, root in PORTIONS.items():
+        folder = root.joinpath(*package.split("."))
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -51,10 +56,30 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-def test_the_namespace_is_the_only_top_level_package() -> None:
+def test_llmwatch_is_a_namespace_package_with_one_portion_per_layer() -> None:
+    # No llmwatch/__init__.py in any portion: a regular package there would hide the others (or
+    # need __path__ tricks that static tools cannot follow).
+    assert [p for root in set(PORTIONS.values()) for p in [root / "llmwatch" / "__init__.py"] if p.exists()] == []
+    for package, root in PORTIONS.items():
+        assert root.joinpath(*package.split("."), "__init__.py").is_file(), package
+
+
+def test_every_package_folder_is_a_regular_package() -> None:
+    # A folder of modules without __init__.py would be a namespace package of its own, which a
+    # wheel build and mypy treat differently; only `llmwatch` itself is a namespace.
+    missing = []
+    for package, root in PORTIONS.items():
+        top = root.joinpath(*package.split("."))
+        for folder in [top, *(p for p in top.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+            if any(folder.glob("*.py")) and not (folder / "__init__.py").exists():
+                missing.append(str(folder.relative_to(ROOT)))
+    assert missing == []
+
+
+def test_the_wheel_holds_only_the_namespace() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'packages = ["llmwatch", "llmwatch.core", "llmwatch.agent", "llmwatch.collectors", "llmwatch.scorers"]' in text
-    assert '"llmwatch.agent" = "agent"' in text
+    assert 'only-include = ["llmwatch", "agent/llmwatch", "collectors/llmwatch", "scorers/llmwatch"]' in text
+    assert 'sources = { "agent/" = "", "collectors/" = "", "scorers/" = "" }' in text
 
 
 def test_every_import_points_down_or_sideways() -> None:

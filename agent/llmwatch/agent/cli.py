@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import structlog
 
-from llmwatch import __version__
+from llmwatch.core.version import __version__
 from llmwatch.agent.cli_args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli_common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal

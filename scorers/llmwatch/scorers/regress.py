@@ -53,7 +53,7 @@ import orjson
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmwatch import __version__
+from llmwatch.core.version import __version__
 from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes

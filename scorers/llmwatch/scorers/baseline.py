@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from llmwatch import __version__
+from llmwatch.core.version import __version__
 from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import RecordError, Sample
