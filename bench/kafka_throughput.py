@@ -39,7 +39,7 @@ from llmwatch.core.config import KafkaSection  # noqa: E402
 from llmwatch.core.logs import configure_logging  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.core.records import Sample  # noqa: E402
-from llmwatch.collectors.kafka import KafkaSampleSink, create_topics  # noqa: E402
+from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics  # noqa: E402
 
 ANSWER = (
     "Roast a whole chicken at 220 C (425 F) for about 20 minutes per 500 g plus 20 minutes, until the thickest part of the "

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import orjson
 
-from llmwatch.scorers import pii
-from llmwatch.scorers.redaction import Redactor
+from llmwatch.scorers.pipeline import pii
+from llmwatch.scorers.pipeline.redaction import Redactor
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "redaction_corpus.jsonl"
 

@@ -7,7 +7,7 @@ process, so this is part of the proxy's CPU per call. The call is the proxy benc
 prose with a few numbers). Also timed: `pii.find` per kind on that answer, and all kinds on a few
 other texts (non-ASCII prose, prose with PII in it, a short value).
 
-`--against REV` loads scorers/pii.py, scorers/redaction.py and llmwatch/core/records.py as they
+`--against REV` loads scorers/llmwatch/scorers/pipeline/pii.py, scorers/llmwatch/scorers/pipeline/redaction.py and llmwatch/core/records.py as they
 are at git revision REV next to the current ones and times both in the same run (the machine
 may be shared: figures of two separate runs are not comparable); it also checks that both give
 the same redacted sample and the same findings. Times are the best of `--repeat` runs, in µs.
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BODY, ROOT  # noqa: E402
 from upstream import ANSWER, plain_body  # noqa: E402
 
-from llmwatch.collectors.proxy_capture import Exchange, analyze, to_sample  # noqa: E402
-from llmwatch.scorers import pii  # noqa: E402
-from llmwatch.scorers.redaction import Redactor, redact_sample  # noqa: E402
+from llmwatch.collectors.receivers.proxy.capture import Exchange, analyze, to_sample  # noqa: E402
+from llmwatch.scorers.pipeline import pii  # noqa: E402
+from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample  # noqa: E402
 
 TEXTS = {
     f"answer ({len(ANSWER)} chars, ASCII)": ANSWER,
@@ -107,8 +107,8 @@ def main() -> None:
 
     old_pii = old_redaction = old_records = None
     if args.against:
-        old_pii = load_at(args.against, "scorers/pii.py", "bench_old_pii")
-        old_redaction = load_at(args.against, "scorers/redaction.py", "bench_old_redaction", {"llmwatch.scorers.pii": old_pii})
+        old_pii = load_at(args.against, "scorers/llmwatch/scorers/pipeline/pii.py", "bench_old_pii")
+        old_redaction = load_at(args.against, "scorers/llmwatch/scorers/pipeline/redaction.py", "bench_old_redaction", {"llmwatch.scorers.pipeline.pii": old_pii})
         old_records = load_at(args.against, "llmwatch/core/records.py", "bench_old_records")
         old_redactor = old_redaction.Redactor()
         old_redacted = old_records.Sample.model_validate(old_redaction.redact_sample(old_redactor, sample).model_dump(by_alias=True))

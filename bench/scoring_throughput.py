@@ -33,7 +33,7 @@ from proxy_overhead import BODY, closed_loop, free_port, pinned, wait_ready  # n
 
 from llmwatch.core.config import CheckSpec, ScoringSection  # noqa: E402
 from llmwatch.core.records import Sample  # noqa: E402
-from llmwatch.scorers.suite import Suite, build_suite  # noqa: E402
+from llmwatch.scorers.checks.suite import Suite, build_suite  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSWERS = [
@@ -87,7 +87,7 @@ def rule_throughput(items: list[Sample]) -> list[tuple[str, float]]:
 
 
 def embedding_throughput(items: list[Sample], quantize: bool) -> list[tuple[int, float]]:
-    from llmwatch.scorers.embeddings import EmbeddingScorer
+    from llmwatch.scorers.checks.embeddings import EmbeddingScorer
 
     rows = []
     scorer = EmbeddingScorer([("answer_relevance", "embedding_relevance", {})], threads=2, quantize=quantize)

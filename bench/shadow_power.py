@@ -110,7 +110,7 @@ def false_alarms(runs: int, n: int, seed: int) -> tuple[int, int, dict[str, int]
     from llmwatch.core.config import ShadowMargins
     from llmwatch.core.pairs import Pair, PairScore
     from llmwatch.core.records import Sample, Usage
-    from llmwatch.scorers.paired import compare
+    from llmwatch.scorers.evaluation.paired import compare
 
     rng = np.random.default_rng(seed)
     margins = ShadowMargins()

@@ -22,9 +22,9 @@ from typing import Callable
 import orjson
 from aiohttp import web
 
-from llmwatch.agent.simulator import PROFILES, SimProfile, create_app
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, create_app
 from llmwatch.core.logs import configure_logging
-from llmwatch.scorers.regress import RunSettings, regress, write_run
+from llmwatch.scorers.evaluation.regress import RunSettings, regress, write_run
 
 VERSIONS = {
     "A": SimProfile(name="A", latency_scale=0.0),

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from llmwatch.core.records import Sample, Usage
-from llmwatch.scorers.score import Score
+from llmwatch.core.scores import Score
 
 DIM = 384
 _TOPICS = np.random.default_rng(12345).normal(size=(12, DIM))

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmwatch.core.config import load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.simulator import SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from kafka_broker import kafka_broker  # noqa: E402,F401

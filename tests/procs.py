@@ -1,6 +1,6 @@
 """Real subprocesses for tests, and the ports they report having bound.
 
-    sim = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0"])
+    sim = Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--port", "0"])
     url = simulator_url(sim)                      # from its `url=http://127.0.0.1:PORT` line
     proxy = Proc([... "proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"], env=agent_env())
     ports = agent_started(proxy)                  # the `agent_started` JSON log record
@@ -98,8 +98,8 @@ def agent_started(proc: Proc, timeout: float = 60.0) -> dict:
 
 
 def start_simulator(*args: str) -> Proc:
-    """`python -m llmwatch.agent.simulator --port 0 ARGS`; read its URL with `simulator_url`."""
-    return Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--port", "0", *args])
+    """`python -m llmwatch.agent.apps.simulator --port 0 ARGS`; read its URL with `simulator_url`."""
+    return Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--port", "0", *args])
 
 
 def simulator_url(proc: Proc, timeout: float = 60.0) -> str:

@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from llmwatch.agent.simulator import FAULT_HEADER
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER
 from conftest import drained, metric, proxy_url, scrape
 from test_proxy import CHAT, client
 from upstreams import echo_app, serve
@@ -173,17 +173,17 @@ def test_missing_upstream_is_a_usage_error():
 
 
 def test_every_error_llmwatch_defines_shares_one_root_with_an_exit_code():
-    from llmwatch.collectors.otlp_ingest import SpanRejected
+    from llmwatch.collectors.receivers.otlp import SpanRejected
     from llmwatch.core.config import ConfigError
     from llmwatch.core.errors import LlmwatchError
     from llmwatch.core.records import RecordError
-    from llmwatch.scorers.baseline import BaselineError
-    from llmwatch.scorers.embeddings import EmbeddingModelMissing
-    from llmwatch.scorers.evaluation import WeightsMismatch
-    from llmwatch.scorers.judge import JudgeReplyError
-    from llmwatch.scorers.regress import RegressError
-    from llmwatch.scorers.review import ReviewError
-    from llmwatch.scorers.suite import CheckTimeout
+    from llmwatch.scorers.drift.baseline import BaselineError
+    from llmwatch.scorers.checks.embeddings import EmbeddingModelMissing
+    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch
+    from llmwatch.scorers.checks.judge import JudgeReplyError
+    from llmwatch.scorers.evaluation.regress import RegressError
+    from llmwatch.scorers.evaluation.review import ReviewError
+    from llmwatch.scorers.checks.suite import CheckTimeout
 
     for cls in (ConfigError, RecordError, BaselineError, ReviewError, RegressError, WeightsMismatch, SpanRejected, JudgeReplyError, EmbeddingModelMissing, CheckTimeout):
         assert issubclass(cls, LlmwatchError) and cls("x").exit_code == 2, cls

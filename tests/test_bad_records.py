@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -20,13 +20,13 @@ import numpy as np
 import orjson
 import pytest
 
-from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from llmwatch.core.records import Sample
 from llmwatch.core.config import ConfigError, DriftSection, load_config
 from llmwatch.core.metrics import CanaryReading, Metrics
-from llmwatch.scorers.aggregate import WindowAggregator
-from llmwatch.scorers.canary import CanaryError, compare_versions, format_text, parse_duration, pick_pairs, same_window
-from llmwatch.scorers.drift import DriftSettings
+from llmwatch.scorers.drift.aggregate import WindowAggregator
+from llmwatch.scorers.drift.canary import CanaryError, compare_versions, format_text, parse_duration, pick_pairs, same_window
+from llmwatch.scorers.drift.compare import DriftSettings
 from conftest import drained, metric, proxy_url, scrape, wait_until
 from test_drift_families import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
@@ -295,7 +295,7 @@ def test_readings_that_take_longer_than_the_interval_leave_at_least_as_long_for_
     """On a starved CPU one evaluation can outlast drift.interval_s; the scorer child asks `due()`
     after every batch it scores, so without a pause it would evaluate after every batch and fall
     behind on scoring without bound. Here an evaluation takes 5 s of a 1 s interval."""
-    import llmwatch.scorers.aggregate as aggregate
+    import llmwatch.scorers.drift.aggregate as aggregate
 
     clock = [1000.0]
     monkeypatch.setattr(aggregate.time, "monotonic", lambda: clock[0])

@@ -4,7 +4,7 @@ import gzip
 
 import orjson
 
-from llmwatch.collectors.proxy_capture import Exchange, analyze
+from llmwatch.collectors.receivers.proxy.capture import Exchange, analyze
 
 
 def sse(*events):

@@ -11,7 +11,7 @@ import gzip
 import orjson
 import pytest
 
-from llmwatch.collectors.proxy_capture import analyze, to_sample
+from llmwatch.collectors.receivers.proxy.capture import analyze, to_sample
 from tests.test_capture import chunk, exchange, sse
 
 USAGE = {"id": "c", "model": "gpt-4o", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}

@@ -161,7 +161,7 @@ def test_upstream_is_the_server_whether_given_with_its_v1_root_or_not(given, ser
 
 
 def test_regress_resolves_an_endpoint_as_the_proxy_resolves_its_upstream():
-    from llmwatch.scorers.regress import openai_base_url
+    from llmwatch.scorers.evaluation.regress import openai_base_url
 
     for given in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"):
         assert openai_base_url(given) == load_config(None, overrides={"upstream": given}, environ={}).upstream + "/v1"

@@ -28,7 +28,7 @@ import yaml
 
 from llmwatch.core.config import Config, load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.simulator import FAULT_HEADER, SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, SimProfile, start_simulator
 from prom import Prometheus, finite, running_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent

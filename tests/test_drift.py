@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from synthetic import Behaviour, degradations, window  # noqa: E402
 
-from llmwatch.scorers.baseline import BaselineError, freeze, load_baseline, write_baseline  # noqa: E402
-from llmwatch.scorers.drift import DriftSettings, compare, format_text  # noqa: E402
-from llmwatch.scorers.features import summarize  # noqa: E402
+from llmwatch.scorers.drift.baseline import BaselineError, freeze, load_baseline, write_baseline  # noqa: E402
+from llmwatch.scorers.drift.compare import DriftSettings, compare, format_text  # noqa: E402
+from llmwatch.scorers.drift.features import summarize  # noqa: E402
 
 
 def frozen(rng, n=2000, b=Behaviour()):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from conftest import proxy_url, wait_until
 from ports import free_port
 from prom import alertmanager_binary, start_prometheus

@@ -18,13 +18,13 @@ import numpy as np
 import orjson
 import pytest
 
-from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from llmwatch.core.records import Sample, Usage
-from llmwatch.scorers.baseline import BaselineError, check_minimums, freeze, write_baseline
-from llmwatch.scorers.drift import DriftSettings, compare, format_text
-from llmwatch.scorers.drift_model import family_of
-from llmwatch.scorers.features import summarize
-from llmwatch.scorers import stats
+from llmwatch.scorers.drift.baseline import BaselineError, check_minimums, freeze, write_baseline
+from llmwatch.scorers.drift.compare import DriftSettings, compare, format_text
+from llmwatch.scorers.drift.model import family_of
+from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.stats import twosample as stats
 from llmwatch.core.scores import Score
 from conftest import proxy_url, wait_until
 

@@ -17,11 +17,11 @@ import pytest
 
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import Score
-from llmwatch.scorers import embeddings as embeddings_module
-from llmwatch.scorers.baseline import freeze
-from llmwatch.scorers.drift import DriftSettings, compare
-from llmwatch.scorers.families import PromptVectors, semantic_prompt_clusters
-from llmwatch.scorers.features import summarize
+from llmwatch.scorers.checks import embeddings as embeddings_module
+from llmwatch.scorers.drift.baseline import freeze
+from llmwatch.scorers.drift.compare import DriftSettings, compare
+from llmwatch.scorers.drift.families import PromptVectors, semantic_prompt_clusters
+from llmwatch.scorers.drift.features import summarize
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 DIM = 48

@@ -18,10 +18,10 @@ import numpy as np
 
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import Score
-from llmwatch.scorers.baseline import freeze
-from llmwatch.scorers.drift import DriftSettings, compare
-from llmwatch.scorers.features import summarize
-from llmwatch.scorers.rows import HASHED_WORDS, MINILM, hashed_words_vector
+from llmwatch.scorers.drift.baseline import freeze
+from llmwatch.scorers.drift.compare import DriftSettings, compare
+from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, hashed_words_vector
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 ROUTE = "/v1/chat/completions"
@@ -123,7 +123,7 @@ def test_hashed_word_vectors_are_the_same_in_another_process():
     """Python's hash() is salted per process; the baseline's vectors must equal a later run's."""
     text = "How do I sort a list in Python?  Step by step, please."
     here = hashed_words_vector(text)
-    code = "import sys; from llmwatch.scorers.rows import hashed_words_vector as h; sys.stdout.write(h(sys.argv[1]).tobytes().hex())"
+    code = "import sys; from llmwatch.scorers.drift.rows import hashed_words_vector as h; sys.stdout.write(h(sys.argv[1]).tobytes().hex())"
     for seed in ("1", "2"):
         out = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True, timeout=60, check=True,
                              env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})

@@ -13,9 +13,9 @@ import pytest
 
 from llmwatch.core.config import Config
 from llmwatch.core.records import Sample
-from llmwatch.scorers import embeddings as embeddings_module
-from llmwatch.scorers.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
-from llmwatch.scorers.offline import load_window, score_files
+from llmwatch.scorers.checks import embeddings as embeddings_module
+from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.checks.offline import load_window, score_files
 
 
 def sample(i: int, answer: str) -> Sample:

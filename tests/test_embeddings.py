@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers import embeddings
-from llmwatch.scorers.embeddings import (
+from llmwatch.scorers.checks import embeddings
+from llmwatch.scorers.checks.embeddings import (
     EMBEDDING_CHECKS,
     EmbeddingCheckKind,
     EmbeddingModelMissing,
@@ -23,7 +23,7 @@ from llmwatch.scorers.embeddings import (
     RelevanceParams,
     model_dir,
 )
-from llmwatch.scorers.rules import CheckOutcome
+from llmwatch.scorers.checks.rules import CheckOutcome
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -456,7 +456,7 @@ def test_embed_answers_gives_unit_rows_and_zero_rows_for_failed_or_empty_answers
 
 
 def test_quantized_model_keeps_rankings_and_stays_close_to_fp32(embedder):
-    from llmwatch.scorers.embeddings import Embedder
+    from llmwatch.scorers.checks.embeddings import Embedder
 
     quantized = Embedder(threads=2, quantize=True)
     texts = [

@@ -81,7 +81,7 @@ def test_the_default_config_needs_no_extra_but_the_embedding_checks(monkeypatch:
 
 
 def test_embedding_checks_without_their_extra_are_refused_with_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmwatch.scorers.suite import validate_scoring
+    from llmwatch.scorers.checks.suite import validate_scoring
 
     without(monkeypatch, "sentence_transformers", "torch")
     cfg = load_config(None, environ={})
@@ -104,7 +104,7 @@ def test_the_commands_that_need_an_extra_say_so_in_one_line() -> None:
     # A subprocess whose import system has no kafka, as on a slim install: one line, exit 2.
     code = (
         "import sys; sys.modules['kafka'] = None\n"
-        "from llmwatch.agent.cli import main\n"
+        "from llmwatch.agent.cli.main import main\n"
         "raise SystemExit(main(['scorer', '--kafka', '127.0.0.1:9', '--metrics-listen', '127.0.0.1:0']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 from llmwatch.core import jsonio
 from llmwatch.core.config import ConfigError, load_config
 from llmwatch.core.jsonio import JsonlWriter

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: E402,F401
 from synthetic import Behaviour, window  # noqa: E402
 
-from llmwatch.agent.cli import main  # noqa: E402
+from llmwatch.agent.cli.main import main  # noqa: E402
 
 # A version name as a deployment might spell it, with everything HTML or matplotlib could misread.
 BASE = "support-v1"
@@ -28,7 +28,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

@@ -24,11 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from llmwatch.core.config import ConfigError, KafkaSection, load_config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.collectors.kafka import KafkaSampleSink, create_topics, sample_key
+from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics, sample_key
 from conftest import bound_port, metric, proxy_url, recorded_servers, scrape, wait_until
 from ports import dead_address
-from llmwatch.agent import kafka_scorer
-from llmwatch.agent.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
+from llmwatch.agent.processes import kafka_scorer
+from llmwatch.agent.processes.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = "refusal"  # applies to every chat sample

@@ -18,10 +18,10 @@ from synthetic import Behaviour, degradations, window  # noqa: E402
 
 from llmwatch.core.config import load_config  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
-from llmwatch.collectors.kafka import create_topics  # noqa: E402
-from llmwatch.agent import kafka_aggregate as kafka_aggregator  # noqa: E402
-from llmwatch.scorers.baseline import freeze, write_baseline  # noqa: E402
-from llmwatch.agent.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
+from llmwatch.collectors.exporters.kafka import create_topics  # noqa: E402
+from llmwatch.agent.processes import kafka_aggregate as kafka_aggregator  # noqa: E402
+from llmwatch.scorers.drift.baseline import freeze, write_baseline  # noqa: E402
+from llmwatch.agent.processes.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
 from conftest import bound_port, recorded_servers  # noqa: E402
 
 
@@ -64,8 +64,8 @@ def test_redelivered_scores_count_once_and_degraded_version_drifts(tmp_path, mon
 
 def test_the_fleet_aggregator_sets_the_evaluation_gauges_the_sidecar_sets(tmp_path, monkeypatch):
     """One aggregate stage: `llmwatch aggregate` exports the evaluation matrix from its windows, as the scorer child does."""
-    from llmwatch.scorers.baseline import load_baseline
-    from llmwatch.scorers.evaluation import build_report
+    from llmwatch.scorers.drift.baseline import load_baseline
+    from llmwatch.scorers.evaluation.evaluate import build_report
 
     monkeypatch.setattr(kafka_aggregator, "JOIN_DELAY_S", 0.0)
     cfg = config(tmp_path)

@@ -379,7 +379,7 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
 
 
 def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_and_logs_at_a_bounded_rate():
-    from llmwatch.collectors.kafka import KafkaSampleSink
+    from llmwatch.collectors.exporters.kafka import KafkaSampleSink
     from llmwatch.core.config import KafkaSection
     from llmwatch.core.metrics import Metrics
 
@@ -426,7 +426,7 @@ async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path
 
     from llmwatch.agent.runtime import Agent
     from llmwatch.core.config import load_config
-    from llmwatch.scorers.baseline import freeze, write_baseline
+    from llmwatch.scorers.drift.baseline import freeze, write_baseline
 
     samples, scores, emb = window(np.random.default_rng(1), 100, Behaviour(), version="A", prefix="base")
     baseline = write_baseline(freeze(samples, scores, emb, model_version="A"), tmp_path / "baseline.json")

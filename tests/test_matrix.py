@@ -12,14 +12,14 @@ import yaml
 from prometheus_client import generate_latest
 from scipy.stats import binomtest
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 from llmwatch.core.config import ConfigError, MatrixSection, ScoringSection, load_config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.scorers.evaluation import WeightsMismatch, build_report, compare_reports, export_metrics, format_text
-from llmwatch.scorers.matrix import build_categories, categorize, score_samples, wilson_interval
-from llmwatch.scorers.stability import prompt_hash, sampling_stability, turn_stability
-from llmwatch.scorers.suite import build_suite
+from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, build_report, compare_reports, export_metrics, format_text
+from llmwatch.scorers.evaluation.matrix import build_categories, categorize, score_samples, wilson_interval
+from llmwatch.scorers.evaluation.stability import prompt_hash, sampling_stability, turn_stability
+from llmwatch.scorers.checks.suite import build_suite
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 REFUSAL = "I'm sorry, but I can't help with that."
@@ -35,7 +35,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

@@ -1,4 +1,4 @@
-"""The embedding model in plain torch (scorers/minilm.py) gives sentence-transformers' vectors,
+"""The embedding model in plain torch (scorers/llmwatch/scorers/checks/minilm.py) gives sentence-transformers' vectors,
 loads without importing sentence-transformers or transformers, and the offline commands embed
 a text shared by many samples once per run and use every CPU they are allowed.
 """
@@ -18,9 +18,10 @@ import pytest
 
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample
-from llmwatch.scorers import embeddings, minilm
-from llmwatch.scorers.embeddings import Embedder, EmbeddingScorer, model_dir
-from llmwatch.scorers.offline import offline_scoring
+from llmwatch.scorers.checks import embeddings
+from llmwatch.scorers.checks import minilm
+from llmwatch.scorers.checks.embeddings import Embedder, EmbeddingScorer, model_dir
+from llmwatch.scorers.checks.offline import offline_scoring
 
 pytestmark = pytest.mark.skipif(embeddings._packaged_model_path() is None, reason="needs the packaged embedding model")
 
@@ -62,7 +63,7 @@ def test_plain_torch_vectors_equal_sentence_transformers_vectors(embedder: Embed
 def test_the_model_loads_without_sentence_transformers_or_transformers() -> None:
     code = (
         "import sys\n"
-        "from llmwatch.scorers.embeddings import Embedder\n"
+        "from llmwatch.scorers.checks.embeddings import Embedder\n"
         "e = Embedder(threads=1)\n"
         "assert e.encode(['hello world']).shape == (1, 384)\n"
         "print(e.runtime, sorted(m for m in ('sentence_transformers', 'transformers', 'sklearn') if m in sys.modules))\n"

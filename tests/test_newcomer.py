@@ -141,7 +141,7 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> li
 
 
 def test_every_option_of_every_command_has_help():
-    from llmwatch.agent.cli import build_parser
+    from llmwatch.agent.cli.main import build_parser
 
     missing = [f"llmwatch {' '.join(path)} {a.option_strings[-1]}" for path, p in _commands(build_parser()) for a in p._actions
                if a.option_strings and not a.help]

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from llmwatch.collectors.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
+from llmwatch.collectors.exporters.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
 from ports import dead_address, free_port
 
 TOP_LEVEL_KEYS = {"version", "groupKey", "status", "receiver", "groupLabels", "commonLabels", "commonAnnotations", "externalURL", "alerts"}

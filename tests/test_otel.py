@@ -37,7 +37,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from llmwatch.core.config import ConfigError, load_config
 from llmwatch.core.records import extract_answer_text, extract_prompt_text
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.simulator import FAULT_HEADER
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER
 from conftest import calls_observed, drained, metric, proxy_url, scrape, wait_until
 from ports import dead_address
 from procs import Proc, agent_env, agent_started

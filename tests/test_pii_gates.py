@@ -1,6 +1,6 @@
 """The detector's cheap gates change no finding: gated `find` equals the patterns run ungated.
 
-`llmwatch.scorers.pii` rules kinds out before running their patterns (a text shorter than the
+`llmwatch.scorers.pipeline.pii` rules kinds out before running their patterns (a text shorter than the
 kind's shortest finding, no run of 8 digits, no "d.d.d.d" shape, no literal prefix of a secret)
 and starts the e-mail scan at the address around the first "@",
 because the proxy redacts every sampled call in its own process (issue 13). Each gate must be a
@@ -20,8 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from llmwatch.scorers import pii
-from llmwatch.scorers.redaction import DEFAULT_KINDS, Redactor
+from llmwatch.scorers.pipeline import pii
+from llmwatch.scorers.pipeline.redaction import DEFAULT_KINDS, Redactor
 
 try:  # the regex parser: re._parser from Python 3.11, sre_parse before
     import re._parser as sre_parse  # type: ignore[import-not-found]

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from yarl import URL
 
-from llmwatch.agent.simulator import FAULT_HEADER
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER
 from conftest import drained, metric, proxy_url, scrape
 from upstreams import echo_app, gated_stream_app, serve
 

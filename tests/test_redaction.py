@@ -7,9 +7,9 @@ import pytest
 
 from llmwatch.core.config import RedactionSection
 from llmwatch.core.records import Sample
-from llmwatch.scorers import pii
-from llmwatch.scorers.redaction import Redactor, luhn_valid
-from llmwatch.scorers.rules import build_rule_check
+from llmwatch.scorers.pipeline import pii
+from llmwatch.scorers.pipeline.redaction import Redactor, luhn_valid
+from llmwatch.scorers.checks.rules import build_rule_check
 from test_rules import chat_sample
 
 ALL = ["email", "phone", "card", "key", "iban", "ssn"]

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from redaction import evaluate, format_table, load  # noqa: E402
 
-from llmwatch.scorers import pii  # noqa: E402
+from llmwatch.scorers.pipeline import pii  # noqa: E402
 
 RECALL_FLOOR = 0.95
 FALSE_MASK_CEILING = 0.05

@@ -11,11 +11,11 @@ import orjson
 import pytest
 from aiohttp import web
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 from ports import dead_address
 from procs import simulator_url, start_simulator
-from llmwatch.scorers.judge import JudgeReplyError, parse_judge_reply
-from llmwatch.scorers.regress import load_run, load_suite
+from llmwatch.scorers.checks.judge import JudgeReplyError, parse_judge_reply
+from llmwatch.scorers.evaluation.regress import load_run, load_suite
 
 REPEAT = "30"
 SUITE = [
@@ -41,7 +41,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from llmwatch.agent.cli import main
-from llmwatch.agent.simulator import SimProfile, create_app
-from llmwatch.scorers.regress import load_run
+from llmwatch.agent.cli.main import main
+from llmwatch.agent.apps.simulator.server import SimProfile, create_app
+from llmwatch.scorers.evaluation.regress import load_run
 from upstreams import serve
 
 REPEAT = 30
@@ -39,7 +39,7 @@ REGRESSING = {"recipe", "python-keyerror", "trip", "topic-json"}
 @pytest.fixture(autouse=True, scope="module")
 def _cli_leaves_logging_alone():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from sklearn.metrics import cohen_kappa_score
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample
-from llmwatch.scorers.agreement import cohen_weighted_kappa, krippendorff_alpha
-from llmwatch.scorers.score import Score
-from llmwatch.scorers.suite import build_suite
+from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
+from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.suite import build_suite
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 V1, V2 = "support-v1-2026-11", "support-v2-2026-12"
@@ -32,7 +32,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 PROMPTS = {

@@ -28,7 +28,7 @@ from sklearn.metrics import cohen_kappa_score
 from browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
 from test_review import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 
 CRITERIA = ["accuracy", "completeness", "hallucination"]
 # Whatever could tell a reviewer which model wrote an answer; none of it may reach the browser.
@@ -41,7 +41,7 @@ def _cli_leaves_logging_alone():
     # main() points structlog at the current sys.stderr; under pytest that is a capture stream
     # closed after the test, and every later test module that logs would then fail.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 
@@ -340,7 +340,7 @@ def test_a_torn_reviews_file_is_refused_naming_the_line(exported: Path, tmp_path
 
 
 def test_tokens_are_kept_across_runs_and_only_new_names_get_new_ones(tmp_path: Path):
-    from llmwatch.agent.review_app import load_or_make_tokens
+    from llmwatch.agent.apps.review import load_or_make_tokens
 
     path = tmp_path / "r.tokens.json"
     first = load_or_make_tokens(path, ["alice"], [])

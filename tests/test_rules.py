@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
-from llmwatch.scorers.score import Score
+from llmwatch.scorers.checks.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
+from llmwatch.core.scores import Score
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 _UNSET: Any = object()

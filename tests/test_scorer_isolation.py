@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from llmwatch.agent.scoring import ScorerProcess, scorer_cpus
+from llmwatch.agent.processes.scoring import ScorerProcess, scorer_cpus
 from llmwatch.core.config import ConfigError, ScoringSection, load_config
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")

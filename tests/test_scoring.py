@@ -16,12 +16,12 @@ import pytest
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.records import Sample
 from conftest import metric, proxy_url, read_samples, scrape, wait_until
-from llmwatch.scorers import rules
-from llmwatch.scorers.checks import error_outcome, failed
-from llmwatch.scorers.embeddings import EMBEDDING_CHECKS
-from llmwatch.scorers.registry import CHECK_KINDS, build_check
-from llmwatch.scorers.regress import load_suite
-from llmwatch.scorers.suite import Suite, build_suite, validate_scoring
+from llmwatch.scorers.checks import rules
+from llmwatch.scorers.checks.base import error_outcome, failed
+from llmwatch.scorers.checks.embeddings import EMBEDDING_CHECKS
+from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check
+from llmwatch.scorers.evaluation.regress import load_suite
+from llmwatch.scorers.checks.suite import Suite, build_suite, validate_scoring
 
 RULES_ONLY = {"enabled": True, "embeddings": False}
 

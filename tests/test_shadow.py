@@ -31,12 +31,12 @@ from conftest import metric, proxy_url, scrape, wait_until
 from kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
 from upstreams import serve
 
-from llmwatch.agent.simulator import PROFILES, SimProfile, start_simulator
-from llmwatch.collectors.shadow import resolve_headers
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
+from llmwatch.collectors.shadow.mirror import resolve_headers
 from llmwatch.core.config import ConfigError, ShadowMargins, load_config
 from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.records import Sample
-from llmwatch.scorers.paired import compare, mcnemar_worse_p
+from llmwatch.scorers.evaluation.paired import compare, mcnemar_worse_p
 
 SECRET = "Bearer sk-candidate-secret-9f8e7d6c5b4a"
 MODEL = "sim-gpt-4o-mini"
@@ -165,7 +165,7 @@ def test_the_gauges_window_holds_exactly_the_last_pairs():
 
     import numpy as np
 
-    from llmwatch.collectors.shadow import PairWindow
+    from llmwatch.collectors.shadow.mirror import PairWindow
 
     rng = random.Random(7)
     window = PairWindow(7)
@@ -464,7 +464,7 @@ def test_report_html_and_bad_input(tmp_path):
 async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
     from test_kafka import read_topic
 
-    from llmwatch.collectors.kafka import create_topics
+    from llmwatch.collectors.exporters.kafka import create_topics
 
     create_topics([kafka_broker.bootstrap], {"llmwatch.samples": 1, "llmwatch.pairs": 1})
     primary = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=1)
@@ -513,7 +513,7 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
     import structlog
     from structlog.testing import capture_logs
 
-    import llmwatch.collectors.shadow as shadow_module
+    import llmwatch.collectors.shadow.mirror as shadow_module
 
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app())
@@ -534,7 +534,7 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
             with capture_logs() as logs:
                 # A logger made inside the capture: the module's own was cached by earlier tests
                 # (structlog's cache_logger_on_first_use), and capture_logs only sees new ones.
-                monkeypatch.setattr(shadow_module, "log", structlog.get_logger("llmwatch.collectors.shadow"))
+                monkeypatch.setattr(shadow_module, "log", structlog.get_logger("llmwatch.collectors.shadow.mirror"))
                 os.kill(first, 9)  # SIGKILL, to the mirror child this test's agent started, by its PID
                 await wait_until(lambda: agent.shadow.restarts == 1 and agent.shadow.pid != first, timeout=30)
                 deadline = time.monotonic() + 60
@@ -643,7 +643,7 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
     exactly those pairs: agreement, Cohen's kappa with its interval, and the confusion table."""
     from test_review_app import Server
 
-    from llmwatch.agent.review_app import positions
+    from llmwatch.agent.apps.review import positions
 
     pairs_dir = tmp_path / "pairs"
     pairs_dir.mkdir()

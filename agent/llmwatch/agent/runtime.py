@@ -14,16 +14,16 @@ from aiohttp import web
 from llmwatch.core.config import Config, ConfigError
 from llmwatch.core.extras import check_config
 from llmwatch.core.urls import mask_url
-from llmwatch.collectors.health import bind_socket, metrics_app, serve_app
+from llmwatch.collectors.exporters.prometheus import bind_socket, metrics_app, serve_app
 from llmwatch.core.metrics import DriftReading, Metrics
-from llmwatch.collectors.files import FileSink
+from llmwatch.collectors.exporters.files import FileSink
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
 from llmwatch.core.pricing import PriceTable
-from llmwatch.collectors.proxy import Proxy
-from llmwatch.collectors.upstream_probe import UpstreamProbe
+from llmwatch.collectors.receivers.proxy.handler import Proxy
+from llmwatch.collectors.receivers.proxy.upstream_probe import UpstreamProbe
 from llmwatch.core.queue import BoundedQueue
-from llmwatch.scorers.redaction import Redactor
-from llmwatch.scorers.sampler import Sampler
+from llmwatch.scorers.pipeline.redaction import Redactor
+from llmwatch.scorers.pipeline.sampler import Sampler
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,7 @@ class Agent:
             sinks.append(FileSink(str(cfg.data_dir / "samples"), cfg.files.max_file_bytes, self.metrics))
         sinks.extend(self.extra_sinks)
         if cfg.kafka.enabled:
-            from llmwatch.collectors.kafka import KafkaSampleSink
+            from llmwatch.collectors.exporters.kafka import KafkaSampleSink
 
             # In addition to local scoring, unless `scoring.enabled: false` (scorer workers then do it all).
             sinks.append(KafkaSampleSink(cfg.kafka, self.metrics))
@@ -69,15 +69,15 @@ class Agent:
         self.recorder = None
         if cfg.scoring.enabled:
             from llmwatch.core.jsonio import JsonlWriter
-            from llmwatch.scorers.export import ScoreRecorder
-            from llmwatch.scorers.suite import validate_scoring
-            from llmwatch.agent.scoring import ScorerProcess, ScoringSink
+            from llmwatch.collectors.exporters.scores import ScoreRecorder
+            from llmwatch.scorers.checks.suite import validate_scoring
+            from llmwatch.agent.processes.scoring import ScorerProcess, ScoringSink
 
             # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
             validate_scoring(cfg.scoring)
             if cfg.drift.baseline is not None:
-                from llmwatch.scorers.baseline import check_minimums, load_baseline
-                from llmwatch.scorers.drift import settings_from_config
+                from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
+                from llmwatch.scorers.drift.compare import settings_from_config
 
                 check_minimums(load_baseline(cfg.drift.baseline), settings_from_config(cfg.drift), f"baseline {cfg.drift.baseline}")
             self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
@@ -122,18 +122,18 @@ class Agent:
         self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
-            from llmwatch.collectors.otel_export import OtelExporter
+            from llmwatch.collectors.exporters.otlp import OtelExporter
 
             self.otel = OtelExporter(cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor)
             self.proxy.on_call = self.otel.on_call
         self.shadow = None
         if cfg.shadow.enabled and self.proxy is not None:
-            from llmwatch.agent.shadow_process import child_main
-            from llmwatch.collectors.shadow import ShadowMirror
+            from llmwatch.agent.processes.shadow import child_main
+            from llmwatch.collectors.shadow.mirror import ShadowMirror
 
             pair_sinks = []
             if cfg.kafka.enabled:
-                from llmwatch.collectors.kafka import KafkaSampleSink
+                from llmwatch.collectors.exporters.kafka import KafkaSampleSink
 
                 # Pairs go where samples go: files, and Kafka when it is on.
                 pair_sinks.append(KafkaSampleSink(
@@ -145,7 +145,7 @@ class Agent:
             self.proxy.shadow = self.shadow
         self.receiver = None
         if cfg.otel.ingest_listen:
-            from llmwatch.collectors.otlp_ingest import OtlpReceiver
+            from llmwatch.collectors.receivers.otlp import OtlpReceiver
 
             token = None
             if cfg.otel.ingest_token_env:
@@ -157,7 +157,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
         if cfg.drift.webhook.url:
-            from llmwatch.collectors.webhook import WebhookNotifier
+            from llmwatch.collectors.exporters.webhook import WebhookNotifier
 
             hook = cfg.drift.webhook
             events = self.metrics.notifications
@@ -174,15 +174,15 @@ class Agent:
             asyncio.run_coroutine_threadsafe(self.notifier.update(self._drift_alerts()), self._loop)
 
     def _drift_alerts(self) -> dict:
-        from llmwatch.collectors.webhook import AlertSpec, alert_key
-        from llmwatch.scorers.drift_model import ALERTS, family_of
+        from llmwatch.collectors.exporters.webhook import AlertSpec, alert_key
+        from llmwatch.scorers.drift.model import ALERTS, family_of
 
         active = {}
         for (version, operation, signal), (statistic, p_value, detected, n) in self.drift_state.items():
             if not detected:
                 continue
             # One alert per drift family: behaviour drift pages, a performance regression warns, a
-            # change in what users ask (inputs) is information; see scorers/families.py.
+            # change in what users ask (inputs) is information; see scorers/llmwatch/scorers/drift/families.py.
             family = family_of(signal)
             served = f" (served as {self.drift_served[version]})" if version in self.drift_served else ""
             alertname = ALERTS[family]
@@ -208,7 +208,7 @@ class Agent:
         return checks
 
     def readiness_details(self) -> dict[str, object]:
-        # Beside the checks, not among them: see collectors/upstream_probe.py for why.
+        # Beside the checks, not among them: see collectors/llmwatch/collectors/receivers/proxy/upstream_probe.py for why.
         if self.upstream_probe is None:
             return {}
         return {"upstream": mask_url(self.cfg.upstream or ""), "upstream_reachable": self.upstream_probe.reachable}
@@ -276,7 +276,7 @@ class Agent:
             # In a thread: the collector may be served by this very event loop (tests, demos).
             await asyncio.to_thread(self.otel.shutdown, 5.0)
         # The pipeline drains into its sinks before they close; the scorer sink then waits up to
-        # scoring.shutdown_timeout_s for scores and records the rest as `error` (see agent/scoring.py).
+        # scoring.shutdown_timeout_s for scores and records the rest as `error` (see agent/llmwatch/agent/processes/scoring.py).
         self.pipeline.close()
         if self.recorder is not None:
             self.recorder.close()

@@ -26,9 +26,9 @@ from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.core.logs import RateLimitedLog
-from llmwatch.scorers.sampler import Sampler
-from llmwatch.collectors.proxy_capture import CallFacts, Exchange, to_sample
-from llmwatch.scorers.redaction import redact_sample
+from llmwatch.scorers.pipeline.sampler import Sampler
+from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, to_sample
+from llmwatch.scorers.pipeline.redaction import redact_sample
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,7 @@ On a change it sets the metrics (`llmwatch_model_version_info`, `..._changes_tot
 `..._last_change_timestamp_seconds{from_version, to_version}`), logs `served_version_changed`
 and hands a `VersionChange` to `on_change`; `VersionActions` is the usual receiver, which POSTs a
 webhook and runs a command, both on the event loop's side, never in the call's path. The drift
-window of the new version starts afresh in the scorer (scorers/online.py), which sees the same
+window of the new version starts afresh in the scorer (scorers/llmwatch/scorers/drift/online.py), which sees the same
 parts on the samples.
 
 Models past the model label cap (label `other`) are not watched: their calls share one label, and
@@ -177,7 +177,7 @@ class VersionActions:
         self.metrics = metrics
         self.notifier = None
         if cfg.webhook:
-            from llmwatch.collectors.webhook import WebhookNotifier
+            from llmwatch.collectors.exporters.webhook import WebhookNotifier
 
             counter = metrics.model_version_actions
             self.notifier = WebhookNotifier(cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc())

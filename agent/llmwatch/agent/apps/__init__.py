@@ -1,0 +1,1 @@
+"""Applications a person runs: the demo, the review app, the simulator."""

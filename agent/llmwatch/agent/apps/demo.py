@@ -1,0 +1,382 @@
+"""`llmwatch demo`: the whole agent on the embedded default, with nothing else to install.
+
+It starts the built-in simulator as the upstream, the proxy in front of it, drives a realistic
+mix of traffic through the proxy with the official `openai` client (chat, streaming chat, JSON
+mode, legacy completions, embeddings, a few upstream errors), keeps samples and scores under the
+data directory, serves `/metrics`, and ends with a summary. Ctrl-C ends it early, cleanly.
+
+The run has three equal phases, as a model rollout would:
+  1. version A serves; its samples are frozen into a baseline (`<data_dir>/baseline-A.json`),
+  2. version A keeps serving and is compared with its own baseline (it must stay stable),
+  3. the simulator switches to version B, subtly degraded, which the drift detector must flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+import numpy as np
+import openai
+import structlog
+
+from llmwatch.core.config import Config, ShadowCandidate, ShadowSection
+from llmwatch.collectors.exporters.prometheus import split_host_port
+from llmwatch.agent.runtime import Agent
+from llmwatch.agent.signals import wait_for_signal
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.scorers.reports.text import pass_rate_table
+
+log = structlog.get_logger(__name__)
+
+PROMPTS = [
+    "How long should I roast a whole chicken, and at what temperature?",
+    "What is the difference between a list and a tuple in Python?",
+    "Plan a three-day trip to Lisbon on a budget.",
+    "How much of my salary should I put into an emergency fund?",
+    "When is the best time to plant tomatoes in a temperate climate?",
+    "Why does Jupiter have so many moons?",
+    "Give me a 20-minute beginner workout I can do at home.",
+    "What caused the fall of the Western Roman Empire?",
+    "My order #4411 arrived damaged. What are my options?",
+    "Write a SQL query that finds the top five customers by total revenue.",
+    "How do rising ocean temperatures affect coral reefs?",
+    "Recommend some jazz albums for someone new to the genre.",
+    "My email is jane.doe@example.com and my card is 4111 1111 1111 1111; can you update my billing?",
+]
+JSON_PROMPTS = [
+    "Return a JSON object summarising the nutritional benefits of lentils.",
+    "Answer in JSON: what are three tips for learning Python quickly?",
+    "Give a JSON object with the best season to visit Japan and why.",
+]
+CHAT_MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o")
+
+
+@dataclass
+class Tally:
+    latencies_ms: list[float] = field(default_factory=list)
+    ttfts_ms: list[float] = field(default_factory=list)
+    ok: int = 0
+    errors: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+def _free_or_default(address: str) -> str:
+    """Keep the configured port when it is free; otherwise let the OS pick one (said in the summary)."""
+    host, port = split_host_port(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return f"{host}:0"
+    return address
+
+
+async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally) -> None:
+    roll = rng.random()
+    model = rng.choice(CHAT_MODELS)
+    start = time.perf_counter()
+    kind = "chat"
+    try:
+        if roll < 0.40:
+            await client.chat.completions.create(model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], max_tokens=400)
+        elif roll < 0.75:
+            kind = "chat_stream"
+            stream = await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": rng.choice(PROMPTS)}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            first = None
+            async for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].delta.content:
+                    first = time.perf_counter()
+            if first is not None:
+                tally.ttfts_ms.append((first - start) * 1000.0)
+        elif roll < 0.85:
+            kind = "chat_json"
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": rng.choice(JSON_PROMPTS)}], response_format={"type": "json_object"}
+            )
+        elif roll < 0.92:
+            kind = "completion"
+            await client.completions.create(model="sim-gpt-3.5-turbo-instruct", prompt=rng.choice(PROMPTS), max_tokens=120)
+        elif roll < 0.98:
+            kind = "embedding"
+            await client.embeddings.create(model="sim-text-embedding-3-small", input=rng.choice(PROMPTS))
+        else:
+            kind = "upstream_error"
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], extra_headers={FAULT_HEADER: "status=503"}
+            )
+        tally.ok += 1
+    except openai.APIError:
+        tally.errors += 1
+    tally.latencies_ms.append((time.perf_counter() - start) * 1000.0)
+    tally.by_kind[kind] = tally.by_kind.get(kind, 0) + 1
+
+
+async def drive_traffic(base_url: str, *, duration: float, rate: float, concurrency: int, seed: int = 7, stop: asyncio.Event | None = None) -> Tally:
+    """Open-loop arrivals at `rate`/s (Poisson), at most `concurrency` in flight."""
+    tally = Tally()
+    rng = random.Random(seed)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo-not-a-real-key", max_retries=0, timeout=30.0)
+    slots = asyncio.Semaphore(concurrency)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run_one() -> None:
+        try:
+            await _one_call(client, rng, tally)
+        finally:
+            slots.release()
+
+    deadline = time.perf_counter() + duration
+    try:
+        while time.perf_counter() < deadline and not (stop and stop.is_set()):
+            await asyncio.sleep(rng.expovariate(rate))
+            await slots.acquire()
+            task = asyncio.create_task(run_one())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=30.0)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await client.close()
+    return tally
+
+
+def _metric_total(agent: Agent, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in agent.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def check_counts(agent: Agent) -> dict[tuple[str, str, str], float]:
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in agent.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "llmwatch_check_total":
+                key = (s.labels["check"], s.labels["model_version"], s.labels["result"])
+                counts[key] = counts.get(key, 0.0) + s.value
+    return counts
+
+
+def _pct(values: list[float], q: float) -> str:
+    return f"{np.percentile(values, q):.0f} ms" if values else "n/a"
+
+
+def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None = None) -> str:
+    """`traffic_s`: time spent sending traffic, for the request rate; `elapsed`: the whole run."""
+    n = tally.ok + tally.errors
+    tokens_in = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="input")
+    tokens_out = _metric_total(agent, "gen_ai_client_token_usage_sum", gen_ai_token_type="output")
+    cost = _metric_total(agent, "llmwatch_cost_usd_total")
+    kept = _metric_total(agent, "llmwatch_samples_total")
+    dropped = _metric_total(agent, "llmwatch_samples_dropped_total")
+    written = _metric_total(agent, "llmwatch_samples_written_total", sink="files")
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(tally.by_kind.items()))
+    lines = [
+        "",
+        "llmwatch demo summary",
+        f"  requests         {n} in {traffic_s:.1f} s of traffic ({n / traffic_s if traffic_s else 0:.1f}/s), {tally.errors} errors",
+        f"  mix              {mix}",
+        f"  latency          p50 {_pct(tally.latencies_ms, 50)}, p95 {_pct(tally.latencies_ms, 95)}",
+        f"  time to 1st tok  p50 {_pct(tally.ttfts_ms, 50)}, p95 {_pct(tally.ttfts_ms, 95)} (streamed calls)",
+        f"  tokens           {tokens_in:.0f} input, {tokens_out:.0f} output",
+        f"  cost             ${cost:.4f} (price table), ${cost / n * 1000 if n else 0:.4f} per 1k requests",
+        f"  samples          {kept:.0f} kept, {written:.0f} written, {dropped:.0f} dropped",
+        f"  samples folder   {agent.cfg.data_dir / 'samples'}",
+    ]
+    if agent.scorer is not None:
+        scored = agent.recorder.recorded if agent.recorder else 0
+        lines += [f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}", "  pass rate per check and model version:", pass_rate_table(check_counts(agent)), drift_summary(agent)]
+    if agent.shadow is not None:
+        lines.append(shadow_summary(agent))
+    lines += [
+        f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
+    ]
+    if elapsed is not None:
+        lines.append(f"  run time         {elapsed:.1f} s (traffic, loading the model, waiting for scores)")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def drift_summary(agent: Agent) -> str:
+    if not agent.drift_state:
+        return "  drift            no comparison yet (needs a baseline and enough scored samples per version)"
+    lines = ["  drift against the baseline of version A (Holm-adjusted p < alpha and a material effect):"]
+    for version in sorted({k[0] for k in agent.drift_state}):
+        readings = {k[2]: v for k, v in agent.drift_state.items() if k[0] == version}
+        n = max(v[3] for v in readings.values())
+        drifted = sorted((sig, v[1]) for sig, v in readings.items() if v[2])
+        verdict = "DRIFT in " + ", ".join(f"{sig} (p={p:.1e})" for sig, p in drifted) if drifted else f"stable over {len(readings)} signals"
+        lines.append(f"    version {version:<4} n={n:<5} {verdict}")
+    return "\n".join(lines)
+
+
+def _freeze_baseline(agent: Agent, version: str) -> str:
+    """Freeze the scorer's window of `version` (its samples, scores and answer embeddings).
+
+    The result is what `llmwatch baseline freeze` makes of the same samples, without loading the
+    model a second time in this process.
+    """
+    path = agent.cfg.data_dir / f"baseline-{version}-{int(time.time())}.json"
+    agent.scorer.freeze_baseline(version, str(path))
+    return str(path)
+
+
+async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None) -> None:
+    """Wait until queued samples are stored and scored (bounded), so phases do not blur."""
+    if out is not None and agent.scorer is not None and agent.scorer.pending:
+        out.write(f"  waiting for the scorer to catch up ({agent.scorer.pending} samples to score)...\n")
+        out.flush()
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if agent.queue.depth() == 0 and (agent.scorer is None or agent.scorer.pending == 0):
+            return
+        await asyncio.sleep(0.1)
+
+
+def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
+    """The demo's shadow evaluation: a quarter of the calls mirrored to a second simulator serving B."""
+    if cfg.shadow.enabled:
+        return cfg.shadow  # the user's own candidates
+    # Concurrency for the demo's rate at B's pace (about 2 s per answer), so that few mirrors are skipped.
+    candidate = ShadowCandidate(name="candidate-B", upstream=candidate_url, rate=0.25, max_concurrency=64, timeout_s=30.0)
+    return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
+
+
+def shadow_summary(agent: Agent) -> str:
+    """The verdict of `llmwatch shadow report` over the pairs the demo wrote (its margins, its exit code)."""
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.evaluation.paired import by_candidate, compare
+
+    folder = agent.cfg.data_dir / "pairs"
+    if agent.shadow is None or not folder.is_dir() or not any(folder.glob("pairs-*.jsonl")):
+        return "  shadow           no pairs written"
+    lines = []
+    s = agent.cfg.shadow
+    for name, pairs in sorted(by_candidate(read_records(folder, Pair, prefix="pairs")).items()):
+        r = compare(pairs, s.margins, alpha=s.alpha, power=s.power)
+        if r.verdict == "worse":
+            verdict = f"WORSE on {', '.join(r.worse_on)} (exit 1)"
+        elif r.verdict == "not_worse":
+            verdict = "not worse within the margins (exit 0)"
+        else:
+            verdict = f"undecided, about {r.needed} pairs needed for the margins (exit 2)"
+        lines.append(f"  shadow           candidate {name}: {len(pairs)} pairs with the primary; {verdict}")
+    lines.append(f"                   details: llmwatch shadow report --pairs {folder}")
+    return "\n".join(lines)
+
+
+async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 0.5) -> int:
+    sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
+    # A candidate version for shadow evaluation: the same prompts mirrored to B, compared in pairs.
+    candidate_sim = await start_simulator("127.0.0.1", 0, PROFILES["B"])
+    cfg = cfg.model_copy(
+        update={
+            "shadow": _shadow_demo(cfg, candidate_sim.url),
+            "upstream": sim.url,
+            "listen": _free_or_default(cfg.listen),
+            "metrics_listen": _free_or_default(cfg.metrics_listen),
+            "sampling": cfg.sampling.model_copy(update={"rate": sample_rate}),
+            # Short windows and refreshes, so that a demo of a minute shows a verdict.
+            "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
+        }
+    )
+    started = time.perf_counter()
+    agent = Agent(cfg)
+    try:
+        await agent.start()
+    except BaseException:
+        await agent.stop()
+        await sim.close()
+        await candidate_sim.close()
+        raise
+    host = split_host_port(cfg.listen)[0]
+    # The traffic is `duration`; scoring adds the model's load and the waits between phases,
+    # so the banner says so rather than promising a run of `duration` seconds.
+    extra = ", plus loading the embedding model and waiting for scores between phases" if agent.scorer is not None else ""
+    out.write(
+        f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
+        f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases{extra}; Ctrl-C to stop early\n"
+    )
+    out.flush()
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(wait_for_signal(duration * 2 + 300.0))
+    watcher.add_done_callback(lambda _: stop.set())
+    base_url = f"http://{host}:{agent.proxy_port}/v1"
+    tally = Tally()
+    phase = duration / 3.0
+    traffic_s = 0.0
+    try:
+        if agent.scorer is not None:
+            # Traffic sent before the model is loaded would only queue up for the scorer.
+            out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
+            out.flush()
+            loading = time.perf_counter()
+            await _wait_ready(agent, stop, timeout=180.0)
+            if not stop.is_set():
+                out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
+        for name in ("A (baseline)", "A (after freeze)", "B"):
+            if stop.is_set():
+                break
+            if name == "A (after freeze)" and agent.scorer is not None:
+                await _settle(agent, 60.0, out)
+                try:
+                    path = await asyncio.to_thread(_freeze_baseline, agent, "A")
+                except Exception as exc:  # the demo goes on without drift rather than failing
+                    log.warning("demo_baseline_failed", error=str(exc))
+                else:
+                    agent.scorer.load_baseline(path)
+                    out.write(f"  froze baseline of version A -> {path}\n")
+            if name == "B":
+                sim.set_profile(PROFILES["B"])
+            out.write(f"  phase {name}: {phase:.0f} s\n")
+            out.flush()
+            phase_started = time.perf_counter()
+            part = await drive_traffic(base_url, duration=phase, rate=rate, concurrency=concurrency, stop=stop)
+            traffic_s += time.perf_counter() - phase_started
+            _merge(tally, part)
+        if agent.scorer is not None and not stop.is_set():
+            await _settle(agent, 60.0, out)
+            out.write(f"  waiting {cfg.drift.interval_s + 1.5:.0f} s for a last drift comparison over the last samples...\n")
+            out.flush()
+            await asyncio.sleep(cfg.drift.interval_s + 1.5)  # one more drift refresh over the last samples
+    finally:
+        watcher.cancel()
+        elapsed = time.perf_counter() - started
+        await agent.stop()
+        await sim.close()
+        await candidate_sim.close()
+    out.write(summary(agent, tally, traffic_s, elapsed))
+    out.flush()
+    return 0
+
+
+async def _wait_ready(agent: Agent, stop: asyncio.Event, timeout: float) -> None:
+    """Until the scorer process has loaded its model, Ctrl-C, or `timeout` (bounded poll)."""
+    deadline = time.perf_counter() + timeout
+    while not agent.scorer.ready.is_set() and not stop.is_set() and time.perf_counter() < deadline:
+        await asyncio.sleep(0.2)
+
+
+def _merge(total: Tally, part: Tally) -> None:
+    total.latencies_ms += part.latencies_ms
+    total.ttfts_ms += part.ttfts_ms
+    total.ok += part.ok
+    total.errors += part.errors
+    for kind, n in part.by_kind.items():
+        total.by_kind[kind] = total.by_kind.get(kind, 0) + n

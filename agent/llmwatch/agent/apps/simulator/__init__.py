@@ -1,0 +1,1 @@
+"""A built-in OpenAI-compatible LLM server simulator (`llmwatch simulate`)."""

@@ -1,0 +1,1437 @@
+"""A built-in OpenAI-compatible LLM server simulator.
+
+It is the upstream behind the proxy in `llmwatch demo`, in tests and in
+benchmarks, so it speaks the OpenAI wire format closely enough for the real
+`openai` client: chat completions, legacy completions, embeddings, the
+Responses API and the model list, each streaming where the real API does.
+
+Answers come from a small hand-written topic bank and stay on the prompt's
+topic, so quality scorers and drift detectors have something realistic to
+measure. JSON mode (`json_object` or `json_schema`) answers
+`{"answer": ..., "topic": ..., "confidence": ...}` whatever the schema. A
+`SimProfile` models one model version; its rates (refusals, broken JSON,
+off-topic answers, truncation, 5xx errors) and answer length are the knobs the
+demo turns to produce a visible regression. The profile name is returned in
+the `x-model-version` header of every response.
+
+Determinism: a request that carries the OpenAI `seed` parameter gets a body
+that is a pure function of the request body and the profile's behaviour
+fields, streaming included (ids come from a hash of the body, `created` is
+1700000000 + seed). A streamed and a non-streamed request that differ only in
+`stream`/`stream_options` get the same answer. The Responses API has no `seed`
+parameter; send one as an extra body field for the same effect. Without
+`seed`, answers come from a generator seeded by `create_app(seed=...)`, or OS
+entropy.
+
+Fault injection, for tests of the proxy: request header
+`x-llmwatch-sim-fault`, comma-separated directives, e.g.
+`x-llmwatch-sim-fault: slow_ms=200,cut_after=5`.
+
+    status=CODE   answer CODE with an OpenAI-style error JSON body
+    cut_after=N   stream N content chunks (role chunk first), then close the
+                  connection without the final chunk or `[DONE]`; a
+                  non-streaming request gets half of its body under the full
+                  Content-Length and is closed too
+    non_json      200 with a `text/plain` body "upstream says hi"
+    slow_ms=N     extra N ms before responding (not scaled by latency_scale)
+    no_usage      no usage chunk even if `stream_options.include_usage` is
+                  set; non-streaming bodies without `usage`
+
+Run standalone (benchmarks use a separate process):
+
+    llmwatch simulate --host 127.0.0.1 --port 8001 --latency-scale 1.0 --profile A
+    python -m llmwatch.agent.apps.simulator --port 0   # the same; prints the address it bound
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import math
+import random
+import re
+import time
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import orjson
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["PROFILES", "SimProfile", "SimulatorHandle", "create_app", "main", "start_simulator"]
+
+
+@dataclass(frozen=True)
+class SimProfile:
+    name: str = "A"  # model version label, returned in the `x-model-version` header
+    ttft_ms: float = 120.0  # median time to first token (lognormal, sigma ~0.35)
+    inter_token_ms: float = 12.0  # median gap between streamed tokens
+    latency_scale: float = 1.0  # multiplies all delays; 0 => never sleeps
+    answer_length_scale: float = 1.0  # 0.7 => answers ~30% shorter
+    refusal_rate: float = 0.02  # fraction of answers that are refusals
+    invalid_json_rate: float = 0.01  # fraction of JSON-mode answers that are broken JSON
+    off_topic_rate: float = 0.0  # fraction of answers about an unrelated topic
+    error_rate: float = 0.0  # fraction of requests answered 500
+    truncation_rate: float = 0.02  # fraction cut short with finish_reason "length"
+    # The `model` answers name, as a provider resolves an alias to a dated snapshot; None: the
+    # requested model. Switching profiles with another one is a silent version change.
+    served_model: str | None = None
+
+
+# "B" is the regressed version the demo switches to: slower, terser, and
+# sloppier, so every llmwatch detector has something to find.
+PROFILES: dict[str, SimProfile] = {
+    "A": SimProfile(),
+    "B": SimProfile(
+        name="B",
+        ttft_ms=190.0,
+        inter_token_ms=16.0,
+        answer_length_scale=0.7,
+        refusal_rate=0.08,
+        invalid_json_rate=0.06,
+        off_topic_rate=0.05,
+        truncation_rate=0.04,
+    ),
+}
+
+REFUSAL = "I'm sorry, but I can't help with that."
+FAULT_HEADER = "x-llmwatch-sim-fault"
+MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o", "sim-gpt-3.5-turbo-instruct", "sim-text-embedding-3-small")
+
+_TTFT_SIGMA = 0.35
+_ITL_SIGMA = 0.25
+_EPOCH = 1700000000
+_MAX_EMBED_DIM = 4096
+
+# ---------------------------------------------------------------------------
+# Topic bank
+
+
+@dataclass(frozen=True)
+class _Topic:
+    name: str
+    keywords: tuple[str, ...]  # prefixes of prompt words
+    answers: tuple[str, ...]
+
+
+_TOPICS: tuple[_Topic, ...] = (
+    _Topic(
+        "cooking",
+        ("cook", "recipe", "bake", "lentil", "nutrition", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
+         "chicken", "soup", "kitchen", "ingredient", "grill", "fry", "roast", "garlic", "onion", "steak",
+         "dough", "bread", "meal", "dish", "spice", "simmer", "boil", "flavor", "flavour", "cuisine"),
+        (
+            "Start by warming a wide pan over medium heat with a generous splash of olive oil. Add finely "
+            "chopped onion and a pinch of salt, and let it soften for about five minutes before the garlic "
+            "goes in, so the garlic doesn't burn. Once everything smells sweet, add your main ingredients "
+            "and let the flavors come together at a gentle simmer rather than a hard boil.",
+            "The most common reason a dish tastes flat is under-seasoning, not a missing ingredient. Taste "
+            "as you cook and add salt in small amounts at each stage instead of all at the end. A squeeze of "
+            "lemon juice or a spoon of vinegar just before serving brightens a heavy sauce. Fresh herbs like "
+            "basil or parsley should go in at the very end so they keep their color.",
+            "For an easy weeknight dinner, roast vegetables and chicken thighs on a single sheet pan. Toss "
+            "everything with oil, salt, pepper and a little smoked paprika, then spread it out so the pieces "
+            "don't touch. Roast at 220 C (425 F) for 25 to 35 minutes, turning once, until the edges are "
+            "golden and the chicken reaches 74 C inside.",
+            "When baking, weigh your flour instead of using cups; a kitchen scale makes recipes far more "
+            "reliable. Let butter and eggs come to room temperature so the batter emulsifies properly. Don't "
+            "open the oven door during the first two thirds of the baking time, because the temperature "
+            "drop can make cakes sink.",
+            "Cook pasta in plenty of well-salted water and pull it out a minute before the package time. "
+            "Save a cup of the starchy cooking water before draining. Finish the pasta in the pan with the "
+            "sauce and a splash of that water, tossing over the heat until the sauce turns glossy and clings "
+            "to every strand.",
+        ),
+    ),
+    _Topic(
+        "python",
+        ("python", "pip", "django", "flask", "fastapi", "pandas", "numpy", "venv", "virtualenv",
+         "decorator", "asyncio", "pytest", "traceback", "exception", "dict", "function", "script",
+         "module", "import", "typeerror", "keyerror", "list comprehension", "generator", "pep"),
+        (
+            "In Python, the cleanest way to handle this is usually a small function with a clear input and "
+            "output. Put it in its own module, add type hints, and write a couple of pytest cases that cover "
+            "the normal path and one edge case. That way you can refactor later without guessing whether "
+            "you broke something.",
+            "A KeyError means you looked up a key that isn't in the dict. Use `d.get(key)` when a missing "
+            "key is expected, or `collections.defaultdict` when you are building up groups. If the key "
+            "should always be present, let the exception propagate and fix the data at its source instead "
+            "of hiding the problem.",
+            "Create a virtual environment per project with `python -m venv .venv` and activate it before "
+            "installing anything with pip. Pin your dependencies in a `requirements.txt` or, better, declare "
+            "them in `pyproject.toml`. This keeps projects from fighting over package versions and makes "
+            "your setup reproducible on another machine.",
+            "If the code spends most of its time waiting on the network, `asyncio` with an async HTTP client "
+            "lets you run many requests concurrently in one thread. For CPU-heavy work, use "
+            "`concurrent.futures.ProcessPoolExecutor` instead, because the GIL keeps threads from running "
+            "Python bytecode in parallel. Measure with `cProfile` before optimizing anything.",
+            "List comprehensions are idiomatic for building a new list from an existing iterable, for "
+            "example `[x * 2 for x in values if x > 0]`. When the data is large or you only need to iterate "
+            "once, a generator expression avoids materializing the whole list in memory. Keep "
+            "comprehensions short; if it needs nested conditions, a plain loop reads better.",
+        ),
+    ),
+    _Topic(
+        "travel",
+        ("travel", "trip", "flight", "hotel", "visa", "itinerary", "passport", "luggage", "vacation",
+         "holiday", "airport", "tourist", "backpack", "destination", "sightseeing", "hostel", "airline",
+         "jet lag", "road trip", "cruise"),
+        (
+            "For a first visit, plan no more than two or three bases so you aren't spending every other day "
+            "in transit. Book flights and the first night's hotel early, but leave some days flexible so "
+            "you can stay longer where you like it. Check the visa and passport validity rules for your "
+            "destination at least two months before you travel.",
+            "Pack light: a carry-on and a small daypack are enough for most trips of up to two weeks. Roll "
+            "clothes, bring layers instead of bulky items, and plan to do laundry once. Keep medication, "
+            "chargers and a change of clothes in your hand luggage in case a checked bag is delayed.",
+            "To beat jet lag, shift your sleep by an hour a day for a few days before you fly and get "
+            "outside in daylight as soon as you arrive. Stay hydrated on the flight and avoid heavy meals "
+            "and alcohol. Try to stay awake until a normal local bedtime on the first evening.",
+            "Travel insurance that covers medical costs and cancellations is worth it for most international "
+            "trips. Save digital copies of your passport, bookings and insurance policy in one place you can "
+            "reach offline. Tell your bank about your travel dates so card payments abroad aren't blocked.",
+        ),
+    ),
+    _Topic(
+        "finance",
+        ("budget", "saving", "savings", "invest", "retirement", "debt", "loan", "credit", "mortgage",
+         "index fund", "stock", "401k", "ira", "emergency fund", "tax", "interest rate", "money",
+         "salary", "pension", "expenses", "portfolio", "etf"),
+        (
+            "A simple starting budget is the 50/30/20 rule: about half of take-home pay for needs, 30 "
+            "percent for wants, and 20 percent for savings and debt repayment. Track your spending for one "
+            "month before you set the numbers, because most people underestimate small recurring expenses. "
+            "Automate the savings transfer on payday so it happens before you can spend it.",
+            "Build an emergency fund of three to six months of essential expenses before you invest "
+            "aggressively. Keep it in a high-yield savings account where it is safe and easy to reach. "
+            "This cushion stops a surprise car repair or job loss from turning into high-interest credit "
+            "card debt.",
+            "If you carry several debts, pay the minimum on all of them and put every extra dollar toward "
+            "the one with the highest interest rate. This avalanche method saves the most money over time. "
+            "If you need quick wins to stay motivated, the snowball method of clearing the smallest balance "
+            "first also works.",
+            "For long-term investing, low-cost broad index funds are hard to beat for most people. Focus on "
+            "keeping fees low, contributing regularly, and not selling in a panic when the market drops. "
+            "Use tax-advantaged accounts such as a 401(k) with an employer match or an IRA before a regular "
+            "brokerage account.",
+        ),
+    ),
+    _Topic(
+        "gardening",
+        ("garden", "plant", "soil", "compost", "seedling", "prune", "fertilizer", "fertiliser", "flower",
+         "lawn", "weed", "mulch", "tomato plant", "grow", "greenhouse", "shrub", "bloom", "pot", "sprout",
+         "watering", "houseplant"),
+        (
+            "Most garden problems start with the soil. Work two or three inches of compost into your beds "
+            "each spring and cover bare ground with mulch to keep moisture in and weeds down. A simple soil "
+            "test tells you whether you need lime or a specific fertilizer instead of guessing.",
+            "Water deeply and less often rather than a little every day. A good soak two or three times a "
+            "week encourages roots to grow down, which makes plants more drought tolerant. Water early in "
+            "the morning at the base of the plant so the leaves dry quickly and fungal disease has less "
+            "chance to spread.",
+            "Prune flowering shrubs right after they finish blooming, since many set next year's buds soon "
+            "after. Remove dead, damaged and crossing branches first, then thin the plant to let light and "
+            "air into the center. Use clean, sharp tools and cut just above an outward-facing bud.",
+            "For houseplants, overwatering kills far more plants than underwatering. Check the soil with your "
+            "finger and water only when the top inch feels dry. Make sure every pot has a drainage hole, and "
+            "move plants closer to a bright window in winter when the light is weaker.",
+        ),
+    ),
+    _Topic(
+        "astronomy",
+        ("star", "planet", "telescope", "galaxy", "moon", "orbit", "nebula", "comet", "eclipse",
+         "astronom", "universe", "black hole", "meteor", "constellation", "jupiter", "saturn", "mars",
+         "solar system", "light year", "cosmos", "supernova"),
+        (
+            "The best first instrument for stargazing is often a pair of 7x50 or 10x50 binoculars rather "
+            "than a telescope. They show the Moon's craters, Jupiter's four largest moons and many star "
+            "clusters, and they teach you to find your way around the sky. Give your eyes twenty minutes "
+            "to adapt to the dark and use a red light to read star charts.",
+            "A black hole forms when a massive star collapses at the end of its life and its core becomes so "
+            "dense that not even light can escape. The boundary of no return is called the event horizon. "
+            "We detect black holes indirectly, from the hot gas swirling around them and from the "
+            "gravitational waves produced when two of them merge.",
+            "Planets appear to wander against the background stars because they orbit the Sun at different "
+            "speeds than Earth does. Unlike stars, planets usually shine with a steady light instead of "
+            "twinkling. Venus and Jupiter are bright enough to see even from a light-polluted city.",
+            "A light year is a distance, not a time: it is how far light travels in one year, about 9.46 "
+            "trillion kilometers. The nearest star beyond the Sun, Proxima Centauri, is about 4.2 light "
+            "years away. When you look at the Andromeda galaxy, you see light that left it about 2.5 million "
+            "years ago.",
+        ),
+    ),
+    _Topic(
+        "fitness",
+        ("workout", "exercise", "running", "runner", "gym", "muscle", "protein", "stretch", "cardio",
+         "lose weight", "weight loss", "fitness", "strength", "marathon", "calorie", "squat", "training",
+         "yoga", "jog", "injury", "healthy", "diet"),
+        (
+            "For general fitness, aim for about 150 minutes of moderate cardio a week plus two strength "
+            "sessions that work all major muscle groups. Start with a level that feels manageable and add a "
+            "little volume each week rather than jumping in too hard. Consistency over months matters far "
+            "more than any single perfect workout.",
+            "If you want to build strength, focus on a few compound lifts such as squats, deadlifts, presses "
+            "and rows. Use a weight you can lift for 6 to 10 controlled repetitions and increase it slowly "
+            "once that feels easy. Eat enough protein, roughly 1.6 grams per kilogram of body weight, and "
+            "give each muscle group a rest day between hard sessions.",
+            "When training for a first half marathon, keep most runs at an easy, conversational pace and "
+            "increase your weekly distance by no more than about ten percent. Include one longer run each "
+            "week and one day of faster intervals. Sleep and rest days are when your body adapts, so don't "
+            "skip them.",
+            "Sustainable weight loss comes mainly from a modest calorie deficit that you can keep up, not "
+            "from extreme diets. Fill half your plate with vegetables, include protein at every meal, and "
+            "limit sugary drinks. Regular exercise helps you keep muscle and makes the weight easier to "
+            "maintain.",
+        ),
+    ),
+    _Topic(
+        "history",
+        ("history", "historical", "war", "empire", "ancient", "medieval", "revolution", "century", "roman",
+         "rome", "dynasty", "civilization", "civilisation", "king", "queen", "treaty", "pharaoh", "renaissance",
+         "colonial", "industrial revolution", "napoleon"),
+        (
+            "The fall of the Western Roman Empire in 476 was the end of a long decline rather than a single "
+            "event. Economic strain, political instability, pressure on the frontiers and the division of the "
+            "empire into eastern and western halves all played a part. The eastern half, known as the "
+            "Byzantine Empire, survived for nearly another thousand years.",
+            "The Industrial Revolution began in Britain in the late eighteenth century, driven by coal, iron "
+            "and new machines such as the steam engine and the power loom. It moved work from homes and farms "
+            "into factories and cities. Living standards eventually rose, but the early decades brought "
+            "crowded housing, child labor and dangerous working conditions.",
+            "Historians usually explain the outbreak of the First World War through a mix of long-term and "
+            "short-term causes. Militarism, rival alliances, imperial competition and nationalism created "
+            "tension across Europe. The assassination of Archduke Franz Ferdinand in June 1914 was the spark "
+            "that turned that tension into war.",
+            "The Renaissance was a cultural movement that started in fourteenth-century Italy and spread "
+            "across Europe. Scholars revived the study of classical Greek and Roman texts, and artists such "
+            "as Leonardo and Michelangelo developed new techniques like linear perspective. The printing "
+            "press helped spread these ideas much faster than before.",
+        ),
+    ),
+    _Topic(
+        "support",
+        ("order", "refund", "delivery", "shipping", "package", "parcel", "tracking", "return",
+         "cancel", "delivered", "invoice", "charged", "damaged", "replacement", "warranty", "receipt",
+         "customer service", "purchase", "subscription"),
+        (
+            "I'm sorry to hear your order hasn't arrived yet. Tracking updates can lag by up to 48 hours, "
+            "so please check the tracking link in your confirmation email first. If the status hasn't changed "
+            "for more than five business days, reply with your order number and we'll open an investigation "
+            "with the carrier and send a replacement if the package is lost.",
+            "You can request a refund within 30 days of delivery from the Orders page of your account. "
+            "Choose the item, select a return reason, and print the prepaid shipping label. Once the return "
+            "is scanned by the carrier, the refund is issued to your original payment method, usually within "
+            "five to seven business days.",
+            "If an item arrived damaged, please don't throw it away. Take a photo of the item and the "
+            "packaging and attach it to a reply with your order number. We'll send a replacement right away "
+            "or issue a full refund, whichever you prefer, and you won't need to pay for return shipping.",
+            "If you were charged twice, the second charge is often a temporary authorization hold that your "
+            "bank releases within three to five days. Check whether both charges show as pending or posted. "
+            "If both have posted, send us the last four digits of the card and the order number and we'll "
+            "refund the duplicate immediately.",
+        ),
+    ),
+    _Topic(
+        "sql",
+        ("sql", "query", "queries", "database", "table", "join", "index", "select", "postgres", "mysql",
+         "sqlite", "schema", "primary key", "foreign key", "group by", "where clause", "column", "row",
+         "transaction", "orm"),
+        (
+            "To combine rows from two tables, use a JOIN on the column they share, for example `SELECT "
+            "o.id, c.name FROM orders o JOIN customers c ON c.id = o.customer_id`. An INNER JOIN keeps only "
+            "matching rows, while a LEFT JOIN keeps every row from the left table and fills missing matches "
+            "with NULL. Always qualify column names with a table alias once more than one table is involved.",
+            "If a query is slow, start with `EXPLAIN ANALYZE` to see whether the database is scanning the "
+            "whole table. An index on the columns in your WHERE clause and JOIN conditions usually helps the "
+            "most. Avoid wrapping indexed columns in functions in the filter, because that can stop the "
+            "index from being used.",
+            "Use GROUP BY to aggregate rows, for instance `SELECT customer_id, COUNT(*) FROM orders GROUP BY "
+            "customer_id`. Every selected column must either be in the GROUP BY clause or inside an aggregate "
+            "function such as SUM or MAX. To filter on the aggregated value, use HAVING instead of WHERE.",
+            "Wrap related changes in a transaction so they either all succeed or all fail together. In "
+            "PostgreSQL that means `BEGIN`, your statements, then `COMMIT`, or `ROLLBACK` if something goes "
+            "wrong. Keep transactions short, because long-running ones hold locks and block other queries.",
+        ),
+    ),
+    _Topic(
+        "climate",
+        ("climate", "carbon", "emission", "warming", "greenhouse", "renewable", "solar panel", "fossil",
+         "sea level", "co2", "net zero", "heatwave", "drought", "wind power", "environment", "pollution"),
+        (
+            "The planet is warming mainly because burning coal, oil and gas adds carbon dioxide to the "
+            "atmosphere, which traps more of the heat radiated by Earth's surface. Global average temperature "
+            "has risen by about 1.2 C since the late nineteenth century. That sounds small, but it already "
+            "makes heatwaves, heavy rainfall and droughts more frequent and intense.",
+            "Sea levels rise for two reasons: water expands as it warms, and melting glaciers and ice sheets "
+            "add water to the ocean. The global average has risen by more than 20 centimeters since 1900, "
+            "and the rate is speeding up. Coastal cities are responding with better flood defenses and "
+            "stricter building rules.",
+            "For an individual, the biggest levers on emissions are usually transport, home heating and diet. "
+            "Flying less, switching to an electric car or public transit, insulating your home and eating "
+            "less red meat each make a measurable difference. Supporting renewable electricity, through your "
+            "supplier or rooftop solar, cuts emissions from everything you plug in.",
+            "Renewable energy has become the cheapest source of new electricity in much of the world. Solar "
+            "and wind output varies with the weather, so grids balance it with storage, flexible demand and "
+            "long-distance transmission. Reaching net zero also requires cutting emissions from industry, "
+            "such as steel and cement, where the solutions are less mature.",
+        ),
+    ),
+    _Topic(
+        "music",
+        ("music", "guitar", "piano", "chord", "song", "melody", "band", "album", "rhythm", "sing",
+         "tempo", "violin", "drum", "musician", "lyrics", "composer", "concert", "ukulele", "jazz",
+         "metronome", "instrument"),
+        (
+            "When you start learning guitar, focus on a handful of open chords such as G, C, D, E minor and "
+            "A minor. Practice switching between two chords slowly until the change is clean, then add a "
+            "simple strumming pattern. Fifteen minutes every day will get you further than two hours once "
+            "a week.",
+            "Practice with a metronome at a tempo where you can play without mistakes, and only speed up "
+            "once the passage feels easy. Slow, accurate repetition builds muscle memory much faster than "
+            "playing fast and sloppily. Record yourself now and then, because you will hear timing issues "
+            "you miss while playing.",
+            "Most popular songs are built from a few chords in a key, often the I, IV, V and vi chords. In C "
+            "major that is C, F, G and A minor, which is why so many songs feel familiar. Learning to hear "
+            "these progressions makes it much easier to play songs by ear and to write your own.",
+            "For singing, good posture and breath support matter more than raw range. Breathe low into your "
+            "belly, keep your shoulders relaxed, and warm up with gentle humming and lip trills before you "
+            "sing full songs. Stop if your throat hurts, because strain is a sign that your technique needs "
+            "adjusting.",
+        ),
+    ),
+)
+
+_GENERIC_ANSWERS = (
+    "Here's a practical way to think about {a}. Start by being clear about what you want to achieve, then "
+    "break the problem into small steps you can check one at a time. Look at how anything involving {b} "
+    "interacts with the rest before you change it. Keep notes on what you try so you can compare the "
+    "results.",
+    "Good question about {a}. The short answer is that it depends on your goals and constraints, but a few "
+    "principles apply in most cases. Gather the basic facts first, compare two or three options side by "
+    "side, and pick the simplest one that meets your needs. You can refine your approach to {b} once you "
+    "see how it works in practice.",
+    "When it comes to {a}, most people get the best results by starting small. Try one change, give it "
+    "enough time to show an effect, and only then adjust the next thing. Reliable sources and people with "
+    "hands-on experience of {b} can save you from common mistakes. If you share more details about your "
+    "situation, I can give more specific advice.",
+)
+
+# For prompts with nothing to restate, such as a bare greeting.
+_OPEN_ANSWERS = (
+    "Hello! I'm happy to help. Tell me a little about what you're working on and what you'd like to "
+    "achieve, and I'll suggest a few concrete next steps. The more detail you share, the more specific "
+    "my answer can be.",
+    "Hi there! I can help with questions, explanations, planning and writing. What would you like to "
+    "start with? If you have a deadline or constraints, mention them so I can tailor the answer.",
+    "Sure, I can help with that. Could you give me a bit more context, for example what you have tried so "
+    "far and where you got stuck? With that I can give you a clear, step-by-step answer.",
+)
+
+_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further get got
+    had has have having he her here hers him his how i if in into is it its itself just know like me
+    more most my myself need no nor not now of off on once only or other our ours out over own please
+    same she should so some such tell than that the their them then there these they this those through
+    to too under until up very want was way we were what when where which while who whom why will with
+    would you your yours yourself best good make much many thing things really explain help give show
+    hello hey thanks thank greetings okay summarize summarise describe write list create compare think
+    find using work works working something anything someone question questions answer""".split()
+)
+
+_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+# Each chunk carries its leading whitespace so that joining the chunks gives
+# back the text exactly; the chunk count equals the token count.
+_CHUNK_RE = re.compile(r"\s*(?:\w+|[^\w\s])")
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _count_tokens(text: str) -> int:
+    return len(_TOKEN_RE.findall(text))
+
+
+def _chunks(text: str) -> list[str]:
+    return _CHUNK_RE.findall(text)
+
+
+def _keyword_index() -> tuple[re.Pattern[str], dict[str, list[tuple[int, int]]]]:
+    owners: dict[str, list[tuple[int, int]]] = {}
+    for i, topic in enumerate(_TOPICS):
+        for kw in topic.keywords:
+            # A phrase is stronger evidence than a single word prefix.
+            owners.setdefault(kw, []).append((i, 2 if " " in kw else 1))
+    # Longest first, so "index fund" wins over "index" at the same position.
+    alternation = "|".join(re.escape(k) for k in sorted(owners, key=len, reverse=True))
+    return re.compile(rf"\b(?:{alternation})"), owners
+
+
+# One regex pass over the prompt: matching keyword by keyword per topic cost
+# about half a millisecond per request, too much for a benchmark upstream.
+_KEYWORD_RE, _KEYWORD_OWNERS = _keyword_index()
+
+
+def _pick_topic(text: str) -> _Topic | None:
+    scores = [0] * len(_TOPICS)
+    for kw in _KEYWORD_RE.findall(text.lower()):
+        for i, weight in _KEYWORD_OWNERS[kw]:
+            scores[i] += weight
+    best = max(range(len(_TOPICS)), key=lambda i: (scores[i], -i))
+    return _TOPICS[best] if scores[best] else None
+
+
+def _key_nouns(text: str) -> list[str]:
+    seen: dict[str, str] = {}
+    for w in re.findall(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?", text):
+        low = w.lower()
+        if len(low) >= 4 and low not in _STOPWORDS and not low.isdigit() and low not in seen:
+            seen[low] = w
+    return list(seen.values())[:2]
+
+
+@lru_cache(maxsize=4096)
+def _sentences(paragraph: str) -> tuple[tuple[str, int], ...]:
+    return tuple((s, _count_tokens(s)) for s in _SENTENCE_RE.split(paragraph))
+
+
+def _scale_paragraphs(pool: Sequence[str], base_count: int, scale: float) -> str:
+    """Keep whole sentences from `pool` until ~scale x the first `base_count` paragraphs' tokens."""
+    paragraphs = [_sentences(p) for p in pool]
+    base = sum(n for sentences in paragraphs[:base_count] for _, n in sentences)
+    target = max(1.0, base * max(scale, 0.0))
+    out: list[list[str]] = []
+    total = 0
+    for sentences in paragraphs:
+        kept: list[str] = []
+        for s, n in sentences:
+            # A sentence goes in when more than half of it fits, which keeps the
+            # average length unbiased at sentence granularity.
+            if total and total + n / 2 > target:
+                break
+            kept.append(s)
+            total += n
+        if kept:
+            out.append(kept)
+        if len(kept) < len(sentences) or total >= target:
+            break
+    return "\n\n".join(" ".join(s) for s in out)
+
+
+# Words of a request's framing rather than its subject ("Return a JSON object about ...").
+_FRAMING_WORDS = frozenset({"json", "object", "return", "reply", "respond", "format", "recommend", "plan"})
+
+
+def _content_words(prompt: str, limit: int = 6) -> list[str]:
+    """The prompt's subject words in order, without framing; a sentence's first word lowercased
+    unless it is an acronym (SQL), so proper nouns keep their capital."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in re.finditer(r"[A-Za-z][A-Za-z0-9'-]*", prompt):
+        word, low = m.group(0), m.group(0).lower()
+        if len(low) < 3 or low in _STOPWORDS or low in _FRAMING_WORDS or low in seen:
+            continue
+        seen.add(low)
+        at_start = not prompt[: m.start()].strip() or prompt[: m.start()].rstrip()[-1] in ".!?:"
+        out.append(low if at_start and not word.isupper() else word)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _lead(prompt: str) -> str:
+    """An opening that names what was asked about, as a model answering the question does.
+
+    Without it the canned paragraphs are about the topic but often not about the question
+    (a Python question answered with advice on virtualenvs), and the demo's good version A
+    failed `answer_relevance` on about a quarter of its answers.
+    """
+    words = _content_words(prompt)
+    if not words:
+        return ""
+    subject = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"Here is what matters about {subject}. "
+
+
+def _overlap(prompt_words: set[str], paragraph: str) -> int:
+    # Five-letter stems, so that "roast" meets "roasting" and "tomatoes" meets "tomato".
+    return len(prompt_words & {w.lower()[:5] for w in re.findall(r"[A-Za-z]+", paragraph)})
+
+
+def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float, *, on_topic: bool = True) -> tuple[str, str]:
+    """An answer from `topic`'s bank; `on_topic` False for a deliberately off-topic answer,
+    which then neither leads with the prompt's subject nor picks the paragraphs closest to it."""
+    if topic is None:
+        nouns = _key_nouns(prompt)
+        if nouns:
+            a, b = nouns[0], nouns[-1]
+            pool = [t.format(a=a, b=b) for t in _GENERIC_ANSWERS]
+        else:
+            pool = list(_OPEN_ANSWERS)
+        rng.shuffle(pool)
+        name = "general"
+    else:
+        pool = list(topic.answers)
+        rng.shuffle(pool)
+        name = topic.name
+        if on_topic:
+            # Stable: the closest paragraphs first, ties in the shuffled order.
+            stems = {w.lower()[:5] for w in _content_words(prompt)}
+            pool.sort(key=lambda paragraph: -_overlap(stems, paragraph))
+    base_count = 1 if rng.random() < 0.5 else 2
+    body = _scale_paragraphs(pool, base_count, scale)
+    return (_lead(prompt) + body if topic is not None and on_topic else body), name
+
+
+def _break_json(rng: random.Random, text: str) -> str:
+    kind = rng.randrange(3)
+    if kind == 0:
+        # A strict prefix of a JSON object is never valid JSON.
+        return text[: max(1, int(len(text) * rng.uniform(0.4, 0.9)))]
+    if kind == 1:
+        return text[:-1] + ", }"
+    return "```json\n" + text + "\n```"
+
+
+# ---------------------------------------------------------------------------
+# Answer planning
+
+
+@dataclass
+class _Choice:
+    chunks: list[str]
+    finish_reason: str
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+def _plan_choice(
+    rng: random.Random,
+    profile: SimProfile,
+    topic: _Topic | None,
+    prompt: str,
+    *,
+    json_mode: bool,
+    max_tokens: int | None,
+    stop: list[str],
+) -> _Choice:
+    if rng.random() < profile.refusal_rate:
+        text = json.dumps({"refusal": REFUSAL}) if json_mode else REFUSAL
+    else:
+        on_topic = True
+        if rng.random() < profile.off_topic_rate:
+            others = [t for t in _TOPICS if t is not topic]
+            topic, on_topic = rng.choice(others), False
+        body, name = _topic_answer(rng, topic, prompt, profile.answer_length_scale, on_topic=on_topic)
+        if json_mode:
+            text = json.dumps(
+                {"answer": body, "topic": name, "confidence": round(rng.uniform(0.55, 0.98), 2)},
+                ensure_ascii=False,
+            )
+            if rng.random() < profile.invalid_json_rate:
+                text = _break_json(rng, text)
+        else:
+            text = body
+    finish = "stop"
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    if cuts:
+        text = text[: min(cuts)]
+    chunks = _chunks(text)
+    if rng.random() < profile.truncation_rate and len(chunks) > 2:
+        chunks = chunks[: max(1, int(len(chunks) * rng.uniform(0.3, 0.8)))]
+        finish = "length"
+    if max_tokens is not None and len(chunks) > max_tokens:
+        chunks = chunks[:max_tokens]
+        finish = "length"
+    return _Choice(chunks, finish)
+
+
+# ---------------------------------------------------------------------------
+# Request plumbing
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+
+_PARSE_ERROR = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+    "HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. "
+    "If you have trouble figuring out how to fix this, please contact us through our help center at "
+    "help.openai.com.)"
+)
+
+
+def _error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+def _error_response(status: int, message: str, type_: str = "invalid_request_error",
+                    param: str | None = None, code: str | None = None) -> web.Response:
+    return web.Response(status=status, body=_error_body(message, type_, param, code),
+                        content_type="application/json")
+
+
+def _status_error(status: int) -> web.Response:
+    if status == 429:
+        return _error_response(429, "Rate limit reached for requests. Please try again later.",
+                               "requests", code="rate_limit_exceeded")
+    if status >= 500:
+        return _error_response(status, "The server had an error while processing your request. "
+                               "Sorry about that!", "server_error")
+    return _error_response(status, f"Simulated error (status {status}).", "invalid_request_error")
+
+
+@dataclass(frozen=True)
+class _Faults:
+    status: int | None = None
+    cut_after: int | None = None
+    non_json: bool = False
+    slow_ms: float = 0.0
+    no_usage: bool = False
+
+
+def _parse_faults(header: str | None) -> _Faults:
+    if not header:
+        return _Faults()
+    values: dict[str, Any] = {}
+    for part in header.split(","):
+        key, _, value = part.strip().partition("=")
+        key = key.strip().lower()
+        try:
+            if key == "status":
+                code = int(value)
+                if not 100 <= code <= 599:
+                    raise ValueError(value)
+                values["status"] = code
+            elif key == "cut_after":
+                values["cut_after"] = max(0, int(value))
+            elif key == "slow_ms":
+                values["slow_ms"] = max(0.0, float(value))
+            elif key in ("non_json", "no_usage"):
+                values[key] = True
+            elif key:
+                log.warning("simulator.unknown_fault", fault=key)
+        except ValueError:
+            log.warning("simulator.bad_fault_value", fault=key, value=value)
+    return _Faults(**values)
+
+
+class _ProfileSource:
+    def __init__(self, profile: SimProfile | Callable[[], SimProfile]) -> None:
+        self.profile = profile
+
+    def current(self) -> SimProfile:
+        p = self.profile
+        return p if isinstance(p, SimProfile) else p()
+
+
+_PROFILE_KEY = web.AppKey("llmwatch_sim_profile", _ProfileSource)
+_RNG_KEY = web.AppKey("llmwatch_sim_rng", random.Random)
+# web.RequestKey arrived after aiohttp 3.9, the oldest version we support.
+_PROFILE_REQ_KEY: Any = (
+    web.RequestKey("llmwatch_sim_profile", SimProfile) if hasattr(web, "RequestKey") else "llmwatch_sim_profile"
+)
+
+# These fields shape the answer; the rest of the profile only changes timing
+# and labels, so a latency change alone must not change seeded answers.
+_BEHAVIOUR_FIELDS = ("answer_length_scale", "refusal_rate", "invalid_json_rate", "off_topic_rate",
+                     "error_rate", "truncation_rate")
+# Transport-only request fields: a streamed request must get the same answer
+# as the same request without streaming.
+_TRANSPORT_FIELDS = ("stream", "stream_options")
+
+
+@dataclass
+class _Ctx:
+    """Everything a handler needs for one request, fixed before any answer is drawn."""
+
+    request: web.Request
+    body: dict[str, Any]
+    profile: SimProfile
+    faults: _Faults
+    rng: random.Random
+    timing: random.Random
+    ident: str
+    created: int
+    response: web.StreamResponse | None = None  # once prepared
+
+    def usage_allowed(self) -> bool:
+        return not self.faults.no_usage
+
+    async def sleep(self, ms: float) -> None:
+        delay = ms * self.profile.latency_scale / 1000.0
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def ttft_ms(self) -> float:
+        if self.profile.latency_scale <= 0 or self.profile.ttft_ms <= 0:
+            return 0.0
+        return self.timing.lognormvariate(math.log(self.profile.ttft_ms), _TTFT_SIGMA)
+
+    def itl_ms(self) -> float:
+        if self.profile.latency_scale <= 0 or self.profile.inter_token_ms <= 0:
+            return 0.0
+        return self.timing.lognormvariate(math.log(self.profile.inter_token_ms), _ITL_SIGMA)
+
+    async def generation_delay(self, tokens: int) -> None:
+        """The wall time a non-streaming answer of `tokens` tokens would take."""
+        if self.profile.latency_scale > 0:
+            await self.sleep(self.ttft_ms() + max(0, tokens - 1) * self.itl_ms())
+
+
+def _seeded(
+    body: dict[str, Any], path: str, profile: SimProfile
+) -> tuple[random.Random, random.Random, str, int] | None:
+    seed = body.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return None
+    content = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
+    behaviour = {k: v for k, v in asdict(profile).items() if k in _BEHAVIOUR_FIELDS}
+    digest = hashlib.blake2b(
+        orjson.dumps([path, content, behaviour], option=orjson.OPT_SORT_KEYS), digest_size=32
+    ).digest()
+    rng = random.Random(int.from_bytes(digest[:16], "big"))
+    timing = random.Random(int.from_bytes(digest[16:], "big"))
+    return rng, timing, digest.hex()[:24], _EPOCH + seed % 100_000_000
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _ApiError(400, _PARSE_ERROR) from None
+    if not isinstance(body, dict):
+        raise _ApiError(400, _PARSE_ERROR)
+    return body
+
+
+def _require_model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _ApiError(400, "you must provide a model parameter")
+    return model
+
+
+def _opt_int(body: dict[str, Any], *names: str, minimum: int = 1, maximum: int | None = None) -> int | None:
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (
+            maximum is not None and value > maximum
+        ):
+            raise _ApiError(400, f"Invalid value for '{name}': expected an integer >= {minimum}"
+                            + (f" and <= {maximum}" if maximum is not None else "") + ".", param=name,
+                            code="invalid_value")
+        return value
+    return None
+
+
+def _stop_list(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list):
+        return [s for s in stop if isinstance(s, str)]
+    return []
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _include_usage(ctx: _Ctx) -> bool:
+    opts = ctx.body.get("stream_options")
+    return isinstance(opts, dict) and opts.get("include_usage") is True and ctx.usage_allowed()
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+async def _json_response(ctx: _Ctx, payload: dict[str, Any]) -> web.StreamResponse:
+    body = orjson.dumps(payload)
+    if ctx.faults.cut_after is None:
+        return web.Response(body=body, content_type="application/json")
+    # cut_after on a non-streaming request: promise the full length, deliver half.
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.content_length = len(body)
+    await resp.prepare(ctx.request)
+    ctx.response = resp
+    await resp.write(body[: len(body) // 2])
+    _abort(ctx.request)
+    return resp
+
+
+def _abort(request: web.BaseRequest) -> None:
+    # Closing the socket mid-body is what a crashed upstream looks like to
+    # the proxy; aiohttp swallows the ConnectionError from its write_eof.
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+class _Sse:
+    """Writes SSE events onto a prepared StreamResponse, one flush per event."""
+
+    def __init__(self, ctx: _Ctx) -> None:
+        self.ctx = ctx
+        self.resp = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
+        self.content_sent = 0
+        self.cut = False
+
+    async def start(self) -> None:
+        await self.resp.prepare(self.ctx.request)
+        self.ctx.response = self.resp
+
+    async def data(self, payload: dict[str, Any] | bytes, event: str | None = None) -> None:
+        raw = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        head = b"event: " + event.encode() + b"\n" if event else b""
+        await self.resp.write(head + b"data: " + raw + b"\n\n")
+
+    async def content(self, payload: dict[str, Any], event: str | None = None) -> bool:
+        """Sends one content chunk; False once the cut_after fault has fired."""
+        await self.data(payload, event)
+        self.content_sent += 1
+        limit = self.ctx.faults.cut_after
+        if limit is not None and self.content_sent >= limit:
+            self.cut = True
+            _abort(self.ctx.request)
+            return False
+        return True
+
+    def cut_at(self, sent_all: bool) -> bool:
+        """Closes the stream if cut_after fires here: before any content (N=0),
+        or after all of it when N is at least the answer's length."""
+        limit = self.ctx.faults.cut_after
+        if limit is not None and not self.cut and (sent_all or limit == 0):
+            self.cut = True
+            _abort(self.ctx.request)
+        return self.cut
+
+    async def done(self, sentinel: bool = True) -> web.StreamResponse:
+        if not self.cut:
+            if sentinel:
+                await self.resp.write(b"data: [DONE]\n\n")
+            await self.resp.write_eof()
+        return self.resp
+
+
+def _interleave(choices: Sequence[_Choice]) -> Iterable[tuple[int, str]]:
+    longest = max((len(c.chunks) for c in choices), default=0)
+    for pos in range(longest):
+        for i, c in enumerate(choices):
+            if pos < len(c.chunks):
+                yield i, c.chunks[pos]
+
+
+# ---------------------------------------------------------------------------
+# Endpoints
+
+
+async def _chat(ctx: _Ctx) -> web.StreamResponse:
+    body = ctx.body
+    model = _require_model(body)
+    model = ctx.profile.served_model or model
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _ApiError(400, "Missing required parameter: 'messages'.", param="messages",
+                        code="missing_required_parameter")
+    max_tokens = _opt_int(body, "max_completion_tokens", "max_tokens")
+    n = _opt_int(body, "n", maximum=128) or 1
+    fmt = body.get("response_format")
+    json_mode = isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema")
+
+    texts = [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
+    users = [_content_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    prompt = users[-1] if users else " ".join(texts)
+    topic = _pick_topic(prompt) or _pick_topic(" ".join(texts))
+    prompt_tokens = sum(_count_tokens(t) for t in texts)
+
+    stop = _stop_list(body)
+    choices = [_plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens,
+                            stop=stop) for _ in range(n)]
+    completion_tokens = sum(len(c.chunks) for c in choices)
+    ident = "chatcmpl-" + ctx.ident
+    fingerprint = "fp_sim_" + hashlib.blake2b(ctx.profile.name.encode(), digest_size=5).hexdigest()
+    head = {"id": ident, "object": "chat.completion.chunk", "created": ctx.created, "model": model,
+            "system_fingerprint": fingerprint}
+
+    if body.get("stream") is True:
+        sse = _Sse(ctx)
+        include_usage = _include_usage(ctx)
+        extra = {"usage": None} if include_usage else {}
+        await sse.start()
+        # The role chunk waits for TTFT too, like the real API, so a proxy that
+        # times the first chunk and one that times the first content agree.
+        await ctx.sleep(ctx.ttft_ms())
+        await sse.data({**head, "choices": [
+            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            for i in range(n)], **extra})
+        if sse.cut_at(sent_all=False):
+            return await sse.done()
+        first = True
+        for index, chunk in _interleave(choices):
+            if not first:
+                await ctx.sleep(ctx.itl_ms())
+            first = False
+            ok = await sse.content({**head, "choices": [
+                {"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}], **extra})
+            if not ok:
+                return await sse.done()
+        if sse.cut_at(sent_all=True):
+            return await sse.done()
+        await sse.data({**head, "choices": [
+            {"index": i, "delta": {}, "logprobs": None, "finish_reason": c.finish_reason}
+            for i, c in enumerate(choices)], **extra})
+        if include_usage:
+            await sse.data({**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
+        return await sse.done()
+
+    await ctx.generation_delay(max((len(c.chunks) for c in choices), default=0))
+    payload: dict[str, Any] = {
+        "id": ident, "object": "chat.completion", "created": ctx.created, "model": model,
+        "system_fingerprint": fingerprint,
+        "choices": [
+            {"index": i, "message": {"role": "assistant", "content": c.text, "refusal": None},
+             "logprobs": None, "finish_reason": c.finish_reason}
+            for i, c in enumerate(choices)
+        ],
+    }
+    if ctx.usage_allowed():
+        payload["usage"] = _usage(prompt_tokens, completion_tokens)
+    return await _json_response(ctx, payload)
+
+
+async def _completions(ctx: _Ctx) -> web.StreamResponse:
+    body = ctx.body
+    model = _require_model(body)
+    model = ctx.profile.served_model or model
+    raw_prompt = body.get("prompt", "")
+    if isinstance(raw_prompt, str):
+        prompts = [raw_prompt]
+    elif isinstance(raw_prompt, list) and raw_prompt and all(isinstance(p, str) for p in raw_prompt):
+        prompts = list(raw_prompt)
+    elif isinstance(raw_prompt, list) and all(isinstance(p, int) for p in raw_prompt):
+        prompts = [" ".join(map(str, raw_prompt))]
+    else:
+        raise _ApiError(400, "Invalid type for 'prompt': expected a string or an array of strings.",
+                        param="prompt", code="invalid_type")
+    max_tokens = _opt_int(body, "max_tokens")
+    n = _opt_int(body, "n", maximum=128) or 1
+    stop = _stop_list(body)
+    choices = [_plan_choice(ctx.rng, ctx.profile, _pick_topic(p), p, json_mode=False, max_tokens=max_tokens,
+                            stop=stop) for p in prompts for _ in range(n)]
+    prompt_tokens = sum(_count_tokens(p) for p in prompts)
+    completion_tokens = sum(len(c.chunks) for c in choices)
+    ident = "cmpl-" + ctx.ident
+    head = {"id": ident, "object": "text_completion", "created": ctx.created, "model": model}
+
+    if body.get("stream") is True:
+        sse = _Sse(ctx)
+        include_usage = _include_usage(ctx)
+        extra = {"usage": None} if include_usage else {}
+        await sse.start()
+        await ctx.sleep(ctx.ttft_ms())
+        if sse.cut_at(sent_all=False):
+            return await sse.done()
+        first = True
+        for index, chunk in _interleave(choices):
+            if not first:
+                await ctx.sleep(ctx.itl_ms())
+            first = False
+            ok = await sse.content({**head, "choices": [
+                {"text": chunk, "index": index, "logprobs": None, "finish_reason": None}], **extra})
+            if not ok:
+                return await sse.done()
+        if sse.cut_at(sent_all=True):
+            return await sse.done()
+        for i, c in enumerate(choices):
+            await sse.data({**head, "choices": [
+                {"text": "", "index": i, "logprobs": None, "finish_reason": c.finish_reason}], **extra})
+        if include_usage:
+            await sse.data({**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
+        return await sse.done()
+
+    await ctx.generation_delay(max((len(c.chunks) for c in choices), default=0))
+    payload: dict[str, Any] = {
+        **head,
+        "choices": [{"text": c.text, "index": i, "logprobs": None, "finish_reason": c.finish_reason}
+                    for i, c in enumerate(choices)],
+    }
+    if ctx.usage_allowed():
+        payload["usage"] = _usage(prompt_tokens, completion_tokens)
+    return await _json_response(ctx, payload)
+
+
+@lru_cache(maxsize=65536)
+def _token_vector(token: str, dim: int) -> np.ndarray:
+    seed = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng(seed).standard_normal(dim)
+
+
+def _embed(text: str, dim: int) -> np.ndarray:
+    # A sum of per-word random vectors: deterministic, and texts that share
+    # words land near each other, which embedding-drift detection relies on.
+    words = _WORD_RE.findall(text.lower()) or [""]
+    vec = np.zeros(dim)
+    for w in words:
+        vec += _token_vector(w, dim)
+    norm = float(np.linalg.norm(vec))
+    return (vec / norm if norm > 0 else vec).astype("<f4")
+
+
+async def _embeddings(ctx: _Ctx) -> web.StreamResponse:
+    body = ctx.body
+    model = _require_model(body)
+    raw = body.get("input")
+    if isinstance(raw, str):
+        inputs: list[tuple[str, int]] = [(raw, _count_tokens(raw))]
+    elif isinstance(raw, list) and raw and all(isinstance(x, str) for x in raw):
+        inputs = [(x, _count_tokens(x)) for x in raw]
+    elif isinstance(raw, list) and raw and all(isinstance(x, int) for x in raw):
+        inputs = [(" ".join(map(str, raw)), len(raw))]
+    elif isinstance(raw, list) and raw and all(isinstance(x, list) for x in raw):
+        inputs = [(" ".join(map(str, x)), len(x)) for x in raw]
+    else:
+        raise _ApiError(400, "Missing required parameter: 'input'." if raw is None else
+                        "Invalid type for 'input': expected a string or an array of strings.",
+                        param="input", code="missing_required_parameter" if raw is None else "invalid_type")
+    dim = _opt_int(body, "dimensions", maximum=_MAX_EMBED_DIM) or 8
+    b64 = body.get("encoding_format") == "base64"
+    data = []
+    for i, (text, _) in enumerate(inputs):
+        vec = _embed(text, dim)
+        emb: Any = base64.b64encode(vec.tobytes()).decode() if b64 else vec.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    await ctx.sleep(0.25 * ctx.ttft_ms())
+    tokens = sum(n for _, n in inputs)
+    payload: dict[str, Any] = {"object": "list", "data": data, "model": model}
+    if ctx.usage_allowed():
+        payload["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return await _json_response(ctx, payload)
+
+
+def _responses_prompt(body: dict[str, Any]) -> tuple[_Topic | None, str, int]:
+    raw = body.get("input")
+    instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""
+    if isinstance(raw, str):
+        user_texts, all_texts = [raw], [raw]
+    elif isinstance(raw, list) and raw:
+        all_texts, user_texts = [], []
+        for item in raw:
+            if isinstance(item, dict):
+                text = _content_text(item.get("content"))
+                all_texts.append(text)
+                if item.get("role") == "user":
+                    user_texts.append(text)
+            elif isinstance(item, str):
+                all_texts.append(item)
+                user_texts.append(item)
+    else:
+        raise _ApiError(400, "Missing required parameter: 'input'.", param="input",
+                        code="missing_required_parameter")
+    prompt = user_texts[-1] if user_texts else " ".join(all_texts)
+    topic = _pick_topic(prompt) or _pick_topic(" ".join(all_texts))
+    tokens = _count_tokens(instructions) + sum(_count_tokens(t) for t in all_texts)
+    return topic, prompt, tokens
+
+
+async def _responses(ctx: _Ctx) -> web.StreamResponse:
+    body = ctx.body
+    model = _require_model(body)
+    model = ctx.profile.served_model or model
+    topic, prompt, input_tokens = _responses_prompt(body)
+    max_tokens = _opt_int(body, "max_output_tokens")
+    text_opts = body.get("text")
+    fmt = text_opts.get("format") if isinstance(text_opts, dict) else None
+    json_mode = isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema")
+    choice = _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=[])
+    complete = choice.finish_reason == "stop"
+    resp_id, msg_id = "resp_" + ctx.ident, "msg_" + ctx.ident
+
+    def response(status: str, output: list[dict[str, Any]], usage: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": resp_id, "object": "response", "created_at": ctx.created, "status": status,
+            "error": None,
+            "incomplete_details": None if status != "incomplete" else {"reason": "max_output_tokens"},
+            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+            "model": model, "output": output, "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"),
+            "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
+            "tool_choice": "auto", "tools": [],
+            "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}},
+        }
+        if usage and ctx.usage_allowed():
+            out["usage"] = {
+                "input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": len(choice.chunks), "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input_tokens + len(choice.chunks),
+            }
+        elif not usage:
+            out["usage"] = None
+        return out
+
+    final_status = "completed" if complete else "incomplete"
+    part = {"type": "output_text", "text": choice.text, "annotations": []}
+    item = {"id": msg_id, "type": "message", "status": final_status, "role": "assistant", "content": [part]}
+
+    if body.get("stream") is True:
+        sse = _Sse(ctx)
+        seq = iter(range(1 << 30))
+
+        async def emit(kind: str, fields: dict[str, Any], content: bool = False) -> bool:
+            payload = {"type": kind, "sequence_number": next(seq), **fields}
+            if content:
+                return await sse.content(payload, event=kind)
+            await sse.data(payload, event=kind)
+            return True
+
+        await sse.start()
+        await emit("response.created", {"response": response("in_progress", [], usage=False)})
+        await emit("response.in_progress", {"response": response("in_progress", [], usage=False)})
+        await ctx.sleep(ctx.ttft_ms())
+        loc = {"item_id": msg_id, "output_index": 0, "content_index": 0}
+        await emit("response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress",
+                                                                              "content": []}})
+        await emit("response.content_part.added", {**loc, "part": {**part, "text": ""}})
+        if sse.cut_at(sent_all=False):
+            return await sse.done()
+        for i, chunk in enumerate(choice.chunks):
+            if i:
+                await ctx.sleep(ctx.itl_ms())
+            if not await emit("response.output_text.delta", {**loc, "delta": chunk, "logprobs": []}, content=True):
+                return await sse.done()
+        if sse.cut_at(sent_all=True):
+            return await sse.done()
+        await emit("response.output_text.done", {**loc, "text": choice.text, "logprobs": []})
+        await emit("response.content_part.done", {**loc, "part": part})
+        await emit("response.output_item.done", {"output_index": 0, "item": item})
+        # The real API ends a truncated answer with `response.incomplete`.
+        await emit(f"response.{final_status}", {"response": response(final_status, [item], usage=True)})
+        return await sse.done(sentinel=False)  # the Responses stream has no [DONE]
+
+    await ctx.generation_delay(len(choice.chunks))
+    return await _json_response(ctx, response(final_status, [item], usage=True))
+
+
+def _model_entry(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": _EPOCH, "owned_by": "llmwatch-sim"}
+
+
+async def _list_models(request: web.Request) -> web.Response:
+    payload = {"object": "list", "data": [_model_entry(m) for m in MODELS]}
+    return web.Response(body=orjson.dumps(payload), content_type="application/json")
+
+
+async def _get_model(request: web.Request) -> web.Response:
+    # Any model name works on requests, so every name "exists".
+    return web.Response(body=orjson.dumps(_model_entry(request.match_info["model"])),
+                        content_type="application/json")
+
+
+async def _fault_prelude(request: web.Request) -> tuple[_Faults, web.Response | None]:
+    """The faults that replace the whole response; the others shape it later."""
+    faults = _parse_faults(request.headers.get(FAULT_HEADER))
+    if faults.slow_ms:
+        await asyncio.sleep(faults.slow_ms / 1000.0)
+    if faults.status is not None:
+        log.debug("simulator.fault", fault="status", status=faults.status)
+        return faults, _status_error(faults.status)
+    if faults.non_json:
+        return faults, web.Response(text="upstream says hi", content_type="text/plain")
+    return faults, None
+
+
+def _simple(fn: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        _, replaced = await _fault_prelude(request)
+        return replaced if replaced is not None else await fn(request)
+
+    return handler
+
+
+def _endpoint(fn: Callable[[_Ctx], Any]) -> Callable[[web.Request], Any]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        profile: SimProfile = request[_PROFILE_REQ_KEY]
+        faults, replaced = await _fault_prelude(request)
+        if replaced is not None:
+            return replaced
+        try:
+            body = await _read_json(request)
+            seeded = _seeded(body, request.path, profile)
+            if seeded is not None:
+                rng, timing, ident, created = seeded
+            else:
+                rng = random.Random(request.app[_RNG_KEY].getrandbits(128))
+                timing = random.Random(rng.getrandbits(64))
+                ident, created = "%024x" % rng.getrandbits(96), int(time.time())
+            if rng.random() < profile.error_rate:
+                return _status_error(500)
+            ctx = _Ctx(request, body, profile, faults, rng, timing, ident, created)
+        except _ApiError as exc:
+            return _error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+        try:
+            return await fn(ctx)
+        except _ApiError as exc:
+            return _error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+        except ConnectionError:
+            # A client that hangs up mid-stream is routine for a proxy's
+            # upstream, not a server error worth a traceback.
+            log.debug("simulator.client_disconnected", path=request.path)
+            return ctx.response or web.Response(status=499)
+
+    return handler
+
+
+@web.middleware
+async def _middleware(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    # One profile per request, so a runtime switch never mixes versions
+    # within a single response.
+    profile = request.app[_PROFILE_KEY].current()
+    request[_PROFILE_REQ_KEY] = profile
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _error_response(404, f"Invalid URL ({request.method} {request.path})")
+    except web.HTTPMethodNotAllowed:
+        return _error_response(405, f"Invalid method for URL ({request.method} {request.path})")
+
+
+async def _stamp_version(request: web.Request, response: web.StreamResponse) -> None:
+    profile = request.get(_PROFILE_REQ_KEY) or request.app[_PROFILE_KEY].current()
+    response.headers["x-model-version"] = profile.name
+
+
+def create_app(
+    profile: SimProfile | Callable[[], SimProfile] = SimProfile(), *, seed: int | None = None
+) -> web.Application:
+    """The simulator as an aiohttp application; `profile` may be a callable read once per request."""
+    app = web.Application(middlewares=[_middleware], client_max_size=64 * 1024 * 1024)
+    app[_PROFILE_KEY] = _ProfileSource(profile)
+    app[_RNG_KEY] = random.Random(seed)
+    app.on_response_prepare.append(_stamp_version)
+    app.router.add_post("/v1/chat/completions", _endpoint(_chat))
+    app.router.add_post("/v1/completions", _endpoint(_completions))
+    app.router.add_post("/v1/embeddings", _endpoint(_embeddings))
+    app.router.add_post("/v1/responses", _endpoint(_responses))
+    app.router.add_get("/v1/models", _simple(_list_models))
+    app.router.add_get("/v1/models/{model}", _simple(_get_model))
+    return app
+
+
+class SimulatorHandle:
+    """A running simulator; also an async context manager that closes it."""
+
+    def __init__(self, runner: web.AppRunner, app: web.Application, host: str, port: int) -> None:
+        self._runner, self._app = runner, app
+        self.host, self.port = host, port
+        self.url = f"http://{host}:{port}"
+
+    def set_profile(self, profile: SimProfile | Callable[[], SimProfile]) -> None:
+        self._app[_PROFILE_KEY].profile = profile
+
+    @property
+    def profile(self) -> SimProfile:
+        return self._app[_PROFILE_KEY].current()
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> SimulatorHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def start_simulator(host: str = "127.0.0.1", port: int = 0,
+                          profile: SimProfile | Callable[[], SimProfile] = SimProfile(),
+                          seed: int | None = None) -> SimulatorHandle:
+    """Serve the simulator on the running loop; port 0 picks a free port."""
+    app = create_app(profile, seed=seed)
+    # A short shutdown timeout keeps test teardown fast when a client still
+    # holds a stream open.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    display_host = f"[{host}]" if ":" in host else host
+    handle = SimulatorHandle(runner, app, display_host, bound)
+    log.info("simulator.started", url=handle.url, profile=handle.profile.name)
+    return handle
+
+
+def _profile_from_args(name: str, latency_scale: float, served_model: str | None = None) -> SimProfile:
+    base = PROFILES.get(name) or SimProfile(name=name)
+    return SimProfile(**{**asdict(base), "latency_scale": latency_scale, "served_model": served_model})
+
+
+async def serve(args: argparse.Namespace, out: Any = None) -> int:
+    """Serve until SIGINT/SIGTERM; say on `out` (stdout) where, so `--port 0` is usable."""
+    import sys
+
+    out = out or sys.stdout
+    handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale, getattr(args, "served_model", None)),
+                                   seed=args.seed)
+    from llmwatch.agent.signals import wait_for_signal
+
+    # `url=` as in the start-up log line, so one pattern finds the address in either.
+    out.write(f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
+              f"profile {handle.profile.name}; Ctrl-C to stop\n")
+    out.flush()
+    try:
+        await wait_for_signal()
+    finally:
+        await handle.close()
+        log.info("simulator.stopped", url=handle.url)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(args))
+    return uvloop.run(serve(args))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from llmwatch.agent.apps.simulator.options import add_arguments
+    from llmwatch.core.logs import configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m llmwatch.agent.apps.simulator",
+                                     description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    configure_logging("info")
+    try:
+        run(args)
+    except OSError as exc:
+        raise SystemExit(f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The `llmwatch` command line: one module per group of subcommands."""

@@ -1,0 +1,82 @@
+"""What every `llmwatch` subcommand does with its parsed arguments before its own work.
+
+Shared by agent/llmwatch/agent/cli/main.py and agent/llmwatch/agent/cli/evaluate.py; it lives apart from both so that neither has to
+import the other (cli.py registers cli_eval's subcommands, so the import runs one way only).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llmwatch.core.config import Config, load_config
+from llmwatch.core.jsonio import set_file_mode
+from llmwatch.core.logs import configure_logging
+
+# Commands whose output a person reads (summaries, tables, reports): their logs stay below
+# warning unless asked for, so that the output is not interleaved with log lines.
+QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "canary", "report", "regress", "review"})
+
+# Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
+FLAGS = {
+    "otel.ingest_listen": "--listen",
+    "kafka.bootstrap_servers": "--kafka",
+    "kafka.samples_topic": "--topic",
+    "kafka.group_id": "--group",
+    "kafka.scores_topic": "--scores-topic",
+    "drift.baseline": "--baseline",
+    "logging.level": "--log-level/--verbose",
+}
+
+
+def requested_level(args: argparse.Namespace) -> str | None:
+    if getattr(args, "log_level", None):
+        return args.log_level
+    return "info" if getattr(args, "verbose", False) else None
+
+
+def setup_logging(args: argparse.Namespace, cfg: Config | None = None) -> str:
+    """Logs always go to stderr: console lines on a terminal, JSON lines otherwise (or as configured).
+
+    The level: --log-level/--verbose, else a configured logging.level, else warning for the
+    commands in QUIET_COMMANDS and info for the servers. Returns the level set.
+    """
+    command = getattr(args, "command", None)
+    level = requested_level(args)
+    if level is None and cfg is not None and ("level" in cfg.logging.model_fields_set or command not in QUIET_COMMANDS):
+        level = cfg.logging.level
+    if level is None:
+        level = "warning" if command in QUIET_COMMANDS else "info"
+    fmt = cfg.logging.format if cfg is not None and "format" in cfg.logging.model_fields_set else None
+    configure_logging(level, fmt)
+    return level
+
+
+def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
+    """The config file (`--config`) with the command-line overrides applied, logging set up from it."""
+    level = requested_level(args)
+    overrides = {
+        "upstream": getattr(args, "upstream", None),
+        "listen": getattr(args, "listen", None),
+        "metrics_listen": getattr(args, "metrics_listen", None),
+        "data_dir": getattr(args, "data_dir", None),
+        "logging": {"level": level} if level else None,
+        **extra,
+    }
+    cfg = load_config(getattr(args, "config", None), overrides=overrides, flags=FLAGS)
+    effective = setup_logging(args, cfg)
+    if effective != cfg.logging.level:
+        # Processes started from here (the demo's scorer child) log at the same level.
+        cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update={"level": effective})})
+    # Every data file this process creates (samples, scores, baselines, reports) gets this mode.
+    set_file_mode(cfg.files.mode_bits)
+    return cfg
+
+
+def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:
+    """The options `drift` and `canary` share: report format, the family-wise alpha, minimum samples, failing families."""
+    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument("--out", help="file for --format html")
+    p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
+    p.add_argument("--min-samples", type=int, default=30, help=min_samples_help)
+    p.add_argument("--fail-on", help=fail_on_help)

@@ -1,0 +1,73 @@
+"""Pieces shared by `llmwatch`'s command modules (agent/llmwatch/agent/cli/main.py, agent/llmwatch/agent/cli/evaluate.py), so that
+neither imports the other: option groups, the usage fallback, and the input checks run before
+anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from llmwatch.core.records import RecordError
+
+
+def log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help="log level on stderr (default: info for servers; warning for commands that print a summary, as config logging.level)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at info level (same as --log-level info)")
+
+
+def show_usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """A command given without its subcommand: the list of what it takes, and exit 2 (bad usage)."""
+
+    def show(_: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return show
+
+
+# The offline commands load the embedding model (20-40 s) and scipy before they read a line, so
+# the mistakes a person makes at the prompt (a typo in a path, an empty export, an existing
+# baseline) are checked first, here, with nothing heavier than the core imported.
+
+
+def require_records(source: str, flag: str, what: str = "samples") -> None:
+    """`source` (a file or a directory of .jsonl) exists and holds at least one record."""
+    from llmwatch.core.jsonio import jsonl_paths
+
+    try:
+        paths = jsonl_paths(source, what)
+    except RecordError as exc:
+        raise RecordError(f"{flag} {exc}") from None
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                if any(line.strip() for line in fh):
+                    return
+        except OSError as exc:
+            raise RecordError(f"{flag} {path}: cannot be read: {exc.strerror or exc}") from None
+    raise RecordError(f"{flag} {source} holds no {what} (empty file{'s' if len(paths) > 1 else ''}); export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`")
+
+
+def require_file(path: str, flag: str, hint: str) -> None:
+    if not Path(path).is_file():
+        state = "is a directory" if Path(path).is_dir() else "does not exist"
+        raise RecordError(f"{flag} {path} {state}; {hint}")
+
+
+def require_writable(path: str, flag: str, *, must_not_exist: str | None = None) -> None:
+    """`path` can be created: not a directory, (if asked) not already there, its folder writable."""
+    target = Path(path)
+    if target.is_dir():
+        raise RecordError(f"{flag} {path} is a directory; give a file name inside it, e.g. {target / 'out.jsonl'}")
+    if must_not_exist and target.exists():
+        raise RecordError(f"{flag} {path} already exists; {must_not_exist}")
+    folder = target.parent.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise RecordError(f"{flag} {path}: cannot write there ({folder} is not a writable directory)")

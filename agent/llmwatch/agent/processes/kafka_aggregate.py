@@ -1,0 +1,164 @@
+"""`llmwatch aggregate`: one consumer of the samples and scores topics, for a fleet of workers.
+
+Scorer workers are at-least-once: a worker killed between publishing scores and committing its
+offsets leaves that batch to be scored again by the partition's next owner. Their per-worker
+counters can therefore count a (sample, check) twice in that window. The aggregator is where
+the fleet's numbers are made exact and where drift sees every partition at once:
+
+* every score is keyed by (sample_id, check); the first one counts, later ones are duplicates
+  (`llmwatch_kafka_consumed_total{outcome="duplicate_score"}`), so `llmwatch_check_total` and
+  `llmwatch_quality_score` from the aggregator count each scored sample exactly once;
+* samples are joined with their scores and fed into the same aggregate stage as the sidecar's
+  scorer (`scorers/llmwatch/scorers/drift/aggregate.py`): drift windows per model version compared with the baseline,
+  and the evaluation matrix, every `drift.interval_s`, set as the same gauges.
+
+It runs as a single member of its own consumer group (`<group_id>-aggregator`): the state is in
+memory, so one instance reads every partition. Offsets are committed after each poll, at least
+once; the dedupe memory covers redeliveries within `dedupe_ttl_s`. The embedding signal needs
+answer vectors, which the topics do not carry: it is computed in the sidecar mode only.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+import structlog
+from pydantic import ValidationError
+
+from llmwatch.core.config import Config
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample
+from llmwatch.scorers.drift.aggregate import WindowAggregator
+from llmwatch.scorers.drift.baseline import load_baseline
+from llmwatch.collectors.exporters.scores import ScoreRecorder
+from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
+from llmwatch.collectors.exporters.kafka import RecentIds, connect, consumer_settings
+from llmwatch.core.scores import Score
+
+log = structlog.get_logger(__name__)
+
+# A sample joins the drift window this long after it arrived, so that its scores (published by
+# a worker a moment later, on another topic) are there too.
+JOIN_DELAY_S = 3.0
+MAX_PENDING = 100_000
+
+
+class Aggregator:
+    """The consumer-independent part: dedupe and join, then the shared aggregate stage and its gauges (testable without a broker)."""
+
+    def __init__(self, cfg: Config, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.recorder = ScoreRecorder(metrics, None)
+        self.seen_scores = RecentIds()
+        self.pending: OrderedDict[str, tuple[float, Sample]] = OrderedDict()
+        self.scores: dict[str, list[Score]] = {}
+        baseline = load_baseline(cfg.drift.baseline) if cfg.drift.baseline else None
+        self.stage = WindowAggregator(baseline, cfg.drift, cfg.matrix)
+        self.windows = self.stage.windows
+
+    def add_score(self, score: Score) -> bool:
+        key = f"{score.sample_id}\x00{score.check}"
+        if key in self.seen_scores:
+            self.metrics.kafka_consumed.labels(outcome="duplicate_score").inc()
+            return False
+        self.seen_scores.add(key)
+        self.recorder.record([score], [0.0])
+        self.scores.setdefault(score.sample_id, []).append(score)
+        return True
+
+    def add_sample(self, sample: Sample, now: float | None = None) -> None:
+        if sample.id in self.pending:
+            self.metrics.kafka_consumed.labels(outcome="duplicate").inc()
+            return
+        self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
+        while len(self.pending) > MAX_PENDING:
+            self.pending.popitem(last=False)
+            self.metrics.kafka_consumed.labels(outcome="join_overflow").inc()
+
+    def flush(self, now: float | None = None) -> int:
+        """Move samples that have waited `JOIN_DELAY_S` into the windows, with whatever scores arrived."""
+        now = now if now is not None else time.monotonic()
+        ready: list[Sample] = []
+        while self.pending:
+            sid, (arrived, sample) = next(iter(self.pending.items()))
+            if now - arrived < JOIN_DELAY_S:
+                break
+            self.pending.popitem(last=False)
+            ready.append(sample)
+        if ready:
+            joined = [s for sample in ready for s in self.scores.pop(sample.id, [])]
+            self.stage.add(ready, joined)
+        return len(ready)
+
+    def refresh(self, now: float | None = None) -> int:
+        """Set the gauges from whatever readings are due; the number of drift readings."""
+        if not self.stage.due(now):
+            return 0
+        readings = self.stage.readings(now)
+        self.metrics.set_evaluation(readings.evaluation or [])
+        self.metrics.set_drift(readings.drift or [])
+        if readings.canary is not None:
+            self.metrics.set_canary(readings.canary)
+        return len(readings.drift or [])
+
+
+def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
+    from kafka import KafkaConsumer
+
+    kcfg = cfg.kafka
+    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
+    agg = Aggregator(cfg, metrics)
+    stop = stop or threading.Event()
+    ready = threading.Event()
+    state: dict[str, Any] = {"topics": [kcfg.samples_topic, kcfg.scores_topic]}
+    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-aggregator-http")
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    consumer = None
+    try:
+        consumer = connect(
+            lambda: KafkaConsumer(**consumer_settings(kcfg, group_id=f"{kcfg.group_id}-aggregator", client_id=f"{kcfg.client_id}-aggregator")),
+            "consumer",
+            stop,
+        )
+        if consumer is not None:
+            consumer.subscribe([kcfg.samples_topic, kcfg.scores_topic])
+            ready.set()
+            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.port)
+        while consumer is not None and not stop.is_set():
+            batch = consumer.poll(timeout_ms=500)
+            for tp, records in batch.items():
+                for record in records:
+                    try:
+                        data = orjson.loads(record.value)
+                        if tp.topic == kcfg.scores_topic:
+                            agg.add_score(Score.model_validate(data))
+                        else:
+                            agg.add_sample(Sample.model_validate(data))
+                    except (orjson.JSONDecodeError, ValidationError, TypeError):
+                        metrics.kafka_consumed.labels(outcome="invalid").inc()
+            agg.flush()
+            agg.refresh()
+            if batch:
+                try:
+                    consumer.commit()
+                except Exception as exc:
+                    log.warning("commit_failed", error=repr(exc))
+    finally:
+        ready.clear()
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception as exc:
+                log.warning("consumer_close_failed", error=repr(exc))
+        server.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

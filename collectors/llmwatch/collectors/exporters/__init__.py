@@ -1,0 +1,1 @@
+"""Exporters: ways results go out (files, Kafka, OTLP, Prometheus, webhooks, score records)."""

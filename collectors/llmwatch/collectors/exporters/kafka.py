@@ -1,0 +1,407 @@
+"""Samples to Kafka: the scale-out transport (`kafka.enabled: true`).
+
+The sidecar produces each redacted sample to `kafka.samples_topic`; `llmwatch scorer` workers in
+one consumer group score them (agent/llmwatch/agent/processes/kafka_scorer.py), and `llmwatch aggregate` reads both topics
+(agent/llmwatch/agent/processes/kafka_aggregate.py). All Kafka client code lives here: producer and consumer settings,
+the codec check, the connect-with-retry helper, the dedupe memory and the producer sink; the
+workers keep only their run loops. The proxy must never notice Kafka, so
+`KafkaSampleSink.write` only appends to a bounded buffer of its own and returns: a background
+thread creates the producer (retrying while the broker is unreachable) and sends. kafka-python
+has no memory bound of its own, hence `max_buffered`: samples queued here plus samples sent and
+not yet acknowledged. Beyond it new samples are dropped and counted; a broker outage therefore
+costs bounded memory and some counted samples, never proxy latency or an exception.
+
+A sample that waits here longer than `delivery_timeout_ms` (no broker to send it to) is given up
+and counted as `delivery_timeout`, as kafka-python does for the ones it holds. kafka-python logs
+every failed connection attempt (a few ERROR lines a second while the broker is away): its
+warnings and errors are let through at most once per `_WARN_EVERY_S` per logger, with a count.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import structlog
+
+from llmwatch.core.config import ConfigError, KafkaSection
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.records import Sample
+
+log = structlog.get_logger(__name__)
+
+# Seconds between two "still failing" log lines while the broker is unreachable.
+_WARN_EVERY_S = 10.0
+
+# tansu holds every JoinGroup open for session_timeout_ms / 2, so kafka-python's 45 s default
+# means 22 s per rebalance; 6 s (Kafka's group.min.session.timeout.ms) joins in ~3 s and still
+# tolerates a GC pause. Heartbeats every second notice a rebalance quickly.
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 1_000
+
+
+class _RateLimitFilter(logging.Filter):
+    """One WARNING-or-worse record per logger per `every_s`; the next one says how many were held back."""
+
+    def __init__(self, every_s: float) -> None:
+        super().__init__()
+        self._every_s = every_s
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(record.name, float("-inf")) < self._every_s:
+                self._held[record.name] = self._held.get(record.name, 0) + 1
+                return False
+            self._last[record.name] = now
+            held = self._held.pop(record.name, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} similar messages suppressed in the last {self._every_s:g} s)"
+        return True
+
+
+_kafka_log_filter = _RateLimitFilter(_WARN_EVERY_S)
+
+
+def quiet_kafka_logs() -> None:
+    """Rate-limit kafka-python's own warnings and errors (each of its module loggers: a filter on
+    the parent `kafka` logger would not see its children's records)."""
+    import kafka  # noqa: F401  (its modules create their loggers on import)
+    import kafka.producer  # noqa: F401
+
+    for name in list(logging.root.manager.loggerDict):
+        if name == "kafka" or name.startswith("kafka."):
+            logger = logging.getLogger(name)
+            if _kafka_log_filter not in logger.filters:
+                logger.addFilter(_kafka_log_filter)
+
+
+def check_codec(compression: str) -> None:
+    """Refuse at start-up a codec whose library is missing (else every send would fail)."""
+    from kafka import codec
+
+    available = {"none": True, "gzip": codec.has_gzip(), "lz4": codec.has_lz4(), "zstd": codec.has_zstd(), "snappy": codec.has_snappy()}
+    if not available[compression]:
+        package = {"lz4": "lz4", "zstd": "zstandard", "snappy": "python-snappy"}[compression]
+        raise ConfigError(f"kafka.compression: {compression} needs the `{package}` package; install it or choose gzip")
+
+
+def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": list(cfg.bootstrap_servers),
+        "client_id": client_id or cfg.client_id,
+        "compression_type": None if cfg.compression == "none" else cfg.compression,
+        "linger_ms": cfg.linger_ms,
+        "batch_size": cfg.batch_size,
+        "acks": "all",
+        # An idempotent producer stays wedged after the broker loses its producer id (a restarted
+        # broker, an expired id); consumers dedupe by sample id, so retries may duplicate instead.
+        "enable_idempotence": False,
+        "delivery_timeout_ms": cfg.delivery_timeout_ms,
+        "request_timeout_ms": min(30_000, max(cfg.delivery_timeout_ms - cfg.linger_ms, 500)),
+        # send() waits this long for unknown topic metadata; it runs on our thread, not the pipeline's.
+        "max_block_ms": 2_000,
+        # Never longer than a sample may wait: the sink expires waiting samples between attempts.
+        "bootstrap_timeout_ms": min(5_000, cfg.delivery_timeout_ms),
+        # Reconnect within a second of the broker coming back (kafka-python's default backs off to 30 s).
+        "reconnect_backoff_max_ms": 1_000,
+        "metrics_enabled": False,
+    }
+
+
+def consumer_settings(cfg: KafkaSection, *, group_id: str, client_id: str, **overrides: Any) -> dict[str, Any]:
+    """KafkaConsumer arguments shared by the scorer workers and the aggregator; offsets are committed by hand."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(cfg.bootstrap_servers),
+        "group_id": group_id,
+        "client_id": client_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "bootstrap_timeout_ms": 5_000,
+        "reconnect_backoff_max_ms": 1_000,
+        "metrics_enabled": False,
+    }
+    settings.update(overrides)
+    return settings
+
+
+def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any:
+    """Build a client, retrying while the broker is unreachable (a worker may start first); None once `stop` is set."""
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            return factory()
+        except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError
+            log.warning("kafka_unreachable", client=what, error=repr(exc))
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+    return None
+
+
+def publish(producer: Any, topic: str, records: Sequence[tuple[bytes, bytes]], headers: list[tuple[str, bytes]], timeout_s: float) -> None:
+    """Send (key, value) records and wait until every one is acknowledged; raises when any was not."""
+    futures = [producer.send(topic, key=key, value=value, headers=headers) for key, value in records]
+    # flush() raises only on time-out; a send the broker refused fails its own future.
+    producer.flush(timeout=timeout_s)
+    for future in futures:
+        if future.failed():
+            raise future.exception
+
+
+def rewind(consumer: Any, batch: dict[Any, list[Any]]) -> None:
+    """Seek each partition back to the first record of a polled batch, so that the next poll reads it again."""
+    for tp, records in batch.items():
+        if records:
+            consumer.seek(tp, records[0].offset)
+
+
+class RecentIds:
+    """Ids seen lately, bounded by count and by age (oldest forgotten first): the consumers' dedupe memory."""
+
+    def __init__(self, max_size: int = 200_000, ttl_s: float = 3600.0) -> None:
+        self._ids: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._max = max_size
+        self._ttl = ttl_s
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, sample_id: object) -> bool:
+        added = self._ids.get(sample_id)  # type: ignore[call-overload]
+        return added is not None and time.monotonic() - added < self._ttl
+
+    def add(self, sample_id: str) -> None:
+        now = time.monotonic()
+        self._ids[sample_id] = now
+        self._ids.move_to_end(sample_id)
+        while self._ids:
+            oldest_id, oldest = next(iter(self._ids.items()))
+            if len(self._ids) <= self._max and now - oldest < self._ttl:
+                break
+            del self._ids[oldest_id]
+
+
+def sample_key(sample: Sample) -> bytes:
+    # Turns of one conversation stay in one partition, in order. Everything else is keyed by its own
+    # id: keying by route+model would put a single-model service on a single partition (one busy
+    # worker, the rest idle), and a redelivered duplicate still lands where the original did.
+    conversation = sample.metadata.get("conversation_id")
+    if conversation:
+        return str(conversation).encode()
+    return (sample.id or f"{sample.route}|{sample.model}").encode()
+
+
+class KafkaSampleSink:
+    name = "kafka"
+    # Only redacted samples leave this host (and samples never carry headers).
+    raw = False
+
+    def __init__(
+        self,
+        cfg: KafkaSection,
+        metrics: Metrics,
+        *,
+        topic: str | None = None,
+        key: Callable[[Any], bytes] = sample_key,
+        produced: Any = None,
+        dropped: Any = None,
+        track_depth: bool = True,
+    ) -> None:
+        """`topic`, `key` and the counters default to the samples'; shadow evaluation reuses the
+        sink for pair records (`kafka.pairs_topic`) with its own counters."""
+        check_codec(cfg.compression)
+        quiet_kafka_logs()
+        self._cfg = cfg
+        self._topic = topic or cfg.samples_topic
+        self._key = key
+        self._max = cfg.max_buffered
+        self._timeout_s = cfg.delivery_timeout_ms / 1000.0
+        # (when handed over, sample): waiting for a producer, oldest first.
+        self._pending: collections.deque[tuple[float, Sample]] = collections.deque()
+        self._outstanding = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._closed = False
+        self._producer: Any = None
+        self._produced = produced if produced is not None else metrics.kafka_produced
+        self._dropped = dropped if dropped is not None else metrics.kafka_dropped
+        self._last_warn = 0.0
+        if track_depth:
+            metrics.kafka_buffer_depth.set_function(lambda: self._outstanding)
+        self._thread = threading.Thread(target=self._run, name="llmwatch-kafka", daemon=True)
+        self._thread.start()
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    @property
+    def connected(self) -> bool:
+        return self._producer is not None
+
+    def write(self, samples: Sequence[Sample]) -> int:
+        """Buffer samples for sending; how many were refused (counted in `llmwatch_kafka_dropped_total`)."""
+        self._expire()
+        now = time.monotonic()
+        with self._lock:
+            room = 0 if self._closed else max(self._max - self._outstanding, 0)
+            accepted = samples[:room]
+            self._outstanding += len(accepted)
+            self._pending.extend((now, s) for s in accepted)
+        lost = len(samples) - len(accepted)
+        if lost:
+            self._dropped.labels(reason="closed" if self._closed else "buffer_full").inc(lost)
+        if accepted:
+            self._wake.set()
+        return lost
+
+    def _expire(self) -> None:
+        """Give up samples that waited here past `delivery_timeout_ms` (counted `delivery_timeout`)."""
+        cutoff = time.monotonic() - self._timeout_s
+        expired = 0
+        with self._lock:
+            while self._pending and self._pending[0][0] < cutoff:
+                self._pending.popleft()
+                expired += 1
+            self._outstanding -= expired
+        if expired:
+            self._dropped.labels(reason="delivery_timeout").inc(expired)
+            now = time.monotonic()
+            if now - self._last_warn > _WARN_EVERY_S:
+                self._last_warn = now
+                log.warning("kafka_samples_expired", samples=expired, delivery_timeout_ms=self._cfg.delivery_timeout_ms, buffered=self._outstanding)
+
+    # --- sender thread ------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        from kafka import KafkaProducer
+
+        backoff = 0.5
+        failures = 0
+        while not self._closing.is_set():
+            self._expire()
+            try:
+                producer = KafkaProducer(**producer_settings(self._cfg))
+            except Exception as exc:
+                failures += 1
+                if failures == 1 or time.monotonic() - self._last_warn > _WARN_EVERY_S:
+                    self._last_warn = time.monotonic()
+                    log.warning("kafka_unreachable", bootstrap_servers=self._cfg.bootstrap_servers, attempts=failures, buffered=self._outstanding, error=repr(exc))
+                self._closing.wait(backoff)
+                # Back off, but come round often enough to expire what waited too long.
+                backoff = min(backoff * 2, 5.0, max(self._timeout_s, 0.5))
+                continue
+            if self._closed:  # close() gave up waiting for this connection attempt
+                producer.close(timeout=0)
+                return None
+            log.info("kafka_connected", bootstrap_servers=self._cfg.bootstrap_servers, topic=self._topic, compression=self._cfg.compression)
+            return producer
+        return None
+
+    def _run(self) -> None:
+        producer = self._connect()
+        if producer is None:
+            return
+        self._producer = producer
+        while True:
+            self._wake.wait(0.2)
+            self._wake.clear()
+            self._expire()
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        break
+                    _, sample = self._pending.popleft()
+                self._send(producer, sample)
+            if self._closing.is_set() and not self._pending:
+                return
+
+    def _send(self, producer: Any, sample: Sample) -> None:
+        try:
+            future = producer.send(self._topic, key=self._key(sample), value=sample.to_json())
+        except Exception as exc:  # no metadata within max_block_ms, record too large, producer closed
+            self._settle("send_failed", exc)
+            return
+        future.add_callback(self._acked)
+        future.add_errback(self._failed)
+
+    # Callbacks run on kafka-python's IO thread: keep them to a counter update.
+    def _acked(self, _metadata: Any) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._outstanding -= 1
+        self._produced.inc()
+
+    def _failed(self, exc: BaseException) -> None:
+        self._settle("delivery_failed", exc)
+
+    def _settle(self, reason: str, exc: BaseException) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._outstanding -= 1
+        self._dropped.labels(reason=reason).inc()
+        now = time.monotonic()
+        if now - self._last_warn > _WARN_EVERY_S:
+            self._last_warn = now
+            log.warning("kafka_delivery_failed", reason=reason, topic=self._topic, buffered=self._outstanding, error=repr(exc))
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is buffered and wait for acknowledgements (bounded); count the rest as `closed`."""
+        deadline = time.monotonic() + timeout
+        self._closing.set()
+        self._wake.set()
+        self._thread.join(max(timeout, 0.1))
+        producer = self._producer
+        if producer is not None:
+            try:
+                producer.flush(timeout=max(deadline - time.monotonic(), 0.1))
+            except Exception as exc:  # KafkaTimeoutError: the broker is away; those samples are lost
+                log.warning("kafka_flush_incomplete", buffered=self._outstanding, error=repr(exc))
+        with self._lock:
+            self._closed = True
+            lost = self._outstanding
+            self._outstanding = 0
+            self._pending.clear()
+        if lost:
+            self._dropped.labels(reason="closed").inc(lost)
+        if producer is not None:
+            try:
+                producer.close(timeout=1)
+            except Exception as exc:
+                log.warning("kafka_close_failed", error=repr(exc))
+
+
+def create_topics(bootstrap_servers: Sequence[str], partitions: dict[str, int], *, replication_factor: int = 1) -> None:
+    """Create topics that do not exist yet, with the partition count given.
+
+    Create them before any client touches them: brokers that auto-create topics (tansu always
+    does, Kafka by default) would otherwise make them with their own default partition count,
+    and the partition count is the most scorer workers that can share the load.
+    """
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=list(bootstrap_servers), client_id="llmwatch-admin")
+    try:
+        for name, count in partitions.items():
+            try:
+                admin.create_topics([NewTopic(name, num_partitions=count, replication_factor=replication_factor)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()

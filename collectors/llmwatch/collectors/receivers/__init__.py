@@ -1,0 +1,1 @@
+"""Receivers: ways calls come in (the proxy, OTLP ingest)."""

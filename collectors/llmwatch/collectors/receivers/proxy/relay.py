@@ -1,0 +1,1086 @@
+"""The relay core of the proxy (`proxy.engine: relay`): raw asyncio Protocols, bytes forwarded as they arrive.
+
+Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
+server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
+multidicts, a handler task) before a line of llmwatch ran (docs/notes/relay.md). This core parses
+only what a proxy must: the request head (httptools, the llhttp parser uvicorn uses), and the
+response head plus enough of the body to know where the response ends. Everything else is
+`transport.write` of the bytes received:
+
+- a response body of known length is forwarded chunk by chunk as read, counted down to its end;
+- a chunked response is forwarded with its own chunk framing (the upstream's bytes, unchanged) to
+  an HTTP/1.1 client, and de-chunked only for an HTTP/1.0 client, which cannot read chunks;
+- a response delimited by the upstream closing its connection is forwarded until the close, and
+  the client's connection closes after it.
+
+Requests are forwarded head first as soon as the head is complete; the body follows as it
+arrives (a chunked upload keeps chunked framing, its content unchanged). Flow control works both
+ways: a client that reads slowly pauses reading from its upstream connection, and an upstream that
+reads slowly pauses reading from the client (asyncio's write-buffer high-water mark).
+
+Capture is a copy aside: for a route in `capture.routes` the request body and the response's
+payload (de-chunked by the parser, which reads the chunks anyway) are appended to the `Exchange`
+up to `capture.max_body_bytes`, with each piece's arrival time for TTFT; the analysis, metrics and
+sampling are the proxy's `_finish`, unchanged, after the last byte has gone to the client.
+
+Behaviours kept from the aiohttp core, which the tests specify: `Expect: 100-continue` answered by
+the proxy and not forwarded; 1xx interim responses not relayed; hop-by-hop headers dropped both
+ways; no header added to a relayed response (except `Connection: close` when this connection
+closes after it, as aiohttp does); upstream credentials as Basic auth only when the client sent no
+Authorization; a head deadline (`proxy.header_timeout_s`); header limits (400 to clients, 502 for
+upstreams); absolute-form targets refused with 400; a client that leaves closes its upstream
+connection; 502/504 in fixed words; a bounded shutdown (`proxy.shutdown_timeout_s`).
+Pipelined requests are answered one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import ssl
+import time
+from time import perf_counter
+from typing import Any, Callable
+from urllib.parse import unquote
+
+import httptools
+import structlog
+from llmwatch.collectors.receivers.proxy.capture import Exchange
+
+log = structlog.get_logger(__name__)
+
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"}
+)
+_MAX_CLIENT_ID = 128
+# aiohttp's server default: an idle keep-alive client connection is closed after this long.
+_CLIENT_KEEPALIVE_S = 75.0
+# An idle upstream connection older than this is not reused: servers close idle connections
+# (uvicorn after 5 s), and a request sent as they do fails for nothing.
+_UPSTREAM_IDLE_S = 4.0
+# Request body bytes held while the upstream connection is being made; above it the client waits.
+_PENDING_LIMIT = 1 << 20
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_REASONS = {400: b"Bad Request", 404: b"Not Found", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
+
+# What went wrong with the upstream, in the fixed words of 502 bodies (never its bytes).
+UNREACHABLE = "is unreachable: the connection could not be made"
+CLOSED = "closed the connection without a complete response"
+INVALID = "sent a response that is not valid HTTP or exceeds the header limits (proxy.max_header_bytes, proxy.max_headers)"
+
+
+class _LimitExceeded(Exception):
+    """A head over `proxy.max_header_bytes` / `proxy.max_headers` (raised inside a parser callback)."""
+
+
+class _Call:
+    """One request on a client connection, from its complete head to the last byte of its response."""
+
+    __slots__ = (
+        "client", "head", "is_head", "chunked", "body_done", "pending", "pending_size", "up", "ex", "req_buf",
+        "keep_alive", "http10", "local", "connecting", "wait_timer", "started", "finished", "path", "sent_head",
+    )
+
+    def __init__(self, client: "_Client") -> None:
+        self.client = client
+        self.head = b""
+        self.is_head = False
+        self.chunked = False
+        self.body_done = False
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+        self.up: _Upstream | None = None
+        self.ex: Exchange | None = None
+        self.req_buf: bytearray | None = None
+        self.keep_alive = True
+        self.http10 = False
+        self.local: tuple[int, bytes] | None = None  # an answer of the proxy's own (400, 404)
+        self.connecting: asyncio.Task | None = None
+        self.wait_timer: asyncio.TimerHandle | None = None
+        self.started = False
+        self.finished = False
+        self.path = ""
+        self.sent_head = False  # the response head went to the client
+
+    # --- request body, from the client's parser ---------------------------------------------------
+
+    def body(self, data: bytes) -> None:
+        buf = self.req_buf
+        if buf is not None:
+            buf += data
+            ex = self.ex
+            if len(buf) > ex.max_body_bytes:  # type: ignore[union-attr]
+                ex.notes.append("request_too_large")  # type: ignore[union-attr]
+                self.req_buf = None
+        if self.local is not None:
+            return  # answered by the proxy: the body goes nowhere
+        if self.chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        up = self.up
+        if up is not None and not self.client.feeding:
+            up.send(data)
+        else:
+            if up is not None:
+                self.client.flush = self  # sent when the parse of this read returns
+            self.pending.append(data)
+            self.pending_size += len(data)
+            if self.pending_size > _PENDING_LIMIT:
+                self.client.pause("pending")
+
+    def body_end(self) -> None:
+        self.body_done = True
+        buf = self.req_buf
+        if buf is not None:
+            self.ex.request_body = bytes(buf)  # type: ignore[union-attr]
+            self.req_buf = None
+        if self.local is None and self.chunked:
+            # Trailers are not forwarded; the body's content is.
+            if self.up is not None and not self.client.feeding:
+                self.up.send(b"0\r\n\r\n")
+            else:
+                if self.up is not None:
+                    self.client.flush = self
+                self.pending.append(b"0\r\n\r\n")
+        if self.local is not None and self.started and not self.finished:
+            self.client.answer_local(self)
+
+
+class _Upstream(asyncio.Protocol):
+    """One keep-alive connection to the upstream; carries one call at a time."""
+
+    def __init__(self, pool: "_Pool") -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.call: _Call | None = None
+        self.idle_since = 0.0
+        self.paused = False
+        # The read deadline's timer outlives the call it was armed for (see `attach`).
+        self.timer: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = 0  # 0 head, 1 body of known length, 2 chunked body, 3 body until close, 4 done
+        self.head_buf = b""
+        self.parser: Any = None
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.interim = False
+        self.keep_alive = False
+        self.remaining = 0
+        self.dechunk = False
+        self.reusable = True
+        self.complete = False
+        self.last_read = 0.0
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        # The upstream reads the request body more slowly than the client sends it.
+        call = self.call
+        if call is not None:
+            call.client.pause("upstream")
+
+    def resume_writing(self) -> None:
+        call = self.call
+        if call is not None:
+            call.client.resume("upstream")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._cancel_timer()
+        self.pool.lost(self)
+        call = self.call
+        if call is None:
+            return
+        self.call = None
+        call.up = None
+        if self.state == 3:
+            self._finished(call)  # the close is the end of this response
+        elif not call.sent_head:
+            call.client.upstream_failed(call, CLOSED, timeout=False)
+        else:
+            call.client.interrupted(call)
+
+    def data_received(self, data: bytes) -> None:
+        call = self.call
+        if call is None:
+            # Bytes nobody asked for on an idle connection: it can no longer be trusted.
+            self.transport.close()  # type: ignore[union-attr]
+            return
+        self.last_read = self.pool.loop.time()
+        state = self.state
+        if state == 1:
+            self._length_body(call, data)
+        elif state == 2:
+            if not self.dechunk:
+                call.client.write(data)
+            self._chunked_body(call, data)
+        elif state == 3:
+            self._capture(call, data)
+            call.client.write(data)
+        elif state == 0:
+            self._head(call, data)
+        else:
+            self.reusable = False  # bytes after the end of the response
+
+    # --- the response head --------------------------------------------------------------------------
+
+    def _head(self, call: _Call, data: bytes) -> None:
+        buf = self.head_buf + data if self.head_buf else data
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > self.pool.max_head:
+                    self._invalid(call)
+                else:
+                    self.head_buf = buf
+                return
+            end += 4
+            try:
+                self.parser.feed_data(buf[:end])
+            except (httptools.HttpParserError, _LimitExceeded):
+                self._invalid(call)
+                return
+            buf = buf[end:]
+            if not self.interim:
+                break
+            # 1xx (103 Early Hints): not relayed; the final response follows on the same connection.
+            self.parser = httptools.HttpResponseParser(self)
+            self.headers = []
+            self.reason = b""
+            self.interim = False
+        self.head_buf = b""
+        if self.status == 0:
+            self._invalid(call)  # a head the parser did not complete (bare LF line ends)
+            return
+        self._respond(call, buf)
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        headers = self.headers
+        if len(name) + len(value) + 2 > self.pool.max_line or len(headers) >= self.pool.max_headers:
+            raise _LimitExceeded
+        headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            self.interim = True
+            return
+        self.status = status
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, data: bytes) -> None:
+        call = self.call
+        if call is None:
+            return
+        self._capture(call, data)
+        if self.dechunk:
+            call.client.write(data)
+
+    def on_message_complete(self) -> None:
+        if not self.interim:
+            self.complete = True
+
+    def _respond(self, call: _Call, rest: bytes) -> None:
+        ex = call.ex
+        wanted = self.pool.wanted if ex is not None else None
+        captured: dict[str, str] = {}
+        lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", b"%d %b\r\n" % (self.status, self.reason)]
+        te = cl = None
+        for name, value in self.headers:
+            lower = name.lower()
+            if lower in _HOP_BY_HOP:
+                if lower == b"transfer-encoding":
+                    te = value
+                continue
+            if lower == b"content-length":
+                cl = value
+            lines += (name, b": ", value, b"\r\n")
+            if wanted is not None and lower in wanted:
+                key = lower.decode("latin-1")
+                if key not in captured:
+                    captured[key] = value.decode("latin-1")
+        status = self.status
+        if call.is_head or status in (204, 304):
+            state = 4
+        elif te is not None:
+            state = 2
+            if call.http10:
+                self.dechunk = True
+                call.keep_alive = False  # an HTTP/1.0 client reads the body until the close
+            else:
+                lines += (b"Transfer-Encoding: ", te, b"\r\n")
+        elif cl is not None:
+            state = 1
+            self.remaining = int(cl)
+        else:
+            state = 3
+            self.keep_alive = False
+            call.keep_alive = False
+        if call.client.server.closing:
+            call.keep_alive = False
+        if not call.keep_alive:
+            if not call.http10:
+                lines.append(b"Connection: close\r\n")
+        elif call.http10:
+            lines.append(b"Connection: keep-alive\r\n")
+        lines.append(b"\r\n")
+        if ex is not None:
+            ex.status = status
+            ex.response_headers = captured
+        self.state = state
+        head = b"".join(lines)
+        call.sent_head = True
+        client = call.client
+        if state == 1:
+            # A body of known length goes out with the head in one write (one syscall, one packet).
+            self._length_body(call, rest, head)
+        elif state == 2:
+            client.write(head + rest if rest and not self.dechunk else head)
+            self._chunked_body(call, rest)
+        elif state == 3:
+            client.write(head + rest)
+            if rest:
+                self._capture(call, rest)
+        else:
+            client.write(head)
+            self._finished(call)
+
+    # --- the response body ----------------------------------------------------------------------------
+
+    def _length_body(self, call: _Call, data: bytes, head: bytes = b"") -> None:
+        remaining = self.remaining
+        size = len(data)
+        if size >= remaining:
+            if size > remaining:
+                data = data[:remaining]  # bytes past the end of the response: not this client's
+                self.reusable = False
+            self.remaining = 0
+            if data:
+                self._capture(call, data)
+            call.client.write(head + data if head else data)
+            self._finished(call)
+            return
+        self.remaining = remaining - size
+        if data:
+            self._capture(call, data)
+        call.client.write(head + data if head else data)
+
+    def _chunked_body(self, call: _Call, data: bytes) -> None:
+        """Bytes of a chunked body, already written on: the parser finds the chunks (captured, or
+        written on dechunked by its callbacks) and the end of the response."""
+        if data:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                self._broken(call)
+                return
+        if self.complete:
+            self._finished(call)
+
+    def _capture(self, call: _Call, data: bytes) -> None:
+        ex = call.ex
+        if ex is None:
+            return
+        size = ex.captured_bytes
+        if size <= ex.max_body_bytes:
+            size += len(data)
+            ex.response_chunks.append(data)
+            ex.chunk_ends.append(size)
+            ex.chunk_times.append(perf_counter())
+            ex.captured_bytes = size
+            if size > ex.max_body_bytes:
+                ex.response_truncated = True
+
+    def _finished(self, call: _Call) -> None:
+        self.state = 4
+        # The read timer stays armed: it finds no call and stops, or the next call's reads moved
+        # its due time (`_check_read`); cancelling and re-arming it per call cost more.
+        self.call = None
+        call.up = None
+        if self.transport is not None:
+            if self.paused:
+                self.paused = False
+                self.transport.resume_reading()
+            self.pool.release(self, self.keep_alive and self.reusable and call.body_done)
+        # An upstream that answered before it had read the whole body may have paused the client.
+        call.client.resume("upstream")
+        call.client.response_done(call)
+
+    # --- failures --------------------------------------------------------------------------------------
+
+    def _invalid(self, call: _Call) -> None:
+        self._drop(call)
+        call.client.upstream_failed(call, INVALID, timeout=False)
+
+    def _broken(self, call: _Call) -> None:
+        # The head went out already: break the client's response too, as a direct connection would.
+        self._drop(call)
+        call.client.interrupted(call)
+
+    def _drop(self, call: _Call) -> None:
+        self.call = None
+        call.up = None
+        self._cancel_timer()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def abort(self) -> None:
+        """The call's client went away: close this connection, so the upstream stops working for nobody."""
+        self.call = None
+        self._cancel_timer()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- sending and timing ----------------------------------------------------------------------------
+
+    def attach(self, call: _Call) -> None:
+        self._reset()
+        self.call = call
+        call.up = self
+        self.parser = httptools.HttpResponseParser(self)
+        loop = self.pool.loop
+        self.last_read = loop.time()
+        if self.timer is None:
+            self.timer = loop.call_at(self.last_read + self.pool.read_timeout, self._check_read)
+        client = call.client
+        if client.feeding:
+            # Attached while the client's bytes are being parsed: the head, and the body bytes
+            # that follow in the same read, leave in one write when the parse returns.
+            call.pending.insert(0, call.head)
+            client.flush = call
+        else:
+            if call.pending:
+                data = call.head + b"".join(call.pending)
+                call.pending = []
+                if call.pending_size > _PENDING_LIMIT:
+                    client.resume("pending")
+                call.pending_size = 0
+            else:
+                data = call.head
+            self.transport.write(data)  # type: ignore[union-attr]
+        if client.writing_paused:
+            self.pause_client_reads()  # the client is not reading yet what the last call sent
+
+    def send(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+            # The upstream is waiting for this body, not silent: its read deadline starts anew.
+            self.last_read = self.pool.loop.time()
+
+    def _check_read(self) -> None:
+        # One timer per connection, moved lazily: a stamp per read is cheaper than a timer per
+        # read, and a timer left armed across calls cheaper than one armed and cancelled per call.
+        # It may have been armed for an earlier call: `last_read` is this call's, set by `attach`.
+        self.timer = None
+        call = self.call
+        if call is None:
+            return  # idle: the next `attach` arms it again
+        loop = self.pool.loop
+        due = self.last_read + self.pool.read_timeout
+        if loop.time() < due:
+            self.timer = loop.call_at(due, self._check_read)
+            return
+        self._drop(call)
+        if call.sent_head:
+            call.client.interrupted(call)
+        else:
+            call.client.upstream_failed(call, "", timeout=True)
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def pause_client_reads(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume_client_reads(self) -> None:
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+
+class _Pool:
+    """Keep-alive connections to the one upstream, at most `proxy.max_connections` of them."""
+
+    def __init__(self, proxy: Any, loop: asyncio.AbstractEventLoop) -> None:
+        p = proxy.cfg.proxy
+        url = proxy.upstream
+        self.loop = loop
+        self.host = url.raw_host or ""
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if url.scheme == "https" else None
+        self.limit = p.max_connections
+        self.connect_timeout = p.connect_timeout_s
+        self.read_timeout = p.read_timeout_s
+        self.max_line = p.max_header_bytes
+        self.max_headers = p.max_headers
+        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.wanted = frozenset(h.encode("latin-1") for h in proxy.wanted_headers)
+        self.idle: list[_Upstream] = []
+        self.count = 0
+        self.waiters: collections.deque[_Call] = collections.deque()
+        self.connecting: set[asyncio.Task] = set()
+        self.closed = False
+
+    def acquire(self, call: _Call) -> None:
+        idle = self.idle
+        if idle:
+            stale = self.loop.time() - _UPSTREAM_IDLE_S
+            while idle:
+                up = idle.pop()
+                if up.transport is None or up.transport.is_closing():
+                    continue
+                if up.idle_since < stale:
+                    up.transport.close()
+                    continue
+                up.attach(call)
+                return
+        if self.count < self.limit:
+            self._connect(call)
+        else:
+            # Waiting for a free connection counts against the connect timeout, as in aiohttp.
+            self.waiters.append(call)
+            call.wait_timer = self.loop.call_later(self.connect_timeout, self._wait_expired, call)
+
+    def _connect(self, call: _Call) -> None:
+        self.count += 1
+        task = self.loop.create_task(self._open(call))
+        call.connecting = task
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+
+    async def _open(self, call: _Call) -> None:
+        try:
+            _, up = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _Upstream(self), self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None),
+                self.connect_timeout,
+            )
+        except asyncio.CancelledError:
+            self.count -= 1
+            raise
+        except asyncio.TimeoutError:
+            self.count -= 1
+            call.connecting = None
+            call.client.upstream_failed(call, "", timeout=True)
+            self._next_waiter()
+            return
+        except OSError:
+            self.count -= 1
+            call.connecting = None
+            call.client.upstream_failed(call, UNREACHABLE, timeout=False)
+            self._next_waiter()
+            return
+        call.connecting = None
+        sock = up.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        if call.finished or self.closed:
+            self.release(up, not self.closed)
+            return
+        up.attach(call)
+
+    def release(self, up: _Upstream, reusable: bool) -> None:
+        if not reusable or self.closed:
+            if up.transport is not None:
+                up.transport.close()
+            return
+        while self.waiters:
+            call = self.waiters.popleft()
+            if call.wait_timer is not None:
+                call.wait_timer.cancel()
+                call.wait_timer = None
+            if not call.finished:
+                up.attach(call)
+                return
+        up.idle_since = self.loop.time()
+        self.idle.append(up)
+
+    def lost(self, up: _Upstream) -> None:
+        self.count -= 1
+        try:
+            self.idle.remove(up)
+        except ValueError:
+            pass
+        self._next_waiter()
+
+    def _next_waiter(self) -> None:
+        while self.waiters and self.count < self.limit and not self.closed:
+            call = self.waiters.popleft()
+            if call.wait_timer is not None:
+                call.wait_timer.cancel()
+                call.wait_timer = None
+            if not call.finished:
+                self._connect(call)
+
+    def _wait_expired(self, call: _Call) -> None:
+        call.wait_timer = None
+        try:
+            self.waiters.remove(call)
+        except ValueError:
+            return
+        call.client.upstream_failed(call, "", timeout=True)
+
+    def forget(self, call: _Call) -> None:
+        """A call whose client left before it had an upstream connection."""
+        if call.wait_timer is not None:
+            call.wait_timer.cancel()
+            call.wait_timer = None
+            try:
+                self.waiters.remove(call)
+            except ValueError:
+                pass
+        if call.connecting is not None:
+            call.connecting.cancel()
+            call.connecting = None
+
+    def close(self) -> None:
+        self.closed = True
+        for task in list(self.connecting):
+            task.cancel()
+        for call in self.waiters:
+            if call.wait_timer is not None:
+                call.wait_timer.cancel()
+        self.waiters.clear()
+        for up in self.idle:
+            if up.transport is not None:
+                up.transport.close()
+        self.idle.clear()
+
+
+class _Client(asyncio.Protocol):
+    """One client connection: parses request heads, forwards, answers calls one at a time."""
+
+    def __init__(self, server: "RelayServer") -> None:
+        self.server = server
+        self.proxy = server.proxy
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.current: _Call | None = None  # the call being answered
+        self.parsing: _Call | None = None  # the call whose request is being read
+        self.queued: collections.deque[_Call] = collections.deque()
+        self.in_head = False
+        self.head_bytes = 0
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.deadline: asyncio.TimerHandle | None = None
+        self.paused: set[str] = set()
+        self.writing_paused = False
+        self.idle_since = 0.0
+        self.closing = False
+        self.feeding = False  # inside parser.feed_data: upstream writes wait for its end
+        self.flush: _Call | None = None
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.clients.add(self)
+        self.idle_since = self.server.loop.time()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._disarm()
+        server = self.server
+        server.clients.discard(self)
+        if not server.clients and server.drained is not None:
+            server.drained.set()
+        call = self.current
+        self.current = None
+        self.queued.clear()
+        if call is not None and not call.finished:
+            self._client_gone(call)
+
+    def pause_writing(self) -> None:
+        # The client reads more slowly than the upstream answers: stop reading the upstream.
+        self.writing_paused = True
+        call = self.current
+        if call is not None and call.up is not None:
+            call.up.pause_client_reads()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        call = self.current
+        if call is not None and call.up is not None:
+            call.up.resume_client_reads()
+
+    def data_received(self, data: bytes) -> None:
+        if self.in_head:
+            self.head_bytes += len(data)
+        self.feeding = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reject(400, "llmwatch proxy: protocol upgrades (Upgrade / CONNECT) are not relayed")
+            return
+        except (httptools.HttpParserError, _LimitExceeded) as exc:
+            cause = exc.__context__
+            if isinstance(exc, httptools.HttpParserCallbackError) and not isinstance(cause, _LimitExceeded):
+                # A fault of the relay's own, not of the request: say so, and still answer.
+                self.proxy.metrics.internal_errors.labels(stage="relay").inc()
+                log.error("relay_internal_error", error=type(cause).__name__)
+            self._reject(400, "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers")
+            return
+        finally:
+            self.feeding = False
+        call = self.flush
+        if call is not None:
+            self.flush = None
+            self._flush(call)
+        if self.in_head:
+            if self.head_bytes > self.server.max_head:
+                self._reject(400, "llmwatch proxy: the request head exceeds proxy.max_header_bytes / proxy.max_headers")
+                return
+            if self.deadline is None:
+                self._arm()  # idle, and bytes of a new request head came in
+
+    def _flush(self, call: _Call) -> None:
+        up = call.up
+        if up is None or call.finished:
+            return
+        data = b"".join(call.pending)
+        call.pending = []
+        if call.pending_size > _PENDING_LIMIT:
+            self.resume("pending")
+        call.pending_size = 0
+        up.send(data)
+
+    # --- request parsing ------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.in_head = True
+        self.head_bytes = 0
+        self.url = b""
+        self.headers = []
+
+    def on_url(self, piece: bytes) -> None:
+        url = self.url + piece
+        if len(url) > self.server.max_line:
+            raise _LimitExceeded
+        self.url = url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        headers = self.headers
+        if len(name) + len(value) + 2 > self.server.max_line or len(headers) >= self.server.max_headers:
+            raise _LimitExceeded
+        headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        self._disarm()
+        call = self.server.new_call(self, self.parser, self.url, self.headers)
+        self.parsing = call
+        if self.current is None:
+            self.current = call
+            self._start(call)
+        else:
+            # Pipelined: answered after the call before it; read no more until then.
+            self.queued.append(call)
+            self.pause("pipeline")
+
+    def on_body(self, data: bytes) -> None:
+        call = self.parsing
+        if call is not None:
+            call.body(data)
+
+    def on_message_complete(self) -> None:
+        call = self.parsing
+        self.parsing = None
+        if call is not None:
+            call.body_end()
+
+    # --- answering -------------------------------------------------------------------------------------
+
+    def _start(self, call: _Call) -> None:
+        call.started = True
+        if call.local is not None:
+            if call.body_done:
+                self.answer_local(call)
+            return
+        self.server.pool.acquire(call)
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+
+    def response_done(self, call: _Call) -> None:
+        call.finished = True
+        ex = call.ex
+        if ex is not None:
+            ex.t_end = perf_counter()
+            self.proxy.finish(ex)
+        self._next(call)
+
+    def _next(self, call: _Call) -> None:
+        self.current = None
+        transport = self.transport
+        if transport is None:
+            return
+        if not call.keep_alive or not call.body_done or self.server.closing:
+            # A request whose body was not read to its end leaves the connection's bytes unframed.
+            transport.close()
+            return
+        if self.queued:
+            following = self.queued.popleft()
+            self.current = following
+            if not self.queued:
+                self.resume("pipeline")
+            self._start(following)
+            return
+        self.idle_since = self.server.loop.time()
+
+    def answer_local(self, call: _Call) -> None:
+        status, body = call.local  # type: ignore[misc]
+        self._send_error(call, status, body)
+        call.finished = True
+        self._next(call)
+
+    def _send_error(self, call: _Call, status: int, body: bytes) -> None:
+        call.sent_head = True
+        close = b"" if call.keep_alive and not call.http10 else b"Connection: close\r\n"
+        self.write(
+            b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b"
+            % (status, _REASONS.get(status, b"Error"), len(body), close, body)
+        )
+        if close:
+            call.keep_alive = False
+
+    def upstream_failed(self, call: _Call, what: str, *, timeout: bool) -> None:
+        """No response head came: answer 502/504 in fixed words."""
+        if call.finished:
+            return
+        status, body = self.proxy.relay_gateway_error(call.ex, timeout=timeout, what=what, path=call.path)
+        if not call.body_done:
+            call.keep_alive = False  # the rest of the request body has nowhere to go
+        self._send_error(call, status, body)
+        self.response_done(call)
+
+    def interrupted(self, call: _Call) -> None:
+        """The upstream broke off a response whose head the client has: break the client's too."""
+        if call.finished:
+            return
+        call.finished = True
+        self.proxy.fail(call.ex, "stream_interrupted")
+        ex = call.ex
+        if ex is not None:
+            ex.t_end = perf_counter()
+            self.proxy.finish(ex)
+        self.current = None
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _client_gone(self, call: _Call) -> None:
+        call.finished = True
+        if call.up is not None:
+            call.up.abort()
+            call.up = None
+        else:
+            self.server.pool.forget(call)
+        if call.local is None:
+            self.proxy.fail(call.ex, "client_disconnected")
+        ex = call.ex
+        if ex is not None:
+            ex.t_end = perf_counter()
+            self.proxy.finish(ex)
+
+    def _reject(self, status: int, message: str) -> None:
+        """A malformed request: one line in the log (never the client's bytes), 400, and close."""
+        log.info("malformed_request_rejected", status=status)
+        transport = self.transport
+        if transport is None:
+            return
+        call = self.current
+        if call is None or call.sent_head or call.finished:
+            if call is None:
+                body = self.proxy.relay_error_body(message)
+                transport.write(b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b" % (status, _REASONS[status], len(body), body))
+            transport.close()
+            return
+        # Mid-request (a broken chunked upload): the call cannot complete; end the connection.
+        transport.abort()
+
+    # --- flow control and deadlines ---------------------------------------------------------------------
+
+    def pause(self, reason: str) -> None:
+        if not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+        self.paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        paused = self.paused
+        if reason in paused:
+            paused.discard(reason)
+            if not paused and self.transport is not None:
+                self.transport.resume_reading()
+
+    def _arm(self) -> None:
+        self.deadline = self.server.loop.call_later(self.server.header_timeout_s, self._head_expired)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _head_expired(self) -> None:
+        # Disarmed when a head completes: firing means no complete head since it was armed.
+        self.deadline = None
+        if self.transport is not None:
+            self.server.on_header_timeout()
+            self.transport.close()
+
+
+class RelayServer:
+    """The listening side: accepts clients, owns the upstream pool, stops in bounded time.
+
+    `proxy` is the `Proxy` of collectors/llmwatch/collectors/receivers/proxy/handler.py (typed Any: that module imports this one).
+    """
+
+    def __init__(self, proxy: Any) -> None:
+        p = proxy.cfg.proxy
+        self.proxy = proxy
+        self.loop = asyncio.get_running_loop()
+        self.pool = _Pool(proxy, self.loop)
+        self.max_line = p.max_header_bytes
+        self.max_headers = p.max_headers
+        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.header_timeout_s = p.header_timeout_s
+        self.shutdown_timeout_s = p.shutdown_timeout_s
+        self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(error_type="client_header_timeout").inc
+        self.clients: set[_Client] = set()
+        self.server: asyncio.AbstractServer | None = None
+        self.closing = False
+        self.drained: asyncio.Event | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        url = proxy.upstream
+        self.prefix = url.raw_path.rstrip("/").encode("latin-1")
+        self.host_header = b"Host: " + url.host_port_subcomponent.encode("latin-1") + b"\r\n"
+        self.auth = (b"Authorization: " + proxy.upstream_authorization.encode("latin-1") + b"\r\n") if proxy.upstream_authorization else None
+        self.preserve_host = p.preserve_host
+        self.routes = proxy.capture_routes
+        self.read_headers = frozenset(h.encode("latin-1") for h in proxy.exchange_headers)
+
+    async def start(self, sock: socket.socket) -> int:
+        sock.setblocking(False)
+        self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
+        return sock.getsockname()[1]
+
+    def _sweep(self) -> None:
+        # Idle keep-alive clients are closed by one periodic sweep, not a timer per request.
+        cutoff = self.loop.time() - _CLIENT_KEEPALIVE_S
+        for client in list(self.clients):
+            if client.current is None and not client.in_head and client.idle_since < cutoff and client.transport is not None:
+                client.transport.close()
+        self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
+
+    def new_call(self, client: _Client, parser: Any, target: bytes, headers: list[tuple[bytes, bytes]]) -> _Call:
+        t0 = perf_counter()
+        started_at = time.time()
+        call = _Call(client)
+        method = parser.get_method()
+        call.http10 = parser.get_http_version() == "1.0"
+        call.keep_alive = parser.should_keep_alive() and not self.closing
+        call.is_head = method == b"HEAD"
+        proxy = self.proxy
+        if not target.startswith(b"/"):
+            # Absolute-form (`GET http://other/ HTTP/1.1`) or asterisk-form: a reverse proxy only
+            # ever sends to its one upstream, so only a path can be forwarded.
+            if target == b"*":
+                call.local = (404 if method == b"OPTIONS" else 400, proxy.relay_error_body("llmwatch proxy: the request target must be a path such as /v1/chat/completions"))
+            else:
+                call.local = (400, proxy.relay_error_body("llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"))
+            call.body_done = False
+            return call
+        raw_path = target.split(b"?", 1)[0]
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(raw_path.decode("utf-8", "replace"))
+        call.path = path
+        # Of a captured call's headers, only the few the Exchange reads are decoded.
+        lookup: dict[str, str] | None = {} if path in self.routes else None
+        read = self.read_headers
+        out = [method, b" ", self.prefix, target, b" HTTP/1.1\r\n"]
+        if not self.preserve_host:
+            out.append(self.host_header)
+        has_auth = False
+        chunked = False
+        length = None
+        for name, value in headers:
+            lower = name.lower()
+            if lookup is not None and lower in read:
+                key = lower.decode("latin-1")
+                if key not in lookup:
+                    lookup[key] = value.decode("latin-1")
+            if lower in _HOP_BY_HOP:
+                if lower == b"transfer-encoding":
+                    chunked = True  # llhttp accepts it only with chunked last
+                continue
+            if lower == b"host":
+                if not self.preserve_host:
+                    continue
+            elif lower == b"expect":
+                if value.lower() == b"100-continue":
+                    # Answered here: forwarded, it would make the upstream request wait for a
+                    # second 100 that an upstream expecting only the body never sends.
+                    client.write(_CONTINUE)
+                    continue
+            elif lower == b"authorization":
+                has_auth = True
+            elif lower == b"content-length":
+                length = value
+            out += (name, b": ", value, b"\r\n")
+        if not has_auth and self.auth is not None:
+            out.append(self.auth)
+        if chunked:
+            out.append(b"Transfer-Encoding: chunked\r\n")
+        out.append(b"\r\n")
+        call.head = b"".join(out)
+        call.chunked = chunked
+        if lookup is not None:
+            ex = call.ex = proxy.relay_exchange(method.decode("latin-1"), path, lookup, t0, started_at)
+            has_body = chunked or (length is not None and length.strip() not in (b"0", b""))
+            if not has_body:
+                ex.request_body = b""
+            elif length is not None and int(length) > ex.max_body_bytes:
+                ex.notes.append("request_too_large")
+            else:
+                call.req_buf = bytearray()
+        return call
+
+    async def cleanup(self) -> None:
+        """Stop accepting; give calls in flight `proxy.shutdown_timeout_s`; then cut what is left."""
+        self.closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self.server is not None:
+            self.server.close()
+        for client in list(self.clients):
+            if client.current is None and client.transport is not None:
+                client.transport.close()  # idle: nothing to wait for
+        if self.clients:
+            self.drained = asyncio.Event()
+            try:
+                await asyncio.wait_for(self.drained.wait(), self.shutdown_timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        for client in list(self.clients):
+            if client.transport is not None:
+                client.transport.abort()
+        self.pool.close()

@@ -1,0 +1,1 @@
+"""Shadow evaluation: mirroring sampled live calls to candidate versions."""

@@ -1,0 +1,189 @@
+"""`llmwatch score`: the sidecar's checks over sample files, for traffic exported by users.
+
+The output is written to a temporary file beside `--out` and renamed only when every input line
+was read, so a bad line leaves no half-written result behind; the error names file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from llmwatch.core.config import Config, ScoringSection
+from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.reports.text import count_scores, pass_rate_table
+from llmwatch.scorers.checks.suite import build_suite
+
+
+def _count_lines(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        with open(path, "rb") as fh:
+            total += sum(1 for line in fh if line.strip())
+    return total
+
+
+def offline_scoring(cfg: ScoringSection) -> ScoringSection:
+    """The scoring settings of an offline command: torch on every CPU this process may use.
+
+    The sidecar's default of one torch thread leaves the other cores to traffic; a `score`,
+    `freeze` or `drift` run has the machine to itself. An explicit `scoring.torch_threads`
+    (config file or LLMWATCH_SCORING__TORCH_THREADS) is kept: on a machine shared with other
+    busy processes fewer threads can be faster (docs/notes/offline.md).
+    """
+    if "torch_threads" not in cfg.model_fields_set:
+        try:
+            cpus = len(os.sched_getaffinity(0))  # a taskset or cgroup cpuset, not the host's count
+        except AttributeError:  # not Linux
+            cpus = os.cpu_count() or 1
+        cfg = cfg.model_copy(update={"torch_threads": max(1, min(cpus, 64))})
+    if cfg.torch_threads > 1:
+        # OpenMP threads that wait by spinning burn a core each whenever another process holds
+        # it: on 2 shared cores that doubled the CPU of the model forward (31 s instead of 18 s for
+        # 1,000 samples) and made 2 threads slower than 1. Read when torch loads, so set before;
+        # a value the user set wins.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return cfg
+
+
+def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 256, out: IO[str] = sys.stdout) -> int:
+    from tqdm import tqdm
+
+    paths = jsonl_paths(source)
+    suite = build_suite(offline_scoring(cfg.scoring))
+    target = Path(out_path)
+    scores_all = []
+    samples_seen = 0
+    shown = sys.stderr.isatty()
+    # The total is one more read of every file: only worth it when a bar is shown.
+    progress = tqdm(total=_count_lines(paths) if shown else None, unit="sample", disable=not shown, file=sys.stderr)
+    # Answer vectors the relevance checks just computed (no second model call), kept beside the
+    # scores so that `baseline freeze` and `drift --scores` do not embed again.
+    vectors: dict[str, tuple[str, Any]] = {}
+    try:
+        with atomic_writer(target) as fh:
+            batch: list[Sample] = []
+
+            def flush() -> None:
+                for result in suite.score(batch):
+                    fh.write(result.score.to_json() + b"\n")
+                    scores_all.append(result.score)
+                if suite.embedder is not None:
+                    _keep_vectors(suite.embedder, batch, vectors)
+                progress.update(len(batch))
+                batch.clear()
+
+            for sample in read_records(source):
+                batch.append(sample)
+                samples_seen += 1
+                if len(batch) >= batch_size:
+                    flush()
+            if batch:
+                flush()
+        if suite.embedder is not None:
+            write_cache(cache_path(target), vectors, quantized=cfg.scoring.quantize_embeddings)
+    finally:
+        progress.close()
+    out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
+    out.write(pass_rate_table(count_scores(scores_all)) + "\n")
+    return 0
+
+
+def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str, Any]]) -> None:
+    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id."""
+    from llmwatch.scorers.checks.embeddings import prompt_for_embedding
+
+    for sample, vector in zip(batch, embedder.embed_answers(batch)):
+        if vector.any():
+            into[sample.id] = (text_key(sample.answer_text()), vector)
+    for sample, vector in zip(batch, embedder.embed_prompts(batch)):
+        if vector.any():
+            into[PROMPT_PREFIX + sample.id] = (text_key(prompt_for_embedding(sample)), vector)
+
+
+def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_version: str | None, *, purpose: str, prompts: dict | None = None):
+    """Samples (of one version, if asked), their scores (read, or computed now) and answer embeddings.
+
+    With a `prompts` dict (and embeddings on), it is filled with the prompt vectors by sample id,
+    for the drift's prompt matching, clusters and `inputs` signal.
+    """
+    import numpy as np
+
+    samples = [s for s in read_records(samples_path)]
+    versions = sorted({s.model_version or "unknown" for s in samples})
+    if model_version is not None:
+        samples = [s for s in samples if (s.model_version or "unknown") == model_version]
+        if not samples:
+            raise RecordError(f"no samples of model version {model_version!r} in {samples_path} for {purpose}; versions found: {', '.join(versions) or 'none'}")
+    if not samples:
+        raise RecordError(f"{samples_path} holds no samples for {purpose}")
+    ids = {s.id for s in samples}
+    suite = None
+    # Vectors computed once per sample: by `llmwatch score` (the cache beside its scores file),
+    # or by the relevance checks while scoring now; the model runs only for what is left.
+    known: dict[str, tuple[str, np.ndarray]] = {}
+    if scores_path is not None:
+        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
+        if cfg.scoring.embeddings:
+            known = read_cache(cache_path(scores_path), quantized=cfg.scoring.quantize_embeddings)
+    else:
+        suite = build_suite(offline_scoring(cfg.scoring))
+        scores = []
+        with _progress(len(samples), f"scoring for {purpose}") as progress:
+            for start in range(0, len(samples), _OFFLINE_BATCH):
+                batch = samples[start : start + _OFFLINE_BATCH]
+                scores += [r.score for r in suite.score(batch)]
+                if cfg.scoring.embeddings and suite.embedder is not None:
+                    _keep_vectors(suite.embedder, batch, known)
+                progress.update(len(batch))
+    embeddings: dict[str, np.ndarray] = {}
+    if cfg.scoring.embeddings:
+        wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
+        embedder = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
+        embedder = _embed_missing(cfg, wanted, known, "", lambda s: s.answer_text(), embeddings, embedder, f"embedding answers for {purpose}")
+        if prompts is not None:
+            from llmwatch.scorers.checks.embeddings import prompt_for_embedding
+
+            asked = [s for s in samples if s.operation in ("chat", "text_completion", "generate_content") and prompt_for_embedding(s)]
+            _embed_missing(cfg, asked, known, PROMPT_PREFIX, prompt_for_embedding, prompts, embedder, f"embedding prompts for {purpose}")
+    return samples, scores, embeddings, versions
+
+
+def _embed_missing(cfg: Config, wanted: list[Sample], known: dict, prefix: str, text: Any, into: dict, embedder: Any, what: str) -> Any:
+    """Vectors of `text(sample)` into `into[sample.id]`: from `known` when the text hash matches, else embedded now."""
+    missing = []
+    for s in wanted:
+        hit = known.get(prefix + s.id)
+        if hit is not None and hit[0] == text_key(text(s)):
+            into[s.id] = hit[1]
+        else:
+            missing.append(s)
+    if missing:
+        if embedder is None:
+            from llmwatch.scorers.checks.embeddings import Embedder
+
+            embedder = Embedder(threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings)
+        with _progress(len(missing), what) as progress:
+            for start in range(0, len(missing), _OFFLINE_BATCH):
+                part = missing[start : start + _OFFLINE_BATCH]
+                for s, v in zip(part, embedder.encode([text(s) for s in part])):
+                    into[s.id] = v
+                progress.update(len(part))
+    return embedder
+
+
+# Samples per model call in the offline commands: large enough for batching, small enough for a
+# progress bar that moves.
+_OFFLINE_BATCH = 256
+
+
+def _progress(total: int, what: str):
+    from tqdm import tqdm
+
+    # On a terminal only: a redirected stderr (CI logs) gets no bar.
+    return tqdm(total=total, unit="sample", desc=what, disable=not sys.stderr.isatty(), file=sys.stderr)

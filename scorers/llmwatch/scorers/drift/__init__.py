@@ -1,0 +1,1 @@
+"""Drift: a model version's current behaviour against its frozen baseline, in three families, offline and online."""

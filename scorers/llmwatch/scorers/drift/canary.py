@@ -1,0 +1,334 @@
+"""Canary comparison: two versions served side by side, compared in the same window (issue 14).
+
+A version compared with a frozen baseline from last week also compares last week's load and
+traffic mix with today's. Where one sidecar serves two versions at once - a stable version and a
+canary taking part of the traffic - both see the same load and the same kind of requests at the
+same time, so comparing them *with each other* over the time both were served compares like with
+like: the per-token latency of the canary against the stable version's under the same host load.
+
+The statistics are the drift families' (scorers/llmwatch/scorers/drift/families.py via `compare`): the stable version's
+samples take the baseline's place, summarised in memory exactly as `baseline freeze` would, and
+prompts both versions answered are matched. What is added here is the window (only the time both
+versions were served; the rest is counted and left out) and the reading as a verdict on the
+canary: `worse` when a family named in `fail_on` drifts in a direction that is not better (a
+higher pass rate or fewer failures is a difference, not a regression; performance only counts
+slower or dearer already), `not_worse`, or `insufficient`. Exit codes as drift: 0, 1, 2.
+
+Used by `llmwatch canary` (offline) and by the aggregate stage (online `llmwatch_canary_*` gauges).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from llmwatch.core.metrics import CanaryReading
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+from llmwatch.scorers.drift.compare import DriftReport, DriftSettings, Signal, compare
+from llmwatch.scorers.drift.features import RouteStats, summarize
+
+__all__ = ["CanaryError", "CanaryReport", "Window", "canary_readings", "compare_versions", "format_text", "parse_duration", "pick_pairs", "readings_of", "same_window"]
+
+SCHEMA = "llmwatch.canary/v1"
+
+
+class CanaryError(RecordError):
+    """Samples that cannot be compared as a canary (a version missing, no common window); exit 2."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The time both versions were served, and what fell outside it."""
+
+    start: datetime
+    end: datetime
+    n_stable: int
+    n_canary: int
+    # Samples of each version left out: outside the window asked for, or outside the overlap.
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "n_stable": self.n_stable, "n_canary": self.n_canary, "left_out": dict(self.left_out)}
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `2h`, `1d` -> a timedelta; anything else is refused with an example."""
+    m = _DURATION.match(text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration; use a positive number and a unit s, m, h or d, e.g. 30m or 2h")
+    return timedelta(seconds=float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)])
+
+
+def _version(sample: Sample) -> str:
+    return sample.model_version or "unknown"
+
+
+def same_window(
+    samples: Iterable[Sample],
+    stable: str,
+    canary: str,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    last: timedelta | None = None,
+) -> tuple[list[Sample], list[Sample], Window]:
+    """The samples of `stable` and `canary` from the time both were served.
+
+    First the window asked for: `start`/`end` (inclusive), or the `last` span ending at the newest
+    sample of either version (a file's own clock, so that a re-run gives the same answer). Then
+    only the overlap of the two versions' time ranges: a canary that started at 10:00 is compared
+    with the stable version's samples from 10:00 on, not with the quiet night before.
+    """
+    if stable == canary:
+        raise CanaryError(f"--stable and --canary are both {stable!r}; name two different versions")
+    items = list(samples)
+    found = Counter(_version(s) for s in items)
+    missing = [v for v in (stable, canary) if v not in found]
+    if missing:
+        seen = ", ".join(f"{v} ({n})" for v, n in sorted(found.items())) or "none"
+        raise CanaryError(f"no samples of version {' or '.join(repr(v) for v in missing)}; versions found (samples): {seen}")
+    sides = {v: [s for s in items if _version(s) == v] for v in (stable, canary)}
+    left: dict[str, int] = {stable: 0, canary: 0}
+    if last is not None:
+        newest = max(s.timestamp for v in sides for s in sides[v])
+        start = newest - last
+    if start is not None or end is not None:
+        for v in sides:
+            kept = [s for s in sides[v] if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+            left[v] += len(sides[v]) - len(kept)
+            sides[v] = kept
+        empty = [v for v in sides if not sides[v]]
+        if empty:
+            raise CanaryError(f"no samples of version {' or '.join(repr(v) for v in empty)} between {start.isoformat() if start else 'the first sample'} and {end.isoformat() if end else 'the last sample'}; widen the window")
+    ranges = {v: (min(s.timestamp for s in sides[v]), max(s.timestamp for s in sides[v])) for v in sides}
+    lo = max(r[0] for r in ranges.values())
+    hi = min(r[1] for r in ranges.values())
+    if lo > hi:
+        spans = "; ".join(f"{v} from {a.isoformat()} to {b.isoformat()}" for v, (a, b) in ranges.items())
+        raise CanaryError(
+            f"the two versions were never served at the same time ({spans}); a canary comparison needs both in one window "
+            "(for versions served one after the other, freeze a baseline of the first and run `llmwatch drift`)"
+        )
+    for v in sides:
+        kept = [s for s in sides[v] if lo <= s.timestamp <= hi]
+        left[v] += len(sides[v]) - len(kept)
+        sides[v] = kept
+    return sides[stable], sides[canary], Window(lo, hi, len(sides[stable]), len(sides[canary]), left)
+
+
+@dataclass
+class CanaryReport:
+    stable_version: str
+    canary_version: str
+    window: Window
+    drift: DriftReport
+    # Signals that count against the canary: (family, signal name, direction).
+    worse: list[Signal]
+    # Signals that differ in the canary's favour (shown, never fail).
+    better: list[Signal]
+
+    @property
+    def verdict(self) -> str:
+        if self.worse:
+            return "worse"
+        if self.drift.verdict == "insufficient":
+            return "insufficient"
+        # Drift only in the canary's favour: still undecided where a failing family could not be judged.
+        undecided = [f for f, info in self.drift.families.items() if f in self.drift.settings.fail_on and info["verdict"] == "insufficient" and info.get("recorded", True)]
+        return "insufficient" if undecided else "not_worse"
+
+    @property
+    def exit_code(self) -> int:
+        return {"not_worse": 0, "worse": 1}.get(self.verdict, 2)
+
+    def family_verdicts(self) -> dict[str, str]:
+        """Per family: worse | not_worse | insufficient (inputs: shifted | stable | insufficient)."""
+        out = {}
+        for f, info in self.drift.families.items():
+            if f == "inputs":
+                out[f] = info["verdict"]
+            elif any(s.family == f for s in self.worse):
+                out[f] = "worse"
+            elif info["verdict"] == "insufficient":
+                out[f] = "insufficient"
+            else:
+                out[f] = "not_worse"
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        body = self.drift.to_dict()
+        verdicts = self.family_verdicts()
+        for f, info in body["families"].items():
+            info["canary_verdict"] = verdicts[f]
+        return {
+            "schema": SCHEMA,
+            "stable_version": self.stable_version,
+            "canary_version": self.canary_version,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "worse": [{"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size, "p_adjusted": s.p_adjusted, "stratum": s.stratum} for s in self.worse],
+            "better": [{"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size} for s in self.better],
+            "window": self.window.to_dict(),
+            "families": body["families"],
+            "signals": body["signals"],
+            "settings": body["settings"],
+        }
+
+
+def _failure_share(routes: Mapping[str, RouteStats]) -> float:
+    rows = [r for rs in routes.values() for r in rs.rows]
+    return sum(r.failure_mode != "ok" for r in rows) / len(rows) if rows else 0.0
+
+
+def _against(sig: Signal, stable_routes: Mapping[str, RouteStats], canary_routes: Mapping[str, RouteStats]) -> bool:
+    """Whether a drifting signal counts against the canary.
+
+    Pass rates name their direction; failure modes have none, so the share of calls that failed
+    in any way decides; performance drifts only when slower or dearer (families.py). Everything
+    else (answer length, relevance, answer embeddings) is a change of behaviour that someone has
+    to look at before the canary takes all traffic: it counts.
+    """
+    if sig.name.startswith("pass_rate:"):
+        return sig.direction != "better"
+    if sig.name == "failure_modes":
+        return _failure_share(canary_routes) >= _failure_share(stable_routes)
+    return True
+
+
+def compare_versions(
+    stable: tuple[Sequence[Sample], Sequence[Score], Mapping[str, np.ndarray] | None],
+    canary: tuple[Sequence[Sample], Sequence[Score], Mapping[str, np.ndarray] | None],
+    *,
+    stable_version: str,
+    canary_version: str,
+    window: Window,
+    settings: DriftSettings = DriftSettings(),
+) -> tuple[CanaryReport, dict[str, RouteStats], dict[str, RouteStats]]:
+    """The canary against the stable version, each summarised in memory; and both summaries (for plots)."""
+    reference = _summary(*stable)
+    current = _summary(*canary)
+    report = compare(reference, current, baseline_version=stable_version, current_versions=[canary_version], settings=settings)
+    failing = [s for s in report.signals if s.family in settings.fail_on and s.verdict in ("drift", "shifted")]
+    worse = [s for s in failing if _against(s, reference, current)]
+    better = [s for s in failing if s not in worse]
+    return CanaryReport(stable_version, canary_version, window, report, worse, better), reference, current
+
+
+def _summary(samples: Sequence[Sample], scores: Sequence[Score], vectors: Mapping[str, np.ndarray] | None) -> dict[str, RouteStats]:
+    ids = {s.id for s in samples}
+    return summarize(samples, [sc for sc in scores if sc.sample_id in ids], {k: v for k, v in (vectors or {}).items() if k in ids})
+
+
+def pick_pairs(counts: Mapping[str, Mapping[str, int]], stable: str | None, canary: str | None, *, most: int = 4) -> list[tuple[str, str]]:
+    """(stable, canary) pairs to compare online from the samples per model and version.
+
+    With both versions configured: that pair, when both are in the windows. Otherwise, for each
+    model served by two or more versions, the version with the most samples is stable and each
+    other (most samples first, at most `most`) is a canary, so the series stay bounded.
+    """
+    totals: Counter[str] = Counter()
+    for versions in counts.values():
+        totals.update(versions)
+    if stable is not None and canary is not None:
+        return [(stable, canary)] if totals.get(stable) and totals.get(canary) else []
+    pairs: list[tuple[str, str]] = []
+    for _model, versions in sorted(counts.items()):
+        ranked = sorted(((n, v) for v, n in versions.items() if n), key=lambda t: (-t[0], t[1]))
+        if len(ranked) < 2:
+            continue
+        head = ranked[0][1]
+        pairs += [(head, v) for _, v in ranked[1 : 1 + most] if (head, v) not in pairs]
+    return pairs[:most]
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def format_text(report: CanaryReport) -> str:
+    d, w = report.drift, report.window
+    head = {
+        "worse": f"WORSE: canary {report.canary_version} is worse than stable {report.stable_version} in the same window on "
+        + ", ".join(f"{s.family}/{s.name} ({s.direction or 'changed'})" for s in report.worse),
+        "not_worse": f"NOT WORSE: canary {report.canary_version} is not worse than stable {report.stable_version} in the same window",
+        "insufficient": f"UNDECIDED: too few samples of one version in the common window (each signal needs at least {d.settings.min_samples} per version), or prompts that barely overlap",
+    }[report.verdict]
+    left = ", ".join(f"{v} {n}" for v, n in w.left_out.items())
+    lines = [
+        head,
+        f"window {w.start.isoformat()} .. {w.end.isoformat()} (both versions served): stable {report.stable_version} {w.n_stable} samples, canary {report.canary_version} {w.n_canary} samples; left out (outside the window): {left}",
+    ]
+    for name, verdict in report.family_verdicts().items():
+        info = d.families.get(name, {})
+        how = f", compared on {info['comparison']}, overlap {info['overlap']:.0%}" if name == "behaviour" and "comparison" in info else ""
+        fails = "" if name in d.settings.fail_on else " (does not fail the run)"
+        why = f" ({info['reason']})" if info.get("reason") else ""
+        lines.append(f"  {name:<12} {verdict}{how}{fails}{why}")
+    if report.better:
+        lines.append("better in the canary (does not fail): " + ", ".join(f"{s.name} ({s.direction or 'fewer failures'})" for s in report.better))
+    for s in d.signals:
+        if s.name == "perf:latency_per_token_ms" and "p50" in s.detail:
+            (b50, c50), (b95, c95) = s.detail["p50"], s.detail["p95"]
+            lines.append(f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})")
+    lines += ["", f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum"]
+    for s in d.signals:
+        lines.append(
+            f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
+            f"{f'{s.n_baseline}/{s.n_current}':>16}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted') else ''}"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- online
+
+
+Item = tuple[Sample, Sequence[Score], "np.ndarray | None"]
+_VERDICT_VALUE = {"worse": 1.0, "shifted": 1.0, "not_worse": 0.0, "stable": 0.0}
+
+
+def canary_readings(windows: Mapping[str, Sequence[Item]], settings: DriftSettings, *, stable: str | None = None, canary: str | None = None, most: int = 4) -> list[CanaryReading]:
+    """Gauge readings for every (stable, canary) pair served in the recent windows (see `pick_pairs`).
+
+    Each pair is compared exactly as `llmwatch canary` would, on the part of both windows that
+    overlaps in time. A pair that was never served at the same time yields nothing.
+    """
+    counts: dict[str, Counter[str]] = {}
+    for version, items in windows.items():
+        for sample, _, _ in items:
+            counts.setdefault(sample.model or "unknown", Counter())[version] += 1
+    out: list[CanaryReading] = []
+    for s_version, c_version in pick_pairs(counts, stable, canary, most=most):
+        items = [*windows.get(s_version, ()), *windows.get(c_version, ())]
+        try:
+            s_samples, c_samples, window = same_window([i[0] for i in items], s_version, c_version)
+        except CanaryError:
+            continue
+        scores = [sc for i in items for sc in i[1]]
+        vectors = {i[0].id: i[2] for i in items if i[2] is not None}
+        report, _, _ = compare_versions((s_samples, scores, vectors), (c_samples, scores, vectors), stable_version=s_version, canary_version=c_version, window=window, settings=settings)
+        out += readings_of(report)
+    return out
+
+
+def readings_of(report: CanaryReport) -> list[CanaryReading]:
+    s, c = report.stable_version, report.canary_version
+    out = [CanaryReading("samples", s, c, "stable", float(report.window.n_stable)), CanaryReading("samples", s, c, "canary", float(report.window.n_canary))]
+    out += [CanaryReading("verdict", s, c, family, _VERDICT_VALUE.get(verdict, -1.0)) for family, verdict in report.family_verdicts().items()]
+    for sig in report.drift.signals:
+        if sig.name == "perf:latency_per_token_ms" and "p50" in sig.detail:
+            for q, (b, cur) in (("0.5", sig.detail["p50"]), ("0.95", sig.detail["p95"])):
+                if b:
+                    out.append(CanaryReading("latency_per_token_ratio", s, c, q, cur / b))
+        elif sig.name.startswith("pass_rate:") and not math.isnan(sig.effect_size):
+            out.append(CanaryReading("pass_rate_difference", s, c, sig.name.removeprefix("pass_rate:"), float(sig.effect_size)))
+    return out

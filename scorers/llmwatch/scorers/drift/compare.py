@@ -1,0 +1,115 @@
+"""Version-stability drift: the current window against a frozen baseline, in three families.
+
+`inputs` (what users ask), `behaviour` (what the model does on comparable inputs) and
+`performance` (per-token latency and cost, with a margin) are tested and decided apart; see
+scorers/llmwatch/scorers/drift/families.py for every test and why. The report's verdict is `drift` when a family named
+in `settings.fail_on` (default behaviour and performance) drifts - never for `inputs` alone -
+`insufficient` when one of them cannot be decided (too few samples, or inputs that barely overlap
+the baseline's), else `stable`. Exit codes: 0 stable, 1 drift, 2 insufficient.
+
+The p-values of the decisive signals of the failing families are corrected together (Holm by
+default), so the chance of a false exit 1 in a stable window stays at `alpha`. A signal drifts
+when its adjusted p-value is below `alpha` and its effect is at least the configured minimum, in
+the user's units (pass-rate points, fraction of the median, cosine; performance: more than
+`performance_margin` slower per token at p50 or p95).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
+from llmwatch.scorers.drift.families import family_signals
+from llmwatch.scorers.drift.features import RouteStats
+
+__all__ = ["DriftReport", "DriftSettings", "Signal", "compare", "format_text", "settings_from_config"]
+
+
+@dataclass
+class DriftReport:
+    baseline_version: str
+    current_versions: list[str]
+    n_current: int
+    settings: DriftSettings
+    signals: list[Signal]
+    verdict: str  # stable | drift | insufficient
+    # Per family: verdict (inputs: stable|shifted|insufficient; others stable|drift|insufficient),
+    # the names of its signals (most significant first) and what it was compared on.
+    families: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return {"stable": 0, "drift": 1}.get(self.verdict, 2)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["exit_code"] = self.exit_code
+        by_name = {(sig["family"], sig["name"]): sig for sig in out["signals"]}
+        out["families"] = {f: {**info, "signals": [by_name[(f, n)] for n in info.get("signals", []) if (f, n) in by_name]} for f, info in self.families.items()}
+        return out
+
+
+def settings_from_config(section: Any, **overrides: Any) -> DriftSettings:
+    """DriftSettings from a config `drift` section (core.config.DriftSection); `overrides` win (CLI flags)."""
+    names = ("alpha", "min_samples", "performance_margin", "min_pass_rate_change", "min_relative_change", "min_score_change", "min_embedding_distance", "min_mix_change", "min_overlap", "near_duplicate_cosine", "min_prompt_separation", "max_unmatched_separation")
+    values: dict[str, Any] = {n: getattr(section, n) for n in names if hasattr(section, n)}
+    if hasattr(section, "fail_on"):
+        values["fail_on"] = tuple(section.fail_on)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return DriftSettings(**values)
+
+
+def compare(
+    baseline_routes: Mapping[str, RouteStats],
+    current_routes: Mapping[str, RouteStats],
+    *,
+    baseline_version: str,
+    current_versions: list[str],
+    settings: DriftSettings = DriftSettings(),
+) -> DriftReport:
+    signals, families = family_signals(baseline_routes, current_routes, settings)
+    n_current = sum(r.n for r in current_routes.values())
+    failing = [f for f in FAMILIES if f in settings.fail_on]
+    if any(families[f]["verdict"] in ("drift", "shifted") for f in failing):
+        verdict = "drift"
+    # A family with no signal at all records nothing here (e.g. no latencies or token counts in an
+    # export): it cannot be judged, but it does not make the others undecided either.
+    elif n_current < settings.min_samples or not any(families[f].get("recorded", True) for f in failing) or any(families[f]["verdict"] == "insufficient" and families[f].get("recorded", True) for f in failing):
+        verdict = "insufficient"
+    else:
+        verdict = "stable"
+    return DriftReport(baseline_version, current_versions, n_current, settings, signals, verdict, families)
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def format_text(report: DriftReport) -> str:
+    head = {
+        "drift": "DRIFT: the current window behaves differently from the baseline",
+        "stable": "STABLE: no signal differs from the baseline beyond chance",
+        "insufficient": f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
+    }[report.verdict]
+    families = []
+    for name, info in report.families.items():
+        why = f" ({info['reason']})" if info.get("reason") else ""
+        how = f", compared on {info['comparison']}, overlap {info['overlap']:.0%}" if name == "behaviour" and "comparison" in info else ""
+        fails = "" if name in report.settings.fail_on else " (does not fail the run)"
+        families.append(f"  {name:<12} {info['verdict']}{how}{fails}{why}")
+    lines = [
+        head,
+        *families,
+        f"baseline version {report.baseline_version}; current window: {report.n_current} samples of version(s) {', '.join(report.current_versions) or '-'}",
+        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {sum(not math.isnan(s.p_adjusted) for s in report.signals)} tests; performance margin {report.settings.performance_margin:.0%} per token",
+        "",
+        f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'n base/cur':>13}  direction / stratum",
+    ]
+    for s in report.signals:
+        lines.append(
+            f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
+            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted', 'changed') else ''}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""Online drift: a sliding window per model version, compared with the baseline on an interval.
+
+Held by the aggregator (scorers/llmwatch/scorers/drift/aggregate.py), in the scorer process, where the scores and answer
+embeddings already are, and in `llmwatch aggregate`. Each refresh summarises every window with
+enough samples exactly as `llmwatch drift` would and yields one gauge reading per signal, which
+`Metrics.set_drift` turns into `llmwatch_drift_*` gauges.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Sequence
+
+import numpy as np
+import structlog
+
+from llmwatch.core.metrics import DriftReading
+from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.served import ServedVersion
+from llmwatch.scorers.drift.baseline import Baseline
+from llmwatch.scorers.drift.compare import DriftSettings, compare
+from llmwatch.scorers.drift.features import summarize
+
+log = structlog.get_logger(__name__)
+
+
+class DriftWindows:
+    """Recent scored samples per model version; compared with `baseline` when there is one.
+
+    The windows fill even without a baseline, so that one can be frozen from them (`freeze`).
+    Setting a new baseline empties them: what was seen before was measured against another.
+
+    A window also starts afresh when the version serving its model_version changes: the response
+    model or system_fingerprint of a successful sample differs from the window's (those of
+    `restart_on`; the served-version sentinel, collectors/llmwatch/collectors/sentinel.py, watches the same parts on
+    the proxy's side). Samples of the old and the new version are then never compared as one. A
+    sample that does not tell a part (an error, an answer without fingerprint) changes nothing, and
+    coming back to a version served within `remember_s` (backends of one version with different
+    fingerprints) is no change either: the rules of llmwatch/core/served.py.
+    """
+
+    def __init__(
+        self,
+        baseline: Baseline | None,
+        *,
+        window: int,
+        interval_s: float,
+        settings: DriftSettings,
+        restart_on: Sequence[str] = ("response_model", "system_fingerprint"),
+        remember_s: float = 3600.0,
+    ) -> None:
+        self.baseline = baseline
+        self.window = window
+        self.interval_s = interval_s
+        self.settings = settings
+        self._windows: dict[str, deque[tuple[Sample, list[Score], np.ndarray | None]]] = {}
+        self._last = 0.0
+        self._watch_model = "response_model" in restart_on
+        self._watch_fingerprint = "system_fingerprint" in restart_on
+        self._remember_s = remember_s
+        # Per (model_version, request model): the (response model, fingerprint) it is served as.
+        # Keyed by request model too, as the proxy's sentinel is: one version label often covers
+        # several models (a chat model and an embedding model), whose answers name different models.
+        self._served: dict[tuple[str, str], ServedVersion] = {}
+        # Per model_version: what it was last seen served as (named in the drift readings).
+        self._served_as_now: dict[str, tuple[str | None, ...]] = {}
+        self.restarts = 0
+
+    def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
+        if sample.error_type is not None or sample.status >= 400 or not (self._watch_model or self._watch_fingerprint):
+            return None
+        fingerprint = sample.response.get("system_fingerprint") if self._watch_fingerprint and isinstance(sample.response, dict) else None
+        served = (sample.response_model if self._watch_model else None, fingerprint if isinstance(fingerprint, str) else None)
+        return served if any(served) else None
+
+    def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> None:
+        served = self._served.get(key)
+        if served is None:
+            served = self._served[key] = ServedVersion(self._remember_s)
+        seen, before = served.see(told, time.monotonic())
+        if served.current is not None:
+            self._served_as_now[version] = served.current
+        if seen == "new":
+            # Same rule as the proxy's sentinel (llmwatch/core/served.py): a version served moments
+            # ago (another backend's fingerprint of it) does not restart the window.
+            win = self._windows.get(version)
+            log.warning("drift_window_restarted", model_version=version, old=before, new=served.current, dropped_samples=len(win) if win else 0, why="served version changed")
+            if win is not None:
+                win.clear()
+            self.restarts += 1
+
+    def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]) -> None:
+        by_id: dict[str, list[Score]] = {}
+        for score in scores:
+            by_id.setdefault(score.sample_id, []).append(score)
+        for sample in samples:
+            version = sample.model_version or "unknown"
+            told = self._served_as(sample)
+            if told is not None:
+                key = (version, sample.model or "")
+                served = self._served.get(key)
+                if served is None or served.told != told:
+                    self._see(version, key, told)
+            win = self._windows.get(version)
+            if win is None:
+                win = self._windows[version] = deque(maxlen=self.window)
+            win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
+
+    def contents(self) -> tuple[list[Sample], list[Score]]:
+        """Every sample in every window, and their scores (for the evaluation matrix)."""
+        samples = [item[0] for win in self._windows.values() for item in win]
+        scores = [s for win in self._windows.values() for item in win for s in item[1]]
+        return samples, scores
+
+    def by_version(self) -> dict[str, list[tuple[Sample, list[Score], np.ndarray | None]]]:
+        """A copy of each version's window: (sample, its scores, its answer vector), oldest first (for the canary)."""
+        return {version: list(win) for version, win in self._windows.items()}
+
+    def set_baseline(self, baseline: Baseline) -> None:
+        self.baseline = baseline
+        self._windows.clear()
+        self._served.clear()
+        self._served_as_now.clear()
+
+    def freeze(self, version: str) -> Baseline:
+        from llmwatch.scorers.drift.baseline import freeze
+
+        win = self._windows.get(version) or ()
+        return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version, minimums=self.settings.minimums())
+
+    def due(self, now: float | None = None) -> bool:
+        if self.baseline is None:
+            return False
+        return (now if now is not None else time.monotonic()) - self._last >= self.interval_s
+
+    def evaluate(self, now: float | None = None) -> list[DriftReading]:
+        self._last = now if now is not None else time.monotonic()
+        readings: list[DriftReading] = []
+        if self.baseline is None:
+            return readings
+        for version, win in self._windows.items():
+            if len(win) < self.settings.min_samples:
+                continue
+            samples = [item[0] for item in win]
+            # Drift compares per route; the gauges are labelled by the operation the samples were captured as.
+            operations = {sample.route: sample.operation for sample in samples}
+            scores = [s for item in win for s in item[1]]
+            vectors = {item[0].id: item[2] for item in win if item[2] is not None}
+            current = self._served_as_now.get(version)
+            served = ", ".join(p for p in current or () if p) or None
+            report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
+            for sig in report.signals:
+                if math.isnan(sig.p_adjusted):
+                    continue
+                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current, served_as=served))
+        return readings

@@ -1,0 +1,360 @@
+"""Paired statistics of shadow evaluation: the primary's and a candidate's answers to the same prompts.
+
+Pairing removes the variance between prompts: each request is its own control, so a change of a
+few points in a pass rate shows up in far fewer calls than two independent windows need
+(bench/shadow_power.py measures how many fewer). Plain functions over `Pair` records, no I/O.
+
+Per candidate the report has, for every check (and every check within every category):
+win / tie / loss counts (win = the candidate passes where the primary fails), the paired
+pass-rate difference with a confidence interval, and McNemar's exact test on the disagreements;
+for continuous signals (check values, latency, TTFT, output tokens, cost): Wilcoxon's
+signed-rank test on the paired differences and a paired-bootstrap interval of the ratio; the
+similarity of the two answers. One multiple-testing correction (Holm) runs over the family of
+"is the candidate worse" p-values of the verdict signals.
+
+The verdict is a non-inferiority decision with the configured margins (config `shadow.margins`):
+a signal is `not_worse` when its one-sided (1 - alpha) confidence bound stays inside the margin,
+`worse` when the candidate is significantly worse (Holm-adjusted p < alpha) and its point
+estimate is beyond the margin, and `inconclusive` otherwise (then the pairs needed are estimated).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from scipy import stats as _sps
+
+from llmwatch.core.config import ShadowMargins
+from llmwatch.core.pairs import Pair
+from llmwatch.scorers.stats.twosample import adjust_pvalues
+
+NOT_WORSE = "not_worse"
+WORSE = "worse"
+INCONCLUSIVE = "inconclusive"
+# Below this many usable pairs a signal is not judged at all (its interval means nothing yet).
+MIN_PAIRS = 10
+_BOOTSTRAP = 1000
+_SIMILARITY_CHARS = 2000
+
+
+def mcnemar_worse_p(wins: int, losses: int) -> float:
+    """One-sided exact McNemar p-value that the candidate loses more than it wins.
+
+    Under "no difference" each disagreement is a fair coin: losses ~ Binomial(wins + losses, 1/2).
+    """
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(_sps.binom.sf(losses - 1, n, 0.5))
+
+
+def mcnemar_two_sided_p(wins: int, losses: int) -> float:
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * _sps.binom.cdf(min(wins, losses), n, 0.5)))
+
+
+def paired_difference_ci(wins: int, losses: int, n: int, confidence: float) -> tuple[float, float, float]:
+    """Candidate minus primary pass rate and its two-sided interval (Agresti-Min adjusted Wald)."""
+    if n <= 0:
+        return 0.0, -1.0, 1.0
+    diff = (wins - losses) / n
+    # Agresti & Min (2005): half a count in each discordant cell keeps the interval honest when
+    # there are few or no disagreements.
+    b, c, m = wins + 0.5, losses + 0.5, n + 2.0
+    d = (b - c) / m
+    var = ((b + c) / m - d * d) / m
+    z = float(_sps.norm.ppf(0.5 + confidence / 2.0))
+    half = z * math.sqrt(max(var, 0.0))
+    return diff, max(-1.0, d - half), min(1.0, d + half)
+
+
+def wilcoxon_worse_p(diffs: np.ndarray, *, higher_is_worse: bool = True) -> float:
+    """One-sided Wilcoxon signed-rank p that the candidate's values are worse (higher or lower)."""
+    nonzero = diffs[diffs != 0]
+    if len(nonzero) < 2:
+        return 1.0
+    alternative = "greater" if higher_is_worse else "less"
+    return float(_sps.wilcoxon(nonzero, alternative=alternative, zero_method="wilcox").pvalue)
+
+
+def bootstrap_ratio(primary: np.ndarray, shadow: np.ndarray, stat: str, confidence: float, seed: int = 0) -> tuple[float, float, float]:
+    """Ratio shadow/primary of a statistic (`p95` or `mean`) and its paired-bootstrap interval.
+
+    Pairs are resampled whole, so the interval keeps the correlation between the two sides.
+    """
+
+    def of(x: np.ndarray, axis: int | None = None) -> Any:
+        return np.percentile(x, 95, axis=axis) if stat == "p95" else np.mean(x, axis=axis)
+
+    base = float(of(primary))
+    point = float(of(shadow)) / base if base > 0 else math.inf
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(primary), size=(_BOOTSTRAP, len(primary)))
+    num = of(shadow[idx], axis=1)
+    den = of(primary[idx], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    return point, float(lo), float(hi)
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalized_similarity(a: str, b: str) -> float:
+    """0..1 similarity of two answers after case and whitespace are normalised (difflib ratio)."""
+    a = _WS.sub(" ", a.lower()).strip()[:_SIMILARITY_CHARS]
+    b = _WS.sub(" ", b.lower()).strip()[:_SIMILARITY_CHARS]
+    if not a and not b:
+        return 1.0
+    return SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+@dataclass
+class Row:
+    """One line of the comparison table."""
+
+    signal: str  # e.g. check:refusal, latency_p95, error_rate
+    category: str  # "*" for all pairs
+    n: int
+    primary: float | None  # pass rate, p95 ms, mean USD...
+    shadow: float | None
+    effect: float | None  # difference (rates, points) or ratio (latency, cost)
+    ci_low: float | None
+    ci_high: float | None
+    p_worse: float | None
+    p_adjusted: float | None = None
+    wins: int | None = None
+    ties: int | None = None
+    losses: int | None = None
+    margin: float | None = None
+    verdict: str | None = None  # only on verdict signals
+    needed: int | None = None
+    note: str = ""
+    # Internal: how to judge the row (rate difference or ratio); not in the JSON.
+    kind: str = field(default="info", repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "kind"}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+@dataclass
+class CandidateReport:
+    candidate: str
+    pairs: int
+    rows: list[Row]
+    similarity: dict[str, float | None]
+    verdict: str
+    worse_on: list[str]
+    needed: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate,
+            "pairs": self.pairs,
+            "verdict": self.verdict,
+            "worse_on": self.worse_on,
+            "pairs_needed": self.needed,
+            "similarity": self.similarity,
+            "rows": [r.as_dict() for r in self.rows],
+        }
+
+
+def _z(p: float) -> float:
+    return float(_sps.norm.ppf(p))
+
+
+def _check_rows(pairs: Sequence[Pair], category: str, confidence: float, margin_points: float, alpha: float, power: float) -> list[Row]:
+    """Per check: paired pass/fail table, McNemar, pass-rate difference; Wilcoxon on values."""
+    per_check: dict[str, list[tuple[str, str, float | None, float | None]]] = {}
+    for pair in pairs:
+        primary = {s.check: s for s in pair.primary_scores}
+        for s in pair.shadow_scores:
+            p = primary.get(s.check)
+            if p is not None:
+                per_check.setdefault(s.check, []).append((p.result, s.result, p.value, s.value))
+    rows = []
+    for check in sorted(per_check):
+        results = [(a, b) for a, b, _, _ in per_check[check] if a in ("pass", "fail") and b in ("pass", "fail")]
+        n = len(results)
+        if n == 0:
+            continue
+        wins = sum(1 for a, b in results if a == "fail" and b == "pass")
+        losses = sum(1 for a, b in results if a == "pass" and b == "fail")
+        p_rate = sum(1 for a, _ in results if a == "pass") / n
+        s_rate = sum(1 for _, b in results if b == "pass") / n
+        diff, lo, hi = paired_difference_ci(wins, losses, n, confidence)
+        row = Row(
+            signal=f"check:{check}", category=category, n=n, primary=p_rate * 100, shadow=s_rate * 100, effect=diff * 100,
+            ci_low=lo * 100, ci_high=hi * 100, p_worse=mcnemar_worse_p(wins, losses), wins=wins, ties=n - wins - losses, losses=losses,
+            margin=-margin_points, kind="rate",
+        )
+        discordance = max((wins + losses) / n, 1.0 / n)
+        row.needed = _needed(discordance, margin_points / 100.0, alpha, power)
+        rows.append(row)
+        values = np.array([[a, b] for _, _, a, b in per_check[check] if a is not None and b is not None], dtype=float)
+        # Continuous values only: a 0/1 value says no more than the pass/fail row above.
+        if len(values) >= MIN_PAIRS and np.ptp(values) > 0 and not np.isin(values, (0.0, 1.0)).all():
+            d = values[:, 1] - values[:, 0]
+            rows.append(Row(
+                signal=f"value:{check}", category=category, n=len(values), primary=float(values[:, 0].mean()), shadow=float(values[:, 1].mean()),
+                effect=float(d.mean()), ci_low=None, ci_high=None, p_worse=wilcoxon_worse_p(d, higher_is_worse=False),
+                wins=int((d > 0).sum()), ties=int((d == 0).sum()), losses=int((d < 0).sum()),
+            ))
+    return rows
+
+
+def _needed(variance_per_pair: float, margin: float, alpha: float, power: float) -> int:
+    """Pairs for the one-sided (1 - alpha) bound to clear `margin` with `power`, if the truth is no difference."""
+    if margin <= 0:
+        return 0
+    return int(math.ceil((_z(1 - alpha) + _z(power)) ** 2 * variance_per_pair / margin**2))
+
+
+def _failed(sample: Any) -> bool:
+    return sample.error_type is not None or sample.status >= 400
+
+
+def _ratio_row(signal: str, prim: np.ndarray, shad: np.ndarray, stat: str, confidence: float, margin_ratio: float | None, alpha: float, power: float, unit_note: str) -> Row | None:
+    n = len(prim)
+    if n < 2:
+        return None
+    point, lo, hi = bootstrap_ratio(prim, shad, stat, confidence)
+    base = float(np.percentile(prim, 95) if stat == "p95" else prim.mean())
+    cand = float(np.percentile(shad, 95) if stat == "p95" else shad.mean())
+    d = shad - prim
+    row = Row(
+        signal=signal, category="*", n=n, primary=base, shadow=cand, effect=point, ci_low=lo, ci_high=hi,
+        p_worse=wilcoxon_worse_p(d, higher_is_worse=True), wins=int((d < 0).sum()), ties=int((d == 0).sum()), losses=int((d > 0).sum()),
+        margin=margin_ratio, kind="ratio" if margin_ratio is not None else "info", note=unit_note,
+    )
+    if margin_ratio is not None and margin_ratio > 1 and math.isfinite(hi) and math.isfinite(lo):
+        # Spread of the log ratio per pair, from the bootstrap interval; sized for a true ratio of 1.
+        se = (math.log(max(hi, 1e-12)) - math.log(max(lo, 1e-12))) / (2 * _z(0.5 + confidence / 2))
+        row.needed = _needed(se * se * n, math.log(margin_ratio), alpha, power)
+    return row
+
+
+def compare(pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.05, power: float = 0.95) -> CandidateReport:
+    """The comparison table and the verdict of one candidate's pairs."""
+    candidate = pairs[0].candidate if pairs else "?"
+    # Two-sided (1 - 2 alpha) intervals: each bound is a one-sided (1 - alpha) bound.
+    confidence = 1.0 - 2.0 * alpha
+    rows: list[Row] = []
+    n = len(pairs)
+    # Error rate: a failed candidate call is a loss whatever the checks say.
+    pe = [_failed(p.primary) for p in pairs]
+    se_ = [_failed(p.shadow) for p in pairs]
+    wins = sum(1 for a, b in zip(pe, se_) if a and not b)
+    losses = sum(1 for a, b in zip(pe, se_) if b and not a)
+    if n:
+        diff, lo, hi = paired_difference_ci(losses, wins, n, confidence)  # candidate minus primary error rate
+        er = Row(
+            signal="error_rate", category="*", n=n, primary=sum(pe) / n * 100, shadow=sum(se_) / n * 100, effect=diff * 100,
+            ci_low=lo * 100, ci_high=hi * 100, p_worse=mcnemar_worse_p(wins, losses), wins=wins, ties=n - wins - losses, losses=losses,
+            margin=margins.error_rate_points, kind="rate_up",
+        )
+        er.needed = _needed(max((wins + losses) / n, 1.0 / n), margins.error_rate_points / 100.0, alpha, power)
+        rows.append(er)
+    ok = [p for p in pairs if not _failed(p.primary) and not _failed(p.shadow)]
+    rows.extend(_check_rows(ok, "*", confidence, margins.pass_rate_points, alpha, power))
+    lat = np.array([[p.primary.latency_ms, p.shadow.latency_ms] for p in ok], dtype=float).reshape(-1, 2)
+    row = _ratio_row("latency_p95", lat[:, 0], lat[:, 1], "p95", confidence, margins.p95_latency_ratio, alpha, power, "ms")
+    if row:
+        rows.append(row)
+    ttft = np.array([[p.primary.ttft_ms, p.shadow.ttft_ms] for p in ok if p.primary.ttft_ms is not None and p.shadow.ttft_ms is not None], dtype=float).reshape(-1, 2)
+    row = _ratio_row("ttft_p95", ttft[:, 0], ttft[:, 1], "p95", confidence, margins.p95_ttft_ratio, alpha, power, "ms")
+    if row:
+        rows.append(row)
+    toks = np.array(
+        [[p.primary.usage.output_tokens, p.shadow.usage.output_tokens] for p in ok if p.primary.usage.output_tokens is not None and p.shadow.usage.output_tokens is not None],
+        dtype=float,
+    ).reshape(-1, 2)
+    row = _ratio_row("output_tokens_mean", toks[:, 0], toks[:, 1], "mean", confidence, None, alpha, power, "tokens")
+    if row:
+        rows.append(row)
+    cost = np.array([[p.primary.cost_usd, p.shadow.cost_usd] for p in ok if p.primary.cost_usd is not None and p.shadow.cost_usd is not None], dtype=float).reshape(-1, 2)
+    row = _ratio_row("cost_mean", cost[:, 0], cost[:, 1], "mean", confidence, margins.cost_ratio, alpha, power, "USD")
+    if row:
+        rows.append(row)
+    # Per category: the same check table within each category (reported, adjusted on their own).
+    categories = sorted({p.category for p in ok if p.category})
+    category_rows: list[Row] = []
+    for cat in categories:
+        category_rows.extend(_check_rows([p for p in ok if p.category == cat], cat, confidence, margins.pass_rate_points, alpha, power))
+
+    verdict_rows = [r for r in rows if r.kind in ("rate", "rate_up", "ratio")]
+    _holm(verdict_rows)
+    _holm([r for r in rows if r.kind == "info"] + category_rows)
+    worse_on: list[str] = []
+    needed: list[int] = []
+    for r in verdict_rows:
+        r.verdict = _judge(r, alpha)
+        if r.verdict == WORSE:
+            worse_on.append(r.signal)
+        elif r.verdict == INCONCLUSIVE and r.needed is not None:
+            needed.append(max(r.needed, MIN_PAIRS))
+    for r in category_rows:
+        r.verdict = _judge(r, alpha)
+    rows.extend(category_rows)
+    if worse_on:
+        overall = WORSE
+    elif n >= MIN_PAIRS and verdict_rows and all(r.verdict == NOT_WORSE for r in verdict_rows):
+        overall = NOT_WORSE
+    else:
+        overall = INCONCLUSIVE
+        if n < MIN_PAIRS:
+            needed.append(MIN_PAIRS)
+    sims = [normalized_similarity(p.primary.answer_text(), p.shadow.answer_text()) for p in ok]
+    similarity: dict[str, float | None] = {"mean": None, "ci_low": None, "ci_high": None, "n": len(sims)}
+    if sims:
+        arr = np.array(sims)
+        mean = float(arr.mean())
+        half = float(_sps.t.ppf(0.5 + confidence / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr))) if len(arr) > 1 else math.nan
+        similarity = {"mean": mean, "ci_low": max(0.0, mean - half) if math.isfinite(half) else None, "ci_high": min(1.0, mean + half) if math.isfinite(half) else None, "n": len(arr)}
+    return CandidateReport(candidate, n, rows, similarity, overall, worse_on, max(needed) if overall == INCONCLUSIVE and needed else None)
+
+
+def _holm(rows: list[Row]) -> None:
+    ps = [r.p_worse for r in rows if r.p_worse is not None]
+    adjusted = iter(adjust_pvalues(ps, method="holm")) if ps else iter(())
+    for r in rows:
+        if r.p_worse is not None:
+            r.p_adjusted = next(adjusted)
+
+
+def _judge(r: Row, alpha: float) -> str | None:
+    if r.margin is None or r.effect is None or r.ci_low is None or r.ci_high is None:
+        return None
+    if r.n < MIN_PAIRS:
+        return INCONCLUSIVE
+    significant = r.p_adjusted is not None and r.p_adjusted < alpha
+    if r.kind == "rate":  # candidate minus primary pass rate, points; margin is negative
+        if significant and r.effect < r.margin:
+            return WORSE
+        return NOT_WORSE if r.ci_low >= r.margin else INCONCLUSIVE
+    if r.kind == "rate_up":  # candidate minus primary error rate, points; margin positive
+        if significant and r.effect > r.margin:
+            return WORSE
+        return NOT_WORSE if r.ci_high <= r.margin else INCONCLUSIVE
+    if r.kind == "ratio":
+        if significant and r.effect > r.margin:
+            return WORSE
+        return NOT_WORSE if r.ci_high <= r.margin else INCONCLUSIVE
+    return None
+
+
+def by_candidate(pairs: Iterable[Pair]) -> dict[str, list[Pair]]:
+    out: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        out.setdefault(pair.candidate, []).append(pair)
+    return out

@@ -1,0 +1,797 @@
+"""`llmwatch regress`: a fixed suite of cases, run N times against a live endpoint, compared with a stored run.
+
+Suite file (JSON Lines, one case per line):
+
+    {"id": "refund-json", "category": "extraction",
+     "input": "Extract the amount ..." | [{"role": "user", "content": "..."}, ...],
+     "params": {"response_format": {"type": "json_object"}, "max_tokens": 300},
+     "expected": "42.50", "expected_match": "contains" | "exact" | "regex",
+     "checks": [{"kind": "json_schema", "params": {"schema": {...}}}, {"kind": "length", "name": "long_enough", "params": {"min_chars": 200}}],
+     "reference": "a good answer ...", "rubric": "5: ..."}
+
+`checks` use the rule registry (scorers/llmwatch/scorers/checks/rules.py) with the same params as `scoring.checks`.
+The suite's checksum is the SHA-256 of its cases as canonical JSON (keys sorted, cases in id
+order), so reformatting the file changes nothing and any change to a case changes it; a run
+made with another suite is refused (exit 2) rather than compared case by case.
+
+Per attempt: pass when every check that gave a verdict passed; a failed call (HTTP error,
+timeout) counts as a failed attempt with score 0, since that is what the user got; an attempt
+where no check could judge (e.g. only a judge that was unreachable) is an `error` and is left
+out of the pass rate. Attempt score = mean check value.
+
+A case regressed when its pass rate dropped by more than `threshold` (absolute) AND the one-sided
+test that the current rate is lower (scorers.stats.compare_proportions: z-test, or Fisher's exact
+for small counts) has a Holm-adjusted p-value below `alpha` across all the cases compared.
+
+Sequential repeats (`early_stop`): a case is run `min_repeat` times, then once more at a time, and
+stops as soon as the Wilson interval of its pass rate (at `confidence`) lies wholly above or below
+the line that decides its verdict: the baseline's pass rate minus `threshold` when there is a
+baseline (a drop to below it is what "regressed" needs), `pass_threshold` otherwise. A case near
+its line still gets up to `repeat` attempts, so noise is not stopped early into a verdict. Each
+case reports its interval, pass^k (all of its k judged attempts passed) beside the mean pass
+rate, and `flaky` when its pass rate is strictly between 0 and 1 with the interval excluding
+both 0 and 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import numpy as np
+import orjson
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from llmwatch.core.version import __version__
+from llmwatch.core.config import normalize_upstream
+from llmwatch.core.errors import LlmwatchError, describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.pricing import PriceTable
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.scores import CheckOutcome
+from llmwatch.core.wire import extract_prompt_text
+from llmwatch.scorers.stats import twosample as stats
+from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
+from llmwatch.scorers.evaluation.matrix import wilson_interval
+from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
+
+log = structlog.get_logger(__name__)
+
+RUN_SCHEMA = "llmwatch.regress-run/v1"
+_RESERVED_PARAMS = ("model", "messages", "stream", "stream_options", "n")
+
+
+class RegressError(LlmwatchError, ValueError):
+    """The suite or the baseline cannot be used (exit 2); the message says which line/field and the fix."""
+
+
+# --- suite -------------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SuiteCheck(_Strict):
+    kind: str
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = None
+
+
+class SuiteCase(_Strict):
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:/-]+$")
+    category: str = Field("uncategorized", min_length=1, max_length=64)
+    input: str | list[Message]
+    params: dict[str, Any] = Field(default_factory=dict)
+    expected: str | None = None
+    expected_match: Literal["contains", "exact", "regex"] = "contains"
+    checks: list[SuiteCheck] = Field(default_factory=list)
+    reference: str | None = None
+    rubric: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _has_user_turn(cls, value: str | list[Message]) -> str | list[Message]:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("the prompt is empty")
+        elif not any(m.role == "user" for m in value):
+            raise ValueError("the messages need at least one user message")
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in value if k in _RESERVED_PARAMS]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} cannot be set per case (the command sets model and messages, and reads whole answers)")
+        return value
+
+    @model_validator(mode="after")
+    def _acceptance(self) -> "SuiteCase":
+        if self.expected is None and not self.checks:
+            raise ValueError("a case needs `expected` and/or `checks` to say what a good answer is")
+        if self.expected is not None and self.expected_match == "regex":
+            try:
+                re.compile(self.expected)
+            except re.error as exc:
+                raise ValueError(f"expected: not a valid regular expression: {exc}") from None
+        return self
+
+    def messages(self) -> list[dict[str, Any]]:
+        if isinstance(self.input, str):
+            return [{"role": "user", "content": self.input}]
+        return [m.model_dump(exclude_none=True) for m in self.input]
+
+
+@dataclass
+class RegressSuite:
+    """A loaded suite file: its cases, its checksum, and each case's built checks by case id."""
+
+    path: str
+    cases: list[SuiteCase]
+    checksum: str
+    checks: dict[str, list[ConfiguredCheck]]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _expected_check(case: SuiteCase) -> Callable[[Sample], CheckOutcome]:
+    expected = case.expected or ""
+    mode = case.expected_match
+    pattern = re.compile(expected) if mode == "regex" else None
+
+    def check(sample: Sample) -> CheckOutcome:
+        if sample.status == 0 or sample.status >= 400:
+            return skipped("upstream_error")
+        answer = sample.answer_text()
+        if pattern is not None:
+            ok = pattern.search(answer) is not None
+        elif mode == "exact":
+            ok = _norm(answer) == _norm(expected)
+        else:
+            ok = _norm(expected) in _norm(answer)
+        return CheckOutcome("pass" if ok else "fail", 1.0 if ok else 0.0, {"match": mode})
+
+    return check
+
+
+def suite_checksum(raw_cases: Sequence[Mapping[str, Any]]) -> str:
+    ordered = sorted(raw_cases, key=lambda c: str(c.get("id")))
+    return hashlib.sha256(orjson.dumps(ordered, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
+    source = Path(path)
+    try:
+        raw_lines = source.read_bytes().splitlines()
+    except FileNotFoundError:
+        raise RegressError(f"suite {source} does not exist") from None
+    except OSError as exc:
+        raise RegressError(f"suite {source} cannot be read: {exc}") from None
+    raws: list[dict[str, Any]] = []
+    cases: list[SuiteCase] = []
+    checks: dict[str, list[ConfiguredCheck]] = {}
+    seen: dict[str, int] = {}
+    for lineno, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{source}:{lineno}"
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RegressError(f"{where}: not valid JSON ({exc}); each line must be one case object") from None
+        if not isinstance(data, dict):
+            raise RegressError(f"{where}: expected a JSON object (a case), got {type(data).__name__}")
+        try:
+            case = SuiteCase.model_validate(data)
+        except ValidationError as exc:
+            raise RegressError(f"{where}: {describe_validation_error(exc)}") from None
+        if case.id in seen:
+            raise RegressError(f"{where}: field 'id': case id {case.id!r} is already used on line {seen[case.id]}; ids must be unique")
+        seen[case.id] = lineno
+        built = []
+        if case.expected is not None:
+            built.append(ConfiguredCheck("expected", "expected", every_sample, _expected_check(case)))
+        names = {b.name for b in built}
+        for i, spec in enumerate(case.checks):
+            name = spec.name or spec.kind
+            if name in names:
+                raise RegressError(f"{where}: field 'checks.{i}.name': check name {name!r} is used twice in case {case.id!r}; give one a `name`")
+            names.add(name)
+            entry = CHECK_KINDS.get(spec.kind)
+            if entry is None or entry.family != "rule":
+                # A suite's checks run on one answer at a time; embedding kinds need a model and a batch.
+                raise RegressError(f"{where}: field 'checks.{i}.kind': unknown check kind {spec.kind!r}; known kinds: {', '.join(known_kinds('rule'))}")
+            try:
+                built.append(build_check(name, spec.kind, spec.params))
+            except ValueError as exc:
+                raise RegressError(f"{where}: field 'checks.{i}.params': {exc}") from None
+        raws.append(data)
+        cases.append(case)
+        checks[case.id] = built
+    if not cases:
+        raise RegressError(f"suite {source} has no cases")
+    return RegressSuite(str(source), cases, suite_checksum(raws), checks)
+
+
+# --- run records -------------------------------------------------------------------------------
+
+
+class CheckResult(BaseModel):
+    name: str
+    kind: str
+    result: Literal["pass", "fail", "error", "skip"]
+    value: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Attempt(BaseModel):
+    case_id: str
+    repeat: int
+    result: Literal["pass", "fail", "error", "upstream_error"]
+    score: float | None = None
+    status: int = 0
+    error: str | None = None
+    model_version: str | None = None
+    latency_ms: float = 0.0
+    cost_usd: float | None = None
+    answer: str = ""
+    checks: list[CheckResult] = Field(default_factory=list)
+
+
+class CaseSummary(BaseModel):
+    id: str
+    category: str
+    attempts: int
+    n_pass: int
+    n_judged: int  # pass + fail + upstream errors: the pass rate's denominator
+    n_error: int
+    n_upstream_error: int
+    pass_rate: float | None
+    mean_score: float | None
+    variance: float | None
+    failing_checks: dict[str, int] = Field(default_factory=dict)
+    check_errors: dict[str, int] = Field(default_factory=dict)
+    # Wilson interval of the pass rate at the run's confidence; pass^k: every judged attempt passed.
+    ci_low: float | None = None
+    ci_high: float | None = None
+    pass_k: bool | None = None
+    flaky: bool = False
+    stopped_early: bool = False
+
+
+class CategorySummary(BaseModel):
+    category: str
+    cases: int
+    attempts: int
+    mean_pass_rate: float | None
+    mean_variance: float | None
+    pass_k_rate: float | None = None  # share of the category's cases whose every attempt passed
+
+
+class CaseVerdict(BaseModel):
+    id: str
+    category: str
+    baseline_pass_rate: float | None
+    pass_rate: float | None
+    baseline_counts: tuple[int, int]
+    counts: tuple[int, int]
+    delta: float | None
+    test: str | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    verdict: Literal["regressed", "stable", "improved", "insufficient"]
+
+
+class Comparison(BaseModel):
+    baseline_path: str
+    baseline_created_at: datetime
+    baseline_versions: list[str]
+    threshold: float
+    alpha: float
+    correction: str
+    cases: list[CaseVerdict]
+
+    @property
+    def regressed(self) -> list[CaseVerdict]:
+        return [c for c in self.cases if c.verdict == "regressed"]
+
+
+class RegressRun(BaseModel):
+    schema_: str = Field(default=RUN_SCHEMA, alias="schema")
+    model_config = ConfigDict(populate_by_name=True)
+    created_at: datetime
+    llmwatch_version: str = __version__
+    suite_path: str
+    suite_checksum: str
+    n_cases: int
+    upstream: str
+    model: str
+    repeat: int
+    judge_model: str | None = None
+    model_versions: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+    cost_per_1k: float | None = None
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    cases: list[CaseSummary]
+    categories: list[CategorySummary]
+    comparison: Comparison | None = None
+    confidence: float = 0.95
+    early_stop: bool = False
+    calls: int = 0
+    calls_saved: int = 0  # repeat x cases minus the calls made: what early stopping spared
+    attempts: list[Attempt] = Field(default_factory=list)
+
+
+def load_run(path: str | os.PathLike[str]) -> RegressRun:
+    source = Path(path)
+    try:
+        data = orjson.loads(source.read_bytes())
+    except FileNotFoundError:
+        raise RegressError(f"baseline run {source} does not exist; write one with `llmwatch regress ... --out {source}`") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RegressError(f"baseline run {source} cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise RegressError(f"{source} is not an llmwatch regress run (schema {found!r}, expected {RUN_SCHEMA!r})")
+    try:
+        return RegressRun.model_validate(data)
+    except ValidationError as exc:
+        raise RegressError(f"baseline run {source} is damaged: {describe_validation_error(exc)}") from None
+
+
+def _ids(ids: Sequence[str], most: int = 10) -> str:
+    shown = ", ".join(ids[:most])
+    return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def suite_difference(suite: RegressSuite, baseline: RegressRun) -> str:
+    """Which cases the suite gained or lost since the baseline run (by case id)."""
+    now = [c.id for c in suite.cases]
+    then = [c.id for c in baseline.cases]
+    added = [i for i in now if i not in set(then)]
+    removed = [i for i in then if i not in set(now)]
+    parts = []
+    if added:
+        parts.append(f"{len(added)} case(s) added since the baseline: {_ids(added)}")
+    if removed:
+        parts.append(f"{len(removed)} case(s) removed: {_ids(removed)}")
+    if not parts:
+        parts.append("the same case ids, so a case's content changed")
+    return "; ".join(parts)
+
+
+def check_same_suite(suite: RegressSuite, baseline: RegressRun, baseline_path: str) -> None:
+    if baseline.suite_checksum != suite.checksum:
+        raise RegressError(
+            f"suite checksum differs: the baseline run {baseline_path} was made with suite sha256:{baseline.suite_checksum[:16]}… "
+            f"({baseline.n_cases} cases, {baseline.suite_path}), but {suite.path} is now sha256:{suite.checksum[:16]}… ({len(suite.cases)} cases): {suite_difference(suite, baseline)}. "
+            "Cases changed, so their pass rates are not comparable: re-run the baseline version with this suite "
+            "(`llmwatch regress --suite ... --out new-baseline.json`) or compare with the suite the baseline was made with"
+        )
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    upstream: str
+    model: str
+    repeat: int = 5
+    concurrency: int = 8
+    api_key: str = "sk-llmwatch-regress"
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: str = "sk-llmwatch-judge"
+    judge_min_score: float = 4.0
+    pricing: Mapping[str, Any] | None = None
+    early_stop: bool = False
+    min_repeat: int = 5
+    confidence: float = 0.95
+    pass_threshold: float = 0.8
+
+
+def z_for(confidence: float) -> float:
+    """Two-sided normal quantile for a confidence level (0.95 -> 1.96)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def decided(attempts: Sequence[Attempt], line: float, z: float) -> bool:
+    """The case's verdict against `line` is settled: its Wilson interval lies wholly on one side."""
+    judged = [a for a in attempts if a.result != "error"]
+    if not judged:
+        return False
+    lo, hi = wilson_interval(sum(1 for a in judged if a.result == "pass"), len(judged), z)
+    return hi < line or lo > line
+
+
+def decision_lines(suite: RegressSuite, baseline: RegressRun | None, *, threshold: float, pass_threshold: float) -> dict[str, float]:
+    """Per case, the pass rate that decides its verdict: below it is a regression (or a failing case)."""
+    lines = {c.id: pass_threshold for c in suite.cases}
+    if baseline is not None:
+        for c in baseline.cases:
+            if c.id in lines and c.pass_rate is not None:
+                lines[c.id] = c.pass_rate - threshold
+    return lines
+
+
+def openai_base_url(url: str) -> str:
+    """The openai client wants the /v1 root; users give either the server or the /v1 root.
+
+    Both forms resolve as `--upstream` does for the proxy (config.normalize_upstream), so one
+    URL means the same server in `llmwatch proxy` and `llmwatch regress`.
+    """
+    return normalize_upstream(url) + "/v1"
+
+
+def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: dict[str, Any] | None, *, status: int, latency_ms: float, version: str | None, error: str | None, cost: float | None) -> Sample:
+    usage = (response or {}).get("usage") or {}
+    choices = (response or {}).get("choices") or []
+    finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
+    return Sample(
+        id=f"{case.id}#{repeat}",
+        timestamp=datetime.now(timezone.utc),
+        model=body["model"],
+        response_model=(response or {}).get("model"),
+        model_version=version,
+        status=status,
+        error_type=error,
+        latency_ms=latency_ms,
+        usage=Usage(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens")),
+        finish_reason=finish,
+        cost_usd=cost,
+        request=body,
+        response=response if response is not None else {},
+        sample_reason="regress",
+    )
+
+
+async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSettings, client: Any, judge: Any, prices: PriceTable) -> Attempt:
+    import openai
+
+    from llmwatch.scorers.checks.judge import judge_answer
+
+    messages = case.messages()
+    body = {"model": s.model, "messages": messages, **case.params}
+    t0 = time.perf_counter()
+    response: dict[str, Any] | None = None
+    version = None
+    status, error = 200, None
+    try:
+        raw = await client.chat.completions.with_raw_response.create(model=s.model, messages=messages, extra_body=case.params or None)
+        version = raw.headers.get("x-model-version")
+        response = raw.parse().model_dump(mode="json")
+    except openai.APIStatusError as exc:
+        status, error = exc.status_code, f"HTTP {exc.status_code}: {str(exc)[:200]}"
+    except openai.APIError as exc:
+        status, error = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
+    latency_ms = (time.perf_counter() - t0) * 1000.0
+    if response is None:
+        return Attempt(case_id=case.id, repeat=repeat, result="upstream_error", score=0.0, status=status, error=error, latency_ms=latency_ms)
+    usage = response.get("usage") or {}
+    cost = prices.cost(s.model, usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    sample = _sample_for(case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost)
+    results = []
+    for check in suite.checks[case.id]:
+        outcome = run_check(check.run, sample)
+        results.append(CheckResult(name=check.name, kind=check.kind, result=outcome.result, value=outcome.value, details=dict(outcome.details)))
+    if judge is not None:
+        outcome = await judge_answer(judge, s.judge_model, extract_prompt_text(body), sample.answer_text(), rubric=case.rubric, reference=case.reference, min_score=s.judge_min_score)  # type: ignore[arg-type]
+        results.append(CheckResult(name="judge", kind="judge", result=outcome.result, value=outcome.value, details=dict(outcome.details)))
+    verdicts = [r for r in results if r.result in ("pass", "fail")]
+    if not verdicts:
+        result, score = "error", None
+    else:
+        result = "pass" if all(r.result == "pass" for r in verdicts) else "fail"
+        score = sum((r.value if r.value is not None else float(r.result == "pass")) for r in verdicts) / len(verdicts)
+    return Attempt(
+        case_id=case.id, repeat=repeat, result=result, score=score, status=status, model_version=version,
+        latency_ms=latency_ms, cost_usd=cost, answer=sample.answer_text()[:2000], checks=results,
+    )
+
+
+async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None) -> list[Attempt]:
+    import openai
+    from tqdm import tqdm
+
+    from llmwatch.core.config import Price
+
+    prices = PriceTable({k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()})
+    client = openai.AsyncOpenAI(base_url=openai_base_url(s.upstream), api_key=s.api_key, timeout=s.timeout_s, max_retries=s.max_retries)
+    judge = None
+    if s.judge_url:
+        judge = openai.AsyncOpenAI(base_url=openai_base_url(s.judge_url), api_key=s.judge_api_key, timeout=s.timeout_s, max_retries=s.max_retries)
+    gate = asyncio.Semaphore(s.concurrency)
+    total = len(suite.cases) * s.repeat
+    bar = tqdm(total=total, unit="call", desc="regress", disable=not sys.stderr.isatty() if progress is None else not progress, file=sys.stderr)
+
+    async def one(case: SuiteCase, repeat: int) -> Attempt:
+        async with gate:
+            attempt = await _attempt(case, repeat, suite, s, client, judge, prices)
+        bar.update(1)
+        return attempt
+
+    async def sequential(case: SuiteCase) -> list[Attempt]:
+        line = (lines or {}).get(case.id, s.pass_threshold)
+        z = z_for(s.confidence)
+        done = list(await asyncio.gather(*(one(case, i) for i in range(min(s.min_repeat, s.repeat)))))
+        # One at a time after the first batch: every call not made is one the verdict did not need.
+        while len(done) < s.repeat and not decided(done, line, z):
+            done.append(await one(case, len(done)))
+        return done
+
+    try:
+        if s.early_stop:
+            per_case = await asyncio.gather(*(sequential(c) for c in suite.cases))
+            return [a for items in per_case for a in items]
+        return list(await asyncio.gather(*(one(c, i) for c in suite.cases for i in range(s.repeat))))
+    finally:
+        bar.close()
+        await client.close()
+        if judge is not None:
+            await judge.close()
+
+
+# --- summarising and comparing -------------------------------------------------------------------
+
+
+def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confidence: float = 0.95, repeat: int | None = None) -> tuple[list[CaseSummary], list[CategorySummary]]:
+    z = z_for(confidence)
+    by_case: dict[str, list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_case[a.case_id].append(a)
+    cases = []
+    for case in suite.cases:
+        items = by_case.get(case.id, [])
+        judged = [a for a in items if a.result != "error"]
+        n_pass = sum(1 for a in judged if a.result == "pass")
+        scores = [a.score for a in judged if a.score is not None]
+        failing: Counter[str] = Counter()
+        errors: Counter[str] = Counter()
+        for a in items:
+            for r in a.checks:
+                if r.result == "fail":
+                    failing[r.name] += 1
+                elif r.result == "error":
+                    errors[r.name] += 1
+            if a.result == "upstream_error":
+                failing["(call failed)"] += 1
+        lo, hi = wilson_interval(n_pass, len(judged), z) if judged else (None, None)
+        cases.append(CaseSummary(
+            id=case.id,
+            category=case.category,
+            attempts=len(items),
+            n_pass=n_pass,
+            n_judged=len(judged),
+            n_error=len(items) - len(judged),
+            n_upstream_error=sum(1 for a in items if a.result == "upstream_error"),
+            pass_rate=n_pass / len(judged) if judged else None,
+            mean_score=float(np.mean(scores)) if scores else None,
+            variance=float(np.var(scores)) if scores else None,
+            failing_checks=dict(failing.most_common()),
+            check_errors=dict(errors.most_common()),
+            ci_low=lo,
+            ci_high=hi,
+            pass_k=(n_pass == len(judged)) if judged else None,
+            flaky=bool(judged) and 0 < n_pass < len(judged) and lo is not None and hi is not None and lo > 0.0 and hi < 1.0,
+            stopped_early=repeat is not None and len(items) < repeat,
+        ))
+    cats: dict[str, list[CaseSummary]] = defaultdict(list)
+    for c in cases:
+        cats[c.category].append(c)
+    categories = []
+    for name, group in sorted(cats.items()):
+        rates = [c.pass_rate for c in group if c.pass_rate is not None]
+        variances = [c.variance for c in group if c.variance is not None]
+        all_pass = [c.pass_k for c in group if c.pass_k is not None]
+        categories.append(CategorySummary(
+            category=name,
+            cases=len(group),
+            attempts=sum(c.attempts for c in group),
+            mean_pass_rate=float(np.mean(rates)) if rates else None,
+            mean_variance=float(np.mean(variances)) if variances else None,
+            pass_k_rate=sum(all_pass) / len(all_pass) if all_pass else None,
+        ))
+    return cases, categories
+
+
+def compare_runs(current: Sequence[CaseSummary], baseline: RegressRun, baseline_path: str, *, threshold: float = 0.2, alpha: float = 0.05, correction: str = "holm") -> Comparison:
+    base = {c.id: c for c in baseline.cases}
+    verdicts: list[CaseVerdict] = []
+    tested: list[tuple[CaseVerdict, float]] = []
+    for cur in current:
+        old = base.get(cur.id)
+        b_counts = (old.n_pass, old.n_judged) if old else (0, 0)
+        counts = (cur.n_pass, cur.n_judged)
+        if old is None or not old.n_judged or not cur.n_judged:
+            verdicts.append(CaseVerdict(id=cur.id, category=cur.category, baseline_pass_rate=old.pass_rate if old else None, pass_rate=cur.pass_rate,
+                                        baseline_counts=b_counts, counts=counts, delta=None, verdict="insufficient"))
+            continue
+        result = stats.compare_proportions(old.n_pass, old.n_judged, cur.n_pass, cur.n_judged, alternative="less")
+        v = CaseVerdict(id=cur.id, category=cur.category, baseline_pass_rate=old.pass_rate, pass_rate=cur.pass_rate, baseline_counts=b_counts,
+                        counts=counts, delta=cur.pass_rate - old.pass_rate, test=result.test, p_value=result.p_value, verdict="stable")  # type: ignore[operator]
+        verdicts.append(v)
+        tested.append((v, result.p_value))
+    if tested:
+        adjusted = stats.adjust_pvalues([p for _, p in tested], method=correction) if correction != "none" else [p for _, p in tested]
+        for (v, _), p_adj in zip(tested, adjusted):
+            v.p_adjusted = p_adj
+            if v.delta is not None and -v.delta > threshold and p_adj < alpha:
+                v.verdict = "regressed"
+            elif v.delta is not None and v.delta > threshold:
+                v.verdict = "improved"
+    return Comparison(
+        baseline_path=baseline_path,
+        baseline_created_at=baseline.created_at,
+        baseline_versions=baseline.model_versions,
+        threshold=threshold,
+        alpha=alpha,
+        correction=correction,
+        cases=verdicts,
+    )
+
+
+def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
+    cases, categories = summarize_cases(suite, attempts, confidence=s.confidence, repeat=s.repeat)
+    costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
+    ok = [a.latency_ms for a in attempts if a.result != "upstream_error"]
+    latency = {f"p{q}": float(v) for q, v in zip((50, 90, 95, 99), np.percentile(ok, (50, 90, 95, 99)))} if ok else {}
+    return RegressRun(
+        created_at=datetime.now(timezone.utc),
+        suite_path=suite.path,
+        suite_checksum=suite.checksum,
+        n_cases=len(suite.cases),
+        upstream=s.upstream,
+        model=s.model,
+        repeat=s.repeat,
+        judge_model=s.judge_model if s.judge_url else None,
+        model_versions=sorted({a.model_version for a in attempts if a.model_version}),
+        duration_s=round(duration_s, 3),
+        cost_per_1k=1000.0 * sum(costs) / len(costs) if costs else None,
+        latency_ms=latency,
+        cases=cases,
+        categories=categories,
+        confidence=s.confidence,
+        early_stop=s.early_stop,
+        calls=len(attempts),
+        calls_saved=len(suite.cases) * s.repeat - len(attempts),
+        attempts=list(attempts),
+    )
+
+
+def write_run(run: RegressRun, path: str | os.PathLike[str]) -> Path:
+    return atomic_write_bytes(path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def format_run(run: RegressRun) -> str:
+    lines = [
+        f"llmwatch regress: suite {run.suite_path} (sha256:{run.suite_checksum[:12]}, {run.n_cases} cases) x {run.repeat} repeats "
+        f"against {run.upstream} model {run.model} (served version(s): {', '.join(run.model_versions) or '-'})"
+        + (f"; judge {run.judge_model}" if run.judge_model else ""),
+    ]
+    cmp = run.comparison
+    verdicts = {v.id: v for v in cmp.cases} if cmp else {}
+    if cmp:
+        lines.append(f"baseline: {cmp.baseline_path} ({cmp.baseline_created_at:%Y-%m-%d %H:%M:%SZ}, version(s) {', '.join(cmp.baseline_versions) or '-'}); "
+                     f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases)")
+    width = max([4] + [len(c.id) for c in run.cases])
+    cw = max([8] + [len(c.category) for c in run.cases])
+    head = f"  {'case':<{width}} {'category':<{cw}} {'n':>4} {'pass':>7} {'pass^k':>6} {'var':>7}"
+    if cmp:
+        head += f" {'baseline':>9} {'delta':>7} {'p_adj':>8}  verdict"
+    lines += ["", head]
+    for c in run.cases:
+        passk = "-" if c.pass_k is None else ("yes" if c.pass_k else "no")
+        line = f"  {c.id:<{width}} {c.category:<{cw}} {c.n_judged:>4} {_pct(c.pass_rate):>7} {passk:>6} {('-' if c.variance is None else f'{c.variance:.3f}'):>7}"
+        if cmp:
+            v = verdicts.get(c.id)
+            if v is not None:
+                delta = "-" if v.delta is None else f"{v.delta * 100:+.0f}"
+                p = "-" if v.p_adjusted is None else f"{v.p_adjusted:.3g}"
+                line += f" {_pct(v.baseline_pass_rate):>9} {delta:>7} {p:>8}  {v.verdict.upper() if v.verdict == 'regressed' else v.verdict}"
+        if c.flaky:
+            line += f"  FLAKY ({_pct(c.ci_low)}-{_pct(c.ci_high)})"
+        if c.n_error:
+            line += f"  ({c.n_error} attempt(s) unjudged: {', '.join(f'{k} error x{n}' for k, n in c.check_errors.items())})"
+        lines.append(line)
+    lines += ["", f"  {'category':<{cw}} {'cases':>5} {'attempts':>8} {'mean pass':>9} {'pass^k':>7} {'mean var':>9}"]
+    for g in run.categories:
+        lines.append(f"  {g.category:<{cw}} {g.cases:>5} {g.attempts:>8} {_pct(g.mean_pass_rate):>9} {_pct(g.pass_k_rate):>7} {('-' if g.mean_variance is None else f'{g.mean_variance:.3f}'):>9}")
+    flaky = [c.id for c in run.cases if c.flaky]
+    if flaky:
+        lines.append(f"\n  flaky (pass rate strictly between 0 and 1 at {run.confidence:.0%} confidence): {_ids(flaky)}")
+    if run.early_stop:
+        lines.append(f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
+                     f"({sum(c.stopped_early for c in run.cases)} of {run.n_cases} cases decided before {run.repeat} repeats)")
+    cost = "-" if run.cost_per_1k is None else f"{run.cost_per_1k:.4f}"
+    lat = "/".join(f"{run.latency_ms[k]:.0f}" for k in ("p50", "p95")) if run.latency_ms else "-"
+    lines.append(f"\n  {sum(c.attempts for c in run.cases)} calls in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms")
+    if cmp:
+        regressed = cmp.regressed
+        if regressed:
+            lines += ["", f"REGRESSED: {len(regressed)} of {len(cmp.cases)} case(s) dropped by more than {cmp.threshold * 100:.0f} points with adjusted p < {cmp.alpha:g}:"]
+            summaries = {c.id: c for c in run.cases}
+            for v in regressed:
+                fails = summaries[v.id].failing_checks
+                why = ", ".join(f"{k} x{n}" for k, n in fails.items()) or "-"
+                lines.append(
+                    f"  - {v.id} ({v.category}): pass rate {_pct(v.baseline_pass_rate)} -> {_pct(v.pass_rate)} "
+                    f"({v.baseline_counts[0]}/{v.baseline_counts[1]} -> {v.counts[0]}/{v.counts[1]}, {v.test}, adjusted p = {v.p_adjusted:.3g}); failing checks: {why}"
+                )
+        else:
+            lines += ["", f"OK: no case regressed against {cmp.baseline_path}"]
+    return "\n".join(lines)
+
+
+def regress(
+    suite_path: str,
+    settings: RunSettings,
+    *,
+    baseline_path: str | None = None,
+    out_path: str | None = None,
+    threshold: float = 0.2,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    progress: bool | None = None,
+) -> tuple[RegressRun, int]:
+    """Run the suite; (run, exit code): 0 no regression, 1 regression. RegressError for exit 2."""
+    if settings.repeat < 1:
+        raise RegressError("--repeat must be at least 1")
+    if settings.concurrency < 1:
+        raise RegressError("--concurrency must be at least 1")
+    if bool(settings.judge_url) != bool(settings.judge_model):
+        raise RegressError("the judge needs both --judge-url and --judge-model")
+    if not 0 <= threshold < 1:
+        raise RegressError(f"--threshold must be in [0, 1), got {threshold}")
+    if not 0 < settings.confidence < 1:
+        raise RegressError(f"--confidence must be in (0, 1), e.g. 0.95, got {settings.confidence}")
+    if settings.early_stop and settings.min_repeat < 1:
+        raise RegressError("--min-repeat must be at least 1")
+    if not 0 < settings.pass_threshold < 1:
+        raise RegressError(f"--pass-threshold must be in (0, 1), got {settings.pass_threshold}")
+    suite = load_suite(suite_path)
+    baseline = None
+    if baseline_path is not None:
+        baseline = load_run(baseline_path)
+        # Before any call: a refused comparison must not cost a full run.
+        check_same_suite(suite, baseline, baseline_path)
+    started = time.perf_counter()
+    lines = decision_lines(suite, baseline, threshold=threshold, pass_threshold=settings.pass_threshold)
+    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines))
+    if attempts and all(a.result == "upstream_error" for a in attempts):
+        raise RegressError(f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?")
+    run = build_run(suite, settings, attempts, time.perf_counter() - started)
+    if baseline is not None:
+        run.comparison = compare_runs(run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction)  # type: ignore[arg-type]
+    if out_path:
+        write_run(run, out_path)
+    code = 1 if run.comparison is not None and run.comparison.regressed else 0
+    log.info("regress_done", cases=len(suite.cases), calls=len(attempts), regressed=len(run.comparison.regressed) if run.comparison else None)
+    return run, code

@@ -1,0 +1,695 @@
+"""Blind human review of two model versions: export paired tasks, import reviews, unblind, agree.
+
+Export (`llmwatch review export`) draws a stratified sample of live traffic of two versions:
+
+* failing: any check failed on either answer;
+* edge: request text or answer length outside the 10th-90th percentile of the candidates, a
+  finish reason other than `stop`, or a request with tools;
+* typical: everything else.
+
+Quotas are 50% typical, 25% edge, 25% failing of `--n`; a stratum short of pairs gives its share
+to the others. Answers are paired on the same normalised prompt when both versions answered it,
+else within the same task category (same stratum first). Each task shows the two answers as
+candidates "A" and "B" in an order drawn per task, and nothing else that names a model
+(no model, version, sample id, fingerprint). The mapping goes to a key file beside the tasks
+(`tasks.jsonl` -> `tasks.key.json`), which also records the tasks file's SHA-256, so the key
+cannot be applied to other tasks by mistake, and any judge-check value of each answer for the
+calibration table.
+
+Import (`llmwatch review import`) validates every review line (errors name line and field),
+unblinds, and computes per criterion Krippendorff's alpha (ordinal by default, or interval)
+over all reviewers, and Cohen's quadratic-weighted kappa for every pair of reviewers on the
+items both rated. A task is disputed when two reviewers' scores for the same candidate and
+criterion differ by 2 or more, or one prefers A and another B (a tie disputes nothing). The
+preferred candidate is the review's `preferred` field, else the one with the higher mean score.
+Higher scores are better on every criterion (hallucination 5 = none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
+from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
+from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages, request_text
+from llmwatch.scorers.evaluation.stability import prompt_hash
+
+__all__ = ["ReviewError", "export_tasks", "export_pair_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
+
+TASK_SCHEMA = "llmwatch.review-task/v1"
+KEY_SCHEMA = "llmwatch.review-key/v1"
+REPORT_SCHEMA = "llmwatch.review-report/v1"
+DEFAULT_CRITERIA = ("accuracy", "completeness", "hallucination")
+STRATA = ("typical", "edge", "failing")
+QUOTAS = {"typical": 0.5, "edge": 0.25, "failing": 0.25}
+LABELS = ("A", "B")
+INSTRUCTIONS = (
+    "Two answers, A and B, to the same kind of request. Score each answer on every criterion from 1 (worst) "
+    "to 5 (best); for hallucination, 5 means nothing invented. Optionally say which you prefer "
+    "(\"preferred\": \"A\", \"B\" or \"tie\"). The models behind A and B are hidden on purpose."
+)
+
+
+class ReviewError(RecordError):
+    """Review input that cannot be used; the message names the file, line and field."""
+
+    label = ""  # the CLI has always printed these as "llmwatch: <message>", without "bad input: "
+
+
+# --- records -----------------------------------------------------------------------------------
+
+
+class Candidate(BaseModel):
+    answer: str
+    prompt: list[dict[str, str]] | None = None  # only when the two candidates answered different prompts
+
+
+class ReviewTask(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    schema_: str = Field(default=TASK_SCHEMA, alias="schema")
+    task_id: str
+    category: str
+    stratum: str
+    same_prompt: bool
+    prompt: list[dict[str, str]] | None = None
+    candidates: dict[str, Candidate]
+    criteria: list[str]
+    scale: tuple[int, int] = (1, 5)
+    instructions: str = INSTRUCTIONS
+
+
+class KeyEntry(BaseModel):
+    model_version: str
+    sample_id: str
+    judge: float | None = None
+
+
+class ReviewKey(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    schema_: str = Field(default=KEY_SCHEMA, alias="schema")
+    created_at: datetime
+    tasks_file: str
+    tasks_sha256: str
+    versions: list[str]
+    seed: int | None
+    criteria: list[str]
+    tasks: dict[str, dict[str, KeyEntry]]
+
+
+class Review(BaseModel):
+    # Reviewing tools add their own fields (timestamps, ids); only these are read.
+    model_config = ConfigDict(extra="ignore")
+    task_id: str = Field(min_length=1)
+    category: str | None = None
+    candidates: list[Literal["A", "B"]] = Field(min_length=2, max_length=2)
+    scores: dict[Literal["A", "B"], dict[str, StrictInt]]
+    judge: str = Field(min_length=1)
+    blind: bool
+    preferred: Literal["A", "B", "tie"] | None = None
+    comment: str | None = None
+
+
+def key_path_for(tasks_path: str | os.PathLike[str]) -> Path:
+    """tasks.jsonl -> tasks.key.json, in the same directory."""
+    p = Path(tasks_path)
+    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
+    return p.with_name(stem + ".key.json")
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidate:
+    sample: Sample
+    category: str
+    version: str
+    failing: bool
+    stratum: str = "typical"
+
+
+@dataclass
+class ExportSummary:
+    tasks_path: Path
+    key_path: Path
+    n_tasks: int
+    by_stratum: dict[str, int]
+    same_prompt: int
+    available: dict[str, int]
+
+
+def _messages_for_review(request: Any) -> list[dict[str, str]]:
+    return [{"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))} for m in request_messages(request)]
+
+
+def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=float)
+    return float(np.percentile(arr, 10)), float(np.percentile(arr, 90))
+
+
+def _strata(pool: list[_Candidate]) -> None:
+    if not pool:
+        return
+    prompt_len = [len(request_text(c.sample.request)) for c in pool]
+    answer_len = [len(c.sample.answer_text()) for c in pool]
+    (plo, phi), (alo, ahi) = _percentile_edges(prompt_len), _percentile_edges(answer_len)
+    for c, pl, al in zip(pool, prompt_len, answer_len):
+        tools = isinstance(c.sample.request, dict) and bool(c.sample.request.get("tools"))
+        unusual = c.sample.finish_reason not in (None, "stop") or tools
+        # Strict inequalities: with few distinct lengths the percentiles are the lengths themselves.
+        if c.failing:
+            c.stratum = "failing"
+        elif pl < plo or pl > phi or al < alo or al > ahi or unusual:
+            c.stratum = "edge"
+
+
+_SEVERITY = {s: i for i, s in enumerate(STRATA)}
+
+
+def _pairs(pool: list[_Candidate], versions: tuple[str, str], rng: random.Random) -> list[tuple[_Candidate, _Candidate, bool]]:
+    first = [c for c in pool if c.version == versions[0]]
+    second = [c for c in pool if c.version == versions[1]]
+    rng.shuffle(first)
+    rng.shuffle(second)
+    out: list[tuple[_Candidate, _Candidate, bool]] = []
+    used: set[int] = set()
+    by_prompt: dict[str, list[_Candidate]] = defaultdict(list)
+    for c in second:
+        by_prompt[prompt_hash(c.sample.request)].append(c)
+    for c in first:
+        partners = by_prompt.get(prompt_hash(c.sample.request))
+        while partners and id(partners[-1]) in used:
+            partners.pop()
+        if partners:
+            other = partners.pop()
+            used.update((id(c), id(other)))
+            out.append((c, other, True))
+    rest_a: dict[str, list[_Candidate]] = defaultdict(list)
+    rest_b: dict[str, list[_Candidate]] = defaultdict(list)
+    for c in first:
+        if id(c) not in used:
+            rest_a[c.category].append(c)
+    for c in second:
+        if id(c) not in used:
+            rest_b[c.category].append(c)
+    for category in sorted(rest_a):
+        a_side = sorted(rest_a[category], key=lambda c: -_SEVERITY[c.stratum])
+        b_side = sorted(rest_b.get(category, []), key=lambda c: -_SEVERITY[c.stratum])
+        out.extend((x, y, False) for x, y in zip(a_side, b_side))
+    return out
+
+
+def _select(pairs: list[tuple[_Candidate, _Candidate, bool]], n: int) -> list[tuple[_Candidate, _Candidate, bool, str]]:
+    by_stratum: dict[str, list[tuple[_Candidate, _Candidate, bool]]] = defaultdict(list)
+    for p in pairs:
+        by_stratum[max((p[0].stratum, p[1].stratum), key=_SEVERITY.__getitem__)].append(p)
+    for items in by_stratum.values():
+        items.sort(key=lambda p: not p[2])  # same-prompt pairs first: the fairest comparison
+    want = {s: int(round(n * q)) for s, q in QUOTAS.items()}
+    want["typical"] = n - want["edge"] - want["failing"]
+    chosen: list[tuple[_Candidate, _Candidate, bool, str]] = []
+    for s in STRATA:
+        take = by_stratum[s][: want[s]]
+        chosen.extend((*p, s) for p in take)
+        del by_stratum[s][: len(take)]
+    for s in STRATA:
+        while len(chosen) < n and by_stratum[s]:
+            chosen.append((*by_stratum[s].pop(0), s))
+    return chosen
+
+
+def export_tasks(
+    samples: Sequence[Sample],
+    scores: Sequence[Score],
+    categories: Sequence[Category],
+    *,
+    versions: tuple[str, str],
+    n: int,
+    out_path: str | os.PathLike[str],
+    seed: int | None = None,
+    criteria: Sequence[str] = DEFAULT_CRITERIA,
+    default_category: str = "uncategorized",
+) -> ExportSummary:
+    if versions[0] == versions[1]:
+        raise ReviewError(f"--versions needs two different versions, got {versions[0]!r} twice")
+    if n < 1:
+        raise ReviewError("--n must be at least 1")
+    failing_ids = {sc.sample_id for sc in scores if sc.result == "fail"}
+    judge = {sc.sample_id: sc.value for sc in scores if sc.kind == "judge" and sc.value is not None}
+    pool = []
+    found: dict[str, int] = defaultdict(int)
+    for s in samples:
+        version = s.model_version or "unknown"
+        found[version] += 1
+        if version not in versions or not (0 < s.status < 400) or not s.answer_text().strip():
+            continue
+        pool.append(_Candidate(s, categorize(s, categories, default_category), version, s.id in failing_ids))
+    for v in versions:
+        if not any(c.version == v for c in pool):
+            raise ReviewError(f"no reviewable sample (successful, with an answer) of version {v!r}; versions in the samples: {', '.join(f'{k} ({n})' for k, n in sorted(found.items())) or 'none'}")
+    _strata(pool)
+    rng = random.Random(seed)
+    chosen = _select(_pairs(pool, versions, rng), n)
+    if not chosen:
+        raise ReviewError(f"no pair of answers of versions {versions[0]!r} and {versions[1]!r} in the same task category")
+    rng.shuffle(chosen)
+    tasks_path, key_path = _round_paths(out_path)
+    lines = []
+    key_tasks: dict[str, dict[str, KeyEntry]] = {}
+    counts: dict[str, int] = defaultdict(int)
+    same = 0
+    for i, (a, b, same_prompt, stratum) in enumerate(chosen, start=1):
+        task_id = f"T-{i:04d}"
+        order = [a, b] if rng.random() < 0.5 else [b, a]
+        cands = {}
+        for label, c in zip(LABELS, order):
+            cands[label] = Candidate(answer=c.sample.answer_text(), prompt=None if same_prompt else _messages_for_review(c.sample.request))
+        task = ReviewTask(
+            task_id=task_id,
+            category=a.category,
+            stratum=stratum,
+            same_prompt=same_prompt,
+            prompt=_messages_for_review(a.sample.request) if same_prompt else None,
+            candidates=cands,
+            criteria=list(criteria),
+        )
+        lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        key_tasks[task_id] = {label: KeyEntry(model_version=c.version, sample_id=c.sample.id, judge=judge.get(c.sample.id)) for label, c in zip(LABELS, order)}
+        counts[stratum] += 1
+        same += same_prompt
+    _write_round(tasks_path, key_path, lines, key_tasks, versions=list(versions), seed=seed, criteria=criteria)
+    available = defaultdict(int)
+    for c in pool:
+        available[c.stratum] += 1
+    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
+
+
+def _round_paths(out_path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The tasks file and its key; refused when a key is already there (it unblinds an earlier round)."""
+    tasks_path = Path(out_path)
+    key_path = key_path_for(tasks_path)
+    if key_path.exists():
+        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+    return tasks_path, key_path
+
+
+def _write_round(tasks_path: Path, key_path: Path, lines: list[bytes], key_tasks: dict[str, dict[str, KeyEntry]], *, versions: list[str], seed: int | None, criteria: Sequence[str]) -> None:
+    """The blind tasks file, then the key that unblinds it, which pins the tasks file's checksum."""
+    body = b"\n".join(lines) + b"\n"
+    atomic_write_bytes(tasks_path, body)
+    key = ReviewKey(
+        created_at=datetime.now(timezone.utc),
+        tasks_file=tasks_path.name,
+        tasks_sha256=hashlib.sha256(body).hexdigest(),
+        versions=versions,
+        seed=seed,
+        criteria=list(criteria),
+        tasks=key_tasks,
+    )
+    atomic_write_bytes(key_path, orjson.dumps(key.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+
+
+def export_pair_tasks(
+    pairs: Sequence[Any],
+    *,
+    n: int,
+    out_path: str | os.PathLike[str],
+    seed: int | None = None,
+    criteria: Sequence[str] = DEFAULT_CRITERIA,
+    default_category: str = "uncategorized",
+) -> ExportSummary:
+    """Blind tasks from shadow-evaluation pairs (`llmwatch.pair/v1`): both answers to one prompt.
+
+    The two sides are the key's versions `primary` and the candidate's name (a candidate can serve
+    the same model_version label as the primary). Pairs where a side failed or gave no answer are
+    left out; pairs where the two sides disagree on a check are the `failing` stratum, up to its quota.
+    """
+    if n < 1:
+        raise ReviewError("--n must be at least 1")
+    names = sorted({p.candidate for p in pairs})
+    if len(names) != 1:
+        raise ReviewError(f"--pairs holds pairs of {len(names)} candidates ({', '.join(names) or 'none'}); export one at a time with --candidate")
+    candidate = names[0]
+    if candidate == "primary":
+        raise ReviewError("a candidate named 'primary' cannot be told from the primary in a review; rename it in shadow.candidates")
+    usable = []
+    for p in pairs:
+        if not all(0 < s.status < 400 and s.answer_text().strip() for s in (p.primary, p.shadow)):
+            continue
+        prim = {sc.check: sc.result for sc in p.primary_scores}
+        disagree = any(prim.get(sc.check) in ("pass", "fail") and sc.result in ("pass", "fail") and prim[sc.check] != sc.result for sc in p.shadow_scores)
+        usable.append((p, "failing" if disagree else "typical"))
+    if not usable:
+        raise ReviewError("no reviewable pair (both sides answered, status < 400)")
+    rng = random.Random(seed)
+    rng.shuffle(usable)
+    failing = [u for u in usable if u[1] == "failing"][: max(1, int(n * QUOTAS["failing"]))]
+    rest = [u for u in usable if u not in failing]
+    chosen = (failing + rest)[:n]
+    rng.shuffle(chosen)
+    tasks_path, key_path = _round_paths(out_path)
+    lines = []
+    key_tasks: dict[str, dict[str, KeyEntry]] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for i, (pair, stratum) in enumerate(chosen, start=1):
+        task_id = f"T-{i:04d}"
+        sides = [("primary", pair.primary), (candidate, pair.shadow)]
+        if rng.random() < 0.5:
+            sides.reverse()
+        task = ReviewTask(
+            task_id=task_id, category=pair.category or default_category, stratum=stratum, same_prompt=True,
+            prompt=_messages_for_review(pair.primary.request),
+            candidates={label: Candidate(answer=sample.answer_text()) for label, (_, sample) in zip(LABELS, sides)},
+            criteria=list(criteria),
+        )
+        lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        key_tasks[task_id] = {label: KeyEntry(model_version=version, sample_id=sample.id) for label, (version, sample) in zip(LABELS, sides)}
+        counts[stratum] += 1
+    _write_round(tasks_path, key_path, lines, key_tasks, versions=["primary", candidate], seed=seed, criteria=criteria)
+    available: dict[str, int] = defaultdict(int)
+    for _, stratum in usable:
+        available[stratum] += 1
+    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), len(chosen), dict(available))
+
+
+# --- import ------------------------------------------------------------------------------------
+
+
+def _read_lines(path: Path, what: str) -> list[tuple[int, Any]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReviewError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ReviewError(f"{what} {path} cannot be read: {exc}") from None
+    out = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((lineno, orjson.loads(line)))
+        except orjson.JSONDecodeError as exc:
+            raise ReviewError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
+    return out
+
+
+def load_tasks(path: str | os.PathLike[str]) -> tuple[dict[str, ReviewTask], str]:
+    source = Path(path)
+    tasks = {}
+    for lineno, data in _read_lines(source, "tasks file"):
+        try:
+            task = ReviewTask.model_validate(data)
+        except ValidationError as exc:
+            raise ReviewError(f"{source}:{lineno}: {describe_validation_error(exc)}") from None
+        tasks[task.task_id] = task
+    return tasks, hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def load_key(path: str | os.PathLike[str]) -> ReviewKey:
+    source = Path(path)
+    try:
+        data = orjson.loads(source.read_bytes())
+    except FileNotFoundError:
+        raise ReviewError(f"key file {source} does not exist; it was written next to the tasks by `llmwatch review export`") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ReviewError(f"key file {source} cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != KEY_SCHEMA:
+        raise ReviewError(f"{source} is not an llmwatch review key (expected schema {KEY_SCHEMA!r})")
+    try:
+        return ReviewKey.model_validate(data)
+    except ValidationError as exc:
+        raise ReviewError(f"key file {source}: {describe_validation_error(exc)}") from None
+
+
+def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) -> list[Review]:
+    """Every review line validated against its task; all problems reported at once (up to 20)."""
+    source = Path(path)
+    errors: list[str] = []
+    reviews: list[Review] = []
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, data in _read_lines(source, "reviews file"):
+        where = f"{source}:{lineno}"
+        if not isinstance(data, dict):
+            errors.append(f"{where}: expected a JSON object, got {type(data).__name__}")
+            continue
+        try:
+            review = Review.model_validate(data)
+        except ValidationError as exc:
+            errors.append(f"{where}: {describe_validation_error(exc)}")
+            continue
+        task = tasks.get(review.task_id)
+        if task is None:
+            errors.append(f"{where}: field 'task_id': unknown task {review.task_id!r} (not in the tasks file)")
+            continue
+        if review.category is not None and review.category != task.category:
+            errors.append(f"{where}: field 'category': {review.category!r} but task {review.task_id} is {task.category!r}; is this review for another tasks file?")
+        if sorted(review.candidates) != sorted(task.candidates):
+            errors.append(f"{where}: field 'candidates': expected {sorted(task.candidates)}, got {review.candidates}")
+        lo, hi = task.scale
+        for label in task.candidates:
+            given = review.scores.get(label)  # type: ignore[call-overload]
+            if given is None:
+                errors.append(f"{where}: field 'scores.{label}': missing; score every candidate")
+                continue
+            for criterion in task.criteria:
+                if criterion not in given:
+                    errors.append(f"{where}: field 'scores.{label}.{criterion}': missing; criteria of this task: {', '.join(task.criteria)}")
+                elif not lo <= given[criterion] <= hi:
+                    errors.append(f"{where}: field 'scores.{label}.{criterion}': {given[criterion]} is outside the scale {lo}..{hi}")
+            for extra in sorted(set(given) - set(task.criteria)):
+                errors.append(f"{where}: field 'scores.{label}.{extra}': unknown criterion; criteria of this task: {', '.join(task.criteria)}")
+        dup = (review.task_id, review.judge)
+        if dup in seen:
+            errors.append(f"{where}: field 'judge': reviewer {review.judge!r} already reviewed {review.task_id} on line {seen[dup]}")
+        seen[dup] = lineno
+        reviews.append(review)
+        if len(errors) >= 20:
+            break
+    if errors:
+        raise ReviewError(f"{len(errors)} problem(s) in {source}:\n  " + "\n  ".join(errors))
+    if not reviews:
+        raise ReviewError(f"{source} holds no reviews")
+    return reviews
+
+
+def _preference(review: Review, criteria: Sequence[str]) -> str:
+    if review.preferred is not None:
+        return review.preferred
+    means = {label: sum(review.scores[label][c] for c in criteria) / len(criteria) for label in LABELS}  # type: ignore[index]
+    if means["A"] == means["B"]:
+        return "tie"
+    return "A" if means["A"] > means["B"] else "B"
+
+
+def preference(review: Review, criteria: Sequence[str]) -> str:
+    """"A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
+    return _preference(review, criteria)
+
+
+def dispute_reasons(reviews: Sequence[Review], criteria: Sequence[str]) -> list[dict[str, Any]]:
+    """Why the reviews of one task disagree (empty: they do not): a score gap of 2 or more on a
+    candidate and criterion, or one reviewer preferring A and another B. Shared by `review import`
+    and the review app's arbitration queue, so that both call the same tasks disputed."""
+    if len(reviews) < 2:
+        return []
+    reasons: list[dict[str, Any]] = []
+    for label in LABELS:
+        for c in criteria:
+            given = {r.judge: r.scores[label][c] for r in reviews}  # type: ignore[index]
+            if max(given.values()) - min(given.values()) >= 2:
+                reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
+    prefs = {r.judge: _preference(r, criteria) for r in reviews}
+    if {"A", "B"} <= set(prefs.values()):
+        reasons.append({"kind": "preference", "preferences": prefs})
+    return reasons
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def import_reviews(
+    tasks_path: str | os.PathLike[str],
+    key_path: str | os.PathLike[str],
+    reviews_path: str | os.PathLike[str],
+    *,
+    level: Literal["ordinal", "interval"] = "ordinal",
+    arbitration_path: str | os.PathLike[str] | None = None,
+    judge_scores: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """`judge_scores` (sample id -> judge value) override the values recorded in the key at export."""
+    tasks, tasks_digest = load_tasks(tasks_path)
+    if not tasks:
+        raise ReviewError(f"tasks file {tasks_path} holds no tasks")
+    key = load_key(key_path)
+    if key.tasks_sha256 != tasks_digest:
+        raise ReviewError(f"key file {key_path} belongs to another tasks file ({key.tasks_file}, sha256 {key.tasks_sha256[:12]}…), not to {tasks_path} (sha256 {tasks_digest[:12]}…)")
+    missing = sorted(set(tasks) - set(key.tasks))
+    if missing:
+        raise ReviewError(f"key file {key_path} has no mapping for task(s) {', '.join(missing[:5])}")
+    all_reviews = load_reviews(reviews_path, tasks)
+    not_blind = [r for r in all_reviews if not r.blind]
+    reviews = [r for r in all_reviews if r.blind]
+    criteria = list(key.criteria)
+    reviewers = sorted({r.judge for r in reviews})
+    lo, hi = next(iter(tasks.values())).scale
+    scale = list(range(lo, hi + 1))
+
+    # Agreement: a rated item is (task, candidate), per criterion.
+    ratings: dict[str, dict[tuple[str, str], dict[str, int]]] = {c: defaultdict(dict) for c in criteria}
+    for r in reviews:
+        for label in LABELS:
+            for c in criteria:
+                ratings[c][(r.task_id, label)][r.judge] = r.scores[label][c]  # type: ignore[index]
+    agreement = {}
+    for c in criteria:
+        units = [[item.get(j) for j in reviewers] for item in ratings[c].values()]
+        pairs = {}
+        for j1, j2 in combinations(reviewers, 2):
+            common = [item for item in ratings[c].values() if j1 in item and j2 in item]
+            if len(common) >= 2:
+                kappa = cohen_weighted_kappa([i[j1] for i in common], [i[j2] for i in common], scale, "quadratic")
+                pairs[f"{j1}|{j2}"] = {"kappa_quadratic": _nan_to_none(kappa), "n": len(common)}
+        agreement[c] = {
+            "krippendorff_alpha": _nan_to_none(krippendorff_alpha(units, level)),
+            "level": level,
+            "n_items": sum(1 for u in units if sum(v is not None for v in u) >= 2),
+            "cohen_kappa": pairs,
+        }
+
+    # Disputes, for arbitration (still blind: no version in the file).
+    by_task: dict[str, list[Review]] = defaultdict(list)
+    for r in reviews:
+        by_task[r.task_id].append(r)
+    disputes = []
+    for task_id, rs in sorted(by_task.items()):
+        reasons = dispute_reasons(rs, criteria)
+        if reasons:
+            prefs = {r.judge: _preference(r, criteria) for r in rs}
+            task = tasks[task_id]
+            disputes.append({
+                "task_id": task_id,
+                "category": task.category,
+                "reasons": reasons,
+                "reviews": [{"judge": r.judge, "scores": r.scores, "preferred": prefs[r.judge], "comment": r.comment} for r in rs],
+                "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
+            })
+    arb = Path(arbitration_path) if arbitration_path else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
+    atomic_write_bytes(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
+
+    # Unblinded human scores per version and category.
+    acc: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    prefs_v: dict[str, dict[str, int]] = {v: {"wins": 0, "ties": 0, "losses": 0} for v in key.versions}
+    human_item: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in reviews:
+        mapping = key.tasks[r.task_id]
+        category = tasks[r.task_id].category
+        for label in LABELS:
+            version = mapping[label].model_version
+            for c in criteria:
+                acc[(version, category, c)].append(r.scores[label][c])  # type: ignore[index]
+                acc[(version, "all", c)].append(r.scores[label][c])  # type: ignore[index]
+            human_item[(r.task_id, label)].append(sum(r.scores[label][c] for c in criteria) / len(criteria))  # type: ignore[index]
+        pref = _preference(r, criteria)
+        for label in LABELS:
+            version = mapping[label].model_version
+            prefs_v.setdefault(version, {"wins": 0, "ties": 0, "losses": 0})
+            prefs_v[version]["ties" if pref == "tie" else "wins" if pref == label else "losses"] += 1
+    human: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
+    for (version, category, c), values in sorted(acc.items()):
+        human[version][category][c] = {"mean": float(np.mean(values)), "n": len(values)}
+    for version in human:
+        for category in human[version]:
+            cells = human[version][category]
+            cells["mean"] = {"mean": float(np.mean([cells[c]["mean"] for c in criteria])), "n": cells[criteria[0]]["n"]}
+
+    # Judge check vs humans.
+    pairs_j = []
+    for (task_id, label), values in human_item.items():
+        entry = key.tasks[task_id][label]
+        judge_value = judge_scores.get(entry.sample_id, entry.judge) if judge_scores is not None else entry.judge
+        if judge_value is not None:
+            pairs_j.append((judge_value, float(np.mean(values))))
+    calibration = None
+    if pairs_j:
+        from scipy import stats as sps
+
+        xs, ys = [p[0] for p in pairs_j], [p[1] for p in pairs_j]
+        varied = len(set(xs)) > 1 and len(set(ys)) > 1 and len(xs) >= 3
+        table: dict[str, list[float]] = defaultdict(list)
+        for x, y in pairs_j:
+            table[f"{1 + 4 * x:.0f}"].append(y)  # judge value back on its 1-5 scale
+        calibration = {
+            "n": len(pairs_j),
+            "pearson": float(sps.pearsonr(xs, ys).statistic) if varied else None,
+            "spearman": float(sps.spearmanr(xs, ys).statistic) if varied else None,
+            "by_judge_score": {k: {"n": len(v), "human_mean": float(np.mean(v))} for k, v in sorted(table.items())},
+        }
+    return {
+        "schema": REPORT_SCHEMA,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "tasks": len(tasks),
+        "reviews": len(reviews),
+        "excluded_not_blind": [{"task_id": r.task_id, "judge": r.judge} for r in not_blind],
+        "reviewers": reviewers,
+        "criteria": criteria,
+        "versions": key.versions,
+        "agreement": agreement,
+        "disputed": [d["task_id"] for d in disputes],
+        "arbitration_file": str(arb),
+        "human_scores": {v: dict(c) for v, c in human.items()},
+        "preferences": prefs_v,
+        "judge_calibration": calibration,
+    }
+
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_import(report: Mapping[str, Any]) -> str:
+    crit = report["criteria"]
+    lines = [
+        f"llmwatch review: {report['reviews']} blind reviews of {report['tasks']} tasks by {len(report['reviewers'])} reviewer(s) ({', '.join(report['reviewers'])}); versions {' vs '.join(report['versions'])}",
+    ]
+    if report["excluded_not_blind"]:
+        lines.append(f"  excluded {len(report['excluded_not_blind'])} review(s) marked blind: false")
+    lines += ["", "Agreement per criterion"]
+    for c in crit:
+        a = report["agreement"][c]
+        kappas = ", ".join(f"{pair} {_f(k['kappa_quadratic'])} (n {k['n']})" for pair, k in a["cohen_kappa"].items()) or "-"
+        lines.append(f"  {c:<16} Krippendorff alpha ({a['level']}) {_f(a['krippendorff_alpha'])} over {a['n_items']} items; Cohen kappa (quadratic) {kappas}")
+    vw = max([7] + [len(v) for v in report["human_scores"]])
+    cw = max([8] + [len(c) for cats in report["human_scores"].values() for c in cats])
+    lines += ["", "Human scores (mean, 1-5) per version and category", "  " + f"{'version':<{vw}} {'category':<{cw}} " + " ".join(f"{c[:13]:>13}" for c in [*crit, "mean"]) + "      n"]
+    for version, cats in report["human_scores"].items():
+        for category, cells in sorted(cats.items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            lines.append("  " + f"{version:<{vw}} {category:<{cw}} " + " ".join(f"{cells[c]['mean']:>13.2f}" for c in [*crit, "mean"]) + f" {cells['mean']['n']:>6}")
+    lines += ["", "Preferences (per review)"]
+    for version, p in report["preferences"].items():
+        lines.append(f"  version {version:<10} wins {p['wins']}, ties {p['ties']}, losses {p['losses']}")
+    cal = report["judge_calibration"]
+    if cal:
+        lines += ["", f"Judge check vs human mean score: n {cal['n']}, Pearson {_f(cal['pearson'])}, Spearman {_f(cal['spearman'])}"]
+        for k, v in cal["by_judge_score"].items():
+            lines.append(f"  judge {k}: human mean {v['human_mean']:.2f} (n {v['n']})")
+    disputed = report["disputed"]
+    lines += ["", f"Disputed: {len(disputed)} task(s){': ' + ', '.join(disputed) if disputed else ''} -> {report['arbitration_file']}"]
+    return "\n".join(lines)

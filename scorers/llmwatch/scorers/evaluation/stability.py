@@ -1,0 +1,220 @@
+"""Stability figures, each in [0, 1] with 1 = perfectly stable, per task category and model version.
+
+sampling
+    Samples of one version whose normalised request (message roles and whitespace-collapsed text,
+    plus the requested output format and tool names) hashes the same are one *prompt group*:
+    live duplicates, or the repeats of a regression run. For a group with sample scores x_1..x_n
+    (n >= 2): variance = population variance (1/n) sum (x_i - mean)^2, and
+    CV = sqrt(variance) / mean. Scores are never negative, so mean = 0 means every score is 0:
+    the answers are consistently bad but consistent, and CV is defined as 0 there.
+    Stability = clip(1 - CV, 0, 1) (CV above 1 is as unstable as it gets). A category's figure
+    is the plain mean over its prompt groups (every distinct prompt counts once, however often it
+    was repeated); so is the variance shown beside it.
+
+turn
+    Chat samples are indexed by the number of user messages in the request (turn 1 = the first
+    question). Over turns 1..10, the ordinary least-squares slope of sample score on turn index
+    is fitted to the individual samples (not to per-turn means, so busy turns weigh more), with
+    its classical standard error sqrt(SSR / (n - 2) / Sxx). Stability = clip(1 - 9 * max(0,
+    -slope), 0, 1): one minus the score the fit says a conversation loses from turn 1 to turn 10.
+    Needs at least 3 samples on at least 2 distinct turns.
+
+version
+    The version's samples against a frozen baseline (`llmwatch baseline freeze`), with the drift
+    detector's tests and Holm correction (embeddings left out). Stability = 1 - (signals that
+    drift / signals tested); the smallest adjusted p-value is reported beside it. Undefined
+    (None) when nothing could be tested.
+
+The stability of a version used by the decision score is the mean of its available figures over
+all categories (category "all") across the three kinds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import orjson
+
+from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
+from llmwatch.core.wire import content_to_text
+from llmwatch.scorers.evaluation.matrix import ScoredSample, request_messages, user_turns
+
+__all__ = [
+    "ALL",
+    "MAX_TURN",
+    "PromptGroup",
+    "StabilityCell",
+    "combined_stability",
+    "decay_slope",
+    "group_stability",
+    "prompt_hash",
+    "sampling_stability",
+    "turn_stability",
+    "version_stability",
+]
+
+ALL = "all"
+MAX_TURN = 10
+_WS = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class StabilityCell:
+    kind: str  # sampling | turn | version
+    category: str
+    model_version: str
+    value: float | None
+    n_groups: int  # prompt groups (sampling), distinct turns (turn), signals tested (version)
+    n_samples: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def prompt_hash(request: Any) -> str:
+    """Same hash for requests a user would call "the same prompt": transport and sampling fields ignored."""
+    messages = [[str(m.get("role", "user")), _WS.sub(" ", content_to_text(m.get("content"))).strip()] for m in request_messages(request)]
+    extra: dict[str, Any] = {}
+    if isinstance(request, dict):
+        fmt = request.get("response_format")
+        if isinstance(fmt, dict):
+            extra["format"] = fmt.get("type")
+        tools = request.get("tools")
+        if isinstance(tools, list):
+            extra["tools"] = sorted(str((t.get("function") or {}).get("name", t.get("name", ""))) for t in tools if isinstance(t, dict))
+    return hashlib.sha256(orjson.dumps([messages, extra], option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def group_stability(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, population variance, clip(1 - CV, 0, 1)) with CV := 0 when the mean is 0."""
+    arr = np.asarray(values, dtype=float)
+    mean = float(arr.mean())
+    var = float(arr.var())
+    if mean <= 0.0:
+        cv = 0.0
+    else:
+        cv = math.sqrt(var) / mean
+    return mean, var, min(1.0, max(0.0, 1.0 - cv))
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    prompt_hash: str
+    category: str
+    model_version: str
+    n: int
+    mean: float
+    variance: float
+    stability: float
+
+
+def sampling_stability(rows: Sequence[ScoredSample], min_group: int = 2) -> tuple[list[PromptGroup], list[StabilityCell]]:
+    buckets: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        if row.score is None:
+            continue
+        buckets[(row.version, row.category, prompt_hash(row.sample.request))].append(row.score)
+    groups = []
+    for (version, category, digest), values in buckets.items():
+        if len(values) < min_group:
+            continue
+        mean, var, stab = group_stability(values)
+        groups.append(PromptGroup(digest, category, version, len(values), mean, var, stab))
+    cells = []
+    by_key: dict[tuple[str, str], list[PromptGroup]] = defaultdict(list)
+    for g in groups:
+        by_key[(g.category, g.model_version)].append(g)
+        by_key[(ALL, g.model_version)].append(g)
+    for (category, version), gs in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
+        cells.append(StabilityCell(
+            kind="sampling",
+            category=category,
+            model_version=version,
+            value=sum(g.stability for g in gs) / len(gs),
+            n_groups=len(gs),
+            n_samples=sum(g.n for g in gs),
+            detail={"mean_variance": sum(g.variance for g in gs) / len(gs)},
+        ))
+    return groups, cells
+
+
+def decay_slope(points: Sequence[tuple[int, float]], max_turn: int = MAX_TURN) -> dict[str, Any] | None:
+    """OLS of score on turn over turns 1..max_turn: slope, its standard error, per-turn means; None if unfit."""
+    pts = [(t, s) for t, s in points if 1 <= t <= max_turn]
+    turns = sorted({t for t, _ in pts})
+    if len(pts) < 3 or len(turns) < 2:
+        return None
+    x = np.asarray([t for t, _ in pts], dtype=float)
+    y = np.asarray([s for _, s in pts], dtype=float)
+    xm, ym = x.mean(), y.mean()
+    sxx = float(((x - xm) ** 2).sum())
+    slope = float(((x - xm) * (y - ym)).sum() / sxx)
+    intercept = float(ym - slope * xm)
+    ssr = float(((y - (intercept + slope * x)) ** 2).sum())
+    stderr = math.sqrt(ssr / (len(pts) - 2) / sxx)
+    by_turn = {str(t): {"mean": float(y[x == t].mean()), "n": int((x == t).sum())} for t in turns}
+    return {"slope": slope, "stderr": stderr, "intercept": intercept, "n": len(pts), "by_turn": by_turn}
+
+
+def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:
+    points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        if row.score is None or not isinstance(row.sample.request, dict) or not isinstance(row.sample.request.get("messages"), list):
+            continue
+        turn = user_turns(row.sample.request)
+        points[(row.category, row.version)].append((turn, row.score))
+        points[(ALL, row.version)].append((turn, row.score))
+    cells = []
+    for (category, version), pts in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
+        fit = decay_slope(pts, max_turn)
+        if fit is None:
+            continue
+        value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
+        cells.append(StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit))
+    return cells
+
+
+def version_stability(samples: Iterable[Sample], scores: Iterable[Score], baseline: Any, *, alpha: float = 0.05, min_samples: int = 30) -> list[StabilityCell]:
+    """One figure per version from the drift report of its samples against `baseline` (a scorers.baseline.Baseline)."""
+    from llmwatch.scorers.drift.compare import DriftSettings, compare
+    from llmwatch.scorers.drift.features import summarize
+
+    by_version: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_version[s.model_version or "unknown"].append(s)
+    score_list = list(scores)
+    settings = DriftSettings(alpha=alpha, min_samples=min_samples)
+    cells = []
+    for version, items in sorted(by_version.items()):
+        ids = {s.id for s in items}
+        current = summarize(items, [sc for sc in score_list if sc.sample_id in ids], None)
+        report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=[version], settings=settings)
+        tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
+        drifting = [sig for sig in tested if sig.verdict == "drift"]
+        detail = {
+            "baseline_version": baseline.model_version,
+            "signals_tested": len(tested),
+            "signals_drifting": len(drifting),
+            "drifting": [f"{sig.route} {sig.name}" for sig in drifting],
+            "min_p_adjusted": min((sig.p_adjusted for sig in tested), default=None),
+            "verdict": report.verdict,
+        }
+        value = 1.0 - len(drifting) / len(tested) if tested else None
+        cells.append(StabilityCell("version", ALL, version, value, len(tested), len(items), detail))
+    return cells
+
+
+def combined_stability(cells: Iterable[StabilityCell]) -> dict[str, float | None]:
+    """Per version: the mean of its category-"all" figures over the kinds that could be computed."""
+    values: dict[str, list[float]] = defaultdict(list)
+    versions: set[str] = set()
+    for c in cells:
+        versions.add(c.model_version)
+        if c.category == ALL and c.value is not None:
+            values[c.model_version].append(c.value)
+    return {v: (sum(values[v]) / len(values[v]) if values[v] else None) for v in sorted(versions)}

@@ -1,0 +1,1 @@
+"""Reports for people: text tables and self-contained HTML pages with plots."""

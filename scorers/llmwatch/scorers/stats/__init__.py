@@ -1,0 +1,1 @@
+"""Statistics: two-sample tests, stratified tests, agreement between raters. Pure functions over arrays."""
