@@ -46,7 +46,9 @@ def main() -> None:
         for i in range(0, len(items), args.batch):
             suite.score(items[i : i + args.batch])
         rows.append((spec["name"], spec["kind"], (time.process_time() - started) / len(items)))
-    print(f"CPU per sampled call by check, {len(items)} samples, batches of {args.batch}, one torch thread, {time.strftime('%Y-%m-%d')}")
+    print(
+        f"CPU per sampled call by check, {len(items)} samples, batches of {args.batch}, one torch thread, {time.strftime('%Y-%m-%d')}"
+    )
     print()
     print("| check | kind | CPU per sample | in the default suite |")
     print("|---|---|---|---|")

@@ -24,7 +24,10 @@ BODY = json.dumps(
         "model": "gpt-4o-mini",
         "messages": [
             {"role": "system", "content": "You are a helpful cooking assistant."},
-            {"role": "user", "content": "How long should I roast a whole chicken, and at what temperature? My email is a@b.co."},
+            {
+                "role": "user",
+                "content": "How long should I roast a whole chicken, and at what temperature? My email is a@b.co.",
+            },
         ],
         "max_tokens": 200,
     }
@@ -120,7 +123,11 @@ async def wait_ready(url: str, *, headers: dict[str, str] | None = None, tries: 
     async with aiohttp.ClientSession() as s:
         for _ in range(tries):
             try:
-                async with s.post(url + "/v1/chat/completions", data=BODY, headers={**HEADERS, **(headers or {}), "x-bench-delay-ms": "1"}) as r:
+                async with s.post(
+                    url + "/v1/chat/completions",
+                    data=BODY,
+                    headers={**HEADERS, **(headers or {}), "x-bench-delay-ms": "1"},
+                ) as r:
                     await r.read()
                     if r.status == 200:
                         return
@@ -151,7 +158,16 @@ class Outcome:
         return len(self.latency_ms) + self.failures
 
 
-async def open_loop_checked(url: str, body: bytes, rate: float, seconds: float, *, expected: bytes | None, headers: dict[str, str] | None = None, median_ms: float = 50.0) -> Outcome:
+async def open_loop_checked(
+    url: str,
+    body: bytes,
+    rate: float,
+    seconds: float,
+    *,
+    expected: bytes | None,
+    headers: dict[str, str] | None = None,
+    median_ms: float = 50.0,
+) -> Outcome:
     """Requests at a fixed rate (open loop, no coordinated omission), every body compared to `expected`."""
     clock = time.perf_counter  # not loop.time(): uvloop's clock ticks in whole milliseconds
     out = Outcome()

@@ -69,7 +69,8 @@ def main() -> None:
 
     base = Behaviour()
     closed = {
-        "JSON validity -5 points": samples_for_proportion_shift(base.json_valid, base.json_valid - 0.05) / 0.3,  # 30% of calls ask for JSON
+        "JSON validity -5 points": samples_for_proportion_shift(base.json_valid, base.json_valid - 0.05)
+        / 0.3,  # 30% of calls ask for JSON
         "refusals +10% (relative)": samples_for_proportion_shift(base.refusal, base.refusal * 1.1),
         "refusals +10 points": samples_for_proportion_shift(base.refusal, base.refusal + 0.10),
     }
@@ -80,7 +81,11 @@ def main() -> None:
         "|---|---|",
     ]
     lines += [f"| {n} fresh samples of A | {a}/{t} = {a / t:.3f} |" for n, a, t in fpr_rows]
-    lines += ["", "| degradation (version B) | samples of B for 95% power | signals that caught it | single-test closed form (per group) |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| degradation (version B) | samples of B for 95% power | signals that caught it | single-test closed form (per group) |",
+        "|---|---|---|---|",
+    ]
     for name, found, top in power_rows:
         size = f"<= {found[0]:,} ({found[1]}/{args.trials} detected)" if found else f"> {GRID[-1]:,}"
         cf = f"{closed[name]:,.0f}" if name in closed else ""

@@ -60,9 +60,9 @@ import orjson
 
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample, Usage
+from llmwatch.scorers.checks.suite import build_suite
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
-from llmwatch.scorers.checks.suite import build_suite
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REQUIRED = ("prompt_id", "prompt", "model", "output")
@@ -74,7 +74,9 @@ def load(directory: Path, models: set[str] | None = None) -> list[dict[str, Any]
     if not files:
         if alpaca_eval_files(directory):
             return load_alpaca_eval(directory, models)
-        raise SystemExit(f"{directory}: no *.jsonl files and no AlpacaEval model_outputs (see the formats in bench/drift_real.py)")
+        raise SystemExit(
+            f"{directory}: no *.jsonl files and no AlpacaEval model_outputs (see the formats in bench/drift_real.py)"
+        )
     records = []
     for path in files:
         for number, line in enumerate(path.read_bytes().splitlines(), 1):
@@ -86,7 +88,9 @@ def load(directory: Path, models: set[str] | None = None) -> list[dict[str, Any]
                 raise SystemExit(f"{path}:{number}: not JSON ({exc})") from None
             missing = [k for k in REQUIRED if not isinstance(rec.get(k), str)]
             if missing:
-                raise SystemExit(f"{path}:{number}: field(s) {', '.join(missing)} missing or not text; each line needs prompt_id, prompt, model, output")
+                raise SystemExit(
+                    f"{path}:{number}: field(s) {', '.join(missing)} missing or not text; each line needs prompt_id, prompt, model, output"
+                )
             if models is None or rec["model"] in models:
                 records.append(rec)
     return records
@@ -110,7 +114,9 @@ def load_alpaca_eval(directory: Path, models: set[str] | None = None) -> list[di
     if models is not None:
         unknown = sorted(models - set(files))
         if unknown:
-            raise SystemExit(f"{directory}: no outputs for {', '.join(unknown)} (expected <model>/model_outputs.json or <model>.json)")
+            raise SystemExit(
+                f"{directory}: no outputs for {', '.join(unknown)} (expected <model>/model_outputs.json or <model>.json)"
+            )
         files = {m: p for m, p in files.items() if m in models}
     records = []
     for name, path in files.items():
@@ -121,15 +127,27 @@ def load_alpaca_eval(directory: Path, models: set[str] | None = None) -> list[di
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             if models is None:
                 continue  # another JSON file in the folder (a leaderboard, annotations): not outputs
-            raise SystemExit(f"{path}: not a list of records; AlpacaEval model_outputs.json is [{{instruction, output, generator, dataset}}, ...]")
+            raise SystemExit(
+                f"{path}: not a list of records; AlpacaEval model_outputs.json is [{{instruction, output, generator, dataset}}, ...]"
+            )
         for number, r in enumerate(data):
             if not (isinstance(r.get("instruction"), str) and isinstance(r.get("output"), str)):
                 if models is None and number == 0:
                     break  # not a model_outputs file
-                raise SystemExit(f"{path}: record {number}: fields instruction and output must be text (an AlpacaEval model_outputs.json record)")
-            records.append({"prompt_id": prompt_id(r["instruction"]), "prompt": r["instruction"], "output": r["output"],
-                            # The folder/file name, not `generator`: a few files name the generator differently.
-                            "model": name, "generator": r.get("generator"), "source": r.get("dataset")})
+                raise SystemExit(
+                    f"{path}: record {number}: fields instruction and output must be text (an AlpacaEval model_outputs.json record)"
+                )
+            records.append(
+                {
+                    "prompt_id": prompt_id(r["instruction"]),
+                    "prompt": r["instruction"],
+                    "output": r["output"],
+                    # The folder/file name, not `generator`: a few files name the generator differently.
+                    "model": name,
+                    "generator": r.get("generator"),
+                    "source": r.get("dataset"),
+                }
+            )
     if not records:
         raise SystemExit(f"{directory}: no AlpacaEval model outputs found")
     return records
@@ -142,9 +160,15 @@ def to_sample(rec: dict[str, Any], i: int) -> Sample:
     sid = hashlib.sha256(f"{rec['model']}\x00{rec['prompt_id']}".encode()).hexdigest()[:24]
     latency = rec.get("latency_ms")
     return Sample(
-        id=sid, timestamp=T0 + timedelta(seconds=i), model=rec["model"], model_version=rec["model"], status=200,
-        latency_ms=float(latency) if latency is not None else 0.0, ttft_ms=rec.get("ttft_ms"),
-        usage=Usage(input_tokens=int(in_tokens), output_tokens=int(out_tokens)), finish_reason="stop",
+        id=sid,
+        timestamp=T0 + timedelta(seconds=i),
+        model=rec["model"],
+        model_version=rec["model"],
+        status=200,
+        latency_ms=float(latency) if latency is not None else 0.0,
+        ttft_ms=rec.get("ttft_ms"),
+        usage=Usage(input_tokens=int(in_tokens), output_tokens=int(out_tokens)),
+        finish_reason="stop",
         request={"model": rec["model"], "messages": [{"role": "user", "content": rec["prompt"]}]},
         response={"choices": [{"message": {"role": "assistant", "content": rec["output"]}, "finish_reason": "stop"}]},
         metadata={"category": str(category), "prompt_id": rec["prompt_id"], "source": rec.get("source")},
@@ -167,7 +191,9 @@ class World:
         fams = ("behaviour", "performance") if self.has_latency else ("behaviour",)
         settings = DriftSettings(**{**settings.__dict__, "fail_on": fams})
         summary = lambda items: summarize(items, [sc for s in items for sc in self.scores[s.id]], None)  # noqa: E731
-        return compare(summary(base), summary(cur), baseline_version="base", current_versions=["cur"], settings=settings)
+        return compare(
+            summary(base), summary(cur), baseline_version="base", current_versions=["cur"], settings=settings
+        )
 
 
 def aa(world: World, splits: int, settings: DriftSettings, rng: np.random.Generator) -> list[str]:
@@ -189,16 +215,27 @@ def pairs(world: World, specs: list[str], settings: DriftSettings, rng: np.rando
         if old not in world.by_model or new not in world.by_model:
             raise SystemExit(f"--pair {spec}: models present are {', '.join(sorted(world.by_model))}")
         r = world.report(world.by_model[old], world.by_model[new], settings)
-        drifted = ", ".join(f"{s.name}{' in ' + s.stratum if s.stratum else ''}" for s in r.signals if s.verdict == "drift") or "-"
+        drifted = (
+            ", ".join(f"{s.name}{' in ' + s.stratum if s.stratum else ''}" for s in r.signals if s.verdict == "drift")
+            or "-"
+        )
         needed = "-"
         for n in (50, 100, 200, 400, 800):
             if n > len(world.by_model[new]):
                 break
-            hits = sum(world.report(world.by_model[old], list(rng.choice(world.by_model[new], n, replace=False)), settings).exit_code == 1 for _ in range(10))
+            hits = sum(
+                world.report(
+                    world.by_model[old], list(rng.choice(world.by_model[new], n, replace=False)), settings
+                ).exit_code
+                == 1
+                for _ in range(10)
+            )
             if hits >= 8:
                 needed = str(n)
                 break
-        rows.append(f"| {old} -> {new} | exit {r.exit_code}, behaviour {r.families['behaviour']['verdict']} ({r.families['behaviour'].get('comparison')}) | {drifted} | samples needed (80 % of 10) {needed} |")
+        rows.append(
+            f"| {old} -> {new} | exit {r.exit_code}, behaviour {r.families['behaviour']['verdict']} ({r.families['behaviour'].get('comparison')}) | {drifted} | samples needed (80 % of 10) {needed} |"
+        )
     return rows
 
 
@@ -216,10 +253,13 @@ def mix_shift(world: World, settings: DriftSettings, rng: np.random.Generator) -
         rng.shuffle(g2)
         n = min(len(g1), len(g2)) // 2
         base = g1[: int(n * 0.8)] + g2[: int(n * 0.2)]
-        cur = g1[int(n * 0.8): int(n * 0.8) + int(n * 0.2)] + g2[int(n * 0.2): int(n * 0.2) + int(n * 0.8)]
+        cur = g1[int(n * 0.8) : int(n * 0.8) + int(n * 0.2)] + g2[int(n * 0.2) : int(n * 0.2) + int(n * 0.8)]
         r = world.report(base, cur, settings)
-        rows.append(f"| mix shift {model} | exit {r.exit_code}, inputs {r.families['inputs']['verdict']}, behaviour {r.families['behaviour']['verdict']} | "
-                    + (", ".join(s.name for s in r.signals if s.verdict in ("drift", "shifted")) or "-") + " |")
+        rows.append(
+            f"| mix shift {model} | exit {r.exit_code}, inputs {r.families['inputs']['verdict']}, behaviour {r.families['behaviour']['verdict']} | "
+            + (", ".join(s.name for s in r.signals if s.verdict in ("drift", "shifted")) or "-")
+            + " |"
+        )
     return rows
 
 
@@ -246,9 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     world = World(records, args.embeddings)
     settings = DriftSettings()
     rng = np.random.default_rng(args.seed)
-    print(f"{len(world.samples)} outputs of {len(world.by_model)} models; performance {'judged' if world.has_latency else 'not judged (no latencies)'}")
+    print(
+        f"{len(world.samples)} outputs of {len(world.by_model)} models; performance {'judged' if world.has_latency else 'not judged (no latencies)'}"
+    )
     print("| scenario | result | signals | |\n|---|---|---|---|")
-    for row in aa(world, args.splits, settings, rng) + mix_shift(world, settings, rng) + pairs(world, args.pair, settings, rng):
+    for row in (
+        aa(world, args.splits, settings, rng) + mix_shift(world, settings, rng) + pairs(world, args.pair, settings, rng)
+    ):
         print(row)
     print(evidently_note())
     return 0

@@ -54,10 +54,15 @@ from drift_real import load, load_alpaca_eval, to_sample  # noqa: E402
 
 # Successor versions with a behaviour change on the same prompts (AlpacaEval's own names).
 PAIRS = (
-    "gpt4_0613:gpt4_0613_verbose", "gpt4_0613:gpt4_0613_concise",
-    "Mixtral-8x7B-Instruct-v0.1:Mixtral-8x7B-Instruct-v0.1_concise", "Mixtral-8x7B-Instruct-v0.1:Mixtral-8x7B-Instruct-v0.1_verbose",
-    "gpt-3.5-turbo-0613:gpt-3.5-turbo-1106", "Mistral-7B-Instruct-v0.2:Mistral-7B-Instruct-v0.3",
-    "claude-2:claude-2.1", "vicuna-7b-v1.3:vicuna-7b-v1.5", "alpaca-7b:alpaca-7b_verbose",
+    "gpt4_0613:gpt4_0613_verbose",
+    "gpt4_0613:gpt4_0613_concise",
+    "Mixtral-8x7B-Instruct-v0.1:Mixtral-8x7B-Instruct-v0.1_concise",
+    "Mixtral-8x7B-Instruct-v0.1:Mixtral-8x7B-Instruct-v0.1_verbose",
+    "gpt-3.5-turbo-0613:gpt-3.5-turbo-1106",
+    "Mistral-7B-Instruct-v0.2:Mistral-7B-Instruct-v0.3",
+    "claude-2:claude-2.1",
+    "vicuna-7b-v1.3:vicuna-7b-v1.5",
+    "alpaca-7b:alpaca-7b_verbose",
 )
 AA_MODELS = ("gpt4_0613", "claude-2", "Mixtral-8x7B-Instruct-v0.1", "vicuna-7b-v1.3")
 GROUP_1 = ("selfinstruct", "helpful_base")
@@ -69,14 +74,20 @@ class Cli:
     def __init__(self, command: list[str], embeddings: bool, timeout_s: float) -> None:
         self.command = command
         self.timeout_s = timeout_s
-        self.env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "true" if embeddings else "false",
-                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.env = {
+            **os.environ,
+            "LLMWATCH_SCORING__EMBEDDINGS": "true" if embeddings else "false",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
         self.calls = 0
         self.seconds = 0.0
 
     def __call__(self, *args: str, expect: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
         started = time.monotonic()
-        proc = subprocess.run([*self.command, *args], capture_output=True, text=True, env=self.env, timeout=self.timeout_s)
+        proc = subprocess.run(
+            [*self.command, *args], capture_output=True, text=True, env=self.env, timeout=self.timeout_s
+        )
         self.calls += 1
         self.seconds += time.monotonic() - started
         if proc.returncode not in expect:
@@ -92,7 +103,9 @@ def write_jsonl(path: Path, rows: list[bytes]) -> Path:
 class Model:
     """One model's outputs as llmwatch samples, scored once by `llmwatch score`."""
 
-    def __init__(self, name: str, records: list[dict[str, Any]], work: Path, cli: Cli, category: str, reuse: bool = False) -> None:
+    def __init__(
+        self, name: str, records: list[dict[str, Any]], work: Path, cli: Cli, category: str, reuse: bool = False
+    ) -> None:
         self.name = name
         self.dir = work / "models" / name
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -131,44 +144,100 @@ class Model:
         for pid, line in self.lines.items():
             s = orjson.loads(line)
             answer = s["response"]["choices"][0]["message"]["content"]
-            out[pid] = {"output_tokens": float(s["usage"]["output_tokens"]), "answer_chars": float(len(answer)), **by_sample.get(self.sample_id[pid], {})}
+            out[pid] = {
+                "output_tokens": float(s["usage"]["output_tokens"]),
+                "answer_chars": float(len(answer)),
+                **by_sample.get(self.sample_id[pid], {}),
+            }
         return out
 
     def prompts(self) -> list[str]:
         return list(self.lines)
 
 
-def run_case(cli: Cli, work: Path, name: str, old: Model, base: list[str], new: Model, cur: list[str], baseline: Path | None = None) -> dict[str, Any]:
+def run_case(
+    cli: Cli,
+    work: Path,
+    name: str,
+    old: Model,
+    base: list[str],
+    new: Model,
+    cur: list[str],
+    baseline: Path | None = None,
+) -> dict[str, Any]:
     """Freeze OLD on the `base` prompts (unless a frozen baseline is given), then drift NEW on the `cur` prompts."""
     case = work / "cases" / name
     case.mkdir(parents=True, exist_ok=True)
     if baseline is None:
         baseline = case / "baseline.json"
         baseline.unlink(missing_ok=True)
-        cli("baseline", "freeze", "--samples", str(write_jsonl(case / "base.jsonl", [old.lines[p] for p in base])),
-            "--scores", str(old.scores), "--model-version", old.name, "--out", str(baseline))
-    proc = cli("drift", "--baseline", str(baseline), "--samples", str(write_jsonl(case / "current.jsonl", [new.lines[p] for p in cur])),
-               "--scores", str(new.scores), "--format", "json", expect=(0, 1, 2))
+        cli(
+            "baseline",
+            "freeze",
+            "--samples",
+            str(write_jsonl(case / "base.jsonl", [old.lines[p] for p in base])),
+            "--scores",
+            str(old.scores),
+            "--model-version",
+            old.name,
+            "--out",
+            str(baseline),
+        )
+    proc = cli(
+        "drift",
+        "--baseline",
+        str(baseline),
+        "--samples",
+        str(write_jsonl(case / "current.jsonl", [new.lines[p] for p in cur])),
+        "--scores",
+        str(new.scores),
+        "--format",
+        "json",
+        expect=(0, 1, 2),
+    )
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        raise SystemExit(f"{name}: drift printed no JSON (exit {proc.returncode}):\n{proc.stdout[-1000:]}\n{proc.stderr[-1000:]}") from None
+        raise SystemExit(
+            f"{name}: drift printed no JSON (exit {proc.returncode}):\n{proc.stdout[-1000:]}\n{proc.stderr[-1000:]}"
+        ) from None
     fams = report.get("families", {})
-    fired = [f"{s['name']}{' in ' + s['stratum'] if s.get('stratum') else ''}" for s in report.get("signals", []) if s.get("verdict") in ("drift", "shifted")]
-    return {"name": name, "exit": proc.returncode, "families": {f: fams.get(f, {}).get("verdict", "?") for f in ("inputs", "behaviour", "performance")},
-            "comparison": fams.get("behaviour", {}).get("comparison"), "fired": fired, "n": (len(base), len(cur)), "baseline": baseline}
+    fired = [
+        f"{s['name']}{' in ' + s['stratum'] if s.get('stratum') else ''}"
+        for s in report.get("signals", [])
+        if s.get("verdict") in ("drift", "shifted")
+    ]
+    return {
+        "name": name,
+        "exit": proc.returncode,
+        "families": {f: fams.get(f, {}).get("verdict", "?") for f in ("inputs", "behaviour", "performance")},
+        "comparison": fams.get("behaviour", {}).get("comparison"),
+        "fired": fired,
+        "n": (len(base), len(cur)),
+        "baseline": baseline,
+    }
 
 
 def evidently_job(name: str, old: Model, base: list[str], new: Model, cur: list[str]) -> dict[str, Any]:
     cols = sorted(set().union(*(old.features[p].keys() for p in base), *(new.features[p].keys() for p in cur)))
     row = lambda feats: {c: feats.get(c) for c in cols}  # noqa: E731
-    return {"name": name, "reference": [row(old.features[p]) for p in base], "current": [row(new.features[p]) for p in cur]}
+    return {
+        "name": name,
+        "reference": [row(old.features[p]) for p in base],
+        "current": [row(new.features[p]) for p in cur],
+    }
 
 
 def run_evidently(python: str | None, jobs: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
     if not python or not jobs:
         return "not run", {}
-    proc = subprocess.run([python, str(HERE / "evidently_drift.py")], input=json.dumps({"jobs": jobs}), capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(
+        [python, str(HERE / "evidently_drift.py")],
+        input=json.dumps({"jobs": jobs}),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if proc.returncode != 0:
         print(f"Evidently failed (exit {proc.returncode}): {proc.stderr[-1500:]}", file=sys.stderr)
         return "failed", {}
@@ -186,18 +255,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", type=Path, nargs="?", help="JSONL outputs (bench/drift_real.py's format)")
     ap.add_argument("--alpaca-eval", type=Path, help="AlpacaEval results/ folder (or a folder of <model>.json)")
-    ap.add_argument("--aa", default=",".join(AA_MODELS), help="models for the A/A and mix-shift scenarios (comma-separated)")
-    ap.add_argument("--pair", action="append", help=f"OLD:NEW on the same prompts (repeatable; default {len(PAIRS)} AlpacaEval pairs)")
+    ap.add_argument(
+        "--aa", default=",".join(AA_MODELS), help="models for the A/A and mix-shift scenarios (comma-separated)"
+    )
+    ap.add_argument(
+        "--pair",
+        action="append",
+        help=f"OLD:NEW on the same prompts (repeatable; default {len(PAIRS)} AlpacaEval pairs)",
+    )
     ap.add_argument("--splits", type=int, default=20, help="random A/A splits per model")
     ap.add_argument("--needed", default="50,100,200,400", help="current-window sizes for samples needed ('' to skip)")
     ap.add_argument("--needed-repeats", type=int, default=5)
     ap.add_argument("--mix", type=float, default=0.8, help="share of the window's own prompt group in the mix shift")
-    ap.add_argument("--category", choices=("none", "source"), default="none", help="tag samples with their prompt source as category")
-    ap.add_argument("--embeddings", action="store_true", help="score with the embedding checks (slow on a small machine)")
+    ap.add_argument(
+        "--category",
+        choices=("none", "source"),
+        default="none",
+        help="tag samples with their prompt source as category",
+    )
+    ap.add_argument(
+        "--embeddings", action="store_true", help="score with the embedding checks (slow on a small machine)"
+    )
     ap.add_argument("--llmwatch", help="the llmwatch command (default: this Python's `-m llmwatch.agent.cli`)")
     ap.add_argument("--evidently-python", default=str(HERE.parent / ".bench/evidently-venv/bin/python"))
     ap.add_argument("--work", type=Path, help="keep converted files here (default: a temporary folder, removed)")
-    ap.add_argument("--reuse-scores", action="store_true", help="keep scores already in --work for unchanged samples (scored by whichever llmwatch wrote them)")
+    ap.add_argument(
+        "--reuse-scores",
+        action="store_true",
+        help="keep scores already in --work for unchanged samples (scored by whichever llmwatch wrote them)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per llmwatch command")
     args = ap.parse_args(argv)
@@ -238,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             k_main = int(n * args.mix)
             k_other = n - k_main
             base = g1[:k_main] + g2[:k_other]
-            cur = g2[k_other:k_other + k_main] + g1[k_main:k_main + k_other]
+            cur = g2[k_other : k_other + k_main] + g1[k_main : k_main + k_other]
             name = f"mix-{m}"
             r = run_case(cli, work, name, model, base, model, cur)
             r.update(scenario="mix shift", models=m, ok=r["exit"] != 1 and r["families"]["inputs"] == "shifted")
@@ -264,10 +350,18 @@ def main(argv: list[str] | None = None) -> int:
                 for j in range(args.needed_repeats):
                     sub = [str(x) for x in rng.choice(common, n, replace=False)]
                     sub_name = f"{name}-n{n}-{j}"
-                    hits += run_case(cli, work, sub_name, models[old], common, models[new], sub, baseline=r["baseline"])["exit"] == 1
+                    hits += (
+                        run_case(cli, work, sub_name, models[old], common, models[new], sub, baseline=r["baseline"])[
+                            "exit"
+                        ]
+                        == 1
+                    )
                     jobs.append(evidently_job(sub_name, models[old], common, models[new], sub))
                 hits_by_n[n] = hits
-            needed[name] = next((str(n) for n, h in hits_by_n.items() if h >= 0.8 * args.needed_repeats), f">{max(hits_by_n)}" if hits_by_n else "not run")
+            needed[name] = next(
+                (str(n) for n, h in hits_by_n.items() if h >= 0.8 * args.needed_repeats),
+                f">{max(hits_by_n)}" if hits_by_n else "not run",
+            )
             r["hits_by_n"] = hits_by_n
 
         # A/A: random halves of one model's prompts.
@@ -289,20 +383,38 @@ def main(argv: list[str] | None = None) -> int:
 
     all_ok = True
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"## {stamp}: {version} ({' '.join(command)}), embeddings {'on' if args.embeddings else 'off'}, category {args.category}, "
-          f"seed {args.seed}; Evidently {ev_version}; {cli.calls} CLI calls, {time.monotonic() - started:.0f} s\n")
-    print("| scenario | model(s) | exit | inputs / behaviour / performance | behaviour compared on | llmwatch signals that fired | n base/cur | check | Evidently DataDriftPreset |")
+    print(
+        f"## {stamp}: {version} ({' '.join(command)}), embeddings {'on' if args.embeddings else 'off'}, category {args.category}, "
+        f"seed {args.seed}; Evidently {ev_version}; {cli.calls} CLI calls, {time.monotonic() - started:.0f} s\n"
+    )
+    print(
+        "| scenario | model(s) | exit | inputs / behaviour / performance | behaviour compared on | llmwatch signals that fired | n base/cur | check | Evidently DataDriftPreset |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         all_ok &= r["ok"]
-        extra = f"; needed {needed.get(r['name'], '-')} (exit-1 hits/{args.needed_repeats} by n: {r.get('hits_by_n')})" if r.get("hits_by_n") else ""
+        extra = (
+            f"; needed {needed.get(r['name'], '-')} (exit-1 hits/{args.needed_repeats} by n: {r.get('hits_by_n')})"
+            if r.get("hits_by_n")
+            else ""
+        )
         ev_extra = ""
         if r.get("hits_by_n") and ev:
-            ev_hits = {n: sum(ev.get(f"{r['name']}-n{n}-{j}", {}).get("dataset_drift", False) for j in range(args.needed_repeats)) for n in r.get("hits_by_n", {})}
-            ev_need = next((str(n) for n, h in ev_hits.items() if h >= 0.8 * args.needed_repeats), ">" + str(max(ev_hits)) if ev_hits else "-")
+            ev_hits = {
+                n: sum(
+                    ev.get(f"{r['name']}-n{n}-{j}", {}).get("dataset_drift", False) for j in range(args.needed_repeats)
+                )
+                for n in r.get("hits_by_n", {})
+            }
+            ev_need = next(
+                (str(n) for n, h in ev_hits.items() if h >= 0.8 * args.needed_repeats),
+                ">" + str(max(ev_hits)) if ev_hits else "-",
+            )
             ev_extra = f"; needed {ev_need} ({ev_hits})"
-        print(f"| {r['scenario']} | {r['models']} | {r['exit']} | {' / '.join(r['families'].values())} | {r['comparison']} | {', '.join(r['fired']) or '-'} | "
-              f"{r['n'][0]}/{r['n'][1]} | {'ok' if r['ok'] else 'FAIL'}{extra} | {ev_text(ev.get(r['name']))}{ev_extra} |")
+        print(
+            f"| {r['scenario']} | {r['models']} | {r['exit']} | {' / '.join(r['families'].values())} | {r['comparison']} | {', '.join(r['fired']) or '-'} | "
+            f"{r['n'][0]}/{r['n'][1]} | {'ok' if r['ok'] else 'FAIL'}{extra} | {ev_text(ev.get(r['name']))}{ev_extra} |"
+        )
     for m, results in aa.items():
         exits = collections.Counter(r["exit"] for r in results)
         fired = collections.Counter(f for r in results if r["exit"] == 1 for f in r["fired"])
@@ -310,10 +422,16 @@ def main(argv: list[str] | None = None) -> int:
         all_ok &= ok
         ev_alarms = sum(ev.get(r["name"], {}).get("dataset_drift", False) for r in results)
         ev_any = sum(bool(ev.get(r["name"], {}).get("drifted")) for r in results)
-        print(f"| A/A ({len(results)} random halves) | {m} | exit 0: {exits[0]}, 1: {exits[1]}, 2: {exits[2]} | "
-              f"inputs shifted in {sum(r['families']['inputs'] == 'shifted' for r in results)} | - | {dict(fired) or '-'} | ~{results[0]['n'][0]}/{results[0]['n'][1]} | "
-              f"{'ok' if ok else 'FAIL'}: false alarms {exits[1]}/{len(results)} | "
-              + (f"dataset drift {ev_alarms}/{len(results)}, any column drifted {ev_any}/{len(results)} |" if ev else "- |"))
+        print(
+            f"| A/A ({len(results)} random halves) | {m} | exit 0: {exits[0]}, 1: {exits[1]}, 2: {exits[2]} | "
+            f"inputs shifted in {sum(r['families']['inputs'] == 'shifted' for r in results)} | - | {dict(fired) or '-'} | ~{results[0]['n'][0]}/{results[0]['n'][1]} | "
+            f"{'ok' if ok else 'FAIL'}: false alarms {exits[1]}/{len(results)} | "
+            + (
+                f"dataset drift {ev_alarms}/{len(results)}, any column drifted {ev_any}/{len(results)} |"
+                if ev
+                else "- |"
+            )
+        )
     print(f"\nacceptance: {'all checks held' if all_ok else 'some checks FAILED'}")
     return 0 if all_ok else 1
 

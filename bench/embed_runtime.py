@@ -60,6 +60,7 @@ def export_onnx(st_model, cache: Path) -> Path:
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
+
     class Wrapped(torch.nn.Module):
         # Keywords: BertModel.forward's positional order changes between transformers releases.
         def __init__(self, model) -> None:
@@ -67,7 +68,9 @@ def export_onnx(st_model, cache: Path) -> Path:
             self.model = model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            return self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
 
     bert = Wrapped(st_model[0].auto_model.eval())
     tok = st_model.tokenizer(["a b c", "d"], padding=True, return_tensors="pt")
@@ -79,7 +82,10 @@ def export_onnx(st_model, cache: Path) -> Path:
             str(path),
             input_names=["input_ids", "attention_mask", "token_type_ids"],
             output_names=["last_hidden_state"],
-            dynamic_axes={name: {0: "batch", 1: "tokens"} for name in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")},
+            dynamic_axes={
+                name: {0: "batch", 1: "tokens"}
+                for name in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")
+            },
             opset_version=17,
             dynamo=False,
         )
@@ -127,8 +133,11 @@ def main() -> None:
 
         cpu, vec = cpu_per_text(encode, texts)
         rows.append(("ONNX Runtime fp32", cpu, vec))
-    print(f"all-MiniLM-L6-v2 on {len(texts)} texts ({np.mean([len(t) for t in texts]):.0f} chars on average), one thread, batches of 32 by length; torch {torch.__version__}"
-          + (f", onnxruntime {ort.__version__}" if ort is not None else "") + f"; {time.strftime('%Y-%m-%d')}")
+    print(
+        f"all-MiniLM-L6-v2 on {len(texts)} texts ({np.mean([len(t) for t in texts]):.0f} chars on average), one thread, batches of 32 by length; torch {torch.__version__}"
+        + (f", onnxruntime {ort.__version__}" if ort is not None else "")
+        + f"; {time.strftime('%Y-%m-%d')}"
+    )
     print()
     print("| runtime | CPU per text | vs torch fp32 | cosine to torch fp32: min / mean |")
     print("|---|---|---|---|")

@@ -37,8 +37,10 @@ def run(job: dict) -> dict:
         for c in binary:
             frame[c] = frame[c].map({0: "0", 1: "1"})
     definition = DataDefinition(numerical_columns=numeric, categorical_columns=binary)
-    snapshot = Report([DataDriftPreset()]).run(Dataset.from_pandas(cur[cols], data_definition=definition),
-                                               Dataset.from_pandas(ref[cols], data_definition=definition))
+    snapshot = Report([DataDriftPreset()]).run(
+        Dataset.from_pandas(cur[cols], data_definition=definition),
+        Dataset.from_pandas(ref[cols], data_definition=definition),
+    )
     drifted_count, share, drifted = None, None, []
     for metric in snapshot.dict()["metrics"]:
         name = metric.get("metric_name", "")
@@ -53,8 +55,14 @@ def run(job: dict) -> dict:
             is_p = "p_value" in method or "test" in method.lower()
             if value is not None and threshold is not None and ((value < threshold) if is_p else (value >= threshold)):
                 drifted.append(column)
-    return {"name": job["name"], "dataset_drift": share is not None and share >= 0.5, "drifted": drifted_count,
-            "columns": len(cols), "share": share, "drifted_columns": sorted(drifted)}
+    return {
+        "name": job["name"],
+        "dataset_drift": share is not None and share >= 0.5,
+        "drifted": drifted_count,
+        "columns": len(cols),
+        "share": share,
+        "drifted_columns": sorted(drifted),
+    }
 
 
 def main() -> int:

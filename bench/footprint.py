@@ -28,7 +28,9 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
-BODY = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "How long should I roast a chicken?"}]}).encode()
+BODY = json.dumps(
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "How long should I roast a chicken?"}]}
+).encode()
 
 
 def venv(path: Path, extras: str) -> Path:
@@ -95,15 +97,37 @@ async def load(url: str, n: int) -> None:
         sem = asyncio.Semaphore(16)
 
         async def one() -> None:
-            async with sem, http.post(url + "/v1/chat/completions", data=BODY, headers={"Content-Type": "application/json"}) as r:
+            async with (
+                sem,
+                http.post(url + "/v1/chat/completions", data=BODY, headers={"Content-Type": "application/json"}) as r,
+            ):
                 await r.read()
 
         await asyncio.gather(*(one() for _ in range(n)))
 
 
 def measure(python: Path, upstream: str, env: dict[str, str], requests: int, data: Path) -> tuple[float, float]:
-    argv = [str(python), "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data)]
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_LOGGING__FORMAT": "json", "LLMWATCH_LOGGING__LEVEL": "info", **env}
+    argv = [
+        str(python),
+        "-m",
+        "llmwatch.agent.cli",
+        "proxy",
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data),
+    ]
+    full_env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "LLMWATCH_LOGGING__FORMAT": "json",
+        "LLMWATCH_LOGGING__LEVEL": "info",
+        **env,
+    }
     proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         started = wait_line(proc, '"agent_started"', 120)
@@ -121,11 +145,15 @@ def measure(python: Path, upstream: str, env: dict[str, str], requests: int, dat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="plain calls sent before the loaded reading")
-    parser.add_argument("--venvs", type=Path, default=ROOT / ".bench" / "footprint", help="where the two virtual environments are built")
+    parser.add_argument(
+        "--venvs", type=Path, default=ROOT / ".bench" / "footprint", help="where the two virtual environments are built"
+    )
     args = parser.parse_args()
     slim = venv(args.venvs / "slim", "")
     full = venv(args.venvs / "full", "[all]")
-    up = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", "18711", "--latency-ms", "20"])
+    up = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", "18711", "--latency-ms", "20"]
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # the bench upstream prints nothing: wait until it accepts connections
@@ -141,7 +169,9 @@ def main() -> None:
             ("slim (base install, rule checks)", slim, {"LLMWATCH_SCORING__EMBEDDINGS": "false"}),
             ("full ([all], shipped defaults)", full, {}),
         ):
-            idle, loaded = measure(python, "http://127.0.0.1:18711", env, args.requests, args.venvs / f"data-{python.parent.parent.name}")
+            idle, loaded = measure(
+                python, "http://127.0.0.1:18711", env, args.requests, args.venvs / f"data-{python.parent.parent.name}"
+            )
             rows.append((name, site_packages_mb(python.parent.parent), idle, loaded))
     finally:
         up.terminate()

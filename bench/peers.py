@@ -55,9 +55,34 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BODY, ROOT, STREAM_BODY, HEADERS, Outcome, can_pin, cpu_seconds, editable_launcher, free_port, open_loop_checked, pinned, tree_cpu_seconds, tree_rss_mb, wait_idle, wait_ready  # noqa: E402
+from common import (  # noqa: E402
+    BODY,
+    HEADERS,
+    ROOT,
+    STREAM_BODY,
+    Outcome,
+    can_pin,
+    cpu_seconds,
+    editable_launcher,
+    free_port,
+    open_loop_checked,
+    pinned,
+    tree_cpu_seconds,
+    tree_rss_mb,
+    wait_idle,
+    wait_ready,
+)
 
-ALL_PEERS = ("direct", "nginx", "litellm", "llmwatch-off", "llmwatch-defaults", "llmwatch-isolated", "llmwatch-shadow", "llmwatch-off-b")
+ALL_PEERS = (
+    "direct",
+    "nginx",
+    "litellm",
+    "llmwatch-off",
+    "llmwatch-defaults",
+    "llmwatch-isolated",
+    "llmwatch-shadow",
+    "llmwatch-off-b",
+)
 LITELLM_KEY = "sk-bench-master"
 
 
@@ -126,7 +151,11 @@ http {{
 }}
 """
     )
-    proc = subprocess.Popen(pinned([binary, "-c", str(conf_dir / "nginx.conf"), "-p", str(conf_dir)], "1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        pinned([binary, "-c", str(conf_dir / "nginx.conf"), "-p", str(conf_dir)], "1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return Peer("nginx", f"http://127.0.0.1:{port}", proc)
 
 
@@ -167,29 +196,88 @@ litellm_settings:
 """
     )
     # Offline: the model cost map shipped in the package, no telemetry, no update checks.
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "True"}
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOG": "ERROR",
+        "DISABLE_SCHEMA_UPDATE": "True",
+    }
     log_file = open(work / "litellm.log", "wb")
-    proc = subprocess.Popen(pinned([str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"], "1"), env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    return Peer("litellm", f"http://127.0.0.1:{port}", proc, headers={"Authorization": f"Bearer {LITELLM_KEY}"}, max_rate=max(args.litellm_rates))
+    proc = subprocess.Popen(
+        pinned([str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"], "1"),
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    return Peer(
+        "litellm",
+        f"http://127.0.0.1:{port}",
+        proc,
+        headers={"Authorization": f"Bearer {LITELLM_KEY}"},
+        max_rate=max(args.litellm_rates),
+    )
 
 
-def start_llmwatch(name: str, up_port: int, work: Path, *, scoring: bool, isolated: bool, src: str | None = None, shadow_port: int | None = None, shadow_rate: float = 1.0) -> Peer:
+def start_llmwatch(
+    name: str,
+    up_port: int,
+    work: Path,
+    *,
+    scoring: bool,
+    isolated: bool,
+    src: str | None = None,
+    shadow_port: int | None = None,
+    shadow_rate: float = 1.0,
+) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
-    env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "true" if scoring else "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "LLMWATCH_LOGGING__LEVEL": "warning",
+        "LLMWATCH_SCORING__ENABLED": "true" if scoring else "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     if isolated:
         env["LLMWATCH_SCORING__CPU_AFFINITY"] = "0"
     if shadow_port is not None:
         # Every call mirrored; concurrency room for the rates here (50 ms upstream x 500 req/s).
         env["LLMWATCH_SHADOW__ENABLED"] = "true"
         env["LLMWATCH_SHADOW__CPU_AFFINITY"] = "0"
-        env["LLMWATCH_SHADOW__CANDIDATES"] = json.dumps([{"name": "bench", "upstream": f"http://127.0.0.1:{shadow_port}", "rate": shadow_rate, "max_concurrency": 256}])
+        env["LLMWATCH_SHADOW__CANDIDATES"] = json.dumps(
+            [
+                {
+                    "name": "bench",
+                    "upstream": f"http://127.0.0.1:{shadow_port}",
+                    "rate": shadow_rate,
+                    "max_concurrency": 256,
+                }
+            ]
+        )
     base = editable_launcher(src) if src else [sys.executable, "-m", "llmwatch.agent.cli"]
-    cmd = [*base, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(data_dir)]
+    cmd = [
+        *base,
+        "proxy",
+        "--upstream",
+        f"http://127.0.0.1:{up_port}",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+        "--data-dir",
+        str(data_dir),
+    ]
     # Isolated: the scorer child must be allowed core 0 to be pinned there; the proxy's own
     # threads are moved to core 1 once it is up (`taskset -a -p`).
     # Run from the tree it runs: from ROOT, `import llmwatch` would find this checkout first (cwd is on sys.path).
-    proc = subprocess.Popen(pinned(cmd, "0,1" if isolated or shadow_port is not None else "1"), env=env, cwd=src or ROOT, stdout=subprocess.DEVNULL, stderr=open(work / f"{name.replace('/', '_')}.log", "wb"))
+    proc = subprocess.Popen(
+        pinned(cmd, "0,1" if isolated or shadow_port is not None else "1"),
+        env=env,
+        cwd=src or ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / f"{name.replace('/', '_')}.log", "wb"),
+    )
     return Peer(name, f"http://127.0.0.1:{port}", proc, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
 
 
@@ -206,9 +294,20 @@ def shadow_counts(peer: Peer) -> str:
     out = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in ("llmwatch_shadow_mirrored_total", "llmwatch_shadow_skipped_total", "llmwatch_shadow_candidate_errors_total", "llmwatch_shadow_pairs_total") and sample.value:
+            if (
+                sample.name
+                in (
+                    "llmwatch_shadow_mirrored_total",
+                    "llmwatch_shadow_skipped_total",
+                    "llmwatch_shadow_candidate_errors_total",
+                    "llmwatch_shadow_pairs_total",
+                )
+                and sample.value
+            ):
                 extra = ",".join(f"{k}={v}" for k, v in sample.labels.items() if k != "candidate")
-                out.append(f"{sample.name.removeprefix('llmwatch_shadow_')}{'{' + extra + '}' if extra else ''} {sample.value:,.0f}")
+                out.append(
+                    f"{sample.name.removeprefix('llmwatch_shadow_')}{'{' + extra + '}' if extra else ''} {sample.value:,.0f}"
+                )
     return "; ".join(out) or "nothing mirrored"
 
 
@@ -220,9 +319,14 @@ def shadow_added(peers: list[Peer], args: argparse.Namespace) -> list[str]:
     control = next((p for p in peers if p.name == "llmwatch-off-b"), None)
     if on is None or off is None:
         return []
-    lines = ["", "Shadow evaluation on minus off (llmwatch-shadow minus llmwatch-off, interleaved in the same run; target: p99 added < 0.5 ms)"
-             + ("; A/A rows: llmwatch-off-b minus llmwatch-off, two identical proxies:" if control is not None else ":"), "",
-             "| rate | plain p50 / p99 added | stream p50 / p99 added | first chunk p50 / p99 added | proxy process CPU per call, off / on (plain) | off / on (stream) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "Shadow evaluation on minus off (llmwatch-shadow minus llmwatch-off, interleaved in the same run; target: p99 added < 0.5 ms)"
+        + ("; A/A rows: llmwatch-off-b minus llmwatch-off, two identical proxies:" if control is not None else ":"),
+        "",
+        "| rate | plain p50 / p99 added | stream p50 / p99 added | first chunk p50 / p99 added | proxy process CPU per call, off / on (plain) | off / on (stream) |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += _difference_rows(on, off, args, "")
     if control is not None:
         lines += _difference_rows(control, off, args, " A/A")
@@ -260,7 +364,9 @@ async def fetch(url: str, body: bytes, headers: dict[str, str]) -> bytes:
     import aiohttp
 
     async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(url + "/v1/chat/completions", data=body, headers={**HEADERS, **headers, "x-bench-delay-ms": "1"}) as r:
+        async with s.post(
+            url + "/v1/chat/completions", data=body, headers={**HEADERS, **headers, "x-bench-delay-ms": "1"}
+        ) as r:
             return await r.read()
 
 
@@ -268,7 +374,11 @@ def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes,
     body = BODY if mode == "plain" else STREAM_BODY
     c0 = tree_cpu_seconds(peer.pid) if peer.pid else 0.0
     p0 = cpu_seconds(peer.pid) if peer.pid else 0.0
-    out = asyncio.run(open_loop_checked(peer.url + "/v1/chat/completions", body, rate, seconds, expected=expected, headers=peer.headers))
+    out = asyncio.run(
+        open_loop_checked(
+            peer.url + "/v1/chat/completions", body, rate, seconds, expected=expected, headers=peer.headers
+        )
+    )
     if peer.pid:
         t0 = time.monotonic()
         c1 = wait_idle(peer.pid)
@@ -336,7 +446,11 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         lines.append(
             f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
-    lines += ["", "| proxy | rate | plain p50 / p99 (added) | stream p50 / p99 (added) | first chunk p50 / p99 (added) | reads per stream | CPU per call plain / stream | failed |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| proxy | rate | plain p50 / p99 (added) | stream p50 / p99 (added) | first chunk p50 / p99 (added) | reads per stream | CPU per call plain / stream | failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in peers:
         for rate in args.rates:
             plain, stream = p.cells.get((rate, "plain")), p.cells.get((rate, "stream"))
@@ -367,21 +481,32 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
     return "\n".join(lines)
 
 
-def main() -> None:
+def main() -> None:  # noqa: C901
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peers", default=",".join(ALL_PEERS))
     ap.add_argument("--rates", default="50,200,500")
     ap.add_argument("--litellm-rates", default="50", help="the rates LiteLLM is offered (it saturates near 70 req/s)")
-    ap.add_argument("--cpu-rates", default="50,200", help="the rates whose cells make the CPU-per-call headline: at a rate that saturates a core, chunks merge and CPU per call drops")
+    ap.add_argument(
+        "--cpu-rates",
+        default="50,200",
+        help="the rates whose cells make the CPU-per-call headline: at a rate that saturates a core, chunks merge and CPU per call drops",
+    )
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds per cell and round")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--shadow-rate", type=float, default=1.0, help="llmwatch-shadow: share of calls mirrored (default 1.0, every call)")
+    ap.add_argument(
+        "--shadow-rate",
+        type=float,
+        default=1.0,
+        help="llmwatch-shadow: share of calls mirrored (default 1.0, every call)",
+    )
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--baseline-src", help="another llmwatch checkout to run as llmwatch-off@DIR, with this venv")
     ap.add_argument("--litellm-venv", default=str(ROOT / ".bench" / "litellm-venv"))
-    ap.add_argument("--no-install", action="store_true", help="never pip install LiteLLM; leave it out when its venv is missing")
+    ap.add_argument(
+        "--no-install", action="store_true", help="never pip install LiteLLM; leave it out when its venv is missing"
+    )
     ap.add_argument("--out", default=str(ROOT / ".bench" / "peers.md"))
     args = ap.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
@@ -395,14 +520,42 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="llmwatch-peers-"))
     up_port = free_port()
     upstream = subprocess.Popen(
-        pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port), "--latency-ms", str(args.latency_ms), "--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms)], "0")
+        pinned(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "upstream.py"),
+                "--port",
+                str(up_port),
+                "--latency-ms",
+                str(args.latency_ms),
+                "--ttft-ms",
+                str(args.ttft_ms),
+                "--gap-ms",
+                str(args.gap_ms),
+            ],
+            "0",
+        )
     )
     candidate = None
     if "llmwatch-shadow" in wanted:
         # The shadow candidate: a second upstream like the first, on the same core.
         shadow_port = free_port()
         candidate = subprocess.Popen(
-            pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(shadow_port), "--latency-ms", str(args.latency_ms), "--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms)], "0")
+            pinned(
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "upstream.py"),
+                    "--port",
+                    str(shadow_port),
+                    "--latency-ms",
+                    str(args.latency_ms),
+                    "--ttft-ms",
+                    str(args.ttft_ms),
+                    "--gap-ms",
+                    str(args.gap_ms),
+                ],
+                "0",
+            )
         )
     if can_pin():
         os.sched_setaffinity(0, {0})
@@ -418,7 +571,10 @@ def main() -> None:
     try:
         direct_url = f"http://127.0.0.1:{up_port}"
         asyncio.run(wait_ready(direct_url))
-        expected = {"plain": asyncio.run(fetch(direct_url, BODY, {})), "stream": asyncio.run(fetch(direct_url, STREAM_BODY, {}))}
+        expected = {
+            "plain": asyncio.run(fetch(direct_url, BODY, {})),
+            "stream": asyncio.run(fetch(direct_url, STREAM_BODY, {})),
+        }
         for name in wanted:
             if name == "direct":
                 peers.append(Peer("direct", direct_url))
@@ -436,18 +592,54 @@ def main() -> None:
                     peers.append(peer)
             elif name == "llmwatch-shadow":
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
-                peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, shadow_port=shadow_port, shadow_rate=args.shadow_rate))
+                peers.append(
+                    start_llmwatch(
+                        name,
+                        up_port,
+                        work,
+                        scoring=False,
+                        isolated=False,
+                        shadow_port=shadow_port,
+                        shadow_rate=args.shadow_rate,
+                    )
+                )
             else:
-                peers.append(start_llmwatch(name, up_port, work, scoring=not name.startswith("llmwatch-off"), isolated=name == "llmwatch-isolated"))
+                peers.append(
+                    start_llmwatch(
+                        name,
+                        up_port,
+                        work,
+                        scoring=not name.startswith("llmwatch-off"),
+                        isolated=name == "llmwatch-isolated",
+                    )
+                )
         if args.baseline_src:
-            peers.append(start_llmwatch(f"llmwatch-off@{args.baseline_src}", up_port, work, scoring=False, isolated=False, src=args.baseline_src))
+            peers.append(
+                start_llmwatch(
+                    f"llmwatch-off@{args.baseline_src}",
+                    up_port,
+                    work,
+                    scoring=False,
+                    isolated=False,
+                    src=args.baseline_src,
+                )
+            )
         ready = []
         for peer in peers:
             try:
                 asyncio.run(wait_ready(peer.url, headers=peer.headers))
                 # Warm the connection pools and code paths before anything counts.
                 for mode in ("plain", "stream"):
-                    asyncio.run(open_loop_checked(peer.url + "/v1/chat/completions", BODY if mode == "plain" else STREAM_BODY, 20, 1.0, expected=None, headers=peer.headers))
+                    asyncio.run(
+                        open_loop_checked(
+                            peer.url + "/v1/chat/completions",
+                            BODY if mode == "plain" else STREAM_BODY,
+                            20,
+                            1.0,
+                            expected=None,
+                            headers=peer.headers,
+                        )
+                    )
                 ready.append(peer)
             except RuntimeError:
                 notes.append(f"{peer.name} did not start (see {work}): left out")
@@ -460,7 +652,9 @@ def main() -> None:
                 wait_idle(peer.pid, quiet_s=1.0, limit_s=300.0)
         for peer in peers:
             if peer.name in ("llmwatch-isolated", "llmwatch-shadow") and peer.pid and can_pin():
-                subprocess.run(["taskset", "-a", "-p", "-c", "1", str(peer.pid)], check=False, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    ["taskset", "-a", "-p", "-c", "1", str(peer.pid)], check=False, stdout=subprocess.DEVNULL
+                )
         for rnd in range(args.rounds):
             for rate in args.rates:
                 for mode in ("plain", "stream"):
@@ -469,7 +663,14 @@ def main() -> None:
                         if peer.max_rate is not None and rate not in args.litellm_rates:
                             continue
                         print(f"round {rnd + 1}/{args.rounds}: {peer.name} {mode} {rate:g} req/s", file=sys.stderr)
-                        measure(peer, mode, rate, args.seconds, expected[mode], args.cpu_rates if peer.max_rate is None else [peer.max_rate])
+                        measure(
+                            peer,
+                            mode,
+                            rate,
+                            args.seconds,
+                            expected[mode],
+                            args.cpu_rates if peer.max_rate is None else [peer.max_rate],
+                        )
         for peer in peers:
             if peer.pid:
                 peer.rss_mb = tree_rss_mb(peer.pid)
@@ -490,14 +691,30 @@ def main() -> None:
                 up.terminate()
                 up.wait(30)
     if any(p.name == "litellm" for p in peers):
-        notes.append("LiteLLM rewrites response bodies (ids, timestamps, fields), so its bodies are not byte-identical by design; it is offered only " + ", ".join(f"{r:g}" for r in args.litellm_rates) + " req/s")
+        notes.append(
+            "LiteLLM rewrites response bodies (ids, timestamps, fields), so its bodies are not byte-identical by design; it is offered only "
+            + ", ".join(f"{r:g}" for r in args.litellm_rates)
+            + " req/s"
+        )
     args.shadow_lines = shadow_lines
     text = report(peers, args, notes)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text + "\n")
     Path(args.out).with_suffix(".json").write_text(
-        json.dumps({p.name: {"cpu_s": p.cpu, "proxy_cpu_s": p.proxy_cpu, "calls": p.calls, "rss_mb": p.rss_mb, "not_idle": p.not_idle} for p in peers}, indent=2)
+        json.dumps(
+            {
+                p.name: {
+                    "cpu_s": p.cpu,
+                    "proxy_cpu_s": p.proxy_cpu,
+                    "calls": p.calls,
+                    "rss_mb": p.rss_mb,
+                    "not_idle": p.not_idle,
+                }
+                for p in peers
+            },
+            indent=2,
+        )
     )
     shutil.rmtree(work, ignore_errors=True)
 

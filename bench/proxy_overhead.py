@@ -47,7 +47,9 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, delay_ms: s
             raise RuntimeError(f"status {r.status}")
 
 
-async def closed_loop(base: str, body: bytes, n: int, concurrency: int, median_ms: float = 50.0) -> tuple[np.ndarray, float]:
+async def closed_loop(
+    base: str, body: bytes, n: int, concurrency: int, median_ms: float = 50.0
+) -> tuple[np.ndarray, float]:
     url = base + "/v1/chat/completions"
     latencies: list[float] = []
     todo = iter(delays(n, median_ms))
@@ -65,9 +67,13 @@ async def closed_loop(base: str, body: bytes, n: int, concurrency: int, median_m
     return np.array(latencies) * 1000.0, elapsed
 
 
-async def open_loop(base: str, body: bytes, rate: float, seconds: float, median_ms: float = 50.0) -> tuple[np.ndarray, int]:
+async def open_loop(
+    base: str, body: bytes, rate: float, seconds: float, median_ms: float = 50.0
+) -> tuple[np.ndarray, int]:
     """Fixed arrival rate, latency from each request's scheduled time: common.open_loop_checked without the byte check."""
-    out = await open_loop_checked(base + "/v1/chat/completions", body, rate, seconds, expected=None, median_ms=median_ms)
+    out = await open_loop_checked(
+        base + "/v1/chat/completions", body, rate, seconds, expected=None, median_ms=median_ms
+    )
     return np.array(out.latency_ms), out.failures
 
 
@@ -95,7 +101,14 @@ class Row:
 
 
 def table(rows: list[Row]) -> str:
-    head = ["load", "direct p50 / p99 ms", "proxied p50 / p99 ms", "added p50 / p99 ms", "throughput proxied/direct", "proxy CPU us/req"]
+    head = [
+        "load",
+        "direct p50 / p99 ms",
+        "proxied p50 / p99 ms",
+        "added p50 / p99 ms",
+        "throughput proxied/direct",
+        "proxy CPU us/req",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
     return "\n".join(lines)
@@ -118,8 +131,13 @@ async def run(args: argparse.Namespace, direct: str, proxied: str, proxy_pid: in
             p_time += el
         d, p = np.concatenate(d_lat), np.concatenate(p_lat)
         rows.append(
-            Row(f"{name}, {args.requests} req, {args.concurrency} in flight", *np.percentile(d, [50, 99]), *np.percentile(p, [50, 99]),
-                ratio=(len(p) / p_time) / (len(d) / d_time), cpu_us=cpu / count * 1e6)
+            Row(
+                f"{name}, {args.requests} req, {args.concurrency} in flight",
+                *np.percentile(d, [50, 99]),
+                *np.percentile(p, [50, 99]),
+                ratio=(len(p) / p_time) / (len(d) / d_time),
+                cpu_us=cpu / count * 1e6,
+            )
         )
     for rate in args.rates:
         for name, body in (("non-streaming", BODY), ("streaming", STREAM_BODY)):
@@ -136,7 +154,9 @@ async def run(args: argparse.Namespace, direct: str, proxied: str, proxy_pid: in
                 fails += f
             d, p = np.concatenate(d_lat), np.concatenate(p_lat)
             label = f"open loop {rate:g} req/s, {name}" + (f" ({fails} failed)" if fails else "")
-            rows.append(Row(label, *np.percentile(d, [50, 99]), *np.percentile(p, [50, 99]), cpu_us=cpu / max(count, 1) * 1e6))
+            rows.append(
+                Row(label, *np.percentile(d, [50, 99]), *np.percentile(p, [50, 99]), cpu_us=cpu / max(count, 1) * 1e6)
+            )
     return rows
 
 
@@ -145,7 +165,12 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rates", default="100,500,1000")
-    p.add_argument("--seconds", type=float, default=6.0, help="seconds of open-loop load per rate and mode (split over 2 alternations)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=6.0,
+        help="seconds of open-loop load per rate and mode (split over 2 alternations)",
+    )
     p.add_argument("--latency-ms", type=float, default=50.0, help="upstream latency for non-streaming calls")
     p.add_argument("--out", default=str(ROOT / ".bench" / "proxy_overhead.json"))
     args = p.parse_args()
@@ -153,12 +178,39 @@ def main() -> None:
 
     up_port, proxy_port, metrics_port = free_port(), free_port(), free_port()
     data_dir = tempfile.mkdtemp(prefix="llmwatch-bench-")
-    upstream = subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port), "--latency-ms", str(args.latency_ms)], "0"))
+    upstream = subprocess.Popen(
+        pinned(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "upstream.py"),
+                "--port",
+                str(up_port),
+                "--latency-ms",
+                str(args.latency_ms),
+            ],
+            "0",
+        )
+    )
     # The proxy itself; what a saturated scorer costs it is bench/scoring_throughput.py.
     env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "false"}
     proxy = subprocess.Popen(
-        pinned([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{proxy_port}",
-                "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", data_dir], "1"),
+        pinned(
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                "proxy",
+                "--upstream",
+                f"http://127.0.0.1:{up_port}",
+                "--listen",
+                f"127.0.0.1:{proxy_port}",
+                "--metrics-listen",
+                f"127.0.0.1:{metrics_port}",
+                "--data-dir",
+                data_dir,
+            ],
+            "1",
+        ),
         env=env,
         cwd=ROOT,
     )
@@ -191,7 +243,9 @@ def main() -> None:
         f"(lognormal, paired; streams: 30 ms TTFT + 30 chunks 3 ms apart); capture, 10% sampling, redaction, files and metrics on, scoring off"
     )
     sys.stdout.write(header + "\n\n" + out + "\n\n")
-    sys.stdout.write(f"proxy CPU per request: {min(cpu):.0f}-{max(cpu):.0f} us => saturation ~{1e6 / max(cpu):.0f}-{1e6 / min(cpu):.0f} req/s per core\n")
+    sys.stdout.write(
+        f"proxy CPU per request: {min(cpu):.0f}-{max(cpu):.0f} us => saturation ~{1e6 / max(cpu):.0f}-{1e6 / min(cpu):.0f} req/s per core\n"
+    )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}, indent=2))
 

@@ -52,20 +52,58 @@ def one_run(tree: Path, env_extra: dict[str, str], args: argparse.Namespace) -> 
     procs = []
     try:
         up_port = free_port()
-        procs.append(subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)], "0")))
+        procs.append(
+            subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)], "0"))
+        )
         asyncio.run(wait_ready(f"http://127.0.0.1:{up_port}"))
         env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": "false", **env_extra}
         if args.shadow_rate > 0:
             shadow_port = free_port()
-            procs.append(subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(shadow_port)], "0")))
+            procs.append(
+                subprocess.Popen(
+                    pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(shadow_port)], "0")
+                )
+            )
             asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
-            env.update({"LLMWATCH_SHADOW__ENABLED": "true", "LLMWATCH_SHADOW__CPU_AFFINITY": "0",
-                        "LLMWATCH_SHADOW__CANDIDATES": json.dumps([{"name": "bench", "upstream": f"http://127.0.0.1:{shadow_port}", "rate": args.shadow_rate, "max_concurrency": 256}])})
+            env.update(
+                {
+                    "LLMWATCH_SHADOW__ENABLED": "true",
+                    "LLMWATCH_SHADOW__CPU_AFFINITY": "0",
+                    "LLMWATCH_SHADOW__CANDIDATES": json.dumps(
+                        [
+                            {
+                                "name": "bench",
+                                "upstream": f"http://127.0.0.1:{shadow_port}",
+                                "rate": args.shadow_rate,
+                                "max_concurrency": 256,
+                            }
+                        ]
+                    ),
+                }
+            )
         port, metrics_port = free_port(), free_port()
         # Another checkout runs with this venv through its editable finder (cwd alone would mix trees).
         base = [sys.executable, "-m", "llmwatch.agent.cli"] if tree.resolve() == ROOT else editable_launcher(tree)
-        proxy = subprocess.Popen(pinned([*base, "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}",
-                                         "--metrics-listen", f"127.0.0.1:{metrics_port}", "--data-dir", str(work / "data")], "0,1"), env=env, cwd=tree, stdout=subprocess.DEVNULL)
+        proxy = subprocess.Popen(
+            pinned(
+                [
+                    *base,
+                    "proxy",
+                    "--upstream",
+                    f"http://127.0.0.1:{up_port}",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--metrics-listen",
+                    f"127.0.0.1:{metrics_port}",
+                    "--data-dir",
+                    str(work / "data"),
+                ],
+                "0,1",
+            ),
+            env=env,
+            cwd=tree,
+            stdout=subprocess.DEVNULL,
+        )
         procs.append(proxy)
         url = f"http://127.0.0.1:{port}"
         asyncio.run(wait_ready(url))
@@ -103,9 +141,19 @@ def main() -> None:
     ap.add_argument("--mode", choices=("plain", "stream"), default="plain", help="plain calls or 30-chunk streams")
     ap.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run (default 15)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
-    ap.add_argument("--config", action="append", default=[], help="NAME=KEY=VALUE[,KEY=VALUE]: a configuration by its LLMWATCH_* settings (repeatable; default: the shipped defaults)")
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="NAME=KEY=VALUE[,KEY=VALUE]: a configuration by its LLMWATCH_* settings (repeatable; default: the shipped defaults)",
+    )
     ap.add_argument("--tree", type=Path, default=ROOT, help="checkout to run (default: this one)")
-    ap.add_argument("--shadow-rate", type=float, default=0.0, help="share of calls mirrored to a second upstream (default 0: shadow off)")
+    ap.add_argument(
+        "--shadow-rate",
+        type=float,
+        default=0.0,
+        help="share of calls mirrored to a second upstream (default 0: shadow off)",
+    )
     args = ap.parse_args()
     configs = [parse_config(c) for c in args.config] or [("default", {})]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in configs}
@@ -113,8 +161,13 @@ def main() -> None:
         for name, env in configs:
             loop, others = one_run(args.tree, env, args)
             results[name].append((loop, others))
-            print(f"round {rnd + 1}/{args.rounds} {name}: event loop {loop:,.0f} µs, other threads {others:,.0f} µs per call", file=sys.stderr)
-    print(f"\n{args.mode} calls at {args.rate:g}/s, {args.seconds:g} s per run, {args.rounds} alternating rounds; median (min-max) µs of CPU per call\n")
+            print(
+                f"round {rnd + 1}/{args.rounds} {name}: event loop {loop:,.0f} µs, other threads {others:,.0f} µs per call",
+                file=sys.stderr,
+            )
+    print(
+        f"\n{args.mode} calls at {args.rate:g}/s, {args.seconds:g} s per run, {args.rounds} alternating rounds; median (min-max) µs of CPU per call\n"
+    )
     print("| configuration | event-loop thread | other threads | total |")
     print("|---|---|---|---|")
     for name, rows in results.items():

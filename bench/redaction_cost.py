@@ -26,7 +26,6 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BODY, ROOT  # noqa: E402
 from upstream import ANSWER, plain_body  # noqa: E402
@@ -38,7 +37,8 @@ from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample  # noqa:
 TEXTS = {
     f"answer ({len(ANSWER)} chars, ASCII)": ANSWER,
     "answer, non-ASCII (220 °C — …)": ANSWER.replace(" C ", " °C — ").replace("carving.", "carving…"),
-    "answer + e-mail, phone, card": ANSWER + " Questions: jane.doe@corp.io, +1 (415) 555-2671, card 4111 1111 1111 1111.",
+    "answer + e-mail, phone, card": ANSWER
+    + " Questions: jane.doe@corp.io, +1 (415) 555-2671, card 4111 1111 1111 1111.",
     "short value ('gpt-4o-mini')": "gpt-4o-mini",
 }
 
@@ -48,8 +48,15 @@ def exchange() -> Exchange:
     response = plain_body()
     now = time.perf_counter()
     ex = Exchange(
-        request_id="r1", started_at=time.time(), t0=now, method="POST", route="/v1/chat/completions",
-        request_body=BODY, max_body_bytes=1 << 20, sample_id="s1", metadata={},
+        request_id="r1",
+        started_at=time.time(),
+        t0=now,
+        method="POST",
+        route="/v1/chat/completions",
+        request_body=BODY,
+        max_body_bytes=1 << 20,
+        sample_id="s1",
+        metadata={},
     )
     ex.status = 200
     ex.response_headers = {"content-type": "application/json"}
@@ -64,7 +71,9 @@ def exchange() -> Exchange:
 def load_at(rev: str, path: str, name: str, replace: dict[str, types.ModuleType] | None = None) -> types.ModuleType:
     """Module `path` as it is at git revision `rev`, under the name `name`; `replace` stands in
     for the modules it imports while it loads (the old redaction imports the old detector)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
     module = types.ModuleType(name)
     module.__file__ = f"{rev}:{path}"
     sys.modules[name] = module  # dataclasses and pydantic look their module up by name
@@ -95,7 +104,9 @@ def row(label: str, new: float, old: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--against", metavar="REV", help="also time the detector, redaction and records of this git revision")
+    ap.add_argument(
+        "--against", metavar="REV", help="also time the detector, redaction and records of this git revision"
+    )
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
 
@@ -108,10 +119,17 @@ def main() -> None:
     old_pii = old_redaction = old_records = None
     if args.against:
         old_pii = load_at(args.against, "scorers/llmwatch/scorers/pipeline/pii.py", "bench_old_pii")
-        old_redaction = load_at(args.against, "scorers/llmwatch/scorers/pipeline/redaction.py", "bench_old_redaction", {"llmwatch.scorers.pipeline.pii": old_pii})
+        old_redaction = load_at(
+            args.against,
+            "scorers/llmwatch/scorers/pipeline/redaction.py",
+            "bench_old_redaction",
+            {"llmwatch.scorers.pipeline.pii": old_pii},
+        )
         old_records = load_at(args.against, "llmwatch/core/records.py", "bench_old_records")
         old_redactor = old_redaction.Redactor()
-        old_redacted = old_records.Sample.model_validate(old_redaction.redact_sample(old_redactor, sample).model_dump(by_alias=True))
+        old_redacted = old_records.Sample.model_validate(
+            old_redaction.redact_sample(old_redactor, sample).model_dump(by_alias=True)
+        )
         # Same output, or the figures compare different work.
         assert redacted.to_json() == old_redacted.to_json(), "the redacted samples differ"
         for text in TEXTS.values():
@@ -119,21 +137,33 @@ def main() -> None:
                 assert [vars_(f) for f in pii.find(text, kinds)] == [vars_(f) for f in old_pii.find(text, kinds)]
 
     def timed(label: str, new: Callable[[], Any], old: Callable[[], Any] | None = None) -> str:
-        return row(label, best_us(new, args.repeat), best_us(old, args.repeat) if old is not None and args.against else None)
+        return row(
+            label, best_us(new, args.repeat), best_us(old, args.repeat) if old is not None and args.against else None
+        )
 
     head = "| | before µs | after µs | speed-up |\n|---|---:|---:|---:|" if args.against else "| | µs |\n|---|---:|"
     print(f"Sample pipeline of one sampled call (best of {args.repeat}; Python {sys.version.split()[0]})\n")
     print(head)
     print(timed("analyze", lambda: analyze(ex)))
     print(timed("to_sample", lambda: to_sample(ex, facts, model_version="v", cost_usd=0.001, reason="random")))
-    print(timed("redact_sample", lambda: redact_sample(redactor, sample), old_redaction and (lambda: old_redaction.redact_sample(old_redactor, sample))))
+    print(
+        timed(
+            "redact_sample",
+            lambda: redact_sample(redactor, sample),
+            old_redaction and (lambda: old_redaction.redact_sample(old_redactor, sample)),
+        )
+    )
     print(timed("to_json", redacted.to_json, old_records and old_redacted.to_json))
 
     print(f"\n`pii.find` on the answer ({len(ANSWER)} characters), one kind at a time\n")
     print(head)
     for kind in pii.KINDS:
-        print(timed(kind, lambda k=(kind,): pii.find(ANSWER, k), old_pii and (lambda k=(kind,): old_pii.find(ANSWER, k))))
-    print(timed("all kinds", lambda: pii.find(ANSWER, pii.KINDS), old_pii and (lambda: old_pii.find(ANSWER, pii.KINDS))))
+        print(
+            timed(kind, lambda k=(kind,): pii.find(ANSWER, k), old_pii and (lambda k=(kind,): old_pii.find(ANSWER, k)))
+        )
+    print(
+        timed("all kinds", lambda: pii.find(ANSWER, pii.KINDS), old_pii and (lambda: old_pii.find(ANSWER, pii.KINDS)))
+    )
 
     print("\n`Redactor().text` (default kinds) on other texts\n")
     print(head)

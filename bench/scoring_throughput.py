@@ -45,7 +45,13 @@ ANSWERS = [
     "SELECT customer_id, SUM(amount) AS revenue FROM orders GROUP BY customer_id ORDER BY revenue DESC LIMIT 5; "
     "This groups orders by customer, totals the amounts and keeps the five largest totals.",
 ]
-PROMPTS = ["How do I roast a chicken?", "Give JSON about lentils.", "Help me pick a lock.", "¿Cuándo visitar Japón?", "Top five customers by revenue in SQL?"]
+PROMPTS = [
+    "How do I roast a chicken?",
+    "Give JSON about lentils.",
+    "Help me pick a lock.",
+    "¿Cuándo visitar Japón?",
+    "Top five customers by revenue in SQL?",
+]
 
 
 def samples(n: int) -> list[Sample]:
@@ -55,16 +61,36 @@ def samples(n: int) -> list[Sample]:
         request = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": PROMPTS[k]}]}
         if k == 1:
             request["response_format"] = {"type": "json_object"}
-        out.append(Sample(id=f"s{i}", timestamp=datetime.now(timezone.utc), model="gpt-4o-mini", model_version="A", status=200, latency_ms=900.0 + i % 50, ttft_ms=120.0,
-                          cost_usd=0.0004, usage={"input_tokens": 30, "output_tokens": 60}, request=request,
-                          response={"choices": [{"message": {"role": "assistant", "content": ANSWERS[k] + f" ({i})"}, "finish_reason": "stop"}]}))
+        out.append(
+            Sample(
+                id=f"s{i}",
+                timestamp=datetime.now(timezone.utc),
+                model="gpt-4o-mini",
+                model_version="A",
+                status=200,
+                latency_ms=900.0 + i % 50,
+                ttft_ms=120.0,
+                cost_usd=0.0004,
+                usage={"input_tokens": 30, "output_tokens": 60},
+                request=request,
+                response={
+                    "choices": [
+                        {"message": {"role": "assistant", "content": ANSWERS[k] + f" ({i})"}, "finish_reason": "stop"}
+                    ]
+                },
+            )
+        )
     return out
 
 
 def rule_throughput(items: list[Sample]) -> list[tuple[str, float]]:
     every_kind = [
         CheckSpec(name="json_valid", kind="json_valid", params={"allow_fences": True}),
-        CheckSpec(name="json_schema", kind="json_schema", params={"allow_fences": True, "schema": {"type": "object", "properties": {"answer": {"type": "string"}}}}),
+        CheckSpec(
+            name="json_schema",
+            kind="json_schema",
+            params={"allow_fences": True, "schema": {"type": "object", "properties": {"answer": {"type": "string"}}}},
+        ),
         CheckSpec(name="regex", kind="regex", params={"must_not_match": ["(?i)lorem ipsum", "TODO"]}),
         CheckSpec(name="length", kind="length", params={"max_chars": 4000, "max_tokens": 1000}),
         CheckSpec(name="refusal", kind="refusal"),
@@ -75,7 +101,10 @@ def rule_throughput(items: list[Sample]) -> list[tuple[str, float]]:
         CheckSpec(name="pii_leak", kind="pii_leak"),
     ]
     rows = []
-    for label, suite in (("default rule suite (5 checks)", build_suite(ScoringSection(embeddings=False))), ("every rule kind (10 checks)", Suite(every_kind))):
+    for label, suite in (
+        ("default rule suite (5 checks)", build_suite(ScoringSection(embeddings=False))),
+        ("every rule kind (10 checks)", Suite(every_kind)),
+    ):
         suite.score(items[:200])
         best = 0.0
         for _ in range(3):
@@ -112,15 +141,40 @@ def metric(port: int, name: str) -> float:
 
 def proxy_under_saturated_scoring(requests: int, concurrency: int) -> tuple[list[str], dict]:
     up_port = free_port()
-    upstream = subprocess.Popen(pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)], "0"))
+    upstream = subprocess.Popen(
+        pinned([sys.executable, str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)], "0")
+    )
     procs, ports = {}, {}
     data = tempfile.mkdtemp(prefix="llmwatch-bench-")
     for label, scoring in (("idle (scoring off)", "false"), ("saturated scorer", "true")):
         port, mport = free_port(), free_port()
-        env = {**os.environ, "LLMWATCH_LOGGING__LEVEL": "warning", "LLMWATCH_SCORING__ENABLED": scoring, "LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__MAX_PENDING": "500"}
+        env = {
+            **os.environ,
+            "LLMWATCH_LOGGING__LEVEL": "warning",
+            "LLMWATCH_SCORING__ENABLED": scoring,
+            "LLMWATCH_SAMPLING__RATE": "1.0",
+            "LLMWATCH_SCORING__MAX_PENDING": "500",
+        }
         procs[label] = subprocess.Popen(
-            pinned([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{mport}", "--data-dir", f"{data}/{scoring}"], "1"),
-            env=env, cwd=ROOT,
+            pinned(
+                [
+                    sys.executable,
+                    "-m",
+                    "llmwatch.agent.cli",
+                    "proxy",
+                    "--upstream",
+                    f"http://127.0.0.1:{up_port}",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--metrics-listen",
+                    f"127.0.0.1:{mport}",
+                    "--data-dir",
+                    f"{data}/{scoring}",
+                ],
+                "1",
+            ),
+            env=env,
+            cwd=ROOT,
         )
         ports[label] = (port, mport)
     if shutil.which("taskset"):
@@ -170,16 +224,29 @@ def main() -> None:
     p.add_argument("--skip-proxy", action="store_true")
     args = p.parse_args()
     items = samples(args.samples)
-    out = [f"llmwatch scoring throughput, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores", "", "| rule checks (1 core) | samples/s |", "|---|---|"]
+    out = [
+        f"llmwatch scoring throughput, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores",
+        "",
+        "| rule checks (1 core) | samples/s |",
+        "|---|---|",
+    ]
     out += [f"| {label} | {rate:,.0f} |" for label, rate in rule_throughput(items)]
     fp32, int8 = embedding_throughput(items, False), embedding_throughput(items, True)
-    out += ["", "| embedding relevance (2 torch threads), batch size | fp32 samples/s | int8 (`quantize_embeddings`) samples/s |", "|---|---|---|"]
+    out += [
+        "",
+        "| embedding relevance (2 torch threads), batch size | fp32 samples/s | int8 (`quantize_embeddings`) samples/s |",
+        "|---|---|---|",
+    ]
     out += [f"| {b} | {r1:,.1f} | {r2:,.1f} |" for (b, r1), (_, r2) in zip(fp32, int8)]
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
     if not args.skip_proxy:
         lines, state = proxy_under_saturated_scoring(args.requests, args.concurrency)
-        sys.stdout.write(f"\nproxy latency, {args.requests} requests at {args.concurrency} in flight, upstream 50 ms (paired delays):\n\n" + "\n".join(lines) + "\n")
+        sys.stdout.write(
+            f"\nproxy latency, {args.requests} requests at {args.concurrency} in flight, upstream 50 ms (paired delays):\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
         sys.stdout.write(f"\nsaturated scorer state at the end: {state}\n")
 
 

@@ -120,8 +120,20 @@ def false_alarms(runs: int, n: int, seed: int) -> tuple[int, int, dict[str, int]
     ts = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
     def sample(i: int, ms: float, tokens: int) -> Sample:
-        return Sample.model_construct(id=f"s{i}", timestamp=ts, model="m", status=200, error_type=None, latency_ms=ms, ttft_ms=ms / 5, usage=Usage(output_tokens=tokens),
-                                      cost_usd=tokens * 1e-6, request={}, response={"choices": [{"message": {"content": "x"}}]}, metadata={})
+        return Sample.model_construct(
+            id=f"s{i}",
+            timestamp=ts,
+            model="m",
+            status=200,
+            error_type=None,
+            latency_ms=ms,
+            ttft_ms=ms / 5,
+            usage=Usage(output_tokens=tokens),
+            cost_usd=tokens * 1e-6,
+            request={},
+            response={"choices": [{"message": {"content": "x"}}]},
+            metadata={},
+        )
 
     for _ in range(runs):
         p, effect = prompts(rng, 1, n)
@@ -134,10 +146,21 @@ def false_alarms(runs: int, n: int, seed: int) -> tuple[int, int, dict[str, int]
         tb = np.maximum(1, (lb / 5).astype(int))
         pairs = [
             Pair.model_construct(
-                schema_="llmwatch.pair/v1", id=f"p{i}", candidate="same", timestamp=ts, route="/v1/chat/completions", category=None,
-                primary=sample(i, float(la[i]), int(ta[i])), shadow=sample(i, float(lb[i]), int(tb[i])),
-                primary_scores=[PairScore.model_construct(check="c", kind="c", result="pass" if a[i] else "fail", value=None)],
-                shadow_scores=[PairScore.model_construct(check="c", kind="c", result="pass" if b[i] else "fail", value=None)], scored_by="rules",
+                schema_="llmwatch.pair/v1",
+                id=f"p{i}",
+                candidate="same",
+                timestamp=ts,
+                route="/v1/chat/completions",
+                category=None,
+                primary=sample(i, float(la[i]), int(ta[i])),
+                shadow=sample(i, float(lb[i]), int(tb[i])),
+                primary_scores=[
+                    PairScore.model_construct(check="c", kind="c", result="pass" if a[i] else "fail", value=None)
+                ],
+                shadow_scores=[
+                    PairScore.model_construct(check="c", kind="c", result="pass" if b[i] else "fail", value=None)
+                ],
+                scored_by="rules",
             )
             for i in range(n)
         ]
@@ -162,7 +185,9 @@ def main() -> None:
     started = time.perf_counter()
     shift = _shift_for_drop(0.02)
     base = (1 - HARD_SHARE) * EASY_P + HARD_SHARE * HARD_P
-    print(f"data model: pass rate {base:.3f} (share {HARD_SHARE} of hard prompts at {HARD_P}), log-latency sd prompt {PROMPT_SD} + call {CALL_SD}")
+    print(
+        f"data model: pass rate {base:.3f} (share {HARD_SHARE} of hard prompts at {HARD_P}), log-latency sd prompt {PROMPT_SD} + call {CALL_SD}"
+    )
     print(f"power {POWER:.0%}, one-sided alpha {ALPHA}, {args.trials} simulated studies per size\n")
     rows = []
     n_pp = smallest_n(lambda n: pass_power(rng, args.trials, n, shift)[0])
@@ -171,13 +196,17 @@ def main() -> None:
     n_lp = smallest_n(lambda n: latency_power(rng, args.trials, n, 1.10)[0], lo=4)
     n_lu = smallest_n(lambda n: latency_power(rng, args.trials, n, 1.10)[1], lo=4)
     rows.append(("latency +10 %", "Wilcoxon signed-rank", n_lp, "Mann-Whitney U", n_lu))
-    print(f"{'change':<22}{'paired test':<24}{'pairs':>8}   {'unpaired test':<20}{'calls per side':>15}   {'unpaired / paired':>17}")
+    print(
+        f"{'change':<22}{'paired test':<24}{'pairs':>8}   {'unpaired test':<20}{'calls per side':>15}   {'unpaired / paired':>17}"
+    )
     for change, pt, pn, ut, un in rows:
         print(f"{change:<22}{pt:<24}{pn:>8}   {ut:<20}{un:>15}   {un / pn:>16.1f}x")
     worse, decided, where = false_alarms(args.fpr_runs, args.fpr_pairs, args.seed + 1)
     print(f"\nidentical candidate, {args.fpr_runs} reports of {args.fpr_pairs} pairs each (default margins, Holm):")
     print(f"  verdict worse      {worse} ({worse / args.fpr_runs:.1%})" + (f"  on {where}" if where else ""))
-    print(f"  verdict not worse  {decided} ({decided / args.fpr_runs:.1%}); the rest undecided (more pairs needed for the 1-point margin)")
+    print(
+        f"  verdict not worse  {decided} ({decided / args.fpr_runs:.1%}); the rest undecided (more pairs needed for the 1-point margin)"
+    )
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

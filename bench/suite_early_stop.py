@@ -32,19 +32,59 @@ VERSIONS = {
     "B": SimProfile(**{**PROFILES["B"].__dict__, "latency_scale": 0.0}),
 }
 CASES = [
-    {"id": "recipe", "category": "instruction_following", "input": "Give me a simple recipe for a pasta dinner with garlic.",
-     "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}]},
-    {"id": "python-keyerror", "category": "code", "input": "How do I fix a KeyError in my Python script?",
-     "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}]},
-    {"id": "trip", "category": "instruction_following", "input": "Plan a week-long trip itinerary: flights, hotel and passport tips.", "checks": [{"kind": "refusal"}]},
-    {"id": "topic-json", "category": "extraction", "input": "Classify this message by topic: my bread dough never rises in the oven",
-     "params": {"response_format": {"type": "json_object"}}, "checks": [{"kind": "json_valid"}]},
-    {"id": "bread", "category": "instruction_following", "input": "How long should white bread bake?", "checks": [{"kind": "not_empty_or_truncated"}]},
-    {"id": "soup", "category": "instruction_following", "input": "What goes into a vegetable soup?", "checks": [{"kind": "not_empty_or_truncated"}]},
-    {"id": "sql", "category": "code", "input": "Why is my SQL query with a join so slow?", "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}]},
-    {"id": "followup", "category": "multi_turn_dialogue",
-     "input": [{"role": "user", "content": "I want to bake bread"}, {"role": "assistant", "content": "Great, what kind?"}, {"role": "user", "content": "A white loaf, how long?"}],
-     "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}]},
+    {
+        "id": "recipe",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}],
+    },
+    {
+        "id": "python-keyerror",
+        "category": "code",
+        "input": "How do I fix a KeyError in my Python script?",
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}],
+    },
+    {
+        "id": "trip",
+        "category": "instruction_following",
+        "input": "Plan a week-long trip itinerary: flights, hotel and passport tips.",
+        "checks": [{"kind": "refusal"}],
+    },
+    {
+        "id": "topic-json",
+        "category": "extraction",
+        "input": "Classify this message by topic: my bread dough never rises in the oven",
+        "params": {"response_format": {"type": "json_object"}},
+        "checks": [{"kind": "json_valid"}],
+    },
+    {
+        "id": "bread",
+        "category": "instruction_following",
+        "input": "How long should white bread bake?",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    },
+    {
+        "id": "soup",
+        "category": "instruction_following",
+        "input": "What goes into a vegetable soup?",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    },
+    {
+        "id": "sql",
+        "category": "code",
+        "input": "Why is my SQL query with a join so slow?",
+        "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}],
+    },
+    {
+        "id": "followup",
+        "category": "multi_turn_dialogue",
+        "input": [
+            {"role": "user", "content": "I want to bake bread"},
+            {"role": "assistant", "content": "Great, what kind?"},
+            {"role": "user", "content": "A white loaf, how long?"},
+        ],
+        "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}],
+    },
 ]
 
 
@@ -98,7 +138,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             suite = Path(tmp) / "suite.jsonl"
             suite.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in CASES))
-            base = RunSettings(upstream=urls["A"], model="sim-gpt-4o-mini", repeat=args.repeat, max_retries=0, confidence=args.confidence)
+            base = RunSettings(
+                upstream=urls["A"],
+                model="sim-gpt-4o-mini",
+                repeat=args.repeat,
+                max_retries=0,
+                confidence=args.confidence,
+            )
             run, _ = regress(str(suite), base, progress=False)
             write_run(run, Path(tmp) / "a.json")
             rows = []
@@ -107,7 +153,14 @@ def main() -> None:
                 for _ in range(args.trials):
                     out = {}
                     for mode in ("fixed", "early", "fixed2"):
-                        s = RunSettings(upstream=urls[version], model="sim-gpt-4o-mini", repeat=args.repeat, max_retries=0, confidence=args.confidence, early_stop=mode == "early")
+                        s = RunSettings(
+                            upstream=urls[version],
+                            model="sim-gpt-4o-mini",
+                            repeat=args.repeat,
+                            max_retries=0,
+                            confidence=args.confidence,
+                            early_stop=mode == "early",
+                        )
                         before = calls[version]
                         run, _ = regress(str(suite), s, baseline_path=str(Path(tmp) / "a.json"), progress=False)
                         (early_calls if mode == "early" else fixed_calls).append(calls[version] - before)
@@ -115,14 +168,29 @@ def main() -> None:
                         regressed[mode] += sum(v == "regressed" for v in out[mode].values())
                     same += out["fixed"] == out["early"]
                     same_fixed += out["fixed"] == out["fixed2"]
-                rows.append((version, sum(fixed_calls) / len(fixed_calls), sum(early_calls) / args.trials, same, same_fixed, regressed))
+                rows.append(
+                    (
+                        version,
+                        sum(fixed_calls) / len(fixed_calls),
+                        sum(early_calls) / args.trials,
+                        same,
+                        same_fixed,
+                        regressed,
+                    )
+                )
     finally:
         stop()
-    print(f"{len(CASES)} cases, at most {args.repeat} repeats, {args.confidence:.0%} confidence, {args.trials} trials per version; baseline: version A, fixed repeats")
-    print(f"{'version':<8} {'fixed calls':>11} {'early calls':>11} {'saved':>6} {'early = fixed':>14} {'fixed = fixed':>14} {'regressed cases (fixed/early)':>30}")
+    print(
+        f"{len(CASES)} cases, at most {args.repeat} repeats, {args.confidence:.0%} confidence, {args.trials} trials per version; baseline: version A, fixed repeats"
+    )
+    print(
+        f"{'version':<8} {'fixed calls':>11} {'early calls':>11} {'saved':>6} {'early = fixed':>14} {'fixed = fixed':>14} {'regressed cases (fixed/early)':>30}"
+    )
     for version, f, e, same, same_fixed, regressed in rows:
-        print(f"{version:<8} {f:>11.0f} {e:>11.1f} {1 - e / f:>6.0%} {same:>8}/{args.trials:<5} {same_fixed:>8}/{args.trials:<5} "
-              f"{regressed['fixed'] / args.trials:>18.1f} / {regressed['early'] / args.trials:.1f}")
+        print(
+            f"{version:<8} {f:>11.0f} {e:>11.1f} {1 - e / f:>6.0%} {same:>8}/{args.trials:<5} {same_fixed:>8}/{args.trials:<5} "
+            f"{regressed['fixed'] / args.trials:>18.1f} / {regressed['early'] / args.trials:.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -64,21 +64,51 @@ def window(rng: np.random.Generator, n: int, b: Behaviour, *, version: str = "A"
         latency = float(rng.lognormal(np.log(b.latency_ms), 0.3))
         ttft = float(rng.lognormal(np.log(b.ttft_ms), 0.3))
         sample = Sample(
-            id=sid, timestamp=ts, model="gpt-4o-mini", model_version=version, status=500 if error else 200,
-            error_type="500" if error else None, latency_ms=latency, ttft_ms=ttft, stream=True,
+            id=sid,
+            timestamp=ts,
+            model="gpt-4o-mini",
+            model_version=version,
+            status=500 if error else 200,
+            error_type="500" if error else None,
+            latency_ms=latency,
+            ttft_ms=ttft,
+            stream=True,
             usage=Usage(input_tokens=40, output_tokens=None if error else tokens),
-            finish_reason="length" if truncated else "stop", cost_usd=None if error else (40 * 0.15 + tokens * 0.6) / 1e6,
-            request={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "q"}]}, response={}, operation="chat",
+            finish_reason="length" if truncated else "stop",
+            cost_usd=None if error else (40 * 0.15 + tokens * 0.6) / 1e6,
+            request={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "q"}]},
+            response={},
+            operation="chat",
         )
         samples.append(sample)
         if error:
             continue
 
         # Bound as defaults: the helper belongs to this sample, not to whichever the loop is on.
-        def add(check: str, kind: str, ok: bool | None, value: float | None = None, sid: str = sid, sample: Sample = sample, ts: datetime = ts) -> None:
+        def add(
+            check: str,
+            kind: str,
+            ok: bool | None,
+            value: float | None = None,
+            sid: str = sid,
+            sample: Sample = sample,
+            ts: datetime = ts,
+        ) -> None:
             result = "skip" if ok is None else ("pass" if ok else "fail")
             v = value if value is not None else (None if ok is None else float(ok))
-            scores.append(Score(sample_id=sid, check=check, kind=kind, result=result, value=v, model=sample.model, model_version=version, route=sample.route, sample_timestamp=ts))
+            scores.append(
+                Score(
+                    sample_id=sid,
+                    check=check,
+                    kind=kind,
+                    result=result,
+                    value=v,
+                    model=sample.model,
+                    model_version=version,
+                    route=sample.route,
+                    sample_timestamp=ts,
+                )
+            )
 
         add("refusal", "refusal", not refused)
         add("not_empty_or_truncated", "not_empty_or_truncated", not truncated)

@@ -19,7 +19,9 @@ import random
 import orjson
 from aiohttp import web
 
-ANSWER = ("Roast the chicken at 220 C for about 20 minutes per 500 g, then rest it for ten minutes before carving. " * 6).strip()
+ANSWER = (
+    "Roast the chicken at 220 C for about 20 minutes per 500 g, then rest it for ten minutes before carving. " * 6
+).strip()
 
 
 def plain_body() -> bytes:
@@ -46,11 +48,47 @@ def build(args: argparse.Namespace) -> web.Application:
     def event(obj) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
 
-    head = event({"id": "c", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
-    chunks = [event({"id": "c", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}) for p in pieces]
+    head = event(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
+    )
+    chunks = [
+        event(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": "gpt-4o-mini",
+                "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}],
+            }
+        )
+        for p in pieces
+    ]
     tail = (
-        event({"id": "c", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        + event({"id": "c", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-4o-mini", "choices": [], "usage": {"prompt_tokens": 24, "completion_tokens": len(pieces), "total_tokens": 24 + len(pieces)}})
+        event(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": "gpt-4o-mini",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+        )
+        + event(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": "gpt-4o-mini",
+                "choices": [],
+                "usage": {"prompt_tokens": 24, "completion_tokens": len(pieces), "total_tokens": 24 + len(pieces)},
+            }
+        )
         + b"data: [DONE]\n\n"
     )
 

@@ -23,9 +23,15 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from grafana_foundation_sdk.builders import barchart, common as cb, dashboard as db, heatmap, prometheus as promb, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import barchart, heatmap, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus as promb
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common as cm, dashboard as dm, heatmap as hm, prometheus as pm
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import prometheus as pm
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -80,8 +86,19 @@ def tooltip() -> cb.VizTooltipOptions:
     return cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)
 
 
-def ts(title: str, description: str, unit: str, targets: Sequence[promb.Dataquery], *, w: int = 12, h: int = 8,
-       min_val: float | None = None, max_val: float | None = None, stacked: bool = False, log: bool = False) -> timeseries.Panel:
+def ts(
+    title: str,
+    description: str,
+    unit: str,
+    targets: Sequence[promb.Dataquery],
+    *,
+    w: int = 12,
+    h: int = 8,
+    min_val: float | None = None,
+    max_val: float | None = None,
+    stacked: bool = False,
+    log: bool = False,
+) -> timeseries.Panel:
     panel = (
         timeseries.Panel()
         .title(title)
@@ -109,8 +126,17 @@ def ts(title: str, description: str, unit: str, targets: Sequence[promb.Dataquer
     return panel
 
 
-def stat_panel(title: str, description: str, unit: str, expr: str, *, w: int = 6, h: int = 4,
-               thresholds: Sequence[tuple[float | None, str]] = ((None, "green"),), decimals: int | None = None) -> stat.Panel:
+def stat_panel(
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    *,
+    w: int = 6,
+    h: int = 4,
+    thresholds: Sequence[tuple[float | None, str]] = ((None, "green"),),
+    decimals: int | None = None,
+) -> stat.Panel:
     panel = (
         stat.Panel()
         .title(title)
@@ -122,7 +148,11 @@ def stat_panel(title: str, description: str, unit: str, expr: str, *, w: int = 6
         .graph_mode(cm.BigValueGraphMode.AREA)
         .color_mode(cm.BigValueColorMode.VALUE)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=v, color=c) for v, c in thresholds]))
+        .thresholds(
+            db.ThresholdsConfig()
+            .mode(dm.ThresholdsMode.ABSOLUTE)
+            .steps([dm.Threshold(value=v, color=c) for v, c in thresholds])
+        )
         .with_target(q(expr))
     )
     if decimals is not None:
@@ -130,9 +160,14 @@ def stat_panel(title: str, description: str, unit: str, expr: str, *, w: int = 6
     return panel
 
 
-def quantiles(metric: str, selector: str, by: str, legend: str, qs: Iterable[float] = (0.5, 0.95, 0.99)) -> list[promb.Dataquery]:
+def quantiles(
+    metric: str, selector: str, by: str, legend: str, qs: Iterable[float] = (0.5, 0.95, 0.99)
+) -> list[promb.Dataquery]:
     return [
-        q(f"histogram_quantile({x}, sum by (le, {by}) (rate({metric}_bucket{{{selector}}}[{RI}])))", f"p{round(x * 100)} {legend}")
+        q(
+            f"histogram_quantile({x}, sum by (le, {by}) (rate({metric}_bucket{{{selector}}}[{RI}])))",
+            f"p{round(x * 100)} {legend}",
+        )
         for x in qs
     ]
 
@@ -188,15 +223,38 @@ def base(uid: str, title: str, description: str, extra_variables: Sequence[db.Qu
             .type("prometheus")
             .current(dm.VariableOption(selected=True, text="default", value="default"))
         )
-        .with_variable(query_variable("model", "Model", f"label_values({calls}, gen_ai_request_model)", description="Requested model (gen_ai_request_model)"))
-        .with_variable(query_variable("version", "Version", f'label_values({calls}{{gen_ai_request_model=~"$model"}}, model_version)', description="Serving model version (model_version)"))
         .with_variable(
             query_variable(
-                "operation", "Route", f'label_values({calls}{{gen_ai_request_model=~"$model", model_version=~"$version"}}, gen_ai_operation_name)',
+                "model",
+                "Model",
+                f"label_values({calls}, gen_ai_request_model)",
+                description="Requested model (gen_ai_request_model)",
+            )
+        )
+        .with_variable(
+            query_variable(
+                "version",
+                "Version",
+                f'label_values({calls}{{gen_ai_request_model=~"$model"}}, model_version)',
+                description="Serving model version (model_version)",
+            )
+        )
+        .with_variable(
+            query_variable(
+                "operation",
+                "Route",
+                f'label_values({calls}{{gen_ai_request_model=~"$model", model_version=~"$version"}}, gen_ai_operation_name)',
                 description="Operation / route (gen_ai_operation_name: chat, text_completion, embeddings, ...)",
             )
         )
-        .link(db.DashboardLink("llmwatch").type(dm.DashboardLinkType.DASHBOARDS).tags(["llmwatch"]).as_dropdown(True).include_vars(True).keep_time(True))
+        .link(
+            db.DashboardLink("llmwatch")
+            .type(dm.DashboardLinkType.DASHBOARDS)
+            .tags(["llmwatch"])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
     )
     for variable in extra_variables:
         dash = dash.with_variable(variable)
@@ -209,17 +267,36 @@ def version_rollout_annotation() -> db.AnnotationQuery:
         f"count by (model_version) (rate({calls}[5m]) > 0)\n"
         f"unless\ncount by (model_version) (rate({calls}[5m] offset 15m) > 0)"
     )
-    return db.AnnotationQuery().name("Model version rollout").datasource(DS).enable(True).icon_color("purple").expr(expr)
+    return (
+        db.AnnotationQuery().name("Model version rollout").datasource(DS).enable(True).icon_color("purple").expr(expr)
+    )
 
 
 def alerts_annotation() -> db.AnnotationQuery:
-    return db.AnnotationQuery().name("llmwatch alerts").datasource(DS).enable(True).icon_color("red").expr('ALERTS{alertname=~"LLMWatch.*", alertstate="firing"}')
+    return (
+        db.AnnotationQuery()
+        .name("llmwatch alerts")
+        .datasource(DS)
+        .enable(True)
+        .icon_color("red")
+        .expr('ALERTS{alertname=~"LLMWatch.*", alertstate="firing"}')
+    )
 
 
 # Prometheus annotation options the SDK has no setter for.
 ANNOTATION_EXTRAS = {
-    "Model version rollout": {"step": "1m", "titleFormat": "model_version {{model_version}} began serving", "textFormat": "first traffic in 15 minutes", "tagKeys": "model_version"},
-    "llmwatch alerts": {"step": "1m", "titleFormat": "{{alertname}}", "textFormat": "{{severity}} {{gen_ai_request_model}} {{model_version}} {{signal}}", "tagKeys": "alertname,severity"},
+    "Model version rollout": {
+        "step": "1m",
+        "titleFormat": "model_version {{model_version}} began serving",
+        "textFormat": "first traffic in 15 minutes",
+        "tagKeys": "model_version",
+    },
+    "llmwatch alerts": {
+        "step": "1m",
+        "titleFormat": "{{alertname}}",
+        "textFormat": "{{severity}} {{gen_ai_request_model}} {{model_version}} {{signal}}",
+        "tagKeys": "alertname,severity",
+    },
 }
 
 
@@ -232,45 +309,177 @@ def overview() -> db.Dashboard:
     ok = f'{CALL}, error_type=""'
     cost = f"{COST}{{{CALL}}}"
     return (
-        base("llmwatch-overview", "llmwatch / Overview", "Traffic, errors, latency, time to first token, tokens and cost of the LLM calls llmwatch proxies.")
+        base(
+            "llmwatch-overview",
+            "llmwatch / Overview",
+            "Traffic, errors, latency, time to first token, tokens and cost of the LLM calls llmwatch proxies.",
+        )
         .annotation(version_rollout_annotation())
         .annotation(alerts_annotation())
         .with_row(db.Row("Now"))
-        .with_panel(stat_panel("Requests / s", "Calls through the proxy, all operations selected.", "reqps", f"sum(rate({calls}[{RI}]))"))
-        .with_panel(stat_panel("Error ratio", "Share of calls that ended in an upstream error status or a proxy error.", "percentunit",
-                               share(errors, calls), thresholds=((None, "green"), (0.01, "orange"), (0.05, "red"))))
-        .with_panel(stat_panel("p95 latency", "95th percentile of request start to last byte, successful calls.", "s",
-                               f"histogram_quantile(0.95, sum by (le) (rate({DURATION}_bucket{{{ok}}}[{RI}])))", thresholds=((None, "green"), (5, "orange"), (20, "red"))))
-        .with_panel(stat_panel("Cost / hour", "USD per hour at the current rate, from the configured price table.", "currencyUSD",
-                               f"sum(rate({cost}[{RI}])) * 3600", decimals=2))
+        .with_panel(
+            stat_panel(
+                "Requests / s",
+                "Calls through the proxy, all operations selected.",
+                "reqps",
+                f"sum(rate({calls}[{RI}]))",
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Error ratio",
+                "Share of calls that ended in an upstream error status or a proxy error.",
+                "percentunit",
+                share(errors, calls),
+                thresholds=((None, "green"), (0.01, "orange"), (0.05, "red")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "p95 latency",
+                "95th percentile of request start to last byte, successful calls.",
+                "s",
+                f"histogram_quantile(0.95, sum by (le) (rate({DURATION}_bucket{{{ok}}}[{RI}])))",
+                thresholds=((None, "green"), (5, "orange"), (20, "red")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Cost / hour",
+                "USD per hour at the current rate, from the configured price table.",
+                "currencyUSD",
+                f"sum(rate({cost}[{RI}])) * 3600",
+                decimals=2,
+            )
+        )
         .with_row(db.Row("Traffic and errors"))
-        .with_panel(ts("Request rate by model / version", "Calls per second.", "reqps", [q(f"sum by ({BY_MV}) (rate({calls}[{RI}]))", MV_LEGEND)]))
-        .with_panel(ts("Request rate by route", "Calls per second by operation (gen_ai_operation_name).", "reqps", [q(f"sum by (gen_ai_operation_name) (rate({calls}[{RI}]))", "{{gen_ai_operation_name}}")]))
-        .with_panel(ts("Errors by error_type", "Failed calls per second: the upstream's HTTP status (\"429\", \"503\") or the proxy's own kind (upstream_unavailable, upstream_timeout, stream_interrupted).",
-                       "reqps", [q(f"sum by (error_type) (rate({errors}[{RI}]))", "{{error_type}}")], stacked=True))
-        .with_panel(ts("Error ratio by model / version", "Share of calls that failed.", "percentunit",
-                       [q(share(errors, calls, BY_MV), MV_LEGEND)], min_val=0))
+        .with_panel(
+            ts(
+                "Request rate by model / version",
+                "Calls per second.",
+                "reqps",
+                [q(f"sum by ({BY_MV}) (rate({calls}[{RI}]))", MV_LEGEND)],
+            )
+        )
+        .with_panel(
+            ts(
+                "Request rate by route",
+                "Calls per second by operation (gen_ai_operation_name).",
+                "reqps",
+                [q(f"sum by (gen_ai_operation_name) (rate({calls}[{RI}]))", "{{gen_ai_operation_name}}")],
+            )
+        )
+        .with_panel(
+            ts(
+                "Errors by error_type",
+                'Failed calls per second: the upstream\'s HTTP status ("429", "503") or the proxy\'s own kind (upstream_unavailable, upstream_timeout, stream_interrupted).',
+                "reqps",
+                [q(f"sum by (error_type) (rate({errors}[{RI}]))", "{{error_type}}")],
+                stacked=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Error ratio by model / version",
+                "Share of calls that failed.",
+                "percentunit",
+                [q(share(errors, calls, BY_MV), MV_LEGEND)],
+                min_val=0,
+            )
+        )
         .with_row(db.Row("Latency"))
-        .with_panel(ts("Latency p50 / p95 / p99", "Request start to last response byte, successful calls (gen_ai.client.operation.duration).", "s",
-                       quantiles(DURATION, ok, BY_MV, MV_LEGEND)))
-        .with_panel(ts("Time to first token p50 / p95 / p99", "Request start to the first content token, streamed calls (gen_ai.server.time_to_first_token).", "s",
-                       quantiles(TTFT, CALL, BY_MV, MV_LEGEND)))
+        .with_panel(
+            ts(
+                "Latency p50 / p95 / p99",
+                "Request start to last response byte, successful calls (gen_ai.client.operation.duration).",
+                "s",
+                quantiles(DURATION, ok, BY_MV, MV_LEGEND),
+            )
+        )
+        .with_panel(
+            ts(
+                "Time to first token p50 / p95 / p99",
+                "Request start to the first content token, streamed calls (gen_ai.server.time_to_first_token).",
+                "s",
+                quantiles(TTFT, CALL, BY_MV, MV_LEGEND),
+            )
+        )
         .with_row(db.Row("Tokens and cost"))
-        .with_panel(ts("Tokens / s by type", "Input and output tokens per second (from the upstream's usage, else estimated).", "short",
-                       [q(f"sum by (gen_ai_token_type, {BY_MV}) (rate({TOKENS}_sum{{{CALL}}}[{RI}]))", "{{gen_ai_token_type}} " + MV_LEGEND)]))
-        .with_panel(ts("Tokens per call p50 / p95 by type", "Distribution of tokens per call.", "short",
-                       quantiles(TOKENS, CALL, "gen_ai_token_type, gen_ai_request_model", "{{gen_ai_token_type}} {{gen_ai_request_model}}", qs=(0.5, 0.95))))
-        .with_panel(ts("Cost per hour", "USD per hour at the rate of the moment, by model and version.", "currencyUSD",
-                       [q(f"sum by ({BY_MV}) (rate({cost}[{RI}])) * 3600", MV_LEGEND)]))
-        .with_panel(ts("Cost per 1k requests", "USD per thousand calls, by model and version.", "currencyUSD",
-                       [q(ratio(f"1000 * sum by ({BY_MV}) (rate({cost}[{RI}]))", f"sum by ({BY_MV}) (rate({calls}[{RI}]))"), MV_LEGEND)]))
-        .with_panel(ts("Unpriced calls / s", "Calls whose model has no price in metrics.pricing: their cost is not counted above.", "reqps",
-                       [q(f'sum by (gen_ai_request_model) (rate(llmwatch_unpriced_calls_total{{gen_ai_request_model=~"$model"}}[{RI}]))', "{{gen_ai_request_model}}")], w=24, h=6))
+        .with_panel(
+            ts(
+                "Tokens / s by type",
+                "Input and output tokens per second (from the upstream's usage, else estimated).",
+                "short",
+                [
+                    q(
+                        f"sum by (gen_ai_token_type, {BY_MV}) (rate({TOKENS}_sum{{{CALL}}}[{RI}]))",
+                        "{{gen_ai_token_type}} " + MV_LEGEND,
+                    )
+                ],
+            )
+        )
+        .with_panel(
+            ts(
+                "Tokens per call p50 / p95 by type",
+                "Distribution of tokens per call.",
+                "short",
+                quantiles(
+                    TOKENS,
+                    CALL,
+                    "gen_ai_token_type, gen_ai_request_model",
+                    "{{gen_ai_token_type}} {{gen_ai_request_model}}",
+                    qs=(0.5, 0.95),
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Cost per hour",
+                "USD per hour at the rate of the moment, by model and version.",
+                "currencyUSD",
+                [q(f"sum by ({BY_MV}) (rate({cost}[{RI}])) * 3600", MV_LEGEND)],
+            )
+        )
+        .with_panel(
+            ts(
+                "Cost per 1k requests",
+                "USD per thousand calls, by model and version.",
+                "currencyUSD",
+                [
+                    q(
+                        ratio(
+                            f"1000 * sum by ({BY_MV}) (rate({cost}[{RI}]))", f"sum by ({BY_MV}) (rate({calls}[{RI}]))"
+                        ),
+                        MV_LEGEND,
+                    )
+                ],
+            )
+        )
+        .with_panel(
+            ts(
+                "Unpriced calls / s",
+                "Calls whose model has no price in metrics.pricing: their cost is not counted above.",
+                "reqps",
+                [
+                    q(
+                        f'sum by (gen_ai_request_model) (rate(llmwatch_unpriced_calls_total{{gen_ai_request_model=~"$model"}}[{RI}]))',
+                        "{{gen_ai_request_model}}",
+                    )
+                ],
+                w=24,
+                h=6,
+            )
+        )
     )
 
 
 def check_variable() -> db.QueryVariable:
-    return query_variable("check", "Check", f"label_values(llmwatch_check_total{{{MODEL_VERSION}}}, check)", description="Quality check (scorers)")
+    return query_variable(
+        "check",
+        "Check",
+        f"label_values(llmwatch_check_total{{{MODEL_VERSION}}}, check)",
+        description="Quality check (scorers)",
+    )
 
 
 def quality() -> db.Dashboard:
@@ -280,24 +489,73 @@ def quality() -> db.Dashboard:
     decided = f'llmwatch_check_total{{{sel}, result=~"pass|fail"}}'
     score = "llmwatch_quality_score"
     by_cv = "check, model_version"
-    matrix = dm.DataTransformerConfig(id_val="groupingToMatrix", options={"columnField": "model_version", "rowField": "check", "valueField": "Value", "emptyValue": "null"})
+    matrix = dm.DataTransformerConfig(
+        id_val="groupingToMatrix",
+        options={"columnField": "model_version", "rowField": "check", "valueField": "Value", "emptyValue": "null"},
+    )
     return (
-        base("llmwatch-quality", "llmwatch / Quality", "Check verdicts and quality scores of sampled traffic, per check, model and version.", [check_variable()])
+        base(
+            "llmwatch-quality",
+            "llmwatch / Quality",
+            "Check verdicts and quality scores of sampled traffic, per check, model and version.",
+            [check_variable()],
+        )
         .annotation(version_rollout_annotation())
         .annotation(alerts_annotation())
         .with_row(db.Row("Now"))
-        .with_panel(stat_panel("Pass rate", "Share of pass among pass + fail verdicts (errors and skips excluded).", "percentunit",
-                               share(passed, decided), thresholds=((None, "red"), (0.9, "orange"), (0.97, "green"))))
-        .with_panel(stat_panel("Verdicts / s", "Check results recorded per second, all results.", "short", f"sum(rate({checks}[{RI}]))"))
-        .with_panel(stat_panel("Check errors / s", "Checks that could not run (timeouts, crashes).", "short",
-                               or_zero(f'sum(rate(llmwatch_check_total{{{sel}, result="error"}}[{RI}]))', f"sum(rate({checks}[{RI}]))"), thresholds=((None, "green"), (0.001, "orange"))))
-        .with_panel(stat_panel("Mean score", "Mean quality score (0..1) across the selected checks.", "percentunit",
-                               ratio(f"sum(rate({score}_sum{{{sel}}}[{RI}]))", f"sum(rate({score}_count{{{sel}}}[{RI}]))")))
+        .with_panel(
+            stat_panel(
+                "Pass rate",
+                "Share of pass among pass + fail verdicts (errors and skips excluded).",
+                "percentunit",
+                share(passed, decided),
+                thresholds=((None, "red"), (0.9, "orange"), (0.97, "green")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Verdicts / s", "Check results recorded per second, all results.", "short", f"sum(rate({checks}[{RI}]))"
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Check errors / s",
+                "Checks that could not run (timeouts, crashes).",
+                "short",
+                or_zero(
+                    f'sum(rate(llmwatch_check_total{{{sel}, result="error"}}[{RI}]))', f"sum(rate({checks}[{RI}]))"
+                ),
+                thresholds=((None, "green"), (0.001, "orange")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Mean score",
+                "Mean quality score (0..1) across the selected checks.",
+                "percentunit",
+                ratio(f"sum(rate({score}_sum{{{sel}}}[{RI}]))", f"sum(rate({score}_count{{{sel}}}[{RI}]))"),
+            )
+        )
         .with_row(db.Row("Pass rate per check"))
-        .with_panel(ts("Pass rate per check", "pass / (pass + fail), per check.", "percentunit",
-                       [q(share(passed, decided, "check"), "{{check}}")], min_val=0, max_val=1))
-        .with_panel(ts("Verdicts by result", "Check results per second: pass, fail, error, skip.", "short",
-                       [q(f"sum by (result) (rate({checks}[{RI}]))", "{{result}}")], stacked=True))
+        .with_panel(
+            ts(
+                "Pass rate per check",
+                "pass / (pass + fail), per check.",
+                "percentunit",
+                [q(share(passed, decided, "check"), "{{check}}")],
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Verdicts by result",
+                "Check results per second: pass, fail, error, skip.",
+                "short",
+                [q(f"sum by (result) (rate({checks}[{RI}]))", "{{result}}")],
+                stacked=True,
+            )
+        )
         .with_row(db.Row("Score distributions"))
         .with_panel(
             heatmap.Panel()
@@ -311,18 +569,46 @@ def quality() -> db.Dashboard:
             .max_per_row(3)
             .calculate(False)
             .y_axis(heatmap.YAxisConfig().unit("short").min(0).max(1))
-            .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Spectral").scale(hm.HeatmapColorScale.EXPONENTIAL).exponent(0.5).steps(64))
+            .color(
+                heatmap.HeatmapColorOptions()
+                .mode(hm.HeatmapColorMode.SCHEME)
+                .scheme("Spectral")
+                .scale(hm.HeatmapColorScale.EXPONENTIAL)
+                .exponent(0.5)
+                .steps(64)
+            )
             .cell_values(heatmap.CellValues().unit("short"))
             .show_legend()
-            .with_target(q(f"sum by (le) (increase({score}_bucket{{{sel}}}[{RI}]))", "{{le}}", fmt=pm.PromQueryFormat.HEATMAP))
+            .with_target(
+                q(f"sum by (le) (increase({score}_bucket{{{sel}}}[{RI}]))", "{{le}}", fmt=pm.PromQueryFormat.HEATMAP)
+            )
         )
-        .with_panel(ts("Mean score per check", "Mean quality score per check.", "percentunit",
-                       [q(ratio(f"sum by (check) (rate({score}_sum{{{sel}}}[{RI}]))", f"sum by (check) (rate({score}_count{{{sel}}}[{RI}]))"), "{{check}}")], w=24, min_val=0, max_val=1))
+        .with_panel(
+            ts(
+                "Mean score per check",
+                "Mean quality score per check.",
+                "percentunit",
+                [
+                    q(
+                        ratio(
+                            f"sum by (check) (rate({score}_sum{{{sel}}}[{RI}]))",
+                            f"sum by (check) (rate({score}_count{{{sel}}}[{RI}]))",
+                        ),
+                        "{{check}}",
+                    )
+                ],
+                w=24,
+                min_val=0,
+                max_val=1,
+            )
+        )
         .with_row(db.Row("Version vs version"))
         .with_panel(
             barchart.Panel()
             .title("Pass rate by check and version (time range)")
-            .description("pass / (pass + fail) over the dashboard's time range; one bar per model_version, side by side.")
+            .description(
+                "pass / (pass + fail) over the dashboard's time range; one bar per model_version, side by side."
+            )
             .datasource(DS)
             .unit("percentunit")
             .min(0)
@@ -330,12 +616,32 @@ def quality() -> db.Dashboard:
             .span(12)
             .height(9)
             .orientation(cm.VizOrientation.HORIZONTAL)
-            .legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST).placement(cm.LegendPlacement.BOTTOM).show_legend(True))
+            .legend(
+                cb.VizLegendOptions()
+                .display_mode(cm.LegendDisplayMode.LIST)
+                .placement(cm.LegendPlacement.BOTTOM)
+                .show_legend(True)
+            )
             .with_transformation(matrix)
-            .with_target(q(share(passed, decided, by_cv, fn="increase", window=RANGE), instant=True, fmt=pm.PromQueryFormat.TABLE))
+            .with_target(
+                q(
+                    share(passed, decided, by_cv, fn="increase", window=RANGE),
+                    instant=True,
+                    fmt=pm.PromQueryFormat.TABLE,
+                )
+            )
         )
-        .with_panel(ts("Pass rate by version", "pass / (pass + fail) per model_version, all selected checks.", "percentunit",
-                       [q(share(passed, decided, "model_version"), "{{model_version}}")], min_val=0, max_val=1, h=9))
+        .with_panel(
+            ts(
+                "Pass rate by version",
+                "pass / (pass + fail) per model_version, all selected checks.",
+                "percentunit",
+                [q(share(passed, decided, "model_version"), "{{model_version}}")],
+                min_val=0,
+                max_val=1,
+                h=9,
+            )
+        )
         .with_panel(
             table.Panel()
             .title("Mean score by check and version (time range)")
@@ -346,7 +652,16 @@ def quality() -> db.Dashboard:
             .span(12)
             .height(8)
             .with_transformation(matrix)
-            .with_target(q(ratio(f"sum by ({by_cv}) (increase({score}_sum{{{sel}}}[{RANGE}]))", f"sum by ({by_cv}) (increase({score}_count{{{sel}}}[{RANGE}]))"), instant=True, fmt=pm.PromQueryFormat.TABLE))
+            .with_target(
+                q(
+                    ratio(
+                        f"sum by ({by_cv}) (increase({score}_sum{{{sel}}}[{RANGE}]))",
+                        f"sum by ({by_cv}) (increase({score}_count{{{sel}}}[{RANGE}]))",
+                    ),
+                    instant=True,
+                    fmt=pm.PromQueryFormat.TABLE,
+                )
+            )
         )
         .with_panel(
             table.Panel()
@@ -358,31 +673,86 @@ def quality() -> db.Dashboard:
             .span(12)
             .height(8)
             .with_transformation(matrix)
-            .with_target(q(f"sum by ({by_cv}) (increase({decided}[{RANGE}]))", instant=True, fmt=pm.PromQueryFormat.TABLE))
+            .with_target(
+                q(f"sum by ({by_cv}) (increase({decided}[{RANGE}]))", instant=True, fmt=pm.PromQueryFormat.TABLE)
+            )
         )
         .with_row(db.Row("Scoring cost"))
-        .with_panel(ts("Scoring duration p50 / p95 by check", "Time one check takes on one sample.", "s",
-                       quantiles("llmwatch_scoring_duration_seconds", 'check=~"$check"', "check", "{{check}}", qs=(0.5, 0.95)), w=24))
+        .with_panel(
+            ts(
+                "Scoring duration p50 / p95 by check",
+                "Time one check takes on one sample.",
+                "s",
+                quantiles("llmwatch_scoring_duration_seconds", 'check=~"$check"', "check", "{{check}}", qs=(0.5, 0.95)),
+                w=24,
+            )
+        )
         .with_row(db.Row("Shadow evaluation: primary vs candidate"))
-        .with_panel(ts("Paired pass-rate difference (candidate - primary)",
-                       "Over each candidate's last pairs (same prompts, same checks): below 0 the candidate fails checks the primary passes. "
-                       "`llmwatch shadow report` gives the verdict with intervals and margins.", "percentunit",
-                       [q("max by (candidate) (llmwatch_shadow_pass_rate_difference)", "{{candidate}}")], w=8))
-        .with_panel(ts("Wins and losses per paired check", "Share of paired check results the candidate wins (passes where the primary fails) and loses.", "percentunit",
-                       [q("max by (candidate) (llmwatch_shadow_win_rate)", "win {{candidate}}"), q("max by (candidate) (llmwatch_shadow_loss_rate)", "loss {{candidate}}")], w=8, min_val=0))
-        .with_panel(ts("Latency and cost ratio (candidate / primary)", "p95 latency and mean cost of the candidate over the primary's on the same requests; 1 = the same.", "short",
-                       [q("max by (candidate) (llmwatch_shadow_latency_ratio)", "p95 latency {{candidate}}"), q("max by (candidate) (llmwatch_shadow_cost_ratio)", "cost {{candidate}}")], w=8))
-        .with_panel(ts("Mirrors per second: sent, skipped, failed",
-                       "Calls mirrored to each candidate, skipped (queue_full, concurrency, spend_cap, rate_cap, not_captured) and failed at the candidate. "
-                       "A mirror that never fires shows here as skips, not as silence.", "reqps",
-                       [q(f"sum by (candidate) (rate(llmwatch_shadow_mirrored_total[{RI}]))", "sent {{candidate}}"),
-                        q(f"sum by (candidate, reason) (rate(llmwatch_shadow_skipped_total[{RI}]))", "skipped {{candidate}} {{reason}}"),
-                        q(f"sum by (candidate, error_type) (rate(llmwatch_shadow_candidate_errors_total[{RI}]))", "failed {{candidate}} {{error_type}}")], w=24))
+        .with_panel(
+            ts(
+                "Paired pass-rate difference (candidate - primary)",
+                "Over each candidate's last pairs (same prompts, same checks): below 0 the candidate fails checks the primary passes. "
+                "`llmwatch shadow report` gives the verdict with intervals and margins.",
+                "percentunit",
+                [q("max by (candidate) (llmwatch_shadow_pass_rate_difference)", "{{candidate}}")],
+                w=8,
+            )
+        )
+        .with_panel(
+            ts(
+                "Wins and losses per paired check",
+                "Share of paired check results the candidate wins (passes where the primary fails) and loses.",
+                "percentunit",
+                [
+                    q("max by (candidate) (llmwatch_shadow_win_rate)", "win {{candidate}}"),
+                    q("max by (candidate) (llmwatch_shadow_loss_rate)", "loss {{candidate}}"),
+                ],
+                w=8,
+                min_val=0,
+            )
+        )
+        .with_panel(
+            ts(
+                "Latency and cost ratio (candidate / primary)",
+                "p95 latency and mean cost of the candidate over the primary's on the same requests; 1 = the same.",
+                "short",
+                [
+                    q("max by (candidate) (llmwatch_shadow_latency_ratio)", "p95 latency {{candidate}}"),
+                    q("max by (candidate) (llmwatch_shadow_cost_ratio)", "cost {{candidate}}"),
+                ],
+                w=8,
+            )
+        )
+        .with_panel(
+            ts(
+                "Mirrors per second: sent, skipped, failed",
+                "Calls mirrored to each candidate, skipped (queue_full, concurrency, spend_cap, rate_cap, not_captured) and failed at the candidate. "
+                "A mirror that never fires shows here as skips, not as silence.",
+                "reqps",
+                [
+                    q(f"sum by (candidate) (rate(llmwatch_shadow_mirrored_total[{RI}]))", "sent {{candidate}}"),
+                    q(
+                        f"sum by (candidate, reason) (rate(llmwatch_shadow_skipped_total[{RI}]))",
+                        "skipped {{candidate}} {{reason}}",
+                    ),
+                    q(
+                        f"sum by (candidate, error_type) (rate(llmwatch_shadow_candidate_errors_total[{RI}]))",
+                        "failed {{candidate}} {{error_type}}",
+                    ),
+                ],
+                w=24,
+            )
+        )
     )
 
 
 def signal_variable() -> db.QueryVariable:
-    return query_variable("signal", "Signal", f"label_values(llmwatch_drift_statistic{{{VERSION}}}, signal)", description="Drift signal (statistic computed on sampled traffic)")
+    return query_variable(
+        "signal",
+        "Signal",
+        f"label_values(llmwatch_drift_statistic{{{VERSION}}}, signal)",
+        description="Drift signal (statistic computed on sampled traffic)",
+    )
 
 
 def drift() -> db.Dashboard:
@@ -391,42 +761,112 @@ def drift() -> db.Dashboard:
     by = "signal, model_version, gen_ai_operation_name"
     legend = "{{signal}} {{model_version}} {{gen_ai_operation_name}}"
     return (
-        base("llmwatch-drift", "llmwatch / Drift", "Drift statistics, p-values and detections per signal and model version; annotations mark version rollouts and llmwatch alerts.", [signal_variable()])
+        base(
+            "llmwatch-drift",
+            "llmwatch / Drift",
+            "Drift statistics, p-values and detections per signal and model version; annotations mark version rollouts and llmwatch alerts.",
+            [signal_variable()],
+        )
         .annotation(version_rollout_annotation())
         .annotation(alerts_annotation())
         .with_row(db.Row("Detections"))
-        .with_panel(stat_panel("Signals drifting now", "Signal / version / route combinations whose drift detector says drift.", "short",
-                               f"count(llmwatch_drift_detected{{{sel}}} == 1) or vector(0)", w=6, h=8, thresholds=((None, "green"), (1, "red")), decimals=0))
+        .with_panel(
+            stat_panel(
+                "Signals drifting now",
+                "Signal / version / route combinations whose drift detector says drift.",
+                "short",
+                f"count(llmwatch_drift_detected{{{sel}}} == 1) or vector(0)",
+                w=6,
+                h=8,
+                thresholds=((None, "green"), (1, "red")),
+                decimals=0,
+            )
+        )
         .with_panel(
             statetimeline.Panel()
             .title("Drift detected")
-            .description("llmwatch_drift_detected per signal, model version and route: 1 = drift (adjusted p < alpha and a large enough effect).")
+            .description(
+                "llmwatch_drift_detected per signal, model version and route: 1 = drift (adjusted p < alpha and a large enough effect)."
+            )
             .datasource(DS)
             .span(18)
             .height(8)
             .show_value(cm.VisibilityMode.NEVER)
             .merge_values(True)
             .fill_opacity(80)
-            .mappings([dm.ValueMap(options={"0": dm.ValueMappingResult(text="no drift", color="green", index=0), "1": dm.ValueMappingResult(text="drift", color="red", index=1)})])
-            .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=1, color="red")]))
+            .mappings(
+                [
+                    dm.ValueMap(
+                        options={
+                            "0": dm.ValueMappingResult(text="no drift", color="green", index=0),
+                            "1": dm.ValueMappingResult(text="drift", color="red", index=1),
+                        }
+                    )
+                ]
+            )
+            .thresholds(
+                db.ThresholdsConfig()
+                .mode(dm.ThresholdsMode.ABSOLUTE)
+                .steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=1, color="red")])
+            )
             .with_target(q(f"max by ({by}) (llmwatch_drift_detected{{{sel}}})", legend))
         )
         .with_row(db.Row("Statistics"))
-        .with_panel(ts("Drift statistic per signal", "Each signal's test statistic, current window against the frozen baseline.", "short",
-                       [q(f"max by ({by}) (llmwatch_drift_statistic{{{sel}}})", legend)]))
-        .with_panel(ts("p-value per signal", "Multiple-testing-adjusted p-value of each signal; low means drift (log scale).", "short",
-                       [q(f"min by ({by}) (llmwatch_drift_p_value{{{sel}}})", legend)], log=True))
+        .with_panel(
+            ts(
+                "Drift statistic per signal",
+                "Each signal's test statistic, current window against the frozen baseline.",
+                "short",
+                [q(f"max by ({by}) (llmwatch_drift_statistic{{{sel}}})", legend)],
+            )
+        )
+        .with_panel(
+            ts(
+                "p-value per signal",
+                "Multiple-testing-adjusted p-value of each signal; low means drift (log scale).",
+                "short",
+                [q(f"min by ({by}) (llmwatch_drift_p_value{{{sel}}})", legend)],
+                log=True,
+            )
+        )
         .with_row(db.Row("Versions"))
-        .with_panel(ts("Traffic share by version", "Share of calls served by each model_version: rollouts show up here and as annotations.", "percentunit",
-                       [q(ratio(f"sum by (model_version) (rate({calls}[{RI}]))", f"ignoring (model_version) group_left sum(rate({calls}[{RI}]))"), "{{model_version}}")],
-                       stacked=True, min_val=0, max_val=1))
-        .with_panel(ts("Samples in the drift window", "Samples in each model version's current drift window: few samples mean weak tests.", "short",
-                       [q(f"max by (model_version) (llmwatch_drift_window_samples{{{VERSION}}})", "{{model_version}}")]))
+        .with_panel(
+            ts(
+                "Traffic share by version",
+                "Share of calls served by each model_version: rollouts show up here and as annotations.",
+                "percentunit",
+                [
+                    q(
+                        ratio(
+                            f"sum by (model_version) (rate({calls}[{RI}]))",
+                            f"ignoring (model_version) group_left sum(rate({calls}[{RI}]))",
+                        ),
+                        "{{model_version}}",
+                    )
+                ],
+                stacked=True,
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Samples in the drift window",
+                "Samples in each model version's current drift window: few samples mean weak tests.",
+                "short",
+                [q(f"max by (model_version) (llmwatch_drift_window_samples{{{VERSION}}})", "{{model_version}}")],
+            )
+        )
     )
 
 
 def instance_variable() -> db.QueryVariable:
-    return query_variable("instance", "Instance", "label_values(llmwatch_queue_depth, instance)", description="llmwatch process (scrape target)")
+    return query_variable(
+        "instance",
+        "Instance",
+        "label_values(llmwatch_queue_depth, instance)",
+        description="llmwatch process (scrape target)",
+    )
 
 
 def agent_health() -> db.Dashboard:
@@ -435,48 +875,196 @@ def agent_health() -> db.Dashboard:
     kafka_dropped = f"llmwatch_kafka_dropped_total{{{inst}}}"
     agents = f"sum(llmwatch_queue_depth{{{inst}}})"
     return (
-        base("llmwatch-agent-health", "llmwatch / Agent health", "The sidecar itself: sampling queue, kept and dropped samples, capture gaps, proxy and internal errors, scoring lag, Kafka delivery.", [instance_variable()])
+        base(
+            "llmwatch-agent-health",
+            "llmwatch / Agent health",
+            "The sidecar itself: sampling queue, kept and dropped samples, capture gaps, proxy and internal errors, scoring lag, Kafka delivery.",
+            [instance_variable()],
+        )
         .annotation(alerts_annotation())
         .with_row(db.Row("Now"))
-        .with_panel(stat_panel("Agents reporting", "llmwatch processes whose metrics Prometheus has now.", "short", f"count(llmwatch_queue_depth{{{inst}}})", decimals=0))
-        .with_panel(stat_panel("Queue depth", "Samples waiting in the in-process queue, all agents.", "short", f"sum(llmwatch_queue_depth{{{inst}}})", thresholds=((None, "green"), (1000, "orange"), (5000, "red"))))
-        .with_panel(stat_panel("Samples dropped / s", "Samples selected but lost (queue full, sink or build errors).", "short",
-                               or_zero(f"sum(rate(llmwatch_samples_dropped_total{{{inst}}}[{RI}]))", agents), thresholds=((None, "green"), (0.001, "red"))))
-        .with_panel(stat_panel("Proxy + internal errors / s", "Calls the proxy could not complete plus exceptions in llmwatch's own analysis.", "short",
-                               or_zero(f"sum(rate(llmwatch_proxy_errors_total{{{inst}}}[{RI}]))", agents) + " + " + or_zero(f"sum(rate(llmwatch_internal_errors_total{{{inst}}}[{RI}]))", agents),
-                               thresholds=((None, "green"), (0.001, "orange"))))
+        .with_panel(
+            stat_panel(
+                "Agents reporting",
+                "llmwatch processes whose metrics Prometheus has now.",
+                "short",
+                f"count(llmwatch_queue_depth{{{inst}}})",
+                decimals=0,
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Queue depth",
+                "Samples waiting in the in-process queue, all agents.",
+                "short",
+                f"sum(llmwatch_queue_depth{{{inst}}})",
+                thresholds=((None, "green"), (1000, "orange"), (5000, "red")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Samples dropped / s",
+                "Samples selected but lost (queue full, sink or build errors).",
+                "short",
+                or_zero(f"sum(rate(llmwatch_samples_dropped_total{{{inst}}}[{RI}]))", agents),
+                thresholds=((None, "green"), (0.001, "red")),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Proxy + internal errors / s",
+                "Calls the proxy could not complete plus exceptions in llmwatch's own analysis.",
+                "short",
+                or_zero(f"sum(rate(llmwatch_proxy_errors_total{{{inst}}}[{RI}]))", agents)
+                + " + "
+                + or_zero(f"sum(rate(llmwatch_internal_errors_total{{{inst}}}[{RI}]))", agents),
+                thresholds=((None, "green"), (0.001, "orange")),
+            )
+        )
         .with_row(db.Row("Sampling pipeline"))
-        .with_panel(ts("Queue depth", "Samples waiting for storage, per agent.", "short", [q(f"max by (instance) (llmwatch_queue_depth{{{inst}}})", "{{instance}}")]))
-        .with_panel(ts("Samples kept by reason", "Samples selected per second: rate (sampled), error, slow.", "short",
-                       [q(f"sum by (reason) (rate(llmwatch_samples_total{{{inst}}}[{RI}]))", "{{reason}}")], stacked=True))
-        .with_panel(ts("Samples dropped by reason", "Samples lost per second: queue_full, sink_error, build_error, ...", "short",
-                       [q(f"sum by (reason) (rate(llmwatch_samples_dropped_total{{{inst}}}[{RI}]))", "{{reason}}")], stacked=True))
-        .with_panel(ts("Samples written by sink", "Samples stored per second by each sink.", "short",
-                       [q(f"sum by (sink) (rate(llmwatch_samples_written_total{{{inst}}}[{RI}]))", "{{sink}}")]))
-        .with_panel(ts("Captures skipped by reason", "Calls forwarded but not (fully) captured: bodies too large, not JSON, incomplete streams.", "short",
-                       [q(f"sum by (reason) (rate(llmwatch_capture_skipped_total{{{inst}}}[{RI}]))", "{{reason}}")], stacked=True, w=24))
+        .with_panel(
+            ts(
+                "Queue depth",
+                "Samples waiting for storage, per agent.",
+                "short",
+                [q(f"max by (instance) (llmwatch_queue_depth{{{inst}}})", "{{instance}}")],
+            )
+        )
+        .with_panel(
+            ts(
+                "Samples kept by reason",
+                "Samples selected per second: rate (sampled), error, slow.",
+                "short",
+                [q(f"sum by (reason) (rate(llmwatch_samples_total{{{inst}}}[{RI}]))", "{{reason}}")],
+                stacked=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Samples dropped by reason",
+                "Samples lost per second: queue_full, sink_error, build_error, ...",
+                "short",
+                [q(f"sum by (reason) (rate(llmwatch_samples_dropped_total{{{inst}}}[{RI}]))", "{{reason}}")],
+                stacked=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Samples written by sink",
+                "Samples stored per second by each sink.",
+                "short",
+                [q(f"sum by (sink) (rate(llmwatch_samples_written_total{{{inst}}}[{RI}]))", "{{sink}}")],
+            )
+        )
+        .with_panel(
+            ts(
+                "Captures skipped by reason",
+                "Calls forwarded but not (fully) captured: bodies too large, not JSON, incomplete streams.",
+                "short",
+                [q(f"sum by (reason) (rate(llmwatch_capture_skipped_total{{{inst}}}[{RI}]))", "{{reason}}")],
+                stacked=True,
+                w=24,
+            )
+        )
         .with_row(db.Row("Errors"))
-        .with_panel(ts("Proxy errors by error_type", "Calls the proxy could not complete: upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected.", "short",
-                       [q(f"sum by (error_type) (rate(llmwatch_proxy_errors_total{{{inst}}}[{RI}]))", "{{error_type}}")], stacked=True))
-        .with_panel(ts("Internal errors by stage", "Exceptions in llmwatch's own code; traffic was forwarded regardless.", "short",
-                       [q(f"sum by (stage) (rate(llmwatch_internal_errors_total{{{inst}}}[{RI}]))", "{{stage}}")], stacked=True))
+        .with_panel(
+            ts(
+                "Proxy errors by error_type",
+                "Calls the proxy could not complete: upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected.",
+                "short",
+                [q(f"sum by (error_type) (rate(llmwatch_proxy_errors_total{{{inst}}}[{RI}]))", "{{error_type}}")],
+                stacked=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Internal errors by stage",
+                "Exceptions in llmwatch's own code; traffic was forwarded regardless.",
+                "short",
+                [q(f"sum by (stage) (rate(llmwatch_internal_errors_total{{{inst}}}[{RI}]))", "{{stage}}")],
+                stacked=True,
+            )
+        )
         .with_row(db.Row("Scoring"))
-        .with_panel(ts("Scoring lag p50 / p95 / p99", "From a call's start to its scores being recorded.", "s",
-                       quantiles("llmwatch_scoring_lag_seconds", inst, "instance", "{{instance}}")))
-        .with_panel(ts("Scoring duration p95 by check", "Time one check takes on one sample.", "s",
-                       quantiles("llmwatch_scoring_duration_seconds", inst, "check", "{{check}}", qs=(0.95,))))
-        .with_panel(ts("Samples waiting for the scorer", "Handed to the scorer process and not yet scored.", "short",
-                       [q(f"max by (instance) (llmwatch_scoring_pending{{{inst}}})", "{{instance}}")], w=24, h=6))
+        .with_panel(
+            ts(
+                "Scoring lag p50 / p95 / p99",
+                "From a call's start to its scores being recorded.",
+                "s",
+                quantiles("llmwatch_scoring_lag_seconds", inst, "instance", "{{instance}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Scoring duration p95 by check",
+                "Time one check takes on one sample.",
+                "s",
+                quantiles("llmwatch_scoring_duration_seconds", inst, "check", "{{check}}", qs=(0.95,)),
+            )
+        )
+        .with_panel(
+            ts(
+                "Samples waiting for the scorer",
+                "Handed to the scorer process and not yet scored.",
+                "short",
+                [q(f"max by (instance) (llmwatch_scoring_pending{{{inst}}})", "{{instance}}")],
+                w=24,
+                h=6,
+            )
+        )
         .with_row(db.Row("Kafka delivery"))
-        .with_panel(ts("Kafka delivery", "Samples produced to Kafka and dropped before delivery, per second.", "short",
-                       [q(f"sum(rate({produced}[{RI}]))", "produced"), q(f"sum by (reason) (rate({kafka_dropped}[{RI}]))", "dropped: {{reason}}")]))
-        .with_panel(ts("Kafka delivery ratio", "produced / (produced + dropped).", "percentunit",
-                       [q(ratio(f"sum(rate({produced}[{RI}]))", f"(sum(rate({produced}[{RI}])) + " + or_zero(f"sum(rate({kafka_dropped}[{RI}]))", f"sum(rate({produced}[{RI}]))") + ")"), "delivered")],
-                       min_val=0, max_val=1, w=6))
-        .with_panel(ts("Kafka buffer depth", "Samples handed to the Kafka sink and not yet acknowledged, per agent.", "short",
-                       [q(f"max by (instance) (llmwatch_kafka_buffer_depth{{{inst}}})", "{{instance}}")], w=6))
-        .with_panel(ts("Kafka scorer workers: samples consumed by outcome", "Samples read by the scorer workers: scored, duplicate, invalid.", "short",
-                       [q(f"sum by (outcome) (rate(llmwatch_kafka_consumed_total{{{inst}}}[{RI}]))", "{{outcome}}")], stacked=True, w=24, h=6))
+        .with_panel(
+            ts(
+                "Kafka delivery",
+                "Samples produced to Kafka and dropped before delivery, per second.",
+                "short",
+                [
+                    q(f"sum(rate({produced}[{RI}]))", "produced"),
+                    q(f"sum by (reason) (rate({kafka_dropped}[{RI}]))", "dropped: {{reason}}"),
+                ],
+            )
+        )
+        .with_panel(
+            ts(
+                "Kafka delivery ratio",
+                "produced / (produced + dropped).",
+                "percentunit",
+                [
+                    q(
+                        ratio(
+                            f"sum(rate({produced}[{RI}]))",
+                            f"(sum(rate({produced}[{RI}])) + "
+                            + or_zero(f"sum(rate({kafka_dropped}[{RI}]))", f"sum(rate({produced}[{RI}]))")
+                            + ")",
+                        ),
+                        "delivered",
+                    )
+                ],
+                min_val=0,
+                max_val=1,
+                w=6,
+            )
+        )
+        .with_panel(
+            ts(
+                "Kafka buffer depth",
+                "Samples handed to the Kafka sink and not yet acknowledged, per agent.",
+                "short",
+                [q(f"max by (instance) (llmwatch_kafka_buffer_depth{{{inst}}})", "{{instance}}")],
+                w=6,
+            )
+        )
+        .with_panel(
+            ts(
+                "Kafka scorer workers: samples consumed by outcome",
+                "Samples read by the scorer workers: scored, duplicate, invalid.",
+                "short",
+                [q(f"sum by (outcome) (rate(llmwatch_kafka_consumed_total{{{inst}}}[{RI}]))", "{{outcome}}")],
+                stacked=True,
+                w=24,
+                h=6,
+            )
+        )
     )
 
 
@@ -530,10 +1118,18 @@ def finalize(model: dm.Dashboard) -> dict[str, Any]:
     for annotation in data.get("annotations", {}).get("list", []):
         annotation.update(ANNOTATION_EXTRAS.get(annotation.get("name"), {}))
     # Grafana's own "Annotations & Alerts" entry, as Grafana adds it on save.
-    data.setdefault("annotations", {}).setdefault("list", []).insert(0, {
-        "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
-        "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard",
-    })
+    data.setdefault("annotations", {}).setdefault("list", []).insert(
+        0,
+        {
+            "builtIn": 1,
+            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True,
+            "hide": True,
+            "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts",
+            "type": "dashboard",
+        },
+    )
     for variable in data.get("templating", {}).get("list", []):
         if isinstance(variable.get("query"), dict):
             variable["definition"] = variable["query"]["query"]
@@ -548,7 +1144,9 @@ def render(name: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed file is not what this script builds")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a committed file is not what this script builds"
+    )
     args = parser.parse_args(argv)
     stale = []
     for name in DASHBOARDS:

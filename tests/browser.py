@@ -18,13 +18,25 @@ import pytest
 # Not LLMWATCH_*: the config loader reads that prefix as overrides of its own fields.
 CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+)
 
 
 def chromium(profile: Path) -> Any:
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.fail(f"no Chromium at {CHROMIUM} or no chromedriver at {CHROMEDRIVER}: run tests/services.sh (installs Debian's chromium and chromium-driver)")
+        pytest.fail(
+            f"no Chromium at {CHROMIUM} or no chromedriver at {CHROMEDRIVER}: run tests/services.sh (installs Debian's chromium and chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -74,9 +86,16 @@ def requested_urls(events: list[dict]) -> list[str]:
 
 
 def failed_requests(events: list[dict]) -> list[str]:
-    failed = [f"{e['params'].get('errorText')} ({e['params'].get('requestId')})" for e in events if e["method"] == "Network.loadingFailed"]
-    failed += [f"HTTP {e['params']['response']['status']} {e['params']['response']['url']}" for e in events
-               if e["method"] == "Network.responseReceived" and e["params"]["response"].get("status", 0) >= 400]
+    failed = [
+        f"{e['params'].get('errorText')} ({e['params'].get('requestId')})"
+        for e in events
+        if e["method"] == "Network.loadingFailed"
+    ]
+    failed += [
+        f"HTTP {e['params']['response']['status']} {e['params']['response']['url']}"
+        for e in events
+        if e["method"] == "Network.responseReceived" and e["params"]["response"].get("status", 0) >= 400
+    ]
     return failed
 
 

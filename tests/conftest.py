@@ -13,14 +13,14 @@ from typing import Any, Callable
 import aiohttp
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from llmwatch.core.config import load_config
-from llmwatch.agent.runtime import Agent
-from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from kafka_broker import kafka_broker  # noqa: E402,F401
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
+from llmwatch.agent.runtime import Agent
+from llmwatch.core.config import load_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -40,7 +40,13 @@ async def make_agent(tmp_path: Path):
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
         # Scoring (a child process with the embedding model) only where a test asks for it.
         sections.setdefault("scoring", {"enabled": False})
-        overrides = {"upstream": upstream, "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"), **sections}
+        overrides = {
+            "upstream": upstream,
+            "listen": "127.0.0.1:0",
+            "metrics_listen": "127.0.0.1:0",
+            "data_dir": str(tmp_path / "data"),
+            **sections,
+        }
         agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=extra_sinks)
         await agent.start()
         agents.append(agent)
@@ -70,7 +76,9 @@ async def scrape(agent: Agent) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 
 def metric(samples: dict, name: str, **labels: str) -> float:
     """Sum of every series of `name` whose labels include `labels`."""
-    return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == val for k, val in labels.items()))
+    return sum(
+        v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == val for k, val in labels.items())
+    )
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -136,8 +144,14 @@ async def drained(agent: Agent, expected: int) -> list[dict]:
 # `bash tests/run.sh -m "not slow"` skips what starts heavy real components (the broker, Prometheus,
 # Chromium, the embedding model, whole proxy processes under signals, the demo); CI runs everything.
 SLOW_MODULES = {
-    "test_kafka.py", "test_kafka_aggregate.py", "test_dashboards.py", "test_drift_alerting.py", "test_embeddings.py",
-    "test_review_app.py", "test_html_reports.py", "test_lifecycle.py",
+    "test_kafka.py",
+    "test_kafka_aggregate.py",
+    "test_dashboards.py",
+    "test_drift_alerting.py",
+    "test_embeddings.py",
+    "test_review_app.py",
+    "test_html_reports.py",
+    "test_lifecycle.py",
 }
 SLOW_TESTS = {
     "test_false_alarm_rate_of_a_stable_version_stays_near_alpha",

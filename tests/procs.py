@@ -24,7 +24,9 @@ class Proc:
     """A subprocess whose merged output is read by a thread (never blocks it) and searchable."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
-        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.popen = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -89,7 +91,13 @@ class Proc:
 
 def agent_env(**extra: str) -> dict[str, str]:
     """An environment in which `llmwatch` logs JSON at info level, so `agent_started` carries the ports."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_LOGGING__FORMAT": "json", "LLMWATCH_LOGGING__LEVEL": "info", **extra}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "LLMWATCH_LOGGING__FORMAT": "json",
+        "LLMWATCH_LOGGING__LEVEL": "info",
+        **extra,
+    }
 
 
 def agent_started(proc: Proc, timeout: float = 60.0) -> dict:

@@ -62,7 +62,10 @@ def alertmanager_binary() -> str:
     # Debian names the binary prometheus-alertmanager; upstream tarballs name it alertmanager.
     path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     if path is None:
-        pytest.fail(f"`prometheus-alertmanager` not found on PATH (Debian package `prometheus-alertmanager`): {INSTALL_HINT}", pytrace=False)
+        pytest.fail(
+            f"`prometheus-alertmanager` not found on PATH (Debian package `prometheus-alertmanager`): {INSTALL_HINT}",
+            pytrace=False,
+        )
     return path
 
 
@@ -80,7 +83,9 @@ class Prometheus:
     targets: list[str] = field(default_factory=list)
 
     # --- HTTP API -----------------------------------------------------------------------------
-    def api(self, path: str, params: dict[str, Any] | Sequence[tuple[str, Any]] | None = None, *, method: str = "GET") -> dict:
+    def api(
+        self, path: str, params: dict[str, Any] | Sequence[tuple[str, Any]] | None = None, *, method: str = "GET"
+    ) -> dict:
         """Call /api/v1/<path>; returns the decoded body whatever the status (see `query`)."""
         query = urllib.parse.urlencode(params or {}, doseq=True)
         url = f"{self.url}/api/v1/{path}"
@@ -190,11 +195,15 @@ class Prometheus:
 
         def done() -> bool:
             rules = [r for g in self.rules() for r in g["rules"]]
-            return bool(rules) and all(r.get("lastEvaluation") and not r["lastEvaluation"].startswith("0001") for r in rules)
+            return bool(rules) and all(
+                r.get("lastEvaluation") and not r["lastEvaluation"].startswith("0001") for r in rules
+            )
 
         self.wait_until(done, timeout, "first evaluation of every rule group")
 
-    def wait_for_evaluations(self, after: float | None = None, evaluations: int = 1, interval: float = 1.0, timeout: float = 20.0) -> None:
+    def wait_for_evaluations(
+        self, after: float | None = None, evaluations: int = 1, interval: float = 1.0, timeout: float = 20.0
+    ) -> None:
         """Wait until every loaded rule has been evaluated `evaluations` times after `after` (a
         time.time() value; default now) at the groups' `interval`: what a test waits for before it
         asserts that an alert did NOT fire."""
@@ -202,7 +211,12 @@ class Prometheus:
 
         def done() -> bool:
             rules = [r for g in self.rules() for r in g["rules"]]
-            return bool(rules) and all(r.get("lastEvaluation") and not r["lastEvaluation"].startswith("0001") and _parse_rfc3339(r["lastEvaluation"]) >= since + (evaluations - 1) * interval for r in rules)
+            return bool(rules) and all(
+                r.get("lastEvaluation")
+                and not r["lastEvaluation"].startswith("0001")
+                and _parse_rfc3339(r["lastEvaluation"]) >= since + (evaluations - 1) * interval
+                for r in rules
+            )
 
         self.wait_until(done, timeout, f"{evaluations} evaluation(s) of every rule group")
 
@@ -255,7 +269,11 @@ def write_config(
     external_labels: dict[str, str] | None = None,
 ) -> None:
     config: dict[str, Any] = {
-        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval, "evaluation_interval": evaluation_interval},
+        "global": {
+            "scrape_interval": scrape_interval,
+            "scrape_timeout": scrape_interval,
+            "evaluation_interval": evaluation_interval,
+        },
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}] if targets else [],
         "rule_files": [str(Path(p).resolve()) for p in rule_files],
     }
@@ -284,7 +302,16 @@ def start_prometheus(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "prometheus.yml"
-    write_config(config_path, targets, rule_files, scrape_interval=scrape_interval, evaluation_interval=evaluation_interval, job=job, alertmanagers=alertmanagers, external_labels=external_labels)
+    write_config(
+        config_path,
+        targets,
+        rule_files,
+        scrape_interval=scrape_interval,
+        evaluation_interval=evaluation_interval,
+        job=job,
+        alertmanagers=alertmanagers,
+        external_labels=external_labels,
+    )
     check = subprocess.run([promtool_binary(), "check", "config", str(config_path)], capture_output=True, text=True)
     if check.returncode != 0:
         raise AssertionError(f"promtool check config failed:\n{check.stdout}{check.stderr}")
@@ -325,7 +352,9 @@ def start_prometheus(
 
 
 @contextlib.contextmanager
-def running_prometheus(workdir: Path | None = None, targets: Sequence[str] = (), rule_files: Sequence[Path | str] = (), **kwargs: Any) -> Iterator[Prometheus]:
+def running_prometheus(
+    workdir: Path | None = None, targets: Sequence[str] = (), rule_files: Sequence[Path | str] = (), **kwargs: Any
+) -> Iterator[Prometheus]:
     cleanup = None
     if workdir is None:
         cleanup = tempfile.TemporaryDirectory(prefix="llmwatch-prom-")

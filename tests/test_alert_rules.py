@@ -81,7 +81,7 @@ def test_every_alert_is_labelled_annotated_and_has_a_runbook():
         assert "{{" in annotations["description"], f"{name}: the description should carry the measured values"
         url = annotations["runbook_url"]
         assert url.startswith(RUNBOOK_BASE), f"{name}: runbook_url {url} is not under {RUNBOOK_BASE}"
-        anchor = url[len(RUNBOOK_BASE):]
+        anchor = url[len(RUNBOOK_BASE) :]
         assert anchor in anchors, f"{name}: docs/runbooks.md has no section for #{anchor}"
 
 
@@ -107,4 +107,6 @@ def test_every_alert_has_firing_and_silent_unit_tests():
     for case in tests:
         for check in case.get("alert_rule_test", []):
             for expected in check.get("exp_alerts") or []:
-                assert {"summary", "description", "runbook_url"} <= set(expected.get("exp_annotations", {})), check["alertname"]
+                assert {"summary", "description", "runbook_url"} <= set(expected.get("exp_annotations", {})), check[
+                    "alertname"
+                ]

@@ -14,7 +14,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Each layer is a portion of the `llmwatch` namespace package in a folder of its own: the folder
 # that holds `llmwatch/<layer>/` is the root its module paths are read from.
-PORTIONS = {"llmwatch.core": ROOT, "llmwatch.scorers": ROOT / "scorers", "llmwatch.collectors": ROOT / "collectors", "llmwatch.agent": ROOT / "agent"}
+PORTIONS = {
+    "llmwatch.core": ROOT,
+    "llmwatch.scorers": ROOT / "scorers",
+    "llmwatch.collectors": ROOT / "collectors",
+    "llmwatch.agent": ROOT / "agent",
+}
 RANK = {"llmwatch.core": 0, "llmwatch.scorers": 1, "llmwatch.collectors": 2, "llmwatch.agent": 3}
 
 
@@ -106,7 +111,7 @@ def test_no_import_cycles() -> None:
         stack.append(node)
         for nxt in sorted(edges[node]):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt)
         stack.pop()

@@ -9,11 +9,11 @@ import sys
 import aiohttp
 import openai
 import pytest
-
-from llmwatch.agent.apps.simulator.server import FAULT_HEADER
 from conftest import drained, metric, proxy_url, scrape
 from test_proxy import CHAT, client
 from upstreams import echo_app, serve
+
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER
 
 
 async def still_serving(agent) -> None:
@@ -25,7 +25,11 @@ async def test_malformed_json_is_forwarded_and_the_upstreams_answer_returned(sim
     agent = await make_agent(sim.url, sampling={"rate": 1.0})
     async with aiohttp.ClientSession() as http:
         for base in (sim.url, proxy_url(agent)):
-            async with http.post(base + "/v1/chat/completions", data=b'{"model": "m", "messages": [', headers={"Content-Type": "application/json"}) as resp:
+            async with http.post(
+                base + "/v1/chat/completions",
+                data=b'{"model": "m", "messages": [',
+                headers={"Content-Type": "application/json"},
+            ) as resp:
                 assert resp.status == 400
                 body = await resp.json()
                 assert body["error"]["type"] == "invalid_request_error"
@@ -43,7 +47,11 @@ async def test_non_json_request_body_is_forwarded_untouched(make_agent):
         agent = await make_agent(url)
         body = "model=gpt-4o&prompt=hello".encode()
         async with aiohttp.ClientSession() as http:
-            async with http.post(proxy_url(agent) + "/v1/chat/completions", data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}) as resp:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            ) as resp:
                 seen = await resp.json()
         assert seen["body_sha256"] == hashlib.sha256(body).hexdigest()
         samples = await scrape(agent)
@@ -55,7 +63,9 @@ async def test_non_json_request_body_is_forwarded_untouched(make_agent):
 async def test_non_json_response_is_relayed_and_noted(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0})
     async with aiohttp.ClientSession() as http:
-        async with http.post(proxy_url(agent) + "/v1/chat/completions", json=CHAT, headers={FAULT_HEADER: "non_json"}) as resp:
+        async with http.post(
+            proxy_url(agent) + "/v1/chat/completions", json=CHAT, headers={FAULT_HEADER: "non_json"}
+        ) as resp:
             assert resp.status == 200 and await resp.text() == "upstream says hi"
     [record] = await drained(agent, 1)
     assert record["response"] == "upstream says hi"
@@ -68,7 +78,9 @@ async def test_body_over_the_capture_limit_is_forwarded_whole_but_not_stored(mak
         agent = await make_agent(url, capture={"max_body_bytes": 4096}, sampling={"rate": 1.0})
         big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 3_000_000 + b'"}]}'
         async with aiohttp.ClientSession() as http:
-            async with http.post(proxy_url(agent) + "/v1/chat/completions", data=big, headers={"Content-Type": "application/json"}) as resp:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", data=big, headers={"Content-Type": "application/json"}
+            ) as resp:
                 assert resp.status == 200
                 seen = await resp.json()
 
@@ -76,7 +88,9 @@ async def test_body_over_the_capture_limit_is_forwarded_whole_but_not_stored(mak
                 for i in range(0, len(big), 65536):
                     yield big[i : i + 65536]
 
-            async with http.post(proxy_url(agent) + "/v1/chat/completions", data=chunked(), headers={"Content-Type": "application/json"}) as resp:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", data=chunked(), headers={"Content-Type": "application/json"}
+            ) as resp:
                 seen_chunked = await resp.json()
         digest = hashlib.sha256(big).hexdigest()
         assert seen["body_sha256"] == digest and seen["body_len"] == len(big)
@@ -104,7 +118,9 @@ async def test_huge_response_is_relayed_whole_and_capture_is_truncated(make_agen
     try:
         agent = await make_agent(url, capture={"max_body_bytes": 65536})
         async with aiohttp.ClientSession() as http:
-            async with http.post(proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": []}) as resp:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": []}
+            ) as resp:
                 assert await resp.read() == payload
         samples = await scrape(agent)
         assert metric(samples, "llmwatch_capture_skipped_total", reason="response_truncated") == 1
@@ -118,7 +134,9 @@ async def test_upstream_closing_mid_stream_breaks_the_client_stream_like_a_direc
     for base in (sim.url, proxy_url(agent)):
         received = []
         with pytest.raises(openai.APIError) as err:
-            async for ch in await client(base).chat.completions.create(**CHAT, stream=True, extra_headers={FAULT_HEADER: "cut_after=3"}):
+            async for ch in await client(base).chat.completions.create(
+                **CHAT, stream=True, extra_headers={FAULT_HEADER: "cut_after=3"}
+            ):
                 if ch.choices and ch.choices[0].delta.content:
                     received.append(ch.choices[0].delta.content)
         failures.append((type(err.value), received))
@@ -142,9 +160,13 @@ async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, ma
     # Names the upstream refuses are capped: the first max_models keep a label, the rest are `other`.
     for model in ("typo-1", "typo-2", "typo-3", "typo-4"):
         with pytest.raises(openai.NotFoundError):
-            await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], extra_headers={FAULT_HEADER: "status=404"})
+            await c.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], extra_headers={FAULT_HEADER: "status=404"}
+            )
     samples = await scrape(agent)
-    models = {dict(ls)["gen_ai_request_model"] for (n, ls) in samples if n == "gen_ai_client_operation_duration_seconds_count"}
+    models = {
+        dict(ls)["gen_ai_request_model"] for (n, ls) in samples if n == "gen_ai_client_operation_duration_seconds_count"
+    }
     assert models == {"sim-gpt-4o-mini", "my-private-finetune", "another-model", "typo-1", "typo-2", "other"}
     assert metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_request_model="other") == 2
     assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="my-private-finetune") == 1
@@ -153,7 +175,9 @@ async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, ma
 
 
 def run_cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args], capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 def test_bad_config_file_stops_start_up_with_the_field_named(tmp_path):
@@ -177,15 +201,26 @@ def test_every_error_llmwatch_defines_shares_one_root_with_an_exit_code():
     from llmwatch.core.config import ConfigError
     from llmwatch.core.errors import LlmwatchError
     from llmwatch.core.records import RecordError
-    from llmwatch.scorers.drift.baseline import BaselineError
     from llmwatch.scorers.checks.embeddings import EmbeddingModelMissing
-    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch
     from llmwatch.scorers.checks.judge import JudgeReplyError
+    from llmwatch.scorers.checks.suite import CheckTimeout
+    from llmwatch.scorers.drift.baseline import BaselineError
+    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch
     from llmwatch.scorers.evaluation.regress import RegressError
     from llmwatch.scorers.evaluation.review import ReviewError
-    from llmwatch.scorers.checks.suite import CheckTimeout
 
-    for cls in (ConfigError, RecordError, BaselineError, ReviewError, RegressError, WeightsMismatch, SpanRejected, JudgeReplyError, EmbeddingModelMissing, CheckTimeout):
+    for cls in (
+        ConfigError,
+        RecordError,
+        BaselineError,
+        ReviewError,
+        RegressError,
+        WeightsMismatch,
+        SpanRejected,
+        JudgeReplyError,
+        EmbeddingModelMissing,
+        CheckTimeout,
+    ):
         assert issubclass(cls, LlmwatchError) and cls("x").exit_code == 2, cls
     # The builtin bases stay, so code that caught ValueError/RuntimeError still does.
     assert issubclass(ConfigError, ValueError) and issubclass(EmbeddingModelMissing, RuntimeError)
@@ -197,4 +232,7 @@ def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tm
     suite.write_text('{"id": "c1", "input": "hi"}\n')
     result = run_cli("regress", "--suite", str(suite), "--upstream", "http://127.0.0.1:9", "--model", "m")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"llmwatch: {suite}:1: ") and "a case needs `expected` and/or `checks`" in result.stderr
+    assert (
+        result.stderr.startswith(f"llmwatch: {suite}:1: ")
+        and "a case needs `expected` and/or `checks`" in result.stderr
+    )

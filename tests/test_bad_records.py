@@ -33,7 +33,9 @@ def record(i: int, **fields) -> dict:
         "status": 200,
         "latency_ms": 100.0 + i,
         "request": {"messages": [{"role": "user", "content": f"question {i}?"}]},
-        "response": {"choices": [{"message": {"role": "assistant", "content": f"answer number {i}."}, "finish_reason": "stop"}]},
+        "response": {
+            "choices": [{"message": {"role": "assistant", "content": f"answer number {i}."}, "finish_reason": "stop"}]
+        },
     }
     base.update(fields)
     return base
@@ -61,7 +63,20 @@ def workdir(tmp_path_factory) -> Path:
     # No embedding model: bad input is refused before any scoring happens anyway.
     (d / "llmwatch.yaml").write_text("scoring: {embeddings: false}\n")
     good = write_lines(d / "good.jsonl", [orjson.dumps(record(i)) for i in range(20)])
-    code, err = run_cli(["baseline", "freeze", "--config", str(d / "llmwatch.yaml"), "--samples", good, "--model-version", "A", "--out", str(d / "baseline.json")])
+    code, err = run_cli(
+        [
+            "baseline",
+            "freeze",
+            "--config",
+            str(d / "llmwatch.yaml"),
+            "--samples",
+            good,
+            "--model-version",
+            "A",
+            "--out",
+            str(d / "baseline.json"),
+        ]
+    )
     assert code == 0, err
     return d
 
@@ -74,10 +89,34 @@ def commands(d: Path, samples: str) -> dict[str, list[str]]:
     cfg = ["--config", str(d / "llmwatch.yaml")]
     return {
         "score": ["score", *cfg, "--in", samples, "--out", str(d / f"scores-{n}.jsonl")],
-        "baseline freeze": ["baseline", "freeze", *cfg, "--samples", samples, "--model-version", "A", "--out", str(d / f"b-{n}.json")],
+        "baseline freeze": [
+            "baseline",
+            "freeze",
+            *cfg,
+            "--samples",
+            samples,
+            "--model-version",
+            "A",
+            "--out",
+            str(d / f"b-{n}.json"),
+        ],
         "drift": ["drift", *cfg, "--baseline", str(d / "baseline.json"), "--samples", samples],
         "report": ["report", *cfg, "--samples", samples],
-        "review export": ["review", "export", *cfg, "--samples", samples, "--versions", "A,B", "--n", "2", "--seed", "1", "--out", str(d / f"tasks-{n}.jsonl")],
+        "review export": [
+            "review",
+            "export",
+            *cfg,
+            "--samples",
+            samples,
+            "--versions",
+            "A,B",
+            "--n",
+            "2",
+            "--seed",
+            "1",
+            "--out",
+            str(d / f"tasks-{n}.jsonl"),
+        ],
     }
 
 
@@ -117,8 +156,21 @@ def test_each_reported_bad_value_is_refused_by_every_offline_command(workdir, fi
 def test_bad_records_in_a_real_process_exit_2_without_a_traceback(workdir):
     samples = write_lines(workdir / "overflow.jsonl", [orjson.dumps(record(0, timestamp=-1e20))])
     proc = subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", "drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(workdir / "baseline.json"), "--samples", samples],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "drift",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--baseline",
+            str(workdir / "baseline.json"),
+            "--samples",
+            samples,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{samples}:1: field 'timestamp'" in proc.stderr
@@ -129,10 +181,25 @@ def test_a_frozen_baseline_always_loads_back_in_drift(workdir):
     lines = [orjson.dumps(record(i, latency_ms=1.7e308, cost_usd=1.7e308)) for i in range(12)]
     samples = write_lines(workdir / "extreme.jsonl", lines)
     out = workdir / "extreme-baseline.json"
-    code, err = run_cli(["baseline", "freeze", "--config", str(workdir / "llmwatch.yaml"), "--samples", samples, "--model-version", "A", "--out", str(out)])
+    code, err = run_cli(
+        [
+            "baseline",
+            "freeze",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--samples",
+            samples,
+            "--model-version",
+            "A",
+            "--out",
+            str(out),
+        ]
+    )
     assert "Traceback" not in err
     if code == 0:
-        code, err = run_cli(["drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(out), "--samples", samples])
+        code, err = run_cli(
+            ["drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(out), "--samples", samples]
+        )
         assert code in (0, 1, 2) and "could not" not in err and "corrupt" not in err, err
     else:
         assert code == 2 and "refusing to write" in err and not out.exists()
@@ -146,14 +213,31 @@ def test_a_frozen_baseline_always_loads_back_in_drift(workdir):
         (b'{"schema": "llmwatch.report/v1", "decision": 3}', "field 'decision'"),
         (b'{"schema": "llmwatch.report/v1", "decision": {"versions": "A"}}', "field 'decision.versions'"),
         (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [7]}}', "field 'decision.versions.0'"),
-        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": "A", "quality": "high"}]}}', "field 'decision.versions.0.quality'"),
-        (b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": ["A"]}]}}', "field 'decision.versions.0.model_version'"),
+        (
+            b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": "A", "quality": "high"}]}}',
+            "field 'decision.versions.0.quality'",
+        ),
+        (
+            b'{"schema": "llmwatch.report/v1", "decision": {"versions": [{"model_version": ["A"]}]}}',
+            "field 'decision.versions.0.model_version'",
+        ),
     ],
 )
 def test_report_compare_with_a_malformed_earlier_report_exits_2(workdir, content, names):
     earlier = workdir / f"earlier-{next(_counter)}.json"
     earlier.write_bytes(content)
-    code, err = run_cli(["report", "--config", str(workdir / "llmwatch.yaml"), "--samples", str(workdir / "good.jsonl"), "--compare", str(earlier), "--allow-weights-change"])
+    code, err = run_cli(
+        [
+            "report",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--samples",
+            str(workdir / "good.jsonl"),
+            "--compare",
+            str(earlier),
+            "--allow-weights-change",
+        ]
+    )
     assert code == 2 and "Traceback" not in err
     assert str(earlier) in err and names in err
 
@@ -162,7 +246,9 @@ def test_report_compare_with_a_malformed_earlier_report_exits_2(workdir, content
 
 # Values each field must refuse (none of them is a valid spelling of anything).
 BAD_VALUES = {
-    "timestamp": st.sampled_from([-1e20, 1e20, -1, 1e300, "Infinity", "not a date", "2026-13-45T00:00:00Z", None, [], {}]),
+    "timestamp": st.sampled_from(
+        [-1e20, 1e20, -1, 1e300, "Infinity", "not a date", "2026-13-45T00:00:00Z", None, [], {}]
+    ),
     "latency_ms": st.sampled_from(["Infinity", "-Infinity", "NaN", "inf", -1, -1e-9, None, "fast", [], {}]),
     "ttft_ms": st.sampled_from(["Infinity", "NaN", -5, "soon", []]),
     "cost_usd": st.sampled_from(["NaN", "Infinity", -0.5, "cheap", {}]),
@@ -173,7 +259,9 @@ BAD_VALUES = {
     "metadata": st.sampled_from(["x", [], 3]),
     "capture_notes": st.sampled_from(["x", 3, {}]),
 }
-BROKEN_LINES = st.sampled_from([b'{"id": "s1", "timestamp": ', b"[]", b"3", b"null", b'"a string"', b"{'single': 'quotes'}", b"\xff\xfe"])
+BROKEN_LINES = st.sampled_from(
+    [b'{"id": "s1", "timestamp": ', b"[]", b"3", b"null", b'"a string"', b"{'single': 'quotes'}", b"\xff\xfe"]
+)
 
 
 @st.composite
@@ -195,7 +283,9 @@ def malformed_file(draw):
     return lines, bad_at + 1, field
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(case=malformed_file())
 def test_fuzz_malformed_records_exit_2_with_file_and_line_and_no_traceback(workdir, case):
     lines, line, field = case

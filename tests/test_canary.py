@@ -19,16 +19,23 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-
-from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
-from llmwatch.core.records import Sample
-from llmwatch.core.config import ConfigError, DriftSection, load_config
-from llmwatch.core.metrics import CanaryReading, Metrics
-from llmwatch.scorers.drift.aggregate import WindowAggregator
-from llmwatch.scorers.drift.canary import CanaryError, compare_versions, format_text, parse_duration, pick_pairs, same_window
-from llmwatch.scorers.drift.compare import DriftSettings
 from conftest import drained, metric, proxy_url, scrape, wait_until
 from test_drift_families import MIX, MODEL, SHIFTED_MIX, T0, traffic
+
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
+from llmwatch.core.config import ConfigError, DriftSection, load_config
+from llmwatch.core.metrics import CanaryReading, Metrics
+from llmwatch.core.records import Sample
+from llmwatch.scorers.drift.aggregate import WindowAggregator
+from llmwatch.scorers.drift.canary import (
+    CanaryError,
+    compare_versions,
+    format_text,
+    parse_duration,
+    pick_pairs,
+    same_window,
+)
+from llmwatch.scorers.drift.compare import DriftSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +44,9 @@ def _at(samples: list[Sample], offset_s: float) -> list[Sample]:
     return [s.model_copy(update={"timestamp": s.timestamp + timedelta(seconds=offset_s)}) for s in samples]
 
 
-def two_versions(rng, n: int, canary_model=MODEL, *, canary_offset_s: float = 0.0, canary_mix=MIX, n_canary: int | None = None):
+def two_versions(
+    rng, n: int, canary_model=MODEL, *, canary_offset_s: float = 0.0, canary_mix=MIX, n_canary: int | None = None
+):
     """Stable version A and canary B, each sample one second apart from T0 (B shifted by `canary_offset_s`)."""
     a = traffic(rng, n, MODEL, MIX, prefix="a", version="A")
     b = traffic(rng, n_canary or n, canary_model, canary_mix, prefix="b", version="B")
@@ -47,7 +56,14 @@ def two_versions(rng, n: int, canary_model=MODEL, *, canary_offset_s: float = 0.
 def run(a, b, **settings):
     samples = a[0] + b[0]
     stable, canary, window = same_window(samples, "A", "B")
-    report, _, _ = compare_versions((stable, a[1], a[2]), (canary, b[1], b[2]), stable_version="A", canary_version="B", window=window, settings=DriftSettings(**settings))
+    report, _, _ = compare_versions(
+        (stable, a[1], a[2]),
+        (canary, b[1], b[2]),
+        stable_version="A",
+        canary_version="B",
+        window=window,
+        settings=DriftSettings(**settings),
+    )
     return report
 
 
@@ -68,7 +84,9 @@ def test_only_the_time_both_versions_were_served_is_compared_and_the_rest_is_cou
 def test_a_window_asked_for_is_applied_before_the_overlap():
     rng = np.random.default_rng(0)
     a, b = two_versions(rng, 100)
-    stable, canary, window = same_window(a[0] + b[0], "A", "B", start=T0 + timedelta(seconds=10), end=T0 + timedelta(seconds=29))
+    stable, canary, window = same_window(
+        a[0] + b[0], "A", "B", start=T0 + timedelta(seconds=10), end=T0 + timedelta(seconds=29)
+    )
     assert len(stable) == len(canary) == 20 and window.left_out == {"A": 80, "B": 80}
     # --last: the span before the newest sample of either version (the file's own clock).
     stable, canary, window = same_window(a[0] + b[0], "A", "B", last=timedelta(seconds=9))
@@ -141,7 +159,9 @@ def test_a_canary_on_another_traffic_mix_is_compared_within_categories():
     # The canary's router sent it other questions: inputs shifted, behaviour and performance compared like with like.
     rng = np.random.default_rng(4)
     r = run(*two_versions(rng, 1500, canary_mix=SHIFTED_MIX))
-    assert r.family_verdicts() == {"inputs": "shifted", "behaviour": "not_worse", "performance": "not_worse"}, format_text(r)
+    assert r.family_verdicts() == {"inputs": "shifted", "behaviour": "not_worse", "performance": "not_worse"}, (
+        format_text(r)
+    )
     assert r.exit_code == 0
 
 
@@ -160,7 +180,9 @@ def _write(path: Path, records) -> Path:
 
 
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_exit_codes_json_and_bad_input(tmp_path):
@@ -168,7 +190,17 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
     a, b = two_versions(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), canary_offset_s=100)
     _write(tmp_path / "samples.jsonl", a[0] + b[0])
     _write(tmp_path / "scores.jsonl", a[1] + b[1])
-    common = ["canary", "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "B"]
+    common = [
+        "canary",
+        "--samples",
+        str(tmp_path / "samples.jsonl"),
+        "--scores",
+        str(tmp_path / "scores.jsonl"),
+        "--stable",
+        "A",
+        "--canary",
+        "B",
+    ]
 
     worse = llmwatch(*common, "--format", "json", cwd=tmp_path)
     assert worse.returncode == 1, worse.stderr + worse.stdout[-3000:]
@@ -176,7 +208,10 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
     assert out["verdict"] == "worse" and out["exit_code"] == 1
     assert out["families"]["performance"]["canary_verdict"] == "worse"
     assert {"family": "performance", "signal": "perf:latency_per_token_ms"}.items() <= out["worse"][0].items()
-    assert out["window"]["left_out"] == {"A": 100, "B": 100} and out["window"]["n_stable"] == out["window"]["n_canary"] == 700
+    assert (
+        out["window"]["left_out"] == {"A": 100, "B": 100}
+        and out["window"]["n_stable"] == out["window"]["n_canary"] == 700
+    )
     # Performance not named: the slower canary passes.
     assert llmwatch(*common, "--fail-on", "behaviour", cwd=tmp_path).returncode == 0
     text = llmwatch(*common, cwd=tmp_path)
@@ -190,17 +225,45 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
     ):
         bad = llmwatch(*common, *extra, cwd=tmp_path)
         assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
-    missing = llmwatch("canary", "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "C", cwd=tmp_path)
+    missing = llmwatch(
+        "canary",
+        "--samples",
+        str(tmp_path / "samples.jsonl"),
+        "--scores",
+        str(tmp_path / "scores.jsonl"),
+        "--stable",
+        "A",
+        "--canary",
+        "C",
+        cwd=tmp_path,
+    )
     assert missing.returncode == 2 and "'C'" in missing.stderr and "Traceback" not in missing.stderr
     apart = _write(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
-    never = llmwatch("canary", "--samples", str(apart), "--scores", str(tmp_path / "scores.jsonl"), "--stable", "A", "--canary", "B", cwd=tmp_path)
+    never = llmwatch(
+        "canary",
+        "--samples",
+        str(apart),
+        "--scores",
+        str(tmp_path / "scores.jsonl"),
+        "--stable",
+        "A",
+        "--canary",
+        "B",
+        cwd=tmp_path,
+    )
     assert never.returncode == 2 and "never served at the same time" in never.stderr and "Traceback" not in never.stderr
 
 
 # ---------------------------------------------------------------------------- a real canary
 
 
-PROMPTS = ["How do I roast a chicken?", "Explain Python list comprehensions.", "Plan a weekend in Lisbon.", "Why is the sky blue?", "How should I water tomatoes?"]
+PROMPTS = [
+    "How do I roast a chicken?",
+    "Explain Python list comprehensions.",
+    "Plan a weekend in Lisbon.",
+    "Why is the sky blue?",
+    "How should I water tomatoes?",
+]
 
 
 def split(stable: SimProfile, canary: SimProfile, every: int = 2):
@@ -221,13 +284,19 @@ async def canary_traffic(base: str, n: int, seed0: int) -> None:
 
     async def one(i: int) -> None:
         async with sem:
-            await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], seed=seed0 + i)
+            await c.chat.completions.create(
+                model="sim-gpt-4o-mini",
+                messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                seed=seed0 + i,
+            )
 
     await asyncio.gather(*[one(i) for i in range(n)])
     await c.close()
 
 
-async def served_canary(tmp_path: Path, make_agent, phases: list[tuple[SimProfile, SimProfile]], n: int) -> tuple[subprocess.CompletedProcess, list[dict]]:
+async def served_canary(
+    tmp_path: Path, make_agent, phases: list[tuple[SimProfile, SimProfile]], n: int
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Each phase: `n` calls through the real proxy to a simulator serving (stable, canary) half and half; then `llmwatch canary`."""
     sim = await start_simulator("127.0.0.1", 0, split(*phases[0]), seed=5)
     try:
@@ -241,15 +310,32 @@ async def served_canary(tmp_path: Path, make_agent, phases: list[tuple[SimProfil
     config = tmp_path / "llmwatch.yaml"
     config.write_text("scoring:\n  embeddings: false\n")
     stable, canary = phases[0][0].name, phases[0][1].name
-    proc = await asyncio.to_thread(llmwatch, "canary", "--config", str(config), "--samples", str(agent.cfg.data_dir / "samples"), "--stable", stable, "--canary", canary,
-                                   "--alpha", "0.01", "--format", "json", cwd=tmp_path)
+    proc = await asyncio.to_thread(
+        llmwatch,
+        "canary",
+        "--config",
+        str(config),
+        "--samples",
+        str(agent.cfg.data_dir / "samples"),
+        "--stable",
+        stable,
+        "--canary",
+        canary,
+        "--alpha",
+        "0.01",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     return proc, samples
 
 
 @pytest.mark.slow
 async def test_a_degraded_canary_served_beside_the_stable_version_is_found_worse(tmp_path, make_agent):
     pace = 0.1
-    proc, _ = await served_canary(tmp_path, make_agent, [(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace))], 400)
+    proc, _ = await served_canary(
+        tmp_path, make_agent, [(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace))], 400
+    )
     assert proc.returncode == 1, proc.stderr + proc.stdout[-4000:]
     out = orjson.loads(proc.stdout)
     assert out["verdict"] == "worse" and out["stable_version"] == "A" and out["canary_version"] == "B"
@@ -266,16 +352,29 @@ async def test_an_identical_canary_under_load_that_hits_both_versions_is_not_wor
     proc, samples = await served_canary(tmp_path, make_agent, phases, 200)
     # The test can fail: the load moved the stable version's own time per token far beyond the
     # 20 % margin, so a comparison with its quiet past would read as a performance regression.
-    per_token = {phase: [s["latency_ms"] / s["usage"]["output_tokens"] for s in samples if s["model_version"] == "A" and s["usage"].get("output_tokens")
-                         and (int(s["request"]["seed"]) >= 1000) == phase] for phase in (False, True)}
-    assert np.median(per_token[True]) > 1.5 * np.median(per_token[False]), {k: float(np.median(v)) for k, v in per_token.items()}
+    per_token = {
+        phase: [
+            s["latency_ms"] / s["usage"]["output_tokens"]
+            for s in samples
+            if s["model_version"] == "A"
+            and s["usage"].get("output_tokens")
+            and (int(s["request"]["seed"]) >= 1000) == phase
+        ]
+        for phase in (False, True)
+    }
+    assert np.median(per_token[True]) > 1.5 * np.median(per_token[False]), {
+        k: float(np.median(v)) for k, v in per_token.items()
+    }
     assert proc.returncode == 0, proc.stderr + proc.stdout[-4000:]
     out = orjson.loads(proc.stdout)
     assert out["verdict"] == "not_worse" and out["worse"] == []
     assert out["families"]["performance"]["canary_verdict"] == "not_worse"
     # Only the first and last few calls fall outside the time both versions were served.
     window = out["window"]
-    assert window["n_stable"] + window["n_canary"] + sum(window["left_out"].values()) == 400 and sum(window["left_out"].values()) <= 10, window
+    assert (
+        window["n_stable"] + window["n_canary"] + sum(window["left_out"].values()) == 400
+        and sum(window["left_out"].values()) <= 10
+    ), window
 
 
 # ---------------------------------------------------------------------------- online
@@ -314,7 +413,10 @@ def test_readings_that_take_longer_than_the_interval_leave_at_least_as_long_for_
 
 def test_the_aggregate_stage_reads_a_configured_canary_without_any_baseline():
     rng = np.random.default_rng(7)
-    stage = fed(aggregator(stable="A", canary="B"), *two_versions(rng, 1200, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.5)))
+    stage = fed(
+        aggregator(stable="A", canary="B"),
+        *two_versions(rng, 1200, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.5)),
+    )
     assert stage.baseline is None and stage.due(now=1e12)
     got = {(r.kind, r.key): r for r in stage.readings(now=1e12).canary}
     assert got[("verdict", "performance")].value == 1.0 and got[("verdict", "behaviour")].value == 0.0
@@ -338,27 +440,66 @@ def test_the_canary_is_off_unless_configured_and_a_half_configured_pair_is_refus
     assert not stage.due(now=1e12) and stage.readings(now=1e12).canary is None
     with pytest.raises(ConfigError, match="drift.canary"):
         load_config(None, overrides={"drift": {"canary": {"stable": "A"}}}, environ={})
-    assert load_config(None, overrides={"drift": {"canary": {"stable": "A", "canary": "B"}}}, environ={}).drift.canary.enabled
+    assert load_config(
+        None, overrides={"drift": {"canary": {"stable": "A", "canary": "B"}}}, environ={}
+    ).drift.canary.enabled
 
 
 def test_canary_gauges_are_replaced_as_a_whole_so_a_finished_canary_stops_alerting():
     m = Metrics()
-    m.set_canary([CanaryReading("verdict", "A", "B", "performance", 1.0), CanaryReading("latency_per_token_ratio", "A", "B", "0.5", 1.4)])
-    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}) == 1.0
+    m.set_canary(
+        [
+            CanaryReading("verdict", "A", "B", "performance", 1.0),
+            CanaryReading("latency_per_token_ratio", "A", "B", "0.5", 1.4),
+        ]
+    )
+    assert (
+        m.registry.get_sample_value(
+            "llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}
+        )
+        == 1.0
+    )
     m.set_canary([CanaryReading("verdict", "A", "C", "performance", 0.0)])
-    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}) is None
-    assert m.registry.get_sample_value("llmwatch_canary_latency_per_token_ratio", {"quantile": "0.5", "stable_version": "A", "canary_version": "B"}) is None
-    assert m.registry.get_sample_value("llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "C"}) == 0.0
+    assert (
+        m.registry.get_sample_value(
+            "llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}
+        )
+        is None
+    )
+    assert (
+        m.registry.get_sample_value(
+            "llmwatch_canary_latency_per_token_ratio", {"quantile": "0.5", "stable_version": "A", "canary_version": "B"}
+        )
+        is None
+    )
+    assert (
+        m.registry.get_sample_value(
+            "llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "C"}
+        )
+        == 0.0
+    )
 
 
 @pytest.mark.slow
 async def test_the_sidecar_exports_a_degraded_canary_as_worse_while_both_versions_are_served(make_agent):
     """Real simulator serving A and B at once, the real proxy, the scorer process, a real scrape."""
     pace = 0.1
-    sim = await start_simulator("127.0.0.1", 0, split(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace)), seed=5)
+    sim = await start_simulator(
+        "127.0.0.1", 0, split(at_pace(PROFILES["A"], pace), at_pace(PROFILES["B"], pace)), seed=5
+    )
     try:
-        agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False},
-                                 drift={"interval_s": 1.0, "min_samples": 40, "window": 400, "alpha": 0.01, "canary": {"stable": "A", "canary": "B"}})
+        agent = await make_agent(
+            sim.url,
+            sampling={"rate": 1.0},
+            scoring={"enabled": True, "embeddings": False},
+            drift={
+                "interval_s": 1.0,
+                "min_samples": 40,
+                "window": 400,
+                "alpha": 0.01,
+                "canary": {"stable": "A", "canary": "B"},
+            },
+        )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await canary_traffic(proxy_url(agent), 400, 0)
         await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
@@ -371,10 +512,16 @@ async def test_the_sidecar_exports_a_degraded_canary_as_worse_while_both_version
             if metric(samples, "llmwatch_canary_window_samples", role="canary", **labels) >= 190:
                 break
             await asyncio.sleep(0.2)
-        assert metric(samples, "llmwatch_canary_window_samples", role="canary", **labels) >= 190, "a verdict over B's samples in the window"
-        worse = {f: metric(samples, "llmwatch_canary_verdict", family=f, **labels) for f in ("behaviour", "performance")}
+        assert metric(samples, "llmwatch_canary_window_samples", role="canary", **labels) >= 190, (
+            "a verdict over B's samples in the window"
+        )
+        worse = {
+            f: metric(samples, "llmwatch_canary_verdict", family=f, **labels) for f in ("behaviour", "performance")
+        }
         assert 1.0 in worse.values(), {k: v for k, v in samples.items() if k[0].startswith("llmwatch_canary")}
-        assert metric(samples, "llmwatch_canary_latency_per_token_ratio", quantile="0.5", **labels) > 1.2, "B is slower per token in the same window"
+        assert metric(samples, "llmwatch_canary_latency_per_token_ratio", quantile="0.5", **labels) > 1.2, (
+            "B is slower per token in the same window"
+        )
         assert metric(samples, "llmwatch_canary_pass_rate_difference", check="refusal", **labels) < 0, "B refuses more"
     finally:
         await sim.close()

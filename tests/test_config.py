@@ -21,7 +21,10 @@ def test_defaults_need_no_file():
 
 
 def test_file_values_are_read(tmp_path):
-    cfg = load_config(write(tmp_path, """
+    cfg = load_config(
+        write(
+            tmp_path,
+            """
         upstream: http://127.0.0.1:8000/
         sampling:
           rate: 0.25
@@ -31,7 +34,10 @@ def test_file_values_are_read(tmp_path):
         metrics:
           pricing:
             my-model: {input_per_million: 1.0, output_per_million: 2.0}
-    """), environ={})
+    """,
+        ),
+        environ={},
+    )
     assert cfg.upstream == "http://127.0.0.1:8000"
     assert cfg.sampling.rate == 0.25
     assert cfg.sampling.overrides[0].route == "/v1/embeddings"
@@ -121,13 +127,19 @@ def test_sampling_override_needs_a_selector(tmp_path):
 
 
 def test_redaction_policy_fields_mode_and_salt_are_read_from_the_file(tmp_path):
-    cfg = load_config(write(tmp_path, """\
+    cfg = load_config(
+        write(
+            tmp_path,
+            """\
         redaction:
           mode: scores_only
           fields: {request.user: drop, metadata.conversation_id: hash}
           hash_salt: s3cret
         files: {mode: "0640"}
-        """), environ={})
+        """,
+        ),
+        environ={},
+    )
     assert cfg.redaction.mode == "scores_only"
     assert cfg.redaction.fields == {"request.user": "drop", "metadata.conversation_id": "hash"}
     assert cfg.redaction.hash_salt.get_secret_value() == "s3cret" and "s3cret" not in repr(cfg)
@@ -146,15 +158,18 @@ def test_scores_only_with_kafka_scale_out_is_refused():
         load_config(None, overrides={"redaction": {"mode": "scores_only"}, "kafka": {"enabled": True}}, environ={})
 
 
-@pytest.mark.parametrize("given, server", [
-    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
-    ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000"),
-    ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
-    ("https://gateway.example/openai/v1", "https://gateway.example/openai"),
-    ("https://gateway.example/openai", "https://gateway.example/openai"),
-    ("http://127.0.0.1:8000/v1beta", "http://127.0.0.1:8000/v1beta"),
-])
+@pytest.mark.parametrize(
+    "given, server",
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+        ("https://gateway.example/openai/v1", "https://gateway.example/openai"),
+        ("https://gateway.example/openai", "https://gateway.example/openai"),
+        ("http://127.0.0.1:8000/v1beta", "http://127.0.0.1:8000/v1beta"),
+    ],
+)
 def test_upstream_is_the_server_whether_given_with_its_v1_root_or_not(given, server):
     # Clients send paths that start with /v1/; an upstream ending in /v1 would make them /v1/v1/...
     assert load_config(None, overrides={"upstream": given}, environ={}).upstream == server
@@ -178,5 +193,7 @@ def test_bad_flag_value_is_blamed_on_the_flag_and_named_once():
 
 def test_flag_names_that_differ_from_the_field_are_used():
     with pytest.raises(ConfigError) as err:
-        load_config(None, overrides={"otel": {"ingest_listen": "nowhere"}}, environ={}, flags={"otel.ingest_listen": "--listen"})
+        load_config(
+            None, overrides={"otel": {"ingest_listen": "nowhere"}}, environ={}, flags={"otel.ingest_listen": "--listen"}
+        )
     assert "otel.ingest_listen (command line: --listen)" in str(err.value)

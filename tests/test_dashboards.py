@@ -25,11 +25,11 @@ import aiohttp
 import jsonschema
 import pytest
 import yaml
-
-from llmwatch.core.config import Config, load_config
-from llmwatch.agent.runtime import Agent
-from llmwatch.agent.apps.simulator.server import FAULT_HEADER, SimProfile, start_simulator
 from prom import Prometheus, finite, running_prometheus
+
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, SimProfile, start_simulator
+from llmwatch.agent.runtime import Agent
+from llmwatch.core.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -125,7 +125,10 @@ VARIABLE = {
         },
         {
             "if": {"properties": {"type": {"const": "datasource"}}},
-            "then": {"required": ["query"], "properties": {"name": {"const": "datasource"}, "query": {"const": "prometheus"}}},
+            "then": {
+                "required": ["query"],
+                "properties": {"name": {"const": "datasource"}, "query": {"const": "prometheus"}},
+            },
         },
     ],
 }
@@ -149,7 +152,11 @@ DASHBOARD_SCHEMA = {
         "schemaVersion": {"type": "integer", "minimum": 36},
         "tags": {"type": "array", "contains": {"const": "llmwatch"}},
         "panels": {"type": "array", "minItems": 1, "items": PANEL},
-        "templating": {"type": "object", "required": ["list"], "properties": {"list": {"type": "array", "items": VARIABLE}}},
+        "templating": {
+            "type": "object",
+            "required": ["list"],
+            "properties": {"list": {"type": "array", "items": VARIABLE}},
+        },
         "annotations": {"type": "object", "properties": {"list": {"type": "array", "items": ANNOTATION}}},
     },
 }
@@ -197,7 +204,23 @@ def substitute(expr: str, variables: set[str]) -> str:
     return VARIABLE_RE.sub(replace, expr)
 
 
-_KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "inf", "nan", "Inf", "NaN"}
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "bool",
+    "inf",
+    "nan",
+    "Inf",
+    "NaN",
+}
 
 
 def metric_names(expr: str) -> list[str]:
@@ -210,7 +233,7 @@ def metric_names(expr: str) -> list[str]:
     names = []
     for m in re.finditer(r"(?<![\w.:])[A-Za-z_:][\w:]*", s):
         token = m.group()
-        if token in _KEYWORDS or s[m.end():].lstrip().startswith("("):
+        if token in _KEYWORDS or s[m.end() :].lstrip().startswith("("):
             continue
         if token not in names:
             names.append(token)
@@ -218,8 +241,10 @@ def metric_names(expr: str) -> list[str]:
 
 
 def test_metric_names_parser() -> None:
-    expr = ('histogram_quantile(0.95, sum by (le, model_version) (rate(a_bucket{x=~"$m", y="by(z)"}[$__rate_interval]))) '
-            '/ ignoring (model_version) group_left sum(rate(b_total[5m] offset 15m)) or vector(0) unless count(c == 1)')
+    expr = (
+        'histogram_quantile(0.95, sum by (le, model_version) (rate(a_bucket{x=~"$m", y="by(z)"}[$__rate_interval]))) '
+        "/ ignoring (model_version) group_left sum(rate(b_total[5m] offset 15m)) or vector(0) unless count(c == 1)"
+    )
     assert metric_names(expr) == ["a_bucket", "b_total", "c"]
 
 
@@ -240,7 +265,10 @@ VARIABLE_CASES = [
 
 def test_there_are_four_dashboards() -> None:
     assert {p.name for p in DASHBOARD_FILES} == {
-        "llmwatch-overview.json", "llmwatch-quality.json", "llmwatch-drift.json", "llmwatch-agent-health.json",
+        "llmwatch-overview.json",
+        "llmwatch-quality.json",
+        "llmwatch-drift.json",
+        "llmwatch-agent-health.json",
     }
 
 
@@ -248,13 +276,17 @@ def test_committed_json_is_what_build_py_builds() -> None:
     try:
         import grafana_foundation_sdk  # noqa: F401
     except ImportError:
-        pytest.fail("grafana-foundation-sdk is not installed: `pip install -e '.[test]'` (tests/run.sh does)", pytrace=False)
+        pytest.fail(
+            "grafana-foundation-sdk is not installed: `pip install -e '.[test]'` (tests/run.sh does)", pytrace=False
+        )
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("dashboards_build", DASHBOARD_DIR / "build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--check"]) == 0, "dashboards/*.json or helm/llmwatch/dashboards/*.json are stale: run `python dashboards/build.py`"
+    assert module.main(["--check"]) == 0, (
+        "dashboards/*.json or helm/llmwatch/dashboards/*.json are stale: run `python dashboards/build.py`"
+    )
 
 
 def test_chart_carries_the_same_dashboards() -> None:
@@ -301,7 +333,9 @@ def test_dashboard_structure(path: Path) -> None:
                 assert window in ("$__rate_interval", "$__range"), f"{where}: {fn}(...[{window}])"
         for group in re.findall(r"histogram_quantile\(\s*[\d.]+\s*,\s*sum by \(([^)]*)\)", expr):
             assert "le" in [g.strip() for g in group.split(",")], f"{where}: histogram_quantile needs sum by (le, ...)"
-        assert "histogram_quantile" not in expr or re.search(r"histogram_quantile\(\s*[\d.]+\s*,\s*sum by \(", expr), f"{where}: {expr}"
+        assert "histogram_quantile" not in expr or re.search(r"histogram_quantile\(\s*[\d.]+\s*,\s*sum by \(", expr), (
+            f"{where}: {expr}"
+        )
         # Only Grafana's documented form of the data-source variable.
         assert "$datasource" not in expr
 
@@ -309,19 +343,47 @@ def test_dashboard_structure(path: Path) -> None:
 def test_required_content() -> None:
     """The panels the dashboards are for, by the metric they read."""
     every = {p.stem: "\n".join(e for _, e in expressions(load(p))) for p in DASHBOARD_FILES}
-    overview, quality, drift, health = (every[f"llmwatch-{n}"] for n in ("overview", "quality", "drift", "agent-health"))
-    for needle in ("gen_ai_client_operation_duration_seconds_count", 'error_type!=""', "histogram_quantile(0.99", "gen_ai_server_time_to_first_token_seconds_bucket",
-                   "gen_ai_client_token_usage_sum", "llmwatch_cost_usd_total", "* 3600", "1000 *"):
+    overview, quality, drift, health = (
+        every[f"llmwatch-{n}"] for n in ("overview", "quality", "drift", "agent-health")
+    )
+    for needle in (
+        "gen_ai_client_operation_duration_seconds_count",
+        'error_type!=""',
+        "histogram_quantile(0.99",
+        "gen_ai_server_time_to_first_token_seconds_bucket",
+        "gen_ai_client_token_usage_sum",
+        "llmwatch_cost_usd_total",
+        "* 3600",
+        "1000 *",
+    ):
         assert needle in overview, needle
     for needle in ('result="pass"', "llmwatch_quality_score_bucket", "sum by (check, model_version)"):
         assert needle in quality, needle
-    for needle in ("llmwatch_drift_statistic", "llmwatch_drift_p_value", "llmwatch_drift_detected", "ALERTS{", "count by (model_version)"):
+    for needle in (
+        "llmwatch_drift_statistic",
+        "llmwatch_drift_p_value",
+        "llmwatch_drift_detected",
+        "ALERTS{",
+        "count by (model_version)",
+    ):
         assert needle in drift, needle
-    for needle in ("llmwatch_queue_depth", "llmwatch_samples_total", "llmwatch_samples_dropped_total", "llmwatch_capture_skipped_total", "llmwatch_proxy_errors_total",
-                   "llmwatch_internal_errors_total", "llmwatch_scoring_lag_seconds_bucket", "llmwatch_kafka_produced_total", "llmwatch_kafka_dropped_total", "llmwatch_kafka_buffer_depth"):
+    for needle in (
+        "llmwatch_queue_depth",
+        "llmwatch_samples_total",
+        "llmwatch_samples_dropped_total",
+        "llmwatch_capture_skipped_total",
+        "llmwatch_proxy_errors_total",
+        "llmwatch_internal_errors_total",
+        "llmwatch_scoring_lag_seconds_bucket",
+        "llmwatch_kafka_produced_total",
+        "llmwatch_kafka_dropped_total",
+        "llmwatch_kafka_buffer_depth",
+    ):
         assert needle in health, needle
     quality_json = load(DASHBOARD_DIR / "llmwatch-quality.json")
-    assert any(p["type"] == "heatmap" and any(t.get("format") == "heatmap" for t in p["targets"]) for p in panels(quality_json))
+    assert any(
+        p["type"] == "heatmap" and any(t.get("format") == "heatmap" for t in p["targets"]) for p in panels(quality_json)
+    )
     drift_json = load(DASHBOARD_DIR / "llmwatch-drift.json")
     assert any(p["type"] == "state-timeline" for p in panels(drift_json))
 
@@ -404,17 +466,32 @@ async def _traffic_round(base: str, big: str) -> None:
         for _ in range(4):
             calls.append(_call(session, chat, {"model": "gpt-4o-mini", "messages": msg}))
         for _ in range(3):
-            calls.append(_call(session, chat, {"model": "gpt-4o", "messages": msg, "stream": True, "stream_options": {"include_usage": True}}))
+            calls.append(
+                _call(
+                    session,
+                    chat,
+                    {"model": "gpt-4o", "messages": msg, "stream": True, "stream_options": {"include_usage": True}},
+                )
+            )
         calls += [
             _call(session, chat, {"model": "gpt-4o-mini", "messages": msg, "response_format": {"type": "json_object"}}),
-            _call(session, f"{base}/v1/completions", {"model": "gpt-3.5-turbo", "prompt": "Say something about databases"}),
+            _call(
+                session, f"{base}/v1/completions", {"model": "gpt-3.5-turbo", "prompt": "Say something about databases"}
+            ),
             _call(session, f"{base}/v1/embeddings", {"model": "text-embedding-3-small", "input": "vector databases"}),
             _call(session, f"{base}/v1/responses", {"model": "gpt-4o-mini", "input": "Explain DNS caching"}),
             _call(session, chat, {"model": "gpt-4o-mini", "messages": msg}, {FAULT_HEADER: "status=503"}),
             _call(session, chat, {"model": "gpt-4o", "messages": msg, "stream": True}, {FAULT_HEADER: "cut_after=2"}),
             _call(session, chat, {"model": "house-model-7b", "messages": msg}),  # not in the price table
-            _call(session, chat, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": big}]}),  # over max_body_bytes
-            _call(session, chat, {"model": "gpt-4o-mini", "messages": msg}, {"x-request-id": "llmwatch-test-internal-error"}),
+            _call(
+                session, chat, {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": big}]}
+            ),  # over max_body_bytes
+            _call(
+                session,
+                chat,
+                {"model": "gpt-4o-mini", "messages": msg},
+                {"x-request-id": "llmwatch-test-internal-error"},
+            ),
         ]
         await asyncio.gather(*calls)
 
@@ -485,9 +562,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         except Exception as exc:  # scoring is other work in progress; the dashboards need the rest
             if not scoring:
                 raise
-            notes.append(f"the agent did not start with in-process scoring ({type(exc).__name__}: {exc}); ran without it")
+            notes.append(
+                f"the agent did not start with in-process scoring ({type(exc).__name__}: {exc}); ran without it"
+            )
             agent = loop.run(_start_agent(sim.url, tmp / "data2", {"scoring": {"enabled": False}}))
-        with running_prometheus(tmp / "prometheus", targets=[f"127.0.0.1:{agent.metrics_port}"], rule_files=rule_files) as prom:
+        with running_prometheus(
+            tmp / "prometheus", targets=[f"127.0.0.1:{agent.metrics_port}"], rule_files=rule_files
+        ) as prom:
             prom.wait_for_scrape()
             big = "x" * 6000
             for _ in range(5):  # spread over several scrapes, so that rate() sees increases
@@ -537,7 +618,9 @@ def test_expression_parses_and_returns_data(live: Live, dashboard: str, where: s
     variables = defined_variables(load(DASHBOARD_DIR / dashboard))
     promql = substitute(expr, variables)
     body = live.prom.query_raw(promql)
-    assert body.get("status") == "success", f"Prometheus rejected {where}: {body.get('errorType')}: {body.get('error')}\n{promql}"
+    assert body.get("status") == "success", (
+        f"Prometheus rejected {where}: {body.get('errorType')}: {body.get('error')}\n{promql}"
+    )
     names = metric_names(promql)
     assert names, f"no metric found in {promql}"
     reason = _missing_reason(live, names)

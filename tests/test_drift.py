@@ -26,7 +26,13 @@ def frozen(rng, n=2000, b=Behaviour()):
 
 def report_for(baseline, rng, n, b, version="B", **settings):
     samples, scores, emb = window(rng, n, b, version=version, prefix="cur")
-    return compare(baseline.routes, summarize(samples, scores, emb), baseline_version=baseline.model_version, current_versions=[version], settings=DriftSettings(**settings))
+    return compare(
+        baseline.routes,
+        summarize(samples, scores, emb),
+        baseline_version=baseline.model_version,
+        current_versions=[version],
+        settings=DriftSettings(**settings),
+    )
 
 
 def test_baseline_round_trips_through_its_file_and_verifies(tmp_path):
@@ -66,7 +72,15 @@ def test_tampered_baseline_is_refused(tmp_path):
         load_baseline(path)
 
 
-@pytest.mark.parametrize("content,message", [(b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"), (b'{"schema": "something/else"}', "not an llmwatch baseline"), (b'{"schema": "llmwatch.baseline/v2", "model_version": 3}', "corrupt"), (b'{"schema": "llmwatch.baseline/v1", "model_version": "A"}', "older llmwatch.*refreeze")])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"),
+        (b'{"schema": "something/else"}', "not an llmwatch baseline"),
+        (b'{"schema": "llmwatch.baseline/v2", "model_version": 3}', "corrupt"),
+        (b'{"schema": "llmwatch.baseline/v1", "model_version": "A"}', "older llmwatch.*refreeze"),
+    ],
+)
 def test_corrupt_baseline_is_refused_with_a_clear_message(tmp_path, content, message):
     path = tmp_path / "b.json"
     path.write_bytes(content)
@@ -86,7 +100,16 @@ def test_same_version_fresh_samples_is_stable():
     assert report.exit_code == 0
 
 
-@pytest.mark.parametrize("name", ["JSON validity -5 points", "answers 30% shorter", "refusals +10 points", "10% of answers off-topic", "latency +40%"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "JSON validity -5 points",
+        "answers 30% shorter",
+        "refusals +10 points",
+        "10% of answers off-topic",
+        "latency +40%",
+    ],
+)
 def test_realistic_degradations_are_detected_with_the_right_signal(name):
     expected = {
         "JSON validity -5 points": "pass_rate:json_valid",

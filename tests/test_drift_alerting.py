@@ -17,14 +17,20 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
-
-from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from conftest import proxy_url, wait_until
 from ports import free_port
 from prom import alertmanager_binary, start_prometheus
 
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
+
 RULES = Path(__file__).resolve().parent.parent / "dashboards" / "alerts" / "llmwatch-rules.yaml"
-PROMPTS = ["How do I roast a chicken?", "Explain Python list comprehensions.", "Plan a weekend in Lisbon.", "Why is the sky blue?", "How should I water tomatoes?"]
+PROMPTS = [
+    "How do I roast a chicken?",
+    "Explain Python list comprehensions.",
+    "Plan a weekend in Lisbon.",
+    "Why is the sky blue?",
+    "How should I water tomatoes?",
+]
 
 
 class Hook:
@@ -36,7 +42,12 @@ class Hook:
         return web.Response()
 
     def alerts(self, name: str = "LLMWatchDriftDetected") -> list[dict]:
-        return [a for p in self.payloads for a in p["alerts"] if a["labels"].get("alertname") == name and a["status"] == "firing"]
+        return [
+            a
+            for p in self.payloads
+            for a in p["alerts"]
+            if a["labels"].get("alertname") == name and a["status"] == "firing"
+        ]
 
 
 async def serve_hook(hook: Hook) -> tuple[web.AppRunner, str]:
@@ -51,12 +62,35 @@ async def serve_hook(hook: Hook) -> tuple[web.AppRunner, str]:
 
 def start_alertmanager(tmp: Path, hook_url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    (tmp / "am.yml").write_text(yaml.safe_dump({
-        "route": {"receiver": "hook", "group_by": ["alertname", "model_version"], "group_wait": "100ms", "group_interval": "1s", "repeat_interval": "1h"},
-        "receivers": [{"name": "hook", "webhook_configs": [{"url": hook_url + "/alertmanager", "send_resolved": True}]}],
-    }))
-    proc = subprocess.Popen([alertmanager_binary(), f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(tmp)})
+    (tmp / "am.yml").write_text(
+        yaml.safe_dump(
+            {
+                "route": {
+                    "receiver": "hook",
+                    "group_by": ["alertname", "model_version"],
+                    "group_wait": "100ms",
+                    "group_interval": "1s",
+                    "repeat_interval": "1h",
+                },
+                "receivers": [
+                    {"name": "hook", "webhook_configs": [{"url": hook_url + "/alertmanager", "send_resolved": True}]}
+                ],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            alertmanager_binary(),
+            f"--config.file={tmp / 'am.yml'}",
+            f"--storage.path={tmp / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HOME": str(tmp)},
+    )
     return proc, f"127.0.0.1:{port}"
 
 
@@ -80,7 +114,11 @@ async def traffic(base: str, n: int, seed0: int) -> None:
 
     async def one(i: int) -> None:
         async with sem:
-            await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], seed=seed0 + i)
+            await c.chat.completions.create(
+                model="sim-gpt-4o-mini",
+                messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                seed=seed0 + i,
+            )
 
     await asyncio.gather(*[one(i) for i in range(n)])
     await c.close()
@@ -98,10 +136,21 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
             sim.url,
             sampling={"rate": 1.0},
             scoring={"enabled": True, "embeddings": False},
-            drift={"interval_s": 1.0, "min_samples": 40, "window": 300, "alpha": 0.01, "webhook": {"url": hook_url + "/agent", "repeat_interval_s": 3600}},
+            drift={
+                "interval_s": 1.0,
+                "min_samples": 40,
+                "window": 300,
+                "alpha": 0.01,
+                "webhook": {"url": hook_url + "/agent", "repeat_interval_s": 3600},
+            },
         )
         am_proc, am_addr = start_alertmanager(tmp_path, hook_url)
-        prom = start_prometheus(tmp_path / "prom", [f"127.0.0.1:{agent.metrics_port}"], [rules_without_for(tmp_path)], alertmanagers=[am_addr])
+        prom = start_prometheus(
+            tmp_path / "prom",
+            [f"127.0.0.1:{agent.metrics_port}"],
+            [rules_without_for(tmp_path)],
+            alertmanagers=[am_addr],
+        )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
 
         # Version A: freeze a baseline from its first 250 calls, then 250 fresh calls of A.
@@ -128,11 +177,25 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
         await wait_until(lambda: any(k[0] == "B" and v[2] for k, v in agent.drift_state.items()), timeout=90)
         try:
             # In a thread: the agent shares this event loop and must keep answering scrapes.
-            await asyncio.to_thread(prom.wait_until, lambda: any(a["labels"].get("model_version") == "B" for a in prom.alerts() if a["labels"].get("alertname") == "LLMWatchDriftDetected"), 30, "LLMWatchDriftDetected for B in Prometheus")
+            await asyncio.to_thread(
+                prom.wait_until,
+                lambda: any(
+                    a["labels"].get("model_version") == "B"
+                    for a in prom.alerts()
+                    if a["labels"].get("alertname") == "LLMWatchDriftDetected"
+                ),
+                30,
+                "LLMWatchDriftDetected for B in Prometheus",
+            )
         except AssertionError:
-            raise AssertionError(f"agent state {agent.drift_state}; prometheus series {prom.query('llmwatch_drift_detected')}; alerts {prom.alerts()}; targets {prom.active_targets()}") from None
+            raise AssertionError(
+                f"agent state {agent.drift_state}; prometheus series {prom.query('llmwatch_drift_detected')}; alerts {prom.alerts()}; targets {prom.active_targets()}"
+            ) from None
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (any(a["labels"]["model_version"] == "B" for a in hook.alerts()) and {p.get("receiver") for p in hook.payloads} >= {"hook", "llmwatch"}):
+        while time.monotonic() < deadline and not (
+            any(a["labels"]["model_version"] == "B" for a in hook.alerts())
+            and {p.get("receiver") for p in hook.payloads} >= {"hook", "llmwatch"}
+        ):
             await asyncio.sleep(0.2)
         firing = hook.alerts()
         versions = {a["labels"]["model_version"] for a in firing}

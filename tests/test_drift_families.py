@@ -17,21 +17,23 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from conftest import proxy_url, wait_until
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from llmwatch.core.records import Sample, Usage
+from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import BaselineError, check_minimums, freeze, write_baseline
 from llmwatch.scorers.drift.compare import DriftSettings, compare, format_text
-from llmwatch.scorers.drift.model import family_of
 from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.drift.model import family_of
 from llmwatch.scorers.stats import twosample as stats
-from llmwatch.core.scores import Score
-from conftest import proxy_url, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 DIM = 32
-_CENTRES = {c: v / np.linalg.norm(v) for c, v in zip(("code", "chat", "legal"), np.random.default_rng(42).normal(size=(3, DIM)))}
+_CENTRES = {
+    c: v / np.linalg.norm(v) for c, v in zip(("code", "chat", "legal"), np.random.default_rng(42).normal(size=(3, DIM)))
+}
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,28 @@ class Model:
         return replace(self, kinds={**self.kinds, category: replace(self.kinds[category], **changes)})
 
 
-MODEL = Model({
-    "code": Kind(prompt_tokens=220, answer_tokens=420, refusal=0.01, relevance=0.72),
-    "chat": Kind(prompt_tokens=30, answer_tokens=70, refusal=0.04, relevance=0.55),
-    "legal": Kind(prompt_tokens=90, answer_tokens=260, refusal=0.12, relevance=0.62),
-})
+MODEL = Model(
+    {
+        "code": Kind(prompt_tokens=220, answer_tokens=420, refusal=0.01, relevance=0.72),
+        "chat": Kind(prompt_tokens=30, answer_tokens=70, refusal=0.04, relevance=0.55),
+        "legal": Kind(prompt_tokens=90, answer_tokens=260, refusal=0.12, relevance=0.62),
+    }
+)
 MIX = {"code": 0.6, "chat": 0.3, "legal": 0.1}
 SHIFTED_MIX = {"code": 0.15, "chat": 0.35, "legal": 0.5}
 
 
-def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix: str, version: str = "A", prompts_per_category: int = 400, tagged: bool = True):
+def traffic(
+    rng: np.random.Generator,
+    n: int,
+    model: Model,
+    mix: dict,
+    *,
+    prefix: str,
+    version: str = "A",
+    prompts_per_category: int = 400,
+    tagged: bool = True,
+):
     samples, scores, embeddings = [], [], {}
     cats = rng.choice(list(mix), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
     for i, cat in enumerate(cats):
@@ -78,15 +92,40 @@ def traffic(rng: np.random.Generator, n: int, model: Model, mix: dict, *, prefix
         latency = ttft + (tokens - 1) * float(rng.lognormal(np.log(model.ms_per_token), 0.15))
         prompt = f"{cat} question number {rng.integers(prompts_per_category)}"
         sample = Sample(
-            id=sid, timestamp=ts, model="m", model_version=version, status=200, latency_ms=latency, ttft_ms=ttft, stream=True,
-            usage=Usage(input_tokens=pin, output_tokens=tokens), finish_reason="stop", cost_usd=(pin * 0.15 + tokens * 0.6) / 1e6,
-            request={"model": "m", "messages": [{"role": "user", "content": prompt}]}, response={}, metadata={"category": cat} if tagged else {},
+            id=sid,
+            timestamp=ts,
+            model="m",
+            model_version=version,
+            status=200,
+            latency_ms=latency,
+            ttft_ms=ttft,
+            stream=True,
+            usage=Usage(input_tokens=pin, output_tokens=tokens),
+            finish_reason="stop",
+            cost_usd=(pin * 0.15 + tokens * 0.6) / 1e6,
+            request={"model": "m", "messages": [{"role": "user", "content": prompt}]},
+            response={},
+            metadata={"category": cat} if tagged else {},
         )
         samples.append(sample)
         rel = float(np.clip(rng.normal(k.relevance, 0.06), 0, 1))
-        for check, kind, ok, value in (("refusal", "refusal", not refused, None), ("answer_relevance", "embedding_relevance", rel >= 0.3, rel)):
-            scores.append(Score(sample_id=sid, check=check, kind=kind, result="pass" if ok else "fail", value=value if value is not None else float(ok),
-                                model="m", model_version=version, route=sample.route, sample_timestamp=ts))
+        for check, kind, ok, value in (
+            ("refusal", "refusal", not refused, None),
+            ("answer_relevance", "embedding_relevance", rel >= 0.3, rel),
+        ):
+            scores.append(
+                Score(
+                    sample_id=sid,
+                    check=check,
+                    kind=kind,
+                    result="pass" if ok else "fail",
+                    value=value if value is not None else float(ok),
+                    model="m",
+                    model_version=version,
+                    route=sample.route,
+                    sample_timestamp=ts,
+                )
+            )
         vec = _CENTRES[cat] + rng.normal(scale=0.15, size=DIM)
         embeddings[sid] = (vec / np.linalg.norm(vec)).astype(np.float32)
     return samples, scores, embeddings
@@ -98,7 +137,13 @@ def baseline_of(rng, n=3000, model=MODEL, mix=MIX):
 
 def report(baseline, rng, n, model=MODEL, mix=MIX, **settings):
     samples, scores, emb = traffic(rng, n, model, mix, prefix="cur", version="B")
-    return compare(baseline.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"], settings=DriftSettings(**settings))
+    return compare(
+        baseline.routes,
+        summarize(samples, scores, emb),
+        baseline_version="A",
+        current_versions=["B"],
+        settings=DriftSettings(**settings),
+    )
 
 
 def verdicts(r) -> dict[str, str]:
@@ -115,7 +160,10 @@ def test_a_pure_mix_shift_reads_as_traffic_changed_not_as_behaviour_drift():
     r = report(base, rng, 2000, mix=SHIFTED_MIX)
     assert verdicts(r) == {"inputs": "shifted", "behaviour": "stable", "performance": "stable"}, format_text(r)
     assert r.exit_code == 0
-    assert signal(r, "input:mix:category").verdict == "shifted" and signal(r, "input:mix:category").stratum in {"code", "legal"}
+    assert signal(r, "input:mix:category").verdict == "shifted" and signal(r, "input:mix:category").stratum in {
+        "code",
+        "legal",
+    }
     # The marginal view moved a lot (what the old report alarmed on): the raw answer length and
     # refusal rate of this traffic really differ from the baseline's.
     assert abs(signal(r, "perf:latency_ms").detail["p50_change"]) > 0.2, format_text(r)
@@ -184,7 +232,9 @@ def test_repeated_prompts_are_compared_as_matched_pairs():
     base = freeze(*traffic(rng, 2000, MODEL, MIX, prefix="base", prompts_per_category=40), model_version="A")
     samples, scores, emb = traffic(rng, 800, MODEL, MIX, prefix="cur", prompts_per_category=40)
     r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["A"])
-    assert r.families["behaviour"]["comparison"] == "matched prompts" and r.families["behaviour"]["in_prompt_strata"] > 0.9
+    assert (
+        r.families["behaviour"]["comparison"] == "matched prompts" and r.families["behaviour"]["in_prompt_strata"] > 0.9
+    )
     assert verdicts(r)["behaviour"] == "stable", format_text(r)
     assert all(s.n_effective > 0 for s in r.signals if s.family == "behaviour" and s.verdict != "insufficient")
 
@@ -202,7 +252,9 @@ def _write(path: Path, records) -> Path:
 
 
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_path):
@@ -212,7 +264,17 @@ def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_p
     samples, scores, _ = traffic(rng, 1000, MODEL, SHIFTED_MIX, prefix="cur")
     _write(tmp_path / "samples.jsonl", samples)
     _write(tmp_path / "scores.jsonl", scores)
-    common = ["drift", "--baseline", str(tmp_path / "base.json"), "--samples", str(tmp_path / "samples.jsonl"), "--scores", str(tmp_path / "scores.jsonl"), "--format", "json"]
+    common = [
+        "drift",
+        "--baseline",
+        str(tmp_path / "base.json"),
+        "--samples",
+        str(tmp_path / "samples.jsonl"),
+        "--scores",
+        str(tmp_path / "scores.jsonl"),
+        "--format",
+        "json",
+    ]
     proc = llmwatch(*common, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     out = orjson.loads(proc.stdout)
@@ -235,8 +297,18 @@ def test_real_outputs_bench_reads_its_documented_format_and_prints_the_table(tmp
         for i in range(240):
             source = "helpful" if i % 3 else "koala"
             refused = rng.random() < refusal
-            output = "I'm sorry, but I can't help with that." if refused else " ".join(["word"] * int(rng.integers(40, 160)))
-            lines.append({"prompt_id": str(i), "prompt": f"{source} question {i}", "model": model, "output": output, "source": source})
+            output = (
+                "I'm sorry, but I can't help with that." if refused else " ".join(["word"] * int(rng.integers(40, 160)))
+            )
+            lines.append(
+                {
+                    "prompt_id": str(i),
+                    "prompt": f"{source} question {i}",
+                    "model": model,
+                    "output": output,
+                    "source": source,
+                }
+            )
     (tmp_path / "outputs.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
     assert drift_real.main([str(tmp_path), "--splits", "4", "--pair", "m-v1:m-v2"]) == 0
     table = capsys.readouterr().out
@@ -259,7 +331,11 @@ def test_answer_embeddings_follow_the_model_not_the_topic_mix():
     global _CENTRES
     saved = _CENTRES
     moved = np.random.default_rng(77).normal(size=DIM)
-    _CENTRES = {**saved, "legal": (saved["legal"] + 0.6 * moved / np.linalg.norm(moved)) / np.linalg.norm(saved["legal"] + 0.6 * moved / np.linalg.norm(moved))}
+    _CENTRES = {
+        **saved,
+        "legal": (saved["legal"] + 0.6 * moved / np.linalg.norm(moved))
+        / np.linalg.norm(saved["legal"] + 0.6 * moved / np.linalg.norm(moved)),
+    }
     try:
         changed = report(base, rng, 1500)
     finally:
@@ -295,20 +371,30 @@ async def sim_traffic(base: str, n: int, share_code: float, seed0: int) -> None:
     async def one(i: int) -> None:
         prompts = SIM_PROMPTS[cats[i]]
         async with sem:
-            await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": prompts[i % len(prompts)]}], seed=seed0 + i,
-                                            extra_headers={"x-llmwatch-category": cats[i]})
+            await c.chat.completions.create(
+                model="sim-gpt-4o-mini",
+                messages=[{"role": "user", "content": prompts[i % len(prompts)]}],
+                seed=seed0 + i,
+                extra_headers={"x-llmwatch-category": cats[i]},
+            )
 
     await asyncio.gather(*[one(i) for i in range(n)])
     await c.close()
 
 
 @pytest.mark.slow
-async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed_not_behaviour_drift(tmp_path, make_agent):
+async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed_not_behaviour_drift(
+    tmp_path, make_agent
+):
     """Real proxy, scorer and online drift: the same simulated version asked other questions."""
     sim = await start_simulator("127.0.0.1", 0, SimProfile(**{**PROFILES["A"].__dict__, "latency_scale": 0.05}), seed=3)
     try:
-        agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False},
-                                 drift={"interval_s": 1.0, "min_samples": 40, "window": 400, "alpha": 0.01})
+        agent = await make_agent(
+            sim.url,
+            sampling={"rate": 1.0},
+            scoring={"enabled": True, "embeddings": False},
+            drift={"interval_s": 1.0, "min_samples": 40, "window": 400, "alpha": 0.01},
+        )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await sim_traffic(proxy_url(agent), 300, 0.15, 0)
         await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
@@ -323,7 +409,10 @@ async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed
         # The test can fail: the simulator answers code questions much shorter than cooking ones,
         # so this mix shift moves the marginal answer length that the old report alarmed on.
         rows = orjson.loads((tmp_path / "baseline-A.json").read_bytes())["routes"]["/v1/chat/completions"]["rows"]
-        median = {c: float(np.median([r["output_tokens"] for r in rows if r["category"] == c and r["output_tokens"]])) for c in SIM_PROMPTS}
+        median = {
+            c: float(np.median([r["output_tokens"] for r in rows if r["category"] == c and r["output_tokens"]]))
+            for c in SIM_PROMPTS
+        }
         assert median["code"] < 0.8 * median["cooking"], median
         behaviour = sorted(name for name, v in latest.items() if v[2] and family_of(name) == "behaviour")
         assert behaviour == [], f"the same version on other questions must not read as behaviour drift: {latest}"
@@ -341,10 +430,36 @@ def one_answer_per_prompt(rng, n_prompts: int, length_factor: float, version: st
         tokens = int(max(2, typical[i] * length_factor * rng.lognormal(0, 0.05)))
         sid = f"{version}-{i}"
         ts = T0 + timedelta(seconds=i)
-        samples.append(Sample(id=sid, timestamp=ts, model="m", model_version=version, status=200, latency_ms=100.0 + 15 * tokens, ttft_ms=100.0, stream=True,
-                              usage=Usage(input_tokens=40, output_tokens=tokens), finish_reason="stop",
-                              request={"model": "m", "messages": [{"role": "user", "content": f"prompt {i}"}]}, response={}, metadata={"category": str(cats[i])}))
-        scores.append(Score(sample_id=sid, check="refusal", kind="refusal", result="pass", value=1.0, model="m", model_version=version, route=samples[-1].route, sample_timestamp=ts))
+        samples.append(
+            Sample(
+                id=sid,
+                timestamp=ts,
+                model="m",
+                model_version=version,
+                status=200,
+                latency_ms=100.0 + 15 * tokens,
+                ttft_ms=100.0,
+                stream=True,
+                usage=Usage(input_tokens=40, output_tokens=tokens),
+                finish_reason="stop",
+                request={"model": "m", "messages": [{"role": "user", "content": f"prompt {i}"}]},
+                response={},
+                metadata={"category": str(cats[i])},
+            )
+        )
+        scores.append(
+            Score(
+                sample_id=sid,
+                check="refusal",
+                kind="refusal",
+                result="pass",
+                value=1.0,
+                model="m",
+                model_version=version,
+                route=samples[-1].route,
+                sample_timestamp=ts,
+            )
+        )
     return samples, scores
 
 
@@ -359,7 +474,13 @@ def test_a_successor_on_the_same_prompts_is_compared_pair_by_pair(factor, expect
     if expected:
         assert signal(r, "output_tokens").verdict == "drift" and signal(r, "output_tokens").direction == "lower"
         # Without the pairing, the same windows differ by far less than the spread between prompts.
-        assert stats.compare_distributions([s.usage.output_tokens for s in samples], [r_.output_tokens for r_ in base.routes["/v1/chat/completions"].rows]).p_value > 0.01
+        assert (
+            stats.compare_distributions(
+                [s.usage.output_tokens for s in samples],
+                [r_.output_tokens for r_ in base.routes["/v1/chat/completions"].rows],
+            ).p_value
+            > 0.01
+        )
 
 
 def test_untagged_traffic_is_stratified_by_prompt_clusters_frozen_with_the_baseline():
@@ -371,9 +492,13 @@ def test_untagged_traffic_is_stratified_by_prompt_clusters_frozen_with_the_basel
     assert verdicts(r) == {"inputs": "shifted", "behaviour": "stable", "performance": "stable"}, format_text(r)
     assert signal(r, "input:mix:prompt_cluster").verdict == "shifted"
     # And a change on one kind of question is still found and placed in a cluster.
-    samples, scores, emb = traffic(rng, 2000, MODEL.with_kind("legal", refusal=0.35), MIX, prefix="cur2", version="B", tagged=False)
+    samples, scores, emb = traffic(
+        rng, 2000, MODEL.with_kind("legal", refusal=0.35), MIX, prefix="cur2", version="B", tagged=False
+    )
     r = compare(base.routes, summarize(samples, scores, emb), baseline_version="A", current_versions=["B"])
-    assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith(("cluster-", "topic-")), format_text(r)
+    assert verdicts(r)["behaviour"] == "drift" and signal(r, "pass_rate:refusal").stratum.startswith(
+        ("cluster-", "topic-")
+    ), format_text(r)
 
 
 def test_an_export_without_latencies_or_token_counts_is_judged_on_behaviour_alone():
@@ -382,7 +507,14 @@ def test_an_export_without_latencies_or_token_counts_is_judged_on_behaviour_alon
 
     def bare(prefix, n):
         samples, scores, emb = traffic(rng, n, MODEL, MIX, prefix=prefix)
-        return [s.model_copy(update={"ttft_ms": None, "usage": Usage(), "cost_usd": None, "latency_ms": 0.0}) for s in samples], scores, emb
+        return (
+            [
+                s.model_copy(update={"ttft_ms": None, "usage": Usage(), "cost_usd": None, "latency_ms": 0.0})
+                for s in samples
+            ],
+            scores,
+            emb,
+        )
 
     base = freeze(*bare("base", 1500), model_version="A")
     r = compare(base.routes, summarize(*bare("cur", 800)), baseline_version="A", current_versions=["A"])

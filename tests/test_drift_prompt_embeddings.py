@@ -33,18 +33,45 @@ DEPTH /= np.linalg.norm(DEPTH)
 ANSWER_TOKENS = {"code": 300.0, "travel": 120.0, "health": 200.0}
 
 
-def sample(sid: str, i: int, prompt: str, answer_tokens: int, version: str, relevant: bool) -> tuple[Sample, list[Score]]:
+def sample(
+    sid: str, i: int, prompt: str, answer_tokens: int, version: str, relevant: bool
+) -> tuple[Sample, list[Score]]:
     s = Sample(
-        id=sid, timestamp=T0 + timedelta(seconds=i), model="m", model_version=version, status=200, latency_ms=0.0,
-        usage=Usage(input_tokens=20, output_tokens=answer_tokens), finish_reason="stop",
-        request={"model": "m", "messages": [{"role": "user", "content": prompt}]}, response={},
+        id=sid,
+        timestamp=T0 + timedelta(seconds=i),
+        model="m",
+        model_version=version,
+        status=200,
+        latency_ms=0.0,
+        usage=Usage(input_tokens=20, output_tokens=answer_tokens),
+        finish_reason="stop",
+        request={"model": "m", "messages": [{"role": "user", "content": prompt}]},
+        response={},
     )
-    score = Score(sample_id=sid, check="refusal", kind="refusal", result="pass" if relevant else "fail", value=float(relevant), model="m",
-                  model_version=version, route=s.route, sample_timestamp=s.timestamp)
+    score = Score(
+        sample_id=sid,
+        check="refusal",
+        kind="refusal",
+        result="pass" if relevant else "fail",
+        value=float(relevant),
+        model="m",
+        model_version=version,
+        route=s.route,
+        sample_timestamp=s.timestamp,
+    )
     return s, [score]
 
 
-def topic_traffic(rng, n: int, mix: dict, *, depth_mean: float = 0.0, version: str = "A", prefix: str = "b", longer: dict | None = None):
+def topic_traffic(
+    rng,
+    n: int,
+    mix: dict,
+    *,
+    depth_mean: float = 0.0,
+    version: str = "A",
+    prefix: str = "b",
+    longer: dict | None = None,
+):
     """`n` untagged samples, each its own prompt; answer length follows the topic and the question's depth."""
     samples, scores, prompts = [], [], {}
     topics = rng.choice(list(mix), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
@@ -63,7 +90,13 @@ def run(rng, base_mix, cur_mix, *, n=1200, depth_shift=0.0, longer=None, with_pr
     bs, bsc, bp = topic_traffic(rng, n, base_mix)
     cs, csc, cp = topic_traffic(rng, n, cur_mix, depth_mean=depth_shift, version="B", prefix="c", longer=longer)
     baseline = freeze(bs, bsc, None, model_version="A", prompt_embeddings=bp if with_prompts else None)
-    report = compare(baseline.routes, summarize(cs, csc, None, prompt_embeddings=cp if with_prompts else None), baseline_version="A", current_versions=["B"], settings=DriftSettings())
+    report = compare(
+        baseline.routes,
+        summarize(cs, csc, None, prompt_embeddings=cp if with_prompts else None),
+        baseline_version="A",
+        current_versions=["B"],
+        settings=DriftSettings(),
+    )
     return baseline, report
 
 
@@ -128,8 +161,17 @@ def test_reworded_prompts_are_matched_to_the_baseline_s_and_compared_pair_by_pai
     # 40 questions that differ by one key word (cosine 0.83 at most between them) and, on the
     # current side, the same questions reworded ("How can I ..." / lower case, "please"),
     # cosine 0.99 with their original: matched, not confused with a neighbour.
-    qs = [f"How do I {v} a {n} in {lang}?" for v, n, lang in itertools.product(["sort", "reverse", "copy", "shuffle", "filter"], ["list", "dictionary", "string", "file"], ["Python", "Java"])]
-    reworded = [q.replace("How do I", "How can I") if i % 2 else q.lower().rstrip("?") + " please" for i, q in enumerate(qs)]
+    qs = [
+        f"How do I {v} a {n} in {lang}?"
+        for v, n, lang in itertools.product(
+            ["sort", "reverse", "copy", "shuffle", "filter"],
+            ["list", "dictionary", "string", "file"],
+            ["Python", "Java"],
+        )
+    ]
+    reworded = [
+        q.replace("How do I", "How can I") if i % 2 else q.lower().rstrip("?") + " please" for i, q in enumerate(qs)
+    ]
     model = embeddings_module.Embedder(threads=1)
     rng = np.random.default_rng(4)
     length = {q: float(rng.lognormal(np.log(200), 0.8)) for q in qs}
@@ -146,7 +188,13 @@ def test_reworded_prompts_are_matched_to_the_baseline_s_and_compared_pair_by_pai
     baseline = freeze(bs, bsc, None, model_version="A", prompt_embeddings=bp)
     for factor, expected in ((1.0, 0), (1.3, 1)):
         cs, csc, cp = window(reworded, factor, "B", f"c{factor}")
-        r = compare(baseline.routes, summarize(cs, csc, None, prompt_embeddings=cp), baseline_version="A", current_versions=["B"], settings=DriftSettings())
+        r = compare(
+            baseline.routes,
+            summarize(cs, csc, None, prompt_embeddings=cp),
+            baseline_version="A",
+            current_versions=["B"],
+            settings=DriftSettings(),
+        )
         b = r.families["behaviour"]
         assert b["exact_match_fraction"] == 0.0 and b["near_duplicate_fraction"] == 1.0
         assert b["comparison"] == "matched prompts"
@@ -154,5 +202,11 @@ def test_reworded_prompts_are_matched_to_the_baseline_s_and_compared_pair_by_pai
         assert r.exit_code == expected, (factor, b, [(s.name, s.p_adjusted) for s in r.signals])
         assert signal(r, "output_tokens").n_effective == 40
     # A threshold above what rewording reaches: nothing is matched.
-    r = compare(baseline.routes, summarize(cs, csc, None, prompt_embeddings=cp), baseline_version="A", current_versions=["B"], settings=DriftSettings(near_duplicate_cosine=0.999))
+    r = compare(
+        baseline.routes,
+        summarize(cs, csc, None, prompt_embeddings=cp),
+        baseline_version="A",
+        current_versions=["B"],
+        settings=DriftSettings(near_duplicate_cosine=0.999),
+    )
     assert r.families["behaviour"]["near_duplicate_fraction"] == 0.0

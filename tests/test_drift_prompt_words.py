@@ -40,7 +40,17 @@ def prompt_of(rng, topic: str, long_answer: bool) -> str:
     return f"{' '.join(words)} {' '.join(asks)} {rng.integers(10**9)}"
 
 
-def traffic(rng, n: int, mix: dict, *, long_share: float = 0.3, version: str = "A", prefix: str = "b", longer: float = 1.0, prompts: list[str] | None = None):
+def traffic(
+    rng,
+    n: int,
+    mix: dict,
+    *,
+    long_share: float = 0.3,
+    version: str = "A",
+    prefix: str = "b",
+    longer: float = 1.0,
+    prompts: list[str] | None = None,
+):
     """`n` untagged samples; answer length follows the topic and whether the prompt asks for detail."""
     samples, scores, texts = [], [], []
     topics = rng.choice(list(mix), size=n, p=np.array(list(mix.values())) / sum(mix.values()))
@@ -49,12 +59,32 @@ def traffic(rng, n: int, mix: dict, *, long_share: float = 0.3, version: str = "
         topic = next(t for t in VOCAB if any(w in text.split() for w in VOCAB[t]))
         tokens = ANSWER_TOKENS[topic] * (2.0 if LONG[0] in text.split() else 1.0) * np.exp(rng.normal(0, 0.25)) * longer
         sid = f"{prefix}-{i}"
-        s = Sample(id=sid, timestamp=T0 + timedelta(seconds=i), model="m", model_version=version, status=200, latency_ms=0.0,
-                   usage=Usage(input_tokens=20, output_tokens=int(tokens)), finish_reason="stop",
-                   request={"model": "m", "messages": [{"role": "user", "content": text}]}, response={})
+        s = Sample(
+            id=sid,
+            timestamp=T0 + timedelta(seconds=i),
+            model="m",
+            model_version=version,
+            status=200,
+            latency_ms=0.0,
+            usage=Usage(input_tokens=20, output_tokens=int(tokens)),
+            finish_reason="stop",
+            request={"model": "m", "messages": [{"role": "user", "content": text}]},
+            response={},
+        )
         ok = bool(rng.random() > 0.05)
-        scores.append(Score(sample_id=sid, check="refusal", kind="refusal", result="pass" if ok else "fail", value=float(ok), model="m",
-                            model_version=version, route=s.route, sample_timestamp=s.timestamp))
+        scores.append(
+            Score(
+                sample_id=sid,
+                check="refusal",
+                kind="refusal",
+                result="pass" if ok else "fail",
+                value=float(ok),
+                model="m",
+                model_version=version,
+                route=s.route,
+                sample_timestamp=s.timestamp,
+            )
+        )
         samples.append(s)
         texts.append(text)
     return samples, scores, texts
@@ -66,7 +96,13 @@ SHIFTED = {"code": 0.15, "travel": 0.35, "health": 0.5}
 
 def drift(base, cur, base_prompts=None):
     baseline = freeze(base[0], base[1], None, model_version="A", prompt_embeddings=base_prompts)
-    report = compare(baseline.routes, summarize(cur[0], cur[1], None), baseline_version="A", current_versions=["B"], settings=DriftSettings())
+    report = compare(
+        baseline.routes,
+        summarize(cur[0], cur[1], None),
+        baseline_version="A",
+        current_versions=["B"],
+        settings=DriftSettings(),
+    )
     return baseline, report
 
 
@@ -93,7 +129,11 @@ def test_without_embeddings_a_pure_topic_shift_reads_as_inputs_shifted_not_behav
 def test_without_embeddings_the_same_traffic_twice_is_stable():
     rng = np.random.default_rng(3)
     _, r = drift(traffic(rng, 1200, MIX), traffic(rng, 1200, MIX, version="B", prefix="c"))
-    assert {f: i["verdict"] for f, i in r.families.items()} == {"inputs": "stable", "behaviour": "stable", "performance": "stable"}
+    assert {f: i["verdict"] for f, i in r.families.items()} == {
+        "inputs": "stable",
+        "behaviour": "stable",
+        "performance": "stable",
+    }
     assert r.exit_code == 0
 
 
@@ -125,8 +165,14 @@ def test_hashed_word_vectors_are_the_same_in_another_process():
     here = hashed_words_vector(text)
     code = "import sys; from llmwatch.scorers.drift.rows import hashed_words_vector as h; sys.stdout.write(h(sys.argv[1]).tobytes().hex())"
     for seed in ("1", "2"):
-        out = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True, timeout=60, check=True,
-                             env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})
+        out = subprocess.run(
+            [sys.executable, "-c", code, text],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        )
         assert np.array_equal(np.frombuffer(bytes.fromhex(out.stdout), dtype=here.dtype), here)
     assert abs(float(np.linalg.norm(here)) - 1.0) < 1e-9
     # Rewordings share words; a question about something else shares none.

@@ -20,9 +20,18 @@ from llmwatch.scorers.checks.offline import load_window, score_files
 
 def sample(i: int, answer: str) -> Sample:
     return Sample(
-        id=f"s{i}", timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc), route="/v1/chat/completions", operation="chat", model="m", model_version="A", status=200,
-        latency_ms=100.0, request={"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]},
-        response={"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+        id=f"s{i}",
+        timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        route="/v1/chat/completions",
+        operation="chat",
+        model="m",
+        model_version="A",
+        status=200,
+        latency_ms=100.0,
+        request={"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]},
+        response={
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]
+        },
     )
 
 
@@ -39,7 +48,6 @@ class NoModel:
         raise AssertionError("the embedding model was loaded although every vector was cached")
 
 
-
 def record_embedder(monkeypatch) -> list[list[str]]:
     """Replace the model with one that records the texts it is asked to embed (zero vectors)."""
     asked: list[list[str]] = []
@@ -54,6 +62,7 @@ def record_embedder(monkeypatch) -> list[list[str]]:
 
     monkeypatch.setattr(embeddings_module, "Embedder", Recording)
     return asked
+
 
 def test_cache_round_trip_and_where_it_lives(tmp_path):
     scores = tmp_path / "scores.jsonl"
@@ -81,7 +90,9 @@ def test_drift_and_freeze_of_scored_files_read_the_cached_vectors_without_the_mo
     cached = {s.id: (text_key(s.answer_text()), np.full(384, i, dtype=np.float32)) for i, s in enumerate(samples)}
     write_cache(cache_path(scores_path), cached, quantized=False)
     monkeypatch.setattr(embeddings_module, "Embedder", NoModel)
-    _, _, vectors, _ = load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the drift window")
+    _, _, vectors, _ = load_window(
+        config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the drift window"
+    )
     assert set(vectors) == {s.id for s in samples}
     assert np.array_equal(vectors["s3"], cached["s3"][1])
 
@@ -91,18 +102,29 @@ def test_a_changed_answer_is_embedded_again(tmp_path, monkeypatch):
     samples_path = tmp_path / "samples.jsonl"
     scores_path = tmp_path / "scores.jsonl"
     scores_path.write_text("")
-    write_cache(cache_path(scores_path), {s.id: (text_key(s.answer_text()), np.ones(384, dtype=np.float32)) for s in samples}, quantized=False)
+    write_cache(
+        cache_path(scores_path),
+        {s.id: (text_key(s.answer_text()), np.ones(384, dtype=np.float32)) for s in samples},
+        quantized=False,
+    )
     samples[0] = sample(0, "a new answer under the same id")
     write_samples(samples_path, samples)
     asked = record_embedder(monkeypatch)
-    _, _, vectors, _ = load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the baseline")
+    _, _, vectors, _ = load_window(
+        config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the baseline"
+    )
     assert asked == [["a new answer under the same id"]]
     assert np.array_equal(vectors["s1"], np.ones(384, dtype=np.float32))
 
 
 @pytest.mark.skipif(embeddings_module._packaged_model_path() is None, reason="needs the packaged embedding model")
 def test_score_writes_the_vectors_the_offline_commands_then_reuse(tmp_path, monkeypatch):
-    samples = [sample(i, text) for i, text in enumerate(["Boil the egg for six minutes.", "Paris is the capital of France.", "Use a binary search."])]
+    samples = [
+        sample(i, text)
+        for i, text in enumerate(
+            ["Boil the egg for six minutes.", "Paris is the capital of France.", "Use a binary search."]
+        )
+    ]
     samples_path = tmp_path / "samples.jsonl"
     write_samples(samples_path, samples)
     scores_path = tmp_path / "scores.jsonl"
@@ -119,7 +141,9 @@ def test_score_writes_the_vectors_the_offline_commands_then_reuse(tmp_path, monk
         assert float(np.dot(cached[PROMPT_PREFIX + s.id][1], v)) > 0.999
     monkeypatch.setattr(embeddings_module, "Embedder", NoModel)
     prompts: dict = {}
-    _, _, vectors, _ = load_window(cfg, str(samples_path), str(scores_path), None, purpose="the baseline", prompts=prompts)
+    _, _, vectors, _ = load_window(
+        cfg, str(samples_path), str(scores_path), None, purpose="the baseline", prompts=prompts
+    )
     assert set(vectors) == {s.id for s in samples}
     assert set(prompts) == {s.id for s in samples}
 
@@ -130,17 +154,33 @@ def test_prompt_vectors_come_from_the_cache_and_a_changed_prompt_is_embedded_aga
     scores_path = tmp_path / "scores.jsonl"
     scores_path.write_text("")
     entries = {s.id: (text_key(s.answer_text()), np.ones(384, dtype=np.float32)) for s in samples}
-    entries.update({PROMPT_PREFIX + s.id: (text_key(s.prompt_text()), np.full(384, 2.0, dtype=np.float32)) for s in samples})
+    entries.update(
+        {PROMPT_PREFIX + s.id: (text_key(s.prompt_text()), np.full(384, 2.0, dtype=np.float32)) for s in samples}
+    )
     write_cache(cache_path(scores_path), entries, quantized=False)
     samples[1].request["messages"][0]["content"] = "a question that was edited after scoring"
     write_samples(samples_path, samples)
     asked = record_embedder(monkeypatch)
     prompts: dict = {}
-    load_window(config(tmp_path, embeddings=True), str(samples_path), str(scores_path), None, purpose="the drift window", prompts=prompts)
+    load_window(
+        config(tmp_path, embeddings=True),
+        str(samples_path),
+        str(scores_path),
+        None,
+        purpose="the drift window",
+        prompts=prompts,
+    )
     assert asked == [["a question that was edited after scoring"]]
     assert np.array_equal(prompts["s0"], np.full(384, 2.0, dtype=np.float32))
     # Embeddings off: no prompt vectors, no model.
     monkeypatch.setattr(embeddings_module, "Embedder", NoModel)
     prompts = {}
-    load_window(config(tmp_path, embeddings=False), str(samples_path), str(scores_path), None, purpose="the drift window", prompts=prompts)
+    load_window(
+        config(tmp_path, embeddings=False),
+        str(samples_path),
+        str(scores_path),
+        None,
+        purpose="the drift window",
+        prompts=prompts,
+    )
     assert prompts == {}

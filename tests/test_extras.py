@@ -9,20 +9,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from llmwatch.core.config import load_config
 from llmwatch.core.extras import MissingExtra, check_config, installed
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "sentence-transformers", "kafka-python", "confluent-kafka", "aiokafka", "grpcio", "opentelemetry")
+HEAVY = (
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "kafka-python",
+    "confluent-kafka",
+    "aiokafka",
+    "grpcio",
+    "opentelemetry",
+)
 
 
 def _name(requirement: str) -> str:
-    return requirement.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0].strip().lower()
+    return (
+        requirement.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0].strip().lower()
+    )
 
 
 def without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
@@ -47,15 +58,30 @@ def test_the_base_install_resolves_without_the_heavy_packages(tmp_path: Path) ->
     # pip's own resolver, against the package index, in dry-run: what `pip install llmwatch` would bring.
     report = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if proc.returncode != 0 and "No matching distribution" in proc.stderr:
         pytest.skip(f"the package index is not reachable here: {proc.stderr.strip()[:200]}")
     assert proc.returncode == 0, proc.stderr
     names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert "llmwatch" in names
-    assert not [n for n in names if n in HEAVY or n.startswith(("torch", "nvidia-", "opentelemetry", "grpcio", "kafka"))], sorted(names)
+    assert not [
+        n for n in names if n in HEAVY or n.startswith(("torch", "nvidia-", "opentelemetry", "grpcio", "kafka"))
+    ], sorted(names)
 
 
 def test_kafka_configured_without_its_extra_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +89,10 @@ def test_kafka_configured_without_its_extra_is_refused_naming_it(monkeypatch: py
     cfg = load_config(None, overrides={"kafka": {"enabled": True}}, environ={})
     with pytest.raises(MissingExtra) as err:
         check_config(cfg)
-    assert str(err.value) == "kafka.enabled needs the [kafka] extra: pip install 'llmwatch[kafka]' (or set kafka.enabled: false)"
+    assert (
+        str(err.value)
+        == "kafka.enabled needs the [kafka] extra: pip install 'llmwatch[kafka]' (or set kafka.enabled: false)"
+    )
     assert err.value.exit_code == 2
 
 

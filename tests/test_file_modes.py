@@ -34,12 +34,27 @@ def samples_file(path: Path, n: int = 6) -> Path:
     lines = []
     for i in range(n):
         version = "A" if i % 2 else "B"
-        lines.append(orjson.dumps({
-            "id": f"s{i}", "timestamp": (t0 + timedelta(seconds=i)).isoformat(), "model": "m", "model_version": version,
-            "status": 200, "latency_ms": 100.0 + i,
-            "request": {"messages": [{"role": "user", "content": f"question {i}?"}]},
-            "response": {"choices": [{"message": {"role": "assistant", "content": f"answer number {i}."}, "finish_reason": "stop"}]},
-        }))
+        lines.append(
+            orjson.dumps(
+                {
+                    "id": f"s{i}",
+                    "timestamp": (t0 + timedelta(seconds=i)).isoformat(),
+                    "model": "m",
+                    "model_version": version,
+                    "status": 200,
+                    "latency_ms": 100.0 + i,
+                    "request": {"messages": [{"role": "user", "content": f"question {i}?"}]},
+                    "response": {
+                        "choices": [
+                            {
+                                "message": {"role": "assistant", "content": f"answer number {i}."},
+                                "finish_reason": "stop",
+                            }
+                        ]
+                    },
+                }
+            )
+        )
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path
 
@@ -74,9 +89,45 @@ def test_offline_commands_write_private_scores_baselines_reports_and_review_file
     samples = samples_file(tmp_path / "samples.jsonl")
     out = tmp_path / "out"
     assert main(["score", "--config", cfg, "--in", str(samples), "--out", str(out / "scores.jsonl")]) == 0
-    assert main(["baseline", "freeze", "--config", cfg, "--samples", str(samples), "--model-version", "A", "--out", str(out / "b" / "baseline.json")]) == 0
+    assert (
+        main(
+            [
+                "baseline",
+                "freeze",
+                "--config",
+                cfg,
+                "--samples",
+                str(samples),
+                "--model-version",
+                "A",
+                "--out",
+                str(out / "b" / "baseline.json"),
+            ]
+        )
+        == 0
+    )
     assert main(["report", "--config", cfg, "--samples", str(samples), "--out", str(out / "report.json")]) == 0
-    assert main(["review", "export", "--config", cfg, "--samples", str(samples), "--versions", "A,B", "--n", "2", "--seed", "1", "--out", str(out / "review" / "tasks.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "export",
+                "--config",
+                cfg,
+                "--samples",
+                str(samples),
+                "--versions",
+                "A,B",
+                "--n",
+                "2",
+                "--seed",
+                "1",
+                "--out",
+                str(out / "review" / "tasks.jsonl"),
+            ]
+        )
+        == 0
+    )
     assert mode(out / "scores.jsonl") == 0o600
     # Baselines are immutable as well as private.
     assert mode(out / "b" / "baseline.json") == 0o400
@@ -88,7 +139,9 @@ def test_offline_commands_write_private_scores_baselines_reports_and_review_file
 def test_files_mode_is_configurable(tmp_path):
     cfg = config_file(tmp_path, 'files: {mode: "0640"}\n')
     samples = samples_file(tmp_path / "samples.jsonl")
-    assert main(["score", "--config", cfg, "--in", str(samples), "--out", str(tmp_path / "shared" / "scores.jsonl")]) == 0
+    assert (
+        main(["score", "--config", cfg, "--in", str(samples), "--out", str(tmp_path / "shared" / "scores.jsonl")]) == 0
+    )
     assert mode(tmp_path / "shared" / "scores.jsonl") == 0o640
     assert mode(tmp_path / "shared") == 0o750
 

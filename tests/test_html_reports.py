@@ -52,18 +52,54 @@ def traffic(tmp_path_factory):
     write_jsonl(root / "cur-scores.jsonl", cur_scores)
     write_jsonl(root / "all-scores.jsonl", base_scores + cur_scores)
     (root / "llmwatch.yaml").write_text(yaml.safe_dump({"scoring": {"embeddings": False}}))
-    assert main(["baseline", "freeze", "--config", str(root / "llmwatch.yaml"), "--samples", str(root / "base"), "--scores", str(root / "base-scores.jsonl"),
-                 "--model-version", BASE, "--out", str(root / "baseline.json")]) == 0
+    assert (
+        main(
+            [
+                "baseline",
+                "freeze",
+                "--config",
+                str(root / "llmwatch.yaml"),
+                "--samples",
+                str(root / "base"),
+                "--scores",
+                str(root / "base-scores.jsonl"),
+                "--model-version",
+                BASE,
+                "--out",
+                str(root / "baseline.json"),
+            ]
+        )
+        == 0
+    )
     return root
 
 
 def drift_args(root: Path, *extra: str) -> list[str]:
-    return ["drift", "--config", str(root / "llmwatch.yaml"), "--baseline", str(root / "baseline.json"), "--samples", str(root / "cur"),
-            "--scores", str(root / "cur-scores.jsonl"), *extra]
+    return [
+        "drift",
+        "--config",
+        str(root / "llmwatch.yaml"),
+        "--baseline",
+        str(root / "baseline.json"),
+        "--samples",
+        str(root / "cur"),
+        "--scores",
+        str(root / "cur-scores.jsonl"),
+        *extra,
+    ]
 
 
 def report_args(root: Path, *extra: str) -> list[str]:
-    return ["report", "--config", str(root / "llmwatch.yaml"), "--samples", str(root / "all"), "--scores", str(root / "all-scores.jsonl"), *extra]
+    return [
+        "report",
+        "--config",
+        str(root / "llmwatch.yaml"),
+        "--samples",
+        str(root / "all"),
+        "--scores",
+        str(root / "all-scores.jsonl"),
+        *extra,
+    ]
 
 
 def open_offline(driver, path: Path) -> None:
@@ -81,9 +117,13 @@ def assert_escaped(text: str) -> None:
     assert "support-v2 &lt;i&gt;&quot;beta&quot;&lt;/i&gt; &amp; $5" in text
 
 
-def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot_per_signal(traffic: Path, browser, tmp_path: Path, capsys):
+def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot_per_signal(
+    traffic: Path, browser, tmp_path: Path, capsys
+):
     out = tmp_path / "drift.html"
-    assert main(drift_args(traffic, "--format", "html", "--out", str(out))) == 1  # exit codes keep their meaning: 1 = drift
+    assert (
+        main(drift_args(traffic, "--format", "html", "--out", str(out))) == 1
+    )  # exit codes keep their meaning: 1 = drift
     printed = capsys.readouterr().out
     assert f"-> {out}" in printed and "KiB" in printed
     text = out.read_text()
@@ -97,7 +137,9 @@ def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot
     assert first_section.text.startswith("DRIFT: the current window behaves differently from the baseline")
     # Slower at the same answer length: a performance regression per output token (drift families).
     assert "perf:latency_per_token_ms" in first_section.text and "pass_rate:refusal" in first_section.text
-    assert browser.execute_script("return document.querySelectorAll('main i').length") == 0  # the <i> in the version name stayed text
+    assert (
+        browser.execute_script("return document.querySelectorAll('main i').length") == 0
+    )  # the <i> in the version name stayed text
     figures = browser.find_elements(By.CSS_SELECTOR, "figure svg, figure img")
     captions = [f.text for f in browser.find_elements(By.TAG_NAME, "figcaption")]
     # Every tested signal but the embedding has its baseline-vs-current picture, captioned with its test and effect.
@@ -105,13 +147,22 @@ def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot
     latency = next(c for c in captions if c.startswith("perf:latency_per_token_ms"))
     assert "drift" in latency and "van_elteren statistic" in latency and "effect +" in latency
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
-    assert headings == ["Signals", "Inputs: baseline vs current", "Behaviour: baseline vs current", "Performance: baseline vs current"]
+    assert headings == [
+        "Signals",
+        "Inputs: baseline vs current",
+        "Behaviour: baseline vs current",
+        "Performance: baseline vs current",
+    ]
     # The version name in the plots' legends is drawn as written ($ not read as TeX).
-    assert "$5" in browser.execute_script("return Array.from(document.querySelectorAll('figure svg text')).map(t => t.textContent).join(' ')")
+    assert "$5" in browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure svg text')).map(t => t.textContent).join(' ')"
+    )
     screenshot(browser, "drift-report.png", tmp_path)
 
 
-def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_and_the_matrix(traffic: Path, browser, tmp_path: Path):
+def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_and_the_matrix(
+    traffic: Path, browser, tmp_path: Path
+):
     out = tmp_path / "report.html"
     assert main(report_args(traffic, "--format", "html", "--out", str(out))) == 0
     text = out.read_text()
@@ -123,9 +174,21 @@ def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_
     assert verdict.text.startswith("Best: version ")
     assert "decision score = (" in verdict.text
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
-    assert headings[:5] == ["Decision score", "Pass rate by category and version", "Latency and time to first token", "Cost", "Stability (1 = stable)"]
+    assert headings[:5] == [
+        "Decision score",
+        "Pass rate by category and version",
+        "Latency and time to first token",
+        "Cost",
+        "Stability (1 = stable)",
+    ]
     captions = " | ".join(f.text for f in browser.find_elements(By.TAG_NAME, "figcaption"))
-    for shown in ("Decision score per version", "Wilson 95% confidence interval", "latency (ms): quantiles", "time to first token (ms): quantiles", "Cost per 1000 requests"):
+    for shown in (
+        "Decision score per version",
+        "Wilson 95% confidence interval",
+        "latency (ms): quantiles",
+        "time to first token (ms): quantiles",
+        "Cost per 1000 requests",
+    ):
         assert shown in captions
     # The evaluation matrix: one row per category plus the weighted overall, a column per version.
     matrix = next(t for t in browser.find_elements(By.TAG_NAME, "table") if t.text.startswith("category weight"))
@@ -133,12 +196,17 @@ def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_
     screenshot(browser, "evaluation-report.png", tmp_path)
 
 
-def test_html_without_matplotlib_is_refused_in_one_line_naming_the_extra(traffic: Path, tmp_path: Path, capsys, monkeypatch):
+def test_html_without_matplotlib_is_refused_in_one_line_naming_the_extra(
+    traffic: Path, tmp_path: Path, capsys, monkeypatch
+):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra looks like to `import`
     out = tmp_path / "drift.html"
     assert main(drift_args(traffic, "--format", "html", "--out", str(out))) == 2
     err = capsys.readouterr().err
-    assert err == "llmwatch: --format html needs the [reports] extra: pip install 'llmwatch[reports]' (or use --format text or json)\n"
+    assert (
+        err
+        == "llmwatch: --format html needs the [reports] extra: pip install 'llmwatch[reports]' (or use --format text or json)\n"
+    )
     assert not out.exists()
     assert main(report_args(traffic, "--format", "html", "--out", str(out))) == 2
     assert "llmwatch[reports]" in capsys.readouterr().err

@@ -34,12 +34,18 @@ def test_readers_return_the_model_asked_for_and_name_file_line_and_field(tmp_pat
     now = datetime(2025, 1, 1, tzinfo=timezone.utc)
     score = Score(sample_id="s1", check="c", kind="regex", result="pass", value=1.0, sample_timestamp=now)
     path = tmp_path / "scores-1.jsonl"
-    path.write_bytes(score.to_json() + b"\n\n" + b'{"sample_id": "s2", "check": "c", "kind": "regex", "result": "maybe", "sample_timestamp": 0}\n')
+    path.write_bytes(
+        score.to_json()
+        + b"\n\n"
+        + b'{"sample_id": "s2", "check": "c", "kind": "regex", "result": "maybe", "sample_timestamp": 0}\n'
+    )
     records = read_records(tmp_path, Score, prefix="scores")
     assert next(records) == score
     with pytest.raises(RecordError, match=rf"{path}:3: field 'result': Input should be 'pass'"):
         next(records)
     sample_file = tmp_path / "samples.jsonl"
-    sample_file.write_text('{"timestamp": 0, "model": "m", "status": 200, "latency_ms": 1, "request": {}, "response": {}}\n')
+    sample_file.write_text(
+        '{"timestamp": 0, "model": "m", "status": 200, "latency_ms": 1, "request": {}, "response": {}}\n'
+    )
     [sample] = iter_jsonl(sample_file)
     assert isinstance(sample, Sample) and sample.model == "m"

@@ -18,29 +18,44 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from conftest import bound_port, metric, proxy_url, recorded_servers, scrape, wait_until
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from ports import dead_address
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmwatch.agent.processes import kafka_scorer
+from llmwatch.agent.processes.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
+from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics, sample_key
 from llmwatch.core.config import ConfigError, KafkaSection, load_config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics, sample_key
-from conftest import bound_port, metric, proxy_url, recorded_servers, scrape, wait_until
-from ports import dead_address
-from llmwatch.agent.processes import kafka_scorer
-from llmwatch.agent.processes.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = "refusal"  # applies to every chat sample
-BODY = orjson.dumps({"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "How do I roast a chicken? Mail me at a@b.co"}]})
+BODY = orjson.dumps(
+    {
+        "model": "sim-gpt-4o-mini",
+        "messages": [{"role": "user", "content": "How do I roast a chicken? Mail me at a@b.co"}],
+    }
+)
 
 
 def sample(i: int, **kw) -> Sample:
-    fields = dict(id=f"s-{i}", timestamp=time.time(), model="m", status=200, latency_ms=12.5, request={"messages": [{"role": "user", "content": f"q{i}"}]}, response={"choices": [{"message": {"content": "x" * 2000}}]})
+    fields = dict(
+        id=f"s-{i}",
+        timestamp=time.time(),
+        model="m",
+        status=200,
+        latency_ms=12.5,
+        request={"messages": [{"role": "user", "content": f"q{i}"}]},
+        response={"choices": [{"message": {"content": "x" * 2000}}]},
+    )
     return Sample(**{**fields, **kw})
 
 
-def read_topic(bootstrap: str, topic: str, *, expect: int | None = None, timeout: float = 15.0, idle: float = 1.0) -> list:
+def read_topic(
+    bootstrap: str, topic: str, *, expect: int | None = None, timeout: float = 15.0, idle: float = 1.0
+) -> list:
     """Every record of `topic` (all partitions, from the start), without a consumer group."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, metrics_enabled=False)
     try:
@@ -123,12 +138,35 @@ class Worker:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def start_worker(tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, group: str, name: str, command: str = "scorer") -> Worker:
+def start_worker(
+    tmp_path: Path, bootstrap: str, topic: str, scores_topic: str, group: str, name: str, command: str = "scorer"
+) -> Worker:
     log = tmp_path / f"{name}.log"
-    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "LLMWATCH_LOGGING__LEVEL": "info", "LLMWATCH_LOGGING__FORMAT": "json", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "LLMWATCH_SCORING__EMBEDDINGS": "false",
+        "LLMWATCH_LOGGING__LEVEL": "info",
+        "LLMWATCH_LOGGING__FORMAT": "json",
+        "PYTHONPATH": str(ROOT),
+    }
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llmwatch.agent.cli", command, "--kafka", bootstrap, "--topic", topic, "--group", group, "--scores-topic", scores_topic, "--metrics-listen", "127.0.0.1:0"],
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                command,
+                "--kafka",
+                bootstrap,
+                "--topic",
+                topic,
+                "--group",
+                group,
+                "--scores-topic",
+                scores_topic,
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ],
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -147,7 +185,9 @@ def reported_metrics_port(proc: subprocess.Popen, log: Path, timeout: float = 60
             if line.startswith("{") and '"metrics_port"' in line:
                 return int(orjson.loads(line)["metrics_port"])
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"no metrics_port in the worker's log (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}")
+            raise AssertionError(
+                f"no metrics_port in the worker's log (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}"
+            )
         time.sleep(0.05)  # poll interval of a bounded wait for the line
 
 
@@ -177,7 +217,9 @@ async def send(agent, ids: list[str], *, rate: float | None = None, concurrency:
 
         async def one(rid: str) -> None:
             async with sem:
-                async with session.post(url, data=BODY, headers={"Content-Type": "application/json", "x-request-id": rid}) as resp:
+                async with session.post(
+                    url, data=BODY, headers={"Content-Type": "application/json", "x-request-id": rid}
+                ) as resp:
                     await resp.read()
                     statuses.append(resp.status)
 
@@ -210,8 +252,15 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
     topic = f"samples-{compression}"
     create_topics([kafka_broker.bootstrap], {topic: 2})
     metrics = Metrics()
-    sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[kafka_broker.bootstrap], samples_topic=topic, compression=compression, linger_ms=5), metrics)
-    sent = [sample(i) for i in range(200)] + [sample(1000 + i, metadata={"conversation_id": "conv-7"}) for i in range(5)]
+    sink = KafkaSampleSink(
+        KafkaSection(
+            bootstrap_servers=[kafka_broker.bootstrap], samples_topic=topic, compression=compression, linger_ms=5
+        ),
+        metrics,
+    )
+    sent = [sample(i) for i in range(200)] + [
+        sample(1000 + i, metadata={"conversation_id": "conv-7"}) for i in range(5)
+    ]
     start = time.perf_counter()
     sink.write(sent)
     assert time.perf_counter() - start < 0.05, "write() only hands off"
@@ -229,7 +278,9 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
         assert by_id[s.id].key == sample_key(s)
     conversation = [r for r in records if r.key == b"conv-7"]
     assert len({r.partition for r in conversation}) == 1, "one conversation stays in one partition"
-    assert [Sample.from_json(r.value).id for r in sorted(conversation, key=lambda r: r.offset)] == [f"s-{1000 + i}" for i in range(5)], "in order"
+    assert [Sample.from_json(r.value).id for r in sorted(conversation, key=lambda r: r.offset)] == [
+        f"s-{1000 + i}" for i in range(5)
+    ], "in order"
     assert len({r.partition for r in records}) == 2, "other samples spread over the partitions"
 
 
@@ -252,12 +303,18 @@ def test_sink_with_no_broker_never_blocks_and_counts_its_drops():
 
 def test_kafka_config_is_validated():
     with pytest.raises(ConfigError) as err:
-        load_config(None, overrides={"kafka": {"compresion": "gzip", "bootstrap_servers": "nohost", "samples_topic": "bad topic"}}, environ={})
+        load_config(
+            None,
+            overrides={"kafka": {"compresion": "gzip", "bootstrap_servers": "nohost", "samples_topic": "bad topic"}},
+            environ={},
+        )
     text = str(err.value)
     assert "kafka.compresion: unknown field" in text
     assert "kafka.bootstrap_servers" in text and "HOST:PORT" in text
     assert "kafka.samples_topic" in text
-    cfg = load_config(None, environ={"LLMWATCH_KAFKA__BOOTSTRAP_SERVERS": "a:9092,b:9093", "LLMWATCH_KAFKA__ENABLED": "true"})
+    cfg = load_config(
+        None, environ={"LLMWATCH_KAFKA__BOOTSTRAP_SERVERS": "a:9092,b:9093", "LLMWATCH_KAFKA__ENABLED": "true"}
+    )
     assert cfg.kafka.enabled and cfg.kafka.bootstrap_servers == ["a:9092", "b:9093"]
 
 
@@ -282,7 +339,15 @@ def test_worker_skips_redelivered_and_invalid_records(kafka_broker, tmp_path, mo
     producer.flush()
     producer.close()
     servers = recorded_servers(monkeypatch, kafka_scorer)
-    cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    cfg = load_config(
+        None,
+        overrides={
+            "metrics_listen": "127.0.0.1:0",
+            "scoring": {"embeddings": False},
+            "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"},
+        },
+        environ={},
+    )
     stop = threading.Event()
     thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-test"}, daemon=True)
     thread.start()
@@ -313,9 +378,19 @@ def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path, monkeypatch)
 
     servers = recorded_servers(monkeypatch, kafka_scorer)
     dead = dead_address()  # nothing listens here
-    cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"}}, environ={})
+    cfg = load_config(
+        None,
+        overrides={
+            "metrics_listen": "127.0.0.1:0",
+            "scoring": {"embeddings": False},
+            "kafka": {"bootstrap_servers": [dead], "samples_topic": "in", "scores_topic": "out", "group_id": "g1"},
+        },
+        environ={},
+    )
     stop = threading.Event()
-    thread = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-alone"}, daemon=True)
+    thread = threading.Thread(
+        target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-alone"}, daemon=True
+    )
     thread.start()
     try:
         port = bound_port(servers, thread)
@@ -326,7 +401,9 @@ def test_a_worker_without_a_broker_is_alive_but_not_ready(tmp_path, monkeypatch)
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
                     health = (resp.status, orjson.loads(resp.read()))
             except OSError:
-                assert time.monotonic() < deadline and thread.is_alive(), "the worker serves /healthz while it looks for the broker"
+                assert time.monotonic() < deadline and thread.is_alive(), (
+                    "the worker serves /healthz while it looks for the broker"
+                )
                 stop.wait(0.1)
         assert health == (200, {"worker": "w-alone", "group": "g1", "topic": "in", "assigned": [], "status": "ok"})
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -352,7 +429,20 @@ def test_a_crash_between_publish_and_commit_rescores_that_batch_once(kafka_broke
     producer.flush()
 
     def worker(name: str, stop: threading.Event, errors: list) -> threading.Thread:
-        cfg = load_config(None, overrides={"metrics_listen": "127.0.0.1:0", "scoring": {"embeddings": False}, "kafka": {"bootstrap_servers": [bootstrap], "samples_topic": "in", "scores_topic": "out", "group_id": "g"}}, environ={})
+        cfg = load_config(
+            None,
+            overrides={
+                "metrics_listen": "127.0.0.1:0",
+                "scoring": {"embeddings": False},
+                "kafka": {
+                    "bootstrap_servers": [bootstrap],
+                    "samples_topic": "in",
+                    "scores_topic": "out",
+                    "group_id": "g",
+                },
+            },
+            environ={},
+        )
 
         def run() -> None:
             try:
@@ -416,7 +506,13 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
             sim.url,
             sampling={"rate": 1.0},
             scoring={"enabled": False},
-            kafka={"enabled": True, "bootstrap_servers": [bootstrap], "samples_topic": "samples", "scores_topic": "scores", "linger_ms": 5},
+            kafka={
+                "enabled": True,
+                "bootstrap_servers": [bootstrap],
+                "samples_topic": "samples",
+                "scores_topic": "scores",
+                "linger_ms": 5,
+            },
         )
 
         def split() -> bool:
@@ -456,7 +552,15 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
         ids_sent = {f"p1-{i}" for i in range(n1)} | {f"p2-{i}" for i in range(n2)}
 
         def all_scored() -> bool:
-            return len({s["sample_id"] for s in checks_of(read_topic(bootstrap, "scores", expect=n * 4, timeout=5, idle=0.5))}) >= n
+            return (
+                len(
+                    {
+                        s["sample_id"]
+                        for s in checks_of(read_topic(bootstrap, "scores", expect=n * 4, timeout=5, idle=0.5))
+                    }
+                )
+                >= n
+            )
 
         await until(all_scored, 60, f"every one of {n} samples scored after the kill", live)
         await until(lambda: all(w.health().get("assigned") for w in live), 30, "the restarted worker rejoined", live)
@@ -478,7 +582,9 @@ async def test_two_workers_score_each_sample_once_and_survive_a_kill(kafka_broke
         dups = {sid for sid, c in per_id.items() if c > 1}
         assert all(per_id[sid] == 2 for sid in dups)
         for sid in dups:
-            assert victim.id in {s["_scorer"] for s in scores if s["sample_id"] == sid}, f"{sid} duplicated without the kill"
+            assert victim.id in {s["_scorer"] for s in scores if s["sample_id"] == sid}, (
+                f"{sid} duplicated without the kill"
+            )
         assert len(dups) <= 128, "at most one batch (max_poll_records) is re-scored"
         # Metrics: each live worker counts exactly the scores it published; the killed worker's
         # counters died with it (Prometheus keeps what it scraped: `increase()` handles the reset).
@@ -507,7 +613,14 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     agent = await make_agent(
         sim.url,
         sampling={"rate": 1.0},
-        kafka={"enabled": True, "bootstrap_servers": [bootstrap], "samples_topic": "samples", "linger_ms": 5, "max_buffered": 20, "delivery_timeout_ms": 3000},
+        kafka={
+            "enabled": True,
+            "bootstrap_servers": [bootstrap],
+            "samples_topic": "samples",
+            "linger_ms": 5,
+            "max_buffered": 20,
+            "delivery_timeout_ms": 3000,
+        },
     )
     assert set(await send(agent, [f"a-{i}" for i in range(20)])) == {200}
     await wait_until(lambda: agent.metrics.kafka_produced._value.get() == 20, timeout=15)
@@ -537,5 +650,7 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     while not await resumed():
         assert time.monotonic() < deadline, "delivery did not resume after the broker came back"
         await asyncio.sleep(0.5)
-    arrived = {Sample.from_json(r.value).client_request_id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")}
+    arrived = {
+        Sample.from_json(r.value).client_request_id for r in await asyncio.to_thread(read_topic, bootstrap, "samples")
+    }
     assert arrived & set(ids), "new samples arrive on the topic after the restart"

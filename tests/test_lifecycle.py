@@ -25,14 +25,13 @@ import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
 import structlog.testing
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import metric, proxy_url, scrape, wait_until
 from ports import dead_address
 from procs import Proc, agent_started, simulator_url, start_simulator
-from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
-from llmwatch.core.jsonio import iter_jsonl
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter, iter_jsonl
 from llmwatch.core.records import RecordError, Sample
 
 RULES_ONLY = {"LLMWATCH_SCORING__ENABLED": "true", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
@@ -102,9 +101,28 @@ def start_proxy(tmp_path: Path):
     started: list[Proc] = []
 
     def start(upstream: str, data_dir: Path | None = None, **env: str) -> tuple[Proc, str, str]:
-        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_LOGGING__LEVEL": "info", **RULES_ONLY, **env}
-        argv = [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0",
-                "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir or tmp_path / "data")]
+        full_env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "LLMWATCH_SAMPLING__RATE": "1.0",
+            "LLMWATCH_LOGGING__LEVEL": "info",
+            **RULES_ONLY,
+            **env,
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir or tmp_path / "data"),
+        ]
         proc = Proc(argv, env=full_env)
         started.append(proc)
         return proc, *_ports(proc)
@@ -121,7 +139,9 @@ def _ports(proc: Proc) -> tuple[str, str]:
 
 def chat(proxy: str, text: str = "How do I bake bread?", seed: int = 0) -> None:
     body = {"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": text}], "seed": seed}
-    r = httpx.post(f"{proxy}/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-lifecycle-test"}, timeout=30)
+    r = httpx.post(
+        f"{proxy}/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-lifecycle-test"}, timeout=30
+    )
     assert r.status_code == 200, r.text
 
 
@@ -216,7 +236,9 @@ def test_a_writer_on_a_full_disk_keeps_whole_lines_counts_the_loss_and_resumes_w
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning_but_a_torn_line_in_the_middle_is_refused(tmp_path: Path):
-    good = Sample(timestamp=datetime.now(timezone.utc), request={"model": "m"}, response={}, model="m", status=200, latency_ms=1.0).to_json()
+    good = Sample(
+        timestamp=datetime.now(timezone.utc), request={"model": "m"}, response={}, model="m", status=200, latency_ms=1.0
+    ).to_json()
     torn_at_end = tmp_path / "end.jsonl"
     torn_at_end.write_bytes(good + b"\n" + good[: len(good) // 2])
     with structlog.testing.capture_logs() as logs:
@@ -240,14 +262,20 @@ def test_sigkill_of_the_proxy_takes_the_scorer_child_and_the_resource_tracker_wi
     try:
         os.kill(proxy.pid, signal.SIGKILL)
         proxy.popen.wait(timeout=10)
-        wait_for(lambda: not any(running(pid) for pid in family), 15, f"the proxy's children {sorted(family)} exit after it was killed")
+        wait_for(
+            lambda: not any(running(pid) for pid in family),
+            15,
+            f"the proxy's children {sorted(family)} exit after it was killed",
+        )
     finally:
         for pid in family:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_the_backlog_as_errors(simulator, start_proxy, tmp_path: Path):
+def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_the_backlog_as_errors(
+    simulator, start_proxy, tmp_path: Path
+):
     proxy, proxy_base, metrics_url = start_proxy(simulator, LLMWATCH_SCORING__SHUTDOWN_TIMEOUT_S="1")
     proxy.wait_for(r'"event": "scorer_ready"')
     scorer = scorer_child(proxy)
@@ -265,7 +293,11 @@ def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_th
             os.kill(scorer, signal.SIGKILL)
     assert not running(scorer), "the stopped scorer was killed, not left behind"
     assert proxy.events("scorer_draining")[0]["samples"] == n
-    assert proxy.events("scorer_unscored")[0] == {**proxy.events("scorer_unscored")[0], "samples": n, "reason": "shutdown"}
+    assert proxy.events("scorer_unscored")[0] == {
+        **proxy.events("scorer_unscored")[0],
+        "samples": n,
+        "reason": "shutdown",
+    }
     scores = records(tmp_path / "data" / "scores")
     # One error per sample and per check the scorer had loaded.
     assert len(scores) == n * len(proxy.events("scorer_ready")[0]["checks"])
@@ -275,7 +307,9 @@ def test_sigterm_while_the_scorer_is_behind_stops_in_bounded_time_and_records_th
     assert "sk-lifecycle-test" not in proxy.output() + json.dumps(scores), "no secret in logs or error scores"
 
 
-def test_ctrl_c_while_the_model_loads_stops_at_once_and_records_the_waiting_samples_as_errors(simulator, start_proxy, tmp_path: Path):
+def test_ctrl_c_while_the_model_loads_stops_at_once_and_records_the_waiting_samples_as_errors(
+    simulator, start_proxy, tmp_path: Path
+):
     proxy, proxy_base, metrics_url = start_proxy(simulator)
     # Stopped before it could say it is ready: a scorer still loading its model, for as long as we like.
     scorer = scorer_child(proxy)
@@ -296,18 +330,27 @@ def test_ctrl_c_while_the_model_loads_stops_at_once_and_records_the_waiting_samp
     assert proxy.events("scorer_unscored")[0]["samples"] == 3
     scores = records(tmp_path / "data" / "scores")
     # Check names come from the child once loaded; before that each sample gets one `scorer` error.
-    assert [(s["check"], s["result"], s["details"]["exception"]) for s in scores] == [("scorer", "error", "shutdown")] * 3
+    assert [(s["check"], s["result"], s["details"]["exception"]) for s in scores] == [
+        ("scorer", "error", "shutdown")
+    ] * 3
     assert "Traceback" not in proxy.output()
 
 
 async def test_scorer_sink_counts_only_what_the_scorer_accepted_and_shutdown_counts_the_unscored(sim, make_agent):
-    agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring={"enabled": True, "embeddings": False, "max_pending": 2, "shutdown_timeout_s": 0.5})
+    agent = await make_agent(
+        sim.url,
+        sampling={"rate": 1.0},
+        scoring={"enabled": True, "embeddings": False, "max_pending": 2, "shutdown_timeout_s": 0.5},
+    )
     await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
     os.kill(agent.scorer._proc.pid, signal.SIGSTOP)
     client = httpx.AsyncClient(timeout=30)
     n = 5
     for i in range(n):
-        r = await client.post(proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": i})
+        r = await client.post(
+            proxy_url(agent) + "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": i},
+        )
         assert r.status_code == 200
         await wait_until(lambda i=i: agent.pipeline.processed >= i + 1)
     await client.aclose()
@@ -330,7 +373,9 @@ async def _registry(agent) -> dict:
     return out
 
 
-def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_resume(simulator, start_proxy, small_disk: Path):
+def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_resume(
+    simulator, start_proxy, small_disk: Path
+):
     proxy, proxy_base, metrics_url = start_proxy(simulator, data_dir=small_disk)
     proxy.wait_for(r'"event": "scorer_ready"')
     per_sample = 4  # the built-in rule checks of a plain (not JSON-mode) chat answer
@@ -346,7 +391,9 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
         chat(proxy_base, "Summarise this. " + "lorem ipsum " * 500, seed=i)
     samples = wait_metric(metrics_url, "llmwatch_samples_dropped_total", big, reason="write_error")
     assert metric(samples, "llmwatch_samples_written_total", sink="files") == 3
-    assert metric(samples, "llmwatch_samples_total") == metric(samples, "llmwatch_samples_written_total", sink="files") + metric(samples, "llmwatch_samples_dropped_total")
+    assert metric(samples, "llmwatch_samples_total") == metric(
+        samples, "llmwatch_samples_written_total", sink="files"
+    ) + metric(samples, "llmwatch_samples_dropped_total")
     # Scores go on being counted in the metrics; the scores file lost some (what fit in its last page stayed), and says so.
     wait_metric(metrics_url, "llmwatch_check_total", base_scores + big * per_sample)
     wait_metric(metrics_url, "llmwatch_scores_dropped_total", 1, reason="write_error")
@@ -367,11 +414,27 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
     assert len(stored) == 5
     scores = records(small_disk / "scores")
     assert len(scores) == metric(samples, "llmwatch_check_total") - lost_scores
-    assert {s["sample_id"] for s in scores} >= {s["id"] for s in stored}, "scoring resumed: the samples stored after the disk freed up are scored"
+    assert {s["sample_id"] for s in scores} >= {s["id"] for s in stored}, (
+        "scoring resumed: the samples stored after the disk freed up are scored"
+    )
     assert len(proxy.events("samples_write_failed")) <= 2, "a repeating failure is logged at a bounded rate"
     # The commands that read these files accept them.
-    out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(small_disk / "samples"), "--out", str(small_disk / "rescored.jsonl")],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, **RULES_ONLY})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "score",
+            "--in",
+            str(small_disk / "samples"),
+            "--out",
+            str(small_disk / "rescored.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **RULES_ONLY},
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -397,7 +460,18 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
     started = time.monotonic()
     sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], delivery_timeout_ms=1000, max_buffered=10), metrics)
     try:
-        batch = [Sample(id=f"s{i}", timestamp=datetime.now(timezone.utc), request={}, response={}, model="m", status=200, latency_ms=1.0) for i in range(12)]
+        batch = [
+            Sample(
+                id=f"s{i}",
+                timestamp=datetime.now(timezone.utc),
+                request={},
+                response={},
+                model="m",
+                status=200,
+                latency_ms=1.0,
+            )
+            for i in range(12)
+        ]
         # The sink tells the pipeline what it refused, so that samples_written{sink="kafka"} counts only what it took.
         assert sink.write(batch) == 2
         assert metrics.kafka_dropped.labels(reason="buffer_full")._value.get() == 2
@@ -430,8 +504,14 @@ async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path
 
     samples, scores, emb = window(np.random.default_rng(1), 100, Behaviour(), version="A", prefix="base")
     baseline = write_baseline(freeze(samples, scores, emb, model_version="A"), tmp_path / "baseline.json")
-    overrides = {"upstream": sim.url, "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"),
-                 "scoring": {"enabled": True, "embeddings": False}, "drift": {"baseline": str(baseline)}}
+    overrides = {
+        "upstream": sim.url,
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "data_dir": str(tmp_path / "data"),
+        "scoring": {"enabled": True, "embeddings": False},
+        "drift": {"baseline": str(baseline)},
+    }
     agent = Agent(load_config(None, overrides=overrides, environ={}))  # checks the baseline in this process
     baseline.write_text("{}")  # ... which the scorer child then cannot load: it fails to start
     await agent.start()
@@ -439,7 +519,11 @@ async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path
         await wait_until(lambda: agent.scorer.fatal is not None, timeout=60)
         async with httpx.AsyncClient() as client:
             r = await client.get(f"http://127.0.0.1:{agent.metrics_port}/readyz")
-        assert r.status_code == 503 and r.json()["checks"] == {**r.json()["checks"], "scorer_alive": False, "pipeline_alive": True}
+        assert r.status_code == 503 and r.json()["checks"] == {
+            **r.json()["checks"],
+            "scorer_alive": False,
+            "pipeline_alive": True,
+        }
     finally:
         await agent.stop()
 
@@ -458,12 +542,18 @@ def test_sigterm_with_a_call_still_open_cuts_it_after_the_proxy_shutdown_timeout
 
     threading.Thread(target=accept, daemon=True).start()
     upstream = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    proxy, proxy_base, _ = start_proxy(upstream, LLMWATCH_SCORING__ENABLED="false", LLMWATCH_PROXY__SHUTDOWN_TIMEOUT_S="1")
+    proxy, proxy_base, _ = start_proxy(
+        upstream, LLMWATCH_SCORING__ENABLED="false", LLMWATCH_PROXY__SHUTDOWN_TIMEOUT_S="1"
+    )
     client_result: list[object] = []
 
     def call() -> None:
         try:
-            client_result.append(httpx.post(f"{proxy_base}/v1/chat/completions", json={"model": "m", "messages": []}, timeout=120).status_code)
+            client_result.append(
+                httpx.post(
+                    f"{proxy_base}/v1/chat/completions", json={"model": "m", "messages": []}, timeout=120
+                ).status_code
+            )
         except httpx.HTTPError as exc:
             client_result.append(exc)
 

@@ -16,10 +16,16 @@ from llmwatch.agent.cli.main import main
 from llmwatch.core.config import ConfigError, MatrixSection, ScoringSection, load_config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, build_report, compare_reports, export_metrics, format_text
+from llmwatch.scorers.checks.suite import build_suite
+from llmwatch.scorers.evaluation.evaluate import (
+    WeightsMismatch,
+    build_report,
+    compare_reports,
+    export_metrics,
+    format_text,
+)
 from llmwatch.scorers.evaluation.matrix import build_categories, categorize, score_samples, wilson_interval
 from llmwatch.scorers.evaluation.stability import prompt_hash, sampling_stability, turn_stability
-from llmwatch.scorers.checks.suite import build_suite
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 REFUSAL = "I'm sorry, but I can't help with that."
@@ -39,9 +45,22 @@ def _cli_leaves_logging_alone():
         yield
 
 
-def make_sample(sid: str, version: str, messages: list[dict], answer: str, *, finish: str = "stop", cost: float | None = 0.001,
-                latency_ms: float = 800.0, ttft_ms: float | None = 120.0, route: str = "/v1/chat/completions", model: str = "gpt-4o-mini",
-                metadata: dict | None = None, extra: dict | None = None, n: int = 0) -> Sample:
+def make_sample(
+    sid: str,
+    version: str,
+    messages: list[dict],
+    answer: str,
+    *,
+    finish: str = "stop",
+    cost: float | None = 0.001,
+    latency_ms: float = 800.0,
+    ttft_ms: float | None = 120.0,
+    route: str = "/v1/chat/completions",
+    model: str = "gpt-4o-mini",
+    metadata: dict | None = None,
+    extra: dict | None = None,
+    n: int = 0,
+) -> Sample:
     return Sample(
         id=sid,
         timestamp=T0 + timedelta(seconds=n),
@@ -55,7 +74,10 @@ def make_sample(sid: str, version: str, messages: list[dict], answer: str, *, fi
         finish_reason=finish,
         cost_usd=cost,
         request={"model": model, "messages": messages, **(extra or {})},
-        response={"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish}]},
+        response={
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish}],
+        },
         metadata=metadata or {},
     )
 
@@ -65,30 +87,55 @@ def scores_of(samples: list[Sample]):
 
 
 def matrix(categories: list[dict], weights: dict | None = None, version: str = "2026-12-01") -> MatrixSection:
-    return MatrixSection.model_validate({"categories": categories, "decision": {"weights": weights or {"quality": 0.7, "stability": 0.3}, "weights_version": version}})
+    return MatrixSection.model_validate(
+        {
+            "categories": categories,
+            "decision": {"weights": weights or {"quality": 0.7, "stability": 0.3}, "weights_version": version},
+        }
+    )
 
 
 # --- categories ---------------------------------------------------------------------------------
 
 
 def test_categories_match_by_metadata_route_model_and_request_rules_and_the_first_match_wins():
-    cfg = matrix([
-        {"name": "vip_support", "weight": 3, "match": {"metadata": {"category": "support*"}, "models": ["gpt-4o*"]}},
-        {"name": "multi_turn_dialogue", "match": {"min_turns": 2}},
-        {"name": "extraction", "weight": 2, "match": {"json_mode": True}},
-        {"name": "tools", "match": {"has_tools": True}},
-        {"name": "long_document_summary", "match": {"request_matches": "(?i)summari[sz]e", "min_prompt_chars": 500}},
-        {"name": "embeddings", "match": {"routes": ["/v1/embeddings"]}},
-    ])
+    cfg = matrix(
+        [
+            {
+                "name": "vip_support",
+                "weight": 3,
+                "match": {"metadata": {"category": "support*"}, "models": ["gpt-4o*"]},
+            },
+            {"name": "multi_turn_dialogue", "match": {"min_turns": 2}},
+            {"name": "extraction", "weight": 2, "match": {"json_mode": True}},
+            {"name": "tools", "match": {"has_tools": True}},
+            {
+                "name": "long_document_summary",
+                "match": {"request_matches": "(?i)summari[sz]e", "min_prompt_chars": 500},
+            },
+            {"name": "embeddings", "match": {"routes": ["/v1/embeddings"]}},
+        ]
+    )
     cats = build_categories(cfg)
     user = [{"role": "user", "content": "Hi"}]
-    dialogue = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "And then?"}]
-    doc = [{"role": "system", "content": "Summarize the document for an executive."}, {"role": "user", "content": "Q3 revenue grew. " * 40}]
+    dialogue = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "And then?"},
+    ]
+    doc = [
+        {"role": "system", "content": "Summarize the document for an executive."},
+        {"role": "user", "content": "Q3 revenue grew. " * 40},
+    ]
     cases = {
-        "vip_support": make_sample("1", "A", dialogue, "ok", metadata={"category": "support-billing"}),  # also multi-turn: first match wins
+        "vip_support": make_sample(
+            "1", "A", dialogue, "ok", metadata={"category": "support-billing"}
+        ),  # also multi-turn: first match wins
         "multi_turn_dialogue": make_sample("2", "A", dialogue, "ok", metadata={"category": "sales"}),
         "extraction": make_sample("3", "A", user, "{}", extra={"response_format": {"type": "json_object"}}),
-        "tools": make_sample("4", "A", user, "", extra={"tools": [{"type": "function", "function": {"name": "lookup"}}]}),
+        "tools": make_sample(
+            "4", "A", user, "", extra={"tools": [{"type": "function", "function": {"name": "lookup"}}]}
+        ),
         "long_document_summary": make_sample("5", "A", doc, "Revenue grew."),
         "embeddings": make_sample("6", "A", user, "", route="/v1/embeddings"),
         "uncategorized": make_sample("7", "A", [{"role": "user", "content": "Summarize: short."}], "ok"),
@@ -99,14 +146,25 @@ def test_categories_match_by_metadata_route_model_and_request_rules_and_the_firs
 
 def test_matrix_config_errors_name_the_field_and_what_is_allowed():
     with pytest.raises(ConfigError) as err:
-        load_config(None, overrides={"matrix": {"categories": [{"name": "code", "match": {"regex": "python"}}]}}, environ={})
+        load_config(
+            None, overrides={"matrix": {"categories": [{"name": "code", "match": {"regex": "python"}}]}}, environ={}
+        )
     assert "matrix.categories.0.match.regex: unknown field; allowed here:" in str(err.value)
     assert "request_matches" in str(err.value)
-    with pytest.raises(ConfigError, match=r"matrix.decision.weights.qualty: unknown field; allowed here: quality, stability"):
+    with pytest.raises(
+        ConfigError, match=r"matrix.decision.weights.qualty: unknown field; allowed here: quality, stability"
+    ):
         load_config(None, overrides={"matrix": {"decision": {"weights": {"qualty": 1}}}}, environ={})
     with pytest.raises(ConfigError, match="not a valid regular expression"):
-        load_config(None, overrides={"matrix": {"categories": [{"name": "code", "match": {"request_matches": "(python"}}]}}, environ={})
-    with pytest.raises(ConfigError, match=r"matrix.categories\[0\] \(code\).checks\[0\]: unknown check 'json_ok'; checks in the scoring suite or the scores: complete, refusal"):
+        load_config(
+            None,
+            overrides={"matrix": {"categories": [{"name": "code", "match": {"request_matches": "(python"}}]}},
+            environ={},
+        )
+    with pytest.raises(
+        ConfigError,
+        match=r"matrix.categories\[0\] \(code\).checks\[0\]: unknown check 'json_ok'; checks in the scoring suite or the scores: complete, refusal",
+    ):
         build_categories(matrix([{"name": "code", "checks": ["json_ok"]}]), known_checks=["refusal", "complete"])
 
 
@@ -146,15 +204,35 @@ def conversation(prefix: str, version: str, outcomes: list[str], n0: int = 0) ->
             answer, finish = TRUNCATED, "length"
         else:
             answer, finish = REFUSAL, "length"
-        out.append(make_sample(f"{prefix}-t{turn + 1}", version, list(history), answer, finish=finish, metadata={"category": "support"}, n=n0 + turn))
+        out.append(
+            make_sample(
+                f"{prefix}-t{turn + 1}",
+                version,
+                list(history),
+                answer,
+                finish=finish,
+                metadata={"category": "support"},
+                n=n0 + turn,
+            )
+        )
         history = history + [{"role": "assistant", "content": answer}]
     return out
 
 
 def test_quality_decays_by_turn_and_the_slope_and_its_standard_error_match_a_hand_fit():
     # Sample scores (mean of 2 checks): conversation 1: 1, 1, .5, .5; conversation 2: 1, .5, .5, 0.
-    samples = conversation("c1", "A", ["good", "good", "truncated", "truncated"]) + conversation("c2", "A", ["good", "truncated", "truncated", "refused_and_cut"], 10)
-    cfg = matrix([{"name": "multi_turn_dialogue", "checks": ["refusal", "complete"], "match": {"metadata": {"category": "support"}}}])
+    samples = conversation("c1", "A", ["good", "good", "truncated", "truncated"]) + conversation(
+        "c2", "A", ["good", "truncated", "truncated", "refused_and_cut"], 10
+    )
+    cfg = matrix(
+        [
+            {
+                "name": "multi_turn_dialogue",
+                "checks": ["refusal", "complete"],
+                "match": {"metadata": {"category": "support"}},
+            }
+        ]
+    )
     rows = score_samples(samples, scores_of(samples), build_categories(cfg))
     assert [r.score for r in rows] == [1.0, 1.0, 0.5, 0.5, 1.0, 0.5, 0.5, 0.0]
 
@@ -166,7 +244,9 @@ def test_quality_decays_by_turn_and_the_slope_and_its_standard_error_match_a_han
     assert fit["slope"] == pytest.approx(-0.25)
     assert fit["stderr"] == pytest.approx(math.sqrt(1 / 240))
     assert fit["intercept"] == pytest.approx(1.25)
-    assert {t: v["mean"] for t, v in fit["by_turn"].items()} == pytest.approx({"1": 1.0, "2": 0.75, "3": 0.5, "4": 0.25})
+    assert {t: v["mean"] for t, v in fit["by_turn"].items()} == pytest.approx(
+        {"1": 1.0, "2": 0.75, "3": 0.5, "4": 0.25}
+    )
     # 1 - 9 * 0.25 < 0: a conversation loses more than the whole score by turn 10.
     assert cells[("multi_turn_dialogue", "A")].value == 0.0
     assert cells[("all", "A")].detail["slope"] == pytest.approx(-0.25)
@@ -175,7 +255,13 @@ def test_quality_decays_by_turn_and_the_slope_and_its_standard_error_match_a_han
     gentle = turn_stability(rows[:4])
     assert gentle[0].detail["slope"] == pytest.approx(-0.2)
     assert gentle[0].value == 0.0  # 1 - 9 * 0.2 < 0
-    steady = turn_stability(score_samples(conversation("c3", "A", ["good"] * 4), scores_of(conversation("c3", "A", ["good"] * 4)), build_categories(cfg)))
+    steady = turn_stability(
+        score_samples(
+            conversation("c3", "A", ["good"] * 4),
+            scores_of(conversation("c3", "A", ["good"] * 4)),
+            build_categories(cfg),
+        )
+    )
     assert steady[0].detail["slope"] == 0.0 and steady[0].value == 1.0
 
     # The matrix cell for the same samples: mean 5/8, 3 of 8 passed every check.
@@ -197,7 +283,13 @@ def test_duplicated_prompts_with_noisy_answers_give_population_variance_and_one_
     samples = [
         # Same prompt four times; whitespace and sampling parameters do not make it another prompt.
         make_sample("r1", "A", user(reset), good_reset, extra={"temperature": 0.2}),
-        make_sample("r2", "A", user("  How do I reset my  password on the customer portal? "), good_reset, extra={"temperature": 0.9, "seed": 7}),
+        make_sample(
+            "r2",
+            "A",
+            user("  How do I reset my  password on the customer portal? "),
+            good_reset,
+            extra={"temperature": 0.9, "seed": 7},
+        ),
         make_sample("r3", "A", user(reset), good_reset, finish="length"),  # 0.5
         make_sample("r4", "A", user(reset), good_reset),
         make_sample("e1", "A", user(export), good_export),
@@ -206,7 +298,9 @@ def test_duplicated_prompts_with_noisy_answers_give_population_variance_and_one_
         make_sample("once", "A", user("What are your opening hours?"), "Nine to five."),  # no duplicate: no group
     ]
     assert prompt_hash(samples[0].request) == prompt_hash(samples[1].request)
-    assert prompt_hash(samples[0].request) != prompt_hash({"messages": user(reset), "response_format": {"type": "json_object"}})
+    assert prompt_hash(samples[0].request) != prompt_hash(
+        {"messages": user(reset), "response_format": {"type": "json_object"}}
+    )
     cfg = matrix([{"name": "instruction_following", "checks": ["refusal", "complete"]}])
     rows = score_samples(samples, scores_of(samples), build_categories(cfg))
     groups, cells = sampling_stability(rows)
@@ -228,7 +322,10 @@ def test_duplicated_prompts_with_noisy_answers_give_population_variance_and_one_
 
 
 def test_a_prompt_that_always_fails_is_consistently_bad_not_unstable():
-    samples = [make_sample(f"x{i}", "A", [{"role": "user", "content": "Write my essay"}], REFUSAL, finish="length") for i in range(3)]
+    samples = [
+        make_sample(f"x{i}", "A", [{"role": "user", "content": "Write my essay"}], REFUSAL, finish="length")
+        for i in range(3)
+    ]
     rows = score_samples(samples, scores_of(samples), build_categories(matrix([{"name": "writing"}])))
     groups, _ = sampling_stability(rows)
     # Mean 0 means every score is 0: CV is defined as 0 there, so 1 - CV = 1 (quality shows the problem).
@@ -258,11 +355,17 @@ def two_versions() -> list[Sample]:
 
 def test_decision_score_divides_weighted_quality_and_stability_by_cost_relative_to_the_cheapest_version():
     samples = two_versions()
-    cfg = matrix([{"name": "faq", "weight": 2, "checks": ["refusal", "complete"]}], weights={"quality": 0.6, "stability": 0.4}, version="test-1")
+    cfg = matrix(
+        [{"name": "faq", "weight": 2, "checks": ["refusal", "complete"]}],
+        weights={"quality": 0.6, "stability": 0.4},
+        version="test-1",
+    )
     report = build_report(samples, scores_of(samples), cfg)
     rows = {r.model_version: r for r in report.decision}
     # A: quality 1, stability 1 (both groups constant), USD 4 per 1k requests, 4x the cheapest -> (0.6 + 0.4) / 4.
-    assert (rows["A"].quality, rows["A"].stability, rows["A"].cost_per_1k, rows["A"].normalized_cost) == pytest.approx((1.0, 1.0, 4.0, 4.0))
+    assert (rows["A"].quality, rows["A"].stability, rows["A"].cost_per_1k, rows["A"].normalized_cost) == pytest.approx(
+        (1.0, 1.0, 4.0, 4.0)
+    )
     assert rows["A"].decision_score == pytest.approx(0.25)
     # B: quality (1 + .5 + 1 + 1) / 4 = .875; stability: q1 mean .75, std .25, 1 - CV = 2/3; q2 = 1; mean 5/6.
     assert rows["B"].quality == pytest.approx(0.875)
@@ -311,14 +414,39 @@ def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_
 
     def config(name: str, quality: float, version: str) -> str:
         path = tmp_path / name
-        path.write_text(yaml.safe_dump({
-            "scoring": {"checks": CHECKS, "embeddings": False},
-            "matrix": {"categories": [{"name": "faq", "checks": ["refusal", "complete"]}], "decision": {"weights": {"quality": quality, "stability": 1 - quality}, "weights_version": version}},
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "scoring": {"checks": CHECKS, "embeddings": False},
+                    "matrix": {
+                        "categories": [{"name": "faq", "checks": ["refusal", "complete"]}],
+                        "decision": {
+                            "weights": {"quality": quality, "stability": 1 - quality},
+                            "weights_version": version,
+                        },
+                    },
+                }
+            )
+        )
         return str(path)
 
     first = tmp_path / "report-1.json"
-    assert main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", config("c1.yaml", 0.7, "2026-12-01"), "--out", str(first)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--samples",
+                str(sdir),
+                "--scores",
+                str(scores),
+                "--config",
+                config("c1.yaml", 0.7, "2026-12-01"),
+                "--out",
+                str(first),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "decision weights 2026-12-01: quality 0.7, stability 0.3" in out
     assert "Quality matrix" in out and "faq" in out and "Cost and latency" in out and "best: version B" in out
@@ -326,15 +454,53 @@ def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_
     assert saved["decision"]["weights_version"] == "2026-12-01"
 
     other = config("c2.yaml", 0.5, "2027-01-15")
-    assert main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", other, "--compare", str(first)]) == 2
+    assert (
+        main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", other, "--compare", str(first)])
+        == 2
+    )
     err = capsys.readouterr().err
-    assert "refusing to compare" in err and "2026-12-01" in err and "2027-01-15" in err and "--allow-weights-change" in err
+    assert (
+        "refusing to compare" in err and "2026-12-01" in err and "2027-01-15" in err and "--allow-weights-change" in err
+    )
 
-    assert main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", other, "--compare", str(first), "--allow-weights-change"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--samples",
+                str(sdir),
+                "--scores",
+                str(scores),
+                "--config",
+                other,
+                "--compare",
+                str(first),
+                "--allow-weights-change",
+            ]
+        )
+        == 0
+    )
     assert "WARNING: the weights changed" in capsys.readouterr().out
 
     # Same weights: compared silently, with the deltas.
-    assert main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", config("c3.yaml", 0.7, "2026-12-01"), "--compare", str(first), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--samples",
+                str(sdir),
+                "--scores",
+                str(scores),
+                "--config",
+                config("c3.yaml", 0.7, "2026-12-01"),
+                "--compare",
+                str(first),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     data = orjson.loads(capsys.readouterr().out)
     assert data["comparison"]["weights_changed"] is False
     assert data["comparison"]["versions"][0]["decision_score"]["delta"] == pytest.approx(0.0)
@@ -342,8 +508,12 @@ def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_
 
 def test_compare_reports_refuses_different_weights_in_the_library_too():
     samples = two_versions()
-    a = build_report(samples, scores_of(samples), matrix([{"name": "faq"}], {"quality": 0.7, "stability": 0.3}, "v1")).to_dict()
-    b = build_report(samples, scores_of(samples), matrix([{"name": "faq"}], {"quality": 0.7, "stability": 0.3}, "v2")).to_dict()
+    a = build_report(
+        samples, scores_of(samples), matrix([{"name": "faq"}], {"quality": 0.7, "stability": 0.3}, "v1")
+    ).to_dict()
+    b = build_report(
+        samples, scores_of(samples), matrix([{"name": "faq"}], {"quality": 0.7, "stability": 0.3}, "v2")
+    ).to_dict()
     with pytest.raises(WeightsMismatch, match="weights_version 'v1'"):
         compare_reports(b, a)
     assert compare_reports(b, a, allow_weights_change=True)["weights_changed"] is True

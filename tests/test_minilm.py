@@ -18,8 +18,7 @@ import pytest
 
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample
-from llmwatch.scorers.checks import embeddings
-from llmwatch.scorers.checks import minilm
+from llmwatch.scorers.checks import embeddings, minilm
 from llmwatch.scorers.checks.embeddings import Embedder, EmbeddingScorer, model_dir
 from llmwatch.scorers.checks.offline import offline_scoring
 
@@ -100,9 +99,23 @@ def test_a_model_of_another_layout_is_left_to_sentence_transformers(tmp_path: Pa
 
 def _sample(i: int, prompt: str) -> Sample:
     return Sample(
-        id=f"s{i}", timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc), route="/v1/chat/completions", operation="chat", model="m", status=200, latency_ms=100.0,
+        id=f"s{i}",
+        timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        route="/v1/chat/completions",
+        operation="chat",
+        model="m",
+        status=200,
+        latency_ms=100.0,
         request={"model": "m", "messages": [{"role": "user", "content": prompt}]},
-        response={"choices": [{"index": 0, "message": {"role": "assistant", "content": f"Answer number {i} about {prompt.split()[-1]}"}, "finish_reason": "stop"}]},
+        response={
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"Answer number {i} about {prompt.split()[-1]}"},
+                    "finish_reason": "stop",
+                }
+            ]
+        },
     )
 
 
@@ -151,15 +164,32 @@ def _score_log(tmp_path: Path, prefix: list[str], name: str) -> dict:
     """The `embedding_model_loaded` event of one `llmwatch score` run (JSON logs: not a terminal)."""
     src = tmp_path / f"{name}.jsonl"
     src.write_bytes(b"".join(_sample(i, "Summarise the incident report.").to_json() + b"\n" for i in range(3)))
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LLMWATCH_LOGGING__LEVEL": "info"}
-    cmd = [*prefix, sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(tmp_path / f"{name}-scores.jsonl")]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "LLMWATCH_LOGGING__LEVEL": "info",
+    }
+    cmd = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "llmwatch.agent.cli",
+        "score",
+        "--in",
+        str(src),
+        "--out",
+        str(tmp_path / f"{name}-scores.jsonl"),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     (line,) = [ln for ln in (result.stdout + result.stderr).splitlines() if "embedding_model_loaded" in ln]
     return json.loads(line)
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and two CPUs")
+@pytest.mark.skipif(
+    shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and two CPUs"
+)
 def test_score_runs_the_model_on_every_cpu_it_may_use_and_no_more(tmp_path: Path) -> None:
     allowed = sorted(os.sched_getaffinity(0))
     unpinned = _score_log(tmp_path, [], "all")

@@ -23,7 +23,6 @@ from typing import IO, Callable
 import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
-
 from ports import dead_address
 
 LLMWATCH = [sys.executable, "-m", "llmwatch.agent.cli"]
@@ -103,7 +102,19 @@ def start_simulator() -> tuple[subprocess.Popen[str], str]:
 
 def start_proxy(upstream: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Lines, dict]:
     """`llmwatch proxy` on ports it picks itself; they are read back from its start-up log line."""
-    proc, _, err = start(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")])
+    proc, _, err = start(
+        [
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ]
+    )
     try:
         started = orjson.loads(err.wait_for(lambda ln: '"agent_started"' in ln))
     except BaseException:
@@ -120,7 +131,9 @@ def test_llmwatch_alone_lists_every_command_with_a_line_each_and_exits_2():
     result = run([])
     assert result.returncode == 2
     for command in ("proxy", "simulate", "demo", "score", "baseline", "drift", "report", "regress", "review"):
-        assert re.search(rf"^\s+{command}\s+\S", result.stderr, re.M), f"{command} is not listed with its help line:\n{result.stderr}"
+        assert re.search(rf"^\s+{command}\s+\S", result.stderr, re.M), (
+            f"{command} is not listed with its help line:\n{result.stderr}"
+        )
     assert "arguments are required" not in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -131,7 +144,9 @@ def test_a_group_without_its_subcommand_lists_the_subcommands():
     assert re.search(r"^\s+freeze\s+\S", result.stderr, re.M), result.stderr
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     out = [(path, parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -143,8 +158,12 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> li
 def test_every_option_of_every_command_has_help():
     from llmwatch.agent.cli.main import build_parser
 
-    missing = [f"llmwatch {' '.join(path)} {a.option_strings[-1]}" for path, p in _commands(build_parser()) for a in p._actions
-               if a.option_strings and not a.help]
+    missing = [
+        f"llmwatch {' '.join(path)} {a.option_strings[-1]}"
+        for path, p in _commands(build_parser())
+        for a in p._actions
+        if a.option_strings and not a.help
+    ]
     assert missing == []
 
 
@@ -163,8 +182,11 @@ def test_an_upstream_given_as_its_v1_root_reaches_the_same_paths(tmp_path: Path)
     try:
         proxy, _, started = start_proxy(url + "/v1", tmp_path)
         assert started["upstream"] == url, "one trailing /v1 is dropped: clients send paths that start with /v1/"
-        r = httpx.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", timeout=10,
-                       json={"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "How do I bake bread?"}]})
+        r = httpx.post(
+            f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions",
+            timeout=10,
+            json={"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "How do I bake bread?"}]},
+        )
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"]
     finally:
@@ -180,8 +202,19 @@ def test_a_port_in_use_names_the_address_and_the_flag_and_exits_2(tmp_path: Path
         taken.listen()
         address = "127.0.0.1:%d" % taken.getsockname()[1]
         addresses = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0", flag: address}
-        result = run(["proxy", "--upstream", "http://127.0.0.1:9", "--listen", addresses["--listen"],
-                      "--metrics-listen", addresses["--metrics-listen"], "--data-dir", str(tmp_path / "data")])
+        result = run(
+            [
+                "proxy",
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--listen",
+                addresses["--listen"],
+                "--metrics-listen",
+                addresses["--metrics-listen"],
+                "--data-dir",
+                str(tmp_path / "data"),
+            ]
+        )
     assert result.returncode == 2
     assert f"cannot listen on {address} ({flag}," in result.stderr
     assert "in use" in result.stderr
@@ -195,8 +228,13 @@ def test_a_kafka_worker_names_its_taken_metrics_port_too():
         taken.listen()
         address = "127.0.0.1:%d" % taken.getsockname()[1]
         # Rule checks only: the port is bound before any broker is contacted, so none is needed.
-        result = subprocess.run(LLMWATCH + ["scorer", "--kafka", "127.0.0.1:9", "--metrics-listen", address],
-                                env={**ENV, "LLMWATCH_SCORING__EMBEDDINGS": "false"}, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            LLMWATCH + ["scorer", "--kafka", "127.0.0.1:9", "--metrics-listen", address],
+            env={**ENV, "LLMWATCH_SCORING__EMBEDDINGS": "false"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 2
     assert f"cannot listen on {address} (--metrics-listen," in result.stderr
     assert "Traceback" not in result.stderr and "Errno" not in result.stderr
@@ -212,7 +250,11 @@ def test_an_unreachable_upstream_is_warned_once_and_reported_by_readyz_without_f
         assert ready.status_code == 200, "the proxy stays ready: clients must see the upstream's own failure"
         assert ready.json()["upstream_reachable"] is False
         # The proxy still forwards, answering for the missing upstream in words without aiohttp's ssl:default.
-        r = httpx.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", json={"model": "m", "messages": []}, timeout=10)
+        r = httpx.post(
+            f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions",
+            json={"model": "m", "messages": []},
+            timeout=10,
+        )
         assert r.status_code == 502
         assert dead in r.text and "ssl:default" not in r.text
     finally:
@@ -226,7 +268,9 @@ def test_readyz_says_the_upstream_answered(tmp_path: Path):
     try:
         proxy, _, started = start_proxy(url, tmp_path)
         deadline = time.monotonic() + 15
-        while (body := httpx.get(f"http://127.0.0.1:{started['metrics_port']}/readyz", timeout=5).json())["upstream_reachable"] is None:
+        while (body := httpx.get(f"http://127.0.0.1:{started['metrics_port']}/readyz", timeout=5).json())[
+            "upstream_reachable"
+        ] is None:
             assert time.monotonic() < deadline, body
             time.sleep(0.05)
         assert body["upstream_reachable"] is True and body["status"] == "ready"
@@ -286,7 +330,17 @@ def test_report_refuses_an_empty_samples_file_naming_it(tmp_path: Path):
 def test_a_command_that_prints_a_summary_keeps_logs_off_stdout_and_quiet_unless_verbose(tmp_path: Path):
     sim, url = start_simulator()
     suite = tmp_path / "suite.jsonl"
-    suite.write_bytes(orjson.dumps({"id": "pasta", "category": "instruction_following", "input": "A simple pasta dinner?", "checks": [{"kind": "refusal"}]}) + b"\n")
+    suite.write_bytes(
+        orjson.dumps(
+            {
+                "id": "pasta",
+                "category": "instruction_following",
+                "input": "A simple pasta dinner?",
+                "checks": [{"kind": "refusal"}],
+            }
+        )
+        + b"\n"
+    )
     args = ["regress", "--suite", str(suite), "--upstream", url + "/v1", "--model", "sim-gpt-4o-mini", "--repeat", "2"]
     try:
         quiet, verbose = run(args), run([*args, "--verbose"])

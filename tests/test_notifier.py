@@ -14,11 +14,21 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-
-from llmwatch.collectors.exporters.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
 from ports import dead_address, free_port
 
-TOP_LEVEL_KEYS = {"version", "groupKey", "status", "receiver", "groupLabels", "commonLabels", "commonAnnotations", "externalURL", "alerts"}
+from llmwatch.collectors.exporters.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
+
+TOP_LEVEL_KEYS = {
+    "version",
+    "groupKey",
+    "status",
+    "receiver",
+    "groupLabels",
+    "commonLabels",
+    "commonAnnotations",
+    "externalURL",
+    "alerts",
+}
 ALERT_KEYS = {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL", "fingerprint"}
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -145,7 +155,11 @@ async def test_common_labels_are_those_all_alerts_share(receiver, make_notifier)
     await n.update(active(drift_alert("B", "latency_ms"), drift_alert("B", "ttft_ms", p="0.03")))
     (payload,) = await receiver.wait_for(1)
     assert len(payload["alerts"]) == 2
-    assert payload["commonLabels"] == {"alertname": "LLMWatchDriftDetected", "severity": "warning", "model_version": "B"}
+    assert payload["commonLabels"] == {
+        "alertname": "LLMWatchDriftDetected",
+        "severity": "warning",
+        "model_version": "B",
+    }
     assert set(payload["commonAnnotations"]) == {"runbook_url"}
     assert len({a["fingerprint"] for a in payload["alerts"]}) == 2
 
@@ -391,7 +405,12 @@ receivers:
 async def test_payload_matches_what_alertmanager_sends(alertmanager, receiver, make_notifier):
     spec = drift_alert()
     starts = datetime.now(timezone.utc).replace(microsecond=0)
-    am_alert = {"labels": dict(spec.labels), "annotations": dict(spec.annotations), "startsAt": starts.isoformat().replace("+00:00", "Z"), "generatorURL": "http://llmwatch:9464/metrics"}
+    am_alert = {
+        "labels": dict(spec.labels),
+        "annotations": dict(spec.annotations),
+        "startsAt": starts.isoformat().replace("+00:00", "Z"),
+        "generatorURL": "http://llmwatch:9464/metrics",
+    }
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{alertmanager}/api/v2/alerts", json=[am_alert]) as resp:
             assert resp.status == 200, await resp.text()

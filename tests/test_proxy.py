@@ -8,11 +8,11 @@ import aiohttp
 import openai
 import orjson
 import pytest
+from conftest import drained, metric, proxy_url, scrape
+from upstreams import echo_app, gated_stream_app, serve
 from yarl import URL
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER
-from conftest import drained, metric, proxy_url, scrape
-from upstreams import echo_app, gated_stream_app, serve
 
 CHAT = {"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "How do I roast a chicken?"}], "seed": 42}
 
@@ -35,7 +35,9 @@ async def test_streaming_body_is_byte_identical_to_a_direct_call(sim, make_agent
     agent = await make_agent(sim.url)
 
     async def raw_stream(base: str) -> bytes:
-        async with client(base).chat.completions.with_streaming_response.create(**CHAT, stream=True, stream_options={"include_usage": True}) as resp:
+        async with client(base).chat.completions.with_streaming_response.create(
+            **CHAT, stream=True, stream_options={"include_usage": True}
+        ) as resp:
             assert resp.headers["content-type"].startswith("text/event-stream")
             return b"".join([chunk async for chunk in resp.iter_bytes()])
 
@@ -49,7 +51,9 @@ async def test_stream_is_relayed_chunk_by_chunk_not_buffered(make_agent):
     runner, url = await serve(gated_stream_app(gate))
     try:
         agent = await make_agent(url)
-        stream = await client(proxy_url(agent)).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        stream = await client(proxy_url(agent)).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
         seen = []
         async for chunk in stream:
             seen.append(chunk.choices[0].delta.content)
@@ -64,7 +68,11 @@ async def test_streamed_text_through_the_proxy_matches_the_non_streamed_answer(s
     agent = await make_agent(sim.url)
     c = client(proxy_url(agent))
     whole = await c.chat.completions.create(**CHAT)
-    parts = [ch.choices[0].delta.content or "" async for ch in await c.chat.completions.create(**CHAT, stream=True) if ch.choices]
+    parts = [
+        ch.choices[0].delta.content or ""
+        async for ch in await c.chat.completions.create(**CHAT, stream=True)
+        if ch.choices
+    ]
     assert "".join(parts) == whole.choices[0].message.content
 
 
@@ -74,7 +82,9 @@ async def test_error_statuses_and_bodies_pass_through(sim, make_agent, status):
     async with aiohttp.ClientSession() as http:
         results = []
         for base in (sim.url, proxy_url(agent)):
-            async with http.post(base + "/v1/chat/completions", json=CHAT, headers={FAULT_HEADER: f"status={status}"}) as resp:
+            async with http.post(
+                base + "/v1/chat/completions", json=CHAT, headers={FAULT_HEADER: f"status={status}"}
+            ) as resp:
                 results.append((resp.status, resp.reason, await resp.read()))
     assert results[0] == results[1]
     assert results[1][0] == status
@@ -109,10 +119,19 @@ async def test_every_method_path_query_header_and_body_is_forwarded_as_sent(make
     try:
         agent = await make_agent(url)
         body = b"\x00\x01 arbitrary \xff bytes"
-        headers = {"Authorization": "Bearer sk-live-123", "X-Custom-Header": "Mixed Case Value", "Accept-Encoding": "gzip"}
+        headers = {
+            "Authorization": "Bearer sk-live-123",
+            "X-Custom-Header": "Mixed Case Value",
+            "Accept-Encoding": "gzip",
+        }
         async with aiohttp.ClientSession(skip_auto_headers=("User-Agent", "Content-Type", "Accept")) as http:
             for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
-                async with http.request(method, URL(proxy_url(agent) + "/custom/p%20ath?q=a%2Fb&x=1", encoded=True), data=body if method != "GET" else None, headers=headers) as resp:
+                async with http.request(
+                    method,
+                    URL(proxy_url(agent) + "/custom/p%20ath?q=a%2Fb&x=1", encoded=True),
+                    data=body if method != "GET" else None,
+                    headers=headers,
+                ) as resp:
                     assert resp.status == 200
                     seen = await resp.json()
                     assert resp.headers["X-Upstream-Custom"] == "Kept-As-Is"
@@ -134,7 +153,15 @@ async def test_hop_by_hop_headers_are_not_forwarded(make_agent):
     try:
         agent = await make_agent(url)
         async with aiohttp.ClientSession() as http:
-            async with http.get(proxy_url(agent) + "/x", headers={"Connection": "keep-alive, X-Drop", "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Authorization": "Basic abc"}) as resp:
+            async with http.get(
+                proxy_url(agent) + "/x",
+                headers={
+                    "Connection": "keep-alive, X-Drop",
+                    "Keep-Alive": "timeout=5",
+                    "TE": "trailers",
+                    "Proxy-Authorization": "Basic abc",
+                },
+            ) as resp:
                 seen = await resp.json()
         names = {k.lower() for k, _ in seen["headers"]}
         assert not names & {"connection", "keep-alive", "te", "proxy-authorization"}
@@ -151,7 +178,9 @@ async def test_metrics_count_calls_tokens_ttft_and_cost(sim, make_agent):
         usage_in += r.usage.prompt_tokens
         usage_out += r.usage.completion_tokens
     for i in range(4):
-        async for ch in await c.chat.completions.create(**{**CHAT, "seed": 100 + i}, stream=True, stream_options={"include_usage": True}):
+        async for ch in await c.chat.completions.create(
+            **{**CHAT, "seed": 100 + i}, stream=True, stream_options={"include_usage": True}
+        ):
             if ch.usage:
                 usage_in += ch.usage.prompt_tokens
                 usage_out += ch.usage.completion_tokens
@@ -172,8 +201,15 @@ async def test_samples_carry_the_record_fields_and_no_secrets(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0})
     c = client(proxy_url(agent))
     prompt = "My email is jane@example.com, call +1 415-555-0134. How do I roast a chicken?"
-    await c.chat.completions.create(model="sim-gpt-4o", messages=[{"role": "user", "content": prompt}], seed=3, extra_headers={"x-request-id": "req-abc"})
-    async for _ in await c.chat.completions.create(model="sim-gpt-4o", messages=[{"role": "user", "content": "Plan a trip"}], stream=True):
+    await c.chat.completions.create(
+        model="sim-gpt-4o",
+        messages=[{"role": "user", "content": prompt}],
+        seed=3,
+        extra_headers={"x-request-id": "req-abc"},
+    )
+    async for _ in await c.chat.completions.create(
+        model="sim-gpt-4o", messages=[{"role": "user", "content": "Plan a trip"}], stream=True
+    ):
         pass
     records = await drained(agent, 2)
     assert len(records) == 2
@@ -184,7 +220,10 @@ async def test_samples_carry_the_record_fields_and_no_secrets(sim, make_agent):
     assert first["client_request_id"] == "req-abc" and first["id"] != "req-abc" and first["id"] != second["id"]
     assert first["model"] == "sim-gpt-4o" and first["model_version"] == "A" and first["status"] == 200
     assert first["usage"]["input_tokens"] > 0 and first["cost_usd"] > 0
-    assert "jane@example.com" not in orjson.dumps(first).decode() and "[EMAIL]" in first["request"]["messages"][0]["content"]
+    assert (
+        "jane@example.com" not in orjson.dumps(first).decode()
+        and "[EMAIL]" in first["request"]["messages"][0]["content"]
+    )
     assert "[PHONE]" in first["request"]["messages"][0]["content"]
     assert second["stream"] is True and second["ttft_ms"] > 0 and second["response"]["choices"][0]["message"]["content"]
     for record in records:
@@ -194,7 +233,9 @@ async def test_samples_carry_the_record_fields_and_no_secrets(sim, make_agent):
 
 async def test_redaction_can_be_turned_off(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, redaction={"enabled": False})
-    await client(proxy_url(agent)).chat.completions.create(model="m", messages=[{"role": "user", "content": "I am jane@example.com"}])
+    await client(proxy_url(agent)).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "I am jane@example.com"}]
+    )
     [record] = await drained(agent, 1)
     assert record["request"]["messages"][0]["content"] == "I am jane@example.com"
     assert record["redacted"] is False
@@ -222,7 +263,9 @@ async def test_embeddings_completions_and_responses_routes_are_captured(sim, mak
     assert ops["embeddings"]["usage"]["input_tokens"] > 0
     assert ops["generate_content"]["usage"]["output_tokens"] > 0
     samples = await scrape(agent)
-    assert metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_operation_name="generate_content") == 1
+    assert (
+        metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_operation_name="generate_content") == 1
+    )
 
 
 async def test_health_and_readiness_endpoints(sim, make_agent):

@@ -25,13 +25,20 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-
-from llmwatch.core.config import ConfigError, load_config
 from conftest import drained, metric, scrape
 from upstreams import serve
 
+from llmwatch.core.config import ConfigError, load_config
+
 CHAT_BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-OK_JSON = orjson.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
+OK_JSON = orjson.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    }
+)
 SECRET = "s3cret-Pa55"
 
 
@@ -95,7 +102,9 @@ async def read_body(head: bytes, reader: asyncio.StreamReader) -> bytes:
 
 async def answer_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     await read_body(head, reader)
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON))
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON)
+    )
     await writer.drain()
 
 
@@ -135,7 +144,13 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
 
 
 def post(path: str, body: bytes, *extra: str) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: llmwatch.test", "Content-Type: application/json", f"Content-Length: {len(body)}", *extra]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: llmwatch.test",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        *extra,
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
@@ -178,16 +193,39 @@ def gzip_bomb(mebibytes: int) -> bytes:
     for _ in range(mebibytes):
         crc = zlib.crc32(block, crc)
     header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-    return header + one_mib * mebibytes + deflate.flush(zlib.Z_FINISH) + struct.pack("<II", crc, (mebibytes << 20) & 0xFFFFFFFF)
+    return (
+        header
+        + one_mib * mebibytes
+        + deflate.flush(zlib.Z_FINISH)
+        + struct.pack("<II", crc, (mebibytes << 20) & 0xFFFFFFFF)
+    )
 
 
 class ProxyProcess:
     """`llmwatch proxy` as its own process: its memory is its own, its log is JSON on stdout."""
 
     def __init__(self, upstream: str, data_dir: Path) -> None:
-        env = {**os.environ, "LLMWATCH_SCORING__ENABLED": "false", "LLMWATCH_SAMPLING__RATE": "1.0", "HF_HUB_OFFLINE": "1"}
+        env = {
+            **os.environ,
+            "LLMWATCH_SCORING__ENABLED": "false",
+            "LLMWATCH_SAMPLING__RATE": "1.0",
+            "HF_HUB_OFFLINE": "1",
+        }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                "proxy",
+                "--upstream",
+                upstream,
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(data_dir),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
@@ -267,7 +305,9 @@ async def test_deflate_and_gzip_bodies_within_the_limit_are_still_captured(make_
 
     async def chat(request: web.Request) -> web.Response:
         coding = (await request.json())["model"]
-        return web.Response(body=answers[coding], headers={"Content-Type": "application/json", "Content-Encoding": coding})
+        return web.Response(
+            body=answers[coding], headers={"Content-Type": "application/json", "Content-Encoding": coding}
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
@@ -276,7 +316,9 @@ async def test_deflate_and_gzip_bodies_within_the_limit_are_still_captured(make_
         agent = await make_agent(url, sampling={"rate": 1.0})
         async with aiohttp.ClientSession(auto_decompress=False) as session:
             for coding in answers:
-                async with session.post(f"http://127.0.0.1:{agent.proxy_port}/v1/chat/completions", json={"model": coding, "messages": []}) as resp:
+                async with session.post(
+                    f"http://127.0.0.1:{agent.proxy_port}/v1/chat/completions", json={"model": coding, "messages": []}
+                ) as resp:
                     assert await resp.read() == answers[coding]
         records = await drained(agent, 2)
         assert sorted(r["model"] for r in records) == ["deflate", "gzip"]
@@ -290,7 +332,10 @@ async def test_a_compressed_request_body_is_forwarded_as_sent_and_still_captured
 
     async def keep_body(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         received.append(await read_body(head, reader))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(OK_JSON), OK_JSON)
+        )
         await writer.drain()
 
     compressed = gzip.compress(CHAT_BODY)
@@ -400,7 +445,9 @@ async def test_long_headers_many_headers_and_long_request_lines_pass_as_common_s
     async def echo_head(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_body(head, reader)
         body = orjson.dumps({"headers": len(head.split(b"\r\n")) - 1, "line": len(head.split(b"\r\n")[0])})
-        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: %s\r\nContent-Length: %d\r\n\r\n%s" % (long_value.encode(), len(body), body))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nX-Long: %s\r\nContent-Length: %d\r\n\r\n%s" % (long_value.encode(), len(body), body)
+        )
         await writer.drain()
 
     async with RawUpstream(echo_head) as upstream:
@@ -431,16 +478,22 @@ async def test_absolute_form_targets_get_400_and_never_reach_another_host(make_a
     async with RawUpstream(answer_ok) as upstream, RawUpstream(answer_ok) as elsewhere:
         agent = await make_agent(upstream.url)
         for target in (f"http://127.0.0.1:{elsewhere.port}/v1/models", f"http://127.0.0.1:{upstream.port}/v1/models"):
-            status, headers, body = await raw_call(agent.proxy_port, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status, headers, body = await raw_call(
+                agent.proxy_port, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
             assert status == 400 and headers["content-type"].startswith("application/json")
             assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
         # Asterisk-form is refused by aiohttp itself (parser or router), before the proxy sees it.
         assert (await raw_call(agent.proxy_port, b"GET * HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 400
         assert (await raw_call(agent.proxy_port, b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 404
         # A path that looks like an authority is still a path on the one upstream.
-        status, _, _ = await raw_call(agent.proxy_port, f"GET //127.0.0.1:{elsewhere.port}/v1/models HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        status, _, _ = await raw_call(
+            agent.proxy_port, f"GET //127.0.0.1:{elsewhere.port}/v1/models HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
         assert status == 200
-        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [f"GET //127.0.0.1:{elsewhere.port}/v1/models HTTP/1.1".encode()]
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [
+            f"GET //127.0.0.1:{elsewhere.port}/v1/models HTTP/1.1".encode()
+        ]
         assert elsewhere.connections == 0
 
 
@@ -469,13 +522,21 @@ async def test_upstream_credentials_are_sent_as_basic_auth_unless_the_client_bri
     async with RawUpstream(answer_ok) as upstream:
         agent = await make_agent(f"http://llm:{SECRET}@127.0.0.1:{upstream.port}")
         assert (await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY)))[0] == 200
-        assert (await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY, "Authorization: Bearer sk-client-own")))[0] == 200
-        assert header(upstream.heads[0], "authorization") == "Basic " + base64.b64encode(f"llm:{SECRET}".encode()).decode()
+        assert (
+            await raw_call(
+                agent.proxy_port, post("/v1/chat/completions", CHAT_BODY, "Authorization: Bearer sk-client-own")
+            )
+        )[0] == 200
+        assert (
+            header(upstream.heads[0], "authorization") == "Basic " + base64.b64encode(f"llm:{SECRET}".encode()).decode()
+        )
         assert header(upstream.heads[1], "authorization") == "Bearer sk-client-own"
 
 
 async def test_credentials_in_the_upstream_url_never_appear_in_the_log_or_error_bodies(tmp_path: Path):
-    proxy = await asyncio.to_thread(ProxyProcess, f"http://llm:{SECRET}@127.0.0.1:9", tmp_path / "data")  # port 9: nothing listens
+    proxy = await asyncio.to_thread(
+        ProxyProcess, f"http://llm:{SECRET}@127.0.0.1:9", tmp_path / "data"
+    )  # port 9: nothing listens
     try:
         status, _, body = await raw_call(proxy.proxy_port, post("/v1/chat/completions", CHAT_BODY))
         assert status == 502
@@ -523,7 +584,9 @@ async def test_retries_with_the_same_client_request_id_are_distinct_samples(make
     async with RawUpstream(answer_ok) as upstream:
         agent = await make_agent(upstream.url, sampling={"rate": 1.0})
         for _ in range(2):
-            assert (await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY, "X-Request-Id: retry-me")))[0] == 200
+            assert (
+                await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY, "X-Request-Id: retry-me"))
+            )[0] == 200
         records = await drained(agent, 2)
         assert len({r["id"] for r in records}) == 2
         assert [r["client_request_id"] for r in records] == ["retry-me", "retry-me"]
@@ -534,17 +597,32 @@ async def test_junk_model_names_sent_first_do_not_push_real_models_into_other(ma
         model = orjson.loads(await read_body(head, reader))["model"]
         if model not in ("served-model", "gpt-4o"):
             body = orjson.dumps({"error": {"message": "model not found", "type": "invalid_request_error"}})
-            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            writer.write(
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
         else:
-            body = orjson.dumps({"object": "chat.completion", "model": model + "-2025-01-01", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            body = orjson.dumps(
+                {
+                    "object": "chat.completion",
+                    "model": model + "-2025-01-01",
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+                    ],
+                }
+            )
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
         await writer.drain()
 
     async with RawUpstream(models) as upstream:
         agent = await make_agent(upstream.url, metrics={"max_models": 3, "models": ["allowed-model"]})
 
         async def call(model: str) -> None:
-            await raw_call(agent.proxy_port, post("/v1/chat/completions", orjson.dumps({"model": model, "messages": []})))
+            await raw_call(
+                agent.proxy_port, post("/v1/chat/completions", orjson.dumps({"model": model, "messages": []}))
+            )
 
         for i in range(6):
             await call(f"junk-{i}")

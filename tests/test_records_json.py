@@ -22,11 +22,28 @@ TIMESTAMPS = [
     1700000000.25,  # epoch seconds
     1700000000250,  # epoch milliseconds
 ]
-FLOATS = [0.0, -0.0, 1.0, 0.1 + 0.2, 1e-7, 2.5e-5, 5e-324, 1e15, 1e16, 1e21, 1e22, 123456789.125, 1.7976931348623157e308]
+FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    0.1 + 0.2,
+    1e-7,
+    2.5e-5,
+    5e-324,
+    1e15,
+    1e16,
+    1e21,
+    1e22,
+    123456789.125,
+    1.7976931348623157e308,
+]
 BODIES = [
     None,
     "plain text",
-    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "héllo — ✓ 😀 日本語 \u2028 \x00\x1f\x7f \"q\" \\ / \t\n"}]},
+    {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": 'héllo — ✓ 😀 日本語 \u2028 \x00\x1f\x7f "q" \\ / \t\n'}],
+    },
     {"floats": FLOATS, "nan": float("nan"), "inf": float("inf"), "ints": [0, -1, 2**63 - 1, -(2**63), 2**64 - 1]},
     [True, False, None, [], {}, "", [[1, [2, [3]]]]],
 ]
@@ -62,5 +79,13 @@ def test_to_json_writes_the_bytes_orjson_wrote(timestamp, body):
 
 @pytest.mark.parametrize("latency_ms", FLOATS)
 def test_every_float_field_is_written_like_orjson(latency_ms):
-    sample = Sample(timestamp=TIMESTAMPS[0], model=None, status=0, latency_ms=abs(latency_ms), cost_usd=abs(latency_ms), request={}, response={})
+    sample = Sample(
+        timestamp=TIMESTAMPS[0],
+        model=None,
+        status=0,
+        latency_ms=abs(latency_ms),
+        cost_usd=abs(latency_ms),
+        request={},
+        response={},
+    )
     assert sample.to_json() == old_to_json(sample)

@@ -4,13 +4,13 @@ from datetime import datetime, timezone
 
 import orjson
 import pytest
+from test_rules import chat_sample
 
 from llmwatch.core.config import RedactionSection
 from llmwatch.core.records import Sample
+from llmwatch.scorers.checks.rules import build_rule_check
 from llmwatch.scorers.pipeline import pii
 from llmwatch.scorers.pipeline.redaction import Redactor, luhn_valid
-from llmwatch.scorers.checks.rules import build_rule_check
-from test_rules import chat_sample
 
 ALL = ["email", "phone", "card", "key", "iban", "ssn"]
 
@@ -148,7 +148,10 @@ def _sample(**fields):
         model="m",
         status=200,
         latency_ms=1.0,
-        request={"user": "jane@corp.io", "messages": [{"role": "user", "content": "I am jane@corp.io", "name": "Jane"}]},
+        request={
+            "user": "jane@corp.io",
+            "messages": [{"role": "user", "content": "I am jane@corp.io", "name": "Jane"}],
+        },
         response={"choices": [{"message": {"role": "assistant", "content": "Hi Jane, card 4111 1111 1111 1111"}}]},
         metadata={"conversation_id": "c-42", "category": "billing"},
     )
@@ -157,7 +160,11 @@ def _sample(**fields):
 
 def test_fields_can_be_dropped_masked_or_hashed():
     section = RedactionSection(
-        fields={"request.messages.*.name": "drop", "metadata.conversation_id": "hash", "response.choices.0.message.content": "mask"},
+        fields={
+            "request.messages.*.name": "drop",
+            "metadata.conversation_id": "hash",
+            "response.choices.0.message.content": "mask",
+        },
         hash_salt="pepper",
     )
     redactor = Redactor.from_config(section)
@@ -196,7 +203,10 @@ def test_scores_only_mode_keeps_every_body_text_on_the_host():
 def test_redaction_is_on_by_default_and_bad_field_names_are_refused():
     assert Redactor.from_config(RedactionSection()) is not None
     assert Redactor.from_config(RedactionSection(enabled=False)) is None
-    with pytest.raises(ValueError, match="field 'body.user': expected client_request_id, metadata.<key>, request.<path> or response.<path>"):
+    with pytest.raises(
+        ValueError,
+        match="field 'body.user': expected client_request_id, metadata.<key>, request.<path> or response.<path>",
+    ):
         RedactionSection(fields={"body.user": "hash"})
     with pytest.raises(ValueError, match="drop"):
         RedactionSection(fields={"client_request_id": "encrypt"})

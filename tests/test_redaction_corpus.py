@@ -35,7 +35,9 @@ def test_the_corpus_has_a_few_hundred_strings_of_every_kind(table):
 @pytest.mark.parametrize("kind", pii.KINDS)
 def test_recall_per_kind_is_at_least_the_floor(table, kind):
     missed = [text for k, text, _ in table.misses if k == kind]
-    assert table.recall(kind) >= RECALL_FLOOR, f"{kind}: recall {table.recall(kind):.3f}; missed {missed}\n{format_table(table)}"
+    assert table.recall(kind) >= RECALL_FLOOR, (
+        f"{kind}: recall {table.recall(kind):.3f}; missed {missed}\n{format_table(table)}"
+    )
 
 
 def test_false_mask_rate_is_at_most_the_ceiling(table):

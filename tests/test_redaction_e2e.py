@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import aiohttp
-
 from conftest import drained, proxy_url
 from test_proxy import CHAT
 
-HEADERS = {"x-request-id": "req-for-jane.doe@corp.io", "x-llmwatch-conversation-id": "conv +14155550177", "x-llmwatch-category": "billing jane@corp.io"}
+HEADERS = {
+    "x-request-id": "req-for-jane.doe@corp.io",
+    "x-llmwatch-conversation-id": "conv +14155550177",
+    "x-llmwatch-category": "billing jane@corp.io",
+}
 
 
 async def post(agent, body) -> None:
@@ -25,13 +28,19 @@ async def test_header_metadata_and_request_id_are_masked_in_stored_samples(sim, 
     # (The simulator's answer repeats a word of the prompt, "jane", which is no address.)
     assert "jane@" not in stored and "jane.doe" not in stored and "4155550177" not in stored
     assert record["metadata"] == {"conversation_id": "conv [PHONE]", "category": "billing [EMAIL]"}
-    assert record["client_request_id"] == "[EMAIL]"  # the whole id is one address (its local part is "req-for-jane.doe")
+    assert (
+        record["client_request_id"] == "[EMAIL]"
+    )  # the whole id is one address (its local part is "req-for-jane.doe")
     assert record["id"].startswith("llmw-")  # llmwatch's own id, which the scores refer to
     assert record["request"]["user"].startswith("sha256:")
 
 
 async def test_scores_only_mode_stores_no_request_or_response_text(sim, make_agent):
-    agent = await make_agent(sim.url, sampling={"rate": 1.0}, redaction={"mode": "scores_only", "fields": {"metadata.conversation_id": "hash"}})
+    agent = await make_agent(
+        sim.url,
+        sampling={"rate": 1.0},
+        redaction={"mode": "scores_only", "fields": {"metadata.conversation_id": "hash"}},
+    )
     await post(agent, CHAT)
     [record] = await drained(agent, 1)
     assert record["request"] is None and record["response"] is None and record["redacted"] is True

@@ -10,29 +10,60 @@ from pathlib import Path
 import orjson
 import pytest
 from aiohttp import web
-
-from llmwatch.agent.cli.main import main
 from ports import dead_address
 from procs import simulator_url, start_simulator
+
+from llmwatch.agent.cli.main import main
 from llmwatch.scorers.checks.judge import JudgeReplyError, parse_judge_reply
 from llmwatch.scorers.evaluation.regress import load_run, load_suite
 
 REPEAT = "30"
 SUITE = [
     # Profile B answers ~30% shorter: a one-paragraph answer falls below these lengths.
-    {"id": "recipe-pasta", "category": "instruction_following", "input": "Give me a simple recipe for a pasta dinner with garlic.",
-     "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}]},
-    {"id": "python-keyerror", "category": "code", "input": "How do I fix a KeyError in my Python script?",
-     "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}]},
-    {"id": "trip-plan", "category": "instruction_following",
-     "input": [{"role": "system", "content": "You are a travel agent."}, {"role": "user", "content": "Plan a week-long trip itinerary: flights, hotel and passport tips."}],
-     "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 250}}]},
-    {"id": "topic-json", "category": "extraction", "input": "Classify this message by topic: my bread dough never rises in the oven",
-     "params": {"response_format": {"type": "json_object"}}, "expected": "\"topic\":\\s*\"cooking\"", "expected_match": "regex",
-     "checks": [{"kind": "json_schema", "params": {"schema": {"type": "object", "required": ["answer", "topic"]}}}]},
-    {"id": "bread-followup", "category": "multi_turn_dialogue",
-     "input": [{"role": "user", "content": "I want to bake bread"}, {"role": "assistant", "content": "Great, what kind?"}, {"role": "user", "content": "A simple white loaf, how long in the oven?"}],
-     "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}]},
+    {
+        "id": "recipe-pasta",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "checks": [
+            {"kind": "refusal"},
+            {"kind": "not_empty_or_truncated"},
+            {"kind": "length", "name": "detailed", "params": {"min_chars": 290}},
+        ],
+    },
+    {
+        "id": "python-keyerror",
+        "category": "code",
+        "input": "How do I fix a KeyError in my Python script?",
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}],
+    },
+    {
+        "id": "trip-plan",
+        "category": "instruction_following",
+        "input": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "Plan a week-long trip itinerary: flights, hotel and passport tips."},
+        ],
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 250}}],
+    },
+    {
+        "id": "topic-json",
+        "category": "extraction",
+        "input": "Classify this message by topic: my bread dough never rises in the oven",
+        "params": {"response_format": {"type": "json_object"}},
+        "expected": '"topic":\\s*"cooking"',
+        "expected_match": "regex",
+        "checks": [{"kind": "json_schema", "params": {"schema": {"type": "object", "required": ["answer", "topic"]}}}],
+    },
+    {
+        "id": "bread-followup",
+        "category": "multi_turn_dialogue",
+        "input": [
+            {"role": "user", "content": "I want to bake bread"},
+            {"role": "assistant", "content": "Great, what kind?"},
+            {"role": "user", "content": "A simple white loaf, how long in the oven?"},
+        ],
+        "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}],
+    },
 ]
 
 
@@ -48,7 +79,9 @@ def _cli_leaves_logging_alone():
 @pytest.fixture(scope="module")
 def simulators():
     """Two simulator processes, one per model version; no delays, so 150 calls take about a second."""
-    procs = {profile: start_simulator("--latency-scale", "0", "--profile", profile, "--seed", "7") for profile in ("A", "B")}
+    procs = {
+        profile: start_simulator("--latency-scale", "0", "--profile", profile, "--seed", "7") for profile in ("A", "B")
+    }
     try:
         # Each simulator binds port 0 and prints the URL it got.
         yield {profile: simulator_url(proc) for profile, proc in procs.items()}
@@ -67,7 +100,22 @@ def write_suite(path: Path, cases=SUITE) -> str:
 
 
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(["regress", "--suite", suite, "--upstream", url, "--model", "sim-gpt-4o-mini", "--repeat", REPEAT, "--concurrency", "6", *extra])
+    return main(
+        [
+            "regress",
+            "--suite",
+            suite,
+            "--upstream",
+            url,
+            "--model",
+            "sim-gpt-4o-mini",
+            "--repeat",
+            REPEAT,
+            "--concurrency",
+            "6",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +137,12 @@ def test_a_run_records_the_suite_checksum_pass_rates_and_every_attempt(baseline_
     recipe = next(c for c in run.cases if c.id == "recipe-pasta")
     assert recipe.n_judged == 30 and recipe.pass_rate >= 0.8
     assert 0.0 <= recipe.variance <= 0.25
-    assert {g.category for g in run.categories} == {"instruction_following", "code", "extraction", "multi_turn_dialogue"}
+    assert {g.category for g in run.categories} == {
+        "instruction_following",
+        "code",
+        "extraction",
+        "multi_turn_dialogue",
+    }
 
 
 def test_a_stable_version_passes_against_its_own_baseline(simulators, baseline_run, tmp_path: Path, capsys):
@@ -101,7 +154,9 @@ def test_a_stable_version_passes_against_its_own_baseline(simulators, baseline_r
     assert "REGRESSED" not in out
 
 
-def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(simulators, baseline_run, tmp_path: Path, capsys):
+def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(
+    simulators, baseline_run, tmp_path: Path, capsys
+):
     suite, run = baseline_run
     capsys.readouterr()
     out_path = tmp_path / "run-b.json"
@@ -122,7 +177,10 @@ def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(
 def test_a_changed_suite_refuses_to_compare_before_making_any_call(baseline_run, tmp_path: Path, capsys):
     _, run = baseline_run
     changed = [dict(c) for c in SUITE]
-    changed[1] = {**changed[1], "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 200}}]}
+    changed[1] = {
+        **changed[1],
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 200}}],
+    }
     suite = write_suite(tmp_path / "suite-v2.jsonl", changed)
     dead = f"http://{dead_address()}"  # nothing listens: a call would fail differently
     capsys.readouterr()
@@ -145,12 +203,27 @@ def test_reformatting_the_suite_keeps_its_checksum_and_any_edit_changes_it(tmp_p
 @pytest.mark.parametrize(
     "case, message",
     [
-        ({"id": "x", "input": "hi", "checks": [{"kind": "regexp"}]}, "suite.jsonl:2: field 'checks.0.kind': unknown check kind 'regexp'; known kinds:"),
-        ({"id": "x", "input": "hi", "checks": [{"kind": "length", "params": {"min_char": 3}}]}, "suite.jsonl:2: field 'checks.0.params': check kind 'length': invalid params: unknown field 'min_char'"),
+        (
+            {"id": "x", "input": "hi", "checks": [{"kind": "regexp"}]},
+            "suite.jsonl:2: field 'checks.0.kind': unknown check kind 'regexp'; known kinds:",
+        ),
+        (
+            {"id": "x", "input": "hi", "checks": [{"kind": "length", "params": {"min_char": 3}}]},
+            "suite.jsonl:2: field 'checks.0.params': check kind 'length': invalid params: unknown field 'min_char'",
+        ),
         ({"id": "x", "input": "hi"}, "suite.jsonl:2: a case needs `expected` and/or `checks`"),
-        ({"id": "x", "input": "hi", "expected": "a", "params": {"stream": True}}, "suite.jsonl:2: field 'params': stream cannot be set per case"),
-        ({"id": "recipe-pasta", "input": "hi", "expected": "a"}, "suite.jsonl:2: field 'id': case id 'recipe-pasta' is already used on line 1"),
-        ({"id": "x", "input": [{"role": "assistant", "content": "hi"}], "expected": "a"}, "suite.jsonl:2: field 'input': the messages need at least one user message"),
+        (
+            {"id": "x", "input": "hi", "expected": "a", "params": {"stream": True}},
+            "suite.jsonl:2: field 'params': stream cannot be set per case",
+        ),
+        (
+            {"id": "recipe-pasta", "input": "hi", "expected": "a"},
+            "suite.jsonl:2: field 'id': case id 'recipe-pasta' is already used on line 1",
+        ),
+        (
+            {"id": "x", "input": [{"role": "assistant", "content": "hi"}], "expected": "a"},
+            "suite.jsonl:2: field 'input': the messages need at least one user message",
+        ),
     ],
 )
 def test_suite_errors_name_the_line_and_the_field(tmp_path: Path, capsys, case, message):
@@ -161,7 +234,26 @@ def test_suite_errors_name_the_line_and_the_field(tmp_path: Path, capsys, case, 
 
 def test_an_unreachable_endpoint_is_a_usage_error_not_a_regression(tmp_path: Path, capsys):
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    assert main(["regress", "--suite", suite, "--upstream", f"http://{dead_address()}", "--model", "m", "--repeat", "2", "--max-retries", "0", "--timeout", "2"]) == 2
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                f"http://{dead_address()}",
+                "--model",
+                "m",
+                "--repeat",
+                "2",
+                "--max-retries",
+                "0",
+                "--timeout",
+                "2",
+            ]
+        )
+        == 2
+    )
     assert "no call to http://127.0.0.1:" in capsys.readouterr().err
 
 
@@ -204,8 +296,17 @@ def judge_server():
             content = '{"score": 1, "reason": "refused"}'
         else:
             content = 'Here you go:\n```json\n{"score": 5, "reason": "complete"}\n```'
-        return web.json_response({"id": "j", "object": "chat.completion", "created": 0, "model": body["model"],
-                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+        return web.json_response(
+            {
+                "id": "j",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+            }
+        )
 
     loop = asyncio.new_event_loop()
     app = web.Application()
@@ -233,14 +334,41 @@ def judge_server():
     thread.join(timeout=10)
 
 
-def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_errors(simulators, judge_server, tmp_path: Path, capsys):
+def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_errors(
+    simulators, judge_server, tmp_path: Path, capsys
+):
     url, seen = judge_server
-    case = {"id": "recipe", "category": "instruction_following", "input": "Give me a simple recipe for a pasta dinner with garlic.",
-            "reference": "Cook pasta, fry garlic in oil, toss together.", "checks": [{"kind": "not_empty_or_truncated"}]}
+    case = {
+        "id": "recipe",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "reference": "Cook pasta, fry garlic in oil, toss together.",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    }
     suite = write_suite(tmp_path / "suite.jsonl", [case])
     out = tmp_path / "judged.json"
-    assert main(["regress", "--suite", suite, "--upstream", simulators["A"], "--model", "sim-gpt-4o-mini", "--repeat", "6",
-                 "--judge-url", url, "--judge-model", "grader", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                simulators["A"],
+                "--model",
+                "sim-gpt-4o-mini",
+                "--repeat",
+                "6",
+                "--judge-url",
+                url,
+                "--judge-model",
+                "grader",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     run = load_run(out)
     assert run.judge_model == "grader"
     judged = [next(r for r in a.checks if r.name == "judge") for a in run.attempts]
@@ -250,8 +378,28 @@ def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_
 
     broken = tmp_path / "broken.json"
     capsys.readouterr()
-    assert main(["regress", "--suite", suite, "--upstream", simulators["A"], "--model", "sim-gpt-4o-mini", "--repeat", "4",
-                 "--judge-url", url, "--judge-model", "broken", "--out", str(broken)]) == 0
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                simulators["A"],
+                "--model",
+                "sim-gpt-4o-mini",
+                "--repeat",
+                "4",
+                "--judge-url",
+                url,
+                "--judge-model",
+                "broken",
+                "--out",
+                str(broken),
+            ]
+        )
+        == 0
+    )
     run = load_run(broken)
     for attempt in run.attempts:
         judge = next(r for r in attempt.checks if r.name == "judge")
@@ -263,5 +411,20 @@ def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_
 
 def test_the_judge_needs_both_its_url_and_its_model(tmp_path: Path, capsys):
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    assert main(["regress", "--suite", suite, "--upstream", "http://127.0.0.1:1", "--model", "m", "--judge-url", "http://127.0.0.1:2"]) == 2
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                "http://127.0.0.1:1",
+                "--model",
+                "m",
+                "--judge-url",
+                "http://127.0.0.1:2",
+            ]
+        )
+        == 2
+    )
     assert "both --judge-url and --judge-model" in capsys.readouterr().err

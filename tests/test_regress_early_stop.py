@@ -11,11 +11,11 @@ from pathlib import Path
 import orjson
 import pytest
 from aiohttp import web
-
-from llmwatch.agent.cli.main import main
-from llmwatch.agent.apps.simulator.server import SimProfile, create_app
-from llmwatch.scorers.evaluation.regress import load_run
 from upstreams import serve
+
+from llmwatch.agent.apps.simulator.server import SimProfile, create_app
+from llmwatch.agent.cli.main import main
+from llmwatch.scorers.evaluation.regress import load_run
 
 REPEAT = 30
 # Version A answers cleanly; version B refuses ~60% of requests. Cases with a refusal (or JSON)
@@ -23,15 +23,43 @@ REPEAT = 30
 CLEAN = dict(latency_scale=0.0, refusal_rate=0.0, invalid_json_rate=0.0, off_topic_rate=0.0, truncation_rate=0.0)
 PROFILES = {"A": SimProfile(name="A", **CLEAN), "B": SimProfile(name="B", **{**CLEAN, "refusal_rate": 0.6})}
 SUITE = [
-    {"id": "recipe", "category": "instruction_following", "input": "Give me a simple recipe for a pasta dinner with garlic.",
-     "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}]},
-    {"id": "python-keyerror", "category": "code", "input": "How do I fix a KeyError in my Python script?", "checks": [{"kind": "refusal"}]},
-    {"id": "trip", "category": "instruction_following", "input": "Plan a week-long trip itinerary: flights, hotel and passport tips.",
-     "checks": [{"kind": "refusal"}]},
-    {"id": "topic-json", "category": "extraction", "input": "Classify this message by topic: my bread dough never rises in the oven",
-     "params": {"response_format": {"type": "json_object"}}, "checks": [{"kind": "json_schema", "params": {"schema": {"type": "object", "required": ["answer", "topic"]}}}]},
-    {"id": "bread-answered", "category": "instruction_following", "input": "How long should white bread bake?", "checks": [{"kind": "not_empty_or_truncated"}]},
-    {"id": "soup-answered", "category": "instruction_following", "input": "What goes into a vegetable soup?", "checks": [{"kind": "not_empty_or_truncated"}]},
+    {
+        "id": "recipe",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}],
+    },
+    {
+        "id": "python-keyerror",
+        "category": "code",
+        "input": "How do I fix a KeyError in my Python script?",
+        "checks": [{"kind": "refusal"}],
+    },
+    {
+        "id": "trip",
+        "category": "instruction_following",
+        "input": "Plan a week-long trip itinerary: flights, hotel and passport tips.",
+        "checks": [{"kind": "refusal"}],
+    },
+    {
+        "id": "topic-json",
+        "category": "extraction",
+        "input": "Classify this message by topic: my bread dough never rises in the oven",
+        "params": {"response_format": {"type": "json_object"}},
+        "checks": [{"kind": "json_schema", "params": {"schema": {"type": "object", "required": ["answer", "topic"]}}}],
+    },
+    {
+        "id": "bread-answered",
+        "category": "instruction_following",
+        "input": "How long should white bread bake?",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    },
+    {
+        "id": "soup-answered",
+        "category": "instruction_following",
+        "input": "What goes into a vegetable soup?",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    },
 ]
 REGRESSING = {"recipe", "python-keyerror", "trip", "topic-json"}
 
@@ -85,8 +113,24 @@ def write_suite(path: Path, cases=SUITE) -> str:
 
 
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(["regress", "--suite", suite, "--upstream", url, "--model", "sim-gpt-4o-mini", "--repeat", str(REPEAT), "--concurrency", "6",
-                 "--max-retries", "0", *extra])
+    return main(
+        [
+            "regress",
+            "--suite",
+            suite,
+            "--upstream",
+            url,
+            "--model",
+            "sim-gpt-4o-mini",
+            "--repeat",
+            str(REPEAT),
+            "--concurrency",
+            "6",
+            "--max-retries",
+            "0",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +149,9 @@ def test_early_stopping_reaches_the_fixed_repeats_verdicts_with_fewer_calls(coun
     assert regress(suite, urls["B"], "--baseline", str(run_a), "--out", str(tmp_path / "fixed.json")) == 1
     fixed_calls = calls["B"] - before
     before = calls["B"]
-    assert regress(suite, urls["B"], "--baseline", str(run_a), "--out", str(tmp_path / "early.json"), "--early-stop") == 1
+    assert (
+        regress(suite, urls["B"], "--baseline", str(run_a), "--out", str(tmp_path / "early.json"), "--early-stop") == 1
+    )
     early_calls = calls["B"] - before
     fixed, early = load_run(tmp_path / "fixed.json"), load_run(tmp_path / "early.json")
     assert fixed_calls == REPEAT * len(SUITE) == fixed.calls
@@ -146,7 +192,9 @@ def test_pass_k_and_flaky_cases_are_reported_beside_the_mean_pass_rate(baseline,
     for cid in set(cases) - REGRESSING:
         assert cases[cid].pass_k is True and not cases[cid].flaky
     out = capsys.readouterr().out
-    assert "pass^k" in out and "FLAKY" in out and "flaky (pass rate strictly between 0 and 1 at 95% confidence): " in out
+    assert (
+        "pass^k" in out and "FLAKY" in out and "flaky (pass rate strictly between 0 and 1 at 95% confidence): " in out
+    )
     by_cat = {g.category: g for g in run.categories}
     assert by_cat["extraction"].pass_k_rate == 0.0 and 0 < by_cat["instruction_following"].pass_k_rate < 1
 
@@ -154,7 +202,10 @@ def test_pass_k_and_flaky_cases_are_reported_beside_the_mean_pass_rate(baseline,
 def test_a_grown_suite_is_refused_with_the_added_cases_named_before_any_call(baseline, counted, tmp_path: Path, capsys):
     urls, calls = counted
     _, run_a = baseline
-    grown = write_suite(tmp_path / "suite-v2.jsonl", SUITE + [{"id": "new-failure", "input": "Summarise this email thread", "checks": [{"kind": "refusal"}]}])
+    grown = write_suite(
+        tmp_path / "suite-v2.jsonl",
+        SUITE + [{"id": "new-failure", "input": "Summarise this email thread", "checks": [{"kind": "refusal"}]}],
+    )
     before = dict(calls)
     capsys.readouterr()
     assert regress(grown, urls["B"], "--baseline", str(run_a)) == 2

@@ -13,9 +13,18 @@ import asyncio
 import hashlib
 
 import orjson
-
 from conftest import drained, metric, scrape, wait_until
-from test_proxy_faults import CHAT_BODY, OK_JSON, RawUpstream, answer_ok, header, post, raw_call, read_body, read_response
+from test_proxy_faults import (
+    CHAT_BODY,
+    OK_JSON,
+    RawUpstream,
+    answer_ok,
+    header,
+    post,
+    raw_call,
+    read_body,
+    read_response,
+)
 
 
 async def read_chunked_body(head: bytes, reader: asyncio.StreamReader) -> bytes:
@@ -38,13 +47,18 @@ async def test_a_chunked_upload_reaches_the_upstream_whole_and_is_captured(make_
     async def keep(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = await read_chunked_body(head, reader) if header(head, "transfer-encoding") else b""
         received.append((header(head, "transfer-encoding"), body))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(OK_JSON), OK_JSON)
+        )
         await writer.drain()
 
     async with RawUpstream(keep) as upstream:
         agent = await make_agent(upstream.url, sampling={"rate": 1.0})
         for path in ("/v1/chat/completions", "/uploads"):  # captured, and streamed through
-            request = f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunked(CHAT_BODY[:7], CHAT_BODY[7:])
+            request = f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunked(
+                CHAT_BODY[:7], CHAT_BODY[7:]
+            )
             status, _, body = await raw_call(agent.proxy_port, request)
             assert status == 200 and body == OK_JSON
         assert received == [("chunked", CHAT_BODY), ("chunked", CHAT_BODY)]
@@ -56,7 +70,10 @@ async def test_an_http_1_0_client_gets_a_chunked_answer_unchunked_and_the_connec
     events = [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
 
     async def stream(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(*events))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + chunked(*events)
+        )
         await writer.drain()
 
     async with RawUpstream(stream) as upstream:
@@ -110,8 +127,19 @@ async def test_pipelined_requests_are_answered_in_order(make_agent):
         assert answers == [f"/p{i}".encode() for i in range(5)]
 
 
-async def test_a_response_delimited_by_the_upstream_closing_is_relayed_whole_then_the_client_connection_closes(make_agent):
-    answer = orjson.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "to the close"}, "finish_reason": "stop"}]})
+async def test_a_response_delimited_by_the_upstream_closing_is_relayed_whole_then_the_client_connection_closes(
+    make_agent,
+):
+    answer = orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "to the close"}, "finish_reason": "stop"}
+            ],
+        }
+    )
 
     async def until_close(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_body(head, reader)
@@ -135,7 +163,10 @@ async def test_a_client_that_does_not_read_pauses_the_upstream_and_then_gets_eve
     expected = hashlib.sha256(block * blocks).hexdigest()
 
     async def big(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % (len(block) * blocks))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+            % (len(block) * blocks)
+        )
         for _ in range(blocks):
             writer.write(block)
             await writer.drain()
@@ -148,8 +179,13 @@ async def test_a_client_that_does_not_read_pauses_the_upstream_and_then_gets_eve
             await writer.drain()
             # The client reads nothing: the relay must stop reading the upstream, not buffer 32 MiB.
             relay = agent.proxy.relay
-            await wait_until(lambda: any(c.current is not None and c.current.up is not None and c.current.up.paused for c in relay.clients), timeout=20)
-            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5))
+            await wait_until(
+                lambda: any(
+                    c.current is not None and c.current.up is not None and c.current.up.paused for c in relay.clients
+                ),
+                timeout=20,
+            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             assert head.startswith(b"HTTP/1.1 200")
             digest = hashlib.sha256()
             got = 0
@@ -177,7 +213,9 @@ async def test_calls_beyond_max_connections_wait_for_a_free_upstream_connection(
 
     async with RawUpstream(held) as upstream:
         agent = await make_agent(upstream.url, proxy={"max_connections": 1})
-        calls = [asyncio.create_task(raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))) for _ in range(3)]
+        calls = [
+            asyncio.create_task(raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))) for _ in range(3)
+        ]
         await wait_until(lambda: arrived == 1)
         gate.set()
         results = await asyncio.gather(*calls)
@@ -190,7 +228,10 @@ async def test_a_client_that_leaves_mid_stream_closes_the_upstream_connection_an
 
     async def endless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_body(head, reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n" % (11, b"data: x\n\n\n\n"[:11]))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%b\r\n" % (11, b"data: x\n\n\n\n"[:11])
+        )
         await writer.drain()
         if await asyncio.wait_for(reader.read(1), 20) == b"":
             upstream_saw_close.set()
@@ -223,11 +264,13 @@ async def test_answers_without_a_body_head_204_304_end_at_their_head_and_the_con
         path = head.split(b" ")[1]
         if path == b"/head":
             # The length of the body a GET would get; a HEAD answer has none.
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(OK_JSON))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(OK_JSON)
+            )
         elif path == b"/204":
             writer.write(b"HTTP/1.1 204 No Content\r\nX-Kind: none\r\n\r\n")
         else:
-            writer.write(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n")
+            writer.write(b'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n')
         await writer.drain()
 
     async with RawUpstream(bodiless) as upstream:
@@ -243,4 +286,8 @@ async def test_answers_without_a_body_head_204_304_end_at_their_head_and_the_con
                 assert head.startswith(b"HTTP/1.1 %d" % status)
         finally:
             writer.close()
-        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"HEAD /head HTTP/1.1", b"GET /204 HTTP/1.1", b"GET /304 HTTP/1.1"]
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [
+            b"HEAD /head HTTP/1.1",
+            b"GET /204 HTTP/1.1",
+            b"GET /304 HTTP/1.1",
+        ]

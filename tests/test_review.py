@@ -16,9 +16,9 @@ from sklearn.metrics import cohen_kappa_score
 from llmwatch.agent.cli.main import main
 from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample
-from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.suite import build_suite
+from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 V1, V2 = "support-v1-2026-11", "support-v2-2026-12"
@@ -34,6 +34,7 @@ def _cli_leaves_logging_alone():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
+
 
 PROMPTS = {
     "billing": [
@@ -54,11 +55,28 @@ ANSWERS = {
 
 def sample(sid: str, version: str, prompt: str, answer: str, category: str, n: int, finish: str = "stop") -> Sample:
     return Sample(
-        id=sid, timestamp=T0 + timedelta(seconds=n), model="gpt-4o-mini", response_model="gpt-4o-mini-2024-07-18", model_version=version,
-        status=200, latency_ms=700.0, finish_reason=finish, cost_usd=0.001,
-        request={"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": prompt}]},
-        response={"id": f"chatcmpl-{sid}", "model": "gpt-4o-mini-2024-07-18", "system_fingerprint": f"fp_{version}",
-                  "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish}]},
+        id=sid,
+        timestamp=T0 + timedelta(seconds=n),
+        model="gpt-4o-mini",
+        response_model="gpt-4o-mini-2024-07-18",
+        model_version=version,
+        status=200,
+        latency_ms=700.0,
+        finish_reason=finish,
+        cost_usd=0.001,
+        request={
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "system", "content": "You are a support agent."},
+                {"role": "user", "content": prompt},
+            ],
+        },
+        response={
+            "id": f"chatcmpl-{sid}",
+            "model": "gpt-4o-mini-2024-07-18",
+            "system_fingerprint": f"fp_{version}",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish}],
+        },
         metadata={"category": category},
     )
 
@@ -73,8 +91,27 @@ def live_traffic() -> list[Sample]:
                 out.append(sample(f"req-{category}-{i}-{version[-7:]}", version, prompt, answer, category, n))
                 n += 1
     # Prompts only one version saw: paired within their category instead.
-    out.append(sample("req-only-v1", V1, "Is there a student discount on the annual plan?", ANSWERS[V1] + " Students get 20% off.", "billing", n + 1))
-    out.append(sample("req-only-v2", V2, "Can I pause my subscription for two months?", ANSWERS[V2] + " Pausing is free.", "billing", n + 2, finish="length"))
+    out.append(
+        sample(
+            "req-only-v1",
+            V1,
+            "Is there a student discount on the annual plan?",
+            ANSWERS[V1] + " Students get 20% off.",
+            "billing",
+            n + 1,
+        )
+    )
+    out.append(
+        sample(
+            "req-only-v2",
+            V2,
+            "Can I pause my subscription for two months?",
+            ANSWERS[V2] + " Pausing is free.",
+            "billing",
+            n + 2,
+            finish="length",
+        )
+    )
     return out
 
 
@@ -83,20 +120,63 @@ def exported(tmp_path: Path, capsys):
     samples = live_traffic()
     (tmp_path / "samples").mkdir()
     (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
-    scores = [r.score for r in build_suite(ScoringSection.model_validate({"checks": CHECKS, "embeddings": False})).score(samples)]
+    scores = [
+        r.score
+        for r in build_suite(ScoringSection.model_validate({"checks": CHECKS, "embeddings": False})).score(samples)
+    ]
     # A model-as-judge check scored the live traffic too: refusals low, everything else high.
     for s in samples:
         value = 0.0 if s.answer_text() == REFUSAL else (0.75 if s.model_version == V1 else 1.0)
-        scores.append(Score(sample_id=s.id, check="judge", kind="judge", result="pass" if value >= 0.75 else "fail", value=value, model_version=s.model_version, sample_timestamp=s.timestamp))
+        scores.append(
+            Score(
+                sample_id=s.id,
+                check="judge",
+                kind="judge",
+                result="pass" if value >= 0.75 else "fail",
+                value=value,
+                model_version=s.model_version,
+                sample_timestamp=s.timestamp,
+            )
+        )
     (tmp_path / "scores.jsonl").write_bytes(b"".join(sc.to_json() + b"\n" for sc in scores))
     config = tmp_path / "llmwatch.yaml"
-    config.write_text(yaml.safe_dump({
-        "scoring": {"checks": CHECKS, "embeddings": False},
-        "matrix": {"categories": [{"name": "billing", "match": {"metadata": {"category": "billing"}}}, {"name": "shipping", "match": {"metadata": {"category": "shipping"}}}]},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "scoring": {"checks": CHECKS, "embeddings": False},
+                "matrix": {
+                    "categories": [
+                        {"name": "billing", "match": {"metadata": {"category": "billing"}}},
+                        {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
+                    ]
+                },
+            }
+        )
+    )
     out = tmp_path / "round1" / "tasks.jsonl"
-    assert main(["review", "export", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl"), "--config", str(config),
-                 "--versions", f"{V1},{V2}", "--n", "6", "--out", str(out), "--seed", "11"]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "export",
+                "--samples",
+                str(tmp_path / "samples"),
+                "--scores",
+                str(tmp_path / "scores.jsonl"),
+                "--config",
+                str(config),
+                "--versions",
+                f"{V1},{V2}",
+                "--n",
+                "6",
+                "--out",
+                str(out),
+                "--seed",
+                "11",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     return out, printed, samples
 
@@ -112,7 +192,9 @@ def test_export_writes_stratified_blind_tasks_and_a_separate_key(exported):
     tasks = read_jsonl(tasks_path)
     assert len(tasks) == 6
     assert {t["stratum"] for t in tasks} >= {"failing", "typical"}
-    assert sum(t["same_prompt"] for t in tasks) == 5  # every prompt both versions answered; the sixth is a category pair
+    assert (
+        sum(t["same_prompt"] for t in tasks) == 5
+    )  # every prompt both versions answered; the sixth is a category pair
     # Nothing in the tasks names a model: no version, model, sample id or fingerprint.
     body = tasks_path.read_text()
     for secret in (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample_id"):
@@ -139,12 +221,27 @@ def reviews_for(tasks: list[dict], dispute: str) -> list[dict]:
         for label, cand in t["candidates"].items():
             refused = cand["answer"] == REFUSAL
             detailed = "refunded" in cand["answer"] or "%" in cand["answer"]
-            first[label] = {"accuracy": 1 if refused else (5 if detailed else 4), "completeness": 1 if refused else (4 if detailed else 3), "hallucination": 5}
+            first[label] = {
+                "accuracy": 1 if refused else (5 if detailed else 4),
+                "completeness": 1 if refused else (4 if detailed else 3),
+                "hallucination": 5,
+            }
         second = {label: {**s, "hallucination": 4} for label, s in first.items()}
         if t["task_id"] == dispute:
-            second["A"]["accuracy"] = first["A"]["accuracy"] - 2 if first["A"]["accuracy"] > 2 else first["A"]["accuracy"] + 2
+            second["A"]["accuracy"] = (
+                first["A"]["accuracy"] - 2 if first["A"]["accuracy"] > 2 else first["A"]["accuracy"] + 2
+            )
         for judge, scores in (("reviewer_01", first), ("reviewer_02", second)):
-            out.append({"task_id": t["task_id"], "category": t["category"], "candidates": ["A", "B"], "scores": scores, "judge": judge, "blind": True})
+            out.append(
+                {
+                    "task_id": t["task_id"],
+                    "category": t["category"],
+                    "candidates": ["A", "B"],
+                    "scores": scores,
+                    "judge": judge,
+                    "blind": True,
+                }
+            )
     return out
 
 
@@ -166,8 +263,25 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     reviews_path = tmp_path / "reviews.jsonl"
     reviews_path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
     report_path = tmp_path / "review-report.json"
-    assert main(["review", "import", "--tasks", str(tasks_path), "--key", str(tasks_path.with_name("tasks.key.json")), "--reviews", str(reviews_path),
-                 "--out", str(report_path), "--level", "interval"]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(tasks_path),
+                "--key",
+                str(tasks_path.with_name("tasks.key.json")),
+                "--reviews",
+                str(reviews_path),
+                "--out",
+                str(report_path),
+                "--level",
+                "interval",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     report = orjson.loads(report_path.read_bytes())
     assert report["reviewers"] == ["reviewer_01", "reviewer_02"] and report["reviews"] == 12
@@ -176,12 +290,17 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     for criterion in CRITERIA:
         pairs = []
         for t in tasks:
-            r1, r2 = (next(r for r in reviews if r["task_id"] == t["task_id"] and r["judge"] == j) for j in ("reviewer_01", "reviewer_02"))
+            r1, r2 = (
+                next(r for r in reviews if r["task_id"] == t["task_id"] and r["judge"] == j)
+                for j in ("reviewer_01", "reviewer_02")
+            )
             pairs += [(r1["scores"][label][criterion], r2["scores"][label][criterion]) for label in ("A", "B")]
         got = report["agreement"][criterion]
         expected_alpha = alpha_interval_pairwise(pairs)
         assert got["krippendorff_alpha"] == pytest.approx(expected_alpha), criterion
-        kappa = cohen_kappa_score([a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5])
+        kappa = cohen_kappa_score(
+            [a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5]
+        )
         assert got["cohen_kappa"]["reviewer_01|reviewer_02"]["kappa_quadratic"] == pytest.approx(kappa), criterion
         assert got["n_items"] == 12
     # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all.
@@ -191,13 +310,22 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     assert report["disputed"] == [dispute]
     arbitration = read_jsonl(Path(report["arbitration_file"]))
     assert [a["task_id"] for a in arbitration] == [dispute]
-    assert arbitration[0]["reasons"][0]["kind"] == "score_gap" and arbitration[0]["reasons"][0]["criterion"] == "accuracy"
-    assert V1 not in Path(report["arbitration_file"]).read_text() and V2 not in Path(report["arbitration_file"]).read_text()
+    assert (
+        arbitration[0]["reasons"][0]["kind"] == "score_gap" and arbitration[0]["reasons"][0]["criterion"] == "accuracy"
+    )
+    assert (
+        V1 not in Path(report["arbitration_file"]).read_text()
+        and V2 not in Path(report["arbitration_file"]).read_text()
+    )
 
     # Unblinded: v2 refused the refund question, so its billing accuracy is the mean of what it got, by hand.
     key = orjson.loads(tasks_path.with_name("tasks.key.json").read_bytes())["tasks"]
-    expected = [r["scores"][label]["accuracy"] for r in reviews for label in ("A", "B")
-                if key[r["task_id"]][label]["model_version"] == V2 and r["category"] == "billing"]
+    expected = [
+        r["scores"][label]["accuracy"]
+        for r in reviews
+        for label in ("A", "B")
+        if key[r["task_id"]][label]["model_version"] == V2 and r["category"] == "billing"
+    ]
     assert report["human_scores"][V2]["billing"]["accuracy"]["mean"] == pytest.approx(np.mean(expected))
     assert report["human_scores"][V2]["billing"]["accuracy"]["n"] == len(expected)
     prefs = report["preferences"]
@@ -210,7 +338,15 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     for t in tasks:
         for label in ("A", "B"):
             xs.append(key[t["task_id"]][label]["judge"])
-            ys.append(np.mean([np.mean([r["scores"][label][c] for c in CRITERIA]) for r in reviews if r["task_id"] == t["task_id"]]))
+            ys.append(
+                np.mean(
+                    [
+                        np.mean([r["scores"][label][c] for c in CRITERIA])
+                        for r in reviews
+                        if r["task_id"] == t["task_id"]
+                    ]
+                )
+            )
     assert cal["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
     assert cal["pearson"] > 0.9
 
@@ -221,14 +357,26 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda r: r["scores"]["B"].update(accuracy=7), "reviews.jsonl:2: field 'scores.B.accuracy': 7 is outside the scale 1..5"),
-        (lambda r: r["scores"]["A"].update(accuracy="4"), "reviews.jsonl:2: field 'scores.A.accuracy': Input should be a valid integer"),
+        (
+            lambda r: r["scores"]["B"].update(accuracy=7),
+            "reviews.jsonl:2: field 'scores.B.accuracy': 7 is outside the scale 1..5",
+        ),
+        (
+            lambda r: r["scores"]["A"].update(accuracy="4"),
+            "reviews.jsonl:2: field 'scores.A.accuracy': Input should be a valid integer",
+        ),
         (lambda r: r.pop("judge"), "reviews.jsonl:2: field 'judge': Field required"),
         (lambda r: r.update(task_id="T-9999"), "reviews.jsonl:2: field 'task_id': unknown task 'T-9999'"),
         (lambda r: r["scores"]["A"].pop("completeness"), "reviews.jsonl:2: field 'scores.A.completeness': missing"),
         (lambda r: r["scores"]["A"].update(tone=3), "reviews.jsonl:2: field 'scores.A.tone': unknown criterion"),
-        (lambda r: r.update(category="long_context_summary"), "reviews.jsonl:2: field 'category': 'long_context_summary' but task"),
-        (lambda r: r.update(judge="reviewer_01"), "reviews.jsonl:2: field 'judge': reviewer 'reviewer_01' already reviewed"),
+        (
+            lambda r: r.update(category="long_context_summary"),
+            "reviews.jsonl:2: field 'category': 'long_context_summary' but task",
+        ),
+        (
+            lambda r: r.update(judge="reviewer_01"),
+            "reviews.jsonl:2: field 'judge': reviewer 'reviewer_01' already reviewed",
+        ),
     ],
 )
 def test_bad_reviews_are_refused_naming_the_line_and_the_field(exported, tmp_path: Path, capsys, edit, message):
@@ -248,14 +396,47 @@ def test_a_key_from_another_export_is_refused(exported, tmp_path: Path, capsys):
     other.write_bytes(tasks_path.read_bytes().replace(b"T-0001", b"T-0100"))
     reviews = tmp_path / "reviews.jsonl"
     reviews.write_bytes(b"")
-    assert main(["review", "import", "--tasks", str(other), "--key", str(tasks_path.with_name("tasks.key.json")), "--reviews", str(reviews)]) == 2
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(other),
+                "--key",
+                str(tasks_path.with_name("tasks.key.json")),
+                "--reviews",
+                str(reviews),
+            ]
+        )
+        == 2
+    )
     assert "belongs to another tasks file" in capsys.readouterr().err
 
 
 def test_exporting_over_an_unimported_round_is_refused(exported, tmp_path: Path, capsys):
     tasks_path, _, _ = exported
-    assert main(["review", "export", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl"), "--config", str(tmp_path / "llmwatch.yaml"),
-                 "--versions", f"{V1},{V2}", "--n", "3", "--out", str(tasks_path)]) == 2
+    assert (
+        main(
+            [
+                "review",
+                "export",
+                "--samples",
+                str(tmp_path / "samples"),
+                "--scores",
+                str(tmp_path / "scores.jsonl"),
+                "--config",
+                str(tmp_path / "llmwatch.yaml"),
+                "--versions",
+                f"{V1},{V2}",
+                "--n",
+                "3",
+                "--out",
+                str(tasks_path),
+            ]
+        )
+        == 2
+    )
     assert "already exists" in capsys.readouterr().err
 
 
@@ -289,11 +470,37 @@ def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(ex
     reviews_path = tmp_path / "reviews.jsonl"
     reviews_path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews_for(tasks, dispute="none")))
     # A miscalibrated judge run later: it likes refusals best.
-    later = [Score(sample_id=s.id, check="judge", kind="judge", result="pass", value=1.0 if s.answer_text() == REFUSAL else 0.25,
-                   model_version=s.model_version, sample_timestamp=s.timestamp) for s in samples]
+    later = [
+        Score(
+            sample_id=s.id,
+            check="judge",
+            kind="judge",
+            result="pass",
+            value=1.0 if s.answer_text() == REFUSAL else 0.25,
+            model_version=s.model_version,
+            sample_timestamp=s.timestamp,
+        )
+        for s in samples
+    ]
     (tmp_path / "later-scores.jsonl").write_bytes(b"".join(sc.to_json() + b"\n" for sc in later))
     out = tmp_path / "report.json"
-    assert main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(reviews_path), "--scores", str(tmp_path / "later-scores.jsonl"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(tasks_path),
+                "--reviews",
+                str(reviews_path),
+                "--scores",
+                str(tmp_path / "later-scores.jsonl"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = orjson.loads(out.read_bytes())
     assert report["disputed"] == []
     key = orjson.loads(tasks_path.with_name("tasks.key.json").read_bytes())["tasks"]
@@ -302,7 +509,15 @@ def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(ex
     for t in tasks:
         for label in ("A", "B"):
             xs.append(judge[key[t["task_id"]][label]["sample_id"]])
-            ys.append(np.mean([np.mean([r["scores"][label][c] for c in CRITERIA]) for r in reviews_for(tasks, "none") if r["task_id"] == t["task_id"]]))
+            ys.append(
+                np.mean(
+                    [
+                        np.mean([r["scores"][label][c] for c in CRITERIA])
+                        for r in reviews_for(tasks, "none")
+                        if r["task_id"] == t["task_id"]
+                    ]
+                )
+            )
     assert report["judge_calibration"]["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
     assert report["judge_calibration"]["pearson"] < 0
     assert set(report["judge_calibration"]["by_judge_score"]) == {"2", "5"}

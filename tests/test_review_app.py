@@ -19,13 +19,12 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 from sklearn.metrics import cohen_kappa_score
-
-from browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
 from test_review import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
 
 from llmwatch.agent.cli.main import main
@@ -48,14 +47,45 @@ def _cli_leaves_logging_alone():
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
     (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in live_traffic()))
+    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(
+        b"".join(s.to_json() + b"\n" for s in live_traffic())
+    )
     config = tmp_path / "llmwatch.yaml"
-    config.write_text(yaml.safe_dump({
-        "scoring": {"checks": CHECKS, "embeddings": False},
-        "matrix": {"categories": [{"name": "billing", "match": {"metadata": {"category": "billing"}}}, {"name": "shipping", "match": {"metadata": {"category": "shipping"}}}]},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "scoring": {"checks": CHECKS, "embeddings": False},
+                "matrix": {
+                    "categories": [
+                        {"name": "billing", "match": {"metadata": {"category": "billing"}}},
+                        {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
+                    ]
+                },
+            }
+        )
+    )
     tasks = tmp_path / "round1" / "tasks.jsonl"
-    assert main(["review", "export", "--samples", str(tmp_path / "samples"), "--config", str(config), "--versions", f"{V1},{V2}", "--n", "6", "--out", str(tasks), "--seed", "11"]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "export",
+                "--samples",
+                str(tmp_path / "samples"),
+                "--config",
+                str(config),
+                "--versions",
+                f"{V1},{V2}",
+                "--n",
+                "6",
+                "--out",
+                str(tasks),
+                "--seed",
+                "11",
+            ]
+        )
+        == 0
+    )
     return tasks
 
 
@@ -64,11 +94,17 @@ class Server:
 
     def __init__(self, tmp_path: Path, *args: str) -> None:
         self.log = open(tmp_path / "serve.stderr", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "review", "serve", "--listen", "127.0.0.1:0", *args],
-                                     stdout=subprocess.PIPE, stderr=self.log, cwd=tmp_path)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmwatch.agent.cli", "review", "serve", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            cwd=tmp_path,
+        )
         self.links: dict[str, str] = {}
         self.port = 0
-        expected = 1 + sum(len(a.split(",")) for flag, a in zip(args, args[1:]) if flag in ("--reviewers", "--arbiters"))
+        expected = 1 + sum(
+            len(a.split(",")) for flag, a in zip(args, args[1:]) if flag in ("--reviewers", "--arbiters")
+        )
         try:
             lines = self._read_lines(expected, deadline=time.monotonic() + 60)
         except BaseException:
@@ -88,7 +124,9 @@ class Server:
         while buf.count(b"\n") < n:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
-                raise AssertionError(f"review serve printed {buf!r} before {'exiting' if self.proc.poll() is not None else 'the deadline'}")
+                raise AssertionError(
+                    f"review serve printed {buf!r} before {'exiting' if self.proc.poll() is not None else 'the deadline'}"
+                )
             if sel.select(timeout=left):
                 buf += os.read(self.proc.stdout.fileno(), 65536)  # type: ignore[union-attr]
         sel.close()
@@ -143,7 +181,9 @@ def post_form(url: str, fields: dict[str, str]) -> int:
         return exc.code
 
 
-def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_gives_the_expected_agreement(exported: Path, browser, tmp_path: Path, capsys):
+def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_gives_the_expected_agreement(  # noqa: C901
+    exported: Path, browser, tmp_path: Path, capsys
+):
     tasks = {t["task_id"]: t for t in read_jsonl(exported)}
     order = list(tasks)
     label_of = {(tid, c["answer"]): label for tid, t in tasks.items() for label, c in t["candidates"].items()}
@@ -192,7 +232,9 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
             intended[("alice", tid)] = {label_of[(tid, a)]: s for a, s in zip(answers, scores)}
             if i == 0:
                 # A comment is typed in its box (keys there are text, not shortcuts), then saved with the button.
-                ActionChains(browser).send_keys("".join(str(scores[pos][c]) for c in CRITERIA for pos in (0, 1))).perform()
+                ActionChains(browser).send_keys(
+                    "".join(str(scores[pos][c]) for c in CRITERIA for pos in (0, 1))
+                ).perform()
                 browser.find_element(By.NAME, "comment").send_keys(NOTE + " 5 n p")
                 before = browser.current_url
                 browser.find_element(By.ID, "save").click()
@@ -246,7 +288,10 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
         panels = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "section.review h3")]
         assert panels == ["Review 1", "Review 2"]
         reasons = [r.text for r in browser.find_elements(By.CSS_SELECTOR, ".reason")]
-        assert any(re.match(r"Answer [12], accuracy: scores differ by 2 or more \(Review 1 \d, Review 2 \d\)", r) for r in reasons), reasons
+        assert any(
+            re.match(r"Answer [12], accuracy: scores differ by 2 or more \(Review 1 \d, Review 2 \d\)", r)
+            for r in reasons
+        ), reasons
         src = browser.page_source
         assert "alice" not in src and "bob" not in src
         screenshot(browser, "arbitration.png", tmp_path)
@@ -298,22 +343,60 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
     # review import reads them as they are and finds the agreement computed independently here.
     (vault / key.name).rename(key)
     report_path = tmp_path / "review-report.json"
-    assert main(["review", "import", "--tasks", str(exported), "--reviews", str(out), "--out", str(report_path), "--level", "interval"]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(exported),
+                "--reviews",
+                str(out),
+                "--out",
+                str(report_path),
+                "--level",
+                "interval",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     report = orjson.loads(report_path.read_bytes())
     assert report["reviewers"] == ["alice", "bob"] and report["reviews"] == 12
     assert report["disputed"] == [disputed]
     for criterion in CRITERIA:
-        pairs = [(intended[("alice", t)][label][criterion], intended[("bob", t)][label][criterion]) for t in order for label in ("A", "B")]
+        pairs = [
+            (intended[("alice", t)][label][criterion], intended[("bob", t)][label][criterion])
+            for t in order
+            for label in ("A", "B")
+        ]
         got = report["agreement"][criterion]
         assert got["krippendorff_alpha"] == pytest.approx(alpha_interval_pairwise(pairs)), criterion
-        kappa = cohen_kappa_score([a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5])
+        kappa = cohen_kappa_score(
+            [a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5]
+        )
         assert got["cohen_kappa"]["alice|bob"]["kappa_quadratic"] == pytest.approx(kappa), criterion
         assert got["n_items"] == 12
-    assert report["agreement"]["hallucination"]["krippendorff_alpha"] < 0  # 5 against 4, always: no agreement beyond chance
+    assert (
+        report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
+    )  # 5 against 4, always: no agreement beyond chance
     # The arbitrated verdict is itself a review line `review import` accepts.
     arb_report = tmp_path / "arbitrated-report.json"
-    assert main(["review", "import", "--tasks", str(exported), "--reviews", str(tmp_path / "round1" / "reviews.arbitrated.jsonl"), "--out", str(arb_report)]) == 0
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(exported),
+                "--reviews",
+                str(tmp_path / "round1" / "reviews.arbitrated.jsonl"),
+                "--out",
+                str(arb_report),
+            ]
+        )
+        == 0
+    )
     assert orjson.loads(arb_report.read_bytes())["reviewers"] == ["carol"]
 
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from llmwatch.core.records import Sample
-from llmwatch.scorers.checks.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.rules import RULE_CHECKS, CheckOutcome, build_rule_check, run_check
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 _UNSET: Any = object()
@@ -74,9 +74,11 @@ def tool_call_sample() -> Sample:
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
         ],
     }
-    response = {"id": "chatcmpl-2", "object": "chat.completion", "choices": [
-        {"index": 0, "message": message, "finish_reason": "tool_calls"}
-    ]}
+    response = {
+        "id": "chatcmpl-2",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+    }
     return chat_sample(response=response, finish_reason="tool_calls")
 
 
@@ -101,9 +103,17 @@ def run(kind: str, sample: Sample, params: dict[str, Any] | None = None) -> Chec
 
 def test_score_round_trips_through_json_lines():
     score = Score(
-        sample_id="smp-1", check="answer_is_json", kind="json_valid", result="fail", value=0.0,
-        details={"error": "unexpected character", "line": 1}, model="gpt-4o", model_version="gpt-4o-2024-08-06",
-        route="/v1/chat/completions", sample_timestamp=NOW, scored_at=NOW,
+        sample_id="smp-1",
+        check="answer_is_json",
+        kind="json_valid",
+        result="fail",
+        value=0.0,
+        details={"error": "unexpected character", "line": 1},
+        model="gpt-4o",
+        model_version="gpt-4o-2024-08-06",
+        route="/v1/chat/completions",
+        sample_timestamp=NOW,
+        scored_at=NOW,
     )
     line = score.to_json()
     assert orjson.loads(line)["sample_timestamp"] == "2024-05-01T12:00:00Z"
@@ -114,7 +124,10 @@ def test_score_from_outcome_carries_the_sample_identity():
     sample = chat_sample(route="/v1/chat/completions")
     score = Score.from_outcome(sample, CheckOutcome("pass", 1.0, {"x": 1}), check="ok", kind="json_valid")
     assert (score.sample_id, score.model, score.model_version, score.route) == (
-        "smp-0001", "gpt-4o-mini", "gpt-4o-mini-2024-07-18", "/v1/chat/completions"
+        "smp-0001",
+        "gpt-4o-mini",
+        "gpt-4o-mini-2024-07-18",
+        "/v1/chat/completions",
     )
     assert score.sample_timestamp == NOW and score.scored_at.tzinfo is not None
 
@@ -127,8 +140,17 @@ def test_score_rejects_values_outside_zero_to_one_and_unknown_results():
 
 
 def test_naive_timestamps_in_a_score_are_read_as_utc():
-    line = orjson.dumps({"sample_id": "s", "check": "c", "kind": "k", "result": "skip", "value": None,
-                         "sample_timestamp": "2024-05-01T12:00:00", "scored_at": "2024-05-01T12:00:01"})
+    line = orjson.dumps(
+        {
+            "sample_id": "s",
+            "check": "c",
+            "kind": "k",
+            "result": "skip",
+            "value": None,
+            "sample_timestamp": "2024-05-01T12:00:00",
+            "scored_at": "2024-05-01T12:00:01",
+        }
+    )
     assert Score.from_json(line).sample_timestamp == NOW
 
 
@@ -157,7 +179,7 @@ def test_nested_json_containing_code_fences_inside_a_markdown_fence_is_valid():
 
 
 def test_tilde_and_longer_backtick_fences_are_accepted():
-    for answer in ('~~~\n[1, 2, 3]\n~~~', '````json\n{"a": "```"}\n````'):
+    for answer in ("~~~\n[1, 2, 3]\n~~~", '````json\n{"a": "```"}\n````'):
         assert run("json_valid", chat_sample(answer), {"allow_fences": True}).result == "pass", answer
 
 
@@ -177,7 +199,7 @@ def test_error_position_inside_a_fence_counts_from_the_start_of_the_answer():
     answer = '```json\n{"a": tru}\n```'
     outcome = run("json_valid", chat_sample(answer), {"allow_fences": True})
     assert (outcome.details["position"], outcome.details["line"], outcome.details["column"]) == (14, 2, 7)
-    assert answer[outcome.details["position"]:].startswith("tru}")
+    assert answer[outcome.details["position"] :].startswith("tru}")
 
 
 def test_json_array_fails_when_an_object_is_required():
@@ -216,8 +238,12 @@ def test_streaming_assembled_json_is_valid():
 
 
 def test_content_checks_skip_failed_upstream_calls():
-    sample = chat_sample(response={"error": {"message": "Rate limit reached", "type": "rate_limit_error"}},
-                         status=429, error_type="rate_limit_error", finish_reason=None)
+    sample = chat_sample(
+        response={"error": {"message": "Rate limit reached", "type": "rate_limit_error"}},
+        status=429,
+        error_type="rate_limit_error",
+        finish_reason=None,
+    )
     for kind, params in [("json_valid", None), ("refusal", None), ("pii_leak", None), ("not_empty_or_truncated", None)]:
         outcome = run(kind, sample, params)
         assert outcome.result == "skip" and outcome.value is None
@@ -359,16 +385,22 @@ def test_json_schema_verdicts_agree_with_the_jsonschema_library(index):
 
 
 def test_schemas_with_references_and_combinators_are_validated_too():
-    schema = {"$defs": {"qty": {"type": "integer", "minimum": 1}}, "type": "object",
-              "properties": {"qty": {"$ref": "#/$defs/qty"}, "code": {"anyOf": [{"type": "string"}, {"const": 0}]}}}
+    schema = {
+        "$defs": {"qty": {"type": "integer", "minimum": 1}},
+        "type": "object",
+        "properties": {"qty": {"$ref": "#/$defs/qty"}, "code": {"anyOf": [{"type": "string"}, {"const": 0}]}},
+    }
     assert run("json_schema", chat_sample('{"qty": 2, "code": 0}'), {"schema": schema}).result == "pass"
     outcome = run("json_schema", chat_sample('{"qty": 0, "code": 1}'), {"schema": schema})
     assert sorted(e["path"] for e in outcome.details["errors"]) == ["$.code", "$.qty"]
 
 
 def test_schema_error_messages_are_truncated():
-    outcome = run("json_schema", chat_sample(json.dumps({"name": "x" * 5000, "age": 1})),
-                  {"schema": {"properties": {"name": {"maxLength": 10}}}})
+    outcome = run(
+        "json_schema",
+        chat_sample(json.dumps({"name": "x" * 5000, "age": 1})),
+        {"schema": {"properties": {"name": {"maxLength": 10}}}},
+    )
     assert len(outcome.details["errors"][0]["message"]) <= 200
 
 
@@ -399,7 +431,12 @@ def test_regex_flags_apply_to_all_patterns():
 
 
 def test_regex_handles_unicode_answers():
-    assert run("regex", chat_sample("東京は日本の首都です 🗼"), {"must_match": ["東京"], "must_not_match": ["大阪"]}).result == "pass"
+    assert (
+        run(
+            "regex", chat_sample("東京は日本の首都です 🗼"), {"must_match": ["東京"], "must_not_match": ["大阪"]}
+        ).result
+        == "pass"
+    )
 
 
 def test_a_bad_regex_is_a_config_error_naming_the_pattern():
@@ -504,7 +541,8 @@ def test_refusals_in_other_languages_are_flagged(answer, language):
 def test_a_refusal_quoted_late_in_a_long_answer_is_not_flagged():
     answer = (
         "Here is a customer-support script you can adapt. Greet the caller, confirm their account number, "
-        "and summarise the issue back to them so they feel heard. " * 4
+        "and summarise the issue back to them so they feel heard. "
+        * 4
         + "If the request is out of policy, the agent should say: I'm sorry, but I can't help with that."
     )
     assert run("refusal", chat_sample(answer)).result == "pass"
@@ -567,16 +605,22 @@ def test_truncation_is_read_from_the_response_when_the_sample_lacks_finish_reaso
 
 
 def test_responses_api_incomplete_for_max_output_tokens_counts_as_truncated():
-    response = {"object": "response", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
-                "output": [{"type": "message", "content": [{"type": "output_text", "text": "Paris is"}]}]}
+    response = {
+        "object": "response",
+        "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "Paris is"}]}],
+    }
     outcome = run("not_empty_or_truncated", chat_sample(response=response, finish_reason=None, route="/v1/responses"))
     assert outcome.details == {"reason": "truncated", "finish_reason": "length"}
 
 
 def test_extra_truncation_reasons_can_be_configured():
     sample = chat_sample("", finish_reason="content_filter")
-    assert run("not_empty_or_truncated", sample, {"truncation_reasons": ["length", "content_filter"]}).details[
-        "reason"] == "truncated"
+    assert (
+        run("not_empty_or_truncated", sample, {"truncation_reasons": ["length", "content_filter"]}).details["reason"]
+        == "truncated"
+    )
 
 
 def test_tool_call_answers_are_not_empty():
@@ -605,7 +649,11 @@ SAME_LANGUAGE = [
     ("pt", "Qual é a capital da França? Responda em uma frase.", "A capital da França é Paris, que fica no rio Sena."),
     ("nl", "Wat is de hoofdstad van Frankrijk? Antwoord in een zin.", "De hoofdstad van Frankrijk is Parijs."),
     ("zh", "法国的首都是哪里？请简单回答。", "法国的首都是巴黎，位于塞纳河畔。"),
-    ("ja", "フランスの首都はどこですか？簡単に答えてください。", "フランスの首都はパリで、セーヌ川のほとりにあります。"),
+    (
+        "ja",
+        "フランスの首都はどこですか？簡単に答えてください。",
+        "フランスの首都はパリで、セーヌ川のほとりにあります。",
+    ),
 ]
 
 
@@ -635,24 +683,31 @@ def test_cyrillic_prompt_and_answer_match_at_script_level():
 
 
 def test_accents_and_emoji_do_not_confuse_the_detector():
-    sample = chat_sample("¡Claro! 😊 La capital de Francia es París, y es muy bonita en primavera.",
-                         prompt="¿Cuál es la capital de Francia? Dímelo por favor 🙏")
+    sample = chat_sample(
+        "¡Claro! 😊 La capital de Francia es París, y es muy bonita en primavera.",
+        prompt="¿Cuál es la capital de Francia? Dímelo por favor 🙏",
+    )
     assert run("language_match", sample).result == "pass"
 
 
-@pytest.mark.parametrize(("prompt", "answer", "reason"), [
-    ("Hi", "Hello! How can I help you today with your question?", "prompt_too_short"),
-    ("What is the capital of France? Please answer briefly.", "Paris.", "answer_too_short"),
-    ("What is the capital of France? Please answer briefly.", "", "answer_too_short"),
-])
+@pytest.mark.parametrize(
+    ("prompt", "answer", "reason"),
+    [
+        ("Hi", "Hello! How can I help you today with your question?", "prompt_too_short"),
+        ("What is the capital of France? Please answer briefly.", "Paris.", "answer_too_short"),
+        ("What is the capital of France? Please answer briefly.", "", "answer_too_short"),
+    ],
+)
 def test_language_match_skips_texts_too_short_to_tell(prompt, answer, reason):
     outcome = run("language_match", chat_sample(answer, prompt=prompt))
     assert outcome.result == "skip" and outcome.details["reason"] == reason
 
 
 def test_latin_script_language_without_a_profile_is_undetermined_not_a_mismatch():
-    sample = chat_sample("The capital of Poland is Warsaw, and it is the largest city.",
-                         prompt="Jaka jest stolica Polski? Odpowiedz krótko, proszę bardzo.")
+    sample = chat_sample(
+        "The capital of Poland is Warsaw, and it is the largest city.",
+        prompt="Jaka jest stolica Polski? Odpowiedz krótko, proszę bardzo.",
+    )
     assert run("language_match", sample).details["reason"] == "undetermined"
 
 
@@ -831,9 +886,19 @@ ODD_SAMPLES = {
     "tool_call": tool_call_sample(),
     "streamed": streamed_sample(["```json\n", '{"name": "Zoë", ', '"age": 3}\n```']),
     "responses_api": chat_sample(response={"object": "response", "output_text": "Paris 🗼"}, route="/v1/responses"),
-    "multipart_prompt": chat_sample(request={"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "Describe this picture of the Eiffel Tower, please."},
-        {"type": "image_url", "image_url": {"url": "https://example.com/t.png"}}]}]}),
+    "multipart_prompt": chat_sample(
+        request={
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Describe this picture of the Eiffel Tower, please."},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/t.png"}},
+                    ],
+                }
+            ]
+        }
+    ),
     "server_error": chat_sample(response=None, status=502, error_type="upstream_unavailable", finish_reason=None),
 }
 

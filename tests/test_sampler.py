@@ -21,7 +21,10 @@ def test_hash_fraction_is_stable_known_value():
 
 def test_rate_is_respected_over_many_ids():
     sampler = Sampler(SamplingSection(rate=0.1))
-    kept = sum(sampler.decide(f"id-{i}", "/v1/chat/completions", None, error=False, latency_ms=1) is not None for i in range(20000))
+    kept = sum(
+        sampler.decide(f"id-{i}", "/v1/chat/completions", None, error=False, latency_ms=1) is not None
+        for i in range(20000)
+    )
     # Binomial(20000, 0.1): sd ~ 42; a 5-sd band.
     assert 1790 <= kept <= 2210
 

@@ -40,7 +40,6 @@ def _child_state(pid: int) -> tuple[str, int]:
     return allowed, nice
 
 
-
 def _parse(text: str) -> set[int]:
     out: set[int] = set()
     for part in text.split(","):
@@ -74,4 +73,9 @@ def test_cpu_lists_are_taken_as_yaml_and_the_environment_type_them(tmp_path, wri
     path = tmp_path / "llmwatch.yaml"
     path.write_text(f"upstream: http://127.0.0.1:9/\nscoring:\n  cpu_affinity: {written}\n")
     assert load_config(path).scoring.cpu_affinity == kept
-    assert load_config(None, environ={"LLMWATCH_SCORING__CPU_AFFINITY": "0", "LLMWATCH_UPSTREAM": "http://127.0.0.1:9/"}).scoring.cpu_affinity == "0"
+    assert (
+        load_config(
+            None, environ={"LLMWATCH_SCORING__CPU_AFFINITY": "0", "LLMWATCH_UPSTREAM": "http://127.0.0.1:9/"}
+        ).scoring.cpu_affinity
+        == "0"
+    )

@@ -12,16 +12,16 @@ from datetime import datetime, timezone
 import openai
 import orjson
 import pytest
+from conftest import metric, proxy_url, read_samples, scrape, wait_until
 
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.records import Sample
-from conftest import metric, proxy_url, read_samples, scrape, wait_until
 from llmwatch.scorers.checks import rules
 from llmwatch.scorers.checks.base import error_outcome, failed
 from llmwatch.scorers.checks.embeddings import EMBEDDING_CHECKS
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check
-from llmwatch.scorers.evaluation.regress import load_suite
 from llmwatch.scorers.checks.suite import Suite, build_suite, validate_scoring
+from llmwatch.scorers.evaluation.regress import load_suite
 
 RULES_ONLY = {"enabled": True, "embeddings": False}
 
@@ -46,7 +46,11 @@ def test_default_suite_scores_generative_calls_and_only_json_mode_gets_json_vali
     suite = build_suite(ScoringSection(embeddings=False))
     plain = {r.score.check for r in suite.score([sample()])}
     assert plain == {"refusal", "not_empty_or_truncated", "language_match", "pii_leak"}
-    json_req = {"model": "gpt-4o", "response_format": {"type": "json_object"}, "messages": [{"role": "user", "content": "JSON please"}]}
+    json_req = {
+        "model": "gpt-4o",
+        "response_format": {"type": "json_object"},
+        "messages": [{"role": "user", "content": "JSON please"}],
+    }
     results = {r.score.check: r.score for r in suite.score([sample('{"answer": 1}', request=json_req)])}
     assert results["json_valid"].result == "pass"
 
@@ -75,7 +79,13 @@ def test_a_check_that_raises_is_recorded_as_error_and_the_others_still_run(monke
 
 def test_a_check_that_runs_too_long_is_stopped_and_recorded_as_error():
     # Catastrophic backtracking: would run for minutes without the time limit.
-    suite = Suite([CheckSpec(name="evil", kind="regex", params={"must_match": ["^(a+)+$"]}), CheckSpec(name="refusal", kind="refusal")], check_timeout_s=0.3)
+    suite = Suite(
+        [
+            CheckSpec(name="evil", kind="regex", params={"must_match": ["^(a+)+$"]}),
+            CheckSpec(name="refusal", kind="refusal"),
+        ],
+        check_timeout_s=0.3,
+    )
     results = {r.score.check: r.score for r in suite.score([sample("a" * 40 + "!")])}
     assert results["evil"].result == "error" and results["evil"].details["exception"] == "CheckTimeout"
     assert results["refusal"].result == "pass"
@@ -88,7 +98,11 @@ def test_bad_check_config_names_the_check_and_field():
     with pytest.raises(ConfigError, match="unknown check kind 'jsonn_valid'.*json_valid"):
         validate_scoring(ScoringSection(checks=[CheckSpec(name="x", kind="jsonn_valid")]))
     with pytest.raises(ConfigError, match="used twice"):
-        validate_scoring(ScoringSection(embeddings=False, checks=[CheckSpec(name="x", kind="refusal"), CheckSpec(name="x", kind="length")]))
+        validate_scoring(
+            ScoringSection(
+                embeddings=False, checks=[CheckSpec(name="x", kind="refusal"), CheckSpec(name="x", kind="length")]
+            )
+        )
 
 
 def test_one_registry_knows_every_check_kind_and_which_family_runs_it():
@@ -100,7 +114,9 @@ def test_one_registry_knows_every_check_kind_and_which_family_runs_it():
 
 
 def test_a_kind_added_to_a_family_table_is_known_to_the_suite_and_regress(monkeypatch, tmp_path):
-    monkeypatch.setitem(rules.RULE_CHECKS, "always_fails", rules.RuleCheck(lambda s, p: failed(why="test"), rules.NotEmptyParams))
+    monkeypatch.setitem(
+        rules.RULE_CHECKS, "always_fails", rules.RuleCheck(lambda s, p: failed(why="test"), rules.NotEmptyParams)
+    )
     assert CHECK_KINDS["always_fails"].family == "rule"
     [scored] = Suite([CheckSpec(name="af", kind="always_fails")]).score([sample()])
     assert (scored.score.result, scored.score.details) == ("fail", {"why": "test"})
@@ -119,25 +135,42 @@ def test_error_outcomes_are_built_one_way_for_exceptions_and_for_stated_reasons(
     assert error_outcome(KeyError("choices")).details == {"exception": "KeyError", "message": "'choices'"}
     assert error_outcome(RuntimeError("x" * 900)).details["message"] == "x" * 500
     judged = error_outcome("judge answered HTTP 503", judge_model="j")
-    assert (judged.result, judged.value, judged.details) == ("error", None, {"error": "judge answered HTTP 503", "judge_model": "j"})
+    assert (judged.result, judged.value, judged.details) == (
+        "error",
+        None,
+        {"error": "judge answered HTTP 503", "judge_model": "j"},
+    )
 
 
 async def test_sidecar_scores_samples_in_a_child_process_and_exports_quality_metrics(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, scoring=RULES_ONLY)
     c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
     for i in range(8):
-        await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "How do I bake bread?"}], seed=i)
-    await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "Give JSON"}], response_format={"type": "json_object"}, seed=99)
+        await c.chat.completions.create(
+            model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "How do I bake bread?"}], seed=i
+        )
+    await c.chat.completions.create(
+        model="sim-gpt-4o-mini",
+        messages=[{"role": "user", "content": "Give JSON"}],
+        response_format={"type": "json_object"},
+        seed=99,
+    )
     await wait_until(lambda: agent.recorder.recorded >= 9 * 4 + 1, timeout=60)
     samples = await scrape(agent)
     labels = {"gen_ai_request_model": "sim-gpt-4o-mini", "model_version": "A"}
     assert metric(samples, "llmwatch_check_total", check="refusal", **labels) == 9
     assert metric(samples, "llmwatch_check_total", check="json_valid", **labels) == 1
-    assert metric(samples, "llmwatch_quality_score_count", check="refusal", **labels) == metric(samples, "llmwatch_check_total", check="refusal", result="pass", **labels) + metric(samples, "llmwatch_check_total", check="refusal", result="fail", **labels)
+    assert metric(samples, "llmwatch_quality_score_count", check="refusal", **labels) == metric(
+        samples, "llmwatch_check_total", check="refusal", result="pass", **labels
+    ) + metric(samples, "llmwatch_check_total", check="refusal", result="fail", **labels)
     assert metric(samples, "llmwatch_scoring_lag_seconds_count", **labels) == 9
     assert metric(samples, "llmwatch_scoring_duration_seconds_count", check="refusal") == 9
     await agent.stop()
-    lines = [orjson.loads(ln) for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl") for ln in f.read_bytes().splitlines()]
+    lines = [
+        orjson.loads(ln)
+        for f in (agent.cfg.data_dir / "scores").glob("scores-*.jsonl")
+        for ln in f.read_bytes().splitlines()
+    ]
     assert len(lines) == agent.recorder.recorded
     assert {ln["check"] for ln in lines} >= {"refusal", "not_empty_or_truncated", "pii_leak", "json_valid"}
 
@@ -160,7 +193,11 @@ async def test_a_crashing_scorer_process_is_restarted_and_its_batch_recorded_as_
     await wait_until(lambda: agent.recorder.recorded >= 4 + 3 * 4, timeout=60)
     samples = await scrape(agent)
     assert metric(samples, "llmwatch_check_total", check="refusal", result="error") == 1
-    assert metric(samples, "llmwatch_check_total", check="refusal", result="pass") + metric(samples, "llmwatch_check_total", check="refusal", result="fail") == 3
+    assert (
+        metric(samples, "llmwatch_check_total", check="refusal", result="pass")
+        + metric(samples, "llmwatch_check_total", check="refusal", result="fail")
+        == 3
+    )
 
 
 def write_samples(path, samples):
@@ -169,10 +206,18 @@ def write_samples(path, samples):
 
 def test_score_command_scores_a_file_and_prints_pass_rates(tmp_path):
     src = tmp_path / "samples.jsonl"
-    write_samples(src, [sample(id=f"s{i}") for i in range(5)] + [sample("I'm sorry, but I can't help with that.", id="r1")])
+    write_samples(
+        src, [sample(id=f"s{i}") for i in range(5)] + [sample("I'm sorry, but I can't help with that.", id="r1")]
+    )
     out = tmp_path / "out" / "scores.jsonl"
     env = {"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     scores = [orjson.loads(ln) for ln in out.read_bytes().splitlines()]
     refusals = [s for s in scores if s["check"] == "refusal"]
@@ -184,9 +229,17 @@ def test_score_command_names_the_bad_line_and_writes_nothing(tmp_path):
     src = tmp_path / "samples.jsonl"
     write_samples(src, [sample(id="ok")])
     with open(src, "ab") as fh:
-        fh.write(b'{"request": {}, "response": {}, "model": "m", "status": "two hundred", "latency_ms": 1, "timestamp": 0}\n')
+        fh.write(
+            b'{"request": {}, "response": {}, "model": "m", "status": "two hundred", "latency_ms": 1, "timestamp": 0}\n'
+        )
     out = tmp_path / "scores.jsonl"
-    result = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)], capture_output=True, text=True, timeout=120, env={"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(src), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"LLMWATCH_SCORING__EMBEDDINGS": "false", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 2
     assert f"{src}:2" in result.stderr and "status" in result.stderr
     assert not out.exists() and not (tmp_path / "scores.jsonl.partial").exists()
@@ -197,8 +250,11 @@ async def test_live_evaluation_matrix_exports_category_quality_stability_and_dec
     c = openai.AsyncOpenAI(base_url=proxy_url(agent) + "/v1", api_key="sk-x", max_retries=0)
     for i in range(12):
         # The same prompt several times: sampling stability needs repeated prompts.
-        await c.chat.completions.create(model="sim-gpt-4o-mini", messages=[{"role": "user", "content": "Extract the date from: shipped on 3 May 2024"}],
-                                        extra_headers={"x-llmwatch-category": "extraction", "x-llmwatch-conversation-id": f"conv-{i % 3}"})
+        await c.chat.completions.create(
+            model="sim-gpt-4o-mini",
+            messages=[{"role": "user", "content": "Extract the date from: shipped on 3 May 2024"}],
+            extra_headers={"x-llmwatch-category": "extraction", "x-llmwatch-conversation-id": f"conv-{i % 3}"},
+        )
     await wait_until(lambda: agent.recorder.recorded >= 12 * 4, timeout=60)
 
     async def exported() -> dict:
@@ -207,11 +263,18 @@ async def test_live_evaluation_matrix_exports_category_quality_stability_and_dec
     deadline = asyncio.get_running_loop().time() + 30
     while True:
         samples = await exported()
-        if metric(samples, "llmwatch_decision_score", model_version="A") > 0 or asyncio.get_running_loop().time() > deadline:
+        if (
+            metric(samples, "llmwatch_decision_score", model_version="A") > 0
+            or asyncio.get_running_loop().time() > deadline
+        ):
             break
         await asyncio.sleep(0.5)
     assert metric(samples, "llmwatch_decision_score", model_version="A") > 0
-    categories = {dict(ls)["category"] for n, ls in samples if n == "llmwatch_category_quality" and dict(ls).get("model_version") == "A"}
+    categories = {
+        dict(ls)["category"]
+        for n, ls in samples
+        if n == "llmwatch_category_quality" and dict(ls).get("model_version") == "A"
+    }
     assert categories == {"extraction"}, "the category came from the x-llmwatch-category header"
     assert any(n == "llmwatch_stability" and dict(ls).get("kind") == "sampling" for n, ls in samples)
     records = read_samples(agent)

@@ -26,7 +26,6 @@ import orjson
 import pytest
 import yaml
 from aiohttp import web
-
 from conftest import metric, proxy_url, scrape, wait_until
 from kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
 from upstreams import serve
@@ -51,8 +50,25 @@ def sim_process(tmp_path):
     async def start(profile: str, seed: int, scale: float = FAST) -> str:
         out_path = tmp_path / f"sim-{len(procs)}.out"
         with open(out_path, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "simulate", "--port", "0", "--profile", profile, "--seed", str(seed), "--latency-scale", str(scale)],
-                                    stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "llmwatch.agent.cli",
+                    "simulate",
+                    "--port",
+                    "0",
+                    "--profile",
+                    profile,
+                    "--seed",
+                    str(seed),
+                    "--latency-scale",
+                    str(scale),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )
         procs.append(proc)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -83,7 +99,12 @@ async def traffic(agent, n: int, *, seeded: bool = False) -> None:
     answer and draw the same delays (the simulator's seeded path): an identical candidate.
     """
     c = client(agent)
-    topics = ["How do I bake sourdough bread?", "Explain kubernetes pods", "What is a good running plan?", "Tips for learning python"]
+    topics = [
+        "How do I bake sourdough bread?",
+        "Explain kubernetes pods",
+        "What is a good running plan?",
+        "Tips for learning python",
+    ]
     for i in range(n):
         msgs = [{"role": "user", "content": f"{topics[i % len(topics)]} ({i})"}]
         extra = {"seed": i} if seeded else {}
@@ -107,7 +128,10 @@ def pairs_of(agent) -> list[dict]:
 def report(pairs_dir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llmwatch.agent.cli", "shadow", "report", "--pairs", str(pairs_dir), *args],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
 
@@ -121,11 +145,23 @@ def test_shadow_is_off_by_default_and_needs_candidates_when_on():
     with pytest.raises(ConfigError, match="cannot be mirrored"):
         load_config(None, overrides={"shadow": {"routes": ["/v1/embeddings"]}}, environ={})
     with pytest.raises(ConfigError, match="used twice"):
-        load_config(None, overrides={"shadow": {"candidates": [{"name": "a", "upstream": "http://h:1"}, {"name": "a", "upstream": "http://h:2"}]}}, environ={})
+        load_config(
+            None,
+            overrides={
+                "shadow": {
+                    "candidates": [{"name": "a", "upstream": "http://h:1"}, {"name": "a", "upstream": "http://h:2"}]
+                }
+            },
+            environ={},
+        )
 
 
 def test_candidate_header_from_the_environment_is_read_at_start_and_never_echoed():
-    cfg = load_config(None, overrides={"shadow": shadow_section("http://127.0.0.1:9", headers={"authorization": "env:CAND_KEY"})}, environ={})
+    cfg = load_config(
+        None,
+        overrides={"shadow": shadow_section("http://127.0.0.1:9", headers={"authorization": "env:CAND_KEY"})},
+        environ={},
+    )
     spec = cfg.shadow.candidates[0]
     assert "env:CAND_KEY" not in repr(spec)  # a SecretStr: not in reprs or logs of the config
     assert resolve_headers(spec, 0, {"CAND_KEY": SECRET}) == {"authorization": SECRET}
@@ -134,7 +170,15 @@ def test_candidate_header_from_the_environment_is_read_at_start_and_never_echoed
     assert "CAND_KEY" in str(err.value) and "shadow.candidates[0] (cand).headers.authorization" in str(err.value)
     # A literal secret in a bad config is never quoted back.
     with pytest.raises(ConfigError) as err:
-        load_config(None, overrides={"shadow": {"candidates": [{"name": "x", "upstream": "ftp://nope", "headers": {"authorization": SECRET}}]}}, environ={})
+        load_config(
+            None,
+            overrides={
+                "shadow": {
+                    "candidates": [{"name": "x", "upstream": "ftp://nope", "headers": {"authorization": SECRET}}]
+                }
+            },
+            environ={},
+        )
     assert SECRET not in str(err.value)
 
 
@@ -143,11 +187,26 @@ def test_candidate_header_from_the_environment_is_read_at_start_and_never_echoed
 
 def _pair(i: int, p_pass: bool, s_pass: bool, p_ms: float, s_ms: float) -> Pair:
     def sample(ms: float, ok: bool) -> Sample:
-        return Sample(id=f"s{i}", timestamp=1_700_000_000 + i, model=MODEL, status=200, latency_ms=ms, request={"messages": []}, response={"choices": [{"message": {"content": "ok" if ok else ""}}]}, cost_usd=0.001)
+        return Sample(
+            id=f"s{i}",
+            timestamp=1_700_000_000 + i,
+            model=MODEL,
+            status=200,
+            latency_ms=ms,
+            request={"messages": []},
+            response={"choices": [{"message": {"content": "ok" if ok else ""}}]},
+            cost_usd=0.001,
+        )
 
     return Pair(
-        id=f"p{i}", candidate="c", timestamp=1_700_000_000 + i, route="/v1/chat/completions", primary=sample(p_ms, p_pass), shadow=sample(s_ms, s_pass),
-        primary_scores=[PairScore(check="ok", result="pass" if p_pass else "fail")], shadow_scores=[PairScore(check="ok", result="pass" if s_pass else "fail")],
+        id=f"p{i}",
+        candidate="c",
+        timestamp=1_700_000_000 + i,
+        route="/v1/chat/completions",
+        primary=sample(p_ms, p_pass),
+        shadow=sample(s_ms, s_pass),
+        primary_scores=[PairScore(check="ok", result="pass" if p_pass else "fail")],
+        shadow_scores=[PairScore(check="ok", result="pass" if s_pass else "fail")],
     )
 
 
@@ -171,8 +230,15 @@ def test_the_gauges_window_holds_exactly_the_last_pairs():
     window = PairWindow(7)
     rows = []
     for _ in range(100):
-        row = (rng.randint(0, 2), rng.randint(0, 2), rng.randint(0, 3), rng.uniform(10, 900), rng.uniform(10, 900),
-               rng.choice([None, rng.uniform(0, 0.01)]), rng.choice([None, rng.uniform(0, 0.01)]))
+        row = (
+            rng.randint(0, 2),
+            rng.randint(0, 2),
+            rng.randint(0, 3),
+            rng.uniform(10, 900),
+            rng.uniform(10, 900),
+            rng.choice([None, rng.uniform(0, 0.01)]),
+            rng.choice([None, rng.uniform(0, 0.01)]),
+        )
         rows.append(row)
         window.add(*row)
         last = rows[-7:]
@@ -214,14 +280,21 @@ def test_verdicts_not_worse_worse_and_not_enough_pairs():
 
 async def test_degraded_candidate_is_found_worse_and_identical_one_is_not(make_agent, tmp_path):
     primary = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=1)
-    degraded = await start_simulator("127.0.0.1", 0, replace(PROFILES["B"], latency_scale=FAST, refusal_rate=0.3), seed=2)
+    degraded = await start_simulator(
+        "127.0.0.1", 0, replace(PROFILES["B"], latency_scale=FAST, refusal_rate=0.3), seed=2
+    )
     try:
         agent = await make_agent(primary.url, shadow=shadow_section(degraded.url), sampling={"rate": 0.0})
         await traffic(agent, 80)
         await wait_until(lambda: agent.shadow.finished >= 80, timeout=30)
         pairs = pairs_of(agent)
         assert len(pairs) == 80
-        assert all(p["schema"] == "llmwatch.pair/v1" and p["primary"]["model_version"] == "A" and p["shadow"]["model_version"] == "B" for p in pairs)
+        assert all(
+            p["schema"] == "llmwatch.pair/v1"
+            and p["primary"]["model_version"] == "A"
+            and p["shadow"]["model_version"] == "B"
+            for p in pairs
+        )
         # The same prompt on both sides, both scored by the same checks, TTFT on streamed ones.
         assert all(p["primary"]["request"]["messages"] == p["shadow"]["request"]["messages"] for p in pairs)
         assert all({s["check"] for s in p["primary_scores"]} == {s["check"] for s in p["shadow_scores"]} for p in pairs)
@@ -229,7 +302,9 @@ async def test_degraded_candidate_is_found_worse_and_identical_one_is_not(make_a
         m = await scrape(agent)
         assert metric(m, "llmwatch_shadow_mirrored_total", candidate="cand") == 80
         assert metric(m, "llmwatch_shadow_pairs_total", candidate="cand") == 80
-        assert metric(m, "llmwatch_shadow_loss_rate", candidate="cand") > metric(m, "llmwatch_shadow_win_rate", candidate="cand")
+        assert metric(m, "llmwatch_shadow_loss_rate", candidate="cand") > metric(
+            m, "llmwatch_shadow_win_rate", candidate="cand"
+        )
         out = report(agent.cfg.data_dir / "pairs", "--margin-pass-rate", "5")
         assert out.returncode == 1, out.stdout + out.stderr
         assert "WORSE on" in out.stdout and "check:refusal" in out.stdout
@@ -254,7 +329,9 @@ async def test_identical_candidate_is_not_found_worse(make_agent, sim_process, t
     # And at nice 0 (the default is 10): this test is about timing fidelity on a loaded host, where a
     # lower priority delays the child's timestamps by a scheduler slice, a large share of the
     # simulators' scaled-down delays.
-    agent = await make_agent(primary, shadow={**shadow_section(same), "cpu_affinity": "all", "nice": 0}, sampling={"rate": 0.0})
+    agent = await make_agent(
+        primary, shadow={**shadow_section(same), "cpu_affinity": "all", "nice": 0}, sampling={"rate": 0.0}
+    )
     # Seeded requests: both simulators give each request the same answer after the same simulated
     # delays, so what differs is only how each side is timed (unseeded, the two generators' draws
     # alone made the candidate lose 30 of 40 TTFT pairs, run after run). Not paced: each mirror
@@ -300,8 +377,19 @@ def _canned_app(status: int = 200, gate: asyncio.Event | None = None, seen: list
             await gate.wait()
         if status != 200:
             return web.Response(status=status, body=b'{"error": {"message": "boom"}}', content_type="application/json")
-        body = {"id": "c1", "object": "chat.completion", "model": MODEL, "choices": [{"index": 0, "message": {"role": "assistant", "content": "Knead, proof, bake."}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
+        body = {
+            "id": "c1",
+            "object": "chat.completion",
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Knead, proof, bake."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
+        }
         return web.Response(body=orjson.dumps(body), content_type="application/json", headers={"X-Fixed": "1"})
 
     app = web.Application()
@@ -329,21 +417,32 @@ async def test_a_failing_candidate_changes_nothing_for_the_client(make_agent, fa
         runners.append(runner)
     try:
         # One slot for the hanging candidate (the skips show it is held); room for all four otherwise.
-        agent = await make_agent(primary, shadow=shadow_section(candidate, max_concurrency=1 if failure == "hangs" else 4, timeout_s=60))
+        agent = await make_agent(
+            primary, shadow=shadow_section(candidate, max_concurrency=1 if failure == "hangs" else 4, timeout_s=60)
+        )
         body = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]})
         async with aiohttp.ClientSession() as session:
-            async with session.post(primary + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as r:
+            async with session.post(
+                primary + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            ) as r:
                 direct = (r.status, await r.read(), r.headers.get("X-Fixed"))
             seen = []
             for _ in range(4):
                 # A mirror that waited on the candidate would hold these calls for 60 s (timeout_s).
-                async with session.post(proxy_url(agent) + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}, timeout=aiohttp.ClientTimeout(total=20)) as r:
+                async with session.post(
+                    proxy_url(agent) + "/v1/chat/completions",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=20),
+                ) as r:
                     seen.append((r.status, await r.read(), r.headers.get("X-Fixed")))
         assert seen == [direct] * 4
         m = await scrape(agent)
         if failure == "hangs":
             # One mirror holds the only slot; the others are skipped and counted, not queued.
-            await wait_until(lambda: agent.metrics.shadow_skipped.labels(candidate="cand", reason="concurrency")._value.get() >= 3)
+            await wait_until(
+                lambda: agent.metrics.shadow_skipped.labels(candidate="cand", reason="concurrency")._value.get() >= 3
+            )
         else:
             await wait_until(lambda: agent.shadow.finished >= 4)
             m = await scrape(agent)
@@ -362,7 +461,9 @@ async def test_spend_cap_holds(make_agent):
     cand = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=3)
     cap = 0.0004  # a handful of sim-gpt-4o-mini answers
     try:
-        agent = await make_agent(primary.url, shadow=shadow_section(cand.url, max_usd_per_hour=cap), sampling={"rate": 0.0})
+        agent = await make_agent(
+            primary.url, shadow=shadow_section(cand.url, max_usd_per_hour=cap), sampling={"rate": 0.0}
+        )
         await traffic(agent, 40)
         mirrored = lambda: agent.metrics.shadow_mirrored.labels(candidate="cand")._value.get()  # noqa: E731
         await wait_until(lambda: agent.shadow.finished >= mirrored())
@@ -386,16 +487,41 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app(status=503, seen=seen))
     cfg = tmp_path / "llmwatch.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "sampling": {"rate": 1.0}, "scoring": {"enabled": False}, "logging": {"level": "debug"},
-        "shadow": shadow_section(candidate, headers={"Authorization": "env:CANDIDATE_KEY"}),
-    }))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "sampling": {"rate": 1.0},
+                "scoring": {"enabled": False},
+                "logging": {"level": "debug"},
+                "shadow": shadow_section(candidate, headers={"Authorization": "env:CANDIDATE_KEY"}),
+            }
+        )
+    )
     log = tmp_path / "proxy.log"
     data = tmp_path / "data"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CANDIDATE_KEY": SECRET}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(cfg), "--upstream", primary, "--listen", "127.0.0.1:0",
-                                 "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data)], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                "proxy",
+                "--config",
+                str(cfg),
+                "--upstream",
+                primary,
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(data),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         started = None
         deadline = time.monotonic() + 60
@@ -407,10 +533,19 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
         assert started is not None, log.read_text()
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
-                async with session.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]},
-                                        headers={"Authorization": "Bearer sk-client-key-0000"}) as r:
+                async with session.post(
+                    f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions",
+                    json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]},
+                    headers={"Authorization": "Bearer sk-client-key-0000"},
+                ) as r:
                     assert r.status == 200
-        await wait_until(lambda: len(glob.glob(str(data / "pairs" / "*.jsonl"))) > 0 and sum(1 for p in glob.glob(str(data / "pairs" / "*.jsonl")) for _ in open(p)) >= 3, timeout=20)
+        await wait_until(
+            lambda: (
+                len(glob.glob(str(data / "pairs" / "*.jsonl"))) > 0
+                and sum(1 for p in glob.glob(str(data / "pairs" / "*.jsonl")) for _ in open(p)) >= 3
+            ),
+            timeout=20,
+        )
         assert seen and all(h.get("Authorization") == SECRET for h in seen)
         # The client's own credentials are for the primary, not for another service.
         assert all("sk-client-key" not in json.dumps(h) for h in seen)
@@ -434,7 +569,15 @@ async def test_pairs_are_redacted_like_samples(make_agent):
     try:
         agent = await make_agent(primary.url, shadow=shadow_section(cand.url))
         c = client(agent)
-        await c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "My email is jane.doe@example.com, card 4111 1111 1111 1111: update billing"}])
+        await c.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {
+                    "role": "user",
+                    "content": "My email is jane.doe@example.com, card 4111 1111 1111 1111: update billing",
+                }
+            ],
+        )
         await c.close()
         await wait_until(lambda: agent.shadow.finished >= 1)
         text = "".join(Path(p).read_text() for p in glob.glob(str(agent.cfg.data_dir / "pairs" / "*.jsonl")))
@@ -470,7 +613,11 @@ async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
     primary = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=1)
     cand = await start_simulator("127.0.0.1", 0, SimProfile(latency_scale=FAST), seed=2)
     try:
-        agent = await make_agent(primary.url, shadow=shadow_section(cand.url), kafka={"enabled": True, "bootstrap_servers": [kafka_broker.bootstrap], "linger_ms": 5})
+        agent = await make_agent(
+            primary.url,
+            shadow=shadow_section(cand.url),
+            kafka={"enabled": True, "bootstrap_servers": [kafka_broker.bootstrap], "linger_ms": 5},
+        )
         await traffic(agent, 4)
         await wait_until(lambda: agent.shadow.finished >= 4)
         records = await asyncio.to_thread(read_topic, kafka_broker.bootstrap, "llmwatch.pairs", expect=4)
@@ -487,14 +634,20 @@ async def test_skips_are_counted_by_reason_never_silent(make_agent):
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app())
     try:
-        agent = await make_agent(primary, capture={"max_body_bytes": 1024}, shadow=shadow_section(candidate, max_requests_per_minute=2))
+        agent = await make_agent(
+            primary, capture={"max_body_bytes": 1024}, shadow=shadow_section(candidate, max_requests_per_minute=2)
+        )
         async with aiohttp.ClientSession() as session:
             url = proxy_url(agent) + "/v1/chat/completions"
             for _ in range(5):
-                async with session.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}) as r:
+                async with session.post(
+                    url, json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}
+                ) as r:
                     assert r.status == 200
             # A body over capture.max_body_bytes is forwarded but not captured: nothing to mirror.
-            async with session.post(url, json={"model": MODEL, "messages": [{"role": "user", "content": "x" * 4000}]}) as r:
+            async with session.post(
+                url, json={"model": MODEL, "messages": [{"role": "user", "content": "x" * 4000}]}
+            ) as r:
                 assert r.status == 200
         await wait_until(lambda: agent.shadow.finished >= 2)
         m = await scrape(agent)
@@ -524,7 +677,9 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
         async with aiohttp.ClientSession() as session:
 
             async def call() -> None:
-                async with session.post(proxy_url(agent) + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as r:
+                async with session.post(
+                    proxy_url(agent) + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                ) as r:
                     statuses.append(r.status)
                     await r.read()
 
@@ -561,7 +716,9 @@ def test_review_export_from_pairs_is_blind_and_imports(tmp_path):
         p.primary.response = {"choices": [{"message": {"content": "primary answer"}}]}
     (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"\n".join(p.to_json() for p in pairs) + b"\n")
     tasks = tmp_path / "tasks.jsonl"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "review", *a], capture_output=True, text=True, timeout=120)  # noqa: E731
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "review", *a], capture_output=True, text=True, timeout=120
+    )  # noqa: E731
     out = run("export", "--pairs", str(pairs_dir), "--n", "12", "--out", str(tasks), "--seed", "3")
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in tasks.read_text().splitlines()]
@@ -574,7 +731,18 @@ def test_review_export_from_pairs_is_blind_and_imports(tmp_path):
     with open(reviews, "w") as fh:
         for t in lines:
             for judge in ("ann", "bob"):
-                fh.write(json.dumps({"task_id": t["task_id"], "candidates": ["A", "B"], "scores": {"A": {c: 4 for c in t["criteria"]}, "B": {c: 3 for c in t["criteria"]}}, "judge": judge, "blind": True}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "task_id": t["task_id"],
+                            "candidates": ["A", "B"],
+                            "scores": {"A": {c: 4 for c in t["criteria"]}, "B": {c: 3 for c in t["criteria"]}},
+                            "judge": judge,
+                            "blind": True,
+                        }
+                    )
+                    + "\n"
+                )
     out = run("import", "--tasks", str(tasks), "--reviews", str(reviews))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "primary" in out.stdout
@@ -593,7 +761,21 @@ def _judge_app(prefer: str | None) -> web.Application:
             winner = "1" if prefer in first else "2"
         else:  # neither is the better one: the primary's, wherever it is
             winner = "1" if "primary" in first else "2"
-        reply = {"id": "j", "object": "chat.completion", "model": "judge", "choices": [{"index": 0, "message": {"role": "assistant", "content": f'```json\n{{"winner": "{winner}", "reason": "r"}}\n```'}, "finish_reason": "stop"}]}
+        reply = {
+            "id": "j",
+            "object": "chat.completion",
+            "model": "judge",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": f'```json\n{{"winner": "{winner}", "reason": "r"}}\n```',
+                    },
+                    "finish_reason": "stop",
+                }
+            ],
+        }
         return web.json_response(reply)
 
     app = web.Application()
@@ -613,8 +795,23 @@ async def test_pairwise_judge_counts_only_wins_that_survive_the_swap(tmp_path, j
     runner, url = await serve(_judge_app("better" if judge == "consistent" else None))
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "llmwatch.agent.cli", "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
-            "--format", "json", "--max-pairs", "8", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "shadow",
+            "judge",
+            "--pairs",
+            str(pairs_dir),
+            "--judge-url",
+            url + "/v1",
+            "--judge-model",
+            "judge",
+            "--format",
+            "json",
+            "--max-pairs",
+            "8",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
     finally:
@@ -627,7 +824,12 @@ async def test_pairwise_judge_counts_only_wins_that_survive_the_swap(tmp_path, j
         assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent"]) == (7, 0, 1, 0)
     else:
         # Always "1": every verdict flips with the order, so none counts as a win.
-        assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent_rate"]) == (0, 8, 0, 1.0)
+        assert (sm["candidate_wins"], sm["ties"], sm["candidate_losses"], sm["position_inconsistent_rate"]) == (
+            0,
+            8,
+            0,
+            1.0,
+        )
 
 
 def _reviewer_choice(first: str, second: str) -> str:
@@ -652,7 +854,9 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
     pairs = [_pair(i, True, True, 100, 100) for i in range(len(kinds))]
     for i, (p, kind) in enumerate(zip(pairs, kinds)):
         p.primary.response = {"choices": [{"message": {"content": "primary answer"}}]}
-        p.shadow.response = {"choices": [{"message": {"content": "primary answer" if kind == "same" else f"{kind} answer {i}"}}]}
+        p.shadow.response = {
+            "choices": [{"message": {"content": "primary answer" if kind == "same" else f"{kind} answer {i}"}}]
+        }
     # Pairs of other, unreviewed prompts: the judge must not be asked about them.
     extra = [_pair(100 + i, True, True, 100, 100) for i in range(6)]
     for p in extra:
@@ -663,7 +867,12 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
     subset = tmp_path / "reviewed"
     subset.mkdir()
     (subset / "pairs-20261201-0000.jsonl").write_bytes(b"".join(p.to_json() + b"\n" for p in pairs))
-    out = subprocess.run([*cli, "review", "export", "--pairs", str(subset), "--n", str(len(pairs)), "--out", str(tasks), "--seed", "5"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*cli, "review", "export", "--pairs", str(subset), "--n", str(len(pairs)), "--out", str(tasks), "--seed", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     reviews = tmp_path / "round1" / "reviews.jsonl"
     server = Server(tmp_path, "--tasks", str(tasks), "--out", str(reviews), "--reviewers", "ann,bob")
@@ -672,24 +881,56 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
             for line in tasks.read_text().splitlines():
                 task = json.loads(line)
                 for who in ("ann", "bob"):
-                    order = positions(who, task["task_id"])  # the labels behind Answer 1 and Answer 2 on this reviewer's page
+                    order = positions(
+                        who, task["task_id"]
+                    )  # the labels behind Answer 1 and Answer 2 on this reviewer's page
                     answers = [task["candidates"][label]["answer"] for label in order]
                     form = {f"s{pos}_{ci}": "3" for ci in range(len(task["criteria"])) for pos in (1, 2)}
                     form["preferred"] = _reviewer_choice(*answers)
-                    async with session.post(f"{server.links[who]}/t/{task['task_id']}", data=form, allow_redirects=False) as r:
+                    async with session.post(
+                        f"{server.links[who]}/t/{task['task_id']}", data=form, allow_redirects=False
+                    ) as r:
                         assert r.status == 303, await r.text()
     finally:
         assert server.stop() == 0
     runner, url = await serve(_judge_app("better"))
     try:
         proc = await asyncio.create_subprocess_exec(
-            *cli, "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
-            "--tasks", str(tasks), "--reviews", str(reviews), "--format", "json", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            *cli,
+            "shadow",
+            "judge",
+            "--pairs",
+            str(pairs_dir),
+            "--judge-url",
+            url + "/v1",
+            "--judge-model",
+            "judge",
+            "--tasks",
+            str(tasks),
+            "--reviews",
+            str(reviews),
+            "--format",
+            "json",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
         text = await asyncio.create_subprocess_exec(
-            *cli, "shadow", "judge", "--pairs", str(pairs_dir), "--judge-url", url + "/v1", "--judge-model", "judge",
-            "--tasks", str(tasks), "--reviews", str(reviews), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            *cli,
+            "shadow",
+            "judge",
+            "--pairs",
+            str(pairs_dir),
+            "--judge-url",
+            url + "/v1",
+            "--judge-model",
+            "judge",
+            "--tasks",
+            str(tasks),
+            "--reviews",
+            str(reviews),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         text_out, text_err = await asyncio.wait_for(text.communicate(), timeout=120)
     finally:
@@ -700,20 +941,44 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
     ag = sm["human_agreement"]
     # The judge (prefers "better", else the primary's answer; identical answers flip with the order:
     # ties) against the reviewers (better wins, worse loses, anything else a tie):
-    assert ag["confusion"] == {"win": {"win": 5, "tie": 0, "loss": 0}, "tie": {"win": 0, "tie": 2, "loss": 0}, "loss": {"win": 0, "tie": 2, "loss": 3}}
+    assert ag["confusion"] == {
+        "win": {"win": 5, "tie": 0, "loss": 0},
+        "tie": {"win": 0, "tie": 2, "loss": 0},
+        "loss": {"win": 0, "tie": 2, "loss": 3},
+    }
     assert ag["pairs"] == 12 and ag["agreement"] == pytest.approx(10 / 12, abs=1e-4)
     # p_o = 10/12, p_e = (5*5 + 2*4 + 5*3) / 144 = 1/3: kappa = (5/6 - 1/3) / (2/3) = 0.75.
     assert ag["kappa"] == pytest.approx(0.75, abs=1e-4)
     lo, hi = ag["kappa_ci"]
     assert lo < 0.75 < hi <= 1.0
-    assert set(ag["per_reviewer"]) == {"ann", "bob"} and ag["per_reviewer"]["ann"]["kappa"] == pytest.approx(0.75, abs=1e-4)
+    assert set(ag["per_reviewer"]) == {"ann", "bob"} and ag["per_reviewer"]["ann"]["kappa"] == pytest.approx(
+        0.75, abs=1e-4
+    )
     assert text.returncode == 0, text_err.decode()
     assert "agreement with human verdicts: 12 pairs" in text_out.decode() and "Cohen's kappa 0.75" in text_out.decode()
 
 
 def test_judge_agreement_refuses_reviews_without_their_tasks(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "llmwatch.agent.cli", "shadow", "judge", "--pairs", str(tmp_path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "j",
-                          "--reviews", str(tmp_path / "reviews.jsonl")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "shadow",
+            "judge",
+            "--pairs",
+            str(tmp_path),
+            "--judge-url",
+            "http://127.0.0.1:9/v1",
+            "--judge-model",
+            "j",
+            "--reviews",
+            str(tmp_path / "reviews.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "--tasks and --reviews go together" in out.stderr and "Traceback" not in out.stderr
 
 
@@ -724,11 +989,34 @@ async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app())
     cfg = tmp_path / "llmwatch.yaml"
-    cfg.write_text(yaml.safe_dump({"scoring": {"enabled": False}, "shadow": {**shadow_section(candidate), "cpu_affinity": str(allowed[-1])}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {"scoring": {"enabled": False}, "shadow": {**shadow_section(candidate), "cpu_affinity": str(allowed[-1])}}
+        )
+    )
     log = tmp_path / "proxy.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(cfg), "--upstream", primary, "--listen", "127.0.0.1:0",
-                                 "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")], env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                "proxy",
+                "--config",
+                str(cfg),
+                "--upstream",
+                primary,
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                str(tmp_path / "data"),
+            ],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     child = None
     try:
         ready = started = None
@@ -744,9 +1032,15 @@ async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_
         child = ready["pid"]
         assert child != proc.pid and os.sched_getaffinity(child) == {allowed[-1]}
         async with aiohttp.ClientSession() as session:
-            async with session.post(f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]}) as r:
+            async with session.post(
+                f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]},
+            ) as r:
                 assert r.status == 200
-        await wait_until(lambda: any(Path(p).read_text() for p in glob.glob(str(tmp_path / "data" / "pairs" / "*.jsonl"))), timeout=20)
+        await wait_until(
+            lambda: any(Path(p).read_text() for p in glob.glob(str(tmp_path / "data" / "pairs" / "*.jsonl"))),
+            timeout=20,
+        )
         proc.kill()  # the proxy this test started, by its handle
         proc.wait(timeout=10)
 

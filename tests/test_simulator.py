@@ -15,9 +15,9 @@ from typing import Any, AsyncIterator
 import aiohttp
 import openai
 import pytest
+from procs import Proc, simulator_url
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, REFUSAL, SimProfile, start_simulator
-from procs import Proc, simulator_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,8 +25,23 @@ ROOT = Path(__file__).resolve().parents[1]
 CLEAN = SimProfile(latency_scale=0, refusal_rate=0, invalid_json_rate=0, truncation_rate=0)
 
 COOKING = "How do I cook a good tomato pasta sauce for dinner?"
-COOKING_WORDS = {"simmer", "garlic", "pan", "oven", "recipe", "recipes", "roast", "pasta", "sauce", "salt",
-                 "baking", "onion", "chicken", "butter", "flour"}
+COOKING_WORDS = {
+    "simmer",
+    "garlic",
+    "pan",
+    "oven",
+    "recipe",
+    "recipes",
+    "roast",
+    "pasta",
+    "sauce",
+    "salt",
+    "baking",
+    "onion",
+    "chicken",
+    "butter",
+    "flour",
+}
 
 
 def user(text: str) -> list[dict[str, str]]:
@@ -129,8 +144,9 @@ async def test_legacy_completions(sim_client: Any) -> None:
     assert resp.object == "text_completion" and resp.id.startswith("cmpl-")
     text = resp.choices[0].text
     assert words(text) & {"select", "join", "query", "table", "index", "rows", "transaction"}
-    stream = await client.completions.create(model="m", prompt="Write SQL to join two tables", seed=3, stream=True,
-                                             stream_options={"include_usage": True})
+    stream = await client.completions.create(
+        model="m", prompt="Write SQL to join two tables", seed=3, stream=True, stream_options={"include_usage": True}
+    )
     pieces, usage = [], None
     async for c in stream:
         if c.usage:
@@ -214,7 +230,9 @@ async def test_json_mode_answers_parse(sim_client: Any) -> None:
     _, client = sim_client
     for seed in range(10):
         resp = await client.chat.completions.create(
-            model="m", messages=user("Give me a budget tip as JSON"), seed=seed,
+            model="m",
+            messages=user("Give me a budget tip as JSON"),
+            seed=seed,
             response_format={"type": "json_object"},
         )
         obj = json.loads(resp.choices[0].message.content)
@@ -237,7 +255,11 @@ async def test_max_tokens_truncates(sim_client: Any) -> None:
     resp = await client.chat.completions.create(model="m", messages=user(COOKING), max_tokens=5, seed=1)
     assert resp.choices[0].finish_reason == "length" and resp.usage.completion_tokens == 5
     stream = await client.chat.completions.create(
-        model="m", messages=user(COOKING), max_completion_tokens=5, seed=1, stream=True,
+        model="m",
+        messages=user(COOKING),
+        max_completion_tokens=5,
+        seed=1,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = [c async for c in stream]
@@ -278,8 +300,9 @@ async def test_fault_cut_after(sim_client: Any) -> None:
     assert [c.choices[0].delta.content is not None for c in received] == [True] * 4
     assert all(c.choices[0].finish_reason is None for c in received)
     with pytest.raises(openai.APIConnectionError):
-        await client.chat.completions.create(model="m", messages=user(COOKING),
-                                             extra_headers={FAULT_HEADER: "cut_after=3"})
+        await client.chat.completions.create(
+            model="m", messages=user(COOKING), extra_headers={FAULT_HEADER: "cut_after=3"}
+        )
     # The server survives the cut connections.
     ok = await client.chat.completions.create(model="m", messages=user(COOKING))
     assert ok.choices[0].finish_reason == "stop"
@@ -287,8 +310,11 @@ async def test_fault_cut_after(sim_client: Any) -> None:
 
 async def test_fault_non_json(sim_client: Any, http: aiohttp.ClientSession) -> None:
     sim, _ = sim_client
-    async with http.post(sim.url + "/v1/chat/completions", json={"model": "m", "messages": user("hi")},
-                         headers={FAULT_HEADER: "non_json"}) as r:
+    async with http.post(
+        sim.url + "/v1/chat/completions",
+        json={"model": "m", "messages": user("hi")},
+        headers={FAULT_HEADER: "non_json"},
+    ) as r:
         assert r.status == 200 and r.content_type == "text/plain"
         assert await r.text() == "upstream says hi"
 
@@ -302,7 +328,10 @@ async def test_fault_slow_and_no_usage(sim_client: Any) -> None:
     assert time.perf_counter() - start >= 0.15
     assert resp.usage is None and resp.choices[0].message.content
     stream = await client.chat.completions.create(
-        model="m", messages=user(COOKING), stream=True, stream_options={"include_usage": True},
+        model="m",
+        messages=user(COOKING),
+        stream=True,
+        stream_options={"include_usage": True},
         extra_headers={FAULT_HEADER: "no_usage"},
     )
     chunks = [c async for c in stream]
@@ -320,8 +349,9 @@ async def test_error_rate_and_refusal_rate() -> None:
 
 async def test_bad_requests(sim_client: Any, http: aiohttp.ClientSession) -> None:
     sim, _ = sim_client
-    async with http.post(sim.url + "/v1/chat/completions", data=b"{not json",
-                         headers={"Content-Type": "application/json"}) as r:
+    async with http.post(
+        sim.url + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"}
+    ) as r:
         assert r.status == 400
         body = await r.json()
     assert body["error"]["message"].startswith("We could not parse the JSON body of your request")
@@ -407,8 +437,22 @@ async def test_latency_is_applied() -> None:
 
 
 async def test_standalone_process(http: aiohttp.ClientSession) -> None:
-    proc = Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--host", "127.0.0.1", "--port", "0",
-                 "--latency-scale", "0", "--profile", "B"], cwd=str(ROOT))
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.apps.simulator",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--latency-scale",
+            "0",
+            "--profile",
+            "B",
+        ],
+        cwd=str(ROOT),
+    )
     try:
         url = await asyncio.to_thread(simulator_url, proc, 15)  # printed once it has bound port 0
         async with http.get(f"{url}/v1/models") as r:

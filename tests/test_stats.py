@@ -89,9 +89,7 @@ def test_switches_from_z_to_fisher_when_an_expected_count_drops_below_five():
     assert at_threshold.detail["min_expected_count"] == pytest.approx(5.0)
     assert below.test == "fisher_exact"
     assert below.detail["min_expected_count"] == pytest.approx(4.5)
-    assert below.p_value == pytest.approx(
-        sps.fisher_exact([[5, 95], [4, 96]]).pvalue
-    )
+    assert below.p_value == pytest.approx(sps.fisher_exact([[5, 95], [4, 96]]).pvalue)
     # Non-events are cells too: 95 + 96 = 191 events leave only 9 non-events.
     assert st.compare_proportions(96, 100, 95, 100).test == "fisher_exact"
 
@@ -417,18 +415,14 @@ def test_small_two_category_table_falls_back_to_fisher():
 
 
 def test_all_sparse_categories_reduce_to_top_category_versus_rest():
-    res = st.compare_categorical(
-        {"ok": 3, "error": 1, "refusal": 1}, {"ok": 1, "error": 2, "refusal": 2}
-    )
+    res = st.compare_categorical({"ok": 3, "error": 1, "refusal": 1}, {"ok": 1, "error": 2, "refusal": 2})
     assert res.test == "fisher_exact"
     assert res.detail["columns"] == [["ok"], ["error", "refusal"]]
     assert res.p_value == pytest.approx(sps.fisher_exact([[1, 4], [3, 2]]).pvalue)
 
 
 def test_category_missing_on_one_side_counts_as_zero():
-    res = st.compare_categorical(
-        {"ok": 500, "refusal": 50}, {"ok": 500, "refusal": 20, "new_mode": 30}
-    )
+    res = st.compare_categorical({"ok": 500, "refusal": 50}, {"ok": 500, "refusal": 20, "new_mode": 30})
     assert res.detail["baseline_rates"]["new_mode"] == 0.0
     assert res.p_value < 1e-6
 
@@ -479,11 +473,7 @@ def brute_force_mmd2(x, y, sigma):
 
     kxx, kyy, kxy = k(x, x), k(y, y), k(x, y)
     n, m = len(x), len(y)
-    return (
-        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
-        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
-        - 2 * kxy.mean()
-    )
+    return (kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean()
 
 
 def test_mmd_statistic_equals_brute_force_unbiased_estimate():
@@ -646,9 +636,7 @@ def test_pooled_sample_size_matches_the_standard_formula():
     # Fleiss formula written out with tabulated z values 1.959964 / 1.644854.
     p1, p2 = 0.10, 0.15
     pbar = 0.125
-    numerator = 1.959964 * math.sqrt(2 * pbar * (1 - pbar)) + 1.644854 * math.sqrt(
-        p1 * 0.9 + p2 * 0.85
-    )
+    numerator = 1.959964 * math.sqrt(2 * pbar * (1 - pbar)) + 1.644854 * math.sqrt(p1 * 0.9 + p2 * 0.85)
     n = numerator**2 / 0.05**2
     assert st.samples_for_proportion_shift(p1, p2) == math.ceil(n)
     one_sided = st.samples_for_proportion_shift(p1, p2, alternative="greater")
@@ -657,9 +645,7 @@ def test_pooled_sample_size_matches_the_standard_formula():
 
 def test_closed_form_sample_size_gives_the_target_power_in_simulation():
     n = st.samples_for_proportion_shift(0.10, 0.20, power=0.9)
-    est = st.simulated_power(
-        bernoulli(0.10), bernoulli(0.20), proportion_test, n, trials=1000, seed=1
-    )
+    est = st.simulated_power(bernoulli(0.10), bernoulli(0.20), proportion_test, n, trials=1000, seed=1)
     assert est.n_baseline == est.n_current == n
     assert 0.87 <= est.power <= 0.93
 
@@ -684,21 +670,27 @@ def test_samples_for_power_finds_exact_threshold_of_a_step_function():
 
 def test_samples_for_power_agrees_with_the_closed_form_for_proportions():
     closed = st.samples_for_proportion_shift(0.05, 0.10, power=0.8)
-    found = st.samples_for_power(
-        bernoulli(0.05), bernoulli(0.10), proportion_test, power=0.8, trials=300, seed=2
-    )
+    found = st.samples_for_power(bernoulli(0.05), bernoulli(0.10), proportion_test, power=0.8, trials=300, seed=2)
     assert found.power >= 0.8
     assert 0.85 * closed <= found.n_current <= 1.15 * closed
 
 
 def test_samples_for_power_can_fix_the_baseline_size():
     found = st.samples_for_power(
-        bernoulli(0.05), bernoulli(0.15), proportion_test,
-        power=0.8, trials=200, n_baseline=5000,
+        bernoulli(0.05),
+        bernoulli(0.15),
+        proportion_test,
+        power=0.8,
+        trials=200,
+        n_baseline=5000,
     )
     assert found.n_baseline == 5000
     symmetric = st.samples_for_power(
-        bernoulli(0.05), bernoulli(0.15), proportion_test, power=0.8, trials=200,
+        bernoulli(0.05),
+        bernoulli(0.15),
+        proportion_test,
+        power=0.8,
+        trials=200,
     )
     # A huge baseline leaves only the current window's noise.
     assert found.n_current < symmetric.n_current
@@ -707,7 +699,12 @@ def test_samples_for_power_can_fix_the_baseline_size():
 def test_samples_for_power_raises_when_target_is_unreachable():
     with pytest.raises(ValueError, match="n_max"):
         st.samples_for_power(
-            bernoulli(0.1), bernoulli(0.1), proportion_test, trials=50, n_start=16, n_max=64,
+            bernoulli(0.1),
+            bernoulli(0.1),
+            proportion_test,
+            trials=50,
+            n_start=16,
+            n_max=64,
         )
 
 
@@ -749,8 +746,6 @@ def _draw(rng, n):
         (_draw, _draw, proportion_test, 10, {"alpha": 1.0}, "alpha"),
     ],
 )
-def test_bad_simulated_power_input_raises_naming_the_argument(
-    draw_b, draw_c, test, n, kwargs, name
-):
+def test_bad_simulated_power_input_raises_naming_the_argument(draw_b, draw_c, test, n, kwargs, name):
     with pytest.raises(ValueError, match=name):
         st.simulated_power(draw_b, draw_c, test, n, **kwargs)

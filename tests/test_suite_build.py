@@ -11,9 +11,9 @@ import openai
 import orjson
 import pytest
 
+from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.agent.cli.main import main
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.core.config import MatrixSection, load_config
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.scores import Score
@@ -27,12 +27,40 @@ FAILURE_QUOTA = 0.25
 # category short of candidates hands seats on: two cases' worth is the stated tolerance.
 MIX_TOLERANCE = 2 / SIZE
 
-RECIPES = ["pasta dinner with garlic", "vegetable soup", "chocolate cake", "banana bread", "chicken curry", "pancakes for breakfast",
-           "lentil stew", "tomato salad", "apple pie", "fried rice", "roast potatoes", "mushroom risotto", "fish tacos", "bean chili"]
-ERRORS = [("KeyError", "Python"), ("TypeError", "JavaScript"), ("segfault", "C"), ("deadlock", "SQL"), ("IndexError", "Python"), ("NullPointerException", "Java"),
-          ("import error", "Python"), ("race condition", "Go")]
-MESSAGES = ["my bread dough never rises in the oven", "the train to Paris was cancelled twice", "my laptop battery drains overnight",
-            "our team missed the sprint deadline", "the hotel lost our reservation", "my tomato plants have yellow leaves"]
+RECIPES = [
+    "pasta dinner with garlic",
+    "vegetable soup",
+    "chocolate cake",
+    "banana bread",
+    "chicken curry",
+    "pancakes for breakfast",
+    "lentil stew",
+    "tomato salad",
+    "apple pie",
+    "fried rice",
+    "roast potatoes",
+    "mushroom risotto",
+    "fish tacos",
+    "bean chili",
+]
+ERRORS = [
+    ("KeyError", "Python"),
+    ("TypeError", "JavaScript"),
+    ("segfault", "C"),
+    ("deadlock", "SQL"),
+    ("IndexError", "Python"),
+    ("NullPointerException", "Java"),
+    ("import error", "Python"),
+    ("race condition", "Go"),
+]
+MESSAGES = [
+    "my bread dough never rises in the oven",
+    "the train to Paris was cancelled twice",
+    "my laptop battery drains overnight",
+    "our team missed the sprint deadline",
+    "the hotel lost our reservation",
+    "my tomato plants have yellow leaves",
+]
 TRIPS = ["a weekend in Rome", "a week in Japan", "three days in Lisbon", "a cycling trip in the Alps"]
 
 
@@ -44,48 +72,92 @@ def traffic() -> list[dict]:
         reqs.append({"messages": [{"role": "user", "content": f"Give me a simple recipe for a {dish}."}]})
         reqs.append({"messages": [{"role": "user", "content": f"give me a simple recipe for a {dish} please"}]})
         if i % 4 == 0:  # truncated answers: known failures
-            reqs.append({"messages": [{"role": "user", "content": f"Write a long shopping list and method for a {dish} for {i + 2} guests."}], "max_tokens": 3})
+            reqs.append(
+                {
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": f"Write a long shopping list and method for a {dish} for {i + 2} guests.",
+                        }
+                    ],
+                    "max_tokens": 3,
+                }
+            )
     for err, lang in ERRORS:
         reqs.append({"messages": [{"role": "user", "content": f"How do I fix a {err} in my {lang} code?"}]})
         reqs.append({"messages": [{"role": "user", "content": f"How do I fix a {err} in my {lang} code???"}]})
-    reqs.append({"messages": [{"role": "user", "content": "How do I fix a KeyError in my Python code?"}], "fault": "status=503"})
-    reqs.append({"messages": [{"role": "user", "content": "Why does my Python function return None?"}], "fault": "status=500"})
+    reqs.append(
+        {"messages": [{"role": "user", "content": "How do I fix a KeyError in my Python code?"}], "fault": "status=503"}
+    )
+    reqs.append(
+        {"messages": [{"role": "user", "content": "Why does my Python function return None?"}], "fault": "status=500"}
+    )
     for text in MESSAGES:
-        reqs.append({"messages": [{"role": "user", "content": f"Classify this message by topic: {text}"}], "response_format": {"type": "json_object"}})
+        reqs.append(
+            {
+                "messages": [{"role": "user", "content": f"Classify this message by topic: {text}"}],
+                "response_format": {"type": "json_object"},
+            }
+        )
     for trip in TRIPS:
-        reqs.append({"messages": [{"role": "user", "content": f"I want to plan {trip}"}, {"role": "assistant", "content": "Sure, when do you go?"},
-                                  {"role": "user", "content": "Next month, what should I book first?"}]})
+        reqs.append(
+            {
+                "messages": [
+                    {"role": "user", "content": f"I want to plan {trip}"},
+                    {"role": "assistant", "content": "Sure, when do you go?"},
+                    {"role": "user", "content": "Next month, what should I book first?"},
+                ]
+            }
+        )
     # Edges: a model a small share of traffic uses, and prompts in other scripts.
     for dish in ("a cheese omelette", "a plum cake"):
-        reqs.append({"model": "sim-gpt-4o", "messages": [{"role": "user", "content": f"How do I cook {dish} for two?"}]})
+        reqs.append(
+            {"model": "sim-gpt-4o", "messages": [{"role": "user", "content": f"How do I cook {dish} for two?"}]}
+        )
     for text in ("Как испечь домашний хлеб без дрожжей?", "パンを焼くのに何分かかりますか？教えてください。"):
         reqs.append({"messages": [{"role": "user", "content": text}]})
     # Prompts that are mostly personal data: after redaction only placeholders are left.
-    for who in ("jane.doe@mailbox.org +44 20 7946 0958", "sam.lee@postbox.net 4111 1111 1111 1111", "kim@inbox.eu +1 415 555 0132",
-                "mail ola.berg@postbox.net or call +44 20 7946 0123"):
+    for who in (
+        "jane.doe@mailbox.org +44 20 7946 0958",
+        "sam.lee@postbox.net 4111 1111 1111 1111",
+        "kim@inbox.eu +1 415 555 0132",
+        "mail ola.berg@postbox.net or call +44 20 7946 0123",
+    ):
         reqs.append({"messages": [{"role": "user", "content": who}]})
     return reqs
 
 
 async def capture(data_dir: Path, profile: SimProfile, reqs: list[dict]) -> None:
     sim = await start_simulator("127.0.0.1", 0, profile, seed=3)
-    overrides = {"upstream": sim.url, "listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(data_dir),
-                 "sampling": {"rate": 1.0}, "scoring": {"enabled": True, "embeddings": False}}
+    overrides = {
+        "upstream": sim.url,
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "data_dir": str(data_dir),
+        "sampling": {"rate": 1.0},
+        "scoring": {"enabled": True, "embeddings": False},
+    }
     agent = Agent(load_config(None, overrides=overrides, environ={}))
     await agent.start()
     try:
-        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{agent.proxy_port}/v1", api_key="sk-test", max_retries=0)
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{agent.proxy_port}/v1", api_key="sk-test", max_retries=0
+        )
         for body in reqs:
             body = dict(body)
             fault = body.pop("fault", None)
             try:
                 body.setdefault("model", "sim-gpt-4o-mini")
-                await client.chat.completions.create(extra_headers={"x-llmwatch-sim-fault": fault} if fault else None, **body)
+                await client.chat.completions.create(
+                    extra_headers={"x-llmwatch-sim-fault": fault} if fault else None, **body
+                )
             except openai.APIStatusError:
                 pass
         deadline = asyncio.get_running_loop().time() + 60
         while agent.pipeline.processed < len(reqs) or agent.recorder.recorded < len(reqs):
-            assert asyncio.get_running_loop().time() < deadline, "the sidecar did not capture and score every request in time"
+            assert asyncio.get_running_loop().time() < deadline, (
+                "the sidecar did not capture and score every request in time"
+            )
             await asyncio.sleep(0.05)
         await client.close()
     finally:
@@ -110,8 +182,28 @@ def captured(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(captured: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built") / "suite.jsonl"
-    code = main(["suite", "build", "--samples", str(captured / "samples"), "--scores", str(captured / "scores"), "--out", str(out),
-                 "--size", str(SIZE), "--failure-quota", str(FAILURE_QUOTA), "--edge-quota", "0.1", "--seed", "5", "--similarity", "text"])
+    code = main(
+        [
+            "suite",
+            "build",
+            "--samples",
+            str(captured / "samples"),
+            "--scores",
+            str(captured / "scores"),
+            "--out",
+            str(out),
+            "--size",
+            str(SIZE),
+            "--failure-quota",
+            str(FAILURE_QUOTA),
+            "--edge-quota",
+            "0.1",
+            "--seed",
+            "5",
+            "--similarity",
+            "text",
+        ]
+    )
     assert code == 0
     return out
 
@@ -143,7 +235,9 @@ def test_known_failures_fill_their_quota_and_carry_their_failure_mode(built: Pat
 def test_near_duplicate_prompts_collapse_into_one_case_that_lists_every_sample(built: Path, captured: Path):
     suite = load_suite(built)
     manifest = orjson.loads(manifest_path(built).read_bytes())
-    prompts = [normalise(c.input if isinstance(c.input, str) else " ".join(m.content for m in c.input)) for c in suite.cases]
+    prompts = [
+        normalise(c.input if isinstance(c.input, str) else " ".join(m.content for m in c.input)) for c in suite.cases
+    ]
     # "Give me a simple recipe for a X." and "give me a simple recipe for a X please" never both.
     stems = [p.removesuffix(" please") for p in prompts]
     assert len(stems) == len(set(stems))
@@ -162,7 +256,11 @@ def test_edge_cases_fill_their_quota_and_say_what_makes_them_unusual(built: Path
     assert len(edges) == round(SIZE * 0.1)
     assert all(e["edge_reasons"] and not e["failure_modes"] for e in edges)
     # What is recognised as an edge, on the captured samples themselves.
-    material = gather(read_records(captured / "samples"), read_records(captured / "scores", Score, prefix="scores"), build_categories(MatrixSection()))
+    material = gather(
+        read_records(captured / "samples"),
+        read_records(captured / "scores", Score, prefix="scores"),
+        build_categories(MatrixSection()),
+    )
     reasons = {c.text: c.edge_reasons for c in material.candidates}
     assert "other_language" in reasons["Как испечь домашний хлеб без дрожжей?"]
     assert "other_language" in reasons["パンを焼くのに何分かかりますか？教えてください。"]
@@ -212,7 +310,11 @@ def test_show_counts_by_category_failure_mode_and_source(built: Path, capsys):
     assert info["by_failure_mode"]["truncated"] >= 1
     assert main(["suite", "show", str(built)]) == 0
     text = capsys.readouterr().out
-    assert "by category:" in text and "by failure mode:" in text and "left out when built: 4 mostly-placeholder prompts" in text
+    assert (
+        "by category:" in text
+        and "by failure mode:" in text
+        and "left out when built: 4 mostly-placeholder prompts" in text
+    )
 
 
 def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built: Path, tmp_path: Path, capsys):
@@ -223,11 +325,34 @@ def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built:
     old = load_suite(suite)
     # New production traffic: answers cut short on new prompts (known failures), and a prompt the suite has.
     data = tmp_path / "later"
-    new = [{"messages": [{"role": "user", "content": f"Classify this message by topic: {t}"}], "response_format": {"type": "json_object"}, "max_tokens": 3}
-           for t in ("my cat ignores the new food", "the printer jams on every page", "our flight to Oslo was overbooked")]
+    new = [
+        {
+            "messages": [{"role": "user", "content": f"Classify this message by topic: {t}"}],
+            "response_format": {"type": "json_object"},
+            "max_tokens": 3,
+        }
+        for t in ("my cat ignores the new food", "the printer jams on every page", "our flight to Oslo was overbooked")
+    ]
     new += [{"messages": [{"role": "user", "content": "Give me a simple recipe for a pasta dinner with garlic."}]}]
     asyncio.run(capture(data, SimProfile(latency_scale=0.0, refusal_rate=0.0, truncation_rate=0.0), new))
-    assert main(["suite", "add", "--suite", str(suite), "--samples", str(data / "samples"), "--scores", str(data / "scores"), "--failed-only", "--similarity", "text"]) == 0
+    assert (
+        main(
+            [
+                "suite",
+                "add",
+                "--suite",
+                str(suite),
+                "--samples",
+                str(data / "samples"),
+                "--scores",
+                str(data / "scores"),
+                "--failed-only",
+                "--similarity",
+                "text",
+            ]
+        )
+        == 0
+    )
     after = suite.read_bytes()
     assert after.startswith(before)
     grown = load_suite(suite)
@@ -240,20 +365,91 @@ def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built:
     assert all("truncated" in manifest["cases"][c.id]["failure_modes"] for c in added)
     assert "added 3 case(s)" in capsys.readouterr().out
     # Nothing new the second time: the file is left as it is.
-    assert main(["suite", "add", "--suite", str(suite), "--samples", str(data / "samples"), "--scores", str(data / "scores"), "--failed-only", "--similarity", "text"]) == 0
+    assert (
+        main(
+            [
+                "suite",
+                "add",
+                "--suite",
+                str(suite),
+                "--samples",
+                str(data / "samples"),
+                "--scores",
+                str(data / "scores"),
+                "--failed-only",
+                "--similarity",
+                "text",
+            ]
+        )
+        == 0
+    )
     assert suite.read_bytes() == after
 
 
 def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp_path: Path, captured: Path, capsys):
-    code = main(["suite", "build", "--samples", str(captured / "samples"), "--scores", str(captured / "scores"), "--out", str(tmp_path / "s.jsonl"),
-                 "--failure-quota", "0.8", "--edge-quota", "0.5", "--similarity", "text"])
+    code = main(
+        [
+            "suite",
+            "build",
+            "--samples",
+            str(captured / "samples"),
+            "--scores",
+            str(captured / "scores"),
+            "--out",
+            str(tmp_path / "s.jsonl"),
+            "--failure-quota",
+            "0.8",
+            "--edge-quota",
+            "0.5",
+            "--similarity",
+            "text",
+        ]
+    )
     assert code == 2 and "--failure-quota" in capsys.readouterr().err
-    code = main(["suite", "build", "--samples", str(tmp_path / "nope"), "--scores", str(captured / "scores"), "--out", str(tmp_path / "s.jsonl")])
+    code = main(
+        [
+            "suite",
+            "build",
+            "--samples",
+            str(tmp_path / "nope"),
+            "--scores",
+            str(captured / "scores"),
+            "--out",
+            str(tmp_path / "s.jsonl"),
+        ]
+    )
     assert code == 2 and "--samples" in capsys.readouterr().err
-    code = main(["suite", "build", "--samples", str(captured / "samples"), "--scores", str(captured / "scores"), "--out", str(tmp_path), "--similarity", "text"])
+    code = main(
+        [
+            "suite",
+            "build",
+            "--samples",
+            str(captured / "samples"),
+            "--scores",
+            str(captured / "scores"),
+            "--out",
+            str(tmp_path),
+            "--similarity",
+            "text",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"--out {tmp_path} is a directory" in err
-    assert main(["suite", "add", "--suite", str(tmp_path / "none.jsonl"), "--samples", str(captured / "samples"), "--scores", str(captured / "scores")]) == 2
+    assert (
+        main(
+            [
+                "suite",
+                "add",
+                "--suite",
+                str(tmp_path / "none.jsonl"),
+                "--samples",
+                str(captured / "samples"),
+                "--scores",
+                str(captured / "scores"),
+            ]
+        )
+        == 2
+    )
 
 
 @pytest.mark.slow
@@ -265,10 +461,22 @@ def test_with_the_embeddings_extra_paraphrases_collapse_that_text_shingles_keep_
     from llmwatch.core.records import Sample
 
     def sample(i: int, text: str) -> Sample:
-        return Sample(id=f"s{i}", timestamp=datetime(2026, 12, 1, tzinfo=timezone.utc), model="m", status=200, latency_ms=1.0,
-                      request={"model": "m", "messages": [{"role": "user", "content": text}]}, response={"choices": [{"message": {"content": "ok"}}]})
+        return Sample(
+            id=f"s{i}",
+            timestamp=datetime(2026, 12, 1, tzinfo=timezone.utc),
+            model="m",
+            status=200,
+            latency_ms=1.0,
+            request={"model": "m", "messages": [{"role": "user", "content": text}]},
+            response={"choices": [{"message": {"content": "ok"}}]},
+        )
 
-    prompts = ["How do I bake bread at home?", "How can I bake bread at home?", "Give me a simple recipe for banana bread.", "How do I fix a KeyError in my Python code?"]
+    prompts = [
+        "How do I bake bread at home?",
+        "How can I bake bread at home?",
+        "Give me a simple recipe for banana bread.",
+        "How do I fix a KeyError in my Python code?",
+    ]
     samples = [sample(i, t) for i, t in enumerate(prompts)]
     categories = build_categories(MatrixSection())
     by_text = gather(samples, [], categories, similarity="text")

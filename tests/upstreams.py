@@ -30,7 +30,11 @@ def echo_app() -> web.Application:
             "body_sha256": hashlib.sha256(body).hexdigest(),
             "body_len": len(body),
         }
-        return web.Response(body=orjson.dumps(payload), content_type="application/json", headers={"X-Upstream-Custom": "Kept-As-Is", "Set-Cookie": "session=abc; Path=/"})
+        return web.Response(
+            body=orjson.dumps(payload),
+            content_type="application/json",
+            headers={"X-Upstream-Custom": "Kept-As-Is", "Set-Cookie": "session=abc; Path=/"},
+        )
 
     app = web.Application(client_max_size=1 << 30)
     app.router.add_route("*", "/{tail:.*}", echo)
@@ -48,10 +52,20 @@ def gated_stream_app(gate: asyncio.Event) -> web.Application:
         await request.read()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        first = {"id": "g", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "first"}, "finish_reason": None}]}
+        first = {
+            "id": "g",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "first"}, "finish_reason": None}],
+        }
         await resp.write(b"data: " + orjson.dumps(first) + b"\n\n")
         await asyncio.wait_for(gate.wait(), timeout=10)
-        last = {"id": "g", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"content": " second"}, "finish_reason": "stop"}]}
+        last = {
+            "id": "g",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": " second"}, "finish_reason": "stop"}],
+        }
         await resp.write(b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -219,7 +219,7 @@ class FilesSection(_Section):
     @classmethod
     def _octal_mode(cls, value: str) -> str:
         if not re.fullmatch(r"0?[0-7]{3}", value) or int(value, 8) & ~0o666:
-            raise ValueError(f"expected an octal file mode such as \"0600\" or \"0640\" (no execute bits), got {value!r}")
+            raise ValueError(f'expected an octal file mode such as "0600" or "0640" (no execute bits), got {value!r}')
         if not int(value, 8) & 0o600 == 0o600:
             raise ValueError(f"mode {value!r} must let the owner read and write (0600 at least)")
         return value
@@ -356,9 +356,7 @@ class VersionChangeSection(_Section):
     enabled: bool = True
     # What identifies the served version. Drop system_fingerprint where a provider rotates it
     # between backends of one version (each rotation would read as a change).
-    fields: list[VersionField] = Field(
-        default_factory=lambda: list(VERSION_FIELDS), min_length=1
-    )
+    fields: list[VersionField] = Field(default_factory=lambda: list(VERSION_FIELDS), min_length=1)
     # A version served within this long is not new when calls come back to it: providers serve one
     # version from backends with different fingerprints at once. 0: every alternation is a change.
     remember_s: float = Field(3600.0, ge=0)
@@ -381,7 +379,9 @@ class VersionChangeSection(_Section):
     @classmethod
     def _no_empty_program(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value[0].strip():
-            raise ValueError("the first item is the program to run; give it, e.g. [llmwatch, regress, --config, regress.yaml]")
+            raise ValueError(
+                "the first item is the program to run; give it, e.g. [llmwatch, regress, --config, regress.yaml]"
+            )
         return value
 
 
@@ -400,9 +400,13 @@ class CanarySection(_Section):
     @model_validator(mode="after")
     def _pair(self) -> "CanarySection":
         if (self.stable is None) != (self.canary is None):
-            raise ValueError("set both drift.canary.stable and drift.canary.canary, or neither (automatic: the version with most samples is stable)")
+            raise ValueError(
+                "set both drift.canary.stable and drift.canary.canary, or neither (automatic: the version with most samples is stable)"
+            )
         if self.stable is not None and self.stable == self.canary:
-            raise ValueError(f"drift.canary.stable and drift.canary.canary are both {self.stable!r}; name two different versions")
+            raise ValueError(
+                f"drift.canary.stable and drift.canary.canary are both {self.stable!r}; name two different versions"
+            )
         if self.stable is not None and not self.enabled:
             # Naming the pair is asking for the comparison.
             object.__setattr__(self, "enabled", True)
@@ -418,7 +422,10 @@ class DriftSection(_Section):
     interval_s: float = Field(30.0, gt=0)
     alpha: float = Field(0.05, gt=0, lt=1)
     # Families whose drift is an alert / exit 1; `inputs` (what users ask) is news, not a regression.
-    fail_on: list[Literal["inputs", "behaviour", "performance"]] = ["behaviour", "performance"]  # pydantic copies list defaults
+    fail_on: list[Literal["inputs", "behaviour", "performance"]] = [
+        "behaviour",
+        "performance",
+    ]  # pydantic copies list defaults
     # Performance regresses when p50 or p95 time per output token (or TTFT, cost per 1k tokens) is
     # more than this fraction above the baseline's: 0.2 is noticeable to users and above what load
     # moves per token.
@@ -490,9 +497,13 @@ class OtelSection(_Section):
     def _valid_endpoint(self) -> "OtelSection":
         endpoint = self.endpoint
         if endpoint is not None and self.protocol == "http" and not re.match(r"^https?://[^/\s]+", endpoint):
-            raise ValueError(f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {endpoint!r}")
+            raise ValueError(
+                f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {endpoint!r}"
+            )
         if endpoint is not None and self.protocol == "grpc" and not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
-            raise ValueError(f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {endpoint!r}")
+            raise ValueError(
+                f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {endpoint!r}"
+            )
         return self
 
     def resolved_endpoint(self) -> str:
@@ -665,7 +676,9 @@ class ShadowSection(_Section):
         names = [c.name for c in self.candidates]
         for name in names:
             if names.count(name) > 1:
-                raise ValueError(f"candidate name {name!r} is used twice; names must be unique (they are metric labels)")
+                raise ValueError(
+                    f"candidate name {name!r} is used twice; names must be unique (they are metric labels)"
+                )
         return self
 
 
@@ -737,7 +750,9 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
             return None
         annotation = field.annotation
         # `list[Model] | None` (scoring.checks, matrix.categories): look inside the list too.
-        candidates = [c for a in (getattr(annotation, "__args__", ()) or (annotation,)) for c in (a, *getattr(a, "__args__", ()))]
+        candidates = [
+            c for a in (getattr(annotation, "__args__", ()) or (annotation,)) for c in (a, *getattr(a, "__args__", ()))
+        ]
         for candidate in candidates:
             if isinstance(candidate, type) and issubclass(candidate, BaseModel):
                 current = candidate
@@ -773,7 +788,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
     for key, raw in environ.items():
         if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX + "CONFIG":
             continue
-        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__") if p]
+        path = [p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p]
         if not path:
             continue
         try:
@@ -817,7 +832,9 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must be a mapping of sections (e.g. `sampling: {{rate: 0.1}}`), got {type(data).__name__}")
+        raise ConfigError(
+            f"config file {path} must be a mapping of sections (e.g. `sampling: {{rate: 0.1}}`), got {type(data).__name__}"
+        )
     return data
 
 
@@ -847,4 +864,8 @@ def load_config(
     except ValidationError as exc:
         # Without a file, every bad value has an origin of its own (a variable or a flag).
         header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
-        raise ConfigError(describe_validation_error(exc, header=header, allowed=lambda loc: _allowed_fields(Config, loc), origins=origins)) from None
+        raise ConfigError(
+            describe_validation_error(
+                exc, header=header, allowed=lambda loc: _allowed_fields(Config, loc), origins=origins
+            )
+        ) from None

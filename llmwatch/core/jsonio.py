@@ -84,7 +84,9 @@ def make_dirs(directory: str | os.PathLike[str], mode: int | None = None) -> Pat
     return path
 
 
-def open_private(path: str | os.PathLike[str], append: bool = False, mode: int | None = None, *, buffered: bool = True) -> BinaryIO:
+def open_private(
+    path: str | os.PathLike[str], append: bool = False, mode: int | None = None, *, buffered: bool = True
+) -> BinaryIO:
     """Open a data file for binary writing; a file this call creates gets `file_mode` exactly.
     Unbuffered (`buffered=False`): each write is one system call whose count is what reached the file."""
     wanted = _file_mode if mode is None else mode
@@ -241,9 +243,17 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
             except orjson.JSONDecodeError as exc:
                 # Only the last line can lack its newline.
                 if not raw.endswith(b"\n"):
-                    structlog.get_logger(__name__).warning("torn_last_line_skipped", file=str(path), line=lineno, bytes=len(raw), fix="a writer was killed mid-line; the record was never complete")
+                    structlog.get_logger(__name__).warning(
+                        "torn_last_line_skipped",
+                        file=str(path),
+                        line=lineno,
+                        bytes=len(raw),
+                        fix="a writer was killed mid-line; the record was never complete",
+                    )
                     return
-                raise RecordError(f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object") from None
+                raise RecordError(
+                    f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object"
+                ) from None
             if not isinstance(data, dict):
                 raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
             try:
@@ -256,7 +266,9 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
 def read_records(source: str | os.PathLike[str], *, prefix: str = "samples") -> Iterator[Sample]: ...
 @overload
 def read_records(source: str | os.PathLike[str], model: type[M], prefix: str = "samples") -> Iterator[M]: ...
-def read_records(source: str | os.PathLike[str], model: type[BaseModel] = Sample, prefix: str = "samples") -> Iterator[BaseModel]:
+def read_records(
+    source: str | os.PathLike[str], model: type[BaseModel] = Sample, prefix: str = "samples"
+) -> Iterator[BaseModel]:
     """Validated records of a file, or of every `<prefix>-*.jsonl` file of a directory in order."""
     for path in jsonl_paths(source, prefix):
         yield from iter_jsonl(path, model)

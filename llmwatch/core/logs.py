@@ -31,7 +31,9 @@ def configure_logging(level: str = "info", fmt: str | None = None) -> None:
         cache_logger_on_first_use=True,
     )
     # Libraries that use stdlib logging (aiohttp access log is off) go to the same stream.
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
+    )
 
 
 def _isatty(stream: object) -> bool:

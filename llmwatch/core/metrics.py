@@ -154,7 +154,9 @@ class EvaluationReading:
 
 
 class Metrics:
-    def __init__(self, *, max_models: int = 20, max_versions: int = 20, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, *, max_models: int = 20, max_versions: int = 20, registry: CollectorRegistry | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         self.model_label = LabelCap(max_models)
         self.version_label = LabelCap(max_versions)
@@ -264,12 +266,34 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.scoring_pending = Gauge("llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.", registry=r)
+        self.scoring_pending = Gauge(
+            "llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.", registry=r
+        )
         drift_labels = ["signal", "model_version", "gen_ai_operation_name"]
-        self.drift_statistic = Gauge("llmwatch_drift_statistic", "Test statistic of each drift signal against the frozen baseline.", drift_labels, registry=r)
-        self.drift_p_value = Gauge("llmwatch_drift_p_value", "Multiple-testing-adjusted p-value of each drift signal.", drift_labels, registry=r)
-        self.drift_detected = Gauge("llmwatch_drift_detected", "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).", drift_labels, registry=r)
-        self.drift_window = Gauge("llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"], registry=r)
+        self.drift_statistic = Gauge(
+            "llmwatch_drift_statistic",
+            "Test statistic of each drift signal against the frozen baseline.",
+            drift_labels,
+            registry=r,
+        )
+        self.drift_p_value = Gauge(
+            "llmwatch_drift_p_value",
+            "Multiple-testing-adjusted p-value of each drift signal.",
+            drift_labels,
+            registry=r,
+        )
+        self.drift_detected = Gauge(
+            "llmwatch_drift_detected",
+            "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).",
+            drift_labels,
+            registry=r,
+        )
+        self.drift_window = Gauge(
+            "llmwatch_drift_window_samples",
+            "Samples in the drift window of each model version.",
+            ["model_version"],
+            registry=r,
+        )
         # Served-version sentinel (collectors/llmwatch/collectors/sentinel.py): one info series per request model, the
         # current one; the previous is removed, not set to 0, so series stay one per model however
         # often a provider rotates versions, and `== 1` never matches a stale one.
@@ -280,7 +304,10 @@ class Metrics:
             registry=r,
         )
         self.model_version_changes = Counter(
-            "llmwatch_model_version_changes", "Times the served version of a request model changed (see llmwatch_model_version_info).", ["gen_ai_request_model"], registry=r
+            "llmwatch_model_version_changes",
+            "Times the served version of a request model changed (see llmwatch_model_version_info).",
+            ["gen_ai_request_model"],
+            registry=r,
         )
         # Value: when the last change happened (Unix seconds); labels: from what to what. What the
         # LLMWatchServedVersionChanged alert reads, so its annotations can name both versions.
@@ -298,26 +325,55 @@ class Metrics:
         )
         # Canary (scorers/llmwatch/scorers/drift/canary.py): two versions served at once, compared in the same window.
         pair = ["stable_version", "canary_version"]
-        self.canary_verdict = Gauge("llmwatch_canary_verdict", "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).", ["family", *pair], registry=r)
-        self.canary_latency_ratio = Gauge("llmwatch_canary_latency_per_token_ratio", "Canary / stable time per output token at a quantile (0.5, 0.95), same window, stratified.", ["quantile", *pair], registry=r)
-        self.canary_pass_rate_diff = Gauge("llmwatch_canary_pass_rate_difference", "Canary minus stable pass rate of a check (0..1 scale), stratified, same window.", ["check", *pair], registry=r)
-        self.canary_samples = Gauge("llmwatch_canary_window_samples", "Samples of each side (role: stable, canary) in the common window of a canary comparison.", ["role", *pair], registry=r)
+        self.canary_verdict = Gauge(
+            "llmwatch_canary_verdict",
+            "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).",
+            ["family", *pair],
+            registry=r,
+        )
+        self.canary_latency_ratio = Gauge(
+            "llmwatch_canary_latency_per_token_ratio",
+            "Canary / stable time per output token at a quantile (0.5, 0.95), same window, stratified.",
+            ["quantile", *pair],
+            registry=r,
+        )
+        self.canary_pass_rate_diff = Gauge(
+            "llmwatch_canary_pass_rate_difference",
+            "Canary minus stable pass rate of a check (0..1 scale), stratified, same window.",
+            ["check", *pair],
+            registry=r,
+        )
+        self.canary_samples = Gauge(
+            "llmwatch_canary_window_samples",
+            "Samples of each side (role: stable, canary) in the common window of a canary comparison.",
+            ["role", *pair],
+            registry=r,
+        )
         self._canary_series: set[tuple[str, tuple[str, str, str]]] = set()
-        self.kafka_produced = Counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r)
+        self.kafka_produced = Counter(
+            "llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.", registry=r
+        )
         self.kafka_dropped = Counter(
             "llmwatch_kafka_dropped",
             "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, delivery_timeout, closed).",
             ["reason"],
             registry=r,
         )
-        self.kafka_buffer_depth = Gauge("llmwatch_kafka_buffer_depth", "Samples handed to the Kafka sink and not yet acknowledged.", registry=r)
+        self.kafka_buffer_depth = Gauge(
+            "llmwatch_kafka_buffer_depth", "Samples handed to the Kafka sink and not yet acknowledged.", registry=r
+        )
         self.kafka_consumed = Counter(
             "llmwatch_kafka_consumed",
             "Samples read by a Kafka scorer worker, by outcome (scored, duplicate, invalid).",
             ["outcome"],
             registry=r,
         )
-        self.notifications = Counter("llmwatch_webhook_notifications", "Drift webhook deliveries by outcome (sent, retries, failed, dropped).", ["event"], registry=r)
+        self.notifications = Counter(
+            "llmwatch_webhook_notifications",
+            "Drift webhook deliveries by outcome (sent, retries, failed, dropped).",
+            ["event"],
+            registry=r,
+        )
         self.otel_spans = Counter(
             "llmwatch_otel_spans",
             "Spans of captured calls for OTLP export, by outcome (exported, failed: the collector refused or was unreachable, dropped: export queue full).",
@@ -331,9 +387,24 @@ class Metrics:
             registry=r,
         )
         # Business evaluation (scorers/llmwatch/scorers/evaluation/evaluate.py export_metrics); set from a report, not per call.
-        self.category_quality = Gauge("llmwatch_category_quality", "Mean quality score (0..1) of a task category from the evaluation matrix.", ["category", "model_version"], registry=r)
-        self.stability = Gauge("llmwatch_stability", "Stability (0..1, 1 = stable) by kind (sampling, turn, version) and task category.", ["kind", "category", "model_version"], registry=r)
-        self.decision_score = Gauge("llmwatch_decision_score", "(w_quality * quality + w_stability * stability) / normalized_cost of a model version.", ["model_version"], registry=r)
+        self.category_quality = Gauge(
+            "llmwatch_category_quality",
+            "Mean quality score (0..1) of a task category from the evaluation matrix.",
+            ["category", "model_version"],
+            registry=r,
+        )
+        self.stability = Gauge(
+            "llmwatch_stability",
+            "Stability (0..1, 1 = stable) by kind (sampling, turn, version) and task category.",
+            ["kind", "category", "model_version"],
+            registry=r,
+        )
+        self.decision_score = Gauge(
+            "llmwatch_decision_score",
+            "(w_quality * quality + w_stability * stability) / normalized_cost of a model version.",
+            ["model_version"],
+            registry=r,
+        )
         self.internal_errors = Counter(
             "llmwatch_internal_errors",
             "Exceptions inside llmwatch's own capture/metrics code; traffic was forwarded regardless.",
@@ -341,7 +412,12 @@ class Metrics:
             registry=r,
         )
         # Shadow evaluation (collectors/llmwatch/collectors/shadow/mirror.py); `candidate` is a configured candidate name only.
-        self.shadow_mirrored = Counter("llmwatch_shadow_mirrored", "Requests mirrored to a shadow candidate (sent, whatever the outcome).", ["candidate"], registry=r)
+        self.shadow_mirrored = Counter(
+            "llmwatch_shadow_mirrored",
+            "Requests mirrored to a shadow candidate (sent, whatever the outcome).",
+            ["candidate"],
+            registry=r,
+        )
         self.shadow_skipped = Counter(
             "llmwatch_shadow_skipped",
             "Calls picked for mirroring but not mirrored, by reason (queue_full, concurrency, spend_cap, rate_cap, not_captured).",
@@ -349,25 +425,83 @@ class Metrics:
             registry=r,
         )
         self.shadow_candidate_errors = Counter(
-            "llmwatch_shadow_candidate_errors", "Mirrored calls the candidate failed (timeout, unreachable, HTTP status >= 400).", ["candidate", "error_type"], registry=r
+            "llmwatch_shadow_candidate_errors",
+            "Mirrored calls the candidate failed (timeout, unreachable, HTTP status >= 400).",
+            ["candidate", "error_type"],
+            registry=r,
         )
-        self.shadow_pairs = Counter("llmwatch_shadow_pairs", "Pair records (primary and candidate answers to one request) written.", ["candidate"], registry=r)
-        self.shadow_pairs_dropped = Counter("llmwatch_shadow_pairs_dropped", "Finished mirrors whose pair was not written, by reason.", ["candidate", "reason"], registry=r)
-        self.shadow_kafka_produced = Counter("llmwatch_shadow_kafka_produced", "Pair records acknowledged by the Kafka broker (kafka.pairs_topic).", registry=r)
-        self.shadow_kafka_dropped = Counter("llmwatch_shadow_kafka_dropped", "Pair records not delivered to Kafka, by reason (as llmwatch_kafka_dropped_total).", ["reason"], registry=r)
-        self.shadow_spend = Counter("llmwatch_shadow_spend_usd", "Estimated USD spent on mirrored calls (price table).", ["candidate"], registry=r)
+        self.shadow_pairs = Counter(
+            "llmwatch_shadow_pairs",
+            "Pair records (primary and candidate answers to one request) written.",
+            ["candidate"],
+            registry=r,
+        )
+        self.shadow_pairs_dropped = Counter(
+            "llmwatch_shadow_pairs_dropped",
+            "Finished mirrors whose pair was not written, by reason.",
+            ["candidate", "reason"],
+            registry=r,
+        )
+        self.shadow_kafka_produced = Counter(
+            "llmwatch_shadow_kafka_produced",
+            "Pair records acknowledged by the Kafka broker (kafka.pairs_topic).",
+            registry=r,
+        )
+        self.shadow_kafka_dropped = Counter(
+            "llmwatch_shadow_kafka_dropped",
+            "Pair records not delivered to Kafka, by reason (as llmwatch_kafka_dropped_total).",
+            ["reason"],
+            registry=r,
+        )
+        self.shadow_spend = Counter(
+            "llmwatch_shadow_spend_usd",
+            "Estimated USD spent on mirrored calls (price table).",
+            ["candidate"],
+            registry=r,
+        )
         # Over the last pairs of each candidate (a sliding window): what the dashboard and alerts read.
-        self.shadow_window_pairs = Gauge("llmwatch_shadow_window_pairs", "Pairs in the sliding window behind the llmwatch_shadow_* gauges.", ["candidate"], registry=r)
+        self.shadow_window_pairs = Gauge(
+            "llmwatch_shadow_window_pairs",
+            "Pairs in the sliding window behind the llmwatch_shadow_* gauges.",
+            ["candidate"],
+            registry=r,
+        )
         self.shadow_pass_rate_diff = Gauge(
-            "llmwatch_shadow_pass_rate_difference", "Candidate minus primary pass rate (0..1 scale) over paired check results in the window.", ["candidate"], registry=r
+            "llmwatch_shadow_pass_rate_difference",
+            "Candidate minus primary pass rate (0..1 scale) over paired check results in the window.",
+            ["candidate"],
+            registry=r,
         )
         self.shadow_worse_p_value = Gauge(
-            "llmwatch_shadow_worse_p_value", "One-sided exact McNemar p-value that the candidate fails more paired checks than the primary (window).", ["candidate"], registry=r
+            "llmwatch_shadow_worse_p_value",
+            "One-sided exact McNemar p-value that the candidate fails more paired checks than the primary (window).",
+            ["candidate"],
+            registry=r,
         )
-        self.shadow_win_rate = Gauge("llmwatch_shadow_win_rate", "Share of paired check results the candidate wins (it passes, the primary fails), window.", ["candidate"], registry=r)
-        self.shadow_loss_rate = Gauge("llmwatch_shadow_loss_rate", "Share of paired check results the candidate loses (it fails, the primary passes), window.", ["candidate"], registry=r)
-        self.shadow_latency_ratio = Gauge("llmwatch_shadow_latency_ratio", "Candidate p95 latency / primary p95 latency over the window's pairs.", ["candidate"], registry=r)
-        self.shadow_cost_ratio = Gauge("llmwatch_shadow_cost_ratio", "Candidate mean cost / primary mean cost over the window's priced pairs.", ["candidate"], registry=r)
+        self.shadow_win_rate = Gauge(
+            "llmwatch_shadow_win_rate",
+            "Share of paired check results the candidate wins (it passes, the primary fails), window.",
+            ["candidate"],
+            registry=r,
+        )
+        self.shadow_loss_rate = Gauge(
+            "llmwatch_shadow_loss_rate",
+            "Share of paired check results the candidate loses (it fails, the primary passes), window.",
+            ["candidate"],
+            registry=r,
+        )
+        self.shadow_latency_ratio = Gauge(
+            "llmwatch_shadow_latency_ratio",
+            "Candidate p95 latency / primary p95 latency over the window's pairs.",
+            ["candidate"],
+            registry=r,
+        )
+        self.shadow_cost_ratio = Gauge(
+            "llmwatch_shadow_cost_ratio",
+            "Candidate mean cost / primary mean cost over the window's priced pairs.",
+            ["candidate"],
+            registry=r,
+        )
 
     def set_drift(self, readings: Iterable[DriftReading]) -> None:
         """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
@@ -380,7 +514,12 @@ class Metrics:
 
     def set_canary(self, readings: Iterable[CanaryReading]) -> None:
         """The canary gauges, replaced as a whole: a pair no longer served stops being exported (and its alert resolves)."""
-        gauges = {"verdict": self.canary_verdict, "latency_per_token_ratio": self.canary_latency_ratio, "pass_rate_difference": self.canary_pass_rate_diff, "samples": self.canary_samples}
+        gauges = {
+            "verdict": self.canary_verdict,
+            "latency_per_token_ratio": self.canary_latency_ratio,
+            "pass_rate_difference": self.canary_pass_rate_diff,
+            "samples": self.canary_samples,
+        }
         now: set[tuple[str, tuple[str, str, str]]] = set()
         for r in readings:
             gauge = gauges.get(r.kind)

@@ -50,7 +50,9 @@ class Pair(BaseModel):
     @classmethod
     def _known_schema(cls, value: str) -> str:
         if value != PAIR_SCHEMA:
-            raise ValueError(f"unsupported schema {value!r}; this llmwatch reads {PAIR_SCHEMA!r} (omit the field or convert the file)")
+            raise ValueError(
+                f"unsupported schema {value!r}; this llmwatch reads {PAIR_SCHEMA!r} (omit the field or convert the file)"
+            )
         return value
 
     def to_json(self) -> bytes:

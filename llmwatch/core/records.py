@@ -80,7 +80,9 @@ class Sample(BaseModel):
     def _known_schema(cls, value: str) -> str:
         # A newer format may mean something else by the same field names: refuse, do not guess.
         if value != SAMPLE_SCHEMA:
-            raise ValueError(f"unsupported schema {value!r}; this llmwatch reads {SAMPLE_SCHEMA!r} (omit the field or convert the file)")
+            raise ValueError(
+                f"unsupported schema {value!r}; this llmwatch reads {SAMPLE_SCHEMA!r} (omit the field or convert the file)"
+            )
         return value
 
     @field_validator("timestamp", mode="before")

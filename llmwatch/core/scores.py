@@ -56,7 +56,9 @@ class Score(BaseModel):
     @classmethod
     def _known_schema(cls, value: str) -> str:
         if value != SCORE_SCHEMA:
-            raise ValueError(f"unsupported schema {value!r}; this llmwatch reads {SCORE_SCHEMA!r} (omit the field or convert the file)")
+            raise ValueError(
+                f"unsupported schema {value!r}; this llmwatch reads {SCORE_SCHEMA!r} (omit the field or convert the file)"
+            )
         return value
 
     def to_json(self) -> bytes:

@@ -12,7 +12,7 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
     match = _USERINFO.match(url)
     if match is None:
         return url, None
-    return match.group(1) + url[match.end():], match.group(2)
+    return match.group(1) + url[match.end() :], match.group(2)
 
 
 def mask_url(url: str) -> str:

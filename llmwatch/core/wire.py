@@ -36,7 +36,6 @@ def approx_tokens(text: str) -> int:
     return len(_TOKEN_RE.findall(text))
 
 
-
 def content_to_text(content: Any) -> str:
     if content is None:
         return ""

@@ -27,7 +27,18 @@ HEADER = {
 
 FIRST = ["jane", "maria", "li", "omar", "sven", "aiko", "pedro", "fatima", "tom", "zoe", "raj", "ines"]
 LAST = ["doe", "lopez", "wei", "haddad", "berg", "tanaka", "silva", "khan", "smith", "muller", "patel", "costa"]
-DOMAINS = ["gmail.com", "corp.io", "mail.example.co.uk", "uni-berlin.de", "acme-widgets.com", "proton.me", "yahoo.fr", "startup.ai", "dept.gov.au", "shop.online"]
+DOMAINS = [
+    "gmail.com",
+    "corp.io",
+    "mail.example.co.uk",
+    "uni-berlin.de",
+    "acme-widgets.com",
+    "proton.me",
+    "yahoo.fr",
+    "startup.ai",
+    "dept.gov.au",
+    "shop.online",
+]
 LEAD = [
     "Please contact {} tomorrow.",
     "My email is {}",
@@ -54,12 +65,23 @@ def rand_chars(n: int, alphabet: str = string.ascii_letters + string.digits) -> 
 
 
 def email() -> str:
-    local = pick([f"{pick(FIRST)}.{pick(LAST)}", f"{pick(FIRST)}{rng.randint(1, 99)}", f"{pick(FIRST)}_{pick(LAST)}+{pick(['shop', 'news', 'x'])}", f"{pick(FIRST)[0]}{pick(LAST)}".upper()])
+    local = pick(
+        [
+            f"{pick(FIRST)}.{pick(LAST)}",
+            f"{pick(FIRST)}{rng.randint(1, 99)}",
+            f"{pick(FIRST)}_{pick(LAST)}+{pick(['shop', 'news', 'x'])}",
+            f"{pick(FIRST)[0]}{pick(LAST)}".upper(),
+        ]
+    )
     return f"{local}@{pick(DOMAINS)}"
 
 
 def nanp() -> tuple[str, str, str]:
-    return f"{rng.randint(2, 9)}{rng.randint(0, 9)}{rng.randint(0, 9)}", f"{rng.randint(2, 9)}{rng.randint(0, 9)}{rng.randint(0, 9)}", f"{rng.randint(0, 9999):04d}"
+    return (
+        f"{rng.randint(2, 9)}{rng.randint(0, 9)}{rng.randint(0, 9)}",
+        f"{rng.randint(2, 9)}{rng.randint(0, 9)}{rng.randint(0, 9)}",
+        f"{rng.randint(0, 9999):04d}",
+    )
 
 
 def phone() -> str:
@@ -93,7 +115,9 @@ def luhn_complete(prefix: str, length: int) -> str:
 
 
 def card() -> str:
-    prefix, length = pick([("4", 16), ("51", 16), ("55", 16), ("2221", 16), ("34", 15), ("37", 15), ("6011", 16), ("35", 16)])
+    prefix, length = pick(
+        [("4", 16), ("51", 16), ("55", 16), ("2221", 16), ("34", 15), ("37", 15), ("6011", 16), ("35", 16)]
+    )
     digits = luhn_complete(prefix, length)
     style = rng.randint(0, 2)
     if style == 0:
@@ -139,16 +163,41 @@ def api_key() -> tuple[str, str]:
     choices = [
         lambda: (k := "sk-proj-" + rand_chars(40), f"OPENAI_API_KEY={k}", k),
         lambda: (k := "sk-" + rand_chars(48), f"use the key {k} in the header", k),
-        lambda: (k := "sk-ant-api03-" + rand_chars(60, string.ascii_letters + string.digits + "_-"), f"ANTHROPIC_API_KEY='{k}'", k),
+        lambda: (
+            k := "sk-ant-api03-" + rand_chars(60, string.ascii_letters + string.digits + "_-"),
+            f"ANTHROPIC_API_KEY='{k}'",
+            k,
+        ),
         lambda: (k := "AKIA" + rand_chars(16, string.ascii_uppercase + string.digits), f"access key id {k}", k),
-        lambda: (k := "ASIA" + rand_chars(16, string.ascii_uppercase + string.digits), f"temporary credentials: {k}", k),
+        lambda: (
+            k := "ASIA" + rand_chars(16, string.ascii_uppercase + string.digits),
+            f"temporary credentials: {k}",
+            k,
+        ),
         lambda: (k := rand_chars(40, b64), f"aws_secret_access_key = {k}", k),
         lambda: (k := rand_chars(40, b64), f'"SecretAccessKey": "{k}"', k),
         lambda: (k := "github_pat_" + rand_chars(22) + "_" + rand_chars(59), f"GH token {k}", k),
-        lambda: (k := pick(["ghp_", "gho_", "ghs_", "ghu_", "ghr_"]) + rand_chars(36), f"git clone https://{k}@github.com/org/repo", k),
-        lambda: (k := "xoxb-" + "-".join(rand_chars(12, string.digits) for _ in range(2)) + "-" + rand_chars(24), f"slack bot token {k}", k),
+        lambda: (
+            k := pick(["ghp_", "gho_", "ghs_", "ghu_", "ghr_"]) + rand_chars(36),
+            f"git clone https://{k}@github.com/org/repo",
+            k,
+        ),
+        lambda: (
+            k := "xoxb-" + "-".join(rand_chars(12, string.digits) for _ in range(2)) + "-" + rand_chars(24),
+            f"slack bot token {k}",
+            k,
+        ),
         lambda: (k := "AIza" + rand_chars(35, string.ascii_letters + string.digits + "_-"), f"maps key={k}", k),
-        lambda: (k := "eyJ" + rand_chars(20, string.ascii_letters + string.digits + "_-") + "." + rand_chars(40, string.ascii_letters + string.digits + "_-") + "." + rand_chars(43, string.ascii_letters + string.digits + "_-"), f"id_token: {k}", k),
+        lambda: (
+            k := "eyJ"
+            + rand_chars(20, string.ascii_letters + string.digits + "_-")
+            + "."
+            + rand_chars(40, string.ascii_letters + string.digits + "_-")
+            + "."
+            + rand_chars(43, string.ascii_letters + string.digits + "_-"),
+            f"id_token: {k}",
+            k,
+        ),
         lambda: (k := rand_chars(32, string.ascii_letters + string.digits + "-._~"), f"Authorization: Bearer {k}", k),
         lambda: (k := "glpat-" + rand_chars(20, string.ascii_letters + string.digits + "_-"), f"CI_TOKEN {k}", k),
         lambda: (k := "sk_live_" + rand_chars(24), f"stripe {k}", k),
@@ -159,11 +208,20 @@ def api_key() -> tuple[str, str]:
 
 
 def ipv4() -> str:
-    return ".".join(str(x) for x in (rng.randint(1, 223), rng.randint(0, 255), rng.randint(0, 255), rng.randint(1, 254)))
+    return ".".join(
+        str(x) for x in (rng.randint(1, 223), rng.randint(0, 255), rng.randint(0, 255), rng.randint(1, 254))
+    )
 
 
 POSITIVE_TEMPLATES = {
-    "phone": ["Call me on {} tonight.", "Phone: {}", "mobile {}, ask for Ines", "fax {} (office)", '{{"phone": "{}"}}', "Reach the desk at {}."],
+    "phone": [
+        "Call me on {} tonight.",
+        "Phone: {}",
+        "mobile {}, ask for Ines",
+        "fax {} (office)",
+        '{{"phone": "{}"}}',
+        "Reach the desk at {}.",
+    ],
     "credit_card": ["Card number {} exp 09/28", "charge {} please", "my visa is {}", "cc={}", "Card: {}."],
     "iban": ["Wire it to {} by Friday.", "IBAN: {}", "account {} (Sparkasse)", "pay to {}"],
     "ssn": ["SSN {}", "social security number: {}", "her SSN is {}.", "ssn={}"],
@@ -177,18 +235,28 @@ def none_lines() -> list[str]:
     for _ in range(12):
         out.append(f"Order ORD-{rng.randint(2019, 2026)}-{rng.randint(0, 999999):06d} shipped.")
         out.append(f"ticket #{rng.randint(10000, 99999999)} was closed")
-        out.append(f"Released {rng.randint(2015, 2026)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}, at {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} UTC.")
-        out.append(f"Upgrade to version {rng.randint(0, 20)}.{rng.randint(0, 40)}.{rng.randint(0, 99)} (see changelog).")
+        out.append(
+            f"Released {rng.randint(2015, 2026)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}, at {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} UTC."
+        )
+        out.append(
+            f"Upgrade to version {rng.randint(0, 20)}.{rng.randint(0, 40)}.{rng.randint(0, 99)} (see changelog)."
+        )
         out.append(f"It costs ${rng.randint(1, 9)},{rng.randint(0, 999):03d}.{rng.randint(0, 99):02d} incl. VAT.")
         out.append(f"commit {''.join(rng.choice('0123456789abcdef') for _ in range(rng.choice([7, 12, 40])))} fixed it")
-        out.append(f"request id {''.join(rng.choice('0123456789abcdef') for _ in range(8))}-{''.join(rng.choice('0123456789abcdef') for _ in range(4))}-4{''.join(rng.choice('0123456789abcdef') for _ in range(3))}-a{''.join(rng.choice('0123456789abcdef') for _ in range(3))}-{''.join(rng.choice('0123456789abcdef') for _ in range(12))}")
+        out.append(
+            f"request id {''.join(rng.choice('0123456789abcdef') for _ in range(8))}-{''.join(rng.choice('0123456789abcdef') for _ in range(4))}-4{''.join(rng.choice('0123456789abcdef') for _ in range(3))}-a{''.join(rng.choice('0123456789abcdef') for _ in range(3))}-{''.join(rng.choice('0123456789abcdef') for _ in range(12))}"
+        )
         out.append(f"created_at {rng.randint(1600000000, 1799999999)} (unix seconds)")
         out.append(f"the sum is {rng.randint(100, 99999)} and the ratio {rng.random():.4f}")
         out.append(f"Reference {rng.randint(1000, 9999)} {rng.randint(1000, 9999)} on page {rng.randint(1, 400)}")
         valid = luhn_complete("4", 16)
         out.append(f"Order {valid[:-1]}{(int(valid[-1]) + rng.randint(1, 9)) % 10} shipped (fails the Luhn check)")
-        out.append(f"Python {rng.choice(['3.10', '3.11', '3.12'])}.{rng.randint(0, 15)} on Ubuntu {rng.choice(['20.04', '22.04', '24.04'])}")
-        out.append(f"ISBN 978-{rng.randint(0, 1)}-{rng.randint(10, 99)}-{rng.randint(100000, 999999)}-{rng.randint(0, 9)}")
+        out.append(
+            f"Python {rng.choice(['3.10', '3.11', '3.12'])}.{rng.randint(0, 15)} on Ubuntu {rng.choice(['20.04', '22.04', '24.04'])}"
+        )
+        out.append(
+            f"ISBN 978-{rng.randint(0, 1)}-{rng.randint(10, 99)}-{rng.randint(100000, 999999)}-{rng.randint(0, 9)}"
+        )
     out += [
         "In 2024 the price rose to 1,299.99 USD; see figure 12.",
         "Temperatures between -5 and 12 degrees, humidity 80%.",
@@ -228,7 +296,11 @@ HARD = [
     ("SSN: 078-05-1120 (the Woolworth number)", "ssn", "078-05-1120"),
     ('export AWS_SECRET_ACCESS_KEY="je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"', "api_key", "je7MtGbClwBF"),
     ("x-api-key: 3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c", "api_key", "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"),
-    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----", "api_key", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"),
+    (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----",
+        "api_key",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+    ),
     ("invoice 3456789012 is overdue", "none", None),
     ("Order #4155550123 confirmed", "none", None),
     ("build 20240501.3 of 2024-05-01", "none", None),

@@ -11,17 +11,17 @@ from typing import Any, Sequence
 import structlog
 from aiohttp import web
 
-from llmwatch.core.config import Config, ConfigError
-from llmwatch.core.extras import check_config
-from llmwatch.core.urls import mask_url
-from llmwatch.collectors.exporters.prometheus import bind_socket, metrics_app, serve_app
-from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.collectors.exporters.files import FileSink
+from llmwatch.collectors.exporters.prometheus import bind_socket, metrics_app, serve_app
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, Sink
-from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.receivers.proxy.handler import Proxy
 from llmwatch.collectors.receivers.proxy.upstream_probe import UpstreamProbe
+from llmwatch.core.config import Config, ConfigError
+from llmwatch.core.extras import check_config
+from llmwatch.core.metrics import DriftReading, Metrics
+from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
+from llmwatch.core.urls import mask_url
 from llmwatch.scorers.pipeline.redaction import Redactor
 from llmwatch.scorers.pipeline.sampler import Sampler
 
@@ -68,10 +68,10 @@ class Agent:
         self.scorer = None
         self.recorder = None
         if cfg.scoring.enabled:
-            from llmwatch.core.jsonio import JsonlWriter
-            from llmwatch.collectors.exporters.scores import ScoreRecorder
-            from llmwatch.scorers.checks.suite import validate_scoring
             from llmwatch.agent.processes.scoring import ScorerProcess, ScoringSink
+            from llmwatch.collectors.exporters.scores import ScoreRecorder
+            from llmwatch.core.jsonio import JsonlWriter
+            from llmwatch.scorers.checks.suite import validate_scoring
 
             # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
             validate_scoring(cfg.scoring)
@@ -79,8 +79,15 @@ class Agent:
                 from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
                 from llmwatch.scorers.drift.compare import settings_from_config
 
-                check_minimums(load_baseline(cfg.drift.baseline), settings_from_config(cfg.drift), f"baseline {cfg.drift.baseline}")
-            self.recorder = ScoreRecorder(self.metrics, JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None)
+                check_minimums(
+                    load_baseline(cfg.drift.baseline), settings_from_config(cfg.drift), f"baseline {cfg.drift.baseline}"
+                )
+            self.recorder = ScoreRecorder(
+                self.metrics,
+                JsonlWriter(cfg.data_dir / "scores", "scores", max_file_bytes=cfg.files.max_file_bytes)
+                if cfg.files.enabled
+                else None,
+            )
             dropped = self.metrics.samples_dropped
             self.scorer = ScorerProcess(
                 cfg.scoring.model_dump(mode="json"),
@@ -100,13 +107,17 @@ class Agent:
             self.metrics.scoring_pending.set_function(lambda: self.scorer.pending)
             sinks.append(ScoringSink(self.scorer, cfg.scoring.batch_size))
         elif cfg.drift.baseline is not None:
-            raise ConfigError("drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline")
+            raise ConfigError(
+                "drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline"
+            )
         self.metrics.queue_depth.set_function(self.queue.depth)
         redactor = Redactor.from_config(cfg.redaction)
         self.pipeline = Pipeline(self.queue, sinks, self.metrics, redact=redactor)
         # One intake for the proxy and the OTLP receiver: the same versions, sampling and counts.
         self.intake = Intake(self.queue, Sampler(cfg.sampling), self.metrics, default_version=cfg.model_version.default)
-        self.proxy = Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        self.proxy = (
+            Proxy(cfg, self.metrics, self.intake, prices=PriceTable(cfg.metrics.pricing)) if self.serve_proxy else None
+        )
         self.sentinel = None
         self.version_actions = None
         watch = cfg.drift.version_change
@@ -116,15 +127,25 @@ class Agent:
             actions = VersionActions(watch, self.metrics)
             self.version_actions = actions if actions.enabled else None
             self.sentinel = VersionSentinel(
-                self.metrics, fields=watch.fields, remember_s=watch.remember_s, max_values=cfg.metrics.max_versions, on_change=self.version_actions.submit if self.version_actions is not None else None
+                self.metrics,
+                fields=watch.fields,
+                remember_s=watch.remember_s,
+                max_values=cfg.metrics.max_versions,
+                on_change=self.version_actions.submit if self.version_actions is not None else None,
             )
             self.intake.sentinel = self.sentinel
-        self.upstream_probe = UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s) if self.proxy is not None and cfg.upstream else None
+        self.upstream_probe = (
+            UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s)
+            if self.proxy is not None and cfg.upstream
+            else None
+        )
         self.otel = None
         if cfg.otel.enabled and self.proxy is not None:
             from llmwatch.collectors.exporters.otlp import OtelExporter
 
-            self.otel = OtelExporter(cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor)
+            self.otel = OtelExporter(
+                cfg.otel, upstream=self.proxy.cfg.upstream or "", metrics=self.metrics, redact=redactor
+            )
             self.proxy.on_call = self.otel.on_call
         self.shadow = None
         if cfg.shadow.enabled and self.proxy is not None:
@@ -136,12 +157,21 @@ class Agent:
                 from llmwatch.collectors.exporters.kafka import KafkaSampleSink
 
                 # Pairs go where samples go: files, and Kafka when it is on.
-                pair_sinks.append(KafkaSampleSink(
-                    cfg.kafka, self.metrics, topic=cfg.kafka.pairs_topic, key=lambda pair: pair.id.encode(),
-                    produced=self.metrics.shadow_kafka_produced, dropped=self.metrics.shadow_kafka_dropped, track_depth=False,
-                ))
+                pair_sinks.append(
+                    KafkaSampleSink(
+                        cfg.kafka,
+                        self.metrics,
+                        topic=cfg.kafka.pairs_topic,
+                        key=lambda pair: pair.id.encode(),
+                        produced=self.metrics.shadow_kafka_produced,
+                        dropped=self.metrics.shadow_kafka_dropped,
+                        track_depth=False,
+                    )
+                )
             # The mirror is a child process (redacting with its own Redactor from cfg.redaction).
-            self.shadow = ShadowMirror(cfg, self.metrics, self.proxy.prices, child_main=child_main, pair_sinks=pair_sinks)
+            self.shadow = ShadowMirror(
+                cfg, self.metrics, self.proxy.prices, child_main=child_main, pair_sinks=pair_sinks
+            )
             self.proxy.shadow = self.shadow
         self.receiver = None
         if cfg.otel.ingest_listen:
@@ -151,8 +181,16 @@ class Agent:
             if cfg.otel.ingest_token_env:
                 token = os.environ.get(cfg.otel.ingest_token_env)
                 if not token:
-                    raise ConfigError(f"otel.ingest_token_env: environment variable {cfg.otel.ingest_token_env} is not set or empty; set it to the bearer token senders use")
-            self.receiver = OtlpReceiver(self.intake, self.metrics, max_body_bytes=cfg.otel.ingest_max_body_bytes, max_spans=cfg.otel.ingest_max_spans, token=token)
+                    raise ConfigError(
+                        f"otel.ingest_token_env: environment variable {cfg.otel.ingest_token_env} is not set or empty; set it to the bearer token senders use"
+                    )
+            self.receiver = OtlpReceiver(
+                self.intake,
+                self.metrics,
+                max_body_bytes=cfg.otel.ingest_max_body_bytes,
+                max_spans=cfg.otel.ingest_max_spans,
+                token=token,
+            )
         self._runners: list[Any] = []  # aiohttp runners, and the relay server (both have cleanup())
         self._loop: asyncio.AbstractEventLoop | None = None
         self.notifier = None
@@ -161,12 +199,22 @@ class Agent:
 
             hook = cfg.drift.webhook
             events = self.metrics.notifications
-            self.notifier = WebhookNotifier(hook.url, repeat_interval_s=hook.repeat_interval_s, max_retries=hook.max_retries, on_event=lambda name: events.labels(event=name).inc())
+            self.notifier = WebhookNotifier(
+                hook.url,
+                repeat_interval_s=hook.repeat_interval_s,
+                max_retries=hook.max_retries,
+                on_event=lambda name: events.labels(event=name).inc(),
+            )
 
     def _on_drift(self, readings: list[DriftReading]) -> None:
         self.metrics.set_drift(readings)
         for r in readings:
-            self.drift_state[(r.model_version, r.operation, r.signal)] = (r.statistic, r.p_value, r.detected, r.n_current)
+            self.drift_state[(r.model_version, r.operation, r.signal)] = (
+                r.statistic,
+                r.p_value,
+                r.detected,
+                r.n_current,
+            )
             if r.served_as:
                 self.drift_served[r.model_version] = r.served_as
         if self.notifier is not None and self._loop is not None:
@@ -186,7 +234,13 @@ class Agent:
             family = family_of(signal)
             served = f" (served as {self.drift_served[version]})" if version in self.drift_served else ""
             alertname = ALERTS[family]
-            labels = {"alertname": alertname, "severity": "info" if family == "inputs" else "warning", "signal": signal, "model_version": version, "gen_ai_operation_name": operation}
+            labels = {
+                "alertname": alertname,
+                "severity": "info" if family == "inputs" else "warning",
+                "signal": signal,
+                "model_version": version,
+                "gen_ai_operation_name": operation,
+            }
             annotations = {
                 "summary": f"{'Traffic changed' if family == 'inputs' else 'Performance regression' if family == 'performance' else 'Behaviour drift'} on {signal} for model_version {version} ({operation})",
                 "description": f"Signal {signal} ({family}) of model_version {version}{served} differs from its baseline: Holm-adjusted p-value {p_value:.3g}, statistic {statistic:.4g}, {n} samples in the window.",
@@ -213,7 +267,9 @@ class Agent:
             return {}
         return {"upstream": mask_url(self.cfg.upstream or ""), "upstream_reachable": self.upstream_probe.reachable}
 
-    async def _serve(self, app: web.Application, address: str, setting: str, runner: web.AppRunner | None = None) -> int:
+    async def _serve(
+        self, app: web.Application, address: str, setting: str, runner: web.AppRunner | None = None
+    ) -> int:
         runner, port = await serve_app(app, address, runner, setting=setting)
         self._runners.append(runner)
         return port
@@ -231,7 +287,11 @@ class Agent:
         if self.shadow is not None:
             # Before the proxy listens: the child (a spawned process) is running when calls come.
             await self.shadow.start()
-        self.metrics_port = await self._serve(metrics_app(self.metrics, self.readiness, details=self.readiness_details), self.cfg.metrics_listen, "--metrics-listen, config metrics_listen")
+        self.metrics_port = await self._serve(
+            metrics_app(self.metrics, self.readiness, details=self.readiness_details),
+            self.cfg.metrics_listen,
+            "--metrics-listen, config metrics_listen",
+        )
         if self.receiver is not None and self.cfg.otel.ingest_listen:
             setting = "config otel.ingest_listen" if self.serve_proxy else "--listen, config otel.ingest_listen"
             self.ingest_port = await self._serve(self.receiver.app(), self.cfg.otel.ingest_listen, setting)
@@ -243,7 +303,9 @@ class Agent:
                 self._runners.append(relay)  # stopped like a runner: cleanup() is its bounded shutdown
             else:
                 proxy_app = self.proxy.app()
-                self.proxy_port = await self._serve(proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app))
+                self.proxy_port = await self._serve(
+                    proxy_app, self.cfg.listen, "--listen, config listen", self.proxy.runner(proxy_app)
+                )
         if self.upstream_probe is not None:
             self.upstream_probe.start()
         log.info(
@@ -261,7 +323,11 @@ class Agent:
 
     async def stop(self) -> None:
         # Say what the stop waits for: without it a Ctrl-C that takes seconds looks hung.
-        log.info("agent_stopping", queued_samples=self.queue.depth(), scorer_pending=self.scorer.pending if self.scorer is not None else 0)
+        log.info(
+            "agent_stopping",
+            queued_samples=self.queue.depth(),
+            scorer_pending=self.scorer.pending if self.scorer is not None else 0,
+        )
         if self.upstream_probe is not None:
             await self.upstream_probe.close()
         for runner in reversed(self._runners):

@@ -22,13 +22,13 @@ from typing import Any, Callable, Protocol, Sequence
 
 import structlog
 
+from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, to_sample
+from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
-from llmwatch.core.logs import RateLimitedLog
-from llmwatch.scorers.pipeline.sampler import Sampler
-from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, to_sample
 from llmwatch.scorers.pipeline.redaction import redact_sample
+from llmwatch.scorers.pipeline.sampler import Sampler
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +53,9 @@ class Admission:
 
 
 class Intake:
-    def __init__(self, queue: BoundedQueue[Any], sampler: Sampler, metrics: Metrics, *, default_version: str | None) -> None:
+    def __init__(
+        self, queue: BoundedQueue[Any], sampler: Sampler, metrics: Metrics, *, default_version: str | None
+    ) -> None:
         self.queue = queue
         self.sampler = sampler
         self.metrics = metrics
@@ -65,12 +67,23 @@ class Intake:
         """The version a call is labelled with: declared (header, span attribute) -> `model_version.default` -> response model -> request model."""
         return declared or self._default_version or response_model or request_model
 
-    def served(self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None) -> None:
+    def served(
+        self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None
+    ) -> None:
         """One successful call's served version, for the version-change sentinel (O(1), never raises)."""
         if self.sentinel is not None:
             self.sentinel.observe(model, version, response_model, fingerprint)
 
-    def admit(self, key: str, route: str, model: str | None, *, error: bool, latency_ms: float, build: Callable[[str], Captured | Sample]) -> Admission:
+    def admit(
+        self,
+        key: str,
+        route: str,
+        model: str | None,
+        *,
+        error: bool,
+        latency_ms: float,
+        build: Callable[[str], Captured | Sample],
+    ) -> Admission:
         """Decide on one call and, when it is selected, queue `build(reason)` and count it."""
         reason = self.sampler.decide(key, route, model, error=error, latency_ms=latency_ms)
         if reason is None:
@@ -129,7 +142,9 @@ class Pipeline:
     def build(self, item: Captured | Sample) -> Sample:
         if isinstance(item, Sample):
             return item
-        return to_sample(item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason)
+        return to_sample(
+            item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason
+        )
 
     def redacted(self, sample: Sample) -> Sample:
         # A Redactor applies the whole policy: field rules, header metadata, the client's
@@ -171,7 +186,9 @@ class Pipeline:
                 refused = sink.write(batch_for_sink) or 0
             except Exception as exc:
                 self.metrics.samples_dropped.labels(reason="sink_error").inc(len(samples))
-                self._sink_warn[sink.name](log.error, "sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc))
+                self._sink_warn[sink.name](
+                    log.error, "sink_write_failed", sink=sink.name, samples=len(samples), error=repr(exc)
+                )
                 continue
             if len(samples) > refused:
                 self.metrics.samples_written.labels(sink=sink.name).inc(len(samples) - refused)

@@ -108,10 +108,16 @@ class VersionSentinel:
         self._response_label = LabelCap(max_values)
         self._fingerprint_label = LabelCap(max_values)
 
-    def observe(self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None) -> VersionChange | None:
+    def observe(
+        self, model: str | None, version: str | None, response_model: str | None, fingerprint: str | None
+    ) -> VersionChange | None:
         """Compare one successful call with the last of its request model; never raises."""
         try:
-            told = (version if self._mask[0] else None, response_model if self._mask[1] else None, fingerprint if self._mask[2] else None)
+            told = (
+                version if self._mask[0] else None,
+                response_model if self._mask[1] else None,
+                fingerprint if self._mask[2] else None,
+            )
             key = self.metrics.model_label(model)
             served = self._served.get(key)
             if served is not None and served.told == told:
@@ -132,7 +138,11 @@ class VersionSentinel:
             return None
         ident: Identity = served.current  # type: ignore[assignment]
         m = self.metrics
-        labels = (m.version_label(ident[0]) if ident[0] else "", self._response_label(ident[1]) if ident[1] else "", self._fingerprint_label(ident[2]) if ident[2] else "")
+        labels = (
+            m.version_label(ident[0]) if ident[0] else "",
+            self._response_label(ident[1]) if ident[1] else "",
+            self._fingerprint_label(ident[2]) if ident[2] else "",
+        )
         # The info series follows the version of the last call, also between known ones.
         old_labels = self._info.get(key)
         if old_labels != labels:
@@ -157,7 +167,13 @@ class VersionSentinel:
         self._last_change[key] = (old_text, new_text)
         m.model_version_changes.labels(key).inc()
         change = VersionChange(key, previous, ident, datetime.now(timezone.utc))  # type: ignore[arg-type]
-        log.warning("served_version_changed", model=key, old=change.old_text, new=change.new_text, fix="run `llmwatch regress` against the new version; the drift window restarts")
+        log.warning(
+            "served_version_changed",
+            model=key,
+            old=change.old_text,
+            new=change.new_text,
+            fix="run `llmwatch regress` against the new version; the drift window restarts",
+        )
         if self.on_change is not None:
             self.on_change(change)
         return change
@@ -180,7 +196,9 @@ class VersionActions:
             from llmwatch.collectors.exporters.webhook import WebhookNotifier
 
             counter = metrics.model_version_actions
-            self.notifier = WebhookNotifier(cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc())
+            self.notifier = WebhookNotifier(
+                cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc()
+            )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[VersionChange] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -210,7 +228,13 @@ class VersionActions:
             for action in ("webhook" if self.notifier else None, "command" if self.cfg.command else None):
                 if action:
                     self.metrics.model_version_actions.labels(action=action, outcome="dropped").inc()
-            log.warning("version_change_action_dropped", model=change.model, old=change.old_text, new=change.new_text, pending=_MAX_PENDING)
+            log.warning(
+                "version_change_action_dropped",
+                model=change.model,
+                old=change.old_text,
+                new=change.new_text,
+                pending=_MAX_PENDING,
+            )
 
     async def _run(self) -> None:
         assert self._queue is not None
@@ -228,31 +252,65 @@ class VersionActions:
 
     async def _command(self, change: VersionChange) -> None:
         argv = list(self.cfg.command or ())
-        env = {**os.environ, "LLMWATCH_OLD_VERSION": change.old_text, "LLMWATCH_NEW_VERSION": change.new_text, "LLMWATCH_MODEL": change.model}
+        env = {
+            **os.environ,
+            "LLMWATCH_OLD_VERSION": change.old_text,
+            "LLMWATCH_NEW_VERSION": change.new_text,
+            "LLMWATCH_MODEL": change.model,
+        }
         counter = self.metrics.model_version_actions
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
             )
         except OSError as exc:
             counter.labels(action="command", outcome="not_started").inc()
-            log.error("version_change_command_not_started", program=argv[0], error=str(exc), fix="drift.version_change.command: give an argv list whose first item is an executable on PATH")
+            log.error(
+                "version_change_command_not_started",
+                program=argv[0],
+                error=str(exc),
+                fix="drift.version_change.command: give an argv list whose first item is an executable on PATH",
+            )
             return
         self.running = proc
-        log.info("version_change_command_started", program=argv[0], pid=proc.pid, model=change.model, old=change.old_text, new=change.new_text)
+        log.info(
+            "version_change_command_started",
+            program=argv[0],
+            pid=proc.pid,
+            model=change.model,
+            old=change.old_text,
+            new=change.new_text,
+        )
         try:
             code = await asyncio.wait_for(proc.wait(), self.cfg.command_timeout_s)
         except asyncio.TimeoutError:
             self._kill_group(proc)
             await proc.wait()
             counter.labels(action="command", outcome="timeout").inc()
-            log.error("version_change_command_timeout", program=argv[0], pid=proc.pid, timeout_s=self.cfg.command_timeout_s, fix="raise drift.version_change.command_timeout_s or make the command faster")
+            log.error(
+                "version_change_command_timeout",
+                program=argv[0],
+                pid=proc.pid,
+                timeout_s=self.cfg.command_timeout_s,
+                fix="raise drift.version_change.command_timeout_s or make the command faster",
+            )
             return
         finally:
             self.running = None
         counter.labels(action="command", outcome="ok" if code == 0 else "exit_nonzero").inc()
-        (log.info if code == 0 else log.error)("version_change_command_exited", program=argv[0], pid=proc.pid, exit_code=code, seconds=round(time.monotonic() - started, 3))
+        (log.info if code == 0 else log.error)(
+            "version_change_command_exited",
+            program=argv[0],
+            pid=proc.pid,
+            exit_code=code,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     @staticmethod
     def _kill_group(proc: asyncio.subprocess.Process) -> None:

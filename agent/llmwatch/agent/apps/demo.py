@@ -24,11 +24,11 @@ import numpy as np
 import openai
 import structlog
 
-from llmwatch.core.config import Config, ShadowCandidate, ShadowSection
-from llmwatch.collectors.exporters.prometheus import split_host_port
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
-from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.collectors.exporters.prometheus import split_host_port
+from llmwatch.core.config import Config, ShadowCandidate, ShadowSection
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -84,7 +84,9 @@ async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally
     kind = "chat"
     try:
         if roll < 0.40:
-            await client.chat.completions.create(model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], max_tokens=400)
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], max_tokens=400
+            )
         elif roll < 0.75:
             kind = "chat_stream"
             stream = await client.chat.completions.create(
@@ -102,18 +104,24 @@ async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally
         elif roll < 0.85:
             kind = "chat_json"
             await client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": rng.choice(JSON_PROMPTS)}], response_format={"type": "json_object"}
+                model=model,
+                messages=[{"role": "user", "content": rng.choice(JSON_PROMPTS)}],
+                response_format={"type": "json_object"},
             )
         elif roll < 0.92:
             kind = "completion"
-            await client.completions.create(model="sim-gpt-3.5-turbo-instruct", prompt=rng.choice(PROMPTS), max_tokens=120)
+            await client.completions.create(
+                model="sim-gpt-3.5-turbo-instruct", prompt=rng.choice(PROMPTS), max_tokens=120
+            )
         elif roll < 0.98:
             kind = "embedding"
             await client.embeddings.create(model="sim-text-embedding-3-small", input=rng.choice(PROMPTS))
         else:
             kind = "upstream_error"
             await client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], extra_headers={FAULT_HEADER: "status=503"}
+                model=model,
+                messages=[{"role": "user", "content": rng.choice(PROMPTS)}],
+                extra_headers={FAULT_HEADER: "status=503"},
             )
         tally.ok += 1
     except openai.APIError:
@@ -122,7 +130,9 @@ async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally
     tally.by_kind[kind] = tally.by_kind.get(kind, 0) + 1
 
 
-async def drive_traffic(base_url: str, *, duration: float, rate: float, concurrency: int, seed: int = 7, stop: asyncio.Event | None = None) -> Tally:
+async def drive_traffic(
+    base_url: str, *, duration: float, rate: float, concurrency: int, seed: int = 7, stop: asyncio.Event | None = None
+) -> Tally:
     """Open-loop arrivals at `rate`/s (Poisson), at most `concurrency` in flight."""
     tally = Tally()
     rng = random.Random(seed)
@@ -200,7 +210,12 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     ]
     if agent.scorer is not None:
         scored = agent.recorder.recorded if agent.recorder else 0
-        lines += [f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}", "  pass rate per check and model version:", pass_rate_table(check_counts(agent)), drift_summary(agent)]
+        lines += [
+            f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}",
+            "  pass rate per check and model version:",
+            pass_rate_table(check_counts(agent)),
+            drift_summary(agent),
+        ]
     if agent.shadow is not None:
         lines.append(shadow_summary(agent))
     lines += [
@@ -220,7 +235,11 @@ def drift_summary(agent: Agent) -> str:
         readings = {k[2]: v for k, v in agent.drift_state.items() if k[0] == version}
         n = max(v[3] for v in readings.values())
         drifted = sorted((sig, v[1]) for sig, v in readings.items() if v[2])
-        verdict = "DRIFT in " + ", ".join(f"{sig} (p={p:.1e})" for sig, p in drifted) if drifted else f"stable over {len(readings)} signals"
+        verdict = (
+            "DRIFT in " + ", ".join(f"{sig} (p={p:.1e})" for sig, p in drifted)
+            if drifted
+            else f"stable over {len(readings)} signals"
+        )
         lines.append(f"    version {version:<4} n={n:<5} {verdict}")
     return "\n".join(lines)
 
@@ -253,7 +272,9 @@ def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
     if cfg.shadow.enabled:
         return cfg.shadow  # the user's own candidates
     # Concurrency for the demo's rate at B's pace (about 2 s per answer), so that few mirrors are skipped.
-    candidate = ShadowCandidate(name="candidate-B", upstream=candidate_url, rate=0.25, max_concurrency=64, timeout_s=30.0)
+    candidate = ShadowCandidate(
+        name="candidate-B", upstream=candidate_url, rate=0.25, max_concurrency=64, timeout_s=30.0
+    )
     return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
 
 
@@ -281,7 +302,9 @@ def shadow_summary(agent: Agent) -> str:
     return "\n".join(lines)
 
 
-async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 0.5) -> int:
+async def run_demo(
+    cfg: Config, *, duration: float, rate: float, concurrency: int, out: IO[str], sample_rate: float = 0.5
+) -> int:
     sim = await start_simulator("127.0.0.1", 0, PROFILES["A"])
     # A candidate version for shadow evaluation: the same prompts mirrored to B, compared in pairs.
     candidate_sim = await start_simulator("127.0.0.1", 0, PROFILES["B"])
@@ -308,7 +331,9 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
     host = split_host_port(cfg.listen)[0]
     # The traffic is `duration`; scoring adds the model's load and the waits between phases,
     # so the banner says so rather than promising a run of `duration` seconds.
-    extra = ", plus loading the embedding model and waiting for scores between phases" if agent.scorer is not None else ""
+    extra = (
+        ", plus loading the embedding model and waiting for scores between phases" if agent.scorer is not None else ""
+    )
     out.write(
         f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
         f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases{extra}; Ctrl-C to stop early\n"
@@ -352,7 +377,9 @@ async def run_demo(cfg: Config, *, duration: float, rate: float, concurrency: in
             _merge(tally, part)
         if agent.scorer is not None and not stop.is_set():
             await _settle(agent, 60.0, out)
-            out.write(f"  waiting {cfg.drift.interval_s + 1.5:.0f} s for a last drift comparison over the last samples...\n")
+            out.write(
+                f"  waiting {cfg.drift.interval_s + 1.5:.0f} s for a last drift comparison over the last samples...\n"
+            )
             out.flush()
             await asyncio.sleep(cfg.drift.interval_s + 1.5)  # one more drift refresh over the last samples
     finally:

@@ -43,7 +43,16 @@ import orjson
 import structlog
 from aiohttp import web
 
-from llmwatch.scorers.evaluation.review import LABELS, Review, ReviewError, ReviewTask, dispute_reasons, load_reviews, load_tasks, preference
+from llmwatch.scorers.evaluation.review import (
+    LABELS,
+    Review,
+    ReviewError,
+    ReviewTask,
+    dispute_reasons,
+    load_reviews,
+    load_tasks,
+    preference,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -105,7 +114,9 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
         try:
             data = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError) as exc:
-            raise ReviewError(f"tokens file {path} cannot be read as JSON ({exc}); restore it, or remove it to issue new links") from None
+            raise ReviewError(
+                f"tokens file {path} cannot be read as JSON ({exc}); restore it, or remove it to issue new links"
+            ) from None
         if not isinstance(data, dict) or data.get("schema") != TOKENS_SCHEMA:
             raise ReviewError(f"{path} is not an llmwatch review tokens file (expected schema {TOKENS_SCHEMA!r})")
         for role in ("reviewers", "arbiters"):
@@ -240,13 +251,16 @@ def page(title: str, header: str, body: str) -> web.Response:
     doc = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<link rel="icon" href="data:,"><title>{_e(title)}</title><style>{_CSS}</style></head>'
-        f"<body><header>{header}</header><main>{body}</main><script src=\"/static/review.js\"></script></body></html>\n"
+        f'<body><header>{header}</header><main>{body}</main><script src="/static/review.js"></script></body></html>\n'
     )
     return web.Response(text=doc, content_type="text/html", charset="utf-8")
 
 
 def _messages(messages: Sequence[Mapping[str, str]] | None) -> str:
-    return "".join(f'<div class="msg"><span class="role">{_e(m.get("role", "user"))}</span><span class="text">{_e(m.get("content", ""))}</span></div>' for m in messages or [])
+    return "".join(
+        f'<div class="msg"><span class="role">{_e(m.get("role", "user"))}</span><span class="text">{_e(m.get("content", ""))}</span></div>'
+        for m in messages or []
+    )
 
 
 def _task_body(task: ReviewTask, order: Sequence[str]) -> str:
@@ -254,12 +268,16 @@ def _task_body(task: ReviewTask, order: Sequence[str]) -> str:
     if task.prompt:
         parts.append(f'<section class="prompt"><h2>Prompt</h2>{_messages(task.prompt)}</section>')
     else:
-        parts.append('<p class="help">The two answers replied to different prompts of the same kind; each is shown above its answer.</p>')
+        parts.append(
+            '<p class="help">The two answers replied to different prompts of the same kind; each is shown above its answer.</p>'
+        )
     answers = []
     for pos, label in enumerate(order, start=1):
         cand = task.candidates[label]
         prompt = f'<div class="prompt">{_messages(cand.prompt)}</div>' if cand.prompt else ""
-        answers.append(f'<article class="answer" id="answer-{pos}"><h2>Answer {pos}</h2>{prompt}<div class="text">{_e(cand.answer)}</div></article>')
+        answers.append(
+            f'<article class="answer" id="answer-{pos}"><h2>Answer {pos}</h2>{prompt}<div class="text">{_e(cand.answer)}</div></article>'
+        )
     parts.append(f'<div class="answers">{"".join(answers)}</div>')
     return "".join(parts)
 
@@ -282,7 +300,8 @@ def _form(task: ReviewTask, order: Sequence[str], saved: Review | None, action: 
     current_pref = pref_pos.get(pref) if pref else ""
     pref_opts = "".join(
         f'<label class="opt"><input type="radio" name="preferred" value="{v}"{" checked" if current_pref == v else ""}{" disabled" if saved else ""}>{_e(text)}</label>'
-        for v, text in [(str(p), f"Answer {p}") for p in range(1, len(order) + 1)] + [("tie", "tie"), ("", "no preference")]
+        for v, text in [(str(p), f"Answer {p}") for p in range(1, len(order) + 1)]
+        + [("tie", "tie"), ("", "no preference")]
     )
     head = "".join(f"<th>Answer {p}</th>" for p in range(1, len(order) + 1))
     comment = _e(saved.comment or "") if saved is not None else ""
@@ -314,7 +333,9 @@ def _header(role: str, name: str, done: int, total: int, where: str = "", word: 
     )
 
 
-def _parse_verdict(task: ReviewTask, order: Sequence[str], form: Mapping[str, str]) -> tuple[dict[str, dict[str, int]], str | None, str | None]:
+def _parse_verdict(
+    task: ReviewTask, order: Sequence[str], form: Mapping[str, str]
+) -> tuple[dict[str, dict[str, int]], str | None, str | None]:
     lo, hi = task.scale
     scores: dict[str, dict[str, int]] = {label: {} for label in order}
     for ci, criterion in enumerate(task.criteria):
@@ -335,9 +356,22 @@ def _parse_verdict(task: ReviewTask, order: Sequence[str], form: Mapping[str, st
     return scores, preferred, comment
 
 
-def _record(task: ReviewTask, judge: str, scores: Mapping[str, Mapping[str, int]], preferred: str | None, comment: str | None, **extra: Any) -> dict[str, Any]:
-    record: dict[str, Any] = {"task_id": task.task_id, "category": task.category, "candidates": list(LABELS), "scores": {label: dict(scores[label]) for label in LABELS},
-                              "judge": judge, "blind": True}
+def _record(
+    task: ReviewTask,
+    judge: str,
+    scores: Mapping[str, Mapping[str, int]],
+    preferred: str | None,
+    comment: str | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "task_id": task.task_id,
+        "category": task.category,
+        "candidates": list(LABELS),
+        "scores": {label: dict(scores[label]) for label in LABELS},
+        "judge": judge,
+        "blind": True,
+    }
     if preferred is not None:
         record["preferred"] = preferred
     if comment is not None:
@@ -394,9 +428,14 @@ class ReviewApp:
         if nxt is not None:
             raise web.HTTPSeeOther(f"/r/{token}/t/{nxt}")
         total = len(self.state.order)
-        items = "".join(f'<li><a href="/r/{_e(token)}/t/{_e(t)}">task {i}</a></li>' for i, t in enumerate(self.state.order, start=1))
-        return page("All tasks reviewed", _header("reviewer", name, total, total),
-                    f'<div class="saved" id="all-done">All {total} tasks reviewed. Thank you.</div><p>Your verdicts, read-only:</p><ol>{items}</ol>')
+        items = "".join(
+            f'<li><a href="/r/{_e(token)}/t/{_e(t)}">task {i}</a></li>' for i, t in enumerate(self.state.order, start=1)
+        )
+        return page(
+            "All tasks reviewed",
+            _header("reviewer", name, total, total),
+            f'<div class="saved" id="all-done">All {total} tasks reviewed. Thank you.</div><p>Your verdicts, read-only:</p><ol>{items}</ol>',
+        )
 
     async def reviewer_task(self, request: web.Request, error: str | None = None, status: int = 200) -> web.Response:
         name = self._reviewer(request)
@@ -411,10 +450,22 @@ class ReviewApp:
         notice = f'<div class="error" id="error">{_e(error)}</div>' if error else ""
         if saved is not None:
             notice += '<div class="saved" id="saved">Saved. Verdicts are final; this is what you recorded.</div>'
-        nav = (f'<nav>{f"<a id=prev href={chr(34)}{_e(prev_link)}{chr(34)}>&larr; previous (p)</a>" if prev_link else ""}'
-               f'<a id="next" href="{_e(next_link)}">next (n) &rarr;</a><a href="/r/{_e(token)}">first open task</a></nav>')
-        body = notice + _task_body(task, order) + _form(task, order, saved, f"/r/{token}/t/{task.task_id}") + nav + _help(task)
-        resp = page(f"Task {i + 1} of {total}", _header("reviewer", name, self._done(name), total, f"task {i + 1} of {total}"), body)
+        nav = (
+            f"<nav>{f'<a id=prev href={chr(34)}{_e(prev_link)}{chr(34)}>&larr; previous (p)</a>' if prev_link else ''}"
+            f'<a id="next" href="{_e(next_link)}">next (n) &rarr;</a><a href="/r/{_e(token)}">first open task</a></nav>'
+        )
+        body = (
+            notice
+            + _task_body(task, order)
+            + _form(task, order, saved, f"/r/{token}/t/{task.task_id}")
+            + nav
+            + _help(task)
+        )
+        resp = page(
+            f"Task {i + 1} of {total}",
+            _header("reviewer", name, self._done(name), total, f"task {i + 1} of {total}"),
+            body,
+        )
         resp.set_status(status)
         return resp
 
@@ -431,13 +482,19 @@ class ReviewApp:
         out = self.state.reviews_out
         async with out.lock:
             if (name, task.task_id) in self.state.reviews:
-                return await self.reviewer_task(request, error="Not saved: you already recorded a verdict for this task (verdicts are final).", status=409)
+                return await self.reviewer_task(
+                    request,
+                    error="Not saved: you already recorded a verdict for this task (verdicts are final).",
+                    status=409,
+                )
             record = _record(task, name, scores, preferred, comment)
             out.append(record)
             review = Review.model_validate(record)
             self.state.reviews[(name, task.task_id)] = review
             self.state.review_order.append((name, task.task_id))
-        log.info("review.saved", reviewer=name, task_id=task.task_id, done=self._done(name), total=len(self.state.order))
+        log.info(
+            "review.saved", reviewer=name, task_id=task.task_id, done=self._done(name), total=len(self.state.order)
+        )
         nxt = self._next_open(name, after=task.task_id)
         raise web.HTTPSeeOther(f"/r/{token}/t/{nxt}" if nxt else f"/r/{token}")
 
@@ -457,11 +514,14 @@ class ReviewApp:
         resolved = sum(1 for t in disputes if t in self.state.arbitrated)
         items = "".join(
             f'<li><a class="dispute" href="/arbitrate/{_e(token)}/t/{_e(t)}">task {self.state.order.index(t) + 1}</a> '
-            f'({len(reasons)} disagreement(s)){" - resolved" if t in self.state.arbitrated else ""}</li>'
+            f"({len(reasons)} disagreement(s)){' - resolved' if t in self.state.arbitrated else ''}</li>"
             for t, reasons in disputes.items()
         )
-        body = (f'<p id="summary">{len(disputes)} disputed task(s), {resolved} resolved.</p><ol>{items}</ol>' if disputes
-                else '<p id="summary">No disputed task yet: a task is disputed once two reviews of it disagree.</p>')
+        body = (
+            f'<p id="summary">{len(disputes)} disputed task(s), {resolved} resolved.</p><ol>{items}</ol>'
+            if disputes
+            else '<p id="summary">No disputed task yet: a task is disputed once two reviews of it disagree.</p>'
+        )
         return page("Arbitration", _header("arbiter", name, resolved, len(disputes), "arbitration", "resolved"), body)
 
     async def arbiter_task(self, request: web.Request, error: str | None = None, status: int = 200) -> web.Response:
@@ -478,22 +538,40 @@ class ReviewApp:
         panels = []
         for r in reviews:
             head = "".join(f"<th>Answer {p}</th>" for p in range(1, len(order) + 1))
-            rows = "".join(f"<tr><th>{_e(c)}</th>" + "".join(f"<td>{r.scores[label][c]}</td>" for label in order) + "</tr>" for c in task.criteria)  # type: ignore[index]
+            rows = "".join(
+                f"<tr><th>{_e(c)}</th>" + "".join(f"<td>{r.scores[label][c]}</td>" for label in order) + "</tr>"
+                for c in task.criteria
+            )  # type: ignore[index]
             pref = preference(r, task.criteria)
             pref_text = "tie" if pref == "tie" else f"Answer {order.index(pref) + 1}"
             comment = f'<p class="text">{_e(r.comment)}</p>' if r.comment else ""
-            panels.append(f'<section class="panel review"><h3>{_e(anon[r.judge])}</h3><table class="scores"><tr><th></th>{head}</tr>{rows}'
-                          f"<tr><th>preferred</th><td colspan={len(order)}>{_e(pref_text)}</td></tr></table>{comment}</section>")
+            panels.append(
+                f'<section class="panel review"><h3>{_e(anon[r.judge])}</h3><table class="scores"><tr><th></th>{head}</tr>{rows}'
+                f"<tr><th>preferred</th><td colspan={len(order)}>{_e(pref_text)}</td></tr></table>{comment}</section>"
+            )
         notice = f'<div class="error" id="error">{_e(error)}</div>' if error else ""
         saved = self.state.arbitrated.get(task.task_id)
         if saved is not None:
             notice += '<div class="saved" id="saved">Arbitrated. This is the recorded verdict.</div>'
         reason_html = "".join(f'<div class="reason">{_e(_reason_text(x, order, anon))}</div>' for x in reasons)
-        body = (notice + reason_html + _task_body(task, order) + f'<h2>The two reviews</h2><div class="reviews">{"".join(panels)}</div><h2>Your verdict</h2>'
-                + _form(task, order, saved, f"/arbitrate/{token}/t/{task.task_id}") + f'<nav><a id="next" href="/arbitrate/{_e(token)}">all disputes</a></nav>' + _help(task))
+        body = (
+            notice
+            + reason_html
+            + _task_body(task, order)
+            + f'<h2>The two reviews</h2><div class="reviews">{"".join(panels)}</div><h2>Your verdict</h2>'
+            + _form(task, order, saved, f"/arbitrate/{token}/t/{task.task_id}")
+            + f'<nav><a id="next" href="/arbitrate/{_e(token)}">all disputes</a></nav>'
+            + _help(task)
+        )
         disputes = self.state.disputes()
         resolved = sum(1 for t in disputes if t in self.state.arbitrated)
-        resp = page("Arbitration", _header("arbiter", name, resolved, len(disputes), f"task {self.state.order.index(task.task_id) + 1}", "resolved"), body)
+        resp = page(
+            "Arbitration",
+            _header(
+                "arbiter", name, resolved, len(disputes), f"task {self.state.order.index(task.task_id) + 1}", "resolved"
+            ),
+            body,
+        )
         resp.set_status(status)
         return resp
 
@@ -526,7 +604,10 @@ class ReviewApp:
         return web.Response(text=SCRIPT, content_type="application/javascript", charset="utf-8")
 
     async def root(self, request: web.Request) -> web.Response:
-        return web.Response(text="llmwatch review: open your personal link (printed by `llmwatch review serve`)\n", content_type="text/plain")
+        return web.Response(
+            text="llmwatch review: open your personal link (printed by `llmwatch review serve`)\n",
+            content_type="text/plain",
+        )
 
     async def no_icon(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
@@ -577,13 +658,24 @@ async def serve(state: ReviewState, listen: str, public_url: str | None, out: An
         bound = runner.addresses[0][1]
         base = (public_url or f"http://{host if ':' not in host else f'[{host}]'}:{bound}").rstrip("/")
         if host not in ("127.0.0.1", "localhost", "::1") and not public_url:
-            log.warning("review.not_loopback", listen=listen, advice="the link tokens are the only credential: serve behind an authenticating reverse proxy with TLS")
+            log.warning(
+                "review.not_loopback",
+                listen=listen,
+                advice="the link tokens are the only credential: serve behind an authenticating reverse proxy with TLS",
+            )
         lines = [f"review app listening on http://{host}:{bound} ({len(state.order)} tasks)"]
         lines += [f"reviewer {n}: {base}/r/{t}" for n, t in state.tokens["reviewers"].items()]
         lines += [f"arbiter {n}: {base}/arbitrate/{t}" for n, t in state.tokens["arbiters"].items()]
         out.write("\n".join(lines) + "\n")
         out.flush()
-        log.info("review.serving", port=bound, tasks=len(state.order), reviewers=len(state.tokens["reviewers"]), arbiters=len(state.tokens["arbiters"]), saved=len(state.reviews))
+        log.info(
+            "review.serving",
+            port=bound,
+            tasks=len(state.order),
+            reviewers=len(state.tokens["reviewers"]),
+            arbiters=len(state.tokens["arbiters"]),
+            saved=len(state.reviews),
+        )
         await wait_for_signal()
     finally:
         await runner.cleanup()

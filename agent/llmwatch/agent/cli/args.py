@@ -75,7 +75,12 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
 
 def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:
     """The options `drift` and `canary` share: report format, the family-wise alpha, minimum samples, failing families."""
-    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "html"],
+        default="text",
+        help="html: a self-contained page with plots, written to --out (extra: reports)",
+    )
     p.add_argument("--out", help="file for --format html")
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help=min_samples_help)

@@ -46,7 +46,9 @@ def cmd_canary(args: argparse.Namespace) -> int:
         raise ConfigError(f"--window-start {args.window_start} is not before --window-end {args.window_end}")
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
     if fail_on is not None and (not fail_on or set(fail_on) - set(FAMILY_NAMES)):
-        raise ConfigError(f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)")
+        raise ConfigError(
+            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
+        )
     from llmwatch.scorers.drift.canary import compare_versions, format_text, parse_duration, same_window
 
     try:
@@ -56,8 +58,8 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import orjson
 
     from llmwatch.core.jsonio import read_records
-    from llmwatch.scorers.drift.compare import settings_from_config
     from llmwatch.scorers.checks.offline import load_window
+    from llmwatch.scorers.drift.compare import settings_from_config
 
     # The window first, from the records alone: a missing version or two versions never served
     # together is said before the checks and the embedding model load.
@@ -65,29 +67,55 @@ def cmd_canary(args: argparse.Namespace) -> int:
     samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, None, purpose="the canary comparison")
     stable, canary, window = same_window(samples, args.stable, args.canary, start=start, end=end, last=last)
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
-    report, reference, current = compare_versions((stable, scores, embeddings), (canary, scores, embeddings), stable_version=args.stable, canary_version=args.canary, window=window, settings=settings)
+    report, reference, current = compare_versions(
+        (stable, scores, embeddings),
+        (canary, scores, embeddings),
+        stable_version=args.stable,
+        canary_version=args.canary,
+        window=window,
+        settings=settings,
+    )
     if args.format == "json":
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(
+                report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str
+            ).decode()
+            + "\n"
+        )
     elif args.format == "html":
         from llmwatch.agent.cli.evaluate import write_html
         from llmwatch.scorers.reports.html import render_drift
 
-        write_html(args.out, render_drift(report.drift, reference, current), f"canary {report.verdict.upper().replace('_', ' ')}")
+        write_html(
+            args.out,
+            render_drift(report.drift, reference, current),
+            f"canary {report.verdict.upper().replace('_', ' ')}",
+        )
     else:
         sys.stdout.write(format_text(report) + "\n")
     return report.exit_code
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser("canary", help="compare a canary version with the stable one served in the same window (exit 0 not worse, 1 worse, 2 undecided)")
+    p = sub.add_parser(
+        "canary",
+        help="compare a canary version with the stable one served in the same window (exit 0 not worse, 1 worse, 2 undecided)",
+    )
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory holding both versions")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--stable", required=True, help="the stable version (model_version of the samples)")
     p.add_argument("--canary", required=True, help="the canary version")
-    p.add_argument("--window-start", help="ISO 8601 time; only samples from then on (default: the first time both versions were served)")
-    p.add_argument("--window-end", help="ISO 8601 time; only samples up to then (default: the last time both were served)")
-    p.add_argument("--last", help="only the last DURATION (e.g. 30m, 2h, 1d) before the newest sample of either version")
+    p.add_argument(
+        "--window-start",
+        help="ISO 8601 time; only samples from then on (default: the first time both versions were served)",
+    )
+    p.add_argument(
+        "--window-end", help="ISO 8601 time; only samples up to then (default: the last time both were served)"
+    )
+    p.add_argument(
+        "--last", help="only the last DURATION (e.g. 30m, 2h, 1d) before the newest sample of either version"
+    )
     add_comparison_options(
         p,
         min_samples_help="fewest samples a signal needs of each version (default 30)",

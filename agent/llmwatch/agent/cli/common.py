@@ -15,8 +15,11 @@ from llmwatch.core.records import RecordError
 
 
 def log_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                   help="log level on stderr (default: info for servers; warning for commands that print a summary, as config logging.level)")
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="log level on stderr (default: info for servers; warning for commands that print a summary, as config logging.level)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log at info level (same as --log-level info)")
 
 
@@ -50,7 +53,9 @@ def require_records(source: str, flag: str, what: str = "samples") -> None:
                     return
         except OSError as exc:
             raise RecordError(f"{flag} {path}: cannot be read: {exc.strerror or exc}") from None
-    raise RecordError(f"{flag} {source} holds no {what} (empty file{'s' if len(paths) > 1 else ''}); export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`")
+    raise RecordError(
+        f"{flag} {source} holds no {what} (empty file{'s' if len(paths) > 1 else ''}); export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`"
+    )
 
 
 def require_file(path: str, flag: str, hint: str) -> None:

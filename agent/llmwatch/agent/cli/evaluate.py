@@ -23,15 +23,18 @@ from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
-    from llmwatch.core.records import RecordError
     from llmwatch.core.jsonio import read_records
+    from llmwatch.core.records import RecordError
     from llmwatch.core.scores import Score
     from llmwatch.scorers.checks.suite import build_suite, default_checks
 
     samples = list(read_records(samples_path))
     if not samples:
         raise RecordError(f"{samples_path} holds no samples")
-    configured = [s.name for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))]
+    configured = [
+        s.name
+        for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))
+    ]
     if scores_path is not None:
         ids = {s.id for s in samples}
         scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
@@ -84,19 +87,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         baseline = load_baseline(args.baseline)
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    report = build_report(samples, scores, cfg.matrix, known_checks=known, baseline=baseline, drift_alpha=args.alpha, drift_min_samples=args.min_samples)
+    report = build_report(
+        samples,
+        scores,
+        cfg.matrix,
+        known_checks=known,
+        baseline=baseline,
+        drift_alpha=args.alpha,
+        drift_min_samples=args.min_samples,
+    )
     if args.compare:
         try:
             earlier = orjson.loads(Path(args.compare).read_bytes())
         except (OSError, orjson.JSONDecodeError) as exc:
             return _fail(f"cannot read the earlier report {args.compare}: {exc}")
         try:
-            report.comparison = compare_reports(report.to_dict(), earlier, allow_weights_change=args.allow_weights_change)
+            report.comparison = compare_reports(
+                report.to_dict(), earlier, allow_weights_change=args.allow_weights_change
+            )
         except WeightsMismatch as exc:
             return _fail(f"refusing to compare with {args.compare}: {exc}")
         except ValueError as exc:
             return _fail(f"{args.compare}: {exc}")
-    data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+    data = orjson.dumps(
+        report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str
+    )
     if args.format == "html":
         from llmwatch.scorers.reports.html import render_evaluation
 
@@ -125,7 +140,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
         max_retries=args.max_retries,
         judge_url=args.judge_url,
         judge_model=args.judge_model,
-        judge_api_key=args.judge_api_key or os.environ.get("LLMWATCH_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "sk-llmwatch-judge",
+        judge_api_key=args.judge_api_key
+        or os.environ.get("LLMWATCH_JUDGE_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or "sk-llmwatch-judge",
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
         early_stop=args.early_stop,
@@ -133,7 +151,15 @@ def cmd_regress(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         pass_threshold=args.pass_threshold,
     )
-    run, code = regress(args.suite, settings, baseline_path=args.baseline, out_path=args.out, threshold=args.threshold, alpha=args.alpha, correction=args.correction)
+    run, code = regress(
+        args.suite,
+        settings,
+        baseline_path=args.baseline,
+        out_path=args.out,
+        threshold=args.threshold,
+        alpha=args.alpha,
+        correction=args.correction,
+    )
     if args.format == "json":
         summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
         sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -161,8 +187,17 @@ def cmd_review_export(args: argparse.Namespace) -> int:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
     samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    summary = export_tasks(samples, scores, build_categories(cfg.matrix, known), versions=(versions[0], versions[1]), n=args.n, out_path=args.out,
-                           seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
+    summary = export_tasks(
+        samples,
+        scores,
+        build_categories(cfg.matrix, known),
+        versions=(versions[0], versions[1]),
+        n=args.n,
+        out_path=args.out,
+        seed=args.seed,
+        criteria=criteria,
+        default_category=cfg.matrix.default_category,
+    )
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
@@ -182,8 +217,14 @@ def cmd_review_import(args: argparse.Namespace) -> int:
         from llmwatch.core.jsonio import read_records
         from llmwatch.core.scores import Score
 
-        judge = {sc.sample_id: sc.value for sc in read_records(args.scores, Score, prefix="scores") if sc.kind == "judge" and sc.value is not None}
-    report = import_reviews(args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge)
+        judge = {
+            sc.sample_id: sc.value
+            for sc in read_records(args.scores, Score, prefix="scores")
+            if sc.kind == "judge" and sc.value is not None
+        }
+    report = import_reviews(
+        args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge
+    )
     if args.out:
         atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     if args.format == "json":
@@ -212,8 +253,8 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
     from llmwatch.core import extras
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.scores import Score
-    from llmwatch.scorers.evaluation.matrix import build_categories
     from llmwatch.scorers.checks.suite import default_checks
+    from llmwatch.scorers.evaluation.matrix import build_categories
     from llmwatch.scorers.evaluation.suite_build import gather
 
     similarity = args.similarity
@@ -230,15 +271,24 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
 
 
 def cmd_suite_build(args: argparse.Namespace) -> int:
-    from llmwatch.scorers.evaluation.suite_build import build, format_show, show
-
     from llmwatch.agent.cli.common import require_writable
+    from llmwatch.scorers.evaluation.suite_build import build, format_show, show
 
     cfg = config_from_args(args)
     require_writable(args.out, "--out")
     material, categories, checks = _suite_material(cfg, args)
-    result = build(material, categories, checks, args.out, size=args.size, failure_quota=args.failure_quota, edge_quota=args.edge_quota,
-                   seed=args.seed, mix=args.mix, sources={"samples": args.samples, "scores": args.scores})
+    result = build(
+        material,
+        categories,
+        checks,
+        args.out,
+        size=args.size,
+        failure_quota=args.failure_quota,
+        edge_quota=args.edge_quota,
+        seed=args.seed,
+        mix=args.mix,
+        sources={"samples": args.samples, "scores": args.scores},
+    )
     counts = result.manifest["counts"]
     sys.stdout.write(
         f"suite -> {result.suite_path} ({counts['cases']} cases from {counts['samples']} samples; left out: {counts['placeholder_only']} mostly-placeholder prompts, "
@@ -254,12 +304,23 @@ def cmd_suite_add(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     require_file(args.suite, "--suite", "build one with `llmwatch suite build`")
     material, _, checks = _suite_material(cfg, args)
-    added, manifest = add(args.suite, material, checks, failed_only=args.failed_only, max_new=args.max_new, sources={"samples": args.samples, "scores": args.scores})
+    added, manifest = add(
+        args.suite,
+        material,
+        checks,
+        failed_only=args.failed_only,
+        max_new=args.max_new,
+        sources={"samples": args.samples, "scores": args.scores},
+    )
     if not added:
-        sys.stdout.write(f"suite {args.suite} unchanged: no new {'failure' if args.failed_only else 'failure or edge case'} that the suite does not already cover\n")
+        sys.stdout.write(
+            f"suite {args.suite} unchanged: no new {'failure' if args.failed_only else 'failure or edge case'} that the suite does not already cover\n"
+        )
         return 0
-    sys.stdout.write(f"added {len(added)} case(s) to {args.suite} (version {manifest['version']}, sha256:{manifest['checksum'][:12]}): {', '.join(added)}\n"
-                     "runs made with the earlier version are no longer comparable: re-run the baseline with this suite\n")
+    sys.stdout.write(
+        f"added {len(added)} case(s) to {args.suite} (version {manifest['version']}, sha256:{manifest['checksum'][:12]}): {', '.join(added)}\n"
+        "runs made with the earlier version are no longer comparable: re-run the baseline with this suite\n"
+    )
     return 0
 
 
@@ -280,40 +341,103 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument("--format", choices=["text", "json", "html"], default="text", help="html: a self-contained page with plots, written to --out (extra: reports)")
-    p.add_argument("--out", help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page")
+    p.add_argument(
+        "--format",
+        choices=["text", "json", "html"],
+        default="text",
+        help="html: a self-contained page with plots, written to --out (extra: reports)",
+    )
+    p.add_argument(
+        "--out",
+        help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page",
+    )
     p.add_argument("--compare", metavar="REPORT_JSON", help="an earlier JSON report to compare decision scores with")
-    p.add_argument("--allow-weights-change", action="store_true", help="compare even if the earlier report used other decision weights")
+    p.add_argument(
+        "--allow-weights-change",
+        action="store_true",
+        help="compare even if the earlier report used other decision weights",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("regress", help="run a regression suite N times against a live endpoint; exit 1 if a case regressed vs --baseline")
+    p = sub.add_parser(
+        "regress",
+        help="run a regression suite N times against a live endpoint; exit 1 if a case regressed vs --baseline",
+    )
     common(p)
-    p.add_argument("--suite", required=True, help="suite .jsonl: one case per line (id, category, input, expected and/or checks)")
-    p.add_argument("--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
+    p.add_argument(
+        "--suite", required=True, help="suite .jsonl: one case per line (id, category, input, expected and/or checks)"
+    )
+    p.add_argument(
+        "--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)"
+    )
     p.add_argument("--model", required=True, help="model name sent in every request (the `model` field)")
     p.add_argument("--repeat", type=int, default=5, help="attempts per case (default 5)")
     p.add_argument("--baseline", help="an earlier run file (--out) to compare with; refused if the suite changed")
     p.add_argument("--out", help="write this run (with every attempt) to a JSON file")
-    p.add_argument("--concurrency", type=int, default=8, help="most calls in flight at once; lower it if the endpoint rate-limits (default 8)")
-    p.add_argument("--threshold", type=float, default=0.2, help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="most calls in flight at once; lower it if the endpoint rate-limits (default 8)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.2,
+        help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the per-case test (default 0.05)")
-    p.add_argument("--correction", choices=["holm", "none"], default="holm", help="multiple-testing correction across cases (default holm)")
+    p.add_argument(
+        "--correction",
+        choices=["holm", "none"],
+        default="holm",
+        help="multiple-testing correction across cases (default holm)",
+    )
     p.add_argument("--api-key", help="API key for --upstream (default: $OPENAI_API_KEY)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
-    p.add_argument("--max-retries", type=int, default=2, help="retries of one call on 429, 5xx and connection errors, with backoff; a call that still fails counts as a failed attempt (default 2)")
-    p.add_argument("--judge-url", help="OpenAI-compatible endpoint of a model-as-judge (adds a 1-5 judge check to every case)")
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        help="retries of one call on 429, 5xx and connection errors, with backoff; a call that still fails counts as a failed attempt (default 2)",
+    )
+    p.add_argument(
+        "--judge-url", help="OpenAI-compatible endpoint of a model-as-judge (adds a 1-5 judge check to every case)"
+    )
     p.add_argument("--judge-model", help="the judge's model name")
-    p.add_argument("--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)")
+    p.add_argument(
+        "--judge-api-key", help="API key for the judge (default: $LLMWATCH_JUDGE_API_KEY, then $OPENAI_API_KEY)"
+    )
     p.add_argument("--judge-min-score", type=float, default=4.0, help="judge score (1-5) needed to pass (default 4)")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="text: a table per case for people; json: the run summary for scripts (default text)")
-    p.add_argument("--early-stop", action="store_true",
-                   help="stop repeating a case once its verdict is decided: the Wilson interval of its pass rate at --confidence lies wholly above or below "
-                        "the baseline's pass rate minus --threshold (or --pass-threshold without a baseline); --repeat is then the most attempts per case")
-    p.add_argument("--min-repeat", type=int, default=5, help="with --early-stop, attempts before the first decision (default 5)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the pass-rate intervals: early stopping and flaky cases (default 0.95)")
-    p.add_argument("--pass-threshold", type=float, default=0.8, help="with --early-stop and no --baseline, the pass rate a case is decided against (default 0.8)")
+    p.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="text: a table per case for people; json: the run summary for scripts (default text)",
+    )
+    p.add_argument(
+        "--early-stop",
+        action="store_true",
+        help="stop repeating a case once its verdict is decided: the Wilson interval of its pass rate at --confidence lies wholly above or below "
+        "the baseline's pass rate minus --threshold (or --pass-threshold without a baseline); --repeat is then the most attempts per case",
+    )
+    p.add_argument(
+        "--min-repeat", type=int, default=5, help="with --early-stop, attempts before the first decision (default 5)"
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="confidence of the pass-rate intervals: early stopping and flaky cases (default 0.95)",
+    )
+    p.add_argument(
+        "--pass-threshold",
+        type=float,
+        default=0.8,
+        help="with --early-stop and no --baseline, the pass rate a case is decided against (default 0.8)",
+    )
     p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("review", help="blind human review of two model versions")
@@ -324,12 +448,19 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", help="samples .jsonl file or directory holding both versions")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--versions", help="the two versions to compare, e.g. A,B")
-    p.add_argument("--pairs", help="instead of --samples/--versions: shadow-evaluation pairs (<data_dir>/pairs), primary vs one candidate on the same prompts")
+    p.add_argument(
+        "--pairs",
+        help="instead of --samples/--versions: shadow-evaluation pairs (<data_dir>/pairs), primary vs one candidate on the same prompts",
+    )
     p.add_argument("--candidate", help="with --pairs: the candidate to review (default: the only one in the pairs)")
     p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")
-    p.add_argument("--criteria", default="accuracy,completeness,hallucination", help="criteria scored 1-5 (default accuracy,completeness,hallucination)")
+    p.add_argument(
+        "--criteria",
+        default="accuracy,completeness,hallucination",
+        help="criteria scored 1-5 (default accuracy,completeness,hallucination)",
+    )
     p.set_defaults(func=cmd_review_export)
     p = rsub.add_parser("import", help="validate reviews, unblind, compute agreement, flag disputes")
     log_options(p)
@@ -338,50 +469,115 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--reviews", required=True, help="reviews .jsonl, one review per line")
     p.add_argument("--out", help="write the JSON report here")
     p.add_argument("--arbitration", help="disputed tasks .jsonl (default: <reviews>.arbitration.jsonl)")
-    p.add_argument("--scores", help="scores with judge-check results made after the export (default: those recorded in the key)")
-    p.add_argument("--level", choices=["ordinal", "interval"], default="ordinal", help="Krippendorff's alpha metric (default ordinal)")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="text: agreement and disputes for people; json: the full report for scripts (default text)")
+    p.add_argument(
+        "--scores", help="scores with judge-check results made after the export (default: those recorded in the key)"
+    )
+    p.add_argument(
+        "--level",
+        choices=["ordinal", "interval"],
+        default="ordinal",
+        help="Krippendorff's alpha metric (default ordinal)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="text: agreement and disputes for people; json: the full report for scripts (default text)",
+    )
     p.set_defaults(func=cmd_review_import)
-    p = rsub.add_parser("serve", help="blind review in the browser: a personal link per reviewer, verdicts appended to --out, disputes to arbiters")
+    p = rsub.add_parser(
+        "serve",
+        help="blind review in the browser: a personal link per reviewer, verdicts appended to --out, disputes to arbiters",
+    )
     p.add_argument("--tasks", required=True, help="tasks .jsonl written by `review export` (the key is never read)")
-    p.add_argument("--out", required=True, help="reviews .jsonl, appended one verdict per line (what `review import --reviews` reads)")
-    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT (default 127.0.0.1:8088; port 0 picks a free one, printed)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="reviews .jsonl, appended one verdict per line (what `review import --reviews` reads)",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8088",
+        help="HOST:PORT (default 127.0.0.1:8088; port 0 picks a free one, printed)",
+    )
     p.add_argument("--reviewers", help="names (alice,bob) or a count (2); kept with their tokens in <out>.tokens.json")
     p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
-    p.add_argument("--public-url", help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com")
+    p.add_argument(
+        "--public-url",
+        help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com",
+    )
     p.set_defaults(func=cmd_review_serve)
 
-    p = sub.add_parser("suite", help="build, grow and review a private regression suite from captured samples (for `llmwatch regress`)")
+    p = sub.add_parser(
+        "suite", help="build, grow and review a private regression suite from captured samples (for `llmwatch regress`)"
+    )
     ssub = p.add_subparsers(dest="suite_command", metavar="COMMAND", title="commands")
     p.set_defaults(func=show_usage(p))
 
     def material_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--samples", required=True, help="captured samples .jsonl file or directory (the sidecar's data_dir/samples)")
+        p.add_argument(
+            "--samples",
+            required=True,
+            help="captured samples .jsonl file or directory (the sidecar's data_dir/samples)",
+        )
         p.add_argument("--scores", required=True, help="their scores .jsonl file or directory (data_dir/scores)")
-        p.add_argument("--similarity", choices=["auto", "text", "embeddings"], default="auto",
-                       help="near-duplicate rule: embeddings of the prompts (extra: embeddings) or normalised text shingles; auto: embeddings when installed")
+        p.add_argument(
+            "--similarity",
+            choices=["auto", "text", "embeddings"],
+            default="auto",
+            help="near-duplicate rule: embeddings of the prompts (extra: embeddings) or normalised text shingles; auto: embeddings when installed",
+        )
 
-    p = ssub.add_parser("build", help="pick cases matching live traffic's category mix, with quotas of failures and edge cases; writes the suite and <name>.manifest.json")
+    p = ssub.add_parser(
+        "build",
+        help="pick cases matching live traffic's category mix, with quotas of failures and edge cases; writes the suite and <name>.manifest.json",
+    )
     common(p)
     material_args(p)
     p.add_argument("--out", required=True, help="suite .jsonl to write (the manifest goes beside it)")
     p.add_argument("--size", type=int, default=200, help="cases in the suite (default 200)")
-    p.add_argument("--failure-quota", type=float, default=0.2, help="share of cases taken from known failures: a failed check, refused, truncated, errored (default 0.2)")
-    p.add_argument("--edge-quota", type=float, default=0.1, help="share of cases taken from edge cases: longest prompts, rare routes/models, other languages (default 0.1)")
-    p.add_argument("--mix", choices=["traffic", "weighted"], default="traffic", help="category mix: live traffic share, or traffic share x matrix weight (default traffic)")
+    p.add_argument(
+        "--failure-quota",
+        type=float,
+        default=0.2,
+        help="share of cases taken from known failures: a failed check, refused, truncated, errored (default 0.2)",
+    )
+    p.add_argument(
+        "--edge-quota",
+        type=float,
+        default=0.1,
+        help="share of cases taken from edge cases: longest prompts, rare routes/models, other languages (default 0.1)",
+    )
+    p.add_argument(
+        "--mix",
+        choices=["traffic", "weighted"],
+        default="traffic",
+        help="category mix: live traffic share, or traffic share x matrix weight (default traffic)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed for the random picks (default: random)")
     p.set_defaults(func=cmd_suite_build)
 
-    p = ssub.add_parser("add", help="append new failures to a suite; existing cases stay byte-identical, the version and checksum change")
+    p = ssub.add_parser(
+        "add",
+        help="append new failures to a suite; existing cases stay byte-identical, the version and checksum change",
+    )
     common(p)
-    p.add_argument("--suite", required=True, help="suite .jsonl made by `llmwatch suite build` (its manifest beside it)")
+    p.add_argument(
+        "--suite", required=True, help="suite .jsonl made by `llmwatch suite build` (its manifest beside it)"
+    )
     material_args(p)
-    p.add_argument("--failed-only", action="store_true", help="add known failures only (default: failures and edge cases)")
+    p.add_argument(
+        "--failed-only", action="store_true", help="add known failures only (default: failures and edge cases)"
+    )
     p.add_argument("--max-new", type=int, default=None, help="add at most this many cases")
     p.set_defaults(func=cmd_suite_add)
 
-    p = ssub.add_parser("show", help="counts by category, failure mode and source, to review a suite before freezing it")
+    p = ssub.add_parser(
+        "show", help="counts by category, failure mode and source, to review a suite before freezing it"
+    )
     log_options(p)
     p.add_argument("suite", help="suite .jsonl")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="text for people, json for scripts (default text)")
+    p.add_argument(
+        "--format", choices=["text", "json"], default="text", help="text for people, json for scripts (default text)"
+    )
     p.set_defaults(func=cmd_suite_show)

@@ -13,13 +13,13 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import structlog
 
-from llmwatch.core.version import __version__
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
+from llmwatch.core.version import __version__
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +48,9 @@ async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
 def cmd_proxy(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if not cfg.upstream:
-        raise ConfigError("upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config")
+        raise ConfigError(
+            "upstream: not set; pass --upstream http://HOST:PORT (the LLM service) or set `upstream:` in the config"
+        )
     from llmwatch.agent.runtime import Agent
 
     return run_async(lambda: _serve_until_signal(lambda: Agent(cfg)))
@@ -58,7 +60,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from llmwatch.agent.apps.demo import run_demo
 
     cfg = config_from_args(args)
-    return run_async(lambda: run_demo(cfg, duration=args.duration, rate=args.rate, concurrency=args.concurrency, out=sys.stdout, sample_rate=args.sample_rate))
+    return run_async(
+        lambda: run_demo(
+            cfg,
+            duration=args.duration,
+            rate=args.rate,
+            concurrency=args.concurrency,
+            out=sys.stdout,
+            sample_rate=args.sample_rate,
+        )
+    )
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -75,18 +86,33 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
-    require_writable(args.out, "--out", must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
-    from llmwatch.scorers.drift.baseline import freeze, write_baseline
+    require_writable(
+        args.out,
+        "--out",
+        must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)",
+    )
     from llmwatch.scorers.checks.offline import load_window
+    from llmwatch.scorers.drift.baseline import freeze, write_baseline
 
     prompts: dict = {}
-    samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts)
+    samples, scores, embeddings, _ = load_window(
+        cfg, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
+    )
     from llmwatch.scorers.drift.compare import settings_from_config
 
-    baseline = freeze(samples, scores, embeddings, model_version=args.model_version, minimums=settings_from_config(cfg.drift).minimums(), prompt_embeddings=prompts)
+    baseline = freeze(
+        samples,
+        scores,
+        embeddings,
+        model_version=args.model_version,
+        minimums=settings_from_config(cfg.drift).minimums(),
+        prompt_embeddings=prompts,
+    )
     path = write_baseline(baseline, args.out)
     routes = ", ".join(f"{r} ({s.n})" for r, s in baseline.routes.items())
-    sys.stdout.write(f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n")
+    sys.stdout.write(
+        f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n"
+    )
     return 0
 
 
@@ -102,24 +128,35 @@ def cmd_drift(args: argparse.Namespace) -> int:
         require_records(args.scores, "--scores", "scores")
     import orjson
 
+    from llmwatch.scorers.checks.offline import load_window
     from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
     from llmwatch.scorers.drift.compare import compare, format_text, settings_from_config
     from llmwatch.scorers.drift.features import summarize
-    from llmwatch.scorers.checks.offline import load_window
 
     baseline = load_baseline(args.baseline)
     prompts: dict = {}
-    samples, scores, embeddings, versions = load_window(cfg, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts)
+    samples, scores, embeddings, versions = load_window(
+        cfg, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
+    )
     current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
     if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
-        raise ConfigError(f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)")
+        raise ConfigError(
+            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
+        )
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
     check_minimums(baseline, settings, f"baseline {args.baseline}")
     shown = [args.model_version] if args.model_version else sorted({s.model_version or "unknown" for s in samples})
-    report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings)
+    report = compare(
+        baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
+    )
     if args.format == "json":
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(
+                report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str
+            ).decode()
+            + "\n"
+        )
     elif args.format == "html":
         from llmwatch.agent.cli.evaluate import write_html
         from llmwatch.scorers.reports.html import render_drift
@@ -131,7 +168,12 @@ def cmd_drift(args: argparse.Namespace) -> int:
 
 
 def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
-    kafka = {"bootstrap_servers": args.bootstrap, "samples_topic": args.topic, "group_id": args.group, "scores_topic": args.scores_topic}
+    kafka = {
+        "bootstrap_servers": args.bootstrap,
+        "samples_topic": args.topic,
+        "group_id": args.group,
+        "scores_topic": args.scores_topic,
+    }
     return {k: v for k, v in kafka.items() if v is not None} or None
 
 
@@ -146,7 +188,11 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     require("kafka", "llmwatch aggregate")
     from llmwatch.agent.processes.kafka_aggregate import run_aggregator
 
-    return run_aggregator(config_from_args(args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None))
+    return run_aggregator(
+        config_from_args(
+            args, kafka=_kafka_overrides(args), drift={"baseline": args.baseline} if args.baseline else None
+        )
+    )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -169,13 +215,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services.")
+    parser = argparse.ArgumentParser(
+        prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services."
+    )
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")
     # Not required: `llmwatch` alone prints the commands (main), not argparse's bare complaint.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", help="YAML config file (env LLMWATCH_CONFIG); env LLMWATCH_<SECTION>__<FIELD> overrides it")
+        p.add_argument(
+            "--config", help="YAML config file (env LLMWATCH_CONFIG); env LLMWATCH_<SECTION>__<FIELD> overrides it"
+        )
         log_options(p)
 
     p = sub.add_parser(
@@ -189,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  is left to traffic: the proxy (one event loop) runs there while the scorer is busy.\n"
             "  Give the proxy at least two CPUs for this (e.g. `taskset -c 0,1 llmwatch proxy ...`);\n"
             "  with one CPU the scorer shares it at lower priority only.\n"
-            "  scoring.cpu_affinity: \"2-3\" names the scorer's CPUs; \"all\" turns pinning off.\n"
+            '  scoring.cpu_affinity: "2-3" names the scorer\'s CPUs; "all" turns pinning off.\n'
             "  To keep scoring off the machine's traffic altogether: scoring.enabled: false here, and\n"
             "  kafka.enabled: true with `llmwatch scorer` workers elsewhere (the Helm chart's scorer\n"
             "  Deployment, with its own CPU request and limit)."
@@ -202,18 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_proxy)
 
-    p = sub.add_parser("simulate", help="run the built-in OpenAI-compatible LLM simulator (an upstream to try llmwatch on)")
+    p = sub.add_parser(
+        "simulate", help="run the built-in OpenAI-compatible LLM simulator (an upstream to try llmwatch on)"
+    )
     from llmwatch.agent.apps.simulator.options import add_arguments as simulator_arguments
 
     simulator_arguments(p)
     log_options(p)
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary")
+    p = sub.add_parser(
+        "demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary"
+    )
     common(p)
     p.add_argument("--duration", type=float, default=45.0, help="seconds of traffic over the three phases (default 45)")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second offered (default 20)")
-    p.add_argument("--sample-rate", type=float, default=0.5, help="fraction of calls sampled and scored (default 0.5 in the demo)")
+    p.add_argument(
+        "--sample-rate", type=float, default=0.5, help="fraction of calls sampled and scored (default 0.5 in the demo)"
+    )
     p.add_argument("--concurrency", type=int, default=64, help="most requests in flight (default 64)")
     p.add_argument("--listen", help="proxy HOST:PORT (default 127.0.0.1:8080)")
     p.add_argument("--metrics-listen", help="metrics HOST:PORT (default 127.0.0.1:9464)")
@@ -224,21 +280,32 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--in", dest="input", required=True, help="a samples .jsonl file, or a directory of them")
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
-    p.add_argument("--batch-size", type=int, default=256, help="samples scored together; larger is faster for the embedding checks and uses more memory (default 256)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=256,
+        help="samples scored together; larger is faster for the embedding checks and uses more memory (default 256)",
+    )
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("baseline", help="frozen baselines of a model version's behaviour")
     bsub = p.add_subparsers(dest="baseline_command", metavar="COMMAND", title="commands")
     p.set_defaults(func=show_usage(p))
-    p = bsub.add_parser("freeze", help="summarise samples of one model version into an immutable, checksummed baseline file")
+    p = bsub.add_parser(
+        "freeze", help="summarise samples of one model version into an immutable, checksummed baseline file"
+    )
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores .jsonl file or directory (default: score the samples now)")
-    p.add_argument("--model-version", required=True, help="the version to freeze (samples of other versions are ignored)")
+    p.add_argument(
+        "--model-version", required=True, help="the version to freeze (samples of other versions are ignored)"
+    )
     p.add_argument("--out", required=True, help="baseline file to create (never overwritten)")
     p.set_defaults(func=cmd_baseline_freeze)
 
-    p = sub.add_parser("drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)")
+    p = sub.add_parser(
+        "drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)"
+    )
     common(p)
     p.add_argument("--baseline", required=True, help="baseline file written by `llmwatch baseline freeze`")
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
@@ -253,7 +320,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def kafka_options(p: argparse.ArgumentParser, group_help: str) -> None:
         common(p)
-        p.add_argument("--kafka", dest="bootstrap", help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)")
+        p.add_argument(
+            "--kafka",
+            dest="bootstrap",
+            help="bootstrap servers HOST:PORT[,HOST:PORT] (default: kafka.bootstrap_servers)",
+        )
         p.add_argument("--topic", help="samples topic (default: kafka.samples_topic, llmwatch.samples)")
         p.add_argument("--group", help=group_help)
         p.add_argument("--scores-topic", help="scores topic (default: kafka.scores_topic, llmwatch.scores)")
@@ -263,14 +334,23 @@ def build_parser() -> argparse.ArgumentParser:
     kafka_options(p, "consumer group shared by all workers (default: kafka.group_id, llmwatch-scorers)")
     p.set_defaults(func=cmd_scorer)
 
-    p = sub.add_parser("aggregate", help="fleet-wide exact quality metrics and drift from the samples and scores topics")
+    p = sub.add_parser(
+        "aggregate", help="fleet-wide exact quality metrics and drift from the samples and scores topics"
+    )
     kafka_options(p, "the workers' group id; the aggregator uses <group>-aggregator (default: kafka.group_id)")
     p.add_argument("--baseline", help="baseline file for drift (default: drift.baseline)")
     p.set_defaults(func=cmd_aggregate)
 
-    p = sub.add_parser("ingest", help="receive OTLP/HTTP traces from instrumented apps and store, redact and score their LLM spans (no proxy)")
+    p = sub.add_parser(
+        "ingest",
+        help="receive OTLP/HTTP traces from instrumented apps and store, redact and score their LLM spans (no proxy)",
+    )
     common(p)
-    p.add_argument("--listen", dest="ingest_listen", help="HOST:PORT for POST /v1/traces (default: otel.ingest_listen, else 127.0.0.1:4318)")
+    p.add_argument(
+        "--listen",
+        dest="ingest_listen",
+        help="HOST:PORT for POST /v1/traces (default: otel.ingest_listen, else 127.0.0.1:4318)",
+    )
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_ingest)

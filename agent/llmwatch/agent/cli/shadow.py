@@ -31,8 +31,16 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     r.add_argument("--candidate", help="only this candidate (default: every candidate in the pairs)")
     r.add_argument("--format", choices=["text", "json", "html"], default="text", help="output format (default text)")
     r.add_argument("--out", help="write the report here (required for html)")
-    r.add_argument("--margin-pass-rate", type=float, help="points a candidate's pass rate may be lower (default shadow.margins.pass_rate_points, 1)")
-    r.add_argument("--margin-latency", type=float, help="ratio a candidate's p95 latency may reach (default shadow.margins.p95_latency_ratio, 1.10)")
+    r.add_argument(
+        "--margin-pass-rate",
+        type=float,
+        help="points a candidate's pass rate may be lower (default shadow.margins.pass_rate_points, 1)",
+    )
+    r.add_argument(
+        "--margin-latency",
+        type=float,
+        help="ratio a candidate's p95 latency may reach (default shadow.margins.p95_latency_ratio, 1.10)",
+    )
     r.add_argument("--alpha", type=float, help="one-sided level of the tests (default shadow.alpha, 0.05)")
     r.set_defaults(func=cmd_shadow_report)
     j = ssub.add_parser(
@@ -41,17 +49,34 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     )
     common(j)
     j.add_argument("--pairs", required=True, help="a pairs .jsonl file, or a directory of them (<data_dir>/pairs)")
-    j.add_argument("--judge-url", required=True, help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8001/v1")
+    j.add_argument(
+        "--judge-url", required=True, help="OpenAI-compatible base URL of the judge, e.g. http://127.0.0.1:8001/v1"
+    )
     j.add_argument("--judge-model", required=True, help="the judge's model name")
-    j.add_argument("--judge-key-env", help="environment variable holding the judge's API key (never given on the command line)")
-    j.add_argument("--rubric", help="what better means (default: correctness, then completeness and instructions; not length)")
+    j.add_argument(
+        "--judge-key-env", help="environment variable holding the judge's API key (never given on the command line)"
+    )
+    j.add_argument(
+        "--rubric", help="what better means (default: correctness, then completeness and instructions; not length)"
+    )
     j.add_argument("--candidate", help="only this candidate's pairs")
-    j.add_argument("--max-pairs", type=int, default=200, help="most pairs judged, two judge calls each: the cap on the judge's cost (default 200)")
+    j.add_argument(
+        "--max-pairs",
+        type=int,
+        default=200,
+        help="most pairs judged, two judge calls each: the cap on the judge's cost (default 200)",
+    )
     j.add_argument("--concurrency", type=int, default=4, help="judge calls in flight (default 4)")
     j.add_argument("--out", help="write one verdict per pair here (JSON Lines)")
     j.add_argument("--format", choices=["text", "json"], default="text", help="summary format (default text)")
-    j.add_argument("--tasks", help="with --reviews: a tasks file of `llmwatch review export --pairs`; the judge is asked on exactly those pairs and its agreement with the reviewers is reported")
-    j.add_argument("--reviews", help="with --tasks: the reviewers' verdicts on those tasks (the file `llmwatch review serve` writes, as `review import` reads)")
+    j.add_argument(
+        "--tasks",
+        help="with --reviews: a tasks file of `llmwatch review export --pairs`; the judge is asked on exactly those pairs and its agreement with the reviewers is reported",
+    )
+    j.add_argument(
+        "--reviews",
+        help="with --tasks: the reviewers' verdicts on those tasks (the file `llmwatch review serve` writes, as `review import` reads)",
+    )
     j.add_argument("--key", help="the key of --tasks (default: TASKS.key.json next to it)")
     j.set_defaults(func=cmd_shadow_judge)
 
@@ -86,7 +111,9 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
     groups = by_candidate(read_records(args.pairs, Pair, prefix="pairs"))
     if args.candidate:
         if args.candidate not in groups:
-            raise ConfigError(f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}; candidates there: {', '.join(sorted(groups)) or 'none'}")
+            raise ConfigError(
+                f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}; candidates there: {', '.join(sorted(groups)) or 'none'}"
+            )
         groups = {args.candidate: groups[args.candidate]}
     s = cfg.shadow
     reports = [compare(pairs, s.margins, alpha=s.alpha, power=s.power) for _, pairs in sorted(groups.items())]
@@ -95,20 +122,34 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         import orjson
 
-        text = orjson.dumps({"verdict": {0: "not_worse", 1: "worse", 2: "inconclusive"}[code], "exit_code": code, "margins": s.margins.model_dump(), "alpha": s.alpha, "candidates": [r.as_dict() for r in reports]}, option=orjson.OPT_INDENT_2).decode() + "\n"
+        text = (
+            orjson.dumps(
+                {
+                    "verdict": {0: "not_worse", 1: "worse", 2: "inconclusive"}[code],
+                    "exit_code": code,
+                    "margins": s.margins.model_dump(),
+                    "alpha": s.alpha,
+                    "candidates": [r.as_dict() for r in reports],
+                },
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+            + "\n"
+        )
         _emit(args.out, text)
     elif args.format == "html":
         from llmwatch.core.jsonio import atomic_write_text
 
         text = render_html(reports, s.margins.model_dump(), s.alpha)
         target = atomic_write_text(args.out, text)
-        sys.stdout.write(f"shadow report {['NOT WORSE', 'WORSE', 'UNDECIDED'][code]}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
+        sys.stdout.write(
+            f"shadow report {['NOT WORSE', 'WORSE', 'UNDECIDED'][code]}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n"
+        )
     else:
         _emit(args.out, format_text(reports, s.alpha))
     return code
 
 
-def cmd_shadow_judge(args: argparse.Namespace) -> int:
+def cmd_shadow_judge(args: argparse.Namespace) -> int:  # noqa: C901
     import asyncio
     import os
 
@@ -131,20 +172,33 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
 
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.pairs import Pair
-    from llmwatch.scorers.evaluation.pairwise_judge import agreement, human_verdicts, judge_outcomes, judge_pair, summarize
+    from llmwatch.scorers.evaluation.pairwise_judge import (
+        agreement,
+        human_verdicts,
+        judge_outcomes,
+        judge_pair,
+        summarize,
+    )
 
-    pairs = [p for p in read_records(args.pairs, Pair, prefix="pairs") if not args.candidate or p.candidate == args.candidate]
+    pairs = [
+        p for p in read_records(args.pairs, Pair, prefix="pairs") if not args.candidate or p.candidate == args.candidate
+    ]
     human = per_reviewer = None
     if args.tasks:
         # Before any judge call: bad review files fail fast, and only the reviewed pairs are judged.
         human, per_reviewer, reviewed_candidate = human_verdicts(args.tasks, args.reviews, args.key)
         pairs = [p for p in pairs if p.candidate == reviewed_candidate and p.shadow.id in human]
         if not pairs:
-            raise ConfigError(f"--pairs {args.pairs}: none of the {len(human)} reviewed pairs of {args.tasks} (candidate {reviewed_candidate}) is there; give the pairs they were exported from")
+            raise ConfigError(
+                f"--pairs {args.pairs}: none of the {len(human)} reviewed pairs of {args.tasks} (candidate {reviewed_candidate}) is there; give the pairs they were exported from"
+            )
     # Only pairs where both sides answered; the newest first would favour nothing, so file order.
     pairs = [p for p in pairs if p.primary.answer_text().strip() and p.shadow.answer_text().strip()][: args.max_pairs]
     if not pairs:
-        raise ConfigError(f"--pairs {args.pairs}: no pair where both sides answered" + (f" for candidate {args.candidate}" if args.candidate else ""))
+        raise ConfigError(
+            f"--pairs {args.pairs}: no pair where both sides answered"
+            + (f" for candidate {args.candidate}" if args.candidate else "")
+        )
 
     async def run_all() -> list:
         client = openai.AsyncOpenAI(base_url=args.judge_url, api_key=key, max_retries=1, timeout=120.0)
@@ -174,7 +228,8 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:
         for name in out:
             out[name]["human_agreement"] = {
                 **agreement(judged, human),
-                "reviewed_pairs": len(human), "judge_errors": sum(1 for v in verdicts if v.winner == "error"),
+                "reviewed_pairs": len(human),
+                "judge_errors": sum(1 for v in verdicts if v.winner == "error"),
                 "per_reviewer": {who: agreement(judged, theirs) for who, theirs in sorted(per_reviewer.items())},
             }
     if args.format == "json":
@@ -209,8 +264,12 @@ def format_agreement(ag: dict[str, Any]) -> str:
         c = ag["confusion"][row]
         lines.append(f"    judge: {row:<4}                     {c['win']:>5} {c['tie']:>5} {c['loss']:>5}")
     for who, mine in ag["per_reviewer"].items():
-        lines.append(f"    reviewer {who}: {mine['pairs']} pairs, agreement {pct(mine['agreement'])}, kappa {_f(mine['kappa'])}")
-    lines.append("    (people: each reviewer's preferred answer, else the higher mean score; several reviewers summed, a split is a tie)")
+        lines.append(
+            f"    reviewer {who}: {mine['pairs']} pairs, agreement {pct(mine['agreement'])}, kappa {_f(mine['kappa'])}"
+        )
+    lines.append(
+        "    (people: each reviewer's preferred answer, else the higher mean score; several reviewers summed, a split is a tie)"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -231,7 +290,14 @@ def cmd_review_export_pairs(args: argparse.Namespace) -> int:
         if not pairs:
             raise ConfigError(f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
-    summary = export_pair_tasks(pairs, n=args.n, out_path=args.out, seed=args.seed, criteria=criteria, default_category=cfg.matrix.default_category)
+    summary = export_pair_tasks(
+        pairs,
+        n=args.n,
+        out_path=args.out,
+        seed=args.seed,
+        criteria=criteria,
+        default_category=cfg.matrix.default_category,
+    )
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks from pairs ({strata}; all on the same prompt) -> {summary.tasks_path}\n"
@@ -265,16 +331,48 @@ def table_rows(report: Any) -> list[list[str]]:
     for r in report.rows:
         is_ratio = r.kind in ("ratio",) or r.signal.endswith(("_p95", "_mean"))
         effect = f"x{_f(r.effect, '.3f')}" if is_ratio else f"{_f(r.effect, '+.2f')}"
-        ci = f"[{_f(r.ci_low, '.3f')}, {_f(r.ci_high, '.3f')}]" if is_ratio else f"[{_f(r.ci_low, '+.2f')}, {_f(r.ci_high, '+.2f')}]"
+        ci = (
+            f"[{_f(r.ci_low, '.3f')}, {_f(r.ci_high, '.3f')}]"
+            if is_ratio
+            else f"[{_f(r.ci_low, '+.2f')}, {_f(r.ci_high, '+.2f')}]"
+        )
         if r.ci_low is None:
             ci = "-"
         wtl = f"{r.wins}/{r.ties}/{r.losses}" if r.wins is not None else "-"
         margin = "-" if r.margin is None else (f"x{r.margin:.2f}" if r.kind == "ratio" else f"{r.margin:+.1f}")
-        rows.append([r.signal, r.category, str(r.n), _f(r.primary, ".4g"), _f(r.shadow, ".4g"), effect, ci, wtl, _p(r.p_worse), _p(r.p_adjusted), margin, r.verdict or ""])
+        rows.append(
+            [
+                r.signal,
+                r.category,
+                str(r.n),
+                _f(r.primary, ".4g"),
+                _f(r.shadow, ".4g"),
+                effect,
+                ci,
+                wtl,
+                _p(r.p_worse),
+                _p(r.p_adjusted),
+                margin,
+                r.verdict or "",
+            ]
+        )
     return rows
 
 
-HEADERS = ["signal", "category", "pairs", "primary", "candidate", "effect", "CI", "win/tie/loss", "p(worse)", "p Holm", "margin", "verdict"]
+HEADERS = [
+    "signal",
+    "category",
+    "pairs",
+    "primary",
+    "candidate",
+    "effect",
+    "CI",
+    "win/tie/loss",
+    "p(worse)",
+    "p Holm",
+    "margin",
+    "verdict",
+]
 
 
 def _headline(report: Any) -> str:
@@ -295,7 +393,9 @@ def format_text(reports: Sequence[Any], alpha: float) -> str:
             out.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         sim = report.similarity
         if sim.get("mean") is not None:
-            out.append(f"  answer similarity within pairs (normalised text): {sim['mean']:.3f} [{_f(sim['ci_low'], '.3f')}, {_f(sim['ci_high'], '.3f')}] over {sim['n']} pairs")
+            out.append(
+                f"  answer similarity within pairs (normalised text): {sim['mean']:.3f} [{_f(sim['ci_low'], '.3f')}, {_f(sim['ci_high'], '.3f')}] over {sim['n']} pairs"
+            )
         out.append(
             f"  effect: candidate minus primary (points) for rates, candidate / primary for p95 and means; CI: two-sided {100 - 200 * alpha:.0f} % "
             "(each bound one-sided); win = the candidate passes where the primary fails, or is faster/cheaper; p Holm: Holm-adjusted over the verdict signals"

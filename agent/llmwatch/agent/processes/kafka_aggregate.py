@@ -30,15 +30,15 @@ import orjson
 import structlog
 from pydantic import ValidationError
 
+from llmwatch.collectors.exporters.kafka import RecentIds, connect, consumer_settings
+from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
+from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.aggregate import WindowAggregator
 from llmwatch.scorers.drift.baseline import load_baseline
-from llmwatch.collectors.exporters.scores import ScoreRecorder
-from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
-from llmwatch.collectors.exporters.kafka import RecentIds, connect, consumer_settings
-from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +116,11 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
     ready = threading.Event()
     state: dict[str, Any] = {"topics": [kcfg.samples_topic, kcfg.scores_topic]}
-    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-aggregator-http")
+    server = serve_in_thread(
+        metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)),
+        cfg.metrics_listen,
+        name="llmwatch-aggregator-http",
+    )
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -124,14 +128,20 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
     consumer = None
     try:
         consumer = connect(
-            lambda: KafkaConsumer(**consumer_settings(kcfg, group_id=f"{kcfg.group_id}-aggregator", client_id=f"{kcfg.client_id}-aggregator")),
+            lambda: KafkaConsumer(
+                **consumer_settings(
+                    kcfg, group_id=f"{kcfg.group_id}-aggregator", client_id=f"{kcfg.client_id}-aggregator"
+                )
+            ),
             "consumer",
             stop,
         )
         if consumer is not None:
             consumer.subscribe([kcfg.samples_topic, kcfg.scores_topic])
             ready.set()
-            log.info("aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.port)
+            log.info(
+                "aggregator_started", topics=state["topics"], baseline=str(cfg.drift.baseline), metrics_port=server.port
+            )
         while consumer is not None and not stop.is_set():
             batch = consumer.poll(timeout_ms=500)
             for tp, records in batch.items():

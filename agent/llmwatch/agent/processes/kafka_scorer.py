@@ -23,12 +23,20 @@ from typing import Any, Sequence
 
 import structlog
 
+from llmwatch.collectors.exporters.kafka import (
+    RecentIds,
+    check_codec,
+    connect,
+    consumer_settings,
+    producer_settings,
+    publish,
+    rewind,
+)
+from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
+from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
-from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
-from llmwatch.collectors.exporters.kafka import RecentIds, check_codec, connect, consumer_settings, producer_settings, publish, rewind
-from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.scorers.checks.suite import build_suite
 
 log = structlog.get_logger(__name__)
@@ -47,7 +55,13 @@ def _decode(records: Sequence[Any], seen: RecentIds) -> tuple[list[Sample], int,
         except Exception as exc:
             # A poison record must not stall its partition: count it and move past it.
             invalid += 1
-            log.warning("invalid_sample_record", topic=record.topic, partition=record.partition, offset=record.offset, error=repr(exc)[:200])
+            log.warning(
+                "invalid_sample_record",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                error=repr(exc)[:200],
+            )
             continue
         if sample.id and (sample.id in seen or sample.id in in_batch):
             duplicates += 1
@@ -58,7 +72,7 @@ def _decode(records: Sequence[Any], seen: RecentIds) -> tuple[list[Sample], int,
     return samples, duplicates, invalid
 
 
-def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: str | None = None) -> int:
+def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: str | None = None) -> int:  # noqa: C901
     """Consume `cfg.kafka.samples_topic` in group `cfg.kafka.group_id` until SIGTERM/SIGINT (or `stop`)."""
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.errors import CommitFailedError
@@ -76,12 +90,25 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     # is still ready: it takes over when another one leaves.
     ready = threading.Event()
     state: dict[str, Any] = {"worker": worker, "group": kcfg.group_id, "topic": kcfg.samples_topic, "assigned": []}
-    server = serve_in_thread(metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)), cfg.metrics_listen, name="llmwatch-scorer-http")
+    server = serve_in_thread(
+        metrics_app(metrics, lambda: {"consumer_polling": ready.is_set()}, details=lambda: dict(state)),
+        cfg.metrics_listen,
+        name="llmwatch-scorer-http",
+    )
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    log.info("scorer_starting", worker=worker, checks=suite.check_names, bootstrap_servers=kcfg.bootstrap_servers, topic=kcfg.samples_topic, scores_topic=kcfg.scores_topic, group=kcfg.group_id, metrics_port=server.port)
+    log.info(
+        "scorer_starting",
+        worker=worker,
+        checks=suite.check_names,
+        bootstrap_servers=kcfg.bootstrap_servers,
+        topic=kcfg.samples_topic,
+        scores_topic=kcfg.scores_topic,
+        group=kcfg.group_id,
+        metrics_port=server.port,
+    )
 
     consumer = producer = None
     publish_timeout_s = min(kcfg.delivery_timeout_ms / 1000.0, 30.0)
@@ -101,7 +128,9 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
             "consumer",
             stop,
         )
-        producer = connect(lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop)
+        producer = connect(
+            lambda: KafkaProducer(**producer_settings(kcfg, client_id=f"{kcfg.client_id}-scorer")), "producer", stop
+        )
         if consumer is not None and producer is not None:
             consumer.subscribe([kcfg.samples_topic])
             ready.set()
@@ -114,7 +143,13 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
             samples, duplicates, invalid = _decode(records, seen)
             results = suite.score(samples) if samples else []
             try:
-                publish(producer, kcfg.scores_topic, [(r.score.sample_id.encode(), r.score.to_json()) for r in results], [(SCORER_HEADER, worker.encode())], publish_timeout_s)
+                publish(
+                    producer,
+                    kcfg.scores_topic,
+                    [(r.score.sample_id.encode(), r.score.to_json()) for r in results],
+                    [(SCORER_HEADER, worker.encode())],
+                    publish_timeout_s,
+                )
             except Exception as exc:
                 # Not committed, not recorded: read the batch again once the broker answers.
                 log.error("scores_publish_failed", samples=len(samples), scores=len(results), error=repr(exc))
@@ -135,7 +170,12 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
             except Exception as exc:  # CommitFailedError (the group rebalanced under us), broker away
                 # The partition's next owner reads this batch again: this worker skips it via
                 # `seen`, another one scores it a second time.
-                log.warning("commit_failed", records=len(records), rebalanced=isinstance(exc, CommitFailedError), error=repr(exc))
+                log.warning(
+                    "commit_failed",
+                    records=len(records),
+                    rebalanced=isinstance(exc, CommitFailedError),
+                    error=repr(exc),
+                )
     finally:
         ready.clear()
         if consumer is not None:

@@ -29,8 +29,8 @@ multiprocessing's resource tracker exit.
 from __future__ import annotations
 
 import itertools
-import os
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
@@ -164,17 +164,27 @@ def isolate(setting: str, nice: int, role: str = "scorer") -> None:
         log.warning(f"{role}_cpu_affinity_failed", setting=setting, error=str(exc))
 
 
-def _child_main(scoring_payload: dict[str, Any], drift_payload: dict[str, Any], matrix_payload: dict[str, Any], inbox: Any, outbox: Any, log_level: str, parent_pid: int | None = None) -> None:
+def _child_main(
+    scoring_payload: dict[str, Any],
+    drift_payload: dict[str, Any],
+    matrix_payload: dict[str, Any],
+    inbox: Any,
+    outbox: Any,
+    log_level: str,
+    parent_pid: int | None = None,
+) -> None:
     # Ctrl-C reaches the whole process group: the parent decides when and how the scorer stops
     # (drain, then stop), so the child must not die mid-batch with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None:
-        threading.Thread(target=exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True).start()
+        threading.Thread(
+            target=exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True
+        ).start()
     from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.checks.suite import build_suite
     from llmwatch.scorers.drift.aggregate import WindowAggregator
     from llmwatch.scorers.drift.baseline import load_baseline, write_baseline
-    from llmwatch.scorers.checks.suite import build_suite
 
     configure_logging(log_level)
     scoring_cfg = ScoringSection.model_validate(scoring_payload)
@@ -308,7 +318,15 @@ class ScorerProcess:
         # A child that is stopped, killed or hung never reads its inbox again; the feeder thread
         # writing to that pipe would then block the interpreter's exit forever.
         self._inbox.cancel_join_thread()
-        args = (self._payload, self._drift_payload, self._matrix_payload, self._inbox, self._outbox, self._log_level, os.getpid())
+        args = (
+            self._payload,
+            self._drift_payload,
+            self._matrix_payload,
+            self._inbox,
+            self._outbox,
+            self._log_level,
+            os.getpid(),
+        )
         self._proc = self._ctx.Process(target=_child_main, args=args, name="llmwatch-scorer", daemon=True)
         self._proc.start()
 
@@ -394,7 +412,13 @@ class ScorerProcess:
         n = len(samples)
         with self._lock:
             if self.fatal is not None or self._stop.is_set() or self._pending + n > self._max_pending:
-                reason = "scorer_failed" if self.fatal is not None else "scorer_stopped" if self._stop.is_set() else "scoring_queue_full"
+                reason = (
+                    "scorer_failed"
+                    if self.fatal is not None
+                    else "scorer_stopped"
+                    if self._stop.is_set()
+                    else "scoring_queue_full"
+                )
                 self._on_drop(reason, n)
                 return False
             batch_id = next(self._ids)
@@ -456,7 +480,18 @@ class ScorerProcess:
         for _, batch in batches:
             total += len(batch.samples)
             scores = [
-                Score(sample_id=s.id, check=name, kind="scorer", result="error", details={"exception": reason}, model=s.model, model_version=s.model_version, route=s.route, sample_timestamp=s.timestamp, scored_at=now)
+                Score(
+                    sample_id=s.id,
+                    check=name,
+                    kind="scorer",
+                    result="error",
+                    details={"exception": reason},
+                    model=s.model,
+                    model_version=s.model_version,
+                    route=s.route,
+                    sample_timestamp=s.timestamp,
+                    scored_at=now,
+                )
                 for s in batch.samples
                 for name in (self.check_names or ["scorer"])
             ]

@@ -21,12 +21,24 @@ from llmwatch.agent.processes.scoring import exit_when_orphaned, isolate
 from llmwatch.core.config import Config
 
 
-def child_main(cfg: Config, headers: Sequence[dict[str, str]], inbox: Any, outbox: Any, pairs_to_parent: bool, parent_pid: int | None = None) -> None:
+def child_main(
+    cfg: Config,
+    headers: Sequence[dict[str, str]],
+    inbox: Any,
+    outbox: Any,
+    pairs_to_parent: bool,
+    parent_pid: int | None = None,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None:
-        threading.Thread(target=exit_when_orphaned, args=(parent_pid, 0.5, "shadow_mirror"), name="llmwatch-shadow-orphan-check", daemon=True).start()
-    from llmwatch.core.logs import configure_logging
+        threading.Thread(
+            target=exit_when_orphaned,
+            args=(parent_pid, 0.5, "shadow_mirror"),
+            name="llmwatch-shadow-orphan-check",
+            daemon=True,
+        ).start()
     from llmwatch.collectors.shadow.mirror import ShadowWorker, framed_sender
+    from llmwatch.core.logs import configure_logging
 
     # As the parent's CLI does: JSON lines unless a format was configured or stderr is a terminal.
     configure_logging(cfg.logging.level, cfg.logging.format if "format" in cfg.logging.model_fields_set else None)

@@ -32,7 +32,9 @@ class FileSink:
             # tries again (so writing resumes when space returns), and the loss is counted.
             if self._metrics is not None:
                 self._metrics.samples_dropped.labels(reason="write_error").inc(exc.lost)
-            self._warn(log.error, "samples_write_failed", directory=str(self._writer.directory), lost=exc.lost, error=str(exc))
+            self._warn(
+                log.error, "samples_write_failed", directory=str(self._writer.directory), lost=exc.lost, error=str(exc)
+            )
             return exc.lost
         return None
 

@@ -88,7 +88,13 @@ def check_codec(compression: str) -> None:
     """Refuse at start-up a codec whose library is missing (else every send would fail)."""
     from kafka import codec
 
-    available = {"none": True, "gzip": codec.has_gzip(), "lz4": codec.has_lz4(), "zstd": codec.has_zstd(), "snappy": codec.has_snappy()}
+    available = {
+        "none": True,
+        "gzip": codec.has_gzip(),
+        "lz4": codec.has_lz4(),
+        "zstd": codec.has_zstd(),
+        "snappy": codec.has_snappy(),
+    }
     if not available[compression]:
         package = {"lz4": "lz4", "zstd": "zstandard", "snappy": "python-snappy"}[compression]
         raise ConfigError(f"kafka.compression: {compression} needs the `{package}` package; install it or choose gzip")
@@ -148,7 +154,13 @@ def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any
     return None
 
 
-def publish(producer: Any, topic: str, records: Sequence[tuple[bytes, bytes]], headers: list[tuple[str, bytes]], timeout_s: float) -> None:
+def publish(
+    producer: Any,
+    topic: str,
+    records: Sequence[tuple[bytes, bytes]],
+    headers: list[tuple[str, bytes]],
+    timeout_s: float,
+) -> None:
     """Send (key, value) records and wait until every one is acknowledged; raises when any was not."""
     futures = [producer.send(topic, key=key, value=value, headers=headers) for key, value in records]
     # flush() raises only on time-out; a send the broker refused fails its own future.
@@ -280,7 +292,12 @@ class KafkaSampleSink:
             now = time.monotonic()
             if now - self._last_warn > _WARN_EVERY_S:
                 self._last_warn = now
-                log.warning("kafka_samples_expired", samples=expired, delivery_timeout_ms=self._cfg.delivery_timeout_ms, buffered=self._outstanding)
+                log.warning(
+                    "kafka_samples_expired",
+                    samples=expired,
+                    delivery_timeout_ms=self._cfg.delivery_timeout_ms,
+                    buffered=self._outstanding,
+                )
 
     # --- sender thread ------------------------------------------------------------------------
 
@@ -297,7 +314,13 @@ class KafkaSampleSink:
                 failures += 1
                 if failures == 1 or time.monotonic() - self._last_warn > _WARN_EVERY_S:
                     self._last_warn = time.monotonic()
-                    log.warning("kafka_unreachable", bootstrap_servers=self._cfg.bootstrap_servers, attempts=failures, buffered=self._outstanding, error=repr(exc))
+                    log.warning(
+                        "kafka_unreachable",
+                        bootstrap_servers=self._cfg.bootstrap_servers,
+                        attempts=failures,
+                        buffered=self._outstanding,
+                        error=repr(exc),
+                    )
                 self._closing.wait(backoff)
                 # Back off, but come round often enough to expire what waited too long.
                 backoff = min(backoff * 2, 5.0, max(self._timeout_s, 0.5))
@@ -305,7 +328,12 @@ class KafkaSampleSink:
             if self._closed:  # close() gave up waiting for this connection attempt
                 producer.close(timeout=0)
                 return None
-            log.info("kafka_connected", bootstrap_servers=self._cfg.bootstrap_servers, topic=self._topic, compression=self._cfg.compression)
+            log.info(
+                "kafka_connected",
+                bootstrap_servers=self._cfg.bootstrap_servers,
+                topic=self._topic,
+                compression=self._cfg.compression,
+            )
             return producer
         return None
 
@@ -356,7 +384,9 @@ class KafkaSampleSink:
         now = time.monotonic()
         if now - self._last_warn > _WARN_EVERY_S:
             self._last_warn = now
-            log.warning("kafka_delivery_failed", reason=reason, topic=self._topic, buffered=self._outstanding, error=repr(exc))
+            log.warning(
+                "kafka_delivery_failed", reason=reason, topic=self._topic, buffered=self._outstanding, error=repr(exc)
+            )
 
     # --- shutdown -----------------------------------------------------------------------------
 

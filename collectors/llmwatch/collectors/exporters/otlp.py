@@ -25,10 +25,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
 from llmwatch.core.config import OtelSection
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.wire import content_to_text, extract_answer_text, extract_prompt_text
-from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +81,9 @@ def _otlp_exporter(cfg: OtelSection) -> SpanExporter:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-        return GrpcExporter(endpoint=parsed.netloc, insecure=parsed.scheme != "https", headers=headers, timeout=cfg.timeout_s)
+        return GrpcExporter(
+            endpoint=parsed.netloc, insecure=parsed.scheme != "https", headers=headers, timeout=cfg.timeout_s
+        )
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=cfg.timeout_s)
@@ -106,7 +108,14 @@ def _messages_in(request: Any) -> list[dict[str, Any]]:
             for call in m.get("tool_calls") or []:
                 if isinstance(call, dict):
                     fn = call.get("function") or {}
-                    parts.append({"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
+                    parts.append(
+                        {
+                            "type": "tool_call",
+                            "id": call.get("id"),
+                            "name": fn.get("name"),
+                            "arguments": fn.get("arguments"),
+                        }
+                    )
             out.append({"role": m.get("role", "user"), "parts": parts})
         return out
     prompt = extract_prompt_text(request)
@@ -130,17 +139,34 @@ def _messages_out(response: Any, finish_reason: str | None) -> list[dict[str, An
             for call in message.get("tool_calls") or []:
                 if isinstance(call, dict):
                     fn = call.get("function") or {}
-                    parts.append({"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
-            out.append({"role": message.get("role", "assistant"), "parts": parts, "finish_reason": c.get("finish_reason")})
+                    parts.append(
+                        {
+                            "type": "tool_call",
+                            "id": call.get("id"),
+                            "name": fn.get("name"),
+                            "arguments": fn.get("arguments"),
+                        }
+                    )
+            out.append(
+                {"role": message.get("role", "assistant"), "parts": parts, "finish_reason": c.get("finish_reason")}
+            )
         return out
     answer = extract_answer_text(response)
-    return [{"role": "assistant", "parts": [{"type": "text", "content": answer}], "finish_reason": finish_reason}] if answer else []
+    return (
+        [{"role": "assistant", "parts": [{"type": "text", "content": answer}], "finish_reason": finish_reason}]
+        if answer
+        else []
+    )
 
 
 def _finish_reasons(facts: CallFacts) -> list[str]:
     response = facts.response
     if isinstance(response, dict) and isinstance(response.get("choices"), list):
-        reasons = [c["finish_reason"] for c in response["choices"] if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)]
+        reasons = [
+            c["finish_reason"]
+            for c in response["choices"]
+            if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
+        ]
         if reasons:
             return reasons
     return [facts.finish_reason] if facts.finish_reason else []
@@ -149,7 +175,9 @@ def _finish_reasons(facts: CallFacts) -> list[str]:
 class OtelExporter:
     """Owns a private TracerProvider (never the global one: the host app may have its own)."""
 
-    def __init__(self, cfg: OtelSection, *, upstream: str, metrics: Metrics, redact: Callable[[Any], Any] | None) -> None:
+    def __init__(
+        self, cfg: OtelSection, *, upstream: str, metrics: Metrics, redact: Callable[[Any], Any] | None
+    ) -> None:
         self.cfg = cfg
         self._metrics = metrics
         self._redact = redact
@@ -176,7 +204,9 @@ class OtelExporter:
         self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("llmwatch")
 
-    def on_call(self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None) -> None:
+    def on_call(
+        self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None
+    ) -> None:
         """Called by the proxy once per captured call, after the client has its response."""
         try:
             self._record(ex, facts, version, cost, reason)
@@ -184,7 +214,9 @@ class OtelExporter:
             self._metrics.internal_errors.labels(stage="otel_export").inc()
             log.exception("otel_span_failed", route=ex.route)
 
-    def _record(self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None) -> None:
+    def _record(  # noqa: C901
+        self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None
+    ) -> None:
         op = facts.operation
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": op,
@@ -204,7 +236,11 @@ class OtelExporter:
             attrs["llmwatch.model_version"] = version
         request = facts.request if isinstance(facts.request, dict) else {}
         max_tokens = request.get("max_completion_tokens", request.get("max_tokens", request.get("max_output_tokens")))
-        for key, value in (("max_tokens", max_tokens), ("temperature", request.get("temperature")), ("top_p", request.get("top_p"))):
+        for key, value in (
+            ("max_tokens", max_tokens),
+            ("temperature", request.get("temperature")),
+            ("top_p", request.get("top_p")),
+        ):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attrs[f"gen_ai.request.{key}"] = value
         if isinstance(facts.response, dict) and isinstance(facts.response.get("id"), str):
@@ -227,7 +263,9 @@ class OtelExporter:
         start_ns = int(ex.started_at * 1e9)
         end_ns = start_ns + int(max(ex.t_end - ex.t0, 0.0) * 1e9)
         name = f"{op} {facts.model}" if facts.model else op
-        span = self._tracer.start_span(name, context=_EMPTY_CONTEXT, kind=SpanKind.CLIENT, attributes=attrs, start_time=start_ns)
+        span = self._tracer.start_span(
+            name, context=_EMPTY_CONTEXT, kind=SpanKind.CLIENT, attributes=attrs, start_time=start_ns
+        )
         if facts.error_type:
             span.set_status(Status(StatusCode.ERROR, facts.error_type))
         if self.cfg.capture_content:
@@ -237,7 +275,10 @@ class OtelExporter:
     def _add_content(self, span: Any, facts: CallFacts, at_ns: int) -> None:
         redact = self._redact or (lambda v: v)
         event: dict[str, Any] = {}
-        for key, messages in (("gen_ai.input.messages", _messages_in(facts.request)), ("gen_ai.output.messages", _messages_out(facts.response, facts.finish_reason))):
+        for key, messages in (
+            ("gen_ai.input.messages", _messages_in(facts.request)),
+            ("gen_ai.output.messages", _messages_out(facts.response, facts.finish_reason)),
+        ):
             if not messages:
                 continue
             text = orjson.dumps(redact(messages)).decode()

@@ -70,12 +70,16 @@ def bind_socket(address: str, setting: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
-                          f"stop what holds it or choose another address (port 0 picks a free one)") from None
+        raise ListenError(
+            f"cannot listen on {address} ({setting}): {exc.strerror or exc}; "
+            f"stop what holds it or choose another address (port 0 picks a free one)"
+        ) from None
     return sock
 
 
-async def serve_app(app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address") -> tuple[web.AppRunner, int]:
+async def serve_app(
+    app: web.Application, address: str, runner: web.AppRunner | None = None, *, setting: str = "listen address"
+) -> tuple[web.AppRunner, int]:
     """Serve `app` on `address` from the running loop, with `runner` if given (built for `app`); (runner to clean up, port bound).
 
     `setting` names where the address came from ("--listen, config listen"): a bind failure
@@ -97,7 +101,9 @@ async def serve_app(app: web.Application, address: str, runner: web.AppRunner | 
 class ThreadedServer:
     """An aiohttp app on its own event loop in a daemon thread, for processes whose main thread is busy."""
 
-    def __init__(self, app: web.Application, address: str, *, name: str = "llmwatch-http", setting: str = "listen address") -> None:
+    def __init__(
+        self, app: web.Application, address: str, *, name: str = "llmwatch-http", setting: str = "listen address"
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -131,5 +137,11 @@ class ThreadedServer:
             self._thread.join(timeout)
 
 
-def serve_in_thread(app: web.Application, address: str, *, name: str = "llmwatch-http", setting: str = "--metrics-listen, config metrics_listen") -> ThreadedServer:
+def serve_in_thread(
+    app: web.Application,
+    address: str,
+    *,
+    name: str = "llmwatch-http",
+    setting: str = "--metrics-listen, config metrics_listen",
+) -> ThreadedServer:
     return ThreadedServer(app, address, name=name, setting=setting)

@@ -51,7 +51,13 @@ class ScoreRecorder:
                     # Disk full: the metrics above still count these scores; the file lost them
                     # (cut back to whole lines) and the next batch writes again.
                     m.scores_dropped.labels(reason="write_error").inc(exc.lost)
-                    self._warn(log.error, "scores_write_failed", directory=str(self.writer.directory), lost=exc.lost, error=str(exc))
+                    self._warn(
+                        log.error,
+                        "scores_write_failed",
+                        directory=str(self.writer.directory),
+                        lost=exc.lost,
+                        error=str(exc),
+                    )
         self.recorded += len(scores)
 
     def close(self) -> None:

@@ -141,7 +141,9 @@ class WebhookNotifier:
         with the name of each `NotifierStats` counter as it grows ("sent", "retries", "failed",
         "dropped"), for mapping to Prometheus metrics; `stats` holds the same totals."""
         if repeat_interval_s <= 0 or timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or max_queue < 1:
-            raise ValueError("repeat_interval_s and timeout_s must be > 0, max_retries and backoff_s >= 0, max_queue >= 1")
+            raise ValueError(
+                "repeat_interval_s and timeout_s must be > 0, max_retries and backoff_s >= 0, max_queue >= 1"
+            )
         self.url = url
         # Webhook URLs often carry their secret in the path or query (chat hooks): logs show the
         # scheme and host only.
@@ -290,14 +292,25 @@ class WebhookNotifier:
                     if resp.status not in _RETRY_STATUSES:
                         # A 4xx will not get better by asking again: the payload or URL is wrong.
                         self.stats.last_error = error
-                        log.warning("webhook_rejected", url=self.shown_url, status=resp.status, alerts=len(payload.get("alerts", ())))
+                        log.warning(
+                            "webhook_rejected",
+                            url=self.shown_url,
+                            status=resp.status,
+                            alerts=len(payload.get("alerts", ())),
+                        )
                         self._count("failed")
                         return False
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self.stats.last_error = error
             log.info("webhook_attempt_failed", url=self.shown_url, attempt=attempt + 1, error=error)
-        log.warning("webhook_gave_up", url=self.shown_url, attempts=self.max_retries + 1, error=self.stats.last_error, alerts=len(payload.get("alerts", ())))
+        log.warning(
+            "webhook_gave_up",
+            url=self.shown_url,
+            attempts=self.max_retries + 1,
+            error=self.stats.last_error,
+            alerts=len(payload.get("alerts", ())),
+        )
         self._count("failed")
         return False
 

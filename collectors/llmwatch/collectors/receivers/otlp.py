@@ -21,13 +21,13 @@ Three instrumentation styles are understood:
 from __future__ import annotations
 
 import asyncio
-import hmac
 import base64
+import hmac
 import re
 import zlib
 from dataclasses import dataclass
-from functools import partial
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 import orjson
@@ -36,7 +36,10 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from llmwatch.collectors.intake import Intake
@@ -49,7 +52,12 @@ log = structlog.get_logger(__name__)
 
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
-_ROUTES = {"chat": "/v1/chat/completions", "text_completion": "/v1/completions", "embeddings": "/v1/embeddings", "generate_content": "/v1/responses"}
+_ROUTES = {
+    "chat": "/v1/chat/completions",
+    "text_completion": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+    "generate_content": "/v1/responses",
+}
 _LLM_OPERATIONS = frozenset(_ROUTES)
 # OpenLLMetry's llm.request.type and OpenInference's span kinds, as GenAI operation names.
 _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings"}
@@ -69,7 +77,11 @@ def _hex_ids_to_base64(node: Any) -> None:
     # OTLP/JSON writes trace and span ids as hex, where protobuf's JSON mapping expects base64.
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id") and isinstance(value, str) and value:
+            if (
+                key in ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+                and isinstance(value, str)
+                and value
+            ):
                 try:
                     node[key] = base64.b64encode(bytes.fromhex(value)).decode()
                 except ValueError:
@@ -167,7 +179,7 @@ def _indexed(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     for key, value in attrs.items():
         if not key.startswith(prefix):
             continue
-        match = _INDEXED.match(key[len(prefix):])
+        match = _INDEXED.match(key[len(prefix) :])
         if match:
             items.setdefault(int(match.group(1)), {})[match.group(2)] = value
     return [items[i] for i in sorted(items)]
@@ -203,7 +215,16 @@ def _parts_to_message(role: Any, parts: Any) -> dict[str, Any]:
             texts.append(str(part.get("content", "")))
         elif kind == "tool_call":
             args = part.get("arguments")
-            calls.append({"id": part.get("id"), "type": "function", "function": {"name": part.get("name"), "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()}})
+            calls.append(
+                {
+                    "id": part.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": part.get("name"),
+                        "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
+                    },
+                }
+            )
         elif kind == "tool_call_response":
             response = part.get("response")
             tool_reply = (part.get("id"), response if isinstance(response, str) else orjson.dumps(response).decode())
@@ -243,21 +264,25 @@ class _Content:
     response: dict[str, Any] | None = None
 
 
-def _genai_content(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> _Content:
+def _genai_content(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> _Content:  # noqa: C901
     messages: list[dict[str, Any]] = []
     choices: list[dict[str, Any]] = []
     # Content as span attributes or, the same keys, on the operation-details event.
     sources = [attrs] + [a for name, a in events if name == "gen_ai.client.inference.operation.details"]
     system = next((v for v in (_json(src.get("gen_ai.system_instructions")) for src in sources) if v), None)
     inputs = next((v for v in (_json(src.get("gen_ai.input.messages")) for src in sources) if isinstance(v, list)), [])
-    outputs = next((v for v in (_json(src.get("gen_ai.output.messages")) for src in sources) if isinstance(v, list)), [])
+    outputs = next(
+        (v for v in (_json(src.get("gen_ai.output.messages")) for src in sources) if isinstance(v, list)), []
+    )
     if system:
         messages.append(_parts_to_message("system", system))
     messages.extend(m for m in (_openai_message(x, "user") for x in inputs) if m)
     for out in outputs:
         message = _openai_message(out, "assistant")
         if message:
-            choices.append({"message": message, "finish_reason": out.get("finish_reason") if isinstance(out, dict) else None})
+            choices.append(
+                {"message": message, "finish_reason": out.get("finish_reason") if isinstance(out, dict) else None}
+            )
     if messages or choices:
         return _Content(messages, choices)
     # The earlier conventions: one event per message, the body in attributes.
@@ -268,13 +293,23 @@ def _genai_content(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]
         if name in ("gen_ai.system.message", "gen_ai.user.message", "gen_ai.assistant.message", "gen_ai.tool.message"):
             role = body.get("role") or name.split(".")[1]
             if body.get("message.content") is not None or body.get("content") is not None:
-                message = _openai_message({"role": role, "content": body.get("content", body.get("message.content")), "tool_calls": _json(body.get("tool_calls"))}, role)
+                message = _openai_message(
+                    {
+                        "role": role,
+                        "content": body.get("content", body.get("message.content")),
+                        "tool_calls": _json(body.get("tool_calls")),
+                    },
+                    role,
+                )
                 if message:
                     messages.append(message)
         elif name == "gen_ai.choice":
             raw = body.get("message")
             if raw is None:
-                raw = {"role": body.get("message.role", "assistant"), "content": body.get("message.content", body.get("content"))}
+                raw = {
+                    "role": body.get("message.role", "assistant"),
+                    "content": body.get("message.content", body.get("content")),
+                }
             message = _openai_message(raw, "assistant")
             if message:
                 choices.append({"message": message, "finish_reason": body.get("finish_reason")})
@@ -289,7 +324,12 @@ def _genai_content(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]
             for item in completion if isinstance(completion, list) else [completion]:
                 message = _openai_message(item, "assistant")
                 if message:
-                    choices.append({"message": message, "finish_reason": item.get("finish_reason") if isinstance(item, dict) else None})
+                    choices.append(
+                        {
+                            "message": message,
+                            "finish_reason": item.get("finish_reason") if isinstance(item, dict) else None,
+                        }
+                    )
     return _Content(messages, choices)
 
 
@@ -304,12 +344,19 @@ def _text(value: Any) -> str:
 
 
 def _traceloop_content(attrs: dict[str, Any]) -> _Content:
-    messages = [{"role": item.get("role", "user"), "content": _text(item.get("content"))} for item in _indexed(attrs, "gen_ai.prompt.")]
+    messages = [
+        {"role": item.get("role", "user"), "content": _text(item.get("content"))}
+        for item in _indexed(attrs, "gen_ai.prompt.")
+    ]
     choices = []
     for item in _indexed(attrs, "gen_ai.completion."):
         message: dict[str, Any] = {"role": item.get("role", "assistant"), "content": _text(item.get("content"))}
         calls = [
-            {"id": call.get("id"), "type": "function", "function": {"name": call.get("name"), "arguments": call.get("arguments", "")}}
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": call.get("arguments", "")},
+            }
             for call in _indexed({k: v for k, v in item.items() if k.startswith("tool_calls.")}, "tool_calls.")
         ]
         if calls:
@@ -324,12 +371,24 @@ def _openinference_content(attrs: dict[str, Any]) -> _Content:
         for item in _indexed(attrs, prefix):
             content = item.get("message.content")
             if content is None:
-                texts = [v for k, v in sorted(item.items()) if k.startswith("message.contents.") and k.endswith("message_content.text")]
+                texts = [
+                    v
+                    for k, v in sorted(item.items())
+                    if k.startswith("message.contents.") and k.endswith("message_content.text")
+                ]
                 content = "\n".join(str(t) for t in texts)
-            out.append({"role": item.get("message.role", default_role), "content": content if isinstance(content, str) else str(content)})
+            out.append(
+                {
+                    "role": item.get("message.role", default_role),
+                    "content": content if isinstance(content, str) else str(content),
+                }
+            )
         return out
 
-    content = _Content(messages_of("llm.input_messages.", "user"), [{"message": m, "finish_reason": None} for m in messages_of("llm.output_messages.", "assistant")])
+    content = _Content(
+        messages_of("llm.input_messages.", "user"),
+        [{"message": m, "finish_reason": None} for m in messages_of("llm.output_messages.", "assistant")],
+    )
     if not content.messages and "input.value" in attrs:
         value = _json(attrs["input.value"]) if attrs.get("input.mime_type", _JSON) == _JSON else attrs["input.value"]
         if isinstance(value, dict) and ("messages" in value or "prompt" in value or "input" in value):
@@ -346,7 +405,11 @@ def _openinference_content(attrs: dict[str, Any]) -> _Content:
 
 
 def _content(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> _Content:
-    for extract in (lambda: _genai_content(attrs, events), lambda: _traceloop_content(attrs), lambda: _openinference_content(attrs)):
+    for extract in (
+        lambda: _genai_content(attrs, events),
+        lambda: _traceloop_content(attrs),
+        lambda: _openinference_content(attrs),
+    ):
         found = extract()
         if found.messages or found.choices or found.request or found.response:
             return found
@@ -369,7 +432,7 @@ def _error(span: Span, attrs: dict[str, Any], status: int | None) -> str | None:
     return None
 
 
-def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
+def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # noqa: C901
     """The sample an LLM span describes; None for a span that is no LLM call."""
     attrs = _attrs(span.attributes)
     operation = _operation(attrs)
@@ -403,8 +466,20 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
     if stream:
         request.setdefault("stream", True)
 
-    input_tokens = _num(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.usage.prompt_tokens", "llm.token_count.prompt")
-    output_tokens = _num(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.usage.completion_tokens", "llm.token_count.completion")
+    input_tokens = _num(
+        attrs,
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.prompt_tokens",
+        "llm.usage.prompt_tokens",
+        "llm.token_count.prompt",
+    )
+    output_tokens = _num(
+        attrs,
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.completion_tokens",
+        "llm.usage.completion_tokens",
+        "llm.token_count.completion",
+    )
     reasons = attrs.get("gen_ai.response.finish_reasons")
     finish_reason = reasons[0] if isinstance(reasons, list) and reasons and isinstance(reasons[0], str) else None
     if content.response is not None:
@@ -414,12 +489,19 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
     else:
         choices = []
         for i, choice in enumerate(content.choices):
-            reason = choice.get("finish_reason") or (reasons[i] if isinstance(reasons, list) and i < len(reasons) else None)
+            reason = choice.get("finish_reason") or (
+                reasons[i] if isinstance(reasons, list) and i < len(reasons) else None
+            )
             if operation == "text_completion":
                 choices.append({"index": i, "text": choice["message"].get("content", ""), "finish_reason": reason})
             else:
                 choices.append({"index": i, "message": choice["message"], "finish_reason": reason})
-        response = {"object": "text_completion" if operation == "text_completion" else "chat.completion", "id": _str(attrs, "gen_ai.response.id"), "model": response_model or model, "choices": choices}
+        response = {
+            "object": "text_completion" if operation == "text_completion" else "chat.completion",
+            "id": _str(attrs, "gen_ai.response.id"),
+            "model": response_model or model,
+            "choices": choices,
+        }
         if input_tokens is not None or output_tokens is not None:
             response["usage"] = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}
         # Where the span tells it (OpenAI instrumentations): the served-version sentinel reads it.
@@ -441,7 +523,11 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
     status = _num(attrs, "http.response.status_code", "http.status_code")
     error_type = _error(span, attrs, status)
     if status is None:
-        status = int(error_type) if error_type and error_type.isdigit() and 100 <= int(error_type) <= 999 else (500 if error_type else 200)
+        status = (
+            int(error_type)
+            if error_type and error_type.isdigit() and 100 <= int(error_type) <= 999
+            else (500 if error_type else 200)
+        )
     ttft = attrs.get("llmwatch.ttft_ms")
     if not isinstance(ttft, (int, float)) and isinstance(attrs.get("gen_ai.server.time_to_first_token"), (int, float)):
         ttft = attrs["gen_ai.server.time_to_first_token"] * 1000.0
@@ -460,7 +546,9 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:
         status=status,
         error_type=error_type,
         latency_ms=round((span.end_time_unix_nano - span.start_time_unix_nano) / 1e6, 3),
-        ttft_ms=round(float(ttft), 3) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0 else None,
+        ttft_ms=round(float(ttft), 3)
+        if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0
+        else None,
         stream=stream,
         usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated),
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
@@ -482,7 +570,15 @@ def _selected(sample: Sample, reason: str) -> Sample:
 
 
 class OtlpReceiver:
-    def __init__(self, intake: Intake, metrics: Metrics, *, max_body_bytes: int, max_spans: int = 10_000, token: str | None = None) -> None:
+    def __init__(
+        self,
+        intake: Intake,
+        metrics: Metrics,
+        *,
+        max_body_bytes: int,
+        max_spans: int = 10_000,
+        token: str | None = None,
+    ) -> None:
         self.intake = intake
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
@@ -511,17 +607,37 @@ class OtlpReceiver:
                         rejected += 1
                         count.labels(outcome="rejected").inc()
                         if len(reasons) < 3:
-                            reasons.append(str(exc) if isinstance(exc, SpanRejected) else f"span {span.span_id.hex()}: {type(exc).__name__}")
+                            reasons.append(
+                                str(exc)
+                                if isinstance(exc, SpanRejected)
+                                else f"span {span.span_id.hex()}: {type(exc).__name__}"
+                            )
                         continue
                     if sample is None:
                         count.labels(outcome="not_llm").inc()
                         continue
                     # Resolved as for proxied calls: a declared `llmwatch.model_version` first, then `model_version.default`.
-                    sample.model_version = self.intake.model_version(sample.model_version, sample.response_model, sample.model)
+                    sample.model_version = self.intake.model_version(
+                        sample.model_version, sample.response_model, sample.model
+                    )
                     if sample.response_model is not None and sample.status < 400:
-                        fingerprint = sample.response.get("system_fingerprint") if isinstance(sample.response, dict) else None
-                        self.intake.served(sample.model, sample.model_version, sample.response_model, fingerprint if isinstance(fingerprint, str) else None)
-                    admission = self.intake.admit(sample.id, sample.route, sample.model, error=sample.error_type is not None, latency_ms=sample.latency_ms, build=partial(_selected, sample))
+                        fingerprint = (
+                            sample.response.get("system_fingerprint") if isinstance(sample.response, dict) else None
+                        )
+                        self.intake.served(
+                            sample.model,
+                            sample.model_version,
+                            sample.response_model,
+                            fingerprint if isinstance(fingerprint, str) else None,
+                        )
+                    admission = self.intake.admit(
+                        sample.id,
+                        sample.route,
+                        sample.model,
+                        error=sample.error_type is not None,
+                        latency_ms=sample.latency_ms,
+                        build=partial(_selected, sample),
+                    )
                     if admission.reason is None:
                         count.labels(outcome="unsampled").inc()
                     elif admission.queued:
@@ -536,7 +652,9 @@ class OtlpReceiver:
     def _answer(self, encoding: str, message: Any, status: int = 200) -> web.Response:
         if encoding == _PROTOBUF:
             return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)
-        return web.Response(status=status, body=json_format.MessageToJson(message, indent=None).encode(), content_type=_JSON)
+        return web.Response(
+            status=status, body=json_format.MessageToJson(message, indent=None).encode(), content_type=_JSON
+        )
 
     def _fail(self, encoding: str, status: int, message: str) -> web.Response:
         log.info("otlp_request_refused", status=status, reason=message)
@@ -547,7 +665,11 @@ class OtlpReceiver:
         if self._expected_auth is not None:
             given = request.headers.get("Authorization", "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, self._expected_auth):
-                return self._fail(encoding if encoding in (_PROTOBUF, _JSON) else _JSON, 401, "missing or wrong bearer token (Authorization: Bearer ...)")
+                return self._fail(
+                    encoding if encoding in (_PROTOBUF, _JSON) else _JSON,
+                    401,
+                    "missing or wrong bearer token (Authorization: Bearer ...)",
+                )
         if encoding not in (_PROTOBUF, _JSON):
             return self._fail(_JSON, 415, f"unsupported content type {encoding!r}; send {_PROTOBUF} or {_JSON}")
         coding = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -587,5 +709,7 @@ class OtlpReceiver:
         # Counted before any span is converted: an oversized batch costs its parse only.
         spans = sum(len(scope.spans) for rs in message.resource_spans for scope in rs.scope_spans)
         if spans > self.max_spans:
-            raise TooManySpans(f"{spans} spans in one request is over the limit of {self.max_spans} (otel.ingest_max_spans); send smaller batches")
+            raise TooManySpans(
+                f"{spans} spans in one request is over the limit of {self.max_spans} (otel.ingest_max_spans); send smaller batches"
+            )
         return self.ingest(message)

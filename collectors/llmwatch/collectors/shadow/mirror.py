@@ -59,6 +59,7 @@ import orjson
 import structlog
 from yarl import URL
 
+from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze, to_sample
 from llmwatch.core.config import Config, ConfigError, ShadowCandidate
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.logs import RateLimitedLog
@@ -68,7 +69,6 @@ from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.core.urls import mask_url, split_userinfo
-from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze, to_sample
 from llmwatch.scorers.evaluation.paired import mcnemar_worse_p
 from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample
 from llmwatch.scorers.pipeline.sampler import hash_fraction
@@ -94,10 +94,17 @@ STATS_EVERY_S = 0.02
 BATCH_S = 0.002
 # The metrics the child may move in the parent (by attribute of `Metrics`): nothing else is applied.
 CHILD_COUNTERS = frozenset({"shadow_candidate_errors", "shadow_pairs", "shadow_pairs_dropped"})
-CHILD_GAUGES = frozenset({
-    "shadow_window_pairs", "shadow_win_rate", "shadow_loss_rate", "shadow_pass_rate_diff",
-    "shadow_worse_p_value", "shadow_latency_ratio", "shadow_cost_ratio",
-})
+CHILD_GAUGES = frozenset(
+    {
+        "shadow_window_pairs",
+        "shadow_win_rate",
+        "shadow_loss_rate",
+        "shadow_pass_rate_diff",
+        "shadow_worse_p_value",
+        "shadow_latency_ratio",
+        "shadow_cost_ratio",
+    }
+)
 
 
 def resolve_headers(spec: ShadowCandidate, index: int, environ: Mapping[str, str]) -> dict[str, str]:
@@ -401,7 +408,12 @@ class ShadowMirror:
                     if guess is None and model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
                         # Without a price the cap cannot be held: refuse rather than spend blind.
                         self._warned_unpriced.add(str(model))
-                        log.warning("shadow_model_not_priced", candidate=cand.name, model=model, fix="add it under metrics.pricing, or drop max_usd_per_hour")
+                        log.warning(
+                            "shadow_model_not_priced",
+                            candidate=cand.name,
+                            model=model,
+                            fix="add it under metrics.pricing, or drop max_usd_per_hour",
+                        )
                     continue
                 estimate = guess
             # An append; the batch leaves BATCH_S later (one pickling and one write for many calls).
@@ -505,7 +517,9 @@ class ShadowMirror:
             if proc is not None:
                 await asyncio.to_thread(proc.join, 2.0)
             # A mirror that silently never fires is the failure users report: say it, start again.
-            log.error("shadow_mirror_died", exitcode=proc.exitcode if proc is not None else None, restarts=self.restarts)
+            log.error(
+                "shadow_mirror_died", exitcode=proc.exitcode if proc is not None else None, restarts=self.restarts
+            )
             wait = self._last_restart + 5.0 - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(min(wait, 1.0))  # at most one restart per few seconds: no spawn storm
@@ -554,7 +568,7 @@ class ShadowMirror:
 
     # --- messages from the child ------------------------------------------------------------
 
-    def _apply(self, message: object) -> None:
+    def _apply(self, message: object) -> None:  # noqa: C901
         m = self.metrics
         match message:
             case MirrorStats():
@@ -578,7 +592,9 @@ class ShadowMirror:
                         sink.write(items)
                     except Exception as exc:
                         for index, _, _ in lines:
-                            m.shadow_pairs_dropped.labels(candidate=self.candidates[index].name, reason="sink_error").inc()
+                            m.shadow_pairs_dropped.labels(
+                                candidate=self.candidates[index].name, reason="sink_error"
+                            ).inc()
                         log.error("shadow_pair_sink_failed", sink=getattr(sink, "name", "?"), error=type(exc).__name__)
             case MirrorReady():
                 if self._ready is not None and not self._ready.done():
@@ -641,7 +657,16 @@ class PairWindow:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def add(self, wins: int, losses: int, ties: int, latency_primary: float, latency_shadow: float, cost_primary: float | None, cost_shadow: float | None) -> None:
+    def add(
+        self,
+        wins: int,
+        losses: int,
+        ties: int,
+        latency_primary: float,
+        latency_shadow: float,
+        cost_primary: float | None,
+        cost_shadow: float | None,
+    ) -> None:
         if len(self.rows) == self.size:
             w, lo, t, cp, cs = self.rows.popleft()
             self.wins -= w
@@ -730,7 +755,9 @@ class _Stats:
 class ShadowWorker:
     """The mirror child's work: its own event loop sends, its writer thread pairs and writes."""
 
-    def __init__(self, cfg: Config, headers: Sequence[dict[str, str]], send: Callable[[object], None], *, pairs_to_parent: bool) -> None:
+    def __init__(
+        self, cfg: Config, headers: Sequence[dict[str, str]], send: Callable[[object], None], *, pairs_to_parent: bool
+    ) -> None:
         from llmwatch.scorers.checks.registry import CHECK_KINDS
         from llmwatch.scorers.checks.suite import Suite, default_checks
 
@@ -742,8 +769,15 @@ class ShadowWorker:
         self.prices = PriceTable(cfg.metrics.pricing)
         self._redact = Redactor.from_config(cfg.redaction)
         specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
-        self.suite = Suite([s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"], check_timeout_s=cfg.scoring.check_timeout_s)
-        self.writer = JsonlWriter(cfg.data_dir / "pairs", "pairs", max_file_bytes=cfg.files.max_file_bytes) if cfg.files.enabled else None
+        self.suite = Suite(
+            [s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"],
+            check_timeout_s=cfg.scoring.check_timeout_s,
+        )
+        self.writer = (
+            JsonlWriter(cfg.data_dir / "pairs", "pairs", max_file_bytes=cfg.files.max_file_bytes)
+            if cfg.files.enabled
+            else None
+        )
         self.stats = _Stats()
         self._done: BoundedQueue[_Done] = BoundedQueue(max(cfg.shadow.max_queue, 64))
         self._session: aiohttp.ClientSession | None = None
@@ -762,7 +796,9 @@ class ShadowWorker:
         self._session = loop.run_until_complete(self._open())
         writer = threading.Thread(target=self._run_writer, name="llmwatch-shadow-writer", daemon=True)
         flusher = threading.Thread(target=self._run_flusher, name="llmwatch-shadow-flush", daemon=True)
-        reader = threading.Thread(target=self._read, args=(inbox, loop, stopped), name="llmwatch-shadow-reader", daemon=True)
+        reader = threading.Thread(
+            target=self._read, args=(inbox, loop, stopped), name="llmwatch-shadow-reader", daemon=True
+        )
         writer.start()
         flusher.start()
         reader.start()
@@ -872,7 +908,9 @@ class ShadowWorker:
                 timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
             ) as up:
                 sx.status = up.status
-                sx.response_headers = {k: up.headers[k] for k in (*_WANTED_HEADERS, self._version_header) if k in up.headers}
+                sx.response_headers = {
+                    k: up.headers[k] for k in (*_WANTED_HEADERS, self._version_header) if k in up.headers
+                }
                 size = 0
                 async for chunk in up.content.iter_any():
                     if size <= sx.max_body_bytes:
@@ -902,7 +940,14 @@ class ShadowWorker:
         if kind in ERROR_TYPES:
             self.stats.count("shadow_candidate_errors", candidate=target.name, error_type=kind)
             # Fixed fields only: never the candidate's headers or the body it sent back.
-            target.warn(log.warning, "shadow_candidate_failed", candidate=target.name, upstream=target.shown, error_type=kind, status=sx.status or None)
+            target.warn(
+                log.warning,
+                "shadow_candidate_failed",
+                candidate=target.name,
+                upstream=target.shown,
+                error_type=kind,
+                status=sx.status or None,
+            )
         if not self._done.offer(_Done(target, job, facts, sx)):
             self.stats.settle(target.index, job.reserved_usd, 0.0)
             self.stats.count("shadow_pairs_dropped", candidate=target.name, reason="writer_full")
@@ -935,7 +980,9 @@ class ShadowWorker:
                     pairs.append((done.target, self._pair(done)))
                 except Exception as exc:
                     self.stats.count("shadow_pairs_dropped", candidate=done.target.name, reason="build_error")
-                    done.target.warn(log.error, "shadow_pair_failed", candidate=done.target.name, error=type(exc).__name__)
+                    done.target.warn(
+                        log.error, "shadow_pair_failed", candidate=done.target.name, error=type(exc).__name__
+                    )
                     self.stats.finished(1)
             self._write(pairs)
 
@@ -944,12 +991,24 @@ class ShadowWorker:
         primary = to_sample(job.exchange, done.facts, model_version=job.version, cost_usd=job.cost, reason="shadow")
         facts = analyze(done.shadow)
         version = done.shadow.response_headers.get(self._version_header) or facts.response_model or facts.model
-        cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens) if facts.model and (facts.input_tokens or facts.output_tokens) else None
+        cost = (
+            self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens)
+            if facts.model and (facts.input_tokens or facts.output_tokens)
+            else None
+        )
         self.stats.settle(target.index, job.reserved_usd, cost or 0.0)
         shadow = to_sample(done.shadow, facts, model_version=version, cost_usd=cost, reason="shadow")
         scored = self.suite.score([primary, shadow])
-        p_scores = [PairScore(check=s.score.check, kind=s.score.kind, result=s.score.result, value=s.score.value) for s in scored if s.score.sample_id == primary.id]
-        s_scores = [PairScore(check=s.score.check, kind=s.score.kind, result=s.score.result, value=s.score.value) for s in scored if s.score.sample_id == shadow.id]
+        p_scores = [
+            PairScore(check=s.score.check, kind=s.score.kind, result=s.score.result, value=s.score.value)
+            for s in scored
+            if s.score.sample_id == primary.id
+        ]
+        s_scores = [
+            PairScore(check=s.score.check, kind=s.score.kind, result=s.score.result, value=s.score.value)
+            for s in scored
+            if s.score.sample_id == shadow.id
+        ]
         primary_r = redact_sample(self._redact, primary)
         shadow_r = redact_sample(self._redact, shadow)
         category = primary_r.metadata.get("category")
@@ -988,7 +1047,9 @@ class ShadowWorker:
             self._send(PairLines([(t.index, p.id, line) for (t, p), line in zip(pairs, lines)]))
         self.stats.finished(len(pairs), written)
 
-    def _observe(self, target: _Target, primary: Sample, shadow: Sample, p_scores: list[PairScore], s_scores: list[PairScore]) -> None:
+    def _observe(
+        self, target: _Target, primary: Sample, shadow: Sample, p_scores: list[PairScore], s_scores: list[PairScore]
+    ) -> None:
         """Add one pair to the candidate's window and move its gauges."""
         prim = {s.check: s.result for s in p_scores}
         wins = losses = ties = 0

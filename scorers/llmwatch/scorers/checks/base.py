@@ -112,7 +112,9 @@ def error_outcome(reason: str | BaseException, **details: Any) -> CheckOutcome:
     a stated reason goes under "error", with whatever details the caller adds.
     """
     if isinstance(reason, BaseException):
-        return CheckOutcome("error", None, {"exception": type(reason).__name__, "message": str(reason)[:ERROR_MESSAGE_CHARS], **details})
+        return CheckOutcome(
+            "error", None, {"exception": type(reason).__name__, "message": str(reason)[:ERROR_MESSAGE_CHARS], **details}
+        )
     return CheckOutcome("error", None, {"error": reason, **details})
 
 

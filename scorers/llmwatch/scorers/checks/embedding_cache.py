@@ -40,7 +40,14 @@ def write_cache(path: Path, entries: dict[str, tuple[str, np.ndarray]], *, quant
     vectors = np.stack([entries[i][1] for i in ids]).astype(np.float32) if ids else np.zeros((0, 384), dtype=np.float32)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
-        np.savez(fh, format=np.array(FORMAT), quantized=np.array(quantized), ids=np.array(ids, dtype=str), keys=np.array([entries[i][0] for i in ids], dtype=str), vectors=vectors)
+        np.savez(
+            fh,
+            format=np.array(FORMAT),
+            quantized=np.array(quantized),
+            ids=np.array(ids, dtype=str),
+            keys=np.array([entries[i][0] for i in ids], dtype=str),
+            vectors=vectors,
+        )
     os.replace(tmp, path)
 
 
@@ -55,5 +62,10 @@ def read_cache(path: Path, *, quantized: bool) -> dict[str, tuple[str, np.ndarra
             vectors = data["vectors"]
             return {str(i): (str(k), vectors[n]) for n, (i, k) in enumerate(zip(data["ids"], data["keys"]))}
     except (OSError, ValueError, KeyError) as exc:
-        log.warning("embedding_cache_unreadable", path=str(path), error=type(exc).__name__, fix="delete it; the embeddings are computed again")
+        log.warning(
+            "embedding_cache_unreadable",
+            path=str(path),
+            error=type(exc).__name__,
+            fix="delete it; the embeddings are computed again",
+        )
         return {}

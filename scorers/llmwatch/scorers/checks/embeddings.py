@@ -144,7 +144,9 @@ class Embedder:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._model = torch.ao.quantization.quantize_dynamic(self._model, {torch.nn.Linear}, dtype=torch.qint8)
-        self._dimension = int(self._model.dimension if self.runtime == "torch" else self._model.get_embedding_dimension())
+        self._dimension = int(
+            self._model.dimension if self.runtime == "torch" else self._model.get_embedding_dimension()
+        )
         log.info(
             "embedding_model_loaded",
             path=path,
@@ -442,7 +444,9 @@ def repetition_judge(sample: Sample, params: RepetitionParams, vectors: np.ndarr
 
     recent = state.recent.get(sample.route)
     if recent is None:
-        recent = state.recent[sample.route] = _RecentAnswers(np.zeros((params.window, len(vectors[0])), dtype=np.float32))
+        recent = state.recent[sample.route] = _RecentAnswers(
+            np.zeros((params.window, len(vectors[0])), dtype=np.float32)
+        )
     closest = recent.most_similar(vectors[0])
     recent.add(vectors[0])
     near_recent = closest is not None and closest[0] >= params.max_recent_similarity
@@ -452,9 +456,7 @@ def repetition_judge(sample: Sample, params: RepetitionParams, vectors: np.ndarr
         details["recent_age"] = closest[1]  # type: ignore[index]
 
     failed = (
-        near_pairs > 0
-        or repeat_ratio > params.max_repeat_ratio
-        or (near_recent and params.fail_on_recent_duplicate)
+        near_pairs > 0 or repeat_ratio > params.max_repeat_ratio or (near_recent and params.fail_on_recent_duplicate)
     )
     return CheckOutcome("fail" if failed else "pass", float(max(0.0, 1.0 - redundancy)), details)
 
@@ -529,7 +531,9 @@ class EmbeddingScorer:
             try:
                 validated = entry.params_model.model_validate(dict(params))
             except ValidationError as exc:
-                raise ValueError(f"check '{name}' (kind {kind}): {describe_params_error(entry.params_model, exc)}") from None
+                raise ValueError(
+                    f"check '{name}' (kind {kind}): {describe_params_error(entry.params_model, exc)}"
+                ) from None
             self._checks.append(_Configured(name, kind, entry, validated, CheckState(centroids=normalised)))
         self.embedder = embedder if embedder is not None else Embedder(threads=threads, quantize=quantize)
         self._last_batch: dict[str, np.ndarray] = {}

@@ -32,7 +32,7 @@ DEFAULT_RUBRIC = (
 )
 _SYSTEM = (
     "You are a strict evaluator of AI assistant answers. Grade the answer to the user's request "
-    "with the rubric. Reply with only a JSON object: {\"score\": <integer 1-5>, \"reason\": \"<one sentence>\"}."
+    'with the rubric. Reply with only a JSON object: {"score": <integer 1-5>, "reason": "<one sentence>"}.'
 )
 _SCORE_KEYS = ("score", "rating", "grade", "overall")
 _FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
@@ -44,7 +44,9 @@ class JudgeReplyError(LlmwatchError, ValueError):
     """The judge answered, but not with a usable score."""
 
 
-def judge_messages(question: str, answer: str, *, rubric: str | None = None, reference: str | None = None) -> list[dict[str, str]]:
+def judge_messages(
+    question: str, answer: str, *, rubric: str | None = None, reference: str | None = None
+) -> list[dict[str, str]]:
     parts = [f"Rubric:\n{rubric or DEFAULT_RUBRIC}", f"User request:\n{question}"]
     if reference:
         parts.append(f"Reference answer (what a good answer contains):\n{reference}")
@@ -128,7 +130,7 @@ def parse_judge_reply(text: str) -> tuple[float, str]:
         if m:
             found = (_scaled(m.group(1), m.group(2)), "")
     if found is None:
-        raise JudgeReplyError("no score in the judge's reply (expected JSON like {\"score\": 4, \"reason\": \"...\"})")
+        raise JudgeReplyError('no score in the judge\'s reply (expected JSON like {"score": 4, "reason": "..."})')
     score, reason = found
     if not 1.0 <= score <= 5.0:
         raise JudgeReplyError(f"the judge's score {score:g} is outside 1..5")
@@ -149,7 +151,9 @@ async def judge_answer(
     import openai
 
     try:
-        completion = await client.chat.completions.create(model=model, messages=judge_messages(question, answer, rubric=rubric, reference=reference), temperature=0)
+        completion = await client.chat.completions.create(
+            model=model, messages=judge_messages(question, answer, rubric=rubric, reference=reference), temperature=0
+        )
         reply = (completion.choices[0].message.content or "") if completion.choices else ""
     except openai.APIStatusError as exc:
         return error_outcome(f"judge answered HTTP {exc.status_code}", message=str(exc)[:200], judge_model=model)

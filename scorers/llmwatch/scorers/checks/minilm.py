@@ -101,12 +101,15 @@ def load(path: str) -> MiniLM | None:
         config = _read_json(root / "config.json")
         modules = _read_json(root / "modules.json")
         pooling = _read_json(root / "1_Pooling" / "config.json")
-        bert_config = _read_json(root / "sentence_bert_config.json") if (root / "sentence_bert_config.json").is_file() else {}
+        bert_config = (
+            _read_json(root / "sentence_bert_config.json") if (root / "sentence_bert_config.json").is_file() else {}
+        )
     except (OSError, ValueError):
         return None
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     mean_only = pooling.get("pooling_mode_mean_tokens") and not any(
-        pooling.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+        pooling.get(k)
+        for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
     )
     if (
         config.get("model_type") != "bert"
@@ -123,7 +126,9 @@ def load(path: str) -> MiniLM | None:
     from safetensors.torch import load_file
     from tokenizers import Tokenizer
 
-    max_tokens = min(int(bert_config.get("max_seq_length") or _DEFAULT_MAX_TOKENS), int(config["max_position_embeddings"]))
+    max_tokens = min(
+        int(bert_config.get("max_seq_length") or _DEFAULT_MAX_TOKENS), int(config["max_position_embeddings"])
+    )
     tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
     tokenizer.enable_truncation(max_length=max_tokens)
     # Pad to the longest text of the call (tokenizer.json itself pads every text to 128).
@@ -149,7 +154,9 @@ def _renamed(weights: dict[str, torch.Tensor], layers: int) -> dict[str, torch.T
         src = f"encoder.layer.{i}."
         dst = f"layers.{i}."
         for part in ("weight", "bias"):
-            state[dst + "qkv." + part] = torch.cat([weights[f"{src}attention.self.{name}.{part}"] for name in ("query", "key", "value")])
+            state[dst + "qkv." + part] = torch.cat(
+                [weights[f"{src}attention.self.{name}.{part}"] for name in ("query", "key", "value")]
+            )
             state[dst + "attn_out." + part] = weights[f"{src}attention.output.dense.{part}"]
             state[dst + "attn_norm." + part] = weights[f"{src}attention.output.LayerNorm.{part}"]
             state[dst + "up." + part] = weights[f"{src}intermediate.dense.{part}"]

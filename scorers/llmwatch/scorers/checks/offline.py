@@ -16,8 +16,8 @@ from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
-from llmwatch.scorers.reports.text import count_scores, pass_rate_table
 from llmwatch.scorers.checks.suite import build_suite
+from llmwatch.scorers.reports.text import count_scores, pass_rate_table
 
 
 def _count_lines(paths: list[str]) -> int:
@@ -106,7 +106,15 @@ def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str,
             into[PROMPT_PREFIX + sample.id] = (text_key(prompt_for_embedding(sample)), vector)
 
 
-def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_version: str | None, *, purpose: str, prompts: dict | None = None):
+def load_window(
+    cfg: Config,
+    samples_path: str,
+    scores_path: str | None,
+    model_version: str | None,
+    *,
+    purpose: str,
+    prompts: dict | None = None,
+):
     """Samples (of one version, if asked), their scores (read, or computed now) and answer embeddings.
 
     With a `prompts` dict (and embeddings on), it is filled with the prompt vectors by sample id,
@@ -119,7 +127,9 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
     if model_version is not None:
         samples = [s for s in samples if (s.model_version or "unknown") == model_version]
         if not samples:
-            raise RecordError(f"no samples of model version {model_version!r} in {samples_path} for {purpose}; versions found: {', '.join(versions) or 'none'}")
+            raise RecordError(
+                f"no samples of model version {model_version!r} in {samples_path} for {purpose}; versions found: {', '.join(versions) or 'none'}"
+            )
     if not samples:
         raise RecordError(f"{samples_path} holds no samples for {purpose}")
     ids = {s.id for s in samples}
@@ -143,18 +153,41 @@ def load_window(cfg: Config, samples_path: str, scores_path: str | None, model_v
                 progress.update(len(batch))
     embeddings: dict[str, np.ndarray] = {}
     if cfg.scoring.embeddings:
-        wanted = [s for s in samples if s.status < 400 and s.operation in ("chat", "text_completion", "generate_content") and s.answer_text().strip()]
+        wanted = [
+            s
+            for s in samples
+            if s.status < 400
+            and s.operation in ("chat", "text_completion", "generate_content")
+            and s.answer_text().strip()
+        ]
         embedder = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
-        embedder = _embed_missing(cfg, wanted, known, "", lambda s: s.answer_text(), embeddings, embedder, f"embedding answers for {purpose}")
+        embedder = _embed_missing(
+            cfg, wanted, known, "", lambda s: s.answer_text(), embeddings, embedder, f"embedding answers for {purpose}"
+        )
         if prompts is not None:
             from llmwatch.scorers.checks.embeddings import prompt_for_embedding
 
-            asked = [s for s in samples if s.operation in ("chat", "text_completion", "generate_content") and prompt_for_embedding(s)]
-            _embed_missing(cfg, asked, known, PROMPT_PREFIX, prompt_for_embedding, prompts, embedder, f"embedding prompts for {purpose}")
+            asked = [
+                s
+                for s in samples
+                if s.operation in ("chat", "text_completion", "generate_content") and prompt_for_embedding(s)
+            ]
+            _embed_missing(
+                cfg,
+                asked,
+                known,
+                PROMPT_PREFIX,
+                prompt_for_embedding,
+                prompts,
+                embedder,
+                f"embedding prompts for {purpose}",
+            )
     return samples, scores, embeddings, versions
 
 
-def _embed_missing(cfg: Config, wanted: list[Sample], known: dict, prefix: str, text: Any, into: dict, embedder: Any, what: str) -> Any:
+def _embed_missing(
+    cfg: Config, wanted: list[Sample], known: dict, prefix: str, text: Any, into: dict, embedder: Any, what: str
+) -> Any:
     """Vectors of `text(sample)` into `into[sample.id]`: from `known` when the text hash matches, else embedded now."""
     missing = []
     for s in wanted:
@@ -167,7 +200,9 @@ def _embed_missing(cfg: Config, wanted: list[Sample], known: dict, prefix: str, 
         if embedder is None:
             from llmwatch.scorers.checks.embeddings import Embedder
 
-            embedder = Embedder(threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings)
+            embedder = Embedder(
+                threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings
+            )
         with _progress(len(missing), what) as progress:
             for start in range(0, len(missing), _OFFLINE_BATCH):
                 part = missing[start : start + _OFFLINE_BATCH]

@@ -66,7 +66,9 @@ def unknown_kind(kind: str, family: Family | None = None) -> str:
     return f"unknown check kind '{kind}'; known kinds: {', '.join(known_kinds(family))}"
 
 
-def build_check(name: str, kind: str, params: dict[str, Any] | None, selector: Callable[[Sample], bool] = every_sample) -> ConfiguredCheck:
+def build_check(
+    name: str, kind: str, params: dict[str, Any] | None, selector: Callable[[Sample], bool] = every_sample
+) -> ConfiguredCheck:
     """A per-sample check of a rule kind, params validated; ValueError names the kind and the field.
 
     Embedding kinds are refused here: they run in batches through `EmbeddingScorer`.
@@ -75,6 +77,8 @@ def build_check(name: str, kind: str, params: dict[str, Any] | None, selector: C
     if entry is None:
         raise ValueError(unknown_kind(kind))
     if entry.family != "rule":
-        raise ValueError(f"check kind '{kind}' is an {entry.family} check, which runs in batches through the embedding model, not one sample at a time; per-sample kinds: {', '.join(known_kinds('rule'))}")
+        raise ValueError(
+            f"check kind '{kind}' is an {entry.family} check, which runs in batches through the embedding model, not one sample at a time; per-sample kinds: {', '.join(known_kinds('rule'))}"
+        )
     fn: Callable[[Sample], CheckOutcome] = build_rule_check(kind, params)
     return ConfiguredCheck(name, kind, selector, fn)

@@ -30,8 +30,19 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_valid
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import approx_tokens, response_finish_reason
+from llmwatch.scorers.checks.base import (
+    CheckParams,
+    NonEmptyStr,
+    answer_or_skip,
+    describe_params_error,
+    failed,
+    passed,
+    run_check,
+    skipped,
+    tool_call_count,
+    upstream_failed,
+)
 from llmwatch.scorers.pipeline import pii
-from llmwatch.scorers.checks.base import CheckParams, NonEmptyStr, answer_or_skip, describe_params_error, failed, passed, run_check, skipped, tool_call_count, upstream_failed
 
 __all__ = ["CheckOutcome", "RuleCheck", "RULE_CHECKS", "build_rule_check", "run_check"]
 
@@ -159,13 +170,40 @@ def _read_schema_file(path: str) -> Any:
 # the keywords below (typical structured-output schemas) are also compiled into plain closures
 # that answer valid/invalid; jsonschema still decides, and explains, every answer they reject.
 _QUICK_ANNOTATIONS = frozenset(
-    {"$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default", "examples",
-     "deprecated", "readOnly", "writeOnly"}
+    {
+        "$schema",
+        "$id",
+        "$comment",
+        "$defs",
+        "definitions",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
 )
 _QUICK_KEYWORDS = _QUICK_ANNOTATIONS | {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
-    "items", "minItems", "maxItems", "minLength", "maxLength", "pattern",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
 }
 _QUICK_TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
@@ -180,12 +218,18 @@ _QUICK_TYPES: dict[str, Callable[[Any], bool]] = {
 
 
 _QUICK_SIZES = {
-    "minProperties": (dict, operator.ge), "maxProperties": (dict, operator.le),
-    "minItems": (list, operator.ge), "maxItems": (list, operator.le),
-    "minLength": (str, operator.ge), "maxLength": (str, operator.le),
+    "minProperties": (dict, operator.ge),
+    "maxProperties": (dict, operator.le),
+    "minItems": (list, operator.ge),
+    "maxItems": (list, operator.le),
+    "minLength": (str, operator.ge),
+    "maxLength": (str, operator.le),
 }
 _QUICK_LIMITS = {
-    "minimum": operator.ge, "maximum": operator.le, "exclusiveMinimum": operator.gt, "exclusiveMaximum": operator.lt,
+    "minimum": operator.ge,
+    "maximum": operator.le,
+    "exclusiveMinimum": operator.gt,
+    "exclusiveMaximum": operator.lt,
 }
 
 
@@ -193,7 +237,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] | None:
+def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] | None:  # noqa: C901
     """A predicate equivalent to the schema, or None when the schema uses anything else."""
     if isinstance(schema, bool):
         return (lambda v: True) if schema else (lambda v: False)
@@ -344,6 +388,7 @@ def check_regex(sample: Sample, params: RegexParams) -> CheckOutcome:
 
 # --- length --------------------------------------------------------------------------------------
 
+
 class LengthParams(CheckParams):
     min_chars: int | None = Field(default=None, ge=0)
     max_chars: int | None = Field(default=None, ge=0)
@@ -479,9 +524,7 @@ def _alternatives(phrases: dict[str, list[str]]) -> str:
     return "|".join(f"(?P<{lang}>{'|'.join(map(_spaced, pats))})" for lang, pats in phrases.items())
 
 
-_ANCHORED_RE = re.compile(
-    rf"{_ANCHOR}(?:(?:{_spaced(_LEADS)})\b[\s,.!]*){{0,2}}(?:{_alternatives(_ANCHORED_PHRASES)})"
-)
+_ANCHORED_RE = re.compile(rf"{_ANCHOR}(?:(?:{_spaced(_LEADS)})\b[\s,.!]*){{0,2}}(?:{_alternatives(_ANCHORED_PHRASES)})")
 _UNANCHORED_RE = re.compile(_alternatives(_UNANCHORED_PHRASES))
 # Characters that can start an unanchored phrase; tried only where one occurs, because a search
 # for the whole alternation cannot skip ahead and costs tens of microseconds per answer.
@@ -878,7 +921,9 @@ def build_rule_check(kind: str, params: dict[str, Any] | None = None) -> Callabl
     try:
         validated = entry.params_model.model_validate(params)
     except ValidationError as exc:
-        raise ValueError(f"check kind '{kind}': invalid params: {describe_params_error(entry.params_model, exc)}") from None
+        raise ValueError(
+            f"check kind '{kind}': invalid params: {describe_params_error(entry.params_model, exc)}"
+        ) from None
     fn = entry.fn
 
     def bound(sample: Sample) -> CheckOutcome:

@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from llmwatch.core.extras import require
 from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
 from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.extras import require
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.base import ConfiguredCheck, error_outcome
@@ -32,7 +32,12 @@ GENERATIVE = ["chat", "text_completion", "generate_content"]
 DEFAULT_RULE_CHECKS: list[dict[str, Any]] = [
     {"name": "refusal", "kind": "refusal", "when": {"operations": GENERATIVE}},
     {"name": "not_empty_or_truncated", "kind": "not_empty_or_truncated", "when": {"operations": GENERATIVE}},
-    {"name": "json_valid", "kind": "json_valid", "when": {"json_mode": True}, "params": {"allow_fences": True, "require_object": True}},
+    {
+        "name": "json_valid",
+        "kind": "json_valid",
+        "when": {"json_mode": True},
+        "params": {"allow_fences": True, "require_object": True},
+    },
     {"name": "language_match", "kind": "language_match", "when": {"operations": GENERATIVE}},
     {"name": "pii_leak", "kind": "pii_leak", "when": {"operations": GENERATIVE}},
 ]
@@ -129,7 +134,15 @@ class ScoredCheck:
 
 
 class Suite:
-    def __init__(self, specs: Sequence[CheckSpec], *, check_timeout_s: float = 2.0, torch_threads: int = 1, quantize: bool = False, centroids: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[CheckSpec],
+        *,
+        check_timeout_s: float = 2.0,
+        torch_threads: int = 1,
+        quantize: bool = False,
+        centroids: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self.check_timeout_s = check_timeout_s
         self.rules: list[ConfiguredCheck] = []
         embedding_specs: list[CheckSpec] = []
@@ -156,7 +169,12 @@ class Suite:
             from llmwatch.scorers.checks.embeddings import EmbeddingScorer
 
             try:
-                self.embedder = EmbeddingScorer([(s.name, s.kind, s.params) for s in embedding_specs], threads=torch_threads, quantize=quantize, centroids=centroids)
+                self.embedder = EmbeddingScorer(
+                    [(s.name, s.kind, s.params) for s in embedding_specs],
+                    threads=torch_threads,
+                    quantize=quantize,
+                    centroids=centroids,
+                )
             except ValueError as exc:
                 raise ConfigError(f"scoring.checks: {exc}") from None
 
@@ -177,7 +195,12 @@ class Suite:
                             outcome = rule.run(sample)
                     except Exception as exc:  # includes CheckTimeout
                         outcome = error_outcome(exc)
-                    out.append(ScoredCheck(Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind), time.perf_counter() - start))
+                    out.append(
+                        ScoredCheck(
+                            Score.from_outcome(sample, outcome, check=rule.name, kind=rule.kind),
+                            time.perf_counter() - start,
+                        )
+                    )
             if self.embedder is not None:
                 out.extend(self._score_embeddings(samples, limit))
         return out
@@ -205,7 +228,13 @@ class Suite:
 
 def build_suite(cfg: ScoringSection, *, centroids: Mapping[str, np.ndarray] | None = None) -> Suite:
     specs = cfg.checks if cfg.checks is not None else default_checks(cfg.embeddings)
-    return Suite(specs, check_timeout_s=cfg.check_timeout_s, torch_threads=cfg.torch_threads, quantize=cfg.quantize_embeddings, centroids=centroids)
+    return Suite(
+        specs,
+        check_timeout_s=cfg.check_timeout_s,
+        torch_threads=cfg.torch_threads,
+        quantize=cfg.quantize_embeddings,
+        centroids=centroids,
+    )
 
 
 def _family(kind: str) -> str | None:
@@ -223,7 +252,11 @@ def validate_scoring(cfg: ScoringSection) -> None:
         if names.count(name) > 1:
             raise ConfigError(f"scoring.checks: check name '{name}' is used twice; names must be unique")
     if embedding_specs:
-        require("embeddings", "the embedding checks (scoring.embeddings)", "set scoring.embeddings: false to run the rule checks only")
+        require(
+            "embeddings",
+            "the embedding checks (scoring.embeddings)",
+            "set scoring.embeddings: false to run the rule checks only",
+        )
         from llmwatch.scorers.checks.embeddings import model_dir, validate_embedding_params
 
         for i, spec in embedding_specs:

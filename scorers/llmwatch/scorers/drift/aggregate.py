@@ -24,10 +24,10 @@ import structlog
 from llmwatch.core.config import DriftSection, MatrixSection
 from llmwatch.core.metrics import CanaryReading, DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import settings_from_config
 from llmwatch.scorers.drift.online import DriftWindows
-from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 
@@ -42,13 +42,29 @@ class Readings:
 
 
 class WindowAggregator:
-    def __init__(self, baseline: Baseline | None, drift: DriftSection, matrix: MatrixSection | None, *, known_checks: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        baseline: Baseline | None,
+        drift: DriftSection,
+        matrix: MatrixSection | None,
+        *,
+        known_checks: Sequence[str] | None = None,
+    ) -> None:
         self.drift = drift
         self.matrix = matrix
         self.known_checks = list(known_checks) if known_checks is not None else None
         watch = drift.version_change
-        restart_on = [f for f in watch.fields if f != "model_version"] if watch.enabled else []  # model_version keys the windows already
-        self.windows = DriftWindows(baseline, window=drift.window, interval_s=drift.interval_s, settings=settings_from_config(drift), restart_on=restart_on, remember_s=watch.remember_s)
+        restart_on = (
+            [f for f in watch.fields if f != "model_version"] if watch.enabled else []
+        )  # model_version keys the windows already
+        self.windows = DriftWindows(
+            baseline,
+            window=drift.window,
+            interval_s=drift.interval_s,
+            settings=settings_from_config(drift),
+            restart_on=restart_on,
+            remember_s=watch.remember_s,
+        )
         self._next_evaluation = time.monotonic() + drift.interval_s
         self._next_canary = time.monotonic() + drift.interval_s
         # Readings are not due again before as long as the last ones took: on a starved CPU (the
@@ -74,7 +90,11 @@ class WindowAggregator:
         now = now if now is not None else time.monotonic()
         if now < self._quiet_until:
             return False
-        return self.windows.due(now) or (self.matrix is not None and now >= self._next_evaluation) or (self.drift.canary.enabled and now >= self._next_canary)
+        return (
+            self.windows.due(now)
+            or (self.matrix is not None and now >= self._next_evaluation)
+            or (self.drift.canary.enabled and now >= self._next_canary)
+        )
 
     def readings(self, now: float | None = None) -> Readings:
         """What is due at `now`: the evaluation readings, then the drift readings (either may be empty)."""
@@ -102,7 +122,12 @@ class WindowAggregator:
         from llmwatch.scorers.drift.canary import canary_readings
 
         try:
-            return canary_readings(self.windows.by_version(), self.windows.settings, stable=self.drift.canary.stable, canary=self.drift.canary.canary)
+            return canary_readings(
+                self.windows.by_version(),
+                self.windows.settings,
+                stable=self.drift.canary.stable,
+                canary=self.drift.canary.canary,
+            )
         except Exception as exc:
             log.exception("canary_evaluation_failed", error=str(exc))
             return None
@@ -116,7 +141,15 @@ class WindowAggregator:
         if not samples:
             return None
         try:
-            report = build_report(samples, scores, self.matrix, known_checks=self.known_checks, baseline=self.baseline, drift_alpha=self.drift.alpha, drift_min_samples=self.drift.min_samples)
+            report = build_report(
+                samples,
+                scores,
+                self.matrix,
+                known_checks=self.known_checks,
+                baseline=self.baseline,
+                drift_alpha=self.drift.alpha,
+                drift_min_samples=self.drift.min_samples,
+            )
         except Exception as exc:
             log.exception("evaluation_failed", error=str(exc))
             return None

@@ -18,13 +18,13 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, Field, ValidationError
 
-from llmwatch.core.version import __version__
 from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
-from llmwatch.scorers.drift.model import DriftSettings
+from llmwatch.core.version import __version__
 from llmwatch.scorers.drift.features import RouteStats, summarize
+from llmwatch.scorers.drift.model import DriftSettings
 
 # v2: per-sample rows (stratum, prompt hash, prompt-side features, per-token performance) for
 # the drift families, the category of each embedding, and the material minimums it was frozen with.
@@ -54,7 +54,11 @@ class Baseline(BaseModel):
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def centroids(self) -> dict[str, np.ndarray]:
-        return {route: np.asarray(s.embedding.centroid, dtype=np.float32) for route, s in self.routes.items() if s.embedding is not None}
+        return {
+            route: np.asarray(s.embedding.centroid, dtype=np.float32)
+            for route, s in self.routes.items()
+            if s.embedding is not None
+        }
 
 
 def freeze(
@@ -79,7 +83,14 @@ def freeze(
         sample_count=len(items),
         time_span=(stamps[0], stamps[-1]),
         checks=sorted({s.check for s in score_list}),
-        routes=summarize(items, score_list, embeddings, reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir, prompt_embeddings=prompt_embeddings),
+        routes=summarize(
+            items,
+            score_list,
+            embeddings,
+            reservoir_size=reservoir_size,
+            embedding_reservoir=embedding_reservoir,
+            prompt_embeddings=prompt_embeddings,
+        ),
         minimums=dict(minimums) if minimums is not None else DriftSettings().minimums(),
     )
     baseline.checksum = baseline.content_digest()
@@ -89,7 +100,9 @@ def freeze(
 def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.exists():
-        raise BaselineError(f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)")
+        raise BaselineError(
+            f"{target} already exists; baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)"
+        )
     data = orjson.dumps(baseline.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2)
     # JSON has no inf/NaN (orjson writes null): never freeze a file that `drift` would refuse.
     try:
@@ -116,7 +129,9 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise BaselineError(f"baseline {source} is corrupt (not valid JSON: {exc}); refreeze it with `llmwatch baseline freeze`") from None
+        raise BaselineError(
+            f"baseline {source} is corrupt (not valid JSON: {exc}); refreeze it with `llmwatch baseline freeze`"
+        ) from None
     if isinstance(data, dict) and data.get("schema") in OLD_SCHEMAS:
         # Refused rather than half-used: without per-sample rows no family could compare like
         # with like, and a verdict from marginal tests is exactly what issue 14 found misleading.
@@ -126,7 +141,9 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         )
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise BaselineError(f"baseline {source} is not an llmwatch baseline (schema {found!r}, expected {BASELINE_SCHEMA!r})")
+        raise BaselineError(
+            f"baseline {source} is not an llmwatch baseline (schema {found!r}, expected {BASELINE_SCHEMA!r})"
+        )
     try:
         baseline = Baseline.model_validate(data)
     except ValidationError as exc:
@@ -144,5 +161,9 @@ def check_minimums(baseline: Baseline, settings: DriftSettings, source: str = "t
     ours = settings.minimums()
     differ = {k: (v, ours.get(k)) for k, v in baseline.minimums.items() if ours.get(k) != v}
     if differ:
-        what = ", ".join(f"drift.{k} is {cur} but {source} was frozen with {frozen}" for k, (frozen, cur) in sorted(differ.items()))
-        raise BaselineError(f"{what}: set them back to the frozen values, or freeze a new baseline with the new settings")
+        what = ", ".join(
+            f"drift.{k} is {cur} but {source} was frozen with {frozen}" for k, (frozen, cur) in sorted(differ.items())
+        )
+        raise BaselineError(
+            f"{what}: set them back to the frozen values, or freeze a new baseline with the new settings"
+        )

@@ -34,7 +34,18 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.compare import DriftReport, DriftSettings, Signal, compare
 from llmwatch.scorers.drift.features import RouteStats, summarize
 
-__all__ = ["CanaryError", "CanaryReport", "Window", "canary_readings", "compare_versions", "format_text", "parse_duration", "pick_pairs", "readings_of", "same_window"]
+__all__ = [
+    "CanaryError",
+    "CanaryReport",
+    "Window",
+    "canary_readings",
+    "compare_versions",
+    "format_text",
+    "parse_duration",
+    "pick_pairs",
+    "readings_of",
+    "same_window",
+]
 
 SCHEMA = "llmwatch.canary/v1"
 
@@ -55,7 +66,13 @@ class Window:
     left_out: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "n_stable": self.n_stable, "n_canary": self.n_canary, "left_out": dict(self.left_out)}
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "n_stable": self.n_stable,
+            "n_canary": self.n_canary,
+            "left_out": dict(self.left_out),
+        }
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
@@ -96,7 +113,9 @@ def same_window(
     missing = [v for v in (stable, canary) if v not in found]
     if missing:
         seen = ", ".join(f"{v} ({n})" for v, n in sorted(found.items())) or "none"
-        raise CanaryError(f"no samples of version {' or '.join(repr(v) for v in missing)}; versions found (samples): {seen}")
+        raise CanaryError(
+            f"no samples of version {' or '.join(repr(v) for v in missing)}; versions found (samples): {seen}"
+        )
     sides = {v: [s for s in items if _version(s) == v] for v in (stable, canary)}
     left: dict[str, int] = {stable: 0, canary: 0}
     if last is not None:
@@ -104,12 +123,16 @@ def same_window(
         start = newest - last
     if start is not None or end is not None:
         for v in sides:
-            kept = [s for s in sides[v] if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)]
+            kept = [
+                s for s in sides[v] if (start is None or s.timestamp >= start) and (end is None or s.timestamp <= end)
+            ]
             left[v] += len(sides[v]) - len(kept)
             sides[v] = kept
         empty = [v for v in sides if not sides[v]]
         if empty:
-            raise CanaryError(f"no samples of version {' or '.join(repr(v) for v in empty)} between {start.isoformat() if start else 'the first sample'} and {end.isoformat() if end else 'the last sample'}; widen the window")
+            raise CanaryError(
+                f"no samples of version {' or '.join(repr(v) for v in empty)} between {start.isoformat() if start else 'the first sample'} and {end.isoformat() if end else 'the last sample'}; widen the window"
+            )
     ranges = {v: (min(s.timestamp for s in sides[v]), max(s.timestamp for s in sides[v])) for v in sides}
     lo = max(r[0] for r in ranges.values())
     hi = min(r[1] for r in ranges.values())
@@ -144,7 +167,11 @@ class CanaryReport:
         if self.drift.verdict == "insufficient":
             return "insufficient"
         # Drift only in the canary's favour: still undecided where a failing family could not be judged.
-        undecided = [f for f, info in self.drift.families.items() if f in self.drift.settings.fail_on and info["verdict"] == "insufficient" and info.get("recorded", True)]
+        undecided = [
+            f
+            for f, info in self.drift.families.items()
+            if f in self.drift.settings.fail_on and info["verdict"] == "insufficient" and info.get("recorded", True)
+        ]
         return "insufficient" if undecided else "not_worse"
 
     @property
@@ -176,8 +203,21 @@ class CanaryReport:
             "canary_version": self.canary_version,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "worse": [{"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size, "p_adjusted": s.p_adjusted, "stratum": s.stratum} for s in self.worse],
-            "better": [{"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size} for s in self.better],
+            "worse": [
+                {
+                    "family": s.family,
+                    "signal": s.name,
+                    "direction": s.direction,
+                    "effect": s.effect_size,
+                    "p_adjusted": s.p_adjusted,
+                    "stratum": s.stratum,
+                }
+                for s in self.worse
+            ],
+            "better": [
+                {"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size}
+                for s in self.better
+            ],
             "window": self.window.to_dict(),
             "families": body["families"],
             "signals": body["signals"],
@@ -217,19 +257,27 @@ def compare_versions(
     """The canary against the stable version, each summarised in memory; and both summaries (for plots)."""
     reference = _summary(*stable)
     current = _summary(*canary)
-    report = compare(reference, current, baseline_version=stable_version, current_versions=[canary_version], settings=settings)
+    report = compare(
+        reference, current, baseline_version=stable_version, current_versions=[canary_version], settings=settings
+    )
     failing = [s for s in report.signals if s.family in settings.fail_on and s.verdict in ("drift", "shifted")]
     worse = [s for s in failing if _against(s, reference, current)]
     better = [s for s in failing if s not in worse]
     return CanaryReport(stable_version, canary_version, window, report, worse, better), reference, current
 
 
-def _summary(samples: Sequence[Sample], scores: Sequence[Score], vectors: Mapping[str, np.ndarray] | None) -> dict[str, RouteStats]:
+def _summary(
+    samples: Sequence[Sample], scores: Sequence[Score], vectors: Mapping[str, np.ndarray] | None
+) -> dict[str, RouteStats]:
     ids = {s.id for s in samples}
-    return summarize(samples, [sc for sc in scores if sc.sample_id in ids], {k: v for k, v in (vectors or {}).items() if k in ids})
+    return summarize(
+        samples, [sc for sc in scores if sc.sample_id in ids], {k: v for k, v in (vectors or {}).items() if k in ids}
+    )
 
 
-def pick_pairs(counts: Mapping[str, Mapping[str, int]], stable: str | None, canary: str | None, *, most: int = 4) -> list[tuple[str, str]]:
+def pick_pairs(
+    counts: Mapping[str, Mapping[str, int]], stable: str | None, canary: str | None, *, most: int = 4
+) -> list[tuple[str, str]]:
     """(stable, canary) pairs to compare online from the samples per model and version.
 
     With both versions configured: that pair, when both are in the windows. Otherwise, for each
@@ -270,17 +318,29 @@ def format_text(report: CanaryReport) -> str:
     ]
     for name, verdict in report.family_verdicts().items():
         info = d.families.get(name, {})
-        how = f", compared on {info['comparison']}, overlap {info['overlap']:.0%}" if name == "behaviour" and "comparison" in info else ""
+        how = (
+            f", compared on {info['comparison']}, overlap {info['overlap']:.0%}"
+            if name == "behaviour" and "comparison" in info
+            else ""
+        )
         fails = "" if name in d.settings.fail_on else " (does not fail the run)"
         why = f" ({info['reason']})" if info.get("reason") else ""
         lines.append(f"  {name:<12} {verdict}{how}{fails}{why}")
     if report.better:
-        lines.append("better in the canary (does not fail): " + ", ".join(f"{s.name} ({s.direction or 'fewer failures'})" for s in report.better))
+        lines.append(
+            "better in the canary (does not fail): "
+            + ", ".join(f"{s.name} ({s.direction or 'fewer failures'})" for s in report.better)
+        )
     for s in d.signals:
         if s.name == "perf:latency_per_token_ms" and "p50" in s.detail:
             (b50, c50), (b95, c95) = s.detail["p50"], s.detail["p95"]
-            lines.append(f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})")
-    lines += ["", f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum"]
+            lines.append(
+                f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})"
+            )
+    lines += [
+        "",
+        f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
+    ]
     for s in d.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
@@ -296,7 +356,14 @@ Item = tuple[Sample, Sequence[Score], "np.ndarray | None"]
 _VERDICT_VALUE = {"worse": 1.0, "shifted": 1.0, "not_worse": 0.0, "stable": 0.0}
 
 
-def canary_readings(windows: Mapping[str, Sequence[Item]], settings: DriftSettings, *, stable: str | None = None, canary: str | None = None, most: int = 4) -> list[CanaryReading]:
+def canary_readings(
+    windows: Mapping[str, Sequence[Item]],
+    settings: DriftSettings,
+    *,
+    stable: str | None = None,
+    canary: str | None = None,
+    most: int = 4,
+) -> list[CanaryReading]:
     """Gauge readings for every (stable, canary) pair served in the recent windows (see `pick_pairs`).
 
     Each pair is compared exactly as `llmwatch canary` would, on the part of both windows that
@@ -315,20 +382,35 @@ def canary_readings(windows: Mapping[str, Sequence[Item]], settings: DriftSettin
             continue
         scores = [sc for i in items for sc in i[1]]
         vectors = {i[0].id: i[2] for i in items if i[2] is not None}
-        report, _, _ = compare_versions((s_samples, scores, vectors), (c_samples, scores, vectors), stable_version=s_version, canary_version=c_version, window=window, settings=settings)
+        report, _, _ = compare_versions(
+            (s_samples, scores, vectors),
+            (c_samples, scores, vectors),
+            stable_version=s_version,
+            canary_version=c_version,
+            window=window,
+            settings=settings,
+        )
         out += readings_of(report)
     return out
 
 
 def readings_of(report: CanaryReport) -> list[CanaryReading]:
     s, c = report.stable_version, report.canary_version
-    out = [CanaryReading("samples", s, c, "stable", float(report.window.n_stable)), CanaryReading("samples", s, c, "canary", float(report.window.n_canary))]
-    out += [CanaryReading("verdict", s, c, family, _VERDICT_VALUE.get(verdict, -1.0)) for family, verdict in report.family_verdicts().items()]
+    out = [
+        CanaryReading("samples", s, c, "stable", float(report.window.n_stable)),
+        CanaryReading("samples", s, c, "canary", float(report.window.n_canary)),
+    ]
+    out += [
+        CanaryReading("verdict", s, c, family, _VERDICT_VALUE.get(verdict, -1.0))
+        for family, verdict in report.family_verdicts().items()
+    ]
     for sig in report.drift.signals:
         if sig.name == "perf:latency_per_token_ms" and "p50" in sig.detail:
             for q, (b, cur) in (("0.5", sig.detail["p50"]), ("0.95", sig.detail["p95"])):
                 if b:
                     out.append(CanaryReading("latency_per_token_ratio", s, c, q, cur / b))
         elif sig.name.startswith("pass_rate:") and not math.isnan(sig.effect_size):
-            out.append(CanaryReading("pass_rate_difference", s, c, sig.name.removeprefix("pass_rate:"), float(sig.effect_size)))
+            out.append(
+                CanaryReading("pass_rate_difference", s, c, sig.name.removeprefix("pass_rate:"), float(sig.effect_size))
+            )
     return out

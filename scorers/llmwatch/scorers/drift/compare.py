@@ -20,9 +20,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
+from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
 
 __all__ = ["DriftReport", "DriftSettings", "Signal", "compare", "format_text", "settings_from_config"]
 
@@ -47,13 +47,29 @@ class DriftReport:
         out = asdict(self)
         out["exit_code"] = self.exit_code
         by_name = {(sig["family"], sig["name"]): sig for sig in out["signals"]}
-        out["families"] = {f: {**info, "signals": [by_name[(f, n)] for n in info.get("signals", []) if (f, n) in by_name]} for f, info in self.families.items()}
+        out["families"] = {
+            f: {**info, "signals": [by_name[(f, n)] for n in info.get("signals", []) if (f, n) in by_name]}
+            for f, info in self.families.items()
+        }
         return out
 
 
 def settings_from_config(section: Any, **overrides: Any) -> DriftSettings:
     """DriftSettings from a config `drift` section (core.config.DriftSection); `overrides` win (CLI flags)."""
-    names = ("alpha", "min_samples", "performance_margin", "min_pass_rate_change", "min_relative_change", "min_score_change", "min_embedding_distance", "min_mix_change", "min_overlap", "near_duplicate_cosine", "min_prompt_separation", "max_unmatched_separation")
+    names = (
+        "alpha",
+        "min_samples",
+        "performance_margin",
+        "min_pass_rate_change",
+        "min_relative_change",
+        "min_score_change",
+        "min_embedding_distance",
+        "min_mix_change",
+        "min_overlap",
+        "near_duplicate_cosine",
+        "min_prompt_separation",
+        "max_unmatched_separation",
+    )
     values: dict[str, Any] = {n: getattr(section, n) for n in names if hasattr(section, n)}
     if hasattr(section, "fail_on"):
         values["fail_on"] = tuple(section.fail_on)
@@ -76,7 +92,11 @@ def compare(
         verdict = "drift"
     # A family with no signal at all records nothing here (e.g. no latencies or token counts in an
     # export): it cannot be judged, but it does not make the others undecided either.
-    elif n_current < settings.min_samples or not any(families[f].get("recorded", True) for f in failing) or any(families[f]["verdict"] == "insufficient" and families[f].get("recorded", True) for f in failing):
+    elif (
+        n_current < settings.min_samples
+        or not any(families[f].get("recorded", True) for f in failing)
+        or any(families[f]["verdict"] == "insufficient" and families[f].get("recorded", True) for f in failing)
+    ):
         verdict = "insufficient"
     else:
         verdict = "stable"
@@ -96,7 +116,11 @@ def format_text(report: DriftReport) -> str:
     families = []
     for name, info in report.families.items():
         why = f" ({info['reason']})" if info.get("reason") else ""
-        how = f", compared on {info['comparison']}, overlap {info['overlap']:.0%}" if name == "behaviour" and "comparison" in info else ""
+        how = (
+            f", compared on {info['comparison']}, overlap {info['overlap']:.0%}"
+            if name == "behaviour" and "comparison" in info
+            else ""
+        )
         fails = "" if name in report.settings.fail_on else " (does not fail the run)"
         families.append(f"  {name:<12} {info['verdict']}{how}{fails}{why}")
     lines = [

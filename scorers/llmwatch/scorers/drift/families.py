@@ -37,18 +37,38 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from llmwatch.scorers.stats import twosample as stats
-from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.prompt_space import HASHED_RIDGE_PER_ROW, RIDGE_PER_ROW, TEST_FOLDS, CrossFitRidge, classifier_test, near_duplicates, residualizer, semantic_clusters
+from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
+from llmwatch.scorers.drift.prompt_space import (
+    HASHED_RIDGE_PER_ROW,
+    RIDGE_PER_ROW,
+    TEST_FOLDS,
+    CrossFitRidge,
+    classifier_test,
+    near_duplicates,
+    residualizer,
+    semantic_clusters,
+)
 from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, UNCATEGORIZED, Row, sketch_bits, space_of, unpack_vectors
-from llmwatch.scorers.stats.stratified import Stratified, cmh, reweighted_quantiles, stratified_chi2, stratified_mmd, van_elteren
+from llmwatch.scorers.stats import twosample as stats
+from llmwatch.scorers.stats.stratified import (
+    Stratified,
+    cmh,
+    reweighted_quantiles,
+    stratified_chi2,
+    stratified_mmd,
+    van_elteren,
+)
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
 
 
 def _rows(routes: Mapping[str, RouteStats], multi_route: bool, label: Callable[[Row], str]) -> Keyed:
-    return [(f"{route} {label(row)}" if multi_route else label(row), row.prompt_hash, row) for route, rs in sorted(routes.items()) for row in rs.rows]
+    return [
+        (f"{route} {label(row)}" if multi_route else label(row), row.prompt_hash, row)
+        for route, rs in sorted(routes.items())
+        for row in rs.rows
+    ]
 
 
 def _prompt_features(rows: Sequence[Row], centre: float, scale: float) -> np.ndarray:
@@ -59,7 +79,9 @@ def _prompt_features(rows: Sequence[Row], centre: float, scale: float) -> np.nda
     return np.hstack([bits, (8.0 * (length - centre) / scale)[:, None]])
 
 
-def prompt_clusters(base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cluster: int = 150) -> Callable[[Row], str] | None:
+def prompt_clusters(
+    base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cluster: int = 150
+) -> Callable[[Row], str] | None:
     """Strata for traffic without category tags: k-means on prompt sketches, fitted on the baseline only.
 
     A deterministic function of the baseline's rows, so it is frozen with the baseline: the same
@@ -76,7 +98,9 @@ def prompt_clusters(base: Sequence[Row], *, seed: int = 0, most: int = 8, per_cl
     centres = X[[int(rng.integers(len(X)))]]
     for _ in range(1, k):  # k-means++
         d = ((X[:, None, :] - centres[None]) ** 2).sum(-1).min(1)
-        centres = np.vstack([centres, X[int(rng.choice(len(X), p=d / d.sum()))] if d.sum() > 0 else X[int(rng.integers(len(X)))]])
+        centres = np.vstack(
+            [centres, X[int(rng.choice(len(X), p=d / d.sum()))] if d.sum() > 0 else X[int(rng.integers(len(X)))]]
+        )
     for _ in range(25):
         assign = ((X[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
         moved = np.stack([X[assign == j].mean(0) if (assign == j).any() else centres[j] for j in range(k)])
@@ -118,7 +142,9 @@ SEMANTIC_SHARE = 0.9
 HASHED_NEAR_DUPLICATE_COSINE = 0.9
 
 
-def semantic_prompt_clusters(base: Sequence[Row], vectors: PromptVectors, *, seed: int = 0, most: int = 8, per_cluster: int = 150) -> Callable[[Row], str] | None:
+def semantic_prompt_clusters(
+    base: Sequence[Row], vectors: PromptVectors, *, seed: int = 0, most: int = 8, per_cluster: int = 150
+) -> Callable[[Row], str] | None:
     """Strata for untagged traffic from prompt embeddings: spherical k-means on the baseline's prompts only.
 
     Like the lexical clusters, a deterministic function of the baseline's rows (frozen with it);
@@ -142,8 +168,19 @@ def _insufficient(name: str, family: str, test: str, nb: int, nc: int, route: st
 
 
 def _from(name: str, family: str, route: str, r: Stratified, **detail: Any) -> Signal:
-    return Signal(name, route, r.test, float(r.statistic), float(r.p_value), float(r.effect), r.n_baseline, r.n_current,
-                  family=family, stratum=r.worst_stratum, detail={"strata": r.n_strata, **r.detail, **detail})
+    return Signal(
+        name,
+        route,
+        r.test,
+        float(r.statistic),
+        float(r.p_value),
+        float(r.effect),
+        r.n_baseline,
+        r.n_current,
+        family=family,
+        stratum=r.worst_stratum,
+        detail={"strata": r.n_strata, **r.detail, **detail},
+    )
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -164,26 +201,72 @@ def _prompt_embedding(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftS
     name = prompt_signal_name(vectors.space)
     pb = [(h, v) for _, h, r in base if (v := vectors.of(r)) is not None]
     pc = [(h, v) for _, h, r in cur if (v := vectors.of(r)) is not None]
-    res = classifier_test(np.stack([v for _, v in pb]), np.stack([v for _, v in pc]), [h for h, _ in pb], [h for h, _ in pc], penalty=vectors.penalty) if len(pb) >= s.min_samples and len(pc) >= s.min_samples else None
+    res = (
+        classifier_test(
+            np.stack([v for _, v in pb]),
+            np.stack([v for _, v in pc]),
+            [h for h, _ in pb],
+            [h for h, _ in pc],
+            penalty=vectors.penalty,
+        )
+        if len(pb) >= s.min_samples and len(pc) >= s.min_samples
+        else None
+    )
     if res is None:
         return _insufficient(name, "inputs", "classifier_two_sample", len(pb), len(pc), route)
-    sig = _from(name, "inputs", route, res, min_effect=s.min_prompt_separation, effect_unit="2 * AUC - 1", prompt_space=vectors.space)
-    sig.direction = ("prompts differ in wording" if vectors.space == HASHED_WORDS else "prompts differ in meaning") if sig.effect_size > 0 else ""
+    sig = _from(
+        name,
+        "inputs",
+        route,
+        res,
+        min_effect=s.min_prompt_separation,
+        effect_unit="2 * AUC - 1",
+        prompt_space=vectors.space,
+    )
+    sig.direction = (
+        ("prompts differ in wording" if vectors.space == HASHED_WORDS else "prompts differ in meaning")
+        if sig.effect_size > 0
+        else ""
+    )
     return sig
 
 
-def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: bool, *, clustered: bool = False, vectors: PromptVectors | None = None) -> list[Signal]:
+def _inputs(
+    base: Keyed,
+    cur: Keyed,
+    s: DriftSettings,
+    route: str,
+    multi_route: bool,
+    *,
+    clustered: bool = False,
+    vectors: PromptVectors | None = None,
+) -> list[Signal]:
     out: list[Signal] = []
     bl = [r.prompt_tokens for _, _, r in base if r.prompt_tokens is not None]
     cl = [r.prompt_tokens for _, _, r in cur if r.prompt_tokens is not None]
     if len(bl) >= s.min_samples and len(cl) >= s.min_samples:
         res = stats.compare_distributions(bl, cl)
-        sig = Signal("input:prompt_tokens", route, res.test, float(res.statistic), float(res.p_value), float(res.effect_size), res.n_baseline, res.n_current, family="inputs", detail=dict(res.detail))
+        sig = Signal(
+            "input:prompt_tokens",
+            route,
+            res.test,
+            float(res.statistic),
+            float(res.p_value),
+            float(res.effect_size),
+            res.n_baseline,
+            res.n_current,
+            family="inputs",
+            detail=dict(res.detail),
+        )
         sig.detail["min_effect"] = s.min_ks_distance
         out.append(sig)
     else:
         out.append(_insufficient("input:prompt_tokens", "inputs", "ks", len(bl), len(cl), route))
-    mixes: dict[str, Callable[[str, Row], str | None]] = {"category": lambda st, r: r.category, "model": lambda st, r: r.model, "language": lambda st, r: r.language}
+    mixes: dict[str, Callable[[str, Row], str | None]] = {
+        "category": lambda st, r: r.category,
+        "model": lambda st, r: r.model,
+        "language": lambda st, r: r.language,
+    }
     if multi_route:
         mixes["route"] = lambda st, r: st.rsplit(" ", 1)[0]
     if clustered:
@@ -199,10 +282,30 @@ def _inputs(base: Keyed, cur: Keyed, s: DriftSettings, route: str, multi_route: 
             continue
         res = stats.compare_categorical(dict(bc), dict(cc))
         tvd = _tvd(bc, cc)
-        shares = {k: [round(bc.get(k, 0) / sum(bc.values()), 4), round(cc.get(k, 0) / sum(cc.values()), 4)] for k in sorted(set(bc) | set(cc))}
+        shares = {
+            k: [round(bc.get(k, 0) / sum(bc.values()), 4), round(cc.get(k, 0) / sum(cc.values()), 4)]
+            for k in sorted(set(bc) | set(cc))
+        }
         top = max(shares, key=lambda k: abs(shares[k][1] - shares[k][0]))
-        out.append(Signal(name, route, res.test, float(res.statistic), float(res.p_value), tvd, res.n_baseline, res.n_current, family="inputs", stratum=top,
-                          detail={"total_variation": round(tvd, 4), "shares_baseline_current": shares, "min_effect": s.min_mix_change}))
+        out.append(
+            Signal(
+                name,
+                route,
+                res.test,
+                float(res.statistic),
+                float(res.p_value),
+                tvd,
+                res.n_baseline,
+                res.n_current,
+                family="inputs",
+                stratum=top,
+                detail={
+                    "total_variation": round(tvd, 4),
+                    "shares_baseline_current": shares,
+                    "min_effect": s.min_mix_change,
+                },
+            )
+        )
     if vectors is not None:
         out.append(_prompt_embedding(base, cur, vectors, s, route))
     return out
@@ -220,7 +323,9 @@ def _by(rows: Keyed, key: Callable[[str, str], str], value: Callable[[Row], floa
     return out
 
 
-def _tables(rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check: str) -> dict[str, tuple[int, int, int, int]]:
+def _tables(
+    rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check: str
+) -> dict[str, tuple[int, int, int, int]]:
     cells: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for side, rows in ((0, rows_b), (2, rows_c)):
         for st, h, r in rows:
@@ -231,7 +336,9 @@ def _tables(rows_b: Keyed, rows_c: Keyed, key: Callable[[str, str], str], check:
     return {k: (v[0], v[1], v[2], v[3]) for k, v in cells.items()}
 
 
-def _given_prompt(base: Keyed, cur: Keyed, vectors: PromptVectors | None, value: Callable[[Row], float | None], log: bool) -> Callable[[Row], float | None]:
+def _given_prompt(
+    base: Keyed, cur: Keyed, vectors: PromptVectors | None, value: Callable[[Row], float | None], log: bool
+) -> Callable[[Row], float | None]:
     """`value` with what the prompt predicts of it taken out (ridge on the prompt embedding, fitted
     on the baseline, cross-fitted): `value - f(prompt) + mean f` (on log1p for lengths).
 
@@ -246,7 +353,12 @@ def _given_prompt(base: Keyed, cur: Keyed, vectors: PromptVectors | None, value:
     if len(pts) < 100:
         return value
     ys = np.array([y for _, _, y in pts], dtype=float)
-    offset = residualizer(np.stack([v for v, _, _ in pts]), np.log1p(np.maximum(ys, 0.0)) if log else ys, [h for _, h, _ in pts], penalty=vectors.penalty)
+    offset = residualizer(
+        np.stack([v for v, _, _ in pts]),
+        np.log1p(np.maximum(ys, 0.0)) if log else ys,
+        [h for _, h, _ in pts],
+        penalty=vectors.penalty,
+    )
     if offset is None:
         return value
     adjusted: dict[int, float] = {}
@@ -260,8 +372,17 @@ def _given_prompt(base: Keyed, cur: Keyed, vectors: PromptVectors | None, value:
     return lambda r: adjusted.get(id(r), value(r))
 
 
-def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float,
-               vectors: PromptVectors | None = None, alias: Mapping[str, str] | None = None) -> tuple[list[Signal], dict[str, Any]]:
+def _behaviour(  # noqa: C901
+    base: Keyed,
+    cur: Keyed,
+    bstats: Mapping[str, RouteStats],
+    cstats: Mapping[str, RouteStats],
+    s: DriftSettings,
+    route: str,
+    needed_p: float,
+    vectors: PromptVectors | None = None,
+    alias: Mapping[str, str] | None = None,
+) -> tuple[list[Signal], dict[str, Any]]:
     base_strata = Counter(st for st, _, _ in base)
     known = {st for st, n in base_strata.items() if n >= 5}
     # Prompts seen on both sides are strata of their own (matched prompts: the tightest
@@ -279,17 +400,31 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     # Prompts that differ in meaning *inside* the strata (a topic shift within a cluster or
     # category) make an unmatched comparison measure the topic: then only matched prompts
     # (identical or near-duplicate) are comparable inputs.
-    within = _within_strata_shift(base, [t for t in cur if t[1] not in frequent], vectors, s) if vectors is not None else None
+    within = (
+        _within_strata_shift(base, [t for t in cur if t[1] not in frequent], vectors, s)
+        if vectors is not None
+        else None
+    )
     matched_only = within is not None and within["shifted"]
     if matched_only:
         c_rows = [t for t in cur if t[1] in frequent]
         b_rows = [t for t in base if t[1] in frequent]
     overlap = len(c_rows) / len(cur) if cur else 0.0
     paired = in_prompts >= s.match_fraction
-    info = {"comparison": "matched prompts" if paired else "within strata" if not in_prompts else "within strata and matched prompts", "overlap": round(overlap, 4),
-            "matched_fraction": round(matched, 4), "in_prompt_strata": round(in_prompts, 4),
-            "strata_baseline": dict(sorted(base_strata.items())), "strata_current": dict(sorted(Counter(st for st, _, _ in cur).items())),
-            "prompts_within_strata": within, "matched_only": matched_only}
+    info = {
+        "comparison": "matched prompts"
+        if paired
+        else "within strata"
+        if not in_prompts
+        else "within strata and matched prompts",
+        "overlap": round(overlap, 4),
+        "matched_fraction": round(matched, 4),
+        "in_prompt_strata": round(in_prompts, 4),
+        "strata_baseline": dict(sorted(base_strata.items())),
+        "strata_current": dict(sorted(Counter(st for st, _, _ in cur).items())),
+        "prompts_within_strata": within,
+        "matched_only": matched_only,
+    }
     if matched_only:
         info["comparison"] = "matched prompts only (prompts differ within strata)"
     out: list[Signal] = []
@@ -317,12 +452,28 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         nb, nc = sum(t[1] for t in tables.values()), sum(t[3] for t in tables.values() if t[1])
         res = cmh(tables) if not short else None
         if res is None or res.n_baseline < m or res.n_current < m:
-            out.append(_insufficient(name, "behaviour", "cmh", nb, nc, route, reason="inputs barely overlap the baseline's" if short else "too few samples"))
+            out.append(
+                _insufficient(
+                    name,
+                    "behaviour",
+                    "cmh",
+                    nb,
+                    nc,
+                    route,
+                    reason="inputs barely overlap the baseline's" if short else "too few samples",
+                )
+            )
             continue
-        sig = finish(_from(name, "behaviour", route, res, min_effect=s.min_pass_rate_change), cmh(_tables(nb_rows, nc_rows, by_stratum, check)), res.n_current)
+        sig = finish(
+            _from(name, "behaviour", route, res, min_effect=s.min_pass_rate_change),
+            cmh(_tables(nb_rows, nc_rows, by_stratum, check)),
+            res.n_current,
+        )
         sig.direction = "better" if sig.effect_size > 0 else "worse"
         out.append(sig)
-    continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)]
+    continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [
+        ("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)
+    ]
     for check in sorted({c for _, _, r in base for c in r.scores}):
         continuous.append((f"score:{check}", lambda r, c=check: r.scores.get(c), s.min_score_change, False))
     for name, raw, minimum, relative in continuous:
@@ -330,7 +481,17 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         bv, cv = _by(b_rows, key, value), _by(c_rows, key, value)
         res = van_elteren(bv, cv) if not short else None
         if res is None or res.n_baseline < m or res.n_current < m:
-            out.append(_insufficient(name, "behaviour", "van_elteren", sum(map(len, bv.values())), sum(map(len, cv.values())), route, reason="inputs barely overlap the baseline's" if short else "too few samples"))
+            out.append(
+                _insufficient(
+                    name,
+                    "behaviour",
+                    "van_elteren",
+                    sum(map(len, bv.values())),
+                    sum(map(len, cv.values())),
+                    route,
+                    reason="inputs barely overlap the baseline's" if short else "too few samples",
+                )
+            )
             continue
         if not relative:
             res.effect = float(res.detail["median_shift"])  # similarities: absolute change, in cosine units
@@ -338,8 +499,23 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
         naming = van_elteren(_by(nb_rows, by_stratum, value), _by(nc_rows, by_stratum, value))
         if naming is not None and not relative and "worst_stratum_shift" in naming.detail:
             naming.detail["worst_stratum_effect"] = naming.detail["worst_stratum_shift"]
-        sig = finish(_from(name, "behaviour", route, res, min_effect=minimum, effect_unit="fraction of median" if relative else "absolute",
-                           **({"given_prompt": "value less what the prompt embedding predicts (ridge, fitted on the baseline)"} if value is not raw else {})), naming, ess)
+        sig = finish(
+            _from(
+                name,
+                "behaviour",
+                route,
+                res,
+                min_effect=minimum,
+                effect_unit="fraction of median" if relative else "absolute",
+                **(
+                    {"given_prompt": "value less what the prompt embedding predicts (ridge, fitted on the baseline)"}
+                    if value is not raw
+                    else {}
+                ),
+            ),
+            naming,
+            ess,
+        )
         sig.direction = "higher" if sig.effect_size > 0 else "lower" if sig.effect_size < 0 else ""
         out.append(sig)
     # Failure modes over every sample (errors included).
@@ -351,9 +527,22 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
             target[st][r.failure_mode] += 1
     res = stratified_chi2(fb, fc) if not short else None
     if res is None or res.n_baseline < m or res.n_current < m:
-        out.append(_insufficient("failure_modes", "behaviour", "stratified_chi2", sum(sum(c.values()) for c in fb.values()), sum(sum(c.values()) for c in fc.values()), route))
+        out.append(
+            _insufficient(
+                "failure_modes",
+                "behaviour",
+                "stratified_chi2",
+                sum(sum(c.values()) for c in fb.values()),
+                sum(sum(c.values()) for c in fc.values()),
+                route,
+            )
+        )
     else:
-        sig = finish(_from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change), stratified_chi2(_count_modes(nb_rows, by_stratum), _count_modes(nc_rows, by_stratum)), res.n_current)
+        sig = finish(
+            _from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change),
+            stratified_chi2(_count_modes(nb_rows, by_stratum), _count_modes(nc_rows, by_stratum)),
+            res.n_current,
+        )
         out.append(sig)
     pv_b = {r.prompt_hash: v for _, _, r in base if vectors is not None and (v := vectors.of(r)) is not None}
     pv_c = {r.prompt_hash: v for _, _, r in cur if vectors is not None and (v := vectors.of(r)) is not None}
@@ -361,7 +550,21 @@ def _behaviour(base: Keyed, cur: Keyed, bstats: Mapping[str, RouteStats], cstats
     # MiniLM prompt vectors only; on hashed words (answer vectors without prompt vectors, e.g.
     # scores cached before prompts were) it keeps the stratified test on the raw answers.
     given = vectors is not None and vectors.space == MINILM
-    out.append(_embedding(bstats, cstats, s, route, needed_p, short, frequent, {h: st for st, h, _ in (*base, *cur)}, alias or {}, (pv_b, pv_c) if given else None, matched_only))
+    out.append(
+        _embedding(
+            bstats,
+            cstats,
+            s,
+            route,
+            needed_p,
+            short,
+            frequent,
+            {h: st for st, h, _ in (*base, *cur)},
+            alias or {},
+            (pv_b, pv_c) if given else None,
+            matched_only,
+        )
+    )
     return out, info
 
 
@@ -377,11 +580,21 @@ def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: Dri
     pc = [(st, h, v) for st, h, r in cur if (v := vectors.of(r)) is not None]
     if len(pb) < s.min_samples or len(pc) < s.min_samples:
         return None
-    res = classifier_test(np.stack([v for _, _, v in pb]), np.stack([v for _, _, v in pc]), [h for _, h, _ in pb], [h for _, h, _ in pc],
-                          strata=([st for st, _, _ in pb], [st for st, _, _ in pc]), penalty=vectors.penalty)
+    res = classifier_test(
+        np.stack([v for _, _, v in pb]),
+        np.stack([v for _, _, v in pc]),
+        [h for _, h, _ in pb],
+        [h for _, h, _ in pc],
+        strata=([st for st, _, _ in pb], [st for st, _, _ in pc]),
+        penalty=vectors.penalty,
+    )
     if res is None:
         return None
-    return {"separation": round(float(res.effect), 4), "p_value": float(f"{res.p_value:.3g}"), "shifted": bool(res.p_value < s.alpha and res.effect >= s.max_unmatched_separation)}
+    return {
+        "separation": round(float(res.effect), 4),
+        "p_value": float(f"{res.p_value:.3g}"),
+        "shifted": bool(res.p_value < s.alpha and res.effect >= s.max_unmatched_separation),
+    }
 
 
 def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Counter[str]]:
@@ -391,8 +604,19 @@ def _count_modes(rows: Keyed, key: Callable[[str, str], str]) -> dict[str, Count
     return out
 
 
-def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats], s: DriftSettings, route: str, needed_p: float, short: bool, frequent: set[str], strata: Mapping[str, str],
-               alias: Mapping[str, str] | None = None, prompt_vectors: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] | None = None, matched_only: bool = False) -> Signal:
+def _embedding(
+    bstats: Mapping[str, RouteStats],
+    cstats: Mapping[str, RouteStats],
+    s: DriftSettings,
+    route: str,
+    needed_p: float,
+    short: bool,
+    frequent: set[str],
+    strata: Mapping[str, str],
+    alias: Mapping[str, str] | None = None,
+    prompt_vectors: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] | None = None,
+    matched_only: bool = False,
+) -> Signal:
     """Answer embeddings compared within strata: a matched prompt, else the category.
 
     Answers to different questions differ by topic; comparing them across a changed mix measures
@@ -416,16 +640,35 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
             hs.extend(prompts)
             # The stratum of the row with the same prompt (category or prompt cluster); a
             # near-duplicate of a baseline prompt is that prompt.
-            es.extend((strata.get(alias.get(h, h), f"{_route} {c}"), alias.get(h, h) if routes is cstats else h) for c, h in zip(cats, prompts))
+            es.extend(
+                (strata.get(alias.get(h, h), f"{_route} {c}"), alias.get(h, h) if routes is cstats else h)
+                for c, h in zip(cats, prompts)
+            )
     # A prompt is its own stratum when both embedding reservoirs hold an answer to it; an answer
     # whose partner is not in the other reservoir stays in its category rather than being dropped.
     paired = {h for _, h in entries[0] if h in frequent} & {h for _, h in entries[1]}
     bk = [f"prompt {h}" if h in paired else c for c, h in entries[0]]
     ck = [f"prompt {h}" if h in paired else c for c, h in entries[1]]
     if not bx or not cx:
-        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="no answer embeddings")
+        return _insufficient(
+            "embedding",
+            "behaviour",
+            "mmd_stratified_permutation",
+            len(bx),
+            len(cx),
+            route,
+            reason="no answer embeddings",
+        )
     if short:
-        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason="inputs barely overlap the baseline's")
+        return _insufficient(
+            "embedding",
+            "behaviour",
+            "mmd_stratified_permutation",
+            len(bx),
+            len(cx),
+            route,
+            reason="inputs barely overlap the baseline's",
+        )
     shared = set(bk) & set(ck)
     if matched_only:
         shared = {k for k in shared if k.startswith("prompt ")}
@@ -433,7 +676,15 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
     Y = np.asarray([v for v, k in zip(cx, ck) if k in shared], dtype=np.float64)
     sx, sy = [k for k in bk if k in shared], [k for k in ck if k in shared]
     if len(X) < s.min_samples or len(Y) < s.min_samples:
-        return _insufficient("embedding", "behaviour", "mmd_stratified_permutation", len(X), len(Y), route, reason="too few samples in shared strata")
+        return _insufficient(
+            "embedding",
+            "behaviour",
+            "mmd_stratified_permutation",
+            len(X),
+            len(Y),
+            route,
+            reason="too few samples in shared strata",
+        )
     raw = (X, Y, sx, sy)
     how = "permutations within matched prompts and categories"
     if prompt_vectors is not None:
@@ -462,19 +713,46 @@ def _embedding(bstats: Mapping[str, RouteStats], cstats: Mapping[str, RouteStats
                 for j in range(TEST_FOLDS):
                     ib, ic = np.flatnonzero(fb == j), np.flatnonzero(fc == j)
                     if len(ib) >= s.min_samples // 2 and len(ic) >= s.min_samples // 2:
-                        halves.append(stratified_mmd(Rb[ib], Rc[ic], [skb[i] for i in ib], [skc[i] for i in ic], needed=needed_p / TEST_FOLDS, seed=s.seed + j,
-                                                     start=s.mmd_permutations, most=s.max_permutations))
+                        halves.append(
+                            stratified_mmd(
+                                Rb[ib],
+                                Rc[ic],
+                                [skb[i] for i in ib],
+                                [skc[i] for i in ic],
+                                needed=needed_p / TEST_FOLDS,
+                                seed=s.seed + j,
+                                start=s.mmd_permutations,
+                                most=s.max_permutations,
+                            )
+                        )
                 if halves:
                     best = min(halves, key=lambda h: h.p_value)
-                    res = stats.TestResult("mmd_residual_split", best.statistic, min(1.0, TEST_FOLDS * best.p_value), best.effect_size, len(X), len(Y),
-                                           {"permutations": sum(h.detail["permutations"] for h in halves), "halves": len(halves), "p_halves": [float(f"{h.p_value:.3g}") for h in halves]})
+                    res = stats.TestResult(
+                        "mmd_residual_split",
+                        best.statistic,
+                        min(1.0, TEST_FOLDS * best.p_value),
+                        best.effect_size,
+                        len(X),
+                        len(Y),
+                        {
+                            "permutations": sum(h.detail["permutations"] for h in halves),
+                            "halves": len(halves),
+                            "p_halves": [float(f"{h.p_value:.3g}") for h in halves],
+                        },
+                    )
                     how = "residuals after the prompt embedding (ridge fitted on one half of the baseline, the other half tested, Bonferroni over both), permutations within matched prompts and strata"
                     return _embedding_signal(res, raw, route, s, how)
     res = stratified_mmd(X, Y, sx, sy, needed=needed_p, seed=s.seed, start=s.mmd_permutations, most=s.max_permutations)
     return _embedding_signal(res, raw, route, s, how)
 
 
-def _embedding_signal(res: stats.TestResult, raw: tuple[np.ndarray, np.ndarray, list[str], list[str]], route: str, s: DriftSettings, how: str) -> Signal:
+def _embedding_signal(
+    res: stats.TestResult,
+    raw: tuple[np.ndarray, np.ndarray, list[str], list[str]],
+    route: str,
+    s: DriftSettings,
+    how: str,
+) -> Signal:
     X, Y, sx, sy = raw
     # Effect: 1 - cosine between the centroids, each side's stratum centroids weighted by the baseline's mix.
     weights = Counter(sx)
@@ -482,8 +760,24 @@ def _embedding_signal(res: stats.TestResult, raw: tuple[np.ndarray, np.ndarray, 
     cc = sum(weights[k] * Y[[i for i, v in enumerate(sy) if v == k]].mean(0) for k in weights if k in set(sy))
     nb, nc = float(np.linalg.norm(cb)), float(np.linalg.norm(cc))
     cos = float(np.dot(cb, cc) / (nb * nc)) if nb and nc else 1.0
-    return Signal("embedding", route, res.test, float(res.statistic), float(res.p_value), 1.0 - cos, res.n_baseline, res.n_current, family="behaviour", n_effective=float(len(Y)),
-                  detail={**res.detail, "centroid_cosine": round(cos, 4), "min_effect": s.min_embedding_distance, "comparison": how})
+    return Signal(
+        "embedding",
+        route,
+        res.test,
+        float(res.statistic),
+        float(res.p_value),
+        1.0 - cos,
+        res.n_baseline,
+        res.n_current,
+        family="behaviour",
+        n_effective=float(len(Y)),
+        detail={
+            **res.detail,
+            "centroid_cosine": round(cos, 4),
+            "min_effect": s.min_embedding_distance,
+            "comparison": how,
+        },
+    )
 
 
 # ---------------------------------------------------------------------------- performance
@@ -524,8 +818,18 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
         (b50, b95), (c50, c95), ess = reweighted_quantiles(bv, cv, (0.5, 0.95))
         r50 = c50 / b50 - 1 if b50 else 0.0
         r95 = c95 / b95 - 1 if b95 else 0.0
-        sig = _from(name, "performance", route, res, p50=[round(b50, 4), round(c50, 4)], p95=[round(b95, 4), round(c95, 4)],
-                    p50_change=round(r50, 4), p95_change=round(r95, 4), margin=s.performance_margin, reweighted="to the baseline's stratum mix" if decisive else "no")
+        sig = _from(
+            name,
+            "performance",
+            route,
+            res,
+            p50=[round(b50, 4), round(c50, 4)],
+            p95=[round(b95, 4), round(c95, 4)],
+            p50_change=round(r50, 4),
+            p95_change=round(r95, 4),
+            margin=s.performance_margin,
+            reweighted="to the baseline's stratum mix" if decisive else "no",
+        )
         sig.effect_size = max(r50, r95)
         sig.n_effective = round(ess, 1)
         sig.direction = "higher" if sig.effect_size > 0 else "lower"
@@ -547,8 +851,18 @@ def _material(sig: Signal, s: DriftSettings) -> bool:
     """
     if _material_effect(sig, sig.effect_size, s):
         return True
-    p, effect, among = sig.detail.get("stratum_p"), sig.detail.get("stratum_effect"), sig.detail.get("strata_named_among", 1)
-    return sig.family == "behaviour" and p is not None and effect is not None and p * max(1, among) < s.alpha and _material_effect(sig, effect, s)
+    p, effect, among = (
+        sig.detail.get("stratum_p"),
+        sig.detail.get("stratum_effect"),
+        sig.detail.get("strata_named_among", 1),
+    )
+    return (
+        sig.family == "behaviour"
+        and p is not None
+        and effect is not None
+        and p * max(1, among) < s.alpha
+        and _material_effect(sig, effect, s)
+    )
 
 
 def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
@@ -567,9 +881,13 @@ def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
     return abs(effect) >= s.min_relative_change
 
 
-def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Mapping[str, RouteStats], s: DriftSettings) -> tuple[list[Signal], dict[str, dict[str, Any]]]:
+def family_signals(  # noqa: C901
+    baseline_routes: Mapping[str, RouteStats], current_routes: Mapping[str, RouteStats], s: DriftSettings
+) -> tuple[list[Signal], dict[str, dict[str, Any]]]:
     """Every signal of the three families, decided; and per family its verdict and context."""
-    all_routes = {r for r, st in baseline_routes.items() if st.rows} | {r for r, st in current_routes.items() if st.rows}
+    all_routes = {r for r, st in baseline_routes.items() if st.rows} | {
+        r for r, st in current_routes.items() if st.rows
+    }
     multi = len(all_routes) > 1
     route = next(iter(all_routes)) if len(all_routes) == 1 else "*"
     # Strata: the category tags where the traffic has them; otherwise prompt clusters frozen with
@@ -585,10 +903,14 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     space_b, space_c = _vector_space(base_rows), _vector_space(cur_rows)
     vectors = PromptVectors([*base_rows, *cur_rows], space_b) if space_b and space_b == space_c else None
     mismatch = bool(space_b and space_c and space_b != space_c)
-    near_cosine = s.near_duplicate_cosine if vectors is None or vectors.space == MINILM else HASHED_NEAR_DUPLICATE_COSINE
+    near_cosine = (
+        s.near_duplicate_cosine if vectors is None or vectors.space == MINILM else HASHED_NEAR_DUPLICATE_COSINE
+    )
     clusters = None
     if base_rows and all(r.category == UNCATEGORIZED for r in base_rows):
-        clusters = (semantic_prompt_clusters(base_rows, vectors, seed=s.seed) if vectors is not None else None) or prompt_clusters(base_rows, seed=s.seed)
+        clusters = (
+            semantic_prompt_clusters(base_rows, vectors, seed=s.seed) if vectors is not None else None
+        ) or prompt_clusters(base_rows, seed=s.seed)
     label: Callable[[Row], str] = clusters or (lambda r: r.category)
     base, cur = _rows(baseline_routes, multi, label), _rows(current_routes, multi, label)
     alias = _near_duplicates(base_rows, cur_rows, vectors, near_cosine) if vectors is not None else {}
@@ -596,15 +918,21 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     fams: dict[str, dict[str, Any]] = {f: {"verdict": "insufficient", "signals": []} for f in FAMILIES}
     if not base:
         for f in FAMILIES:
-            fams[f]["reason"] = "the baseline has no per-sample rows (frozen by an older llmwatch); refreeze it with `llmwatch baseline freeze`"
+            fams[f]["reason"] = (
+                "the baseline has no per-sample rows (frozen by an older llmwatch); refreeze it with `llmwatch baseline freeze`"
+            )
         return [], fams
     if not cur:
         return [], fams
     # A rough count of the tests the decisive group will hold, for the adaptive permutations:
     # they stop once the embedding p-value cannot reach what Holm's first step needs.
-    decisive_guess = 3 + len({c for _, _, r in base for c in r.checks}) + len({c for _, _, r in base for c in r.scores}) + 3
+    decisive_guess = (
+        3 + len({c for _, _, r in base for c in r.checks}) + len({c for _, _, r in base for c in r.scores}) + 3
+    )
     signals = _inputs(base, cur, s, route, multi, clustered=clusters is not None, vectors=vectors)
-    behaviour, info = _behaviour(base, cur, baseline_routes, current_routes, s, route, s.alpha / decisive_guess, vectors, alias)
+    behaviour, info = _behaviour(
+        base, cur, baseline_routes, current_routes, s, route, s.alpha / decisive_guess, vectors, alias
+    )
     base_hashes = {r.prompt_hash for r in base_rows}
     info["exact_match_fraction"] = round(sum(r.prompt_hash in base_hashes for r in cur_rows) / len(cur_rows), 4)
     info["near_duplicate_fraction"] = round(sum(r.prompt_hash in alias for r in cur_rows) / len(cur_rows), 4)
@@ -613,15 +941,19 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
     elif vectors is not None:
         info["prompt_space"] = f"prompt embeddings (near duplicates at cosine >= {near_cosine})"
     elif mismatch:
-        info["prompt_space"] = (f"lexical (normalised-text hash, SimHash clusters): the baseline's prompt vectors are {space_b}, the window's {space_c}, and vectors "
-                                f"of two spaces are not compared; freeze and run drift with the same scoring.embeddings setting")
+        info["prompt_space"] = (
+            f"lexical (normalised-text hash, SimHash clusters): the baseline's prompt vectors are {space_b}, the window's {space_c}, and vectors "
+            f"of two spaces are not compared; freeze and run drift with the same scoring.embeddings setting"
+        )
     else:
         info["prompt_space"] = "lexical (normalised-text hash, SimHash clusters)"
     signals += behaviour
     signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
     # Holm: the decisive signals of the failing families together, each other family alone.
     fail_on = [f for f in FAMILIES if f in s.fail_on]
-    groups = [[g for g in signals if g.family in fail_on and g.decisive]] + [[g for g in signals if g.family == f and g.decisive] for f in FAMILIES if f not in fail_on]
+    groups = [[g for g in signals if g.family in fail_on and g.decisive]] + [
+        [g for g in signals if g.family == f and g.decisive] for f in FAMILIES if f not in fail_on
+    ]
     for group in groups:
         tested = [g for g in group if not math.isnan(g.p_value)]
         if not tested:
@@ -648,14 +980,32 @@ def family_signals(baseline_routes: Mapping[str, RouteStats], current_routes: Ma
         if not any(g.decisive for g in mine):
             fams[f]["reason"] = "nothing to compare: the samples record none of the figures that decide this family"
             fams[f]["recorded"] = False
-    fams["behaviour"].update({k: info[k] for k in ("comparison", "overlap", "matched_fraction", "in_prompt_strata", "exact_match_fraction", "near_duplicate_fraction", "prompt_space", "prompts_within_strata")})
+    fams["behaviour"].update(
+        {
+            k: info[k]
+            for k in (
+                "comparison",
+                "overlap",
+                "matched_fraction",
+                "in_prompt_strata",
+                "exact_match_fraction",
+                "near_duplicate_fraction",
+                "prompt_space",
+                "prompts_within_strata",
+            )
+        }
+    )
     fams["inputs"].update({k: info[k] for k in ("strata_baseline", "strata_current")})
     if fams["behaviour"]["verdict"] == "insufficient" and info["overlap"] < s.min_overlap:
         if info["matched_only"]:
-            fams["behaviour"]["reason"] = (f"the prompts differ in meaning within strata (prompt separation {info['prompts_within_strata']['separation']:.2f}), so only matched prompts are "
-                                           f"comparable, and only {info['overlap']:.0%} of current samples repeat or nearly repeat a baseline prompt (at least {s.min_overlap:.0%} needed)")
+            fams["behaviour"]["reason"] = (
+                f"the prompts differ in meaning within strata (prompt separation {info['prompts_within_strata']['separation']:.2f}), so only matched prompts are "
+                f"comparable, and only {info['overlap']:.0%} of current samples repeat or nearly repeat a baseline prompt (at least {s.min_overlap:.0%} needed)"
+            )
         else:
-            fams["behaviour"]["reason"] = f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
+            fams["behaviour"]["reason"] = (
+                f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
+            )
     return _ranked(signals), fams
 
 
@@ -668,7 +1018,9 @@ def _vector_space(rows: Sequence[Row]) -> str:
     return best if best and n / len(rows) >= SEMANTIC_SHARE else ""
 
 
-def _near_duplicates(base_rows: Sequence[Row], cur_rows: Sequence[Row], vectors: PromptVectors, threshold: float) -> dict[str, str]:
+def _near_duplicates(
+    base_rows: Sequence[Row], cur_rows: Sequence[Row], vectors: PromptVectors, threshold: float
+) -> dict[str, str]:
     """Current prompt hash -> the hash of the baseline prompt it nearly duplicates (cosine >= threshold).
 
     Only prompts the baseline never saw verbatim are matched; an exact match always wins.
@@ -687,4 +1039,12 @@ def _near_duplicates(base_rows: Sequence[Row], cur_rows: Sequence[Row], vectors:
 
 def _ranked(signals: Sequence[Signal]) -> list[Signal]:
     order = {"drift": 0, "shifted": 1, "changed": 2, "stable": 3, "insufficient": 4}
-    return sorted(signals, key=lambda g: (order.get(g.verdict, 5), math.isnan(g.p_adjusted), g.p_adjusted if not math.isnan(g.p_adjusted) else 1.0, -abs(g.effect_size) if not math.isnan(g.effect_size) else 0.0))
+    return sorted(
+        signals,
+        key=lambda g: (
+            order.get(g.verdict, 5),
+            math.isnan(g.p_adjusted),
+            g.p_adjusted if not math.isnan(g.p_adjusted) else 1.0,
+            -abs(g.effect_size) if not math.isnan(g.effect_size) else 0.0,
+        ),
+    )

@@ -91,7 +91,7 @@ def failure_mode(sample: Sample, scores: Mapping[str, Score]) -> str:
     return "ok"
 
 
-def summarize(
+def summarize(  # noqa: C901
     samples: Iterable[Sample],
     scores: Iterable[Score],
     embeddings: Mapping[str, np.ndarray] | None = None,
@@ -116,7 +116,12 @@ def summarize(
         # Continuous call metrics.
         columns: dict[str, tuple[list[float], list[str]]] = {k: ([], []) for k in CONTINUOUS}
         for s in items:
-            for key, value in (("latency_ms", s.latency_ms), ("ttft_ms", s.ttft_ms), ("output_tokens", s.usage.output_tokens), ("cost_usd", s.cost_usd)):
+            for key, value in (
+                ("latency_ms", s.latency_ms),
+                ("ttft_ms", s.ttft_ms),
+                ("output_tokens", s.usage.output_tokens),
+                ("cost_usd", s.cost_usd),
+            ):
                 if value is not None and s.status < 400:
                     columns[key][0].append(float(value))
                     columns[key][1].append(fraction[s.id])
@@ -138,7 +143,10 @@ def summarize(
             mode = failure_mode(s, scored)
             modes[mode] += 1
             row_items.append((fraction[s.id], make_row(s, scored, mode, prompt_embeddings.get(s.id))))
-        per_check = {name: CheckStats(n_pass=c["pass"], n_fail=c["fail"], n_error=c["error"], n_skip=c["skip"]) for name, c in counts.items()}
+        per_check = {
+            name: CheckStats(n_pass=c["pass"], n_fail=c["fail"], n_error=c["error"], n_skip=c["skip"])
+            for name, c in counts.items()
+        }
         for name, (values, fracs) in check_values.items():
             if values and set(values) - {0.0, 1.0}:
                 per_check[name].values = distribution(values, fracs, reservoir_size)

@@ -8,7 +8,11 @@ from typing import Any
 
 FAMILIES = ("inputs", "behaviour", "performance")
 # Prometheus alert per family (dashboards/alerts/llmwatch-rules.yaml); behaviour keeps the old name.
-ALERTS = {"behaviour": "LLMWatchDriftDetected", "performance": "LLMWatchPerformanceRegression", "inputs": "LLMWatchTrafficChanged"}
+ALERTS = {
+    "behaviour": "LLMWatchDriftDetected",
+    "performance": "LLMWatchPerformanceRegression",
+    "inputs": "LLMWatchTrafficChanged",
+}
 
 
 def family_of(signal: str) -> str:

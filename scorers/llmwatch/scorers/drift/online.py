@@ -72,8 +72,15 @@ class DriftWindows:
     def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
         if sample.error_type is not None or sample.status >= 400 or not (self._watch_model or self._watch_fingerprint):
             return None
-        fingerprint = sample.response.get("system_fingerprint") if self._watch_fingerprint and isinstance(sample.response, dict) else None
-        served = (sample.response_model if self._watch_model else None, fingerprint if isinstance(fingerprint, str) else None)
+        fingerprint = (
+            sample.response.get("system_fingerprint")
+            if self._watch_fingerprint and isinstance(sample.response, dict)
+            else None
+        )
+        served = (
+            sample.response_model if self._watch_model else None,
+            fingerprint if isinstance(fingerprint, str) else None,
+        )
         return served if any(served) else None
 
     def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> None:
@@ -87,7 +94,14 @@ class DriftWindows:
             # Same rule as the proxy's sentinel (llmwatch/core/served.py): a version served moments
             # ago (another backend's fingerprint of it) does not restart the window.
             win = self._windows.get(version)
-            log.warning("drift_window_restarted", model_version=version, old=before, new=served.current, dropped_samples=len(win) if win else 0, why="served version changed")
+            log.warning(
+                "drift_window_restarted",
+                model_version=version,
+                old=before,
+                new=served.current,
+                dropped_samples=len(win) if win else 0,
+                why="served version changed",
+            )
             if win is not None:
                 win.clear()
             self.restarts += 1
@@ -129,7 +143,13 @@ class DriftWindows:
         from llmwatch.scorers.drift.baseline import freeze
 
         win = self._windows.get(version) or ()
-        return freeze([i[0] for i in win], [s for i in win for s in i[1]], {i[0].id: i[2] for i in win if i[2] is not None}, model_version=version, minimums=self.settings.minimums())
+        return freeze(
+            [i[0] for i in win],
+            [s for i in win for s in i[1]],
+            {i[0].id: i[2] for i in win if i[2] is not None},
+            model_version=version,
+            minimums=self.settings.minimums(),
+        )
 
     def due(self, now: float | None = None) -> bool:
         if self.baseline is None:
@@ -151,9 +171,26 @@ class DriftWindows:
             vectors = {item[0].id: item[2] for item in win if item[2] is not None}
             current = self._served_as_now.get(version)
             served = ", ".join(p for p in current or () if p) or None
-            report = compare(self.baseline.routes, summarize(samples, scores, vectors), baseline_version=self.baseline.model_version, current_versions=[version], settings=self.settings)
+            report = compare(
+                self.baseline.routes,
+                summarize(samples, scores, vectors),
+                baseline_version=self.baseline.model_version,
+                current_versions=[version],
+                settings=self.settings,
+            )
             for sig in report.signals:
                 if math.isnan(sig.p_adjusted):
                     continue
-                readings.append(DriftReading(version, operations.get(sig.route, "other"), sig.name, sig.statistic, sig.p_adjusted, sig.verdict in ("drift", "shifted"), report.n_current, served_as=served))
+                readings.append(
+                    DriftReading(
+                        version,
+                        operations.get(sig.route, "other"),
+                        sig.name,
+                        sig.statistic,
+                        sig.p_adjusted,
+                        sig.verdict in ("drift", "shifted"),
+                        report.n_current,
+                        served_as=served,
+                    )
+                )
         return readings

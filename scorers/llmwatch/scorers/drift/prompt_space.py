@@ -46,7 +46,9 @@ def semantic_clusters(X: np.ndarray, k: int, *, seed: int = 0, iterations: int =
     centres = X[[int(rng.integers(len(X)))]]
     for _ in range(1, k):
         d = np.maximum(1.0 - (X @ centres.T).max(1), 0.0)
-        centres = np.vstack([centres, X[int(rng.choice(len(X), p=d / d.sum()))] if d.sum() > 0 else X[int(rng.integers(len(X)))]])
+        centres = np.vstack(
+            [centres, X[int(rng.choice(len(X), p=d / d.sum()))] if d.sum() > 0 else X[int(rng.integers(len(X)))]]
+        )
     for _ in range(iterations):
         assign = (X @ centres.T).argmax(1)
         moved = np.stack([X[assign == j].sum(0) if (assign == j).any() else centres[j] for j in range(k)])
@@ -57,7 +59,9 @@ def semantic_clusters(X: np.ndarray, k: int, *, seed: int = 0, iterations: int =
     return centres
 
 
-def near_duplicates(current: np.ndarray, baseline: np.ndarray, threshold: float, *, block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+def near_duplicates(
+    current: np.ndarray, baseline: np.ndarray, threshold: float, *, block: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
     """For each current vector, the index of its most similar baseline vector and that cosine."""
     best = np.zeros(len(current), dtype=int)
     cos = np.full(len(current), -1.0)
@@ -102,7 +106,9 @@ class CrossFitRidge:
     folds: int
 
     @classmethod
-    def fit(cls, X: np.ndarray, Y: np.ndarray, keys: Sequence[str], *, folds: int = FOLDS, penalty: float = RIDGE_PER_ROW) -> "CrossFitRidge | None":
+    def fit(
+        cls, X: np.ndarray, Y: np.ndarray, keys: Sequence[str], *, folds: int = FOLDS, penalty: float = RIDGE_PER_ROW
+    ) -> "CrossFitRidge | None":
         f = np.array([fold_of(k, folds) for k in keys])
         models = []
         for j in range(folds):
@@ -131,8 +137,16 @@ class CrossFitRidge:
 TEST_FOLDS = 2
 
 
-def classifier_test(Xb: np.ndarray, Xc: np.ndarray, kb: Sequence[str], kc: Sequence[str], *, folds: int = TEST_FOLDS,
-                    strata: tuple[Sequence[str], Sequence[str]] | None = None, penalty: float = RIDGE_PER_ROW) -> Stratified | None:
+def classifier_test(
+    Xb: np.ndarray,
+    Xc: np.ndarray,
+    kb: Sequence[str],
+    kc: Sequence[str],
+    *,
+    folds: int = TEST_FOLDS,
+    strata: tuple[Sequence[str], Sequence[str]] | None = None,
+    penalty: float = RIDGE_PER_ROW,
+) -> Stratified | None:
     """Two-sample test on prompt vectors: a ridge discriminant fitted on one half, its scores on the
     other half ranked (van Elteren within strata), both ways, Bonferroni over the halves.
 
@@ -178,7 +192,17 @@ def classifier_test(Xb: np.ndarray, Xc: np.ndarray, kb: Sequence[str], kc: Seque
     auc = auc_num / auc_den if auc_den else 0.5
     # Two-sided p-values although a shift shows as current scoring higher: conservative, never liberal.
     p = min(1.0, len(p_values) * min(p_values))
-    return Stratified("classifier_two_sample", statistic, p, 2 * auc - 1, len(Xb), len(Xc), len(p_values), "", {"auc": round(auc, 4), "halves": len(p_values)})
+    return Stratified(
+        "classifier_two_sample",
+        statistic,
+        p,
+        2 * auc - 1,
+        len(Xb),
+        len(Xc),
+        len(p_values),
+        "",
+        {"auc": round(auc, 4), "halves": len(p_values)},
+    )
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
@@ -187,7 +211,9 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     return rankdata(v)
 
 
-def residualizer(X: np.ndarray, y: np.ndarray, keys: Sequence[str], *, penalty: float = RIDGE_PER_ROW) -> Callable[[np.ndarray, Sequence[str]], np.ndarray] | None:
+def residualizer(
+    X: np.ndarray, y: np.ndarray, keys: Sequence[str], *, penalty: float = RIDGE_PER_ROW
+) -> Callable[[np.ndarray, Sequence[str]], np.ndarray] | None:
     """Fitted on baseline rows (prompt vectors X, 1-d target y): returns what maps rows to y - f(prompt) + mean f."""
     model = CrossFitRidge.fit(X, y[:, None], keys, penalty=penalty)
     if model is None:

@@ -123,7 +123,9 @@ def prompt_sketch(text: str) -> str:
         return ""
     acc = np.zeros(SKETCH_BITS)
     for word in words:
-        bits = np.unpackbits(np.frombuffer(hashlib.blake2b(word.encode(), digest_size=SKETCH_BITS // 8).digest(), dtype=np.uint8))
+        bits = np.unpackbits(
+            np.frombuffer(hashlib.blake2b(word.encode(), digest_size=SKETCH_BITS // 8).digest(), dtype=np.uint8)
+        )
         acc += 2.0 * bits - 1.0
     return np.packbits(acc > 0).tobytes().hex()
 
@@ -161,7 +163,9 @@ def per_token_latency(latency_ms: float, ttft_ms: float | None, output_tokens: f
     return latency_ms / output_tokens
 
 
-def make_row(sample: Sample, scores: Mapping[str, Score], failure_mode: str, prompt_vector: np.ndarray | None = None) -> Row:
+def make_row(
+    sample: Sample, scores: Mapping[str, Score], failure_mode: str, prompt_vector: np.ndarray | None = None
+) -> Row:
     text = sample.prompt_text()
     space = MINILM
     if prompt_vector is None or not np.any(prompt_vector):
@@ -175,7 +179,9 @@ def make_row(sample: Sample, scores: Mapping[str, Score], failure_mode: str, pro
         category=category_of(sample),
         prompt_hash=prompt_digest(text),
         prompt_sketch=prompt_sketch(text),
-        prompt_tokens=float(sample.usage.input_tokens) if sample.usage.input_tokens is not None else (round(len(text) / 4, 1) if text else None),
+        prompt_tokens=float(sample.usage.input_tokens)
+        if sample.usage.input_tokens is not None
+        else (round(len(text) / 4, 1) if text else None),
         model=sample.model,
         language=_language(sample),
         failure_mode=failure_mode,

@@ -20,10 +20,32 @@ from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.evaluation.decision import CostLatency, DecisionRow, cost_latency, decision_scores
-from llmwatch.scorers.evaluation.matrix import CategoryCell, build_categories, overall_quality, quality_matrix, score_samples
-from llmwatch.scorers.evaluation.stability import ALL, StabilityCell, combined_stability, sampling_stability, turn_stability, version_stability
+from llmwatch.scorers.evaluation.matrix import (
+    CategoryCell,
+    build_categories,
+    overall_quality,
+    quality_matrix,
+    score_samples,
+)
+from llmwatch.scorers.evaluation.stability import (
+    ALL,
+    StabilityCell,
+    combined_stability,
+    sampling_stability,
+    turn_stability,
+    version_stability,
+)
 
-__all__ = ["REPORT_SCHEMA", "EvaluationReport", "WeightsMismatch", "build_report", "compare_reports", "evaluation_readings", "export_metrics", "format_text"]
+__all__ = [
+    "REPORT_SCHEMA",
+    "EvaluationReport",
+    "WeightsMismatch",
+    "build_report",
+    "compare_reports",
+    "evaluation_readings",
+    "export_metrics",
+    "format_text",
+]
 
 REPORT_SCHEMA = "llmwatch.report/v1"
 
@@ -52,7 +74,11 @@ class EvaluationReport:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["schema"] = REPORT_SCHEMA
-        out["decision"] = {"weights": self.weights, "weights_version": self.weights_version, "versions": [asdict(r) for r in self.decision]}
+        out["decision"] = {
+            "weights": self.weights,
+            "weights_version": self.weights_version,
+            "versions": [asdict(r) for r in self.decision],
+        }
         del out["weights"], out["weights_version"]
         return out
 
@@ -77,7 +103,11 @@ def build_report(
     baseline_info = None
     if baseline is not None:
         stability += version_stability(samples, score_list, baseline, alpha=drift_alpha, min_samples=drift_min_samples)
-        baseline_info = {"model_version": baseline.model_version, "checksum": baseline.checksum, "sample_count": baseline.sample_count}
+        baseline_info = {
+            "model_version": baseline.model_version,
+            "checksum": baseline.checksum,
+            "sample_count": baseline.sample_count,
+        }
     combined = combined_stability(stability)
     costs = cost_latency(samples)
     versions = sorted({r.version for r in rows})
@@ -88,7 +118,13 @@ def build_report(
     used = {c.category for c in cells}
     cats = [{"name": c.name, "weight": c.weight, "checks": list(c.checks)} for c in categories if c.name in used]
     if cfg.default_category in used and cfg.default_category not in {c["name"] for c in cats}:
-        cats.append({"name": cfg.default_category, "weight": next(c.weight for c in cells if c.category == cfg.default_category), "checks": []})
+        cats.append(
+            {
+                "name": cfg.default_category,
+                "weight": next(c.weight for c in cells if c.category == cfg.default_category),
+                "checks": [],
+            }
+        )
     return EvaluationReport(
         n_samples=len(samples),
         versions=versions,
@@ -109,7 +145,9 @@ def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
     """Raise ValueError naming the first field of an earlier report that compare_reports cannot use."""
 
     def bad(field: str, expected: str, got: Any) -> ValueError:
-        return ValueError(f"field '{field}': expected {expected}, got {type(got).__name__} {str(got)[:60]!r}; the file is damaged or not written by `llmwatch report --out`")
+        return ValueError(
+            f"field '{field}': expected {expected}, got {type(got).__name__} {str(got)[:60]!r}; the file is damaged or not written by `llmwatch report --out`"
+        )
 
     decision = earlier.get("decision")
     if decision is None:
@@ -125,15 +163,21 @@ def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
             raise bad(f"decision.versions.{i}.model_version", "a string", row.get("model_version"))
         for key in ("decision_score", "quality", "stability", "cost_per_1k"):
             value = row.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            ):
                 raise bad(f"decision.versions.{i}.{key}", "a finite number or null", value)
 
 
-def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, allow_weights_change: bool = False) -> dict[str, Any]:
+def compare_reports(
+    current: Mapping[str, Any], earlier: Mapping[str, Any], *, allow_weights_change: bool = False
+) -> dict[str, Any]:
     """Per-version changes from `earlier` to `current` (both `to_dict()` forms)."""
     if not isinstance(earlier, Mapping) or earlier.get("schema") != REPORT_SCHEMA:
         found = earlier.get("schema") if isinstance(earlier, Mapping) else type(earlier).__name__
-        raise ValueError(f"the earlier report is not an llmwatch report (schema {found!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`")
+        raise ValueError(
+            f"the earlier report is not an llmwatch report (schema {found!r}, expected {REPORT_SCHEMA!r}); write one with `llmwatch report --format json`"
+        )
     _check_earlier_shape(earlier)
     cur_d, old_d = current["decision"], earlier.get("decision") or {}
     same = cur_d["weights_version"] == old_d.get("weights_version") and cur_d["weights"] == old_d.get("weights")
@@ -165,9 +209,21 @@ def compare_reports(current: Mapping[str, Any], earlier: Mapping[str, Any], *, a
 
 def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
     """The report's values as gauge readings (None values, for too little data, are left out)."""
-    readings = [EvaluationReading("category_quality", c.category, "", c.model_version, c.mean_score) for c in report.cells if c.mean_score is not None]
-    readings += [EvaluationReading("stability", c.category, c.kind, c.model_version, c.value) for c in report.stability if c.value is not None]
-    readings += [EvaluationReading("decision", "", "", r.model_version, r.decision_score) for r in report.decision if r.decision_score is not None]
+    readings = [
+        EvaluationReading("category_quality", c.category, "", c.model_version, c.mean_score)
+        for c in report.cells
+        if c.mean_score is not None
+    ]
+    readings += [
+        EvaluationReading("stability", c.category, c.kind, c.model_version, c.value)
+        for c in report.stability
+        if c.value is not None
+    ]
+    readings += [
+        EvaluationReading("decision", "", "", r.model_version, r.decision_score)
+        for r in report.decision
+        if r.decision_score is not None
+    ]
     return readings
 
 
@@ -211,29 +267,44 @@ def format_text(report: EvaluationReport) -> str:
     ]
     width = max([len("overall (weighted)")] + [len(c["name"]) for c in report.categories])
     colw = 32
-    lines.append(f"  {'category':<{width}} {'weight':>6}  " + "".join(f"{('version ' + v)[:colw]:<{colw}}" for v in versions))
+    lines.append(
+        f"  {'category':<{width}} {'weight':>6}  " + "".join(f"{('version ' + v)[:colw]:<{colw}}" for v in versions)
+    )
     index = {(c.category, c.model_version): c for c in report.cells}
     for cat in report.categories:
         cells = "".join(f"{_cell_text(index.get((cat['name'], v))):<{colw}}" for v in versions)
         lines.append(f"  {cat['name']:<{width}} {cat['weight']:>6.2f}  {cells}")
-    lines.append(f"  {'overall (weighted)':<{width}} {'':>6}  " + "".join(f"{_f(report.overall_quality.get(v)):<{colw}}" for v in versions))
+    lines.append(
+        f"  {'overall (weighted)':<{width}} {'':>6}  "
+        + "".join(f"{_f(report.overall_quality.get(v)):<{colw}}" for v in versions)
+    )
     lines += ["", "Stability (1 = stable)"]
     if not report.stability:
         lines.append("  (none: no repeated prompt, no multi-turn conversation, no --baseline)")
     for cell in sorted(report.stability, key=lambda c: (c.kind, c.category != ALL, c.category, c.model_version)):
-        lines.append(f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}")
-    lines += ["", "Cost and latency", f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms"]
+        lines.append(
+            f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
+        )
+    lines += [
+        "",
+        "Cost and latency",
+        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
+    ]
     for v, c in report.costs.items():
         lat = "/".join(f"{c.latency_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.latency_ms else "-"
         ttft = "/".join(f"{c.ttft_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.ttft_ms else "-"
-        lines.append(f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11}  {lat:<28} {ttft}")
+        lines.append(
+            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11}  {lat:<28} {ttft}"
+        )
     lines += [
         "",
         f"Decision score = ({w['quality']:g} * quality + {w['stability']:g} * stability) / normalized_cost   [weights_version {report.weights_version}]",
         f"  {'version':<12} {'quality':>8} {'stability':>10} {'USD/1k req':>11} {'norm. cost':>11} {'decision':>9}",
     ]
     for r in report.decision:
-        lines.append(f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9}  {r.note}")
+        lines.append(
+            f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9}  {r.note}"
+        )
     ranked = [r for r in report.decision if r.decision_score is not None]
     if ranked:
         best = max(ranked, key=lambda r: r.decision_score)  # type: ignore[arg-type, return-value]
@@ -242,8 +313,12 @@ def format_text(report: EvaluationReport) -> str:
         cmp = report.comparison
         lines += ["", f"Compared with the report of {cmp.get('earlier_created_at')}"]
         if cmp["weights_changed"]:
-            lines.append(f"  WARNING: the weights changed ({cmp['earlier_weights_version']} {cmp['earlier_weights']} -> {report.weights_version} {report.weights}); decision scores move for that reason alone")
+            lines.append(
+                f"  WARNING: the weights changed ({cmp['earlier_weights_version']} {cmp['earlier_weights']} -> {report.weights_version} {report.weights}); decision scores move for that reason alone"
+            )
         for ch in cmp["versions"]:
             d = ch["decision_score"]
-            lines.append(f"  version {ch['model_version']:<10} decision {_f(d['earlier'])} -> {_f(d['now'])} ({_f(d['delta'], '+.3f')}), quality {_f(ch['quality']['earlier'])} -> {_f(ch['quality']['now'])}")
+            lines.append(
+                f"  version {ch['model_version']:<10} decision {_f(d['earlier'])} -> {_f(d['now'])} ({_f(d['delta'], '+.3f')}), quality {_f(ch['quality']['earlier'])} -> {_f(ch['quality']['now'])}"
+            )
     return "\n".join(lines)

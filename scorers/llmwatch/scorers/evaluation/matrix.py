@@ -47,8 +47,18 @@ __all__ = [
 DEFAULT_CATEGORIES: list[dict[str, Any]] = [
     {"name": "multi_turn_dialogue", "weight": 1.0, "match": {"min_turns": 2}},
     {"name": "extraction", "weight": 1.5, "match": {"json_mode": True}},
-    {"name": "long_document_summary", "weight": 1.0, "match": {"request_matches": r"(?i)\bsummar(?:y|ise|ize|ising|izing)\b", "min_prompt_chars": 2000}},
-    {"name": "code", "weight": 1.5, "match": {"request_matches": r"(?i)\b(?:python|javascript|typescript|sql|code|function|script|traceback|stack trace|regex|bug|compile)\b"}},
+    {
+        "name": "long_document_summary",
+        "weight": 1.0,
+        "match": {"request_matches": r"(?i)\bsummar(?:y|ise|ize|ising|izing)\b", "min_prompt_chars": 2000},
+    },
+    {
+        "name": "code",
+        "weight": 1.5,
+        "match": {
+            "request_matches": r"(?i)\b(?:python|javascript|typescript|sql|code|function|script|traceback|stack trace|regex|bug|compile)\b"
+        },
+    },
     {"name": "instruction_following", "weight": 1.0},
 ]
 
@@ -132,7 +142,9 @@ def _matcher(spec: CategorySpec) -> Callable[[Sample], bool]:
 
 def build_categories(cfg: MatrixSection, known_checks: Iterable[str] | None = None) -> list[Category]:
     """Compile the configured (or built-in) categories; with `known_checks`, refuse unknown check names."""
-    specs = cfg.categories if cfg.categories is not None else [CategorySpec.model_validate(c) for c in DEFAULT_CATEGORIES]
+    specs = (
+        cfg.categories if cfg.categories is not None else [CategorySpec.model_validate(c) for c in DEFAULT_CATEGORIES]
+    )
     if known_checks is not None:
         known = sorted(set(known_checks))
         for i, spec in enumerate(specs):
@@ -194,7 +206,11 @@ def score_samples(
                 failed.append(name)
         score = sum(values.values()) / len(values) if values else None
         passed = (not failed) if values else None
-        out.append(ScoredSample(sample, category, sample.model_version or "unknown", score, passed, tuple(sorted(failed)), values))
+        out.append(
+            ScoredSample(
+                sample, category, sample.model_version or "unknown", score, passed, tuple(sorted(failed)), values
+            )
+        )
     return out
 
 
@@ -230,23 +246,27 @@ def quality_matrix(rows: Sequence[ScoredSample], categories: Sequence[Category])
     for row in rows:
         groups[(row.category, row.version)].append(row)
     cells = []
-    for (category, version), items in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1])):
+    for (category, version), items in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1])
+    ):
         scored = [r for r in items if r.score is not None]
         n = len(scored)
         k = sum(1 for r in scored if r.passed)
         lo, hi = wilson_interval(k, n) if n else (None, None)
-        cells.append(CategoryCell(
-            category=category,
-            model_version=version,
-            # Traffic outside every configured category still counts, at the smallest weight.
-            weight=weight.get(category, min(weight.values(), default=1.0)),
-            n=n,
-            n_unscored=len(items) - n,
-            mean_score=sum(r.score for r in scored) / n if n else None,  # type: ignore[misc]
-            pass_rate=k / n if n else None,
-            ci_low=lo,
-            ci_high=hi,
-        ))
+        cells.append(
+            CategoryCell(
+                category=category,
+                model_version=version,
+                # Traffic outside every configured category still counts, at the smallest weight.
+                weight=weight.get(category, min(weight.values(), default=1.0)),
+                n=n,
+                n_unscored=len(items) - n,
+                mean_score=sum(r.score for r in scored) / n if n else None,  # type: ignore[misc]
+                pass_rate=k / n if n else None,
+                ci_low=lo,
+                ci_high=hi,
+            )
+        )
     return cells
 
 

@@ -84,7 +84,9 @@ def wilcoxon_worse_p(diffs: np.ndarray, *, higher_is_worse: bool = True) -> floa
     return float(_sps.wilcoxon(nonzero, alternative=alternative, zero_method="wilcox").pvalue)
 
 
-def bootstrap_ratio(primary: np.ndarray, shadow: np.ndarray, stat: str, confidence: float, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ratio(
+    primary: np.ndarray, shadow: np.ndarray, stat: str, confidence: float, seed: int = 0
+) -> tuple[float, float, float]:
     """Ratio shadow/primary of a statistic (`p95` or `mean`) and its paired-bootstrap interval.
 
     Pairs are resampled whole, so the interval keeps the correlation between the two sides.
@@ -173,7 +175,9 @@ def _z(p: float) -> float:
     return float(_sps.norm.ppf(p))
 
 
-def _check_rows(pairs: Sequence[Pair], category: str, confidence: float, margin_points: float, alpha: float, power: float) -> list[Row]:
+def _check_rows(
+    pairs: Sequence[Pair], category: str, confidence: float, margin_points: float, alpha: float, power: float
+) -> list[Row]:
     """Per check: paired pass/fail table, McNemar, pass-rate difference; Wilcoxon on values."""
     per_check: dict[str, list[tuple[str, str, float | None, float | None]]] = {}
     for pair in pairs:
@@ -194,9 +198,20 @@ def _check_rows(pairs: Sequence[Pair], category: str, confidence: float, margin_
         s_rate = sum(1 for _, b in results if b == "pass") / n
         diff, lo, hi = paired_difference_ci(wins, losses, n, confidence)
         row = Row(
-            signal=f"check:{check}", category=category, n=n, primary=p_rate * 100, shadow=s_rate * 100, effect=diff * 100,
-            ci_low=lo * 100, ci_high=hi * 100, p_worse=mcnemar_worse_p(wins, losses), wins=wins, ties=n - wins - losses, losses=losses,
-            margin=-margin_points, kind="rate",
+            signal=f"check:{check}",
+            category=category,
+            n=n,
+            primary=p_rate * 100,
+            shadow=s_rate * 100,
+            effect=diff * 100,
+            ci_low=lo * 100,
+            ci_high=hi * 100,
+            p_worse=mcnemar_worse_p(wins, losses),
+            wins=wins,
+            ties=n - wins - losses,
+            losses=losses,
+            margin=-margin_points,
+            kind="rate",
         )
         discordance = max((wins + losses) / n, 1.0 / n)
         row.needed = _needed(discordance, margin_points / 100.0, alpha, power)
@@ -205,11 +220,22 @@ def _check_rows(pairs: Sequence[Pair], category: str, confidence: float, margin_
         # Continuous values only: a 0/1 value says no more than the pass/fail row above.
         if len(values) >= MIN_PAIRS and np.ptp(values) > 0 and not np.isin(values, (0.0, 1.0)).all():
             d = values[:, 1] - values[:, 0]
-            rows.append(Row(
-                signal=f"value:{check}", category=category, n=len(values), primary=float(values[:, 0].mean()), shadow=float(values[:, 1].mean()),
-                effect=float(d.mean()), ci_low=None, ci_high=None, p_worse=wilcoxon_worse_p(d, higher_is_worse=False),
-                wins=int((d > 0).sum()), ties=int((d == 0).sum()), losses=int((d < 0).sum()),
-            ))
+            rows.append(
+                Row(
+                    signal=f"value:{check}",
+                    category=category,
+                    n=len(values),
+                    primary=float(values[:, 0].mean()),
+                    shadow=float(values[:, 1].mean()),
+                    effect=float(d.mean()),
+                    ci_low=None,
+                    ci_high=None,
+                    p_worse=wilcoxon_worse_p(d, higher_is_worse=False),
+                    wins=int((d > 0).sum()),
+                    ties=int((d == 0).sum()),
+                    losses=int((d < 0).sum()),
+                )
+            )
     return rows
 
 
@@ -224,7 +250,17 @@ def _failed(sample: Any) -> bool:
     return sample.error_type is not None or sample.status >= 400
 
 
-def _ratio_row(signal: str, prim: np.ndarray, shad: np.ndarray, stat: str, confidence: float, margin_ratio: float | None, alpha: float, power: float, unit_note: str) -> Row | None:
+def _ratio_row(
+    signal: str,
+    prim: np.ndarray,
+    shad: np.ndarray,
+    stat: str,
+    confidence: float,
+    margin_ratio: float | None,
+    alpha: float,
+    power: float,
+    unit_note: str,
+) -> Row | None:
     n = len(prim)
     if n < 2:
         return None
@@ -233,9 +269,21 @@ def _ratio_row(signal: str, prim: np.ndarray, shad: np.ndarray, stat: str, confi
     cand = float(np.percentile(shad, 95) if stat == "p95" else shad.mean())
     d = shad - prim
     row = Row(
-        signal=signal, category="*", n=n, primary=base, shadow=cand, effect=point, ci_low=lo, ci_high=hi,
-        p_worse=wilcoxon_worse_p(d, higher_is_worse=True), wins=int((d < 0).sum()), ties=int((d == 0).sum()), losses=int((d > 0).sum()),
-        margin=margin_ratio, kind="ratio" if margin_ratio is not None else "info", note=unit_note,
+        signal=signal,
+        category="*",
+        n=n,
+        primary=base,
+        shadow=cand,
+        effect=point,
+        ci_low=lo,
+        ci_high=hi,
+        p_worse=wilcoxon_worse_p(d, higher_is_worse=True),
+        wins=int((d < 0).sum()),
+        ties=int((d == 0).sum()),
+        losses=int((d > 0).sum()),
+        margin=margin_ratio,
+        kind="ratio" if margin_ratio is not None else "info",
+        note=unit_note,
     )
     if margin_ratio is not None and margin_ratio > 1 and math.isfinite(hi) and math.isfinite(lo):
         # Spread of the log ratio per pair, from the bootstrap interval; sized for a true ratio of 1.
@@ -244,7 +292,9 @@ def _ratio_row(signal: str, prim: np.ndarray, shad: np.ndarray, stat: str, confi
     return row
 
 
-def compare(pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.05, power: float = 0.95) -> CandidateReport:
+def compare(
+    pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.05, power: float = 0.95
+) -> CandidateReport:
     """The comparison table and the verdict of one candidate's pairs."""
     candidate = pairs[0].candidate if pairs else "?"
     # Two-sided (1 - 2 alpha) intervals: each bound is a one-sided (1 - alpha) bound.
@@ -259,30 +309,61 @@ def compare(pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.0
     if n:
         diff, lo, hi = paired_difference_ci(losses, wins, n, confidence)  # candidate minus primary error rate
         er = Row(
-            signal="error_rate", category="*", n=n, primary=sum(pe) / n * 100, shadow=sum(se_) / n * 100, effect=diff * 100,
-            ci_low=lo * 100, ci_high=hi * 100, p_worse=mcnemar_worse_p(wins, losses), wins=wins, ties=n - wins - losses, losses=losses,
-            margin=margins.error_rate_points, kind="rate_up",
+            signal="error_rate",
+            category="*",
+            n=n,
+            primary=sum(pe) / n * 100,
+            shadow=sum(se_) / n * 100,
+            effect=diff * 100,
+            ci_low=lo * 100,
+            ci_high=hi * 100,
+            p_worse=mcnemar_worse_p(wins, losses),
+            wins=wins,
+            ties=n - wins - losses,
+            losses=losses,
+            margin=margins.error_rate_points,
+            kind="rate_up",
         )
         er.needed = _needed(max((wins + losses) / n, 1.0 / n), margins.error_rate_points / 100.0, alpha, power)
         rows.append(er)
     ok = [p for p in pairs if not _failed(p.primary) and not _failed(p.shadow)]
     rows.extend(_check_rows(ok, "*", confidence, margins.pass_rate_points, alpha, power))
     lat = np.array([[p.primary.latency_ms, p.shadow.latency_ms] for p in ok], dtype=float).reshape(-1, 2)
-    row = _ratio_row("latency_p95", lat[:, 0], lat[:, 1], "p95", confidence, margins.p95_latency_ratio, alpha, power, "ms")
+    row = _ratio_row(
+        "latency_p95", lat[:, 0], lat[:, 1], "p95", confidence, margins.p95_latency_ratio, alpha, power, "ms"
+    )
     if row:
         rows.append(row)
-    ttft = np.array([[p.primary.ttft_ms, p.shadow.ttft_ms] for p in ok if p.primary.ttft_ms is not None and p.shadow.ttft_ms is not None], dtype=float).reshape(-1, 2)
+    ttft = np.array(
+        [
+            [p.primary.ttft_ms, p.shadow.ttft_ms]
+            for p in ok
+            if p.primary.ttft_ms is not None and p.shadow.ttft_ms is not None
+        ],
+        dtype=float,
+    ).reshape(-1, 2)
     row = _ratio_row("ttft_p95", ttft[:, 0], ttft[:, 1], "p95", confidence, margins.p95_ttft_ratio, alpha, power, "ms")
     if row:
         rows.append(row)
     toks = np.array(
-        [[p.primary.usage.output_tokens, p.shadow.usage.output_tokens] for p in ok if p.primary.usage.output_tokens is not None and p.shadow.usage.output_tokens is not None],
+        [
+            [p.primary.usage.output_tokens, p.shadow.usage.output_tokens]
+            for p in ok
+            if p.primary.usage.output_tokens is not None and p.shadow.usage.output_tokens is not None
+        ],
         dtype=float,
     ).reshape(-1, 2)
     row = _ratio_row("output_tokens_mean", toks[:, 0], toks[:, 1], "mean", confidence, None, alpha, power, "tokens")
     if row:
         rows.append(row)
-    cost = np.array([[p.primary.cost_usd, p.shadow.cost_usd] for p in ok if p.primary.cost_usd is not None and p.shadow.cost_usd is not None], dtype=float).reshape(-1, 2)
+    cost = np.array(
+        [
+            [p.primary.cost_usd, p.shadow.cost_usd]
+            for p in ok
+            if p.primary.cost_usd is not None and p.shadow.cost_usd is not None
+        ],
+        dtype=float,
+    ).reshape(-1, 2)
     row = _ratio_row("cost_mean", cost[:, 0], cost[:, 1], "mean", confidence, margins.cost_ratio, alpha, power, "USD")
     if row:
         rows.append(row)
@@ -290,7 +371,9 @@ def compare(pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.0
     categories = sorted({p.category for p in ok if p.category})
     category_rows: list[Row] = []
     for cat in categories:
-        category_rows.extend(_check_rows([p for p in ok if p.category == cat], cat, confidence, margins.pass_rate_points, alpha, power))
+        category_rows.extend(
+            _check_rows([p for p in ok if p.category == cat], cat, confidence, margins.pass_rate_points, alpha, power)
+        )
 
     verdict_rows = [r for r in rows if r.kind in ("rate", "rate_up", "ratio")]
     _holm(verdict_rows)
@@ -319,9 +402,20 @@ def compare(pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.0
     if sims:
         arr = np.array(sims)
         mean = float(arr.mean())
-        half = float(_sps.t.ppf(0.5 + confidence / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr))) if len(arr) > 1 else math.nan
-        similarity = {"mean": mean, "ci_low": max(0.0, mean - half) if math.isfinite(half) else None, "ci_high": min(1.0, mean + half) if math.isfinite(half) else None, "n": len(arr)}
-    return CandidateReport(candidate, n, rows, similarity, overall, worse_on, max(needed) if overall == INCONCLUSIVE and needed else None)
+        half = (
+            float(_sps.t.ppf(0.5 + confidence / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
+            if len(arr) > 1
+            else math.nan
+        )
+        similarity = {
+            "mean": mean,
+            "ci_low": max(0.0, mean - half) if math.isfinite(half) else None,
+            "ci_high": min(1.0, mean + half) if math.isfinite(half) else None,
+            "n": len(arr),
+        }
+    return CandidateReport(
+        candidate, n, rows, similarity, overall, worse_on, max(needed) if overall == INCONCLUSIVE and needed else None
+    )
 
 
 def _holm(rows: list[Row]) -> None:

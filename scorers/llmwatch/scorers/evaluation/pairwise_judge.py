@@ -21,7 +21,7 @@ from llmwatch.core.errors import LlmwatchError
 DEFAULT_RUBRIC = "correctness first, then completeness and following the user's instructions; length is not a merit"
 _SYSTEM = (
     "You compare two AI assistant answers to the same user request. Judge with the rubric. "
-    "Reply with only a JSON object: {\"winner\": \"1\" | \"2\" | \"tie\", \"reason\": \"<one sentence>\"}."
+    'Reply with only a JSON object: {"winner": "1" | "2" | "tie", "reason": "<one sentence>"}.'
 )
 _WINNER = re.compile(r"(?i)\"?winner\"?\s*[:=]\s*\"?\s*(1|2|tie)\b")
 _BARE = re.compile(r"(?i)^\s*(?:answer\s*)?(1|2|tie)\s*\.?\s*$")
@@ -32,12 +32,14 @@ class PairwiseReplyError(LlmwatchError, ValueError):
 
 
 def pairwise_messages(question: str, first: str, second: str, *, rubric: str | None = None) -> list[dict[str, str]]:
-    user = f"Rubric: {rubric or DEFAULT_RUBRIC}\n\nUser request:\n{question}\n\nAnswer 1:\n{first}\n\nAnswer 2:\n{second}"
+    user = (
+        f"Rubric: {rubric or DEFAULT_RUBRIC}\n\nUser request:\n{question}\n\nAnswer 1:\n{first}\n\nAnswer 2:\n{second}"
+    )
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 
 def parse_pairwise_reply(text: str) -> str:
-    """"1", "2" or "tie" from a judge reply (JSON, fenced JSON, `winner: 2`, or a bare `2`)."""
+    """ "1", "2" or "tie" from a judge reply (JSON, fenced JSON, `winner: 2`, or a bare `2`)."""
     for candidate in re.findall(r"\{.*?\}", text, re.DOTALL):
         try:
             doc = json.loads(candidate)
@@ -74,7 +76,13 @@ class PairVerdict:
     replies: tuple[str, str] = ("", "")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pair_id": self.pair_id, "candidate": self.candidate, "winner": self.winner, "consistent": self.consistent, "replies": list(self.replies)}
+        return {
+            "pair_id": self.pair_id,
+            "candidate": self.candidate,
+            "winner": self.winner,
+            "consistent": self.consistent,
+            "replies": list(self.replies),
+        }
 
 
 async def judge_pair(client: Any, model: str, pair: Any, *, rubric: str | None = None) -> PairVerdict:
@@ -86,7 +94,9 @@ async def judge_pair(client: Any, model: str, pair: Any, *, rubric: str | None =
     replies = []
     for first, second in ((a, b), (b, a)):
         try:
-            completion = await client.chat.completions.create(model=model, messages=pairwise_messages(question, first, second, rubric=rubric), temperature=0)
+            completion = await client.chat.completions.create(
+                model=model, messages=pairwise_messages(question, first, second, rubric=rubric), temperature=0
+            )
             text = (completion.choices[0].message.content or "") if completion.choices else ""
             replies.append(parse_pairwise_reply(text))
         except (openai.APIError, PairwiseReplyError) as exc:
@@ -105,9 +115,14 @@ def summarize(verdicts: Sequence[PairVerdict]) -> dict[str, Any]:
     decided = wins + losses
     p = float(_sps.binomtest(wins, decided, 0.5).pvalue) if decided else 1.0
     return {
-        "pairs": len(verdicts), "judged": len(judged), "errors": len(verdicts) - len(judged),
-        "candidate_wins": wins, "ties": ties, "candidate_losses": losses,
-        "position_inconsistent": inconsistent, "position_inconsistent_rate": inconsistent / len(judged) if judged else None,
+        "pairs": len(verdicts),
+        "judged": len(judged),
+        "errors": len(verdicts) - len(judged),
+        "candidate_wins": wins,
+        "ties": ties,
+        "candidate_losses": losses,
+        "position_inconsistent": inconsistent,
+        "position_inconsistent_rate": inconsistent / len(judged) if judged else None,
         "sign_test_p": p,
     }
 
@@ -119,7 +134,9 @@ OUTCOMES = ("win", "tie", "loss")
 _FROM_WINNER = {"candidate": "win", "tie": "tie", "primary": "loss"}
 
 
-def human_verdicts(tasks_path: str, reviews_path: str, key_path: str | None = None) -> tuple[dict[str, str], dict[str, dict[str, str]], str]:
+def human_verdicts(
+    tasks_path: str, reviews_path: str, key_path: str | None = None
+) -> tuple[dict[str, str], dict[str, dict[str, str]], str]:
     """People's verdicts on exported pairs (`review export --pairs`), keyed by the candidate's sample id.
 
     Returns (verdict per pair: win | tie | loss of the candidate, each reviewer's own verdicts, the
@@ -127,15 +144,26 @@ def human_verdicts(tasks_path: str, reviews_path: str, key_path: str | None = No
     score (as `review import`); several reviewers of one pair are summed (+1 win, -1 loss): a split
     is a tie. The key says which label was the candidate; the tasks never did.
     """
-    from llmwatch.scorers.evaluation.review import ReviewError, key_path_for, load_key, load_reviews, load_tasks, preference
+    from llmwatch.scorers.evaluation.review import (
+        ReviewError,
+        key_path_for,
+        load_key,
+        load_reviews,
+        load_tasks,
+        preference,
+    )
 
     tasks, digest = load_tasks(tasks_path)
     key_file = key_path or key_path_for(tasks_path)
     key = load_key(key_file)
     if key.tasks_sha256 != digest:
-        raise ReviewError(f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)")
+        raise ReviewError(
+            f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)"
+        )
     if len(key.versions) != 2 or key.versions[0] != "primary":
-        raise ReviewError(f"key file {key_file} is not from `llmwatch review export --pairs` (versions {key.versions}, expected primary and a candidate)")
+        raise ReviewError(
+            f"key file {key_file} is not from `llmwatch review export --pairs` (versions {key.versions}, expected primary and a candidate)"
+        )
     candidate = key.versions[1]
     reviews = load_reviews(reviews_path, tasks)
     per_reviewer: dict[str, dict[str, str]] = {}
@@ -165,7 +193,9 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str], labels: Sequence[str] = OUTC
     return math.nan if expected >= 1.0 else (observed - expected) / (1.0 - expected)
 
 
-def agreement(judge: dict[str, str], human: dict[str, str], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+def agreement(
+    judge: dict[str, str], human: dict[str, str], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Judge versus people on the pairs both gave a verdict for (outcomes win | tie | loss of the candidate).
 
     Raw agreement, Cohen's kappa with a percentile bootstrap interval over pairs, and the confusion
@@ -200,7 +230,9 @@ def agreement(judge: dict[str, str], human: dict[str, str], *, confidence: float
     return {
         "pairs": len(ids),
         "agreement": None if not ids else round(sum(1 for x, y in zip(a, b) if x == y) / len(ids), 4),
-        "kappa": clean(kappa), "kappa_ci": [clean(lo), clean(hi)], "confidence": confidence,
+        "kappa": clean(kappa),
+        "kappa_ci": [clean(lo), clean(hi)],
+        "confidence": confidence,
         "confusion": confusion,
     }
 

@@ -53,18 +53,18 @@ import orjson
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmwatch.core.version import __version__
 from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
+from llmwatch.core.version import __version__
 from llmwatch.core.wire import extract_prompt_text
-from llmwatch.scorers.stats import twosample as stats
 from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
-from llmwatch.scorers.evaluation.matrix import wilson_interval
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
+from llmwatch.scorers.evaluation.matrix import wilson_interval
+from llmwatch.scorers.stats import twosample as stats
 
 log = structlog.get_logger(__name__)
 
@@ -121,7 +121,9 @@ class SuiteCase(_Strict):
     def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
         bad = [k for k in value if k in _RESERVED_PARAMS]
         if bad:
-            raise ValueError(f"{', '.join(bad)} cannot be set per case (the command sets model and messages, and reads whole answers)")
+            raise ValueError(
+                f"{', '.join(bad)} cannot be set per case (the command sets model and messages, and reads whole answers)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -207,7 +209,9 @@ def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
         except ValidationError as exc:
             raise RegressError(f"{where}: {describe_validation_error(exc)}") from None
         if case.id in seen:
-            raise RegressError(f"{where}: field 'id': case id {case.id!r} is already used on line {seen[case.id]}; ids must be unique")
+            raise RegressError(
+                f"{where}: field 'id': case id {case.id!r} is already used on line {seen[case.id]}; ids must be unique"
+            )
         seen[case.id] = lineno
         built = []
         if case.expected is not None:
@@ -216,12 +220,16 @@ def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
         for i, spec in enumerate(case.checks):
             name = spec.name or spec.kind
             if name in names:
-                raise RegressError(f"{where}: field 'checks.{i}.name': check name {name!r} is used twice in case {case.id!r}; give one a `name`")
+                raise RegressError(
+                    f"{where}: field 'checks.{i}.name': check name {name!r} is used twice in case {case.id!r}; give one a `name`"
+                )
             names.add(name)
             entry = CHECK_KINDS.get(spec.kind)
             if entry is None or entry.family != "rule":
                 # A suite's checks run on one answer at a time; embedding kinds need a model and a batch.
-                raise RegressError(f"{where}: field 'checks.{i}.kind': unknown check kind {spec.kind!r}; known kinds: {', '.join(known_kinds('rule'))}")
+                raise RegressError(
+                    f"{where}: field 'checks.{i}.kind': unknown check kind {spec.kind!r}; known kinds: {', '.join(known_kinds('rule'))}"
+                )
             try:
                 built.append(build_check(name, spec.kind, spec.params))
             except ValueError as exc:
@@ -348,7 +356,9 @@ def load_run(path: str | os.PathLike[str]) -> RegressRun:
     try:
         data = orjson.loads(source.read_bytes())
     except FileNotFoundError:
-        raise RegressError(f"baseline run {source} does not exist; write one with `llmwatch regress ... --out {source}`") from None
+        raise RegressError(
+            f"baseline run {source} does not exist; write one with `llmwatch regress ... --out {source}`"
+        ) from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise RegressError(f"baseline run {source} cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
@@ -428,7 +438,9 @@ def decided(attempts: Sequence[Attempt], line: float, z: float) -> bool:
     return hi < line or lo > line
 
 
-def decision_lines(suite: RegressSuite, baseline: RegressRun | None, *, threshold: float, pass_threshold: float) -> dict[str, float]:
+def decision_lines(
+    suite: RegressSuite, baseline: RegressRun | None, *, threshold: float, pass_threshold: float
+) -> dict[str, float]:
     """Per case, the pass rate that decides its verdict: below it is a regression (or a failing case)."""
     lines = {c.id: pass_threshold for c in suite.cases}
     if baseline is not None:
@@ -447,7 +459,18 @@ def openai_base_url(url: str) -> str:
     return normalize_upstream(url) + "/v1"
 
 
-def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: dict[str, Any] | None, *, status: int, latency_ms: float, version: str | None, error: str | None, cost: float | None) -> Sample:
+def _sample_for(
+    case: SuiteCase,
+    repeat: int,
+    body: dict[str, Any],
+    response: dict[str, Any] | None,
+    *,
+    status: int,
+    latency_ms: float,
+    version: str | None,
+    error: str | None,
+    cost: float | None,
+) -> Sample:
     usage = (response or {}).get("usage") or {}
     choices = (response or {}).get("choices") or []
     finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
@@ -469,7 +492,9 @@ def _sample_for(case: SuiteCase, repeat: int, body: dict[str, Any], response: di
     )
 
 
-async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSettings, client: Any, judge: Any, prices: PriceTable) -> Attempt:
+async def _attempt(
+    case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSettings, client: Any, judge: Any, prices: PriceTable
+) -> Attempt:
     import openai
 
     from llmwatch.scorers.checks.judge import judge_answer
@@ -481,7 +506,9 @@ async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSett
     version = None
     status, error = 200, None
     try:
-        raw = await client.chat.completions.with_raw_response.create(model=s.model, messages=messages, extra_body=case.params or None)
+        raw = await client.chat.completions.with_raw_response.create(
+            model=s.model, messages=messages, extra_body=case.params or None
+        )
         version = raw.headers.get("x-model-version")
         response = raw.parse().model_dump(mode="json")
     except openai.APIStatusError as exc:
@@ -490,17 +517,47 @@ async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSett
         status, error = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
     latency_ms = (time.perf_counter() - t0) * 1000.0
     if response is None:
-        return Attempt(case_id=case.id, repeat=repeat, result="upstream_error", score=0.0, status=status, error=error, latency_ms=latency_ms)
+        return Attempt(
+            case_id=case.id,
+            repeat=repeat,
+            result="upstream_error",
+            score=0.0,
+            status=status,
+            error=error,
+            latency_ms=latency_ms,
+        )
     usage = response.get("usage") or {}
     cost = prices.cost(s.model, usage.get("prompt_tokens"), usage.get("completion_tokens"))
-    sample = _sample_for(case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost)
+    sample = _sample_for(
+        case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost
+    )
     results = []
     for check in suite.checks[case.id]:
         outcome = run_check(check.run, sample)
-        results.append(CheckResult(name=check.name, kind=check.kind, result=outcome.result, value=outcome.value, details=dict(outcome.details)))
+        results.append(
+            CheckResult(
+                name=check.name,
+                kind=check.kind,
+                result=outcome.result,
+                value=outcome.value,
+                details=dict(outcome.details),
+            )
+        )
     if judge is not None:
-        outcome = await judge_answer(judge, s.judge_model, extract_prompt_text(body), sample.answer_text(), rubric=case.rubric, reference=case.reference, min_score=s.judge_min_score)  # type: ignore[arg-type]
-        results.append(CheckResult(name="judge", kind="judge", result=outcome.result, value=outcome.value, details=dict(outcome.details)))
+        outcome = await judge_answer(
+            judge,
+            s.judge_model,
+            extract_prompt_text(body),
+            sample.answer_text(),
+            rubric=case.rubric,
+            reference=case.reference,
+            min_score=s.judge_min_score,
+        )  # type: ignore[arg-type]
+        results.append(
+            CheckResult(
+                name="judge", kind="judge", result=outcome.result, value=outcome.value, details=dict(outcome.details)
+            )
+        )
     verdicts = [r for r in results if r.result in ("pass", "fail")]
     if not verdicts:
         result, score = "error", None
@@ -508,25 +565,50 @@ async def _attempt(case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSett
         result = "pass" if all(r.result == "pass" for r in verdicts) else "fail"
         score = sum((r.value if r.value is not None else float(r.result == "pass")) for r in verdicts) / len(verdicts)
     return Attempt(
-        case_id=case.id, repeat=repeat, result=result, score=score, status=status, model_version=version,
-        latency_ms=latency_ms, cost_usd=cost, answer=sample.answer_text()[:2000], checks=results,
+        case_id=case.id,
+        repeat=repeat,
+        result=result,
+        score=score,
+        status=status,
+        model_version=version,
+        latency_ms=latency_ms,
+        cost_usd=cost,
+        answer=sample.answer_text()[:2000],
+        checks=results,
     )
 
 
-async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None) -> list[Attempt]:
+async def run_attempts(
+    suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None
+) -> list[Attempt]:
     import openai
     from tqdm import tqdm
 
     from llmwatch.core.config import Price
 
-    prices = PriceTable({k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()})
-    client = openai.AsyncOpenAI(base_url=openai_base_url(s.upstream), api_key=s.api_key, timeout=s.timeout_s, max_retries=s.max_retries)
+    prices = PriceTable(
+        {k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()}
+    )
+    client = openai.AsyncOpenAI(
+        base_url=openai_base_url(s.upstream), api_key=s.api_key, timeout=s.timeout_s, max_retries=s.max_retries
+    )
     judge = None
     if s.judge_url:
-        judge = openai.AsyncOpenAI(base_url=openai_base_url(s.judge_url), api_key=s.judge_api_key, timeout=s.timeout_s, max_retries=s.max_retries)
+        judge = openai.AsyncOpenAI(
+            base_url=openai_base_url(s.judge_url),
+            api_key=s.judge_api_key,
+            timeout=s.timeout_s,
+            max_retries=s.max_retries,
+        )
     gate = asyncio.Semaphore(s.concurrency)
     total = len(suite.cases) * s.repeat
-    bar = tqdm(total=total, unit="call", desc="regress", disable=not sys.stderr.isatty() if progress is None else not progress, file=sys.stderr)
+    bar = tqdm(
+        total=total,
+        unit="call",
+        desc="regress",
+        disable=not sys.stderr.isatty() if progress is None else not progress,
+        file=sys.stderr,
+    )
 
     async def one(case: SuiteCase, repeat: int) -> Attempt:
         async with gate:
@@ -558,7 +640,9 @@ async def run_attempts(suite: RegressSuite, s: RunSettings, *, progress: bool | 
 # --- summarising and comparing -------------------------------------------------------------------
 
 
-def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confidence: float = 0.95, repeat: int | None = None) -> tuple[list[CaseSummary], list[CategorySummary]]:
+def summarize_cases(
+    suite: RegressSuite, attempts: Sequence[Attempt], *, confidence: float = 0.95, repeat: int | None = None
+) -> tuple[list[CaseSummary], list[CategorySummary]]:
     z = z_for(confidence)
     by_case: dict[str, list[Attempt]] = defaultdict(list)
     for a in attempts:
@@ -580,25 +664,32 @@ def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confide
             if a.result == "upstream_error":
                 failing["(call failed)"] += 1
         lo, hi = wilson_interval(n_pass, len(judged), z) if judged else (None, None)
-        cases.append(CaseSummary(
-            id=case.id,
-            category=case.category,
-            attempts=len(items),
-            n_pass=n_pass,
-            n_judged=len(judged),
-            n_error=len(items) - len(judged),
-            n_upstream_error=sum(1 for a in items if a.result == "upstream_error"),
-            pass_rate=n_pass / len(judged) if judged else None,
-            mean_score=float(np.mean(scores)) if scores else None,
-            variance=float(np.var(scores)) if scores else None,
-            failing_checks=dict(failing.most_common()),
-            check_errors=dict(errors.most_common()),
-            ci_low=lo,
-            ci_high=hi,
-            pass_k=(n_pass == len(judged)) if judged else None,
-            flaky=bool(judged) and 0 < n_pass < len(judged) and lo is not None and hi is not None and lo > 0.0 and hi < 1.0,
-            stopped_early=repeat is not None and len(items) < repeat,
-        ))
+        cases.append(
+            CaseSummary(
+                id=case.id,
+                category=case.category,
+                attempts=len(items),
+                n_pass=n_pass,
+                n_judged=len(judged),
+                n_error=len(items) - len(judged),
+                n_upstream_error=sum(1 for a in items if a.result == "upstream_error"),
+                pass_rate=n_pass / len(judged) if judged else None,
+                mean_score=float(np.mean(scores)) if scores else None,
+                variance=float(np.var(scores)) if scores else None,
+                failing_checks=dict(failing.most_common()),
+                check_errors=dict(errors.most_common()),
+                ci_low=lo,
+                ci_high=hi,
+                pass_k=(n_pass == len(judged)) if judged else None,
+                flaky=bool(judged)
+                and 0 < n_pass < len(judged)
+                and lo is not None
+                and hi is not None
+                and lo > 0.0
+                and hi < 1.0,
+                stopped_early=repeat is not None and len(items) < repeat,
+            )
+        )
     cats: dict[str, list[CaseSummary]] = defaultdict(list)
     for c in cases:
         cats[c.category].append(c)
@@ -607,18 +698,28 @@ def summarize_cases(suite: RegressSuite, attempts: Sequence[Attempt], *, confide
         rates = [c.pass_rate for c in group if c.pass_rate is not None]
         variances = [c.variance for c in group if c.variance is not None]
         all_pass = [c.pass_k for c in group if c.pass_k is not None]
-        categories.append(CategorySummary(
-            category=name,
-            cases=len(group),
-            attempts=sum(c.attempts for c in group),
-            mean_pass_rate=float(np.mean(rates)) if rates else None,
-            mean_variance=float(np.mean(variances)) if variances else None,
-            pass_k_rate=sum(all_pass) / len(all_pass) if all_pass else None,
-        ))
+        categories.append(
+            CategorySummary(
+                category=name,
+                cases=len(group),
+                attempts=sum(c.attempts for c in group),
+                mean_pass_rate=float(np.mean(rates)) if rates else None,
+                mean_variance=float(np.mean(variances)) if variances else None,
+                pass_k_rate=sum(all_pass) / len(all_pass) if all_pass else None,
+            )
+        )
     return cases, categories
 
 
-def compare_runs(current: Sequence[CaseSummary], baseline: RegressRun, baseline_path: str, *, threshold: float = 0.2, alpha: float = 0.05, correction: str = "holm") -> Comparison:
+def compare_runs(
+    current: Sequence[CaseSummary],
+    baseline: RegressRun,
+    baseline_path: str,
+    *,
+    threshold: float = 0.2,
+    alpha: float = 0.05,
+    correction: str = "holm",
+) -> Comparison:
     base = {c.id: c for c in baseline.cases}
     verdicts: list[CaseVerdict] = []
     tested: list[tuple[CaseVerdict, float]] = []
@@ -627,16 +728,40 @@ def compare_runs(current: Sequence[CaseSummary], baseline: RegressRun, baseline_
         b_counts = (old.n_pass, old.n_judged) if old else (0, 0)
         counts = (cur.n_pass, cur.n_judged)
         if old is None or not old.n_judged or not cur.n_judged:
-            verdicts.append(CaseVerdict(id=cur.id, category=cur.category, baseline_pass_rate=old.pass_rate if old else None, pass_rate=cur.pass_rate,
-                                        baseline_counts=b_counts, counts=counts, delta=None, verdict="insufficient"))
+            verdicts.append(
+                CaseVerdict(
+                    id=cur.id,
+                    category=cur.category,
+                    baseline_pass_rate=old.pass_rate if old else None,
+                    pass_rate=cur.pass_rate,
+                    baseline_counts=b_counts,
+                    counts=counts,
+                    delta=None,
+                    verdict="insufficient",
+                )
+            )
             continue
         result = stats.compare_proportions(old.n_pass, old.n_judged, cur.n_pass, cur.n_judged, alternative="less")
-        v = CaseVerdict(id=cur.id, category=cur.category, baseline_pass_rate=old.pass_rate, pass_rate=cur.pass_rate, baseline_counts=b_counts,
-                        counts=counts, delta=cur.pass_rate - old.pass_rate, test=result.test, p_value=result.p_value, verdict="stable")  # type: ignore[operator]
+        v = CaseVerdict(
+            id=cur.id,
+            category=cur.category,
+            baseline_pass_rate=old.pass_rate,
+            pass_rate=cur.pass_rate,
+            baseline_counts=b_counts,
+            counts=counts,
+            delta=cur.pass_rate - old.pass_rate,
+            test=result.test,
+            p_value=result.p_value,
+            verdict="stable",
+        )  # type: ignore[operator]
         verdicts.append(v)
         tested.append((v, result.p_value))
     if tested:
-        adjusted = stats.adjust_pvalues([p for _, p in tested], method=correction) if correction != "none" else [p for _, p in tested]
+        adjusted = (
+            stats.adjust_pvalues([p for _, p in tested], method=correction)
+            if correction != "none"
+            else [p for _, p in tested]
+        )
         for (v, _), p_adj in zip(tested, adjusted):
             v.p_adjusted = p_adj
             if v.delta is not None and -v.delta > threshold and p_adj < alpha:
@@ -683,7 +808,9 @@ def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], 
 
 
 def write_run(run: RegressRun, path: str | os.PathLike[str]) -> Path:
-    return atomic_write_bytes(path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2))
+    return atomic_write_bytes(
+        path, orjson.dumps(run.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2)
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -699,8 +826,10 @@ def format_run(run: RegressRun) -> str:
     cmp = run.comparison
     verdicts = {v.id: v for v in cmp.cases} if cmp else {}
     if cmp:
-        lines.append(f"baseline: {cmp.baseline_path} ({cmp.baseline_created_at:%Y-%m-%d %H:%M:%SZ}, version(s) {', '.join(cmp.baseline_versions) or '-'}); "
-                     f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases)")
+        lines.append(
+            f"baseline: {cmp.baseline_path} ({cmp.baseline_created_at:%Y-%m-%d %H:%M:%SZ}, version(s) {', '.join(cmp.baseline_versions) or '-'}); "
+            f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases)"
+        )
     width = max([4] + [len(c.id) for c in run.cases])
     cw = max([8] + [len(c.category) for c in run.cases])
     head = f"  {'case':<{width}} {'category':<{cw}} {'n':>4} {'pass':>7} {'pass^k':>6} {'var':>7}"
@@ -723,20 +852,31 @@ def format_run(run: RegressRun) -> str:
         lines.append(line)
     lines += ["", f"  {'category':<{cw}} {'cases':>5} {'attempts':>8} {'mean pass':>9} {'pass^k':>7} {'mean var':>9}"]
     for g in run.categories:
-        lines.append(f"  {g.category:<{cw}} {g.cases:>5} {g.attempts:>8} {_pct(g.mean_pass_rate):>9} {_pct(g.pass_k_rate):>7} {('-' if g.mean_variance is None else f'{g.mean_variance:.3f}'):>9}")
+        lines.append(
+            f"  {g.category:<{cw}} {g.cases:>5} {g.attempts:>8} {_pct(g.mean_pass_rate):>9} {_pct(g.pass_k_rate):>7} {('-' if g.mean_variance is None else f'{g.mean_variance:.3f}'):>9}"
+        )
     flaky = [c.id for c in run.cases if c.flaky]
     if flaky:
-        lines.append(f"\n  flaky (pass rate strictly between 0 and 1 at {run.confidence:.0%} confidence): {_ids(flaky)}")
+        lines.append(
+            f"\n  flaky (pass rate strictly between 0 and 1 at {run.confidence:.0%} confidence): {_ids(flaky)}"
+        )
     if run.early_stop:
-        lines.append(f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
-                     f"({sum(c.stopped_early for c in run.cases)} of {run.n_cases} cases decided before {run.repeat} repeats)")
+        lines.append(
+            f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
+            f"({sum(c.stopped_early for c in run.cases)} of {run.n_cases} cases decided before {run.repeat} repeats)"
+        )
     cost = "-" if run.cost_per_1k is None else f"{run.cost_per_1k:.4f}"
     lat = "/".join(f"{run.latency_ms[k]:.0f}" for k in ("p50", "p95")) if run.latency_ms else "-"
-    lines.append(f"\n  {sum(c.attempts for c in run.cases)} calls in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms")
+    lines.append(
+        f"\n  {sum(c.attempts for c in run.cases)} calls in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms"
+    )
     if cmp:
         regressed = cmp.regressed
         if regressed:
-            lines += ["", f"REGRESSED: {len(regressed)} of {len(cmp.cases)} case(s) dropped by more than {cmp.threshold * 100:.0f} points with adjusted p < {cmp.alpha:g}:"]
+            lines += [
+                "",
+                f"REGRESSED: {len(regressed)} of {len(cmp.cases)} case(s) dropped by more than {cmp.threshold * 100:.0f} points with adjusted p < {cmp.alpha:g}:",
+            ]
             summaries = {c.id: c for c in run.cases}
             for v in regressed:
                 fails = summaries[v.id].failing_checks
@@ -786,12 +926,21 @@ def regress(
     lines = decision_lines(suite, baseline, threshold=threshold, pass_threshold=settings.pass_threshold)
     attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines))
     if attempts and all(a.result == "upstream_error" for a in attempts):
-        raise RegressError(f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?")
+        raise RegressError(
+            f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?"
+        )
     run = build_run(suite, settings, attempts, time.perf_counter() - started)
     if baseline is not None:
-        run.comparison = compare_runs(run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction)  # type: ignore[arg-type]
+        run.comparison = compare_runs(
+            run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction
+        )  # type: ignore[arg-type]
     if out_path:
         write_run(run, out_path)
     code = 1 if run.comparison is not None and run.comparison.regressed else 0
-    log.info("regress_done", cases=len(suite.cases), calls=len(attempts), regressed=len(run.comparison.regressed) if run.comparison else None)
+    log.info(
+        "regress_done",
+        cases=len(suite.cases),
+        calls=len(attempts),
+        regressed=len(run.comparison.regressed) if run.comparison else None,
+    )
     return run, code

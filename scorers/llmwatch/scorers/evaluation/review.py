@@ -47,11 +47,24 @@ from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
-from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
 from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages, request_text
 from llmwatch.scorers.evaluation.stability import prompt_hash
+from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
 
-__all__ = ["ReviewError", "export_tasks", "export_pair_tasks", "import_reviews", "key_path_for", "format_import", "dispute_reasons", "preference", "load_tasks", "load_reviews", "Review", "ReviewTask"]
+__all__ = [
+    "ReviewError",
+    "export_tasks",
+    "export_pair_tasks",
+    "import_reviews",
+    "key_path_for",
+    "format_import",
+    "dispute_reasons",
+    "preference",
+    "load_tasks",
+    "load_reviews",
+    "Review",
+    "ReviewTask",
+]
 
 TASK_SCHEMA = "llmwatch.review-task/v1"
 KEY_SCHEMA = "llmwatch.review-key/v1"
@@ -63,7 +76,7 @@ LABELS = ("A", "B")
 INSTRUCTIONS = (
     "Two answers, A and B, to the same kind of request. Score each answer on every criterion from 1 (worst) "
     "to 5 (best); for hallucination, 5 means nothing invented. Optionally say which you prefer "
-    "(\"preferred\": \"A\", \"B\" or \"tie\"). The models behind A and B are hidden on purpose."
+    '("preferred": "A", "B" or "tie"). The models behind A and B are hidden on purpose.'
 )
 
 
@@ -156,7 +169,10 @@ class ExportSummary:
 
 
 def _messages_for_review(request: Any) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))} for m in request_messages(request)]
+    return [
+        {"role": str(m.get("role", "user")), "content": content_to_text(m.get("content"))}
+        for m in request_messages(request)
+    ]
 
 
 def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:
@@ -183,7 +199,9 @@ def _strata(pool: list[_Candidate]) -> None:
 _SEVERITY = {s: i for i, s in enumerate(STRATA)}
 
 
-def _pairs(pool: list[_Candidate], versions: tuple[str, str], rng: random.Random) -> list[tuple[_Candidate, _Candidate, bool]]:
+def _pairs(
+    pool: list[_Candidate], versions: tuple[str, str], rng: random.Random
+) -> list[tuple[_Candidate, _Candidate, bool]]:
     first = [c for c in pool if c.version == versions[0]]
     second = [c for c in pool if c.version == versions[1]]
     rng.shuffle(first)
@@ -263,12 +281,16 @@ def export_tasks(
         pool.append(_Candidate(s, categorize(s, categories, default_category), version, s.id in failing_ids))
     for v in versions:
         if not any(c.version == v for c in pool):
-            raise ReviewError(f"no reviewable sample (successful, with an answer) of version {v!r}; versions in the samples: {', '.join(f'{k} ({n})' for k, n in sorted(found.items())) or 'none'}")
+            raise ReviewError(
+                f"no reviewable sample (successful, with an answer) of version {v!r}; versions in the samples: {', '.join(f'{k} ({n})' for k, n in sorted(found.items())) or 'none'}"
+            )
     _strata(pool)
     rng = random.Random(seed)
     chosen = _select(_pairs(pool, versions, rng), n)
     if not chosen:
-        raise ReviewError(f"no pair of answers of versions {versions[0]!r} and {versions[1]!r} in the same task category")
+        raise ReviewError(
+            f"no pair of answers of versions {versions[0]!r} and {versions[1]!r} in the same task category"
+        )
     rng.shuffle(chosen)
     tasks_path, key_path = _round_paths(out_path)
     lines = []
@@ -280,7 +302,9 @@ def export_tasks(
         order = [a, b] if rng.random() < 0.5 else [b, a]
         cands = {}
         for label, c in zip(LABELS, order):
-            cands[label] = Candidate(answer=c.sample.answer_text(), prompt=None if same_prompt else _messages_for_review(c.sample.request))
+            cands[label] = Candidate(
+                answer=c.sample.answer_text(), prompt=None if same_prompt else _messages_for_review(c.sample.request)
+            )
         task = ReviewTask(
             task_id=task_id,
             category=a.category,
@@ -291,7 +315,10 @@ def export_tasks(
             criteria=list(criteria),
         )
         lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
-        key_tasks[task_id] = {label: KeyEntry(model_version=c.version, sample_id=c.sample.id, judge=judge.get(c.sample.id)) for label, c in zip(LABELS, order)}
+        key_tasks[task_id] = {
+            label: KeyEntry(model_version=c.version, sample_id=c.sample.id, judge=judge.get(c.sample.id))
+            for label, c in zip(LABELS, order)
+        }
         counts[stratum] += 1
         same += same_prompt
     _write_round(tasks_path, key_path, lines, key_tasks, versions=list(versions), seed=seed, criteria=criteria)
@@ -306,11 +333,22 @@ def _round_paths(out_path: str | os.PathLike[str]) -> tuple[Path, Path]:
     tasks_path = Path(out_path)
     key_path = key_path_for(tasks_path)
     if key_path.exists():
-        raise ReviewError(f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)")
+        raise ReviewError(
+            f"{key_path} already exists: it unblinds an earlier round; choose another --out (or remove it once that round is imported)"
+        )
     return tasks_path, key_path
 
 
-def _write_round(tasks_path: Path, key_path: Path, lines: list[bytes], key_tasks: dict[str, dict[str, KeyEntry]], *, versions: list[str], seed: int | None, criteria: Sequence[str]) -> None:
+def _write_round(
+    tasks_path: Path,
+    key_path: Path,
+    lines: list[bytes],
+    key_tasks: dict[str, dict[str, KeyEntry]],
+    *,
+    versions: list[str],
+    seed: int | None,
+    criteria: Sequence[str],
+) -> None:
     """The blind tasks file, then the key that unblinds it, which pins the tasks file's checksum."""
     body = b"\n".join(lines) + b"\n"
     atomic_write_bytes(tasks_path, body)
@@ -345,16 +383,23 @@ def export_pair_tasks(
         raise ReviewError("--n must be at least 1")
     names = sorted({p.candidate for p in pairs})
     if len(names) != 1:
-        raise ReviewError(f"--pairs holds pairs of {len(names)} candidates ({', '.join(names) or 'none'}); export one at a time with --candidate")
+        raise ReviewError(
+            f"--pairs holds pairs of {len(names)} candidates ({', '.join(names) or 'none'}); export one at a time with --candidate"
+        )
     candidate = names[0]
     if candidate == "primary":
-        raise ReviewError("a candidate named 'primary' cannot be told from the primary in a review; rename it in shadow.candidates")
+        raise ReviewError(
+            "a candidate named 'primary' cannot be told from the primary in a review; rename it in shadow.candidates"
+        )
     usable = []
     for p in pairs:
         if not all(0 < s.status < 400 and s.answer_text().strip() for s in (p.primary, p.shadow)):
             continue
         prim = {sc.check: sc.result for sc in p.primary_scores}
-        disagree = any(prim.get(sc.check) in ("pass", "fail") and sc.result in ("pass", "fail") and prim[sc.check] != sc.result for sc in p.shadow_scores)
+        disagree = any(
+            prim.get(sc.check) in ("pass", "fail") and sc.result in ("pass", "fail") and prim[sc.check] != sc.result
+            for sc in p.shadow_scores
+        )
         usable.append((p, "failing" if disagree else "typical"))
     if not usable:
         raise ReviewError("no reviewable pair (both sides answered, status < 400)")
@@ -374,13 +419,19 @@ def export_pair_tasks(
         if rng.random() < 0.5:
             sides.reverse()
         task = ReviewTask(
-            task_id=task_id, category=pair.category or default_category, stratum=stratum, same_prompt=True,
+            task_id=task_id,
+            category=pair.category or default_category,
+            stratum=stratum,
+            same_prompt=True,
             prompt=_messages_for_review(pair.primary.request),
             candidates={label: Candidate(answer=sample.answer_text()) for label, (_, sample) in zip(LABELS, sides)},
             criteria=list(criteria),
         )
         lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
-        key_tasks[task_id] = {label: KeyEntry(model_version=version, sample_id=sample.id) for label, (version, sample) in zip(LABELS, sides)}
+        key_tasks[task_id] = {
+            label: KeyEntry(model_version=version, sample_id=sample.id)
+            for label, (version, sample) in zip(LABELS, sides)
+        }
         counts[stratum] += 1
     _write_round(tasks_path, key_path, lines, key_tasks, versions=["primary", candidate], seed=seed, criteria=criteria)
     available: dict[str, int] = defaultdict(int)
@@ -427,7 +478,9 @@ def load_key(path: str | os.PathLike[str]) -> ReviewKey:
     try:
         data = orjson.loads(source.read_bytes())
     except FileNotFoundError:
-        raise ReviewError(f"key file {source} does not exist; it was written next to the tasks by `llmwatch review export`") from None
+        raise ReviewError(
+            f"key file {source} does not exist; it was written next to the tasks by `llmwatch review export`"
+        ) from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ReviewError(f"key file {source} cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != KEY_SCHEMA:
@@ -438,7 +491,7 @@ def load_key(path: str | os.PathLike[str]) -> ReviewKey:
         raise ReviewError(f"key file {source}: {describe_validation_error(exc)}") from None
 
 
-def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) -> list[Review]:
+def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) -> list[Review]:  # noqa: C901
     """Every review line validated against its task; all problems reported at once (up to 20)."""
     source = Path(path)
     errors: list[str] = []
@@ -459,7 +512,9 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
             errors.append(f"{where}: field 'task_id': unknown task {review.task_id!r} (not in the tasks file)")
             continue
         if review.category is not None and review.category != task.category:
-            errors.append(f"{where}: field 'category': {review.category!r} but task {review.task_id} is {task.category!r}; is this review for another tasks file?")
+            errors.append(
+                f"{where}: field 'category': {review.category!r} but task {review.task_id} is {task.category!r}; is this review for another tasks file?"
+            )
         if sorted(review.candidates) != sorted(task.candidates):
             errors.append(f"{where}: field 'candidates': expected {sorted(task.candidates)}, got {review.candidates}")
         lo, hi = task.scale
@@ -470,14 +525,22 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
                 continue
             for criterion in task.criteria:
                 if criterion not in given:
-                    errors.append(f"{where}: field 'scores.{label}.{criterion}': missing; criteria of this task: {', '.join(task.criteria)}")
+                    errors.append(
+                        f"{where}: field 'scores.{label}.{criterion}': missing; criteria of this task: {', '.join(task.criteria)}"
+                    )
                 elif not lo <= given[criterion] <= hi:
-                    errors.append(f"{where}: field 'scores.{label}.{criterion}': {given[criterion]} is outside the scale {lo}..{hi}")
+                    errors.append(
+                        f"{where}: field 'scores.{label}.{criterion}': {given[criterion]} is outside the scale {lo}..{hi}"
+                    )
             for extra in sorted(set(given) - set(task.criteria)):
-                errors.append(f"{where}: field 'scores.{label}.{extra}': unknown criterion; criteria of this task: {', '.join(task.criteria)}")
+                errors.append(
+                    f"{where}: field 'scores.{label}.{extra}': unknown criterion; criteria of this task: {', '.join(task.criteria)}"
+                )
         dup = (review.task_id, review.judge)
         if dup in seen:
-            errors.append(f"{where}: field 'judge': reviewer {review.judge!r} already reviewed {review.task_id} on line {seen[dup]}")
+            errors.append(
+                f"{where}: field 'judge': reviewer {review.judge!r} already reviewed {review.task_id} on line {seen[dup]}"
+            )
         seen[dup] = lineno
         reviews.append(review)
         if len(errors) >= 20:
@@ -499,7 +562,7 @@ def _preference(review: Review, criteria: Sequence[str]) -> str:
 
 
 def preference(review: Review, criteria: Sequence[str]) -> str:
-    """"A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
+    """ "A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
     return _preference(review, criteria)
 
 
@@ -525,7 +588,7 @@ def _nan_to_none(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
 
-def import_reviews(
+def import_reviews(  # noqa: C901
     tasks_path: str | os.PathLike[str],
     key_path: str | os.PathLike[str],
     reviews_path: str | os.PathLike[str],
@@ -540,7 +603,9 @@ def import_reviews(
         raise ReviewError(f"tasks file {tasks_path} holds no tasks")
     key = load_key(key_path)
     if key.tasks_sha256 != tasks_digest:
-        raise ReviewError(f"key file {key_path} belongs to another tasks file ({key.tasks_file}, sha256 {key.tasks_sha256[:12]}…), not to {tasks_path} (sha256 {tasks_digest[:12]}…)")
+        raise ReviewError(
+            f"key file {key_path} belongs to another tasks file ({key.tasks_file}, sha256 {key.tasks_sha256[:12]}…), not to {tasks_path} (sha256 {tasks_digest[:12]}…)"
+        )
     missing = sorted(set(tasks) - set(key.tasks))
     if missing:
         raise ReviewError(f"key file {key_path} has no mapping for task(s) {', '.join(missing[:5])}")
@@ -584,14 +649,23 @@ def import_reviews(
         if reasons:
             prefs = {r.judge: _preference(r, criteria) for r in rs}
             task = tasks[task_id]
-            disputes.append({
-                "task_id": task_id,
-                "category": task.category,
-                "reasons": reasons,
-                "reviews": [{"judge": r.judge, "scores": r.scores, "preferred": prefs[r.judge], "comment": r.comment} for r in rs],
-                "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
-            })
-    arb = Path(arbitration_path) if arbitration_path else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
+            disputes.append(
+                {
+                    "task_id": task_id,
+                    "category": task.category,
+                    "reasons": reasons,
+                    "reviews": [
+                        {"judge": r.judge, "scores": r.scores, "preferred": prefs[r.judge], "comment": r.comment}
+                        for r in rs
+                    ],
+                    "task": task.model_dump(mode="json", by_alias=True, exclude_none=True),
+                }
+            )
+    arb = (
+        Path(arbitration_path)
+        if arbitration_path
+        else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
+    )
     atomic_write_bytes(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
 
     # Unblinded human scores per version and category.
@@ -674,22 +748,44 @@ def format_import(report: Mapping[str, Any]) -> str:
     lines += ["", "Agreement per criterion"]
     for c in crit:
         a = report["agreement"][c]
-        kappas = ", ".join(f"{pair} {_f(k['kappa_quadratic'])} (n {k['n']})" for pair, k in a["cohen_kappa"].items()) or "-"
-        lines.append(f"  {c:<16} Krippendorff alpha ({a['level']}) {_f(a['krippendorff_alpha'])} over {a['n_items']} items; Cohen kappa (quadratic) {kappas}")
+        kappas = (
+            ", ".join(f"{pair} {_f(k['kappa_quadratic'])} (n {k['n']})" for pair, k in a["cohen_kappa"].items()) or "-"
+        )
+        lines.append(
+            f"  {c:<16} Krippendorff alpha ({a['level']}) {_f(a['krippendorff_alpha'])} over {a['n_items']} items; Cohen kappa (quadratic) {kappas}"
+        )
     vw = max([7] + [len(v) for v in report["human_scores"]])
     cw = max([8] + [len(c) for cats in report["human_scores"].values() for c in cats])
-    lines += ["", "Human scores (mean, 1-5) per version and category", "  " + f"{'version':<{vw}} {'category':<{cw}} " + " ".join(f"{c[:13]:>13}" for c in [*crit, "mean"]) + "      n"]
+    lines += [
+        "",
+        "Human scores (mean, 1-5) per version and category",
+        "  "
+        + f"{'version':<{vw}} {'category':<{cw}} "
+        + " ".join(f"{c[:13]:>13}" for c in [*crit, "mean"])
+        + "      n",
+    ]
     for version, cats in report["human_scores"].items():
         for category, cells in sorted(cats.items(), key=lambda kv: (kv[0] != "all", kv[0])):
-            lines.append("  " + f"{version:<{vw}} {category:<{cw}} " + " ".join(f"{cells[c]['mean']:>13.2f}" for c in [*crit, "mean"]) + f" {cells['mean']['n']:>6}")
+            lines.append(
+                "  "
+                + f"{version:<{vw}} {category:<{cw}} "
+                + " ".join(f"{cells[c]['mean']:>13.2f}" for c in [*crit, "mean"])
+                + f" {cells['mean']['n']:>6}"
+            )
     lines += ["", "Preferences (per review)"]
     for version, p in report["preferences"].items():
         lines.append(f"  version {version:<10} wins {p['wins']}, ties {p['ties']}, losses {p['losses']}")
     cal = report["judge_calibration"]
     if cal:
-        lines += ["", f"Judge check vs human mean score: n {cal['n']}, Pearson {_f(cal['pearson'])}, Spearman {_f(cal['spearman'])}"]
+        lines += [
+            "",
+            f"Judge check vs human mean score: n {cal['n']}, Pearson {_f(cal['pearson'])}, Spearman {_f(cal['spearman'])}",
+        ]
         for k, v in cal["by_judge_score"].items():
             lines.append(f"  judge {k}: human mean {v['human_mean']:.2f} (n {v['n']})")
     disputed = report["disputed"]
-    lines += ["", f"Disputed: {len(disputed)} task(s){': ' + ', '.join(disputed) if disputed else ''} -> {report['arbitration_file']}"]
+    lines += [
+        "",
+        f"Disputed: {len(disputed)} task(s){': ' + ', '.join(disputed) if disputed else ''} -> {report['arbitration_file']}",
+    ]
     return "\n".join(lines)

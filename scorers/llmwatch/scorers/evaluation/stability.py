@@ -78,7 +78,10 @@ class StabilityCell:
 
 def prompt_hash(request: Any) -> str:
     """Same hash for requests a user would call "the same prompt": transport and sampling fields ignored."""
-    messages = [[str(m.get("role", "user")), _WS.sub(" ", content_to_text(m.get("content"))).strip()] for m in request_messages(request)]
+    messages = [
+        [str(m.get("role", "user")), _WS.sub(" ", content_to_text(m.get("content"))).strip()]
+        for m in request_messages(request)
+    ]
     extra: dict[str, Any] = {}
     if isinstance(request, dict):
         fmt = request.get("response_format")
@@ -86,7 +89,9 @@ def prompt_hash(request: Any) -> str:
             extra["format"] = fmt.get("type")
         tools = request.get("tools")
         if isinstance(tools, list):
-            extra["tools"] = sorted(str((t.get("function") or {}).get("name", t.get("name", ""))) for t in tools if isinstance(t, dict))
+            extra["tools"] = sorted(
+                str((t.get("function") or {}).get("name", t.get("name", ""))) for t in tools if isinstance(t, dict)
+            )
     return hashlib.sha256(orjson.dumps([messages, extra], option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -113,7 +118,9 @@ class PromptGroup:
     stability: float
 
 
-def sampling_stability(rows: Sequence[ScoredSample], min_group: int = 2) -> tuple[list[PromptGroup], list[StabilityCell]]:
+def sampling_stability(
+    rows: Sequence[ScoredSample], min_group: int = 2
+) -> tuple[list[PromptGroup], list[StabilityCell]]:
     buckets: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for row in rows:
         if row.score is None:
@@ -131,15 +138,17 @@ def sampling_stability(rows: Sequence[ScoredSample], min_group: int = 2) -> tupl
         by_key[(g.category, g.model_version)].append(g)
         by_key[(ALL, g.model_version)].append(g)
     for (category, version), gs in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
-        cells.append(StabilityCell(
-            kind="sampling",
-            category=category,
-            model_version=version,
-            value=sum(g.stability for g in gs) / len(gs),
-            n_groups=len(gs),
-            n_samples=sum(g.n for g in gs),
-            detail={"mean_variance": sum(g.variance for g in gs) / len(gs)},
-        ))
+        cells.append(
+            StabilityCell(
+                kind="sampling",
+                category=category,
+                model_version=version,
+                value=sum(g.stability for g in gs) / len(gs),
+                n_groups=len(gs),
+                n_samples=sum(g.n for g in gs),
+                detail={"mean_variance": sum(g.variance for g in gs) / len(gs)},
+            )
+        )
     return groups, cells
 
 
@@ -164,7 +173,11 @@ def decay_slope(points: Sequence[tuple[int, float]], max_turn: int = MAX_TURN) -
 def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:
     points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     for row in rows:
-        if row.score is None or not isinstance(row.sample.request, dict) or not isinstance(row.sample.request.get("messages"), list):
+        if (
+            row.score is None
+            or not isinstance(row.sample.request, dict)
+            or not isinstance(row.sample.request.get("messages"), list)
+        ):
             continue
         turn = user_turns(row.sample.request)
         points[(row.category, row.version)].append((turn, row.score))
@@ -179,7 +192,9 @@ def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> li
     return cells
 
 
-def version_stability(samples: Iterable[Sample], scores: Iterable[Score], baseline: Any, *, alpha: float = 0.05, min_samples: int = 30) -> list[StabilityCell]:
+def version_stability(
+    samples: Iterable[Sample], scores: Iterable[Score], baseline: Any, *, alpha: float = 0.05, min_samples: int = 30
+) -> list[StabilityCell]:
     """One figure per version from the drift report of its samples against `baseline` (a scorers.baseline.Baseline)."""
     from llmwatch.scorers.drift.compare import DriftSettings, compare
     from llmwatch.scorers.drift.features import summarize
@@ -193,7 +208,13 @@ def version_stability(samples: Iterable[Sample], scores: Iterable[Score], baseli
     for version, items in sorted(by_version.items()):
         ids = {s.id for s in items}
         current = summarize(items, [sc for sc in score_list if sc.sample_id in ids], None)
-        report = compare(baseline.routes, current, baseline_version=baseline.model_version, current_versions=[version], settings=settings)
+        report = compare(
+            baseline.routes,
+            current,
+            baseline_version=baseline.model_version,
+            current_versions=[version],
+            settings=settings,
+        )
         tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
         drifting = [sig for sig in tested if sig.verdict == "drift"]
         detail = {

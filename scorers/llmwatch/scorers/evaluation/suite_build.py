@@ -49,17 +49,26 @@ from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
-from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages
-from llmwatch.scorers.pipeline.pii import PLACEHOLDERS
 from llmwatch.scorers.checks.registry import CHECK_KINDS
+from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages
 from llmwatch.scorers.evaluation.regress import SuiteCase, load_suite, suite_checksum
+from llmwatch.scorers.pipeline.pii import PLACEHOLDERS
 
 MANIFEST_SCHEMA = "llmwatch.suite-manifest/v1"
 PLACEHOLDER_SHARE = 0.5
 GENERATIVE = ("chat", "text_completion", "generate_content", "responses")
 # Request fields a case keeps: they shape the answer. `seed` is left out on purpose: repeats of a
 # case must be able to differ, or a pass rate means nothing.
-KEPT_PARAMS = ("response_format", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "tools", "tool_choice")
+KEPT_PARAMS = (
+    "response_format",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "tools",
+    "tool_choice",
+)
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 RUBRICS: dict[str, str] = {
@@ -122,7 +131,7 @@ def shingles(text: str, k: int = 3) -> frozenset[str]:
     words = normalise(text).split()
     if len(words) < k:
         return frozenset([" ".join(words)])
-    return frozenset(" ".join(words[i:i + k]) for i in range(len(words) - k + 1))
+    return frozenset(" ".join(words[i : i + k]) for i in range(len(words) - k + 1))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -194,7 +203,12 @@ def _params(sample: Sample) -> dict[str, Any]:
     return {k: req[k] for k in KEPT_PARAMS if k in req and req[k] is not None}
 
 
-def _cluster(items: list[tuple[Sample, list[dict[str, Any]], str]], similarity: str, text_threshold: float, embedding_threshold: float) -> list[list[int]]:
+def _cluster(
+    items: list[tuple[Sample, list[dict[str, Any]], str]],
+    similarity: str,
+    text_threshold: float,
+    embedding_threshold: float,
+) -> list[list[int]]:
     """Indices of `items` grouped into near-duplicate clusters, first item of each first."""
     clusters: list[list[int]] = []
     if similarity == "embeddings":
@@ -261,7 +275,9 @@ def gather(
     for sample in sorted(samples, key=lambda s: (s.timestamp, s.id)):
         n_samples += 1
         messages = prompt_messages(sample)
-        if sample.operation not in GENERATIVE or not any(m["role"] == "user" and m["content"].strip() for m in messages):
+        if sample.operation not in GENERATIVE or not any(
+            m["role"] == "user" and m["content"].strip() for m in messages
+        ):
             n_other += 1
             continue
         text = prompt_text(messages)
@@ -341,11 +357,13 @@ def _fill(targets: dict[str, int], available: Mapping[str, int]) -> dict[str, in
     return seats
 
 
-def _take(rng: random.Random, items: list[Candidate], n: int, source: str, taken: set[str], chosen: list[Candidate]) -> None:
+def _take(
+    rng: random.Random, items: list[Candidate], n: int, source: str, taken: set[str], chosen: list[Candidate]
+) -> None:
     """Up to `n` of `items` not yet taken, at random, marked with where they came from."""
     items = [c for c in items if c.key not in taken]
     rng.shuffle(items)
-    for c in items[:max(n, 0)]:
+    for c in items[: max(n, 0)]:
         c.source = source
         taken.add(c.key)
         chosen.append(c)
@@ -365,12 +383,17 @@ def select(
     if size < 1:
         raise SuiteBuildError("--size must be at least 1")
     if not (0 <= failure_quota <= 1 and 0 <= edge_quota <= 1 and failure_quota + edge_quota <= 1):
-        raise SuiteBuildError(f"--failure-quota ({failure_quota}) and --edge-quota ({edge_quota}) must each be in [0, 1] and add up to at most 1")
+        raise SuiteBuildError(
+            f"--failure-quota ({failure_quota}) and --edge-quota ({edge_quota}) must each be in [0, 1] and add up to at most 1"
+        )
     rng = random.Random(seed)
     skip = set(exclude)
     pool = [c for c in material.candidates if c.case_id not in skip]
     weights = {c.name: c.weight for c in categories}
-    shares = {k: n * (weights.get(k, min(weights.values(), default=1.0)) if mix == "weighted" else 1.0) for k, n in material.traffic.items()}
+    shares = {
+        k: n * (weights.get(k, min(weights.values(), default=1.0)) if mix == "weighted" else 1.0)
+        for k, n in material.traffic.items()
+    }
     by_cat: dict[str, list[Candidate]] = defaultdict(list)
     for c in pool:
         by_cat[c.category].append(c)
@@ -378,16 +401,28 @@ def select(
     targets = _fill(apportion(size, shares), {k: len(v) for k, v in by_cat.items()})
     failures = {k: [c for c in v if c.failure_modes] for k, v in by_cat.items()}
     edges = {k: [c for c in v if c.edge_reasons and not c.failure_modes] for k, v in by_cat.items()}
-    n_fail = _fill(apportion(round(size * failure_quota), targets), {k: min(len(failures.get(k, [])), targets[k]) for k in targets})
-    n_edge = _fill(apportion(round(size * edge_quota), targets), {k: min(len(edges.get(k, [])), targets[k] - n_fail[k]) for k in targets})
+    n_fail = _fill(
+        apportion(round(size * failure_quota), targets), {k: min(len(failures.get(k, [])), targets[k]) for k in targets}
+    )
+    n_edge = _fill(
+        apportion(round(size * edge_quota), targets),
+        {k: min(len(edges.get(k, [])), targets[k] - n_fail[k]) for k in targets},
+    )
     chosen: list[Candidate] = []
     for k in sorted(targets):
         taken: set[str] = set()
         _take(rng, failures.get(k, []), n_fail[k], "failure", taken, chosen)
         # Edge cases: the most unusual first (most reasons), then at random.
         ranked = sorted(edges.get(k, []), key=lambda c: -len(c.edge_reasons))
-        _take(rng, ranked[:max(n_edge[k] * 3, n_edge[k])], n_edge[k], "edge", taken, chosen)
-        _take(rng, [c for c in by_cat[k] if not c.failure_modes], targets[k] - n_fail[k] - n_edge[k], "typical", taken, chosen)
+        _take(rng, ranked[: max(n_edge[k] * 3, n_edge[k])], n_edge[k], "edge", taken, chosen)
+        _take(
+            rng,
+            [c for c in by_cat[k] if not c.failure_modes],
+            targets[k] - n_fail[k] - n_edge[k],
+            "typical",
+            taken,
+            chosen,
+        )
         # Short of typical traffic: the remaining seats go to the category's other candidates.
         _take(rng, by_cat[k], targets[k] - len(taken), "typical", taken, chosen)
     return chosen
@@ -412,7 +447,14 @@ def _passed_all(scores: Sequence[Score]) -> bool:
 
 
 def make_case(cand: Candidate, specs: Mapping[str, CheckSpec]) -> dict[str, Any]:
-    applied = sorted({sc.check for sid in cand.scores for sc in cand.scores[sid] if sc.result in ("pass", "fail") and sc.check in specs})
+    applied = sorted(
+        {
+            sc.check
+            for sid in cand.scores
+            for sc in cand.scores[sid]
+            if sc.result in ("pass", "fail") and sc.check in specs
+        }
+    )
     checks = []
     for name in applied:
         spec = specs[name]
@@ -424,7 +466,12 @@ def make_case(cand: Candidate, specs: Mapping[str, CheckSpec]) -> dict[str, Any]
         checks.append({"kind": "not_empty_or_truncated"})
     reference = None
     for sample in reversed(cand.samples):  # the latest passing answer
-        if sample.status < 400 and sample.status != 0 and _passed_all(cand.scores.get(sample.id, [])) and sample.answer_text().strip():
+        if (
+            sample.status < 400
+            and sample.status != 0
+            and _passed_all(cand.scores.get(sample.id, []))
+            and sample.answer_text().strip()
+        ):
             reference = sample.answer_text()
             break
     user_only = len(cand.messages) == 1 and cand.messages[0]["role"] == "user"
@@ -498,7 +545,9 @@ def build(
             f"no usable prompt in {material.n_samples} samples ({material.n_placeholder_only} mostly redaction placeholders, "
             f"{material.n_not_generative} not a generative call with a user turn); capture more traffic first"
         )
-    chosen = select(material, categories, size=size, failure_quota=failure_quota, edge_quota=edge_quota, seed=seed, mix=mix)
+    chosen = select(
+        material, categories, size=size, failure_quota=failure_quota, edge_quota=edge_quota, seed=seed, mix=mix
+    )
     specs = rule_specs(checks)
     cases = [make_case(c, specs) for c in chosen]
     data = _lines(cases)
@@ -510,7 +559,14 @@ def build(
         "version": 1,
         "checksum": checksum,
         "created_at": _iso(datetime.now(timezone.utc)),
-        "history": [{"version": 1, "checksum": checksum, "added": [c["id"] for c in cases], "at": _iso(datetime.now(timezone.utc))}],
+        "history": [
+            {
+                "version": 1,
+                "checksum": checksum,
+                "added": [c["id"] for c in cases],
+                "at": _iso(datetime.now(timezone.utc)),
+            }
+        ],
         "options": {"size": size, "failure_quota": failure_quota, "edge_quota": edge_quota, "seed": seed, "mix": mix},
         "sources": dict(sources or {}),
         "counts": {
@@ -522,7 +578,10 @@ def build(
             "cases": len(cases),
         },
         "category_mix": {
-            k: {"traffic": round(material.traffic[k] / total, 4) if total else 0.0, "suite": round(suite_mix[k] / len(cases), 4)}
+            k: {
+                "traffic": round(material.traffic[k] / total, 4) if total else 0.0,
+                "suite": round(suite_mix[k] / len(cases), 4),
+            }
             for k in sorted(set(material.traffic) | set(suite_mix))
         },
         "cases": {c.case_id: manifest_entry(c) for c in chosen},
@@ -537,7 +596,9 @@ def load_manifest(suite_path: str | Path) -> dict[str, Any]:
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        raise SuiteBuildError(f"{path} does not exist; a suite made by `llmwatch suite build` has its manifest beside it") from None
+        raise SuiteBuildError(
+            f"{path} does not exist; a suite made by `llmwatch suite build` has its manifest beside it"
+        ) from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise SuiteBuildError(f"{path} cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
@@ -562,7 +623,16 @@ def add(
     if old and not old.endswith(b"\n"):
         old += b"\n"
     known_ids = {c.id for c in suite.cases}
-    known_shingles = [shingles(prompt_text([{"content": c.input}] if isinstance(c.input, str) else [{"content": content_to_text(m.content)} for m in c.input])) for c in suite.cases]
+    known_shingles = [
+        shingles(
+            prompt_text(
+                [{"content": c.input}]
+                if isinstance(c.input, str)
+                else [{"content": content_to_text(m.content)} for m in c.input]
+            )
+        )
+        for c in suite.cases
+    ]
     specs = rule_specs(checks)
     fresh = []
     for cand in material.candidates:
@@ -585,7 +655,9 @@ def add(
     now = _iso(datetime.now(timezone.utc))
     manifest["version"] = int(manifest.get("version", 1)) + 1
     manifest["checksum"] = checksum
-    manifest.setdefault("history", []).append({"version": manifest["version"], "checksum": checksum, "added": [c["id"] for c in new_cases], "at": now})
+    manifest.setdefault("history", []).append(
+        {"version": manifest["version"], "checksum": checksum, "added": [c["id"] for c in new_cases], "at": now}
+    )
     manifest.setdefault("cases", {}).update({c.case_id: manifest_entry(c) for c in fresh})
     manifest.setdefault("counts", {})["cases"] = len(suite.cases) + len(new_cases)
     if sources:
@@ -637,13 +709,23 @@ def show(suite_path: str | Path) -> dict[str, Any]:
 
 
 def format_show(info: Mapping[str, Any]) -> str:
-    lines = [f"suite {info['suite']}: {info['cases']} cases, version {info['version'] or '-'}, sha256:{info['checksum'][:12]}, {info['with_reference']} with a reference answer"]
-    for title, key in (("category", "by_category"), ("source", "by_source"), ("failure mode", "by_failure_mode"), ("edge reason", "by_edge_reason"), ("model version", "by_model_version")):
+    lines = [
+        f"suite {info['suite']}: {info['cases']} cases, version {info['version'] or '-'}, sha256:{info['checksum'][:12]}, {info['with_reference']} with a reference answer"
+    ]
+    for title, key in (
+        ("category", "by_category"),
+        ("source", "by_source"),
+        ("failure mode", "by_failure_mode"),
+        ("edge reason", "by_edge_reason"),
+        ("model version", "by_model_version"),
+    ):
         counts = info[key]
         if counts:
             lines.append(f"  by {title}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     ex = info.get("excluded") or {}
     if ex:
-        lines.append(f"  left out when built: {ex.get('placeholder_only', 0)} mostly-placeholder prompts, {ex.get('near_duplicates_collapsed', 0)} near-duplicates collapsed, "
-                     f"{ex.get('not_generative', 0)} not generative")
+        lines.append(
+            f"  left out when built: {ex.get('placeholder_only', 0)} mostly-placeholder prompts, {ex.get('near_duplicates_collapsed', 0)} near-duplicates collapsed, "
+            f"{ex.get('not_generative', 0)} not generative"
+        )
     return "\n".join(lines)

@@ -28,7 +28,17 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["KINDS", "ALIASES", "PLACEHOLDERS", "Finding", "canonical_kind", "find", "shortest", "luhn_valid", "is_placeholder_secret"]
+__all__ = [
+    "KINDS",
+    "ALIASES",
+    "PLACEHOLDERS",
+    "Finding",
+    "canonical_kind",
+    "find",
+    "shortest",
+    "luhn_valid",
+    "is_placeholder_secret",
+]
 
 # In priority order: where two kinds claim overlapping text, the earlier wins (a key can
 # contain digit runs that would otherwise look like a card or a phone number).
@@ -224,8 +234,13 @@ def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
     return any(domain == p or domain.endswith("." + p) or fnmatch.fnmatchcase(domain, p) for p in ignored)
 
 
-def _candidates(
-    text: str, kind: str, ignored_domains: tuple[str, ...], skip_placeholders: bool, gated: bool = True, secret_re: bool = True
+def _candidates(  # noqa: C901
+    text: str,
+    kind: str,
+    ignored_domains: tuple[str, ...],
+    skip_placeholders: bool,
+    gated: bool = True,
+    secret_re: bool = True,
 ) -> Iterable[tuple[int, int]]:
     if kind == "api_key":
         # `secret_re` is False only when the prefix gate has ruled _SECRET_RE out.
@@ -380,7 +395,9 @@ def _possible(text: str, kinds: tuple[str, ...]) -> tuple[list[str], bool]:
     return out, secret_re
 
 
-def _scan(text: str, plan: _Plan, ignored: tuple[str, ...], skip_placeholders: bool, gated: bool = True) -> list[Finding]:
+def _scan(
+    text: str, plan: _Plan, ignored: tuple[str, ...], skip_placeholders: bool, gated: bool = True
+) -> list[Finding]:
     secret_re = True
     if gated:
         if len(text) < plan.shortest:
@@ -393,7 +410,8 @@ def _scan(text: str, plan: _Plan, ignored: tuple[str, ...], skip_placeholders: b
         kinds = [
             k
             for k in plan.kinds
-            if not (k == "email" and not has_at) and not (k in ("iban", "credit_card", "ssn", "phone") and not many_digits)
+            if not (k == "email" and not has_at)
+            and not (k in ("iban", "credit_card", "ssn", "phone") and not many_digits)
         ]
     taken: list[Finding] = []
     for kind in kinds:

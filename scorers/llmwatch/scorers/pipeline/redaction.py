@@ -78,7 +78,9 @@ class _Rules:
 
     def may_match_below(self, path: tuple[str, ...]) -> bool:
         n = len(path)
-        return any(len(prefix) == n and all(p == "*" or p == s for p, s in zip(prefix, path)) for prefix in self.prefixes)
+        return any(
+            len(prefix) == n and all(p == "*" or p == s for p, s in zip(prefix, path)) for prefix in self.prefixes
+        )
 
 
 class Redactor:
@@ -161,7 +163,11 @@ class Redactor:
         return masked
 
     def hash(self, value: Any) -> str:
-        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        raw = (
+            value.encode("utf-8", "surrogatepass")
+            if isinstance(value, str)
+            else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        )
         return "sha256:" + hashlib.sha256(self._salt + raw).hexdigest()[:16]
 
     def _mask(self, value: Any) -> Any:
@@ -244,4 +250,6 @@ def redact_sample(redact: Callable[[Any], Any] | None, sample: "Sample") -> "Sam
         return sample
     if isinstance(redact, Redactor):
         return redact.sample(sample)
-    return sample.model_copy(update={"request": redact(sample.request), "response": redact(sample.response), "redacted": True})
+    return sample.model_copy(
+        update={"request": redact(sample.request), "response": redact(sample.response), "redacted": True}
+    )

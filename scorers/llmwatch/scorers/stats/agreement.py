@@ -62,7 +62,12 @@ def krippendorff_alpha(units: Sequence[Sequence[float | None]], level: Level = "
     return float(1.0 - (n - 1.0) * float((o * delta).sum()) / expected)
 
 
-def cohen_weighted_kappa(a: Sequence[float], b: Sequence[float], labels: Sequence[float], weights: Literal["linear", "quadratic"] = "quadratic") -> float:
+def cohen_weighted_kappa(
+    a: Sequence[float],
+    b: Sequence[float],
+    labels: Sequence[float],
+    weights: Literal["linear", "quadratic"] = "quadratic",
+) -> float:
     """Two raters' ratings of the same items, in the same order, on the scale `labels`."""
     if len(a) != len(b):
         raise ValueError(f"a and b must rate the same items, got {len(a)} and {len(b)} ratings")

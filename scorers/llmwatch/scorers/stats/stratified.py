@@ -78,7 +78,14 @@ def cmh(tables: Mapping[str, tuple[int, int, int, int]]) -> Stratified | None:
                 worst, worst_p = k, float(r.p_value)
     nb_all = sum(tables[k][1] for k in keys)
     nc_all = sum(tables[k][3] for k in keys)
-    extra = {"worst_stratum_p": worst_p, "worst_stratum_effect": tables[worst][2] / tables[worst][3] - tables[worst][0] / tables[worst][1]} if worst else {}
+    extra = (
+        {
+            "worst_stratum_p": worst_p,
+            "worst_stratum_effect": tables[worst][2] / tables[worst][3] - tables[worst][0] / tables[worst][1],
+        }
+        if worst
+        else {}
+    )
     return Stratified("cmh", chi2, p, effect, nb_all, nc_all, len(keys), worst, extra)
 
 
@@ -89,7 +96,9 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(np.interp(q * w.sum(), cum, v))
 
 
-def reweighted_quantiles(base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], qs: Sequence[float]) -> tuple[list[float], list[float], float]:
+def reweighted_quantiles(
+    base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], qs: Sequence[float]
+) -> tuple[list[float], list[float], float]:
     """Quantiles of the baseline, and of the current side reweighted to the baseline's stratum mix, over shared strata.
 
     Also returns Kish's effective sample size of the reweighted current side.
@@ -105,7 +114,9 @@ def reweighted_quantiles(base: Mapping[str, Sequence[float]], cur: Mapping[str, 
     return bq, cq, ess
 
 
-def van_elteren(base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], *, min_per_stratum: int = 1) -> Stratified | None:
+def van_elteren(
+    base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], *, min_per_stratum: int = 1
+) -> Stratified | None:
     """Stratified Wilcoxon rank-sum (van Elteren, weights 1/(n+1)); effect: baseline-mix weighted relative median change."""
     keys = [k for k in base if len(base[k]) >= min_per_stratum and len(cur.get(k, ())) >= min_per_stratum]
     if not keys:
@@ -137,19 +148,34 @@ def van_elteren(base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[
     level = sum(w[k] * float(np.median(base[k])) for k in keys)
     effect = abs_shift / abs(level) if level else abs_shift
     return Stratified(
-        "van_elteren", z, p, effect, sum(len(base[k]) for k in keys), sum(len(cur[k]) for k in keys), len(keys), worst,
+        "van_elteren",
+        z,
+        p,
+        effect,
+        sum(len(base[k]) for k in keys),
+        sum(len(cur[k]) for k in keys),
+        len(keys),
+        worst,
         {"median_shift": round(abs_shift, 6), **(_worst_median(base[worst], cur[worst], worst_p) if worst else {})},
     )
 
 
 def _worst_median(b: Sequence[float], c: Sequence[float], p: float) -> dict[str, float]:
     mb, mc = float(np.median(b)), float(np.median(c))
-    return {"worst_stratum_p": p, "worst_stratum_shift": mc - mb, "worst_stratum_effect": (mc - mb) / abs(mb) if mb else mc - mb}
+    return {
+        "worst_stratum_p": p,
+        "worst_stratum_shift": mc - mb,
+        "worst_stratum_effect": (mc - mb) / abs(mb) if mb else mc - mb,
+    }
 
 
-def stratified_chi2(base: Mapping[str, Mapping[str, int]], cur: Mapping[str, Mapping[str, int]], *, min_per_stratum: int = 5) -> Stratified | None:
+def stratified_chi2(
+    base: Mapping[str, Mapping[str, int]], cur: Mapping[str, Mapping[str, int]], *, min_per_stratum: int = 5
+) -> Stratified | None:
     """Failure-mode homogeneity within each stratum, chi-square statistics and degrees of freedom summed."""
-    keys = [k for k in base if sum(base[k].values()) >= min_per_stratum and sum(cur.get(k, {}).values()) >= min_per_stratum]
+    keys = [
+        k for k in base if sum(base[k].values()) >= min_per_stratum and sum(cur.get(k, {}).values()) >= min_per_stratum
+    ]
     if not keys:
         return None
     total = 0.0
@@ -171,16 +197,42 @@ def stratified_chi2(base: Mapping[str, Mapping[str, int]], cur: Mapping[str, Map
     # Effect: the largest baseline-mix weighted change in one mode's rate, in rate points.
     w = _weights({k: sum(base[k].values()) for k in keys}, keys)
     modes = sorted({c for k in keys for c in (*base[k], *cur[k])})
-    changes = {m: sum(w[k] * (cur[k].get(m, 0) / sum(cur[k].values()) - base[k].get(m, 0) / sum(base[k].values())) for k in keys) for m in modes}
+    changes = {
+        m: sum(
+            w[k] * (cur[k].get(m, 0) / sum(cur[k].values()) - base[k].get(m, 0) / sum(base[k].values())) for k in keys
+        )
+        for m in modes
+    }
     top = max(changes, key=lambda m: abs(changes[m])) if changes else ""
     return Stratified(
-        "stratified_chi2", total, p, changes.get(top, 0.0), sum(sum(base[k].values()) for k in keys), sum(sum(cur[k].values()) for k in keys), len(keys), worst,
-        {"dof": dof, "mode": top, "mode_changes": {m: round(v, 4) for m, v in changes.items()}, **({"worst_stratum_p": worst_p} if worst else {})},
+        "stratified_chi2",
+        total,
+        p,
+        changes.get(top, 0.0),
+        sum(sum(base[k].values()) for k in keys),
+        sum(sum(cur[k].values()) for k in keys),
+        len(keys),
+        worst,
+        {
+            "dof": dof,
+            "mode": top,
+            "mode_changes": {m: round(v, 4) for m, v in changes.items()},
+            **({"worst_stratum_p": worst_p} if worst else {}),
+        },
     )
 
 
 def stratified_mmd(
-    X: np.ndarray, Y: np.ndarray, sx: Sequence[str], sy: Sequence[str], *, needed: float, seed: int = 0, start: int = 200, most: int = 10_000, max_points: int = 1000
+    X: np.ndarray,
+    Y: np.ndarray,
+    sx: Sequence[str],
+    sy: Sequence[str],
+    *,
+    needed: float,
+    seed: int = 0,
+    start: int = 200,
+    most: int = 10_000,
+    max_points: int = 1000,
 ) -> stats.TestResult:
     """MMD^2 (RBF kernel, median heuristic, unbiased) with labels permuted only *within* strata.
 
@@ -231,5 +283,13 @@ def stratified_mmd(
         clearly_above = p - 3 * math.sqrt(p * (1 - p) / done) > needed
         resolved = 1.0 / (done + 1) < needed / 5 and p > 20.0 / (done + 1)
         if clearly_above or resolved or done >= most:
-            return stats.TestResult("mmd_stratified_permutation", observed, p, observed, int(nx), int(ny), {"permutations": done, "strata": len(groups), "sigma": round(math.sqrt(sigma2), 4)})
+            return stats.TestResult(
+                "mmd_stratified_permutation",
+                observed,
+                p,
+                observed,
+                int(nx),
+                int(ny),
+                {"permutations": done, "strata": len(groups), "sigma": round(math.sqrt(sigma2), 4)},
+            )
         n = min(most, n * 7)

@@ -555,8 +555,13 @@ def compare_categorical(
         # are identical, there is nothing to test.
         detail.update(merged=[], columns=[cats], dof=0, chi2=0.0)
         return TestResult(
-            test="chi2_categorical", statistic=0.0, p_value=1.0, effect_size=0.0,
-            n_baseline=n_b, n_current=n_c, detail=detail,
+            test="chi2_categorical",
+            statistic=0.0,
+            p_value=1.0,
+            effect_size=0.0,
+            n_baseline=n_b,
+            n_current=n_c,
+            detail=detail,
         )
 
     groups, merged = _merge_sparse(cats, base, cur, min_expected)
@@ -589,13 +594,22 @@ def compare_categorical(
     if table.shape[1] == 2 and chi2_res.expected_freq.min() < min_expected:
         res = _sps.fisher_exact(table.astype(np.int64))
         return TestResult(
-            test="fisher_exact", statistic=float(res.statistic),
-            p_value=float(min(1.0, res.pvalue)), effect_size=cramers_v,
-            n_baseline=n_b, n_current=n_c, detail=detail,
+            test="fisher_exact",
+            statistic=float(res.statistic),
+            p_value=float(min(1.0, res.pvalue)),
+            effect_size=cramers_v,
+            n_baseline=n_b,
+            n_current=n_c,
+            detail=detail,
         )
     return TestResult(
-        test="chi2_categorical", statistic=chi2, p_value=float(chi2_res.pvalue),
-        effect_size=cramers_v, n_baseline=n_b, n_current=n_c, detail=detail,
+        test="chi2_categorical",
+        statistic=chi2,
+        p_value=float(chi2_res.pvalue),
+        effect_size=cramers_v,
+        n_baseline=n_b,
+        n_current=n_c,
+        detail=detail,
     )
 
 
@@ -656,9 +670,7 @@ def mmd_permutation_test(
     x = _finite_array(X, "X", 2)
     y = _finite_array(Y, "Y", 2)
     if x.shape[1] != y.shape[1]:
-        raise ValueError(
-            f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}"
-        )
+        raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
     if x.shape[0] < 2:
         raise ValueError(f"X must have at least 2 rows, got {x.shape[0]}")
     if y.shape[0] < 2:
@@ -871,9 +883,7 @@ def samples_for_proportion_shift(
         n = 2.0 * ((z_a + z_b) / _cohens_h(p1, p2)) ** 2
     else:
         pbar = (p1 + p2) / 2.0
-        num = z_a * math.sqrt(2.0 * pbar * (1.0 - pbar)) + z_b * math.sqrt(
-            p1 * (1.0 - p1) + p2 * (1.0 - p2)
-        )
+        num = z_a * math.sqrt(2.0 * pbar * (1.0 - pbar)) + z_b * math.sqrt(p1 * (1.0 - p1) + p2 * (1.0 - p2))
         n = (num / (p1 - p2)) ** 2
     # The tiny slack stops float noise (e.g. 392.0000000001) adding a sample.
     return max(1, math.ceil(n - 1e-9))
@@ -896,10 +906,7 @@ def _p_of(result: Any) -> float:
     try:
         p = float(p)
     except (TypeError, ValueError):
-        raise ValueError(
-            "test must return a TestResult or a float p-value, "
-            f"got {type(result).__name__}"
-        ) from None
+        raise ValueError(f"test must return a TestResult or a float p-value, got {type(result).__name__}") from None
     if math.isnan(p):
         raise ValueError("test returned a NaN p-value; power is undefined for it (e.g. PSI)")
     return p
@@ -1020,19 +1027,14 @@ def samples_for_power(
 
     def evaluate(size: int) -> PowerEstimate:
         sizes = (size, size) if fixed_base is None else (fixed_base, size)
-        return simulated_power(
-            draw_baseline, draw_current, test, sizes, alpha=alpha, trials=trials, seed=seed
-        )
+        return simulated_power(draw_baseline, draw_current, test, sizes, alpha=alpha, trials=trials, seed=seed)
 
     lo = 0  # largest size known (or assumed, for 0) to fall short
     hi = n_start
     best = evaluate(hi)
     while best.power < target:
         if hi >= n_max:
-            raise ValueError(
-                f"power {target} not reached by n_max={n_max} "
-                f"(simulated power there: {best.power:.3f})"
-            )
+            raise ValueError(f"power {target} not reached by n_max={n_max} (simulated power there: {best.power:.3f})")
         lo = hi
         hi = min(2 * hi, n_max)
         best = evaluate(hi)

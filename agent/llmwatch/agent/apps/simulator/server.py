@@ -124,9 +124,40 @@ class _Topic:
 _TOPICS: tuple[_Topic, ...] = (
     _Topic(
         "cooking",
-        ("cook", "recipe", "bake", "lentil", "nutrition", "baking", "pasta", "sauce", "dinner", "lunch", "breakfast", "oven",
-         "chicken", "soup", "kitchen", "ingredient", "grill", "fry", "roast", "garlic", "onion", "steak",
-         "dough", "bread", "meal", "dish", "spice", "simmer", "boil", "flavor", "flavour", "cuisine"),
+        (
+            "cook",
+            "recipe",
+            "bake",
+            "lentil",
+            "nutrition",
+            "baking",
+            "pasta",
+            "sauce",
+            "dinner",
+            "lunch",
+            "breakfast",
+            "oven",
+            "chicken",
+            "soup",
+            "kitchen",
+            "ingredient",
+            "grill",
+            "fry",
+            "roast",
+            "garlic",
+            "onion",
+            "steak",
+            "dough",
+            "bread",
+            "meal",
+            "dish",
+            "spice",
+            "simmer",
+            "boil",
+            "flavor",
+            "flavour",
+            "cuisine",
+        ),
         (
             "Start by warming a wide pan over medium heat with a generous splash of olive oil. Add finely "
             "chopped onion and a pinch of salt, and let it soften for about five minutes before the garlic "
@@ -152,9 +183,32 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "python",
-        ("python", "pip", "django", "flask", "fastapi", "pandas", "numpy", "venv", "virtualenv",
-         "decorator", "asyncio", "pytest", "traceback", "exception", "dict", "function", "script",
-         "module", "import", "typeerror", "keyerror", "list comprehension", "generator", "pep"),
+        (
+            "python",
+            "pip",
+            "django",
+            "flask",
+            "fastapi",
+            "pandas",
+            "numpy",
+            "venv",
+            "virtualenv",
+            "decorator",
+            "asyncio",
+            "pytest",
+            "traceback",
+            "exception",
+            "dict",
+            "function",
+            "script",
+            "module",
+            "import",
+            "typeerror",
+            "keyerror",
+            "list comprehension",
+            "generator",
+            "pep",
+        ),
         (
             "In Python, the cleanest way to handle this is usually a small function with a clear input and "
             "output. Put it in its own module, add type hints, and write a couple of pytest cases that cover "
@@ -180,9 +234,28 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "travel",
-        ("travel", "trip", "flight", "hotel", "visa", "itinerary", "passport", "luggage", "vacation",
-         "holiday", "airport", "tourist", "backpack", "destination", "sightseeing", "hostel", "airline",
-         "jet lag", "road trip", "cruise"),
+        (
+            "travel",
+            "trip",
+            "flight",
+            "hotel",
+            "visa",
+            "itinerary",
+            "passport",
+            "luggage",
+            "vacation",
+            "holiday",
+            "airport",
+            "tourist",
+            "backpack",
+            "destination",
+            "sightseeing",
+            "hostel",
+            "airline",
+            "jet lag",
+            "road trip",
+            "cruise",
+        ),
         (
             "For a first visit, plan no more than two or three bases so you aren't spending every other day "
             "in transit. Book flights and the first night's hotel early, but leave some days flexible so "
@@ -201,9 +274,30 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "finance",
-        ("budget", "saving", "savings", "invest", "retirement", "debt", "loan", "credit", "mortgage",
-         "index fund", "stock", "401k", "ira", "emergency fund", "tax", "interest rate", "money",
-         "salary", "pension", "expenses", "portfolio", "etf"),
+        (
+            "budget",
+            "saving",
+            "savings",
+            "invest",
+            "retirement",
+            "debt",
+            "loan",
+            "credit",
+            "mortgage",
+            "index fund",
+            "stock",
+            "401k",
+            "ira",
+            "emergency fund",
+            "tax",
+            "interest rate",
+            "money",
+            "salary",
+            "pension",
+            "expenses",
+            "portfolio",
+            "etf",
+        ),
         (
             "A simple starting budget is the 50/30/20 rule: about half of take-home pay for needs, 30 "
             "percent for wants, and 20 percent for savings and debt repayment. Track your spending for one "
@@ -225,9 +319,29 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "gardening",
-        ("garden", "plant", "soil", "compost", "seedling", "prune", "fertilizer", "fertiliser", "flower",
-         "lawn", "weed", "mulch", "tomato plant", "grow", "greenhouse", "shrub", "bloom", "pot", "sprout",
-         "watering", "houseplant"),
+        (
+            "garden",
+            "plant",
+            "soil",
+            "compost",
+            "seedling",
+            "prune",
+            "fertilizer",
+            "fertiliser",
+            "flower",
+            "lawn",
+            "weed",
+            "mulch",
+            "tomato plant",
+            "grow",
+            "greenhouse",
+            "shrub",
+            "bloom",
+            "pot",
+            "sprout",
+            "watering",
+            "houseplant",
+        ),
         (
             "Most garden problems start with the soil. Work two or three inches of compost into your beds "
             "each spring and cover bare ground with mulch to keep moisture in and weeds down. A simple soil "
@@ -246,9 +360,29 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "astronomy",
-        ("star", "planet", "telescope", "galaxy", "moon", "orbit", "nebula", "comet", "eclipse",
-         "astronom", "universe", "black hole", "meteor", "constellation", "jupiter", "saturn", "mars",
-         "solar system", "light year", "cosmos", "supernova"),
+        (
+            "star",
+            "planet",
+            "telescope",
+            "galaxy",
+            "moon",
+            "orbit",
+            "nebula",
+            "comet",
+            "eclipse",
+            "astronom",
+            "universe",
+            "black hole",
+            "meteor",
+            "constellation",
+            "jupiter",
+            "saturn",
+            "mars",
+            "solar system",
+            "light year",
+            "cosmos",
+            "supernova",
+        ),
         (
             "The best first instrument for stargazing is often a pair of 7x50 or 10x50 binoculars rather "
             "than a telescope. They show the Moon's craters, Jupiter's four largest moons and many star "
@@ -269,9 +403,30 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "fitness",
-        ("workout", "exercise", "running", "runner", "gym", "muscle", "protein", "stretch", "cardio",
-         "lose weight", "weight loss", "fitness", "strength", "marathon", "calorie", "squat", "training",
-         "yoga", "jog", "injury", "healthy", "diet"),
+        (
+            "workout",
+            "exercise",
+            "running",
+            "runner",
+            "gym",
+            "muscle",
+            "protein",
+            "stretch",
+            "cardio",
+            "lose weight",
+            "weight loss",
+            "fitness",
+            "strength",
+            "marathon",
+            "calorie",
+            "squat",
+            "training",
+            "yoga",
+            "jog",
+            "injury",
+            "healthy",
+            "diet",
+        ),
         (
             "For general fitness, aim for about 150 minutes of moderate cardio a week plus two strength "
             "sessions that work all major muscle groups. Start with a level that feels manageable and add a "
@@ -293,9 +448,29 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "history",
-        ("history", "historical", "war", "empire", "ancient", "medieval", "revolution", "century", "roman",
-         "rome", "dynasty", "civilization", "civilisation", "king", "queen", "treaty", "pharaoh", "renaissance",
-         "colonial", "industrial revolution", "napoleon"),
+        (
+            "history",
+            "historical",
+            "war",
+            "empire",
+            "ancient",
+            "medieval",
+            "revolution",
+            "century",
+            "roman",
+            "rome",
+            "dynasty",
+            "civilization",
+            "civilisation",
+            "king",
+            "queen",
+            "treaty",
+            "pharaoh",
+            "renaissance",
+            "colonial",
+            "industrial revolution",
+            "napoleon",
+        ),
         (
             "The fall of the Western Roman Empire in 476 was the end of a long decline rather than a single "
             "event. Economic strain, political instability, pressure on the frontiers and the division of the "
@@ -317,9 +492,27 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "support",
-        ("order", "refund", "delivery", "shipping", "package", "parcel", "tracking", "return",
-         "cancel", "delivered", "invoice", "charged", "damaged", "replacement", "warranty", "receipt",
-         "customer service", "purchase", "subscription"),
+        (
+            "order",
+            "refund",
+            "delivery",
+            "shipping",
+            "package",
+            "parcel",
+            "tracking",
+            "return",
+            "cancel",
+            "delivered",
+            "invoice",
+            "charged",
+            "damaged",
+            "replacement",
+            "warranty",
+            "receipt",
+            "customer service",
+            "purchase",
+            "subscription",
+        ),
         (
             "I'm sorry to hear your order hasn't arrived yet. Tracking updates can lag by up to 48 hours, "
             "so please check the tracking link in your confirmation email first. If the status hasn't changed "
@@ -340,9 +533,28 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "sql",
-        ("sql", "query", "queries", "database", "table", "join", "index", "select", "postgres", "mysql",
-         "sqlite", "schema", "primary key", "foreign key", "group by", "where clause", "column", "row",
-         "transaction", "orm"),
+        (
+            "sql",
+            "query",
+            "queries",
+            "database",
+            "table",
+            "join",
+            "index",
+            "select",
+            "postgres",
+            "mysql",
+            "sqlite",
+            "schema",
+            "primary key",
+            "foreign key",
+            "group by",
+            "where clause",
+            "column",
+            "row",
+            "transaction",
+            "orm",
+        ),
         (
             "To combine rows from two tables, use a JOIN on the column they share, for example `SELECT "
             "o.id, c.name FROM orders o JOIN customers c ON c.id = o.customer_id`. An INNER JOIN keeps only "
@@ -362,8 +574,24 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "climate",
-        ("climate", "carbon", "emission", "warming", "greenhouse", "renewable", "solar panel", "fossil",
-         "sea level", "co2", "net zero", "heatwave", "drought", "wind power", "environment", "pollution"),
+        (
+            "climate",
+            "carbon",
+            "emission",
+            "warming",
+            "greenhouse",
+            "renewable",
+            "solar panel",
+            "fossil",
+            "sea level",
+            "co2",
+            "net zero",
+            "heatwave",
+            "drought",
+            "wind power",
+            "environment",
+            "pollution",
+        ),
         (
             "The planet is warming mainly because burning coal, oil and gas adds carbon dioxide to the "
             "atmosphere, which traps more of the heat radiated by Earth's surface. Global average temperature "
@@ -385,9 +613,29 @@ _TOPICS: tuple[_Topic, ...] = (
     ),
     _Topic(
         "music",
-        ("music", "guitar", "piano", "chord", "song", "melody", "band", "album", "rhythm", "sing",
-         "tempo", "violin", "drum", "musician", "lyrics", "composer", "concert", "ukulele", "jazz",
-         "metronome", "instrument"),
+        (
+            "music",
+            "guitar",
+            "piano",
+            "chord",
+            "song",
+            "melody",
+            "band",
+            "album",
+            "rhythm",
+            "sing",
+            "tempo",
+            "violin",
+            "drum",
+            "musician",
+            "lyrics",
+            "composer",
+            "concert",
+            "ukulele",
+            "jazz",
+            "metronome",
+            "instrument",
+        ),
         (
             "When you start learning guitar, focus on a handful of open chords such as G, C, D, E minor and "
             "A minor. Practice switching between two chords slowly until the change is clean, then add a "
@@ -564,7 +812,9 @@ def _overlap(prompt_words: set[str], paragraph: str) -> int:
     return len(prompt_words & {w.lower()[:5] for w in re.findall(r"[A-Za-z]+", paragraph)})
 
 
-def _topic_answer(rng: random.Random, topic: _Topic | None, prompt: str, scale: float, *, on_topic: bool = True) -> tuple[str, str]:
+def _topic_answer(
+    rng: random.Random, topic: _Topic | None, prompt: str, scale: float, *, on_topic: bool = True
+) -> tuple[str, str]:
     """An answer from `topic`'s bank; `on_topic` False for a deliberately off-topic answer,
     which then neither leads with the prompt's subject nor picks the paragraphs closest to it."""
     if topic is None:
@@ -659,8 +909,15 @@ def _plan_choice(
 
 
 class _ApiError(Exception):
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
@@ -677,19 +934,21 @@ def _error_body(message: str, type_: str, param: str | None = None, code: str | 
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
-def _error_response(status: int, message: str, type_: str = "invalid_request_error",
-                    param: str | None = None, code: str | None = None) -> web.Response:
-    return web.Response(status=status, body=_error_body(message, type_, param, code),
-                        content_type="application/json")
+def _error_response(
+    status: int, message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> web.Response:
+    return web.Response(status=status, body=_error_body(message, type_, param, code), content_type="application/json")
 
 
 def _status_error(status: int) -> web.Response:
     if status == 429:
-        return _error_response(429, "Rate limit reached for requests. Please try again later.",
-                               "requests", code="rate_limit_exceeded")
+        return _error_response(
+            429, "Rate limit reached for requests. Please try again later.", "requests", code="rate_limit_exceeded"
+        )
     if status >= 500:
-        return _error_response(status, "The server had an error while processing your request. "
-                               "Sorry about that!", "server_error")
+        return _error_response(
+            status, "The server had an error while processing your request. Sorry about that!", "server_error"
+        )
     return _error_response(status, f"Simulated error (status {status}).", "invalid_request_error")
 
 
@@ -746,8 +1005,14 @@ _PROFILE_REQ_KEY: Any = (
 
 # These fields shape the answer; the rest of the profile only changes timing
 # and labels, so a latency change alone must not change seeded answers.
-_BEHAVIOUR_FIELDS = ("answer_length_scale", "refusal_rate", "invalid_json_rate", "off_topic_rate",
-                     "error_rate", "truncation_rate")
+_BEHAVIOUR_FIELDS = (
+    "answer_length_scale",
+    "refusal_rate",
+    "invalid_json_rate",
+    "off_topic_rate",
+    "error_rate",
+    "truncation_rate",
+)
 # Transport-only request fields: a streamed request must get the same answer
 # as the same request without streaming.
 _TRANSPORT_FIELDS = ("stream", "stream_options")
@@ -830,12 +1095,20 @@ def _opt_int(body: dict[str, Any], *names: str, minimum: int = 1, maximum: int |
         value = body.get(name)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (
-            maximum is not None and value > maximum
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < minimum
+            or (maximum is not None and value > maximum)
         ):
-            raise _ApiError(400, f"Invalid value for '{name}': expected an integer >= {minimum}"
-                            + (f" and <= {maximum}" if maximum is not None else "") + ".", param=name,
-                            code="invalid_value")
+            raise _ApiError(
+                400,
+                f"Invalid value for '{name}': expected an integer >= {minimum}"
+                + (f" and <= {maximum}" if maximum is not None else "")
+                + ".",
+                param=name,
+                code="invalid_value",
+            )
         return value
     return None
 
@@ -865,8 +1138,11 @@ def _include_usage(ctx: _Ctx) -> bool:
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 async def _json_response(ctx: _Ctx, payload: dict[str, Any]) -> web.StreamResponse:
@@ -957,8 +1233,9 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     model = ctx.profile.served_model or model
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise _ApiError(400, "Missing required parameter: 'messages'.", param="messages",
-                        code="missing_required_parameter")
+        raise _ApiError(
+            400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+        )
     max_tokens = _opt_int(body, "max_completion_tokens", "max_tokens")
     n = _opt_int(body, "n", maximum=128) or 1
     fmt = body.get("response_format")
@@ -971,13 +1248,20 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     prompt_tokens = sum(_count_tokens(t) for t in texts)
 
     stop = _stop_list(body)
-    choices = [_plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens,
-                            stop=stop) for _ in range(n)]
+    choices = [
+        _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
+        for _ in range(n)
+    ]
     completion_tokens = sum(len(c.chunks) for c in choices)
     ident = "chatcmpl-" + ctx.ident
     fingerprint = "fp_sim_" + hashlib.blake2b(ctx.profile.name.encode(), digest_size=5).hexdigest()
-    head = {"id": ident, "object": "chat.completion.chunk", "created": ctx.created, "model": model,
-            "system_fingerprint": fingerprint}
+    head = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": ctx.created,
+        "model": model,
+        "system_fingerprint": fingerprint,
+    }
 
     if body.get("stream") is True:
         sse = _Sse(ctx)
@@ -987,9 +1271,16 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
         # The role chunk waits for TTFT too, like the real API, so a proxy that
         # times the first chunk and one that times the first content agree.
         await ctx.sleep(ctx.ttft_ms())
-        await sse.data({**head, "choices": [
-            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            for i in range(n)], **extra})
+        await sse.data(
+            {
+                **head,
+                "choices": [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                    for i in range(n)
+                ],
+                **extra,
+            }
+        )
         if sse.cut_at(sent_all=False):
             return await sse.done()
         first = True
@@ -997,26 +1288,45 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
             if not first:
                 await ctx.sleep(ctx.itl_ms())
             first = False
-            ok = await sse.content({**head, "choices": [
-                {"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}], **extra})
+            ok = await sse.content(
+                {
+                    **head,
+                    "choices": [{"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}],
+                    **extra,
+                }
+            )
             if not ok:
                 return await sse.done()
         if sse.cut_at(sent_all=True):
             return await sse.done()
-        await sse.data({**head, "choices": [
-            {"index": i, "delta": {}, "logprobs": None, "finish_reason": c.finish_reason}
-            for i, c in enumerate(choices)], **extra})
+        await sse.data(
+            {
+                **head,
+                "choices": [
+                    {"index": i, "delta": {}, "logprobs": None, "finish_reason": c.finish_reason}
+                    for i, c in enumerate(choices)
+                ],
+                **extra,
+            }
+        )
         if include_usage:
             await sse.data({**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
         return await sse.done()
 
     await ctx.generation_delay(max((len(c.chunks) for c in choices), default=0))
     payload: dict[str, Any] = {
-        "id": ident, "object": "chat.completion", "created": ctx.created, "model": model,
+        "id": ident,
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": model,
         "system_fingerprint": fingerprint,
         "choices": [
-            {"index": i, "message": {"role": "assistant", "content": c.text, "refusal": None},
-             "logprobs": None, "finish_reason": c.finish_reason}
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+            }
             for i, c in enumerate(choices)
         ],
     }
@@ -1037,13 +1347,20 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
     elif isinstance(raw_prompt, list) and all(isinstance(p, int) for p in raw_prompt):
         prompts = [" ".join(map(str, raw_prompt))]
     else:
-        raise _ApiError(400, "Invalid type for 'prompt': expected a string or an array of strings.",
-                        param="prompt", code="invalid_type")
+        raise _ApiError(
+            400,
+            "Invalid type for 'prompt': expected a string or an array of strings.",
+            param="prompt",
+            code="invalid_type",
+        )
     max_tokens = _opt_int(body, "max_tokens")
     n = _opt_int(body, "n", maximum=128) or 1
     stop = _stop_list(body)
-    choices = [_plan_choice(ctx.rng, ctx.profile, _pick_topic(p), p, json_mode=False, max_tokens=max_tokens,
-                            stop=stop) for p in prompts for _ in range(n)]
+    choices = [
+        _plan_choice(ctx.rng, ctx.profile, _pick_topic(p), p, json_mode=False, max_tokens=max_tokens, stop=stop)
+        for p in prompts
+        for _ in range(n)
+    ]
     prompt_tokens = sum(_count_tokens(p) for p in prompts)
     completion_tokens = sum(len(c.chunks) for c in choices)
     ident = "cmpl-" + ctx.ident
@@ -1062,15 +1379,21 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
             if not first:
                 await ctx.sleep(ctx.itl_ms())
             first = False
-            ok = await sse.content({**head, "choices": [
-                {"text": chunk, "index": index, "logprobs": None, "finish_reason": None}], **extra})
+            ok = await sse.content(
+                {**head, "choices": [{"text": chunk, "index": index, "logprobs": None, "finish_reason": None}], **extra}
+            )
             if not ok:
                 return await sse.done()
         if sse.cut_at(sent_all=True):
             return await sse.done()
         for i, c in enumerate(choices):
-            await sse.data({**head, "choices": [
-                {"text": "", "index": i, "logprobs": None, "finish_reason": c.finish_reason}], **extra})
+            await sse.data(
+                {
+                    **head,
+                    "choices": [{"text": "", "index": i, "logprobs": None, "finish_reason": c.finish_reason}],
+                    **extra,
+                }
+            )
         if include_usage:
             await sse.data({**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
         return await sse.done()
@@ -1078,8 +1401,10 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
     await ctx.generation_delay(max((len(c.chunks) for c in choices), default=0))
     payload: dict[str, Any] = {
         **head,
-        "choices": [{"text": c.text, "index": i, "logprobs": None, "finish_reason": c.finish_reason}
-                    for i, c in enumerate(choices)],
+        "choices": [
+            {"text": c.text, "index": i, "logprobs": None, "finish_reason": c.finish_reason}
+            for i, c in enumerate(choices)
+        ],
     }
     if ctx.usage_allowed():
         payload["usage"] = _usage(prompt_tokens, completion_tokens)
@@ -1116,9 +1441,14 @@ async def _embeddings(ctx: _Ctx) -> web.StreamResponse:
     elif isinstance(raw, list) and raw and all(isinstance(x, list) for x in raw):
         inputs = [(" ".join(map(str, x)), len(x)) for x in raw]
     else:
-        raise _ApiError(400, "Missing required parameter: 'input'." if raw is None else
-                        "Invalid type for 'input': expected a string or an array of strings.",
-                        param="input", code="missing_required_parameter" if raw is None else "invalid_type")
+        raise _ApiError(
+            400,
+            "Missing required parameter: 'input'."
+            if raw is None
+            else "Invalid type for 'input': expected a string or an array of strings.",
+            param="input",
+            code="missing_required_parameter" if raw is None else "invalid_type",
+        )
     dim = _opt_int(body, "dimensions", maximum=_MAX_EMBED_DIM) or 8
     b64 = body.get("encoding_format") == "base64"
     data = []
@@ -1151,8 +1481,7 @@ def _responses_prompt(body: dict[str, Any]) -> tuple[_Topic | None, str, int]:
                 all_texts.append(item)
                 user_texts.append(item)
     else:
-        raise _ApiError(400, "Missing required parameter: 'input'.", param="input",
-                        code="missing_required_parameter")
+        raise _ApiError(400, "Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
     prompt = user_texts[-1] if user_texts else " ".join(all_texts)
     topic = _pick_topic(prompt) or _pick_topic(" ".join(all_texts))
     tokens = _count_tokens(instructions) + sum(_count_tokens(t) for t in all_texts)
@@ -1174,20 +1503,30 @@ async def _responses(ctx: _Ctx) -> web.StreamResponse:
 
     def response(status: str, output: list[dict[str, Any]], usage: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": resp_id, "object": "response", "created_at": ctx.created, "status": status,
+            "id": resp_id,
+            "object": "response",
+            "created_at": ctx.created,
+            "status": status,
             "error": None,
             "incomplete_details": None if status != "incomplete" else {"reason": "max_output_tokens"},
-            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
-            "model": model, "output": output, "parallel_tool_calls": True,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": model,
+            "output": output,
+            "parallel_tool_calls": True,
             "previous_response_id": body.get("previous_response_id"),
-            "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
-            "tool_choice": "auto", "tools": [],
+            "temperature": body.get("temperature", 1.0),
+            "top_p": body.get("top_p", 1.0),
+            "tool_choice": "auto",
+            "tools": [],
             "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}},
         }
         if usage and ctx.usage_allowed():
             out["usage"] = {
-                "input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": len(choice.chunks), "output_tokens_details": {"reasoning_tokens": 0},
+                "input_tokens": input_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": len(choice.chunks),
+                "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": input_tokens + len(choice.chunks),
             }
         elif not usage:
@@ -1214,8 +1553,9 @@ async def _responses(ctx: _Ctx) -> web.StreamResponse:
         await emit("response.in_progress", {"response": response("in_progress", [], usage=False)})
         await ctx.sleep(ctx.ttft_ms())
         loc = {"item_id": msg_id, "output_index": 0, "content_index": 0}
-        await emit("response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress",
-                                                                              "content": []}})
+        await emit(
+            "response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}}
+        )
         await emit("response.content_part.added", {**loc, "part": {**part, "text": ""}})
         if sse.cut_at(sent_all=False):
             return await sse.done()
@@ -1248,8 +1588,7 @@ async def _list_models(request: web.Request) -> web.Response:
 
 async def _get_model(request: web.Request) -> web.Response:
     # Any model name works on requests, so every name "exists".
-    return web.Response(body=orjson.dumps(_model_entry(request.match_info["model"])),
-                        content_type="application/json")
+    return web.Response(body=orjson.dumps(_model_entry(request.match_info["model"])), content_type="application/json")
 
 
 async def _fault_prelude(request: web.Request) -> tuple[_Faults, web.Response | None]:
@@ -1367,9 +1706,12 @@ class SimulatorHandle:
         await self.close()
 
 
-async def start_simulator(host: str = "127.0.0.1", port: int = 0,
-                          profile: SimProfile | Callable[[], SimProfile] = SimProfile(),
-                          seed: int | None = None) -> SimulatorHandle:
+async def start_simulator(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    profile: SimProfile | Callable[[], SimProfile] = SimProfile(),
+    seed: int | None = None,
+) -> SimulatorHandle:
     """Serve the simulator on the running loop; port 0 picks a free port."""
     app = create_app(profile, seed=seed)
     # A short shutdown timeout keeps test teardown fast when a client still
@@ -1394,13 +1736,19 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
     import sys
 
     out = out or sys.stdout
-    handle = await start_simulator(args.host, args.port, _profile_from_args(args.profile, args.latency_scale, getattr(args, "served_model", None)),
-                                   seed=args.seed)
+    handle = await start_simulator(
+        args.host,
+        args.port,
+        _profile_from_args(args.profile, args.latency_scale, getattr(args, "served_model", None)),
+        seed=args.seed,
+    )
     from llmwatch.agent.signals import wait_for_signal
 
     # `url=` as in the start-up log line, so one pattern finds the address in either.
-    out.write(f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
-              f"profile {handle.profile.name}; Ctrl-C to stop\n")
+    out.write(
+        f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
+        f"profile {handle.profile.name}; Ctrl-C to stop\n"
+    )
     out.flush()
     try:
         await wait_for_signal()
@@ -1422,15 +1770,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     from llmwatch.agent.apps.simulator.options import add_arguments
     from llmwatch.core.logs import configure_logging
 
-    parser = argparse.ArgumentParser(prog="python -m llmwatch.agent.apps.simulator",
-                                     description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)")
+    parser = argparse.ArgumentParser(
+        prog="python -m llmwatch.agent.apps.simulator",
+        description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     configure_logging("info")
     try:
         run(args)
     except OSError as exc:
-        raise SystemExit(f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}") from None
+        raise SystemExit(
+            f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}"
+        ) from None
 
 
 if __name__ == "__main__":

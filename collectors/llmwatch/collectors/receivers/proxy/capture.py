@@ -17,7 +17,13 @@ from typing import Any
 import orjson
 
 from llmwatch.core.records import Sample, Usage
-from llmwatch.core.wire import OPERATIONS, approx_tokens, extract_answer_text, extract_prompt_text, response_finish_reason
+from llmwatch.core.wire import (
+    OPERATIONS,
+    approx_tokens,
+    extract_answer_text,
+    extract_prompt_text,
+    response_finish_reason,
+)
 
 
 @dataclass(slots=True)
@@ -157,7 +163,7 @@ class _StreamAssembler:
         self.done = False
         self.text_parts: list[str] = []
 
-    def feed(self, event_name: str | None, data: bytes) -> bool:
+    def feed(self, event_name: str | None, data: bytes) -> bool:  # noqa: C901
         """Consume one event; True when it carried the first kind of content we time TTFT by."""
         if data == b"[DONE]":
             self.done = True
@@ -206,7 +212,9 @@ class _StreamAssembler:
     def _merge_tool_call(calls: dict[int, dict[str, Any]], call: Any) -> None:
         if not isinstance(call, dict):
             return
-        slot = calls.setdefault(int(call.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}})
+        slot = calls.setdefault(
+            int(call.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}}
+        )
         if call.get("id"):
             slot["id"] = call["id"]
         fn = call.get("function") or {}
@@ -241,7 +249,13 @@ class _StreamAssembler:
                 "object": "response",
                 "model": self.meta.get("model"),
                 "status": "incomplete",
-                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "".join(self.text_parts)}]}],
+                "output": [
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": "".join(self.text_parts)}],
+                    }
+                ],
             }
         chat = self.operation == "chat"
         choices = []
@@ -257,7 +271,11 @@ class _StreamAssembler:
             else:
                 entry["text"] = text
             choices.append(entry)
-        out: dict[str, Any] = {**self.meta, "object": "chat.completion" if chat else "text_completion", "choices": choices}
+        out: dict[str, Any] = {
+            **self.meta,
+            "object": "chat.completion" if chat else "text_completion",
+            "choices": choices,
+        }
         if self.usage is not None:
             out["usage"] = self.usage
         return out
@@ -276,7 +294,9 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
 _USAGE_TAIL_EVENTS = 4
 
 
-def _sse_metrics_only(body: bytes, operation: str, ex: Exchange) -> tuple[float | None, dict[str, Any], int | None, int] | None:
+def _sse_metrics_only(  # noqa: C901
+    body: bytes, operation: str, ex: Exchange
+) -> tuple[float | None, dict[str, Any], int | None, int] | None:
     """What metrics need of a chat/completions stream, without assembling the answer.
 
     Parses events from the start only up to the first content event (TTFT, response model) and
@@ -339,10 +359,15 @@ def _sse_metrics_only(body: bytes, operation: str, ex: Exchange) -> tuple[float 
             ttft_s = t - ex.t0
             break
     # The first events already carried the fingerprint where the server sends one: no extra parsing.
-    return ttft_s, {"model": assembler.meta["model"], "system_fingerprint": assembler.meta.get("system_fingerprint")}, input_tokens, output_tokens
+    return (
+        ttft_s,
+        {"model": assembler.meta["model"], "system_fingerprint": assembler.meta.get("system_fingerprint")},
+        input_tokens,
+        output_tokens,
+    )
 
 
-def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:
+def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
     """The facts of one call. With `assemble=False` (the proxy, for a call no consumer needs the
     bodies of) a stream's answer is not assembled: the facts carry the same metric figures, but
     `response` holds only the model and `finish_reason` is None, and `assembled` says so;
@@ -455,7 +480,9 @@ def _raw_preview(body: bytes | None) -> Any:
     return body[:4096].decode("utf-8", "replace")
 
 
-def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str) -> Sample:
+def to_sample(
+    ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str
+) -> Sample:
     if not facts.assembled:
         facts = analyze(ex)  # in the pipeline thread: the proxy only read what metrics need
     return Sample.model_construct(
@@ -473,7 +500,9 @@ def to_sample(ex: Exchange, facts: CallFacts, *, model_version: str | None, cost
         latency_ms=round(facts.duration_s * 1000.0, 3),
         ttft_ms=None if facts.ttft_s is None else round(facts.ttft_s * 1000.0, 3),
         stream=facts.stream,
-        usage=Usage(input_tokens=facts.input_tokens, output_tokens=facts.output_tokens, estimated=facts.tokens_estimated),
+        usage=Usage(
+            input_tokens=facts.input_tokens, output_tokens=facts.output_tokens, estimated=facts.tokens_estimated
+        ),
         finish_reason=facts.finish_reason,
         cost_usd=cost_usd,
         request=facts.request,

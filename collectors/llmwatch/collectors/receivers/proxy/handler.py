@@ -36,18 +36,29 @@ from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 from yarl import URL
 
-from llmwatch.core.config import Config
-from llmwatch.core.urls import mask_url, split_userinfo
-from llmwatch.core.metrics import Metrics
 from llmwatch.collectors.intake import Captured, Intake
-from llmwatch.core.pricing import PriceTable
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
+from llmwatch.core.config import Config
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.pricing import PriceTable
+from llmwatch.core.urls import mask_url, split_userinfo
 
 log = structlog.get_logger(__name__)
 
 # RFC 9110 §7.6.1: connection-specific; each hop sets its own.
 HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
 )
 _UPSTREAM_REQUEST_ID = "x-request-id"
 # Headers aiohttp's StreamResponse adds when they are missing; a relayed response gets none of
@@ -106,7 +117,9 @@ class _HeadDeadlineHandler(RequestHandler):
     handled never start it, and an idle keep-alive connection is left to keepalive_timeout.
     """
 
-    def __init__(self, manager: web.Server, *, header_timeout_s: float, on_timeout: Callable[[], None], **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, *, header_timeout_s: float, on_timeout: Callable[[], None], **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._head_timeout_s = header_timeout_s
         self._head_on_timeout = on_timeout
@@ -151,11 +164,19 @@ class _ProxyServer(web.Server):
     on_header_timeout: Callable[[], None] = staticmethod(lambda: None)
 
     def __call__(self) -> RequestHandler:
-        return _HeadDeadlineHandler(self, loop=self._loop, header_timeout_s=self.header_timeout_s, on_timeout=self.on_header_timeout, **self._kwargs)
+        return _HeadDeadlineHandler(
+            self,
+            loop=self._loop,
+            header_timeout_s=self.header_timeout_s,
+            on_timeout=self.on_header_timeout,
+            **self._kwargs,
+        )
 
 
 class _ProxyRunner(web.AppRunner):
-    def __init__(self, app: web.Application, *, header_timeout_s: float, on_header_timeout: Callable[[], None], **kwargs: Any) -> None:
+    def __init__(
+        self, app: web.Application, *, header_timeout_s: float, on_header_timeout: Callable[[], None], **kwargs: Any
+    ) -> None:
         super().__init__(app, **kwargs)
         self._header_timeout_s = header_timeout_s
         self._on_header_timeout = on_header_timeout
@@ -209,13 +230,17 @@ class Proxy:
         self._version_header = cfg.model_version.header.lower()
         self._rid_header = cfg.sampling.request_id_header.lower()
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
-        self._wanted_headers = frozenset({"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID})
+        self._wanted_headers = frozenset(
+            {"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID}
+        )
         # What the relay core (collectors/llmwatch/collectors/receivers/proxy/relay.py) reads of this proxy's settings.
         self.wanted_headers = self._wanted_headers
         self.capture_routes = self._routes
         self.upstream_authorization = self._upstream_auth
         # The request headers `relay_exchange` reads (lower case).
-        self.exchange_headers = frozenset({self._rid_header, "content-encoding", *(h for h, _ in self._metadata_headers)})
+        self.exchange_headers = frozenset(
+            {self._rid_header, "content-encoding", *(h for h, _ in self._metadata_headers)}
+        )
         self.relay: Any = None
         self._warned_unpriced: set[str] = set()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -231,7 +256,9 @@ class Proxy:
         p = self.cfg.proxy
         if p.engine == "relay":
             return  # the relay core keeps its own upstream connections (relay_server)
-        connector = aiohttp.TCPConnector(limit=p.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(
+            limit=p.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
+        )
         self.session = aiohttp.ClientSession(
             connector=connector,
             # Relay compressed bodies as they are; the analysis decompresses its own copy.
@@ -240,7 +267,9 @@ class Proxy:
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             # Never keep one client's cookies for the next.
             cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(total=None, connect=p.connect_timeout_s, sock_connect=p.connect_timeout_s, sock_read=p.read_timeout_s),
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=p.connect_timeout_s, sock_connect=p.connect_timeout_s, sock_read=p.read_timeout_s
+            ),
             trust_env=False,
             # aiohttp's 8,190-byte default turns upstream answers with long headers into 502.
             max_line_size=p.max_header_bytes,
@@ -263,7 +292,9 @@ class Proxy:
 
     # --- what the relay core calls: the same exchange, failures and finish as `handle` ------------
 
-    def relay_exchange(self, method: str, route: str, headers: dict[str, str], t0: float, started_at: float) -> Exchange:
+    def relay_exchange(
+        self, method: str, route: str, headers: dict[str, str], t0: float, started_at: float
+    ) -> Exchange:
         """The Exchange of a captured call, from its request head (`headers`: lower-case name -> first value)."""
         client_id = headers.get(self._rid_header)
         ex = Exchange(
@@ -285,7 +316,9 @@ class Proxy:
     def relay_error_body(self, message: str) -> bytes:
         return error_body("invalid_request_error", message)
 
-    def relay_gateway_error(self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None) -> tuple[int, bytes]:
+    def relay_gateway_error(
+        self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None
+    ) -> tuple[int, bytes]:
         """Status and body of a 502/504 in fixed words (both cores); counted, and logged as `logged` or `what`."""
         shown = self.shown_upstream
         if timeout:
@@ -386,14 +419,16 @@ class Proxy:
         ex.request_body = bytes(buf)
         return ex.request_body
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         t0 = perf_counter()
         started_at = time.time()
         raw_target = request.raw_path
         if not raw_target.startswith("/"):
             # Absolute-form (`GET http://other/ HTTP/1.1`) or `OPTIONS *`: a reverse proxy only
             # ever sends to its one upstream, so only a path can be forwarded.
-            return self._bad_request("llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL")
+            return self._bad_request(
+                "llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"
+            )
         url = URL(self._upstream_prefix + raw_target, encoded=True)
         if url.host != self.upstream.host or url.port != self.upstream.port:
             return self._bad_request("llmwatch proxy: the request target must be a path such as /v1/chat/completions")
@@ -422,11 +457,15 @@ class Proxy:
         data = await self._request_body(request, ex)
         resp: web.StreamResponse | None = None
         try:
-            async with self.session.request(request.method, url, headers=headers, data=data, allow_redirects=False) as up:
+            async with self.session.request(
+                request.method, url, headers=headers, data=data, allow_redirects=False
+            ) as up:
                 # A body of known length goes out with the head in one write (one syscall, one
                 # packet, as web.Response does) instead of two; a chunked or event stream's head
                 # still leaves at once, so the client sees the status before the first event.
-                resp = (_HeadWithBody if up.content_length is not None else web.StreamResponse)(status=up.status, reason=up.reason)
+                resp = (_HeadWithBody if up.content_length is not None else web.StreamResponse)(
+                    status=up.status, reason=up.reason
+                )
                 out_headers = resp.headers
                 present: set[str] = set()
                 for raw_name, raw_value in up.raw_headers:
@@ -440,7 +479,9 @@ class Proxy:
                 if ex is not None:
                     ex.status = up.status
                     upstream_headers = up.headers
-                    ex.response_headers = {k: upstream_headers[k] for k in self._wanted_headers if k in upstream_headers}
+                    ex.response_headers = {
+                        k: upstream_headers[k] for k in self._wanted_headers if k in upstream_headers
+                    }
                 await resp.prepare(request)
                 if ex is None:
                     # readany() directly: iter_any() wraps each read in one more coroutine.
@@ -450,7 +491,12 @@ class Proxy:
                 else:
                     await self._relay_captured(up, resp, ex)
                 await resp.write_eof()
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, asyncio.TimeoutError) as exc:
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            asyncio.TimeoutError,
+        ) as exc:
             if resp is None or not resp.prepared:
                 return self._gateway_error(request, ex, exc)
             # Headers already went out: the honest thing is to break the client's stream too,
@@ -502,15 +548,21 @@ class Proxy:
             ex.error_type = error_type
 
     def _bad_request(self, message: str) -> web.Response:
-        return web.Response(status=400, body=error_body("invalid_request_error", message), content_type="application/json")
+        return web.Response(
+            status=400, body=error_body("invalid_request_error", message), content_type="application/json"
+        )
 
     def _gateway_error(self, request: web.Request, ex: Exchange | None, exc: BaseException) -> web.Response:
         # Fixed words only: an exception's text can quote the upstream's header bytes.
         timeout = isinstance(exc, asyncio.TimeoutError)
-        status, body = self.relay_gateway_error(ex, timeout=timeout, what="" if timeout else _what_failed(exc), path=request.path, logged=type(exc).__name__)
+        status, body = self.relay_gateway_error(
+            ex, timeout=timeout, what="" if timeout else _what_failed(exc), path=request.path, logged=type(exc).__name__
+        )
         return web.Response(status=status, body=body, content_type="application/json")
 
-    def _captured(self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str) -> Captured:
+    def _captured(
+        self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str
+    ) -> Captured:
         if client_id:
             # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
             ex.client_request_id = client_id
@@ -538,13 +590,17 @@ class Proxy:
             # A model the upstream answered for is real: it keeps its label past the cap.
             confirmed = facts.response_model is not None and facts.status < 400
             model_label = m.model_label.confirm(facts.model) if confirmed else m.model_label(facts.model)
-            version = self.intake.model_version(ex.response_headers.get(self._version_header), facts.response_model, facts.model)
+            version = self.intake.model_version(
+                ex.response_headers.get(self._version_header), facts.response_model, facts.model
+            )
             version_label = m.version_label(version)
             if confirmed:
                 self.intake.served(facts.model, version, facts.response_model, facts.system_fingerprint)
             op = facts.operation
             child = self._child
-            child(m.operation_duration, (op, model_label, version_label, facts.error_type or "")).observe(facts.duration_s)
+            child(m.operation_duration, (op, model_label, version_label, facts.error_type or "")).observe(
+                facts.duration_s
+            )
             if facts.ttft_s is not None:
                 child(m.time_to_first_token, (op, model_label, version_label)).observe(facts.ttft_s)
             if facts.input_tokens is not None:
@@ -558,7 +614,9 @@ class Proxy:
                     m.unpriced.labels(model_label).inc()
                     if facts.model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
                         self._warned_unpriced.add(facts.model)
-                        log.warning("model_not_priced", model=facts.model, fix="add it under metrics.pricing in the config")
+                        log.warning(
+                            "model_not_priced", model=facts.model, fix="add it under metrics.pricing in the config"
+                        )
                 else:
                     child(m.cost, (op, model_label, version_label)).inc(cost)
             for note in facts.notes:

@@ -46,12 +46,24 @@ from urllib.parse import unquote
 
 import httptools
 import structlog
+
 from llmwatch.collectors.receivers.proxy.capture import Exchange
 
 log = structlog.get_logger(__name__)
 
 _HOP_BY_HOP = frozenset(
-    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection", b"te", b"trailer", b"trailers", b"transfer-encoding", b"upgrade"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
 )
 _MAX_CLIENT_ID = 128
 # aiohttp's server default: an idle keep-alive client connection is closed after this long.
@@ -67,7 +79,9 @@ _REASONS = {400: b"Bad Request", 404: b"Not Found", 502: b"Bad Gateway", 504: b"
 # What went wrong with the upstream, in the fixed words of 502 bodies (never its bytes).
 UNREACHABLE = "is unreachable: the connection could not be made"
 CLOSED = "closed the connection without a complete response"
-INVALID = "sent a response that is not valid HTTP or exceeds the header limits (proxy.max_header_bytes, proxy.max_headers)"
+INVALID = (
+    "sent a response that is not valid HTTP or exceeds the header limits (proxy.max_header_bytes, proxy.max_headers)"
+)
 
 
 class _LimitExceeded(Exception):
@@ -78,8 +92,25 @@ class _Call:
     """One request on a client connection, from its complete head to the last byte of its response."""
 
     __slots__ = (
-        "client", "head", "is_head", "chunked", "body_done", "pending", "pending_size", "up", "ex", "req_buf",
-        "keep_alive", "http10", "local", "connecting", "wait_timer", "started", "finished", "path", "sent_head",
+        "client",
+        "head",
+        "is_head",
+        "chunked",
+        "body_done",
+        "pending",
+        "pending_size",
+        "up",
+        "ex",
+        "req_buf",
+        "keep_alive",
+        "http10",
+        "local",
+        "connecting",
+        "wait_timer",
+        "started",
+        "finished",
+        "path",
+        "sent_head",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -289,7 +320,7 @@ class _Upstream(asyncio.Protocol):
         if not self.interim:
             self.complete = True
 
-    def _respond(self, call: _Call, rest: bytes) -> None:
+    def _respond(self, call: _Call, rest: bytes) -> None:  # noqa: C901
         ex = call.ex
         wanted = self.pool.wanted if ex is not None else None
         captured: dict[str, str] = {}
@@ -565,7 +596,13 @@ class _Pool:
     async def _open(self, call: _Call) -> None:
         try:
             _, up = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _Upstream(self), self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None),
+                self.loop.create_connection(
+                    lambda: _Upstream(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                ),
                 self.connect_timeout,
             )
         except asyncio.CancelledError:
@@ -735,7 +772,10 @@ class _Client(asyncio.Protocol):
                 # A fault of the relay's own, not of the request: say so, and still answer.
                 self.proxy.metrics.internal_errors.labels(stage="relay").inc()
                 log.error("relay_internal_error", error=type(cause).__name__)
-            self._reject(400, "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers")
+            self._reject(
+                400,
+                "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers",
+            )
             return
         finally:
             self.feeding = False
@@ -910,7 +950,10 @@ class _Client(asyncio.Protocol):
         if call is None or call.sent_head or call.finished:
             if call is None:
                 body = self.proxy.relay_error_body(message)
-                transport.write(b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b" % (status, _REASONS[status], len(body), body))
+                transport.write(
+                    b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+                    % (status, _REASONS[status], len(body), body)
+                )
             transport.close()
             return
         # Mid-request (a broken chunked upload): the call cannot complete; end the connection.
@@ -962,7 +1005,9 @@ class RelayServer:
         self.max_head = p.max_header_bytes * (p.max_headers + 1)
         self.header_timeout_s = p.header_timeout_s
         self.shutdown_timeout_s = p.shutdown_timeout_s
-        self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(error_type="client_header_timeout").inc
+        self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(
+            error_type="client_header_timeout"
+        ).inc
         self.clients: set[_Client] = set()
         self.server: asyncio.AbstractServer | None = None
         self.closing = False
@@ -971,7 +1016,11 @@ class RelayServer:
         url = proxy.upstream
         self.prefix = url.raw_path.rstrip("/").encode("latin-1")
         self.host_header = b"Host: " + url.host_port_subcomponent.encode("latin-1") + b"\r\n"
-        self.auth = (b"Authorization: " + proxy.upstream_authorization.encode("latin-1") + b"\r\n") if proxy.upstream_authorization else None
+        self.auth = (
+            (b"Authorization: " + proxy.upstream_authorization.encode("latin-1") + b"\r\n")
+            if proxy.upstream_authorization
+            else None
+        )
         self.preserve_host = p.preserve_host
         self.routes = proxy.capture_routes
         self.read_headers = frozenset(h.encode("latin-1") for h in proxy.exchange_headers)
@@ -986,11 +1035,16 @@ class RelayServer:
         # Idle keep-alive clients are closed by one periodic sweep, not a timer per request.
         cutoff = self.loop.time() - _CLIENT_KEEPALIVE_S
         for client in list(self.clients):
-            if client.current is None and not client.in_head and client.idle_since < cutoff and client.transport is not None:
+            if (
+                client.current is None
+                and not client.in_head
+                and client.idle_since < cutoff
+                and client.transport is not None
+            ):
                 client.transport.close()
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
 
-    def new_call(self, client: _Client, parser: Any, target: bytes, headers: list[tuple[bytes, bytes]]) -> _Call:
+    def new_call(self, client: _Client, parser: Any, target: bytes, headers: list[tuple[bytes, bytes]]) -> _Call:  # noqa: C901
         t0 = perf_counter()
         started_at = time.time()
         call = _Call(client)
@@ -1003,9 +1057,19 @@ class RelayServer:
             # Absolute-form (`GET http://other/ HTTP/1.1`) or asterisk-form: a reverse proxy only
             # ever sends to its one upstream, so only a path can be forwarded.
             if target == b"*":
-                call.local = (404 if method == b"OPTIONS" else 400, proxy.relay_error_body("llmwatch proxy: the request target must be a path such as /v1/chat/completions"))
+                call.local = (
+                    404 if method == b"OPTIONS" else 400,
+                    proxy.relay_error_body(
+                        "llmwatch proxy: the request target must be a path such as /v1/chat/completions"
+                    ),
+                )
             else:
-                call.local = (400, proxy.relay_error_body("llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"))
+                call.local = (
+                    400,
+                    proxy.relay_error_body(
+                        "llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"
+                    ),
+                )
             call.body_done = False
             return call
         raw_path = target.split(b"?", 1)[0]

@@ -58,8 +58,12 @@ class UpstreamProbe:
             _, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             if self.reachable is not False:
-                log.warning("upstream_unreachable", upstream=self.shown, error=describe_connect_error(self.host, self.port, exc),
-                            note="the proxy keeps forwarding; clients get a 502 naming the upstream until it answers")
+                log.warning(
+                    "upstream_unreachable",
+                    upstream=self.shown,
+                    error=describe_connect_error(self.host, self.port, exc),
+                    note="the proxy keeps forwarding; clients get a 502 naming the upstream until it answers",
+                )
             self.reachable = False
             return False
         writer.close()
