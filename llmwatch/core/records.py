@@ -102,7 +102,7 @@ class Sample(BaseModel):
 
     def to_json(self) -> bytes:
         # pydantic's own JSON writer: the same bytes as orjson over model_dump(mode="json")
-        # (tests/test_records_json.py), without building the dict first; a third less CPU per
+        # (tests/unit/test_records_json.py), without building the dict first; a third less CPU per
         # stored sample in the proxy (issue 13). Unlike orjson it also writes integers beyond
         # 64 bits instead of raising (orjson.loads reads such numbers as floats anyway).
         return self.model_dump_json(by_alias=True).encode()

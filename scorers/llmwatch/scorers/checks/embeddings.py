@@ -261,7 +261,7 @@ class CheckState:
 
 
 class RelevanceParams(CheckParams):
-    # Calibrated on tests/test_embeddings.py: full on-topic answers score 0.51-0.82 against
+    # Calibrated on tests/integration/test_embeddings.py: full on-topic answers score 0.51-0.82 against
     # their prompt, off-topic ones -0.07-0.08, but terse correct answers ("About six
     # minutes.") only 0.25-0.33, so the threshold sits below those rather than mid-gap.
     min_similarity: float = Field(default=0.2, ge=0.0, le=1.0)

@@ -4,7 +4,7 @@ Importing sentence-transformers (which imports transformers, scikit-learn, scipy
 of a 20 s budget for `llmwatch score` on 1,000 samples, more than the model forward of a few
 hundred samples. The model itself is six standard BERT layers: this module reads the same
 `model.safetensors` and `tokenizer.json` with `safetensors` and `tokenizers` (both already
-installed with transformers) and computes the same vectors (tests/test_embeddings.py compares
+installed with transformers) and computes the same vectors (tests/integration/test_embeddings.py compares
 them with sentence-transformers' on mixed texts: cosine >= 0.99999).
 
 `load` returns None for any model directory that is not exactly this layout (BERT, absolute

@@ -18,7 +18,7 @@ Before the patterns run, cheap gates rule kinds out: a length below the kind's s
 no run of 8 digits for phone/card/ssn, no "d.d.d.d" shape for ipv4, none of the literal prefixes
 of the secret pattern; the e-mail scan starts at the first "@"'s local part. Each gate is a
 proven superset of what its patterns can find (the argument is next to it), so gated and
-ungated results are identical; tests/test_pii_gates.py compares them.
+ungated results are identical; tests/unit/test_pii_gates.py compares them.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ _CONTEXT_SECRET_RE = re.compile(
     r"([^\s\"',;]{8,})"
 )
 _CONTEXT_WORDS = ("secret", "passw", "key", "token")
-# Every alternative of _SECRET_RE starts with one of these literals (tests/test_pii_gates.py
+# Every alternative of _SECRET_RE starts with one of these literals (tests/unit/test_pii_gates.py
 # checks it on the parsed pattern), so a text holding none of them cannot match it; substring
 # tests cost far less than running the alternation at every position. Those of the first group
 # all contain "-" or "_", so a text with neither skips them with two one-character searches.

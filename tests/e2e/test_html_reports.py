@@ -1,0 +1,219 @@
+"""HTML reports (`drift` and `report` with `--format html`): one file, opened from disk in a real Chromium."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from selenium.webdriver.common.by import By
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from helpers.browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: E402,F401
+from synthetic import Behaviour, window  # noqa: E402
+
+from llmwatch.agent.cli.main import main  # noqa: E402
+
+# A version name as a deployment might spell it, with everything HTML or matplotlib could misread.
+BASE = "support-v1"
+CURRENT = 'support-v2 <i>"beta"</i> & $5'
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cli_leaves_logging_alone():
+    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
+    # closed after the test, and every later test module that logs would then fail.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
+        yield
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    """A baseline window and a current one that is slower and refuses more, as files on disk."""
+    root = tmp_path_factory.mktemp("traffic")
+    rng = np.random.default_rng(7)
+    base, base_scores, _ = window(rng, 400, Behaviour(), version=BASE, prefix="base")
+    cur, cur_scores, _ = window(rng, 400, Behaviour(latency_ms=1700.0, refusal=0.09), version=CURRENT, prefix="cur")
+    write_jsonl(root / "base" / "samples-20261201-0000.jsonl", base)
+    write_jsonl(root / "cur" / "samples-20261202-0000.jsonl", cur)
+    write_jsonl(root / "all" / "samples-20261201-0000.jsonl", base + cur)
+    write_jsonl(root / "base-scores.jsonl", base_scores)
+    write_jsonl(root / "cur-scores.jsonl", cur_scores)
+    write_jsonl(root / "all-scores.jsonl", base_scores + cur_scores)
+    (root / "llmwatch.yaml").write_text(yaml.safe_dump({"scoring": {"embeddings": False}}))
+    assert (
+        main(
+            [
+                "baseline",
+                "freeze",
+                "--config",
+                str(root / "llmwatch.yaml"),
+                "--samples",
+                str(root / "base"),
+                "--scores",
+                str(root / "base-scores.jsonl"),
+                "--model-version",
+                BASE,
+                "--out",
+                str(root / "baseline.json"),
+            ]
+        )
+        == 0
+    )
+    return root
+
+
+def drift_args(root: Path, *extra: str) -> list[str]:
+    return [
+        "drift",
+        "--config",
+        str(root / "llmwatch.yaml"),
+        "--baseline",
+        str(root / "baseline.json"),
+        "--samples",
+        str(root / "cur"),
+        "--scores",
+        str(root / "cur-scores.jsonl"),
+        *extra,
+    ]
+
+
+def report_args(root: Path, *extra: str) -> list[str]:
+    return [
+        "report",
+        "--config",
+        str(root / "llmwatch.yaml"),
+        "--samples",
+        str(root / "all"),
+        "--scores",
+        str(root / "all-scores.jsonl"),
+        *extra,
+    ]
+
+
+def open_offline(driver, path: Path) -> None:
+    """Load the file and prove it needed nothing but itself: no request beyond file:/data:, none failed, no console error."""
+    driver.get(path.as_uri())
+    events = network_events(driver)
+    assert [u for u in requested_urls(events) if not u.startswith(("file:", "data:"))] == []
+    assert failed_requests(events) == []
+    assert console_errors(driver) == []
+
+
+def assert_escaped(text: str) -> None:
+    assert CURRENT not in text, "the version name reached the page unescaped"
+    assert "<i>" not in text
+    assert "support-v2 &lt;i&gt;&quot;beta&quot;&lt;/i&gt; &amp; $5" in text
+
+
+def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot_per_signal(
+    traffic: Path, browser, tmp_path: Path, capsys
+):
+    out = tmp_path / "drift.html"
+    assert (
+        main(drift_args(traffic, "--format", "html", "--out", str(out))) == 1
+    )  # exit codes keep their meaning: 1 = drift
+    printed = capsys.readouterr().out
+    assert f"-> {out}" in printed and "KiB" in printed
+    text = out.read_text()
+    assert_escaped(text)
+    assert len(text.encode()) < 600_000, "a report should stay small enough to mail"
+
+    open_offline(browser, out)
+    main_el = browser.find_element(By.TAG_NAME, "main")
+    first_section = main_el.find_elements(By.CSS_SELECTOR, "h1 ~ *")[1]
+    assert first_section.get_attribute("id") == "verdict"
+    assert first_section.text.startswith("DRIFT: the current window behaves differently from the baseline")
+    # Slower at the same answer length: a performance regression per output token (drift families).
+    assert "perf:latency_per_token_ms" in first_section.text and "pass_rate:refusal" in first_section.text
+    assert (
+        browser.execute_script("return document.querySelectorAll('main i').length") == 0
+    )  # the <i> in the version name stayed text
+    figures = browser.find_elements(By.CSS_SELECTOR, "figure svg, figure img")
+    captions = [f.text for f in browser.find_elements(By.TAG_NAME, "figcaption")]
+    # Every tested signal but the embedding has its baseline-vs-current picture, captioned with its test and effect.
+    assert len(figures) == len(captions) >= 8
+    latency = next(c for c in captions if c.startswith("perf:latency_per_token_ms"))
+    assert "drift" in latency and "van_elteren statistic" in latency and "effect +" in latency
+    headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+    assert headings == [
+        "Signals",
+        "Inputs: baseline vs current",
+        "Behaviour: baseline vs current",
+        "Performance: baseline vs current",
+    ]
+    # The version name in the plots' legends is drawn as written ($ not read as TeX).
+    assert "$5" in browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure svg text')).map(t => t.textContent).join(' ')"
+    )
+    screenshot(browser, "drift-report.png", tmp_path)
+
+
+def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_and_the_matrix(
+    traffic: Path, browser, tmp_path: Path
+):
+    out = tmp_path / "report.html"
+    assert main(report_args(traffic, "--format", "html", "--out", str(out))) == 0
+    text = out.read_text()
+    assert_escaped(text)
+    assert len(text.encode()) < 600_000
+
+    open_offline(browser, out)
+    verdict = browser.find_element(By.ID, "verdict")
+    assert verdict.text.startswith("Best: version ")
+    assert "decision score = (" in verdict.text
+    headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+    assert headings[:5] == [
+        "Decision score",
+        "Pass rate by category and version",
+        "Latency and time to first token",
+        "Cost",
+        "Stability (1 = stable)",
+    ]
+    captions = " | ".join(f.text for f in browser.find_elements(By.TAG_NAME, "figcaption"))
+    for shown in (
+        "Decision score per version",
+        "Wilson 95% confidence interval",
+        "latency (ms): quantiles",
+        "time to first token (ms): quantiles",
+        "Cost per 1000 requests",
+    ):
+        assert shown in captions
+    # The evaluation matrix: one row per category plus the weighted overall, a column per version.
+    matrix = next(t for t in browser.find_elements(By.TAG_NAME, "table") if t.text.startswith("category weight"))
+    assert re.search(r"\d\.\d\d \| \d+\.\d% \[\d+%-\d+%\] \| \d+", matrix.text)
+    screenshot(browser, "evaluation-report.png", tmp_path)
+
+
+def test_html_without_matplotlib_is_refused_in_one_line_naming_the_extra(
+    traffic: Path, tmp_path: Path, capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra looks like to `import`
+    out = tmp_path / "drift.html"
+    assert main(drift_args(traffic, "--format", "html", "--out", str(out))) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "llmwatch: --format html needs the [reports] extra: pip install 'llmwatch[reports]' (or use --format text or json)\n"
+    )
+    assert not out.exists()
+    assert main(report_args(traffic, "--format", "html", "--out", str(out))) == 2
+    assert "llmwatch[reports]" in capsys.readouterr().err
+
+
+def test_html_needs_an_output_file_and_other_formats_are_unchanged(traffic: Path, capsys):
+    assert main(drift_args(traffic, "--format", "html")) == 2
+    assert capsys.readouterr().err == "llmwatch: --format html writes a file: pass --out FILE.html\n"
+    assert main(drift_args(traffic)) == 1
+    assert capsys.readouterr().out.startswith("DRIFT: the current window behaves differently from the baseline\n")

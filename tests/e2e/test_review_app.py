@@ -1,0 +1,433 @@
+"""`llmwatch review serve` in a real Chromium: scripted reviewers score blind tasks with the keyboard,
+disagree once, an arbiter resolves it, and `review import` computes the agreement from what they saved."""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from helpers.browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+from sklearn.metrics import cohen_kappa_score
+from test_review import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
+
+from llmwatch.agent.cli.main import main
+
+CRITERIA = ["accuracy", "completeness", "hallucination"]
+# Whatever could tell a reviewer which model wrote an answer; none of it may reach the browser.
+NOTE = "alice-private-note"
+SECRETS = (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample_id", "tasks.key")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cli_leaves_logging_alone():
+    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
+    # closed after the test, and every later test module that logs would then fail.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
+        yield
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> Path:
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(
+        b"".join(s.to_json() + b"\n" for s in live_traffic())
+    )
+    config = tmp_path / "llmwatch.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "scoring": {"checks": CHECKS, "embeddings": False},
+                "matrix": {
+                    "categories": [
+                        {"name": "billing", "match": {"metadata": {"category": "billing"}}},
+                        {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
+                    ]
+                },
+            }
+        )
+    )
+    tasks = tmp_path / "round1" / "tasks.jsonl"
+    assert (
+        main(
+            [
+                "review",
+                "export",
+                "--samples",
+                str(tmp_path / "samples"),
+                "--config",
+                str(config),
+                "--versions",
+                f"{V1},{V2}",
+                "--n",
+                "6",
+                "--out",
+                str(tasks),
+                "--seed",
+                "11",
+            ]
+        )
+        == 0
+    )
+    return tasks
+
+
+class Server:
+    """`llmwatch review serve` as a child process; the port and the links come from what it prints."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.log = open(tmp_path / "serve.stderr", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmwatch.agent.cli", "review", "serve", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            cwd=tmp_path,
+        )
+        self.links: dict[str, str] = {}
+        self.port = 0
+        expected = 1 + sum(
+            len(a.split(",")) for flag, a in zip(args, args[1:]) if flag in ("--reviewers", "--arbiters")
+        )
+        try:
+            lines = self._read_lines(expected, deadline=time.monotonic() + 60)
+        except BaseException:
+            self.proc.kill()  # the child this test started, by its own handle
+            self.stop()
+            raise
+        self.port = int(re.match(r"review app listening on http://127\.0\.0\.1:(\d+) ", lines[0]).group(1))  # type: ignore[union-attr]
+        for line in lines[1:]:
+            role_name, url = line.split(": ", 1)
+            self.links[role_name.split(" ", 1)[1]] = url
+
+    def _read_lines(self, n: int, deadline: float) -> list[str]:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        buf = b""
+        # Raw reads, not readline(): a buffered reader could hold lines that select() no longer sees.
+        while buf.count(b"\n") < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                raise AssertionError(
+                    f"review serve printed {buf!r} before {'exiting' if self.proc.poll() is not None else 'the deadline'}"
+                )
+            if sel.select(timeout=left):
+                buf += os.read(self.proc.stdout.fileno(), 65536)  # type: ignore[union-attr]
+        sel.close()
+        return buf.decode().splitlines()[:n]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=15)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.log.close()
+        return code
+
+
+def judged(answer: str) -> dict[str, int]:
+    """What a careful reviewer gives an answer: refusals worst, the detailed answers best."""
+    if answer == REFUSAL:
+        return {"accuracy": 1, "completeness": 1, "hallucination": 5}
+    if "refunded" in answer or "%" in answer:
+        return {"accuracy": 5, "completeness": 4, "hallucination": 5}
+    return {"accuracy": 4, "completeness": 3, "hallucination": 5}
+
+
+def shown_answers(driver) -> list[str]:
+    return [driver.find_element(By.CSS_SELECTOR, f"#answer-{pos} > .text").text for pos in (1, 2)]
+
+
+def keyboard_verdict(driver, scores_by_position: list[dict[str, int]], extra_keys: str = "") -> str:
+    """Type the scores cell by cell as the page lays them out (criterion by criterion, Answer 1 then 2), then Enter."""
+    keys = "".join(str(scores_by_position[pos][c]) for c in CRITERIA for pos in (0, 1)) + extra_keys
+    before = driver.current_url
+    ActionChains(driver).send_keys(keys).perform()
+    ActionChains(driver).send_keys(Keys.ENTER).perform()
+    WebDriverWait(driver, 15).until(lambda d: d.current_url != before)
+    return before
+
+
+def task_id_of(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[1]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def post_form(url: str, fields: dict[str, str]) -> int:
+    req = urllib.request.Request(url, data=urllib.parse.urlencode(fields).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_gives_the_expected_agreement(  # noqa: C901
+    exported: Path, browser, tmp_path: Path, capsys
+):
+    tasks = {t["task_id"]: t for t in read_jsonl(exported)}
+    order = list(tasks)
+    label_of = {(tid, c["answer"]): label for tid, t in tasks.items() for label, c in t["candidates"].items()}
+    # The server is given the tasks and nothing else: the key is out of its reach for the whole round.
+    key = exported.with_name("tasks.key.json")
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    key.rename(vault / key.name)
+    out = tmp_path / "round1" / "reviews.jsonl"
+    args = ("--tasks", str(exported), "--out", str(out), "--reviewers", "alice,bob", "--arbiters", "carol")
+    server = Server(tmp_path, *args)
+    pages: list[str] = []
+    requests: list[dict] = []
+
+    def visit_log() -> None:
+        pages.append(browser.page_source)
+        events = network_events(browser)
+        requests.extend(events)
+        assert failed_requests(events) == [] and console_errors(browser) == []
+
+    try:
+        tokens_file = tmp_path / "round1" / "reviews.tokens.json"
+        assert stat.S_IMODE(tokens_file.stat().st_mode) == 0o600
+        assert set(server.links) == {"alice", "bob", "carol"}
+        alice_link = server.links["alice"]
+
+        # alice: the first open task, scored from the keyboard; a reload mid-way changes nothing.
+        intended: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+        seen_order: dict[tuple[str, str], list[str]] = {}
+        browser.get(alice_link)
+        visit_log()
+        for i in range(4):
+            tid = task_id_of(browser.current_url)
+            assert tid == order[i]
+            answers = shown_answers(browser)
+            if i == 3:
+                browser.refresh()
+                assert shown_answers(browser) == answers, "a reload shows the same order"
+                assert browser.find_element(By.ID, "progress").text == "3 of 6 saved"
+            if i == 1:
+                ActionChains(browser).send_keys("45").perform()
+                screenshot(browser, "review-app.png", tmp_path)
+                browser.refresh()  # the half-typed verdict was never sent
+            seen_order[("alice", tid)] = answers
+            scores = [judged(a) for a in answers]
+            intended[("alice", tid)] = {label_of[(tid, a)]: s for a, s in zip(answers, scores)}
+            if i == 0:
+                # A comment is typed in its box (keys there are text, not shortcuts), then saved with the button.
+                ActionChains(browser).send_keys(
+                    "".join(str(scores[pos][c]) for c in CRITERIA for pos in (0, 1))
+                ).perform()
+                browser.find_element(By.NAME, "comment").send_keys(NOTE + " 5 n p")
+                before = browser.current_url
+                browser.find_element(By.ID, "save").click()
+                WebDriverWait(browser, 15).until(lambda d, before=before: d.current_url != before)
+            else:
+                keyboard_verdict(browser, scores)
+            visit_log()
+
+        # A restart keeps every link and every verdict: alice resumes at her fifth task.
+        assert server.stop() == 0
+        server = Server(tmp_path, *args)
+        assert server.links["alice"].rsplit("/", 1)[1] == alice_link.rsplit("/", 1)[1]
+        browser.get(server.links["alice"])
+        assert task_id_of(browser.current_url) == order[4]
+        assert browser.find_element(By.ID, "progress").text == "4 of 6 saved"
+        for i in (4, 5):
+            answers = shown_answers(browser)
+            seen_order[("alice", order[i])] = answers
+            scores = [judged(a) for a in answers]
+            intended[("alice", order[i])] = {label_of[(order[i], a)]: s for a, s in zip(answers, scores)}
+            keyboard_verdict(browser, scores)
+            visit_log()
+        assert browser.find_element(By.ID, "all-done").text == "All 6 tasks reviewed. Thank you."
+
+        # bob: agrees within a point (he never gives 5 for hallucination), except on the third task,
+        # where he rates Answer 1's accuracy two points apart from what alice gave it.
+        disputed = order[2]
+        browser.get(server.links["bob"])
+        for tid in order:
+            assert task_id_of(browser.current_url) == tid
+            # Nothing of alice's verdict: no score chosen, not her comment.
+            assert browser.find_elements(By.CSS_SELECTOR, "td.cell input:checked") == []
+            assert NOTE not in browser.page_source
+            answers = shown_answers(browser)
+            seen_order[("bob", tid)] = answers
+            scores = [{**judged(a), "hallucination": 4} for a in answers]
+            if tid == disputed:
+                a = scores[0]["accuracy"]
+                scores[0]["accuracy"] = a - 2 if a > 2 else a + 2
+            intended[("bob", tid)] = {label_of[(tid, a)]: s for a, s in zip(answers, scores)}
+            keyboard_verdict(browser, scores)
+            visit_log()
+        # The position of each answer is drawn per reviewer and task.
+        assert any(seen_order[("alice", t)] != seen_order[("bob", t)] for t in order)
+
+        # carol arbitrates the one dispute, seeing both reviews but not who wrote them.
+        browser.get(server.links["carol"])
+        assert browser.find_element(By.ID, "summary").text == "1 disputed task(s), 0 resolved."
+        browser.find_element(By.CSS_SELECTOR, "a.dispute").click()
+        assert task_id_of(browser.current_url) == disputed
+        panels = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "section.review h3")]
+        assert panels == ["Review 1", "Review 2"]
+        reasons = [r.text for r in browser.find_elements(By.CSS_SELECTOR, ".reason")]
+        assert any(
+            re.match(r"Answer [12], accuracy: scores differ by 2 or more \(Review 1 \d, Review 2 \d\)", r)
+            for r in reasons
+        ), reasons
+        src = browser.page_source
+        assert "alice" not in src and "bob" not in src
+        screenshot(browser, "arbitration.png", tmp_path)
+        answers = shown_answers(browser)
+        arbitrated = [judged(a) for a in answers]
+        keyboard_verdict(browser, arbitrated)
+        visit_log()
+        assert browser.find_element(By.ID, "summary").text == "1 disputed task(s), 1 resolved."
+
+        # A verdict is final: a second post for a saved task is refused and nothing is appended.
+        before = out.read_bytes()
+        form = {f"s{p}_{c}": "3" for p in (1, 2) for c in range(3)}
+        assert post_form(f"{server.links['alice']}/t/{order[0]}", form) == 409
+        assert post_form(f"http://127.0.0.1:{server.port}/r/not-a-token/t/{order[0]}", form) == 404
+        assert out.read_bytes() == before
+    finally:
+        code = server.stop()
+    assert code == 0
+    # The links are credentials: the server's log names reviewers, never their tokens.
+    server_log = (tmp_path / "serve.stderr").read_text()
+    assert "review.saved" in server_log and "alice" in server_log
+    for link in server.links.values():
+        assert link.rsplit("/", 1)[1] not in server_log
+
+    # Nothing that names a model reached the browser: not in any page, not in any request.
+    for src in pages:
+        for secret in SECRETS:
+            assert secret not in src, secret
+    sent = [e["params"]["request"] for e in requests if e["method"] == "Network.requestWillBeSent"]
+    assert sent and all(r["url"].startswith(("http://127.0.0.1:", "data:")) for r in sent), "no CDN, no other host"
+    for r in sent:
+        for secret in SECRETS:
+            assert secret not in r["url"] and secret not in r.get("postData", ""), secret
+    assert any("postData" in r for r in sent)
+    assert all(u.startswith(("http://127.0.0.1:", "data:")) for u in requested_urls(requests))
+
+    # The saved records: one line per verdict, in review-import format, mapped back to A/B by the server.
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    records = read_jsonl(out)
+    assert len(records) == 12
+    for r in records:
+        assert r["blind"] is True and r["candidates"] == ["A", "B"] and r["category"] == tasks[r["task_id"]]["category"]
+        assert r["scores"] == intended[(r["judge"], r["task_id"])]
+    assert [r.get("comment") for r in records if r["judge"] == "alice"] == [NOTE + " 5 n p"] + [None] * 5
+    arbitration = read_jsonl(tmp_path / "round1" / "reviews.arbitrated.jsonl")
+    assert [(a["task_id"], a["judge"], a["arbitration"]) for a in arbitration] == [(disputed, "carol", True)]
+    assert arbitration[0]["scores"] == {label_of[(disputed, a)]: s for a, s in zip(answers, arbitrated)}
+
+    # review import reads them as they are and finds the agreement computed independently here.
+    (vault / key.name).rename(key)
+    report_path = tmp_path / "review-report.json"
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(exported),
+                "--reviews",
+                str(out),
+                "--out",
+                str(report_path),
+                "--level",
+                "interval",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    report = orjson.loads(report_path.read_bytes())
+    assert report["reviewers"] == ["alice", "bob"] and report["reviews"] == 12
+    assert report["disputed"] == [disputed]
+    for criterion in CRITERIA:
+        pairs = [
+            (intended[("alice", t)][label][criterion], intended[("bob", t)][label][criterion])
+            for t in order
+            for label in ("A", "B")
+        ]
+        got = report["agreement"][criterion]
+        assert got["krippendorff_alpha"] == pytest.approx(alpha_interval_pairwise(pairs)), criterion
+        kappa = cohen_kappa_score(
+            [a for a, _ in pairs], [b for _, b in pairs], weights="quadratic", labels=[1, 2, 3, 4, 5]
+        )
+        assert got["cohen_kappa"]["alice|bob"]["kappa_quadratic"] == pytest.approx(kappa), criterion
+        assert got["n_items"] == 12
+    assert (
+        report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
+    )  # 5 against 4, always: no agreement beyond chance
+    # The arbitrated verdict is itself a review line `review import` accepts.
+    arb_report = tmp_path / "arbitrated-report.json"
+    assert (
+        main(
+            [
+                "review",
+                "import",
+                "--tasks",
+                str(exported),
+                "--reviews",
+                str(tmp_path / "round1" / "reviews.arbitrated.jsonl"),
+                "--out",
+                str(arb_report),
+            ]
+        )
+        == 0
+    )
+    assert orjson.loads(arb_report.read_bytes())["reviewers"] == ["carol"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--reviewers", "2", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
+        (["--reviewers", "alice,al ice"], "--reviewers: 'al ice' is not a usable name"),
+        (["--reviewers", "alice,alice"], "--reviewers: a name is given twice"),
+        ([], "no reviewer: pass --reviewers alice,bob"),
+    ],
+)
+def test_bad_serve_arguments_are_refused_with_the_fix(exported: Path, tmp_path: Path, capsys, args, message):
+    assert main(["review", "serve", "--tasks", str(exported), "--out", str(tmp_path / "r.jsonl"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.tokens.json").exists() and not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_torn_reviews_file_is_refused_naming_the_line(exported: Path, tmp_path: Path, capsys):
+    out = tmp_path / "r.jsonl"
+    out.write_bytes(b'{"task_id": "T-0001", "category"')
+    assert main(["review", "serve", "--tasks", str(exported), "--out", str(out), "--reviewers", "1"]) == 2
+    assert f"{out}:1: not valid JSON" in capsys.readouterr().err
+
+
+def test_tokens_are_kept_across_runs_and_only_new_names_get_new_ones(tmp_path: Path):
+    from llmwatch.agent.apps.review import load_or_make_tokens
+
+    path = tmp_path / "r.tokens.json"
+    first = load_or_make_tokens(path, ["alice"], [])
+    second = load_or_make_tokens(path, ["alice", "bob"], ["carol"])
+    assert second["reviewers"]["alice"] == first["reviewers"]["alice"]
+    assert len({second["reviewers"]["alice"], second["reviewers"]["bob"], second["arbiters"]["carol"]}) == 3
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

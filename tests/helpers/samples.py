@@ -1,0 +1,61 @@
+"""Helpers shared by test modules."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from llmwatch.core.records import Sample
+
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+_UNSET: Any = object()
+
+
+def chat_sample(
+    answer: Any = "The capital of France is Paris.",
+    *,
+    prompt: str = "What is the capital of France? Please answer in one sentence.",
+    finish_reason: str | None = "stop",
+    response: Any = _UNSET,
+    **fields: Any,
+) -> Sample:
+    """A sample shaped like what the sidecar captures for POST /v1/chat/completions."""
+    request = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": prompt},
+        ],
+        "temperature": 0.2,
+    }
+    if response is _UNSET:
+        response = {
+            "id": "chatcmpl-9Qx1",
+            "object": "chat.completion",
+            "created": 1714564800,
+            "model": "gpt-4o-mini-2024-07-18",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40},
+            "system_fingerprint": "fp_2f406b9113",
+        }
+    values: dict[str, Any] = {
+        "id": "smp-0001",
+        "timestamp": NOW,
+        "model": "gpt-4o-mini",
+        "model_version": "gpt-4o-mini-2024-07-18",
+        "status": 200,
+        "latency_ms": 840.0,
+        "finish_reason": finish_reason,
+        "usage": {"input_tokens": 31, "output_tokens": 9},
+        "request": request,
+        "response": response,
+    }
+    values.update(fields)
+    return Sample(**values)

@@ -1,0 +1,238 @@
+"""Bad input gets a clear outcome, loses nothing, and the proxy keeps serving."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import aiohttp
+import openai
+import pytest
+from helpers.agents import drained, metric, proxy_url, scrape
+from helpers.chat import CHAT, client
+from helpers.upstreams import echo_app, serve
+
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER
+
+
+async def still_serving(agent) -> None:
+    r = await client(proxy_url(agent)).chat.completions.create(**CHAT)
+    assert r.choices[0].message.content
+
+
+async def test_malformed_json_is_forwarded_and_the_upstreams_answer_returned(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0})
+    async with aiohttp.ClientSession() as http:
+        for base in (sim.url, proxy_url(agent)):
+            async with http.post(
+                base + "/v1/chat/completions",
+                data=b'{"model": "m", "messages": [',
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                assert resp.status == 400
+                body = await resp.json()
+                assert body["error"]["type"] == "invalid_request_error"
+    samples = await scrape(agent)
+    assert metric(samples, "llmwatch_capture_skipped_total", reason="request_not_json") == 1
+    [record] = await drained(agent, 1)
+    assert record["request"] == '{"model": "m", "messages": ['
+    assert record["status"] == 400 and "request_not_json" in record["capture_notes"]
+    await still_serving(agent)
+
+
+async def test_non_json_request_body_is_forwarded_untouched(make_agent):
+    runner, url = await serve(echo_app())
+    try:
+        agent = await make_agent(url)
+        body = "model=gpt-4o&prompt=hello".encode()
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            ) as resp:
+                seen = await resp.json()
+        assert seen["body_sha256"] == hashlib.sha256(body).hexdigest()
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_capture_skipped_total", reason="request_not_json") == 1
+    finally:
+        await runner.cleanup()
+
+
+async def test_non_json_response_is_relayed_and_noted(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 1.0})
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            proxy_url(agent) + "/v1/chat/completions", json=CHAT, headers={FAULT_HEADER: "non_json"}
+        ) as resp:
+            assert resp.status == 200 and await resp.text() == "upstream says hi"
+    [record] = await drained(agent, 1)
+    assert record["response"] == "upstream says hi"
+    assert "response_not_json" in record["capture_notes"]
+
+
+async def test_body_over_the_capture_limit_is_forwarded_whole_but_not_stored(make_agent):
+    runner, url = await serve(echo_app())
+    try:
+        agent = await make_agent(url, capture={"max_body_bytes": 4096}, sampling={"rate": 1.0})
+        big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * 3_000_000 + b'"}]}'
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", data=big, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 200
+                seen = await resp.json()
+
+            async def chunked():
+                for i in range(0, len(big), 65536):
+                    yield big[i : i + 65536]
+
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", data=chunked(), headers={"Content-Type": "application/json"}
+            ) as resp:
+                seen_chunked = await resp.json()
+        digest = hashlib.sha256(big).hexdigest()
+        assert seen["body_sha256"] == digest and seen["body_len"] == len(big)
+        assert seen_chunked["body_sha256"] == digest
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_capture_skipped_total", reason="request_too_large") == 2
+        records = await drained(agent, 2)
+        assert all(r["request"] is None and "request_too_large" in r["capture_notes"] for r in records)
+    finally:
+        await runner.cleanup()
+
+
+async def test_huge_response_is_relayed_whole_and_capture_is_truncated(make_agent):
+    from aiohttp import web
+
+    payload = b'{"choices": [{"message": {"content": "' + b"y" * 2_000_000 + b'"}}]}'
+
+    async def big(request):
+        await request.read()
+        return web.Response(body=payload, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", big)
+    runner, url = await serve(app)
+    try:
+        agent = await make_agent(url, capture={"max_body_bytes": 65536})
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": []}
+            ) as resp:
+                assert await resp.read() == payload
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_capture_skipped_total", reason="response_truncated") == 1
+    finally:
+        await runner.cleanup()
+
+
+async def test_upstream_closing_mid_stream_breaks_the_client_stream_like_a_direct_call(sim, make_agent):
+    agent = await make_agent(sim.url, sampling={"rate": 0.0})
+    failures = []
+    for base in (sim.url, proxy_url(agent)):
+        received = []
+        with pytest.raises(openai.APIError) as err:
+            async for ch in await client(base).chat.completions.create(
+                **CHAT, stream=True, extra_headers={FAULT_HEADER: "cut_after=3"}
+            ):
+                if ch.choices and ch.choices[0].delta.content:
+                    received.append(ch.choices[0].delta.content)
+        failures.append((type(err.value), received))
+    assert failures[0] == failures[1], "the client sees the same partial stream and the same error type"
+    assert len(failures[1][1]) == 3
+    samples = await scrape(agent)
+    assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
+    [record] = await drained(agent, 1)
+    assert record["error_type"] == "stream_interrupted" and record["sample_reason"] == "error"
+    assert "stream_incomplete" in record["capture_notes"]
+    await still_serving(agent)
+
+
+async def test_unknown_model_is_forwarded_counted_as_unpriced_and_capped(sim, make_agent):
+    agent = await make_agent(sim.url, metrics={"max_models": 2})
+    c = client(proxy_url(agent))
+    # Models the upstream answers for are real: each keeps its label, priced or not.
+    for model in ("sim-gpt-4o-mini", "my-private-finetune", "another-model"):
+        r = await c.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+        assert r.model == model
+    # Names the upstream refuses are capped: the first max_models keep a label, the rest are `other`.
+    for model in ("typo-1", "typo-2", "typo-3", "typo-4"):
+        with pytest.raises(openai.NotFoundError):
+            await c.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], extra_headers={FAULT_HEADER: "status=404"}
+            )
+    samples = await scrape(agent)
+    models = {
+        dict(ls)["gen_ai_request_model"] for (n, ls) in samples if n == "gen_ai_client_operation_duration_seconds_count"
+    }
+    assert models == {"sim-gpt-4o-mini", "my-private-finetune", "another-model", "typo-1", "typo-2", "other"}
+    assert metric(samples, "gen_ai_client_operation_duration_seconds_count", gen_ai_request_model="other") == 2
+    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="my-private-finetune") == 1
+    assert metric(samples, "llmwatch_unpriced_calls_total", gen_ai_request_model="another-model") == 1
+    assert metric(samples, "llmwatch_cost_usd_total", gen_ai_request_model="my-private-finetune") == 0
+
+
+def run_cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args], capture_output=True, text=True, timeout=60, **kw
+    )
+
+
+def test_bad_config_file_stops_start_up_with_the_field_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sampling:\n  rate: 2\n  keep_error: true\n")
+    result = run_cli("proxy", "--config", str(bad), "--upstream", "http://127.0.0.1:8000")
+    assert result.returncode == 2
+    assert "sampling.rate" in result.stderr and "less than or equal to 1" in result.stderr
+    assert "sampling.keep_error: unknown field" in result.stderr and "keep_errors" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_upstream_is_a_usage_error():
+    result = run_cli("proxy", env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2
+    assert "--upstream" in result.stderr
+
+
+def test_every_error_llmwatch_defines_shares_one_root_with_an_exit_code():
+    from llmwatch.collectors.receivers.otlp import SpanRejected
+    from llmwatch.core.config import ConfigError
+    from llmwatch.core.errors import LlmwatchError
+    from llmwatch.core.records import RecordError
+    from llmwatch.scorers.checks.embeddings import EmbeddingModelMissing
+    from llmwatch.scorers.checks.judge import JudgeReplyError
+    from llmwatch.scorers.checks.suite import CheckTimeout
+    from llmwatch.scorers.drift.baseline import BaselineError
+    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch
+    from llmwatch.scorers.evaluation.regress import RegressError
+    from llmwatch.scorers.evaluation.review import ReviewError
+
+    for cls in (
+        ConfigError,
+        RecordError,
+        BaselineError,
+        ReviewError,
+        RegressError,
+        WeightsMismatch,
+        SpanRejected,
+        JudgeReplyError,
+        EmbeddingModelMissing,
+        CheckTimeout,
+    ):
+        assert issubclass(cls, LlmwatchError) and cls("x").exit_code == 2, cls
+    # The builtin bases stay, so code that caught ValueError/RuntimeError still does.
+    assert issubclass(ConfigError, ValueError) and issubclass(EmbeddingModelMissing, RuntimeError)
+    assert LlmwatchError("x", exit_code=3).exit_code == 3
+
+
+def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"id": "c1", "input": "hi"}\n')
+    result = run_cli("regress", "--suite", str(suite), "--upstream", "http://127.0.0.1:9", "--model", "m")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.startswith(f"llmwatch: {suite}:1: ")
+        and "a case needs `expected` and/or `checks`" in result.stderr
+    )

@@ -1,0 +1,430 @@
+"""`llmwatch regress` against the built-in simulator: profile A is the stable version, B the degraded one."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from helpers.ports import dead_address
+from helpers.procs import simulator_url, start_simulator
+
+from llmwatch.agent.cli.main import main
+from llmwatch.scorers.checks.judge import JudgeReplyError, parse_judge_reply
+from llmwatch.scorers.evaluation.regress import load_run, load_suite
+
+REPEAT = "30"
+SUITE = [
+    # Profile B answers ~30% shorter: a one-paragraph answer falls below these lengths.
+    {
+        "id": "recipe-pasta",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "checks": [
+            {"kind": "refusal"},
+            {"kind": "not_empty_or_truncated"},
+            {"kind": "length", "name": "detailed", "params": {"min_chars": 290}},
+        ],
+    },
+    {
+        "id": "python-keyerror",
+        "category": "code",
+        "input": "How do I fix a KeyError in my Python script?",
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 290}}],
+    },
+    {
+        "id": "trip-plan",
+        "category": "instruction_following",
+        "input": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "Plan a week-long trip itinerary: flights, hotel and passport tips."},
+        ],
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 250}}],
+    },
+    {
+        "id": "topic-json",
+        "category": "extraction",
+        "input": "Classify this message by topic: my bread dough never rises in the oven",
+        "params": {"response_format": {"type": "json_object"}},
+        "expected": '"topic":\\s*"cooking"',
+        "expected_match": "regex",
+        "checks": [{"kind": "json_schema", "params": {"schema": {"type": "object", "required": ["answer", "topic"]}}}],
+    },
+    {
+        "id": "bread-followup",
+        "category": "multi_turn_dialogue",
+        "input": [
+            {"role": "user", "content": "I want to bake bread"},
+            {"role": "assistant", "content": "Great, what kind?"},
+            {"role": "user", "content": "A simple white loaf, how long in the oven?"},
+        ],
+        "checks": [{"kind": "refusal"}, {"kind": "not_empty_or_truncated"}],
+    },
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cli_leaves_logging_alone():
+    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
+    # closed after the test, and every later test module that logs would then fail.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
+        yield
+
+
+@pytest.fixture(scope="module")
+def simulators():
+    """Two simulator processes, one per model version; no delays, so 150 calls take about a second."""
+    procs = {
+        profile: start_simulator("--latency-scale", "0", "--profile", profile, "--seed", "7") for profile in ("A", "B")
+    }
+    try:
+        # Each simulator binds port 0 and prints the URL it got.
+        yield {profile: simulator_url(proc) for profile, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            proc.popen.wait(timeout=20)
+            proc.stop()
+
+
+def write_suite(path: Path, cases=SUITE) -> str:
+    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
+    return str(path)
+
+
+def regress(suite: str, url: str, *extra: str) -> int:
+    return main(
+        [
+            "regress",
+            "--suite",
+            suite,
+            "--upstream",
+            url,
+            "--model",
+            "sim-gpt-4o-mini",
+            "--repeat",
+            REPEAT,
+            "--concurrency",
+            "6",
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def baseline_run(simulators, tmp_path_factory):
+    base = tmp_path_factory.mktemp("regress")
+    suite = write_suite(base / "suite.jsonl")
+    run = base / "run-a.json"
+    assert regress(suite, simulators["A"], "--out", str(run)) == 0
+    return suite, run
+
+
+def test_a_run_records_the_suite_checksum_pass_rates_and_every_attempt(baseline_run):
+    suite, run_path = baseline_run
+    run = load_run(run_path)
+    assert run.suite_checksum == load_suite(suite).checksum
+    assert run.model_versions == ["A"] and run.repeat == 30
+    assert {c.id for c in run.cases} == {c["id"] for c in SUITE}
+    assert len(run.attempts) == 30 * len(SUITE)
+    recipe = next(c for c in run.cases if c.id == "recipe-pasta")
+    assert recipe.n_judged == 30 and recipe.pass_rate >= 0.8
+    assert 0.0 <= recipe.variance <= 0.25
+    assert {g.category for g in run.categories} == {
+        "instruction_following",
+        "code",
+        "extraction",
+        "multi_turn_dialogue",
+    }
+
+
+def test_a_stable_version_passes_against_its_own_baseline(simulators, baseline_run, tmp_path: Path, capsys):
+    suite, run = baseline_run
+    capsys.readouterr()
+    assert regress(suite, simulators["A"], "--baseline", str(run), "--out", str(tmp_path / "run-a2.json")) == 0
+    out = capsys.readouterr().out
+    assert f"OK: no case regressed against {run}" in out
+    assert "REGRESSED" not in out
+
+
+def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(
+    simulators, baseline_run, tmp_path: Path, capsys
+):
+    suite, run = baseline_run
+    capsys.readouterr()
+    out_path = tmp_path / "run-b.json"
+    assert regress(suite, simulators["B"], "--baseline", str(run), "--out", str(out_path)) == 1
+    out = capsys.readouterr().out
+    assert "served version(s): B" in out
+    assert "case(s) dropped by more than 20 points with adjusted p < 0.05:" in out
+    assert "  - recipe-pasta (instruction_following): pass rate " in out
+    assert "failing checks: detailed x" in out
+    saved = load_run(out_path)
+    regressed = {c.id for c in saved.comparison.regressed}
+    assert "recipe-pasta" in regressed
+    for verdict in saved.comparison.regressed:
+        assert verdict.delta < -0.2 and verdict.p_adjusted < 0.05
+        assert f"  - {verdict.id} ({verdict.category}): pass rate" in out
+
+
+def test_a_changed_suite_refuses_to_compare_before_making_any_call(baseline_run, tmp_path: Path, capsys):
+    _, run = baseline_run
+    changed = [dict(c) for c in SUITE]
+    changed[1] = {
+        **changed[1],
+        "checks": [{"kind": "refusal"}, {"kind": "length", "name": "detailed", "params": {"min_chars": 200}}],
+    }
+    suite = write_suite(tmp_path / "suite-v2.jsonl", changed)
+    dead = f"http://{dead_address()}"  # nothing listens: a call would fail differently
+    capsys.readouterr()
+    assert regress(suite, dead, "--baseline", str(run)) == 2
+    err = capsys.readouterr().err
+    assert "suite checksum differs" in err and str(run) in err and "re-run the baseline" in err
+
+
+def test_reformatting_the_suite_keeps_its_checksum_and_any_edit_changes_it(tmp_path: Path):
+    original = load_suite(write_suite(tmp_path / "a.jsonl")).checksum
+    # Keys in another order, cases in another order, blank lines: the same suite.
+    shuffled = b"\n\n".join(orjson.dumps(dict(reversed(list(c.items())))) for c in reversed(SUITE))
+    (tmp_path / "b.jsonl").write_bytes(shuffled)
+    assert load_suite(tmp_path / "b.jsonl").checksum == original
+    edited = [dict(c) for c in SUITE]
+    edited[0] = {**edited[0], "input": edited[0]["input"] + " Quickly."}
+    assert load_suite(write_suite(tmp_path / "c.jsonl", edited)).checksum != original
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            {"id": "x", "input": "hi", "checks": [{"kind": "regexp"}]},
+            "suite.jsonl:2: field 'checks.0.kind': unknown check kind 'regexp'; known kinds:",
+        ),
+        (
+            {"id": "x", "input": "hi", "checks": [{"kind": "length", "params": {"min_char": 3}}]},
+            "suite.jsonl:2: field 'checks.0.params': check kind 'length': invalid params: unknown field 'min_char'",
+        ),
+        ({"id": "x", "input": "hi"}, "suite.jsonl:2: a case needs `expected` and/or `checks`"),
+        (
+            {"id": "x", "input": "hi", "expected": "a", "params": {"stream": True}},
+            "suite.jsonl:2: field 'params': stream cannot be set per case",
+        ),
+        (
+            {"id": "recipe-pasta", "input": "hi", "expected": "a"},
+            "suite.jsonl:2: field 'id': case id 'recipe-pasta' is already used on line 1",
+        ),
+        (
+            {"id": "x", "input": [{"role": "assistant", "content": "hi"}], "expected": "a"},
+            "suite.jsonl:2: field 'input': the messages need at least one user message",
+        ),
+    ],
+)
+def test_suite_errors_name_the_line_and_the_field(tmp_path: Path, capsys, case, message):
+    suite = write_suite(tmp_path / "suite.jsonl", [SUITE[0], case])
+    assert main(["regress", "--suite", suite, "--upstream", "http://127.0.0.1:1", "--model", "m"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreachable_endpoint_is_a_usage_error_not_a_regression(tmp_path: Path, capsys):
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                f"http://{dead_address()}",
+                "--model",
+                "m",
+                "--repeat",
+                "2",
+                "--max-retries",
+                "0",
+                "--timeout",
+                "2",
+            ]
+        )
+        == 2
+    )
+    assert "no call to http://127.0.0.1:" in capsys.readouterr().err
+
+
+# --- model as judge ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ('{"score": 4, "reason": "minor omission"}', 4.0),
+        ('Sure! Here is my grade:\n```json\n{"score": "5", "reason": "complete"}\n```', 5.0),
+        ('I would rate it as follows. {"Rating": 2, "explanation": "evasive"} Thanks.', 2.0),
+        ("Score: 3/5 - partly correct", 3.0),
+        ("4", 4.0),
+        ('{"score": 8, "out_of": 10}', None),
+        ("The answer is quite good overall.", None),
+        ("", None),
+    ],
+)
+def test_judge_replies_are_parsed_leniently_but_never_guessed(reply, score):
+    if score is None:
+        with pytest.raises(JudgeReplyError):
+            parse_judge_reply(reply)
+    else:
+        assert parse_judge_reply(reply)[0] == score
+
+
+@pytest.fixture
+def judge_server():
+    """An OpenAI-compatible judge: grades refusals 1 and anything else 5 in fenced JSON; model "broken" answers prose."""
+    seen: list[dict] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        graded = body["messages"][-1]["content"].split("Answer to grade:\n", 1)[-1]
+        if body["model"] == "broken":
+            content = "I think this answer is pretty good."
+        elif "sorry" in graded.lower():
+            content = '{"score": 1, "reason": "refused"}'
+        else:
+            content = 'Here you go:\n```json\n{"score": 5, "reason": "complete"}\n```'
+        return web.json_response(
+            {
+                "id": "j",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+            }
+        )
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    bound: list[int] = []
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        bound.append(runner.addresses[0][1])
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(30), "the judge stub did not start"
+    port = bound[0]
+    yield f"http://127.0.0.1:{port}", seen
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_errors(
+    simulators, judge_server, tmp_path: Path, capsys
+):
+    url, seen = judge_server
+    case = {
+        "id": "recipe",
+        "category": "instruction_following",
+        "input": "Give me a simple recipe for a pasta dinner with garlic.",
+        "reference": "Cook pasta, fry garlic in oil, toss together.",
+        "checks": [{"kind": "not_empty_or_truncated"}],
+    }
+    suite = write_suite(tmp_path / "suite.jsonl", [case])
+    out = tmp_path / "judged.json"
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                simulators["A"],
+                "--model",
+                "sim-gpt-4o-mini",
+                "--repeat",
+                "6",
+                "--judge-url",
+                url,
+                "--judge-model",
+                "grader",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    run = load_run(out)
+    assert run.judge_model == "grader"
+    judged = [next(r for r in a.checks if r.name == "judge") for a in run.attempts]
+    assert {r.result for r in judged} <= {"pass", "fail"} and all(r.value in (0.0, 1.0) for r in judged)
+    assert all(r.details["judge_model"] == "grader" for r in judged)
+    assert "Reference answer" in seen[0]["messages"][-1]["content"] and seen[0]["temperature"] == 0
+
+    broken = tmp_path / "broken.json"
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                simulators["A"],
+                "--model",
+                "sim-gpt-4o-mini",
+                "--repeat",
+                "4",
+                "--judge-url",
+                url,
+                "--judge-model",
+                "broken",
+                "--out",
+                str(broken),
+            ]
+        )
+        == 0
+    )
+    run = load_run(broken)
+    for attempt in run.attempts:
+        judge = next(r for r in attempt.checks if r.name == "judge")
+        assert judge.result == "error" and "no score" in judge.details["error"]
+    # The other check still judges: a broken judge does not make the answers fail.
+    assert run.cases[0].check_errors == {"judge": 4}
+    assert "judge error x4" not in capsys.readouterr().out  # attempts with another verdict are not "unjudged"
+
+
+def test_the_judge_needs_both_its_url_and_its_model(tmp_path: Path, capsys):
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    assert (
+        main(
+            [
+                "regress",
+                "--suite",
+                suite,
+                "--upstream",
+                "http://127.0.0.1:1",
+                "--model",
+                "m",
+                "--judge-url",
+                "http://127.0.0.1:2",
+            ]
+        )
+        == 2
+    )
+    assert "both --judge-url and --judge-model" in capsys.readouterr().err

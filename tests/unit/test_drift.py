@@ -1,0 +1,155 @@
+"""Frozen baselines and version-stability drift: tests with known answers, false alarms controlled."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from synthetic import Behaviour, degradations, window  # noqa: E402
+
+from llmwatch.scorers.drift.baseline import BaselineError, freeze, load_baseline, write_baseline  # noqa: E402
+from llmwatch.scorers.drift.compare import DriftSettings, compare, format_text  # noqa: E402
+from llmwatch.scorers.drift.features import summarize  # noqa: E402
+
+
+def frozen(rng, n=2000, b=Behaviour()):
+    samples, scores, emb = window(rng, n, b, version="A", prefix="base")
+    return freeze(samples, scores, emb, model_version="A")
+
+
+def report_for(baseline, rng, n, b, version="B", **settings):
+    samples, scores, emb = window(rng, n, b, version=version, prefix="cur")
+    return compare(
+        baseline.routes,
+        summarize(samples, scores, emb),
+        baseline_version=baseline.model_version,
+        current_versions=[version],
+        settings=DriftSettings(**settings),
+    )
+
+
+def test_baseline_round_trips_through_its_file_and_verifies(tmp_path):
+    baseline = frozen(np.random.default_rng(1), n=300)
+    path = write_baseline(baseline, tmp_path / "b.json")
+    loaded = load_baseline(path)
+    assert loaded.checksum == baseline.checksum and loaded.model_version == "A"
+    route = loaded.routes["/v1/chat/completions"]
+    assert route.n == 300
+    assert set(route.checks) >= {"refusal", "json_valid", "answer_relevance"}
+    assert route.embedding is not None and route.embedding.dim == 384 and len(route.embedding.reservoir) <= 500
+    assert set(route.metrics) == {"latency_ms", "ttft_ms", "output_tokens", "cost_usd"}
+    assert sum(route.failure_modes.values()) == 300
+    # What the drift families need: one row per sample (up to the reservoir) with its stratum.
+    assert len(route.rows) == 300 and {r.category for r in route.rows} == {"uncategorized"}
+    assert len(route.embedding.strata) == len(route.embedding.reservoir)
+    assert loaded.minimums == DriftSettings().minimums()
+
+
+def test_baseline_is_immutable(tmp_path):
+    baseline = frozen(np.random.default_rng(1), n=100)
+    path = write_baseline(baseline, tmp_path / "b.json")
+    with pytest.raises(BaselineError, match="immutable"):
+        write_baseline(baseline, path)
+    assert not os.access(path, os.W_OK) or os.geteuid() == 0  # read-only mode bits (root ignores them)
+    # Read-only and private (files.mode 0600 without its write bit).
+    assert oct(path.stat().st_mode & 0o777) == "0o400"
+
+
+def test_tampered_baseline_is_refused(tmp_path):
+    path = write_baseline(frozen(np.random.default_rng(1), n=100), tmp_path / "b.json")
+    data = orjson.loads(path.read_bytes())
+    data["routes"]["/v1/chat/completions"]["checks"]["refusal"]["n_pass"] += 5
+    path.chmod(0o644)
+    path.write_bytes(orjson.dumps(data))
+    with pytest.raises(BaselineError, match="checksum"):
+        load_baseline(path)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"),
+        (b'{"schema": "something/else"}', "not an llmwatch baseline"),
+        (b'{"schema": "llmwatch.baseline/v2", "model_version": 3}', "corrupt"),
+        (b'{"schema": "llmwatch.baseline/v1", "model_version": "A"}', "older llmwatch.*refreeze"),
+    ],
+)
+def test_corrupt_baseline_is_refused_with_a_clear_message(tmp_path, content, message):
+    path = tmp_path / "b.json"
+    path.write_bytes(content)
+    with pytest.raises(BaselineError, match=message):
+        load_baseline(path)
+
+
+def test_missing_baseline_says_how_to_make_one(tmp_path):
+    with pytest.raises(BaselineError, match="llmwatch baseline freeze"):
+        load_baseline(tmp_path / "nope.json")
+
+
+def test_same_version_fresh_samples_is_stable():
+    rng = np.random.default_rng(7)
+    report = report_for(frozen(rng), rng, 1000, Behaviour(), version="A")
+    assert report.verdict == "stable", format_text(report)
+    assert report.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "JSON validity -5 points",
+        "answers 30% shorter",
+        "refusals +10 points",
+        "10% of answers off-topic",
+        "latency +40%",
+    ],
+)
+def test_realistic_degradations_are_detected_with_the_right_signal(name):
+    expected = {
+        "JSON validity -5 points": "pass_rate:json_valid",
+        "answers 30% shorter": "output_tokens",
+        "refusals +10 points": "pass_rate:refusal",
+        "10% of answers off-topic": "score:answer_relevance",
+        # Latency per output token, not the raw total: answer length and load move the total.
+        "latency +40%": "perf:latency_per_token_ms",
+    }[name]
+    rng = np.random.default_rng(11)
+    baseline = frozen(rng, n=4000)
+    report = report_for(baseline, rng, 3000, degradations()[name])
+    assert report.verdict == "drift" and report.exit_code == 1, format_text(report)
+    drifted = [s.name for s in report.signals if s.verdict == "drift"]
+    assert expected in drifted, format_text(report)
+
+
+def test_signals_are_ranked_drift_first_by_adjusted_p_value():
+    rng = np.random.default_rng(3)
+    report = report_for(frozen(rng), rng, 1500, degradations()["latency +40%"])
+    verdicts = [s.verdict for s in report.signals]
+    assert verdicts == sorted(verdicts, key=lambda v: v != "drift")
+    drift_p = [s.p_adjusted for s in report.signals if s.verdict == "drift"]
+    assert drift_p == sorted(drift_p)
+
+
+def test_too_few_samples_is_undecided_and_says_so():
+    rng = np.random.default_rng(5)
+    report = report_for(frozen(rng), rng, 12, Behaviour(), min_samples=30)
+    assert report.verdict == "insufficient" and report.exit_code == 2
+    assert "too few samples" in format_text(report)
+
+
+def test_false_alarm_rate_of_a_stable_version_stays_near_alpha():
+    """A-vs-A over many seeds: the family-wise rate of any drift verdict is at most alpha (+ noise)."""
+    alarms = 0
+    runs = 60
+    for seed in range(runs):
+        rng = np.random.default_rng(1000 + seed)
+        baseline = frozen(rng, n=600)
+        alarms += report_for(baseline, rng, 300, Behaviour(), version="A", mmd_permutations=50).verdict == "drift"
+    # Holm keeps the family-wise rate <= 0.05; binomial(60, 0.05) exceeds 8 with probability < 1%.
+    assert alarms <= 8, f"{alarms}/{runs} stable windows flagged"
