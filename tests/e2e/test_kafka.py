@@ -19,8 +19,9 @@ import aiohttp
 import orjson
 import pytest
 from helpers.agents import bound_port, metric, proxy_url, recorded_servers, scrape, wait_until
+from helpers.kafka_topics import read_topic
 from helpers.ports import dead_address
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmwatch.agent.processes import kafka_scorer
@@ -51,39 +52,6 @@ def sample(i: int, **kw) -> Sample:
         response={"choices": [{"message": {"content": "x" * 2000}}]},
     )
     return Sample(**{**fields, **kw})
-
-
-def read_topic(
-    bootstrap: str, topic: str, *, expect: int | None = None, timeout: float = 15.0, idle: float = 1.0
-) -> list:
-    """Every record of `topic` (all partitions, from the start), without a consumer group."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, metrics_enabled=False)
-    try:
-        deadline = time.monotonic() + timeout
-        parts = None
-        while not parts and time.monotonic() < deadline:
-            parts = consumer.partitions_for_topic(topic)
-            if not parts:
-                time.sleep(0.1)
-        assert parts, f"topic {topic} has no partitions"
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        records: list = []
-        last = time.monotonic()
-        while time.monotonic() < deadline:
-            got = consumer.poll(timeout_ms=200)
-            for rs in got.values():
-                records.extend(rs)
-            if got:
-                last = time.monotonic()
-            if expect is not None and len(records) >= expect and time.monotonic() - last >= idle:
-                break
-            if expect is None and time.monotonic() - last >= idle and records:
-                break
-        return records
-    finally:
-        consumer.close()
 
 
 def checks_of(records: list, check: str = CHECK) -> list[dict]:

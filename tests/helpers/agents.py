@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""Agents on loopback and what tests read of them: URLs, /metrics scraped and summed, samples on disk, bounded waits."""
 
 from __future__ import annotations
 

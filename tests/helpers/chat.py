@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""A chat request and an OpenAI client pointed at a proxy."""
 
 from __future__ import annotations
 

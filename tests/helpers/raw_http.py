@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""Raw HTTP/1.1 on sockets: a scripted upstream and hand-written requests, for framing and fault tests."""
 
 from __future__ import annotations
 

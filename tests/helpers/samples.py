@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""Sample records built by hand for rule, redaction and scoring tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""Captured exchanges and server-sent-event bodies built by hand, for capture tests."""
 
 from __future__ import annotations
 

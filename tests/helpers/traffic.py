@@ -1,4 +1,4 @@
-"""Helpers shared by test modules."""
+"""Synthetic traffic with known behaviour per category, for the drift-family and canary tests."""
 
 from __future__ import annotations
 

@@ -605,7 +605,7 @@ def test_report_html_and_bad_input(tmp_path):
 
 
 async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
-    from test_kafka import read_topic
+    from helpers.kafka_topics import read_topic
 
     from llmwatch.collectors.exporters.kafka import create_topics
 
@@ -843,7 +843,7 @@ def _reviewer_choice(first: str, second: str) -> str:
 async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
     """Pairs exported for blind review, verdicts saved by `llmwatch review serve`, the judge asked on
     exactly those pairs: agreement, Cohen's kappa with its interval, and the confusion table."""
-    from test_review_app import Server
+    from helpers.review_app import Server
 
     from llmwatch.agent.apps.review import positions
 
