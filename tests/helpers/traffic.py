@@ -16,7 +16,7 @@ T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 DIM = 32
 
 
-_CENTRES = {
+CENTRES = {
     c: v / np.linalg.norm(v) for c, v in zip(("code", "chat", "legal"), np.random.default_rng(42).normal(size=(3, DIM)))
 }
 
@@ -115,6 +115,6 @@ def traffic(
                     sample_timestamp=ts,
                 )
             )
-        vec = _CENTRES[cat] + rng.normal(scale=0.15, size=DIM)
+        vec = CENTRES[cat] + rng.normal(scale=0.15, size=DIM)
         embeddings[sid] = (vec / np.linalg.norm(vec)).astype(np.float32)
     return samples, scores, embeddings

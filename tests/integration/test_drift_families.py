@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from helpers import traffic as traffic_data
 from helpers.agents import proxy_url, wait_until
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
 
@@ -229,10 +230,9 @@ def test_answer_embeddings_follow_the_model_not_the_topic_mix():
     assert signal(mix, "embedding").verdict == "stable", format_text(mix)
     # Answers about legal questions drift to another place (the model says something else),
     # nothing else changes: the permutation p-value can go far below 1/201.
-    global _CENTRES
-    saved = _CENTRES
+    saved = traffic_data.CENTRES
     moved = np.random.default_rng(77).normal(size=DIM)
-    _CENTRES = {
+    traffic_data.CENTRES = {
         **saved,
         "legal": (saved["legal"] + 0.6 * moved / np.linalg.norm(moved))
         / np.linalg.norm(saved["legal"] + 0.6 * moved / np.linalg.norm(moved)),
@@ -240,7 +240,7 @@ def test_answer_embeddings_follow_the_model_not_the_topic_mix():
     try:
         changed = report(base, rng, 1500)
     finally:
-        _CENTRES = saved
+        traffic_data.CENTRES = saved
     emb = signal(changed, "embedding")
     assert emb.verdict == "drift" and emb.p_value < 1 / 201 and emb.detail["permutations"] > 200, format_text(changed)
 
