@@ -38,7 +38,7 @@ class Behaviour:
 
 
 def degradations(base: Behaviour = Behaviour()) -> dict[str, Behaviour]:
-    """The README's table: each a realistic way for a new version to be worse."""
+    """The drift power table's degradations (docs/benchmarks/drift.md): each a realistic way for a new version to be worse."""
     return {
         "JSON validity -5 points": replace(base, json_valid=base.json_valid - 0.05),
         "answers 30% shorter": replace(base, answer_tokens=base.answer_tokens * 0.7),

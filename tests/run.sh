@@ -39,6 +39,10 @@ fi
 if [ $fast -eq 0 ]; then
   .venv/bin/mypy --no-error-summary llmwatch/core
 fi
+# The documentation site builds with every link and anchor resolved (written outside the tree).
+site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
+rm -rf "$site"
 
 # Models load from installed packages only; nothing is fetched at test time.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -21,7 +21,7 @@ an arbitrated verdict, in the same format, in `<out stem>.arbitrated.jsonl`.
 
 Tokens live in `<out stem>.tokens.json` (mode 0600) next to the reviews, so that a restart keeps
 every link. The token is the only credential: on loopback that is enough; anywhere else put the
-app behind an authenticating reverse proxy with TLS (docs/notes/browser.md).
+app behind an authenticating reverse proxy with TLS (docs/design/0023-html-reports-and-the-review-app.md).
 """
 
 from __future__ import annotations

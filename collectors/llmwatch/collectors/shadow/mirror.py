@@ -20,7 +20,7 @@ Two halves in two processes, so that the mirror never shares the proxy's GIL or 
   `llmwatch.pair/v1` record under `<data_dir>/pairs/` and moves the gauges. The writer is a thread
   of its own so that parsing and scoring never delay the timestamps of chunks still arriving.
 
-Why a process (measured, docs/notes/shadow2.md): with the mirror as a thread of the proxy, the
+Why a process (measured, docs/design/0021-mirror-in-its-own-process.md): with the mirror as a thread of the proxy, the
 candidate's timestamps waited on the GIL behind the busy proxy, and an identical candidate read
 1.15-1.4x slower at p95 latency/TTFT; the mirror's CPU was also spent on the traffic core. In its
 own process, pinned off the proxy's core like the scorer (`shadow.cpu_affinity`), the candidate

@@ -124,7 +124,7 @@ class Embedder:
             torch.set_num_threads(threads)
         # The packaged model in plain torch: the same vectors without importing
         # sentence-transformers and transformers, which took longer than embedding a few
-        # hundred texts (docs/notes/offline.md). Any other layout goes through sentence-transformers.
+        # hundred texts (docs/design/0013-offline-commands-in-plain-torch.md). Any other layout goes through sentence-transformers.
         self._model: Any = minilm.load(path)
         self.runtime = "torch" if self._model is not None else "sentence-transformers"
         if self._model is None:

@@ -34,7 +34,7 @@ def offline_scoring(cfg: ScoringSection) -> ScoringSection:
     The sidecar's default of one torch thread leaves the other cores to traffic; a `score`,
     `freeze` or `drift` run has the machine to itself. An explicit `scoring.torch_threads`
     (config file or LLMWATCH_SCORING__TORCH_THREADS) is kept: on a machine shared with other
-    busy processes fewer threads can be faster (docs/notes/offline.md).
+    busy processes fewer threads can be faster (docs/design/0013-offline-commands-in-plain-torch.md).
     """
     if "torch_threads" not in cfg.model_fields_set:
         try:

@@ -9,13 +9,13 @@ cannot be reached at all, and 400 for a request target that is not a path, in th
 format so that SDKs report them clearly; their messages are fixed words that never echo what
 the upstream sent nor the upstream's credentials.
 
-Documented exceptions to "bytes untouched" (docs/notes/proxyfaults.md): `Expect: 100-continue`
+Documented exceptions to "bytes untouched" (docs/design/0005-proxy-under-hostile-input.md): `Expect: 100-continue`
 is answered by the proxy itself and not forwarded; 1xx informational responses (103 Early Hints)
 are not relayed, because aiohttp's client consumes them.
 
 Two cores serve this class (`proxy.engine`): `relay` (the default, collectors/llmwatch/collectors/receivers/proxy/relay.py: raw
 asyncio protocols that forward bytes and call `_finish` for captured calls) and `aiohttp`
-(`handle` below, the previous core). Both keep the behaviours above; docs/notes/relay.md says why.
+(`handle` below, the previous core). Both keep the behaviours above; docs/design/0010-relay-core.md says why.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
 server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
-multidicts, a handler task) before a line of llmwatch ran (docs/notes/relay.md). This core parses
+multidicts, a handler task) before a line of llmwatch ran (docs/design/0010-relay-core.md). This core parses
 only what a proxy must: the request head (httptools, the llhttp parser uvicorn uses), and the
 response head plus enough of the body to know where the response ends. Everything else is
 `transport.write` of the bytes received:
