@@ -603,6 +603,15 @@ class OtlpReceiver:
         self.max_spans = max_spans
         # Compared in constant time; never logged.
         self._expected_auth = f"Bearer {token}".encode() if token else None
+        # Unauthenticated spans are stored, sampled and scored like any, but never drive the
+        # served-version sentinel (metrics, alert, webhook, command): see `ingest`.
+        self.watch_versions = bool(token)
+        if not self.watch_versions and intake.sentinel is not None:
+            log.info(
+                "otlp_versions_not_watched",
+                why="the OTLP receiver has no bearer token: spans do not move the served-version sentinel",
+                fix="set otel.ingest_token_env to watch the versions that spans report",
+            )
 
     def app(self) -> web.Application:
         # The body limit is checked here and again after our own bounded gunzip (aiohttp's would
@@ -638,7 +647,10 @@ class OtlpReceiver:
                     sample.model_version = self.intake.model_version(
                         sample.model_version, sample.response_model, sample.model
                     )
-                    if sample.response_model is not None and sample.status < 400:
+                    # Only spans from senders who proved who they are (otel.ingest_token_env) may move
+                    # the served-version sentinel: its alert, webhook and command act on what it sees,
+                    # and anyone who can reach an open receiver could make up fingerprints.
+                    if self.watch_versions and sample.response_model is not None and sample.status < 400:
                         fingerprint = (
                             sample.response.get("system_fingerprint") if isinstance(sample.response, dict) else None
                         )
