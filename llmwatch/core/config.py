@@ -607,6 +607,10 @@ class ShadowCandidate(_Section):
     # Spend caps: a mirror that would exceed either is skipped (counted as spend_cap / rate_cap).
     max_usd_per_hour: float | None = Field(None, ge=0)
     max_requests_per_minute: int | None = Field(None, ge=0)
+    # With max_usd_per_hour: each mirror reserves the worst case before it is sent (the request's
+    # bytes as input tokens, its own max_tokens or this many as output) and is sent with that
+    # limit, so concurrent mirrors can never spend past the cap; settled on the real usage.
+    max_output_tokens: int = Field(4096, ge=1, le=1_000_000)
     # mirror: a streamed request is sent streamed too (TTFT recorded); buffered: sent with stream off.
     stream: Literal["mirror", "buffered"] = "mirror"
 
