@@ -360,6 +360,14 @@ class VersionChangeSection(_Section):
     # A version served within this long is not new when calls come back to it: providers serve one
     # version from backends with different fingerprints at once. 0: every alternation is a change.
     remember_s: float = Field(3600.0, ge=0)
+    # Storms: more than `max_changes` new versions within `flap_window_s` is one fact, not that many
+    # changes: the model is flapping (llmwatch_model_version_flapping 1, one log line, one webhook
+    # event served_version_flapping, no command) until calm for flap_window_s.
+    max_changes: int = Field(3, ge=1, le=1000)
+    flap_window_s: float = Field(600.0, gt=0, le=86_400)
+    # Webhook and command run at most once per model within this long: a change inside it is held
+    # and, at its end, one run says where the version went (if it did not come back).
+    min_action_interval_s: float = Field(300.0, ge=0, le=86_400)
     # POSTed {old, new, model, at} (JSON) on each change, with the drift webhook's retries.
     webhook: str | None = None
     # Run (argv, never through a shell) on each change, one at a time, with LLMWATCH_OLD_VERSION,
@@ -599,6 +607,10 @@ class ShadowCandidate(_Section):
     # Spend caps: a mirror that would exceed either is skipped (counted as spend_cap / rate_cap).
     max_usd_per_hour: float | None = Field(None, ge=0)
     max_requests_per_minute: int | None = Field(None, ge=0)
+    # With max_usd_per_hour: each mirror reserves the worst case before it is sent (the request's
+    # bytes as input tokens, its own max_tokens or this many as output) and is sent with that
+    # limit, so concurrent mirrors can never spend past the cap; settled on the real usage.
+    max_output_tokens: int = Field(4096, ge=1, le=1_000_000)
     # mirror: a streamed request is sent streamed too (TTFT recorded); buffered: sent with stream off.
     stream: Literal["mirror", "buffered"] = "mirror"
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import stat
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,22 +86,74 @@ def make_dirs(directory: str | os.PathLike[str], mode: int | None = None) -> Pat
     return path
 
 
+# Never through a link, never onto a FIFO or device: a data file is a regular file this process
+# opens itself. O_NOFOLLOW refuses a symlink planted at the name (its target would be written and
+# chmodded); O_NONBLOCK makes opening a planted FIFO fail at once (ENXIO) instead of hanging.
+_NO_LINKS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _named(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """ELOOP from O_NOFOLLOW reads "too many levels of symbolic links": say what it means."""
+    if exc.errno == errno.ELOOP and os.path.islink(path):
+        return OSError(
+            errno.ELOOP,
+            "a symbolic link; llmwatch never writes data through a link (remove it or give another path)",
+            str(path),
+        )
+    return exc
+
+
+def _open_regular(path: str | os.PathLike[str], flags: int, mode: int) -> tuple[int, bool]:
+    """(fd, created) for `path`, opened without following a link; refuses anything but a regular file."""
+    try:
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | _NO_LINKS, mode)
+            created = True
+        except FileExistsError:
+            fd = os.open(path, (flags & ~os.O_CREAT) | _NO_LINKS | os.O_NONBLOCK)
+            created = False
+    except OSError as exc:
+        raise _named(exc, path) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file; llmwatch writes data only to regular files", str(path))
+        if not created:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, created
+
+
 def open_private(
     path: str | os.PathLike[str], append: bool = False, mode: int | None = None, *, buffered: bool = True
 ) -> BinaryIO:
     """Open a data file for binary writing; a file this call creates gets `file_mode` exactly.
-    Unbuffered (`buffered=False`): each write is one system call whose count is what reached the file."""
+    Unbuffered (`buffered=False`): each write is one system call whose count is what reached the file.
+    A symbolic link (or FIFO, device) at `path` is refused (OSError: ELOOP / EINVAL), never followed."""
     wanted = _file_mode if mode is None else mode
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_CLOEXEC", 0)
-    existed = os.path.exists(path)
-    fd = os.open(path, flags, wanted)
+    fd, created = _open_regular(path, os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC), wanted)
     try:
-        if not existed:
+        if created:
             os.fchmod(fd, wanted)  # the umask may have taken bits the config asked for
         return os.fdopen(fd, "ab" if append else "wb", buffering=-1 if buffered else 0)
     except BaseException:
         os.close(fd)
         raise
+
+
+def private_path(path: str | os.PathLike[str], mode: int | None = None) -> None:
+    """Give an existing data file the data-file mode, through a descriptor (never through a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NO_LINKS | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _named(exc, path) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.fchmod(fd, _file_mode if mode is None else mode)
+    finally:
+        os.close(fd)
 
 
 class JsonlWriter:
@@ -125,8 +179,18 @@ class JsonlWriter:
         n = 0
         while True:
             path = self.directory / f"{self.prefix}-{day}-{n:04d}.jsonl"
-            if not path.exists() or path.stat().st_size < self.max_file_bytes:
+            try:
+                st = os.lstat(path)  # the name itself: a link planted there is not ours to follow
+            except FileNotFoundError:
                 return path
+            if stat.S_ISREG(st.st_mode) and st.st_size < self.max_file_bytes:
+                return path
+            if not stat.S_ISREG(st.st_mode):
+                structlog.get_logger(__name__).warning(
+                    "data_file_name_skipped",
+                    path=str(path),
+                    why="not a regular file (a link?); writing to the next name",
+                )
             n += 1
 
     def _ensure_file(self) -> BinaryIO:
@@ -134,7 +198,7 @@ class JsonlWriter:
         if self._fh is not None and day == self._day and self._size < self.max_file_bytes:
             return self._fh
         self.close()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory, self._file_mode)  # removed while running: made again, private
         path = self._next_path(day)
         # Unbuffered: what a write call reports written is in the file, so a failure can be undone exactly.
         fh = open_private(path, append=True, mode=self._file_mode, buffered=False)
@@ -278,27 +342,30 @@ def read_records(
 def atomic_writer(path: str | os.PathLike[str], *, read_only: bool = False) -> Iterator[BinaryIO]:
     """A private binary file that appears at `path` complete or not at all.
 
-    Written as `<name>.partial` in the same directory (so the rename cannot cross file systems),
-    flushed to disk, then renamed over `path`: a reader, or a crash, never sees half a file.
-    If the block raises, the partial file is removed and `path` is left as it was. The file gets
-    the data-file mode (`set_file_mode`, 0600 by default); `read_only` drops its write bits
-    (baselines are immutable).
+    Written to a new temporary file in the same directory (so the rename cannot cross file
+    systems), flushed to disk, then renamed over `path`: a reader, or a crash, never sees half a
+    file. The temporary name is unpredictable and created with O_EXCL | O_NOFOLLOW (mkstemp):
+    nothing planted in the directory (a symlink at `<name>.partial`) is ever opened, written or
+    chmodded; the rename replaces a link at `path` itself, not its target. If the block raises,
+    the temporary file is removed and `path` is left as it was. The file gets the data-file mode
+    (`set_file_mode`, 0600 by default); `read_only` drops its write bits (baselines are immutable).
     """
     target = Path(path)
     make_dirs(target.parent)
-    tmp = target.with_name(target.name + ".partial")
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    tmp = Path(name)
     try:
-        with open_private(tmp) as fh:
-            os.fchmod(fh.fileno(), _file_mode)  # a stale .partial left by a crash keeps no old mode
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), _file_mode & 0o444 if read_only else _file_mode)
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        if read_only:
-            os.chmod(tmp, _file_mode & 0o444)
         os.replace(tmp, target)
     finally:
-        if tmp.exists():
+        try:
             tmp.unlink()
+        except FileNotFoundError:
+            pass
     _fsync_directory(target.parent)
 
 

@@ -319,8 +319,16 @@ class Metrics:
         )
         self.model_version_actions = Counter(
             "llmwatch_model_version_change_actions",
-            "What drift.version_change triggered on a change, by action (webhook, command) and outcome (sent, retries, failed, dropped; ok, exit_nonzero, timeout, not_started).",
+            "What drift.version_change triggered on a change, by action (webhook, command) and outcome (sent, retries, failed, dropped; ok, exit_nonzero, timeout, not_started; coalesced: a change folded into the next run by drift.version_change.min_action_interval_s).",
             ["action", "outcome"],
+            registry=r,
+        )
+        # 1 while a request model is flapping (more than drift.version_change.max_changes new
+        # versions within flap_window_s): its changes are not counted or acted on one by one.
+        self.model_version_flapping = Gauge(
+            "llmwatch_model_version_flapping",
+            "1 while the served version of a request model is flapping (too many new versions too fast to be changes); 0 once calm for drift.version_change.flap_window_s.",
+            ["gen_ai_request_model"],
             registry=r,
         )
         # Canary (scorers/llmwatch/scorers/drift/canary.py): two versions served at once, compared in the same window.

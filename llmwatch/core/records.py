@@ -19,6 +19,11 @@ from llmwatch.core.wire import extract_answer_text, extract_prompt_text
 
 SAMPLE_SCHEMA = "llmwatch.sample/v1"
 MAX_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z, the last second datetime can hold
+# The largest token count a record holds: 2**53 - 1, the largest integer every JSON reader (orjson,
+# JavaScript) reads back exactly. Python ints have no bound and pydantic accepts a 301-digit one,
+# which its own readers then refuse (orjson reads it as a float): a record llmwatch writes must
+# always be one it reads, so the bound is in the model (tests/unit/test_records_json.py).
+MAX_TOKENS = 2**53 - 1
 
 
 def as_utc(value: datetime) -> datetime:
@@ -32,8 +37,8 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 class Usage(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    input_tokens: int | None = Field(default=None, ge=0)
-    output_tokens: int | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    output_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     # True when the upstream sent no usage block and the counts were estimated
     # from the stream (one content chunk ~ one token) or from text length.
     estimated: bool = False

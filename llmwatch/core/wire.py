@@ -19,6 +19,29 @@ OPERATIONS = {
     "/v1/responses": "generate_content",
 }
 
+# Largest count of tokens taken from the wire (as llmwatch.core.records.MAX_TOKENS).
+_MAX_COUNT = 2**53 - 1
+
+
+def token_count(value: Any) -> int | None:
+    """A token count an upstream or a span reported, or None when it is not one.
+
+    Counts come from outside (usage blocks, span attributes): only a whole number in 0..2**53-1 is
+    taken; a bool, a negative, fractional or non-finite number, 1e300 or a 400-digit string is not
+    a count and is dropped here, at the boundary, rather than stored where the readers refuse it.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= _MAX_COUNT else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and 0 <= value <= _MAX_COUNT else None
+    if isinstance(value, str) and 0 < len(value) <= 16 and value.isascii() and value.isdigit():
+        number = int(value)
+        return number if number <= _MAX_COUNT else None
+    return None
+
+
 # Kana, CJK ideographs and Hangul: scripts written without spaces between words.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")

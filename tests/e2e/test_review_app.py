@@ -359,9 +359,11 @@ def test_bad_serve_arguments_are_refused_with_the_fix(exported: Path, tmp_path: 
     assert not (tmp_path / "r.tokens.json").exists() and not (tmp_path / "r.jsonl").exists()
 
 
-def test_a_torn_reviews_file_is_refused_naming_the_line(exported: Path, tmp_path: Path, capsys):
+def test_a_bad_line_in_the_reviews_file_is_refused_naming_the_line(exported: Path, tmp_path: Path, capsys):
+    # A whole line that is not JSON is damage nobody can undo for the reviewer: refused, named.
+    # (A torn last line, what a kill mid-write leaves, is cut at start: tests/integration/test_review_serve_faults.py.)
     out = tmp_path / "r.jsonl"
-    out.write_bytes(b'{"task_id": "T-0001", "category"')
+    out.write_bytes(b'{"task_id": "T-0001", "category"\n')
     assert main(["review", "serve", "--tasks", str(exported), "--out", str(out), "--reviewers", "1"]) == 2
     assert f"{out}:1: not valid JSON" in capsys.readouterr().err
 

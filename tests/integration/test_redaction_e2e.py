@@ -46,3 +46,13 @@ async def test_scores_only_mode_stores_no_request_or_response_text(sim, make_age
     assert record["request"] is None and record["response"] is None and record["redacted"] is True
     assert record["metadata"]["conversation_id"].startswith("sha256:")
     assert "roast" not in str(record)
+
+
+async def test_a_bare_aws_secret_after_the_words_aws_secret_never_reaches_the_sample_files(sim, make_agent):
+    # 40 base64 characters, no aws_secret_access_key= before them: found by the words before it.
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY9Xq2LmN8vT"
+    agent = await make_agent(sim.url, sampling={"rate": 1.0})
+    await post(agent, {**CHAT, "messages": [{"role": "user", "content": f"my aws secret is {key}, keep it safe"}]})
+    [record] = await drained(agent, 1)
+    assert key not in str(record) and "K7MDENG" not in str(record)
+    assert "my aws secret is [SECRET], keep it safe" in str(record["request"])

@@ -123,7 +123,8 @@ def test_models_are_watched_apart_and_unwatched_parts_are_ignored():
 
 def test_label_values_stay_bounded_however_many_versions_appear():
     m = Metrics(max_models=2)
-    s = VersionSentinel(m, max_values=3)
+    # Flapping off (tests/integration/test_version_storms.py has it on): every new version is a change here.
+    s = VersionSentinel(m, max_values=3, max_changes=1000)
     for i in range(50):
         s.observe("gpt-4o", "v", "gpt-4o", f"fp_{i}")
     # One info series and one last-change series per model, its labels from at most 3 fingerprints.
@@ -432,7 +433,10 @@ async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Pat
         "time.sleep(0.2); f.write('end ' + os.environ['LLMWATCH_NEW_VERSION'] + '\\n')"
     )
     m = Metrics()
-    actions = VersionActions(VersionChangeSection(command=[sys.executable, "-c", script, str(log_file)]), m)
+    # No rate limit here (min_action_interval_s: 0): three changes, three runs, one after another.
+    actions = VersionActions(
+        VersionChangeSection(command=[sys.executable, "-c", script, str(log_file)], min_action_interval_s=0), m
+    )
     actions.start()
     for i in range(3):
         actions.submit(_change(i))
@@ -512,11 +516,13 @@ def _span(span_id: str, fingerprint: str) -> dict:
     }
 
 
-async def test_spans_ingested_over_otlp_are_watched_like_proxied_calls(make_agent):
+async def test_spans_ingested_over_authenticated_otlp_are_watched_like_proxied_calls(make_agent, monkeypatch):
+    # Only senders with the bearer token move the sentinel (tests/integration/test_version_storms.py: the others).
+    monkeypatch.setenv("LLMWATCH_TEST_INGEST_TOKEN", "t0ken-for-spans")
     agent = await make_agent(
         "http://127.0.0.1:9",
         sampling={"rate": 0.0, "keep_errors": False, "slow_ms": None},
-        otel={"ingest_listen": "127.0.0.1:0"},
+        otel={"ingest_listen": "127.0.0.1:0", "ingest_token_env": "LLMWATCH_TEST_INGEST_TOKEN"},
     )
     url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
     async with aiohttp.ClientSession() as http:
@@ -528,7 +534,8 @@ async def test_spans_ingested_over_otlp_are_watched_like_proxied_calls(make_agen
                     ]
                 }
             )
-            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer t0ken-for-spans"}
+            async with http.post(url, data=body, headers=headers) as r:
                 assert r.status == 200
     [now] = info_series(agent.metrics)
     assert (now["gen_ai_request_model"], now["response_model"], now["system_fingerprint"]) == (

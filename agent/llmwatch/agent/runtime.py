@@ -131,8 +131,13 @@ class Agent:
                 fields=watch.fields,
                 remember_s=watch.remember_s,
                 max_values=cfg.metrics.max_versions,
+                max_changes=watch.max_changes,
+                flap_window_s=watch.flap_window_s,
                 on_change=self.version_actions.submit if self.version_actions is not None else None,
+                on_flapping=self.version_actions.flapping if self.version_actions is not None else None,
             )
+            if self.version_actions is not None:
+                self.version_actions.state = self.sentinel.state
             self.intake.sentinel = self.sentinel
         self.upstream_probe = (
             UpstreamProbe(cfg.upstream, timeout_s=cfg.proxy.connect_timeout_s)

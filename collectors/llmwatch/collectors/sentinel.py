@@ -17,6 +17,17 @@ webhook and runs a command, both on the event loop's side, never in the call's p
 window of the new version starts afresh in the scorer (scorers/llmwatch/scorers/drift/online.py), which sees the same
 parts on the samples.
 
+What comes from the upstream is bounded before it goes anywhere (`bounded_text`: at most 128
+printable characters per part, a hash keeping long ones distinct): a 200 KB fingerprint is not a
+400 KB log line, a label, or an environment too large to exec the command.
+
+Storms (llmwatch/core/served.py): more than `max_changes` new versions within `flap_window_s` make
+the model *flapping*: `llmwatch_model_version_flapping` reads 1, `served_version_flapping` is
+logged once and sent to the webhook once, and no change of it is counted, alerted on or acted on
+until it has been calm for `flap_window_s`. Actions are also rate-limited per model
+(`min_action_interval_s`): a change inside the interval is held, and at its end one run reports
+where the version went, unless it came back or is still flapping.
+
 Models past the model label cap (label `other`) are not watched: their calls share one label, and
 each alternation between them would read as a change. State lives in memory: a change that
 happens while llmwatch is down is not seen as one (the first call after a start sets the version).
@@ -36,7 +47,7 @@ import structlog
 
 from llmwatch.core.config import VERSION_FIELDS, VersionChangeSection
 from llmwatch.core.metrics import OTHER, LabelCap, Metrics
-from llmwatch.core.served import ServedVersion
+from llmwatch.core.served import ServedVersion, bounded_text
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +74,7 @@ class VersionChange:
     old: Identity
     new: Identity
     at: datetime
+    coalesced: int = 0  # changes held by min_action_interval_s that this one stands for
 
     @property
     def old_text(self) -> str:
@@ -83,6 +95,26 @@ class VersionChange:
             "old_parts": parts(self.old),
             "new_parts": parts(self.new),
             "at": self.at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            **({"coalesced_changes": self.coalesced} if self.coalesced else {}),
+        }
+
+
+@dataclass(frozen=True)
+class VersionFlapping:
+    """A request model started flapping: too many new versions too fast to call each a change."""
+
+    model: str
+    current: Identity
+    versions: int  # distinct versions remembered for it now
+    at: datetime
+
+    def payload(self) -> dict:
+        return {
+            "event": "served_version_flapping",
+            "model": self.model,
+            "current": describe(self.current),
+            "versions_seen": self.versions,
+            "at": self.at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         }
 
 
@@ -94,12 +126,18 @@ class VersionSentinel:
         fields: Sequence[str] = VERSION_FIELDS,
         remember_s: float = 3600.0,
         max_values: int = 20,
+        max_changes: int = 3,
+        flap_window_s: float = 600.0,
         on_change: Callable[[VersionChange], None] | None = None,
+        on_flapping: Callable[[VersionFlapping], None] | None = None,
     ) -> None:
         self.metrics = metrics
         self._mask = tuple(f in fields for f in VERSION_FIELDS)
         self.remember_s = remember_s
+        self.max_changes = max_changes
+        self.flap_window_s = flap_window_s
         self.on_change = on_change
+        self.on_flapping = on_flapping
         # Per request model label: its served version, and the label values of its info series.
         self._served: dict[str, ServedVersion] = {}
         self._info: dict[str, tuple[str, str, str]] = {}
@@ -114,9 +152,9 @@ class VersionSentinel:
         """Compare one successful call with the last of its request model; never raises."""
         try:
             told = (
-                version if self._mask[0] else None,
-                response_model if self._mask[1] else None,
-                fingerprint if self._mask[2] else None,
+                bounded_text(version) if self._mask[0] else None,
+                bounded_text(response_model) if self._mask[1] else None,
+                bounded_text(fingerprint) if self._mask[2] else None,
             )
             key = self.metrics.model_label(model)
             served = self._served.get(key)
@@ -132,7 +170,12 @@ class VersionSentinel:
         if key == OTHER or not any(told):
             return None
         if served is None:
-            served = self._served[key] = ServedVersion(self.remember_s)
+            served = self._served[key] = ServedVersion(
+                self.remember_s, max_changes=self.max_changes, flap_window_s=self.flap_window_s
+            )
+            self.metrics.model_version_flapping.labels(key).set_function(
+                lambda: float(served.is_flapping(time.monotonic()))
+            )
         seen, previous = served.see(told, time.monotonic())
         if seen == "same":
             return None
@@ -153,8 +196,11 @@ class VersionSentinel:
                     pass
             m.model_version_info.labels(key, *labels).set(1)
             self._info[key] = labels
+        if seen == "flapping":
+            self._flapping(key, served, ident)
+            return None
         if seen != "new" or previous is None or old_labels is None:
-            return None  # first sight, or back to a version served moments ago: no change
+            return None  # first sight, back to a version served moments ago, or still flapping: no change
         # The alert's labels come from capped parts, so the from/to pairs stay bounded too.
         old_text, new_text = describe(tuple(p or None for p in old_labels)), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
         last_change = self._last_change.get(key)
@@ -178,6 +224,29 @@ class VersionSentinel:
             self.on_change(change)
         return change
 
+    def _flapping(self, key: str, served: ServedVersion, ident: Identity) -> None:
+        event = VersionFlapping(key, ident, served.known_count(), datetime.now(timezone.utc))
+        log.warning(
+            "served_version_flapping",
+            model=key,
+            current=describe(ident),
+            versions_seen=event.versions,
+            max_changes=self.max_changes,
+            flap_window_s=self.flap_window_s,
+            fix="the upstream answers as a new version more often than one can be tested; changes are not acted on "
+            "until it is calm. If its fingerprints rotate between backends, drop system_fingerprint from "
+            "drift.version_change.fields",
+        )
+        if self.on_flapping is not None:
+            self.on_flapping(event)
+
+    def state(self, model: str) -> tuple[Identity | None, bool]:
+        """(the version `model` is served as now, whether it is flapping): for held actions."""
+        served = self._served.get(model)
+        if served is None:
+            return None, False
+        return served.current, served.is_flapping(time.monotonic())  # type: ignore[return-value]
+
 
 class VersionActions:
     """What `drift.version_change` asks for on a change: a webhook POST and/or a command.
@@ -200,9 +269,16 @@ class VersionActions:
                 cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc()
             )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[VersionChange] | None = None
+        self._queue: asyncio.Queue[VersionChange | VersionFlapping] | None = None
         self._task: asyncio.Task[None] | None = None
         self.running: asyncio.subprocess.Process | None = None
+        # The rate limit, per model (on the event loop only): when its last run was queued, the new
+        # version it named, and the changes held since (first old version, how many).
+        self.state: Callable[[str], tuple[Identity | None, bool]] | None = None  # VersionSentinel.state
+        self._last_run: dict[str, float] = {}
+        self._last_new: dict[str, Identity] = {}
+        self._held: dict[str, tuple[Identity, int]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     @property
     def enabled(self) -> bool:
@@ -220,21 +296,66 @@ class VersionActions:
             return
         loop.call_soon_threadsafe(self._offer, change)
 
+    def flapping(self, event: VersionFlapping) -> None:
+        """A model started flapping: the webhook is told once; the command does not run for it."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self.notifier is None:
+            return
+        loop.call_soon_threadsafe(self._queue_put, event)
+
     def _offer(self, change: VersionChange) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        last = self._last_run.get(change.model)
+        interval = self.cfg.min_action_interval_s
+        if last is None or now - last >= interval:
+            self._run_for(change, now)
+            return
+        # Inside the interval: held, folded with any change held before it.
+        first_old, count = self._held.get(change.model, (change.old, 0))
+        self._held[change.model] = (first_old, count + 1)
+        self._count("coalesced")
+        if change.model not in self._timers:
+            self._timers[change.model] = self._loop.call_at(last + interval, self._release, change.model)
+
+    def _release(self, model: str) -> None:
+        """The end of a model's interval: one run for what was held, if the version is still elsewhere."""
+        assert self._loop is not None
+        self._timers.pop(model, None)
+        held = self._held.pop(model, None)
+        if held is None:
+            return
+        current, flapping = self.state(model) if self.state is not None else (None, False)
+        if flapping:
+            # No run while it flaps; look again an interval later (it ends once calm).
+            self._held[model] = held
+            self._timers[model] = self._loop.call_later(max(self.cfg.min_action_interval_s, 1.0), self._release, model)
+            return
+        last_new = self._last_new.get(model)
+        if current is None or current == last_new:
+            return  # back where the last run left it: nothing to act on
+        old = last_new if last_new is not None else held[0]
+        self._run_for(
+            VersionChange(model, old, current, datetime.now(timezone.utc), coalesced=held[1]), self._loop.time()
+        )
+
+    def _run_for(self, change: VersionChange, now: float) -> None:
+        self._last_run[change.model] = now
+        self._last_new[change.model] = change.new
+        self._queue_put(change)
+
+    def _count(self, outcome: str) -> None:
+        for action in ("webhook" if self.notifier else None, "command" if self.cfg.command else None):
+            if action:
+                self.metrics.model_version_actions.labels(action=action, outcome=outcome).inc()
+
+    def _queue_put(self, item: VersionChange | VersionFlapping) -> None:
         assert self._queue is not None
         try:
-            self._queue.put_nowait(change)
+            self._queue.put_nowait(item)
         except asyncio.QueueFull:
-            for action in ("webhook" if self.notifier else None, "command" if self.cfg.command else None):
-                if action:
-                    self.metrics.model_version_actions.labels(action=action, outcome="dropped").inc()
-            log.warning(
-                "version_change_action_dropped",
-                model=change.model,
-                old=change.old_text,
-                new=change.new_text,
-                pending=_MAX_PENDING,
-            )
+            self._count("dropped")
+            log.warning("version_change_action_dropped", model=item.model, pending=_MAX_PENDING)
 
     async def _run(self) -> None:
         assert self._queue is not None
@@ -243,7 +364,7 @@ class VersionActions:
             try:
                 if self.notifier is not None:
                     self.notifier.post(change.payload())
-                if self.cfg.command:
+                if self.cfg.command and isinstance(change, VersionChange):
                     await self._command(change)
             except Exception:
                 log.exception("version_change_action_failed", model=change.model)
@@ -322,6 +443,9 @@ class VersionActions:
 
     async def close(self, timeout_s: float = 5.0) -> None:
         """Let a running command finish within `timeout_s` (else kill its group), send what is queued, stop."""
+        for timer in self._timers.values():
+            timer.cancel()  # held changes are not run at shutdown: the process is going away
+        self._timers.clear()
         if self._task is not None:
             queue = self._queue
             if queue is not None:

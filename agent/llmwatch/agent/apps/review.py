@@ -27,6 +27,7 @@ app behind an authenticating reverse proxy with TLS (docs/design/0023-html-repor
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import html
 import os
@@ -43,6 +44,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from llmwatch.core.jsonio import atomic_write_bytes, make_dirs, open_private, private_path
 from llmwatch.scorers.evaluation.review import (
     LABELS,
     Review,
@@ -94,22 +96,13 @@ def parse_people(spec: str | None, prefix: str) -> list[str]:
     return names
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Replace `path` atomically with a file only its owner can read."""
-    tmp = path.with_name(path.name + ".partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
 def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence[str]) -> dict[str, dict[str, str]]:
     """Tokens kept from an earlier run; new names get new tokens; nobody loses one."""
     tokens: dict[str, dict[str, str]] = {"reviewers": {}, "arbiters": {}}
+    if path.is_symlink():
+        raise ReviewError(
+            f"tokens file {path} is a symbolic link; llmwatch never reads or writes tokens through a link"
+        )
     if path.exists():
         try:
             data = orjson.loads(path.read_bytes())
@@ -123,6 +116,14 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
             tokens[role] = {str(k): str(v) for k, v in (data.get(role) or {}).items()}
     if not tokens["reviewers"] and not reviewers:
         raise ReviewError("no reviewer: pass --reviewers alice,bob (or a count, e.g. 2)")
+    # An arbiter who also reviews would settle a dispute over their own review, having seen the
+    # other reviewer's: the two roles are for different people, this run's and earlier runs' alike.
+    both = sorted((set(tokens["reviewers"]) | set(reviewers)) & (set(tokens["arbiters"]) | set(arbiters)))
+    if both:
+        raise ReviewError(
+            f"{', '.join(both)} would be both reviewer and arbiter: an arbiter must not settle a dispute over their own "
+            f"review; give --arbiters people who do not review (tokens file: {path})"
+        )
     changed = not path.exists()
     for role, names in (("reviewers", reviewers), ("arbiters", arbiters)):
         for name in names:
@@ -130,9 +131,9 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
                 tokens[role][name] = secrets.token_urlsafe(24)
                 changed = True
     if changed:
-        _write_private(path, orjson.dumps({"schema": TOKENS_SCHEMA, **tokens}, option=orjson.OPT_INDENT_2))
+        atomic_write_bytes(path, orjson.dumps({"schema": TOKENS_SCHEMA, **tokens}, option=orjson.OPT_INDENT_2))
     else:
-        os.chmod(path, 0o600)
+        private_path(path)
     return tokens
 
 
@@ -145,22 +146,71 @@ def positions(judge: str, task_id: str) -> list[str]:
 
 
 class AppendOnly:
-    """One JSON line per verdict: a single write on an O_APPEND descriptor, then fsync."""
+    """One JSON line per verdict, all or nothing: appended at a known whole-line end, then fsync.
+
+    A write that fails part-way (a full disk: ENOSPC after some bytes) or an fsync that fails
+    cuts the file back to where the line started, and the verdict is reported not saved; the file
+    is only ever extended from `size`, the end of its last whole line, so a retry never lands
+    glued to a torn fragment. `repair_tail` cuts a torn last line (a process killed mid-write,
+    before any verdict was acknowledged) when the app starts.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lock = asyncio.Lock()
+        self.size = 0
+
+    def repair_tail(self) -> None:
+        """Make the file end at a whole line: a last line without its newline was never acknowledged
+        (a verdict is saved once its line is whole and synced) and is cut, unless it is a complete
+        JSON object (a hand-edited file without a final newline), which gets its newline."""
+        with open_private(self.path, append=True, buffered=False) as fh:
+            fd = fh.fileno()
+            with open(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else self.path, "rb") as reader:
+                data = reader.read()  # the very file just opened (no second lookup of the name)
+            size = len(data)
+            keep = data.rfind(b"\n") + 1
+            if keep != size:
+                try:
+                    whole = isinstance(orjson.loads(data[keep:]), dict)
+                except orjson.JSONDecodeError:
+                    whole = False
+                if whole:
+                    os.write(fd, b"\n")
+                    keep = size + 1
+                else:
+                    os.ftruncate(fd, keep)
+                    log.warning(
+                        "review.torn_line_cut",
+                        file=str(self.path),
+                        line=data.count(b"\n") + 1,
+                        bytes=size - keep,
+                        why="a write stopped mid-line (full disk, killed process); that verdict was never saved",
+                    )
+                os.fsync(fd)
+            self.size = keep
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = orjson.dumps(record) + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            written = os.write(fd, line)
-            if written != len(line):
-                raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open_private(self.path, append=True, buffered=False) as fh:
+            fd = fh.fileno()
+            if os.fstat(fd).st_size != self.size:
+                os.ftruncate(fd, self.size)  # a cut that failed earlier: start from the last whole line
+            try:
+                done = 0
+                while done < len(line):
+                    n = os.write(fd, line[done:])
+                    if n <= 0:
+                        raise OSError(errno.EIO, "write returned 0 bytes", str(self.path))
+                    done += n
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, self.size)
+                except OSError:
+                    pass  # the next append cuts it (size check above); the start-up repair too
+                raise
+            self.size += len(line)
 
 
 @dataclass
@@ -198,20 +248,23 @@ def load_state(tasks_path: Path, out_path: Path, reviewers: Sequence[str], arbit
     tasks, _ = load_tasks(tasks_path)
     if not tasks:
         raise ReviewError(f"tasks file {tasks_path} holds no tasks; write some with `llmwatch review export`")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_path.parent)
     arbitrated_path = sibling(out_path, ".arbitrated.jsonl")
+    outs = {"reviews": AppendOnly(out_path), "arbitrated": AppendOnly(arbitrated_path)}
+    for out in outs.values():
+        if out.path.exists() or out.path.is_symlink():
+            private_path(out.path)  # refuses a link (never follows it), before anything is written
+            out.repair_tail()
     tokens = load_or_make_tokens(sibling(out_path, ".tokens.json"), reviewers, arbiters)
-    state = ReviewState(tasks, list(tasks), AppendOnly(out_path), AppendOnly(arbitrated_path), tokens)
-    for path, target in ((out_path, "reviews"), (arbitrated_path, "arbitrated")):
-        if path.exists():
-            os.chmod(path, 0o600)
-            if path.read_bytes().strip():
-                for r in load_reviews(path, tasks):
-                    if target == "reviews":
-                        state.reviews[(r.judge, r.task_id)] = r
-                        state.review_order.append((r.judge, r.task_id))
-                    else:
-                        state.arbitrated[r.task_id] = r
+    state = ReviewState(tasks, list(tasks), outs["reviews"], outs["arbitrated"], tokens)
+    for target, out in outs.items():
+        if out.path.exists() and out.path.read_bytes().strip():
+            for r in load_reviews(out.path, tasks):
+                if target == "reviews":
+                    state.reviews[(r.judge, r.task_id)] = r
+                    state.review_order.append((r.judge, r.task_id))
+                else:
+                    state.arbitrated[r.task_id] = r
     return state
 
 
@@ -473,7 +526,7 @@ class ReviewApp:
         name = self._reviewer(request)
         task = self._task(request)
         token = request.match_info["token"]
-        form = {k: str(v) for k, v in (await request.post()).items()}
+        form = await read_form(request)
         order = positions(name, task.task_id)
         try:
             scores, preferred, comment = _parse_verdict(task, order, form)
@@ -488,7 +541,10 @@ class ReviewApp:
                     status=409,
                 )
             record = _record(task, name, scores, preferred, comment)
-            out.append(record)
+            try:
+                out.append(record)
+            except OSError as exc:
+                return await self.reviewer_task(request, error=_not_written(exc), status=503)
             review = Review.model_validate(record)
             self.state.reviews[(name, task.task_id)] = review
             self.state.review_order.append((name, task.task_id))
@@ -581,7 +637,7 @@ class ReviewApp:
         token = request.match_info["token"]
         if task.task_id not in self.state.disputes():
             raise web.HTTPNotFound(text="this task is not disputed")
-        form = {k: str(v) for k, v in (await request.post()).items()}
+        form = await read_form(request)
         order = positions(name, task.task_id)
         try:
             scores, preferred, comment = _parse_verdict(task, order, form)
@@ -593,7 +649,10 @@ class ReviewApp:
                 return await self.arbiter_task(request, error="Not saved: this task is already arbitrated.", status=409)
             reviewed_by = [r.judge for r in self.state.task_reviews(task.task_id)]
             record = _record(task, name, scores, preferred, comment, arbitration=True, arbitrates=reviewed_by)
-            out.append(record)
+            try:
+                out.append(record)
+            except OSError as exc:
+                return await self.arbiter_task(request, error=_not_written(exc), status=503)
             self.state.arbitrated[task.task_id] = Review.model_validate(record)
         log.info("review.arbitrated", arbiter=name, task_id=task.task_id)
         raise web.HTTPSeeOther(f"/arbitrate/{token}")
@@ -613,19 +672,53 @@ class ReviewApp:
         return web.Response(status=204)
 
 
-@web.middleware
-async def security_headers(request: web.Request, handler: Any) -> web.StreamResponse:
+async def read_form(request: web.Request) -> dict[str, str]:
+    """The posted form as text; a body that is not UTF-8 (or not a form) is the client's error: 400, named."""
     try:
-        resp = await handler(request)
-    except web.HTTPException as exc:
-        exc.headers.update(SECURITY_HEADERS)
+        return {k: str(v) for k, v in (await request.post()).items()}
+    except UnicodeDecodeError as exc:
+        raise web.HTTPBadRequest(
+            text=f"Not saved: the form is not valid UTF-8 (byte {exc.start}); send it again from the review page"
+        ) from None
+    except ValueError as exc:
+        raise web.HTTPBadRequest(
+            text=f"Not saved: the form cannot be read ({exc}); send it again from the review page"
+        ) from None
+
+
+def _not_written(exc: OSError) -> str:
+    log.error("review.write_failed", error=exc.strerror or type(exc).__name__, errno=exc.errno)
+    why = (
+        "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"it could not be written ({exc.strerror})"
+    )
+    return f"Not saved: {why}; nothing of this verdict was recorded. Save it again once the problem is fixed."
+
+
+async def _secure(request: web.Request, response: web.StreamResponse) -> None:
+    # Every response the app prepares, errors and aiohttp's own answers (404, 405, 413, 500) included.
+    response.headers.update(SECURITY_HEADERS)
+
+
+@web.middleware
+async def no_tracebacks(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A fault of the app is logged here (without the path: it holds the token) and answered with a
+    plain 500: never a traceback, and still with the security headers (`_secure`)."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
         raise
-    resp.headers.update(SECURITY_HEADERS)
-    return resp
+    except Exception:
+        log.exception(
+            "review.internal_error",
+            method=request.method,
+            route=request.match_info.route.resource.canonical if request.match_info.route.resource else None,
+        )
+        return web.Response(status=500, text="internal error (logged by the review app); nothing more was saved\n")
 
 
 def build_app(state: ReviewState) -> web.Application:
-    app = web.Application(middlewares=[security_headers], client_max_size=1 << 20)
+    app = web.Application(middlewares=[no_tracebacks], client_max_size=1 << 20)
+    app.on_response_prepare.append(_secure)
     handlers = ReviewApp(state)
     app.router.add_get("/", handlers.root)
     app.router.add_get("/favicon.ico", handlers.no_icon)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -46,7 +47,13 @@ from llmwatch.collectors.intake import Intake
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample, Usage
-from llmwatch.core.wire import approx_tokens, content_to_text, extract_answer_text, extract_prompt_text
+from llmwatch.core.wire import (
+    approx_tokens,
+    content_to_text,
+    extract_answer_text,
+    extract_prompt_text,
+    token_count,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +71,7 @@ _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedding": 
 _OPENINFERENCE_KINDS = {"LLM": "chat", "EMBEDDING": "embeddings"}
 _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
+_MAX_MS = 1e12  # ~31 years: beyond it a duration is not one
 
 
 class SpanRejected(LlmwatchError, ValueError):
@@ -153,15 +161,19 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _num(attrs: dict[str, Any], *keys: str) -> int | None:
+def _num(attrs: dict[str, Any], *keys: str, notes: list[str] | None = None) -> int | None:
+    """The first of `keys` that holds a count (`token_count`: a whole number in 0..2**53-1).
+
+    A key present with something else (1e300, -3, "12abc") is skipped and, with `notes`, noted
+    once as `number_out_of_range`: the span is kept, the nonsense number is not."""
     for key in keys:
-        value = attrs.get(key)
-        if isinstance(value, bool):
+        if key not in attrs:
             continue
-        if isinstance(value, (int, float)):
-            return int(value)
-        if isinstance(value, str) and value.isdigit():
-            return int(value)
+        value = token_count(attrs[key])
+        if value is not None:
+            return value
+        if notes is not None and "number_out_of_range" not in notes:
+            notes.append("number_out_of_range")
     return None
 
 
@@ -472,6 +484,7 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
         "gen_ai.usage.prompt_tokens",
         "llm.usage.prompt_tokens",
         "llm.token_count.prompt",
+        notes=notes,
     )
     output_tokens = _num(
         attrs,
@@ -479,6 +492,7 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
         "gen_ai.usage.completion_tokens",
         "llm.usage.completion_tokens",
         "llm.token_count.completion",
+        notes=notes,
     )
     reasons = attrs.get("gen_ai.response.finish_reasons")
     finish_reason = reasons[0] if isinstance(reasons, list) and reasons and isinstance(reasons[0], str) else None
@@ -520,7 +534,11 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
     if output_tokens is None and (answer := extract_answer_text(response)):
         output_tokens, estimated = approx_tokens(answer), True
 
-    status = _num(attrs, "http.response.status_code", "http.status_code")
+    status = _num(attrs, "http.response.status_code", "http.status_code", notes=notes)
+    if status is not None and not 100 <= status <= 999:
+        status = None
+        if "number_out_of_range" not in notes:
+            notes.append("number_out_of_range")
     error_type = _error(span, attrs, status)
     if status is None:
         status = (
@@ -531,6 +549,8 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
     ttft = attrs.get("llmwatch.ttft_ms")
     if not isinstance(ttft, (int, float)) and isinstance(attrs.get("gen_ai.server.time_to_first_token"), (int, float)):
         ttft = attrs["gen_ai.server.time_to_first_token"] * 1000.0
+    if isinstance(ttft, (int, float)) and not (math.isfinite(ttft) and 0 <= ttft <= _MAX_MS):
+        ttft = None  # inf, NaN, 1e300 s: no time to first token, rather than a record nobody reads
     metadata: dict[str, Any] = {"source": "otlp", "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex()}
     if isinstance(resource.get("service.name"), str):
         metadata["service_name"] = resource["service.name"]
@@ -546,9 +566,7 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
         status=status,
         error_type=error_type,
         latency_ms=round((span.end_time_unix_nano - span.start_time_unix_nano) / 1e6, 3),
-        ttft_ms=round(float(ttft), 3)
-        if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and ttft >= 0
-        else None,
+        ttft_ms=round(float(ttft), 3) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) else None,
         stream=stream,
         usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated),
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
@@ -585,6 +603,15 @@ class OtlpReceiver:
         self.max_spans = max_spans
         # Compared in constant time; never logged.
         self._expected_auth = f"Bearer {token}".encode() if token else None
+        # Unauthenticated spans are stored, sampled and scored like any, but never drive the
+        # served-version sentinel (metrics, alert, webhook, command): see `ingest`.
+        self.watch_versions = bool(token)
+        if not self.watch_versions and intake.sentinel is not None:
+            log.info(
+                "otlp_versions_not_watched",
+                why="the OTLP receiver has no bearer token: spans do not move the served-version sentinel",
+                fix="set otel.ingest_token_env to watch the versions that spans report",
+            )
 
     def app(self) -> web.Application:
         # The body limit is checked here and again after our own bounded gunzip (aiohttp's would
@@ -620,7 +647,10 @@ class OtlpReceiver:
                     sample.model_version = self.intake.model_version(
                         sample.model_version, sample.response_model, sample.model
                     )
-                    if sample.response_model is not None and sample.status < 400:
+                    # Only spans from senders who proved who they are (otel.ingest_token_env) may move
+                    # the served-version sentinel: its alert, webhook and command act on what it sees,
+                    # and anyone who can reach an open receiver could make up fingerprints.
+                    if self.watch_versions and sample.response_model is not None and sample.status < 400:
                         fingerprint = (
                             sample.response.get("system_fingerprint") if isinstance(sample.response, dict) else None
                         )

@@ -45,6 +45,7 @@ import asyncio
 import functools
 import os
 import pickle
+import re
 import struct
 import threading
 import time
@@ -136,6 +137,9 @@ class MirrorJob:
     version: str | None
     cost: float | None
     reserved_usd: float
+    # With a spend cap: the most output tokens the candidate may answer with, sent as its limit,
+    # so that the reservation is a true worst case (None: no cap, the request goes as it is).
+    max_output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +193,46 @@ class _PairLine:
 
 
 # --- the parent: decide, count, hand off --------------------------------------------------------
+
+
+# Usage numbers in an answer that could not be analysed (the last of each wins).
+_USAGE_NUMBER = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,15})\b')
+
+# The request field that limits the answer's length, per route (chat also reads max_completion_tokens).
+_LIMIT_FIELDS = {
+    "/v1/chat/completions": "max_tokens",
+    "/v1/completions": "max_tokens",
+    "/v1/responses": "max_output_tokens",
+}
+
+
+def _limit_field(route: str, request: Mapping[str, Any]) -> str:
+    if route == "/v1/chat/completions" and "max_completion_tokens" in request:
+        return "max_completion_tokens"
+    return _LIMIT_FIELDS.get(route, "max_tokens")
+
+
+def spend_bounds(
+    route: str, body: bytes | None, request: Any, input_tokens: int | None, spec: ShadowCandidate
+) -> tuple[int, int]:
+    """(input, output) tokens a mirror can cost at most, for a reservation that holds whatever the candidate answers.
+
+    Input: the request body's bytes (a byte-level BPE token is at least one byte of text, and the
+    JSON around the text is longer than the few tokens each message adds) or the primary's count
+    if larger. Output: the request's own limit, capped at the candidate's `max_output_tokens`,
+    which the mirror then sends as the limit (`limit_request`), so a candidate that honours
+    max_tokens cannot spend past its reservation."""
+    in_bound = max(len(body or b""), input_tokens or 0)
+    asked = request.get(_limit_field(route, request)) if isinstance(request, dict) else None
+    ceiling = spec.max_output_tokens
+    if isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked < ceiling:
+        return in_bound, asked
+    return in_bound, ceiling
+
+
+def limit_request(route: str, request: dict[str, Any], max_output_tokens: int) -> None:
+    """Send the reservation's output bound as the request's limit (the client's own when it was lower)."""
+    request[_limit_field(route, request)] = max_output_tokens
 
 
 class _Candidate:
@@ -399,9 +443,12 @@ class ShadowMirror:
                 cand.skipped["concurrency"].inc()
                 continue
             estimate = 0.0
+            out_bound: int | None = None
             if spec.max_usd_per_hour is not None:
                 model = spec.model or facts.model
-                guess = self.prices.cost(model, facts.input_tokens, facts.output_tokens)
+                # A worst case, not the primary's counts: the candidate may answer at length.
+                in_bound, out_bound = spend_bounds(ex.route, ex.request_body, facts.request, facts.input_tokens, spec)
+                guess = self.prices.cost(model, in_bound, out_bound)
                 if guess is None or not cand.reserve(now, guess):
                     cand.free_slots(1)
                     cand.skipped["spend_cap"].inc()
@@ -417,7 +464,7 @@ class ShadowMirror:
                     continue
                 estimate = guess
             # An append; the batch leaves BATCH_S later (one pickling and one write for many calls).
-            self._pending.append(MirrorJob(index, ex, version, cost, estimate))
+            self._pending.append(MirrorJob(index, ex, version, cost, estimate, out_bound))
             if self._flush_at is None and self._loop is not None:
                 self._flush_at = self._loop.call_later(BATCH_S, self._flush)
             if spec.max_requests_per_minute is not None:
@@ -614,6 +661,7 @@ class _Done:
     job: MirrorJob
     facts: CallFacts  # the primary's
     shadow: Exchange
+    settled: bool = False  # its reservation given back (exactly once, whatever happens to the pair)
 
 
 class _Target:
@@ -886,6 +934,8 @@ class ShadowWorker:
         if spec.stream == "buffered" and request.get("stream"):
             request["stream"] = False
             request.pop("stream_options", None)
+        if job.max_output_tokens is not None:
+            limit_request(primary.route, request, job.max_output_tokens)
         body = orjson.dumps(request)
         sx = Exchange(
             request_id=primary.request_id,
@@ -949,7 +999,9 @@ class ShadowWorker:
                 status=sx.status or None,
             )
         if not self._done.offer(_Done(target, job, facts, sx)):
-            self.stats.settle(target.index, job.reserved_usd, 0.0)
+            # The candidate answered (and may have charged) but nobody reads its usage: the
+            # reservation, the worst case, counts as spent.
+            self.stats.settle(target.index, job.reserved_usd, job.reserved_usd)
             self.stats.count("shadow_pairs_dropped", candidate=target.name, reason="writer_full")
             self.stats.finished(1)
 
@@ -979,12 +1031,34 @@ class ShadowWorker:
                 try:
                     pairs.append((done.target, self._pair(done)))
                 except Exception as exc:
+                    if not done.settled:
+                        # The answer could not be analysed, but it may have cost money: settle on
+                        # what can still be read of it (never more than reserved), never hold it for good.
+                        self.stats.settle(done.target.index, done.job.reserved_usd, self._fallback_cost(done))
+                        done.settled = True
                     self.stats.count("shadow_pairs_dropped", candidate=done.target.name, reason="build_error")
                     done.target.warn(
                         log.error, "shadow_pair_failed", candidate=done.target.name, error=type(exc).__name__
                     )
                     self.stats.finished(1)
             self._write(pairs)
+
+    def _fallback_cost(self, done: _Done) -> float:
+        """What an answer that could not be analysed cost at most: its usage numbers if they can be
+        found in its bytes, else its length in bytes as output tokens (a token is at least a byte);
+        capped at the reservation, which was the worst case to begin with."""
+        raw = b"".join(done.shadow.response_chunks)
+        found = {k.decode(): int(v) for k, v in _USAGE_NUMBER.findall(raw[-65536:])}
+        out = found.get("completion_tokens", found.get("output_tokens", len(raw)))
+        inp = found.get(
+            "prompt_tokens",
+            found.get("input_tokens", done.facts.input_tokens or len(done.job.exchange.request_body or b"")),
+        )
+        model = done.target.spec.model or done.facts.model
+        cost = self.prices.cost(model, inp, out)
+        if cost is None:
+            return done.job.reserved_usd
+        return min(cost, done.job.reserved_usd) if done.job.reserved_usd else cost
 
     def _pair(self, done: _Done) -> Pair:
         target, job = done.target, done.job
@@ -997,6 +1071,16 @@ class ShadowWorker:
             else None
         )
         self.stats.settle(target.index, job.reserved_usd, cost or 0.0)
+        done.settled = True
+        if cost is not None and job.reserved_usd and cost > job.reserved_usd * (1 + 1e-9):
+            target.warn(
+                log.warning,
+                "shadow_candidate_over_reservation",
+                candidate=target.name,
+                reserved_usd=round(job.reserved_usd, 6),
+                cost_usd=round(cost, 6),
+                why="the candidate reported more tokens than the limit it was sent (max_tokens ignored?)",
+            )
         shadow = to_sample(done.shadow, facts, model_version=version, cost_usd=cost, reason="shadow")
         scored = self.suite.score([primary, shadow])
         p_scores = [

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from llmwatch.core.jsonio import atomic_writer
+
 log = structlog.get_logger(__name__)
 
 FORMAT = "llmwatch.embeddings/v1"
@@ -35,11 +37,10 @@ def text_key(text: str) -> str:
 
 
 def write_cache(path: Path, entries: dict[str, tuple[str, np.ndarray]], *, quantized: bool) -> None:
-    """Atomically: a reader never sees half a cache."""
+    """Atomically and privately (0600, like every data file: it holds a vector per answer), never through a link."""
     ids = list(entries)
     vectors = np.stack([entries[i][1] for i in ids]).astype(np.float32) if ids else np.zeros((0, 384), dtype=np.float32)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_writer(path) as fh:
         np.savez(
             fh,
             format=np.array(FORMAT),
@@ -48,7 +49,6 @@ def write_cache(path: Path, entries: dict[str, tuple[str, np.ndarray]], *, quant
             keys=np.array([entries[i][0] for i in ids], dtype=str),
             vectors=vectors,
         )
-    os.replace(tmp, path)
 
 
 def read_cache(path: Path, *, quantized: bool) -> dict[str, tuple[str, np.ndarray]]:

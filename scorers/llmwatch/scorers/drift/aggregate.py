@@ -64,6 +64,8 @@ class WindowAggregator:
             settings=settings_from_config(drift),
             restart_on=restart_on,
             remember_s=watch.remember_s,
+            max_changes=watch.max_changes,
+            flap_window_s=watch.flap_window_s,
         )
         self._next_evaluation = time.monotonic() + drift.interval_s
         self._next_canary = time.monotonic() + drift.interval_s

@@ -19,7 +19,7 @@ import structlog
 from llmwatch.core.metrics import DriftReading
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
-from llmwatch.core.served import ServedVersion
+from llmwatch.core.served import ServedVersion, bounded_text
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
@@ -51,6 +51,8 @@ class DriftWindows:
         settings: DriftSettings,
         restart_on: Sequence[str] = ("response_model", "system_fingerprint"),
         remember_s: float = 3600.0,
+        max_changes: int = 3,
+        flap_window_s: float = 600.0,
     ) -> None:
         self.baseline = baseline
         self.window = window
@@ -61,6 +63,8 @@ class DriftWindows:
         self._watch_model = "response_model" in restart_on
         self._watch_fingerprint = "system_fingerprint" in restart_on
         self._remember_s = remember_s
+        self._max_changes = max_changes
+        self._flap_window_s = flap_window_s
         # Per (model_version, request model): the (response model, fingerprint) it is served as.
         # Keyed by request model too, as the proxy's sentinel is: one version label often covers
         # several models (a chat model and an embedding model), whose answers name different models.
@@ -78,16 +82,24 @@ class DriftWindows:
             else None
         )
         served = (
-            sample.response_model if self._watch_model else None,
-            fingerprint if isinstance(fingerprint, str) else None,
+            bounded_text(sample.response_model) if self._watch_model else None,
+            bounded_text(fingerprint) if isinstance(fingerprint, str) else None,
         )
         return served if any(served) else None
 
     def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> None:
         served = self._served.get(key)
         if served is None:
-            served = self._served[key] = ServedVersion(self._remember_s)
+            served = self._served[key] = ServedVersion(
+                self._remember_s, max_changes=self._max_changes, flap_window_s=self._flap_window_s
+            )
         seen, before = served.see(told, time.monotonic())
+        if seen == "flapping":
+            log.warning(
+                "drift_window_not_restarted",
+                model_version=version,
+                why="served version flapping: too many new versions too fast; the window keeps filling until calm",
+            )
         if served.current is not None:
             self._served_as_now[version] = served.current
         if seen == "new":

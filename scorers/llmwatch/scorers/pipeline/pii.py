@@ -24,6 +24,7 @@ ungated results are identical; tests/unit/test_pii_gates.py compares them.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from dataclasses import dataclass
 from typing import Iterable
@@ -90,7 +91,7 @@ _GATED_SECRET_RES = (
     ("earer", re.compile(r"[Bb]earer\s+[A-Za-z0-9._~+/-]{20,}=*")),  # Authorization: Bearer <token>
     ("rk_", re.compile(r"rk_(?:live|test)_[0-9A-Za-z]{20,}")),  # Stripe restricted keys
 )
-# Secrets without a recognisable prefix are only found by their context: the value after a
+# Secrets without a recognisable prefix are only found by their context (and _NEAR_SECRET_RE below): the value after a
 # name such as aws_secret_access_key / SecretAccessKey (AWS: 40 base64 characters), or after
 # password= / api_key: / client_secret= ... (group 1 is the value that gets masked).
 _CONTEXT_SECRET_RE = re.compile(
@@ -99,7 +100,19 @@ _CONTEXT_SECRET_RE = re.compile(
     r"|(?i:password|passwd|api[_-]?key|client[_-]?secret|secret[_-]?key|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?"
     r"([^\s\"',;]{8,})"
 )
-_CONTEXT_WORDS = ("secret", "passw", "key", "token")
+# Secrets named by the words before them but written without "=" or ":" ("my aws secret is
+# wJalr...", "here is the token 9f8e..."): a high-entropy token (group 1) at most five short words
+# after a secret word. Only candidates that look random are kept (`_looks_random`): prose, paths,
+# ids made of words and hex digests do not.
+_NEAR_SECRET_RE = re.compile(
+    r"(?i:secret|passw(?:or)?d|credential|token|api[ _-]?key|access[ _-]?key|private[ _-]?key|signing[ _-]?key|key)"
+    r"s?\b(?:[^\S\n]*(?:[:=]|->|\b[A-Za-z]{1,12}\b)){0,5}[^\S\n]*[\"'`(\[]?"
+    r"([A-Za-z0-9+/_-]{20,256}={0,2})(?![A-Za-z0-9+/=_-])"
+)
+# Where an alternative of _CONTEXT_SECRET_RE can start (each begins with one of these, lower-cased).
+_CONTEXT_START_RE = re.compile(r"aws|secret|passw|api|client|access|auth")
+_NEAR_WORD_RE = re.compile(r"secret|passw|credential|token|key")  # on the lower-cased text
+_CONTEXT_WORDS = ("secret", "passw", "key", "token", "credential")
 # Every alternative of _SECRET_RE starts with one of these literals (tests/unit/test_pii_gates.py
 # checks it on the parsed pattern), so a text holding none of them cannot match it; substring
 # tests cost far less than running the alternation at every position. Those of the first group
@@ -230,6 +243,28 @@ def is_placeholder_secret(candidate: str) -> bool:
     return not any(c.isdigit() for c in candidate) or _PLACEHOLDER_VALUE_RE.search(candidate) is not None
 
 
+_SEPARATORS = re.compile(r"[/_.+-]")
+_WORDISH = re.compile(r"^[a-z]+[0-9]*$|^[0-9]+$")
+
+
+def _looks_random(value: str) -> bool:
+    """A token that reads as random characters: letters and digits mixed, and a Shannon entropy per
+    character near that of random base64 (random 40-character base64 is ~4.7 bits; prose words,
+    paths such as /etc/ssl/private/server2024 and hex digests stay under 4.0)."""
+    body = value.rstrip("=")
+    if not (any(c.isdigit() for c in body) and any(c.isalpha() for c in body)):
+        return False
+    parts = _SEPARATORS.split(body)
+    if len(parts) > 1 and all(_WORDISH.match(p) for p in parts if p):
+        return False  # shared_drive/holidays2024/plans, order_id_2024: names joined, not random
+    n = len(body)
+    counts: dict[str, int] = {}
+    for c in body:
+        counts[c] = counts.get(c, 0) + 1
+    entropy = -sum(k / n * math.log2(k / n) for k in counts.values())
+    return entropy >= min(4.0, 0.85 * math.log2(n))
+
+
 def _email_ignored(domain: str, ignored: tuple[str, ...]) -> bool:
     return any(domain == p or domain.endswith("." + p) or fnmatch.fnmatchcase(domain, p) for p in ignored)
 
@@ -257,10 +292,23 @@ def _candidates(  # noqa: C901
         low = text.lower()
         if not any(word in low for word in _CONTEXT_WORDS):
             return
-        for m in _CONTEXT_SECRET_RE.finditer(text):
+        # Both context patterns are tried only where one of their names can start (a plain search
+        # of the lower-cased text skips ahead), not at every position of the text.
+        for start in _CONTEXT_START_RE.finditer(low):
+            m = _CONTEXT_SECRET_RE.match(text, start.start())
+            if m is None:
+                continue
             group = 1 if m.group(1) is not None else 2
             if not (skip_placeholders and is_placeholder_secret(m.group(group))):
                 yield m.span(group)
+        # Tried only where a secret word starts (a plain search skips ahead), not at every position.
+        for word in _NEAR_WORD_RE.finditer(low):
+            m = _NEAR_SECRET_RE.match(text, word.start())
+            if m is None:
+                continue
+            value = m.group(1)
+            if _looks_random(value) and not (skip_placeholders and is_placeholder_secret(value)):
+                yield m.span(1)
     elif kind == "email":
         # A match holds one "@" and starts where the run of local-part characters before it
         # starts (inside a run the lookbehind fails), so none starts before the run that ends at

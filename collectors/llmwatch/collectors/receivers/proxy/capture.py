@@ -23,6 +23,7 @@ from llmwatch.core.wire import (
     extract_answer_text,
     extract_prompt_text,
     response_finish_reason,
+    token_count,
 )
 
 
@@ -286,7 +287,8 @@ def _usage_numbers(usage: Any) -> tuple[int | None, int | None]:
         return None, None
     inp = usage.get("prompt_tokens", usage.get("input_tokens"))
     out = usage.get("completion_tokens", usage.get("output_tokens"))
-    return (inp if isinstance(inp, int) else None), (out if isinstance(out, int) else None)
+    # Bounded at the boundary (llmwatch.core.wire.token_count): an upstream's 1e300 is no count.
+    return token_count(inp), token_count(out)
 
 
 # How many events from a stream's end may precede `[DONE]` and still be looked at for usage: the
