@@ -18,7 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scoring_throughput import samples as make_samples  # noqa: E402
 
-from llmwatch.core.config import CheckSpec  # noqa: E402
+from llmwatch.scorers.checks.config import CheckSpec  # noqa: E402
 from llmwatch.scorers.checks.suite import DEFAULT_EMBEDDING_CHECKS, DEFAULT_RULE_CHECKS, Suite  # noqa: E402
 
 EXTRA_EMBEDDING = [

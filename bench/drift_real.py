@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample, Usage
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.suite import build_suite
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize

@@ -35,8 +35,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from proxy_overhead import BODY, closed_loop, free_port, wait_ready  # noqa: E402
 
-from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics  # noqa: E402
-from llmwatch.core.config import KafkaSection  # noqa: E402
+from llmwatch.collectors.exporters.kafka import (  # noqa: E402
+    KafkaMetrics,
+    KafkaSampleSink,
+    KafkaSection,  # noqa: E402
+    create_topics,
+)
 from llmwatch.core.logs import configure_logging  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.core.records import Sample  # noqa: E402
@@ -136,10 +140,12 @@ def produce(bootstrap: str, topic: str, samples: list[Sample], compression: str)
     elapsed = time.perf_counter() - start
     sink.close()
     dropped = sum(
-        metrics.kafka_dropped.labels(reason=r)._value.get()
+        metrics.group(KafkaMetrics).kafka_dropped.labels(reason=r)._value.get()
         for r in ("buffer_full", "send_failed", "delivery_failed", "closed")
     )
-    assert metrics.kafka_produced._value.get() == len(samples) and dropped == 0, "the benchmark must not drop"
+    assert metrics.group(KafkaMetrics).kafka_produced._value.get() == len(samples) and dropped == 0, (
+        "the benchmark must not drop"
+    )
     return len(samples) / elapsed
 
 

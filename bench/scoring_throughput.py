@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy_overhead import BODY, closed_loop, free_port, pinned, wait_ready  # noqa: E402
 
-from llmwatch.core.config import CheckSpec, ScoringSection  # noqa: E402
 from llmwatch.core.records import Sample  # noqa: E402
+from llmwatch.scorers.checks.config import CheckSpec, ScoringSection  # noqa: E402
 from llmwatch.scorers.checks.suite import Suite, build_suite  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from llmwatch.core.config import RedactionSection
+from llmwatch.scorers.pipeline.redaction import RedactionSection
 from llmwatch.scorers.pipeline import pii
 from llmwatch.scorers.pipeline.redaction import Redactor
 

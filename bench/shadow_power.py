@@ -107,9 +107,9 @@ def smallest_n(power_at, lo: int = 8, hi: int = 400_000) -> int:
 
 
 def false_alarms(runs: int, n: int, seed: int) -> tuple[int, int, dict[str, int]]:
-    from llmwatch.core.config import ShadowMargins
     from llmwatch.core.pairs import Pair, PairScore
     from llmwatch.core.records import Sample, Usage
+    from llmwatch.scorers.evaluation.config import ShadowMargins
     from llmwatch.scorers.evaluation.paired import compare
 
     rng = np.random.default_rng(seed)

@@ -61,7 +61,7 @@ def code(text: object) -> str:
 
 def root_config_model() -> type[BaseModel]:
     """The model the loader validates into (wherever it is defined or however it is assembled)."""
-    from llmwatch.core.config import load_config
+    from llmwatch.agent.components import load_config
 
     return type(load_config(environ={}))
 
@@ -203,7 +203,9 @@ def configuration_page() -> str:
         out += [f"| {code(k)} | {cell(t)} | {cell(d)} | {cell(m)} |" for k, t, d, m in top]
         out.append("")
     for head, rows in sections.items():
-        doc = inspect.getdoc(root.model_fields[head].annotation) if head in root.model_fields else None
+        model = root.model_fields[head].annotation if head in root.model_fields else None
+        # A section's own docstring only: an undocumented one would otherwise inherit its base's.
+        doc = inspect.cleandoc(model.__dict__["__doc__"]) if model and model.__dict__.get("__doc__") else None
         out += [f"## `{head}`", ""]
         if doc and doc != inspect.getdoc(BaseModel):
             out += [" ".join(doc.split()), ""]
@@ -218,11 +220,13 @@ def configuration_page() -> str:
 
 def agent_registry() -> Any:
     """The Prometheus registry with every metric family, instantiated as the agent does."""
-    from llmwatch.core.config import load_config
+    from llmwatch.agent.components import load_config, metric_groups
     from llmwatch.core.metrics import Metrics
 
     cfg = load_config(environ={})
-    return Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions).registry
+    return Metrics(
+        max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions, groups=metric_groups()
+    ).registry
 
 
 EXPOSED = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "info": ["_info"]}

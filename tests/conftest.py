@@ -12,8 +12,8 @@ import pytest
 from helpers.kafka_broker import kafka_broker  # noqa: E402,F401
 
 from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
+from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.core.config import load_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

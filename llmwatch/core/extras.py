@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 
-from llmwatch.core.config import Config
 from llmwatch.core.errors import LlmwatchError
 
 # extra -> the modules whose presence means it is installed.
@@ -42,14 +41,3 @@ def require(extra: str, feature: str, way_out: str | None = None) -> None:
     if not installed(extra):
         other = f" (or {way_out})" if way_out else ""
         raise MissingExtra(f"{feature} needs the [{extra}] extra: pip install 'llmwatch[{extra}]'{other}")
-
-
-def check_config(cfg: Config, *, proxy: bool = True) -> None:
-    """Every feature the config switches on has its extra; the first one missing is refused."""
-    if cfg.kafka.enabled:
-        require("kafka", "kafka.enabled", "set kafka.enabled: false")
-    if cfg.otel.enabled and proxy:
-        require("otel", "otel.enabled", "set otel.enabled: false")
-    if cfg.otel.ingest_listen:
-        require("otel", "otel.ingest_listen", "remove otel.ingest_listen")
-    # The embedding checks are refused in scorers/suite.validate_scoring, which knows their kinds.

@@ -7,6 +7,9 @@ back to its last whole line and `JsonlWriteError` says how many lines of the bat
 how many lost; the next batch writes again, so writing resumes by itself when space returns.
 Only a process killed mid-write can leave a torn last line; readers skip that one with a warning.
 
+Whole JSON and YAML documents (baselines, regress runs, manifests, review keys, the config file)
+are read by `read_document` / `read_model`, one wording for every way a file can be wrong.
+
 Whole files that must never be seen half-written (scores of `llmwatch score`, baselines, regress
 runs, review tasks) go through `atomic_writer` / `atomic_write_bytes`.
 
@@ -25,10 +28,11 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, TypeVar, overload
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal, TypeVar, overload
 
 import orjson
 import structlog
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
@@ -392,3 +396,91 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --- whole JSON / YAML documents ------------------------------------------------------------------
+
+DocumentFormat = Literal["json", "yaml"]
+
+
+def read_document(
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    fmt: DocumentFormat = "json",
+    missing: str | None = None,
+    fix: str | None = None,
+) -> Any:
+    """The parsed content of one JSON (or YAML) file; `error(message)` raised for anything else.
+
+    The one reader of whole documents (baselines, regress runs, manifests, review keys, the
+    config file, schema files), so that every one says the same things the same way, naming the
+    file and, for a parse error, the line and column:
+
+        <what> <path> does not exist[; <missing>]
+        <what> <path> cannot be read: <reason>
+        <what> <path> is not valid JSON at line 3, column 7: <problem>[; <fix>]
+    """
+    source = Path(path)
+    name = f"{what} {source}"
+    try:
+        raw = source.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{name} does not exist" + (f"; {missing}" if missing else "")) from None
+    except OSError as exc:
+        raise error(f"{name} cannot be read: {exc.strerror or exc}") from None
+    return parse_document(raw, name=name, error=error, fmt=fmt, fix=fix)
+
+
+def parse_document(
+    raw: bytes,
+    *,
+    name: str,
+    error: Callable[[str], Exception],
+    fmt: DocumentFormat = "json",
+    fix: str | None = None,
+) -> Any:
+    """The parsing half of `read_document`: `<name> is not valid JSON at line L, column C: ...`."""
+    tail = f"; {fix}" if fix else ""
+    if fmt == "yaml":
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise error(f"{name} is not valid YAML{where}: {problem}{tail}") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise error(f"{name} is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}{tail}") from None
+
+
+def check_schema(data: Any, expected: str, *, name: str, kind: str, error: Callable[[str], Exception]) -> None:
+    """`data` is an object whose `schema` is `expected`, else `error` naming what was found."""
+    if not isinstance(data, dict) or data.get("schema") != expected:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise error(f"{name} is not {kind} (schema {found!r}, expected {expected!r})")
+
+
+def read_model(
+    path: str | os.PathLike[str],
+    model: type[M],
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    schema: str | None = None,
+    kind: str | None = None,
+    missing: str | None = None,
+    fix: str | None = None,
+) -> M:
+    """`read_document`, the `schema` check, then the model's validation, with the same wording."""
+    data = read_document(path, what=what, error=error, missing=missing, fix=fix)
+    name = f"{what} {Path(path)}"
+    if schema is not None:
+        check_schema(data, schema, name=name, kind=kind or f"a {schema} document", error=error)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(f"{name}: {describe_validation_error(exc)}" + (f"; {fix}" if fix else "")) from None

@@ -37,9 +37,10 @@ def configure_logging(level: str = "info", fmt: str | None = None) -> None:
 
 
 def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
     try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):  # replaced or closed streams (tests, daemons)
+        return callable(isatty) and bool(isatty())
+    except ValueError:  # replaced or closed streams (tests, daemons)
         return False
 
 

@@ -1,6 +1,6 @@
 """The pair record of shadow evaluation: one live request answered by the primary and by a candidate.
 
-Written as JSON Lines under `<data_dir>/pairs/` (schema `llmwatch.pair/v1`) by collectors/llmwatch/collectors/shadow/mirror.py
+Written as JSON Lines under `<data_dir>/pairs/` (schema `llmwatch.pair/v1`) by the mirror child (llmwatch.collectors.shadow.child)
 and read by `llmwatch shadow report` (scorers/llmwatch/scorers/evaluation/paired.py). Both sides are full `Sample`s, redacted
 like samples, so every reader of samples understands them; the scores of both sides come from the
 same check suite, so the comparison is paired on the prompt and on the checks.

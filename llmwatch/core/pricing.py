@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +39,21 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
 }
 
 
+class PriceLike(Protocol):
+    """A configured price (the config's `Price`), without importing the config here."""
+
+    @property
+    def input_per_million(self) -> float: ...
+
+    @property
+    def output_per_million(self) -> float: ...
+
+
 class PriceTable:
-    def __init__(self, overrides: Mapping[str, object] | None = None) -> None:
+    def __init__(self, overrides: Mapping[str, PriceLike] | None = None) -> None:
         prices = dict(DEFAULT_PRICES)
         for name, price in (overrides or {}).items():
-            prices[name] = ModelPrice(float(price.input_per_million), float(price.output_per_million))  # type: ignore[attr-defined]
+            prices[name] = ModelPrice(float(price.input_per_million), float(price.output_per_million))
         self._prices = prices
         # Longest first, so the first prefix hit is the most specific family.
         self._prefixes = sorted(prices, key=len, reverse=True)

@@ -28,8 +28,8 @@ import yaml
 from helpers.prom import Prometheus, finite, running_prometheus
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, SimProfile, start_simulator
+from llmwatch.agent.components import Config, load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.core.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "dashboards"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from helpers.prom import INSTALL_HINT, promtool_binary
 
-from llmwatch.core.config import load_config
+from llmwatch.agent.components import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "llmwatch"

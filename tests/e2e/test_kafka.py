@@ -24,10 +24,11 @@ from helpers.ports import dead_address
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmwatch.agent.components import load_config
 from llmwatch.agent.processes import kafka_scorer
 from llmwatch.agent.processes.kafka_scorer import SCORER_HEADER, RecentIds, run_scorer
-from llmwatch.collectors.exporters.kafka import KafkaSampleSink, create_topics, sample_key
-from llmwatch.core.config import ConfigError, KafkaSection, load_config
+from llmwatch.collectors.exporters.kafka import KafkaMetrics, KafkaSampleSink, KafkaSection, create_topics, sample_key
+from llmwatch.core.config import ConfigError
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 
@@ -236,7 +237,7 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
     while sink.outstanding and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sink.outstanding == 0
-    assert metrics.kafka_produced._value.get() == len(sent)
+    assert metrics.group(KafkaMetrics).kafka_produced._value.get() == len(sent)
     sink.close()
     records = read_topic(kafka_broker.bootstrap, topic, expect=len(sent))
     assert len(records) == len(sent)
@@ -261,11 +262,11 @@ def test_sink_with_no_broker_never_blocks_and_counts_its_drops():
         sink.write([sample(i * 10 + j) for j in range(10)])
     assert time.perf_counter() - start < 0.1, "construction and writes return at once"
     assert sink.outstanding == 50
-    assert metrics.kafka_dropped.labels(reason="buffer_full")._value.get() == 50
+    assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="buffer_full")._value.get() == 50
     start = time.perf_counter()
     sink.close(timeout=1.0)
     assert time.perf_counter() - start < 3.0
-    assert metrics.kafka_dropped.labels(reason="closed")._value.get() == 50
+    assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="closed")._value.get() == 50
     assert sink.outstanding == 0
 
 
@@ -591,7 +592,7 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
         },
     )
     assert set(await send(agent, [f"a-{i}" for i in range(20)])) == {200}
-    await wait_until(lambda: agent.metrics.kafka_produced._value.get() == 20, timeout=15)
+    await wait_until(lambda: agent.metrics.group(KafkaMetrics).kafka_produced._value.get() == 20, timeout=15)
 
     kafka_broker.stop()
     start = time.perf_counter()
@@ -599,20 +600,26 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     elapsed = time.perf_counter() - start
     assert statuses == [200] * 150, "the proxy keeps serving while Kafka is down"
     assert elapsed < 10
-    await wait_until(lambda: agent.metrics.kafka_dropped.labels(reason="buffer_full")._value.get() > 0, timeout=10)
-    await wait_until(lambda: agent.metrics.kafka_dropped.labels(reason="delivery_failed")._value.get() > 0, timeout=15)
+    await wait_until(
+        lambda: agent.metrics.group(KafkaMetrics).kafka_dropped.labels(reason="buffer_full")._value.get() > 0,
+        timeout=10,
+    )
+    await wait_until(
+        lambda: agent.metrics.group(KafkaMetrics).kafka_dropped.labels(reason="delivery_failed")._value.get() > 0,
+        timeout=15,
+    )
     metrics = await scrape(agent)
     assert metric(metrics, "llmwatch_kafka_dropped_total") > 0
     assert metric(metrics, "llmwatch_kafka_buffer_depth") <= 20
 
     kafka_broker.start()  # same port, empty storage: the topic has to be created again
     await asyncio.to_thread(create_topics, [bootstrap], {"samples": 2})
-    produced = agent.metrics.kafka_produced._value.get()
+    produced = agent.metrics.group(KafkaMetrics).kafka_produced._value.get()
     ids = [f"c-{i}" for i in range(20)]
 
     async def resumed() -> bool:
         await send(agent, ids)
-        return agent.metrics.kafka_produced._value.get() > produced
+        return agent.metrics.group(KafkaMetrics).kafka_produced._value.get() > produced
 
     deadline = time.monotonic() + 30
     while not await resumed():

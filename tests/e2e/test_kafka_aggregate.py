@@ -17,10 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from helpers.agents import bound_port, recorded_servers  # noqa: E402
 from synthetic import Behaviour, degradations, window  # noqa: E402
 
+from llmwatch.agent.components import load_config  # noqa: E402
 from llmwatch.agent.processes import kafka_aggregate as kafka_aggregator  # noqa: E402
 from llmwatch.agent.processes.kafka_aggregate import Aggregator, run_aggregator  # noqa: E402
 from llmwatch.collectors.exporters.kafka import create_topics  # noqa: E402
-from llmwatch.core.config import load_config  # noqa: E402
 from llmwatch.core.metrics import Metrics  # noqa: E402
 from llmwatch.scorers.drift.baseline import freeze, write_baseline  # noqa: E402
 

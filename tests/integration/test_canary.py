@@ -23,7 +23,8 @@ from helpers.agents import drained, metric, proxy_url, scrape, wait_until
 from helpers.traffic import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
-from llmwatch.core.config import ConfigError, DriftSection, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.core.config import ConfigError
 from llmwatch.core.metrics import CanaryReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.drift.aggregate import WindowAggregator
@@ -36,6 +37,8 @@ from llmwatch.scorers.drift.canary import (
     same_window,
 )
 from llmwatch.scorers.drift.compare import DriftSettings
+from llmwatch.scorers.drift.config import DriftSection
+from llmwatch.scorers.drift.metrics import CanaryMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -447,7 +450,7 @@ def test_the_canary_is_off_unless_configured_and_a_half_configured_pair_is_refus
 
 def test_canary_gauges_are_replaced_as_a_whole_so_a_finished_canary_stops_alerting():
     m = Metrics()
-    m.set_canary(
+    m.group(CanaryMetrics).set_canary(
         [
             CanaryReading("verdict", "A", "B", "performance", 1.0),
             CanaryReading("latency_per_token_ratio", "A", "B", "0.5", 1.4),
@@ -459,7 +462,7 @@ def test_canary_gauges_are_replaced_as_a_whole_so_a_finished_canary_stops_alerti
         )
         == 1.0
     )
-    m.set_canary([CanaryReading("verdict", "A", "C", "performance", 0.0)])
+    m.group(CanaryMetrics).set_canary([CanaryReading("verdict", "A", "C", "performance", 0.0)])
     assert (
         m.registry.get_sample_value(
             "llmwatch_canary_verdict", {"family": "performance", "stable_version": "A", "canary_version": "B"}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from llmwatch.core.config import load_config
-from llmwatch.core.extras import MissingExtra, check_config, installed
+from llmwatch.agent.components import check_config, load_config
+from llmwatch.core.extras import MissingExtra, installed
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = (

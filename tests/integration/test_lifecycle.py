@@ -31,6 +31,7 @@ from helpers.procs import Proc, agent_started, simulator_url, start_simulator
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmwatch.collectors.exporters.kafka import KafkaMetrics
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter, iter_jsonl
 from llmwatch.core.records import RecordError, Sample
 
@@ -442,8 +443,7 @@ def test_a_full_disk_costs_counted_samples_and_scores_then_writing_and_scoring_r
 
 
 def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_and_logs_at_a_bounded_rate():
-    from llmwatch.collectors.exporters.kafka import KafkaSampleSink
-    from llmwatch.core.config import KafkaSection
+    from llmwatch.collectors.exporters.kafka import KafkaSampleSink, KafkaSection
     from llmwatch.core.metrics import Metrics
 
     dead = dead_address()  # nothing listens there (no broker): connections are refused at once
@@ -474,8 +474,8 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
         ]
         # The sink tells the pipeline what it refused, so that samples_written{sink="kafka"} counts only what it took.
         assert sink.write(batch) == 2
-        assert metrics.kafka_dropped.labels(reason="buffer_full")._value.get() == 2
-        expired = metrics.kafka_dropped.labels(reason="delivery_timeout")
+        assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="buffer_full")._value.get() == 2
+        expired = metrics.group(KafkaMetrics).kafka_dropped.labels(reason="delivery_timeout")
         wait_for(lambda: expired._value.get() == 10, 30, "the 10 buffered samples expire")
         assert sink.outstanding == 0
         # Let kafka-python go on failing a while: its lines stay at one per logger per 10 s.
@@ -489,7 +489,9 @@ def test_kafka_sink_with_no_broker_expires_samples_after_the_delivery_timeout_an
     finally:
         logging.getLogger().removeHandler(handler)
         sink.close(timeout=1.0)
-    assert metrics.kafka_dropped.labels(reason="closed")._value.get() == 0, "nothing left to lose at close"
+    assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="closed")._value.get() == 0, (
+        "nothing left to lose at close"
+    )
 
 
 async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path: Path):
@@ -498,8 +500,8 @@ async def test_readyz_turns_not_ready_when_the_scorer_cannot_start(sim, tmp_path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from synthetic import Behaviour, window
 
+    from llmwatch.agent.components import load_config
     from llmwatch.agent.runtime import Agent
-    from llmwatch.core.config import load_config
     from llmwatch.scorers.drift.baseline import freeze, write_baseline
 
     samples, scores, emb = window(np.random.default_rng(1), 100, Behaviour(), version="A", prefix="base")

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmwatch.core.config import ScoringSection
 from llmwatch.core.records import Sample
 from llmwatch.scorers.checks import embeddings, minilm
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embeddings import Embedder, EmbeddingScorer, model_dir
 from llmwatch.scorers.checks.offline import offline_scoring
 

@@ -40,8 +40,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER
+from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.core.config import ConfigError, load_config
+from llmwatch.core.config import ConfigError
 from llmwatch.core.records import extract_answer_text, extract_prompt_text
 
 MODEL = "sim-gpt-4o-mini"
@@ -851,7 +852,8 @@ async def test_ingest_with_a_bearer_token_refuses_other_senders_and_never_logs_t
 
 
 def test_an_ingest_token_variable_that_is_not_set_is_refused_at_start(monkeypatch):
-    from llmwatch.core.config import ConfigError, load_config
+    from llmwatch.agent.components import load_config
+    from llmwatch.core.config import ConfigError
 
     monkeypatch.delenv("LLMW_TEST_MISSING_TOKEN", raising=False)
     cfg = load_config(

@@ -38,7 +38,8 @@ from helpers.raw_http import (
 )
 from helpers.upstreams import serve
 
-from llmwatch.core.config import ConfigError, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.core.config import ConfigError
 
 SECRET = "s3cret-Pa55"
 

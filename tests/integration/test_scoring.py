@@ -14,10 +14,11 @@ import orjson
 import pytest
 from helpers.agents import metric, proxy_url, read_samples, scrape, wait_until
 
-from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.config import ConfigError
 from llmwatch.core.records import Sample
 from llmwatch.scorers.checks import rules
 from llmwatch.scorers.checks.base import error_outcome, failed
+from llmwatch.scorers.checks.config import CheckSpec, ScoringSection
 from llmwatch.scorers.checks.embeddings import EMBEDDING_CHECKS
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check
 from llmwatch.scorers.checks.suite import Suite, build_suite, validate_scoring

@@ -31,11 +31,15 @@ from helpers.kafka_broker import kafka_broker  # noqa: F401  (pytest finds the f
 from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
-from llmwatch.collectors.shadow.mirror import resolve_headers
-from llmwatch.core.config import ConfigError, ShadowMargins, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.collectors.shadow.config import ShadowMetrics
+from llmwatch.collectors.shadow.parent import resolve_headers
+from llmwatch.core.config import ConfigError
 from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.records import Sample
-from llmwatch.scorers.evaluation.paired import compare, mcnemar_worse_p
+from llmwatch.scorers.evaluation.config import ShadowMargins
+from llmwatch.scorers.evaluation.paired import compare
+from llmwatch.scorers.stats.paired import mcnemar_worse_p
 
 SECRET = "Bearer sk-candidate-secret-9f8e7d6c5b4a"
 MODEL = "sim-gpt-4o-mini"
@@ -224,7 +228,7 @@ def test_the_gauges_window_holds_exactly_the_last_pairs():
 
     import numpy as np
 
-    from llmwatch.collectors.shadow.mirror import PairWindow
+    from llmwatch.collectors.shadow.child import PairWindow
 
     rng = random.Random(7)
     window = PairWindow(7)
@@ -441,7 +445,12 @@ async def test_a_failing_candidate_changes_nothing_for_the_client(make_agent, fa
         if failure == "hangs":
             # One mirror holds the only slot; the others are skipped and counted, not queued.
             await wait_until(
-                lambda: agent.metrics.shadow_skipped.labels(candidate="cand", reason="concurrency")._value.get() >= 3
+                lambda: (
+                    agent.metrics.group(ShadowMetrics)
+                    .shadow_skipped.labels(candidate="cand", reason="concurrency")
+                    ._value.get()
+                    >= 3
+                )
             )
         else:
             await wait_until(lambda: agent.shadow.finished >= 4)
@@ -467,7 +476,7 @@ async def test_spend_cap_holds(make_agent):
             sampling={"rate": 0.0},
         )
         await traffic(agent, 40)
-        mirrored = lambda: agent.metrics.shadow_mirrored.labels(candidate="cand")._value.get()  # noqa: E731
+        mirrored = lambda: agent.metrics.group(ShadowMetrics).shadow_mirrored.labels(candidate="cand")._value.get()  # noqa: E731
         await wait_until(lambda: agent.shadow.finished >= mirrored())
         m = await scrape(agent)
         skipped = metric(m, "llmwatch_shadow_skipped_total", candidate="cand", reason="spend_cap")
@@ -626,7 +635,7 @@ async def test_pairs_go_to_kafka_too(make_agent, kafka_broker):  # noqa: F811
         pairs = [Pair.from_json(r.value) for r in records]
         assert len(pairs) == 4 and all(r.key == p.id.encode() for r, p in zip(records, pairs))
         assert all(p.primary.redacted and p.shadow.redacted for p in pairs)
-        await wait_until(lambda: agent.metrics.shadow_kafka_produced._value.get() >= 4)
+        await wait_until(lambda: agent.metrics.group(ShadowMetrics).shadow_kafka_produced._value.get() >= 4)
     finally:
         await primary.close()
         await cand.close()
@@ -668,7 +677,7 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
     import structlog
     from structlog.testing import capture_logs
 
-    import llmwatch.collectors.shadow.mirror as shadow_module
+    import llmwatch.collectors.shadow.parent as shadow_module
 
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app())
@@ -691,7 +700,7 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
             with capture_logs() as logs:
                 # A logger made inside the capture: the module's own was cached by earlier tests
                 # (structlog's cache_logger_on_first_use), and capture_logs only sees new ones.
-                monkeypatch.setattr(shadow_module, "log", structlog.get_logger("llmwatch.collectors.shadow.mirror"))
+                monkeypatch.setattr(shadow_module, "log", structlog.get_logger("llmwatch.collectors.shadow.parent"))
                 os.kill(first, 9)  # SIGKILL, to the mirror child this test's agent started, by its PID
                 await wait_until(lambda: agent.shadow.restarts == 1 and agent.shadow.pid != first, timeout=30)
                 deadline = time.monotonic() + 60

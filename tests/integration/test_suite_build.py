@@ -13,10 +13,11 @@ import pytest
 
 from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.agent.cli.main import main
+from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.core.config import MatrixSection, load_config
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.scores import Score
+from llmwatch.scorers.evaluation.config import MatrixSection
 from llmwatch.scorers.evaluation.matrix import build_categories
 from llmwatch.scorers.evaluation.regress import load_suite
 from llmwatch.scorers.evaluation.suite_build import gather, manifest_path, normalise, placeholder_share

@@ -18,11 +18,11 @@ from helpers.procs import Proc, agent_env, agent_started
 from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
-from llmwatch.collectors.sentinel import VersionSentinel, describe
-from llmwatch.core.config import DriftSection
+from llmwatch.collectors.sentinel import SentinelMetrics, VersionSentinel, describe
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.drift.aggregate import WindowAggregator
+from llmwatch.scorers.drift.config import DriftSection
 
 INFO = "llmwatch_model_version_info"
 CHANGES = "llmwatch_model_version_changes_total"
@@ -34,7 +34,7 @@ def info_series(metrics: Metrics) -> list[dict[str, str]]:
 
 
 def changes(metrics: Metrics, model: str) -> float:
-    return metrics.model_version_changes.labels(model)._value.get()
+    return metrics.group(SentinelMetrics).model_version_changes.labels(model)._value.get()
 
 
 # --- the detector -----------------------------------------------------------------------------
@@ -67,9 +67,9 @@ def test_a_change_of_any_watched_part_is_one_change_with_old_and_new():
     assert [i["system_fingerprint"] for i in info_series(m)] == ["fp_b"]
     assert changes(m, "gpt-4o") == 1
     assert (
-        m.model_version_last_change.labels(
-            "gpt-4o", "gpt-4o-2024-05-13 (fp_a)", "gpt-4o-2024-05-13 (fp_b)"
-        )._value.get()
+        m.group(SentinelMetrics)
+        .model_version_last_change.labels("gpt-4o", "gpt-4o-2024-05-13 (fp_a)", "gpt-4o-2024-05-13 (fp_b)")
+        ._value.get()
         > 0
     )
     body = change.payload()
@@ -424,7 +424,7 @@ def _change(i: int):
 
 async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Path):
     from llmwatch.collectors.sentinel import VersionActions
-    from llmwatch.core.config import VersionChangeSection
+    from llmwatch.scorers.drift.config import VersionChangeSection
 
     log_file = tmp_path / "runs.txt"
     # Each run writes `start NEW`, then `end NEW` after a pause: overlapping runs would interleave.
@@ -440,7 +440,7 @@ async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Pat
     actions.start()
     for i in range(3):
         actions.submit(_change(i))
-    outcome = m.model_version_actions.labels(action="command", outcome="ok")
+    outcome = m.group(SentinelMetrics).model_version_actions.labels(action="command", outcome="ok")
     await wait_until(lambda: outcome._value.get() == 3, timeout=60)
     await actions.close()
     new = [f"v1 (gpt-4o, fp_{i + 1})" for i in range(3)]
@@ -454,7 +454,7 @@ async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Pat
     )
     actions.start()
     actions.submit(_change(7))
-    timeouts = m.model_version_actions.labels(action="command", outcome="timeout")
+    timeouts = m.group(SentinelMetrics).model_version_actions.labels(action="command", outcome="timeout")
     await wait_until(lambda: timeouts._value.get() == 1, timeout=60)
     await actions.close()
     child = int(marker.read_text())
@@ -471,7 +471,7 @@ async def test_a_refused_webhook_is_counted_and_its_secret_never_logged(tmp_path
     from structlog.testing import capture_logs
 
     from llmwatch.collectors.sentinel import VersionActions
-    from llmwatch.core.config import VersionChangeSection
+    from llmwatch.scorers.drift.config import VersionChangeSection
 
     async def refuse(request: web.Request) -> web.Response:
         return web.Response(status=400)
@@ -485,7 +485,7 @@ async def test_a_refused_webhook_is_counted_and_its_secret_never_logged(tmp_path
             actions = VersionActions(VersionChangeSection(webhook=f"{base}/hook/s3cret-path?token=s3cret-query"), m)
             actions.start()
             actions.submit(_change(1))
-            failed = m.model_version_actions.labels(action="webhook", outcome="failed")
+            failed = m.group(SentinelMetrics).model_version_actions.labels(action="webhook", outcome="failed")
             await wait_until(lambda: failed._value.get() == 1, timeout=30)
             await actions.close()
     finally:

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from llmwatch.core.config import ConfigError, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.core.config import ConfigError
 
 
 def write(tmp_path, text):

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmwatch.core.config import Config
+from llmwatch.agent.components import Config
 from llmwatch.core.records import Sample
 from llmwatch.scorers.checks import embeddings as embeddings_module
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.checks.offline import load_window, score_files
 
@@ -39,8 +40,11 @@ def write_samples(path: Path, samples: list[Sample]) -> None:
     path.write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
 
 
-def config(tmp_path: Path, **scoring) -> Config:
-    return Config.model_validate({"upstream": "http://127.0.0.1:9/", "data_dir": str(tmp_path), "scoring": scoring})
+def config(tmp_path: Path, **scoring) -> ScoringSection:
+    """The `scoring` section of a config (what offline scoring reads)."""
+    return Config.model_validate(
+        {"upstream": "http://127.0.0.1:9/", "data_dir": str(tmp_path), "scoring": scoring}
+    ).scoring
 
 
 class NoModel:

@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from llmwatch.agent.cli.main import main
+from llmwatch.agent.components import load_config
 from llmwatch.core import jsonio
-from llmwatch.core.config import ConfigError, load_config
+from llmwatch.core.config import ConfigError
 from llmwatch.core.jsonio import JsonlWriter
 
 

@@ -49,3 +49,40 @@ def test_readers_return_the_model_asked_for_and_name_file_line_and_field(tmp_pat
     )
     [sample] = iter_jsonl(sample_file)
     assert isinstance(sample, Sample) and sample.model == "m"
+
+
+# --- whole documents: one reader, one wording ------------------------------------------------------
+
+
+class _Bad(Exception):
+    pass
+
+
+def test_a_document_that_is_missing_unparsable_or_of_another_kind_is_refused_naming_the_file(tmp_path):
+    from pydantic import BaseModel
+
+    from llmwatch.core.jsonio import read_document, read_model
+
+    class Doc(BaseModel):
+        schema_: str = "x"
+        n: int
+
+    missing = tmp_path / "gone.json"
+    with pytest.raises(_Bad, match=rf"^baseline {missing} does not exist; freeze one$"):
+        read_document(missing, what="baseline", error=_Bad, missing="freeze one")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"a": 1,\n "b": }')
+    with pytest.raises(_Bad, match=rf"^baseline {broken} is not valid JSON at line 2, column 7: .*; refreeze it$"):
+        read_document(broken, what="baseline", error=_Bad, fix="refreeze it")
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("a: [1, 2\n")
+    with pytest.raises(_Bad, match=rf"^config file {yaml_file} is not valid YAML at line \d+, column \d+: "):
+        read_document(yaml_file, what="config file", error=_Bad, fmt="yaml")
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": "something/v1"}')
+    with pytest.raises(_Bad, match=r"is not an llmwatch run \(schema 'something/v1', expected 'llmwatch.run/v1'\)"):
+        read_model(other, Doc, what="run", error=_Bad, schema="llmwatch.run/v1", kind="an llmwatch run")
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text('{"schema": "llmwatch.run/v1", "n": "many"}')
+    with pytest.raises(_Bad, match=rf"^run {damaged}: .*n"):
+        read_model(damaged, Doc, what="run", error=_Bad, schema="llmwatch.run/v1")

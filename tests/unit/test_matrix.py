@@ -13,10 +13,13 @@ from prometheus_client import generate_latest
 from scipy.stats import binomtest
 
 from llmwatch.agent.cli.main import main
-from llmwatch.core.config import ConfigError, MatrixSection, ScoringSection, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.core.config import ConfigError
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.suite import build_suite
+from llmwatch.scorers.evaluation.config import MatrixSection
 from llmwatch.scorers.evaluation.evaluate import (
     WeightsMismatch,
     build_report,
@@ -24,8 +27,9 @@ from llmwatch.scorers.evaluation.evaluate import (
     export_metrics,
     format_text,
 )
-from llmwatch.scorers.evaluation.matrix import build_categories, categorize, score_samples, wilson_interval
+from llmwatch.scorers.evaluation.matrix import build_categories, categorize, score_samples
 from llmwatch.scorers.evaluation.stability import prompt_hash, sampling_stability, turn_stability
+from llmwatch.scorers.stats.proportions import wilson_interval
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 REFUSAL = "I'm sorry, but I can't help with that."

@@ -6,11 +6,10 @@ import orjson
 import pytest
 from helpers.samples import chat_sample
 
-from llmwatch.core.config import RedactionSection
 from llmwatch.core.records import Sample
 from llmwatch.scorers.checks.rules import build_rule_check
 from llmwatch.scorers.pipeline import pii
-from llmwatch.scorers.pipeline.redaction import Redactor, luhn_valid
+from llmwatch.scorers.pipeline.redaction import RedactionSection, Redactor, luhn_valid
 
 ALL = ["email", "phone", "card", "key", "iban", "ssn"]
 

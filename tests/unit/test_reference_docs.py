@@ -56,7 +56,7 @@ def test_the_configuration_page_walks_nested_sections_lists_and_maps(pages: dict
 
 
 def test_every_configuration_key_has_a_row(gen: ModuleType, pages: dict[str, str]) -> None:
-    from llmwatch.core.config import Config, ScoringSection
+    from llmwatch.agent.components import Config, ScoringSection
 
     def leaves(model: Any, prefix: str = "") -> list[str]:
         out = []
@@ -78,9 +78,10 @@ def test_every_configuration_key_has_a_row(gen: ModuleType, pages: dict[str, str
 def test_the_metrics_page_has_every_family_with_its_exposed_names_and_labels(pages: dict[str, str]) -> None:
     from prometheus_client import CollectorRegistry
 
+    from llmwatch.agent.components import metric_groups
     from llmwatch.core.metrics import Metrics
 
-    families = list(Metrics(registry=CollectorRegistry()).registry.collect())
+    families = list(Metrics(registry=CollectorRegistry(), groups=metric_groups()).registry.collect())
     page = pages["metrics.md"]
     assert len(families) > 50
     for fam in families:

@@ -14,10 +14,10 @@ from helpers.reviews import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, li
 from sklearn.metrics import cohen_kappa_score
 
 from llmwatch.agent.cli.main import main
-from llmwatch.core.config import ScoringSection
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.suite import build_suite
-from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
+from llmwatch.scorers.stats.agreement import cohen_kappa, krippendorff_alpha
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 CRITERIA = ["accuracy", "completeness", "hallucination"]
@@ -368,7 +368,7 @@ def test_weighted_kappa_by_hand_on_a_three_item_example():
     # Observed: sum w*O = (2-3)^2 / 3 = 1/3. Marginals a: 1/3 each of 1,2,3; b: 1/3 of 1, 2/3 of 3.
     # Expected: sum_ij w_ij a_i b_j = 1/3 * [(0*1/3 + 4*2/3) + (1*1/3 + 1*2/3) + (4*1/3 + 0)] = 1/3 * (8/3 + 1 + 4/3) = 5/3.
     # kappa = 1 - (1/3) / (5/3) = 0.8.
-    assert cohen_weighted_kappa([1, 2, 3], [1, 3, 3], [1, 2, 3], "quadratic") == pytest.approx(0.8)
+    assert cohen_kappa([1, 2, 3], [1, 3, 3], [1, 2, 3], "quadratic") == pytest.approx(0.8)
 
 
 def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(exported, tmp_path: Path, capsys):

@@ -1,7 +1,6 @@
 """Sampling: deterministic by request id, errors and slow calls always kept, overrides by route/model."""
 
-from llmwatch.core.config import SamplingOverride, SamplingSection
-from llmwatch.scorers.pipeline.sampler import Sampler, hash_fraction
+from llmwatch.scorers.pipeline.sampler import Sampler, SamplingOverride, SamplingSection, hash_fraction
 
 
 def test_same_request_id_gets_same_decision_across_sampler_instances():

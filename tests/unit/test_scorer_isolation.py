@@ -9,8 +9,11 @@ import os
 
 import pytest
 
-from llmwatch.agent.processes.scoring import ScorerProcess, scorer_cpus
-from llmwatch.core.config import ConfigError, ScoringSection, load_config
+from llmwatch.agent.components import load_config
+from llmwatch.agent.processes.scoring import ScorerProcess
+from llmwatch.core.children import scorer_cpus
+from llmwatch.core.config import ConfigError
+from llmwatch.scorers.checks.config import ScoringSection
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
 

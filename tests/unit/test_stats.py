@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 from scipy import stats as sps
 
 from llmwatch.scorers.stats import twosample as st
@@ -749,3 +751,53 @@ def _draw(rng, n):
 def test_bad_simulated_power_input_raises_naming_the_argument(draw_b, draw_c, test, n, kwargs, name):
     with pytest.raises(ValueError, match=name):
         st.simulated_power(draw_b, draw_c, test, n, **kwargs)
+
+
+# --- Cohen's kappa: one implementation, plain and weighted ----------------------------------------
+
+
+_OUTCOME = hst.sampled_from(["win", "tie", "loss"])
+
+
+# No deadline: the first example pays for importing scikit-learn, and a busy machine is not a failure.
+@settings(deadline=None)
+@given(hst.lists(hst.tuples(_OUTCOME, _OUTCOME), min_size=2))
+def test_plain_cohen_kappa_on_categories_agrees_with_scikit_learn(pairs):
+    from sklearn.metrics import cohen_kappa_score
+
+    from llmwatch.scorers.stats.agreement import cohen_kappa
+
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    ours = cohen_kappa(a, b, ["win", "tie", "loss"])
+    if len(set(a)) == 1 and set(a) == set(b):
+        assert math.isnan(ours)  # one category only: chance agreement is 1, kappa undefined
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theirs = cohen_kappa_score(a, b, labels=["win", "tie", "loss"])
+    if math.isnan(theirs):
+        assert math.isnan(ours)
+    else:
+        assert ours == pytest.approx(theirs, abs=1e-9)
+
+
+def test_the_pairwise_judge_reports_the_same_kappa_as_the_agreement_module():
+    from llmwatch.scorers.evaluation.pairwise_judge import agreement
+    from llmwatch.scorers.stats.agreement import cohen_kappa
+
+    judge = {f"p{i}": o for i, o in enumerate(["win", "win", "tie", "loss", "loss", "win", "tie", "tie"])}
+    human = {f"p{i}": o for i, o in enumerate(["win", "tie", "tie", "loss", "win", "win", "tie", "loss"])}
+    got = agreement(judge, human, resamples=50)
+    ids = sorted(judge)
+    assert got["kappa"] == round(
+        cohen_kappa([judge[i] for i in ids], [human[i] for i in ids], ["win", "tie", "loss"]), 4
+    )
+
+
+def test_the_judges_sign_test_is_mcnemars_exact_test_as_scipy_computes_it():
+    from llmwatch.scorers.stats.paired import mcnemar_two_sided_p
+
+    for wins in range(0, 25):
+        for losses in range(0, 25):
+            if wins + losses:
+                expected = sps.binomtest(wins, wins + losses, 0.5).pvalue
+                assert mcnemar_two_sided_p(wins, losses) == pytest.approx(expected, rel=1e-9, abs=1e-12)

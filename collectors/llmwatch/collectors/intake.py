@@ -24,13 +24,32 @@ import structlog
 
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, to_sample
 from llmwatch.core.logs import RateLimitedLog
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.scorers.pipeline.redaction import redact_sample
 from llmwatch.scorers.pipeline.sampler import Sampler
 
 log = structlog.get_logger(__name__)
+
+
+class PipelineMetrics(MetricGroup):
+    """The sample pipeline: samples kept, queued, handed to sinks or lost."""
+
+    samples = counter(
+        "llmwatch_samples", "Samples selected for storage and scoring, by why they were kept.", ["reason"]
+    )
+    samples_dropped = counter(
+        "llmwatch_samples_dropped",
+        "Samples selected but lost before a sink took them, by reason (queue_full, sink_error, write_error, scoring_queue_full, ...).",
+        ["reason"],
+    )
+    samples_written = counter(
+        "llmwatch_samples_written",
+        "Samples each sink accepted (written to disk, handed to the scorer, buffered for Kafka).",
+        ["sink"],
+    )
+    queue_depth = gauge("llmwatch_queue_depth", "Samples waiting in the in-process queue.")
 
 
 @dataclass(slots=True)
@@ -58,7 +77,7 @@ class Intake:
     ) -> None:
         self.queue = queue
         self.sampler = sampler
-        self.metrics = metrics
+        self.metrics = metrics.group(PipelineMetrics)
         self._default_version = default_version
         # Set by the runtime (drift.version_change.enabled): told the version of every successful call.
         self.sentinel: Any = None
@@ -123,7 +142,7 @@ class Pipeline:
     ) -> None:
         self.queue = queue
         self.sinks = list(sinks)
-        self.metrics = metrics
+        self.metrics = metrics.group(PipelineMetrics)
         self._redact = redact
         self._batch_size = batch_size
         self._stop = threading.Event()
@@ -173,7 +192,8 @@ class Pipeline:
             except Exception:
                 self.metrics.samples_dropped.labels(reason="build_error").inc()
                 # Only a Captured can fail here: a submitted Sample is passed through as it is.
-                log.exception("sample_build_failed", request_id=item.exchange.request_id)  # type: ignore[union-attr]
+                request_id = item.exchange.request_id if isinstance(item, Captured) else item.id
+                log.exception("sample_build_failed", request_id=request_id)
         redacted: list[Sample] | None = None
         for sink in self.sinks:
             if getattr(sink, "raw", False):

@@ -44,10 +44,13 @@ from datetime import datetime, timezone
 from typing import Callable, Sequence
 
 import structlog
+from prometheus_client import Counter
 
-from llmwatch.core.config import VERSION_FIELDS, VersionChangeSection
-from llmwatch.core.metrics import OTHER, LabelCap, Metrics
+from llmwatch.core.component import Component, Context, Factory
+from llmwatch.core.config import MetricsSection
+from llmwatch.core.metrics import OTHER, LabelCap, MetricGroup, Metrics, counter, gauge
 from llmwatch.core.served import ServedVersion, bounded_text
+from llmwatch.scorers.drift.config import VERSION_FIELDS, DriftSection, VersionChangeSection
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +58,59 @@ log = structlog.get_logger(__name__)
 # provider flapping between versions must not queue unbounded work.
 _MAX_PENDING = 32
 
+
+# One info series per request model, the current one; the previous is removed, not set to 0, so
+# series stay one per model however often a provider rotates versions, and `== 1` never matches a
+# stale one. The last change's gauge is what the LLMWatchServedVersionChanged alert reads, so its
+# annotations can name both versions.
+class SentinelMetrics(MetricGroup):
+    """The served-version sentinel (drift.version_change) and the actions a change triggers."""
+
+    model_version_info = gauge(
+        "llmwatch_model_version_info",
+        "1 for the version each request model is served as now (model_version, response model, system_fingerprint of its last answer).",
+        ["gen_ai_request_model", "model_version", "response_model", "system_fingerprint"],
+    )
+    model_version_changes = counter(
+        "llmwatch_model_version_changes",
+        "Times the served version of a request model changed (see llmwatch_model_version_info).",
+        ["gen_ai_request_model"],
+    )
+    model_version_last_change = gauge(
+        "llmwatch_model_version_last_change_timestamp_seconds",
+        "Unix time of the last served-version change of each request model, labelled with the versions before and after.",
+        ["gen_ai_request_model", "from_version", "to_version"],
+    )
+    model_version_actions = counter(
+        "llmwatch_model_version_change_actions",
+        "What drift.version_change triggered on a change, by action (webhook, command) and outcome (sent, retries, failed, dropped; ok, exit_nonzero, timeout, not_started; coalesced: a change folded into the next run by drift.version_change.min_action_interval_s).",
+        ["action", "outcome"],
+    )
+    # 1 while a request model is flapping (more than drift.version_change.max_changes new
+    # versions within flap_window_s): its changes are not counted or acted on one by one.
+    model_version_flapping = gauge(
+        "llmwatch_model_version_flapping",
+        "1 while the served version of a request model is flapping (too many new versions too fast to be changes); 0 once calm for drift.version_change.flap_window_s.",
+        ["gen_ai_request_model"],
+    )
+
+    @property
+    def internal_errors(self) -> Counter:
+        return self.hub.internal_errors
+
+
 Identity = tuple[str | None, str | None, str | None]  # (model_version, response_model, system_fingerprint)
+
+
+def _identity(parts: tuple[str | None, ...]) -> Identity:
+    """A served version's parts as the sentinel tells them: always three."""
+    version, response_model, fingerprint = parts
+    return version, response_model, fingerprint
+
+
+def _from_labels(labels: tuple[str, str, str]) -> Identity:
+    """Metric labels back to parts: an empty label is a part not told."""
+    return labels[0] or None, labels[1] or None, labels[2] or None
 
 
 def describe(identity: Identity) -> str:
@@ -131,7 +186,7 @@ class VersionSentinel:
         on_change: Callable[[VersionChange], None] | None = None,
         on_flapping: Callable[[VersionFlapping], None] | None = None,
     ) -> None:
-        self.metrics = metrics
+        self.metrics = metrics.group(SentinelMetrics)
         self._mask = tuple(f in fields for f in VERSION_FIELDS)
         self.remember_s = remember_s
         self.max_changes = max_changes
@@ -179,7 +234,9 @@ class VersionSentinel:
         seen, previous = served.see(told, time.monotonic())
         if seen == "same":
             return None
-        ident: Identity = served.current  # type: ignore[assignment]
+        if served.current is None:  # see() has just set it; the check says so to the type checker
+            return None
+        ident = _identity(served.current)
         m = self.metrics
         labels = (
             m.version_label(ident[0]) if ident[0] else "",
@@ -202,7 +259,7 @@ class VersionSentinel:
         if seen != "new" or previous is None or old_labels is None:
             return None  # first sight, back to a version served moments ago, or still flapping: no change
         # The alert's labels come from capped parts, so the from/to pairs stay bounded too.
-        old_text, new_text = describe(tuple(p or None for p in old_labels)), describe(tuple(p or None for p in labels))  # type: ignore[arg-type]
+        old_text, new_text = describe(_from_labels(old_labels)), describe(_from_labels(labels))
         last_change = self._last_change.get(key)
         if last_change is not None:
             try:
@@ -212,7 +269,7 @@ class VersionSentinel:
         m.model_version_last_change.labels(key, old_text, new_text).set(time.time())
         self._last_change[key] = (old_text, new_text)
         m.model_version_changes.labels(key).inc()
-        change = VersionChange(key, previous, ident, datetime.now(timezone.utc))  # type: ignore[arg-type]
+        change = VersionChange(key, _identity(previous), ident, datetime.now(timezone.utc))
         log.warning(
             "served_version_changed",
             model=key,
@@ -259,12 +316,12 @@ class VersionActions:
 
     def __init__(self, cfg: VersionChangeSection, metrics: Metrics) -> None:
         self.cfg = cfg
-        self.metrics = metrics
+        self.metrics = metrics.group(SentinelMetrics)
         self.notifier = None
         if cfg.webhook:
             from llmwatch.collectors.exporters.webhook import WebhookNotifier
 
-            counter = metrics.model_version_actions
+            counter = self.metrics.model_version_actions
             self.notifier = WebhookNotifier(
                 cfg.webhook, on_event=lambda name: counter.labels(action="webhook", outcome=name).inc()
             )
@@ -463,3 +520,45 @@ class VersionActions:
             self._task = None
         if self.notifier is not None:
             await self.notifier.close(timeout_s)
+
+
+# --- the component ---------------------------------------------------------------------------
+
+
+class SentinelComponent:
+    """The sentinel (fed by the intake, on every call) and the actions a change triggers."""
+
+    def __init__(self, sentinel: VersionSentinel, actions: VersionActions | None) -> None:
+        self.sentinel = sentinel
+        self.actions = actions
+
+    async def start(self) -> None:
+        if self.actions is not None:
+            self.actions.start()
+
+    async def stop(self) -> None:
+        if self.actions is not None:
+            await self.actions.close()
+
+
+def _create(ctx: Context, drift: DriftSection) -> Component | None:
+    watch = drift.version_change
+    if not watch.enabled:
+        return None
+    actions = VersionActions(watch, ctx.metrics)
+    sentinel = VersionSentinel(
+        ctx.metrics,
+        fields=watch.fields,
+        remember_s=watch.remember_s,
+        max_values=ctx.section(MetricsSection).max_versions,
+        max_changes=watch.max_changes,
+        flap_window_s=watch.flap_window_s,
+        on_change=actions.submit if actions.enabled else None,
+        on_flapping=actions.flapping if actions.enabled else None,
+    )
+    if actions.enabled:
+        actions.state = sentinel.state
+    return SentinelComponent(sentinel, actions if actions.enabled else None)
+
+
+VERSION_SENTINEL = Factory("drift.version_change", "extension", DriftSection, _create, metrics=(SentinelMetrics,))

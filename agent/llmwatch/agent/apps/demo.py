@@ -25,10 +25,12 @@ import openai
 import structlog
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.agent.components import Config
+from llmwatch.agent.processes.scoring import ScorerProcess
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.collectors.exporters.prometheus import split_host_port
-from llmwatch.core.config import Config, ShadowCandidate, ShadowSection
+from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -244,14 +246,14 @@ def drift_summary(agent: Agent) -> str:
     return "\n".join(lines)
 
 
-def _freeze_baseline(agent: Agent, version: str) -> str:
+def _freeze_baseline(agent: Agent, scorer: ScorerProcess, version: str) -> str:
     """Freeze the scorer's window of `version` (its samples, scores and answer embeddings).
 
     The result is what `llmwatch baseline freeze` makes of the same samples, without loading the
     model a second time in this process.
     """
     path = agent.cfg.data_dir / f"baseline-{version}-{int(time.time())}.json"
-    agent.scorer.freeze_baseline(version, str(path))
+    scorer.freeze_baseline(version, str(path))
     return str(path)
 
 
@@ -352,7 +354,7 @@ async def run_demo(
             out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
             out.flush()
             loading = time.perf_counter()
-            await _wait_ready(agent, stop, timeout=180.0)
+            await _wait_ready(agent.scorer, stop, timeout=180.0)
             if not stop.is_set():
                 out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
         for name in ("A (baseline)", "A (after freeze)", "B"):
@@ -361,7 +363,7 @@ async def run_demo(
             if name == "A (after freeze)" and agent.scorer is not None:
                 await _settle(agent, 60.0, out)
                 try:
-                    path = await asyncio.to_thread(_freeze_baseline, agent, "A")
+                    path = await asyncio.to_thread(_freeze_baseline, agent, agent.scorer, "A")
                 except Exception as exc:  # the demo goes on without drift rather than failing
                     log.warning("demo_baseline_failed", error=str(exc))
                 else:
@@ -393,10 +395,10 @@ async def run_demo(
     return 0
 
 
-async def _wait_ready(agent: Agent, stop: asyncio.Event, timeout: float) -> None:
+async def _wait_ready(scorer: ScorerProcess, stop: asyncio.Event, timeout: float) -> None:
     """Until the scorer process has loaded its model, Ctrl-C, or `timeout` (bounded poll)."""
     deadline = time.perf_counter() + timeout
-    while not agent.scorer.ready.is_set() and not stop.is_set() and time.perf_counter() < deadline:
+    while not scorer.ready.is_set() and not stop.is_set() and time.perf_counter() < deadline:
         await asyncio.sleep(0.2)
 
 

@@ -44,9 +44,10 @@ import orjson
 import structlog
 from aiohttp import web
 
-from llmwatch.core.jsonio import atomic_write_bytes, make_dirs, open_private, private_path
+from llmwatch.core.jsonio import atomic_write_bytes, check_schema, make_dirs, open_private, private_path, read_document
 from llmwatch.scorers.evaluation.review import (
     LABELS,
+    Label,
     Review,
     ReviewError,
     ReviewTask,
@@ -88,9 +89,11 @@ def parse_people(spec: str | None, prefix: str) -> list[str]:
             raise ReviewError(f"--{prefix}s {spec}: give between 1 and 100, or names separated by commas")
         return [f"{prefix}_{i:02d}" for i in range(1, n + 1)]
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    for n in names:
-        if not NAME.match(n):
-            raise ReviewError(f"--{prefix}s: {n!r} is not a usable name (letters, digits, '_', '.', '-'; at most 64)")
+    for name in names:
+        if not NAME.match(name):
+            raise ReviewError(
+                f"--{prefix}s: {name!r} is not a usable name (letters, digits, '_', '.', '-'; at most 64)"
+            )
     if len(set(names)) != len(names):
         raise ReviewError(f"--{prefix}s: a name is given twice in {spec!r}")
     return names
@@ -104,14 +107,12 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
             f"tokens file {path} is a symbolic link; llmwatch never reads or writes tokens through a link"
         )
     if path.exists():
-        try:
-            data = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise ReviewError(
-                f"tokens file {path} cannot be read as JSON ({exc}); restore it, or remove it to issue new links"
-            ) from None
-        if not isinstance(data, dict) or data.get("schema") != TOKENS_SCHEMA:
-            raise ReviewError(f"{path} is not an llmwatch review tokens file (expected schema {TOKENS_SCHEMA!r})")
+        data = read_document(
+            path, what="tokens file", error=ReviewError, fix="restore it, or remove it to issue new links"
+        )
+        check_schema(
+            data, TOKENS_SCHEMA, name=f"tokens file {path}", kind="an llmwatch review tokens file", error=ReviewError
+        )
         for role in ("reviewers", "arbiters"):
             tokens[role] = {str(k): str(v) for k, v in (data.get(role) or {}).items()}
     if not tokens["reviewers"] and not reviewers:
@@ -137,7 +138,7 @@ def load_or_make_tokens(path: Path, reviewers: Sequence[str], arbiters: Sequence
     return tokens
 
 
-def positions(judge: str, task_id: str) -> list[str]:
+def positions(judge: str, task_id: str) -> list[Label]:
     """The candidate labels in the order this person sees them: position i+1 shows label [i]."""
     order = list(LABELS)
     seed = int.from_bytes(hashlib.sha256(f"{judge}\0{task_id}".encode()).digest()[:8], "big")
@@ -335,13 +336,13 @@ def _task_body(task: ReviewTask, order: Sequence[str]) -> str:
     return "".join(parts)
 
 
-def _form(task: ReviewTask, order: Sequence[str], saved: Review | None, action: str) -> str:
+def _form(task: ReviewTask, order: Sequence[Label], saved: Review | None, action: str) -> str:
     lo, hi = task.scale
     rows = []
     for ci, criterion in enumerate(task.criteria):
         cells = []
         for pos, label in enumerate(order, start=1):
-            chosen = saved.scores[label][criterion] if saved is not None else None  # type: ignore[index]
+            chosen = saved.scores[label][criterion] if saved is not None else None
             opts = "".join(
                 f'<label class="opt"><input type="radio" name="s{pos}_{ci}" value="{v}" required{" checked" if chosen == v else ""}{" disabled" if saved else ""}>{v}</label>'
                 for v in range(lo, hi + 1)
@@ -597,7 +598,7 @@ class ReviewApp:
             rows = "".join(
                 f"<tr><th>{_e(c)}</th>" + "".join(f"<td>{r.scores[label][c]}</td>" for label in order) + "</tr>"
                 for c in task.criteria
-            )  # type: ignore[index]
+            )
             pref = preference(r, task.criteria)
             pref_text = "tie" if pref == "tie" else f"Answer {order.index(pref) + 1}"
             comment = f'<p class="text">{_e(r.comment)}</p>' if r.comment else ""
@@ -783,7 +784,7 @@ def run(tasks: str, out: str, listen: str, reviewers: str | None, arbiters: str 
     # Only once the inputs are good: a refused start prints its one line and nothing else.
     configure_logging("info", "json")
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
 
         return uvloop.run(serve(state, listen, public_url))
     except ImportError:

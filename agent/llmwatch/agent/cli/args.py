@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmwatch.core.config import Config, load_config
+from llmwatch.agent.components import Config, load_config
 from llmwatch.core.jsonio import set_file_mode
 from llmwatch.core.logs import configure_logging
 

@@ -64,7 +64,9 @@ def cmd_canary(args: argparse.Namespace) -> int:
     # The window first, from the records alone: a missing version or two versions never served
     # together is said before the checks and the embedding model load.
     same_window(read_records(args.samples), args.stable, args.canary, start=start, end=end, last=last)
-    samples, scores, embeddings, _ = load_window(cfg, args.samples, args.scores, None, purpose="the canary comparison")
+    samples, scores, embeddings, _ = load_window(
+        cfg.scoring, args.samples, args.scores, None, purpose="the canary comparison"
+    )
     stable, canary, window = same_window(samples, args.stable, args.canary, start=start, end=end, last=last)
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
     report, reference, current = compare_versions(

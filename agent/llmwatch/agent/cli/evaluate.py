@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import orjson
 
 from llmwatch.agent.cli.args import config_from_args
 from llmwatch.agent.cli.common import log_options, require_file, require_records, show_usage
-from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text
+from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text, read_document
 
 
 def _load_samples_and_scores(cfg: Any, samples_path: str, scores_path: str | None) -> tuple[list, list, list[str]]:
@@ -98,9 +97,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     if args.compare:
         try:
-            earlier = orjson.loads(Path(args.compare).read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            return _fail(f"cannot read the earlier report {args.compare}: {exc}")
+            earlier = read_document(args.compare, what="the earlier report", error=ValueError)
+        except ValueError as exc:
+            return _fail(str(exc))
         try:
             report.comparison = compare_reports(
                 report.to_dict(), earlier, allow_weights_change=args.allow_weights_change

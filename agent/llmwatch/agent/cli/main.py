@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 import structlog
 
@@ -24,9 +24,9 @@ from llmwatch.core.version import __version__
 log = structlog.get_logger(__name__)
 
 
-def run_async(main: Callable[[], Awaitable[int]]) -> int:
+def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
 
         return uvloop.run(main())
     except ImportError:
@@ -78,7 +78,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     require_writable(args.output, "--out")
     from llmwatch.scorers.checks.offline import score_files
 
-    return score_files(cfg, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
+    return score_files(cfg.scoring, args.input, args.output, batch_size=args.batch_size, out=sys.stdout)
 
 
 def cmd_baseline_freeze(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
 
     prompts: dict = {}
     samples, scores, embeddings, _ = load_window(
-        cfg, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
+        cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
     )
     from llmwatch.scorers.drift.compare import settings_from_config
 
@@ -136,7 +136,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     baseline = load_baseline(args.baseline)
     prompts: dict = {}
     samples, scores, embeddings, versions = load_window(
-        cfg, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
+        cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
     )
     current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None

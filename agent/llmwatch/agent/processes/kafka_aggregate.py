@@ -30,15 +30,17 @@ import orjson
 import structlog
 from pydantic import ValidationError
 
-from llmwatch.collectors.exporters.kafka import RecentIds, connect, consumer_settings
+from llmwatch.agent.components import Config, metric_groups
+from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, connect, consumer_settings
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
-from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.aggregate import WindowAggregator
 from llmwatch.scorers.drift.baseline import load_baseline
+from llmwatch.scorers.drift.metrics import CanaryMetrics, DriftMetrics
+from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +66,7 @@ class Aggregator:
     def add_score(self, score: Score) -> bool:
         key = f"{score.sample_id}\x00{score.check}"
         if key in self.seen_scores:
-            self.metrics.kafka_consumed.labels(outcome="duplicate_score").inc()
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate_score").inc()
             return False
         self.seen_scores.add(key)
         self.recorder.record([score], [0.0])
@@ -73,12 +75,12 @@ class Aggregator:
 
     def add_sample(self, sample: Sample, now: float | None = None) -> None:
         if sample.id in self.pending:
-            self.metrics.kafka_consumed.labels(outcome="duplicate").inc()
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate").inc()
             return
         self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
         while len(self.pending) > MAX_PENDING:
             self.pending.popitem(last=False)
-            self.metrics.kafka_consumed.labels(outcome="join_overflow").inc()
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc()
 
     def flush(self, now: float | None = None) -> int:
         """Move samples that have waited `JOIN_DELAY_S` into the windows, with whatever scores arrived."""
@@ -100,10 +102,10 @@ class Aggregator:
         if not self.stage.due(now):
             return 0
         readings = self.stage.readings(now)
-        self.metrics.set_evaluation(readings.evaluation or [])
-        self.metrics.set_drift(readings.drift or [])
+        self.metrics.group(EvaluationMetrics).set_evaluation(readings.evaluation or [])
+        self.metrics.group(DriftMetrics).set_drift(readings.drift or [])
         if readings.canary is not None:
-            self.metrics.set_canary(readings.canary)
+            self.metrics.group(CanaryMetrics).set_canary(readings.canary)
         return len(readings.drift or [])
 
 
@@ -111,7 +113,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
     from kafka import KafkaConsumer
 
     kcfg = cfg.kafka
-    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
+    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions, groups=metric_groups())
     agg = Aggregator(cfg, metrics)
     stop = stop or threading.Event()
     ready = threading.Event()
@@ -121,7 +123,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
         cfg.metrics_listen,
         name="llmwatch-aggregator-http",
     )
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
@@ -153,7 +155,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
                         else:
                             agg.add_sample(Sample.model_validate(data))
                     except (orjson.JSONDecodeError, ValidationError, TypeError):
-                        metrics.kafka_consumed.labels(outcome="invalid").inc()
+                        metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
             agg.flush()
             agg.refresh()
             if batch:

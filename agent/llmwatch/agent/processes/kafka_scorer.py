@@ -23,7 +23,9 @@ from typing import Any, Sequence
 
 import structlog
 
+from llmwatch.agent.components import Config, metric_groups
 from llmwatch.collectors.exporters.kafka import (
+    KafkaMetrics,
     RecentIds,
     check_codec,
     connect,
@@ -34,7 +36,6 @@ from llmwatch.collectors.exporters.kafka import (
 )
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
-from llmwatch.core.config import Config
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample
 from llmwatch.scorers.checks.suite import build_suite
@@ -81,7 +82,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
     check_codec(kcfg.compression)
     # Built here, in the main thread: rule checks' time limits use SIGALRM.
     suite = build_suite(cfg.scoring)
-    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions)
+    metrics = Metrics(max_models=cfg.metrics.max_models, max_versions=cfg.metrics.max_versions, groups=metric_groups())
     recorder = ScoreRecorder(metrics, None)
     seen = RecentIds()
     worker = worker_id or f"{socket.gethostname()}/{os.getpid()}"
@@ -95,7 +96,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
         cfg.metrics_listen,
         name="llmwatch-scorer-http",
     )
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
@@ -164,7 +165,7 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
                     seen.add(sample.id)
             for outcome, n in (("scored", len(samples)), ("duplicate", duplicates), ("invalid", invalid)):
                 if n:
-                    metrics.kafka_consumed.labels(outcome=outcome).inc(n)
+                    metrics.group(KafkaMetrics).kafka_consumed.labels(outcome=outcome).inc(n)
             try:
                 consumer.commit()
             except Exception as exc:  # CommitFailedError (the group rebalanced under us), broker away

@@ -41,11 +41,20 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
-from llmwatch.core.config import parse_cpu_list
+from llmwatch.collectors.exporters.scores import ScoringMetrics
+from llmwatch.collectors.intake import PipelineMetrics
+from llmwatch.core.children import exit_when_orphaned, isolate
+from llmwatch.core.component import Component, Context, Factory
+from llmwatch.core.config import ConfigError, FilesSection, LoggingSection
 from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import CanaryReading, DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.config import ScoringSection
+from llmwatch.scorers.drift.config import DriftSection
+from llmwatch.scorers.drift.metrics import CanaryMetrics, DriftMetrics, DriftReadings
+from llmwatch.scorers.evaluation.config import MatrixSection
+from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -116,54 +125,6 @@ class Frozen:
     error: str | None
 
 
-def exit_when_orphaned(parent_pid: int, poll_s: float = 0.5, role: str = "scorer") -> None:
-    """Exit this process as soon as the parent that spawned it is gone (killed, crashed).
-
-    A thread, so that it also works while the main thread is busy loading the model. Re-parented,
-    the child would otherwise run on, and keep multiprocessing's resource tracker running too.
-    """
-    while os.getppid() == parent_pid:
-        time.sleep(poll_s)
-    log.warning(f"{role}_parent_gone", parent_pid=parent_pid)
-    os._exit(0)
-
-
-def scorer_cpus(setting: str, allowed: set[int]) -> set[int] | None:
-    """The CPUs the scorer child is pinned to for `scoring.cpu_affinity`, or None for no pinning.
-
-    Lower priority alone does not protect traffic: a scorer at nice 10 on the proxy's core still
-    took about 90 ms of that core per sampled call (issue 13). So by default ("auto") the child
-    keeps off the first allowed CPU, the one left to the proxy, wherever there is another.
-    """
-    if setting == "all":
-        return None
-    if setting == "auto":
-        if len(allowed) < 2:
-            return None
-        return allowed - {min(allowed)}
-    wanted = parse_cpu_list(setting) & allowed
-    return wanted or None  # none of them allowed here: run unpinned rather than not at all
-
-
-def isolate(setting: str, nice: int, role: str = "scorer") -> None:
-    """Lower this (child) process's priority and pin it per a `cpu_affinity` setting (see scorer_cpus)."""
-    # Below the proxy in CPU priority wherever both share a core, and off the traffic core when
-    # there is another: traffic wins and scoring lags.
-    try:
-        os.nice(nice)
-    except OSError:
-        pass
-    if not hasattr(os, "sched_setaffinity"):
-        return  # macOS, Windows: priority only
-    try:
-        cpus = scorer_cpus(setting, os.sched_getaffinity(0))
-        if cpus is not None:
-            os.sched_setaffinity(0, cpus)
-            log.info(f"{role}_cpus", cpus=sorted(cpus))
-    except OSError as exc:
-        log.warning(f"{role}_cpu_affinity_failed", setting=setting, error=str(exc))
-
-
 def _child_main(
     scoring_payload: dict[str, Any],
     drift_payload: dict[str, Any],
@@ -180,11 +141,13 @@ def _child_main(
         threading.Thread(
             target=exit_when_orphaned, args=(parent_pid,), name="llmwatch-scorer-orphan-check", daemon=True
         ).start()
-    from llmwatch.core.config import DriftSection, MatrixSection, ScoringSection
     from llmwatch.core.logs import configure_logging
+    from llmwatch.scorers.checks.config import ScoringSection
     from llmwatch.scorers.checks.suite import build_suite
     from llmwatch.scorers.drift.aggregate import WindowAggregator
     from llmwatch.scorers.drift.baseline import load_baseline, write_baseline
+    from llmwatch.scorers.drift.config import DriftSection
+    from llmwatch.scorers.evaluation.config import MatrixSection
 
     configure_logging(log_level)
     scoring_cfg = ScoringSection.model_validate(scoring_payload)
@@ -610,3 +573,84 @@ class ScoringSink:
 
     def close(self) -> None:
         self.scorer.close()
+
+
+# --- the component ---------------------------------------------------------------------------
+
+
+class ScoringComponent:
+    """The scorer child, the sink that feeds it, and the recorder of its scores."""
+
+    def __init__(self, scorer: ScorerProcess, recorder: Any) -> None:
+        self.scorer = scorer
+        self.recorder = recorder  # llmwatch.collectors.exporters.scores.ScoreRecorder
+
+    async def start(self) -> None:
+        self.scorer.start()
+
+    async def stop(self) -> None:
+        # The pipeline has drained into the scoring sink, which closed the scorer (waiting up to
+        # scoring.shutdown_timeout_s for its last scores): what is left is to close the score files.
+        self.recorder.close()
+
+    def readiness(self) -> dict[str, bool]:
+        # A scorer that failed to start, or lost a thread, scores nothing: not ready, so the
+        # orchestrator sees it instead of frozen quality metrics.
+        return {"scorer_alive": self.scorer.healthy}
+
+
+def _create(ctx: Context, scoring: ScoringSection) -> Component | None:
+    drift = ctx.section(DriftSection)
+    if not scoring.enabled:
+        if drift.baseline is not None:
+            raise ConfigError(
+                "drift.baseline: drift detection needs the scorer; set scoring.enabled: true or remove drift.baseline"
+            )
+        return None
+    from llmwatch.collectors.exporters.scores import ScoreRecorder
+    from llmwatch.core.jsonio import JsonlWriter
+    from llmwatch.scorers.checks.suite import validate_scoring
+
+    # Fail at start-up, in this process, on a bad check config or baseline; the model loads in the child.
+    validate_scoring(scoring)
+    if drift.baseline is not None:
+        from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
+        from llmwatch.scorers.drift.compare import settings_from_config
+
+        check_minimums(load_baseline(drift.baseline), settings_from_config(drift), f"baseline {drift.baseline}")
+    files = ctx.section(FilesSection)
+    recorder = ScoreRecorder(
+        ctx.metrics,
+        JsonlWriter(ctx.setting("data_dir") / "scores", "scores", max_file_bytes=files.max_file_bytes)
+        if files.enabled
+        else None,
+    )
+    dropped = ctx.metrics.group(PipelineMetrics).samples_dropped
+    counts = ctx.metrics.group(ScoringMetrics)
+    scorer = ScorerProcess(
+        scoring.model_dump(mode="json"),
+        recorder.record,
+        max_pending=scoring.max_pending,
+        batch_timeout_s=scoring.batch_timeout_s,
+        drift_payload=drift.model_dump(mode="json"),
+        on_drift=ctx.get(DriftReadings).publish,
+        matrix_payload=ctx.section(MatrixSection).model_dump(mode="json"),
+        on_evaluation=ctx.metrics.group(EvaluationMetrics).set_evaluation,
+        on_canary=ctx.metrics.group(CanaryMetrics).set_canary,
+        log_level=ctx.section(LoggingSection).level,
+        on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
+        on_unscored=lambda reason, n: counts.samples_unscored.labels(reason=reason).inc(n),
+        shutdown_timeout_s=scoring.shutdown_timeout_s,
+    )
+    counts.scoring_pending.set_function(lambda: scorer.pending)
+    ctx.add_sink(ScoringSink(scorer, scoring.batch_size))
+    return ScoringComponent(scorer, recorder)
+
+
+SCORING = Factory(
+    "scoring",
+    "processor",
+    ScoringSection,
+    _create,
+    metrics=(ScoringMetrics, DriftMetrics, CanaryMetrics, EvaluationMetrics),
+)

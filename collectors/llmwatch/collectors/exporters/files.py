@@ -6,6 +6,9 @@ from typing import Sequence
 
 import structlog
 
+from llmwatch.collectors.intake import PipelineMetrics
+from llmwatch.core.component import Component, Context, Factory, Passive
+from llmwatch.core.config import FilesSection
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import Metrics
@@ -21,7 +24,7 @@ class FileSink:
 
     def __init__(self, directory: str, max_file_bytes: int, metrics: Metrics | None = None) -> None:
         self._writer = JsonlWriter(directory, "samples", max_file_bytes=max_file_bytes)
-        self._metrics = metrics
+        self._metrics = metrics.group(PipelineMetrics) if metrics is not None else None
         self._warn = RateLimitedLog()
 
     def write(self, samples: Sequence[Sample]) -> int | None:
@@ -40,3 +43,14 @@ class FileSink:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _create(ctx: Context, files: FilesSection) -> Component | None:
+    if not files.enabled:
+        return None
+    sink = FileSink(str(ctx.setting("data_dir") / "samples"), files.max_file_bytes, ctx.metrics)
+    ctx.add_sink(sink)  # the pipeline writes to it and closes it
+    return Passive(sink)
+
+
+FILES = Factory("files", "exporter", FilesSection, _create, metrics=(PipelineMetrics,))

@@ -23,15 +23,83 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import structlog
+from pydantic import Field, field_validator
 
-from llmwatch.core.config import ConfigError, KafkaSection
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.component import Component, Context, Factory, Passive
+from llmwatch.core.config import ConfigError, Section, host_port
+from llmwatch.core.extras import require
+from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge
 from llmwatch.core.records import Sample
 
 log = structlog.get_logger(__name__)
+
+
+# --- the `kafka` section ---------------------------------------------------------------------
+
+
+class KafkaSection(Section):
+    """Scale-out transport: the sidecar produces redacted samples, `llmwatch scorer` workers consume them."""
+
+    enabled: bool = False
+    bootstrap_servers: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"])
+    samples_topic: str = Field("llmwatch.samples", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    scores_topic: str = Field("llmwatch.scores", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    # Shadow evaluation's pair records (llmwatch.pair/v1), when shadow.enabled.
+    pairs_topic: str = Field("llmwatch.pairs", pattern=r"^[A-Za-z0-9._-]{1,249}$")
+    compression: Literal["gzip", "lz4", "zstd", "snappy", "none"] = "gzip"
+    # A little lingering turns one request per sample into one per batch, at no cost to the proxy.
+    linger_ms: int = Field(20, ge=0, le=60_000)
+    batch_size: int = Field(65_536, ge=1024, le=16_777_216)
+    # Samples handed to the sink and not yet acknowledged by the broker; beyond it they are dropped
+    # and counted, so a broker outage costs bounded memory, never proxy latency.
+    max_buffered: int = Field(10_000, ge=1)
+    # After this long without an acknowledgement a sample is given up (counted as delivery_failed).
+    delivery_timeout_ms: int = Field(120_000, ge=1000)
+    group_id: str = Field("llmwatch-scorers", min_length=1)
+    client_id: str = Field("llmwatch", min_length=1)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        # `--kafka a:9092,b:9092` and `LLMWATCH_KAFKA__BOOTSTRAP_SERVERS=a:9092,b:9092` arrive as one string.
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one HOST:PORT")
+        return [host_port(v) for v in value]
+
+
+# --- its metrics -----------------------------------------------------------------------------
+
+
+class KafkaMetrics(MetricGroup):
+    """The Kafka transport: samples produced and lost by the sidecar, consumed by workers."""
+
+    kafka_produced = counter("llmwatch_kafka_produced", "Samples acknowledged by the Kafka broker.")
+    kafka_dropped = counter(
+        "llmwatch_kafka_dropped",
+        "Samples not delivered to Kafka, by reason (buffer_full, send_failed, delivery_failed, delivery_timeout, closed).",
+        ["reason"],
+    )
+    kafka_buffer_depth = gauge(
+        "llmwatch_kafka_buffer_depth", "Samples handed to the Kafka sink and not yet acknowledged."
+    )
+    kafka_consumed = counter(
+        "llmwatch_kafka_consumed",
+        "Samples read by a Kafka scorer worker, by outcome (scored, duplicate, invalid).",
+        ["outcome"],
+    )
+
+
+# --- the sink --------------------------------------------------------------------------------
 
 # Seconds between two "still failing" log lines while the broker is unreachable.
 _WARN_EVERY_S = 10.0
@@ -189,7 +257,7 @@ class RecentIds:
         return len(self._ids)
 
     def __contains__(self, sample_id: object) -> bool:
-        added = self._ids.get(sample_id)  # type: ignore[call-overload]
+        added = self._ids.get(sample_id) if isinstance(sample_id, str) else None
         return added is not None and time.monotonic() - added < self._ttl
 
     def add(self, sample_id: str) -> None:
@@ -246,11 +314,12 @@ class KafkaSampleSink:
         self._closing = threading.Event()
         self._closed = False
         self._producer: Any = None
-        self._produced = produced if produced is not None else metrics.kafka_produced
-        self._dropped = dropped if dropped is not None else metrics.kafka_dropped
+        kafka = metrics.group(KafkaMetrics)
+        self._produced = produced if produced is not None else kafka.kafka_produced
+        self._dropped = dropped if dropped is not None else kafka.kafka_dropped
         self._last_warn = 0.0
         if track_depth:
-            metrics.kafka_buffer_depth.set_function(lambda: self._outstanding)
+            kafka.kafka_buffer_depth.set_function(lambda: self._outstanding)
         self._thread = threading.Thread(target=self._run, name="llmwatch-kafka", daemon=True)
         self._thread.start()
 
@@ -435,3 +504,23 @@ def create_topics(bootstrap_servers: Sequence[str], partitions: dict[str, int], 
                 pass
     finally:
         admin.close()
+
+
+# --- the component ---------------------------------------------------------------------------
+
+
+def _check(ctx: Context, kafka: KafkaSection) -> None:
+    if kafka.enabled:
+        require("kafka", "kafka.enabled", "set kafka.enabled: false")
+
+
+def _create(ctx: Context, kafka: KafkaSection) -> Component | None:
+    if not kafka.enabled:
+        return None
+    # In addition to local scoring, unless `scoring.enabled: false` (scorer workers then do it all).
+    sink = KafkaSampleSink(kafka, ctx.metrics)
+    ctx.add_sink(sink)  # the pipeline writes to it and closes it
+    return Passive(sink)
+
+
+KAFKA = Factory("kafka", "exporter", KafkaSection, _create, metrics=(KafkaMetrics,), check=_check)

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from llmwatch.collectors.otel.config import OtelMetrics, OtelSection
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
-from llmwatch.core.config import OtelSection
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.wire import content_to_text, extract_answer_text, extract_prompt_text
 
@@ -131,7 +131,8 @@ def _messages_out(response: Any, finish_reason: str | None) -> list[dict[str, An
         for c in choices:
             if not isinstance(c, dict):
                 continue
-            message = c.get("message") if isinstance(c.get("message"), dict) else {}
+            raw_message = c.get("message")
+            message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
             parts: list[dict[str, Any]] = []
             text = content_to_text(message.get("content")) if message else c.get("text")
             if isinstance(text, str) and text:
@@ -184,7 +185,7 @@ class OtelExporter:
         parsed = urlparse(upstream)
         self._server = parsed.hostname or ""
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        spans = metrics.otel_spans
+        spans = metrics.group(OtelMetrics).otel_spans
 
         def count(outcome: str, n: int) -> None:
             spans.labels(outcome=outcome).inc(n)

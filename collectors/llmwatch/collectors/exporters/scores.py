@@ -14,15 +14,60 @@ import structlog
 
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.logs import RateLimitedLog
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge, histogram
 from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
 
 
+# Buckets of scores in 0..1, of one check's time on one sample, of a call's start to its scores.
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+SCORING_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+
+
+class ScoringMetrics(MetricGroup):
+    """Scores of sampled calls: verdicts, values, the scorer's time, lag and backlog."""
+
+    check_results = counter(
+        "llmwatch_check",
+        "Check verdicts on scored samples, by result (pass|fail|error|skip).",
+        ["check", "result", "gen_ai_request_model", "model_version"],
+    )
+    quality_score = histogram(
+        "llmwatch_quality_score",
+        "Quality scores in 0..1 per check (pass=1, fail=0 for boolean checks).",
+        ["check", "gen_ai_request_model", "model_version"],
+        SCORE_BUCKETS,
+    )
+    scoring_duration = histogram(
+        "llmwatch_scoring_duration_seconds",
+        "Time one check took on one sample (embedding checks: their share of the batch).",
+        ["check"],
+        SCORING_DURATION_BUCKETS,
+    )
+    scoring_lag = histogram(
+        "llmwatch_scoring_lag_seconds",
+        "From the call's start to its scores being recorded.",
+        ["gen_ai_request_model", "model_version"],
+        LAG_BUCKETS,
+    )
+    samples_unscored = counter(
+        "llmwatch_samples_unscored",
+        "Samples accepted by the scorer but recorded as `error` scores instead of scored, by reason (shutdown, scorer_crashed, scorer_timeout, scorer_failed).",
+        ["reason"],
+    )
+    scores_dropped = counter(
+        "llmwatch_scores_dropped",
+        "Score records counted in the metrics but not written to the scores files, by reason (write_error).",
+        ["reason"],
+    )
+    scoring_pending = gauge("llmwatch_scoring_pending", "Samples handed to the scorer and not yet scored.")
+
+
 class ScoreRecorder:
     def __init__(self, metrics: Metrics, writer: JsonlWriter | None) -> None:
-        self.metrics = metrics
+        self.metrics = metrics.group(ScoringMetrics)
         self.writer = writer
         self._lock = threading.Lock()
         self.recorded = 0

@@ -29,7 +29,22 @@ import aiohttp
 import orjson
 import structlog
 
+from llmwatch.core.component import Component, Context, Factory
+from llmwatch.core.metrics import MetricGroup, counter
+from llmwatch.scorers.drift.config import DriftSection
+
 log = structlog.get_logger(__name__)
+
+
+class WebhookMetrics(MetricGroup):
+    """The drift webhook (drift.webhook): deliveries by outcome."""
+
+    notifications = counter(
+        "llmwatch_webhook_notifications",
+        "Drift webhook deliveries by outcome (sent, retries, failed, dropped).",
+        ["event"],
+    )
+
 
 __all__ = ["AlertSpec", "NotifierStats", "WebhookNotifier", "alert_key", "fingerprint"]
 
@@ -369,3 +384,37 @@ class WebhookNotifier:
             self._queue.task_done()
             self._count("dropped")
         self._worker = None
+
+
+# --- the component ---------------------------------------------------------------------------
+
+
+class WebhookComponent:
+    def __init__(self, notifier: WebhookNotifier) -> None:
+        self.notifier = notifier
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await self.notifier.close()
+
+
+def _create(ctx: Context, drift: DriftSection) -> Component | None:
+    hook = drift.webhook
+    if not hook.url:
+        return None
+    events = ctx.metrics.group(WebhookMetrics).notifications
+    return WebhookComponent(
+        WebhookNotifier(
+            hook.url,
+            repeat_interval_s=hook.repeat_interval_s,
+            max_retries=hook.max_retries,
+            on_event=lambda name: events.labels(event=name).inc(),
+        )
+    )
+
+
+# An extension, not an exporter, for its place in the order: it is told the scorer's last drift
+# readings while the pipeline drains, so it stops after the processors.
+DRIFT_WEBHOOK = Factory("drift.webhook", "extension", DriftSection, _create, metrics=(WebhookMetrics,))

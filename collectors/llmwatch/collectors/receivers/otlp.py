@@ -44,6 +44,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from llmwatch.collectors.intake import Intake
+from llmwatch.collectors.otel.config import OtelMetrics
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.records import Sample, Usage
@@ -598,7 +599,7 @@ class OtlpReceiver:
         token: str | None = None,
     ) -> None:
         self.intake = intake
-        self.metrics = metrics
+        self.metrics = metrics.group(OtelMetrics)
         self.max_body_bytes = max_body_bytes
         self.max_spans = max_spans
         # Compared in constant time; never logged.
@@ -623,7 +624,7 @@ class OtlpReceiver:
     def ingest(self, message: ExportTraceServiceRequest) -> tuple[int, list[str]]:
         """Queue the samples of a decoded request; (rejected span count, first few reasons)."""
         count = self.metrics.otlp_ingest_spans
-        rejected, reasons = 0, []
+        rejected, reasons = 0, list[str]()
         for resource_spans in message.resource_spans:
             resource = _attrs(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import structlog
@@ -221,7 +221,7 @@ def _answer_text(sample: Sample) -> str | CheckOutcome:
 
 
 def _similarity_outcome(similarity: float, threshold: float, **details: Any) -> CheckOutcome:
-    result = "pass" if similarity >= threshold else "fail"
+    result: Literal["pass", "fail"] = "pass" if similarity >= threshold else "fail"
     value = float(min(max(similarity, 0.0), 1.0))
     return CheckOutcome(result, value, {"similarity": round(similarity, 4), "min_similarity": threshold, **details})
 
@@ -334,7 +334,8 @@ def reference_texts(sample: Sample, params: ReferenceParams, state: CheckState) 
 
 
 def reference_judge(sample: Sample, params: ReferenceParams, vectors: np.ndarray, state: CheckState) -> CheckOutcome:
-    source = _reference(sample)[1]  # type: ignore[index]  # texts() already found it
+    found = _reference(sample)
+    source = found[1] if found is not None else ""  # texts() already found it
     return _similarity_outcome(float(vectors[0] @ vectors[1]), params.min_similarity, reference_source=source)
 
 
@@ -452,8 +453,8 @@ def repetition_judge(sample: Sample, params: RepetitionParams, vectors: np.ndarr
     near_recent = closest is not None and closest[0] >= params.max_recent_similarity
     details["max_recent_similarity"] = None if closest is None else round(closest[0], 4)
     details["near_duplicate_of_recent"] = near_recent
-    if near_recent:
-        details["recent_age"] = closest[1]  # type: ignore[index]
+    if near_recent and closest is not None:
+        details["recent_age"] = closest[1]
 
     failed = (
         near_pairs > 0 or repeat_ratio > params.max_repeat_ratio or (near_recent and params.fail_on_recent_duplicate)
@@ -563,19 +564,22 @@ class EmbeddingScorer:
                 row.append([index.setdefault(_clip(text), len(index)) for text in texts])
             plans.append(row)
 
-        vectors = self._vectors(list(index)) if index else None
+        # No texts to embed (every plan an outcome already): an empty matrix, never indexed.
+        vectors = self._vectors(list(index)) if index else np.zeros((0, 0), dtype=np.float32)
         # Kept until the next batch: the drift window wants the same answer vectors right after.
-        self._last_batch = {text: vectors[i] for text, i in index.items()} if vectors is not None else {}
+        self._last_batch = {text: vectors[i] for text, i in index.items()}
         results = []
         for sample, row in zip(samples, plans):
             out = []
             for check, plan in zip(self._checks, row):
-                if not isinstance(plan, CheckOutcome):
+                if isinstance(plan, CheckOutcome):
+                    outcome = plan
+                else:
                     try:
-                        plan = check.entry.judge(sample, check.params, vectors[plan], check.state)  # type: ignore[index]
+                        outcome = check.entry.judge(sample, check.params, vectors[plan], check.state)
                     except Exception as exc:  # a failing check must not take the others down
-                        plan = error_outcome(exc)
-                out.append((check.name, check.kind, plan))
+                        outcome = error_outcome(exc)
+                out.append((check.name, check.kind, outcome))
             results.append(out)
         return results
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from llmwatch.core.config import Config, ScoringSection
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.checks.suite import build_suite
 from llmwatch.scorers.reports.text import count_scores, pass_rate_table
@@ -51,11 +51,13 @@ def offline_scoring(cfg: ScoringSection) -> ScoringSection:
     return cfg
 
 
-def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 256, out: IO[str] = sys.stdout) -> int:
+def score_files(
+    scoring: ScoringSection, source: str, out_path: str, *, batch_size: int = 256, out: IO[str] = sys.stdout
+) -> int:
     from tqdm import tqdm
 
     paths = jsonl_paths(source)
-    suite = build_suite(offline_scoring(cfg.scoring))
+    suite = build_suite(offline_scoring(scoring))
     target = Path(out_path)
     scores_all = []
     samples_seen = 0
@@ -86,7 +88,7 @@ def score_files(cfg: Config, source: str, out_path: str, *, batch_size: int = 25
             if batch:
                 flush()
         if suite.embedder is not None:
-            write_cache(cache_path(target), vectors, quantized=cfg.scoring.quantize_embeddings)
+            write_cache(cache_path(target), vectors, quantized=scoring.quantize_embeddings)
     finally:
         progress.close()
     out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
@@ -107,7 +109,7 @@ def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str,
 
 
 def load_window(
-    cfg: Config,
+    scoring: ScoringSection,
     samples_path: str,
     scores_path: str | None,
     model_version: str | None,
@@ -139,20 +141,20 @@ def load_window(
     known: dict[str, tuple[str, np.ndarray]] = {}
     if scores_path is not None:
         scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
-        if cfg.scoring.embeddings:
-            known = read_cache(cache_path(scores_path), quantized=cfg.scoring.quantize_embeddings)
+        if scoring.embeddings:
+            known = read_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings)
     else:
-        suite = build_suite(offline_scoring(cfg.scoring))
+        suite = build_suite(offline_scoring(scoring))
         scores = []
         with _progress(len(samples), f"scoring for {purpose}") as progress:
             for start in range(0, len(samples), _OFFLINE_BATCH):
                 batch = samples[start : start + _OFFLINE_BATCH]
                 scores += [r.score for r in suite.score(batch)]
-                if cfg.scoring.embeddings and suite.embedder is not None:
+                if scoring.embeddings and suite.embedder is not None:
                     _keep_vectors(suite.embedder, batch, known)
                 progress.update(len(batch))
     embeddings: dict[str, np.ndarray] = {}
-    if cfg.scoring.embeddings:
+    if scoring.embeddings:
         wanted = [
             s
             for s in samples
@@ -162,7 +164,14 @@ def load_window(
         ]
         embedder = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
         embedder = _embed_missing(
-            cfg, wanted, known, "", lambda s: s.answer_text(), embeddings, embedder, f"embedding answers for {purpose}"
+            scoring,
+            wanted,
+            known,
+            "",
+            lambda s: s.answer_text(),
+            embeddings,
+            embedder,
+            f"embedding answers for {purpose}",
         )
         if prompts is not None:
             from llmwatch.scorers.checks.embeddings import prompt_for_embedding
@@ -173,7 +182,7 @@ def load_window(
                 if s.operation in ("chat", "text_completion", "generate_content") and prompt_for_embedding(s)
             ]
             _embed_missing(
-                cfg,
+                scoring,
                 asked,
                 known,
                 PROMPT_PREFIX,
@@ -186,7 +195,14 @@ def load_window(
 
 
 def _embed_missing(
-    cfg: Config, wanted: list[Sample], known: dict, prefix: str, text: Any, into: dict, embedder: Any, what: str
+    scoring: ScoringSection,
+    wanted: list[Sample],
+    known: dict,
+    prefix: str,
+    text: Any,
+    into: dict,
+    embedder: Any,
+    what: str,
 ) -> Any:
     """Vectors of `text(sample)` into `into[sample.id]`: from `known` when the text hash matches, else embedded now."""
     missing = []
@@ -200,9 +216,7 @@ def _embed_missing(
         if embedder is None:
             from llmwatch.scorers.checks.embeddings import Embedder
 
-            embedder = Embedder(
-                threads=offline_scoring(cfg.scoring).torch_threads, quantize=cfg.scoring.quantize_embeddings
-            )
+            embedder = Embedder(threads=offline_scoring(scoring).torch_threads, quantize=scoring.quantize_embeddings)
         with _progress(len(missing), what) as progress:
             for start in range(0, len(missing), _OFFLINE_BATCH):
                 part = missing[start : start + _OFFLINE_BATCH]

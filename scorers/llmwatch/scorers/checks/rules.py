@@ -19,14 +19,14 @@ import re
 import string
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple, get_args
+from typing import Any, Callable, Literal, NamedTuple, Sized, get_args
 
 import orjson
-import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
+from llmwatch.core.jsonio import DocumentFormat, parse_document
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.wire import approx_tokens, response_finish_reason
@@ -139,7 +139,8 @@ class JsonSchemaParams(CheckParams):
     def _compile(self) -> "JsonSchemaParams":
         if (self.schema_ is None) == (self.schema_file is None):
             raise ValueError("exactly one of 'schema' (inline) or 'schema_file' (path) is required")
-        schema = self.schema_ if self.schema_file is None else _read_schema_file(self.schema_file)
+        # A file holds whatever it holds: check_schema below is what decides it is a schema.
+        schema: Any = self.schema_ if self.schema_file is None else _read_schema_file(self.schema_file)
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
@@ -154,16 +155,13 @@ class JsonSchemaParams(CheckParams):
 
 
 def _read_schema_file(path: str) -> Any:
+    # Named as the check's field, not as a file of its own: "schema_file '<path>': cannot read it".
     try:
         raw = Path(path).expanduser().read_bytes()
     except OSError as exc:
         raise ValueError(f"schema_file {path!r}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        if path.endswith((".yaml", ".yml")):
-            return yaml.safe_load(raw)
-        return orjson.loads(raw)
-    except Exception as exc:  # both parsers raise their own error types
-        raise ValueError(f"schema_file {path!r}: not valid JSON/YAML ({exc})") from None
+    fmt: DocumentFormat = "yaml" if path.endswith((".yaml", ".yml")) else "json"
+    return parse_document(raw, name=f"schema_file {path!r}", error=ValueError, fmt=fmt)
 
 
 # jsonschema costs ~15 us per object validated, too slow for every sample. Schemas that only use
@@ -217,7 +215,7 @@ _QUICK_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-_QUICK_SIZES = {
+_QUICK_SIZES: dict[str, tuple[type[Sized], Callable[[int, Any], bool]]] = {
     "minProperties": (dict, operator.ge),
     "maxProperties": (dict, operator.le),
     "minItems": (list, operator.ge),
@@ -235,6 +233,18 @@ _QUICK_LIMITS = {
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_of(allowed: frozenset[str]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and v in allowed
+
+
+def _size_test(container: type[Sized], holds: Callable[[int, Any], bool], bound: Any) -> Callable[[Any], bool]:
+    return lambda v: not isinstance(v, container) or holds(len(v), bound)
+
+
+def _limit_test(holds: Callable[[Any, Any], bool], bound: Any) -> Callable[[Any], bool]:
+    return lambda v: not _is_number(v) or holds(v, bound)
 
 
 def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] | None:  # noqa: C901
@@ -258,7 +268,7 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
             if not all(isinstance(o, str) for o in options):
                 return None
             allowed = frozenset(options)
-            tests.append(lambda v, allowed=allowed: isinstance(v, str) and v in allowed)
+            tests.append(_one_of(allowed))
     if "properties" in schema or "required" in schema or "additionalProperties" in schema:
         props: dict[str, Callable[[Any], bool]] = {}
         for name, sub in schema.get("properties", {}).items():
@@ -291,7 +301,7 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
         tests.append(lambda v: not isinstance(v, list) or all(map(item_fn, v)))
     for keyword, (container, holds) in _QUICK_SIZES.items():
         if keyword in schema:
-            tests.append(lambda v, c=container, ok=holds, b=schema[keyword]: not isinstance(v, c) or ok(len(v), b))
+            tests.append(_size_test(container, holds, schema[keyword]))
     if "pattern" in schema:
         try:
             rx = re.compile(schema["pattern"])
@@ -300,7 +310,7 @@ def _compile_quick(schema: Any, formats_checked: bool) -> Callable[[Any], bool] 
         tests.append(lambda v: not isinstance(v, str) or rx.search(v) is not None)
     for keyword, holds in _QUICK_LIMITS.items():
         if keyword in schema:
-            tests.append(lambda v, ok=holds, b=schema[keyword]: not _is_number(v) or ok(v, b))
+            tests.append(_limit_test(holds, schema[keyword]))
     if not tests:
         return lambda v: True
     if len(tests) == 1:
@@ -851,7 +861,7 @@ def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
 # --- pii_leak --------------------------------------------------------------------------------------
 
 PiiKind = Literal["email", "phone", "credit_card", "iban", "ssn", "api_key"]
-_PII_KINDS: tuple[str, ...] = get_args(PiiKind)
+_PII_KINDS: tuple[PiiKind, ...] = get_args(PiiKind)
 
 
 class PiiLeakParams(CheckParams):

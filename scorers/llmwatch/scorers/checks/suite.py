@@ -14,17 +14,21 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from llmwatch.core.config import CheckSpec, ConfigError, ScoringSection
+from llmwatch.core.config import ConfigError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.base import ConfiguredCheck, error_outcome
+from llmwatch.scorers.checks.config import CheckSpec, ScoringSection
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, unknown_kind
+
+if TYPE_CHECKING:  # imported when embedding checks are configured: it needs the embeddings extra
+    from llmwatch.scorers.checks.embeddings import EmbeddingScorer
 
 GENERATIVE = ["chat", "text_completion", "generate_content"]
 
@@ -202,10 +206,12 @@ class Suite:
                         )
                     )
             if self.embedder is not None:
-                out.extend(self._score_embeddings(samples, limit))
+                out.extend(self._score_embeddings(self.embedder, samples, limit))
         return out
 
-    def _score_embeddings(self, samples: Sequence[Sample], limit: _TimeLimit) -> list[ScoredCheck]:
+    def _score_embeddings(
+        self, embedder: EmbeddingScorer, samples: Sequence[Sample], limit: _TimeLimit
+    ) -> list[ScoredCheck]:
         applies = self._embedding_applies
         wanted = [s for s in samples if any(fn(s) for fn in applies.values())]
         if not wanted:
@@ -213,7 +219,7 @@ class Suite:
         start = time.perf_counter()
         try:
             with limit.check(max(self.check_timeout_s * len(wanted), 10.0)):
-                results = self.embedder.score_batch(wanted)
+                results = embedder.score_batch(wanted)
         except Exception as exc:
             failure = error_outcome(exc)
             results = [[(spec.name, spec.kind, failure) for spec in self.embedding_specs] for _ in wanted]

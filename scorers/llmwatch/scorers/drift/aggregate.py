@@ -21,13 +21,14 @@ from typing import Any, Sequence
 
 import structlog
 
-from llmwatch.core.config import DriftSection, MatrixSection
 from llmwatch.core.metrics import CanaryReading, DriftReading, EvaluationReading
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import settings_from_config
+from llmwatch.scorers.drift.config import DriftSection
 from llmwatch.scorers.drift.online import DriftWindows
+from llmwatch.scorers.evaluation.config import MatrixSection
 
 log = structlog.get_logger(__name__)
 

@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.jsonio import atomic_write_bytes, read_document
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.version import __version__
@@ -120,18 +120,13 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     source = Path(path)
-    try:
-        raw = source.read_bytes()
-    except FileNotFoundError:
-        raise BaselineError(f"baseline {source} does not exist; create one with `llmwatch baseline freeze`") from None
-    except OSError as exc:
-        raise BaselineError(f"baseline {source} cannot be read: {exc}") from None
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BaselineError(
-            f"baseline {source} is corrupt (not valid JSON: {exc}); refreeze it with `llmwatch baseline freeze`"
-        ) from None
+    data = read_document(
+        source,
+        what="baseline",
+        error=BaselineError,
+        missing="create one with `llmwatch baseline freeze`",
+        fix="refreeze it with `llmwatch baseline freeze`",
+    )
     if isinstance(data, dict) and data.get("schema") in OLD_SCHEMAS:
         # Refused rather than half-used: without per-sample rows no family could compare like
         # with like, and a verdict from marginal tests is exactly what issue 14 found misleading.

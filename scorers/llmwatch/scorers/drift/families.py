@@ -336,6 +336,10 @@ def _tables(
     return {k: (v[0], v[1], v[2], v[3]) for k, v in cells.items()}
 
 
+def _score_of(check: str) -> Callable[[Row], float | None]:
+    return lambda r: r.scores.get(check)
+
+
 def _given_prompt(
     base: Keyed, cur: Keyed, vectors: PromptVectors | None, value: Callable[[Row], float | None], log: bool
 ) -> Callable[[Row], float | None]:
@@ -475,7 +479,7 @@ def _behaviour(  # noqa: C901
         ("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)
     ]
     for check in sorted({c for _, _, r in base for c in r.scores}):
-        continuous.append((f"score:{check}", lambda r, c=check: r.scores.get(c), s.min_score_change, False))
+        continuous.append((f"score:{check}", _score_of(check), s.min_score_change, False))
     for name, raw, minimum, relative in continuous:
         value = _given_prompt(base, cur, vectors, raw, relative)
         bv, cv = _by(b_rows, key, value), _by(c_rows, key, value)
@@ -626,7 +630,8 @@ def _embedding(
     cluster the topics still differ, and the residual is what the topic does not explain.
     """
     alias = alias or {}
-    bx, cx = [], []
+    bx: list[list[float]] = []
+    cx: list[list[float]] = []
     entries: tuple[list[tuple[str, str]], list[tuple[str, str]]] = ([], [])
     own: tuple[list[str], list[str]] = ([], [])  # each entry's own prompt hash (before near-duplicate matching)
     for routes, xs, es, hs in ((bstats, bx, entries[0], own[0]), (cstats, cx, entries[1], own[1])):

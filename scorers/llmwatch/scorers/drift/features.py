@@ -114,7 +114,7 @@ def summarize(  # noqa: C901
         stats = RouteStats(n=len(items))
         fraction = {s.id: hash_fraction(s.id) for s in items}
         # Continuous call metrics.
-        columns: dict[str, tuple[list[float], list[str]]] = {k: ([], []) for k in CONTINUOUS}
+        columns: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in CONTINUOUS}
         for s in items:
             for key, value in (
                 ("latency_ms", s.latency_ms),
@@ -125,9 +125,9 @@ def summarize(  # noqa: C901
                 if value is not None and s.status < 400:
                     columns[key][0].append(float(value))
                     columns[key][1].append(fraction[s.id])
-        for key, (values, vids) in columns.items():
+        for key, (values, fracs) in columns.items():
             if values:
-                stats.metrics[key] = distribution(values, vids, reservoir_size)
+                stats.metrics[key] = distribution(values, fracs, reservoir_size)
         # Checks.
         counts: dict[str, dict[str, int]] = defaultdict(lambda: {"pass": 0, "fail": 0, "error": 0, "skip": 0})
         check_values: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))

@@ -172,9 +172,10 @@ def make_row(
         # No embedding (embeddings off, the slim install, an empty prompt): hashed words, so that
         # prompt matching, clusters and the inputs signal still follow what is asked.
         prompt_vector, space = (hashed_words_vector(text) if text else None), HASHED_WORDS
-    has_vec = prompt_vector is not None and bool(np.any(prompt_vector))
+    packed = pack_vector(prompt_vector) if prompt_vector is not None and np.any(prompt_vector) else ""
+    has_vec = bool(packed)
     row = Row(
-        prompt_vec=pack_vector(prompt_vector) if has_vec else "",
+        prompt_vec=packed,
         prompt_space=space if has_vec else "",
         category=category_of(sample),
         prompt_hash=prompt_digest(text),

@@ -26,8 +26,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from llmwatch.core.config import DecisionSection
 from llmwatch.core.records import Sample
+from llmwatch.scorers.evaluation.config import DecisionSection
 
 __all__ = ["CostLatency", "DecisionRow", "QUANTILES", "cost_latency", "decision_scores"]
 
@@ -110,9 +110,9 @@ def decision_scores(
             missing.append("no stability figure (no repeated prompt, no multi-turn data, no baseline)")
         if norm is None:
             missing.append("no cost (model not in the price table)")
-        if missing:
+        if missing or norm is None:  # `missing` names a None norm; the check says so to the type checker
             rows.append(DecisionRow(v, q, s, cost, norm, None, "; ".join(missing)))
             continue
         numerator = w.quality * (q or 0.0) + w.stability * (s or 0.0)
-        rows.append(DecisionRow(v, q, s, cost, norm, numerator / norm))  # type: ignore[operator]
+        rows.append(DecisionRow(v, q, s, cost, norm, numerator / norm))
     return rows

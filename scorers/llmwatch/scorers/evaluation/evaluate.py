@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
-from llmwatch.core.config import MatrixSection
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.evaluation.config import MatrixSection
 from llmwatch.scorers.evaluation.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
@@ -27,6 +27,7 @@ from llmwatch.scorers.evaluation.matrix import (
     quality_matrix,
     score_samples,
 )
+from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
 from llmwatch.scorers.evaluation.stability import (
     ALL,
     StabilityCell,
@@ -229,7 +230,7 @@ def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
 
 def export_metrics(metrics: Metrics, report: EvaluationReport) -> None:
     """Set `llmwatch_category_quality`, `llmwatch_stability`, `llmwatch_decision_score` on an agent's Metrics."""
-    metrics.set_evaluation(evaluation_readings(report))
+    metrics.group(EvaluationMetrics).set_evaluation(evaluation_readings(report))
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -305,9 +306,9 @@ def format_text(report: EvaluationReport) -> str:
         lines.append(
             f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9}  {r.note}"
         )
-    ranked = [r for r in report.decision if r.decision_score is not None]
+    ranked = [(r.decision_score, r) for r in report.decision if r.decision_score is not None]
     if ranked:
-        best = max(ranked, key=lambda r: r.decision_score)  # type: ignore[arg-type, return-value]
+        best = max(ranked, key=lambda sr: sr[0])[1]
         lines.append(f"  best: version {best.model_version}")
     if report.comparison:
         cmp = report.comparison

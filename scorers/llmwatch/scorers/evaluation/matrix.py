@@ -15,18 +15,19 @@ categories that version has samples in, so a version is not penalised for traffi
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from llmwatch.core.config import CategorySpec, ConfigError, MatrixSection
+from llmwatch.core.config import ConfigError
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.checks.suite import json_mode
+from llmwatch.scorers.evaluation.config import CategorySpec, MatrixSection
+from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = [
     "DEFAULT_CATEGORIES",
@@ -40,7 +41,6 @@ __all__ = [
     "request_text",
     "score_samples",
     "user_turns",
-    "wilson_interval",
 ]
 
 # What a product team recognises on day one; replaced entirely by `matrix.categories`.
@@ -87,7 +87,7 @@ def request_messages(request: Any) -> list[dict[str, Any]]:
     if isinstance(inp, str):
         return [{"role": "user", "content": inp}]
     if isinstance(inp, list):
-        out = []
+        out: list[dict[str, Any]] = []
         for item in inp:
             if isinstance(item, str):
                 out.append({"role": "user", "content": item})
@@ -214,18 +214,6 @@ def score_samples(
     return out
 
 
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval: unlike the normal one it stays inside [0, 1] and is honest at 0/n and n/n."""
-    if n <= 0:
-        return (math.nan, math.nan)
-    p = k / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # At 0/n and n/n the bound is exactly 0 or 1; floating point would land a hair inside.
-    return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
-
-
 @dataclass(frozen=True)
 class CategoryCell:
     category: str
@@ -250,6 +238,7 @@ def quality_matrix(rows: Sequence[ScoredSample], categories: Sequence[Category])
         groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1])
     ):
         scored = [r for r in items if r.score is not None]
+        values = [r.score for r in items if r.score is not None]
         n = len(scored)
         k = sum(1 for r in scored if r.passed)
         lo, hi = wilson_interval(k, n) if n else (None, None)
@@ -261,7 +250,7 @@ def quality_matrix(rows: Sequence[ScoredSample], categories: Sequence[Category])
                 weight=weight.get(category, min(weight.values(), default=1.0)),
                 n=n,
                 n_unscored=len(items) - n,
-                mean_score=sum(r.score for r in scored) / n if n else None,  # type: ignore[misc]
+                mean_score=sum(values) / n if n else None,
                 pass_rate=k / n if n else None,
                 ci_low=lo,
                 ci_high=hi,

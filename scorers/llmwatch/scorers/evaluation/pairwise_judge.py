@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from scipy import stats as _sps
-
 from llmwatch.core.errors import LlmwatchError
+from llmwatch.scorers.stats.agreement import cohen_kappa
+from llmwatch.scorers.stats.paired import mcnemar_two_sided_p
 
 DEFAULT_RUBRIC = "correctness first, then completeness and following the user's instructions; length is not a merit"
 _SYSTEM = (
@@ -112,8 +112,8 @@ def summarize(verdicts: Sequence[PairVerdict]) -> dict[str, Any]:
     losses = sum(1 for v in judged if v.winner == "primary")
     ties = len(judged) - wins - losses
     inconsistent = sum(1 for v in judged if not v.consistent)
-    decided = wins + losses
-    p = float(_sps.binomtest(wins, decided, 0.5).pvalue) if decided else 1.0
+    # The sign test on the decided pairs is McNemar's exact test on the disagreements.
+    p = mcnemar_two_sided_p(wins, losses)
     return {
         "pairs": len(verdicts),
         "judged": len(judged),
@@ -181,18 +181,6 @@ def human_verdicts(
     return merged, per_reviewer, candidate
 
 
-def cohen_kappa(a: Sequence[str], b: Sequence[str], labels: Sequence[str] = OUTCOMES) -> float:
-    """Cohen's (unweighted) kappa of two raters over the same items; NaN when undefined."""
-    import math
-
-    n = len(a)
-    if n == 0 or n != len(b):
-        return math.nan
-    observed = sum(1 for x, y in zip(a, b) if x == y) / n
-    expected = sum((sum(1 for x in a if x == c) / n) * (sum(1 for y in b if y == c) / n) for c in labels)
-    return math.nan if expected >= 1.0 else (observed - expected) / (1.0 - expected)
-
-
 def agreement(
     judge: dict[str, str], human: dict[str, str], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
@@ -209,7 +197,7 @@ def agreement(
     a = [judge[i] for i in ids]
     b = [human[i] for i in ids]
     confusion = {r: {c: sum(1 for x, y in zip(a, b) if x == r and y == c) for c in OUTCOMES} for r in OUTCOMES}
-    kappa = cohen_kappa(a, b)
+    kappa = cohen_kappa(a, b, OUTCOMES)
     lo = hi = math.nan
     if len(ids) >= 2 and math.isfinite(kappa):
         rng = np.random.default_rng(seed)
@@ -218,7 +206,7 @@ def agreement(
         draws = []
         for _ in range(resamples):
             pick = rng.integers(0, len(ids), len(ids))
-            k = cohen_kappa([OUTCOMES[i] for i in aa[pick]], [OUTCOMES[i] for i in bb[pick]])
+            k = cohen_kappa([OUTCOMES[i] for i in aa[pick]], [OUTCOMES[i] for i in bb[pick]], OUTCOMES)
             if math.isfinite(k):
                 draws.append(k)
         if draws:

@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.jsonio import atomic_write_bytes, read_model
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
@@ -63,8 +63,8 @@ from llmwatch.core.version import __version__
 from llmwatch.core.wire import extract_prompt_text
 from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
-from llmwatch.scorers.evaluation.matrix import wilson_interval
 from llmwatch.scorers.stats import twosample as stats
+from llmwatch.scorers.stats.proportions import wilson_interval
 
 log = structlog.get_logger(__name__)
 
@@ -353,21 +353,15 @@ class RegressRun(BaseModel):
 
 def load_run(path: str | os.PathLike[str]) -> RegressRun:
     source = Path(path)
-    try:
-        data = orjson.loads(source.read_bytes())
-    except FileNotFoundError:
-        raise RegressError(
-            f"baseline run {source} does not exist; write one with `llmwatch regress ... --out {source}`"
-        ) from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise RegressError(f"baseline run {source} cannot be read as JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise RegressError(f"{source} is not an llmwatch regress run (schema {found!r}, expected {RUN_SCHEMA!r})")
-    try:
-        return RegressRun.model_validate(data)
-    except ValidationError as exc:
-        raise RegressError(f"baseline run {source} is damaged: {describe_validation_error(exc)}") from None
+    return read_model(
+        source,
+        RegressRun,
+        what="baseline run",
+        error=RegressError,
+        schema=RUN_SCHEMA,
+        kind="an llmwatch regress run",
+        missing=f"write one with `llmwatch regress ... --out {source}`",
+    )
 
 
 def _ids(ids: Sequence[str], most: int = 10) -> str:
@@ -543,7 +537,8 @@ async def _attempt(
                 details=dict(outcome.details),
             )
         )
-    if judge is not None:
+    # regress() refuses a judge URL without a judge model, so both are set or neither.
+    if judge is not None and s.judge_model is not None:
         outcome = await judge_answer(
             judge,
             s.judge_model,
@@ -552,7 +547,7 @@ async def _attempt(
             rubric=case.rubric,
             reference=case.reference,
             min_score=s.judge_min_score,
-        )  # type: ignore[arg-type]
+        )
         results.append(
             CheckResult(
                 name="judge", kind="judge", result=outcome.result, value=outcome.value, details=dict(outcome.details)
@@ -727,7 +722,8 @@ def compare_runs(
         old = base.get(cur.id)
         b_counts = (old.n_pass, old.n_judged) if old else (0, 0)
         counts = (cur.n_pass, cur.n_judged)
-        if old is None or not old.n_judged or not cur.n_judged:
+        # A case with judged attempts has a pass rate; the None checks say so to the type checker.
+        if old is None or not old.n_judged or not cur.n_judged or old.pass_rate is None or cur.pass_rate is None:
             verdicts.append(
                 CaseVerdict(
                     id=cur.id,
@@ -753,7 +749,7 @@ def compare_runs(
             test=result.test,
             p_value=result.p_value,
             verdict="stable",
-        )  # type: ignore[operator]
+        )
         verdicts.append(v)
         tested.append((v, result.p_value))
     if tested:
@@ -930,10 +926,10 @@ def regress(
             f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?"
         )
     run = build_run(suite, settings, attempts, time.perf_counter() - started)
-    if baseline is not None:
+    if baseline is not None and baseline_path is not None:
         run.comparison = compare_runs(
             run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction
-        )  # type: ignore[arg-type]
+        )
     if out_path:
         write_run(run, out_path)
     code = 1 if run.comparison is not None and run.comparison.regressed else 0

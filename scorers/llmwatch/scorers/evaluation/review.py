@@ -43,13 +43,13 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.jsonio import atomic_write_bytes, read_model
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages, request_text
 from llmwatch.scorers.evaluation.stability import prompt_hash
-from llmwatch.scorers.stats.agreement import cohen_weighted_kappa, krippendorff_alpha
+from llmwatch.scorers.stats.agreement import cohen_kappa, krippendorff_alpha
 
 __all__ = [
     "ReviewError",
@@ -72,7 +72,8 @@ REPORT_SCHEMA = "llmwatch.review-report/v1"
 DEFAULT_CRITERIA = ("accuracy", "completeness", "hallucination")
 STRATA = ("typical", "edge", "failing")
 QUOTAS = {"typical": 0.5, "edge": 0.25, "failing": 0.25}
-LABELS = ("A", "B")
+Label = Literal["A", "B"]
+LABELS: tuple[Label, ...] = ("A", "B")
 INSTRUCTIONS = (
     "Two answers, A and B, to the same kind of request. Score each answer on every criterion from 1 (worst) "
     "to 5 (best); for hallucination, 5 means nothing invented. Optionally say which you prefer "
@@ -322,7 +323,7 @@ def export_tasks(
         counts[stratum] += 1
         same += same_prompt
     _write_round(tasks_path, key_path, lines, key_tasks, versions=list(versions), seed=seed, criteria=criteria)
-    available = defaultdict(int)
+    available: defaultdict[str, int] = defaultdict(int)
     for c in pool:
         available[c.stratum] += 1
     return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
@@ -474,21 +475,15 @@ def load_tasks(path: str | os.PathLike[str]) -> tuple[dict[str, ReviewTask], str
 
 
 def load_key(path: str | os.PathLike[str]) -> ReviewKey:
-    source = Path(path)
-    try:
-        data = orjson.loads(source.read_bytes())
-    except FileNotFoundError:
-        raise ReviewError(
-            f"key file {source} does not exist; it was written next to the tasks by `llmwatch review export`"
-        ) from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ReviewError(f"key file {source} cannot be read as JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != KEY_SCHEMA:
-        raise ReviewError(f"{source} is not an llmwatch review key (expected schema {KEY_SCHEMA!r})")
-    try:
-        return ReviewKey.model_validate(data)
-    except ValidationError as exc:
-        raise ReviewError(f"key file {source}: {describe_validation_error(exc)}") from None
+    return read_model(
+        path,
+        ReviewKey,
+        what="key file",
+        error=ReviewError,
+        schema=KEY_SCHEMA,
+        kind="an llmwatch review key",
+        missing="it was written next to the tasks by `llmwatch review export`",
+    )
 
 
 def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) -> list[Review]:  # noqa: C901
@@ -518,8 +513,10 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
         if sorted(review.candidates) != sorted(task.candidates):
             errors.append(f"{where}: field 'candidates': expected {sorted(task.candidates)}, got {review.candidates}")
         lo, hi = task.scale
+        # The task's labels are plain text; the review's are the two it can hold.
+        scores_by_label: dict[str, dict[str, int]] = {str(k): v for k, v in review.scores.items()}
         for label in task.candidates:
-            given = review.scores.get(label)  # type: ignore[call-overload]
+            given = scores_by_label.get(label)
             if given is None:
                 errors.append(f"{where}: field 'scores.{label}': missing; score every candidate")
                 continue
@@ -552,16 +549,16 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
     return reviews
 
 
-def _preference(review: Review, criteria: Sequence[str]) -> str:
+def _preference(review: Review, criteria: Sequence[str]) -> Label | Literal["tie"]:
     if review.preferred is not None:
         return review.preferred
-    means = {label: sum(review.scores[label][c] for c in criteria) / len(criteria) for label in LABELS}  # type: ignore[index]
+    means = {label: sum(review.scores[label][c] for c in criteria) / len(criteria) for label in LABELS}
     if means["A"] == means["B"]:
         return "tie"
     return "A" if means["A"] > means["B"] else "B"
 
 
-def preference(review: Review, criteria: Sequence[str]) -> str:
+def preference(review: Review, criteria: Sequence[str]) -> Label | Literal["tie"]:
     """ "A", "B" or "tie": the review's `preferred`, else the candidate with the higher mean score."""
     return _preference(review, criteria)
 
@@ -575,7 +572,7 @@ def dispute_reasons(reviews: Sequence[Review], criteria: Sequence[str]) -> list[
     reasons: list[dict[str, Any]] = []
     for label in LABELS:
         for c in criteria:
-            given = {r.judge: r.scores[label][c] for r in reviews}  # type: ignore[index]
+            given = {r.judge: r.scores[label][c] for r in reviews}
             if max(given.values()) - min(given.values()) >= 2:
                 reasons.append({"kind": "score_gap", "candidate": label, "criterion": c, "scores": given})
     prefs = {r.judge: _preference(r, criteria) for r in reviews}
@@ -622,7 +619,7 @@ def import_reviews(  # noqa: C901
     for r in reviews:
         for label in LABELS:
             for c in criteria:
-                ratings[c][(r.task_id, label)][r.judge] = r.scores[label][c]  # type: ignore[index]
+                ratings[c][(r.task_id, label)][r.judge] = r.scores[label][c]
     agreement = {}
     for c in criteria:
         units = [[item.get(j) for j in reviewers] for item in ratings[c].values()]
@@ -630,7 +627,7 @@ def import_reviews(  # noqa: C901
         for j1, j2 in combinations(reviewers, 2):
             common = [item for item in ratings[c].values() if j1 in item and j2 in item]
             if len(common) >= 2:
-                kappa = cohen_weighted_kappa([i[j1] for i in common], [i[j2] for i in common], scale, "quadratic")
+                kappa = cohen_kappa([i[j1] for i in common], [i[j2] for i in common], scale, "quadratic")
                 pairs[f"{j1}|{j2}"] = {"kappa_quadratic": _nan_to_none(kappa), "n": len(common)}
         agreement[c] = {
             "krippendorff_alpha": _nan_to_none(krippendorff_alpha(units, level)),
@@ -678,9 +675,9 @@ def import_reviews(  # noqa: C901
         for label in LABELS:
             version = mapping[label].model_version
             for c in criteria:
-                acc[(version, category, c)].append(r.scores[label][c])  # type: ignore[index]
-                acc[(version, "all", c)].append(r.scores[label][c])  # type: ignore[index]
-            human_item[(r.task_id, label)].append(sum(r.scores[label][c] for c in criteria) / len(criteria))  # type: ignore[index]
+                acc[(version, category, c)].append(r.scores[label][c])
+                acc[(version, "all", c)].append(r.scores[label][c])
+            human_item[(r.task_id, label)].append(sum(r.scores[label][c] for c in criteria) / len(criteria))
         pref = _preference(r, criteria)
         for label in LABELS:
             version = mapping[label].model_version
@@ -695,12 +692,12 @@ def import_reviews(  # noqa: C901
             cells["mean"] = {"mean": float(np.mean([cells[c]["mean"] for c in criteria])), "n": cells[criteria[0]]["n"]}
 
     # Judge check vs humans.
-    pairs_j = []
-    for (task_id, label), values in human_item.items():
-        entry = key.tasks[task_id][label]
+    pairs_j: list[tuple[float, float]] = []
+    for (task_id, side), side_scores in human_item.items():
+        entry = key.tasks[task_id][side]
         judge_value = judge_scores.get(entry.sample_id, entry.judge) if judge_scores is not None else entry.judge
         if judge_value is not None:
-            pairs_j.append((judge_value, float(np.mean(values))))
+            pairs_j.append((judge_value, float(np.mean(side_scores))))
     calibration = None
     if pairs_j:
         from scipy import stats as sps

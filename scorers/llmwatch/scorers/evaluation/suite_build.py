@@ -43,12 +43,12 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import orjson
 
-from llmwatch.core.config import CheckSpec
 from llmwatch.core.errors import LlmwatchError
-from llmwatch.core.jsonio import atomic_write_bytes
+from llmwatch.core.jsonio import atomic_write_bytes, check_schema, read_document
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
+from llmwatch.scorers.checks.config import CheckSpec
 from llmwatch.scorers.checks.registry import CHECK_KINDS
 from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages
 from llmwatch.scorers.evaluation.regress import SuiteCase, load_suite, suite_checksum
@@ -593,16 +593,15 @@ def build(
 
 def load_manifest(suite_path: str | Path) -> dict[str, Any]:
     path = manifest_path(suite_path)
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise SuiteBuildError(
-            f"{path} does not exist; a suite made by `llmwatch suite build` has its manifest beside it"
-        ) from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise SuiteBuildError(f"{path} cannot be read as JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
-        raise SuiteBuildError(f"{path} is not an llmwatch suite manifest (expected schema {MANIFEST_SCHEMA!r})")
+    data = read_document(
+        path,
+        what="suite manifest",
+        error=SuiteBuildError,
+        missing="a suite made by `llmwatch suite build` has its manifest beside it",
+    )
+    check_schema(
+        data, MANIFEST_SCHEMA, name=f"suite manifest {path}", kind="an llmwatch suite manifest", error=SuiteBuildError
+    )
     return data
 
 

@@ -294,21 +294,21 @@ def _candidates(  # noqa: C901
             return
         # Both context patterns are tried only where one of their names can start (a plain search
         # of the lower-cased text skips ahead), not at every position of the text.
-        for start in _CONTEXT_START_RE.finditer(low):
-            m = _CONTEXT_SECRET_RE.match(text, start.start())
-            if m is None:
+        for name in _CONTEXT_START_RE.finditer(low):
+            found = _CONTEXT_SECRET_RE.match(text, name.start())
+            if found is None:
                 continue
-            group = 1 if m.group(1) is not None else 2
-            if not (skip_placeholders and is_placeholder_secret(m.group(group))):
-                yield m.span(group)
+            group = 1 if found.group(1) is not None else 2
+            if not (skip_placeholders and is_placeholder_secret(found.group(group))):
+                yield found.span(group)
         # Tried only where a secret word starts (a plain search skips ahead), not at every position.
         for word in _NEAR_WORD_RE.finditer(low):
-            m = _NEAR_SECRET_RE.match(text, word.start())
-            if m is None:
+            near = _NEAR_SECRET_RE.match(text, word.start())
+            if near is None:
                 continue
-            value = m.group(1)
+            value = near.group(1)
             if _looks_random(value) and not (skip_placeholders and is_placeholder_secret(value)):
-                yield m.span(1)
+                yield near.span(1)
     elif kind == "email":
         # A match holds one "@" and starts where the run of local-part characters before it
         # starts (inside a run the lookbehind fails), so none starts before the run that ends at

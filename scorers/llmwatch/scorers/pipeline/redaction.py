@@ -31,14 +31,79 @@ import secrets
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 import orjson
+from pydantic import Field, SecretStr, field_validator
 
+from llmwatch.core.config import Section
 from llmwatch.scorers.pipeline.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid, shortest
 
 if TYPE_CHECKING:
-    from llmwatch.core.config import RedactionSection
     from llmwatch.core.records import Sample
 
-__all__ = ["Redactor", "luhn_valid", "DEFAULT_FIELDS"]
+__all__ = ["Redactor", "RedactionSection", "luhn_valid", "DEFAULT_FIELDS"]
+
+
+# --- the `redaction` section -----------------------------------------------------------------
+
+
+# The kinds of llmwatch.scorers.pipeline.pii, the one detector (core cannot import it); `card` and `key`
+# are the older names of credit_card and api_key and still accepted.
+_PII_KIND_ALIASES = {"card": "credit_card", "key": "api_key"}
+
+
+_FIELD_NAME_RE = re.compile(r"^(?:client_request_id|metadata\.[^.]+|(?:request|response)\.[^.]+(?:\.[^.]+)*)$")
+
+
+PiiKind = Literal["email", "phone", "credit_card", "api_key", "ipv4", "iban", "ssn"]
+
+
+def _default_pii_kinds() -> list[PiiKind]:
+    return ["email", "phone", "credit_card", "api_key", "iban", "ssn"]
+
+
+class RedactionSection(Section):
+    enabled: bool = True
+    patterns: list[PiiKind] = Field(default_factory=_default_pii_kinds)
+    # Extra regexes, replaced by [REDACTED]; e.g. internal customer ids.
+    extra_patterns: list[str] = Field(default_factory=list)
+    # mask: stored/shipped samples carry redacted bodies. scores_only: they carry no request or
+    # response text at all; scores are still computed in memory on the raw text.
+    mode: Literal["mask", "scores_only"] = "mask"
+    # Field -> drop | mask | hash, over the defaults {client_request_id: mask, metadata.*: mask, request.user: hash}.
+    # Fields: client_request_id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
+    fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
+    # Salt of `hash`; without one, hashes only group within one process run.
+    hash_salt: SecretStr | None = None
+
+    @field_validator("patterns", mode="before")
+    @classmethod
+    def _old_kind_names(cls, patterns: Any) -> Any:
+        if isinstance(patterns, list):
+            return [_PII_KIND_ALIASES.get(p, p) if isinstance(p, str) else p for p in patterns]
+        return patterns
+
+    @field_validator("fields")
+    @classmethod
+    def _field_names(cls, fields: dict[str, str]) -> dict[str, str]:
+        for name in fields:
+            if not _FIELD_NAME_RE.match(name):
+                raise ValueError(
+                    f"field {name!r}: expected client_request_id, metadata.<key>, request.<path> or response.<path> "
+                    "(dotted keys, * for any key), e.g. request.user or metadata.conversation_id"
+                )
+        return fields
+
+    @field_validator("extra_patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        return patterns
+
+
+# --- the redactor ----------------------------------------------------------------------------
 
 Action = Literal["drop", "mask", "hash"]
 _DROP = object()

@@ -11,9 +11,39 @@ import hashlib
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from llmwatch.core.config import SamplingSection
+from pydantic import Field, model_validator
+
+from llmwatch.core.config import Section
 
 _SCALE = float(1 << 64)
+
+
+# --- the `sampling` section ------------------------------------------------------------------
+
+
+class SamplingOverride(Section):
+    route: str | None = None  # exact path or glob, e.g. /v1/embeddings
+    model: str | None = None  # glob on the request model, e.g. gpt-4o*
+    rate: float = Field(ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _needs_a_selector(self) -> "SamplingOverride":
+        if self.route is None and self.model is None:
+            raise ValueError("an override needs `route` and/or `model` to say what it applies to")
+        return self
+
+
+class SamplingSection(Section):
+    rate: float = Field(0.1, ge=0.0, le=1.0)
+    keep_errors: bool = True
+    # Requests slower than this are always kept: they are the ones an on-call engineer asks about.
+    slow_ms: float | None = Field(10_000.0, gt=0)
+    # The hash of this header's value decides sampling, so replays of a request agree.
+    request_id_header: str = "x-request-id"
+    overrides: list[SamplingOverride] = Field(default_factory=list)
+
+
+# --- the sampler -----------------------------------------------------------------------------
 
 
 def hash_fraction(request_id: str) -> float:

@@ -30,7 +30,7 @@ from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal
 from llmwatch.scorers.drift.features import RouteStats
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport
-from llmwatch.scorers.evaluation.matrix import wilson_interval
+from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation"]
 
@@ -486,10 +486,10 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
         "llmwatch evaluation report",
         f"{report.n_samples} samples, {len(versions)} version(s), {len(report.categories)} categories",
     )
-    ranked = [r for r in report.decision if r.decision_score is not None]
+    ranked = [(r.decision_score, r) for r in report.decision if r.decision_score is not None]
     if ranked:
-        best = max(ranked, key=lambda r: r.decision_score)  # type: ignore[arg-type, return-value]
-        others = sorted((r for r in ranked if r is not best), key=lambda r: -r.decision_score)  # type: ignore[operator]
+        best = max(ranked, key=lambda sr: sr[0])[1]
+        others = [r for _, r in sorted(((sc, r) for sc, r in ranked if r is not best), key=lambda sr: -sr[0])]
         points = [
             f"version {best.model_version}: decision score {_num(best.decision_score)} (quality {_num(best.quality)}, stability {_num(best.stability)}, USD/1k requests {_num(best.cost_per_1k, '.4f')})"
         ]

@@ -1,4 +1,4 @@
-"""Inter-rater agreement: Krippendorff's alpha and Cohen's weighted kappa. Pure functions, no I/O.
+"""Inter-rater agreement: Krippendorff's alpha and Cohen's kappa (plain and weighted). Pure functions, no I/O.
 
 Krippendorff's alpha (Krippendorff 2011, "Computing Krippendorff's alpha-reliability"):
 alpha = 1 - D_o / D_e from the coincidence matrix o_ck of values within units; every unit with
@@ -7,9 +7,11 @@ at least two values contributes, each of its m values pairing with the other m -
 (c != k), interval ((c - k)^2), ordinal ((sum of n_g for g from c to k - (n_c + n_k) / 2)^2).
 On the paper's 4-coder example it gives 0.743 / 0.815 / 0.849 (nominal / ordinal / interval).
 
-Cohen's weighted kappa for two raters: 1 - sum(w * O) / sum(w * E), O the observed joint
-proportions, E the product of the marginals, w_ij = |i - j| (linear) or (i - j)^2 (quadratic)
-on the scale's values. Quadratic weights make it close to an intraclass correlation.
+Cohen's kappa for two raters: 1 - sum(w * O) / sum(w * E), O the observed joint proportions, E
+the product of the marginals, w_ij = |i - j| (linear) or (i - j)^2 (quadratic) on the scale's
+values, or 1 for every disagreement (unweighted). Quadratic weights make it close to an
+intraclass correlation. The one implementation: the review report (quadratic, between
+reviewers) and the pairwise judge's agreement with people (unweighted, win | tie | loss) use it.
 
 Both return NaN when undefined (no pairable values, or no variation at all).
 """
@@ -17,11 +19,11 @@ Both return NaN when undefined (no pairable values, or no variation at all).
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from typing import Hashable, Literal, Sequence
 
 import numpy as np
 
-__all__ = ["krippendorff_alpha", "cohen_weighted_kappa"]
+__all__ = ["krippendorff_alpha", "cohen_kappa"]
 
 Level = Literal["nominal", "ordinal", "interval"]
 
@@ -46,11 +48,11 @@ def krippendorff_alpha(units: Sequence[Sequence[float | None]], level: Level = "
         o += (np.outer(counts, counts) - np.diag(counts)) / (len(unit) - 1)
     n_c = o.sum(axis=1)
     n = n_c.sum()
-    v = np.asarray(values, dtype=float)
+    scale = np.asarray(values, dtype=float)
     if level == "nominal":
         delta = 1.0 - np.eye(size)
     elif level == "interval":
-        delta = (v[:, None] - v[None, :]) ** 2
+        delta = (scale[:, None] - scale[None, :]) ** 2
     else:
         cum = np.concatenate([[0.0], np.cumsum(n_c)])
         lo = np.minimum.outer(np.arange(size), np.arange(size))
@@ -62,21 +64,26 @@ def krippendorff_alpha(units: Sequence[Sequence[float | None]], level: Level = "
     return float(1.0 - (n - 1.0) * float((o * delta).sum()) / expected)
 
 
-def cohen_weighted_kappa(
-    a: Sequence[float],
-    b: Sequence[float],
-    labels: Sequence[float],
-    weights: Literal["linear", "quadratic"] = "quadratic",
+def cohen_kappa(
+    a: Sequence[Hashable],
+    b: Sequence[Hashable],
+    labels: Sequence[Hashable],
+    weights: Literal["linear", "quadratic"] | None = None,
 ) -> float:
-    """Two raters' ratings of the same items, in the same order, on the scale `labels`."""
+    """Cohen's kappa of two raters' ratings of the same items, in the same order, on the scale `labels`.
+
+    `weights` None: the unweighted kappa, (p_o - p_e) / (1 - p_e), for any labels (categories such
+    as win | tie | loss). `linear` or `quadratic`: the weighted kappa on a numeric scale. One
+    formula covers all three: 1 - sum(w * O) / sum(w * E) with w = 1 - I for the unweighted one.
+    """
     if len(a) != len(b):
         raise ValueError(f"a and b must rate the same items, got {len(a)} and {len(b)} ratings")
-    if weights not in ("linear", "quadratic"):
-        raise ValueError(f"weights must be linear or quadratic, got {weights!r}")
+    if weights not in (None, "linear", "quadratic"):
+        raise ValueError(f"weights must be None, linear or quadratic, got {weights!r}")
     if not a:
         return math.nan
     index = {v: i for i, v in enumerate(labels)}
-    unknown = sorted({x for x in (*a, *b) if x not in index})
+    unknown = sorted({str(x) for x in (*a, *b) if x not in index})
     if unknown:
         raise ValueError(f"ratings {unknown} are not on the scale {list(labels)}")
     k = len(labels)
@@ -85,9 +92,12 @@ def cohen_weighted_kappa(
         observed[index[x], index[y]] += 1
     observed /= observed.sum()
     expected = np.outer(observed.sum(axis=1), observed.sum(axis=0))
-    lv = np.asarray(labels, dtype=float)
-    diff = np.abs(lv[:, None] - lv[None, :])
-    w = diff if weights == "linear" else diff**2
+    if weights is None:
+        w = 1.0 - np.eye(k)
+    else:
+        lv = np.asarray(labels, dtype=float)
+        diff = np.abs(lv[:, None] - lv[None, :])
+        w = diff if weights == "linear" else diff**2
     denom = float((w * expected).sum())
     if denom == 0.0:
         return math.nan

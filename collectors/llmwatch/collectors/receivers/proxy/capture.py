@@ -408,6 +408,10 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
 
     ttft_s: float | None = None
     tokens_estimated = False
+    # The response as recorded: the parsed JSON object, an assembled stream, or a text prefix.
+    response: Any
+    input_tokens: int | None
+    output_tokens: int | None
     light = None
     if is_sse and not assemble:
         light = _sse_metrics_only(body, operation, ex)
@@ -427,7 +431,7 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
                     break
         if not assembler.done and assembler.final_response is None and ex.status < 400:
             notes.append("stream_incomplete")
-        response: Any = assembler.result()
+        response = assembler.result()
         input_tokens, output_tokens = _usage_numbers(assembler.usage)
         if output_tokens is None and assembler.content_events:
             output_tokens = assembler.content_events

@@ -38,7 +38,7 @@ from yarl import URL
 
 from llmwatch.collectors.intake import Captured, Intake
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
-from llmwatch.core.config import Config
+from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.urls import mask_url, split_userinfo
@@ -208,11 +208,11 @@ async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[byt
 
 
 class Proxy:
-    def __init__(self, cfg: Config, metrics: Metrics, intake: Intake, *, prices: PriceTable) -> None:
+    def __init__(self, cfg: ProxyConfig, metrics: Metrics, intake: Intake, *, prices: PriceTable) -> None:
         if not cfg.upstream:
             raise ValueError("upstream is not set; pass --upstream URL or set `upstream:` in the config")
         self.cfg = cfg
-        self.metrics = metrics
+        self.metrics = metrics.group(ProxyMetrics)
         self.intake = intake
         self.prices = prices
         # Credentials in the upstream URL are sent as Basic auth, only on requests that carry no

@@ -1,0 +1,1 @@
+"""OpenTelemetry: the `otel` section and its components, the OTLP span exporter and the OTLP/HTTP trace receiver."""

@@ -1,0 +1,80 @@
+"""The `otel` section: spans of captured calls out over OTLP, and the OTLP/HTTP trace receiver in."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from llmwatch.core.config import Section, host_port, secret_header_values
+from llmwatch.core.metrics import MetricGroup, counter
+
+
+class OtelSection(Section):
+    """OpenTelemetry: one span per captured call out over OTLP, and an OTLP/HTTP trace receiver in."""
+
+    enabled: bool = False
+    # http: the full traces URL; grpc: HOST:PORT (https:// for TLS). Unset: the local collector's.
+    endpoint: str | None = None
+    protocol: Literal["http", "grpc"] = "http"
+    service_name: str = Field("llmwatch", min_length=1)
+    # Sent to the collector only (e.g. authorization); secret: never logged, never in a span.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    # Prompt and answer as a span event (gen_ai.input/output.messages), redacted like samples.
+    capture_content: bool = False
+    # Spans waiting for export; beyond it the oldest are dropped and counted.
+    max_queue: int = Field(2048, ge=1)
+    timeout_s: float = Field(10.0, gt=0)
+    # Serve an OTLP/HTTP receiver (POST /v1/traces) here; its LLM spans become samples.
+    ingest_listen: str | None = None
+    ingest_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # Spans in one export request; beyond it the request is refused (413). Converting spans costs
+    # CPU in the agent's process (one 15 MB batch of 190k spans cost 30-50 s): bound it per request.
+    ingest_max_spans: int = Field(10_000, ge=1, le=1_000_000)
+    # The NAME of an environment variable holding a bearer token; when set, the receiver answers 401
+    # to requests without `Authorization: Bearer <token>`. The token itself is never in the config.
+    ingest_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @field_validator("ingest_listen")
+    @classmethod
+    def _valid_ingest(cls, value: str | None) -> str | None:
+        return None if value is None else host_port(value)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_values_as_text(cls, value: Any) -> Any:
+        return secret_header_values(value, "{authorization: 'Bearer ...'}")
+
+    @model_validator(mode="after")
+    def _valid_endpoint(self) -> "OtelSection":
+        endpoint = self.endpoint
+        if endpoint is not None and self.protocol == "http" and not re.match(r"^https?://[^/\s]+", endpoint):
+            raise ValueError(
+                f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {endpoint!r}"
+            )
+        if endpoint is not None and self.protocol == "grpc" and not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
+            raise ValueError(
+                f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {endpoint!r}"
+            )
+        return self
+
+    def resolved_endpoint(self) -> str:
+        if self.endpoint:
+            return self.endpoint
+        return "127.0.0.1:4317" if self.protocol == "grpc" else "http://127.0.0.1:4318/v1/traces"
+
+
+class OtelMetrics(MetricGroup):
+    """Spans out (the OTLP exporter) and in (the OTLP/HTTP trace receiver)."""
+
+    otel_spans = counter(
+        "llmwatch_otel_spans",
+        "Spans of captured calls for OTLP export, by outcome (exported, failed: the collector refused or was unreachable, dropped: export queue full).",
+        ["outcome"],
+    )
+    otlp_ingest_spans = counter(
+        "llmwatch_otlp_ingest_spans",
+        "Spans received on the OTLP trace receiver, by outcome (sampled, unsampled, not_llm, rejected).",
+        ["outcome"],
+    )

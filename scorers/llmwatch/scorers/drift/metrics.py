@@ -1,0 +1,98 @@
+"""The drift gauges: readings of the online comparison against a baseline, and of canaries.
+
+Set from the scorer's readings (the sidecar's scorer child, `llmwatch aggregate`), not per call.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from llmwatch.core.component import Event
+from llmwatch.core.metrics import CanaryReading, DriftReading, MetricGroup, Metrics, gauge
+
+
+class DriftReadings(Event[list[DriftReading]]):
+    """The scorer published a round of drift readings (metrics, alerts and the agent's state subscribe)."""
+
+
+class DriftMetrics(MetricGroup):
+    """Each drift signal of each model version and operation against the frozen baseline."""
+
+    drift_statistic = gauge(
+        "llmwatch_drift_statistic",
+        "Test statistic of each drift signal against the frozen baseline.",
+        ["signal", "model_version", "gen_ai_operation_name"],
+    )
+    drift_p_value = gauge(
+        "llmwatch_drift_p_value",
+        "Multiple-testing-adjusted p-value of each drift signal.",
+        ["signal", "model_version", "gen_ai_operation_name"],
+    )
+    drift_detected = gauge(
+        "llmwatch_drift_detected",
+        "1 when the signal differs from the baseline (adjusted p < alpha and effect large enough).",
+        ["signal", "model_version", "gen_ai_operation_name"],
+    )
+    drift_window = gauge(
+        "llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"]
+    )
+
+    def set_drift(self, readings: Iterable[DriftReading]) -> None:
+        """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
+        for r in readings:
+            v = self.version_label(r.model_version)
+            self.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
+            self.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
+            self.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
+            self.drift_window.labels(v).set(r.n_current)
+
+
+# Canary (scorers/llmwatch/scorers/drift/canary.py): two versions served at once, compared in the same window.
+class CanaryMetrics(MetricGroup):
+    """A canary version against the stable one, in the same window."""
+
+    canary_verdict = gauge(
+        "llmwatch_canary_verdict",
+        "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).",
+        ["family", "stable_version", "canary_version"],
+    )
+    canary_latency_ratio = gauge(
+        "llmwatch_canary_latency_per_token_ratio",
+        "Canary / stable time per output token at a quantile (0.5, 0.95), same window, stratified.",
+        ["quantile", "stable_version", "canary_version"],
+    )
+    canary_pass_rate_diff = gauge(
+        "llmwatch_canary_pass_rate_difference",
+        "Canary minus stable pass rate of a check (0..1 scale), stratified, same window.",
+        ["check", "stable_version", "canary_version"],
+    )
+    canary_samples = gauge(
+        "llmwatch_canary_window_samples",
+        "Samples of each side (role: stable, canary) in the common window of a canary comparison.",
+        ["role", "stable_version", "canary_version"],
+    )
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__(metrics)
+        self._canary_series: set[tuple[str, tuple[str, str, str]]] = set()
+
+    def set_canary(self, readings: Iterable[CanaryReading]) -> None:
+        """The canary gauges, replaced as a whole: a pair no longer served stops being exported (and its alert resolves)."""
+        gauges = {
+            "verdict": self.canary_verdict,
+            "latency_per_token_ratio": self.canary_latency_ratio,
+            "pass_rate_difference": self.canary_pass_rate_diff,
+            "samples": self.canary_samples,
+        }
+        now: set[tuple[str, tuple[str, str, str]]] = set()
+        for r in readings:
+            gauge = gauges.get(r.kind)
+            if gauge is not None:
+                labels = (r.key, self.version_label(r.stable_version), self.version_label(r.canary_version))
+                gauge.labels(*labels).set(r.value)
+                now.add((r.kind, labels))
+        # Set first, then remove what is gone: a scrape in between never misses a series that
+        # stays (a gap would reset the `for:` of a pending alert).
+        for kind, labels in self._canary_series - now:
+            gauges[kind].remove(*labels)
+        self._canary_series = now

@@ -1,0 +1,82 @@
+"""Paired tests and intervals: two answers to the same prompts (shadow evaluation's primary and candidate).
+
+McNemar's exact test on the disagreements of a pass/fail signal, the paired pass-rate difference
+with its interval, Wilcoxon's signed-rank test on paired differences, and a paired-bootstrap
+interval of a ratio. Plain functions; llmwatch.scorers.evaluation.paired builds the report from them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as _sps
+
+_BOOTSTRAP = 1000
+
+
+def mcnemar_worse_p(wins: int, losses: int) -> float:
+    """One-sided exact McNemar p-value that the candidate loses more than it wins.
+
+    Under "no difference" each disagreement is a fair coin: losses ~ Binomial(wins + losses, 1/2).
+    """
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(_sps.binom.sf(losses - 1, n, 0.5))
+
+
+def mcnemar_two_sided_p(wins: int, losses: int) -> float:
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * _sps.binom.cdf(min(wins, losses), n, 0.5)))
+
+
+def paired_difference_ci(wins: int, losses: int, n: int, confidence: float) -> tuple[float, float, float]:
+    """Candidate minus primary pass rate and its two-sided interval (Agresti-Min adjusted Wald)."""
+    if n <= 0:
+        return 0.0, -1.0, 1.0
+    diff = (wins - losses) / n
+    # Agresti & Min (2005): half a count in each discordant cell keeps the interval honest when
+    # there are few or no disagreements.
+    b, c, m = wins + 0.5, losses + 0.5, n + 2.0
+    d = (b - c) / m
+    var = ((b + c) / m - d * d) / m
+    z = float(_sps.norm.ppf(0.5 + confidence / 2.0))
+    half = z * math.sqrt(max(var, 0.0))
+    return diff, max(-1.0, d - half), min(1.0, d + half)
+
+
+def wilcoxon_worse_p(diffs: np.ndarray, *, higher_is_worse: bool = True) -> float:
+    """One-sided Wilcoxon signed-rank p that the candidate's values are worse (higher or lower)."""
+    nonzero = diffs[diffs != 0]
+    if len(nonzero) < 2:
+        return 1.0
+    alternative: Literal["greater", "less"] = "greater" if higher_is_worse else "less"
+    return float(_sps.wilcoxon(nonzero, alternative=alternative, zero_method="wilcox").pvalue)
+
+
+def bootstrap_ratio(
+    primary: np.ndarray, shadow: np.ndarray, stat: str, confidence: float, seed: int = 0
+) -> tuple[float, float, float]:
+    """Ratio shadow/primary of a statistic (`p95` or `mean`) and its paired-bootstrap interval.
+
+    Pairs are resampled whole, so the interval keeps the correlation between the two sides.
+    """
+
+    def of(x: np.ndarray, axis: int | None = None) -> Any:
+        return np.percentile(x, 95, axis=axis) if stat == "p95" else np.mean(x, axis=axis)
+
+    base = float(of(primary))
+    point = float(of(shadow)) / base if base > 0 else math.inf
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(primary), size=(_BOOTSTRAP, len(primary)))
+    num = of(shadow[idx], axis=1)
+    den = of(primary[idx], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    return point, float(lo), float(hi)
