@@ -20,6 +20,7 @@ from pydantic import Field
 
 from llmwatch.agent.components import Config, factories, metric_groups
 from llmwatch.agent.runtime import Agent
+from llmwatch.collectors.calls import CallEvents, CallFinished
 from llmwatch.core.component import Component, Context, Factory
 from llmwatch.core.config import ConfigError, Section, load_model
 from llmwatch.core.metrics import MetricGroup, counter
@@ -159,5 +160,78 @@ async def test_the_new_family_is_listed_while_its_component_is_off(sim, tmp_path
         assert "counting" not in agent.components
         assert metric(await scrape(agent), "llmwatch_example_samples_total") == 0
         assert ("llmwatch_example_samples_total", ()) in await scrape(agent)
+    finally:
+        await agent.stop()
+
+
+# --- a component that follows calls: it subscribes to the proxy's "call finished" event ----------
+
+
+class TalliesSection(Section):
+    enabled: bool = False
+
+
+class CallTally:
+    """Counts every proxied call by status, sampled or not; its second subscriber always fails."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.sampled: list[str | None] = []
+
+    def on_call(self, call: CallFinished) -> None:
+        self.statuses.append(call.facts.status)
+        self.sampled.append(call.sampled)
+
+    def broken(self, call: CallFinished) -> None:
+        raise RuntimeError("a subscriber with a bug")
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def _create_tally(ctx: Context, section: TalliesSection) -> Component | None:
+    if not section.enabled:
+        return None
+    tally = CallTally()
+    events = ctx.get(CallEvents)
+    events.subscribe(tally.broken)  # first, so the test shows the others are still told
+    events.subscribe(tally.on_call)
+    return tally
+
+
+TALLY = Factory("tally", "exporter", TalliesSection, _create_tally)
+
+
+class WithTally(Config):
+    tally: Annotated[TalliesSection, TALLY] = Field(default_factory=TalliesSection)
+
+
+async def test_a_component_that_follows_calls_is_told_of_every_call_and_a_failing_subscriber_costs_no_call(
+    sim, tmp_path
+):
+    import aiohttp
+
+    cfg = load_model(
+        WithTally,
+        overrides={**overrides(sim.url, tmp_path), "sampling": {"rate": 0.0}, "tally": {"enabled": True}},
+        environ={},
+    )
+    agent = Agent(cfg)
+    await agent.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for i in range(4):
+                body = {"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": f"hi {i}"}]}
+                async with session.post(f"{proxy_url(agent)}/v1/chat/completions", json=body) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+        tally = agent.components["tally"]
+        assert isinstance(tally, CallTally)
+        await wait_until(lambda: len(tally.statuses) == 4)
+        assert tally.statuses == [200] * 4
+        assert tally.sampled == [None] * 4  # told of calls that sampling skipped too
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_internal_errors_total", stage="call_finished") == 4
     finally:
         await agent.stop()

@@ -13,18 +13,18 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import structlog
 
 from llmwatch.agent.components import Config, check_config, configured, metric_groups
 from llmwatch.agent.processes.scoring import ScoringComponent
+from llmwatch.collectors.calls import CallEvents, CallFinished
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_app
 from llmwatch.collectors.exporters.webhook import WebhookComponent
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, PipelineMetrics, Sink
 from llmwatch.collectors.otel.factory import OtlpExporterComponent, OtlpReceiverComponent
 from llmwatch.collectors.receivers.proxy.factory import ProxyComponent
-from llmwatch.collectors.sentinel import SentinelComponent
 from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.metrics import DriftReading, Metrics
@@ -92,9 +92,11 @@ class Agent:
         )
         readings.subscribe(self.metrics.group(DriftMetrics).set_drift)
         readings.subscribe(self._on_drift)
+        # What the proxy tells after each call; a failing subscriber is counted, the others still told.
+        calls = CallEvents(on_error=self._call_subscriber_failed)
 
         ctx = Context(cfg, self.metrics, serve_proxy=self.serve_proxy)
-        for service in (self.intake, PriceTable(cfg.metrics.pricing), readings, redactor):
+        for service in (self.intake, PriceTable(cfg.metrics.pricing), readings, calls, redactor):
             if service is not None:
                 ctx.provide(service)
         ctx.sinks.extend(self.extra_sinks)
@@ -105,28 +107,14 @@ class Agent:
                 ctx.provide(component)
         self._kinds = {factory.name: factory.kind for factory, _ in configured(cfg)}
         self.pipeline = Pipeline(self.queue, ctx.sinks, self.metrics, redact=redactor)
-        self._connect()
         self._metrics_runner: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _connect(self) -> None:
-        """The hand-offs on the hot path: what the proxy and the intake tell after each call.
-
-        Each is one assignment so that the proxy's "call finished" event can replace them with
-        one subscription each.
-        """
-        sentinel = self._component(SentinelComponent)
-        if sentinel is not None:
-            self.intake.sentinel = sentinel.sentinel
-        proxy = self.proxy
-        if proxy is None:
-            return
-        otel = self._component(OtlpExporterComponent)
-        if otel is not None:
-            proxy.on_call = otel.exporter.on_call
-        shadow = self._component(ShadowComponent)
-        if shadow is not None:
-            proxy.shadow = shadow.mirror
+    def _call_subscriber_failed(self, subscriber: Callable[[CallFinished], None], exc: Exception) -> None:
+        self.metrics.internal_errors.labels(stage="call_finished").inc()
+        log.error(
+            "call_subscriber_failed", subscriber=getattr(subscriber, "__qualname__", repr(subscriber)), exc_info=exc
+        )
 
     # --- the components, by what they are ------------------------------------------------------
 

@@ -46,6 +46,7 @@ from typing import Callable, Sequence
 import structlog
 from prometheus_client import Counter
 
+from llmwatch.collectors.intake import Intake
 from llmwatch.core.component import Component, Context, Factory
 from llmwatch.core.config import MetricsSection
 from llmwatch.core.metrics import OTHER, LabelCap, MetricGroup, Metrics, counter, gauge
@@ -558,6 +559,8 @@ def _create(ctx: Context, drift: DriftSection) -> Component | None:
     )
     if actions.enabled:
         actions.state = sentinel.state
+    # The intake tells it every successful call's served version, from whichever receiver.
+    ctx.get(Intake).sentinel = sentinel
     return SentinelComponent(sentinel, actions if actions.enabled else None)
 
 

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.otel.config import OtelMetrics, OtelSection
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
 from llmwatch.core.metrics import Metrics
@@ -205,15 +206,13 @@ class OtelExporter:
         self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("llmwatch")
 
-    def on_call(
-        self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None
-    ) -> None:
-        """Called by the proxy once per captured call, after the client has its response."""
+    def on_call(self, call: CallFinished) -> None:
+        """Told by the proxy once per captured call, after the client has its response."""
         try:
-            self._record(ex, facts, version, cost, reason)
+            self._record(call.exchange, call.facts, call.version, call.cost_usd, call.sampled)
         except Exception:
             self._metrics.internal_errors.labels(stage="otel_export").inc()
-            log.exception("otel_span_failed", route=ex.route)
+            log.exception("otel_span_failed", route=call.exchange.route)
 
     def _record(  # noqa: C901
         self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None, reason: str | None

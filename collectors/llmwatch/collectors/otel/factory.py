@@ -10,6 +10,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, Any
 
+from llmwatch.collectors.calls import CallEvents
 from llmwatch.collectors.intake import Intake
 from llmwatch.collectors.otel.config import OtelMetrics, OtelSection
 from llmwatch.core.component import Component, Context, Factory
@@ -47,7 +48,10 @@ def _create_exporter(ctx: Context, otel: OtelSection) -> Component | None:
     from llmwatch.collectors.exporters.otlp import OtelExporter
 
     upstream = ctx.setting("upstream") or ""
-    return OtlpExporterComponent(OtelExporter(otel, upstream=upstream, metrics=ctx.metrics, redact=ctx.find(Redactor)))
+    exporter = OtelExporter(otel, upstream=upstream, metrics=ctx.metrics, redact=ctx.find(Redactor))
+    # Spans carry the answer, so streams are assembled for every call while this is on.
+    ctx.get(CallEvents).subscribe(exporter.on_call, wants_answer=True)
+    return OtlpExporterComponent(exporter)
 
 
 OTLP_EXPORTER = Factory(
@@ -70,6 +74,7 @@ class OtlpReceiverComponent:
         from llmwatch.collectors.exporters.prometheus import serve_app
 
         self._runner, self.port = await serve_app(self.receiver.app(), self.listen, setting=self.setting)
+        self.receiver.announce()
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -607,7 +607,10 @@ class OtlpReceiver:
         # Unauthenticated spans are stored, sampled and scored like any, but never drive the
         # served-version sentinel (metrics, alert, webhook, command): see `ingest`.
         self.watch_versions = bool(token)
-        if not self.watch_versions and intake.sentinel is not None:
+
+    def announce(self) -> None:
+        """Said once at start, when every component is made: whether spans move the sentinel."""
+        if not self.watch_versions and self.intake.sentinel is not None:
             log.info(
                 "otlp_versions_not_watched",
                 why="the OTLP receiver has no bearer token: spans do not move the served-version sentinel",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from llmwatch.collectors.calls import CallEvents
 from llmwatch.collectors.exporters.kafka import KafkaSampleSink, KafkaSection
 from llmwatch.collectors.shadow.config import ShadowConfig, ShadowMetrics, ShadowSection
 from llmwatch.core.component import Component, Context, Factory
@@ -52,6 +53,7 @@ def _create(ctx: Context, shadow: ShadowSection) -> Component | None:
     mirror = ShadowMirror(
         cast(ShadowConfig, ctx.config), ctx.metrics, ctx.get(PriceTable), child_main=child_main, pair_sinks=pair_sinks
     )
+    ctx.get(CallEvents).subscribe(mirror.offer)
     return ShadowComponent(mirror)
 
 

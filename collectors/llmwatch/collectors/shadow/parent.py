@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
-from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
+from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowConfig, ShadowMetrics
 from llmwatch.collectors.shadow.messages import MirrorClosed, MirrorJob, MirrorReady, MirrorStats, PairLines, StopMirror
 from llmwatch.collectors.shadow.spend import spend_bounds
@@ -286,8 +286,9 @@ class ShadowMirror:
 
     # --- the hot path -----------------------------------------------------------------------
 
-    def offer(self, ex: Exchange, facts: CallFacts, version: str | None, cost: float | None) -> None:
-        """Called on the event loop by the proxy after the client has its answer; decides and hands off, never waits."""
+    def offer(self, call: CallFinished) -> None:
+        """Told on the event loop by the proxy after the client has its answer; decides and hands off, never waits."""
+        ex, facts, version, cost = call.exchange, call.facts, call.version, call.cost_usd
         if ex.route not in self._routes:
             return
         frac = hash_fraction(ex.request_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from llmwatch.collectors.calls import CallEvents
 from llmwatch.collectors.intake import Intake
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics, ProxySection
 from llmwatch.core.component import Component, Context, Factory
@@ -67,7 +68,7 @@ def _create(ctx: Context, section: ProxySection) -> Component | None:
 
     # The root config has every section the proxy reads (checked statically in llmwatch.agent.components).
     config = cast(ProxyConfig, ctx.config)
-    proxy = Proxy(config, ctx.metrics, ctx.get(Intake), prices=ctx.get(PriceTable))
+    proxy = Proxy(config, ctx.metrics, ctx.get(Intake), prices=ctx.get(PriceTable), events=ctx.find(CallEvents))
     upstream = config.upstream
     probe = UpstreamProbe(upstream, timeout_s=section.connect_timeout_s) if upstream else None
     return ProxyComponent(proxy, probe, ctx.setting("listen"))

@@ -36,6 +36,7 @@ from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 from yarl import URL
 
+from llmwatch.collectors.calls import CallEvents, CallFinished
 from llmwatch.collectors.intake import Captured, Intake
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
@@ -208,7 +209,15 @@ async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[byt
 
 
 class Proxy:
-    def __init__(self, cfg: ProxyConfig, metrics: Metrics, intake: Intake, *, prices: PriceTable) -> None:
+    def __init__(
+        self,
+        cfg: ProxyConfig,
+        metrics: Metrics,
+        intake: Intake,
+        *,
+        prices: PriceTable,
+        events: CallEvents | None = None,
+    ) -> None:
         if not cfg.upstream:
             raise ValueError("upstream is not set; pass --upstream URL or set `upstream:` in the config")
         self.cfg = cfg
@@ -247,10 +256,9 @@ class Proxy:
         # Configured and priced models keep their own label whatever clients send first.
         metrics.model_label.allow([*cfg.metrics.models, *prices.models])
         self.session: aiohttp.ClientSession | None = None
-        # Set by the runtime (OpenTelemetry export): called once per captured call, sampled or not.
-        self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
-        # Set by the runtime (shadow evaluation): offered every captured call after the intake.
-        self.shadow: Any = None
+        # Told once per captured call, sampled or not, after the client has its answer (OTLP
+        # export and the shadow mirror subscribe in their factories).
+        self.finished = events if events is not None else CallEvents()
 
     async def start(self) -> None:
         p = self.cfg.proxy
@@ -585,7 +593,7 @@ class Proxy:
         try:
             # The answer of a stream is assembled only where it is read: OpenTelemetry spans
             # carry it, and a sampled call's sample (built later, in the pipeline thread).
-            facts = analyze(ex, assemble=self.on_call is not None)
+            facts = analyze(ex, assemble=self.finished.wants_answer)
             m = self.metrics
             # A model the upstream answered for is real: it keeps its label past the cap.
             confirmed = facts.response_model is not None and facts.status < 400
@@ -633,10 +641,8 @@ class Proxy:
                 latency_ms=facts.duration_s * 1000.0,
                 build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason),
             )
-            if self.on_call is not None:
-                self.on_call(ex, facts, version, cost, admission.reason)
-            if self.shadow is not None:
-                self.shadow.offer(ex, facts, version, cost)
+            if self.finished:
+                self.finished.publish(CallFinished(ex, facts, version, cost, admission.reason))
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)
