@@ -1,4 +1,4 @@
-"""llmwatch beside its peers, in one interleaved run: direct, nginx, the LiteLLM proxy, llmwatch.
+"""llmwatch beside its peers, in one interleaved run: direct, nginx, the LiteLLM proxy, the Portkey gateway, llmwatch.
 
 What a platform team compares a sidecar with (issue 13). One upstream (`bench/upstream.py`,
 answering after about 50 ms; streams of 30 chunks 3 ms apart, then usage and [DONE]); the load
@@ -20,6 +20,11 @@ Peers:
   litellm            `litellm[proxy]` in its own venv (.bench/litellm-venv, made on first use with
                      pip; --no-install to skip), offline, 1 worker, a master key; measured at
                      --litellm-rates only (it saturates near 70 req/s on one core)
+  portkey            the Portkey AI gateway (npm `@portkey-ai/gateway`, Node; installed on first use into
+                     .bench/portkey with npm; --no-install to skip), forwarding to the upstream as a
+                     custom OpenAI host (`x-portkey-provider: openai`, `x-portkey-custom-host`); it
+                     re-serialises bodies, so they are not byte-identical by design; measured at
+                     --portkey-rates only
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
@@ -77,6 +82,7 @@ ALL_PEERS = (
     "direct",
     "nginx",
     "litellm",
+    "portkey",
     "llmwatch-off",
     "llmwatch-defaults",
     "llmwatch-isolated",
@@ -84,6 +90,7 @@ ALL_PEERS = (
     "llmwatch-off-b",
 )
 LITELLM_KEY = "sk-bench-master"
+PORTKEY_VERSION = "1.15.2"
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Peer:
     proc: subprocess.Popen | None = None
     headers: dict[str, str] = field(default_factory=dict)
     max_rate: float | None = None
+    only_rates: list[float] | None = None  # a slow peer is offered these rates only
     cleanup: list[Path] = field(default_factory=list)
     # mode -> totals over every cell
     cpu: dict[str, float] = field(default_factory=dict)
@@ -216,6 +224,54 @@ litellm_settings:
         proc,
         headers={"Authorization": f"Bearer {LITELLM_KEY}"},
         max_rate=max(args.litellm_rates),
+        only_rates=args.litellm_rates,
+    )
+
+
+def ensure_portkey(folder: Path, install: bool) -> Path | None:
+    script = folder / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    if script.exists():
+        return script
+    if not install or shutil.which("npm") is None or shutil.which("node") is None:
+        print(f"portkey: {script} missing (and --no-install given, or no node/npm); left out", file=sys.stderr)
+        return None
+    print(f"portkey: installing @portkey-ai/gateway@{PORTKEY_VERSION} into {folder} (npm, once)", file=sys.stderr)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(
+            ["npm", "install", "--silent", "--no-audit", "--no-fund", f"@portkey-ai/gateway@{PORTKEY_VERSION}"],
+            cwd=folder,
+            check=True,
+            timeout=900,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"portkey: could not be installed here ({type(exc).__name__}: {exc}); left out", file=sys.stderr)
+        return None
+    return script if script.exists() else None
+
+
+def start_portkey(up_port: int, work: Path, args: argparse.Namespace) -> Peer | None:
+    script = ensure_portkey(Path(args.portkey_dir), not args.no_install)
+    if script is None:
+        return None
+    port = free_port()
+    log_file = open(work / "portkey.log", "wb")
+    proc = subprocess.Popen(
+        pinned(["node", str(script), f"--port={port}", "--headless"], "1"),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    return Peer(
+        "portkey",
+        f"http://127.0.0.1:{port}",
+        proc,
+        headers={
+            "x-portkey-provider": "openai",
+            "x-portkey-custom-host": f"http://127.0.0.1:{up_port}/v1",
+            "Authorization": "Bearer sk-bench",
+        },
+        max_rate=max(args.portkey_rates),
+        only_rates=args.portkey_rates,
     )
 
 
@@ -504,6 +560,8 @@ def main() -> None:  # noqa: C901
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--baseline-src", help="another llmwatch checkout to run as llmwatch-off@DIR, with this venv")
     ap.add_argument("--litellm-venv", default=str(ROOT / ".bench" / "litellm-venv"))
+    ap.add_argument("--portkey-dir", default=str(ROOT / ".bench" / "portkey"))
+    ap.add_argument("--portkey-rates", default="50,200", help="the rates the Portkey gateway is offered")
     ap.add_argument(
         "--no-install", action="store_true", help="never pip install LiteLLM; leave it out when its venv is missing"
     )
@@ -511,6 +569,7 @@ def main() -> None:  # noqa: C901
     args = ap.parse_args()
     args.rates = [float(r) for r in args.rates.split(",") if r]
     args.litellm_rates = [float(r) for r in args.litellm_rates.split(",") if r]
+    args.portkey_rates = [float(r) for r in args.portkey_rates.split(",") if r]
     args.cpu_rates = [float(r) for r in args.cpu_rates.split(",") if r]
     wanted = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = [p for p in wanted if p not in ALL_PEERS]
@@ -590,6 +649,12 @@ def main() -> None:  # noqa: C901
                     notes.append("LiteLLM could not be installed here: left out")
                 else:
                     peers.append(peer)
+            elif name == "portkey":
+                peer = start_portkey(up_port, work, args)
+                if peer is None:
+                    notes.append("the Portkey gateway could not be installed here: left out")
+                else:
+                    peers.append(peer)
             elif name == "llmwatch-shadow":
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
                 peers.append(
@@ -660,7 +725,7 @@ def main() -> None:  # noqa: C901
                 for mode in ("plain", "stream"):
                     shift = (rnd + args.rates.index(rate)) % max(len(peers), 1)
                     for peer in peers[shift:] + peers[:shift]:
-                        if peer.max_rate is not None and rate not in args.litellm_rates:
+                        if peer.only_rates is not None and rate not in peer.only_rates:
                             continue
                         print(f"round {rnd + 1}/{args.rounds}: {peer.name} {mode} {rate:g} req/s", file=sys.stderr)
                         measure(
@@ -695,6 +760,13 @@ def main() -> None:  # noqa: C901
             "LiteLLM rewrites response bodies (ids, timestamps, fields), so its bodies are not byte-identical by design; it is offered only "
             + ", ".join(f"{r:g}" for r in args.litellm_rates)
             + " req/s"
+        )
+    if any(p.name == "portkey" for p in peers):
+        notes.append(
+            "The Portkey gateway re-serialises response bodies, so its bodies are not byte-identical by design; it is offered only "
+            + ", ".join(f"{r:g}" for r in args.portkey_rates)
+            + " req/s. Seen with 1.15.2 here (Node 20 and 22): streams forwarded to a custom host are answered 500 "
+            "(its own `TypeError: immutable` while adding headers to the upstream's response), so its stream cells count failures"
         )
     args.shadow_lines = shadow_lines
     text = report(peers, args, notes)
