@@ -460,9 +460,10 @@ class Index:
                 self.db.execute(MODES_SQL)
                 self._facets = None
                 self.loaded_at = time.time()
+                counts = self.counts()  # under the lock: the connection is used by one thread at a time
         self.refreshed_in_s = time.perf_counter() - started
         if changed:
-            log.info("ui.index_refreshed", seconds=round(self.refreshed_in_s, 3), **self.counts())
+            log.info("ui.index_refreshed", seconds=round(self.refreshed_in_s, 3), **counts)
         return changed
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
