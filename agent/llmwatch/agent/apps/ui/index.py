@@ -524,7 +524,7 @@ class Index:
 
     def versions(self, f: Filters) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Per version: calls, errors, latency, TTFT, tokens and cost; per version and check: pass and decided counts."""
-        where, params = replace(f, model_version=(), check="", outcome="", q="").where()
+        where, params = replace(f, check="", outcome="", failure_mode="", q="").where()
         calls = self._rows(
             "SELECT s.model_version, count(*) AS n, count(*) FILTER (WHERE m.failure_mode = 'error') AS errors, "
             "quantile_cont(s.latency_ms, 0.5) AS latency_p50, quantile_cont(s.latency_ms, 0.95) AS latency_p95, "
