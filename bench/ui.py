@@ -27,7 +27,7 @@ from helpers.ui_data import generate  # noqa: E402
 PAGES = (
     "/samples",
     "/samples?model_version=B&check=min_length&outcome=fail",
-    "/samples?signal=pass_rate:min_length&model_version=B&since=1764547200000&until=1764633600000",
+    "/samples?signal=pass_rate:min_length&model_version=B&since=1796083200000&until=1796169600000",
     "/samples?q=parcel%20tracking&sort=latency",
     "/samples?failure_mode=error&category=billing&page=3",
     "/samples/smp-0050001",

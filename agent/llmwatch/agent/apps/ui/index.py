@@ -48,7 +48,9 @@ def _content_text(c: str) -> str:
     """A message `content`: a string, or the concatenated `text` of its parts (what core.wire does)."""
     return (
         f"(CASE WHEN json_type({c}) = 'VARCHAR' THEN {c}->>'$' "
-        f"WHEN json_type({c}) = 'ARRAY' THEN array_to_string(list_transform(CAST({c} AS JSON[]), lambda p: coalesce(p->>'text', '')), '') "
+        f"WHEN json_type({c}) = 'ARRAY' THEN array_to_string(list_filter(list_transform(CAST({c} AS JSON[]), "
+        "lambda p: CASE WHEN json_type(p) = 'VARCHAR' THEN p->>'$' WHEN json_type(p->'text') = 'VARCHAR' THEN p->>'text' END), "
+        "lambda t: t IS NOT NULL), chr(10)) "
         "ELSE '' END)"
     )
 
@@ -70,10 +72,11 @@ def _prompt_text(r: str) -> str:
 def _answer_text(r: str) -> str:
     """The first choice's message or text, or the Responses API's output_text: extract_answer_text in SQL."""
     msg = f"{r}->'choices'->0->'message'"
+    content = _content_text(msg + "->'content'")
     return (
         "coalesce(CASE "
         f"WHEN json_type({r}->'choices') = 'ARRAY' THEN (CASE WHEN json_type({msg}) = 'OBJECT' "
-        f"THEN {_content_text(msg + chr(45) + chr(62) + repr('content'))} ELSE {r}->'choices'->0->>'text' END) "
+        f"THEN {content} ELSE {r}->'choices'->0->>'text' END) "
         f"WHEN json_type({r}->'output_text') = 'VARCHAR' THEN {r}->>'output_text' "
         f"WHEN json_type({r}) = 'VARCHAR' THEN {r}->>'$' "
         "ELSE '' END, '')"
@@ -381,6 +384,11 @@ class FileState:
     size: int
     mtime_ns: int
     inode: int
+    # Bytes up to the end of the last whole line read: where the next read of a grown file starts.
+    offset: int = 0
+
+    def same(self, other: "FileState | None") -> bool:
+        return other is not None and (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
 
 
 @dataclass
@@ -391,6 +399,8 @@ class Kind:
     prefix: str
     table: str
     select: str
+    # The columns that identify a record within one file: a line read twice is inserted once.
+    key: str
     files: dict[str, FileState] = field(default_factory=dict)
 
 
@@ -411,9 +421,9 @@ class Index:
         self.db = duckdb.connect(":memory:", config={"threads": threads or min(4, os.cpu_count() or 1)})
         self.db.execute("SET TimeZone = 'UTC'")
         self.kinds = [
-            Kind("samples", "samples", "samples", SAMPLES_SELECT),
-            Kind("scores", "scores", "scores", SCORES_SELECT),
-            Kind("pairs", "pairs", "pairs", PAIRS_SELECT),
+            Kind("samples", "samples", "samples", SAMPLES_SELECT, "id"),
+            Kind("scores", "scores", "scores", SCORES_SELECT, 'sample_id, "check"'),
+            Kind("pairs", "pairs", "pairs", PAIRS_SELECT, "id"),
         ]
         # The tables' shape, from the SELECTs themselves over an empty file (read_json refuses no file).
         with tempfile.TemporaryDirectory(prefix="llmwatch-ui-") as folder:
@@ -427,7 +437,12 @@ class Index:
         self.refreshed_in_s = 0.0
 
     def refresh(self) -> bool:
-        """Read what changed since the last call: new files, grown or replaced ones, removed ones."""
+        """Read what changed since the last call: new files, grown or replaced ones, removed ones.
+
+        A file that only grew (same inode, larger; the sidecar appends) is read from where the
+        last read stopped: its new whole lines are copied to a private scratch file that DuckDB
+        reads, so a live data directory costs each round its new lines, not its files again.
+        """
         started = time.perf_counter()
         changed = False
         with self.lock:
@@ -440,8 +455,17 @@ class Index:
                         continue  # removed between the listing and the stat: gone
                     current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
                 gone = [p for p in kind.files if p not in current]
-                stale = [p for p, s in current.items() if kind.files.get(p) != s]
-                if not gone and not stale:
+                stale, grown = [], []
+                for path, state in current.items():
+                    old = kind.files.get(path)
+                    if state.same(old):
+                        state.offset = old.offset  # type: ignore[union-attr]
+                    elif old is not None and old.inode == state.inode and state.size > old.size and old.offset > 0:
+                        state.offset = old.offset
+                        grown.append(path)
+                    else:
+                        stale.append(path)
+                if not gone and not stale and not grown:
                     continue
                 changed = True
                 self.db.execute("BEGIN")
@@ -449,8 +473,13 @@ class Index:
                     for path in gone + stale:
                         self.db.execute(f"DELETE FROM {kind.table} WHERE file = ?", [path])
                     if stale:
+                        # Whole lines only count as read: a torn last line is read again once whole.
+                        for path in stale:
+                            current[path].offset = _last_line_end(path, current[path].size)
                         # One read_json over every changed file: DuckDB reads them in parallel.
                         self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [stale])
+                    for path in grown:
+                        self._read_tail(kind, path, current[path])
                     self.db.execute("COMMIT")
                 except duckdb.Error:
                     self.db.execute("ROLLBACK")
@@ -465,6 +494,29 @@ class Index:
         if changed:
             log.info("ui.index_refreshed", seconds=round(self.refreshed_in_s, 3), **counts)
         return changed
+
+    def _read_tail(self, kind: Kind, path: str, state: FileState) -> None:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(state.offset)
+                chunk = fh.read(state.size - state.offset)
+        except OSError:
+            return  # gone or unreadable now: the next round sees it
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return  # no whole new line yet
+        with tempfile.TemporaryDirectory(prefix="llmwatch-ui-") as folder:  # 0700: the lines hold prompts
+            scratch = os.path.join(folder, "tail.jsonl")
+            with open(scratch, "wb") as out:
+                out.write(chunk[:end])
+            # The file column names the real file; a line that a full read caught while it was being
+            # appended (the race between stat and read) is not inserted twice.
+            self.db.execute(
+                f"INSERT INTO {kind.table} SELECT * REPLACE (CAST(? AS VARCHAR) AS file) FROM ({kind.select}) AS t "
+                f"WHERE ({kind.key}) NOT IN (SELECT ({kind.key}) FROM {kind.table} WHERE file = ?)",
+                [path, [scratch], path],
+            )
+        state.offset += end
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self.lock:
@@ -566,6 +618,24 @@ class Index:
     def close(self) -> None:
         with self.lock:
             self.db.close()
+
+
+def _last_line_end(path: str, size: int) -> int:
+    """The offset just past the last newline within the first `size` bytes of `path` (0 if none)."""
+    block = 1 << 16
+    try:
+        with open(path, "rb") as fh:
+            end = size
+            while end > 0:
+                start = max(0, end - block)
+                fh.seek(start)
+                at = fh.read(end - start).rfind(b"\n")
+                if at >= 0:
+                    return start + at + 1
+                end = start
+    except OSError:
+        pass
+    return 0
 
 
 def read_record(path: str, record_id: str) -> dict[str, Any] | None:
