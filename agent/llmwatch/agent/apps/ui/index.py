@@ -185,7 +185,8 @@ SELECT s.id,
                       AND (sc.details->>'truncated' = 'true' OR sc.details LIKE '%length%')) THEN 'truncated'
          WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail') THEN 'empty'
          ELSE 'ok'
-       END AS failure_mode
+       END AS failure_mode,
+       string_agg(DISTINCT sc."check", ', ' ORDER BY sc."check") FILTER (WHERE sc.result = 'fail') AS failed
 FROM samples s LEFT JOIN scores sc ON sc.sample_id = s.id
 GROUP BY s.id, s.status, s.error_type, s.finish_reason
 """
@@ -556,8 +557,7 @@ class Index:
         total = self._rows(f"SELECT count(*) AS n {base}", params)[0]["n"]
         rows = self._rows(
             "SELECT s.id, s.ts, s.model_version, s.route, s.operation, s.category, s.status, s.latency_ms, s.ttft_ms, "
-            "s.output_tokens, s.cost_usd, m.failure_mode, left(s.prompt, 160) AS prompt, left(s.answer, 160) AS answer, "
-            "(SELECT string_agg(sc.\"check\", ', ' ORDER BY sc.\"check\") FROM scores sc WHERE sc.sample_id = s.id AND sc.result = 'fail') AS failed "
+            "s.output_tokens, s.cost_usd, m.failure_mode, m.failed, left(s.prompt, 160) AS prompt, left(s.answer, 160) AS answer "
             f"{base} ORDER BY {f.order()} LIMIT ? OFFSET ?",
             [*params, *f.order_params(), limit, (f.page - 1) * limit],
         )
