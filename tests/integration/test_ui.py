@@ -292,3 +292,70 @@ def test_a_port_in_use_and_a_missing_data_dir_are_one_line_each(data_dir: Path, 
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert "--data-dir" in done.stderr and "no such directory" in done.stderr
+
+
+def test_a_live_sidecars_data_directory_redacted_samples_and_all(tmp_path: Path):
+    """A real `llmwatch proxy` in front of the simulator writes the data directory; the UI reads it
+    as it grows: the sampled calls, the e-mail address as the pipeline's [EMAIL] mark, the checks."""
+    import urllib.request
+
+    from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+
+    config = tmp_path / "llmwatch.yaml"
+    config.write_text("scoring:\n  embeddings: false\nsampling:\n  rate: 1.0\n")
+    data = tmp_path / "data"
+    sim = start_simulator()
+    proxy = ui = None
+    try:
+        upstream = simulator_url(sim)
+        proxy = Proc(
+            [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config), "--upstream", upstream,
+             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data)],
+            env=agent_env(),
+        )  # fmt: skip
+        port = agent_started(proxy)["proxy_port"]
+
+        def call(i: int, stream: bool) -> None:
+            body = {"model": "sim-gpt-4o-mini", "stream": stream,
+                    "messages": [{"role": "user", "content": f"Question {i}: reset my password, mail bob{i}@example.com"}]}  # fmt: skip
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+
+        for i in range(6):
+            call(i, stream=i % 2 == 1)
+        deadline = time.monotonic() + 60
+        while len({s["sample_id"] for s in records(data / "scores")} if (data / "scores").is_dir() else ()) < 6:
+            assert time.monotonic() < deadline, proxy.output()[-3000:]
+            time.sleep(0.2)  # waiting for the scorer child's files, with a deadline
+        ui = UiServer(data, "--refresh", "0.3")
+        _, _, body = get(f"{ui.base}/samples")
+        assert count(body) == 6
+        ids = listed_ids(body)
+        samples = {s["id"]: s for s in records(data / "samples")}
+        streamed = next(i for i in ids if samples[i]["stream"])
+        _, _, page = get(f"{ui.base}/samples/{quote(streamed, safe='')}")
+        assert '<mark class="redacted">[EMAIL]</mark>' in page and "@example.com" not in page
+        checks = re.findall(r'<tr class="check"><td>([^<]+)</td>', page)
+        assert sorted(checks) == sorted(s["check"] for s in records(data / "scores") if s["sample_id"] == streamed)
+        answer = html.unescape(
+            re.search(
+                r'<section class="panel" id="answer"><h2>Answer</h2><div class="text">(.*?)</div>', page, re.S
+            ).group(1)
+        )  # type: ignore[union-attr]
+        assert answer and answer == re.sub(r"<[^>]+>", "", answer)  # the stream's assembled text
+
+        for i in range(6, 10):  # the sidecar appends to the same files while the UI runs
+            call(i, stream=False)
+        deadline = time.monotonic() + 60
+        while json.loads(get(f"{ui.base}/healthz")[2])["samples"] < 10:
+            assert time.monotonic() < deadline, get(f"{ui.base}/healthz")[2]
+            time.sleep(0.2)
+        assert count(get(f"{ui.base}/samples?q=Question+9")[2]) == 1
+    finally:
+        for proc in (ui, proxy, sim):
+            if proc is not None:
+                proc.stop()
