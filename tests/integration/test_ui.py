@@ -179,8 +179,11 @@ def test_a_grafana_data_link_and_a_drift_signal_lead_to_the_samples(ui: UiServer
     }  # fmt: skip
     (data_dir / "drift").mkdir(exist_ok=True)
     (data_dir / "drift" / "drift-B.json").write_bytes(orjson.dumps(report))
+    (data_dir / "drift" / "drift-B.html").write_text("<!DOCTYPE html><title>drift DRIFT</title><p>the plots</p>")
     _, _, listing = get(f"{ui.base}/drift")
-    assert 'href="/drift/0">drift-B.json' in listing
+    assert 'href="/drift/0">drift-B.json' in listing and 'href="/drift/page/0">drift-B.html' in listing
+    status, headers, served = get(f"{ui.base}/drift/page/0")  # as written, under the app's CSP
+    assert status == 200 and served.endswith("<p>the plots</p>") and all(h in headers for h in SECURITY)
     status, _, page = get(f"{ui.base}/drift/0")
     assert status == 200 and '<span class="drift">drift</span>' in page
     link = html.unescape(re.search(r'<tr class="drifted">.*?class="signal-samples" href="([^"]+)"', page).group(1))  # type: ignore[union-attr]

@@ -198,6 +198,13 @@ def _drift_files(state: UiState) -> list[Path]:
     return list(dict.fromkeys([*state.drift_reports, *found]))
 
 
+def _drift_pages(state: UiState) -> list[Path]:
+    """`llmwatch drift --format html` pages saved in <data-dir>/drift/: self-contained (PNG plots as
+    data: URLs, no script), so they are served as they are, under the app's CSP."""
+    folder = state.data_dir / "drift"
+    return sorted(p for p in folder.glob("*.html") if p.is_file()) if folder.is_dir() else []
+
+
 def _suite_files(state: UiState) -> list[Path]:
     folder = state.data_dir / "suites"
     found = sorted(p for p in folder.glob("*.jsonl")) if folder.is_dir() else []
@@ -391,13 +398,17 @@ class UiApp:
 
     async def drift(self, request: web.Request) -> web.Response:
         files = _drift_files(self.state)
+        pages = _drift_pages(self.state)
         baselines = sorted(self.state.data_dir.glob("baseline-*.json"))
         items = "".join(
             f'<li><a class="report" href="/drift/{i}">{_e(p.name)}</a> <span class="help">{_e(p.parent)}</span></li>'
             for i, p in enumerate(files)
+        ) + "".join(
+            f'<li><a class="report-page" href="/drift/page/{i}">{_e(p.name)}</a> <span class="help">the HTML report, with its plots</span></li>'
+            for i, p in enumerate(pages)
         )
         body = (
-            (f'<ul id="reports">{items}</ul>' if files else '<p id="reports">No drift report yet.</p>')
+            (f'<ul id="reports">{items}</ul>' if files or pages else '<p id="reports">No drift report yet.</p>')
             + '<p class="help">A drift report is the JSON of <code>llmwatch drift --format json</code>; save it under '
             f"<code>{_e(self.state.data_dir / 'drift')}/</code> (or pass <code>--drift-report FILE</code>) to see it here, "
             "each drifted signal linked to the samples that carry it.</p>"
@@ -409,6 +420,17 @@ class UiApp:
                 + "</ul>"
             )
         return page("Drift", "drift", body)
+
+    async def drift_page(self, request: web.Request) -> web.Response:
+        pages = _drift_pages(self.state)
+        n = request.match_info["n"]
+        if not n.isdigit() or int(n) >= len(pages):
+            raise web.HTTPNotFound(text="no such drift report page")
+        try:
+            text = await self._run(pages[int(n)].read_bytes)
+        except OSError:
+            raise web.HTTPNotFound(text="that drift report page cannot be read now") from None
+        return web.Response(body=text, content_type="text/html", charset="utf-8")
 
     async def drift_report(self, request: web.Request) -> web.Response:
         files = _drift_files(self.state)
@@ -687,6 +709,7 @@ def build_app(state: UiState) -> web.Application:
     app.router.add_get("/versions", h.versions)
     app.router.add_get("/drift", h.drift)
     app.router.add_get("/drift/{n}", h.drift_report)
+    app.router.add_get("/drift/page/{n}", h.drift_page)
     app.router.add_get("/shadow", h.shadow)
     app.router.add_get("/shadow/{pair_id}", h.pair)
     app.router.add_get("/suites", h.suites)
