@@ -160,6 +160,43 @@ def stat_panel(
     return panel
 
 
+# --- links to `llmwatch ui` (docs/guide/ui.md) ------------------------------------------------------
+
+UI_URL = "${llmwatch_ui_url}"
+# The panel's time range, as epoch milliseconds (the UI reads `since`/`until` in ms or ISO 8601).
+UI_RANGE = "since=${__from}&until=${__to}"
+
+
+class DataLink:
+    """A field data link ({title, url, targetBlank}): clicking a series or a point opens this URL."""
+
+    def __init__(self, title: str, url: str) -> None:
+        self.value = {"title": title, "url": url, "targetBlank": True}
+
+    def build(self) -> dict[str, Any]:
+        return self.value
+
+
+def ui_link(title: str, **params: str) -> DataLink:
+    """A link to the UI's samples page; `params` are its filters (Grafana interpolates the values).
+
+    Every value goes through `:percentencode` so that a version or check with `&` or `#` stays one
+    parameter; a variable set to All becomes ".*", which the UI reads as no filter.
+    """
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return DataLink(title, f"{UI_URL}/samples?{query}&{UI_RANGE}")
+
+
+def ui_variable() -> db.TextBoxVariable:
+    return (
+        db.TextBoxVariable("llmwatch_ui_url")
+        .label("llmwatch ui")
+        .description("Base URL of `llmwatch ui` (data links on the pass-rate and drift panels open its samples pages)")
+        .default_value("http://127.0.0.1:8090")
+        .current(dm.VariableOption(selected=True, text="http://127.0.0.1:8090", value="http://127.0.0.1:8090"))
+    )
+
+
 def quantiles(
     metric: str, selector: str, by: str, legend: str, qs: Iterable[float] = (0.5, 0.95, 0.99)
 ) -> list[promb.Dataquery]:
@@ -204,7 +241,7 @@ def query_variable(name: str, label: str, query: str, *, description: str) -> db
     )
 
 
-def base(uid: str, title: str, description: str, extra_variables: Sequence[db.QueryVariable] = ()) -> db.Dashboard:
+def base(uid: str, title: str, description: str, extra_variables: Sequence[Any] = ()) -> db.Dashboard:
     calls = f"{DURATION}_count"
     dash = (
         db.Dashboard(title)
@@ -498,7 +535,7 @@ def quality() -> db.Dashboard:
             "llmwatch-quality",
             "llmwatch / Quality",
             "Check verdicts and quality scores of sampled traffic, per check, model and version.",
-            [check_variable()],
+            [check_variable(), ui_variable()],
         )
         .annotation(version_rollout_annotation())
         .annotation(alerts_annotation())
@@ -510,6 +547,15 @@ def quality() -> db.Dashboard:
                 "percentunit",
                 share(passed, decided),
                 thresholds=((None, "red"), (0.9, "orange"), (0.97, "green")),
+            ).data_links(
+                [
+                    ui_link(
+                        "Failed samples in llmwatch ui",
+                        model_version="${version:percentencode}",
+                        check="${check:percentencode}",
+                        outcome="fail",
+                    )
+                ]
             )
         )
         .with_panel(
@@ -540,11 +586,20 @@ def quality() -> db.Dashboard:
         .with_panel(
             ts(
                 "Pass rate per check",
-                "pass / (pass + fail), per check.",
+                "pass / (pass + fail), per check. Click a series: its failed samples in llmwatch ui.",
                 "percentunit",
                 [q(share(passed, decided, "check"), "{{check}}")],
                 min_val=0,
                 max_val=1,
+            ).data_links(
+                [
+                    ui_link(
+                        "Failed samples of ${__field.labels.check} in llmwatch ui",
+                        model_version="${version:percentencode}",
+                        check="${__field.labels.check:percentencode}",
+                        outcome="fail",
+                    )
+                ]
             )
         )
         .with_panel(
@@ -634,12 +689,21 @@ def quality() -> db.Dashboard:
         .with_panel(
             ts(
                 "Pass rate by version",
-                "pass / (pass + fail) per model_version, all selected checks.",
+                "pass / (pass + fail) per model_version, all selected checks. Click a series: its failed samples in llmwatch ui.",
                 "percentunit",
                 [q(share(passed, decided, "model_version"), "{{model_version}}")],
                 min_val=0,
                 max_val=1,
                 h=9,
+            ).data_links(
+                [
+                    ui_link(
+                        "Failed samples of ${__field.labels.model_version} in llmwatch ui",
+                        model_version="${__field.labels.model_version:percentencode}",
+                        check="${check:percentencode}",
+                        outcome="fail",
+                    )
+                ]
             )
         )
         .with_panel(
@@ -755,6 +819,18 @@ def signal_variable() -> db.QueryVariable:
     )
 
 
+def drift_link() -> DataLink:
+    """The samples behind a drift series: its version and operation, filtered by what the signal measures
+    (`signal=pass_rate:<check>` shows that check's failures, `failure_modes` the failed calls, latency
+    and cost signals sort by them; docs/guide/ui.md)."""
+    return ui_link(
+        "Samples behind ${__field.labels.signal} in llmwatch ui",
+        model_version="${__field.labels.model_version:percentencode}",
+        operation="${__field.labels.gen_ai_operation_name:percentencode}",
+        signal="${__field.labels.signal:percentencode}",
+    )
+
+
 def drift() -> db.Dashboard:
     sel = f'{VERSION}, gen_ai_operation_name=~"$operation", signal=~"$signal"'
     calls = f"{DURATION}_count{{{CALL}}}"
@@ -765,7 +841,7 @@ def drift() -> db.Dashboard:
             "llmwatch-drift",
             "llmwatch / Drift",
             "Drift statistics, p-values and detections per signal and model version; annotations mark version rollouts and llmwatch alerts.",
-            [signal_variable()],
+            [signal_variable(), ui_variable()],
         )
         .annotation(version_rollout_annotation())
         .annotation(alerts_annotation())
@@ -810,6 +886,7 @@ def drift() -> db.Dashboard:
                 .steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=1, color="red")])
             )
             .with_target(q(f"max by ({by}) (llmwatch_drift_detected{{{sel}}})", legend))
+            .data_links([drift_link()])
         )
         .with_row(db.Row("Statistics"))
         .with_panel(
@@ -818,7 +895,7 @@ def drift() -> db.Dashboard:
                 "Each signal's test statistic, current window against the frozen baseline.",
                 "short",
                 [q(f"max by ({by}) (llmwatch_drift_statistic{{{sel}}})", legend)],
-            )
+            ).data_links([drift_link()])
         )
         .with_panel(
             ts(
@@ -827,7 +904,7 @@ def drift() -> db.Dashboard:
                 "short",
                 [q(f"min by ({by}) (llmwatch_drift_p_value{{{sel}}})", legend)],
                 log=True,
-            )
+            ).data_links([drift_link()])
         )
         .with_row(db.Row("Versions"))
         .with_panel(

@@ -103,8 +103,22 @@ PANEL = {
 VARIABLE = {
     "type": "object",
     "required": ["name", "type"],
-    "properties": {"name": {"type": "string", "pattern": r"^\w+$"}, "type": {"enum": ["datasource", "query"]}},
+    "properties": {
+        "name": {"type": "string", "pattern": r"^\w+$"},
+        "type": {"enum": ["datasource", "query", "textbox"]},
+    },
     "allOf": [
+        {
+            # The one free-text variable: the base URL of `llmwatch ui`, which the data links open.
+            "if": {"properties": {"type": {"const": "textbox"}}},
+            "then": {
+                "required": ["query"],
+                "properties": {
+                    "name": {"const": "llmwatch_ui_url"},
+                    "query": {"type": "string", "pattern": "^https?://"},
+                },
+            },
+        },
         {
             "if": {"properties": {"type": {"const": "query"}}},
             "then": {
@@ -338,6 +352,33 @@ def test_dashboard_structure(path: Path) -> None:
         )
         # Only Grafana's documented form of the data-source variable.
         assert "$datasource" not in expr
+
+
+def test_pass_rate_and_drift_panels_link_to_the_samples_in_llmwatch_ui() -> None:
+    """Data links open `${llmwatch_ui_url}/samples` with the series' version and check (or drift
+    signal) and the panel's time range; tests/e2e/test_ui_browser.py opens such a URL in Chromium."""
+    linked: dict[str, list[str]] = {}
+    for path in DASHBOARD_FILES:
+        dashboard = load(path)
+        defined = defined_variables(dashboard)
+        for panel in panels(dashboard):
+            for link in panel.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+                url = link["url"]
+                assert url.startswith("${llmwatch_ui_url}/samples?"), url
+                assert url.endswith("&since=${__from}&until=${__to}"), url
+                for name in re.findall(r"\$\{(\w+)", url):
+                    assert name in defined or name.startswith("__"), f"{panel['title']}: undefined ${name}"
+                assert "llmwatch_ui_url" in defined
+                linked.setdefault(path.stem, []).append(panel["title"])
+                params = dict(p.split("=", 1) for p in url.split("?", 1)[1].split("&"))
+                if "check" in params:
+                    assert params["model_version"].endswith(":percentencode}") and params["outcome"] == "fail"
+                else:
+                    assert params["signal"] == "${__field.labels.signal:percentencode}"
+    assert linked == {
+        "llmwatch-quality": ["Pass rate", "Pass rate per check", "Pass rate by version"],
+        "llmwatch-drift": ["Drift detected", "Drift statistic per signal", "p-value per signal"],
+    }
 
 
 def test_required_content() -> None:

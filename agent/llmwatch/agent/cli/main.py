@@ -214,6 +214,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return run_async(lambda: _serve_until_signal(lambda: Agent(cfg, serve_proxy=False)))
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from llmwatch.agent.apps.ui.app import run
+
+    if args.refresh <= 0:
+        raise ConfigError(f"--refresh {args.refresh}: give seconds above 0 (default 5)")
+    return run(
+        args.data_dir,
+        args.listen,
+        auth=args.auth,
+        token_file=args.token_file,
+        suites=args.suite or (),
+        drift_reports=args.drift_report or (),
+        public_url=args.public_url,
+        refresh_s=args.refresh,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services."
@@ -354,6 +371,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /healthz, /readyz (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
     p.set_defaults(func=cmd_ingest)
+    p = sub.add_parser(
+        "ui",
+        help="browse samples, scores, versions, drift reports, shadow pairs and suites of a data directory (local web app)",
+    )
+    log_options(p)
+    p.add_argument("--data-dir", default="llmwatch-data", help="the sidecar's data directory (default ./llmwatch-data)")
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8090",
+        help="HOST:PORT (default 127.0.0.1:8090; port 0 picks a free one, printed)",
+    )
+    p.add_argument(
+        "--auth",
+        choices=["auto", "token", "none"],
+        default="auto",
+        help="auto (default): no token on a loopback address, a token anywhere else; token: always; none: never (behind an authenticating proxy)",
+    )
+    p.add_argument(
+        "--token-file",
+        help="keep the token here (0600) so that links survive a restart (default: a new token per start)",
+    )
+    p.add_argument(
+        "--suite",
+        action="append",
+        help="a regression suite .jsonl to show (repeatable; also <data-dir>/suites/*.jsonl)",
+    )
+    p.add_argument(
+        "--drift-report",
+        action="append",
+        help="a drift report (`llmwatch drift --format json` output) to show (repeatable; also <data-dir>/drift/*.json)",
+    )
+    p.add_argument("--public-url", help="base URL of the printed link when served behind a reverse proxy")
+    p.add_argument(
+        "--refresh", type=float, default=5.0, help="seconds between looks for new or grown files (default 5)"
+    )
+    p.set_defaults(func=cmd_ui)
     from llmwatch.agent.cli.evaluate import register as register_evaluation
 
     register_evaluation(sub, common)

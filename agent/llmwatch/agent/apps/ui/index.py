@@ -1,0 +1,682 @@
+"""The index behind `llmwatch ui`: a data directory's samples, scores and shadow pairs in DuckDB.
+
+The JSON Lines files are read in bulk by DuckDB's `read_json` (explicit columns, so that a
+request or response of any shape is one JSON value, never a guessed schema) into in-memory
+tables once at start; `refresh` re-reads only the files that grew, appeared or went away (the
+sidecar appends to the newest file and rotates), so a page is a SQL query over the tables, never
+a scan of the files. The tables hold what filters and lists need: the call's fields, the prompt
+and answer text (for text search and the list's snippets) and each score's verdict and details;
+a sample's page reads the whole record back from its file (`read_record`), so the request and
+response documents are never held in memory.
+
+Every value from a request reaches DuckDB as a bound parameter; only this module's own SQL text
+is ever formatted into a statement.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlencode
+
+import duckdb
+import orjson
+import structlog
+
+log = structlog.get_logger(__name__)
+
+PAGE_SIZE = 50
+SORTS = ("time", "latency", "ttft", "cost", "tokens")
+OUTCOMES = ("pass", "fail", "error", "skip")
+FAILURE_MODES = ("any", "error", "refusal", "invalid_json", "truncated", "empty", "ok")
+# What a Grafana variable set to "All" interpolates to (`${version:csv}` with allValue ".*"):
+# no filter, not a version named ".*".
+ALL_VALUES = frozenset({"", ".*", "$__all", "All", "all"})
+
+# --- SQL fragments (this module's own text only) ------------------------------------------------
+
+
+def _content_text(c: str) -> str:
+    """A message `content`: a string, or the concatenated `text` of its parts (what core.wire does)."""
+    return (
+        f"(CASE WHEN json_type({c}) = 'VARCHAR' THEN {c}->>'$' "
+        f"WHEN json_type({c}) = 'ARRAY' THEN array_to_string(list_filter(list_transform(CAST({c} AS JSON[]), "
+        "lambda p: CASE WHEN json_type(p) = 'VARCHAR' THEN p->>'$' WHEN json_type(p->'text') = 'VARCHAR' THEN p->>'text' END), "
+        "lambda t: t IS NOT NULL), chr(10)) "
+        "ELSE '' END)"
+    )
+
+
+def _prompt_text(r: str) -> str:
+    """The last user message, or the prompt/input: llmwatch.core.wire.extract_prompt_text in SQL."""
+    last_user = f"list_filter(CAST({r}->'messages' AS JSON[]), lambda m: m->>'role' = 'user')[-1]->'content'"
+    return (
+        "coalesce(CASE "
+        f"WHEN json_type({r}->'messages') = 'ARRAY' THEN {_content_text(last_user)} "
+        f"WHEN json_type({r}->'prompt') = 'VARCHAR' THEN {r}->>'prompt' "
+        f"WHEN json_type({r}->'prompt') = 'ARRAY' THEN {r}->'prompt'->>0 "
+        f"WHEN json_type({r}->'input') = 'VARCHAR' THEN {r}->>'input' "
+        f"WHEN json_type({r}) = 'VARCHAR' THEN {r}->>'$' "
+        "ELSE '' END, '')"
+    )
+
+
+def _answer_text(r: str) -> str:
+    """The first choice's message or text, or the Responses API's output_text: extract_answer_text in SQL."""
+    msg = f"{r}->'choices'->0->'message'"
+    content = _content_text(msg + "->'content'")
+    return (
+        "coalesce(CASE "
+        f"WHEN json_type({r}->'choices') = 'ARRAY' THEN (CASE WHEN json_type({msg}) = 'OBJECT' "
+        f"THEN {content} ELSE {r}->'choices'->0->>'text' END) "
+        f"WHEN json_type({r}->'output_text') = 'VARCHAR' THEN {r}->>'output_text' "
+        f"WHEN json_type({r}) = 'VARCHAR' THEN {r}->>'$' "
+        "ELSE '' END, '')"
+    )
+
+
+def _timestamp(col: str) -> str:
+    """ISO 8601, or epoch seconds/milliseconds (what Sample accepts); NULL if neither."""
+    return (
+        f"(CASE WHEN regexp_full_match({col}, '[0-9]+(\\.[0-9]+)?') THEN "
+        f"to_timestamp(CASE WHEN CAST({col} AS DOUBLE) > 1e11 THEN CAST({col} AS DOUBLE) / 1000 ELSE CAST({col} AS DOUBLE) END) "
+        f"ELSE TRY_CAST({col} AS TIMESTAMPTZ) END)"
+    )
+
+
+def _columns(spec: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in spec.items()) + "}"
+
+
+SAMPLE_COLUMNS = _columns(
+    {
+        "id": "VARCHAR",
+        "timestamp": "VARCHAR",
+        "route": "VARCHAR",
+        "operation": "VARCHAR",
+        "model": "VARCHAR",
+        "model_version": "VARCHAR",
+        "status": "INTEGER",
+        "error_type": "VARCHAR",
+        "latency_ms": "DOUBLE",
+        "ttft_ms": "DOUBLE",
+        "usage": "STRUCT(input_tokens BIGINT, output_tokens BIGINT)",
+        "finish_reason": "VARCHAR",
+        "cost_usd": "DOUBLE",
+        "metadata": "JSON",
+        "request": "JSON",
+        "response": "JSON",
+    }
+)
+SCORE_COLUMNS = _columns(
+    {
+        "sample_id": "VARCHAR",
+        "check": "VARCHAR",
+        "kind": "VARCHAR",
+        "result": "VARCHAR",
+        "value": "DOUBLE",
+        "details": "JSON",
+        "model_version": "VARCHAR",
+    }
+)
+PAIR_COLUMNS = _columns(
+    {
+        "id": "VARCHAR",
+        "candidate": "VARCHAR",
+        "timestamp": "VARCHAR",
+        "route": "VARCHAR",
+        "category": "VARCHAR",
+        "primary": "JSON",
+        "shadow": "JSON",
+        "primary_scores": "JSON",
+        "shadow_scores": "JSON",
+    }
+)
+READ = "format = 'newline_delimited', ignore_errors = true, filename = true, maximum_object_size = 67108864"
+
+SAMPLES_SELECT = f"""
+SELECT filename AS file, id, {_timestamp("timestamp")} AS ts,
+       coalesce(route, '/v1/chat/completions') AS route, coalesce(operation, 'chat') AS operation, model,
+       coalesce(model_version, 'unknown') AS model_version, status, error_type, latency_ms, ttft_ms,
+       usage.input_tokens AS input_tokens, usage.output_tokens AS output_tokens, finish_reason, cost_usd,
+       coalesce(metadata->>'category', 'uncategorized') AS category,
+       {_prompt_text("request")} AS prompt, {_answer_text("response")} AS answer
+FROM read_json(?, columns = {SAMPLE_COLUMNS}, {READ})
+WHERE id IS NOT NULL AND id <> ''
+"""
+SCORES_SELECT = f"""
+SELECT filename AS file, sample_id, "check", coalesce(kind, '') AS kind, result, value,
+       CAST(details AS VARCHAR) AS details, coalesce(model_version, 'unknown') AS model_version
+FROM read_json(?, columns = {SCORE_COLUMNS}, {READ})
+WHERE sample_id IS NOT NULL AND "check" IS NOT NULL AND result IS NOT NULL
+"""
+PAIRS_SELECT = f"""
+SELECT filename AS file, id, candidate, {_timestamp("timestamp")} AS ts, route, coalesce(category, '') AS category,
+       coalesce("primary"->>'model_version', 'unknown') AS primary_version,
+       coalesce(shadow->>'model_version', 'unknown') AS shadow_version,
+       {_prompt_text("(" + '"primary"' + "->'request')")} AS prompt,
+       len(list_filter(CAST(primary_scores AS JSON[]), lambda s: s->>'result' = 'pass')) AS primary_pass,
+       len(list_filter(CAST(primary_scores AS JSON[]), lambda s: s->>'result' IN ('pass', 'fail'))) AS primary_decided,
+       len(list_filter(CAST(shadow_scores AS JSON[]), lambda s: s->>'result' = 'pass')) AS shadow_pass,
+       len(list_filter(CAST(shadow_scores AS JSON[]), lambda s: s->>'result' IN ('pass', 'fail'))) AS shadow_decided
+FROM read_json(?, columns = {PAIR_COLUMNS}, {READ})
+WHERE id IS NOT NULL AND id <> ''
+"""
+
+# One label per call, first match wins: scorers/llmwatch/scorers/drift/features.py `failure_mode`,
+# the labels the drift family `failure_modes` counts.
+MODES_SQL = """
+CREATE OR REPLACE TABLE modes AS
+SELECT s.id,
+       CASE
+         WHEN s.status >= 400 OR s.error_type IS NOT NULL THEN 'error'
+         WHEN bool_or(sc.kind = 'refusal' AND sc.result = 'fail') THEN 'refusal'
+         WHEN bool_or(sc.kind = 'json_valid' AND sc.result = 'fail') THEN 'invalid_json'
+         WHEN s.finish_reason = 'length' THEN 'truncated'
+         WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail'
+                      AND (sc.details->>'truncated' = 'true' OR sc.details LIKE '%length%')) THEN 'truncated'
+         WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail') THEN 'empty'
+         ELSE 'ok'
+       END AS failure_mode,
+       string_agg(DISTINCT sc."check", ', ' ORDER BY sc."check") FILTER (WHERE sc.result = 'fail') AS failed
+FROM samples s LEFT JOIN scores sc ON sc.sample_id = s.id
+GROUP BY s.id, s.status, s.error_type, s.finish_reason
+"""
+
+# --- filters -------------------------------------------------------------------------------------
+
+
+class FilterError(ValueError):
+    """A query parameter that cannot be used; the message names it and says what it takes."""
+
+
+def _parse_time(name: str, text: str) -> datetime | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number):
+        # Grafana's ${__from}/${__to} are epoch milliseconds; a person may type seconds.
+        seconds = number / 1000.0 if number > 1e11 else number
+        try:
+            return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise FilterError(f"{name}={text!r}: an epoch time out of range") from None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(
+            f"{name}={text!r}: give an ISO 8601 time (2026-12-04T10:00:00Z) or epoch seconds or milliseconds"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _values(text: str | None) -> tuple[str, ...]:
+    """`a,b` or repeated parameters: a set of values; Grafana's "All" is no filter."""
+    if text is None:
+        return ()
+    items = [v.strip() for v in text.split(",")]
+    if any(v in ALL_VALUES for v in items):
+        return ()
+    return tuple(dict.fromkeys(v for v in items if v))
+
+
+# Drift signal -> the samples that carry it (docs/guide/ui.md, "Drift").
+def signal_filters(signal: str) -> dict[str, str]:
+    if signal.startswith("pass_rate:"):
+        return {"check": signal.split(":", 1)[1], "outcome": "fail"}
+    if signal.startswith("score:"):
+        return {"check": signal.split(":", 1)[1], "sort": "score"}
+    if signal == "failure_modes":
+        return {"failure_mode": "any"}
+    lowered = signal.lower()
+    for word, sort in (("ttft", "ttft"), ("first_token", "ttft"), ("latency", "latency"), ("cost", "cost")):
+        if word in lowered:
+            return {"sort": sort}
+    if "token" in lowered:
+        return {"sort": "tokens"}
+    return {}
+
+
+@dataclass(frozen=True)
+class Filters:
+    model_version: tuple[str, ...] = ()
+    route: tuple[str, ...] = ()
+    operation: tuple[str, ...] = ()
+    category: tuple[str, ...] = ()
+    check: str = ""
+    outcome: str = ""
+    failure_mode: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str = ""
+    sort: str = "time"
+    page: int = 1
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> "Filters":
+        def one(name: str) -> str:
+            return (query.get(name) or "").strip()
+
+        extra = signal_filters(one("signal")) if one("signal") else {}
+
+        def pick(name: str) -> str:
+            return one(name) or extra.get(name, "")
+
+        outcome = pick("outcome")
+        if outcome and outcome not in OUTCOMES:
+            raise FilterError(f"outcome={outcome!r}: one of {', '.join(OUTCOMES)}")
+        mode = pick("failure_mode")
+        if mode and mode not in FAILURE_MODES:
+            raise FilterError(f"failure_mode={mode!r}: one of {', '.join(FAILURE_MODES)}")
+        sort = pick("sort") or "time"
+        if sort not in (*SORTS, "score"):
+            raise FilterError(f"sort={sort!r}: one of {', '.join(SORTS)}, score")
+        page_text = one("page") or "1"
+        if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
+            raise FilterError(f"page={page_text!r}: a whole number from 1")
+        q = one("q")
+        if len(q) > 500:
+            raise FilterError("q: at most 500 characters")
+        check = pick("check")
+        return cls(
+            model_version=_values(query.get("model_version")),
+            route=_values(query.get("route")),
+            operation=_values(query.get("operation")),
+            category=_values(query.get("category")),
+            check="" if check in ALL_VALUES else check,
+            outcome=outcome,
+            failure_mode=mode,
+            since=_parse_time("since", one("since")),
+            until=_parse_time("until", one("until")),
+            q=q,
+            sort=sort,
+            page=int(page_text),
+        )
+
+    def query(self, **changes: Any) -> str:
+        """This filter as a query string (stable order), with `changes` applied: the page's links."""
+        f = replace(self, **changes)
+        params: list[tuple[str, str]] = []
+        for name in ("model_version", "route", "operation", "category"):
+            values = getattr(f, name)
+            if values:
+                params.append((name, ",".join(values)))
+        for name in ("check", "outcome", "failure_mode", "q"):
+            if getattr(f, name):
+                params.append((name, getattr(f, name)))
+        for name in ("since", "until"):
+            value = getattr(f, name)
+            if value is not None:
+                params.append((name, value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")))
+        if f.sort != "time":
+            params.append(("sort", f.sort))
+        if f.page != 1:
+            params.append(("page", str(f.page)))
+        return urlencode(params)
+
+    def where(self) -> tuple[str, list[Any]]:
+        """SQL conditions over `samples s` joined with `modes m`, and their parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for name in ("model_version", "route", "operation", "category"):
+            values = getattr(self, name)
+            if values:
+                clauses.append(f"s.{name} IN ({', '.join('?' for _ in values)})")
+                params.extend(values)
+        if self.check or self.outcome:
+            cond = ["sc.sample_id = s.id"]
+            if self.check:
+                cond.append('sc."check" = ?')
+                params.append(self.check)
+            if self.outcome:
+                cond.append("sc.result = ?")
+                params.append(self.outcome)
+            clauses.append(f"EXISTS (SELECT 1 FROM scores sc WHERE {' AND '.join(cond)})")
+        if self.failure_mode == "any":
+            clauses.append("m.failure_mode <> 'ok'")
+        elif self.failure_mode:
+            clauses.append("m.failure_mode = ?")
+            params.append(self.failure_mode)
+        if self.since is not None:
+            clauses.append("s.ts >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append("s.ts <= ?")
+            params.append(self.until)
+        if self.q:
+            clauses.append("(contains(lower(s.prompt), ?) OR contains(lower(s.answer), ?) OR s.id = ?)")
+            params.extend([self.q.lower(), self.q.lower(), self.q])
+        return (" AND ".join(clauses) or "TRUE"), params
+
+    def order(self) -> str:
+        return {
+            "time": "s.ts DESC NULLS LAST, s.id",
+            "latency": "s.latency_ms DESC NULLS LAST, s.id",
+            "ttft": "s.ttft_ms DESC NULLS LAST, s.id",
+            "cost": "s.cost_usd DESC NULLS LAST, s.id",
+            "tokens": "s.output_tokens DESC NULLS LAST, s.id",
+            # Lowest score of the filtered check first: the worst answers of a drifting score.
+            "score": "(SELECT min(sc.value) FROM scores sc WHERE sc.sample_id = s.id"
+            + (' AND sc."check" = ?' if self.check else "")
+            + ") ASC NULLS LAST, s.id",
+        }[self.sort]
+
+    def order_params(self) -> list[Any]:
+        return [self.check] if self.sort == "score" and self.check else []
+
+
+# --- the index -----------------------------------------------------------------------------------
+
+
+@dataclass
+class FileState:
+    size: int
+    mtime_ns: int
+    inode: int
+    # Bytes up to the end of the last whole line read: where the next read of a grown file starts.
+    offset: int = 0
+
+    def same(self, other: "FileState | None") -> bool:
+        return other is not None and (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
+
+
+@dataclass
+class Kind:
+    """One kind of JSON Lines file the index reads: its folder, name prefix, table and SELECT."""
+
+    folder: str
+    prefix: str
+    table: str
+    select: str
+    # The columns that identify a record within one file: a line read twice is inserted once.
+    key: str
+    files: dict[str, FileState] = field(default_factory=dict)
+
+
+def _listing(directory: Path, prefix: str) -> list[str]:
+    if not directory.is_dir():
+        return []
+    names = sorted(p for p in os.listdir(directory) if p.endswith(".jsonl"))
+    own = [n for n in names if n.startswith(prefix + "-")]
+    return [str(directory / n) for n in (own or names)]
+
+
+class Index:
+    """The data directory's samples, scores and pairs, in DuckDB; thread-safe (one lock)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, threads: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.lock = threading.Lock()
+        self.db = duckdb.connect(":memory:", config={"threads": threads or min(4, os.cpu_count() or 1)})
+        self.db.execute("SET TimeZone = 'UTC'")
+        self.kinds = [
+            Kind("samples", "samples", "samples", SAMPLES_SELECT, "id"),
+            Kind("scores", "scores", "scores", SCORES_SELECT, 'sample_id, "check"'),
+            Kind("pairs", "pairs", "pairs", PAIRS_SELECT, "id"),
+        ]
+        # The tables' shape, from the SELECTs themselves over an empty file (read_json refuses no file).
+        with tempfile.TemporaryDirectory(prefix="llmwatch-ui-") as folder:
+            empty = os.path.join(folder, "empty.jsonl")
+            open(empty, "wb").close()
+            for kind in self.kinds:
+                self.db.execute(f"CREATE TABLE {kind.table} AS {kind.select} LIMIT 0", [[empty]])
+        self.db.execute(MODES_SQL)
+        self.loaded_at = 0.0
+        self._facets: dict[str, list[str]] | None = None
+        self.refreshed_in_s = 0.0
+
+    def refresh(self) -> bool:
+        """Read what changed since the last call: new files, grown or replaced ones, removed ones.
+
+        A file that only grew (same inode, larger; the sidecar appends) is read from where the
+        last read stopped: its new whole lines are copied to a private scratch file that DuckDB
+        reads, so a live data directory costs each round its new lines, not its files again.
+        """
+        started = time.perf_counter()
+        changed = False
+        with self.lock:
+            for kind in self.kinds:
+                current: dict[str, FileState] = {}
+                for path in _listing(self.data_dir / kind.folder, kind.prefix):
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue  # removed between the listing and the stat: gone
+                    current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
+                gone = [p for p in kind.files if p not in current]
+                stale, grown = [], []
+                for path, state in current.items():
+                    old = kind.files.get(path)
+                    if state.same(old):
+                        state.offset = old.offset  # type: ignore[union-attr]
+                    elif old is not None and old.inode == state.inode and state.size > old.size and old.offset > 0:
+                        state.offset = old.offset
+                        grown.append(path)
+                    else:
+                        stale.append(path)
+                if not gone and not stale and not grown:
+                    continue
+                changed = True
+                self.db.execute("BEGIN")
+                try:
+                    for path in gone + stale:
+                        self.db.execute(f"DELETE FROM {kind.table} WHERE file = ?", [path])
+                    if stale:
+                        # Whole lines only count as read: a torn last line is read again once whole.
+                        for path in stale:
+                            current[path].offset = _last_line_end(path, current[path].size)
+                        # One read_json over every changed file: DuckDB reads them in parallel.
+                        self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [stale])
+                    for path in grown:
+                        self._read_tail(kind, path, current[path])
+                    self.db.execute("COMMIT")
+                except duckdb.Error:
+                    self.db.execute("ROLLBACK")
+                    raise
+                kind.files = current
+            if changed:
+                self.db.execute(MODES_SQL)
+                self._facets = None
+                self.loaded_at = time.time()
+                counts = self.counts()  # under the lock: the connection is used by one thread at a time
+        self.refreshed_in_s = time.perf_counter() - started
+        if changed:
+            log.info("ui.index_refreshed", seconds=round(self.refreshed_in_s, 3), **counts)
+        return changed
+
+    def _read_tail(self, kind: Kind, path: str, state: FileState) -> None:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(state.offset)
+                chunk = fh.read(state.size - state.offset)
+        except OSError:
+            return  # gone or unreadable now: the next round sees it
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return  # no whole new line yet
+        with tempfile.TemporaryDirectory(prefix="llmwatch-ui-") as folder:  # 0700: the lines hold prompts
+            scratch = os.path.join(folder, "tail.jsonl")
+            with open(scratch, "wb") as out:
+                out.write(chunk[:end])
+            # The file column names the real file; a line that a full read caught while it was being
+            # appended (the race between stat and read) is not inserted twice.
+            self.db.execute(
+                f"INSERT INTO {kind.table} SELECT * REPLACE (CAST(? AS VARCHAR) AS file) FROM ({kind.select}) AS t "
+                f"WHERE ({kind.key}) NOT IN (SELECT ({kind.key}) FROM {kind.table} WHERE file = ?)",
+                [path, [scratch], path],
+            )
+        state.offset += end
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self.lock:
+            cur = self.db.execute(sql, list(params))
+            names = [d[0] for d in cur.description or ()]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for kind in self.kinds:
+            cur = self.db.execute(f"SELECT count(*) FROM {kind.table}")
+            row = cur.fetchone()
+            out[kind.table] = int(row[0]) if row else 0
+        return out
+
+    def totals(self) -> dict[str, int]:
+        with self.lock:
+            return self.counts()
+
+    def facets(self) -> dict[str, list[str]]:
+        """The values each filter can take, for the form's choices (computed once per change of the data)."""
+        with self.lock:
+            cached = self._facets
+        if cached is not None:
+            return cached
+        out: dict[str, list[str]] = {}
+        for name in ("model_version", "route", "operation", "category"):
+            out[name] = [r["v"] for r in self._rows(f"SELECT DISTINCT {name} AS v FROM samples ORDER BY v")]
+        out["check"] = [r["v"] for r in self._rows('SELECT DISTINCT "check" AS v FROM scores ORDER BY v')]
+        with self.lock:
+            self._facets = out
+        return out
+
+    def search(self, f: Filters, limit: int = PAGE_SIZE) -> tuple[int, list[dict[str, Any]]]:
+        where, params = f.where()
+        base = f"FROM samples s JOIN modes m ON m.id = s.id WHERE {where}"
+        total = self._rows(f"SELECT count(*) AS n {base}", params)[0]["n"]
+        rows = self._rows(
+            "SELECT s.id, s.ts, s.model_version, s.route, s.operation, s.category, s.status, s.latency_ms, s.ttft_ms, "
+            "s.output_tokens, s.cost_usd, m.failure_mode, m.failed, left(s.prompt, 160) AS prompt, left(s.answer, 160) AS answer "
+            f"{base} ORDER BY {f.order()} LIMIT ? OFFSET ?",
+            [*params, *f.order_params(), limit, (f.page - 1) * limit],
+        )
+        return int(total), rows
+
+    def sample(self, sample_id: str) -> dict[str, Any] | None:
+        rows = self._rows(
+            "SELECT s.*, m.failure_mode FROM samples s JOIN modes m ON m.id = s.id WHERE s.id = ? LIMIT 1", [sample_id]
+        )
+        return rows[0] if rows else None
+
+    def scores_of(self, sample_id: str) -> list[dict[str, Any]]:
+        return self._rows(
+            'SELECT "check", kind, result, value, details FROM scores WHERE sample_id = ? ORDER BY "check"', [sample_id]
+        )
+
+    def versions(self, f: Filters) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Per version: calls, errors, latency, TTFT, tokens and cost; per version and check: pass and decided counts."""
+        where, params = replace(f, check="", outcome="", failure_mode="", q="").where()
+        calls = self._rows(
+            "SELECT s.model_version, count(*) AS n, count(*) FILTER (WHERE m.failure_mode = 'error') AS errors, "
+            "quantile_cont(s.latency_ms, 0.5) AS latency_p50, quantile_cont(s.latency_ms, 0.95) AS latency_p95, "
+            "quantile_cont(s.ttft_ms, 0.5) AS ttft_p50, avg(s.output_tokens) AS output_tokens, "
+            "avg(s.cost_usd) AS cost_mean, sum(s.cost_usd) AS cost_total, min(s.ts) AS first, max(s.ts) AS last "
+            f"FROM samples s JOIN modes m ON m.id = s.id WHERE {where} GROUP BY s.model_version ORDER BY s.model_version",
+            params,
+        )
+        checks = self._rows(
+            "SELECT s.model_version, sc.\"check\", count(*) FILTER (WHERE sc.result = 'pass') AS passed, "
+            "count(*) FILTER (WHERE sc.result IN ('pass', 'fail')) AS decided, count(*) FILTER (WHERE sc.result = 'error') AS errors "
+            f"FROM samples s JOIN modes m ON m.id = s.id JOIN scores sc ON sc.sample_id = s.id WHERE {where} "
+            'GROUP BY s.model_version, sc."check" ORDER BY sc."check", s.model_version',
+            params,
+        )
+        return calls, checks
+
+    def file_of(self, table: str, record_id: str) -> str | None:
+        rows = self._rows(f"SELECT file FROM {table} WHERE id = ? LIMIT 1", [record_id])
+        return rows[0]["file"] if rows else None
+
+    def pairs(self, candidate: str = "", page: int = 1, limit: int = PAGE_SIZE) -> tuple[int, list[dict[str, Any]]]:
+        where, params = ("candidate = ?", [candidate]) if candidate else ("TRUE", [])
+        total = self._rows(f"SELECT count(*) AS n FROM pairs WHERE {where}", params)[0]["n"]
+        rows = self._rows(
+            "SELECT id, candidate, ts, route, category, primary_version, shadow_version, left(prompt, 160) AS prompt, "
+            f"primary_pass, primary_decided, shadow_pass, shadow_decided FROM pairs WHERE {where} "
+            "ORDER BY ts DESC NULLS LAST, id LIMIT ? OFFSET ?",
+            [*params, limit, (page - 1) * limit],
+        )
+        return int(total), rows
+
+    def candidates(self) -> list[dict[str, Any]]:
+        return self._rows(
+            "SELECT candidate, count(*) AS n, sum(primary_pass) AS primary_pass, sum(primary_decided) AS primary_decided, "
+            "sum(shadow_pass) AS shadow_pass, sum(shadow_decided) AS shadow_decided FROM pairs GROUP BY candidate ORDER BY candidate"
+        )
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+
+def _last_line_end(path: str, size: int) -> int:
+    """The offset just past the last newline within the first `size` bytes of `path` (0 if none)."""
+    block = 1 << 16
+    try:
+        with open(path, "rb") as fh:
+            end = size
+            while end > 0:
+                start = max(0, end - block)
+                fh.seek(start)
+                at = fh.read(end - start).rfind(b"\n")
+                if at >= 0:
+                    return start + at + 1
+                end = start
+    except OSError:
+        pass
+    return 0
+
+
+def read_record(path: str, record_id: str) -> dict[str, Any] | None:
+    """The whole JSON Lines record whose top-level `id` is `record_id`, read back from `path`.
+
+    The id is looked for as bytes (`"id":"..."`, as llmwatch writes it) and each hit's line parsed
+    and checked, so a nested `"id"` (a tool call's) never passes for it; a file written by another
+    tool, with other spacing, is parsed line by line.
+    """
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return None
+    with fh:
+        try:
+            data: Any = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            return None
+        try:
+            needle = b'"id":' + orjson.dumps(record_id)
+            at = data.find(needle)
+            while at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                record = _parse(data[start : end if end >= 0 else len(data)])
+                if record is not None and record.get("id") == record_id:
+                    return record
+                at = data.find(needle, at + 1)
+            for line in iter(data.readline, b""):
+                if record_id.encode() in line:
+                    record = _parse(line)
+                    if record is not None and record.get("id") == record_id:
+                        return record
+            return None
+        finally:
+            data.close()
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

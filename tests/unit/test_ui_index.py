@@ -1,0 +1,126 @@
+"""The index behind `llmwatch ui`: the SQL text extraction agrees with core.wire, filters read what
+Grafana and people send, a record is found by its own id, and refreshes read each line once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+from helpers.samples import chat_sample
+
+from llmwatch.agent.apps.ui.index import FilterError, Filters, Index, read_record, signal_filters
+from llmwatch.core.wire import extract_answer_text, extract_prompt_text
+
+SHAPES = [
+    ({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "first"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "last <b>"}]},
+     {"choices": [{"message": {"role": "assistant", "content": "chat answer"}}]}),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "part one "}, {"type": "image_url", "image_url": {"url": "data:"}}, "a bare part", {"type": "text", "text": "part two"}]}]},
+     {"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "parts"}, {"type": "text", "text": " answered"}]}}]}),
+    ({"messages": [{"role": "system", "content": "only a system message"}]}, {"choices": [{"message": {"role": "assistant", "content": None}}]}),
+    ({"prompt": "completion prompt"}, {"choices": [{"text": "completion text"}]}),
+    ({"prompt": ["first of a batch", "second"]}, {"choices": []}),
+    ({"input": "responses input"}, {"output_text": "responses output"}),
+    ("a bare string request", "a bare string answer"),
+    ({"model": "x"}, {"error": {"message": "bad gateway"}}),
+]  # fmt: skip
+
+
+def write(path: Path, records: list[bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:
+        fh.write(b"".join(r + b"\n" for r in records))
+
+
+def test_prompt_and_answer_text_in_sql_are_what_core_wire_extracts(tmp_path: Path):
+    records = [chat_sample(id=f"s{i}", request=req, response=resp).to_json() for i, (req, resp) in enumerate(SHAPES)]
+    write(tmp_path / "samples" / "samples-20261201-0000.jsonl", records)
+    index = Index(tmp_path)
+    index.refresh()
+    for i, (req, resp) in enumerate(SHAPES):
+        row = index.sample(f"s{i}")
+        assert row is not None
+        assert (row["prompt"], row["answer"]) == (extract_prompt_text(req), extract_answer_text(resp)), (req, resp)
+
+
+@pytest.mark.parametrize("value", [".*", "$__all", "All", ""])
+def test_a_grafana_variable_set_to_all_is_no_filter(value: str):
+    assert Filters.from_query({"model_version": value, "check": value}) == Filters()
+    assert Filters.from_query({"model_version": f"B,{value}"}) == Filters()  # All among the values
+
+
+def test_filters_read_lists_times_and_signals():
+    f = Filters.from_query({"model_version": "A, B", "since": "1796083200000", "until": "2026-12-02T00:00:00Z"})
+    assert f.model_version == ("A", "B")
+    assert f.since == f.until.replace(day=1) == datetime(2026, 12, 1, tzinfo=timezone.utc)  # type: ignore[union-attr]
+    assert Filters.from_query({"since": "1796083200"}).since == f.since  # epoch seconds too
+    assert f.query() == "model_version=A%2CB&since=2026-12-01T00%3A00%3A00Z&until=2026-12-02T00%3A00%3A00Z"
+    assert Filters.from_query(dict(p.split("=") for p in "check=c&outcome=fail&page=2".split("&"))).query(page=3) == (
+        "check=c&outcome=fail&page=3"
+    )
+    assert signal_filters("pass_rate:refusal") == {"check": "refusal", "outcome": "fail"}
+    assert signal_filters("failure_modes") == {"failure_mode": "any"}
+    assert signal_filters("perf:latency_per_token_ms") == {"sort": "latency"}
+    assert signal_filters("input:mix:category") == {}
+    # An explicit parameter wins over what the signal implies.
+    assert Filters.from_query({"signal": "pass_rate:refusal", "outcome": "pass"}).outcome == "pass"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"outcome": "maybe"}, "outcome='maybe': one of pass, fail, error, skip"),
+        ({"failure_mode": "x"}, "failure_mode='x': one of any, error"),
+        ({"since": "yesterday"}, "since='yesterday': give an ISO 8601 time"),
+        ({"until": "1e30"}, "until='1e30': an epoch time out of range"),
+        ({"page": "0"}, "page='0': a whole number from 1"),
+        ({"sort": "name"}, "sort='name': one of time, latency"),
+        ({"q": "x" * 501}, "q: at most 500 characters"),
+    ],
+)
+def test_a_bad_filter_names_the_parameter_and_what_it_takes(query: dict, message: str):
+    with pytest.raises(FilterError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        Filters.from_query(query)
+
+
+def test_a_record_is_found_by_its_own_id_not_a_nested_one(tmp_path: Path):
+    path = tmp_path / "samples.jsonl"
+    # A tool call inside an earlier record carries the same id string; a later record is the one.
+    decoy = chat_sample(
+        id="other", request={"messages": [{"role": "user", "content": "x"}], "tools": [{"id": "smp-7"}]}
+    )
+    target = chat_sample(id="smp-7", prompt="the real one")
+    spaced = b'{"id": "spaced", "timestamp": 0, "model": "m", "status": 200, "latency_ms": 1, "request": "r", "response": "a"}'
+    write(path, [decoy.to_json(), b"{torn", target.to_json(), spaced])
+    assert orjson.dumps(read_record(str(path), "smp-7")) == orjson.dumps(orjson.loads(target.to_json()))
+    assert read_record(str(path), "spaced")["request"] == "r"  # type: ignore[index]
+    assert read_record(str(path), "missing") is None
+    assert read_record(str(tmp_path / "gone.jsonl"), "smp-7") is None
+
+
+def test_a_refresh_reads_each_appended_line_once_and_a_torn_line_once_whole(tmp_path: Path):
+    path = tmp_path / "samples" / "samples-20261201-0000.jsonl"
+    write(path, [chat_sample(id=f"s{i}").to_json() for i in range(3)])
+    index = Index(tmp_path)
+    assert index.refresh() and index.totals()["samples"] == 3
+    assert not index.refresh()  # nothing changed: nothing read
+
+    whole = chat_sample(id="s3").to_json()
+    torn = chat_sample(id="s4").to_json()
+    with open(path, "ab") as fh:
+        fh.write(whole + b"\n" + torn[:40])  # the writer is mid-line
+    assert index.refresh() and index.totals()["samples"] == 4
+    with open(path, "ab") as fh:
+        fh.write(torn[40:] + b"\n")
+    assert index.refresh() and index.totals()["samples"] == 5
+    ids = [r["id"] for r in index._rows("SELECT id FROM samples ORDER BY id")]
+    assert ids == ["s0", "s1", "s2", "s3", "s4"]
+
+    # Rotated away and replaced by a shorter file of the same name: read again from the start.
+    path.unlink()
+    write(path, [chat_sample(id="n0").to_json()])
+    assert index.refresh()
+    assert [r["id"] for r in index._rows("SELECT id FROM samples")] == ["n0"]
+    path.unlink()
+    assert index.refresh() and index.totals()["samples"] == 0
