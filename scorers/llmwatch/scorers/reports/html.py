@@ -900,3 +900,107 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
                 numeric=(1, 2, 3, 4, 5),
             )
     return doc.render()
+
+
+# --- shadow report ---------------------------------------------------------------------------
+
+_VERDICT_COLOUR = {"worse": "#c0392b", "not_worse": "#1e8449", "inconclusive": "#b9770e"}
+
+
+def margins_text(margins: Mapping[str, Any]) -> str:
+    """The non-inferiority margins as a reader says them (the `shadow.margins` section's keys)."""
+    words = {
+        "pass_rate_points": ("pass rate", "at most {:g} points lower"),
+        "error_rate_points": ("error rate", "at most {:g} points higher"),
+        "p95_latency_ratio": ("p95 latency", "at most x{:g}"),
+        "p95_ttft_ratio": ("p95 TTFT", "at most x{:g}"),
+        "cost_ratio": ("mean cost", "at most x{:g}"),
+    }
+    parts = [f"{words[k][0]} {words[k][1].format(v)}" for k, v in margins.items() if k in words and v is not None]
+    return "margins: " + ", ".join(parts) if parts else ""
+
+
+def _overall(rows: Sequence[Any]) -> list[Any]:
+    return [r for r in rows if r.category == "*"]
+
+
+def _interval_figure(plt: Any, rows: Sequence[Any], *, ratio: bool, confidence: float) -> Any:
+    """Candidate against primary per signal: the paired effect and its interval, the margin, no change."""
+    fig, ax = plt.subplots(figsize=(5.2, 0.9 + 0.42 * len(rows)))
+    y = np.arange(len(rows))
+    for i, r in enumerate(rows):
+        colour = _VERDICT_COLOUR.get(r.verdict or "", "#566573")
+        ax.errorbar(
+            [r.effect],
+            [i],
+            xerr=[[r.effect - r.ci_low], [r.ci_high - r.effect]],
+            fmt="o",
+            color=colour,
+            capsize=4,
+            markersize=5,
+        )
+        if r.margin is not None:
+            ax.plot([r.margin, r.margin], [i - 0.35, i + 0.35], color="#c0392b", linestyle="--", linewidth=1.2)
+    ax.axvline(1.0 if ratio else 0.0, color="#1c2833", linewidth=0.8)
+    ax.set_yticks(y, [r.signal if len(r.signal) <= 30 else r.signal[:29] + "…" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel(
+        f"candidate / primary ({confidence:.0%} CI)"
+        if ratio
+        else f"candidate minus primary, points ({confidence:.0%} CI)"
+    )
+    ax.set_title(
+        "ratios: latency, TTFT, tokens, cost" if ratio else "paired differences: error and pass rates",
+        fontsize=8.5,
+        loc="left",
+    )
+    return fig
+
+
+def _win_tie_loss_figure(plt: Any, rows: Sequence[Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(5.2, 0.9 + 0.36 * len(rows)))
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for attr, colour, label in (("wins", "#1e8449", "win"), ("ties", "#bdc3c7", "tie"), ("losses", "#c0392b", "loss")):
+        share = np.array([(getattr(r, attr) or 0) / max(1, r.n) for r in rows])
+        ax.barh(y, share, left=left, color=colour, height=0.6, label=label)
+        left += share
+    ax.set_yticks(y, [r.signal if len(r.signal) <= 30 else r.signal[:29] + "…" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(_percent())
+    ax.set_xlabel("share of pairs (win: the candidate passes where the primary fails, or is faster/cheaper)")
+    ax.legend(fontsize=7, frameon=False, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def shadow_figures(doc: HtmlDocument, report: Any, alpha: float) -> int:
+    """The pictures of one candidate's paired comparison (a `CandidateReport`): how many were drawn."""
+    plt = _pyplot()
+    confidence = 1.0 - 2.0 * alpha
+    overall = _overall(report.rows)
+    finite = [r for r in overall if r.effect is not None and r.ci_low is not None and r.ci_high is not None]
+    rates = [r for r in finite if r.kind in ("rate", "rate_up")]
+    ratios = [r for r in finite if r.kind == "ratio" or r.signal.endswith(("_p95", "_mean"))]
+    counted = [r for r in overall if r.wins is not None and r.n]
+    drawn = 0
+    with plt.rc_context(_style()):
+        doc.open_figures()
+        if rates:
+            doc.figure(
+                _interval_figure(plt, rates, ratio=False, confidence=confidence),
+                "Paired difference per signal with its interval; dashed red: the margin (worse beyond it); green not worse, amber undecided, red worse",
+            )
+            drawn += 1
+        if ratios:
+            doc.figure(
+                _interval_figure(plt, ratios, ratio=True, confidence=confidence),
+                "Candidate / primary ratio (p95 latency, p95 TTFT, mean tokens and cost) with its interval; dashed red: the margin",
+            )
+            drawn += 1
+        if counted:
+            doc.figure(_win_tie_loss_figure(plt, counted), "Wins, ties and losses of the candidate over the pairs")
+            drawn += 1
+        doc.close_figures()
+    return drawn
