@@ -280,7 +280,7 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
         assert r["blind"] is True and r["candidates"] == ["A", "B"] and r["category"] == tasks[r["task_id"]]["category"]
         assert r["scores"] == intended[(r["judge"], r["task_id"])]
     assert [r.get("comment") for r in records if r["judge"] == "alice"] == [NOTE + " 5 n p"] + [None] * 5
-    arbitration = read_jsonl(tmp_path / "round1" / "reviews.arbitrated.jsonl")
+    arbitration = read_jsonl(tmp_path / "round1" / "reviews.arbitration-verdicts.jsonl")
     assert [(a["task_id"], a["judge"], a["arbitration"]) for a in arbitration] == [(disputed, "carol", True)]
     assert arbitration[0]["scores"] == {label_of[(disputed, a)]: s for a, s in zip(answers, arbitrated)}
 
@@ -334,7 +334,7 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
                 "--tasks",
                 str(exported),
                 "--reviews",
-                str(tmp_path / "round1" / "reviews.arbitrated.jsonl"),
+                str(tmp_path / "round1" / "reviews.arbitration-verdicts.jsonl"),
                 "--out",
                 str(arb_report),
             ]
@@ -377,3 +377,19 @@ def test_tokens_are_kept_across_runs_and_only_new_names_get_new_ones(tmp_path: P
     assert second["reviewers"]["alice"] == first["reviewers"]["alice"]
     assert len({second["reviewers"]["alice"], second["reviewers"]["bob"], second["arbiters"]["carol"]}) == 3
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_on_a_narrow_screen_the_two_answers_stack_instead_of_squeezing_side_by_side(exported: Path, browser, tmp_path):
+    server = Server(tmp_path, "--tasks", str(exported), "--out", str(tmp_path / "r.jsonl"), "--reviewers", "alice")
+    try:
+        browser.get(server.links["alice"])
+        boxes = "return [1, 2].map(p => document.getElementById('answer-' + p).getBoundingClientRect().toJSON())"
+        wide = browser.execute_script(boxes)
+        assert wide[1]["left"] >= wide[0]["right"] and wide[1]["top"] == wide[0]["top"]  # side by side at 1280 px
+        browser.set_window_size(420, 900)
+        WebDriverWait(browser, 10).until(lambda d: d.execute_script("return window.innerWidth") <= 420)
+        narrow = browser.execute_script(boxes)
+        assert narrow[1]["top"] >= narrow[0]["bottom"], narrow  # Answer 2 below Answer 1
+        assert narrow[0]["width"] > 300  # each answer the width of the screen, not half of it
+    finally:
+        server.stop()
