@@ -301,9 +301,9 @@ def test_the_arbiter_reads_a_comment_in_their_own_numbering_and_verdicts_go_to_a
         assert status == 200
         # The words as written, each reference followed by the arbiter's number for the same answer.
         assert (
-            'Answer 1<mark class="ref">[your Answer 2]</mark> is wrong about the refund window; '
-            'answer 2<mark class="ref">[your Answer 1]</mark> is fine. '
-            'Reply #1<mark class="ref">[your Answer 2]</mark> also invents a fee.'
+            'Answer 1 <mark class="ref">[your Answer 2]</mark> is wrong about the refund window; '
+            'answer 2 <mark class="ref">[your Answer 1]</mark> is fine. '
+            'Reply #1 <mark class="ref">[your Answer 2]</mark> also invents a fee.'
         ) in page
         assert (
             "This reviewer saw the answers in another order: their Answer 1 is your Answer 2; their Answer 2 is your Answer 1."

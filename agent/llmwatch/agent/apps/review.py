@@ -484,7 +484,7 @@ def comment_html(comment: str, theirs: Sequence[str], mine: Sequence[str]) -> st
         n = int(m.group(2))
         out.append(_e(comment[last : m.end()]))
         if not same and 1 <= n <= len(theirs):
-            out.append(f'<mark class="ref">[your Answer {mine_pos[theirs[n - 1]]}]</mark>')
+            out.append(f' <mark class="ref">[your Answer {mine_pos[theirs[n - 1]]}]</mark>')
         last = m.end()
     out.append(_e(comment[last:]))
     return f'<p class="their-order">{_e(head)}</p><p class="text comment">{"".join(out)}</p>'

@@ -450,21 +450,20 @@ def _title(ax: Any, text: str, verdict: str) -> None:
     )
 
 
-def _mix_figure(plt: Any, sig: Signal, baseline_label: str, current_label: str) -> Any:
+def _mix_figure(plt: Any, sig: Signal) -> Any:
     shares: dict[str, list[float]] = sig.detail.get("shares_baseline_current") or {}
     # The largest moves first, at most 12 bars: a mix of 40 models is read by its movers.
     keys = sorted(shares, key=lambda k: -abs(shares[k][1] - shares[k][0]))[:12]
     y = np.arange(len(keys))
     fig, ax = plt.subplots(figsize=(4.6, 0.9 + 0.32 * len(keys)))
-    ax.barh(
-        y - 0.2, [shares[k][0] for k in keys], height=0.4, color=BASELINE_COLOUR, label=f"baseline {baseline_label}"
-    )
-    ax.barh(y + 0.2, [shares[k][1] for k in keys], height=0.4, color=CURRENT_COLOUR, label=f"current {current_label}")
+    # "baseline" and "current" only: the versions are in the page's subtitle, and a long name squeezes the bars.
+    ax.barh(y - 0.2, [shares[k][0] for k in keys], height=0.4, color=BASELINE_COLOUR, label="baseline")
+    ax.barh(y + 0.2, [shares[k][1] for k in keys], height=0.4, color=CURRENT_COLOUR, label="current")
     ax.set_yticks(y, [k if len(k) <= 28 else k[:27] + "…" for k in keys], fontsize=7)
     ax.invert_yaxis()
     ax.xaxis.set_major_formatter(_percent())
     ax.set_xlabel(f"share of calls (total variation {_num(sig.effect_size, '.3f')})")
-    ax.legend(fontsize=7, frameon=False, loc="best")
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, not over, the bars
     _title(ax, f"{sig.name} [{_route_label(sig.route)}]", sig.verdict)
     return fig
 
@@ -557,9 +556,7 @@ def _signal_figure(
     if sig.name == "failure_modes":
         return _failure_modes_figure(plt, sig, base, cur, baseline_label, current_label)
     if sig.name.startswith("input:mix:"):
-        return (
-            _mix_figure(plt, sig, baseline_label, current_label) if sig.detail.get("shares_baseline_current") else None
-        )
+        return _mix_figure(plt, sig) if sig.detail.get("shares_baseline_current") else None
     values = _reservoirs(sig, base, cur)
     if values is not None and values[0] and values[1]:
         return _distribution_figure(plt, sig, values[0], values[1], baseline_label, current_label)
