@@ -84,7 +84,7 @@ def sibling(out: Path, suffix: str) -> Path:
 
 # Arbitrated verdicts; `review import` writes the disputes themselves to `<stem>.disputes.jsonl`.
 VERDICTS_SUFFIX = ".arbitration-verdicts.jsonl"
-OLD_VERDICTS_SUFFIX = ".arbitrated.jsonl"  # the name before 0.x: a round begun with it keeps it
+OLD_VERDICTS_SUFFIX = ".arbitrated.jsonl"  # the earlier name: a round begun with it keeps it
 
 
 def verdicts_path(out: Path) -> Path:
