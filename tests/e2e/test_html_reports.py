@@ -38,6 +38,27 @@ def write_jsonl(path: Path, records) -> Path:
     return path
 
 
+ROUTES = ("/v1/chat/completions", "/v1/responses")
+TOPICS = (
+    ("invoice", "refund", "billing", "payment"),
+    ("password", "login", "account", "reset"),
+    ("shipping", "delivery", "parcel", "courier"),
+    ("python", "error", "install", "package"),
+)
+
+
+def spread(samples, rng, new_topic: float):
+    out = []
+    for i, s in enumerate(samples):
+        topic = TOPICS[3] if rng.random() < new_topic else TOPICS[int(rng.integers(3))]
+        request = {
+            "model": s.model,
+            "messages": [{"role": "user", "content": f"{' '.join(rng.choice(topic, 3))}: question {i % 40}"}],
+        }
+        out.append(s.model_copy(update={"route": ROUTES[i % 2], "request": request}))
+    return out
+
+
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory):
     """A baseline window and a current one that is slower and refuses more, as files on disk."""
@@ -45,6 +66,9 @@ def traffic(tmp_path_factory):
     rng = np.random.default_rng(7)
     base, base_scores, _ = window(rng, 400, Behaviour(), version=BASE, prefix="base")
     cur, cur_scores, _ = window(rng, 400, Behaviour(latency_ms=1700.0, refusal=0.09), version=CURRENT, prefix="cur")
+    # Two routes, as real traffic has (the signals are then tested across routes), and prompts on
+    # a few topics; a tenth of the current window asks about a topic the baseline never saw.
+    base, cur = spread(base, rng, new_topic=0.0), spread(cur, rng, new_topic=0.1)
     write_jsonl(root / "base" / "samples-20261201-0000.jsonl", base)
     write_jsonl(root / "cur" / "samples-20261202-0000.jsonl", cur)
     write_jsonl(root / "all" / "samples-20261201-0000.jsonl", base + cur)
@@ -144,6 +168,14 @@ def test_drift_html_report_is_one_offline_file_with_the_verdict_first_and_a_plot
     captions = [f.text for f in browser.find_elements(By.TAG_NAME, "figcaption")]
     # Every tested signal but the embedding has its baseline-vs-current picture, captioned with its test and effect.
     assert len(figures) == len(captions) >= 8
+    # Two routes: signals tested across them, and each family still drawn; the prompts on a 2-D map.
+    assert any(c.startswith("perf:latency_per_token_ms on all routes: drift") for c in captions), captions
+    for family in ("Inputs", "Behaviour", "Performance"):
+        drawn = browser.find_elements(
+            By.XPATH, f"//h2[starts-with(., '{family}:')]/following-sibling::div[1][@class='figs']//figure"
+        )
+        assert drawn, f"{family}: no plot"
+    assert any("each dot a prompt" in c for c in captions), captions
     latency = next(c for c in captions if c.startswith("perf:latency_per_token_ms"))
     assert "drift" in latency and "van_elteren statistic" in latency and "effect +" in latency
     headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
@@ -217,3 +249,64 @@ def test_html_needs_an_output_file_and_other_formats_are_unchanged(traffic: Path
     assert capsys.readouterr().err == "llmwatch: --format html writes a file: pass --out FILE.html\n"
     assert main(drift_args(traffic)) == 1
     assert capsys.readouterr().out.startswith("DRIFT: the current window behaves differently from the baseline\n")
+
+
+def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bars(browser, tmp_path: Path, capsys):
+    from llmwatch.core.pairs import Pair, PairScore
+    from llmwatch.core.records import Sample, Usage
+
+    rng = np.random.default_rng(3)
+    checks = {"refusal": (0.97, 0.93), "json_valid": (0.95, 0.955), "not_empty_or_truncated": (0.98, 0.98)}
+
+    def sample(i: int, side: str, ms: float, ttft: float, tokens: int, category: str) -> Sample:
+        return Sample(
+            id=f"{side}{i}", timestamp=1_700_000_000 + i, model="gpt-4o-mini", status=200, latency_ms=ms,
+            ttft_ms=ttft, usage=Usage(input_tokens=40, output_tokens=tokens), request={"messages": []},
+            response={"choices": [{"message": {"content": "answer " * (tokens // 10)}}]},
+            cost_usd=(40 * 0.15 + tokens * 0.6) / 1e6, metadata={"category": category},
+        )  # fmt: skip
+
+    pairs = []
+    for i in range(400):
+        category = ("billing", "login", "shipping")[i % 3]
+        ms, ttft, tokens = float(rng.lognormal(7.1, 0.3)), float(rng.lognormal(5.0, 0.3)), int(rng.lognormal(5.2, 0.3))
+        pairs.append(
+            Pair(
+                id=f"p{i}",
+                candidate=CURRENT,
+                timestamp=1_700_000_000 + i,
+                route="/v1/chat/completions",
+                category=category,
+                primary=sample(i, "p", ms, ttft, tokens, category),
+                shadow=sample(i, "s", ms * float(rng.lognormal(0.22, 0.1)), ttft * 0.95, int(tokens * 0.9), category),
+                primary_scores=[
+                    PairScore(check=c, result="pass" if rng.random() < a else "fail") for c, (a, _) in checks.items()
+                ],
+                shadow_scores=[
+                    PairScore(check=c, result="pass" if rng.random() < b else "fail") for c, (_, b) in checks.items()
+                ],
+            )  # fmt: skip
+        )
+    (tmp_path / "pairs").mkdir()
+    (tmp_path / "pairs" / "pairs-20261201-0000.jsonl").write_bytes(b"".join(p.to_json() + b"\n" for p in pairs))
+    out = tmp_path / "shadow.html"
+    code = main(["shadow", "report", "--pairs", str(tmp_path / "pairs"), "--format", "html", "--out", str(out)])
+    assert code == 1, capsys.readouterr()
+    assert_escaped(out.read_text())
+
+    open_offline(browser, out)
+    assert browser.find_element(By.ID, "verdict").text.startswith(
+        'candidate support-v2 <i>"beta"</i> & $5: WORSE on check:refusal, latency_p95'
+    )
+    meta = browser.find_element(By.CSS_SELECTOR, ".meta").text
+    assert meta.startswith(
+        "1 candidate(s); alpha 0.05; margins: pass rate at most 1 points lower, p95 latency at most x1.1"
+    )
+    captions = [f.text for f in browser.find_elements(By.TAG_NAME, "figcaption")]
+    assert [c.split(" with")[0] for c in captions] == [
+        "Paired difference per signal",
+        "Candidate / primary ratio (p95 latency, p95 TTFT, mean tokens and cost)",
+        "Wins, ties and losses of the candidate over the pairs",
+    ]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == 3
+    screenshot(browser, "shadow-report.png", tmp_path)

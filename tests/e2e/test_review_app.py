@@ -28,6 +28,7 @@ from llmwatch.agent.cli.main import main
 CRITERIA = ["accuracy", "completeness", "hallucination"]
 # Whatever could tell a reviewer which model wrote an answer; none of it may reach the browser.
 NOTE = "alice-private-note"
+BOB_SAYS = "Answer 1 gets the refund window wrong."
 SECRETS = (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample_id", "tasks.key")
 
 
@@ -137,7 +138,7 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
     vault.mkdir()
     key.rename(vault / key.name)
     out = tmp_path / "round1" / "reviews.jsonl"
-    args = ("--tasks", str(exported), "--out", str(out), "--reviewers", "alice,bob", "--arbiters", "carol")
+    args = ("--tasks", str(exported), "--out", str(out), "--reviewers", "alice,bob", "--arbiters", "erin")
     server = Server(tmp_path, *args)
     pages: list[str] = []
     requests: list[dict] = []
@@ -151,7 +152,7 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
     try:
         tokens_file = tmp_path / "round1" / "reviews.tokens.json"
         assert stat.S_IMODE(tokens_file.stat().st_mode) == 0o600
-        assert set(server.links) == {"alice", "bob", "carol"}
+        assert set(server.links) == {"alice", "bob", "erin"}
         alice_link = server.links["alice"]
 
         # alice: the first open task, scored from the keyboard; a reload mid-way changes nothing.
@@ -219,13 +220,23 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
                 a = scores[0]["accuracy"]
                 scores[0]["accuracy"] = a - 2 if a > 2 else a + 2
             intended[("bob", tid)] = {label_of[(tid, a)]: s for a, s in zip(answers, scores)}
-            keyboard_verdict(browser, scores)
+            if tid == disputed:
+                # His comment numbers the answers as he saw them; the arbiter must read it in hers.
+                ActionChains(browser).send_keys(
+                    "".join(str(scores[pos][c]) for c in CRITERIA for pos in (0, 1))
+                ).perform()
+                browser.find_element(By.NAME, "comment").send_keys(BOB_SAYS)
+                before = browser.current_url
+                browser.find_element(By.ID, "save").click()
+                WebDriverWait(browser, 15).until(lambda d, before=before: d.current_url != before)
+            else:
+                keyboard_verdict(browser, scores)
             visit_log()
         # The position of each answer is drawn per reviewer and task.
         assert any(seen_order[("alice", t)] != seen_order[("bob", t)] for t in order)
 
-        # carol arbitrates the one dispute, seeing both reviews but not who wrote them.
-        browser.get(server.links["carol"])
+        # erin arbitrates the one dispute, seeing both reviews but not who wrote them.
+        browser.get(server.links["erin"])
         assert browser.find_element(By.ID, "summary").text == "1 disputed task(s), 0 resolved."
         browser.find_element(By.CSS_SELECTOR, "a.dispute").click()
         assert task_id_of(browser.current_url) == disputed
@@ -238,6 +249,16 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
         ), reasons
         src = browser.page_source
         assert "alice" not in src and "bob" not in src
+        # Bob's "Answer 1" is the answer he saw first: erin reads it with her own number for it.
+        bobs_first = label_of[(disputed, seen_order[("bob", disputed)][0])]
+        erins = [label_of[(disputed, a)] for a in shown_answers(browser)]
+        comment = browser.find_element(By.CSS_SELECTOR, "section.review p.comment").text
+        if erins[0] == bobs_first:
+            assert comment == BOB_SAYS
+            assert "saw the answers in the same order as you" in browser.page_source
+        else:
+            assert comment == BOB_SAYS.replace("Answer 1", "Answer 1 [your Answer 2]", 1)
+            assert "their Answer 1 is your Answer 2; their Answer 2 is your Answer 1" in browser.page_source
         screenshot(browser, "arbitration.png", tmp_path)
         answers = shown_answers(browser)
         arbitrated = [judged(a) for a in answers]
@@ -280,8 +301,8 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
         assert r["blind"] is True and r["candidates"] == ["A", "B"] and r["category"] == tasks[r["task_id"]]["category"]
         assert r["scores"] == intended[(r["judge"], r["task_id"])]
     assert [r.get("comment") for r in records if r["judge"] == "alice"] == [NOTE + " 5 n p"] + [None] * 5
-    arbitration = read_jsonl(tmp_path / "round1" / "reviews.arbitrated.jsonl")
-    assert [(a["task_id"], a["judge"], a["arbitration"]) for a in arbitration] == [(disputed, "carol", True)]
+    arbitration = read_jsonl(tmp_path / "round1" / "reviews.arbitration-verdicts.jsonl")
+    assert [(a["task_id"], a["judge"], a["arbitration"]) for a in arbitration] == [(disputed, "erin", True)]
     assert arbitration[0]["scores"] == {label_of[(disputed, a)]: s for a, s in zip(answers, arbitrated)}
 
     # review import reads them as they are and finds the agreement computed independently here.
@@ -334,14 +355,14 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
                 "--tasks",
                 str(exported),
                 "--reviews",
-                str(tmp_path / "round1" / "reviews.arbitrated.jsonl"),
+                str(tmp_path / "round1" / "reviews.arbitration-verdicts.jsonl"),
                 "--out",
                 str(arb_report),
             ]
         )
         == 0
     )
-    assert orjson.loads(arb_report.read_bytes())["reviewers"] == ["carol"]
+    assert orjson.loads(arb_report.read_bytes())["reviewers"] == ["erin"]
 
 
 @pytest.mark.parametrize(
@@ -377,3 +398,19 @@ def test_tokens_are_kept_across_runs_and_only_new_names_get_new_ones(tmp_path: P
     assert second["reviewers"]["alice"] == first["reviewers"]["alice"]
     assert len({second["reviewers"]["alice"], second["reviewers"]["bob"], second["arbiters"]["carol"]}) == 3
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_on_a_narrow_screen_the_two_answers_stack_instead_of_squeezing_side_by_side(exported: Path, browser, tmp_path):
+    server = Server(tmp_path, "--tasks", str(exported), "--out", str(tmp_path / "r.jsonl"), "--reviewers", "alice")
+    try:
+        browser.get(server.links["alice"])
+        boxes = "return [1, 2].map(p => document.getElementById('answer-' + p).getBoundingClientRect().toJSON())"
+        wide = browser.execute_script(boxes)
+        assert wide[1]["left"] >= wide[0]["right"] and wide[1]["top"] == wide[0]["top"]  # side by side at 1280 px
+        browser.set_window_size(420, 900)
+        WebDriverWait(browser, 10).until(lambda d: d.execute_script("return window.innerWidth") <= 420)
+        narrow = browser.execute_script(boxes)
+        assert narrow[1]["top"] >= narrow[0]["bottom"], narrow  # Answer 2 below Answer 1
+        assert narrow[0]["width"] > 300  # each answer the width of the screen, not half of it
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@ bad input gets a 400 that names the problem; one person cannot both review and a
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -247,3 +248,74 @@ def test_one_person_cannot_both_review_and_arbitrate(tasks: Path, tmp_path: Path
         assert not (tmp_path / "r.tokens.json").exists()
     else:
         assert (tmp_path / "r.tokens.json").read_bytes() == tokens_before
+
+
+def test_a_port_in_use_is_one_line_naming_the_address_and_the_flag_like_the_proxy(tasks: Path, tmp_path: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        done = cli(
+            "review", "serve", "--tasks", str(tasks), "--out", str(tmp_path / "r.jsonl"),
+            "--reviewers", "alice", "--listen", address,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on {address} (--listen): " in done.stderr and "in use" in done.stderr
+    assert "port 0 picks a free one" in done.stderr
+    for noise in ("Traceback", "Errno", "Unclosed"):
+        assert noise not in done.stderr, done.stderr
+
+
+def _fields(task: dict, scores: dict[int, int]) -> dict[str, str]:
+    """A verdict giving position `pos` the score `scores[pos]` on every criterion, preferring neither."""
+    out = {f"s{pos}_{ci}": str(scores[pos]) for ci in range(len(task["criteria"])) for pos in (1, 2)}
+    out["preferred"] = "tie"
+    return out
+
+
+@pytest.mark.parametrize("round_begun_before", [False, True])
+def test_the_arbiter_reads_a_comment_in_their_own_numbering_and_verdicts_go_to_a_clearly_named_file(
+    tasks: Path, tmp_path: Path, round_begun_before: bool
+):
+    from llmwatch.agent.apps.review import positions
+
+    # A task that alice and the arbiter see in different orders: her "answer 1" is carol's Answer 2.
+    task = next(t for t in task_list(tasks) if positions("alice", t["task_id"]) != positions("carol", t["task_id"]))
+    tid = task["task_id"]
+    meant = positions("alice", tid)[0]
+    carol_pos = positions("carol", tid).index(meant) + 1
+    assert carol_pos == 2
+    out = tmp_path / "r.jsonl"
+    old = tmp_path / "r.arbitrated.jsonl"
+    if round_begun_before:
+        old.touch(mode=0o600)  # a round started before the rename: its verdicts file keeps its name
+    server = Server(
+        tmp_path, "--tasks", str(tasks), "--out", str(out), "--reviewers", "alice,bob", "--arbiters", "carol"
+    )
+    try:
+        comment = "Answer 1 is wrong about the refund window; answer 2 is fine. Reply #1 also invents a fee."
+        alice = {**_fields(task, {1: 1, 2: 5}), "comment": comment}
+        assert save(f"{server.links['alice']}/t/{tid}", alice)[0] == 303
+        assert save(f"{server.links['bob']}/t/{tid}", _fields(task, {1: 4, 2: 4}))[0] == 303  # 3 points apart: disputed
+        status, _, page = get(f"{server.links['carol']}/t/{tid}")
+        assert status == 200
+        # The words as written, each reference followed by the arbiter's number for the same answer.
+        assert (
+            'Answer 1 <mark class="ref">[your Answer 2]</mark> is wrong about the refund window; '
+            'answer 2 <mark class="ref">[your Answer 1]</mark> is fine. '
+            'Reply #1 <mark class="ref">[your Answer 2]</mark> also invents a fee.'
+        ) in page
+        assert (
+            "This reviewer saw the answers in another order: their Answer 1 is your Answer 2; their Answer 2 is your Answer 1."
+            in page
+        )
+        # Bob's review has no comment; nothing is said about his order.
+        assert page.count('class="their-order"') == 1
+        assert save(f"{server.links['carol']}/t/{tid}", _fields(task, {1: 2, 2: 5}))[0] == 303
+    finally:
+        server.stop()
+    new = tmp_path / "r.arbitration-verdicts.jsonl"
+    written, absent = (old, new) if round_begun_before else (new, old)
+    assert [(r["task_id"], r["judge"], r["arbitration"]) for r in whole_lines(written)] == [(tid, "carol", True)]
+    assert not absent.exists()
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600

@@ -609,6 +609,15 @@ def test_report_html_and_bad_input(tmp_path):
     assert out.returncode == 1, out.stderr
     html = (tmp_path / "r.html").read_text()
     assert "WORSE on check:ok" in html and "<table>" in html
+    # The subtitle says the margins in words, not as a Python dict.
+    meta = re.search(r'<div class="meta">([^<]*)</div>', html).group(1)
+    assert "{" not in meta and "margins: pass rate at most 5 points lower" in meta, meta
+    # The pictures: paired differences with intervals, latency ratios, win/tie/loss bars, inline SVG.
+    captions = re.findall(r"<figcaption>([^<]*)</figcaption>", html)
+    assert [c.split(" ", 2)[:2] for c in captions] == [["Paired", "difference"], ["Candidate", "/"], ["Wins,", "ties"]]
+    assert html.count("<svg") == 3 and "<img" not in html
+    legend = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", html))
+    assert "win" in legend and "tie" in legend and "loss" in legend and "check:ok" in legend
     # A broken line: exit 2, naming the file and line, no traceback.
     (pairs_dir / "pairs-20261201-0001.jsonl").write_text('{"schema": "llmwatch.pair/v1", "id": "x"}\n')
     out = report(pairs_dir)

@@ -213,17 +213,16 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all.
     assert report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
 
-    # Exactly one dispute, in the arbitration file, still blind.
+    # Exactly one dispute, in the disputes file (named so, beside the reviews), still blind.
     assert report["disputed"] == [dispute]
-    arbitration = read_jsonl(Path(report["arbitration_file"]))
+    assert Path(report["disputes_file"]).name.endswith(".disputes.jsonl")
+    assert report["arbitration_file"] == report["disputes_file"]  # the earlier key, for scripts that read it
+    arbitration = read_jsonl(Path(report["disputes_file"]))
     assert [a["task_id"] for a in arbitration] == [dispute]
     assert (
         arbitration[0]["reasons"][0]["kind"] == "score_gap" and arbitration[0]["reasons"][0]["criterion"] == "accuracy"
     )
-    assert (
-        V1 not in Path(report["arbitration_file"]).read_text()
-        and V2 not in Path(report["arbitration_file"]).read_text()
-    )
+    assert V1 not in Path(report["disputes_file"]).read_text() and V2 not in Path(report["disputes_file"]).read_text()
 
     # Unblinded: v2 refused the refund question, so its billing accuracy is the mean of what it got, by hand.
     key = orjson.loads(tasks_path.with_name("tasks.key.json").read_bytes())["tasks"]

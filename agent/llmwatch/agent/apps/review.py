@@ -17,7 +17,10 @@ Progress is the reviews file itself, so it survives a reload and a restart.
 A reviewer's page shows only that reviewer's own verdicts. Tasks whose reviews disagree
 (`scorers.review.dispute_reasons`, the same rule `review import` applies) are queued for the
 arbiters (`/arbitrate/<token>`), who see both reviews without the reviewers' names and record
-an arbitrated verdict, in the same format, in `<out stem>.arbitrated.jsonl`.
+an arbitrated verdict, in the same format, in `<out stem>.arbitration-verdicts.jsonl` (a round
+started before that name keeps its `<out stem>.arbitrated.jsonl`). The arbiter sees each review's
+comment with the reviewer's own numbering made explicit: the reviewer saw the answers in their
+own order, so "answer 1" in a comment is annotated with the arbiter's number for that answer.
 
 Tokens live in `<out stem>.tokens.json` (mode 0600) next to the reviews, so that a restart keeps
 every link. The token is the only credential: on loopback that is enough; anywhere else put the
@@ -34,6 +37,7 @@ import os
 import random
 import re
 import secrets
+import socket
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -76,6 +80,17 @@ def sibling(out: Path, suffix: str) -> Path:
     """reviews.jsonl -> reviews<suffix> in the same directory."""
     stem = out.name[: -len(out.suffix)] if out.suffix else out.name
     return out.with_name(stem + suffix)
+
+
+# Arbitrated verdicts; `review import` writes the disputes themselves to `<stem>.disputes.jsonl`.
+VERDICTS_SUFFIX = ".arbitration-verdicts.jsonl"
+OLD_VERDICTS_SUFFIX = ".arbitrated.jsonl"  # the earlier name: a round begun with it keeps it
+
+
+def verdicts_path(out: Path) -> Path:
+    """Where the arbitrated verdicts of the round whose reviews are `out` go (and are read from)."""
+    new, old = sibling(out, VERDICTS_SUFFIX), sibling(out, OLD_VERDICTS_SUFFIX)
+    return old if not new.exists() and (old.exists() or old.is_symlink()) else new
 
 
 def parse_people(spec: str | None, prefix: str) -> list[str]:
@@ -250,7 +265,7 @@ def load_state(tasks_path: Path, out_path: Path, reviewers: Sequence[str], arbit
     if not tasks:
         raise ReviewError(f"tasks file {tasks_path} holds no tasks; write some with `llmwatch review export`")
     make_dirs(out_path.parent)
-    arbitrated_path = sibling(out_path, ".arbitrated.jsonl")
+    arbitrated_path = verdicts_path(out_path)
     outs = {"reviews": AppendOnly(out_path), "arbitrated": AppendOnly(arbitrated_path)}
     for out in outs.values():
         if out.path.exists() or out.path.is_symlink():
@@ -298,6 +313,14 @@ kbd { border: 1px solid #aab7b8; border-bottom-width: 2px; border-radius: 3px; p
 button { font-size: 1em; padding: 6px 16px; }
 textarea { width: 100%; max-width: 700px; }
 .reviews { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; }
+.their-order { color: #566573; font-size: 0.85em; margin: 4px 0; }
+.comment { border-left: 3px solid #aab7b8; padding-left: 8px; }
+mark.ref { background: #ebf5fb; color: #1c2833; font-weight: 600; }
+/* A phone or a narrow window: one answer above the other, not two unreadable columns. */
+@media (max-width: 720px) {
+  .answers, .reviews { grid-template-columns: 1fr; }
+  main { padding: 10px 10px 40px; }
+}
 """
 
 
@@ -434,6 +457,37 @@ def _record(
     record["saved_at"] = datetime.now(timezone.utc).isoformat()
     Review.model_validate(record)  # the line `review import` will read back, checked before it is written
     return record
+
+
+# "answer 1", "Answer #2", "response 2", "reply 1" in a reviewer's comment: the reviewer's own numbering.
+_ANSWER_REF = re.compile(r"\b(answers?|responses?|repl(?:y|ies)|candidates?)\s*#?\s*([1-9])\b", re.IGNORECASE)
+
+
+def comment_html(comment: str, theirs: Sequence[str], mine: Sequence[str]) -> str:
+    """A reviewer's comment for the arbiter, who sees the answers in another order.
+
+    The reviewer's words are kept as written; every "answer N" in them gets the arbiter's number
+    for the answer the reviewer meant (their position N -> candidate label -> the arbiter's
+    position), and a line above says how the two numberings correspond, so that a reference the
+    pattern does not catch ("the first one", "the left answer") cannot mislead either.
+    """
+    mine_pos = {label: i for i, label in enumerate(mine, start=1)}
+    mapping = "; ".join(f"their Answer {i} is your Answer {mine_pos[label]}" for i, label in enumerate(theirs, start=1))
+    same = list(theirs) == list(mine)
+    head = (
+        "This reviewer saw the answers in the same order as you."
+        if same
+        else f"This reviewer saw the answers in another order: {mapping}. References below are theirs, with yours in brackets."
+    )
+    out, last = [], 0
+    for m in _ANSWER_REF.finditer(comment):
+        n = int(m.group(2))
+        out.append(_e(comment[last : m.end()]))
+        if not same and 1 <= n <= len(theirs):
+            out.append(f' <mark class="ref">[your Answer {mine_pos[theirs[n - 1]]}]</mark>')
+        last = m.end()
+    out.append(_e(comment[last:]))
+    return f'<p class="their-order">{_e(head)}</p><p class="text comment">{"".join(out)}</p>'
 
 
 def _reason_text(reason: Mapping[str, Any], order: Sequence[str], anon: Mapping[str, str]) -> str:
@@ -601,7 +655,7 @@ class ReviewApp:
             )
             pref = preference(r, task.criteria)
             pref_text = "tie" if pref == "tie" else f"Answer {order.index(pref) + 1}"
-            comment = f'<p class="text">{_e(r.comment)}</p>' if r.comment else ""
+            comment = comment_html(r.comment, positions(r.judge, task.task_id), order) if r.comment else ""
             panels.append(
                 f'<section class="panel review"><h3>{_e(anon[r.judge])}</h3><table class="scores"><tr><th></th>{head}</tr>{rows}'
                 f"<tr><th>preferred</th><td colspan={len(order)}>{_e(pref_text)}</td></tr></table>{comment}</section>"
@@ -740,16 +794,19 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
-async def serve(state: ReviewState, listen: str, public_url: str | None, out: Any = sys.stdout) -> int:
+async def serve(
+    state: ReviewState, listen: str, public_url: str | None, out: Any = sys.stdout, sock: socket.socket | None = None
+) -> int:
     from llmwatch.agent.signals import wait_for_signal
 
-    host, port = parse_listen(listen)
+    host, _ = parse_listen(listen)
+    sock = sock or listen_socket(listen)
     runner = web.AppRunner(build_app(state), access_log=None)  # access lines would carry the tokens
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.SockSite(runner, sock)
         await site.start()
-        bound = runner.addresses[0][1]
+        bound = sock.getsockname()[1]
         base = (public_url or f"http://{host if ':' not in host else f'[{host}]'}:{bound}").rstrip("/")
         if host not in ("127.0.0.1", "localhost", "::1") and not public_url:
             log.warning(
@@ -776,9 +833,18 @@ async def serve(state: ReviewState, listen: str, public_url: str | None, out: An
     return 0
 
 
+def listen_socket(listen: str) -> socket.socket:
+    """The bound socket, or the proxy's one-line `ListenError` naming --listen (a port in use, no permission)."""
+    from llmwatch.collectors.exporters.prometheus import bind_socket
+
+    return bind_socket(listen, "--listen")
+
+
 def run(tasks: str, out: str, listen: str, reviewers: str | None, arbiters: str | None, public_url: str | None) -> int:
     parse_listen(listen)  # a bad --listen is refused before any file is written
     state = load_state(Path(tasks), Path(out), parse_people(reviewers, "reviewer"), parse_people(arbiters, "arbiter"))
+    # Bound before the event loop and the logs start: a port in use is one line, like the proxy's.
+    sock = listen_socket(listen)
     from llmwatch.core.logs import configure_logging
 
     # Only once the inputs are good: a refused start prints its one line and nothing else.
@@ -786,12 +852,21 @@ def run(tasks: str, out: str, listen: str, reviewers: str | None, arbiters: str 
     try:
         import uvloop
 
-        return uvloop.run(serve(state, listen, public_url))
+        return uvloop.run(serve(state, listen, public_url, sock=sock))
     except ImportError:
-        return asyncio.run(serve(state, listen, public_url))
+        return asyncio.run(serve(state, listen, public_url, sock=sock))
 
 
-__all__ = ["run", "build_app", "load_state", "positions", "parse_people", "ReviewState"]
+__all__ = [
+    "run",
+    "build_app",
+    "comment_html",
+    "load_state",
+    "positions",
+    "parse_people",
+    "verdicts_path",
+    "ReviewState",
+]
 
 
 # Keyboard scoring: the form works without it (plain radios and a submit button).

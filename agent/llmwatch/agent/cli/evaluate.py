@@ -467,7 +467,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--key", help="key file (default: <tasks>.key.json next to the tasks)")
     p.add_argument("--reviews", required=True, help="reviews .jsonl, one review per line")
     p.add_argument("--out", help="write the JSON report here")
-    p.add_argument("--arbitration", help="disputed tasks .jsonl (default: <reviews>.arbitration.jsonl)")
+    p.add_argument(
+        "--disputes",
+        "--arbitration",  # the earlier name of the flag
+        dest="arbitration",
+        help="where to write the disputed tasks, for arbitration (.jsonl; default: <reviews>.disputes.jsonl)",
+    )
     p.add_argument(
         "--scores", help="scores with judge-check results made after the export (default: those recorded in the key)"
     )

@@ -405,14 +405,18 @@ def format_text(reports: Sequence[Any], alpha: float) -> str:
 
 
 def render_html(reports: Sequence[Any], margins: dict[str, Any], alpha: float) -> str:
-    from llmwatch.scorers.reports.html import HtmlDocument
+    from llmwatch.scorers.reports.html import HtmlDocument, margins_text, shadow_figures
 
-    doc = HtmlDocument("llmwatch shadow report", f"{len(reports)} candidate(s), alpha {alpha:g}, margins {margins}")
+    doc = HtmlDocument(
+        "llmwatch shadow report",
+        "; ".join(p for p in (f"{len(reports)} candidate(s)", f"alpha {alpha:g}", margins_text(margins)) if p),
+    )
     for report in reports:
         level = {"worse": "bad", "not_worse": "ok"}.get(report.verdict, "warn")
         doc.verdict(level, _headline(report), [f"worse on {s}" for s in report.worse_on])
         doc.heading(f"candidate {report.candidate}")
-        doc.table(HEADERS, table_rows(report), numeric=[2, 3, 4, 5, 8, 9])
+        shadow_figures(doc, report, alpha)
+        doc.table(HEADERS, table_rows(report), numeric=[2, 3, 4, 5, 6, 7, 8, 9])
         sim = report.similarity
         if sim.get("mean") is not None:
             doc.paragraph(f"Answer similarity within pairs (normalised text): {sim['mean']:.3f} over {sim['n']} pairs.")

@@ -24,7 +24,7 @@ from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
 from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
 
-__all__ = ["DriftReport", "DriftSettings", "Signal", "compare", "format_text", "settings_from_config"]
+__all__ = ["DriftReport", "DriftSettings", "Signal", "compare", "format_text", "settings_from_config", "tests_phrase"]
 
 
 @dataclass
@@ -38,6 +38,17 @@ class DriftReport:
     # Per family: verdict (inputs: stable|shifted|insufficient; others stable|drift|insufficient),
     # the names of its signals (most significant first) and what it was compared on.
     families: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The one count of tests every output (text, JSON, HTML) quotes, computed here once: signals
+    # whose p-value entered a multiple-testing correction (decisive), and those tested but shown
+    # only as context (raw totals, never corrected, never decide).
+    n_tests: int = field(init=False)
+    n_context_tests: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n_tests = sum(not math.isnan(s.p_adjusted) for s in self.signals)
+        self.n_context_tests = sum(
+            not s.decisive and not math.isnan(s.p_value) and math.isnan(s.p_adjusted) for s in self.signals
+        )
 
     @property
     def exit_code(self) -> int:
@@ -107,6 +118,12 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def tests_phrase(report: DriftReport) -> str:
+    """How many tests the correction covered, worded the same in the text and HTML reports."""
+    extra = f" (and {report.n_context_tests} context figure(s), uncorrected)" if report.n_context_tests else ""
+    return f"{report.n_tests} test{'s' if report.n_tests != 1 else ''}{extra}"
+
+
 def format_text(report: DriftReport) -> str:
     head = {
         "drift": "DRIFT: the current window behaves differently from the baseline",
@@ -127,7 +144,7 @@ def format_text(report: DriftReport) -> str:
         head,
         *families,
         f"baseline version {report.baseline_version}; current window: {report.n_current} samples of version(s) {', '.join(report.current_versions) or '-'}",
-        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {sum(not math.isnan(s.p_adjusted) for s in report.signals)} tests; performance margin {report.settings.performance_margin:.0%} per token",
+        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; performance margin {report.settings.performance_margin:.0%} per token",
         "",
         f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'n base/cur':>13}  direction / stratum",
     ]

@@ -661,7 +661,9 @@ def import_reviews(  # noqa: C901
     arb = (
         Path(arbitration_path)
         if arbitration_path
-        else Path(reviews_path).with_name(Path(reviews_path).stem + ".arbitration.jsonl")
+        # `.disputes.jsonl`: the tasks awaiting arbitration. (It was `.arbitration.jsonl`, next to the
+        # review app's `.arbitrated.jsonl` verdicts: two names a reader could not tell apart.)
+        else Path(reviews_path).with_name(Path(reviews_path).stem + ".disputes.jsonl")
     )
     atomic_write_bytes(arb, b"".join(orjson.dumps(d) + b"\n" for d in disputes))
 
@@ -724,7 +726,8 @@ def import_reviews(  # noqa: C901
         "versions": key.versions,
         "agreement": agreement,
         "disputed": [d["task_id"] for d in disputes],
-        "arbitration_file": str(arb),
+        "disputes_file": str(arb),
+        "arbitration_file": str(arb),  # the key's earlier name, kept for scripts that read it
         "human_scores": {v: dict(c) for v, c in human.items()},
         "preferences": prefs_v,
         "judge_calibration": calibration,
@@ -783,6 +786,6 @@ def format_import(report: Mapping[str, Any]) -> str:
     disputed = report["disputed"]
     lines += [
         "",
-        f"Disputed: {len(disputed)} task(s){': ' + ', '.join(disputed) if disputed else ''} -> {report['arbitration_file']}",
+        f"Disputed: {len(disputed)} task(s){': ' + ', '.join(disputed) if disputed else ''} -> {report['disputes_file']}",
     ]
     return "\n".join(lines)

@@ -27,8 +27,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from llmwatch.core.extras import require
-from llmwatch.scorers.drift.compare import DriftReport, Signal
-from llmwatch.scorers.drift.features import RouteStats
+from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
+from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
+from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport
 from llmwatch.scorers.stats.proportions import wilson_interval
 
@@ -63,9 +64,19 @@ def _e(value: Any) -> str:
 
 
 def _num(x: float | None, spec: str = ".3f") -> str:
+    """`x` formatted for a page: a minus sign (U+2212), not a hyphen, so that no browser breaks a number at it."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
-    return format(x, spec)
+    return format(x, spec).replace("-", "\u2212")
+
+
+def _p(x: float | None) -> str:
+    """A p-value in as few characters as it needs: 0.034, 0.0012, 3.1e−07, 0 only when it is 0."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if x == 0 or x >= 0.001:
+        return _num(x, ".2g" if x < 0.01 else ".3f")
+    return _num(x, ".1e")
 
 
 _CSS = """
@@ -87,7 +98,8 @@ h3 { font-size: 1.02em; margin: 20px 0 6px; }
 table { border-collapse: collapse; font-size: 0.82em; margin: 8px 0; }
 th, td { border: 1px solid #d5d8dc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f2f4f4; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.num { white-space: nowrap; }
 tr.drift td { background: #fdedec; }
 .figs { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 6px 0; background: #fff; border: 1px solid #e5e8e8; border-radius: 4px; padding: 6px; }
@@ -198,6 +210,12 @@ def _style() -> dict[str, Any]:
 # --- drift ----------------------------------------------------------------------------------
 
 
+def _ticks() -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(nbins=5)
+
+
 def _percent() -> Any:
     from matplotlib.ticker import PercentFormatter
 
@@ -216,10 +234,10 @@ def _family(sig: Signal) -> str:
 
 def _signal_caption(sig: Signal) -> str:
     parts = [
-        f"{sig.name} on {sig.route}: {sig.verdict}",
+        f"{sig.name} on {_route_label(sig.route)}: {sig.verdict}",
         f"{sig.test} statistic {_num(sig.statistic, '.4g')}",
-        f"p {_num(sig.p_value, '.2e')}",
-        f"p adjusted {_num(sig.p_adjusted, '.2e')}",
+        f"p {_p(sig.p_value)}",
+        f"p adjusted {_p(sig.p_adjusted)}",
         f"effect {_num(sig.effect_size, '+.3f')}",
         f"n {sig.n_baseline}/{sig.n_current}",
     ]
@@ -287,13 +305,16 @@ def _distribution_figure(
             alpha=0.35 if colour == BASELINE_COLOUR else 1.0,
         )
     ax.set_title(
-        f"{sig.name} [{sig.route}]  {sig.verdict.upper()}  ({'KS D' if sig.test == 'ks' else sig.test} {_num(sig.statistic, '.3f')}, p adj {_num(sig.p_adjusted, '.2g')})",
+        f"{sig.name} [{_route_label(sig.route)}]  {sig.verdict.upper()}  ({'KS D' if sig.test == 'ks' else sig.test} {_num(sig.statistic, '.3f')}, p adj {_p(sig.p_adjusted)})",
         fontsize=8.5,
         loc="left",
         color="#c0392b" if sig.verdict == "drift" else "#1c2833",
     )
     ax.set_ylabel("share of calls")
     ax.yaxis.set_major_formatter(_percent())
+    # Few ticks in short numbers: 0.00045 USD ticks every 0.00005 run into each other.
+    ax.xaxis.set_major_locator(_ticks())
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 5))
     ax.legend(fontsize=7, frameon=False, loc="upper right")
     return fig
 
@@ -329,7 +350,7 @@ def _pass_rate_figure(
     ax.set_xlabel("pass rate (Wilson 95% CI)")
     ax.invert_yaxis()
     ax.set_title(
-        f"{sig.name} [{sig.route}]  {sig.verdict.upper()}",
+        f"{sig.name} [{_route_label(sig.route)}]  {sig.verdict.upper()}",
         fontsize=9,
         loc="left",
         color="#c0392b" if sig.verdict == "drift" else "#1c2833",
@@ -363,7 +384,7 @@ def _failure_modes_figure(
     ax.set_ylabel("share of calls")
     ax.legend(fontsize=7, frameon=False)
     ax.set_title(
-        f"failure modes [{sig.route}]  {sig.verdict.upper()}",
+        f"failure modes [{_route_label(sig.route)}]  {sig.verdict.upper()}",
         fontsize=9,
         loc="left",
         color="#c0392b" if sig.verdict == "drift" else "#1c2833",
@@ -371,36 +392,214 @@ def _failure_modes_figure(
     return fig
 
 
+def _route_label(route: str) -> str:
+    return "all routes" if route == "*" else route
+
+
+def _pooled(routes: Mapping[str, RouteStats], route: str) -> RouteStats | None:
+    """The stats a signal of `route` was tested on: that route's, or all routes pooled for "*".
+
+    With more than one route the families test across routes (route is a stratum, not a split),
+    so a signal's route is "*" and its picture must pool the routes the same way.
+    """
+    if route in routes:
+        return routes[route]
+    if route != "*" or not routes:
+        return None
+    parts = list(routes.values())
+    checks: dict[str, CheckStats] = {}
+    for rs in parts:
+        for name, cs in rs.checks.items():
+            acc = checks.setdefault(name, CheckStats())
+            acc.n_pass += cs.n_pass
+            acc.n_fail += cs.n_fail
+            acc.n_error += cs.n_error
+            acc.n_skip += cs.n_skip
+            if cs.values is not None:
+                acc.values = _join(acc.values, cs.values)
+    metrics: dict[str, Distribution] = {}
+    for rs in parts:
+        for name, dist in rs.metrics.items():
+            metrics[name] = _join(metrics.get(name), dist)
+    modes: dict[str, int] = {}
+    for rs in parts:
+        for mode, count in rs.failure_modes.items():
+            modes[mode] = modes.get(mode, 0) + count
+    return RouteStats(
+        n=sum(rs.n for rs in parts),
+        checks=checks,
+        metrics=metrics,
+        failure_modes=modes,
+        rows=[row for rs in parts for row in rs.rows],
+    )
+
+
+def _join(a: Distribution | None, b: Distribution) -> Distribution:
+    # Only the reservoir is drawn; the summary fields of the pooled distribution are not shown.
+    if a is None:
+        return b.model_copy()
+    return a.model_copy(update={"n": a.n + b.n, "reservoir": a.reservoir + b.reservoir})
+
+
+def _title(ax: Any, text: str, verdict: str) -> None:
+    ax.set_title(
+        f"{text}  {verdict.upper()}",
+        fontsize=8.5,
+        loc="left",
+        color="#c0392b" if verdict in ("drift", "shifted", "changed") else "#1c2833",
+    )
+
+
+def _mix_figure(plt: Any, sig: Signal) -> Any:
+    shares: dict[str, list[float]] = sig.detail.get("shares_baseline_current") or {}
+    # The largest moves first, at most 12 bars: a mix of 40 models is read by its movers.
+    keys = sorted(shares, key=lambda k: -abs(shares[k][1] - shares[k][0]))[:12]
+    y = np.arange(len(keys))
+    fig, ax = plt.subplots(figsize=(4.6, 0.9 + 0.32 * len(keys)))
+    # "baseline" and "current" only: the versions are in the page's subtitle, and a long name squeezes the bars.
+    ax.barh(y - 0.2, [shares[k][0] for k in keys], height=0.4, color=BASELINE_COLOUR, label="baseline")
+    ax.barh(y + 0.2, [shares[k][1] for k in keys], height=0.4, color=CURRENT_COLOUR, label="current")
+    ax.set_yticks(y, [k if len(k) <= 28 else k[:27] + "…" for k in keys], fontsize=7)
+    ax.invert_yaxis()
+    ax.xaxis.set_major_formatter(_percent())
+    ax.set_xlabel(f"share of calls (total variation {_num(sig.effect_size, '.3f')})")
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, not over, the bars
+    _title(ax, f"{sig.name} [{_route_label(sig.route)}]", sig.verdict)
+    return fig
+
+
+# At most this many prompts a side in the map: enough to see a shift, small enough for an inline SVG.
+MAP_POINTS = 400
+
+
+def _prompt_vectors(rows: Sequence[Row], space: str) -> np.ndarray:
+    have = [r for r in rows if space_of(r) == space][:MAP_POINTS]
+    return unpack_vectors(have) if have else np.zeros((0, 0))
+
+
+def prompt_map(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Baseline and current prompt vectors projected on the first two principal components of both together.
+
+    The vectors are the ones the drift compared (MiniLM embeddings, or hashed words without them);
+    rows are already a deterministic reservoir, so the first MAP_POINTS of each side are a uniform
+    subset. Returns (baseline xy, current xy, share of variance the two axes show), or None when
+    the two sides carry no vectors of one space or every prompt is the same.
+    """
+    spaces = {space_of(r) for r in base_rows} & {space_of(r) for r in cur_rows} - {""}
+    if not spaces:
+        return None
+    space = max(spaces, key=lambda sp: sum(space_of(r) == sp for r in (*base_rows, *cur_rows)))
+    B, C = _prompt_vectors(base_rows, space), _prompt_vectors(cur_rows, space)
+    if not len(B) or not len(C):
+        return None
+    X = np.vstack([B, C])
+    X = X - X.mean(0)
+    _, sv, vt = np.linalg.svd(X, full_matrices=False)
+    total = float((sv**2).sum())
+    if total <= 1e-12:
+        return None
+    xy = X @ vt[:2].T
+    if xy.shape[1] < 2:
+        xy = np.hstack([xy, np.zeros((len(xy), 1))])
+    return xy[: len(B)], xy[len(B) :], float((sv[:2] ** 2).sum() / total)
+
+
+def _prompt_map_figure(
+    plt: Any,
+    points: tuple[np.ndarray, np.ndarray, float],
+    sig: Signal | None,
+    baseline_label: str,
+    current_label: str,
+) -> Any:
+    b, c, shown = points
+    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    ax.scatter(
+        b[:, 0],
+        b[:, 1],
+        s=9,
+        color=BASELINE_COLOUR,
+        alpha=0.45,
+        label=f"baseline {baseline_label} (n {len(b)})",
+        linewidths=0,
+    )
+    ax.scatter(
+        c[:, 0],
+        c[:, 1],
+        s=9,
+        color=CURRENT_COLOUR,
+        alpha=0.45,
+        marker="^",
+        label=f"current {current_label} (n {len(c)})",
+        linewidths=0,
+    )
+    ax.set_xlabel("principal component 1")
+    ax.set_ylabel("principal component 2")
+    ax.legend(fontsize=7, frameon=False, loc="best")
+    _title(
+        ax,
+        f"prompt space (PCA, {shown:.0%} of variance)"
+        + (f"  separation {_num(sig.effect_size, '.2f')}" if sig and not math.isnan(sig.effect_size) else ""),
+        sig.verdict if sig is not None else "",
+    )
+    return fig
+
+
+def _signal_figure(
+    plt: Any, sig: Signal, base: RouteStats, cur: RouteStats, baseline_label: str, current_label: str
+) -> Any | None:
+    """The baseline-vs-current picture of one signal, None when it has none (the answer embedding)."""
+    if sig.name.startswith("pass_rate:"):
+        check = sig.name.split(":", 1)[1]
+        if check in base.checks and check in cur.checks:
+            return _pass_rate_figure(plt, sig, base, cur, baseline_label, current_label)
+        return None
+    if sig.name == "failure_modes":
+        return _failure_modes_figure(plt, sig, base, cur, baseline_label, current_label)
+    if sig.name.startswith("input:mix:"):
+        return _mix_figure(plt, sig) if sig.detail.get("shares_baseline_current") else None
+    values = _reservoirs(sig, base, cur)
+    if values is not None and values[0] and values[1]:
+        return _distribution_figure(plt, sig, values[0], values[1], baseline_label, current_label)
+    return None
+
+
+_ORDER = {"drift": 0, "shifted": 0, "changed": 1, "stable": 2, "insufficient": 3}
+
+
 def render_drift(
     report: DriftReport, baseline_routes: Mapping[str, RouteStats], current_routes: Mapping[str, RouteStats]
 ) -> str:
-    """The drift report: verdict, the signal table, then baseline-vs-current plots by family."""
+    """The drift report: verdict, the signal table, then baseline-vs-current plots by family, drifted first."""
     plt = _pyplot()
     current_label = ", ".join(report.current_versions) or "-"
     doc = HtmlDocument("llmwatch drift report", f"baseline {report.baseline_version} vs current {current_label}")
-    drifting = [s for s in report.signals if s.verdict == "drift"]
-    tested = [s for s in report.signals if not math.isnan(s.p_value)]
+    drifting = [s for s in report.signals if s.verdict in ("drift", "shifted")]
     head, level = {
         "drift": ("DRIFT: the current window behaves differently from the baseline", "bad"),
         "stable": ("STABLE: no signal differs from the baseline beyond chance", "ok"),
         "insufficient": (
-            f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides)",
+            f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
             "warn",
         ),
     }[report.verdict]
     points = [
-        f"{s.name} on {s.route}: {s.direction or 'changed'} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_num(s.p_adjusted, '.2g')})"
+        f"{s.name} on {_route_label(s.route)}: {s.direction or 'changed'} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
         for s in drifting[:8]
+    ]
+    points += [
+        f"{name}: {info['verdict']}{'' if name in report.settings.fail_on else ' (does not fail the run)'}{' - ' + info['reason'] if info.get('reason') else ''}"
+        for name, info in report.families.items()
     ]
     points.append(
         f"baseline version {report.baseline_version}; current window {report.n_current} samples of version(s) {current_label}"
     )
     points.append(
-        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {len(tested)} tests; exit code {report.exit_code}"
+        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; exit code {report.exit_code}"
     )
     doc.verdict(level, head, points)
 
     doc.heading("Signals")
+    ordered = sorted(report.signals, key=lambda s: _ORDER.get(s.verdict, 4))  # stable sort: the report's ranking within
     doc.table(
         [
             "verdict",
@@ -420,53 +619,66 @@ def render_drift(
                 s.verdict,
                 _family(s),
                 s.name,
-                s.route,
+                _route_label(s.route),
                 s.test,
                 _num(s.statistic, ".4g"),
-                _num(s.p_value, ".2e"),
-                _num(s.p_adjusted, ".2e"),
+                _p(s.p_value),
+                _p(s.p_adjusted),
                 _num(s.effect_size, "+.3f"),
                 f"{s.n_baseline}/{s.n_current}",
                 s.direction,
             ]
-            for s in report.signals
+            for s in ordered
         ],
         numeric=(5, 6, 7, 8, 9),
-        row_classes=["drift" if s.verdict == "drift" else "" for s in report.signals],
+        row_classes=["drift" if s.verdict in ("drift", "shifted") else "" for s in ordered],
     )
     with plt.rc_context(_style()):
         for family, title in (("inputs", "Inputs"), ("behaviour", "Behaviour"), ("performance", "Performance")):
-            signals = [s for s in report.signals if _family(s) == family]
+            signals = [s for s in ordered if _family(s) == family]
             if not signals:
                 continue
             doc.heading(f"{title}: baseline vs current")
             doc.open_figures()
+            notes: list[str] = []
+            mapped = False
             for sig in signals:
-                base, cur = baseline_routes.get(sig.route), current_routes.get(sig.route)
+                base, cur = _pooled(baseline_routes, sig.route), _pooled(current_routes, sig.route)
                 if base is None or cur is None:
+                    notes.append(f"{sig.name} [{_route_label(sig.route)}]: no per-route data to draw")
                     continue
-                fig = None
-                if sig.name.startswith("pass_rate:"):
-                    check = sig.name.split(":", 1)[1]
-                    if check in base.checks and check in cur.checks:
-                        fig = _pass_rate_figure(plt, sig, base, cur, report.baseline_version, current_label)
-                elif sig.name == "failure_modes":
-                    fig = _failure_modes_figure(plt, sig, base, cur, report.baseline_version, current_label)
-                else:
-                    values = _reservoirs(sig, base, cur)
-                    if values is not None and values[0] and values[1]:
-                        fig = _distribution_figure(
-                            plt, sig, values[0], values[1], report.baseline_version, current_label
+                if sig.name in ("input:prompt_embedding", "input:prompt_words"):
+                    pts = prompt_map(base.rows, cur.rows)
+                    if pts is not None:
+                        mapped = True
+                        doc.figure(
+                            _prompt_map_figure(plt, pts, sig, report.baseline_version, current_label),
+                            _signal_caption(sig)
+                            + "; each dot a prompt, baseline and current projected on the same two axes",
                         )
+                    continue
+                if sig.name == "embedding":
+                    notes.append(
+                        f"{_signal_caption(sig)}; centroid cosine {sig.detail.get('centroid_cosine', '-')} (no 1-D picture of a 384-dimension distribution)"
+                    )
+                    continue
+                fig = _signal_figure(plt, sig, base, cur, report.baseline_version, current_label)
                 if fig is not None:
                     doc.figure(fig, _signal_caption(sig))
+                elif not math.isnan(sig.p_value):
+                    notes.append(f"{_signal_caption(sig)} (no values kept to draw)")
+            if family == "inputs" and not mapped:
+                # The map of what was asked even when no prompt-vector test ran (too few vectors a side).
+                base, cur = _pooled(baseline_routes, "*"), _pooled(current_routes, "*")
+                pts = prompt_map(base.rows, cur.rows) if base is not None and cur is not None else None
+                if pts is not None:
+                    doc.figure(
+                        _prompt_map_figure(plt, pts, None, report.baseline_version, current_label),
+                        "prompt space: each dot a prompt, baseline and current projected on the same two axes (not tested)",
+                    )
             doc.close_figures()
-            untested = [s for s in signals if s.name == "embedding"]
-            for s in untested:
-                doc.paragraph(
-                    f"{s.name} [{s.route}]: {_signal_caption(s)}; centroid cosine {s.detail.get('centroid_cosine', '-')} (no 1-D picture of a 384-dimension distribution)",
-                    "note",
-                )
+            for note in notes:
+                doc.paragraph(note, "note")
     return doc.render()
 
 
@@ -685,3 +897,107 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
                 numeric=(1, 2, 3, 4, 5),
             )
     return doc.render()
+
+
+# --- shadow report ---------------------------------------------------------------------------
+
+_VERDICT_COLOUR = {"worse": "#c0392b", "not_worse": "#1e8449", "inconclusive": "#b9770e"}
+
+
+def margins_text(margins: Mapping[str, Any]) -> str:
+    """The non-inferiority margins as a reader says them (the `shadow.margins` section's keys)."""
+    words = {
+        "pass_rate_points": ("pass rate", "at most {:g} points lower"),
+        "error_rate_points": ("error rate", "at most {:g} points higher"),
+        "p95_latency_ratio": ("p95 latency", "at most x{:g}"),
+        "p95_ttft_ratio": ("p95 TTFT", "at most x{:g}"),
+        "cost_ratio": ("mean cost", "at most x{:g}"),
+    }
+    parts = [f"{words[k][0]} {words[k][1].format(v)}" for k, v in margins.items() if k in words and v is not None]
+    return "margins: " + ", ".join(parts) if parts else ""
+
+
+def _overall(rows: Sequence[Any]) -> list[Any]:
+    return [r for r in rows if r.category == "*"]
+
+
+def _interval_figure(plt: Any, rows: Sequence[Any], *, ratio: bool, confidence: float) -> Any:
+    """Candidate against primary per signal: the paired effect and its interval, the margin, no change."""
+    fig, ax = plt.subplots(figsize=(5.2, 0.9 + 0.42 * len(rows)))
+    y = np.arange(len(rows))
+    for i, r in enumerate(rows):
+        colour = _VERDICT_COLOUR.get(r.verdict or "", "#566573")
+        ax.errorbar(
+            [r.effect],
+            [i],
+            xerr=[[r.effect - r.ci_low], [r.ci_high - r.effect]],
+            fmt="o",
+            color=colour,
+            capsize=4,
+            markersize=5,
+        )
+        if r.margin is not None:
+            ax.plot([r.margin, r.margin], [i - 0.35, i + 0.35], color="#c0392b", linestyle="--", linewidth=1.2)
+    ax.axvline(1.0 if ratio else 0.0, color="#1c2833", linewidth=0.8)
+    ax.set_yticks(y, [r.signal if len(r.signal) <= 30 else r.signal[:29] + "…" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel(
+        f"candidate / primary ({confidence:.0%} CI)"
+        if ratio
+        else f"candidate minus primary, points ({confidence:.0%} CI)"
+    )
+    ax.set_title(
+        "ratios: latency, TTFT, tokens, cost" if ratio else "paired differences: error and pass rates",
+        fontsize=8.5,
+        loc="left",
+    )
+    return fig
+
+
+def _win_tie_loss_figure(plt: Any, rows: Sequence[Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(5.2, 0.9 + 0.36 * len(rows)))
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for attr, colour, label in (("wins", "#1e8449", "win"), ("ties", "#bdc3c7", "tie"), ("losses", "#c0392b", "loss")):
+        share = np.array([(getattr(r, attr) or 0) / max(1, r.n) for r in rows])
+        ax.barh(y, share, left=left, color=colour, height=0.6, label=label)
+        left += share
+    ax.set_yticks(y, [r.signal if len(r.signal) <= 30 else r.signal[:29] + "…" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(_percent())
+    ax.set_xlabel("share of pairs (win: the candidate passes where the primary fails, or is faster/cheaper)")
+    ax.legend(fontsize=7, frameon=False, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def shadow_figures(doc: HtmlDocument, report: Any, alpha: float) -> int:
+    """The pictures of one candidate's paired comparison (a `CandidateReport`): how many were drawn."""
+    plt = _pyplot()
+    confidence = 1.0 - 2.0 * alpha
+    overall = _overall(report.rows)
+    finite = [r for r in overall if r.effect is not None and r.ci_low is not None and r.ci_high is not None]
+    rates = [r for r in finite if r.kind in ("rate", "rate_up")]
+    ratios = [r for r in finite if r.kind == "ratio" or r.signal.endswith(("_p95", "_mean"))]
+    counted = [r for r in overall if r.wins is not None and r.n]
+    drawn = 0
+    with plt.rc_context(_style()):
+        doc.open_figures()
+        if rates:
+            doc.figure(
+                _interval_figure(plt, rates, ratio=False, confidence=confidence),
+                "Paired difference per signal with its interval; dashed red: the margin (worse beyond it); green not worse, amber undecided, red worse",
+            )
+            drawn += 1
+        if ratios:
+            doc.figure(
+                _interval_figure(plt, ratios, ratio=True, confidence=confidence),
+                "Candidate / primary ratio (p95 latency, p95 TTFT, mean tokens and cost) with its interval; dashed red: the margin",
+            )
+            drawn += 1
+        if counted:
+            doc.figure(_win_tie_loss_figure(plt, counted), "Wins, ties and losses of the candidate over the pairs")
+            drawn += 1
+        doc.close_figures()
+    return drawn

@@ -1,0 +1,135 @@
+"""`llmwatch drift` on traffic of more than one route, as real traffic is: the HTML report draws
+every family, and the text, JSON and HTML outputs of one run quote the same number of tests.
+
+Real files and the real command (`main`), no browser: tests/e2e/test_html_reports.py opens the
+pages in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from synthetic import Behaviour, window  # noqa: E402
+
+from llmwatch.agent.cli.main import main  # noqa: E402
+
+pytest.importorskip("matplotlib")
+
+ROUTES = ("/v1/chat/completions", "/v1/responses")
+TOPICS = (
+    ("invoice", "refund", "billing", "payment"),
+    ("password", "login", "account", "reset"),
+    ("shipping", "delivery", "parcel", "courier"),
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cli_leaves_logging_alone():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
+        yield
+
+
+def _spread(samples, rng):
+    """Alternate the samples over two routes and give each a prompt of one of three topics."""
+    out = []
+    for i, s in enumerate(samples):
+        words = " ".join(rng.choice(TOPICS[int(rng.integers(len(TOPICS)))], 3))
+        request = {"model": s.model, "messages": [{"role": "user", "content": f"{words}: question {i % 40}"}]}
+        out.append(s.model_copy(update={"route": ROUTES[i % 2], "request": request}))
+    return out
+
+
+def _write(path: Path, records) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
+
+
+@pytest.fixture(scope="module")
+def two_routes(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("two-routes")
+    rng = np.random.default_rng(11)
+    base, base_scores, _ = window(rng, 400, Behaviour(), version="v1", prefix="base")
+    cur, cur_scores, _ = window(rng, 400, Behaviour(latency_ms=1700.0, refusal=0.09), version="v2", prefix="cur")
+    _write(root / "base" / "samples-20261201-0000.jsonl", _spread(base, rng))
+    _write(root / "cur" / "samples-20261202-0000.jsonl", _spread(cur, rng))
+    _write(root / "base-scores.jsonl", base_scores)
+    _write(root / "cur-scores.jsonl", cur_scores)
+    (root / "llmwatch.yaml").write_text(yaml.safe_dump({"scoring": {"embeddings": False}}))
+    freeze = ["baseline", "freeze", "--config", str(root / "llmwatch.yaml"), "--samples", str(root / "base")]
+    freeze += ["--scores", str(root / "base-scores.jsonl"), "--model-version", "v1", "--out", str(root / "b.json")]
+    assert main(freeze) == 0
+    return root
+
+
+def drift(root: Path, *extra: str) -> list[str]:
+    return [
+        "drift",
+        *("--config", str(root / "llmwatch.yaml"), "--baseline", str(root / "b.json")),
+        *("--samples", str(root / "cur"), "--scores", str(root / "cur-scores.jsonl")),
+        *extra,
+    ]
+
+
+def sections(html: str) -> dict[str, str]:
+    """The page's h2 sections by heading text."""
+    parts = re.split(r"<h2>", html)[1:]
+    return {p.split("</h2>", 1)[0]: p.split("</h2>", 1)[1] for p in parts}
+
+
+def test_multi_route_drift_html_draws_every_family(two_routes: Path, tmp_path: Path, capsys):
+    out = tmp_path / "drift.html"
+    assert main(drift(two_routes, "--format", "html", "--out", str(out))) == 1
+    capsys.readouterr()
+    html = out.read_text()
+    # The signals are tested across routes (route "*"): their pictures pool the routes the same way.
+    assert "<td>all routes</td>" in html
+    by_heading = sections(html)
+    for family in ("Inputs", "Behaviour", "Performance"):
+        body = by_heading[f"{family}: baseline vs current"]
+        assert body.count("<svg") >= 1, f"{family}: no plot"
+    # The prompt space: baseline and current prompts on one 2-D map.
+    assert "prompt space (PCA" in by_heading["Inputs: baseline vs current"]
+    # Pass rates with their intervals, answer-length distributions, failure-mode bars.
+    behaviour = by_heading["Behaviour: baseline vs current"]
+    assert "pass rate (Wilson 95% CI)" in behaviour and "failure modes [all routes]" in behaviour
+    # Drifted signals first: the first figure of performance is the one that drifted.
+    perf_captions = re.findall(r"<figcaption>([^<]*)</figcaption>", by_heading["Performance: baseline vs current"])
+    assert perf_captions[0].startswith("perf:latency_per_token_ms on all routes: drift"), perf_captions
+    # No external resource: the page is one file.
+    assert not re.search(r"""(src|href)=["']https?:""", html)
+
+
+def test_text_json_and_html_quote_one_count_of_tests(two_routes: Path, tmp_path: Path, capsys):
+    assert main(drift(two_routes, "--format", "json")) == 1
+    report = json.loads(capsys.readouterr().out)
+    n, context = report["n_tests"], report["n_context_tests"]
+    # The count is what the correction covered: every signal with an adjusted p-value.
+    assert n == sum(s["p_adjusted"] is not None for s in report["signals"])  # NaN is written as null
+    assert n > 0 and context > 0
+    phrase = f"correction over {n} tests (and {context} context figure(s), uncorrected)"
+    assert main(drift(two_routes)) == 1
+    assert phrase in capsys.readouterr().out
+    out = tmp_path / "drift.html"
+    assert main(drift(two_routes, "--format", "html", "--out", str(out))) == 1
+    assert phrase in out.read_text()
+
+
+def test_p_values_on_the_page_do_not_break_inside_a_number(two_routes: Path, tmp_path: Path, capsys):
+    out = tmp_path / "drift.html"
+    assert main(drift(two_routes, "--format", "html", "--out", str(out))) == 1
+    html = out.read_text()
+    cells = re.findall(r"<td class=n>([^<]*)</td>", html)
+    assert cells and all("-" not in c or c == "-" for c in cells), "a hyphen is a line-break opportunity"
+    assert re.search(r"td\.n \{[^}]*white-space: nowrap", html)
+    # Short p-values: two significant digits in exponent form (3.1e−07), a negative number with a minus sign.
+    assert re.search(r"<td class=n>\d\.\de\u2212\d\d</td>", html)
