@@ -134,6 +134,15 @@ class DriftSection(Section):
     # Unmatched prompts are compared (within strata) only while they differ from the baseline's
     # by less than this separation; beyond it only repeated / near-duplicate prompts are compared.
     max_unmatched_separation: float = Field(0.15, ge=0, le=1)
+    # The pager (scorers/llmwatch/scorers/drift/pager.py): anytime-valid evidence per signal, updated
+    # with every scored sample, behind the LLMWatchDriftEvidence alert. Off: only the fixed window.
+    pager: bool = True
+    # The pager's false-alarm budget: a stable version pages at most this many times per 30 days
+    # in expectation, at any traffic rate (alpha spread over its signals and over epochs).
+    false_pages_per_30d: float = Field(1.0, gt=0, le=30)
+    # Each epoch (of sample time) starts the pager's evidence afresh; longer epochs lower the bar
+    # a signal must reach (more alpha per epoch) but carry a stable stretch's evidence longer.
+    pager_epoch_s: float = Field(7 * 86_400.0, ge=3600, le=30 * 86_400)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)
