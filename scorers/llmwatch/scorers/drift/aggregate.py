@@ -51,7 +51,7 @@ def pager_settings(drift: DriftSection) -> PagerSettings | None:
         return None
     return PagerSettings(
         false_pages_per_30d=drift.false_pages_per_30d,
-        epoch_s=drift.pager_epoch_s,
+        samples_per_s=drift.pager_samples_per_s,
         min_pass_rate_change=drift.min_pass_rate_change,
         min_relative_change=drift.min_relative_change,
         performance_margin=drift.performance_margin,

@@ -138,11 +138,13 @@ class DriftSection(Section):
     # with every scored sample, behind the LLMWatchDriftEvidence alert. Off: only the fixed window.
     pager: bool = True
     # The pager's false-alarm budget: a stable version pages at most this many times per 30 days
-    # in expectation, at any traffic rate (alpha spread over its signals and over epochs).
+    # in expectation (spread over its signals) at `pager_samples_per_s` scored samples per second;
+    # at more traffic than that, proportionally more often. Lower it to page less, at the cost of
+    # a longer wait for a real regression (log of the budget, not the budget, sets the delay).
     false_pages_per_30d: float = Field(1.0, gt=0, le=30)
-    # Each epoch (of sample time) starts the pager's evidence afresh; longer epochs lower the bar
-    # a signal must reach (more alpha per epoch) but carry a stable stretch's evidence longer.
-    pager_epoch_s: float = Field(7 * 86_400.0, ge=3600, le=30 * 86_400)
+    # The scored samples per second (per model version) the budget above is stated at: set it to
+    # your sampled traffic rate or above.
+    pager_samples_per_s: float = Field(1.0, gt=0, le=10_000)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)

@@ -41,15 +41,15 @@ class DriftMetrics(MetricGroup):
         "llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"]
     )
 
-    # The pager (pager.py): anytime-valid evidence per signal, what LLMWatchDriftEvidence reads.
+    # The pager (pager.py): e-detector evidence per signal, what LLMWatchDriftEvidence reads.
     drift_evidence = gauge(
         "llmwatch_drift_evidence",
-        "E-value of each drift signal against the frozen baseline, this epoch (anytime-valid; decisive at the threshold).",
+        "Evidence (e-detector value) that a drift signal changed for the worse against the frozen baseline; decisive at the threshold.",
         ["signal", "family", "model_version", "gen_ai_operation_name"],
     )
     drift_evidence_threshold = gauge(
         "llmwatch_drift_evidence_threshold",
-        "E-value at which a drift signal is decisive: 1/alpha, alpha spread over signals and epochs from drift.false_pages_per_30d.",
+        "Evidence at which a drift signal is decisive: signals x samples per 30 days / drift.false_pages_per_30d.",
         ["signal", "family", "model_version", "gen_ai_operation_name"],
     )
     drift_evidence_decisive = gauge(

@@ -1,11 +1,11 @@
-"""The drift pager: anytime-valid evidence per signal, updated sample by sample (issue 28).
+"""The drift pager: e-detector evidence per signal, updated sample by sample (issue 28).
 
 The fixed-window comparison (compare.py, every `drift.interval_s` on the last `drift.window`
 samples) answers "does the recent window differ from the baseline now?"; asked every 30 seconds
 for a month, each answer is a fresh chance of a false alarm. The pager answers "is there, by now,
-enough evidence that this version is worse than its baseline?" with the e-processes of
-scorers/llmwatch/scorers/stats/sequential.py, whose false-alarm bound holds however often they
-are read. It pages; the fixed window explains (docs/design/0064-sequential-drift.md).
+enough evidence that this version became worse than its baseline?" with the e-detectors of
+scorers/llmwatch/scorers/stats/sequential.py, whose bound on false alarms per sample holds
+however often they are read. It pages; the fixed window explains (docs/design/0064-sequential-drift.md).
 
 Signals, per route of the baseline, each a 0/1 outcome per sample with a null rate `q`:
 
@@ -18,16 +18,19 @@ Signals, per route of the baseline, each a 0/1 outcome per sample with a null ra
   (1 + `drift.performance_margin`) x the baseline's p50 (q = 0.5) or p95 (q = 0.05), the fixed
   window's p50/p95 margin rule.
 
-Alpha: `drift.false_pages_per_30d` spread over the version's signals and over epochs of
-`drift.pager_epoch_s` of sample time (`signal_alpha`); each epoch starts every process afresh.
-A signal is decisive when its e-value reaches 1/alpha; it stays so for the epoch. A signal that
-was firing when its epoch ended keeps firing until the new epoch's process either becomes
-decisive again (no new page) or has seen twice the samples the last decision took without doing so
-(resolved): a real regression does not flap at every epoch boundary. A new baseline or a restarted
-window (served version changed) resolves everything of that version and starts afresh.
+Each signal has an e-detector (`EDetector`): the evidence R of a change since any earlier sample,
+which a stable stretch does not wear down. It alarms at c = S * samples per 30 days /
+`drift.false_pages_per_30d` (`detector_threshold`, S the version's signals, samples per 30 days
+from `drift.pager_samples_per_s`): a stable version then pages at most `false_pages_per_30d`
+times per 30 days in expectation at that traffic. An alarm fires the signal's alert and resets
+its detector; while the regression lasts the detector alarms again (no new page); when it has
+gone `RESOLVE_AFTER` times the samples the last alarm took without one, the alert resolves. A new
+baseline or a restarted window (served version changed) resolves everything of that version and
+starts afresh.
 
-Time is the samples' own timestamps, so that `llmwatch replay` runs the same machinery on recorded
-samples and gets the same transitions as the scorer did live.
+The detectors count samples, not seconds, and transitions carry the samples' own timestamps, so
+that `llmwatch replay` runs the same machinery on recorded samples and gets the same transitions
+as the scorer did live.
 """
 
 from __future__ import annotations
@@ -44,16 +47,21 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.model import family_of
 from llmwatch.scorers.drift.rows import per_token_latency
-from llmwatch.scorers.stats.sequential import BernoulliEProcess, quantile_bounds, rate_upper_bound, signal_alpha
+from llmwatch.scorers.stats.sequential import EDetector, detector_threshold, quantile_bounds, rate_upper_bound
 
 # Fewer baseline observations than this: the signal is not watched (its null rate would be a guess).
 MIN_BASELINE = 30
+# A firing signal resolves after this many times the samples the longest alarm of its page took,
+# without another: the delay to an alarm varies severalfold between alarms of one regression, and
+# a lasting regression must not flap (tests/unit/test_drift_pager.py).
+RESOLVE_AFTER = 4
+DAYS_30 = 30 * 86_400.0
 
 
 @dataclass(frozen=True)
 class PagerSettings:
     false_pages_per_30d: float = 1.0
-    epoch_s: float = 7 * 86_400.0
+    samples_per_s: float = 1.0  # scored samples per second the false-page budget is stated at
     min_pass_rate_change: float = 0.01
     min_relative_change: float = 0.05
     performance_margin: float = 0.20
@@ -117,7 +125,7 @@ class PagerReading:
     firing: bool
     # Unix time of the sample that made the evidence decisive (NaN while it is not).
     decisive_at: float
-    samples: int  # samples this epoch's process has seen
+    samples: int  # samples the signal's detector has seen since its last reset
 
 
 def _check_failed(check: str) -> Outcome:
@@ -191,38 +199,36 @@ def watched_signals(baseline: Baseline, settings: PagerSettings) -> list[Watched
 
 @dataclass
 class _SignalState:
-    process: BernoulliEProcess
+    detector: EDetector
     firing: bool = False
     decisive_at: datetime | None = None
-    # Samples the last decision took; while firing across an epoch boundary, the new process
-    # must go twice this long without a decision before the signal resolves.
+    # Samples the last alarm took; while firing, the detector must go RESOLVE_AFTER times this
+    # long without another alarm before the signal resolves.
     decided_after: int = 0
-    carried: bool = False
+    alarms: int = 0
 
 
 @dataclass
 class _VersionState:
-    epoch_start: datetime
     signals: dict[tuple[str, str], _SignalState] = field(default_factory=dict)
     operations: dict[str, str] = field(default_factory=dict)
 
 
 class Pager:
-    """The anytime-valid drift evidence of every model version against one baseline."""
+    """The drift evidence of every model version against one baseline, sample by sample."""
 
     def __init__(self, baseline: Baseline, settings: PagerSettings) -> None:
         self.baseline = baseline
         self.settings = settings
         self.signals = watched_signals(baseline, settings)
-        self.alpha = signal_alpha(settings.false_pages_per_30d, settings.epoch_s, max(len(self.signals), 1))
-        self.threshold = 1.0 / self.alpha
+        self.threshold = detector_threshold(
+            settings.false_pages_per_30d, settings.samples_per_s * DAYS_30, max(len(self.signals), 1)
+        )
+        self._log_threshold = math.log(self.threshold)
         self._by_route: dict[str, list[WatchedSignal]] = {}
         for sig in self.signals:
             self._by_route.setdefault(sig.route, []).append(sig)
         self._versions: dict[str, _VersionState] = {}
-
-    def _fresh(self, sig: WatchedSignal) -> BernoulliEProcess:
-        return BernoulliEProcess(sig.q)
 
     def restart(self, version: str) -> list[Transition]:
         """The version's window restarted (a new served version): resolve what fired, start afresh."""
@@ -230,62 +236,50 @@ class Pager:
         if state is None:
             return []
         return [
-            self._transition("resolved", version, route, name, s, s.decisive_at or state.epoch_start)
+            self._transition("resolved", version, route, name, s, s.decisive_at)
             for (route, name), s in state.signals.items()
-            if s.firing
+            if s.firing and s.decisive_at is not None
         ]
 
     def _transition(
         self, kind: Literal["firing", "resolved"], version: str, route: str, name: str, s: _SignalState, at: datetime
     ) -> Transition:
         return Transition(
-            kind, family_of(name), name, route, version, at, s.process.n, s.process.e_value, self.threshold
+            kind, family_of(name), name, route, version, at, s.detector.n, s.detector.value, self.threshold
         )
-
-    def _new_epoch(self, state: _VersionState, at: datetime) -> None:
-        state.epoch_start = at
-        for key, s in state.signals.items():
-            sig = next(w for w in self._by_route[key[0]] if w.name == key[1])
-            s.process = self._fresh(sig)
-            s.carried = s.firing
-            if not s.firing:
-                s.decisive_at = None
 
     def observe(self, sample: Sample, scores: Sequence[Score]) -> list[Transition]:
         """Take one scored sample (in time order); the alert transitions it caused."""
-        version = sample.model_version or "unknown"
         signals = self._by_route.get(sample.route)
         if not signals:
             return []
-        at = sample.timestamp
+        version = sample.model_version or "unknown"
         state = self._versions.get(version)
         if state is None:
-            state = self._versions[version] = _VersionState(at)
-        elif (at - state.epoch_start).total_seconds() >= self.settings.epoch_s:
-            self._new_epoch(state, at)
+            state = self._versions[version] = _VersionState()
         state.operations[sample.route] = sample.operation
         by_check = {s.check: s for s in scores}
         out: list[Transition] = []
+        at = sample.timestamp
         for sig in signals:
             y = sig.outcome(sample, by_check)
             if y is None:
                 continue
             s = state.signals.get((sig.route, sig.name))
             if s is None:
-                s = state.signals[(sig.route, sig.name)] = _SignalState(self._fresh(sig))
-            e = s.process.update(y)
-            if e >= self.threshold and (not s.firing or s.carried):
-                if s.carried:  # decided again in the new epoch: still the same page
-                    s.carried = False
-                    s.decided_after = s.process.n
-                    continue
-                if s.decisive_at is None:
-                    s.firing, s.decisive_at, s.decided_after = True, at, s.process.n
+                s = state.signals[(sig.route, sig.name)] = _SignalState(EDetector(sig.q))
+            if s.detector.update(y) >= self._log_threshold:
+                s.alarms += 1
+                if not s.firing:
+                    s.firing, s.decisive_at, s.alarms = True, at, 1
                     out.append(self._transition("firing", version, sig.route, sig.name, s, at))
-            elif s.carried and s.process.n >= 2 * max(s.decided_after, 1):
-                s.firing = s.carried = False
-                s.decisive_at = None
+                # The longest an alarm of this page took: the resolution waits a multiple of it.
+                s.decided_after = max(s.decided_after, s.detector.n) if s.alarms > 1 else s.detector.n
+                s.detector.reset()
+            elif s.firing and s.detector.n >= RESOLVE_AFTER * max(s.decided_after, 1):
+                s.firing = False
                 out.append(self._transition("resolved", version, sig.route, sig.name, s, at))
+                s.decisive_at = None
         return out
 
     def readings(self) -> list[PagerReading]:
@@ -299,11 +293,11 @@ class Pager:
                         state.operations.get(route, "other"),
                         name,
                         family_of(name),
-                        s.process.e_value,
+                        s.detector.value,
                         self.threshold,
                         s.firing,
                         s.decisive_at.timestamp() if s.decisive_at is not None else math.nan,
-                        s.process.n,
+                        s.detector.n,
                     )
                 )
         return out

@@ -18,11 +18,17 @@ to the large ones (lambda near 1/q), so no tuning is needed. The same function s
 pager (one update per sample, `BernoulliEProcess`) and the simulations (whole streams at once,
 `bernoulli_e_values`); both give the same numbers (tests/unit/test_sequential_stats.py).
 
-Alpha is spent over signals and time by `signal_alpha`: a budget of B false pages per 30 days, a
-process restarted every `epoch_s` seconds, and S signals per model version give each (signal,
-epoch) alpha = B * epoch_s / 30 days / S; by the union bound the expected number of false pages
-of a stable version in 30 days is at most B, at any traffic rate (the bound does not depend on
-how many samples or looks there are).
+A test that stops at the first crossing answers "is there any change, ever?"; a pager must keep
+watching after a stable month and after a page. For that the same bets feed an *e-detector*
+(Shiryaev-Roberts form, Shin, Ramdas and Rinaldo 2023): a new bettor joins with 1 unit at every
+sample, R_t = (R_{t-1} + 1) * (1 + lambda * (Y_t - q)), so evidence gathered since a change
+began counts in full however long the stable stretch before it was (an e-process that watched the
+stable stretch would first have to win back what it lost there). Under H0, R_t - t is a
+supermartingale; with R reset to 0 after each alarm, R_t - t + c * alarms_t still is, so the
+expected number of alarms in t samples is at most t / c, for any t. `detector_threshold` sets c
+from a budget of B false pages per 30 days at a stated number of samples per 30 days, over S
+signals: c = S * samples / B (union bound: a stable version pages at most B times in
+expectation; at a higher traffic rate than stated, proportionally more).
 """
 
 from __future__ import annotations
@@ -97,14 +103,82 @@ class BernoulliEProcess:
         return math.exp(min(top + math.log(float(np.exp(self._log_wealth - top).mean())), LOG_CAP))
 
 
-def signal_alpha(false_pages_per_30d: float, epoch_s: float, n_signals: int) -> float:
-    """Alpha of one signal's e-process over one epoch, so that a stable version (all nulls true)
-    pages at most `false_pages_per_30d` times in 30 days in expectation (union bound over signals
-    and epochs). Capped at 0.5: a threshold below 2 would page on noise by design."""
-    if false_pages_per_30d <= 0 or epoch_s <= 0 or n_signals <= 0:
-        raise ValueError("false_pages_per_30d, epoch_s and n_signals must be positive")
-    epochs_per_30d = max(DAYS_30 / epoch_s, 1.0)
-    return min(false_pages_per_30d / epochs_per_30d / n_signals, 0.5)
+def sr_log_values(y: np.ndarray, q: float, size: int = GRID_SIZE) -> np.ndarray:
+    """log R_t of the Shiryaev-Roberts e-detector after each outcome, without resets; R_0 = 0.
+
+    R_t^j = (R_{t-1}^j + 1) f_t^j is R_t^j = sum_{s<=t} prod_{u=s..t} f_u^j = P_t sum_{s<=t} 1/P_{s-1}
+    with P the running product: in logs, L_t + logcumsumexp(-L_{s-1}). Averaged over the grid.
+    """
+    y = np.asarray(y, dtype=float)
+    if y.size == 0:
+        return np.zeros(0)
+    lam = lambda_grid(q, size)
+    log_f = np.log1p(np.outer(y - q, lam))  # (n, size)
+    big_l = np.cumsum(log_f, axis=0)
+    before = np.vstack([np.zeros((1, size)), big_l[:-1]])  # L_{s-1}
+    log_r = big_l + np.logaddexp.accumulate(-before, axis=0)
+    top = log_r.max(axis=1, keepdims=True)
+    return top[:, 0] + np.log(np.exp(log_r - top).mean(axis=1))
+
+
+def detector_alarms(y: np.ndarray, q: float, threshold: float, size: int = GRID_SIZE) -> list[int]:
+    """Indices where the e-detector reaches `threshold`, resetting to 0 after each (the pager's rule)."""
+    y = np.asarray(y, dtype=float)
+    log_c = math.log(threshold)
+    alarms: list[int] = []
+    start = 0
+    while start < y.size:
+        hits = np.flatnonzero(sr_log_values(y[start:], q, size) >= log_c)
+        if not hits.size:
+            break
+        alarms.append(start + int(hits[0]))
+        start += int(hits[0]) + 1
+    return alarms
+
+
+@dataclass
+class EDetector:
+    """The e-detector, one outcome at a time (the online pager keeps one per signal)."""
+
+    q: float
+    size: int = GRID_SIZE
+    n: int = 0  # outcomes since the last reset
+    _lam: np.ndarray = field(init=False, repr=False)
+    _log_r: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._lam = lambda_grid(self.q, self.size)
+        self.reset()
+
+    def reset(self) -> None:
+        self._log_r = np.full(self.size, -np.inf)
+        self.n = 0
+
+    def update(self, y: int | bool) -> float:
+        """Take one outcome; log R after it."""
+        self._log_r = np.logaddexp(self._log_r, 0.0) + np.log1p(self._lam * (float(y) - self.q))
+        self.n += 1
+        return self.log_value
+
+    @property
+    def log_value(self) -> float:
+        top = float(self._log_r.max())
+        if top == -math.inf:
+            return -math.inf
+        return top + math.log(float(np.exp(self._log_r - top).mean()))
+
+    @property
+    def value(self) -> float:
+        return math.exp(min(self.log_value, LOG_CAP))
+
+
+def detector_threshold(false_pages_per_30d: float, samples_per_30d: float, n_signals: int) -> float:
+    """The alarm level c of each of `n_signals` e-detectors so that a stable version raises at most
+    `false_pages_per_30d` alarms in expectation over `samples_per_30d` samples (E[alarms] <= t / c
+    per detector, summed). At least 20: below, a detector would alarm on noise by design."""
+    if false_pages_per_30d <= 0 or samples_per_30d <= 0 or n_signals <= 0:
+        raise ValueError("false_pages_per_30d, samples_per_30d and n_signals must be positive")
+    return max(n_signals * samples_per_30d / false_pages_per_30d, 20.0)
 
 
 def rate_upper_bound(k: int, n: int, z: float = 3.0) -> float:
@@ -112,7 +186,7 @@ def rate_upper_bound(k: int, n: int, z: float = 3.0) -> float:
 
     The pager's null rate is the baseline's rate plus its own sampling error: the baseline is a
     finite sample, and a baseline that happened to see too few failures would otherwise make a
-    stable version page once per epoch for ever. z = 3: that happens to about 1 baseline in 700.
+    stable version page again and again for ever. z = 3: that happens to about 1 baseline in 700.
     """
     if n <= 0:
         raise ValueError("no baseline observations")
