@@ -48,6 +48,7 @@ its own venv, `.bench/evidently-venv`, not a dependency of llmwatch).
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import sys
 from collections import defaultdict
@@ -65,6 +66,22 @@ from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path | None:
+    """`../shared` beside the repository (where CI puts it), or beside the main checkout when this
+    is a git worktree (its `.git` file names the main checkout's `.git/worktrees/<name>`); None if absent."""
+    candidates = [ROOT.parent / "shared"]
+    git = ROOT / ".git"
+    if git.is_file():
+        text = git.read_text().strip()
+        if text.startswith("gitdir:"):
+            common = Path(text.split(":", 1)[1].strip()).resolve().parents[1]  # <main>/.git
+            candidates.append(common.parent.parent / "shared")
+    return next((c for c in candidates if (c / "real-outputs").is_dir()), None)
+
+
 REQUIRED = ("prompt_id", "prompt", "model", "output")
 
 
@@ -101,6 +118,9 @@ def alpaca_eval_files(directory: Path) -> dict[str, Path]:
     found = {p.parent.name: p for p in sorted(directory.glob("*/model_outputs.json"))}
     for p in sorted(directory.glob("*.json")):
         found.setdefault(p.stem, p)
+    # The shared copy (../shared/real-outputs): `<model>.model_outputs.json.gz`, byte for byte gzipped.
+    for p in sorted(directory.glob("*.json.gz")):
+        found.setdefault(p.name.removesuffix(".json.gz").removesuffix(".model_outputs"), p)
     return found
 
 
@@ -121,7 +141,8 @@ def load_alpaca_eval(directory: Path, models: set[str] | None = None) -> list[di
     records = []
     for name, path in files.items():
         try:
-            data = orjson.loads(path.read_bytes())
+            raw = path.read_bytes()
+            data = orjson.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
         except orjson.JSONDecodeError as exc:
             raise SystemExit(f"{path}: not JSON ({exc})") from None
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

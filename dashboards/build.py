@@ -835,6 +835,7 @@ def drift() -> db.Dashboard:
     sel = f'{VERSION}, gen_ai_operation_name=~"$operation", signal=~"$signal"'
     calls = f"{DURATION}_count{{{CALL}}}"
     by = "signal, model_version, gen_ai_operation_name"
+    pager_by = "signal, family, model_version, gen_ai_operation_name"
     legend = "{{signal}} {{model_version}} {{gen_ai_operation_name}}"
     return (
         base(
@@ -905,6 +906,35 @@ def drift() -> db.Dashboard:
                 [q(f"min by ({by}) (llmwatch_drift_p_value{{{sel}}})", legend)],
                 log=True,
             ).data_links([drift_link()])
+        )
+        .with_row(db.Row("Pager (the page: LLMWatchDriftEvidence)"))
+        .with_panel(
+            stat_panel(
+                "Signals paging now",
+                "Signal / version / route combinations the drift pager holds decisive (docs/design/0064-sequential-drift.md).",
+                "short",
+                f"count(llmwatch_drift_evidence_decisive{{{VERSION}}} == 1) or vector(0)",
+                w=6,
+                h=8,
+                thresholds=((None, "green"), (1, "red")),
+                decimals=0,
+            )
+        )
+        .with_panel(
+            ts(
+                "Pager evidence / threshold per signal",
+                "Each pager signal's e-detector value over its threshold: 1 pages (log scale). A stable version stays far below.",
+                "short",
+                [
+                    q(
+                        f"max by ({pager_by}) (llmwatch_drift_evidence{{{VERSION}}})"
+                        f" / on ({pager_by}) max by ({pager_by}) (llmwatch_drift_evidence_threshold{{{VERSION}}})",
+                        "{{signal}} {{model_version}} {{gen_ai_operation_name}}",
+                    )
+                ],
+                log=True,
+                w=18,
+            )
         )
         .with_row(db.Row("Versions"))
         .with_panel(

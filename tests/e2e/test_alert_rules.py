@@ -17,6 +17,7 @@ RUNBOOKS = ROOT / "docs" / "runbooks.md"
 RUNBOOK_BASE = "https://github.com/llmwatch/llmwatch/blob/main/docs/runbooks.md#"
 
 REQUIRED_ALERTS = {
+    "LLMWatchDriftEvidence",
     "LLMWatchDriftDetected",
     "LLMWatchPerformanceRegression",
     "LLMWatchTrafficChanged",

@@ -404,6 +404,8 @@ def test_required_content() -> None:
         "llmwatch_drift_statistic",
         "llmwatch_drift_p_value",
         "llmwatch_drift_detected",
+        "llmwatch_drift_evidence_decisive",
+        "llmwatch_drift_evidence_threshold",
         "ALERTS{",
         "count by (model_version)",
     ):

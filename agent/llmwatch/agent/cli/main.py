@@ -416,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmwatch.agent.cli.canary import add_parser as register_canary
 
     register_canary(sub, common)
+    from llmwatch.agent.cli.replay import add_parser as register_replay
+
+    register_replay(sub, common)
     return parser
 
 

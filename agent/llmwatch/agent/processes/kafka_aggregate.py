@@ -104,6 +104,7 @@ class Aggregator:
         readings = self.stage.readings(now)
         self.metrics.group(EvaluationMetrics).set_evaluation(readings.evaluation or [])
         self.metrics.group(DriftMetrics).set_drift(readings.drift or [])
+        self.metrics.group(DriftMetrics).set_pager(readings.pager or [])
         if readings.canary is not None:
             self.metrics.group(CanaryMetrics).set_canary(readings.canary)
         return len(readings.drift or [])

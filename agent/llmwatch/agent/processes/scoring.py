@@ -53,6 +53,7 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.drift.config import DriftSection
 from llmwatch.scorers.drift.metrics import CanaryMetrics, DriftMetrics, DriftReadings
+from llmwatch.scorers.drift.pager import PagerReading
 from llmwatch.scorers.evaluation.config import MatrixSection
 from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
 
@@ -62,6 +63,7 @@ ScoreHandler = Callable[[list[Score], list[float]], None]
 DriftHandler = Callable[[list[DriftReading]], None]
 EvaluationHandler = Callable[[list[EvaluationReading]], None]
 CanaryHandler = Callable[[list[CanaryReading]], None]
+PagerHandler = Callable[[list[PagerReading]], None]
 
 
 # --- messages, parent -> child (None: stop) -----------------------------------------------------
@@ -107,6 +109,11 @@ class Scored:
 @dataclass(frozen=True)
 class DriftUpdate:
     readings: list[DriftReading]
+
+
+@dataclass(frozen=True)
+class PagerUpdate:
+    readings: list[PagerReading]
 
 
 @dataclass(frozen=True)
@@ -189,13 +196,19 @@ def _child_main(
                 outbox.put(Scored(batch_id, [r.score.to_json() for r in results], [r.duration_s for r in results]))
                 stage.add(samples, [r.score for r in results], _answer_vectors(suite, samples))
         if stage.due():
-            readings = stage.readings()
-            if readings.evaluation is not None:
-                outbox.put(EvaluationUpdate(readings.evaluation))
-            if readings.drift is not None:
-                outbox.put(DriftUpdate(readings.drift))
-            if readings.canary is not None:
-                outbox.put(CanaryUpdate(readings.canary))
+            _publish(stage.readings(), outbox)
+
+
+def _publish(readings: Any, outbox: Any) -> None:
+    """What a round of readings sends back to the parent (each part only when it ran)."""
+    if readings.evaluation is not None:
+        outbox.put(EvaluationUpdate(readings.evaluation))
+    if readings.drift is not None:
+        outbox.put(DriftUpdate(readings.drift))
+    if readings.pager is not None:
+        outbox.put(PagerUpdate(readings.pager))
+    if readings.canary is not None:
+        outbox.put(CanaryUpdate(readings.canary))
 
 
 # What the child's loop sees when its inbox stayed empty for a second: no message, only the clock.
@@ -232,6 +245,7 @@ class ScorerProcess:
         matrix_payload: dict[str, Any] | None = None,
         on_evaluation: EvaluationHandler | None = None,
         on_canary: CanaryHandler | None = None,
+        on_pager: PagerHandler | None = None,
         log_level: str = "warning",
         on_drop: Callable[[str, int], None] | None = None,
         on_unscored: Callable[[str, int], None] | None = None,
@@ -243,6 +257,7 @@ class ScorerProcess:
         self._matrix_payload = matrix_payload or {}
         self._on_evaluation = on_evaluation or (lambda readings: None)
         self._on_canary = on_canary or (lambda readings: None)
+        self._on_pager = on_pager or (lambda readings: None)
         self._on_scores = on_scores
         self._on_drop = on_drop or (lambda reason, n: None)
         self._on_unscored = on_unscored or (lambda reason, n: None)
@@ -524,6 +539,8 @@ class ScorerProcess:
                 self._handle("evaluation", self._on_evaluation, readings)
             case CanaryUpdate(readings):
                 self._handle("canary", self._on_canary, readings)
+            case PagerUpdate(readings):
+                self._handle("pager", self._on_pager, readings)
             case Frozen(path, error):
                 self._frozen[path] = error
                 self._frozen_event.set()
@@ -637,6 +654,7 @@ def _create(ctx: Context, scoring: ScoringSection) -> Component | None:
         matrix_payload=ctx.section(MatrixSection).model_dump(mode="json"),
         on_evaluation=ctx.metrics.group(EvaluationMetrics).set_evaluation,
         on_canary=ctx.metrics.group(CanaryMetrics).set_canary,
+        on_pager=ctx.metrics.group(DriftMetrics).set_pager,
         log_level=ctx.section(LoggingSection).level,
         on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
         on_unscored=lambda reason, n: counts.samples_unscored.labels(reason=reason).inc(n),

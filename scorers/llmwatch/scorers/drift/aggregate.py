@@ -28,6 +28,7 @@ from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import settings_from_config
 from llmwatch.scorers.drift.config import DriftSection
 from llmwatch.scorers.drift.online import DriftWindows
+from llmwatch.scorers.drift.pager import PagerReading, PagerSettings, Transition
 from llmwatch.scorers.evaluation.config import MatrixSection
 
 log = structlog.get_logger(__name__)
@@ -40,6 +41,21 @@ class Readings:
     drift: list[DriftReading] | None = None
     evaluation: list[EvaluationReading] | None = None
     canary: list[CanaryReading] | None = None
+    # The pager's evidence per signal (pager.py), with the drift readings.
+    pager: list[PagerReading] | None = None
+
+
+def pager_settings(drift: DriftSection) -> PagerSettings | None:
+    """The pager's settings from the `drift` section (None when `drift.pager` is off)."""
+    if not drift.pager:
+        return None
+    return PagerSettings(
+        false_pages_per_30d=drift.false_pages_per_30d,
+        samples_per_s=drift.pager_samples_per_s,
+        min_pass_rate_change=drift.min_pass_rate_change,
+        min_relative_change=drift.min_relative_change,
+        performance_margin=drift.performance_margin,
+    )
 
 
 class WindowAggregator:
@@ -67,6 +83,7 @@ class WindowAggregator:
             remember_s=watch.remember_s,
             max_changes=watch.max_changes,
             flap_window_s=watch.flap_window_s,
+            pager=pager_settings(drift),
         )
         self._next_evaluation = time.monotonic() + drift.interval_s
         self._next_canary = time.monotonic() + drift.interval_s
@@ -80,8 +97,10 @@ class WindowAggregator:
     def baseline(self) -> Baseline | None:
         return self.windows.baseline
 
-    def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, Any] | None = None) -> None:
-        self.windows.add(samples, scores, vectors or {})
+    def add(
+        self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, Any] | None = None
+    ) -> list[Transition]:
+        return self.windows.add(samples, scores, vectors or {})
 
     def set_baseline(self, baseline: Baseline) -> None:
         self.windows.set_baseline(baseline)
@@ -108,7 +127,9 @@ class WindowAggregator:
             self._next_evaluation = now + self.drift.interval_s
             evaluation = self._evaluate()
         drift = None
+        pager = None
         if self.windows.due(now):
+            pager = self.windows.pager_readings()
             try:
                 drift = self.windows.evaluate(now)
             except Exception as exc:
@@ -118,7 +139,7 @@ class WindowAggregator:
             self._next_canary = now + self.drift.interval_s
             canary = self._canary()
         self._quiet_until = now + (time.monotonic() - started)
-        return Readings(drift, evaluation, canary)
+        return Readings(drift, evaluation, canary, pager)
 
     def _canary(self) -> list[CanaryReading] | None:
         """Versions served side by side, each canary against the stable version in their common window."""

@@ -134,6 +134,17 @@ class DriftSection(Section):
     # Unmatched prompts are compared (within strata) only while they differ from the baseline's
     # by less than this separation; beyond it only repeated / near-duplicate prompts are compared.
     max_unmatched_separation: float = Field(0.15, ge=0, le=1)
+    # The pager (scorers/llmwatch/scorers/drift/pager.py): anytime-valid evidence per signal, updated
+    # with every scored sample, behind the LLMWatchDriftEvidence alert. Off: only the fixed window.
+    pager: bool = True
+    # The pager's false-alarm budget: a stable version pages at most this many times per 30 days
+    # in expectation (spread over its signals) at `pager_samples_per_s` scored samples per second;
+    # at more traffic than that, proportionally more often. Lower it to page less, at the cost of
+    # a longer wait for a real regression (log of the budget, not the budget, sets the delay).
+    false_pages_per_30d: float = Field(1.0, gt=0, le=30)
+    # The scored samples per second (per model version) the budget above is stated at: set it to
+    # your sampled traffic rate or above.
+    pager_samples_per_s: float = Field(1.0, gt=0, le=10_000)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)

@@ -5,10 +5,14 @@ Set from the scorer's readings (the sidecar's scorer child, `llmwatch aggregate`
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import TYPE_CHECKING, Iterable
 
 from llmwatch.core.component import Event
 from llmwatch.core.metrics import CanaryReading, DriftReading, MetricGroup, Metrics, gauge
+
+if TYPE_CHECKING:
+    from llmwatch.scorers.drift.pager import PagerReading
 
 
 class DriftReadings(Event[list[DriftReading]]):
@@ -36,6 +40,43 @@ class DriftMetrics(MetricGroup):
     drift_window = gauge(
         "llmwatch_drift_window_samples", "Samples in the drift window of each model version.", ["model_version"]
     )
+
+    # The pager (pager.py): e-detector evidence per signal, what LLMWatchDriftEvidence reads.
+    drift_evidence = gauge(
+        "llmwatch_drift_evidence",
+        "Evidence (e-detector value) that a drift signal changed for the worse against the frozen baseline; decisive at the threshold.",
+        ["signal", "family", "model_version", "gen_ai_operation_name"],
+    )
+    drift_evidence_threshold = gauge(
+        "llmwatch_drift_evidence_threshold",
+        "Evidence at which a drift signal is decisive: signals x samples per 30 days / drift.false_pages_per_30d.",
+        ["signal", "family", "model_version", "gen_ai_operation_name"],
+    )
+    drift_evidence_decisive = gauge(
+        "llmwatch_drift_evidence_decisive",
+        "1 while the pager holds a drift signal decisive (the evidence reached the threshold), else 0.",
+        ["signal", "family", "model_version", "gen_ai_operation_name"],
+    )
+    drift_evidence_decisive_time = gauge(
+        "llmwatch_drift_evidence_decisive_timestamp_seconds",
+        "Time of the sample that made a drift signal decisive (exported while it is).",
+        ["signal", "family", "model_version", "gen_ai_operation_name"],
+    )
+
+    def set_pager(self, readings: Iterable[PagerReading]) -> None:
+        """The pager's readings become the `llmwatch_drift_evidence*` gauges."""
+        for r in readings:
+            labels = (r.signal, r.family, self.version_label(r.model_version), r.operation)
+            self.drift_evidence.labels(*labels).set(r.e_value)
+            self.drift_evidence_threshold.labels(*labels).set(r.threshold)
+            self.drift_evidence_decisive.labels(*labels).set(1.0 if r.firing else 0.0)
+            if r.firing and not math.isnan(r.decisive_at):
+                self.drift_evidence_decisive_time.labels(*labels).set(r.decisive_at)
+            else:
+                try:
+                    self.drift_evidence_decisive_time.remove(*labels)
+                except KeyError:
+                    pass
 
     def set_drift(self, readings: Iterable[DriftReading]) -> None:
         """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""

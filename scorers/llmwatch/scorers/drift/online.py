@@ -23,6 +23,7 @@ from llmwatch.core.served import ServedVersion, bounded_text
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.drift.pager import Pager, PagerReading, PagerSettings, Transition
 
 log = structlog.get_logger(__name__)
 
@@ -53,8 +54,12 @@ class DriftWindows:
         remember_s: float = 3600.0,
         max_changes: int = 3,
         flap_window_s: float = 600.0,
+        pager: PagerSettings | None = None,
     ) -> None:
         self.baseline = baseline
+        # The anytime-valid pager (pager.py), fed sample by sample; None: off.
+        self.pager_settings = pager
+        self.pager = Pager(baseline, pager) if baseline is not None and pager is not None else None
         self.window = window
         self.interval_s = interval_s
         self.settings = settings
@@ -87,7 +92,8 @@ class DriftWindows:
         )
         return served if any(served) else None
 
-    def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> None:
+    def _see(self, version: str, key: tuple[str, str], told: tuple[str | None, str | None]) -> bool:
+        """Note what the version is served as; True when that restarted its window."""
         served = self._served.get(key)
         if served is None:
             served = self._served[key] = ServedVersion(
@@ -117,8 +123,14 @@ class DriftWindows:
             if win is not None:
                 win.clear()
             self.restarts += 1
+            return True
+        return False
 
-    def add(self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]) -> None:
+    def add(
+        self, samples: Sequence[Sample], scores: Sequence[Score], vectors: dict[str, np.ndarray]
+    ) -> list[Transition]:
+        """Take scored samples (in time order); the pager's alert transitions they caused."""
+        transitions: list[Transition] = []
         by_id: dict[str, list[Score]] = {}
         for score in scores:
             by_id.setdefault(score.sample_id, []).append(score)
@@ -129,11 +141,21 @@ class DriftWindows:
                 key = (version, sample.model or "")
                 served = self._served.get(key)
                 if served is None or served.told != told:
-                    self._see(version, key, told)
+                    if self._see(version, key, told) and self.pager is not None:
+                        transitions.extend(self.pager.restart(version))
             win = self._windows.get(version)
             if win is None:
                 win = self._windows[version] = deque(maxlen=self.window)
             win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
+            if self.pager is not None:
+                transitions.extend(self.pager.observe(sample, by_id.get(sample.id, [])))
+        for t in transitions:
+            # The page itself is the alert on the gauges; the log line keeps its exact sample.
+            log.warning("drift_pager_" + t.state, **t.to_dict())
+        return transitions
+
+    def pager_readings(self) -> list[PagerReading]:
+        return self.pager.readings() if self.pager is not None else []
 
     def contents(self) -> tuple[list[Sample], list[Score]]:
         """Every sample in every window, and their scores (for the evaluation matrix)."""
@@ -147,6 +169,7 @@ class DriftWindows:
 
     def set_baseline(self, baseline: Baseline) -> None:
         self.baseline = baseline
+        self.pager = Pager(baseline, self.pager_settings) if self.pager_settings is not None else None
         self._windows.clear()
         self._served.clear()
         self._served_as_now.clear()
