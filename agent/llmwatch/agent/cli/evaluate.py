@@ -94,7 +94,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         baseline=baseline,
         drift_alpha=args.alpha,
         drift_min_samples=args.min_samples,
+        scores_source=(args.samples, args.scores),
     )
+    for warning in report.warnings:  # on stderr too, so that --format json and html do not hide it
+        sys.stderr.write(f"llmwatch: WARNING: {warning}\n")
     if args.compare:
         try:
             earlier = read_document(args.compare, what="the earlier report", error=ValueError)

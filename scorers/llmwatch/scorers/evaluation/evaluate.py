@@ -18,6 +18,7 @@ from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.errors import mostly_errors, mostly_errors_message
 from llmwatch.scorers.evaluation.config import MatrixSection
 from llmwatch.scorers.evaluation.decision import (
     CostLatency,
@@ -80,6 +81,7 @@ class EvaluationReport:
     baseline: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None
     alpha: float = 0.05  # the level of the quality guard and of the decision score's interval
+    warnings: list[str] = field(default_factory=list)  # e.g. scores that are mostly `error`
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,8 +110,12 @@ def build_report(
     baseline: Any = None,
     drift_alpha: float = 0.05,
     drift_min_samples: int = 30,
+    scores_source: tuple[str, str | None] = ("SAMPLES", "SCORES"),
 ) -> EvaluationReport:
+    """`scores_source`: (samples path, scores path or None if scored now), for the warnings' fix."""
     score_list = list(scores)
+    shares = mostly_errors(score_list)
+    warnings = [mostly_errors_message(shares, samples=scores_source[0], scores=scores_source[1])] if shares else []
     categories = build_categories(cfg, known_checks)
     rows = score_samples(samples, score_list, categories, cfg.default_category)
     cells = quality_matrix(rows, categories)
@@ -170,6 +176,7 @@ def build_report(
         weights_version=cfg.decision.weights_version,
         baseline=baseline_info,
         alpha=drift_alpha,
+        warnings=warnings,
     )
 
 
@@ -287,11 +294,12 @@ def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
         f"weights_version {report.weights_version}; [interval] = {level_of_confidence} bootstrap; a version "
         f"worse than another on a check's pass rate (one-sided test, Holm, alpha {report.alpha:g}) cannot be best"
     )
+    warnings = [f"WARNING: {w}" for w in report.warnings]
     if not scored:
         return (
             "warn",
             "No decision score: no version has quality, stability and a price",
-            [f"version {r.model_version}: {r.note}" for r in report.decision],
+            warnings + [f"version {r.model_version}: {r.note}" for r in report.decision],
         )
     best = choose_best(report.decision)
     points: list[str] = []
@@ -323,7 +331,13 @@ def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
     points += [f"version {r.model_version}: no decision score ({r.note})" for r in report.decision if r not in scored]
     points.append(formula)
     if best is None:
-        return ("warn", "No version qualifies as best: each one with a score is worse than another on quality", points)
+        return (
+            "warn",
+            "No version qualifies as best: each one with a score is worse than another on quality",
+            warnings + points,
+        )
+    if warnings:  # the best is named, but on scores that are mostly errors for some check
+        return ("warn", f"Best: version {best.model_version}", points[:1] + warnings + points[1:])
     return ("ok" if len(scored) > 1 else "info", f"Best: version {best.model_version}", points)
 
 
@@ -357,6 +371,7 @@ def format_text(report: EvaluationReport) -> str:
     lines = [
         f"llmwatch report: {report.n_samples} samples, {len(versions)} version(s) ({', '.join(versions) or '-'}), {len(report.categories)} categories",
         f"decision weights {report.weights_version}: quality {w['quality']:g}, stability {w['stability']:g}",
+        *(f"WARNING: {warning}" for warning in report.warnings),
         "",
         "Quality matrix (mean score | pass rate [Wilson 95% CI] | n)",
     ]
@@ -406,7 +421,7 @@ def format_text(report: EvaluationReport) -> str:
         level, headline, points = decision_verdict(report)
         best = choose_best(report.decision)
         lines.append(f"  best: version {best.model_version}" if best is not None else f"  best: none. {headline}")
-        lines += [f"    {p}" for p in points[1 if best is not None else 0 : -1]]
+        lines += [f"    {p}" for p in points[1 if best is not None else 0 : -1] if not p.startswith("WARNING: ")]
     if report.comparison:
         cmp = report.comparison
         lines += ["", f"Compared with the report of {cmp.get('earlier_created_at')}"]
