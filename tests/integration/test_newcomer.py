@@ -412,3 +412,38 @@ def test_freeze_drift_and_report_do_not_take_all_error_scores_silently(tmp_path:
     assert result.returncode == 0, result.stderr
     assert "WARNING: the scores in" in result.stderr and "mostly `error`" in result.stderr
     assert "mostly `error`" in orjson.loads(result.stdout)["warnings"][0]
+
+
+def test_a_configured_section_that_is_off_says_so_at_start_naming_the_key_to_set(tmp_path: Path):
+    # shadow.candidates without shadow.enabled: true mirrors nothing; it used to say nothing.
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "shadow:\n  candidates:\n    - {name: b, upstream: 'http://127.0.0.1:9', rate: 0.5}\n"
+        "kafka:\n  bootstrap_servers: 'localhost:9092'\n"
+    )
+    dead = dead_address()
+    args = ["proxy", "--upstream", f"http://{dead}", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+    proxy, _, err = start([*args, "--data-dir", str(tmp_path / "data"), "--config", str(config)])
+    try:
+        # The warnings come before the start-up line; the exit code is not what this test is about.
+        err.wait_for(lambda ln: '"agent_started"' in ln)
+    finally:
+        stop(proxy)
+    warnings = [orjson.loads(ln) for ln in err.rest().splitlines() if '"config_section_off"' in ln]
+    by_section = {w["section"]: w for w in warnings}
+    assert set(by_section) == {"shadow", "kafka"}, warnings
+    assert by_section["shadow"]["level"] == "warning"
+    assert by_section["shadow"]["settings"] == ["shadow.candidates"]
+    assert "set shadow.enabled: true" in by_section["shadow"]["fix"]
+    assert "set kafka.enabled: true" in by_section["kafka"]["fix"]
+
+
+def test_sections_left_at_their_defaults_or_switched_on_say_nothing():
+    from llmwatch.agent.components import Config, load_config
+    from llmwatch.core.config import inactive_settings
+
+    assert inactive_settings(Config()) == []
+    on = {"shadow": {"enabled": True, "candidates": [{"name": "b", "upstream": "http://127.0.0.1:9", "rate": 0.5}]}}
+    assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **on}, environ={})) == []
+    off_only = {"kafka": {"enabled": False}}
+    assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **off_only}, environ={})) == []
