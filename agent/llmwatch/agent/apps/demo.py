@@ -415,7 +415,12 @@ async def _await_verdicts(
         missing.append(f"a drift verdict for version {v} ({why})")
     if missing:
         out.write("  gave up waiting for " + "; ".join(missing) + "\n")
-        out.flush()
+    elif agent.scorer is not None and agent.scorer.pending:
+        out.write(
+            f"  stopped waiting after {time.perf_counter() - started:.0f} s with the verdicts in and "
+            f"{agent.scorer.pending} samples still unscored: they are recorded as `error` at stop, see (N err) below\n"
+        )
+    out.flush()
     return missing
 
 
@@ -535,13 +540,14 @@ async def run_demo(
             if not missing:
                 missing += await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
     finally:
+        stopped_early = stop.is_set()  # Ctrl-C or the watchdog; cancelling the watcher sets `stop` too
         watcher.cancel()
         elapsed = time.perf_counter() - started
         await agent.stop()
         await sim.close()
         await candidate_sim.close()
     out.write(summary(agent, tally, traffic_s, elapsed))
-    if stop.is_set() and not missing:
+    if stopped_early and not missing:
         missing.append("the whole run (stopped early)")
     if missing:
         out.write(
