@@ -193,6 +193,9 @@ class QualityGap:
         )
 
 
+_DRAWS_PER_CHUNK = 4_000_000
+
+
 def _z(alpha: float) -> float:
     from scipy.stats import norm
 
@@ -273,17 +276,21 @@ def decision_intervals(
         for category, items in cats.items():
             score = np.array([np.nan if r.score is None else r.score for r in items], dtype=float)
             price = np.array([np.nan if r.sample.cost_usd is None else r.sample.cost_usd for r in items], dtype=float)
-            idx = rng.integers(0, len(items), size=(replicates, len(items)))
-            drawn, paid = score[idx], price[idx]
-            scored = (~np.isnan(drawn)).sum(axis=1)
-            with np.errstate(invalid="ignore"):
-                mean = np.where(scored > 0, np.nansum(drawn, axis=1) / np.maximum(scored, 1), np.nan)
             weight = weights.get(category, min(weights.values(), default=1.0))
-            has = ~np.isnan(mean)
-            num += np.where(has, weight * np.nan_to_num(mean), 0.0)
-            den += np.where(has, weight, 0.0)
-            cost_sum += np.nansum(paid, axis=1)
-            cost_n += (~np.isnan(paid)).sum(axis=1)
+            # Replicates in chunks of at most ~4M draws: a report over 100k samples stays in tens of MB.
+            step = max(1, _DRAWS_PER_CHUNK // len(items))
+            for lo in range(0, replicates, step):
+                hi = min(replicates, lo + step)
+                idx = rng.integers(0, len(items), size=(hi - lo, len(items)))
+                drawn, paid = score[idx], price[idx]
+                scored = (~np.isnan(drawn)).sum(axis=1)
+                with np.errstate(invalid="ignore"):
+                    mean = np.where(scored > 0, np.nansum(drawn, axis=1) / np.maximum(scored, 1), np.nan)
+                has = ~np.isnan(mean)
+                num[lo:hi] += np.where(has, weight * np.nan_to_num(mean), 0.0)
+                den[lo:hi] += np.where(has, weight, 0.0)
+                cost_sum[lo:hi] += np.nansum(paid, axis=1)
+                cost_n[lo:hi] += (~np.isnan(paid)).sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             quality[version] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
             cost[version] = np.where(cost_n > 0, cost_sum / np.where(cost_n > 0, cost_n, 1.0), np.nan)
