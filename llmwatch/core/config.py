@@ -45,6 +45,29 @@ class Section(BaseModel):
 _Section = Section  # the older name
 
 
+def inactive_settings(config: BaseModel, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """Sections that are switched off (`enabled: false`) but were given other settings.
+
+    Such settings do nothing, which a user cannot tell from the outside (`shadow.candidates`
+    without `shadow.enabled: true` mirrors nothing). Returns (section path, [keys set]) for each,
+    from the fields the user set (`model_fields_set`: the file, the environment, the command
+    line), depth first; a section that is off is not looked into further.
+    """
+    out: list[tuple[str, list[str]]] = []
+    for name in type(config).model_fields:
+        value = getattr(config, name, None)
+        if not isinstance(value, BaseModel):
+            continue
+        path = f"{prefix}{name}"
+        if "enabled" in type(value).model_fields and value.enabled is False:  # type: ignore[attr-defined]
+            given = sorted(value.model_fields_set - {"enabled"})
+            if given:
+                out.append((path, given))
+            continue
+        out += inactive_settings(value, f"{path}.")
+    return out
+
+
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 

@@ -352,3 +352,98 @@ def test_a_command_that_prints_a_summary_keeps_logs_off_stdout_and_quiet_unless_
         assert "regress_done" not in result.stdout, "logs go to stderr, never into the output a person reads"
     assert "regress_done" not in quiet.stderr
     assert "regress_done" in verbose.stderr
+
+
+# --- issue 30: scores that are mostly `error` are not data --------------------------------------
+
+
+def _window(tmp_path: Path, n: int = 60) -> tuple[Path, Path, Path, Path]:
+    """Samples of version A, their rule-check scores, and the same scores all turned into `error`
+    (what a scorer stopped before its model loaded leaves behind). Embeddings off in a config file."""
+    from datetime import timedelta
+
+    from helpers.samples import NOW, chat_sample
+
+    from llmwatch.scorers.checks.config import ScoringSection
+    from llmwatch.scorers.checks.suite import build_suite
+
+    answers = ["Paris is the capital of France.", "The capital of France is Paris, on the Seine."]
+    samples = [
+        chat_sample(answers[i % 2], id=f"s{i}", timestamp=NOW + timedelta(seconds=i), model_version="A")
+        for i in range(n)
+    ]
+    scoring = ScoringSection.model_validate({"embeddings": False})
+    scores = [r.score for r in build_suite(scoring).score(samples)]
+    errors = [sc.model_copy(update={"result": "error", "value": None}) for sc in scores]
+    paths = tmp_path / "samples.jsonl", tmp_path / "scores.jsonl", tmp_path / "errors.jsonl", tmp_path / "c.yaml"
+    paths[0].write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    for path, records in ((paths[1], scores), (paths[2], errors)):
+        path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json", by_alias=True)) + b"\n" for r in records))
+    paths[3].write_text("scoring:\n  embeddings: false\n")
+    return paths
+
+
+def test_freeze_drift_and_report_do_not_take_all_error_scores_silently(tmp_path: Path):
+    samples, scores, errors, config = _window(tmp_path)
+    common = ["--samples", str(samples), "--config", str(config)]
+
+    refused = tmp_path / "from-errors.json"
+    result = run(
+        ["baseline", "freeze", *common, "--scores", str(errors), "--model-version", "A", "--out", str(refused)]
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "mostly `error` (more than 50% of a check's scores)" in result.stderr
+    assert "for version A" in result.stderr and "of 60 (100%)" in result.stderr
+    assert f"llmwatch score --in {samples} --out NEW_SCORES.jsonl" in result.stderr
+    assert "Traceback" not in result.stderr and not refused.exists()
+
+    baseline = tmp_path / "baseline.json"
+    result = run(
+        ["baseline", "freeze", *common, "--scores", str(scores), "--model-version", "A", "--out", str(baseline)]
+    )
+    assert result.returncode == 0, result.stderr
+
+    result = run(["drift", "--baseline", str(baseline), *common, "--scores", str(errors)])
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "refusing to use them for the drift window" in result.stderr and "llmwatch score --in" in result.stderr
+
+    # `report` warns (exit 0: it has cost and latency to show) on stderr and in the report itself.
+    result = run(["report", *common, "--scores", str(errors), "--format", "json"])
+    assert result.returncode == 0, result.stderr
+    assert "WARNING: the scores in" in result.stderr and "mostly `error`" in result.stderr
+    assert "mostly `error`" in orjson.loads(result.stdout)["warnings"][0]
+
+
+def test_a_configured_section_that_is_off_says_so_at_start_naming_the_key_to_set(tmp_path: Path):
+    # shadow.candidates without shadow.enabled: true mirrors nothing; it used to say nothing.
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "shadow:\n  candidates:\n    - {name: b, upstream: 'http://127.0.0.1:9', rate: 0.5}\n"
+        "kafka:\n  bootstrap_servers: 'localhost:9092'\n"
+    )
+    dead = dead_address()
+    args = ["proxy", "--upstream", f"http://{dead}", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+    proxy, _, err = start([*args, "--data-dir", str(tmp_path / "data"), "--config", str(config)])
+    try:
+        # The warnings come before the start-up line; the exit code is not what this test is about.
+        err.wait_for(lambda ln: '"agent_started"' in ln)
+    finally:
+        stop(proxy)
+    warnings = [orjson.loads(ln) for ln in err.rest().splitlines() if '"config_section_off"' in ln]
+    by_section = {w["section"]: w for w in warnings}
+    assert set(by_section) == {"shadow", "kafka"}, warnings
+    assert by_section["shadow"]["level"] == "warning"
+    assert by_section["shadow"]["settings"] == ["shadow.candidates"]
+    assert "set shadow.enabled: true" in by_section["shadow"]["fix"]
+    assert "set kafka.enabled: true" in by_section["kafka"]["fix"]
+
+
+def test_sections_left_at_their_defaults_or_switched_on_say_nothing():
+    from llmwatch.agent.components import Config, load_config
+    from llmwatch.core.config import inactive_settings
+
+    assert inactive_settings(Config()) == []
+    on = {"shadow": {"enabled": True, "candidates": [{"name": "b", "upstream": "http://127.0.0.1:9", "rate": 0.5}]}}
+    assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **on}, environ={})) == []
+    off_only = {"kafka": {"enabled": False}}
+    assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **off_only}, environ={})) == []

@@ -486,3 +486,114 @@ def test_with_the_embeddings_extra_paraphrases_collapse_that_text_shingles_keep_
     assert len(by_meaning.candidates) == 3 and by_meaning.n_duplicates == 1
     merged = next(c for c in by_meaning.candidates if len(c.samples) == 2)
     assert {s.id for s in merged.samples} == {"s0", "s1"}
+
+
+# --- ids unique by construction; nothing written unless it validates ------------------------------
+
+
+def numbered_variants(tmp_path: Path) -> tuple[Path, Path]:
+    """Two code prompts that differ only by a number, as a new user's load test sent them.
+
+    Their normalised texts (digits folded) are equal, so their case ids' hash part is too; the
+    embeddings (cosine about 0.915, under the 0.92 threshold) keep them as two candidates.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from llmwatch.core.records import Sample
+
+    t0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    samples, scores = [], []
+    for i, variant in enumerate((50, 15)):
+        s = Sample(
+            id=f"s{i}",
+            timestamp=t0 + timedelta(seconds=i),
+            model="m",
+            model_version="A",
+            status=200,
+            latency_ms=1.0,
+            finish_reason="stop",
+            request={
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": f"Write a Python function that reverses a string (variant {variant})"}
+                ],
+            },
+            response={"choices": [{"message": {"content": "def rev(s): return s[::-1]"}, "finish_reason": "stop"}]},
+        )
+        samples.append(s)
+        scores.append(
+            Score(
+                sample_id=s.id,
+                check="not_empty_or_truncated",
+                kind="not_empty_or_truncated",
+                result="pass",
+                value=1.0,
+                model="m",
+                model_version="A",
+                sample_timestamp=s.timestamp,
+            )
+        )
+    samples_path = tmp_path / "samples.jsonl"
+    samples_path.write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    scores_path = tmp_path / "scores.jsonl"
+    scores_path.write_bytes(b"".join(orjson.dumps(sc.model_dump(mode="json", by_alias=True)) + b"\n" for sc in scores))
+    return samples_path, scores_path
+
+
+@pytest.mark.slow
+def test_prompts_that_differ_only_by_a_number_get_distinct_ids_and_a_suite_regress_reads(tmp_path: Path):
+    pytest.importorskip("sentence_transformers")
+    import subprocess
+    import sys
+
+    samples, scores = numbered_variants(tmp_path)
+    out = tmp_path / "suite.jsonl"
+    argv = ["suite", "build", "--samples", str(samples), "--scores", str(scores), "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *argv, "--similarity", "embeddings", "--size", "10"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "already used" not in result.stderr
+    ids = [c.id for c in load_suite(out).cases]  # what `regress` reads
+    assert len(ids) == 2 and len(set(ids)) == 2
+    # The first (in time) keeps the id built from the normalised prompt; the other is disambiguated.
+    first = (
+        "code-"
+        + __import__("hashlib")
+        .sha256(normalise("Write a Python function that reverses a string (variant 50)").encode())
+        .hexdigest()[:12]
+    )
+    assert ids[0] == first or ids[1] == first
+    manifest = orjson.loads(manifest_path(out).read_bytes())
+    assert set(manifest["cases"]) == set(ids)
+    assert {manifest["cases"][i]["sample_ids"][0] for i in ids} == {"s0", "s1"}
+
+
+def test_a_suite_that_would_not_validate_is_refused_and_nothing_is_written(tmp_path: Path, monkeypatch, capsys):
+    # Without the disambiguation the two candidates share an id: the build must refuse in memory,
+    # with the validator `regress` uses, and leave neither the suite nor its manifest behind.
+    from llmwatch.scorers.evaluation import suite_build
+
+    samples, scores = numbered_variants(tmp_path)
+    real_gather = suite_build.gather
+
+    def colliding(*args, **kwargs):
+        material = real_gather(*args, **kwargs)
+        first = material.candidates[0]
+        twin = suite_build.Candidate(**{**first.__dict__, "samples": list(first.samples), "scores": dict(first.scores)})
+        material.candidates.append(twin)
+        return material
+
+    monkeypatch.setattr(suite_build, "gather", colliding)
+    out = tmp_path / "suite.jsonl"
+    code = main(
+        ["suite", "build", "--samples", str(samples), "--scores", str(scores), "--out", str(out)]
+        + ["--similarity", "text", "--size", "10"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "would not be valid, so nothing was written" in err and "already used on line" in err
+    assert not out.exists() and not manifest_path(out).exists()

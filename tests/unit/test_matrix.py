@@ -384,6 +384,70 @@ def test_decision_score_divides_weighted_quality_and_stability_by_cost_relative_
     assert "(0.6 * quality + 0.4 * stability) / normalized_cost" in text
 
 
+def cheap_but_worse(n: int = 60, refusals: int = 20) -> list[Sample]:
+    """A passes everything at $0.004; B costs a quarter as much but refuses `refusals` of its `n` answers."""
+    q = [{"role": "user", "content": "Which plan includes phone support?"}]
+    answer = "Phone support is included in the Business and Enterprise plans."
+    out = [make_sample(f"a-{i}", "A", q, answer, cost=0.004, n=i) for i in range(n)]
+    out += [make_sample(f"b-{i}", "B", q, REFUSAL if i < refusals else answer, cost=0.001, n=i) for i in range(n)]
+    return out
+
+
+def test_a_cheaper_version_that_is_worse_on_a_check_is_never_called_best():
+    samples = cheap_but_worse()
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    rows = {r.model_version: r for r in report.decision}
+    # The score alone would pick B: a quarter of the cost outweighs a third of refusals.
+    assert rows["B"].decision_score > rows["A"].decision_score
+    # 40/60 against 60/60 on `refusal`: one-sided test, Holm over B's family, far below alpha.
+    assert [(g["check"], g["than"]) for g in rows["B"].worse_on] == [("refusal", "A")]
+    assert rows["B"].worse_on[0]["pass_rate"] == pytest.approx(40 / 60)
+    assert rows["B"].worse_on[0]["p_adjusted"] < 0.05
+    assert not rows["A"].worse_on and rows["A"].eligible and not rows["B"].eligible
+    assert rows["B"].verdict(report.decision) == "cheaper, worse on refusal"
+    text = format_text(report)
+    assert "best: version A" in text and "best: version B" not in text
+    assert "cheaper, worse on refusal" in text
+    data = report.to_dict()["decision"]
+    assert data["best"] == "A" and data["alpha"] == 0.05
+    assert {v["model_version"]: v["verdict"] for v in data["versions"]} == {"A": "", "B": "cheaper, worse on refusal"}
+
+
+def test_a_difference_within_chance_does_not_disqualify_a_version():
+    # 1 refusal in 60 against none: not significant, so the cheaper B stays best.
+    samples = cheap_but_worse(refusals=1)
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert report.to_dict()["decision"]["best"] == "B"
+
+
+def test_when_every_version_is_worse_than_another_on_something_no_version_is_best():
+    q = [{"role": "user", "content": "Which plan includes phone support?"}]
+    answer = "Phone support is included in the Business and Enterprise plans."
+    # A refuses a third of the time; B is truncated a third of the time.
+    samples = [make_sample(f"a-{i}", "A", q, REFUSAL if i < 20 else answer, n=i) for i in range(60)]
+    samples += [make_sample(f"b-{i}", "B", q, answer, finish="length" if i < 20 else "stop", n=i) for i in range(60)]
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert report.to_dict()["decision"]["best"] is None
+    text = format_text(report)
+    assert "best: none. No version qualifies as best" in text
+    assert "worse on refusal" in text and "worse on complete" in text
+
+
+def test_the_decision_score_carries_a_bootstrap_interval_around_it():
+    samples = cheap_but_worse(refusals=10)
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    for r in report.decision:
+        assert r.decision_low is not None and r.decision_high is not None
+        assert r.decision_low <= r.decision_score <= r.decision_high
+    b = next(r for r in report.decision if r.model_version == "B")
+    # B's quality varies by sample (10 of 60 refused), so its interval has width; it is reproducible.
+    assert b.decision_high - b.decision_low > 0.01
+    again = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert [(r.decision_low, r.decision_high) for r in again.decision] == [
+        (r.decision_low, r.decision_high) for r in report.decision
+    ]
+
+
 def test_a_version_without_a_price_gets_no_decision_score_rather_than_a_guess():
     samples = [s.model_copy(update={"cost_usd": None}) if s.model_version == "A" else s for s in two_versions()]
     report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))

@@ -27,6 +27,7 @@ from llmwatch.collectors.otel.factory import OtlpExporterComponent, OtlpReceiver
 from llmwatch.collectors.receivers.proxy.factory import ProxyComponent
 from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
+from llmwatch.core.config import inactive_settings
 from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
@@ -230,6 +231,14 @@ class Agent:
         # switch interval would show up as 5 ms of added p99 on proxied calls.
         sys.setswitchinterval(0.0005)
         self._loop = asyncio.get_running_loop()
+        # A section that is off but configured does nothing: say so once, naming the key to set.
+        for section, keys in inactive_settings(self.cfg):
+            log.warning(
+                "config_section_off",
+                section=section,
+                settings=[f"{section}.{k}" for k in keys],
+                fix=f"set {section}.enabled: true to use them, or remove them",
+            )
         for kind in START_ORDER:
             if kind == "exporter":
                 self.pipeline.start()

@@ -9,15 +9,23 @@ The run has three equal phases, as a model rollout would:
   1. version A serves; its samples are frozen into a baseline (`<data_dir>/baseline-A.json`),
   2. version A keeps serving and is compared with its own baseline (it must stay stable),
   3. the simulator switches to version B, subtly degraded, which the drift detector must flag.
+
+Each run has its own data: the demo marks the data directory it writes (`.llmwatch-demo`) and
+clears its own previous run from it at start; it refuses a non-empty directory it did not write.
+Every wait has a stated deadline and says what it gave up on. The run exits 0 when the story was
+shown (a baseline of A, a drift verdict for A and for B), 2 when it could not be (too little
+scored data: a busy machine scores slower than the demo sends), saying what is missing and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 import numpy as np
@@ -31,6 +39,7 @@ from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.collectors.exporters.prometheus import split_host_port
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
+from llmwatch.core.errors import LlmwatchError
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -56,6 +65,39 @@ JSON_PROMPTS = [
     "Give a JSON object with the best season to visit Japan and why.",
 ]
 CHAT_MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o")
+MARKER = ".llmwatch-demo"  # in a data directory the demo wrote: its own to clear on the next run
+SETTLE_S = 60.0  # longest wait for the scorer to catch up between phases
+VERDICT_S = 90.0  # longest wait, after the traffic, for the drift verdicts of A and B
+
+
+class DemoDataError(LlmwatchError, ValueError):
+    """The data directory holds data the demo did not write (exit 2)."""
+
+
+def prepare_data_dir(path: Path) -> bool:
+    """Make `path` the demo's own, empty; True if a previous demo run was cleared from it.
+
+    A directory the demo wrote before (it holds `MARKER`) is emptied, so that this run's counts,
+    drift and shadow pairs are its own (a second run once counted the first one's pairs). Any
+    other non-empty directory is refused: it may be a real agent's data.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    entries = list(path.iterdir())
+    cleared = False
+    if entries:
+        if not (path / MARKER).is_file():
+            raise DemoDataError(
+                f"the data directory {path} (--data-dir) is not empty and was not written by `llmwatch demo`; "
+                "pass --data-dir with a new or empty folder (the demo clears its own folder on every run)"
+            )
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        cleared = True
+    (path / MARKER).write_text("written by `llmwatch demo`; cleared by its next run\n")
+    return cleared
 
 
 @dataclass
@@ -212,12 +254,16 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     ]
     if agent.scorer is not None:
         scored = agent.recorder.recorded if agent.recorder else 0
+        counts = check_counts(agent)
         lines += [
             f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}",
             "  pass rate per check and model version:",
-            pass_rate_table(check_counts(agent)),
-            drift_summary(agent),
+            pass_rate_table(counts),
+            "    each cell: pass rate over the check's verdicts (pass + fail), and how many verdicts.",
         ]
+        if any(result == "error" for _, _, result in counts):
+            lines.append(error_legend(agent))
+        lines.append(drift_summary(agent))
     if agent.shadow is not None:
         lines.append(shadow_summary(agent))
     lines += [
@@ -229,11 +275,60 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     return "\n".join(lines)
 
 
+def error_legend(agent: Agent) -> str:
+    """What "(N err)" means, and why there are any on this run."""
+    at_stop = _metric_total(agent, "llmwatch_samples_unscored_total", reason="shutdown")
+    other = _metric_total(agent, "llmwatch_samples_unscored_total") - at_stop
+    why = []
+    if at_stop:
+        why.append(
+            f"{at_stop:.0f} samples were still waiting for the scorer when the demo stopped "
+            f"(it gives the scorer scoring.shutdown_timeout_s = {agent.cfg.scoring.shutdown_timeout_s:g} s, then records "
+            "what is left as `error`: the machine scored slower than the demo sent)"
+        )
+    if other:
+        why.append(f"{other:.0f} samples were lost to a scorer crash or timeout (see the log)")
+    if not why:
+        why.append("a check raised or ran past scoring.check_timeout_s (see the log)")
+    return (
+        "    (N err): N checks that could not run, so no verdict and not in the pass rate; here " + "; ".join(why) + "."
+    )
+
+
+def scored_samples(agent: Agent) -> dict[str, int]:
+    """Samples with a verdict per version: the most verdicts (pass + fail) of any one check."""
+    per_check: dict[tuple[str, str], float] = {}
+    for (check, version, result), n in check_counts(agent).items():
+        if result in ("pass", "fail"):
+            per_check[(check, version)] = per_check.get((check, version), 0.0) + n
+    out: dict[str, int] = {}
+    for (_, version), n in per_check.items():
+        out[version] = max(out.get(version, 0), int(n))
+    return out
+
+
+def drift_versions(agent: Agent) -> set[str]:
+    return {k[0] for k in agent.drift_state}
+
+
 def drift_summary(agent: Agent) -> str:
+    scored = scored_samples(agent)
+    needed = agent.cfg.drift.min_samples
     if not agent.drift_state:
-        return "  drift            no comparison yet (needs a baseline and enough scored samples per version)"
+        return (
+            "  drift            no comparison (needs a baseline of A and "
+            f"{needed} scored samples per version; scored: "
+            + (", ".join(f"{v} {n}" for v, n in sorted(scored.items())) or "none")
+            + ")"
+        )
     lines = ["  drift against the baseline of version A (Holm-adjusted p < alpha and a material effect):"]
-    for version in sorted({k[0] for k in agent.drift_state}):
+    for version in sorted(drift_versions(agent) | set(scored)):
+        if version not in drift_versions(agent):
+            lines.append(
+                f"    version {version:<4} no comparison: {scored.get(version, 0)} samples scored, {needed} needed "
+                "(the scorer did not catch up in time)"
+            )
+            continue
         readings = {k[2]: v for k, v in agent.drift_state.items() if k[0] == version}
         n = max(v[3] for v in readings.values())
         drifted = sorted((sig, v[1]) for sig, v in readings.items() if v[2])
@@ -257,16 +352,76 @@ def _freeze_baseline(agent: Agent, scorer: ScorerProcess, version: str) -> str:
     return str(path)
 
 
-async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None) -> None:
-    """Wait until queued samples are stored and scored (bounded), so phases do not blur."""
+async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None, stop: asyncio.Event | None = None) -> bool:
+    """Wait until queued samples are stored and scored, at most `timeout`; say so if it gave up."""
     if out is not None and agent.scorer is not None and agent.scorer.pending:
-        out.write(f"  waiting for the scorer to catch up ({agent.scorer.pending} samples to score)...\n")
+        out.write(
+            f"  waiting up to {timeout:.0f} s for the scorer to catch up ({agent.scorer.pending} samples to score)...\n"
+        )
         out.flush()
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout and not (stop is not None and stop.is_set()):
         if agent.queue.depth() == 0 and (agent.scorer is None or agent.scorer.pending == 0):
-            return
-        await asyncio.sleep(0.1)
+            return True
+        await asyncio.sleep(0.1)  # poll interval of a bounded wait
+    left = agent.scorer.pending if agent.scorer is not None else 0
+    if out is not None:
+        out.write(
+            f"  gave up waiting after {time.perf_counter() - started:.0f} s: {left} samples not scored yet "
+            "(the machine scores slower than the demo sends); going on\n"
+        )
+        out.flush()
+    return False
+
+
+async def _await_verdicts(
+    agent: Agent, versions: tuple[str, ...], timeout: float, out: IO[str], stop: asyncio.Event
+) -> list[str]:
+    """Wait (at most `timeout`) for a drift reading of each version; what is missing, and why.
+
+    Gives up early when the scorer is idle and a version has fewer scored samples than the drift
+    needs: no amount of waiting brings those.
+    """
+    needed = agent.cfg.drift.min_samples
+    out.write(
+        f"  waiting up to {timeout:.0f} s for the drift verdicts of version {' and '.join(versions)} "
+        f"(each needs {needed} scored samples; compared every {agent.cfg.drift.interval_s:g} s)...\n"
+    )
+    out.flush()
+    started = time.perf_counter()
+    idle = False
+    while time.perf_counter() - started < timeout and not stop.is_set():
+        idle = agent.queue.depth() == 0 and agent.scorer is not None and agent.scorer.pending == 0
+        if set(versions) <= drift_versions(agent) and idle:
+            await asyncio.sleep(agent.cfg.drift.interval_s + 1.5)  # one more comparison over the last samples
+            return []
+        scored = scored_samples(agent)
+        if idle and any(v not in drift_versions(agent) and scored.get(v, 0) < needed for v in versions):
+            break
+        await asyncio.sleep(0.2)  # poll interval of a bounded wait
+    scored = scored_samples(agent)
+    missing = []
+    for v in versions:
+        if v in drift_versions(agent):
+            continue
+        n = scored.get(v, 0)
+        if idle and n < needed:
+            why = f"only {n} samples of {v} were scored and drift needs {needed}: too little traffic for that"
+        else:
+            why = (
+                f"{n} samples of {v} scored after waiting {time.perf_counter() - started:.0f} s: "
+                "the scorer did not catch up in time (a busy machine scores slower than the demo sends)"
+            )
+        missing.append(f"a drift verdict for version {v} ({why})")
+    if missing:
+        out.write("  gave up waiting for " + "; ".join(missing) + "\n")
+    elif agent.scorer is not None and agent.scorer.pending:
+        out.write(
+            f"  stopped waiting after {time.perf_counter() - started:.0f} s with the verdicts in and "
+            f"{agent.scorer.pending} samples still unscored: they are recorded as `error` at stop, see (N err) below\n"
+        )
+    out.flush()
+    return missing
 
 
 def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
@@ -322,6 +477,12 @@ async def run_demo(
         }
     )
     started = time.perf_counter()
+    try:
+        cleared = prepare_data_dir(cfg.data_dir)
+    except BaseException:
+        await sim.close()
+        await candidate_sim.close()
+        raise
     agent = Agent(cfg)
     try:
         await agent.start()
@@ -340,8 +501,11 @@ async def run_demo(
         f"llmwatch demo: simulator {sim.url} <- proxy http://{host}:{agent.proxy_port} "
         f"(metrics http://{host}:{agent.metrics_port}/metrics); {duration:.0f} s of traffic in 3 phases{extra}; Ctrl-C to stop early\n"
     )
+    if cleared:
+        out.write(f"  cleared the previous demo run from {cfg.data_dir}: this run's figures are its own\n")
     out.flush()
     stop = asyncio.Event()
+    missing: list[str] = []  # the parts of the story this run could not show
     watcher = asyncio.create_task(wait_for_signal(duration * 2 + 300.0))
     watcher.add_done_callback(lambda _: stop.set())
     base_url = f"http://{host}:{agent.proxy_port}/v1"
@@ -361,14 +525,8 @@ async def run_demo(
             if stop.is_set():
                 break
             if name == "A (after freeze)" and agent.scorer is not None:
-                await _settle(agent, 60.0, out)
-                try:
-                    path = await asyncio.to_thread(_freeze_baseline, agent, agent.scorer, "A")
-                except Exception as exc:  # the demo goes on without drift rather than failing
-                    log.warning("demo_baseline_failed", error=str(exc))
-                else:
-                    agent.scorer.load_baseline(path)
-                    out.write(f"  froze baseline of version A -> {path}\n")
+                await _settle(agent, SETTLE_S, out, stop)
+                await _freeze_step(agent, agent.scorer, out, missing)
             if name == "B":
                 sim.set_profile(PROFILES["B"])
             out.write(f"  phase {name}: {phase:.0f} s\n")
@@ -378,21 +536,39 @@ async def run_demo(
             traffic_s += time.perf_counter() - phase_started
             _merge(tally, part)
         if agent.scorer is not None and not stop.is_set():
-            await _settle(agent, 60.0, out)
-            out.write(
-                f"  waiting {cfg.drift.interval_s + 1.5:.0f} s for a last drift comparison over the last samples...\n"
-            )
-            out.flush()
-            await asyncio.sleep(cfg.drift.interval_s + 1.5)  # one more drift refresh over the last samples
+            await _settle(agent, SETTLE_S, out, stop)
+            if not missing:
+                missing += await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
     finally:
+        stopped_early = stop.is_set()  # Ctrl-C or the watchdog; cancelling the watcher sets `stop` too
         watcher.cancel()
         elapsed = time.perf_counter() - started
         await agent.stop()
         await sim.close()
         await candidate_sim.close()
     out.write(summary(agent, tally, traffic_s, elapsed))
+    if stopped_early and not missing:
+        missing.append("the whole run (stopped early)")
+    if missing:
+        out.write(
+            f"demo incomplete (exit 2): could not show {'; '.join(missing)}. Run it again with more traffic "
+            "or on a quieter machine, e.g. `llmwatch demo --duration 90`\n"
+        )
     out.flush()
-    return 0
+    return 2 if missing else 0
+
+
+async def _freeze_step(agent: Agent, scorer: ScorerProcess, out: IO[str], missing: list[str]) -> None:
+    """Freeze A's baseline and load it in the scorer; on failure say so and note it as missing."""
+    try:
+        path = await asyncio.to_thread(_freeze_baseline, agent, scorer, "A")
+    except Exception as exc:  # the demo goes on without drift rather than failing
+        log.warning("demo_baseline_failed", error=str(exc))
+        out.write(f"  could not freeze a baseline of version A ({exc}): no drift verdicts on this run\n")
+        missing.append(f"a baseline of version A ({exc})")
+        return
+    scorer.load_baseline(path)
+    out.write(f"  froze baseline of version A -> {path}\n")
 
 
 async def _wait_ready(scorer: ScorerProcess, stop: asyncio.Event, timeout: float) -> None:

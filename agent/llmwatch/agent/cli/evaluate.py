@@ -94,7 +94,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         baseline=baseline,
         drift_alpha=args.alpha,
         drift_min_samples=args.min_samples,
+        scores_source=(args.samples, args.scores),
     )
+    for warning in report.warnings:  # on stderr too, so that --format json and html do not hide it
+        sys.stderr.write(f"llmwatch: WARNING: {warning}\n")
     if args.compare:
         try:
             earlier = read_document(args.compare, what="the earlier report", error=ValueError)
@@ -356,7 +359,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         action="store_true",
         help="compare even if the earlier report used other decision weights",
     )
-    p.add_argument("--alpha", type=float, default=0.05, help="drift test level for version stability (default 0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="test level for version stability, the quality guard (a version significantly worse on a check cannot be best) and the decision score's 1-alpha interval (default 0.05)",
+    )
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
     p.set_defaults(func=cmd_report)
 

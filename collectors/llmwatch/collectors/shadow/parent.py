@@ -473,12 +473,16 @@ class ShadowMirror:
         to_child = self._to_child
         if proc is not None and proc.is_alive() and to_child is not None and not to_child.is_closing():
             to_child.write(frame(pickle.dumps([StopMirror(timeout)])))
+            said_closed = False
             if self._closed is not None:
                 try:
                     await asyncio.wait_for(asyncio.shield(self._closed), timeout + 6.0)
+                    said_closed = True
                 except asyncio.TimeoutError:
                     pass
-            await asyncio.to_thread(proc.join, 1.0)
+            # A child that said it is closed has written everything and exits at once (os._exit);
+            # the bound is for a busy host scheduling a niced process late, not for work.
+            await asyncio.to_thread(proc.join, 5.0 if said_closed else 1.0)
         if proc is not None and proc.is_alive():
             log.error("shadow_mirror_killed", reason="did not stop in time", timeout_s=timeout)
             proc.kill()

@@ -16,6 +16,7 @@ from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.checks.errors import refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
 from llmwatch.scorers.reports.text import count_scores, pass_rate_table
 
@@ -153,6 +154,8 @@ def load_window(
                 if scoring.embeddings and suite.embedder is not None:
                     _keep_vectors(suite.embedder, batch, known)
                 progress.update(len(batch))
+    # A window of `error` scores has no pass rate: refuse it before embedding anything (exit 2).
+    refuse_mostly_errors(scores, samples=samples_path, scores_path=scores_path, purpose=purpose)
     embeddings: dict[str, np.ndarray] = {}
     if scoring.embeddings:
         wanted = [

@@ -16,20 +16,48 @@
   so scores made under different weights are never compared by accident.
 
 Latency and TTFT quantiles are over successful calls (status 1..399); TTFT over streamed ones.
+
+Two guards keep the score from naming a worse version "best" (`choose_best`):
+
+* **Quality guard** (`quality_gaps`): for each check, each version's pass rate is compared with
+  every other version's, one-sided (is it lower?), with `compare_proportions` (z-test, or
+  Fisher's exact test on small counts); the p-values of one version's family (checks x other
+  versions) are Holm-adjusted, and a version with an adjusted p below the report's alpha is
+  *worse on* that check. Only versions worse on nothing can be best: a cheap version whose
+  answers got worse reads "cheaper, worse on answer_relevance", never "best". If every version
+  with a score is worse than another on something, no version is best, and the report says so.
+* **Interval** (`decision_intervals`): a percentile bootstrap of the decision score at 1 - alpha.
+  Each replicate resamples every version's samples within their category (so quality and cost
+  move together, sample by sample) and recomputes quality, cost and the cheapest cost; the
+  stability term is held at its point value (it is itself a summary over repeated prompts, too
+  few to resample). Two versions whose intervals overlap are not separated by the score.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.evaluation.config import DecisionSection
+from llmwatch.scorers.stats.proportions import wilson_interval
+from llmwatch.scorers.stats.twosample import adjust_pvalues, compare_proportions
 
-__all__ = ["CostLatency", "DecisionRow", "QUANTILES", "cost_latency", "decision_scores"]
+__all__ = [
+    "CostLatency",
+    "DecisionRow",
+    "QUANTILES",
+    "QualityGap",
+    "choose_best",
+    "cost_latency",
+    "decision_intervals",
+    "decision_scores",
+    "quality_gaps",
+]
 
 QUANTILES = (50, 90, 95, 99)
 
@@ -81,6 +109,28 @@ class DecisionRow:
     normalized_cost: float | None
     decision_score: float | None
     note: str = ""
+    # The score's bootstrap interval at 1 - alpha (None without a score or with too little data).
+    decision_low: float | None = None
+    decision_high: float | None = None
+    # The checks this version is significantly worse on than another version (QualityGap as dicts).
+    worse_on: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def eligible(self) -> bool:
+        """May be called best: it has a score and is worse than no other version on any check."""
+        return self.decision_score is not None and not self.worse_on
+
+    def verdict(self, rows: Sequence[DecisionRow]) -> str:
+        """A few words for people: "cheaper, worse on answer_relevance", or "" when nothing is wrong."""
+        if not self.worse_on:
+            return ""
+        checks = sorted({g["check"] for g in self.worse_on})
+        than = {g["than"] for g in self.worse_on}
+        costs = {r.model_version: r.cost_per_1k for r in rows}
+        own = self.cost_per_1k
+        rivals = [costs.get(v) for v in than]
+        cheaper = own is not None and all(c is not None and own < c for c in rivals)
+        return f"{'cheaper, ' if cheaper else ''}worse on {', '.join(checks)}"
 
 
 def decision_scores(
@@ -116,3 +166,156 @@ def decision_scores(
         numerator = w.quality * (q or 0.0) + w.stability * (s or 0.0)
         rows.append(DecisionRow(v, q, s, cost, norm, numerator / norm))
     return rows
+
+
+@dataclass(frozen=True)
+class QualityGap:
+    """Version `version` passes `check` less often than version `than`, at the report's alpha (Holm)."""
+
+    version: str
+    than: str
+    check: str
+    pass_rate: float
+    ci_low: float
+    ci_high: float
+    n: int
+    than_pass_rate: float
+    than_ci_low: float
+    than_ci_high: float
+    than_n: int
+    p_adjusted: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.check} {self.pass_rate:.1%} [{self.ci_low:.0%}-{self.ci_high:.0%}] of {self.n} vs "
+            f"{self.than_pass_rate:.1%} [{self.than_ci_low:.0%}-{self.than_ci_high:.0%}] of {self.than_n} "
+            f"for version {self.than} (Holm p {self.p_adjusted:.1e})"
+        )
+
+
+_DRAWS_PER_CHUNK = 4_000_000
+
+
+def _z(alpha: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(1.0 - alpha / 2.0))
+
+
+def quality_gaps(scores: Iterable[Score], alpha: float) -> dict[str, list[QualityGap]]:
+    """Per version, the checks on which it passes significantly less often than another version.
+
+    One family per version: every (check, other version) pair with verdicts on both sides, tested
+    one-sided ("lower") with `compare_proportions`, Holm-adjusted; a gap is an adjusted p < alpha.
+    `error` and `skip` results are not verdicts and do not count.
+    """
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (check, version) -> [pass, n]
+    for sc in scores:
+        if sc.result not in ("pass", "fail"):
+            continue
+        cell = counts[(sc.check, sc.model_version or "unknown")]
+        cell[0] += sc.result == "pass"
+        cell[1] += 1
+    versions = sorted({v for _, v in counts})
+    checks = sorted({c for c, _ in counts})
+    z = _z(alpha)
+    out: dict[str, list[QualityGap]] = {v: [] for v in versions}
+    for v in versions:
+        tests: list[tuple[str, str, float]] = []
+        for check in checks:
+            k_v, n_v = counts.get((check, v), (0, 0))
+            if n_v == 0:
+                continue
+            for w in versions:
+                k_w, n_w = counts.get((check, w), (0, 0))
+                if w == v or n_w == 0:
+                    continue
+                p = compare_proportions(k_w, n_w, k_v, n_v, alternative="less").p_value
+                tests.append((check, w, p))
+        adjusted = adjust_pvalues([p for _, _, p in tests], "holm")
+        for (check, w, _), p_adj in zip(tests, adjusted):
+            if p_adj >= alpha:
+                continue
+            k_v, n_v = counts[(check, v)]
+            k_w, n_w = counts[(check, w)]
+            lo, hi = wilson_interval(k_v, n_v, z)
+            wlo, whi = wilson_interval(k_w, n_w, z)
+            out[v].append(QualityGap(v, w, check, k_v / n_v, lo, hi, n_v, k_w / n_w, wlo, whi, n_w, p_adj))
+    return out
+
+
+def decision_intervals(
+    rows: Sequence[Any],
+    weights: Mapping[str, float],
+    stability: Mapping[str, float | None],
+    decision: DecisionSection,
+    alpha: float,
+    *,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap interval (1 - alpha) of each version's decision score.
+
+    `rows`: the report's scored samples (`matrix.ScoredSample`: .version, .category, .score,
+    .sample.cost_usd); `weights`: category -> business weight. Resampled within (version, category)
+    so every replicate keeps each version's traffic mix; quality and cost come from the same drawn
+    samples. The cheapest cost is recomputed per replicate. Stability is held at its point value.
+    """
+    w = decision.weights
+    rng = np.random.default_rng(seed)
+    by_cell: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_cell[r.version][r.category].append(r)
+    quality: dict[str, np.ndarray] = {}
+    cost: dict[str, np.ndarray] = {}
+    for version, cats in by_cell.items():
+        num = np.zeros(replicates)
+        den = np.zeros(replicates)
+        cost_sum = np.zeros(replicates)
+        cost_n = np.zeros(replicates)
+        for category, items in cats.items():
+            score = np.array([np.nan if r.score is None else r.score for r in items], dtype=float)
+            price = np.array([np.nan if r.sample.cost_usd is None else r.sample.cost_usd for r in items], dtype=float)
+            weight = weights.get(category, min(weights.values(), default=1.0))
+            # Replicates in chunks of at most ~4M draws: a report over 100k samples stays in tens of MB.
+            step = max(1, _DRAWS_PER_CHUNK // len(items))
+            for lo in range(0, replicates, step):
+                hi = min(replicates, lo + step)
+                idx = rng.integers(0, len(items), size=(hi - lo, len(items)))
+                drawn, paid = score[idx], price[idx]
+                scored = (~np.isnan(drawn)).sum(axis=1)
+                with np.errstate(invalid="ignore"):
+                    mean = np.where(scored > 0, np.nansum(drawn, axis=1) / np.maximum(scored, 1), np.nan)
+                has = ~np.isnan(mean)
+                num[lo:hi] += np.where(has, weight * np.nan_to_num(mean), 0.0)
+                den[lo:hi] += np.where(has, weight, 0.0)
+                cost_sum[lo:hi] += np.nansum(paid, axis=1)
+                cost_n[lo:hi] += (~np.isnan(paid)).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            quality[version] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+            cost[version] = np.where(cost_n > 0, cost_sum / np.where(cost_n > 0, cost_n, 1.0), np.nan)
+    if not cost:
+        return {}
+    stacked = np.vstack(list(cost.values()))
+    positive = np.where(stacked > 0, stacked, np.inf)
+    cheapest = positive.min(axis=0)
+    out: dict[str, tuple[float, float]] = {}
+    for version in by_cell:
+        s = stability.get(version)
+        if w.stability > 0 and s is None:
+            continue
+        c = cost[version]
+        norm = np.where(c <= 0, 1.0, c / np.where(np.isfinite(cheapest), cheapest, 1.0))
+        score = (w.quality * quality[version] + w.stability * (s or 0.0)) / norm
+        score = score[np.isfinite(score)]
+        if score.size < replicates * 0.9:  # too few replicates with every figure defined
+            continue
+        lo, hi = np.percentile(score, [100.0 * alpha / 2.0, 100.0 * (1.0 - alpha / 2.0)])
+        out[version] = (float(lo), float(hi))
+    return out
+
+
+def choose_best(rows: Sequence[DecisionRow]) -> DecisionRow | None:
+    """The highest decision score among the versions worse on nothing; None if none qualifies."""
+    eligible = [r for r in rows if r.eligible]
+    return max(eligible, key=lambda r: r.decision_score or 0.0) if eligible else None

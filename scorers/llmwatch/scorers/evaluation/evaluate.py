@@ -10,7 +10,7 @@ change of weights moves every decision score without anything having changed in 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -18,8 +18,17 @@ from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.errors import mostly_errors, mostly_errors_message
 from llmwatch.scorers.evaluation.config import MatrixSection
-from llmwatch.scorers.evaluation.decision import CostLatency, DecisionRow, cost_latency, decision_scores
+from llmwatch.scorers.evaluation.decision import (
+    CostLatency,
+    DecisionRow,
+    choose_best,
+    cost_latency,
+    decision_intervals,
+    decision_scores,
+    quality_gaps,
+)
 from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
     build_categories,
@@ -43,6 +52,7 @@ __all__ = [
     "WeightsMismatch",
     "build_report",
     "compare_reports",
+    "decision_verdict",
     "evaluation_readings",
     "export_metrics",
     "format_text",
@@ -70,16 +80,23 @@ class EvaluationReport:
     weights_version: str
     baseline: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None
+    alpha: float = 0.05  # the level of the quality guard and of the decision score's interval
+    warnings: list[str] = field(default_factory=list)  # e.g. scores that are mostly `error`
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["schema"] = REPORT_SCHEMA
+        best = choose_best(self.decision)
         out["decision"] = {
             "weights": self.weights,
             "weights_version": self.weights_version,
-            "versions": [asdict(r) for r in self.decision],
+            "alpha": self.alpha,
+            # Only a version worse than no other on any check can be best; null when none qualifies.
+            "best": best.model_version if best is not None else None,
+            "versions": [{**asdict(r), "verdict": r.verdict(self.decision)} for r in self.decision],
         }
+        del out["alpha"]
         del out["weights"], out["weights_version"]
         return out
 
@@ -93,8 +110,12 @@ def build_report(
     baseline: Any = None,
     drift_alpha: float = 0.05,
     drift_min_samples: int = 30,
+    scores_source: tuple[str, str | None] = ("SAMPLES", "SCORES"),
 ) -> EvaluationReport:
+    """`scores_source`: (samples path, scores path or None if scored now), for the warnings' fix."""
     score_list = list(scores)
+    shares = mostly_errors(score_list)
+    warnings = [mostly_errors_message(shares, samples=scores_source[0], scores=scores_source[1])] if shares else []
     categories = build_categories(cfg, known_checks)
     rows = score_samples(samples, score_list, categories, cfg.default_category)
     cells = quality_matrix(rows, categories)
@@ -116,6 +137,21 @@ def build_report(
         combined.setdefault(v, None)
         quality.setdefault(v, None)
     decision = decision_scores(quality, combined, costs, cfg.decision)
+    gaps = quality_gaps(score_list, drift_alpha)
+    intervals = decision_intervals(rows, {c.name: c.weight for c in categories}, combined, cfg.decision, drift_alpha)
+    decision = [
+        replace(
+            r,
+            decision_low=intervals[r.model_version][0]
+            if r.decision_score is not None and r.model_version in intervals
+            else None,
+            decision_high=intervals[r.model_version][1]
+            if r.decision_score is not None and r.model_version in intervals
+            else None,
+            worse_on=[asdict(g) for g in gaps.get(r.model_version, [])],
+        )
+        for r in decision
+    ]
     used = {c.category for c in cells}
     cats = [{"name": c.name, "weight": c.weight, "checks": list(c.checks)} for c in categories if c.name in used]
     if cfg.default_category in used and cfg.default_category not in {c["name"] for c in cats}:
@@ -139,6 +175,8 @@ def build_report(
         weights=cfg.decision.weights.model_dump(),
         weights_version=cfg.decision.weights_version,
         baseline=baseline_info,
+        alpha=drift_alpha,
+        warnings=warnings,
     )
 
 
@@ -233,6 +271,76 @@ def export_metrics(metrics: Metrics, report: EvaluationReport) -> None:
     metrics.group(EvaluationMetrics).set_evaluation(evaluation_readings(report))
 
 
+# --- the verdict, shared by the text and HTML reports ----------------------------------------
+
+
+def _interval(r: DecisionRow) -> str:
+    if r.decision_low is None or r.decision_high is None:
+        return ""
+    return f" [{r.decision_low:.3f}-{r.decision_high:.3f}]"
+
+
+def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
+    """(level ok|info|warn, headline, points): which version is best, and why the others are not.
+
+    A version worse than another on any check (the quality guard, `decision.quality_gaps`) is
+    never best, whatever its score; a version is named best only if one qualifies.
+    """
+    w = report.weights
+    level_of_confidence = f"{1 - report.alpha:.0%}"
+    scored = [r for r in report.decision if r.decision_score is not None]
+    formula = (
+        f"decision score = ({w['quality']:g} * quality + {w['stability']:g} * stability) / normalized cost, "
+        f"weights_version {report.weights_version}; [interval] = {level_of_confidence} bootstrap; a version "
+        f"worse than another on a check's pass rate (one-sided test, Holm, alpha {report.alpha:g}) cannot be best"
+    )
+    warnings = [f"WARNING: {w}" for w in report.warnings]
+    if not scored:
+        return (
+            "warn",
+            "No decision score: no version has quality, stability and a price",
+            warnings + [f"version {r.model_version}: {r.note}" for r in report.decision],
+        )
+    best = choose_best(report.decision)
+    points: list[str] = []
+    if best is not None:
+        points.append(
+            f"version {best.model_version}: decision score {_f(best.decision_score)}{_interval(best)} "
+            f"(quality {_f(best.quality)}, stability {_f(best.stability)}, USD/1k requests {_f(best.cost_per_1k, '.4f')})"
+        )
+    for r in sorted(scored, key=lambda r: -(r.decision_score or 0.0)):
+        if r is best:
+            continue
+        line = f"version {r.model_version}: decision score {_f(r.decision_score)}{_interval(r)}"
+        if r.worse_on:
+            line += f", {r.verdict(report.decision)}, so not eligible: " + "; ".join(
+                f"{g['check']} {g['pass_rate']:.1%} [{g['ci_low']:.0%}-{g['ci_high']:.0%}] of {g['n']} vs "
+                f"{g['than_pass_rate']:.1%} [{g['than_ci_low']:.0%}-{g['than_ci_high']:.0%}] of {g['than_n']} "
+                f"for version {g['than']} (Holm p {g['p_adjusted']:.1e})"
+                for g in r.worse_on
+            )
+        elif (
+            best is not None
+            and r.decision_low is not None
+            and best.decision_low is not None
+            and r.decision_high is not None
+            and r.decision_high >= best.decision_low
+        ):
+            line += f" (its interval overlaps version {best.model_version}'s: the score does not separate them)"
+        points.append(line)
+    points += [f"version {r.model_version}: no decision score ({r.note})" for r in report.decision if r not in scored]
+    points.append(formula)
+    if best is None:
+        return (
+            "warn",
+            "No version qualifies as best: each one with a score is worse than another on quality",
+            warnings + points,
+        )
+    if warnings:  # the best is named, but on scores that are mostly errors for some check
+        return ("warn", f"Best: version {best.model_version}", points[:1] + warnings + points[1:])
+    return ("ok" if len(scored) > 1 else "info", f"Best: version {best.model_version}", points)
+
+
 # --- text ------------------------------------------------------------------------------------
 
 
@@ -263,6 +371,7 @@ def format_text(report: EvaluationReport) -> str:
     lines = [
         f"llmwatch report: {report.n_samples} samples, {len(versions)} version(s) ({', '.join(versions) or '-'}), {len(report.categories)} categories",
         f"decision weights {report.weights_version}: quality {w['quality']:g}, stability {w['stability']:g}",
+        *(f"WARNING: {warning}" for warning in report.warnings),
         "",
         "Quality matrix (mean score | pass rate [Wilson 95% CI] | n)",
     ]
@@ -300,16 +409,19 @@ def format_text(report: EvaluationReport) -> str:
     lines += [
         "",
         f"Decision score = ({w['quality']:g} * quality + {w['stability']:g} * stability) / normalized_cost   [weights_version {report.weights_version}]",
-        f"  {'version':<12} {'quality':>8} {'stability':>10} {'USD/1k req':>11} {'norm. cost':>11} {'decision':>9}",
+        f"  [interval]: {1 - report.alpha:.0%} bootstrap; only a version worse than no other on any check's pass rate (one-sided, Holm, alpha {report.alpha:g}) can be best",
+        f"  {'version':<12} {'quality':>8} {'stability':>10} {'USD/1k req':>11} {'norm. cost':>11} {'decision':>9} {'[interval]':<15}",
     ]
     for r in report.decision:
+        note = "; ".join(x for x in (r.verdict(report.decision), r.note) if x)
         lines.append(
-            f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9}  {r.note}"
+            f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9} {_interval(r).strip() or '-':<15}  {note}"
         )
-    ranked = [(r.decision_score, r) for r in report.decision if r.decision_score is not None]
-    if ranked:
-        best = max(ranked, key=lambda sr: sr[0])[1]
-        lines.append(f"  best: version {best.model_version}")
+    if any(r.decision_score is not None for r in report.decision):
+        level, headline, points = decision_verdict(report)
+        best = choose_best(report.decision)
+        lines.append(f"  best: version {best.model_version}" if best is not None else f"  best: none. {headline}")
+        lines += [f"    {p}" for p in points[1 if best is not None else 0 : -1] if not p.startswith("WARNING: ")]
     if report.comparison:
         cmp = report.comparison
         lines += ["", f"Compared with the report of {cmp.get('earlier_created_at')}"]

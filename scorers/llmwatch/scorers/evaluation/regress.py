@@ -190,6 +190,16 @@ def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
         raise RegressError(f"suite {source} does not exist") from None
     except OSError as exc:
         raise RegressError(f"suite {source} cannot be read: {exc}") from None
+    return parse_suite(raw_lines, source)
+
+
+def parse_suite(raw_lines: Sequence[bytes], source: str | os.PathLike[str]) -> RegressSuite:
+    """The suite in `raw_lines` (one case per line), validated as `regress` runs it.
+
+    Also what `suite build` and `suite add` check their output with, in memory, before writing
+    it: a suite they write is one `regress` reads. `source` names the file in the messages.
+    """
+    source = Path(source)
     raws: list[dict[str, Any]] = []
     cases: list[SuiteCase] = []
     checks: dict[str, list[ConfiguredCheck]] = {}

@@ -51,7 +51,7 @@ from llmwatch.core.wire import content_to_text
 from llmwatch.scorers.checks.config import CheckSpec
 from llmwatch.scorers.checks.registry import CHECK_KINDS
 from llmwatch.scorers.evaluation.matrix import Category, categorize, request_messages
-from llmwatch.scorers.evaluation.regress import SuiteCase, load_suite, suite_checksum
+from llmwatch.scorers.evaluation.regress import RegressError, SuiteCase, load_suite, parse_suite, suite_checksum
 from llmwatch.scorers.pipeline.pii import PLACEHOLDERS
 
 MANIFEST_SCHEMA = "llmwatch.suite-manifest/v1"
@@ -182,10 +182,14 @@ class Candidate:
     edge_reasons: set[str] = field(default_factory=set)
     shingles: frozenset[str] = frozenset()
     source: str = "typical"
+    # Set by `_unique_ids` when another candidate has the same category and key: two prompts that
+    # differ only by a number ("variant 50" / "variant 15") normalise alike, and embeddings may
+    # still keep them apart.
+    suffix: str = ""
 
     @property
     def case_id(self) -> str:
-        return f"{self.category}-{self.key[:12]}"
+        return f"{self.category}-{self.key[:12]}{self.suffix}"
 
 
 @dataclass
@@ -304,7 +308,66 @@ def gather(
             cand.failure_modes.update(failure_modes(sample, cand.scores[sample.id]))
         candidates.append(cand)
     _mark_edges(candidates)
+    _unique_ids(candidates)
     return Material(candidates, traffic, n_samples, n_placeholder, n_other, len(items) - len(candidates))
+
+
+def _unique_ids(candidates: Sequence[Candidate]) -> None:
+    """Give every candidate its own case id, deterministically.
+
+    The id's stable part is the hash of the normalised prompt (digits folded), so a suite built
+    again from the same traffic has the same ids. The first candidate (in time order) of a
+    colliding id keeps it; each later one gets `-` and 8 hex digits of the hash of its exact
+    prompt text (and a counter in the unlikely case that this collides too).
+    """
+    seen: set[str] = set()
+    for cand in candidates:
+        if cand.case_id not in seen:
+            seen.add(cand.case_id)
+            continue
+        cand.suffix = "-" + hashlib.sha256(cand.text.encode()).hexdigest()[:8]
+        base, n = cand.suffix, 2
+        while cand.case_id in seen:
+            cand.suffix = f"{base}-{n}"
+            n += 1
+        seen.add(cand.case_id)
+
+
+def _validated(data: bytes, target: str | Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse, before anything is written, a suite `regress` would refuse or a manifest that disagrees.
+
+    The same parser and validator as `llmwatch regress` (regress.parse_suite), over the bytes about
+    to be written.
+    """
+    try:
+        suite = parse_suite(data.splitlines(), target)
+    except RegressError as exc:
+        raise SuiteBuildError(
+            f"the suite made for {target} would not be valid, so nothing was written: {exc}"
+        ) from None
+    ids = [c.id for c in suite.cases]
+    listed = set(manifest.get("cases", {}))
+    if set(ids) - listed or suite.checksum != manifest.get("checksum"):
+        raise SuiteBuildError(
+            f"the manifest made for {target} does not describe its suite (cases not listed: "
+            f"{', '.join(sorted(set(ids) - listed)) or 'none'}), so nothing was written"
+        )
+
+
+def _write_both(target: str | Path, data: bytes, manifest: Mapping[str, Any]) -> tuple[Path, Path]:
+    """The suite and its manifest, each atomically; if the second cannot be written, the first is undone."""
+    mpath = manifest_path(target)
+    before = Path(target).read_bytes() if Path(target).exists() else None
+    written = atomic_write_bytes(target, data)
+    try:
+        atomic_write_bytes(mpath, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+    except BaseException:
+        if before is None:
+            Path(target).unlink(missing_ok=True)
+        else:
+            atomic_write_bytes(target, before)
+        raise
+    return written, mpath
 
 
 def _mark_edges(candidates: Sequence[Candidate]) -> None:
@@ -586,8 +649,8 @@ def build(
         },
         "cases": {c.case_id: manifest_entry(c) for c in chosen},
     }
-    target = atomic_write_bytes(out, data)
-    mpath = atomic_write_bytes(manifest_path(out), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+    _validated(data, out, manifest)
+    target, mpath = _write_both(out, data, manifest)
     return BuildResult(target, mpath, manifest)
 
 
@@ -661,8 +724,8 @@ def add(
     manifest.setdefault("counts", {})["cases"] = len(suite.cases) + len(new_cases)
     if sources:
         manifest.setdefault("sources", {}).update({f"add-v{manifest['version']}:{k}": v for k, v in sources.items()})
-    atomic_write_bytes(suite_path, data)
-    atomic_write_bytes(manifest_path(suite_path), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+    _validated(data, suite_path, manifest)
+    _write_both(suite_path, data, manifest)
     return [c["id"] for c in new_cases], manifest
 
 

@@ -30,7 +30,7 @@ from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
 from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
-from llmwatch.scorers.evaluation.evaluate import EvaluationReport
+from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
 from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation"]
@@ -693,34 +693,12 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
     """`llmwatch report`: the decision first, then pass rates, latency/TTFT, cost, the matrix, stability."""
     plt = _pyplot()
     versions = report.versions
-    w = report.weights
     doc = HtmlDocument(
         "llmwatch evaluation report",
         f"{report.n_samples} samples, {len(versions)} version(s), {len(report.categories)} categories",
     )
-    ranked = [(r.decision_score, r) for r in report.decision if r.decision_score is not None]
-    if ranked:
-        best = max(ranked, key=lambda sr: sr[0])[1]
-        others = [r for _, r in sorted(((sc, r) for sc, r in ranked if r is not best), key=lambda sr: -sr[0])]
-        points = [
-            f"version {best.model_version}: decision score {_num(best.decision_score)} (quality {_num(best.quality)}, stability {_num(best.stability)}, USD/1k requests {_num(best.cost_per_1k, '.4f')})"
-        ]
-        points += [f"version {r.model_version}: decision score {_num(r.decision_score)}" for r in others]
-        points += [
-            f"version {r.model_version}: no decision score ({r.note})"
-            for r in report.decision
-            if r.decision_score is None
-        ]
-        points.append(
-            f"decision score = ({w['quality']:g} * quality + {w['stability']:g} * stability) / normalized cost, weights_version {report.weights_version}"
-        )
-        doc.verdict("ok" if len(ranked) > 1 else "info", f"Best: version {best.model_version}", points)
-    else:
-        doc.verdict(
-            "warn",
-            "No decision score: no version has quality, stability and a price",
-            [f"version {r.model_version}: {r.note}" for r in report.decision],
-        )
+    # Shared with the text report: only a version worse than no other on quality can be "Best".
+    doc.verdict(*decision_verdict(report))
 
     with plt.rc_context(_style()):
         doc.heading("Decision score")
@@ -734,7 +712,7 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
                     _num(r.cost_per_1k, ".4f"),
                     _num(r.normalized_cost),
                     _num(r.decision_score),
-                    r.note,
+                    "; ".join(x for x in (r.verdict(report.decision), r.note) if x),
                 ]
                 for r in report.decision
             ],
