@@ -2,7 +2,7 @@
 alone over the same samples, process CPU time per sample after a warm-up batch (model load
 excluded), with the scorer's defaults (one torch thread, batches of 32).
 
-    python bench/check_cost.py [--samples 256]
+    python bench/check_cost.py [--samples 256] [--rules-only]
 """
 
 from __future__ import annotations
@@ -18,23 +18,61 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scoring_throughput import samples as make_samples  # noqa: E402
 
+from llmwatch.core.records import Sample  # noqa: E402
 from llmwatch.scorers.checks.config import CheckSpec  # noqa: E402
 from llmwatch.scorers.checks.suite import DEFAULT_EMBEDDING_CHECKS, DEFAULT_RULE_CHECKS, Suite  # noqa: E402
 
 EXTRA_EMBEDDING = [
     {"name": "embedding_repetition", "kind": "embedding_repetition"},
 ]
+# Kinds measured on samples of their own shape (the default samples offer no tools).
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "minLength": 1},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+
+
+def tool_samples(items: list[Sample]) -> list[Sample]:
+    """The same calls, each offering two tools and answered with one call; one in four breaks its schema."""
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    out = []
+    for i, s in enumerate(items):
+        args = '{"city": "Paris", "days": "3"}' if i % 4 == 3 else '{"city": "Paris", "days": 3, "unit": "celsius"}'
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out.append(
+            s.model_copy(
+                update={
+                    "request": {**s.request, "tools": tools},
+                    "response": {"choices": [{"message": message, "finish_reason": "tool_calls"}]},
+                }
+            )
+        )
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--rules-only", action="store_true", help="skip the embedding kinds (no model load)")
     args = ap.parse_args()
-    items = make_samples(args.samples)
+    plain = make_samples(args.samples)
+    shaped = {"tool_call": tool_samples(plain)}
     rows = []
     shared = None
-    for spec in DEFAULT_RULE_CHECKS + DEFAULT_EMBEDDING_CHECKS + EXTRA_EMBEDDING:
+    specs = DEFAULT_RULE_CHECKS + ([] if args.rules_only else DEFAULT_EMBEDDING_CHECKS + EXTRA_EMBEDDING)
+    for spec in specs:
+        items = shaped.get(spec["kind"], plain)
         suite = Suite([CheckSpec.model_validate(spec)], torch_threads=1)
         if suite.embedder is not None:
             # One model for every embedding kind: only its CPU per sample is measured here.

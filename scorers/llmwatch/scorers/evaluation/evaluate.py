@@ -70,6 +70,9 @@ class EvaluationReport:
     weights_version: str
     baseline: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None
+    # {version: {check: {"n", "passed", "pass_rate"}}}: each check's verdicts (pass or fail; skips
+    # and errors left out) per version; the tool_call check's is the tool-call conformance rate.
+    checks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +115,7 @@ def build_report(
     combined = combined_stability(stability)
     costs = cost_latency(samples)
     versions = sorted({r.version for r in rows})
+    checks = check_pass_rates(score_list)
     for v in versions:
         combined.setdefault(v, None)
         quality.setdefault(v, None)
@@ -139,7 +143,22 @@ def build_report(
         weights=cfg.decision.weights.model_dump(),
         weights_version=cfg.decision.weights_version,
         baseline=baseline_info,
+        checks=checks,
     )
+
+
+def check_pass_rates(scores: Iterable[Score]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{version: {check: {"n", "passed", "pass_rate"}}} over the pass and fail verdicts."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for score in scores:
+        if score.result in ("pass", "fail"):
+            entry = counts.setdefault((score.model_version or "unknown", score.check), [0, 0])
+            entry[0] += 1
+            entry[1] += score.result == "pass"
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (version, check), (n, ok) in sorted(counts.items()):
+        out.setdefault(version, {})[check] = {"n": n, "passed": ok, "pass_rate": ok / n}
+    return out
 
 
 def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
@@ -286,6 +305,18 @@ def format_text(report: EvaluationReport) -> str:
         lines.append(
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
+    if report.checks:
+        lines += ["", "Checks (pass rate | n per version; tool_call: tool-call conformance)"]
+        names = sorted({c for per in report.checks.values() for c in per})
+        cw = max(len(n) for n in names)
+        lines.append(f"  {'check':<{cw}}  " + "".join(f"{('version ' + v)[:20]:<20}" for v in versions))
+        for name in names:
+            row = []
+            for v in versions:
+                got = report.checks.get(v, {}).get(name)
+                shown = "{:6.1%} | {}".format(got["pass_rate"], got["n"]) if got else "-"
+                row.append(f"{shown:<20}")
+            lines.append(f"  {name:<{cw}}  " + "".join(row))
     lines += [
         "",
         "Cost and latency",

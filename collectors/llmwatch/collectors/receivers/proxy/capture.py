@@ -201,6 +201,10 @@ class _StreamAssembler:
                 for call in delta.get("tool_calls") or []:
                     has_content = True
                     self._merge_tool_call(slot["tool_calls"], call)
+                legacy = delta.get("function_call")  # Chat Completions' `functions` predates tool_calls
+                if isinstance(legacy, dict):
+                    has_content = True
+                    self._merge_tool_call(slot.setdefault("function_call", {}), {"index": 0, "function": legacy})
             text = choice.get("text")
             if text:
                 slot["content"].append(text)
@@ -268,6 +272,8 @@ class _StreamAssembler:
                 message: dict[str, Any] = {"role": slot.get("role", "assistant"), "content": text}
                 if slot["tool_calls"]:
                     message["tool_calls"] = [slot["tool_calls"][i] for i in sorted(slot["tool_calls"])]
+                if slot.get("function_call"):
+                    message["function_call"] = slot["function_call"][0]["function"]
                 entry["message"] = message
             else:
                 entry["text"] = text
