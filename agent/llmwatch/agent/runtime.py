@@ -28,7 +28,6 @@ from llmwatch.collectors.sentinel import SentinelComponent
 from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.metrics import DriftReading, Metrics
-from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.urls import mask_url
 from llmwatch.scorers.drift.metrics import DriftMetrics, DriftReadings
@@ -94,7 +93,7 @@ class Agent:
         readings.subscribe(self._on_drift)
 
         ctx = Context(cfg, self.metrics, serve_proxy=self.serve_proxy)
-        for service in (self.intake, PriceTable(cfg.metrics.pricing), readings, redactor):
+        for service in (self.intake, cfg.metrics.price_table(), readings, redactor):
             if service is not None:
                 ctx.provide(service)
         ctx.sinks.extend(self.extra_sinks)

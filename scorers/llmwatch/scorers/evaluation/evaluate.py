@@ -320,13 +320,23 @@ def format_text(report: EvaluationReport) -> str:
     lines += [
         "",
         "Cost and latency",
-        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
+        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11} {'USD/1M tok':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
     ]
     for v, c in report.costs.items():
         lat = "/".join(f"{c.latency_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.latency_ms else "-"
         ttft = "/".join(f"{c.ttft_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.ttft_ms else "-"
         lines.append(
-            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11}  {lat:<28} {ttft}"
+            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11} {_f(c.cost_per_1m_tokens, '.4f'):>11}  {lat:<28} {ttft}"
+        )
+    rows = sorted({row for c in report.costs.values() for row in c.price_rows})
+    if rows:
+        lines.append(
+            "  price rows used: "
+            + "; ".join(
+                f"{v}: " + ", ".join(f"{r} ({n})" for r, n in c.price_rows.items())
+                for v, c in report.costs.items()
+                if c.price_rows
+            )
         )
     lines += [
         "",

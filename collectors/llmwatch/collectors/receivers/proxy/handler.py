@@ -40,7 +40,7 @@ from llmwatch.collectors.intake import Captured, Intake
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
 from llmwatch.core.metrics import Metrics
-from llmwatch.core.pricing import PriceTable
+from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.urls import mask_url, split_userinfo
 
 log = structlog.get_logger(__name__)
@@ -85,6 +85,17 @@ def _strip_defaults(response: web.StreamResponse) -> None:
 async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
     # Runs after aiohttp filled in its defaults and before the head is written.
     _strip_defaults(response)
+
+
+def token_counts(facts: CallFacts) -> TokenCounts:
+    """The call's tokens by kind, as the price table prices them."""
+    return TokenCounts(
+        facts.input_tokens,
+        facts.output_tokens,
+        facts.cached_input_tokens,
+        facts.cache_write_tokens,
+        facts.reasoning_tokens,
+    )
 
 
 class _MalformedRequestFilter(logging.Filter):
@@ -561,12 +572,19 @@ class Proxy:
         return web.Response(status=status, body=body, content_type="application/json")
 
     def _captured(
-        self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str
+        self,
+        ex: Exchange,
+        client_id: str,
+        facts: CallFacts,
+        version: str | None,
+        cost: float | None,
+        reason: str,
+        price_row: str | None = None,
     ) -> Captured:
         if client_id:
             # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
             ex.client_request_id = client_id
-        return Captured(ex, facts, version, cost, reason)
+        return Captured(ex, facts, version, cost, reason, price_row)
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         # `.labels()` validates and joins its labels and takes a lock on every call; the children
@@ -608,8 +626,11 @@ class Proxy:
             if facts.output_tokens is not None:
                 child(m.token_usage, (op, model_label, version_label, "output")).observe(facts.output_tokens)
             cost = None
+            price_row = None
             if facts.model is not None and (facts.input_tokens or facts.output_tokens):
-                cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens)
+                priced = self.prices.price(facts.model, token_counts(facts))
+                if priced is not None:
+                    cost, price_row = priced.usd, priced.row
                 if cost is None:
                     m.unpriced.labels(model_label).inc()
                     if facts.model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
@@ -631,7 +652,7 @@ class Proxy:
                 facts.model,
                 error=facts.error_type is not None,
                 latency_ms=facts.duration_s * 1000.0,
-                build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason),
+                build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason, price_row),
             )
             if self.on_call is not None:
                 self.on_call(ex, facts, version, cost, admission.reason)
