@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,6 +38,33 @@ WEATHER = {
     "required": ["city", "days"],
     "additionalProperties": False,
 }
+
+
+EXTRA_RULE = [{"name": "fields", "kind": "fields"}]
+INVOICE = {
+    "number": "INV-0042",
+    "date": "2024-05-01",
+    "total": 1234.5,
+    "customer": {"name": "Ada Lovelace", "country": "GB"},
+    "items": ["paper", "ink", "toner"],
+}
+
+
+def field_samples(items: list[Sample]) -> list[Sample]:
+    """The same calls answering an extraction in JSON against a reference of 6 fields; one in four gets the date wrong."""
+    out = []
+    for i, s in enumerate(items):
+        answer = {**INVOICE, "total": "$1,234.50", "date": "May 2, 2024" if i % 4 == 3 else "May 1, 2024"}
+        message = {"role": "assistant", "content": orjson.dumps(answer).decode()}
+        out.append(
+            s.model_copy(
+                update={
+                    "metadata": {"reference": INVOICE},
+                    "response": {"choices": [{"message": message, "finish_reason": "stop"}]},
+                }
+            )
+        )
+    return out
 
 
 def tool_samples(items: list[Sample]) -> list[Sample]:
@@ -67,10 +96,10 @@ def main() -> None:
     ap.add_argument("--rules-only", action="store_true", help="skip the embedding kinds (no model load)")
     args = ap.parse_args()
     plain = make_samples(args.samples)
-    shaped = {"tool_call": tool_samples(plain)}
+    shaped = {"tool_call": tool_samples(plain), "fields": field_samples(plain)}
     rows = []
     shared = None
-    specs = DEFAULT_RULE_CHECKS + ([] if args.rules_only else DEFAULT_EMBEDDING_CHECKS + EXTRA_EMBEDDING)
+    specs = DEFAULT_RULE_CHECKS + EXTRA_RULE + ([] if args.rules_only else DEFAULT_EMBEDDING_CHECKS + EXTRA_EMBEDDING)
     for spec in specs:
         items = shaped.get(spec["kind"], plain)
         suite = Suite([CheckSpec.model_validate(spec)], torch_threads=1)

@@ -38,6 +38,7 @@ from llmwatch.scorers.checks.base import (
     tool_call_count,
     upstream_failed,
 )
+from llmwatch.scorers.checks.fields import FieldsParams, check_fields
 from llmwatch.scorers.checks.schema import CompiledSchema, compile_schema
 from llmwatch.scorers.checks.tools import ToolCallParams, check_tool_call
 from llmwatch.scorers.pipeline import pii
@@ -737,6 +738,7 @@ RULE_CHECKS: dict[str, RuleCheck] = {
     "cost_budget": RuleCheck(check_cost_budget, CostBudgetParams),
     "pii_leak": RuleCheck(check_pii_leak, PiiLeakParams),
     "tool_call": RuleCheck(check_tool_call, ToolCallParams),
+    "fields": RuleCheck(check_fields, FieldsParams),
 }
 
 

@@ -150,14 +150,27 @@ def build_report(
 def check_pass_rates(scores: Iterable[Score]) -> dict[str, dict[str, dict[str, Any]]]:
     """{version: {check: {"n", "passed", "pass_rate"}}} over the pass and fail verdicts."""
     counts: dict[tuple[str, str], list[int]] = {}
+    # The fields check's per-field hits: {(version, check): {field: [n, hits]}}.
+    field_hits: dict[tuple[str, str], dict[str, list[int]]] = {}
     for score in scores:
         if score.result in ("pass", "fail"):
-            entry = counts.setdefault((score.model_version or "unknown", score.check), [0, 0])
+            key = (score.model_version or "unknown", score.check)
+            entry = counts.setdefault(key, [0, 0])
             entry[0] += 1
             entry[1] += score.result == "pass"
+            if score.kind == "fields" and isinstance(score.details.get("fields"), dict):
+                per = field_hits.setdefault(key, {})
+                for name, hit in score.details["fields"].items():
+                    cell = per.setdefault(str(name), [0, 0])
+                    cell[0] += 1
+                    cell[1] += bool(hit)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (version, check), (n, ok) in sorted(counts.items()):
         out.setdefault(version, {})[check] = {"n": n, "passed": ok, "pass_rate": ok / n}
+        if (version, check) in field_hits:
+            out[version][check]["field_hit_rates"] = {
+                name: hits / total for name, (total, hits) in sorted(field_hits[(version, check)].items())
+            }
     return out
 
 
@@ -276,6 +289,36 @@ def _stability_text(cell: StabilityCell) -> str:
     return f"{cell.value:.3f} ({d['signals_drifting']} of {d['signals_tested']} signals drift vs {d['baseline_version']}, min p_adj {_f(d['min_p_adjusted'], '.2g')})"
 
 
+def _checks_text(report: EvaluationReport) -> list[str]:
+    """The Checks table: each check's pass rate and n per version, and a fields check's hit rate per field."""
+    if not report.checks:
+        return []
+    versions = report.versions
+    lines = ["", "Checks (pass rate | n per version; tool_call: tool-call conformance; .field: hit rate)"]
+    names = sorted({c for per in report.checks.values() for c in per})
+    fields = {
+        name: sorted({f for per in report.checks.values() for f in per.get(name, {}).get("field_hit_rates", {})})[:50]
+        for name in names
+    }
+    cw = max([len(n) for n in names] + [len(f) + 3 for fs in fields.values() for f in fs])
+    cw = min(cw, 48)
+    lines.append(f"  {'check':<{cw}}  " + "".join(f"{('version ' + v)[:20]:<20}" for v in versions))
+    for name in names:
+        row = []
+        for v in versions:
+            got = report.checks.get(v, {}).get(name)
+            shown = "{:6.1%} | {}".format(got["pass_rate"], got["n"]) if got else "-"
+            row.append(f"{shown:<20}")
+        lines.append(f"  {name[:cw]:<{cw}}  " + "".join(row))
+        for field_name in fields[name]:
+            row = []
+            for v in versions:
+                rate = report.checks.get(v, {}).get(name, {}).get("field_hit_rates", {}).get(field_name)
+                row.append(f"{('-' if rate is None else f'{rate:6.1%}'):<20}")
+            lines.append(f"    {('.' + field_name)[: cw - 2]:<{cw - 2}}  " + "".join(row))
+    return lines
+
+
 def format_text(report: EvaluationReport) -> str:
     versions = report.versions
     w = report.weights
@@ -305,18 +348,7 @@ def format_text(report: EvaluationReport) -> str:
         lines.append(
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
-    if report.checks:
-        lines += ["", "Checks (pass rate | n per version; tool_call: tool-call conformance)"]
-        names = sorted({c for per in report.checks.values() for c in per})
-        cw = max(len(n) for n in names)
-        lines.append(f"  {'check':<{cw}}  " + "".join(f"{('version ' + v)[:20]:<20}" for v in versions))
-        for name in names:
-            row = []
-            for v in versions:
-                got = report.checks.get(v, {}).get(name)
-                shown = "{:6.1%} | {}".format(got["pass_rate"], got["n"]) if got else "-"
-                row.append(f"{shown:<20}")
-            lines.append(f"  {name:<{cw}}  " + "".join(row))
+    lines += _checks_text(report)
     lines += [
         "",
         "Cost and latency",
