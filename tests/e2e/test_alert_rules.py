@@ -29,6 +29,7 @@ REQUIRED_ALERTS = {
     "LLMWatchSamplesDropped",
     "LLMWatchScoringLagHigh",
     "LLMWatchUpstreamErrors",
+    "LLMWatchUpstreamRateLimitLow",
     "LLMWatchShadowCandidateWorse",
     "LLMWatchShadowCandidateErrors",
 }

@@ -37,8 +37,10 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from llmwatch.collectors.intake import Captured, Intake
+from llmwatch.collectors.receivers.proxy import ratelimits
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
+from llmwatch.collectors.receivers.proxy.ratelimits import RATE_LIMIT_HEADERS
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.urls import mask_url, split_userinfo
@@ -242,8 +244,12 @@ class Proxy:
         self._rid_header = cfg.sampling.request_id_header.lower()
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset(
-            {"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID}
+            {"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID, *RATE_LIMIT_HEADERS}
         )
+        # The `upstream` label of the rate-limit gauges: host and port only (never credentials or a path).
+        self._upstream_label = f"{self.upstream.host}:{self.upstream.port}"
+        self._in_flight = 0  # the aiohttp engine's count; the relay core's is read from its connections
+        self.metrics.in_flight.set_function(self.in_flight)
         # What the relay core (collectors/llmwatch/collectors/receivers/proxy/relay.py) reads of this proxy's settings.
         self.wanted_headers = self._wanted_headers
         self.capture_routes = self._routes
@@ -362,7 +368,7 @@ class Proxy:
             "auto_decompress": False,
         }
         app = web.Application(client_max_size=client_max_size, handler_args=handler_args)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.router.add_route("*", "/{tail:.*}", self._counted)
         app.on_response_prepare.append(_on_response_prepare)
         return app
 
@@ -429,6 +435,21 @@ class Proxy:
                 return _chain(bytes(buf), request.content)
         ex.request_body = bytes(buf)
         return ex.request_body
+
+    def in_flight(self) -> float:
+        """Calls taken and not yet answered to the end (read at scrape time)."""
+        relay = self.relay
+        if relay is not None:
+            # The relay core's own state: a client's current call and the calls pipelined behind it.
+            return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
+        return float(self._in_flight)
+
+    async def _counted(self, request: web.Request) -> web.StreamResponse:
+        self._in_flight += 1
+        try:
+            return await self.handle(request)
+        finally:
+            self._in_flight -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         t0 = perf_counter()
@@ -640,6 +661,7 @@ class Proxy:
                         )
                 else:
                     child(m.cost, (op, model_label, version_label)).inc(cost)
+            ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
             client_id = ex.request_id
