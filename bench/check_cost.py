@@ -40,7 +40,23 @@ WEATHER = {
 }
 
 
-EXTRA_RULE = [{"name": "fields", "kind": "fields"}]
+EXTRA_RULE = [{"name": "fields", "kind": "fields"}, {"name": "input_truncated", "kind": "input_truncated"}]
+CONTRACT = " ".join(["Summarise the attached contract clause about payment terms and late fees."] * 40)
+
+
+def long_prompt_samples(items: list[Sample]) -> list[Sample]:
+    """The same calls with a 520-word prompt; one in four reported as cut to 256 tokens."""
+    out = []
+    for i, s in enumerate(items):
+        request = {
+            **s.request,
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": CONTRACT}],
+        }
+        usage = {"input_tokens": 256 if i % 4 == 3 else 700, "output_tokens": 60}
+        out.append(s.model_copy(update={"request": request, "usage": s.usage.model_copy(update=usage)}))
+    return out
+
+
 INVOICE = {
     "number": "INV-0042",
     "date": "2024-05-01",
@@ -96,7 +112,11 @@ def main() -> None:
     ap.add_argument("--rules-only", action="store_true", help="skip the embedding kinds (no model load)")
     args = ap.parse_args()
     plain = make_samples(args.samples)
-    shaped = {"tool_call": tool_samples(plain), "fields": field_samples(plain)}
+    shaped = {
+        "tool_call": tool_samples(plain),
+        "fields": field_samples(plain),
+        "input_truncated": long_prompt_samples(plain),
+    }
     rows = []
     shared = None
     specs = DEFAULT_RULE_CHECKS + EXTRA_RULE + ([] if args.rules_only else DEFAULT_EMBEDDING_CHECKS + EXTRA_EMBEDDING)

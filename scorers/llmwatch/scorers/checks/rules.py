@@ -39,6 +39,7 @@ from llmwatch.scorers.checks.base import (
     upstream_failed,
 )
 from llmwatch.scorers.checks.fields import FieldsParams, check_fields
+from llmwatch.scorers.checks.input_truncated import InputTruncatedParams, check_input_truncated
 from llmwatch.scorers.checks.schema import CompiledSchema, compile_schema
 from llmwatch.scorers.checks.tools import ToolCallParams, check_tool_call
 from llmwatch.scorers.pipeline import pii
@@ -739,6 +740,7 @@ RULE_CHECKS: dict[str, RuleCheck] = {
     "pii_leak": RuleCheck(check_pii_leak, PiiLeakParams),
     "tool_call": RuleCheck(check_tool_call, ToolCallParams),
     "fields": RuleCheck(check_fields, FieldsParams),
+    "input_truncated": RuleCheck(check_input_truncated, InputTruncatedParams),
 }
 
 

@@ -36,6 +36,9 @@ Fault injection, for tests of the proxy: request header
     slow_ms=N     extra N ms before responding (not scaled by latency_scale)
     no_usage      no usage chunk even if `stream_options.include_usage` is
                   set; non-streaming bodies without `usage`
+    num_ctx=N     chat completions: a prompt longer than N tokens is silently
+                  cut to N, and usage reports N prompt tokens (as llama.cpp and
+                  Ollama do past their context window)
 
 Run standalone (benchmarks use a separate process):
 
@@ -520,6 +523,7 @@ class _Faults:
     non_json: bool = False
     slow_ms: float = 0.0
     no_usage: bool = False
+    num_ctx: int | None = None
 
 
 def _parse_faults(header: str | None) -> _Faults:
@@ -537,6 +541,8 @@ def _parse_faults(header: str | None) -> _Faults:
                 values["status"] = code
             elif key == "cut_after":
                 values["cut_after"] = max(0, int(value))
+            elif key == "num_ctx":
+                values["num_ctx"] = max(1, int(value))
             elif key == "slow_ms":
                 values["slow_ms"] = max(0.0, float(value))
             elif key in ("non_json", "no_usage"):
@@ -813,6 +819,9 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     prompt = users[-1] if users else " ".join(texts)
     topic = _pick_topic(prompt) or _pick_topic(" ".join(texts))
     prompt_tokens = sum(_count_tokens(t) for t in texts)
+    if ctx.faults.num_ctx is not None:
+        # A server that silently keeps only the last num_ctx tokens (llama.cpp, Ollama) reports those.
+        prompt_tokens = min(prompt_tokens, ctx.faults.num_ctx)
 
     stop = _stop_list(body)
     ident = "chatcmpl-" + ctx.ident
