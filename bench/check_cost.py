@@ -1,6 +1,6 @@
 """CPU per sampled call by check kind: each check of the built-in suite (and every embedding kind)
-alone over the same samples, process CPU time per sample after a warm-up batch (model load
-excluded), with the scorer's defaults (one torch thread, batches of 32).
+alone over the same samples, process CPU time per sample (with that of child processes) after a
+warm-up batch (model load excluded), with the scorer's defaults (one torch thread, batches of 32).
 
     python bench/check_cost.py [--samples 256] [--rules-only]
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,28 @@ WEATHER = {
 }
 
 
-EXTRA_RULE = [{"name": "fields", "kind": "fields"}, {"name": "input_truncated", "kind": "input_truncated"}]
+EXTRA_RULE = [
+    {"name": "fields", "kind": "fields"},
+    {"name": "input_truncated", "kind": "input_truncated"},
+    {"name": "code_exec", "kind": "code_exec"},
+]
+PROGRAM = "```python\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nprint(fib(15))\n```"
+
+
+def code_samples(items: list[Sample]) -> list[Sample]:
+    """The same calls answered with a short Python program in a fenced block."""
+    message = {"role": "assistant", "content": "Here it is:\n\n" + PROGRAM}
+    return [
+        s.model_copy(update={"response": {"choices": [{"message": message, "finish_reason": "stop"}]}}) for s in items
+    ]
+
+
+def cpu_s() -> float:
+    """This process's CPU time and that of its finished children (code_exec runs the answer in one)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 CONTRACT = " ".join(["Summarise the attached contract clause about payment terms and late fees."] * 40)
 
 
@@ -116,6 +138,7 @@ def main() -> None:
         "tool_call": tool_samples(plain),
         "fields": field_samples(plain),
         "input_truncated": long_prompt_samples(plain),
+        "code_exec": code_samples(plain),
     }
     rows = []
     shared = None
@@ -129,10 +152,10 @@ def main() -> None:
                 shared = suite.embedder.embedder
             suite.embedder.embedder = shared
         suite.score(items[: args.batch])  # warm-up
-        started = time.process_time()
+        started = cpu_s()
         for i in range(0, len(items), args.batch):
             suite.score(items[i : i + args.batch])
-        rows.append((spec["name"], spec["kind"], (time.process_time() - started) / len(items)))
+        rows.append((spec["name"], spec["kind"], (cpu_s() - started) / len(items)))
     print(
         f"CPU per sampled call by check, {len(items)} samples, batches of {args.batch}, one torch thread, {time.strftime('%Y-%m-%d')}"
     )

@@ -38,6 +38,7 @@ from llmwatch.scorers.checks.base import (
     tool_call_count,
     upstream_failed,
 )
+from llmwatch.scorers.checks.code_exec import CodeExecParams, check_code_exec
 from llmwatch.scorers.checks.fields import FieldsParams, check_fields
 from llmwatch.scorers.checks.input_truncated import InputTruncatedParams, check_input_truncated
 from llmwatch.scorers.checks.schema import CompiledSchema, compile_schema
@@ -741,6 +742,7 @@ RULE_CHECKS: dict[str, RuleCheck] = {
     "tool_call": RuleCheck(check_tool_call, ToolCallParams),
     "fields": RuleCheck(check_fields, FieldsParams),
     "input_truncated": RuleCheck(check_input_truncated, InputTruncatedParams),
+    "code_exec": RuleCheck(check_code_exec, CodeExecParams),
 }
 
 
