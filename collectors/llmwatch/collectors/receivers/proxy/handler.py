@@ -661,7 +661,7 @@ class Proxy:
                         )
                 else:
                     child(m.cost, (op, model_label, version_label)).inc(cost)
-            ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label)
+            ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label, self._child)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
             client_id = ex.request_id

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from email.utils import parsedate_to_datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = ["RATE_LIMIT_HEADERS", "duration_s", "observe", "read_rate_limits", "retry_after_s"]
 
@@ -83,8 +83,21 @@ def read_rate_limits(headers: Mapping[str, str]) -> dict[tuple[str, str], float]
     return out
 
 
-def observe(metrics: Any, headers: Mapping[str, str], upstream: str, model_label: str) -> None:
-    """Set the rate-limit gauges of `metrics` (ProxyMetrics) from one response's headers."""
+def _labels(metric: Any, labels: tuple[str, ...]) -> Any:
+    return metric.labels(*labels)
+
+
+def observe(
+    metrics: Any,
+    headers: Mapping[str, str],
+    upstream: str,
+    model_label: str,
+    child: Callable[[Any, tuple[str, ...]], Any] = _labels,
+) -> None:
+    """Set the rate-limit gauges of `metrics` (ProxyMetrics) from one response's headers; `child`
+    finds a metric's child for a label tuple (the proxy passes its cache of them)."""
+    if not headers.keys() & RATE_LIMIT_HEADERS:
+        return  # most upstreams send none of them: one set intersection and done
     budget = read_rate_limits(headers)
     if budget:
         now = time.time()
@@ -95,13 +108,13 @@ def observe(metrics: Any, headers: Mapping[str, str], upstream: str, model_label
         }
         seen = set()
         for (kind, resource), value in budget.items():
-            gauges[kind].labels(upstream, model_label, resource).set(value)
+            child(gauges[kind], (upstream, model_label, resource)).set(value)
             seen.add(resource)
         for resource in seen:
-            metrics.ratelimit_observed.labels(upstream, model_label, resource).set(now)
+            child(metrics.ratelimit_observed, (upstream, model_label, resource)).set(now)
     raw = headers.get("retry-after")
     if raw is not None:
         wait = retry_after_s(raw)
         if wait is not None:
-            metrics.retry_after.labels(upstream, model_label).set(wait)
-            metrics.retry_after_responses.labels(upstream, model_label).inc()
+            child(metrics.retry_after, (upstream, model_label)).set(wait)
+            child(metrics.retry_after_responses, (upstream, model_label)).inc()
