@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any, Literal, Mapping, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.jsonio import read_document
+from llmwatch.core.pricing import PriceFile, PriceTable, read_price_file
 
 ENV_PREFIX = "LLMWATCH_"
 
@@ -138,6 +149,10 @@ class QueueSection(Section):
 class Price(Section):
     input_per_million: float = Field(ge=0)
     output_per_million: float = Field(ge=0)
+    # Unset: cached input and cache writes cost what input costs, reasoning what output costs.
+    cached_input_per_million: float | None = Field(None, ge=0)
+    cache_write_per_million: float | None = Field(None, ge=0)
+    reasoning_per_million: float | None = Field(None, ge=0)
 
 
 class MetricsSection(Section):
@@ -150,6 +165,22 @@ class MetricsSection(Section):
     models: list[str] = Field(default_factory=list)
     # USD per million tokens; merged over the built-in defaults (yours win).
     pricing: dict[str, Price] = Field(default_factory=dict)
+    # A price file (JSON or YAML, schema llmwatch.prices/v1, the shape of the built-in
+    # llmwatch/core/prices.json): its rows replace the built-in ones model by model; `pricing` wins over it.
+    prices_file: str | None = None
+
+    _prices_file: PriceFile | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _read_prices_file(self) -> "MetricsSection":
+        # Read at start, so a bad file stops the agent with its name and field before any traffic.
+        if self.prices_file is not None:
+            self._prices_file = read_price_file(Path(self.prices_file).expanduser())
+        return self
+
+    def price_table(self) -> PriceTable:
+        """The built-in prices, the price file's rows over them, `pricing` over both."""
+        return PriceTable(self.pricing, prices_file=self._prices_file)
 
 
 class ModelVersionSection(Section):

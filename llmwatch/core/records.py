@@ -42,6 +42,11 @@ class Usage(BaseModel):
     # True when the upstream sent no usage block and the counts were estimated
     # from the stream (one content chunk ~ one token) or from text length.
     estimated: bool = False
+    # Of input_tokens: read from the provider's prompt cache, and written to it. Of output_tokens:
+    # spent reasoning. None: not reported. (Added in issue 27; older records simply lack them.)
+    cached_input_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    cache_write_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    reasoning_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
 
 class Sample(BaseModel):
@@ -73,6 +78,8 @@ class Sample(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
     cost_usd: float | None = Field(default=None, ge=0)
+    # The price row cost_usd was computed by: "<builtin|file|config>:<model>[><tier threshold>]".
+    price_row: str | None = None
     request: Any
     response: Any
     sample_reason: str = "import"

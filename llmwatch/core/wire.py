@@ -9,7 +9,7 @@ whether it came from the proxy, an OTLP span or a user's file.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 # The route of a captured call -> the operation name used in metrics, samples and drift.
 OPERATIONS = {
@@ -40,6 +40,44 @@ def token_count(value: Any) -> int | None:
         number = int(value)
         return number if number <= _MAX_COUNT else None
     return None
+
+
+class UsageDetails(NamedTuple):
+    """The token kinds a usage block reports besides plain input and output."""
+
+    cached_input: int | None  # prompt tokens read from the provider's cache
+    cache_write: int | None  # prompt tokens written to it (Anthropic's cache_creation_input_tokens)
+    reasoning: int | None  # output tokens spent reasoning (part of the output count)
+    # Cache tokens the usage reports beside its input count rather than inside it (Anthropic's
+    # own API): the capture adds them, so that input always counts every prompt token.
+    uncounted_input: int
+
+
+def _detail(usage: dict[str, Any], block: str, key: str) -> int | None:
+    inner = usage.get(block)
+    return token_count(inner.get(key)) if isinstance(inner, dict) else None
+
+
+def usage_details(usage: Any) -> UsageDetails:
+    """Cached, cache-write and reasoning tokens of a Chat Completions, Responses or Anthropic usage block.
+
+    Chat Completions (and gateways that add Anthropic's keys to it, such as LiteLLM) count cache
+    tokens inside `prompt_tokens`, the Responses API inside `input_tokens`; Anthropic's Messages
+    API reports `cache_read_input_tokens` and `cache_creation_input_tokens` beside `input_tokens`.
+    """
+    if not isinstance(usage, dict):
+        return UsageDetails(None, None, None, 0)
+    read = token_count(usage.get("cache_read_input_tokens"))
+    written = token_count(usage.get("cache_creation_input_tokens"))
+    cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
+    if cached is None:
+        cached = _detail(usage, "input_tokens_details", "cached_tokens")
+    reasoning = _detail(usage, "completion_tokens_details", "reasoning_tokens")
+    if reasoning is None:
+        reasoning = _detail(usage, "output_tokens_details", "reasoning_tokens")
+    beside = "prompt_tokens" not in usage and "input_tokens_details" not in usage and "input_tokens" in usage
+    uncounted = (read or 0) + (written or 0) if beside else 0
+    return UsageDetails(cached if cached is not None else read, written, reasoning, uncounted)
 
 
 # Kana, CJK ideographs and Hangul: scripts written without spaces between words.

@@ -30,6 +30,7 @@ REQUIRED_ALERTS = {
     "LLMWatchSamplesDropped",
     "LLMWatchScoringLagHigh",
     "LLMWatchUpstreamErrors",
+    "LLMWatchUpstreamRateLimitLow",
     "LLMWatchShadowCandidateWorse",
     "LLMWatchShadowCandidateErrors",
 }

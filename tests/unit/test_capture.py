@@ -116,6 +116,47 @@ def test_streamed_tool_calls_are_assembled():
     assert facts.finish_reason == "tool_calls"
 
 
+def test_streamed_legacy_function_call_is_assembled_and_two_parallel_tool_calls_stay_apart():
+    def delta(**d):
+        return {"choices": [{"index": 0, "delta": d}]}
+
+    events = [
+        delta(role="assistant", function_call={"name": "get_weather", "arguments": ""}),
+        delta(function_call={"arguments": '{"city": '}),
+        delta(function_call={"arguments": '"Oslo"}'}),
+    ]
+    facts = analyze(
+        exchange(
+            "/v1/chat/completions",
+            {"model": "m", "stream": True},
+            sse(*events, b"[DONE]"),
+            content_type="text/event-stream",
+        )
+    )
+    assert facts.response["choices"][0]["message"]["function_call"] == {
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
+    events = [
+        delta(tool_calls=[{"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x":'}}]),
+        delta(tool_calls=[{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": " 1}"}}]),
+    ]
+    facts = analyze(
+        exchange(
+            "/v1/chat/completions",
+            {"model": "m", "stream": True},
+            sse(*events, b"[DONE]"),
+            content_type="text/event-stream",
+        )
+    )
+    calls = facts.response["choices"][0]["message"]["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("a", "f", '{"x": 1}'),
+        ("b", "g", "{}"),
+    ]
+
+
 def test_legacy_completions_stream_is_assembled_as_text():
     events = sse(
         {"choices": [{"index": 0, "text": "Once", "finish_reason": None}]},

@@ -29,7 +29,6 @@ from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.config import inactive_settings
 from llmwatch.core.metrics import DriftReading, Metrics
-from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.urls import mask_url
 from llmwatch.scorers.drift.metrics import DriftMetrics, DriftReadings
@@ -97,7 +96,7 @@ class Agent:
         calls = CallEvents(on_error=self._call_subscriber_failed)
 
         ctx = Context(cfg, self.metrics, serve_proxy=self.serve_proxy)
-        for service in (self.intake, PriceTable(cfg.metrics.pricing), readings, calls, redactor):
+        for service in (self.intake, cfg.metrics.price_table(), readings, calls, redactor):
             if service is not None:
                 ctx.provide(service)
         ctx.sinks.extend(self.extra_sinks)

@@ -61,6 +61,7 @@ class Captured:
     model_version: str | None
     cost_usd: float | None
     reason: str
+    price_row: str | None = None  # the price row cost_usd was computed by
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,12 @@ class Pipeline:
         if isinstance(item, Sample):
             return item
         return to_sample(
-            item.exchange, item.facts, model_version=item.model_version, cost_usd=item.cost_usd, reason=item.reason
+            item.exchange,
+            item.facts,
+            model_version=item.model_version,
+            cost_usd=item.cost_usd,
+            reason=item.reason,
+            price_row=item.price_row,
         )
 
     def redacted(self, sample: Sample) -> Sample:

@@ -148,6 +148,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         or "sk-llmwatch-judge",
         judge_min_score=args.judge_min_score,
         pricing=cfg.metrics.pricing,
+        prices=cfg.metrics.price_table(),
         early_stop=args.early_stop,
         min_repeat=args.min_repeat,
         confidence=args.confidence,

@@ -40,7 +40,6 @@ from llmwatch.core.children import exit_when_orphaned, isolate
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.pairs import Pair, PairScore
-from llmwatch.core.pricing import PriceTable
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.core.urls import mask_url, split_userinfo
@@ -252,7 +251,7 @@ class ShadowWorker:
         self._pairs_to_parent = pairs_to_parent
         self._version_header = cfg.model_version.header.lower()
         self.targets = [_Target(i, c, h) for i, (c, h) in enumerate(zip(cfg.shadow.candidates, headers))]
-        self.prices = PriceTable(cfg.metrics.pricing)
+        self.prices = cfg.metrics.price_table()
         self._redact = Redactor.from_config(cfg.redaction)
         specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
         self.suite = Suite(

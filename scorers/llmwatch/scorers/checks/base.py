@@ -34,6 +34,7 @@ __all__ = [
     "failed",
     "passed",
     "run_check",
+    "sample_reference",
     "skipped",
     "tool_call_count",
     "upstream_failed",
@@ -164,3 +165,16 @@ def answer_or_skip(sample: Sample) -> str | CheckOutcome:
     if not text and tool_call_count(sample.response):
         return skipped("tool_call")
     return text
+
+
+def sample_reference(sample: Sample) -> tuple[Any, str] | None:
+    """(the expected answer, where it was found) for checks that compare with one, or None."""
+    if "reference" in sample.metadata:
+        return sample.metadata["reference"], "sample.metadata"
+    request = sample.request if isinstance(sample.request, dict) else {}
+    request_metadata = request.get("metadata")
+    if isinstance(request_metadata, dict) and "reference" in request_metadata:
+        return request_metadata["reference"], "request.metadata"
+    if "llmwatch_reference" in request:
+        return request["llmwatch_reference"], "request.llmwatch_reference"
+    return None

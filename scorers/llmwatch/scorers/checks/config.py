@@ -13,6 +13,7 @@ class CheckWhen(Section):
     # Narrow a check to the calls it makes sense for; unset means "any".
     json_mode: bool | None = None  # request asked for JSON output (response_format json_object/json_schema)
     stream: bool | None = None
+    tools: bool | None = None  # request offered tools (functions) the model may call
     operations: list[Literal["chat", "text_completion", "embeddings", "generate_content", "other"]] | None = None
 
 

@@ -36,7 +36,14 @@ from pydantic import BaseModel, Field, ValidationError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import CheckOutcome
-from llmwatch.scorers.checks.base import CheckParams, answer_or_skip, describe_params_error, error_outcome, skipped
+from llmwatch.scorers.checks.base import (
+    CheckParams,
+    answer_or_skip,
+    describe_params_error,
+    error_outcome,
+    sample_reference,
+    skipped,
+)
 
 __all__ = [
     "EMBEDDING_CHECKS",
@@ -306,23 +313,11 @@ class ReferenceParams(CheckParams):
     min_similarity: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
-def _reference(sample: Sample) -> tuple[Any, str] | None:
-    if "reference" in sample.metadata:
-        return sample.metadata["reference"], "sample.metadata"
-    request = sample.request if isinstance(sample.request, dict) else {}
-    request_metadata = request.get("metadata")
-    if isinstance(request_metadata, dict) and "reference" in request_metadata:
-        return request_metadata["reference"], "request.metadata"
-    if "llmwatch_reference" in request:
-        return request["llmwatch_reference"], "request.llmwatch_reference"
-    return None
-
-
 def reference_texts(sample: Sample, params: ReferenceParams, state: CheckState) -> list[str] | CheckOutcome:
     answer = _answer_text(sample)
     if isinstance(answer, CheckOutcome):
         return answer
-    found = _reference(sample)
+    found = sample_reference(sample)
     if found is None:
         return skipped("no_reference")
     reference, source = found
@@ -334,7 +329,7 @@ def reference_texts(sample: Sample, params: ReferenceParams, state: CheckState) 
 
 
 def reference_judge(sample: Sample, params: ReferenceParams, vectors: np.ndarray, state: CheckState) -> CheckOutcome:
-    found = _reference(sample)
+    found = sample_reference(sample)
     source = found[1] if found is not None else ""  # texts() already found it
     return _similarity_outcome(float(vectors[0] @ vectors[1]), params.min_similarity, reference_source=source)
 

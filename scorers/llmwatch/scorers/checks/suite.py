@@ -26,6 +26,7 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.base import ConfiguredCheck, error_outcome
 from llmwatch.scorers.checks.config import CheckSpec, ScoringSection
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, unknown_kind
+from llmwatch.scorers.checks.tools import request_tools
 
 if TYPE_CHECKING:  # imported when embedding checks are configured: it needs the embeddings extra
     from llmwatch.scorers.checks.embeddings import EmbeddingScorer
@@ -44,6 +45,8 @@ DEFAULT_RULE_CHECKS: list[dict[str, Any]] = [
     },
     {"name": "language_match", "kind": "language_match", "when": {"operations": GENERATIVE}},
     {"name": "pii_leak", "kind": "pii_leak", "when": {"operations": GENERATIVE}},
+    # Each tool call against the request's own tools, schemas and tool_choice: no params needed.
+    {"name": "tool_call", "kind": "tool_call", "when": {"tools": True}},
 ]
 # Relevance only: it embeds the prompt and the answer, which the drift detector needs anyway.
 # `embedding_repetition` also embeds every sentence (about twice the model time): opt in to it.
@@ -82,6 +85,8 @@ def _selector(spec: CheckSpec) -> Callable[[Sample], bool]:
         if when.stream is not None and sample.stream != when.stream:
             return False
         if when.json_mode is not None and json_mode(sample.request) != when.json_mode:
+            return False
+        if when.tools is not None and (request_tools(sample.request) is not None) != when.tools:
             return False
         return True
 

@@ -21,7 +21,7 @@ from llmwatch.scorers.pipeline.sampler import hash_fraction
 
 QUANTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 CONTINUOUS = ("latency_ms", "ttft_ms", "output_tokens", "cost_usd")
-FAILURE_MODES = ("ok", "error", "refusal", "invalid_json", "truncated", "empty")
+FAILURE_MODES = ("ok", "error", "refusal", "invalid_json", "tool_calls", "truncated", "empty")
 
 
 class Distribution(BaseModel):
@@ -84,6 +84,8 @@ def failure_mode(sample: Sample, scores: Mapping[str, Score]) -> str:
         return "refusal"
     if (s := by_kind.get("json_valid")) is not None and s.result == "fail":
         return "invalid_json"
+    if (s := by_kind.get("tool_call")) is not None and s.result == "fail":
+        return "tool_calls"
     if sample.finish_reason == "length":
         return "truncated"
     if (s := by_kind.get("not_empty_or_truncated")) is not None and s.result == "fail":

@@ -71,6 +71,9 @@ class CostLatency:
     cost_per_1k: float | None
     latency_ms: dict[str, float] = field(default_factory=dict)
     ttft_ms: dict[str, float] = field(default_factory=dict)
+    # USD per million tokens (input and output) over the priced calls; the price rows they used.
+    cost_per_1m_tokens: float | None = None
+    price_rows: dict[str, int] = field(default_factory=dict)
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -85,9 +88,14 @@ def cost_latency(samples: Iterable[Sample]) -> dict[str, CostLatency]:
         groups[s.model_version or "unknown"].append(s)
     out = {}
     for version, items in sorted(groups.items()):
-        costs = [s.cost_usd for s in items if s.cost_usd is not None]
+        priced = [s for s in items if s.cost_usd is not None]
+        costs = [s.cost_usd for s in priced if s.cost_usd is not None]
         ok = [s for s in items if 0 < s.status < 400]
         per_request = sum(costs) / len(costs) if costs else None
+        tokens = sum((s.usage.input_tokens or 0) + (s.usage.output_tokens or 0) for s in priced)
+        rows: dict[str, int] = {}
+        for s in priced:
+            rows[s.price_row or "unrecorded"] = rows.get(s.price_row or "unrecorded", 0) + 1
         out[version] = CostLatency(
             model_version=version,
             requests=len(items),
@@ -96,6 +104,8 @@ def cost_latency(samples: Iterable[Sample]) -> dict[str, CostLatency]:
             cost_per_1k=per_request * 1000.0 if per_request is not None else None,
             latency_ms=_quantiles([s.latency_ms for s in ok]),
             ttft_ms=_quantiles([s.ttft_ms for s in ok if s.ttft_ms is not None]),
+            cost_per_1m_tokens=sum(costs) / tokens * 1e6 if costs and tokens else None,
+            price_rows=dict(sorted(rows.items())),
         )
     return out
 

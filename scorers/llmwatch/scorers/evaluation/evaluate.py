@@ -82,6 +82,9 @@ class EvaluationReport:
     comparison: dict[str, Any] | None = None
     alpha: float = 0.05  # the level of the quality guard and of the decision score's interval
     warnings: list[str] = field(default_factory=list)  # e.g. scores that are mostly `error`
+    # {version: {check: {"n", "passed", "pass_rate"}}}: each check's verdicts (pass or fail; skips
+    # and errors left out) per version; the tool_call check's is the tool-call conformance rate.
+    checks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +136,7 @@ def build_report(
     combined = combined_stability(stability)
     costs = cost_latency(samples)
     versions = sorted({r.version for r in rows})
+    checks = check_pass_rates(score_list)
     for v in versions:
         combined.setdefault(v, None)
         quality.setdefault(v, None)
@@ -177,7 +181,35 @@ def build_report(
         baseline=baseline_info,
         alpha=drift_alpha,
         warnings=warnings,
+        checks=checks,
     )
+
+
+def check_pass_rates(scores: Iterable[Score]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{version: {check: {"n", "passed", "pass_rate"}}} over the pass and fail verdicts."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    # The fields check's per-field hits: {(version, check): {field: [n, hits]}}.
+    field_hits: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for score in scores:
+        if score.result in ("pass", "fail"):
+            key = (score.model_version or "unknown", score.check)
+            entry = counts.setdefault(key, [0, 0])
+            entry[0] += 1
+            entry[1] += score.result == "pass"
+            if score.kind == "fields" and isinstance(score.details.get("fields"), dict):
+                per = field_hits.setdefault(key, {})
+                for name, hit in score.details["fields"].items():
+                    cell = per.setdefault(str(name), [0, 0])
+                    cell[0] += 1
+                    cell[1] += bool(hit)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (version, check), (n, ok) in sorted(counts.items()):
+        out.setdefault(version, {})[check] = {"n": n, "passed": ok, "pass_rate": ok / n}
+        if (version, check) in field_hits:
+            out[version][check]["field_hit_rates"] = {
+                name: hits / total for name, (total, hits) in sorted(field_hits[(version, check)].items())
+            }
+    return out
 
 
 def _check_earlier_shape(earlier: Mapping[str, Any]) -> None:
@@ -365,6 +397,36 @@ def _stability_text(cell: StabilityCell) -> str:
     return f"{cell.value:.3f} ({d['signals_drifting']} of {d['signals_tested']} signals drift vs {d['baseline_version']}, min p_adj {_f(d['min_p_adjusted'], '.2g')})"
 
 
+def _checks_text(report: EvaluationReport) -> list[str]:
+    """The Checks table: each check's pass rate and n per version, and a fields check's hit rate per field."""
+    if not report.checks:
+        return []
+    versions = report.versions
+    lines = ["", "Checks (pass rate | n per version; tool_call: tool-call conformance; .field: hit rate)"]
+    names = sorted({c for per in report.checks.values() for c in per})
+    fields = {
+        name: sorted({f for per in report.checks.values() for f in per.get(name, {}).get("field_hit_rates", {})})[:50]
+        for name in names
+    }
+    cw = max([len(n) for n in names] + [len(f) + 3 for fs in fields.values() for f in fs])
+    cw = min(cw, 48)
+    lines.append(f"  {'check':<{cw}}  " + "".join(f"{('version ' + v)[:20]:<20}" for v in versions))
+    for name in names:
+        row = []
+        for v in versions:
+            got = report.checks.get(v, {}).get(name)
+            shown = "{:6.1%} | {}".format(got["pass_rate"], got["n"]) if got else "-"
+            row.append(f"{shown:<20}")
+        lines.append(f"  {name[:cw]:<{cw}}  " + "".join(row))
+        for field_name in fields[name]:
+            row = []
+            for v in versions:
+                rate = report.checks.get(v, {}).get(name, {}).get("field_hit_rates", {}).get(field_name)
+                row.append(f"{('-' if rate is None else f'{rate:6.1%}'):<20}")
+            lines.append(f"    {('.' + field_name)[: cw - 2]:<{cw - 2}}  " + "".join(row))
+    return lines
+
+
 def format_text(report: EvaluationReport) -> str:
     versions = report.versions
     w = report.weights
@@ -395,16 +457,27 @@ def format_text(report: EvaluationReport) -> str:
         lines.append(
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
+    lines += _checks_text(report)
     lines += [
         "",
         "Cost and latency",
-        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
+        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11} {'USD/1M tok':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
     ]
     for v, c in report.costs.items():
         lat = "/".join(f"{c.latency_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.latency_ms else "-"
         ttft = "/".join(f"{c.ttft_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.ttft_ms else "-"
         lines.append(
-            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11}  {lat:<28} {ttft}"
+            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11} {_f(c.cost_per_1m_tokens, '.4f'):>11}  {lat:<28} {ttft}"
+        )
+    rows = sorted({row for c in report.costs.values() for row in c.price_rows})
+    if rows:
+        lines.append(
+            "  price rows used: "
+            + "; ".join(
+                f"{v}: " + ", ".join(f"{r} ({n})" for r, n in c.price_rows.items())
+                for v, c in report.costs.items()
+                if c.price_rows
+            )
         )
     lines += [
         "",

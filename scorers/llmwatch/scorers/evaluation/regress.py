@@ -56,11 +56,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
 from llmwatch.core.jsonio import atomic_write_bytes, read_model
-from llmwatch.core.pricing import PriceTable
+from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
 from llmwatch.core.version import __version__
-from llmwatch.core.wire import extract_prompt_text
+from llmwatch.core.wire import extract_prompt_text, token_count, usage_details
 from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
 from llmwatch.scorers.stats import twosample as stats
@@ -422,6 +422,8 @@ class RunSettings:
     judge_api_key: str = "sk-llmwatch-judge"
     judge_min_score: float = 4.0
     pricing: Mapping[str, Any] | None = None
+    # The whole table (metrics.prices_file and metrics.pricing applied); None: `pricing` over the built-in prices.
+    prices: PriceTable | None = None
     early_stop: bool = False
     min_repeat: int = 5
     confidence: float = 0.95
@@ -531,7 +533,17 @@ async def _attempt(
             latency_ms=latency_ms,
         )
     usage = response.get("usage") or {}
-    cost = prices.cost(s.model, usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    details = usage_details(usage)
+    prompt_tokens = token_count(usage.get("prompt_tokens"))
+    tokens = TokenCounts(
+        None if prompt_tokens is None else prompt_tokens + details.uncounted_input,
+        token_count(usage.get("completion_tokens")),
+        details.cached_input,
+        details.cache_write,
+        details.reasoning,
+    )
+    priced = prices.price(s.model, tokens)
+    cost = None if priced is None else priced.usd
     sample = _sample_for(
         case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost
     )
@@ -591,7 +603,7 @@ async def run_attempts(
 
     from llmwatch.core.config import Price
 
-    prices = PriceTable(
+    prices = s.prices or PriceTable(
         {k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()}
     )
     client = openai.AsyncOpenAI(

@@ -161,6 +161,8 @@ def failure_modes(sample: Sample, scores: Sequence[Score]) -> list[str]:
             modes.add("refused")
         elif sc.kind == "not_empty_or_truncated":
             modes.add("truncated")
+        elif sc.kind == "tool_call":
+            modes.add("tool_calls")
         else:
             modes.add(f"failed:{sc.check}")
     return sorted(modes)

@@ -36,6 +36,9 @@ Fault injection, for tests of the proxy: request header
     slow_ms=N     extra N ms before responding (not scaled by latency_scale)
     no_usage      no usage chunk even if `stream_options.include_usage` is
                   set; non-streaming bodies without `usage`
+    num_ctx=N     chat completions: a prompt longer than N tokens is silently
+                  cut to N, and usage reports N prompt tokens (as llama.cpp and
+                  Ollama do past their context window)
 
 Run standalone (benchmarks use a separate process):
 
@@ -81,6 +84,9 @@ class SimProfile:
     off_topic_rate: float = 0.0  # fraction of answers about an unrelated topic
     error_rate: float = 0.0  # fraction of requests answered 500
     truncation_rate: float = 0.02  # fraction cut short with finish_reason "length"
+    # fraction of tool calls broken (wrong argument type, a required argument missing, or a name
+    # the request did not offer); the response header `x-llmwatch-sim-tool-calls` says which
+    tool_call_error_rate: float = 0.0
     # The `model` answers name, as a provider resolves an alias to a dated snapshot; None: the
     # requested model. Switching profiles with another one is a silent version change.
     served_model: str | None = None
@@ -99,11 +105,15 @@ PROFILES: dict[str, SimProfile] = {
         invalid_json_rate=0.06,
         off_topic_rate=0.05,
         truncation_rate=0.04,
+        tool_call_error_rate=0.25,
     ),
 }
 
 REFUSAL = "I'm sorry, but I can't help with that."
 FAULT_HEADER = "x-llmwatch-sim-fault"
+# On answers with tool calls: "ok", or how the call was broken ("wrong_type", "missing_required",
+# "unknown_name"), so a test knows the truth a check must find.
+TOOL_CALLS_HEADER = "x-llmwatch-sim-tool-calls"
 MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o", "sim-gpt-3.5-turbo-instruct", "sim-text-embedding-3-small")
 
 _TTFT_SIGMA = 0.35
@@ -348,6 +358,117 @@ def _plan_choice(
 
 
 # ---------------------------------------------------------------------------
+# Tool calls
+
+
+@dataclass
+class _ToolCall:
+    name: str
+    arguments: str  # JSON text, as the API sends it
+    broken: str  # "ok", or how it was broken
+
+
+def _offered_tools(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, parameters schema) of each function the request offers, in order."""
+    out = []
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out.append((fn["name"], fn.get("parameters")))
+    return out
+
+
+def _example_value(schema: Any, words: list[str], depth: int = 0) -> Any:  # noqa: C901
+    """A value the (common subset of a) JSON Schema accepts, the same for the same schema and words."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None if schema is False else {}
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return _example_value(schema[key][0], words, depth + 1)
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        return {
+            name: _example_value(sub, words[i:] + words[:i], depth + 1) for i, (name, sub) in enumerate(props.items())
+        }
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        return [_example_value(schema.get("items", {}), words, depth + 1) for _ in range(count)]
+    if kind in ("integer", "number"):
+        low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
+        value = 3
+        if isinstance(low, (int, float)):
+            value = int(low) + 1
+        if isinstance(high, (int, float)) and value > high:
+            value = int(high)
+        return value if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    fmt = str(schema.get("format"))
+    text = {"date": "2026-01-15", "date-time": "2026-01-15T09:30:00Z", "email": "user@example.com"}.get(
+        fmt, words[0] if words else "example"
+    )
+    min_len, max_len = int(schema.get("minLength", 0)), schema.get("maxLength")
+    text = text.ljust(min_len, "x")
+    return text[: int(max_len)] if isinstance(max_len, int) else text
+
+
+def _wrong_type(value: Any) -> Any:
+    if isinstance(value, str):
+        return 42
+    if isinstance(value, (bool, int, float)):
+        return "forty-two"
+    return "not-a-" + type(value).__name__
+
+
+def _break_call(rng: random.Random, name: str, args: Any, schema: Any) -> tuple[str, Any, str]:
+    """(name, arguments, how): a call the request's contract refuses, one of three ways."""
+    kind = rng.randrange(3)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    required = [r for r in (schema.get("required") or []) if r in args] if isinstance(schema, dict) else []
+    if kind == 1 and isinstance(args, dict) and required:
+        return name, {k: v for k, v in args.items() if k != required[0]}, "missing_required"
+    if kind == 2:
+        return name + "_v2", args, "unknown_name"
+    if isinstance(args, dict) and isinstance(props, dict) and args:
+        typed = [k for k in args if isinstance(props.get(k), dict) and "type" in props[k]]
+        if typed:
+            return name, {**args, typed[0]: _wrong_type(args[typed[0]])}, "wrong_type"
+    # No typed argument to spoil: the arguments themselves are the wrong type.
+    return name, [args], "wrong_type"
+
+
+def _plan_tool_calls(
+    rng: random.Random, profile: SimProfile, body: dict[str, Any], messages: list[Any], prompt: str
+) -> list[_ToolCall] | None:
+    """The calls a model makes for this request, or None when it answers in text."""
+    tools = _offered_tools(body)
+    choice = body.get("tool_choice", "auto")
+    if not tools or choice == "none":
+        return None
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if last.get("role") == "tool" and choice == "auto":
+        return None  # the tool answered: the model now answers the user in text
+    by_name = dict(tools)
+    name = named if named in by_name else tools[rng.randrange(len(tools))][0]
+    schema = by_name[name]
+    args = _example_value(schema if schema is not None else {"type": "object"}, _content_words(prompt))
+    how = "ok"
+    if rng.random() < profile.tool_call_error_rate:
+        name, args, how = _break_call(rng, name, args, schema)
+    return [_ToolCall(name, json.dumps(args, ensure_ascii=False), how)]
+
+
+# ---------------------------------------------------------------------------
 # Request plumbing
 
 
@@ -402,6 +523,7 @@ class _Faults:
     non_json: bool = False
     slow_ms: float = 0.0
     no_usage: bool = False
+    num_ctx: int | None = None
 
 
 def _parse_faults(header: str | None) -> _Faults:
@@ -419,6 +541,8 @@ def _parse_faults(header: str | None) -> _Faults:
                 values["status"] = code
             elif key == "cut_after":
                 values["cut_after"] = max(0, int(value))
+            elif key == "num_ctx":
+                values["num_ctx"] = max(1, int(value))
             elif key == "slow_ms":
                 values["slow_ms"] = max(0.0, float(value))
             elif key in ("non_json", "no_usage"):
@@ -444,6 +568,9 @@ _RNG_KEY = web.AppKey("llmwatch_sim_rng", random.Random)
 # web.RequestKey arrived after aiohttp 3.9, the oldest version we support.
 _PROFILE_REQ_KEY: Any = (
     web.RequestKey("llmwatch_sim_profile", SimProfile) if hasattr(web, "RequestKey") else "llmwatch_sim_profile"
+)
+_TOOL_CALLS_REQ_KEY: Any = (
+    web.RequestKey("llmwatch_sim_tool_calls", str) if hasattr(web, "RequestKey") else "llmwatch_sim_tool_calls"
 )
 
 # These fields shape the answer; the rest of the profile only changes timing
@@ -507,6 +634,9 @@ def _seeded(
         return None
     content = {k: v for k, v in body.items() if k not in _TRANSPORT_FIELDS}
     behaviour = {k: v for k, v in asdict(profile).items() if k in _BEHAVIOUR_FIELDS}
+    if body.get("tools") or body.get("functions"):
+        # Only requests with tools depend on it: adding the knob left every other seeded answer as it was.
+        behaviour["tool_call_error_rate"] = profile.tool_call_error_rate
     digest = hashlib.blake2b(
         orjson.dumps([path, content, behaviour], option=orjson.OPT_SORT_KEYS), digest_size=32
     ).digest()
@@ -689,13 +819,11 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     prompt = users[-1] if users else " ".join(texts)
     topic = _pick_topic(prompt) or _pick_topic(" ".join(texts))
     prompt_tokens = sum(_count_tokens(t) for t in texts)
+    if ctx.faults.num_ctx is not None:
+        # A server that silently keeps only the last num_ctx tokens (llama.cpp, Ollama) reports those.
+        prompt_tokens = min(prompt_tokens, ctx.faults.num_ctx)
 
     stop = _stop_list(body)
-    choices = [
-        _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
-        for _ in range(n)
-    ]
-    completion_tokens = sum(len(c.chunks) for c in choices)
     ident = "chatcmpl-" + ctx.ident
     fingerprint = "fp_sim_" + hashlib.blake2b(ctx.profile.name.encode(), digest_size=5).hexdigest()
     head = {
@@ -705,6 +833,15 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
         "model": model,
         "system_fingerprint": fingerprint,
     }
+    if body.get("tools"):
+        planned = [_plan_tool_calls(ctx.rng, ctx.profile, body, messages, prompt) for _ in range(n)]
+        if all(p is not None for p in planned):
+            return await _chat_tool_calls(ctx, head, [p for p in planned if p is not None], prompt_tokens)
+    choices = [
+        _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
+        for _ in range(n)
+    ]
+    completion_tokens = sum(len(c.chunks) for c in choices)
 
     if body.get("stream") is True:
         sse = _Sse(ctx)
@@ -771,6 +908,85 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
                 "finish_reason": c.finish_reason,
             }
             for i, c in enumerate(choices)
+        ],
+    }
+    if ctx.usage_allowed():
+        payload["usage"] = _usage(prompt_tokens, completion_tokens)
+    return await _json_response(ctx, payload)
+
+
+async def _chat_tool_calls(
+    ctx: _Ctx, head: dict[str, Any], plans: list[list[_ToolCall]], prompt_tokens: int
+) -> web.StreamResponse:
+    """A chat answer made of tool calls, one list per choice; streamed as the API streams them:
+    the first delta of a call carries its id and name, the next ones pieces of its arguments."""
+    ctx.request[_TOOL_CALLS_REQ_KEY] = ",".join(sorted({c.broken for plan in plans for c in plan}))
+    call_ids = [[f"call_{ctx.ident[:16]}_{i}_{j}" for j in range(len(plan))] for i, plan in enumerate(plans)]
+    pieces = [[_chunks(c.arguments) or [""] for c in plan] for plan in plans]
+    completion_tokens = sum(len(p) + 1 for per_choice in pieces for p in per_choice)
+    if ctx.body.get("stream") is True:
+        sse = _Sse(ctx)
+        include_usage = _include_usage(ctx)
+        extra = {"usage": None} if include_usage else {}
+        await sse.start()
+        await ctx.sleep(ctx.ttft_ms())
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {
+                **head,
+                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                **extra,
+            }
+
+        for i in range(len(plans)):
+            await sse.data(chunk(i, {"role": "assistant", "content": None}))
+        if sse.cut_at(sent_all=False):
+            return await sse.done()
+        for i, plan in enumerate(plans):
+            for j, call in enumerate(plan):
+                opening = {"index": j, "id": call_ids[i][j], "type": "function"}
+                if not await sse.content(
+                    chunk(i, {"tool_calls": [{**opening, "function": {"name": call.name, "arguments": ""}}]})
+                ):
+                    return await sse.done()
+                for piece in pieces[i][j]:
+                    await ctx.sleep(ctx.itl_ms())
+                    if not await sse.content(
+                        chunk(i, {"tool_calls": [{"index": j, "function": {"arguments": piece}}]})
+                    ):
+                        return await sse.done()
+        if sse.cut_at(sent_all=True):
+            return await sse.done()
+        for i in range(len(plans)):
+            await sse.data(chunk(i, {}, "tool_calls"))
+        if include_usage:
+            await sse.data({**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)})
+        return await sse.done()
+
+    await ctx.generation_delay(max(sum(len(p) + 1 for p in per_choice) for per_choice in pieces))
+    payload: dict[str, Any] = {
+        **head,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": i,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {
+                            "id": call_ids[i][j],
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        }
+                        for j, c in enumerate(plan)
+                    ],
+                },
+                "logprobs": None,
+                "finish_reason": "tool_calls",
+            }
+            for i, plan in enumerate(plans)
         ],
     }
     if ctx.usage_allowed():
@@ -1107,6 +1323,9 @@ async def _middleware(request: web.Request, handler: Callable[[web.Request], Any
 async def _stamp_version(request: web.Request, response: web.StreamResponse) -> None:
     profile = request.get(_PROFILE_REQ_KEY) or request.app[_PROFILE_KEY].current()
     response.headers["x-model-version"] = profile.name
+    tool_calls = request.get(_TOOL_CALLS_REQ_KEY)
+    if tool_calls:
+        response.headers[TOOL_CALLS_HEADER] = tool_calls
 
 
 def create_app(

@@ -24,6 +24,7 @@ from llmwatch.core.wire import (
     extract_prompt_text,
     response_finish_reason,
     token_count,
+    usage_details,
 )
 
 
@@ -79,6 +80,10 @@ class CallFacts:
     # The response's `system_fingerprint` (chat/completions), read on both paths: the served-version
     # sentinel compares it on every call.
     system_fingerprint: str | None = None
+    # From the usage block, on both paths (llmwatch.core.wire.usage_details): priced at their own rates.
+    cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class _TooLarge(Exception):
@@ -201,6 +206,10 @@ class _StreamAssembler:
                 for call in delta.get("tool_calls") or []:
                     has_content = True
                     self._merge_tool_call(slot["tool_calls"], call)
+                legacy = delta.get("function_call")  # Chat Completions' `functions` predates tool_calls
+                if isinstance(legacy, dict):
+                    has_content = True
+                    self._merge_tool_call(slot.setdefault("function_call", {}), {"index": 0, "function": legacy})
             text = choice.get("text")
             if text:
                 slot["content"].append(text)
@@ -268,6 +277,8 @@ class _StreamAssembler:
                 message: dict[str, Any] = {"role": slot.get("role", "assistant"), "content": text}
                 if slot["tool_calls"]:
                     message["tool_calls"] = [slot["tool_calls"][i] for i in sorted(slot["tool_calls"])]
+                if slot.get("function_call"):
+                    message["function_call"] = slot["function_call"][0]["function"]
                 entry["message"] = message
             else:
                 entry["text"] = text
@@ -363,7 +374,11 @@ def _sse_metrics_only(  # noqa: C901
     # The first events already carried the fingerprint where the server sends one: no extra parsing.
     return (
         ttft_s,
-        {"model": assembler.meta["model"], "system_fingerprint": assembler.meta.get("system_fingerprint")},
+        {
+            "model": assembler.meta["model"],
+            "system_fingerprint": assembler.meta.get("system_fingerprint"),
+            "usage": usage,
+        },
         input_tokens,
         output_tokens,
     )
@@ -453,6 +468,9 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
             output_tokens = approx_tokens(answer)
             tokens_estimated = True
 
+    details = usage_details(response.get("usage") if isinstance(response, dict) else None)
+    if details.uncounted_input and input_tokens is not None and not tokens_estimated:
+        input_tokens += details.uncounted_input  # Anthropic reports cache tokens beside input_tokens
     response_model = response.get("model") if isinstance(response, dict) else None
     fingerprint = response.get("system_fingerprint") if isinstance(response, dict) else None
     error_type = ex.error_type
@@ -472,6 +490,9 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         tokens_estimated=tokens_estimated,
+        cached_input_tokens=details.cached_input,
+        cache_write_tokens=details.cache_write,
+        reasoning_tokens=details.reasoning,
         finish_reason=response_finish_reason(response),
         request=request if request is not None else _raw_preview(request_body),
         response=response,
@@ -487,7 +508,13 @@ def _raw_preview(body: bytes | None) -> Any:
 
 
 def to_sample(
-    ex: Exchange, facts: CallFacts, *, model_version: str | None, cost_usd: float | None, reason: str
+    ex: Exchange,
+    facts: CallFacts,
+    *,
+    model_version: str | None,
+    cost_usd: float | None,
+    reason: str,
+    price_row: str | None = None,
 ) -> Sample:
     if not facts.assembled:
         facts = analyze(ex)  # in the pipeline thread: the proxy only read what metrics need
@@ -507,10 +534,16 @@ def to_sample(
         ttft_ms=None if facts.ttft_s is None else round(facts.ttft_s * 1000.0, 3),
         stream=facts.stream,
         usage=Usage(
-            input_tokens=facts.input_tokens, output_tokens=facts.output_tokens, estimated=facts.tokens_estimated
+            input_tokens=facts.input_tokens,
+            output_tokens=facts.output_tokens,
+            estimated=facts.tokens_estimated,
+            cached_input_tokens=facts.cached_input_tokens,
+            cache_write_tokens=facts.cache_write_tokens,
+            reasoning_tokens=facts.reasoning_tokens,
         ),
         finish_reason=facts.finish_reason,
         cost_usd=cost_usd,
+        price_row=price_row,
         request=facts.request,
         response=facts.response,
         sample_reason=reason,

@@ -12,7 +12,7 @@ from llmwatch.core.config import (
     ModelVersionSection,
     Section,
 )
-from llmwatch.core.metrics import MetricGroup, counter, histogram
+from llmwatch.core.metrics import MetricGroup, counter, gauge, histogram
 from llmwatch.scorers.pipeline.sampler import SamplingSection
 
 
@@ -121,6 +121,43 @@ class ProxyMetrics(MetricGroup):
         "llmwatch_proxy_errors",
         "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout).",
         ["error_type"],
+    )
+
+    # The upstream's rate-limit budget from its x-ratelimit-* and retry-after response headers
+    # (collectors/llmwatch/collectors/receivers/proxy/ratelimits.py); one upstream per proxy, models capped.
+    ratelimit_remaining = gauge(
+        "llmwatch_upstream_ratelimit_remaining",
+        "Requests or tokens left in the upstream's rate-limit window (x-ratelimit-remaining-<resource>), as last reported.",
+        ["upstream", "gen_ai_request_model", "resource"],
+    )
+    ratelimit_limit = gauge(
+        "llmwatch_upstream_ratelimit_limit",
+        "The upstream's rate limit for the window (x-ratelimit-limit-<resource>), as last reported.",
+        ["upstream", "gen_ai_request_model", "resource"],
+    )
+    ratelimit_reset = gauge(
+        "llmwatch_upstream_ratelimit_reset_seconds",
+        "Seconds until the upstream's rate-limit window resets (x-ratelimit-reset-<resource>), as last reported.",
+        ["upstream", "gen_ai_request_model", "resource"],
+    )
+    ratelimit_observed = gauge(
+        "llmwatch_upstream_ratelimit_observed_timestamp_seconds",
+        "When the upstream last reported its rate-limit budget (Unix time): tells a current reading from an old one.",
+        ["upstream", "gen_ai_request_model", "resource"],
+    )
+    retry_after = gauge(
+        "llmwatch_upstream_retry_after_seconds",
+        "The wait the upstream last asked for in a retry-after header.",
+        ["upstream", "gen_ai_request_model"],
+    )
+    retry_after_responses = counter(
+        "llmwatch_upstream_retry_after_responses",
+        "Responses of the upstream that carried a retry-after header.",
+        ["upstream", "gen_ai_request_model"],
+    )
+    in_flight = gauge(
+        "llmwatch_proxy_in_flight_requests",
+        "Calls the proxy has taken and not yet answered to the end.",
     )
 
     @property

@@ -38,10 +38,12 @@ from yarl import URL
 
 from llmwatch.collectors.calls import CallEvents, CallFinished
 from llmwatch.collectors.intake import Captured, Intake
+from llmwatch.collectors.receivers.proxy import ratelimits
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
+from llmwatch.collectors.receivers.proxy.ratelimits import RATE_LIMIT_HEADERS
 from llmwatch.core.metrics import Metrics
-from llmwatch.core.pricing import PriceTable
+from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.urls import mask_url, split_userinfo
 
 log = structlog.get_logger(__name__)
@@ -86,6 +88,17 @@ def _strip_defaults(response: web.StreamResponse) -> None:
 async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
     # Runs after aiohttp filled in its defaults and before the head is written.
     _strip_defaults(response)
+
+
+def token_counts(facts: CallFacts) -> TokenCounts:
+    """The call's tokens by kind, as the price table prices them."""
+    return TokenCounts(
+        facts.input_tokens,
+        facts.output_tokens,
+        facts.cached_input_tokens,
+        facts.cache_write_tokens,
+        facts.reasoning_tokens,
+    )
 
 
 class _MalformedRequestFilter(logging.Filter):
@@ -240,8 +253,12 @@ class Proxy:
         self._rid_header = cfg.sampling.request_id_header.lower()
         self._metadata_headers = tuple((h.lower(), key) for h, key in cfg.capture.metadata_headers.items())
         self._wanted_headers = frozenset(
-            {"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID}
+            {"content-type", "content-encoding", self._version_header, _UPSTREAM_REQUEST_ID, *RATE_LIMIT_HEADERS}
         )
+        # The `upstream` label of the rate-limit gauges: host and port only (never credentials or a path).
+        self._upstream_label = f"{self.upstream.host}:{self.upstream.port}"
+        self._in_flight = 0  # the aiohttp engine's count; the relay core's is read from its connections
+        self.metrics.in_flight.set_function(self.in_flight)
         # What the relay core (collectors/llmwatch/collectors/receivers/proxy/relay.py) reads of this proxy's settings.
         self.wanted_headers = self._wanted_headers
         self.capture_routes = self._routes
@@ -359,7 +376,7 @@ class Proxy:
             "auto_decompress": False,
         }
         app = web.Application(client_max_size=client_max_size, handler_args=handler_args)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.router.add_route("*", "/{tail:.*}", self._counted)
         app.on_response_prepare.append(_on_response_prepare)
         return app
 
@@ -426,6 +443,21 @@ class Proxy:
                 return _chain(bytes(buf), request.content)
         ex.request_body = bytes(buf)
         return ex.request_body
+
+    def in_flight(self) -> float:
+        """Calls taken and not yet answered to the end (read at scrape time)."""
+        relay = self.relay
+        if relay is not None:
+            # The relay core's own state: a client's current call and the calls pipelined behind it.
+            return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
+        return float(self._in_flight)
+
+    async def _counted(self, request: web.Request) -> web.StreamResponse:
+        self._in_flight += 1
+        try:
+            return await self.handle(request)
+        finally:
+            self._in_flight -= 1
 
     async def handle(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
         t0 = perf_counter()
@@ -569,12 +601,19 @@ class Proxy:
         return web.Response(status=status, body=body, content_type="application/json")
 
     def _captured(
-        self, ex: Exchange, client_id: str, facts: CallFacts, version: str | None, cost: float | None, reason: str
+        self,
+        ex: Exchange,
+        client_id: str,
+        facts: CallFacts,
+        version: str | None,
+        cost: float | None,
+        reason: str,
+        price_row: str | None = None,
     ) -> Captured:
         if client_id:
             # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
             ex.client_request_id = client_id
-        return Captured(ex, facts, version, cost, reason)
+        return Captured(ex, facts, version, cost, reason, price_row)
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         # `.labels()` validates and joins its labels and takes a lock on every call; the children
@@ -616,8 +655,11 @@ class Proxy:
             if facts.output_tokens is not None:
                 child(m.token_usage, (op, model_label, version_label, "output")).observe(facts.output_tokens)
             cost = None
+            price_row = None
             if facts.model is not None and (facts.input_tokens or facts.output_tokens):
-                cost = self.prices.cost(facts.model, facts.input_tokens, facts.output_tokens)
+                priced = self.prices.price(facts.model, token_counts(facts))
+                if priced is not None:
+                    cost, price_row = priced.usd, priced.row
                 if cost is None:
                     m.unpriced.labels(model_label).inc()
                     if facts.model not in self._warned_unpriced and len(self._warned_unpriced) < 100:
@@ -627,6 +669,7 @@ class Proxy:
                         )
                 else:
                     child(m.cost, (op, model_label, version_label)).inc(cost)
+            ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label, self._child)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
             client_id = ex.request_id
@@ -639,7 +682,7 @@ class Proxy:
                 facts.model,
                 error=facts.error_type is not None,
                 latency_ms=facts.duration_s * 1000.0,
-                build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason),
+                build=lambda reason: self._captured(ex, client_id, facts, version, cost, reason, price_row),
             )
             if self.finished:
                 self.finished.publish(CallFinished(ex, facts, version, cost, admission.reason))
