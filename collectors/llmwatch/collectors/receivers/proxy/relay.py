@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import socket
 import ssl
 import time
 from time import perf_counter
 from typing import Any, Callable
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 import httptools
 import structlog
@@ -74,7 +75,66 @@ _UPSTREAM_IDLE_S = 4.0
 # Request body bytes held while the upstream connection is being made; above it the client waits.
 _PENDING_LIMIT = 1 << 20
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_REASONS = {400: b"Bad Request", 404: b"Not Found", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
+_REASONS = {
+    400: b"Bad Request",
+    404: b"Not Found",
+    408: b"Request Timeout",
+    501: b"Not Implemented",
+    502: b"Bad Gateway",
+    504: b"Gateway Timeout",
+}
+# A whole head (request or response) is at most this, whatever max_header_bytes * max_headers
+# allows (16.8 MB by default): nginx reads upstream heads into 4-8 kB, request heads into 32 kB.
+_MAX_HEAD = 1 << 20
+# A line ending in a bare LF (nginx and h11 read them; llhttp does not): made CRLF before parsing.
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+# A chunk-size line: hex digits, then optional extensions (ignored, as every server does).
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?")
+# Longest chunk-size or trailer line read from an upstream.
+_MAX_CHUNK_LINE = 8192
+
+
+def head_limit(max_header_bytes: int, max_headers: int) -> int:
+    """Most bytes of one head: every line at its limit, but no more than _MAX_HEAD (or two lines)."""
+    return min(max_header_bytes * (max_headers + 1), max(_MAX_HEAD, 2 * max_header_bytes))
+
+
+def head_end(buf: bytes | bytearray, start: int) -> int:
+    """Offset just past the empty line that ends a head, or -1; lines end in CRLF or a bare LF.
+
+    Searches from `start` only: a caller that accumulates a head passes where its last search
+    stopped (less two bytes of overlap), so each byte is searched once, not once per read.
+    """
+    crlf = buf.find(b"\n\r\n", start)
+    lf = buf.find(b"\n\n", start, crlf + 1 if crlf >= 0 else len(buf))
+    if lf >= 0:
+        return lf + 2
+    return crlf + 3 if crlf >= 0 else -1
+
+
+def climbs_above_root(path: bytes) -> bool:
+    """Whether the path's dot segments (also percent-encoded, also with backslashes or an
+    encoded slash as separators) would climb above its first segment: forwarded under the
+    upstream's path prefix, a server that resolves them would serve what lies outside it."""
+    for _ in range(3):  # double and triple encoding, as a gateway that decodes again would read it
+        if b"%" not in path:
+            break
+        decoded = unquote_to_bytes(path)
+        if decoded == path:
+            break
+        path = decoded
+    if b".." not in path:
+        return False
+    depth = 0
+    for segment in path.replace(b"\\", b"/").split(b"/"):
+        if segment == b"..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif segment and segment != b".":
+            depth += 1
+    return False
+
 
 # What went wrong with the upstream, in the fixed words of 502 bodies (never its bytes).
 UNREACHABLE = "is unreachable: the connection could not be made"
@@ -192,7 +252,12 @@ class _Upstream(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.state = 0  # 0 head, 1 body of known length, 2 chunked body, 3 body until close, 4 done
-        self.head_buf = b""
+        self.head_buf: bytearray | None = None
+        # The chunked body's framing, read here (not by llhttp) so that its end is known to the byte:
+        # 0 size line, 1 chunk data, 2 the CRLF after the data, 3 trailer lines.
+        self.cstate = 0
+        self.chunk_left = 0
+        self.line_buf = b""
         self.parser: Any = None
         self.status = 0
         self.reason = b""
@@ -202,7 +267,6 @@ class _Upstream(asyncio.Protocol):
         self.remaining = 0
         self.dechunk = False
         self.reusable = True
-        self.complete = False
         self.last_read = 0.0
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
@@ -248,8 +312,6 @@ class _Upstream(asyncio.Protocol):
         if state == 1:
             self._length_body(call, data)
         elif state == 2:
-            if not self.dechunk:
-                call.client.write(data)
             self._chunked_body(call, data)
         elif state == 3:
             self._capture(call, data)
@@ -262,22 +324,35 @@ class _Upstream(asyncio.Protocol):
     # --- the response head --------------------------------------------------------------------------
 
     def _head(self, call: _Call, data: bytes) -> None:
-        buf = self.head_buf + data if self.head_buf else data
+        held = self.head_buf
+        if held is not None:
+            # Only the new bytes are searched (with two of overlap): a head that arrives in many
+            # reads costs time linear in its size, not quadratic.
+            start = max(len(held) - 2, 0)
+            held += data
+            buf: bytes | bytearray = held
+        else:
+            start = 0
+            buf = data
+        limit = self.pool.max_head
         while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > self.pool.max_head:
+            end = head_end(buf, start)
+            if end < 0 or end > limit:
+                if len(buf) > limit or end > limit:
                     self._invalid(call)
-                else:
-                    self.head_buf = buf
+                elif held is None:
+                    self.head_buf = bytearray(buf)
                 return
-            end += 4
+            head = bytes(buf[:end])
+            if head.count(b"\n") != head.count(b"\r\n"):
+                head = _BARE_LF.sub(b"\r\n", head)  # read as nginx reads it
             try:
-                self.parser.feed_data(buf[:end])
+                self.parser.feed_data(head)
             except (httptools.HttpParserError, _LimitExceeded):
                 self._invalid(call)
                 return
             buf = buf[end:]
+            start = 0
             if not self.interim:
                 break
             # 1xx (103 Early Hints): not relayed; the final response follows on the same connection.
@@ -285,11 +360,12 @@ class _Upstream(asyncio.Protocol):
             self.headers = []
             self.reason = b""
             self.interim = False
-        self.head_buf = b""
+            held = None
+        self.head_buf = None
         if self.status == 0:
-            self._invalid(call)  # a head the parser did not complete (bare LF line ends)
+            self._invalid(call)  # a head the parser did not complete
             return
-        self._respond(call, buf)
+        self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -308,18 +384,6 @@ class _Upstream(asyncio.Protocol):
         self.status = status
         self.keep_alive = self.parser.should_keep_alive()
 
-    def on_body(self, data: bytes) -> None:
-        call = self.call
-        if call is None:
-            return
-        self._capture(call, data)
-        if self.dechunk:
-            call.client.write(data)
-
-    def on_message_complete(self) -> None:
-        if not self.interim:
-            self.complete = True
-
     def _respond(self, call: _Call, rest: bytes) -> None:  # noqa: C901
         ex = call.ex
         wanted = self.pool.wanted if ex is not None else None
@@ -330,9 +394,16 @@ class _Upstream(asyncio.Protocol):
             lower = name.lower()
             if lower in _HOP_BY_HOP:
                 if lower == b"transfer-encoding":
+                    if te is not None or value.strip().lower() != b"chunked":
+                        # Only a lone `chunked` frames a body the relay can end exactly (nginx: 502).
+                        self._invalid(call)
+                        return
                     te = value
                 continue
             if lower == b"content-length":
+                if not value.isdigit():
+                    self._invalid(call)
+                    return
                 cl = value
             lines += (name, b": ", value, b"\r\n")
             if wanted is not None and lower in wanted:
@@ -342,6 +413,8 @@ class _Upstream(asyncio.Protocol):
         status = self.status
         if call.is_head or status in (204, 304):
             state = 4
+            if rest:
+                self.reusable = False  # bytes after a response without a body: not to be trusted
         elif te is not None:
             state = 2
             if call.http10:
@@ -375,8 +448,7 @@ class _Upstream(asyncio.Protocol):
             # A body of known length goes out with the head in one write (one syscall, one packet).
             self._length_body(call, rest, head)
         elif state == 2:
-            client.write(head + rest if rest and not self.dechunk else head)
-            self._chunked_body(call, rest)
+            self._chunked_body(call, rest, head)
         elif state == 3:
             client.write(head + rest)
             if rest:
@@ -405,16 +477,77 @@ class _Upstream(asyncio.Protocol):
             self._capture(call, data)
         call.client.write(head + data if head else data)
 
-    def _chunked_body(self, call: _Call, data: bytes) -> None:
-        """Bytes of a chunked body, already written on: the parser finds the chunks (captured, or
-        written on dechunked by its callbacks) and the end of the response."""
-        if data:
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserError:
+    def _chunked_body(self, call: _Call, data: bytes, head: bytes = b"") -> None:  # noqa: C901
+        """Bytes of a chunked body: framing read here, a step per chunk (never per byte), so that
+        not one byte past the terminal chunk and its trailers is written on. The chunks' content
+        is captured, and written on alone (de-chunked) to an HTTP/1.0 client; an HTTP/1.1 client
+        gets the upstream's bytes, framing included."""
+        pos = 0
+        size = len(data)
+        dechunk = self.dechunk
+        client = call.client
+        end = -1
+        if dechunk and head:
+            client.write(head)
+            head = b""
+        while pos < size:
+            cstate = self.cstate
+            if cstate == 1:
+                take = min(self.chunk_left, size - pos)
+                piece = data[pos : pos + take]
+                self._capture(call, piece)
+                if dechunk:
+                    client.write(piece)
+                pos += take
+                self.chunk_left -= take
+                if not self.chunk_left:
+                    self.cstate = 2
+                continue
+            newline = data.find(b"\n", pos)
+            if newline < 0:
+                line_buf = self.line_buf + data[pos:]
+                if len(line_buf) > _MAX_CHUNK_LINE:
+                    self._broken(call)
+                    return
+                self.line_buf = line_buf
+                pos = size
+                break
+            line = data[pos:newline]
+            if self.line_buf:
+                line = self.line_buf + line
+                self.line_buf = b""
+            pos = newline + 1
+            if cstate == 0:
+                match = _CHUNK_SIZE.fullmatch(line)
+                if match is None:
+                    self._broken(call)
+                    return
+                chunk = int(match.group(1), 16)
+                if chunk:
+                    self.chunk_left = chunk
+                    self.cstate = 1
+                else:
+                    self.cstate = 3
+            elif cstate == 2:
+                if line not in (b"", b"\r"):
+                    self._broken(call)  # chunk data longer than its size said
+                    return
+                self.cstate = 0
+            elif line in (b"", b"\r"):
+                end = pos  # the empty line after the terminal chunk (and any trailers)
+                break
+            elif b":" not in line or len(line) > _MAX_CHUNK_LINE:
                 self._broken(call)
                 return
-        if self.complete:
+        if end >= 0 and end < size:
+            self.reusable = False  # bytes past the end of the response: never the client's
+        if not dechunk:
+            out = data if end < 0 or end == size else data[:end]
+            if head:
+                client.write(head + out)
+            elif out:
+                client.write(out)
+        if end >= 0:
             self._finished(call)
 
     def _capture(self, call: _Call, data: bytes) -> None:
@@ -558,7 +691,7 @@ class _Pool:
         self.read_timeout = p.read_timeout_s
         self.max_line = p.max_header_bytes
         self.max_headers = p.max_headers
-        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.wanted = frozenset(h.encode("latin-1") for h in proxy.wanted_headers)
         self.idle: list[_Upstream] = []
         self.count = 0
@@ -1002,7 +1135,7 @@ class RelayServer:
         self.pool = _Pool(proxy, self.loop)
         self.max_line = p.max_header_bytes
         self.max_headers = p.max_headers
-        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.header_timeout_s = p.header_timeout_s
         self.shutdown_timeout_s = p.shutdown_timeout_s
         self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(
