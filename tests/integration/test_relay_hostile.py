@@ -218,9 +218,9 @@ async def test_an_upstream_head_over_the_whole_head_limit_gets_502_and_one_withi
     [
         b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
         b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
-        b"Transfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"Transfer-Encoding: chunked\r\n\r\n5;\r\nhello\r\n0\r\n\r\n",
     ],
-    ids=["bad-chunk-size", "no-crlf-after-chunk", "xchunked"],
+    ids=["bad-chunk-size", "no-crlf-after-chunk", "empty-chunk-extension"],
 )
 async def test_a_malformed_chunked_request_gets_a_real_400_and_is_counted_as_a_bad_request(make_agent, framing):
     async with RawUpstream(answer_ok) as upstream:
@@ -246,6 +246,8 @@ async def test_a_malformed_chunked_request_gets_a_real_400_and_is_counted_as_a_b
         [b"chunked, chunked"],
         [b"gzip", b"chunked"],
         [b"identity, chunked"],
+        [b"xchunked"],
+        [b"chunked;q=1"],
     ],
 )
 async def test_a_transfer_coding_other_than_a_lone_chunked_gets_501(make_agent, codings):

@@ -27,6 +27,10 @@ class ProxySection(Section):
     # A client that has not sent a complete request head (request line and headers) this long
     # after it started one is disconnected, so slow clients cannot hold connections open.
     header_timeout_s: float = Field(10.0, gt=0)
+    # A request body must be complete this long after its head, however it trickles in (a total,
+    # never re-armed by a byte). Bodies up to 1 MiB are read whole before an upstream connection
+    # is taken, so a stalled body holds no upstream connection; it gets 408.
+    body_timeout_s: float = Field(60.0, gt=0)
     # On SIGTERM, calls still in flight get this long to finish before they are cut, so that a
     # rolling restart does not break answers that are nearly done, and a stuck stream cannot hold
     # the pod past its termination grace period (Kubernetes' default is 30 s).
@@ -119,7 +123,7 @@ class ProxyMetrics(MetricGroup):
     )
     proxy_errors = counter(
         "llmwatch_proxy_errors",
-        "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout).",
+        "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout, client_body_timeout, bad_request).",
         ["error_type"],
     )
 

@@ -83,6 +83,9 @@ _REASONS = {
     502: b"Bad Gateway",
     504: b"Gateway Timeout",
 }
+_TE_501 = "llmwatch proxy: Transfer-Encoding other than a single `chunked` is not supported"
+# A Transfer-Encoding header line whose value is not a lone `chunked` (looked for after a parse error).
+_TE_LINE = re.compile(rb"(?im)^transfer-encoding[ \t]*:(?![ \t]*chunked[ \t]*\r?$)")
 # A whole head (request or response) is at most this, whatever max_header_bytes * max_headers
 # allows (16.8 MB by default): nginx reads upstream heads into 4-8 kB, request heads into 32 kB.
 _MAX_HEAD = 1 << 20
@@ -171,6 +174,7 @@ class _Call:
         "finished",
         "path",
         "sent_head",
+        "held",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -193,6 +197,8 @@ class _Call:
         self.finished = False
         self.path = ""
         self.sent_head = False  # the response head went to the client
+        # Waiting for its body before it takes an upstream connection (see `_Client._start`).
+        self.held = False
 
     # --- request body, from the client's parser ---------------------------------------------------
 
@@ -217,7 +223,13 @@ class _Call:
             self.pending.append(data)
             self.pending_size += len(data)
             if self.pending_size > _PENDING_LIMIT:
-                self.client.pause("pending")
+                if self.held:
+                    # A body bigger than the buffer streams on: it takes its connection now (the
+                    # body deadline still bounds how long it can hold it).
+                    self.held = False
+                    self.client.server.pool.acquire(self)
+                else:
+                    self.client.pause("pending")
 
     def body_end(self) -> None:
         self.body_done = True
@@ -233,8 +245,12 @@ class _Call:
                 if self.up is not None:
                     self.client.flush = self
                 self.pending.append(b"0\r\n\r\n")
+        self.client.body_complete(self)
         if self.local is not None and self.started and not self.finished:
             self.client.answer_local(self)
+        elif self.held:
+            self.held = False
+            self.client.server.pool.acquire(self)
 
 
 class _Upstream(asyncio.Protocol):
@@ -849,6 +865,7 @@ class _Client(asyncio.Protocol):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.deadline: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None  # the current call's body deadline
         self.paused: set[str] = set()
         self.writing_paused = False
         self.idle_since = 0.0
@@ -867,6 +884,9 @@ class _Client(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._disarm()
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
         server = self.server
         server.clients.discard(self)
         if not server.clients and server.drained is not None:
@@ -905,6 +925,10 @@ class _Client(asyncio.Protocol):
                 # A fault of the relay's own, not of the request: say so, and still answer.
                 self.proxy.metrics.internal_errors.labels(stage="relay").inc()
                 log.error("relay_internal_error", error=type(cause).__name__)
+            if self.parsing is None and _TE_LINE.search(data):
+                # llhttp refuses some codings (`chunked, chunked`) inside the header's value.
+                self._reject(501, _TE_501)
+                return
             self._reject(
                 400,
                 "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers",
@@ -916,6 +940,9 @@ class _Client(asyncio.Protocol):
         if call is not None:
             self.flush = None
             self._flush(call)
+        call = self.current
+        if call is not None and not call.body_done and self.body_timer is None and not call.finished:
+            self._arm_body()  # a body that did not come whole with its head
         if self.in_head:
             if self.head_bytes > self.server.max_head:
                 self._reject(400, "llmwatch proxy: the request head exceeds proxy.max_header_bytes / proxy.max_headers")
@@ -985,8 +1012,61 @@ class _Client(asyncio.Protocol):
         if call.local is not None:
             if call.body_done:
                 self.answer_local(call)
+            elif not self.feeding:
+                self._arm_body()
             return
-        self.server.pool.acquire(call)
+        if call.body_done:
+            self.server.pool.acquire(call)
+            return
+        # Like nginx, the body is read before an upstream connection is taken (up to the pending
+        # buffer; a bigger body streams on from there): a client that stalls its body holds no
+        # upstream connection, and its deadline (proxy.body_timeout_s) is never re-armed by a byte.
+        call.held = True
+        if not self.feeding:
+            self._arm_body()  # otherwise armed when this read's parse returns, if still incomplete
+
+    def body_complete(self, call: _Call) -> None:
+        if call is self.current and self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _arm_body(self) -> None:
+        self.body_timer = self.server.loop.call_later(self.server.body_timeout_s, self._body_expired)
+
+    def _body_expired(self) -> None:
+        self.body_timer = None
+        call = self.current
+        if call is None or call.body_done or call.finished or self.transport is None:
+            return
+        self.proxy.fail(call.ex, "client_body_timeout")
+        log.info("request_body_timeout", path=call.path)
+        call.held = False
+        call.keep_alive = False
+        if call.up is not None:
+            call.up.abort()
+            call.up = None
+        else:
+            self.server.pool.forget(call)
+        if call.sent_head:
+            # The upstream answered early and the rest of the body never came: end both.
+            call.finished = True
+            ex = call.ex
+            if ex is not None:
+                ex.t_end = perf_counter()
+                self.proxy.finish(ex)
+            self.current = None
+            self.transport.abort()
+            return
+        if call.ex is not None:
+            call.ex.status = 408
+        self._send_error(
+            call,
+            408,
+            self.proxy.relay_error_body(
+                "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
+            ),
+        )
+        self.response_done(call)  # and the connection closes: the body's bytes are unframed
 
     def write(self, data: bytes) -> None:
         transport = self.transport
@@ -1079,18 +1159,45 @@ class _Client(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        broken = self.parsing  # the request whose bytes broke; None: a head that never completed
+        self.parsing = None
         call = self.current
-        if call is None or call.sent_head or call.finished:
-            if call is None:
-                body = self.proxy.relay_error_body(message)
-                transport.write(
-                    b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
-                    % (status, _REASONS[status], len(body), body)
-                )
+        if broken is not None and broken is call and not call.sent_head and not call.finished:
+            # Its body broke (a bad chunk, an unknown transfer-coding) before any answer went out:
+            # the upstream (if it was reached) is dropped, and the client gets a real 400 (or the
+            # 501 its transfer-coding already earned: llhttp refuses some codings as it reads them).
+            if call.local is not None and call.local[0] == 501:
+                self._send_error(call, 501, call.local[1])
+                self.response_done(call)
+                return
+            self._refuse(call, status, message)
+            return
+        self.proxy.fail(None, "bad_request")
+        if call is None:
+            body = self.proxy.relay_error_body(message)
+            transport.write(
+                b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+                % (status, _REASONS[status], len(body), body)
+            )
             transport.close()
             return
-        # Mid-request (a broken chunked upload): the call cannot complete; end the connection.
+        # A pipelined request broke while an earlier one is answered: that answer cannot end in
+        # order with this one's, so the connection ends.
         transport.abort()
+
+    def _refuse(self, call: _Call, status: int, message: str) -> None:
+        call.held = False
+        call.keep_alive = False
+        if call.up is not None:
+            call.up.abort()
+            call.up = None
+        else:
+            self.server.pool.forget(call)
+        self.proxy.fail(call.ex, "bad_request")
+        if call.ex is not None:
+            call.ex.status = status
+        self._send_error(call, status, self.proxy.relay_error_body(message))
+        self.response_done(call)
 
     # --- flow control and deadlines ---------------------------------------------------------------------
 
@@ -1137,6 +1244,7 @@ class RelayServer:
         self.max_headers = p.max_headers
         self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.header_timeout_s = p.header_timeout_s
+        self.body_timeout_s = p.body_timeout_s
         self.shutdown_timeout_s = p.shutdown_timeout_s
         self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(
             error_type="client_header_timeout"
@@ -1206,6 +1314,14 @@ class RelayServer:
             call.body_done = False
             return call
         raw_path = target.split(b"?", 1)[0]
+        if (b"." in raw_path or b"%" in raw_path or b"\\" in raw_path) and climbs_above_root(raw_path):
+            # Forwarded under the upstream's path prefix, it would escape it at a server that
+            # resolves dot segments (nginx answers 400 too).
+            call.local = (
+                400,
+                proxy.relay_error_body("llmwatch proxy: the request path climbs above its root with dot segments (..)"),
+            )
+            return call
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(raw_path.decode("utf-8", "replace"))
@@ -1218,6 +1334,7 @@ class RelayServer:
             out.append(self.host_header)
         has_auth = False
         chunked = False
+        codings = 0
         length = None
         for name, value in headers:
             lower = name.lower()
@@ -1228,6 +1345,7 @@ class RelayServer:
             if lower in _HOP_BY_HOP:
                 if lower == b"transfer-encoding":
                     chunked = True  # llhttp accepts it only with chunked last
+                    codings += 1 if value.strip().lower() == b"chunked" else 2
                 continue
             if lower == b"host":
                 if not self.preserve_host:
@@ -1243,6 +1361,16 @@ class RelayServer:
             elif lower == b"content-length":
                 length = value
             out += (name, b": ", value, b"\r\n")
+        if codings > 1:
+            # Only a lone `chunked` is a framing the relay forwards as it is; any other coding
+            # (`gzip, chunked`) would reach the upstream as a plain body (nginx: 501).
+            call.local = (
+                501,
+                proxy.relay_error_body(_TE_501),
+            )
+            call.keep_alive = False
+            call.chunked = True
+            return call
         if not has_auth and self.auth is not None:
             out.append(self.auth)
         if chunked:
