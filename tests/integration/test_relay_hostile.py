@@ -294,3 +294,46 @@ async def test_stream_chunks_of_odd_shapes_are_counted_notes_and_content_parts_a
         assert metric(samples, "gen_ai_client_operation_duration_seconds_count") == 1
         assert metric(samples, "llmwatch_internal_errors_total") == 0
         assert metric(samples, "llmwatch_capture_skipped_total", reason="stream_event_malformed") >= 1
+
+
+# --- the earlier cases: request shapes a front proxy and the upstream could read differently ---------
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n folded\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\nHost: x\n\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nX A: a\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+        (b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400),
+        (b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n", 400),
+        (b"GET http://elsewhere/v1/x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ],
+    ids=[
+        "length-and-chunked",
+        "two-lengths",
+        "signed-length",
+        "obs-fold",
+        "bare-lf-head",
+        "space-in-name",
+        "no-host",
+        "two-hosts",
+        "upgrade",
+        "connect",
+        "absolute-form",
+    ],
+)
+async def test_request_shapes_that_two_parsers_could_read_differently_get_400_and_never_reach_the_upstream(
+    make_agent, request_bytes, status
+):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        got, headers, body = await raw_call(agent.proxy_port, request_bytes)
+        assert got == status and headers["content-type"] == "application/json"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        assert upstream.heads == []

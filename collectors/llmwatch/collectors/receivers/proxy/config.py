@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import Counter
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmwatch.core.config import (
     MetricsSection,
@@ -41,9 +41,20 @@ class ProxySection(Section):
     max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
-    # The relay core: `relay` forwards bytes on raw asyncio protocols (collectors/llmwatch/collectors/receivers/proxy/relay.py, about
-    # a quarter of aiohttp's CPU per call); `aiohttp` is the previous core, kept as a fallback.
-    engine: Literal["relay", "aiohttp"] = "relay"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_engine(cls, data: Any) -> Any:
+        # `proxy.engine` chose between the relay core and the aiohttp core, which is gone: an old
+        # `engine: relay` still loads; any other engine is refused with the fix.
+        if isinstance(data, dict) and "engine" in data:
+            if data["engine"] != "relay":
+                raise ValueError(
+                    f"engine {data['engine']!r} is no longer available: the relay core is the proxy's only engine "
+                    "(the aiohttp core was removed); delete the `engine:` line from the proxy section"
+                )
+            data = {k: v for k, v in data.items() if k != "engine"}
+        return data
 
 
 class CaptureSection(Section):

@@ -1,4 +1,4 @@
-"""The relay core of the proxy (`proxy.engine: relay`): raw asyncio Protocols, bytes forwarded as they arrive.
+"""The relay core of the proxy, its only engine: raw asyncio Protocols, bytes forwarded as they arrive.
 
 Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
 server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
@@ -13,8 +13,11 @@ response head plus enough of the body to know where the response ends. Everythin
 - a response delimited by the upstream closing its connection is forwarded until the close, and
   the client's connection closes after it.
 
-Requests are forwarded head first as soon as the head is complete; the body follows as it
-arrives (a chunked upload keeps chunked framing, its content unchanged). Flow control works both
+A request's body is read before an upstream connection is taken (up to 1 MiB; a bigger one streams
+on from there) within `proxy.body_timeout_s`, as nginx reads it first: a client that stalls its
+body holds no upstream connection. The head and body then leave together (a chunked upload keeps
+chunked framing, its content unchanged). A chunked response's framing is read here (a step per
+chunk) so that not one byte past its end is relayed; llhttp reads heads only. Flow control works both
 ways: a client that reads slowly pauses reading from its upstream connection, and an upstream that
 reads slowly pauses reading from the client (asyncio's write-buffer high-water mark).
 
@@ -23,7 +26,7 @@ payload (de-chunked by the parser, which reads the chunks anyway) are appended t
 up to `capture.max_body_bytes`, with each piece's arrival time for TTFT; the analysis, metrics and
 sampling are the proxy's `_finish`, unchanged, after the last byte has gone to the client.
 
-Behaviours kept from the aiohttp core, which the tests specify: `Expect: 100-continue` answered by
+Behaviours the tests specify (kept from the aiohttp core this replaced): `Expect: 100-continue` answered by
 the proxy and not forwarded; 1xx interim responses not relayed; hop-by-hop headers dropped both
 ways; no header added to a relayed response (except `Connection: close` when this connection
 closes after it, as aiohttp does); upstream credentials as Basic auth only when the client sent no
@@ -91,8 +94,12 @@ _TE_LINE = re.compile(rb"(?im)^transfer-encoding[ \t]*:(?![ \t]*chunked[ \t]*\r?
 _MAX_HEAD = 1 << 20
 # A line ending in a bare LF (nginx and h11 read them; llhttp does not): made CRLF before parsing.
 _BARE_LF = re.compile(rb"(?<!\r)\n")
-# A chunk-size line: hex digits, then optional extensions (ignored, as every server does).
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?")
+# What a reason phrase must not hold (RFC 9112 §4: HTAB, SP, VCHAR and obs-text only).
+_BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# A chunk-size line (without its LF): hex digits, optional extensions (ignored, as every server
+# does), CR. As strict as h11: the relay forwards these bytes as they are, and a client must be
+# able to read them (a bare LF here would leave a strict client waiting for the chunk's end).
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
 # Longest chunk-size or trailer line read from an upstream.
 _MAX_CHUNK_LINE = 8192
 
@@ -360,6 +367,11 @@ class _Upstream(asyncio.Protocol):
                     self.head_buf = bytearray(buf)
                 return
             head = bytes(buf[:end])
+            if head[:1] in (b"\r", b"\n"):
+                # An empty line before a status line: llhttp skips it, h11 refuses it. Strict here:
+                # an upstream that sends one is out of step with its own framing.
+                self._invalid(call)
+                return
             if head.count(b"\n") != head.count(b"\r\n"):
                 head = _BARE_LF.sub(b"\r\n", head)  # read as nginx reads it
             try:
@@ -384,6 +396,8 @@ class _Upstream(asyncio.Protocol):
         self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
+        if _BAD_REASON.search(reason):
+            raise _LimitExceeded  # llhttp reads control bytes in a reason phrase; h11 and RFC 9112 do not
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -545,7 +559,7 @@ class _Upstream(asyncio.Protocol):
                 else:
                     self.cstate = 3
             elif cstate == 2:
-                if line not in (b"", b"\r"):
+                if line != b"\r":
                     self._broken(call)  # chunk data longer than its size said
                     return
                 self.cstate = 0
@@ -858,6 +872,7 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.current: _Call | None = None  # the call being answered
+        self.latest: _Call | None = None  # the call whose head was parsed last
         self.parsing: _Call | None = None  # the call whose request is being read
         self.queued: collections.deque[_Call] = collections.deque()
         self.in_head = False
@@ -917,6 +932,8 @@ class _Client(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
+            # llhttp completed the request, then stopped at the switch: that request is the one refused.
+            self.parsing = self.latest
             self._reject(400, "llmwatch proxy: protocol upgrades (Upgrade / CONNECT) are not relayed")
             return
         except (httptools.HttpParserError, _LimitExceeded) as exc:
@@ -985,7 +1002,7 @@ class _Client(asyncio.Protocol):
         self.in_head = False
         self._disarm()
         call = self.server.new_call(self, self.parser, self.url, self.headers)
-        self.parsing = call
+        self.parsing = self.latest = call
         if self.current is None:
             self.current = call
             self._start(call)
@@ -1290,7 +1307,16 @@ class RelayServer:
         started_at = time.time()
         call = _Call(client)
         method = parser.get_method()
-        call.http10 = parser.get_http_version() == "1.0"
+        version = parser.get_http_version()
+        call.http10 = version == "1.0"
+        if version not in ("1.1", "1.0"):
+            # llhttp reads `GET /path` alone as HTTP/0.9; nothing but 1.0 and 1.1 is forwarded.
+            call.local = (
+                400,
+                self.proxy.relay_error_body("llmwatch proxy: only HTTP/1.0 and HTTP/1.1 requests are served"),
+            )
+            call.keep_alive = False
+            return call
         call.keep_alive = parser.should_keep_alive() and not self.closing
         call.is_head = method == b"HEAD"
         proxy = self.proxy
@@ -1335,6 +1361,7 @@ class RelayServer:
         has_auth = False
         chunked = False
         codings = 0
+        hosts = 0
         length = None
         for name, value in headers:
             lower = name.lower()
@@ -1348,6 +1375,7 @@ class RelayServer:
                     codings += 1 if value.strip().lower() == b"chunked" else 2
                 continue
             if lower == b"host":
+                hosts += 1
                 if not self.preserve_host:
                     continue
             elif lower == b"expect":
@@ -1361,6 +1389,12 @@ class RelayServer:
             elif lower == b"content-length":
                 length = value
             out += (name, b": ", value, b"\r\n")
+        if hosts > 1 or (hosts == 0 and not call.http10):
+            # RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without a Host, or
+            # any request with two (nginx does); which of two the upstream would read is a guess.
+            call.local = (400, proxy.relay_error_body("llmwatch proxy: the request must carry exactly one Host header"))
+            call.chunked = chunked
+            return call
         if codings > 1:
             # Only a lone `chunked` is a framing the relay forwards as it is; any other coding
             # (`gzip, chunked`) would reach the upstream as a plain body (nginx: 501).
