@@ -32,7 +32,7 @@ from helpers.relay_fuzz import (  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 
-def _runner(relay, kind, strategy, check, reference, verdicts, findings, cases):  # type: ignore[no-untyped-def]
+def _runner(relay, kind, strategy, check, reference, verdicts, findings, cases, examples):  # type: ignore[no-untyped-def]
     @settings(
         max_examples=cases,
         deadline=None,
@@ -44,7 +44,9 @@ def _runner(relay, kind, strategy, check, reference, verdicts, findings, cases):
     def run(data: bytes) -> None:
         verdict = reference(data).verdict
         try:
-            verdicts[f"{kind}s: h11 {verdict}, relay {check(relay, data)}"] += 1
+            key = f"{kind}s: h11 {verdict}, relay {check(relay, data)}"
+            verdicts[key] += 1
+            examples.setdefault(key, data)
         except AssertionError as exc:
             findings.append((kind, data, str(exc)[:500]))
             verdicts[f"{kind}s: h11 {verdict}, finding"] += 1
@@ -56,9 +58,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=2000, help="cases of each kind (requests, responses)")
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    parser.add_argument("--examples", action="store_true", help="print the first case of each outcome")
     args = parser.parse_args()
     findings: list[tuple[str, bytes, str]] = []
     verdicts: collections.Counter[str] = collections.Counter()
+    examples: dict[str, bytes] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         relay = Relay(Path(tmp))
@@ -67,7 +71,7 @@ def main() -> int:
                 ("request", requests(), check_request, h11_request),
                 ("response", responses(), check_response, h11_response),
             ):
-                run = _runner(relay, kind, strategy, check, reference, verdicts, findings, args.cases)
+                run = _runner(relay, kind, strategy, check, reference, verdicts, findings, args.cases, examples)
                 if args.seed is not None:
                     run = hypothesis.seed(args.seed)(run)
                 run()
@@ -77,6 +81,8 @@ def main() -> int:
     print(f"cases: {cases} in {time.monotonic() - started:.0f} s")
     for key in sorted(verdicts):
         print(f"  {key}: {verdicts[key]}")
+        if args.examples and key in examples:
+            print(f"    e.g. {examples[key][:200]!r}")
     print(f"findings: {len(findings)}")
     seen: set[str] = set()
     for kind, data, why in findings:

@@ -18,6 +18,7 @@ Everything is synchronous sockets; the upstream is a thread, the proxy a real pr
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
@@ -38,6 +39,7 @@ READ_TIMEOUT_S = 0.5
 MARGIN_S = 8.0
 PREFIX = "/base"
 
+_SPACES = re.compile(rb"(?<=\S)  +(?=\S)")
 SECOND = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
 
 
@@ -272,7 +274,13 @@ def h11_request(data: bytes) -> Reference:
     conn = h11.Connection(h11.SERVER)
     # RFC 9112 §2.2: a server SHOULD ignore empty lines before a request line; llhttp does (also a
     # lone CR), h11 does not. The relay forwards a request line of its own, so nothing of them goes on.
-    conn.receive_data(data.lstrip(b"\r\n"))
+    data = data.lstrip(b"\r\n")
+    # RFC 9112 §3: a recipient MAY split a request line on runs of whitespace; llhttp reads
+    # `GET  /x` as `GET /x`, h11 refuses it. Again the relay writes its own request line.
+    line_end = data.find(b"\n")
+    if line_end > 0:
+        data = _SPACES.sub(b" ", data[:line_end]) + data[line_end:]
+    conn.receive_data(data)
     ref = Reference("incomplete")
     request = None
     body = b""

@@ -37,6 +37,10 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
 @example(data=b"GET /v1/x HTTP/2.0\r\nHost: x\r\nHost: x\r\nContent-Length: 1\r\n\r\nt")
 # Finding, fixed: llhttp reads a request line without a version as HTTP/0.9; it was forwarded.
 @example(data=b"GET /v1/chat/completionsHTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+# Junk after a complete request: that request is forwarded and answered (it was dropped, the connection aborted).
+@example(data=b"POST /a?b=c HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\njunk")
+# Not a finding: a request line split on a run of spaces (RFC 9112 §3 allows it; llhttp does it).
+@example(data=b"GET  /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
 # Not a finding: an empty line before the request line is skipped (RFC 9112 §2.2), never forwarded.
 @example(data=b"\nGET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nt")
 # The items 2, 6, 7 as cases: a dot-segment escape, a bad chunk, a coding before chunked.

@@ -337,3 +337,17 @@ async def test_request_shapes_that_two_parsers_could_read_differently_get_400_an
         assert got == status and headers["content-type"] == "application/json"
         assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
         assert upstream.heads == []
+
+
+async def test_junk_after_a_complete_request_still_gets_that_request_answered_then_the_connection_closes(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY) + b"\x00junk\r\n\r\n")
+            status, headers, body = await asyncio.wait_for(read_response(reader), 10)
+            assert (status, body) == (200, OK_JSON) and headers["connection"] == "close"
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # and nothing after it
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 1

@@ -537,7 +537,7 @@ class _Upstream(asyncio.Protocol):
             if newline < 0:
                 line_buf = self.line_buf + data[pos:]
                 if len(line_buf) > _MAX_CHUNK_LINE:
-                    self._broken(call)
+                    self._bad_chunk(call, head)
                     return
                 self.line_buf = line_buf
                 pos = size
@@ -550,7 +550,7 @@ class _Upstream(asyncio.Protocol):
             if cstate == 0:
                 match = _CHUNK_SIZE.fullmatch(line)
                 if match is None:
-                    self._broken(call)
+                    self._bad_chunk(call, head)
                     return
                 chunk = int(match.group(1), 16)
                 if chunk:
@@ -560,14 +560,14 @@ class _Upstream(asyncio.Protocol):
                     self.cstate = 3
             elif cstate == 2:
                 if line != b"\r":
-                    self._broken(call)  # chunk data longer than its size said
+                    self._bad_chunk(call, head)  # chunk data longer than its size said
                     return
                 self.cstate = 0
             elif line in (b"", b"\r"):
                 end = pos  # the empty line after the terminal chunk (and any trailers)
                 break
             elif b":" not in line or len(line) > _MAX_CHUNK_LINE:
-                self._broken(call)
+                self._bad_chunk(call, head)
                 return
         if end >= 0 and end < size:
             self.reusable = False  # bytes past the end of the response: never the client's
@@ -579,6 +579,14 @@ class _Upstream(asyncio.Protocol):
                 client.write(out)
         if end >= 0:
             self._finished(call)
+
+    def _bad_chunk(self, call: _Call, head: bytes) -> None:
+        if head:
+            # The head has not gone out yet (the fault came in its read): a clean 502 instead.
+            call.sent_head = False
+            self._invalid(call)
+        else:
+            self._broken(call)
 
     def _capture(self, call: _Call, data: bytes) -> None:
         ex = call.ex
@@ -1198,9 +1206,15 @@ class _Client(asyncio.Protocol):
             )
             transport.close()
             return
-        # A pipelined request broke while an earlier one is answered: that answer cannot end in
-        # order with this one's, so the connection ends.
-        transport.abort()
+        # Bytes after a complete request broke (junk, or a pipelined head): that request is still
+        # answered, with `Connection: close`; nothing more is read from this connection.
+        call.keep_alive = False
+        self.queued.clear()
+        self.pause("broken")
+        pending = self.flush
+        if pending is not None:
+            self.flush = None
+            self._flush(pending)
 
     def _refuse(self, call: _Call, status: int, message: str) -> None:
         call.held = False
