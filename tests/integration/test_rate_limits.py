@@ -1,6 +1,6 @@
 """The upstream's rate-limit budget on /metrics (issue 27): x-ratelimit-* and retry-after response
 headers become gauges per upstream, model and resource, the client gets the headers exactly as the
-upstream sent them, and an in-flight gauge counts calls not yet answered to the end (both engines)."""
+upstream sent them, and an in-flight gauge counts calls not yet answered to the end."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 
 import aiohttp
 import orjson
-import pytest
 from aiohttp import web
 from helpers.agents import metric, proxy_url, scrape, wait_until
 from helpers.upstreams import gated_stream_app, serve
@@ -45,11 +44,10 @@ def limited_app() -> web.Application:
     return app
 
 
-@pytest.mark.parametrize("engine", ["relay", "aiohttp"])
-async def test_remaining_requests_from_the_upstream_appear_in_metrics(make_agent, engine):
+async def test_remaining_requests_from_the_upstream_appear_in_metrics(make_agent):
     runner, upstream = await serve(limited_app())
     try:
-        agent = await make_agent(upstream, proxy={"engine": engine}, metrics={"models": ["gpt-4o", "busy-model"]})
+        agent = await make_agent(upstream, metrics={"models": ["gpt-4o", "busy-model"]})
         host = upstream.removeprefix("http://")
         async with aiohttp.ClientSession() as client:
             body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -84,12 +82,11 @@ async def test_remaining_requests_from_the_upstream_appear_in_metrics(make_agent
     assert metric(m, "llmwatch_proxy_in_flight_requests") == 0
 
 
-@pytest.mark.parametrize("engine", ["relay", "aiohttp"])
-async def test_a_stream_still_open_is_in_flight_and_leaves_it_when_done(make_agent, engine):
+async def test_a_stream_still_open_is_in_flight_and_leaves_it_when_done(make_agent):
     gate = asyncio.Event()
     runner, upstream = await serve(gated_stream_app(gate))
     try:
-        agent = await make_agent(upstream, proxy={"engine": engine})
+        agent = await make_agent(upstream)
         async with aiohttp.ClientSession() as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             async with client.post(f"{proxy_url(agent)}/v1/chat/completions", json=body) as r:

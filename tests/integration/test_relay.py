@@ -1,10 +1,10 @@
-"""The relay core (proxy.engine: relay): what it does that the aiohttp core did for free.
+"""The relay core, the proxy's only engine: what a core that forwards raw bytes must get right.
 
-The behaviours every proxy must keep are specified in test_proxy.py and test_proxy_faults.py,
-which run on the default core. These tests cover what a core that forwards raw bytes must get
-right on its own: request bodies of both framings, HTTP/1.0 clients, keep-alive reuse of
-upstream connections, pipelined requests, responses delimited by a close, flow control, the
-connection pool's limit, and the aiohttp core still there behind the switch.
+The behaviours every proxy must keep are specified in test_proxy.py and test_proxy_faults.py;
+hostile HTTP in test_relay_hostile.py and test_relay_fuzz.py. These tests cover request bodies of
+both framings, HTTP/1.0 clients, keep-alive reuse of upstream connections, pipelined requests,
+responses delimited by a close, flow control, the connection pool's limit, and the removed
+`proxy.engine` setting.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 
 import orjson
+import pytest
 from helpers.agents import drained, metric, scrape, wait_until
 from helpers.raw_http import (
     CHAT_BODY,
@@ -25,6 +26,9 @@ from helpers.raw_http import (
     read_body,
     read_response,
 )
+
+from llmwatch.agent.components import load_config
+from llmwatch.core.config import ConfigError
 
 
 async def read_chunked_body(head: bytes, reader: asyncio.StreamReader) -> bytes:
@@ -250,9 +254,14 @@ async def test_a_client_that_leaves_mid_stream_closes_the_upstream_connection_an
             await asyncio.sleep(0.05)
 
 
-async def test_the_aiohttp_core_is_still_there_behind_the_switch(sim, make_agent):
-    agent = await make_agent(sim.url, proxy={"engine": "aiohttp"})
-    assert agent.proxy.relay is None
+async def test_the_relay_is_the_only_engine_and_an_old_aiohttp_setting_says_how_to_fix_it(sim, make_agent):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"upstream": sim.url, "proxy": {"engine": "aiohttp"}}, environ={})
+    assert "engine 'aiohttp' is no longer available" in str(err.value)
+    assert "delete the `engine:` line" in str(err.value)
+    # `engine: relay` (what an old config may say) still loads, and serves.
+    agent = await make_agent(sim.url, proxy={"engine": "relay"})
+    assert agent.proxy.relay is not None
     body = orjson.dumps({"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "seed": 1})
     direct = await raw_call(int(sim.url.rsplit(":", 1)[1]), post("/v1/chat/completions", body))
     proxied = await raw_call(agent.proxy_port, post("/v1/chat/completions", body))

@@ -156,8 +156,32 @@ def _iter_sse(buffer: bytes):
             yield pos, event_name, data
 
 
+def _slot_index(value: Any) -> int | None:
+    """A choice's or tool call's `index` as sent, when it is one: a small non-negative integer."""
+    if type(value) is int and 0 <= value < 4096:
+        return value
+    return None
+
+
+def _text_of(content: Any) -> str | None:
+    """A delta's content: a string, or a list of parts (strings or `{"type": "text", "text": ...}`)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None for part in content
+        ]
+        return "".join(p for p in parts if isinstance(p, str))
+    return None
+
+
 class _StreamAssembler:
-    """Folds chat/completions/responses stream events into one response-shaped object."""
+    """Folds chat/completions/responses stream events into one response-shaped object.
+
+    Upstreams send what they like: an event of an unexpected shape (an `index` of null, content
+    that is a number) is used as far as it makes sense and counted in `malformed`, never raised:
+    the call stays in every metric and in sampling (note `stream_event_malformed`).
+    """
 
     def __init__(self, operation: str) -> None:
         self.operation = operation
@@ -168,9 +192,17 @@ class _StreamAssembler:
         self.content_events = 0
         self.done = False
         self.text_parts: list[str] = []
+        self.malformed = 0
 
-    def feed(self, event_name: str | None, data: bytes) -> bool:  # noqa: C901
+    def feed(self, event_name: str | None, data: bytes) -> bool:
         """Consume one event; True when it carried the first kind of content we time TTFT by."""
+        try:
+            return self._feed(event_name, data)
+        except Exception:  # an upstream's JSON of any shape must not cost the call its metrics
+            self.malformed += 1
+            return False
+
+    def _feed(self, event_name: str | None, data: bytes) -> bool:  # noqa: C901
         if data == b"[DONE]":
             self.done = True
             return False
@@ -189,21 +221,40 @@ class _StreamAssembler:
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
         has_content = False
-        for choice in obj.get("choices") or []:
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            self.malformed += 1
+            choices = []
+        for choice in choices:
             if not isinstance(choice, dict):
+                self.malformed += 1
                 continue
-            slot = self.choices.setdefault(int(choice.get("index", 0)), {"content": [], "tool_calls": {}})
-            if choice.get("finish_reason"):
-                slot["finish_reason"] = choice["finish_reason"]
+            index = _slot_index(choice.get("index", 0))
+            if index is None:
+                self.malformed += 1
+                index = 0
+            slot = self.choices.setdefault(index, {"content": [], "tool_calls": {}})
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                slot["finish_reason"] = finish
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                if delta.get("role"):
-                    slot["role"] = delta["role"]
+                role = delta.get("role")
+                if isinstance(role, str) and role:
+                    slot["role"] = role
                 content = delta.get("content")
-                if content:
-                    slot["content"].append(content)
-                    has_content = True
-                for call in delta.get("tool_calls") or []:
+                if content is not None:
+                    text = _text_of(content)
+                    if text is None:
+                        self.malformed += 1
+                    elif text:
+                        slot["content"].append(text)
+                        has_content = True
+                calls = delta.get("tool_calls") or []
+                if not isinstance(calls, list):
+                    self.malformed += 1
+                    calls = []
+                for call in calls:
                     has_content = True
                     self._merge_tool_call(slot["tool_calls"], call)
                 legacy = delta.get("function_call")  # Chat Completions' `functions` predates tool_calls
@@ -212,31 +263,43 @@ class _StreamAssembler:
                     self._merge_tool_call(slot.setdefault("function_call", {}), {"index": 0, "function": legacy})
             text = choice.get("text")
             if text:
-                slot["content"].append(text)
-                has_content = True
+                if isinstance(text, str):
+                    slot["content"].append(text)
+                    has_content = True
+                else:
+                    self.malformed += 1
         if has_content:
             self.content_events += 1
         return has_content
 
-    @staticmethod
-    def _merge_tool_call(calls: dict[int, dict[str, Any]], call: Any) -> None:
+    def _merge_tool_call(self, calls: dict[int, dict[str, Any]], call: Any) -> None:
         if not isinstance(call, dict):
+            self.malformed += 1
             return
-        slot = calls.setdefault(
-            int(call.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}}
-        )
-        if call.get("id"):
+        index = _slot_index(call.get("index", 0))
+        if index is None:
+            self.malformed += 1
+            index = 0
+        slot = calls.setdefault(index, {"type": "function", "function": {"name": "", "arguments": ""}})
+        if isinstance(call.get("id"), str) and call["id"]:
             slot["id"] = call["id"]
         fn = call.get("function") or {}
-        if fn.get("name"):
-            slot["function"]["name"] += fn["name"]
-        if fn.get("arguments"):
-            slot["function"]["arguments"] += fn["arguments"]
+        if not isinstance(fn, dict):
+            self.malformed += 1
+            return
+        for key in ("name", "arguments"):
+            piece = fn.get(key)
+            if isinstance(piece, str):
+                slot["function"][key] += piece
+            elif piece is not None:
+                self.malformed += 1
 
     def _feed_responses(self, kind: str, obj: dict[str, Any]) -> bool:
         if kind == "response.output_text.delta":
             delta = obj.get("delta")
-            if delta:
+            if delta and not isinstance(delta, str):
+                self.malformed += 1
+            elif delta:
                 self.text_parts.append(delta)
                 self.content_events += 1
                 return True
@@ -332,7 +395,7 @@ def _sse_metrics_only(  # noqa: C901
             break
         if assembler.final_response is not None or assembler.text_parts:
             return None
-    if first_offset is None or "model" not in assembler.meta:
+    if first_offset is None or "model" not in assembler.meta or assembler.malformed:
         return None
     stop = len(body) - 2
     usage = None
@@ -446,6 +509,8 @@ def analyze(ex: Exchange, *, assemble: bool = True) -> CallFacts:  # noqa: C901
                     break
         if not assembler.done and assembler.final_response is None and ex.status < 400:
             notes.append("stream_incomplete")
+        if assembler.malformed:
+            notes.append("stream_event_malformed")
         response = assembler.result()
         input_tokens, output_tokens = _usage_numbers(assembler.usage)
         if output_tokens is None and assembler.content_events:

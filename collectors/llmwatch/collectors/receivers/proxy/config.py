@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import Counter
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmwatch.core.config import (
     MetricsSection,
@@ -27,6 +27,10 @@ class ProxySection(Section):
     # A client that has not sent a complete request head (request line and headers) this long
     # after it started one is disconnected, so slow clients cannot hold connections open.
     header_timeout_s: float = Field(10.0, gt=0)
+    # A request body must be complete this long after its head, however it trickles in (a total,
+    # never re-armed by a byte). Bodies up to 1 MiB are read whole before an upstream connection
+    # is taken, so a stalled body holds no upstream connection; it gets 408.
+    body_timeout_s: float = Field(60.0, gt=0)
     # On SIGTERM, calls still in flight get this long to finish before they are cut, so that a
     # rolling restart does not break answers that are nearly done, and a stuck stream cannot hold
     # the pod past its termination grace period (Kubernetes' default is 30 s).
@@ -37,9 +41,20 @@ class ProxySection(Section):
     max_header_bytes: int = Field(65_536, ge=8190, le=1_048_576)
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
-    # The relay core: `relay` forwards bytes on raw asyncio protocols (collectors/llmwatch/collectors/receivers/proxy/relay.py, about
-    # a quarter of aiohttp's CPU per call); `aiohttp` is the previous core, kept as a fallback.
-    engine: Literal["relay", "aiohttp"] = "relay"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_engine(cls, data: Any) -> Any:
+        # `proxy.engine` chose between the relay core and the aiohttp core, which is gone: an old
+        # `engine: relay` still loads; any other engine is refused with the fix.
+        if isinstance(data, dict) and "engine" in data:
+            if data["engine"] != "relay":
+                raise ValueError(
+                    f"engine {data['engine']!r} is no longer available: the relay core is the proxy's only engine "
+                    "(the aiohttp core was removed); delete the `engine:` line from the proxy section"
+                )
+            data = {k: v for k, v in data.items() if k != "engine"}
+        return data
 
 
 class CaptureSection(Section):
@@ -119,7 +134,7 @@ class ProxyMetrics(MetricGroup):
     )
     proxy_errors = counter(
         "llmwatch_proxy_errors",
-        "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout).",
+        "Calls the proxy could not complete, by error_type (upstream_unavailable, upstream_timeout, stream_interrupted, client_disconnected, client_header_timeout, client_body_timeout, bad_request).",
         ["error_type"],
     )
 

@@ -22,22 +22,16 @@ class ProxyComponent:
         self.probe = probe  # None without an upstream
         self.listen = listen
         self.port = 0
-        self._server: Any = None  # the relay server or an aiohttp runner: both have cleanup()
+        self._server: Any = None  # the relay server
 
     async def start(self) -> None:
-        from llmwatch.collectors.exporters.prometheus import bind_socket, serve_app
+        from llmwatch.collectors.exporters.prometheus import bind_socket
 
         proxy = self.proxy
         await proxy.start()
-        if proxy.cfg.proxy.engine == "relay":
-            relay = proxy.relay_server()
-            self.port = await relay.start(bind_socket(self.listen, "--listen, config listen"))
-            self._server = relay  # stopped like a runner: cleanup() is its bounded shutdown
-        else:
-            app = proxy.app()
-            self._server, self.port = await serve_app(
-                app, self.listen, proxy.runner(app), setting="--listen, config listen"
-            )
+        relay = proxy.relay_server()
+        self.port = await relay.start(bind_socket(self.listen, "--listen, config listen"))
+        self._server = relay  # cleanup() is its bounded shutdown
         if self.probe is not None:
             self.probe.start()
 

@@ -5,35 +5,27 @@ connection), and what the upstream answers is what the client gets: status, reas
 body, chunk by chunk. Capture only copies bytes and timestamps aside; the analysis, metrics and
 sampling run after the last byte has gone out, and any failure in them is counted and ignored,
 so llmwatch fails open. The only responses llmwatch writes itself are 502/504 when the upstream
-cannot be reached at all, and 400 for a request target that is not a path, in the OpenAI error
+cannot be reached at all, and 400/408/501 for requests it will not forward, in the OpenAI error
 format so that SDKs report them clearly; their messages are fixed words that never echo what
 the upstream sent nor the upstream's credentials.
 
 Documented exceptions to "bytes untouched" (docs/design/0005-proxy-under-hostile-input.md): `Expect: 100-continue`
 is answered by the proxy itself and not forwarded; 1xx informational responses (103 Early Hints)
-are not relayed, because aiohttp's client consumes them.
+are not relayed. docs/operations/http-edge-cases.md lists every malformed-HTTP case and its answer.
 
-Two cores serve this class (`proxy.engine`): `relay` (the default, collectors/llmwatch/collectors/receivers/proxy/relay.py: raw
-asyncio protocols that forward bytes and call `_finish` for captured calls) and `aiohttp`
-(`handle` below, the previous core). Both keep the behaviours above; docs/design/0010-relay-core.md says why.
+The bytes are moved by the relay core (collectors/llmwatch/collectors/receivers/proxy/relay.py: raw asyncio
+protocols, docs/design/0010-relay-core.md), the proxy's only engine; this class owns what it
+calls: the Exchange of a captured call, failures in fixed words, and `_finish` (metrics, sampling).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import random
-import time
-from time import perf_counter
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import orjson
 import structlog
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
-from multidict import CIMultiDict
 from yarl import URL
 
 from llmwatch.collectors.calls import CallEvents, CallFinished
@@ -48,46 +40,13 @@ from llmwatch.core.urls import mask_url, split_userinfo
 
 log = structlog.get_logger(__name__)
 
-# RFC 9110 §7.6.1: connection-specific; each hop sets its own.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 _UPSTREAM_REQUEST_ID = "x-request-id"
-# Headers aiohttp's StreamResponse adds when they are missing; a relayed response gets none of
-# them unless the upstream sent them.
-_DEFAULTED = frozenset({"content-type", "server", "date"})
-_UPSTREAM_HAS = web.ResponseKey("llmwatch_upstream_has", set)
 # A client's own request id is a header value: stored on the sample, so kept short.
 _MAX_CLIENT_ID = 128
 
 
 def error_body(kind: str, message: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": f"llmwatch_{kind}"}})
-
-
-def _strip_defaults(response: web.StreamResponse) -> None:
-    present = response.get(_UPSTREAM_HAS)
-    if present is None:
-        return  # one of llmwatch's own answers (502/504/400): aiohttp's defaults are fine there
-    headers = response.headers
-    for name in _DEFAULTED - present:
-        headers.popall(name, None)
-
-
-async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    # Runs after aiohttp filled in its defaults and before the head is written.
-    _strip_defaults(response)
 
 
 def token_counts(facts: CallFacts) -> TokenCounts:
@@ -101,124 +60,8 @@ def token_counts(facts: CallFacts) -> TokenCounts:
     )
 
 
-class _MalformedRequestFilter(logging.Filter):
-    """aiohttp logs every malformed request (bad target, headers over the limits) at ERROR with a
-    traceback, and the exception's text quotes the client's bytes (an Authorization header, say).
-    A client's bad request is not an llmwatch error: one line, the error class, no bytes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError):
-            record.msg = "malformed request rejected with %s: %s"
-            record.args = (exc.code, type(exc).__name__)
-            record.exc_info = None
-            record.exc_text = None
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
-
-
-_http_log = logging.getLogger("llmwatch.proxy.http")
-_http_log.addFilter(_MalformedRequestFilter())
-
-
-class _HeadDeadlineHandler(RequestHandler):
-    """aiohttp's connection handler plus a deadline on receiving a complete request head.
-
-    aiohttp has no such timeout: a client that sends a header line every few seconds holds its
-    connection (and a file descriptor) open for as long as it likes. The clock starts when a
-    connection opens and when bytes arrive while the connection is idle (aiohttp waits for its
-    next request), and stops when the parser has a complete head. Body bytes of a request being
-    handled never start it, and an idle keep-alive connection is left to keepalive_timeout.
-    """
-
-    def __init__(
-        self, manager: web.Server, *, header_timeout_s: float, on_timeout: Callable[[], None], **kwargs: Any
-    ) -> None:
-        super().__init__(manager, **kwargs)
-        self._head_timeout_s = header_timeout_s
-        self._head_on_timeout = on_timeout
-        self._head_deadline: asyncio.TimerHandle | None = None
-        self._heads_at_arm = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._head_arm()
-
-    def data_received(self, data: bytes) -> None:
-        heads_before = self._request_count
-        super().data_received(data)
-        if self._request_count != heads_before:
-            self._head_disarm()
-        elif self._head_deadline is None and self._waiter is not None and not self._waiter.done():
-            self._head_arm()  # idle, and bytes of a new request head came in
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._head_disarm()
-        super().connection_lost(exc)
-
-    def _head_arm(self) -> None:
-        self._head_disarm()
-        self._heads_at_arm = self._request_count
-        self._head_deadline = self._loop.call_later(self._head_timeout_s, self._head_expired)
-
-    def _head_disarm(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def _head_expired(self) -> None:
-        self._head_deadline = None
-        if self.transport is not None and self._request_count == self._heads_at_arm:
-            self._head_on_timeout()
-            self.force_close()
-
-
-class _ProxyServer(web.Server):
-    header_timeout_s: float = 10.0
-    on_header_timeout: Callable[[], None] = staticmethod(lambda: None)
-
-    def __call__(self) -> RequestHandler:
-        return _HeadDeadlineHandler(
-            self,
-            loop=self._loop,
-            header_timeout_s=self.header_timeout_s,
-            on_timeout=self.on_header_timeout,
-            **self._kwargs,
-        )
-
-
-class _ProxyRunner(web.AppRunner):
-    def __init__(
-        self, app: web.Application, *, header_timeout_s: float, on_header_timeout: Callable[[], None], **kwargs: Any
-    ) -> None:
-        super().__init__(app, **kwargs)
-        self._header_timeout_s = header_timeout_s
-        self._on_header_timeout = on_header_timeout
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        # The application builds a plain Server; this subclass only changes which connection
-        # handler it makes, so swapping the class keeps everything the app set up.
-        server.__class__ = _ProxyServer
-        server.header_timeout_s = self._header_timeout_s  # type: ignore[attr-defined]
-        server.on_header_timeout = self._on_header_timeout  # type: ignore[attr-defined]
-        return server
-
-
 # Labelled children kept at hand: models x versions x operations x errors, a few metrics each.
 _MAX_CACHED_CHILDREN = 8192
-
-
-class _HeadWithBody(web.StreamResponse):
-    """A relayed response whose head waits for the first body bytes (aiohttp sends both at once)."""
-
-    _send_headers_immediately = False
-
-
-async def _chain(prefix: bytes, rest: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    yield prefix
-    async for chunk in rest.iter_any():
-        yield chunk
 
 
 class Proxy:
@@ -242,7 +85,6 @@ class Proxy:
         bare, userinfo = split_userinfo(cfg.upstream)
         self.upstream = URL(bare)
         self.shown_upstream = mask_url(cfg.upstream)
-        self._upstream_prefix = bare.rstrip("/")
         self._upstream_auth: str | None = None
         if userinfo is not None:
             auth = aiohttp.BasicAuth.from_url(URL(cfg.upstream))
@@ -257,7 +99,6 @@ class Proxy:
         )
         # The `upstream` label of the rate-limit gauges: host and port only (never credentials or a path).
         self._upstream_label = f"{self.upstream.host}:{self.upstream.port}"
-        self._in_flight = 0  # the aiohttp engine's count; the relay core's is read from its connections
         self.metrics.in_flight.set_function(self.in_flight)
         # What the relay core (collectors/llmwatch/collectors/receivers/proxy/relay.py) reads of this proxy's settings.
         self.wanted_headers = self._wanted_headers
@@ -272,50 +113,25 @@ class Proxy:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Configured and priced models keep their own label whatever clients send first.
         metrics.model_label.allow([*cfg.metrics.models, *prices.models])
-        self.session: aiohttp.ClientSession | None = None
         # Told once per captured call, sampled or not, after the client has its answer (OTLP
         # export and the shadow mirror subscribe in their factories).
         self.finished = events if events is not None else CallEvents()
 
     async def start(self) -> None:
-        p = self.cfg.proxy
-        if p.engine == "relay":
-            return  # the relay core keeps its own upstream connections (relay_server)
-        connector = aiohttp.TCPConnector(
-            limit=p.max_connections, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
-        )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            # Relay compressed bodies as they are; the analysis decompresses its own copy.
-            auto_decompress=False,
-            # Add nothing the client did not send.
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            # Never keep one client's cookies for the next.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=p.connect_timeout_s, sock_connect=p.connect_timeout_s, sock_read=p.read_timeout_s
-            ),
-            trust_env=False,
-            # aiohttp's 8,190-byte default turns upstream answers with long headers into 502.
-            max_line_size=p.max_header_bytes,
-            max_field_size=p.max_header_bytes,
-            max_headers=p.max_headers,
-        )
+        """Nothing to open: the relay core keeps its own upstream connections (`relay_server`)."""
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
         if self.relay is not None:
             self.relay.pool.close()
 
     def relay_server(self) -> Any:
-        """The relay core serving this proxy (`proxy.engine: relay`); its `start(sock)` returns the port."""
+        """The relay core serving this proxy; its `start(sock)` returns the port."""
         from llmwatch.collectors.receivers.proxy.relay import RelayServer
 
         self.relay = RelayServer(self)
         return self.relay
 
-    # --- what the relay core calls: the same exchange, failures and finish as `handle` ------------
+    # --- what the relay core calls: the exchange, failures and finish ------------------------------
 
     def relay_exchange(
         self, method: str, route: str, headers: dict[str, str], t0: float, started_at: float
@@ -344,7 +160,7 @@ class Proxy:
     def relay_gateway_error(
         self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None
     ) -> tuple[int, bytes]:
-        """Status and body of a 502/504 in fixed words (both cores); counted, and logged as `logged` or `what`."""
+        """Status and body of a 502/504 in fixed words; counted, and logged as `logged` or `what`."""
         shown = self.shown_upstream
         if timeout:
             status, kind = 504, "upstream_timeout"
@@ -364,241 +180,18 @@ class Proxy:
     def finish(self, ex: Exchange) -> None:
         self._finish(ex)
 
-    def app(self, *, client_max_size: int = 1 << 40) -> web.Application:
-        # aiohttp's own body limit would answer 413 itself; the proxy forwards any size.
-        p = self.cfg.proxy
-        handler_args = {
-            "max_line_size": p.max_header_bytes,
-            "max_field_size": p.max_header_bytes,
-            "max_headers": p.max_headers,
-            # A compressed request body is forwarded as sent: inflated, it no longer matched its
-            # own Content-Encoding (and a small upload could inflate without bound).
-            "auto_decompress": False,
-        }
-        app = web.Application(client_max_size=client_max_size, handler_args=handler_args)
-        app.router.add_route("*", "/{tail:.*}", self._counted)
-        app.on_response_prepare.append(_on_response_prepare)
-        return app
-
-    def runner(self, app: web.Application) -> web.AppRunner:
-        """The runner to serve `app` with: head deadline, and handlers cancelled when the client leaves.
-
-        Cancelling the handler of a client that went away closes its upstream connection, so
-        the upstream stops working for nobody and the pool slot comes back at once.
-        """
-        header_timeouts = self.metrics.proxy_errors.labels(error_type="client_header_timeout")
-        return _ProxyRunner(
-            app,
-            access_log=None,
-            handle_signals=False,
-            handler_cancellation=True,
-            logger=_http_log,
-            header_timeout_s=self.cfg.proxy.header_timeout_s,
-            on_header_timeout=header_timeouts.inc,
-            shutdown_timeout=self.cfg.proxy.shutdown_timeout_s,
-        )
-
-    def _forward_headers(self, request: web.Request) -> CIMultiDict[str]:
-        headers: CIMultiDict[str] = CIMultiDict()
-        preserve_host = self.cfg.proxy.preserve_host
-        for raw_name, raw_value in request.raw_headers:
-            name = raw_name.decode("latin-1")
-            lower = name.lower()
-            if lower in HOP_BY_HOP or (lower == "host" and not preserve_host):
-                continue
-            if lower == "expect" and raw_value.lower() == b"100-continue":
-                # aiohttp has already answered 100 Continue and the body is on its way to us:
-                # forwarded, the header would make the upstream request wait for a second 100
-                # that an upstream expecting only the body never sends.
-                continue
-            headers.add(name, raw_value.decode("latin-1"))
-        if self._upstream_auth is not None and "authorization" not in headers:
-            headers["Authorization"] = self._upstream_auth
-        return headers
-
-    async def _request_body(self, request: web.Request, ex: Exchange | None) -> Any:
-        if not request.body_exists:
-            if ex is not None:
-                ex.request_body = b""
-            return None
-        length = request.content_length
-        if ex is None:
-            return request.content
-        if length is not None and length > self._limit:
-            ex.notes.append("request_too_large")
-            return request.content
-        if length is not None:
-            body = await request.content.readexactly(length) if length else b""
-            ex.request_body = body
-            return body
-        # Chunked upload of unknown size: read up to the capture limit, then stream the rest.
-        buf = bytearray()
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                break
-            buf += chunk
-            if len(buf) > self._limit:
-                ex.notes.append("request_too_large")
-                return _chain(bytes(buf), request.content)
-        ex.request_body = bytes(buf)
-        return ex.request_body
-
     def in_flight(self) -> float:
         """Calls taken and not yet answered to the end (read at scrape time)."""
         relay = self.relay
-        if relay is not None:
-            # The relay core's own state: a client's current call and the calls pipelined behind it.
-            return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
-        return float(self._in_flight)
-
-    async def _counted(self, request: web.Request) -> web.StreamResponse:
-        self._in_flight += 1
-        try:
-            return await self.handle(request)
-        finally:
-            self._in_flight -= 1
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:  # noqa: C901
-        t0 = perf_counter()
-        started_at = time.time()
-        raw_target = request.raw_path
-        if not raw_target.startswith("/"):
-            # Absolute-form (`GET http://other/ HTTP/1.1`) or `OPTIONS *`: a reverse proxy only
-            # ever sends to its one upstream, so only a path can be forwarded.
-            return self._bad_request(
-                "llmwatch proxy: the request target must be a path such as /v1/chat/completions, not an absolute URL"
-            )
-        url = URL(self._upstream_prefix + raw_target, encoded=True)
-        if url.host != self.upstream.host or url.port != self.upstream.port:
-            return self._bad_request("llmwatch proxy: the request target must be a path such as /v1/chat/completions")
-        path = request.path
-        ex: Exchange | None = None
-        if path in self._routes:
-            client_id = request.headers.get(self._rid_header)
-            ex = Exchange(
-                request_id=client_id[:_MAX_CLIENT_ID] if client_id else "",
-                started_at=started_at,
-                t0=t0,
-                method=request.method,
-                route=path,
-                # One per call (clients reuse theirs on retries); getrandbits costs far less than uuid4.
-                sample_id=f"llmw-{random.getrandbits(64):016x}",
-                max_body_bytes=self._limit,
-                request_encoding=request.headers.get("Content-Encoding"),
-            )
-            headers_in = request.headers
-            for header, key in self._metadata_headers:
-                value = headers_in.get(header)
-                if value is not None:
-                    ex.metadata[key] = value[:256]
-        assert self.session is not None
-        headers = self._forward_headers(request)
-        data = await self._request_body(request, ex)
-        resp: web.StreamResponse | None = None
-        try:
-            async with self.session.request(
-                request.method, url, headers=headers, data=data, allow_redirects=False
-            ) as up:
-                # A body of known length goes out with the head in one write (one syscall, one
-                # packet, as web.Response does) instead of two; a chunked or event stream's head
-                # still leaves at once, so the client sees the status before the first event.
-                resp = (_HeadWithBody if up.content_length is not None else web.StreamResponse)(
-                    status=up.status, reason=up.reason
-                )
-                out_headers = resp.headers
-                present: set[str] = set()
-                for raw_name, raw_value in up.raw_headers:
-                    name = raw_name.decode("latin-1")
-                    lower = name.lower()
-                    if lower not in HOP_BY_HOP:
-                        out_headers.add(name, raw_value.decode("latin-1"))
-                        if lower in _DEFAULTED:
-                            present.add(lower)
-                resp[_UPSTREAM_HAS] = present
-                if ex is not None:
-                    ex.status = up.status
-                    upstream_headers = up.headers
-                    ex.response_headers = {
-                        k: upstream_headers[k] for k in self._wanted_headers if k in upstream_headers
-                    }
-                await resp.prepare(request)
-                if ex is None:
-                    # readany() directly: iter_any() wraps each read in one more coroutine.
-                    read = up.content.readany
-                    while chunk := await read():
-                        await resp.write(chunk)
-                else:
-                    await self._relay_captured(up, resp, ex)
-                await resp.write_eof()
-        except (
-            aiohttp.ClientPayloadError,
-            aiohttp.ServerDisconnectedError,
-            aiohttp.ClientOSError,
-            asyncio.TimeoutError,
-        ) as exc:
-            if resp is None or not resp.prepared:
-                return self._gateway_error(request, ex, exc)
-            # Headers already went out: the honest thing is to break the client's stream too,
-            # exactly as a direct connection to the upstream would have broken.
-            self._fail(ex, "stream_interrupted")
-            if request.transport is not None:
-                request.transport.close()
-            return resp
-        except aiohttp.ClientConnectionResetError:
-            self._fail(ex, "client_disconnected")
-            return resp if resp is not None else web.Response(status=499)
-        except asyncio.CancelledError:
-            # The client went away (aiohttp cancels its handler); leaving the `async with`
-            # closed the upstream connection.
-            self._fail(ex, "client_disconnected")
-            raise
-        except aiohttp.ClientError as exc:
-            if resp is None or not resp.prepared:
-                return self._gateway_error(request, ex, exc)
-            raise
-        finally:
-            if ex is not None:
-                ex.t_end = perf_counter()
-                self._finish(ex)
-        return resp
-
-    async def _relay_captured(self, up: aiohttp.ClientResponse, resp: web.StreamResponse, ex: Exchange) -> None:
-        limit = self._limit
-        chunks = ex.response_chunks
-        ends = ex.chunk_ends
-        times = ex.chunk_times
-        size = 0
-        read = up.content.readany
-        write = resp.write
-        while chunk := await read():
-            if size <= limit:
-                size += len(chunk)
-                chunks.append(chunk)
-                ends.append(size)
-                times.append(perf_counter())
-                if size > limit:
-                    ex.response_truncated = True
-            await write(chunk)
-        ex.captured_bytes = size
+        if relay is None:
+            return 0.0
+        # The relay core's own state: a client's current call and the calls pipelined behind it.
+        return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
 
     def _fail(self, ex: Exchange | None, error_type: str) -> None:
         self.metrics.proxy_errors.labels(error_type=error_type).inc()
         if ex is not None:
             ex.error_type = error_type
-
-    def _bad_request(self, message: str) -> web.Response:
-        return web.Response(
-            status=400, body=error_body("invalid_request_error", message), content_type="application/json"
-        )
-
-    def _gateway_error(self, request: web.Request, ex: Exchange | None, exc: BaseException) -> web.Response:
-        # Fixed words only: an exception's text can quote the upstream's header bytes.
-        timeout = isinstance(exc, asyncio.TimeoutError)
-        status, body = self.relay_gateway_error(
-            ex, timeout=timeout, what="" if timeout else _what_failed(exc), path=request.path, logged=type(exc).__name__
-        )
-        return web.Response(status=status, body=body, content_type="application/json")
 
     def _captured(
         self,
@@ -689,15 +282,3 @@ class Proxy:
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)
-
-
-def _what_failed(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "is unreachable: the connection could not be made"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "closed the connection without a complete response"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return "sent a response that is not valid HTTP or exceeds the header limits (proxy.max_header_bytes, proxy.max_headers)"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "sent a response body that is not valid HTTP"
-    return "is unreachable"

@@ -1,4 +1,4 @@
-"""The relay core of the proxy (`proxy.engine: relay`): raw asyncio Protocols, bytes forwarded as they arrive.
+"""The relay core of the proxy, its only engine: raw asyncio Protocols, bytes forwarded as they arrive.
 
 Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
 server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
@@ -13,8 +13,11 @@ response head plus enough of the body to know where the response ends. Everythin
 - a response delimited by the upstream closing its connection is forwarded until the close, and
   the client's connection closes after it.
 
-Requests are forwarded head first as soon as the head is complete; the body follows as it
-arrives (a chunked upload keeps chunked framing, its content unchanged). Flow control works both
+A request's body is read before an upstream connection is taken (up to 1 MiB; a bigger one streams
+on from there) within `proxy.body_timeout_s`, as nginx reads it first: a client that stalls its
+body holds no upstream connection. The head and body then leave together (a chunked upload keeps
+chunked framing, its content unchanged). A chunked response's framing is read here (a step per
+chunk) so that not one byte past its end is relayed; llhttp reads heads only. Flow control works both
 ways: a client that reads slowly pauses reading from its upstream connection, and an upstream that
 reads slowly pauses reading from the client (asyncio's write-buffer high-water mark).
 
@@ -23,7 +26,7 @@ payload (de-chunked by the parser, which reads the chunks anyway) are appended t
 up to `capture.max_body_bytes`, with each piece's arrival time for TTFT; the analysis, metrics and
 sampling are the proxy's `_finish`, unchanged, after the last byte has gone to the client.
 
-Behaviours kept from the aiohttp core, which the tests specify: `Expect: 100-continue` answered by
+Behaviours the tests specify (kept from the aiohttp core this replaced): `Expect: 100-continue` answered by
 the proxy and not forwarded; 1xx interim responses not relayed; hop-by-hop headers dropped both
 ways; no header added to a relayed response (except `Connection: close` when this connection
 closes after it, as aiohttp does); upstream credentials as Basic auth only when the client sent no
@@ -37,12 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import socket
 import ssl
 import time
 from time import perf_counter
 from typing import Any, Callable
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 import httptools
 import structlog
@@ -74,7 +78,73 @@ _UPSTREAM_IDLE_S = 4.0
 # Request body bytes held while the upstream connection is being made; above it the client waits.
 _PENDING_LIMIT = 1 << 20
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_REASONS = {400: b"Bad Request", 404: b"Not Found", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
+_REASONS = {
+    400: b"Bad Request",
+    404: b"Not Found",
+    408: b"Request Timeout",
+    501: b"Not Implemented",
+    502: b"Bad Gateway",
+    504: b"Gateway Timeout",
+}
+_TE_501 = "llmwatch proxy: Transfer-Encoding other than a single `chunked` is not supported"
+# A Transfer-Encoding header line whose value is not a lone `chunked` (looked for after a parse error).
+_TE_LINE = re.compile(rb"(?im)^transfer-encoding[ \t]*:(?![ \t]*chunked[ \t]*\r?$)")
+# A whole head (request or response) is at most this, whatever max_header_bytes * max_headers
+# allows (16.8 MB by default): nginx reads upstream heads into 4-8 kB, request heads into 32 kB.
+_MAX_HEAD = 1 << 20
+# A line ending in a bare LF (nginx and h11 read them; llhttp does not): made CRLF before parsing.
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+# What a reason phrase must not hold (RFC 9112 §4: HTAB, SP, VCHAR and obs-text only).
+_BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# A chunk-size line (without its LF): hex digits, optional extensions (ignored, as every server
+# does), CR. As strict as h11: the relay forwards these bytes as they are, and a client must be
+# able to read them (a bare LF here would leave a strict client waiting for the chunk's end).
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
+# Longest chunk-size or trailer line read from an upstream.
+_MAX_CHUNK_LINE = 8192
+
+
+def head_limit(max_header_bytes: int, max_headers: int) -> int:
+    """Most bytes of one head: every line at its limit, but no more than _MAX_HEAD (or two lines)."""
+    return min(max_header_bytes * (max_headers + 1), max(_MAX_HEAD, 2 * max_header_bytes))
+
+
+def head_end(buf: bytes | bytearray, start: int) -> int:
+    """Offset just past the empty line that ends a head, or -1; lines end in CRLF or a bare LF.
+
+    Searches from `start` only: a caller that accumulates a head passes where its last search
+    stopped (less two bytes of overlap), so each byte is searched once, not once per read.
+    """
+    crlf = buf.find(b"\n\r\n", start)
+    lf = buf.find(b"\n\n", start, crlf + 1 if crlf >= 0 else len(buf))
+    if lf >= 0:
+        return lf + 2
+    return crlf + 3 if crlf >= 0 else -1
+
+
+def climbs_above_root(path: bytes) -> bool:
+    """Whether the path's dot segments (also percent-encoded, also with backslashes or an
+    encoded slash as separators) would climb above its first segment: forwarded under the
+    upstream's path prefix, a server that resolves them would serve what lies outside it."""
+    for _ in range(3):  # double and triple encoding, as a gateway that decodes again would read it
+        if b"%" not in path:
+            break
+        decoded = unquote_to_bytes(path)
+        if decoded == path:
+            break
+        path = decoded
+    if b".." not in path:
+        return False
+    depth = 0
+    for segment in path.replace(b"\\", b"/").split(b"/"):
+        if segment == b"..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif segment and segment != b".":
+            depth += 1
+    return False
+
 
 # What went wrong with the upstream, in the fixed words of 502 bodies (never its bytes).
 UNREACHABLE = "is unreachable: the connection could not be made"
@@ -111,6 +181,7 @@ class _Call:
         "finished",
         "path",
         "sent_head",
+        "held",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -133,6 +204,8 @@ class _Call:
         self.finished = False
         self.path = ""
         self.sent_head = False  # the response head went to the client
+        # Waiting for its body before it takes an upstream connection (see `_Client._start`).
+        self.held = False
 
     # --- request body, from the client's parser ---------------------------------------------------
 
@@ -157,7 +230,13 @@ class _Call:
             self.pending.append(data)
             self.pending_size += len(data)
             if self.pending_size > _PENDING_LIMIT:
-                self.client.pause("pending")
+                if self.held:
+                    # A body bigger than the buffer streams on: it takes its connection now (the
+                    # body deadline still bounds how long it can hold it).
+                    self.held = False
+                    self.client.server.pool.acquire(self)
+                else:
+                    self.client.pause("pending")
 
     def body_end(self) -> None:
         self.body_done = True
@@ -173,8 +252,12 @@ class _Call:
                 if self.up is not None:
                     self.client.flush = self
                 self.pending.append(b"0\r\n\r\n")
+        self.client.body_complete(self)
         if self.local is not None and self.started and not self.finished:
             self.client.answer_local(self)
+        elif self.held:
+            self.held = False
+            self.client.server.pool.acquire(self)
 
 
 class _Upstream(asyncio.Protocol):
@@ -192,7 +275,12 @@ class _Upstream(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.state = 0  # 0 head, 1 body of known length, 2 chunked body, 3 body until close, 4 done
-        self.head_buf = b""
+        self.head_buf: bytearray | None = None
+        # The chunked body's framing, read here (not by llhttp) so that its end is known to the byte:
+        # 0 size line, 1 chunk data, 2 the CRLF after the data, 3 trailer lines.
+        self.cstate = 0
+        self.chunk_left = 0
+        self.line_buf = b""
         self.parser: Any = None
         self.status = 0
         self.reason = b""
@@ -202,7 +290,6 @@ class _Upstream(asyncio.Protocol):
         self.remaining = 0
         self.dechunk = False
         self.reusable = True
-        self.complete = False
         self.last_read = 0.0
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
@@ -248,8 +335,6 @@ class _Upstream(asyncio.Protocol):
         if state == 1:
             self._length_body(call, data)
         elif state == 2:
-            if not self.dechunk:
-                call.client.write(data)
             self._chunked_body(call, data)
         elif state == 3:
             self._capture(call, data)
@@ -262,22 +347,40 @@ class _Upstream(asyncio.Protocol):
     # --- the response head --------------------------------------------------------------------------
 
     def _head(self, call: _Call, data: bytes) -> None:
-        buf = self.head_buf + data if self.head_buf else data
+        held = self.head_buf
+        if held is not None:
+            # Only the new bytes are searched (with two of overlap): a head that arrives in many
+            # reads costs time linear in its size, not quadratic.
+            start = max(len(held) - 2, 0)
+            held += data
+            buf: bytes | bytearray = held
+        else:
+            start = 0
+            buf = data
+        limit = self.pool.max_head
         while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > self.pool.max_head:
+            end = head_end(buf, start)
+            if end < 0 or end > limit:
+                if len(buf) > limit or end > limit:
                     self._invalid(call)
-                else:
-                    self.head_buf = buf
+                elif held is None:
+                    self.head_buf = bytearray(buf)
                 return
-            end += 4
+            head = bytes(buf[:end])
+            if head[:1] in (b"\r", b"\n"):
+                # An empty line before a status line: llhttp skips it, h11 refuses it. Strict here:
+                # an upstream that sends one is out of step with its own framing.
+                self._invalid(call)
+                return
+            if head.count(b"\n") != head.count(b"\r\n"):
+                head = _BARE_LF.sub(b"\r\n", head)  # read as nginx reads it
             try:
-                self.parser.feed_data(buf[:end])
+                self.parser.feed_data(head)
             except (httptools.HttpParserError, _LimitExceeded):
                 self._invalid(call)
                 return
             buf = buf[end:]
+            start = 0
             if not self.interim:
                 break
             # 1xx (103 Early Hints): not relayed; the final response follows on the same connection.
@@ -285,13 +388,16 @@ class _Upstream(asyncio.Protocol):
             self.headers = []
             self.reason = b""
             self.interim = False
-        self.head_buf = b""
+            held = None
+        self.head_buf = None
         if self.status == 0:
-            self._invalid(call)  # a head the parser did not complete (bare LF line ends)
+            self._invalid(call)  # a head the parser did not complete
             return
-        self._respond(call, buf)
+        self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
+        if _BAD_REASON.search(reason):
+            raise _LimitExceeded  # llhttp reads control bytes in a reason phrase; h11 and RFC 9112 do not
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -308,18 +414,6 @@ class _Upstream(asyncio.Protocol):
         self.status = status
         self.keep_alive = self.parser.should_keep_alive()
 
-    def on_body(self, data: bytes) -> None:
-        call = self.call
-        if call is None:
-            return
-        self._capture(call, data)
-        if self.dechunk:
-            call.client.write(data)
-
-    def on_message_complete(self) -> None:
-        if not self.interim:
-            self.complete = True
-
     def _respond(self, call: _Call, rest: bytes) -> None:  # noqa: C901
         ex = call.ex
         wanted = self.pool.wanted if ex is not None else None
@@ -330,9 +424,16 @@ class _Upstream(asyncio.Protocol):
             lower = name.lower()
             if lower in _HOP_BY_HOP:
                 if lower == b"transfer-encoding":
+                    if te is not None or value.strip().lower() != b"chunked":
+                        # Only a lone `chunked` frames a body the relay can end exactly (nginx: 502).
+                        self._invalid(call)
+                        return
                     te = value
                 continue
             if lower == b"content-length":
+                if not value.isdigit():
+                    self._invalid(call)
+                    return
                 cl = value
             lines += (name, b": ", value, b"\r\n")
             if wanted is not None and lower in wanted:
@@ -342,6 +443,8 @@ class _Upstream(asyncio.Protocol):
         status = self.status
         if call.is_head or status in (204, 304):
             state = 4
+            if rest:
+                self.reusable = False  # bytes after a response without a body: not to be trusted
         elif te is not None:
             state = 2
             if call.http10:
@@ -375,8 +478,7 @@ class _Upstream(asyncio.Protocol):
             # A body of known length goes out with the head in one write (one syscall, one packet).
             self._length_body(call, rest, head)
         elif state == 2:
-            client.write(head + rest if rest and not self.dechunk else head)
-            self._chunked_body(call, rest)
+            self._chunked_body(call, rest, head)
         elif state == 3:
             client.write(head + rest)
             if rest:
@@ -405,17 +507,106 @@ class _Upstream(asyncio.Protocol):
             self._capture(call, data)
         call.client.write(head + data if head else data)
 
-    def _chunked_body(self, call: _Call, data: bytes) -> None:
-        """Bytes of a chunked body, already written on: the parser finds the chunks (captured, or
-        written on dechunked by its callbacks) and the end of the response."""
-        if data:
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserError:
-                self._broken(call)
+    def _chunked_body(self, call: _Call, data: bytes, head: bytes = b"") -> None:  # noqa: C901
+        """Bytes of a chunked body: framing read here, a step per chunk (never per byte), so that
+        not one byte past the terminal chunk and its trailers is written on. The chunks' content
+        is captured, and written on alone (de-chunked) to an HTTP/1.0 client; an HTTP/1.1 client
+        gets the upstream's bytes, framing included. The hot path (a stream's events, a chunk or a
+        few per read) is a find, an int and two slices per chunk."""
+        pos = 0
+        size = len(data)
+        dechunk = self.dechunk
+        client = call.client
+        capture = call.ex is not None
+        find = data.find
+        end = -1
+        if dechunk and head:
+            client.write(head)
+            head = b""
+        cstate = self.cstate
+        while pos < size:
+            if cstate == 1:
+                left = self.chunk_left
+                stop = pos + left
+                if stop <= size - 2 and data[stop : stop + 2] == b"\r\n":
+                    # The whole rest of the chunk and its CRLF are here (the usual case).
+                    piece = data[pos:stop]
+                    pos = stop + 2
+                    cstate = 0
+                else:
+                    piece = data[pos:stop]
+                    taken = len(piece)
+                    pos += taken
+                    self.chunk_left = left - taken
+                    if taken == left:
+                        cstate = 2
+                if capture:
+                    self._capture(call, piece)
+                if dechunk:
+                    client.write(piece)
+                continue
+            newline = find(b"\n", pos)
+            if newline < 0:
+                line_buf = self.line_buf + data[pos:]
+                if len(line_buf) > _MAX_CHUNK_LINE:
+                    self._bad_chunk(call, head)
+                    return
+                self.line_buf = line_buf
+                break
+            line = data[pos:newline]
+            if self.line_buf:
+                line = self.line_buf + line
+                self.line_buf = b""
+            pos = newline + 1
+            if cstate == 0:
+                digits = line[:-1]
+                if line[-1:] == b"\r" and digits.isalnum() and digits[1:2] not in (b"x", b"X"):
+                    try:
+                        chunk = int(digits, 16)  # hex digits only: isalnum, no 0x prefix (any length: stricter is fine)
+                    except ValueError:
+                        self._bad_chunk(call, head)
+                        return
+                else:
+                    match = _CHUNK_SIZE.fullmatch(line)  # extensions, trailing whitespace
+                    if match is None:
+                        self._bad_chunk(call, head)
+                        return
+                    chunk = int(match.group(1), 16)
+                if chunk:
+                    self.chunk_left = chunk
+                    cstate = 1
+                else:
+                    cstate = 3
+            elif cstate == 2:
+                if line != b"\r":
+                    self._bad_chunk(call, head)  # chunk data longer than its size said
+                    return
+                cstate = 0
+            elif line in (b"", b"\r"):
+                end = pos  # the empty line after the terminal chunk (and any trailers)
+                break
+            elif b":" not in line or len(line) > _MAX_CHUNK_LINE:
+                self._bad_chunk(call, head)
                 return
-        if self.complete:
+        self.cstate = cstate
+        if end >= 0 and end < size:
+            self.reusable = False  # bytes past the end of the response: never the client's
+        if not dechunk:
+            out = data if end < 0 or end == size else data[:end]
+            if head:
+                client.write(head + out)
+            elif out:
+                client.write(out)
+        if end >= 0:
             self._finished(call)
+
+    def _bad_chunk(self, call: _Call, head: bytes) -> None:
+        if head:
+            # The head has not gone out yet (the fault came in its read): a clean 502 instead.
+            call.sent_head = False
+            self._invalid(call)
+        else:
+            self._broken(call)
 
     def _capture(self, call: _Call, data: bytes) -> None:
         ex = call.ex
@@ -558,7 +749,7 @@ class _Pool:
         self.read_timeout = p.read_timeout_s
         self.max_line = p.max_header_bytes
         self.max_headers = p.max_headers
-        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.wanted = frozenset(h.encode("latin-1") for h in proxy.wanted_headers)
         self.idle: list[_Upstream] = []
         self.count = 0
@@ -709,6 +900,7 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.current: _Call | None = None  # the call being answered
+        self.latest: _Call | None = None  # the call whose head was parsed last
         self.parsing: _Call | None = None  # the call whose request is being read
         self.queued: collections.deque[_Call] = collections.deque()
         self.in_head = False
@@ -716,6 +908,7 @@ class _Client(asyncio.Protocol):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.deadline: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None  # the current call's body deadline
         self.paused: set[str] = set()
         self.writing_paused = False
         self.idle_since = 0.0
@@ -734,6 +927,9 @@ class _Client(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._disarm()
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
         server = self.server
         server.clients.discard(self)
         if not server.clients and server.drained is not None:
@@ -764,6 +960,8 @@ class _Client(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
+            # llhttp completed the request, then stopped at the switch: that request is the one refused.
+            self.parsing = self.latest
             self._reject(400, "llmwatch proxy: protocol upgrades (Upgrade / CONNECT) are not relayed")
             return
         except (httptools.HttpParserError, _LimitExceeded) as exc:
@@ -772,6 +970,10 @@ class _Client(asyncio.Protocol):
                 # A fault of the relay's own, not of the request: say so, and still answer.
                 self.proxy.metrics.internal_errors.labels(stage="relay").inc()
                 log.error("relay_internal_error", error=type(cause).__name__)
+            if self.parsing is None and _TE_LINE.search(data):
+                # llhttp refuses some codings (`chunked, chunked`) inside the header's value.
+                self._reject(501, _TE_501)
+                return
             self._reject(
                 400,
                 "llmwatch proxy: the request is not valid HTTP/1.1 or its head exceeds proxy.max_header_bytes / proxy.max_headers",
@@ -783,6 +985,9 @@ class _Client(asyncio.Protocol):
         if call is not None:
             self.flush = None
             self._flush(call)
+        call = self.current
+        if call is not None and not call.body_done and self.body_timer is None and not call.finished:
+            self._arm_body()  # a body that did not come whole with its head
         if self.in_head:
             if self.head_bytes > self.server.max_head:
                 self._reject(400, "llmwatch proxy: the request head exceeds proxy.max_header_bytes / proxy.max_headers")
@@ -825,7 +1030,7 @@ class _Client(asyncio.Protocol):
         self.in_head = False
         self._disarm()
         call = self.server.new_call(self, self.parser, self.url, self.headers)
-        self.parsing = call
+        self.parsing = self.latest = call
         if self.current is None:
             self.current = call
             self._start(call)
@@ -852,8 +1057,61 @@ class _Client(asyncio.Protocol):
         if call.local is not None:
             if call.body_done:
                 self.answer_local(call)
+            elif not self.feeding:
+                self._arm_body()
             return
-        self.server.pool.acquire(call)
+        if call.body_done:
+            self.server.pool.acquire(call)
+            return
+        # Like nginx, the body is read before an upstream connection is taken (up to the pending
+        # buffer; a bigger body streams on from there): a client that stalls its body holds no
+        # upstream connection, and its deadline (proxy.body_timeout_s) is never re-armed by a byte.
+        call.held = True
+        if not self.feeding:
+            self._arm_body()  # otherwise armed when this read's parse returns, if still incomplete
+
+    def body_complete(self, call: _Call) -> None:
+        if call is self.current and self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _arm_body(self) -> None:
+        self.body_timer = self.server.loop.call_later(self.server.body_timeout_s, self._body_expired)
+
+    def _body_expired(self) -> None:
+        self.body_timer = None
+        call = self.current
+        if call is None or call.body_done or call.finished or self.transport is None:
+            return
+        self.proxy.fail(call.ex, "client_body_timeout")
+        log.info("request_body_timeout", path=call.path)
+        call.held = False
+        call.keep_alive = False
+        if call.up is not None:
+            call.up.abort()
+            call.up = None
+        else:
+            self.server.pool.forget(call)
+        if call.sent_head:
+            # The upstream answered early and the rest of the body never came: end both.
+            call.finished = True
+            ex = call.ex
+            if ex is not None:
+                ex.t_end = perf_counter()
+                self.proxy.finish(ex)
+            self.current = None
+            self.transport.abort()
+            return
+        if call.ex is not None:
+            call.ex.status = 408
+        self._send_error(
+            call,
+            408,
+            self.proxy.relay_error_body(
+                "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
+            ),
+        )
+        self.response_done(call)  # and the connection closes: the body's bytes are unframed
 
     def write(self, data: bytes) -> None:
         transport = self.transport
@@ -946,18 +1204,51 @@ class _Client(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        broken = self.parsing  # the request whose bytes broke; None: a head that never completed
+        self.parsing = None
         call = self.current
-        if call is None or call.sent_head or call.finished:
-            if call is None:
-                body = self.proxy.relay_error_body(message)
-                transport.write(
-                    b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
-                    % (status, _REASONS[status], len(body), body)
-                )
+        if broken is not None and broken is call and not call.sent_head and not call.finished:
+            # Its body broke (a bad chunk, an unknown transfer-coding) before any answer went out:
+            # the upstream (if it was reached) is dropped, and the client gets a real 400 (or the
+            # 501 its transfer-coding already earned: llhttp refuses some codings as it reads them).
+            if call.local is not None and call.local[0] == 501:
+                self._send_error(call, 501, call.local[1])
+                self.response_done(call)
+                return
+            self._refuse(call, status, message)
+            return
+        self.proxy.fail(None, "bad_request")
+        if call is None:
+            body = self.proxy.relay_error_body(message)
+            transport.write(
+                b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+                % (status, _REASONS[status], len(body), body)
+            )
             transport.close()
             return
-        # Mid-request (a broken chunked upload): the call cannot complete; end the connection.
-        transport.abort()
+        # Bytes after a complete request broke (junk, or a pipelined head): that request is still
+        # answered, with `Connection: close`; nothing more is read from this connection.
+        call.keep_alive = False
+        self.queued.clear()
+        self.pause("broken")
+        pending = self.flush
+        if pending is not None:
+            self.flush = None
+            self._flush(pending)
+
+    def _refuse(self, call: _Call, status: int, message: str) -> None:
+        call.held = False
+        call.keep_alive = False
+        if call.up is not None:
+            call.up.abort()
+            call.up = None
+        else:
+            self.server.pool.forget(call)
+        self.proxy.fail(call.ex, "bad_request")
+        if call.ex is not None:
+            call.ex.status = status
+        self._send_error(call, status, self.proxy.relay_error_body(message))
+        self.response_done(call)
 
     # --- flow control and deadlines ---------------------------------------------------------------------
 
@@ -1002,8 +1293,9 @@ class RelayServer:
         self.pool = _Pool(proxy, self.loop)
         self.max_line = p.max_header_bytes
         self.max_headers = p.max_headers
-        self.max_head = p.max_header_bytes * (p.max_headers + 1)
+        self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.header_timeout_s = p.header_timeout_s
+        self.body_timeout_s = p.body_timeout_s
         self.shutdown_timeout_s = p.shutdown_timeout_s
         self.on_header_timeout: Callable[[], None] = proxy.metrics.proxy_errors.labels(
             error_type="client_header_timeout"
@@ -1049,7 +1341,16 @@ class RelayServer:
         started_at = time.time()
         call = _Call(client)
         method = parser.get_method()
-        call.http10 = parser.get_http_version() == "1.0"
+        version = parser.get_http_version()
+        call.http10 = version == "1.0"
+        if version not in ("1.1", "1.0"):
+            # llhttp reads `GET /path` alone as HTTP/0.9; nothing but 1.0 and 1.1 is forwarded.
+            call.local = (
+                400,
+                self.proxy.relay_error_body("llmwatch proxy: only HTTP/1.0 and HTTP/1.1 requests are served"),
+            )
+            call.keep_alive = False
+            return call
         call.keep_alive = parser.should_keep_alive() and not self.closing
         call.is_head = method == b"HEAD"
         proxy = self.proxy
@@ -1073,6 +1374,14 @@ class RelayServer:
             call.body_done = False
             return call
         raw_path = target.split(b"?", 1)[0]
+        if (b"." in raw_path or b"%" in raw_path or b"\\" in raw_path) and climbs_above_root(raw_path):
+            # Forwarded under the upstream's path prefix, it would escape it at a server that
+            # resolves dot segments (nginx answers 400 too).
+            call.local = (
+                400,
+                proxy.relay_error_body("llmwatch proxy: the request path climbs above its root with dot segments (..)"),
+            )
+            return call
         path = raw_path.decode("latin-1")
         if "%" in path:
             path = unquote(raw_path.decode("utf-8", "replace"))
@@ -1085,6 +1394,8 @@ class RelayServer:
             out.append(self.host_header)
         has_auth = False
         chunked = False
+        codings = 0
+        hosts = 0
         length = None
         for name, value in headers:
             lower = name.lower()
@@ -1095,8 +1406,10 @@ class RelayServer:
             if lower in _HOP_BY_HOP:
                 if lower == b"transfer-encoding":
                     chunked = True  # llhttp accepts it only with chunked last
+                    codings += 1 if value.strip().lower() == b"chunked" else 2
                 continue
             if lower == b"host":
+                hosts += 1
                 if not self.preserve_host:
                     continue
             elif lower == b"expect":
@@ -1110,6 +1423,22 @@ class RelayServer:
             elif lower == b"content-length":
                 length = value
             out += (name, b": ", value, b"\r\n")
+        if hosts > 1 or (hosts == 0 and not call.http10):
+            # RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without a Host, or
+            # any request with two (nginx does); which of two the upstream would read is a guess.
+            call.local = (400, proxy.relay_error_body("llmwatch proxy: the request must carry exactly one Host header"))
+            call.chunked = chunked
+            return call
+        if codings > 1:
+            # Only a lone `chunked` is a framing the relay forwards as it is; any other coding
+            # (`gzip, chunked`) would reach the upstream as a plain body (nginx: 501).
+            call.local = (
+                501,
+                proxy.relay_error_body(_TE_501),
+            )
+            call.keep_alive = False
+            call.chunked = True
+            return call
         if not has_auth and self.auth is not None:
             out.append(self.auth)
         if chunked:

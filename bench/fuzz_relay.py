@@ -1,0 +1,98 @@
+"""The long differential fuzz run of the relay core against h11: `python bench/fuzz_relay.py [--cases N]`.
+
+Starts a real `llmwatch proxy` in front of a scripted upstream (tests/helpers/relay_fuzz.py), draws
+N random request cases and N response cases from the same generators as the short run in
+tests/integration/test_relay_fuzz.py, checks each against h11, and prints how many cases ran,
+what h11 made of them, what the relay answered, and every finding (the case's bytes and why).
+Exit status 1 when there was a finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import hypothesis  # noqa: E402
+from helpers.relay_fuzz import (  # noqa: E402
+    Relay,
+    check_request,
+    check_response,
+    h11_request,
+    h11_response,
+    requests,
+    responses,
+)
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+
+def _runner(relay, kind, strategy, check, reference, verdicts, findings, cases, examples):  # type: ignore[no-untyped-def]
+    @settings(
+        max_examples=cases,
+        deadline=None,
+        database=None,
+        phases=[hypothesis.Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(data=strategy)
+    def run(data: bytes) -> None:
+        verdict = reference(data).verdict
+        try:
+            key = f"{kind}s: h11 {verdict}, relay {check(relay, data)}"
+            verdicts[key] += 1
+            examples.setdefault(key, data)
+        except AssertionError as exc:
+            findings.append((kind, data, str(exc)[:500]))
+            verdicts[f"{kind}s: h11 {verdict}, finding"] += 1
+
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=2000, help="cases of each kind (requests, responses)")
+    parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    parser.add_argument("--examples", action="store_true", help="print the first case of each outcome")
+    args = parser.parse_args()
+    findings: list[tuple[str, bytes, str]] = []
+    verdicts: collections.Counter[str] = collections.Counter()
+    examples: dict[str, bytes] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        relay = Relay(Path(tmp))
+        try:
+            for kind, strategy, check, reference in (
+                ("request", requests(), check_request, h11_request),
+                ("response", responses(), check_response, h11_response),
+            ):
+                run = _runner(relay, kind, strategy, check, reference, verdicts, findings, args.cases, examples)
+                if args.seed is not None:
+                    run = hypothesis.seed(args.seed)(run)
+                run()
+        finally:
+            relay.close()
+    cases = sum(verdicts.values())
+    print(f"cases: {cases} in {time.monotonic() - started:.0f} s")
+    for key in sorted(verdicts):
+        print(f"  {key}: {verdicts[key]}")
+        if args.examples and key in examples:
+            print(f"    e.g. {examples[key][:200]!r}")
+    print(f"findings: {len(findings)}")
+    seen: set[str] = set()
+    for kind, data, why in findings:
+        key = kind + why.split("(")[-1][:60]
+        if key in seen:
+            continue  # one example of each kind of finding
+        seen.add(key)
+        print(f"- {kind} {data!r}\n  {why}")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""The relay core against hostile HTTP (issue 24): each fault a probe found, pinned against a real proxy.
+
+Every test drives the proxy (an `Agent` on real loopback sockets) against a raw-socket upstream or
+client that sends the exact bytes of the fault. docs/operations/http-edge-cases.md lists each case,
+what nginx does with it and which test here pins llmwatch's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from helpers.agents import calls_observed, drained, metric, scrape, wait_until
+from helpers.raw_http import (
+    CHAT_BODY,
+    OK_JSON,
+    RawUpstream,
+    answer_ok,
+    post,
+    raw_call,
+    read_body,
+    read_response,
+)
+
+
+async def read_head(reader: asyncio.StreamReader) -> bytes:
+    return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+
+
+# --- 1. an upstream head with bare LF line ends ---------------------------------------------------
+
+
+async def test_an_upstream_head_with_bare_lf_line_ends_is_read_as_nginx_reads_it(make_agent):
+    async def lf_only(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\nContent-Type: application/json\nX-Mixed: yes\r\nContent-Length: %d\n\n%s"
+            % (len(OK_JSON), OK_JSON)
+        )
+        await writer.drain()
+
+    async with RawUpstream(lf_only) as upstream:
+        # A short read timeout: before the fix the relay waited for CRLFCRLF until it, then said 504.
+        agent = await make_agent(upstream.url, proxy={"read_timeout_s": 3})
+        for _ in range(2):  # and the connection is reused for the next call
+            status, headers, body = await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))
+            assert status == 200 and body == OK_JSON
+            assert headers["x-mixed"] == "yes" and headers["content-type"] == "application/json"
+
+
+# --- 2. dot segments that climb above the upstream's path prefix ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/../admin",
+        "/v1/../../admin",
+        "/%2e%2e/admin",
+        "/v1/%2E%2E/%2e%2e/admin",
+        "/..%2fadmin",
+        "/v1/..\\..\\admin",
+        "/v1/%5c..%5c..%5cadmin",
+        "/..",
+        "/../admin?x=/v1/models",
+    ],
+)
+async def test_a_target_whose_dot_segments_climb_above_the_upstream_prefix_gets_400(make_agent, target):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url + "/openai")
+        status, headers, body = await raw_call(agent.proxy_port, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == 400 and headers["content-type"] == "application/json"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        assert upstream.heads == []
+
+
+async def test_dot_segments_that_stay_under_the_prefix_are_forwarded_untouched(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url + "/openai")
+        for target in ("/v1/./models", "/v1/../v1/models", "/v1/models/..", "/v1/a..b/c", "/v1/x?path=/../../admin"):
+            status, _, _ = await raw_call(agent.proxy_port, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert status == 200, target
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [
+            b"GET /openai/v1/./models HTTP/1.1",
+            b"GET /openai/v1/../v1/models HTTP/1.1",
+            b"GET /openai/v1/models/.. HTTP/1.1",
+            b"GET /openai/v1/a..b/c HTTP/1.1",
+            b"GET /openai/v1/x?path=/../../admin HTTP/1.1",
+        ]
+
+
+# --- 3. a stalled request body never holds an upstream connection ---------------------------------
+
+
+async def test_clients_that_trickle_their_body_cannot_lock_out_the_upstream_pool(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        # One upstream connection; a call waits for it at most connect_timeout_s. Before the fix the
+        # trickling client held it (each byte re-armed read_timeout_s) and every other call got 504.
+        agent = await make_agent(
+            upstream.url,
+            proxy={"max_connections": 1, "connect_timeout_s": 1, "read_timeout_s": 60, "body_timeout_s": 2},
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        request = post("/v1/chat/completions", CHAT_BODY)
+        writer.write(request[: len(request) - len(CHAT_BODY) + 5])  # the head and 5 bytes of the body
+
+        async def trickle() -> None:
+            for byte in CHAT_BODY[5:-1]:  # never the last byte
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)  # pacing of the attack, not synchronisation
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            for _ in range(3):
+                status, _, body = await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))
+                assert status == 200 and body == OK_JSON
+            # The trickler gets 408 once its body is not complete after body_timeout_s, and its
+            # request never reached the upstream.
+            status, headers, _ = await asyncio.wait_for(read_response(reader), 10)
+            assert status == 408 and headers["connection"] == "close"
+        finally:
+            trickling.cancel()
+            writer.close()
+        assert len(upstream.heads) == 3
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="client_body_timeout") == 1
+
+
+# --- 4. bytes after the end of a response ----------------------------------------------------------
+
+
+async def test_bytes_after_the_terminal_chunk_never_reach_the_client_and_the_connection_is_dropped(make_agent):
+    answered = 0
+    carriers: set[int] = set()
+
+    async def smuggling(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        await read_body(head, reader)
+        carriers.add(id(writer))
+        answered += 1
+        real = b"answer-%d" % answered
+        injected = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n%s"
+            % (len(real), real, injected)
+        )
+        await writer.drain()
+
+    async with RawUpstream(smuggling) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for n in (1, 2):
+                writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                status, _, body = await asyncio.wait_for(read_response(reader), 10)
+                assert (status, body) == (200, b"answer-%d" % n)
+        finally:
+            writer.close()
+        assert len(carriers) == 2  # the first connection was not trusted again
+
+
+async def test_bytes_after_a_bodiless_answer_drop_the_upstream_connection(make_agent):
+    carriers: set[int] = set()
+
+    async def extra(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        carriers.add(id(writer))
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
+        await writer.drain()
+
+    async with RawUpstream(extra) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):
+                writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = await read_head(reader)
+                assert head.startswith(b"HTTP/1.1 204")
+        finally:
+            writer.close()
+        assert len(carriers) == 2
+
+
+# --- 5. huge upstream heads ---------------------------------------------------------------------------
+
+
+async def test_an_upstream_head_over_the_whole_head_limit_gets_502_and_one_within_it_passes(make_agent):
+    line = b"X-Big-%d: " + b"v" * 60_000 + b"\r\n"
+
+    async def big_head(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        count = 40 if head.startswith(b"GET /huge") else 10  # 2.4 MB, then 600 kB of head
+        # Written in small pieces, as a slow upstream would: each arrival is searched once.
+        data = b"HTTP/1.1 200 OK\r\n" + b"".join(line % i for i in range(count)) + b"Content-Length: 2\r\n\r\nok"
+        for start in range(0, len(data), 8192):
+            writer.write(data[start : start + 8192])
+            await writer.drain()
+
+    async with RawUpstream(big_head) as upstream:
+        agent = await make_agent(upstream.url)
+        status, _, _ = await raw_call(agent.proxy_port, b"GET /huge HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 502
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port, limit=1 << 22)
+        try:
+            writer.write(b"GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body = await asyncio.wait_for(read_response(reader), 10)
+        finally:
+            writer.close()
+        assert status == 200 and body == b"ok" and len(headers) >= 10
+
+
+# --- 6. a malformed chunked request body ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+        b"Transfer-Encoding: chunked\r\n\r\n5;\r\nhello\r\n0\r\n\r\n",
+    ],
+    ids=["bad-chunk-size", "no-crlf-after-chunk", "empty-chunk-extension"],
+)
+async def test_a_malformed_chunked_request_gets_a_real_400_and_is_counted_as_a_bad_request(make_agent, framing):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + framing
+        status, headers, body = await raw_call(agent.proxy_port, request)
+        assert status == 400 and headers["connection"] == "close"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        assert upstream.heads == []
+        await wait_until(lambda: calls_observed(agent) >= 1)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="bad_request") == 1
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="client_disconnected") == 0
+
+
+# --- 7. transfer-codings other than a lone chunked --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "codings",
+    [
+        [b"gzip, chunked"],
+        [b"chunked, chunked"],
+        [b"gzip", b"chunked"],
+        [b"identity, chunked"],
+        [b"xchunked"],
+        [b"chunked;q=1"],
+    ],
+)
+async def test_a_transfer_coding_other_than_a_lone_chunked_gets_501(make_agent, codings):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        te = b"".join(b"Transfer-Encoding: %s\r\n" % c for c in codings)
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + te + b"\r\n5\r\nhello\r\n0\r\n\r\n"
+        status, headers, body = await raw_call(agent.proxy_port, request)
+        assert status == 501 and headers["connection"] == "close"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        assert upstream.heads == []
+
+
+# --- 8. stream chunks of any JSON shape ---------------------------------------------------------------------
+
+
+async def test_stream_chunks_of_odd_shapes_are_counted_notes_and_content_parts_are_assembled(make_agent):
+    events = [
+        {"id": "c1", "model": "m", "choices": [{"index": None, "delta": {"role": "assistant", "content": "Hello"}}]},
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": [{"type": "text", "text": " big"}]}}]},
+        {"id": "c1", "model": "m", "choices": [{"index": "0", "delta": {"content": [" wide", {"text": " world"}]}}]},
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": 7, "tool_calls": [{"index": None}]}}]},
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    stream = b"".join(b"data: %s\n\n" % orjson.dumps(e) for e in events) + b"data: [DONE]\n\n"
+
+    async def odd(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(stream), stream)
+        )
+        await writer.drain()
+
+    async with RawUpstream(odd) as upstream:
+        agent = await make_agent(upstream.url, sampling={"rate": 1.0})
+        request = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        status, _, body = await raw_call(agent.proxy_port, post("/v1/chat/completions", request))
+        assert status == 200 and body == stream
+        [record] = await drained(agent, 1)
+        assert record["response"]["choices"][0]["message"]["content"] == "Hello big wide world"
+        assert "stream_event_malformed" in record["capture_notes"]
+        samples = await scrape(agent)
+        assert metric(samples, "gen_ai_client_operation_duration_seconds_count") == 1
+        assert metric(samples, "llmwatch_internal_errors_total") == 0
+        assert metric(samples, "llmwatch_capture_skipped_total", reason="stream_event_malformed") >= 1
+
+
+# --- the earlier cases: request shapes a front proxy and the upstream could read differently ---------
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+        (b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n folded\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\nHost: x\n\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nX A: a\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\n\r\n", 400),
+        (b"GET /v1/x HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+        (b"GET /chat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400),
+        (b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n", 400),
+        (b"GET http://elsewhere/v1/x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ],
+    ids=[
+        "length-and-chunked",
+        "two-lengths",
+        "signed-length",
+        "obs-fold",
+        "bare-lf-head",
+        "space-in-name",
+        "no-host",
+        "two-hosts",
+        "upgrade",
+        "connect",
+        "absolute-form",
+    ],
+)
+async def test_request_shapes_that_two_parsers_could_read_differently_get_400_and_never_reach_the_upstream(
+    make_agent, request_bytes, status
+):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        got, headers, body = await raw_call(agent.proxy_port, request_bytes)
+        assert got == status and headers["content-type"] == "application/json"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        assert upstream.heads == []
+
+
+async def test_junk_after_a_complete_request_still_gets_that_request_answered_then_the_connection_closes(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY) + b"\x00junk\r\n\r\n")
+            status, headers, body = await asyncio.wait_for(read_response(reader), 10)
+            assert (status, body) == (200, OK_JSON) and headers["connection"] == "close"
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # and nothing after it
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 1
