@@ -36,6 +36,8 @@ from llmwatch.scorers.evaluation.stability import (
     turn_stability,
     version_stability,
 )
+from llmwatch.scorers.evaluation.turns import TurnDecay, check_values, turn_decay, turn_decay_text
+from llmwatch.scorers.pipeline.conversations import link_samples
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -70,6 +72,8 @@ class EvaluationReport:
     weights_version: str
     baseline: dict[str, Any] | None = None
     comparison: dict[str, Any] | None = None
+    # Quality by turn within conversations and its decay slope, per version (evaluation/turns.py).
+    turn_decay: list[TurnDecay] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,6 +100,9 @@ def build_report(
 ) -> EvaluationReport:
     score_list = list(scores)
     categories = build_categories(cfg, known_checks)
+    # Files written before samples carried their conversation are linked by their histories here.
+    if any(s.conversation_id is None and s.operation == "chat" for s in samples):
+        samples = link_samples(samples)
     rows = score_samples(samples, score_list, categories, cfg.default_category)
     cells = quality_matrix(rows, categories)
     quality = overall_quality(cells)
@@ -139,6 +146,7 @@ def build_report(
         weights=cfg.decision.weights.model_dump(),
         weights_version=cfg.decision.weights_version,
         baseline=baseline_info,
+        turn_decay=turn_decay(rows, check_values(score_list)),
     )
 
 
@@ -220,6 +228,14 @@ def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
         for c in report.stability
         if c.value is not None
     ]
+    for d in report.turn_decay:
+        readings += [EvaluationReading("turn_quality", t, "", d.model_version, v["mean"]) for t, v in d.by_turn.items()]
+        if d.slope is not None and d.ci is not None:
+            readings += [
+                EvaluationReading("turn_decay_slope", "", bound, d.model_version, value)
+                for bound, value in (("estimate", d.slope), ("lower", d.ci[0]), ("upper", d.ci[1]))
+            ]
+        readings.append(EvaluationReading("turn_conversations", "", "", d.model_version, float(d.conversations)))
     readings += [
         EvaluationReading("decision", "", "", r.model_version, r.decision_score)
         for r in report.decision
@@ -286,6 +302,7 @@ def format_text(report: EvaluationReport) -> str:
         lines.append(
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
+    lines += ["", *turn_decay_text(report.turn_decay)]
     lines += [
         "",
         "Cost and latency",

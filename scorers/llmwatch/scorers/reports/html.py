@@ -30,6 +30,7 @@ from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal
 from llmwatch.scorers.drift.features import RouteStats
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport
+from llmwatch.scorers.reports.stability_html import render_turn_decay
 from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation"]
@@ -661,6 +662,7 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
             )
         else:
             doc.paragraph("none: no repeated prompt, no multi-turn conversation, no --baseline", "note")
+        render_turn_decay(doc, report, PALETTE)
 
         if report.comparison:
             cmp = report.comparison

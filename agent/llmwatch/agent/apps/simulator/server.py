@@ -64,6 +64,8 @@ import orjson
 import structlog
 from aiohttp import web
 
+from llmwatch.agent.apps.simulator.stability import answer_rng, conversation_profile
+
 log = structlog.get_logger(__name__)
 
 __all__ = ["PROFILES", "SimProfile", "SimulatorHandle", "create_app", "main", "start_simulator"]
@@ -691,8 +693,9 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     prompt_tokens = sum(_count_tokens(t) for t in texts)
 
     stop = _stop_list(body)
+    profile, rng = _stability_answer(ctx, messages)
     choices = [
-        _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
+        _plan_choice(rng, profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
         for _ in range(n)
     ]
     completion_tokens = sum(len(c.chunks) for c in choices)
@@ -776,6 +779,12 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     if ctx.usage_allowed():
         payload["usage"] = _usage(prompt_tokens, completion_tokens)
     return await _json_response(ctx, payload)
+
+
+def _stability_answer(ctx: _Ctx, messages: list[Any]) -> tuple[SimProfile, random.Random]:
+    # The version's behaviour over turns and on re-asks (simulator/stability.py).
+    profile = conversation_profile(ctx.profile, messages)
+    return answer_rng(profile, ctx.rng, ctx.body, ctx.request.app[_RNG_KEY])
 
 
 async def _completions(ctx: _Ctx) -> web.StreamResponse:

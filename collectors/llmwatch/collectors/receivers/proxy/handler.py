@@ -42,6 +42,8 @@ from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.urls import mask_url, split_userinfo
+from llmwatch.core.wire import extract_answer_text
+from llmwatch.scorers.pipeline.conversations import ConversationTracker
 
 log = structlog.get_logger(__name__)
 
@@ -251,6 +253,9 @@ class Proxy:
         self.on_call: Callable[[Exchange, CallFacts, str | None, float | None, str | None], None] | None = None
         # Set by the runtime (shadow evaluation): offered every captured call after the intake.
         self.shadow: Any = None
+        conv = cfg.capture.conversations
+        # Every chat call, sampled or not, goes through it: a sampled turn 5 still finds turn 4.
+        self.conversations = ConversationTracker(conv.max_entries, conv.ttl_s) if conv.enabled else None
 
     async def start(self) -> None:
         p = self.cfg.proxy
@@ -621,6 +626,8 @@ class Proxy:
                     child(m.cost, (op, model_label, version_label)).inc(cost)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
+            if self.conversations is not None and op == "chat":
+                self._conversation(ex, facts)
             client_id = ex.request_id
             if not client_id:
                 # The sampling hash needs some id; the sample's own id is always the per-call one.
@@ -640,6 +647,21 @@ class Proxy:
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)
+
+    def _conversation(self, ex: Exchange, facts: CallFacts) -> None:
+        """The call's conversation and turn, on the exchange for its sample (O(history), ~µs)."""
+        request = facts.request
+        messages = request.get("messages") if isinstance(request, dict) else None
+        if not isinstance(messages, list) or not messages or self.conversations is None:
+            return
+        answer = extract_answer_text(facts.response) if facts.assembled and facts.status < 400 else ""
+        ex.conversation_id, ex.turn = self.conversations.observe(
+            messages,
+            now=ex.started_at,
+            call_id=ex.sample_id or ex.request_id,
+            declared=ex.metadata.get("conversation_id"),
+            answer=answer or None,
+        )
 
 
 def _what_failed(exc: BaseException) -> str:
