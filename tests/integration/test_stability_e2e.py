@@ -16,10 +16,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 import aiohttp
+import pytest
 from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
 
 MODEL = "sim-gpt-4o-mini"
@@ -48,7 +51,14 @@ async def chat(session: aiohttp.ClientSession, base: str, conversation: int, tur
         messages.append({"role": "assistant", "content": answer})
 
 
-def run_version(profile: str, data_dir: Path, conversations: int, turns: int, extra_env: dict[str, str]) -> Proc:
+def run_version(
+    profile: str,
+    data_dir: Path,
+    conversations: int,
+    turns: int,
+    extra_env: dict[str, str],
+    after_traffic: Callable[[int], None] | None = None,
+) -> Proc:
     sim = start_simulator("--profile", profile, "--seed", "11", "--latency-scale", "0")
     proxy = None
     try:
@@ -74,7 +84,11 @@ def run_version(profile: str, data_dir: Path, conversations: int, turns: int, ex
                 **extra_env,
             ),
         )
-        port = agent_started(proxy)["proxy_port"]
+        ports = agent_started(proxy)
+        port = ports["proxy_port"]
+        if extra_env.get("LLMWATCH_CONSISTENCY__ENABLED") == "true":
+            # The probe's child is up: re-asks are sent from the first call on.
+            assert proxy.wait_event("shadow_mirror_ready", 120)["candidates"] == ["consistency"]
 
         async def traffic() -> None:
             async with aiohttp.ClientSession() as session:
@@ -88,6 +102,8 @@ def run_version(profile: str, data_dir: Path, conversations: int, turns: int, ex
                     )
 
         asyncio.run(traffic())
+        if after_traffic is not None:
+            after_traffic(ports["metrics_port"])
         # A graceful stop drains the pipeline: every sample is on disk when it exits.
         proxy.popen.send_signal(signal.SIGTERM)
         assert proxy.popen.wait(timeout=60) == 0, proxy.output()
@@ -147,3 +163,101 @@ def test_conversations_are_found_without_a_header_and_the_decaying_version_is_to
     assert a["ci"][0] <= 0 <= a["ci"][1] or a["ci"][0] > b["ci"][1]
     assert b["ci"][1] < a["ci"][0]  # the intervals do not overlap: the sign separates A from B
     assert b["by_turn"]["1"]["mean"] > b["by_turn"][str(turns)]["mean"]
+
+
+def scrape(metrics_port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(values: dict, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for (n, ls), v in values.items() if n == name and want <= ls)
+
+
+@pytest.mark.parametrize("turns", [1])
+def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp_path: Path, turns: int) -> None:
+    data = tmp_path / "data"
+    counted: dict[str, dict] = {}
+
+    def settled(version: str) -> Callable[[int], None]:
+        def wait(metrics_port: int) -> None:
+            # Every re-ask the probe sent has been compared (or failed): wait for it, with a deadline.
+            deadline = time.monotonic() + 60
+            while True:
+                values = scrape(metrics_port)
+                sent = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency")
+                failed = total(values, "llmwatch_shadow_candidate_errors_total", candidate="consistency")
+                compared = total(values, "llmwatch_consistency_pairs_total")
+                if sent > 0 and compared + failed >= sent:
+                    counted[version] = values
+                    return
+                assert time.monotonic() < deadline, f"re-asks not compared: sent {sent}, compared {compared}"
+                time.sleep(0.1)
+
+        return wait
+
+    probe = {
+        "LLMWATCH_CONSISTENCY__ENABLED": "true",
+        "LLMWATCH_CONSISTENCY__RATE": "1.0",
+        "LLMWATCH_CONSISTENCY__MAX_REQUESTS_PER_MINUTE": "100000",
+        "LLMWATCH_CONSISTENCY__MAX_CONCURRENCY": "512",
+        "LLMWATCH_CONSISTENCY__MAX_QUEUE": "1000",
+    }
+    run_version("A", data, 160, turns, probe, settled("A"))
+    run_version("B", data, 160, turns, probe, settled("B"))
+
+    # The clients got their answers (run_version asserts every status); the re-asks went to files.
+    pairs = data / "consistency" / "pairs"
+    assert glob.glob(str(pairs / "*.jsonl"))
+    assert not glob.glob(str(data / "pairs" / "*.jsonl"))  # not mixed with shadow candidates' pairs
+
+    for version in ("A", "B"):
+        values = counted[version]
+        agree = total(values, "llmwatch_consistency_pairs_total", model_version=version, result="agree")
+        disagree = total(values, "llmwatch_consistency_pairs_total", model_version=version, result="disagree")
+        skipped = {
+            dict(ls)["reason"]: v
+            for (n, ls), v in values.items()
+            if n == "llmwatch_shadow_skipped_total" and dict(ls).get("candidate") == "consistency" and v
+        }
+        assert agree + disagree >= 100, f"{version}: {agree} agree, {disagree} disagree, skipped {skipped}"
+        if version == "A":
+            assert disagree == 0
+        else:
+            assert disagree > 0.2 * (agree + disagree)
+            assert total(values, "llmwatch_consistency_confident_unstable_total", model_version="B") > 0
+
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmwatch.agent.cli",
+            "report",
+            "--samples",
+            str(data / "samples"),
+            "--consistency",
+            str(pairs),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
+        timeout=600,
+    )
+    assert report.returncode == 0, report.stderr.decode()
+    rows = {r["model_version"]: r for r in json.loads(report.stdout)["consistency"]}
+    a, b = rows["A"], rows["B"]
+    assert a["compared"] >= 100 and b["compared"] >= 100
+    assert b["rate"] < a["rate"]
+    assert b["ci"][1] < a["ci"][0]  # Wilson intervals that do not overlap
+    assert b["confident_unstable"] > 0 and a["confident_unstable"] == 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar, cast
 
 import structlog
 
@@ -25,6 +25,7 @@ from llmwatch.collectors.intake import Captured, Intake, Pipeline, PipelineMetri
 from llmwatch.collectors.otel.factory import OtlpExporterComponent, OtlpReceiverComponent
 from llmwatch.collectors.receivers.proxy.factory import ProxyComponent
 from llmwatch.collectors.sentinel import SentinelComponent
+from llmwatch.collectors.shadow.consistency_factory import ConsistencyComponent
 from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.metrics import DriftReading, Metrics
@@ -46,6 +47,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 C = TypeVar("C")
+
+
+class _Mirrors:
+    """Shadow evaluation and the consistency probe both on: the proxy offers each call to both."""
+
+    def __init__(self, mirrors: list[Any]) -> None:
+        self.mirrors = mirrors
+
+    def offer(self, *args: Any) -> None:
+        for mirror in self.mirrors:
+            mirror.offer(*args)
 
 
 @dataclass
@@ -124,9 +136,11 @@ class Agent:
         otel = self._component(OtlpExporterComponent)
         if otel is not None:
             proxy.on_call = otel.exporter.on_call
-        shadow = self._component(ShadowComponent)
-        if shadow is not None:
-            proxy.shadow = shadow.mirror
+        mirrors = [
+            c.mirror for c in (self._component(ShadowComponent), self._component(ConsistencyComponent)) if c is not None
+        ]
+        if mirrors:
+            proxy.shadow = mirrors[0] if len(mirrors) == 1 else _Mirrors(mirrors)
 
     # --- the components, by what they are ------------------------------------------------------
 
@@ -162,6 +176,12 @@ class Agent:
     def shadow(self) -> ShadowMirror | None:
         component = self._component(ShadowComponent)
         return component.mirror if component is not None else None
+
+    @property
+    def consistency(self) -> ShadowMirror | None:
+        """The consistency probe's mirror (`consistency.enabled`), else None."""
+        component = self._component(ConsistencyComponent)
+        return cast("ShadowMirror", component.mirror) if component is not None else None
 
     @property
     def otel(self) -> OtelExporter | None:

@@ -19,6 +19,7 @@ from llmwatch.core.metrics import EvaluationReading, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.evaluation.config import MatrixSection
+from llmwatch.scorers.evaluation.consistency import ConsistencyRow, consistency_text
 from llmwatch.scorers.evaluation.decision import CostLatency, DecisionRow, cost_latency, decision_scores
 from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
@@ -74,6 +75,8 @@ class EvaluationReport:
     comparison: dict[str, Any] | None = None
     # Quality by turn within conversations and its decay slope, per version (evaluation/turns.py).
     turn_decay: list[TurnDecay] = field(default_factory=list)
+    # Resampling consistency per version, from the consistency probe's pairs (evaluation/consistency.py).
+    consistency: list[ConsistencyRow] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -303,6 +306,8 @@ def format_text(report: EvaluationReport) -> str:
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
     lines += ["", *turn_decay_text(report.turn_decay)]
+    if report.consistency:
+        lines += ["", *consistency_text(report.consistency)]
     lines += [
         "",
         "Cost and latency",
