@@ -261,3 +261,27 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert b["rate"] < a["rate"]
     assert b["ci"][1] < a["ci"][0]  # Wilson intervals that do not overlap
     assert b["confident_unstable"] > 0 and a["confident_unstable"] == 0
+
+    # The verdicts join the re-asked samples as the `consistency` check: a behaviour drift signal.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    cli = [sys.executable, "-m", "llmwatch.agent.cli"]
+    freeze = subprocess.run(
+        [*cli, "baseline", "freeze", "--samples", str(data / "samples"), "--model-version", "A"]
+        + ["--consistency", str(pairs), "--out", str(tmp_path / "baseline-A.json")],
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    assert freeze.returncode == 0, freeze.stderr.decode()
+    drift = subprocess.run(
+        [*cli, "drift", "--baseline", str(tmp_path / "baseline-A.json"), "--samples", str(data / "samples")]
+        + ["--model-version", "B", "--consistency", str(pairs), "--format", "json"],
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    assert drift.returncode == 1, drift.stderr.decode()
+    signals = {sig["name"]: sig for sig in json.loads(drift.stdout)["signals"]}
+    consistency = signals["pass_rate:consistency"]
+    assert consistency["family"] == "behaviour" and consistency["verdict"] == "drift"
+    assert consistency["effect_size"] < 0

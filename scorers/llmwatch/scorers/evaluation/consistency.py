@@ -36,6 +36,7 @@ import orjson
 
 from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.records import Sample
+from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.suite import json_mode
 from llmwatch.scorers.stats.proportions import wilson_interval
 
@@ -46,6 +47,7 @@ __all__ = [
     "Verdict",
     "compare_answers",
     "consistency_rows",
+    "consistency_scores",
     "consistency_text",
     "hedges",
 ]
@@ -182,6 +184,39 @@ def consistency_rows(pairs: Iterable[Pair], *, embed: Embed | None = None) -> li
             )
         )
     return rows
+
+
+def consistency_scores(pairs: Iterable[Pair], *, embed: Embed | None = None) -> list[Score]:
+    """Each compared re-ask as a `consistency` check result on the first answer's sample.
+
+    The probe decides on the request id's hash like the sampler, so with `consistency.rate` at or
+    below `sampling.rate` every re-asked call is also a stored sample with this id: `llmwatch drift`
+    and `baseline freeze` (`--consistency PAIRS`) join these to the samples, which gives the
+    behaviour family a `pass_rate:consistency` signal and the `confident_unstable` failure mode.
+    """
+    out = []
+    for pair in pairs:
+        if pair.candidate != CONSISTENCY_CANDIDATE:
+            continue
+        v = compare_answers(pair.primary, pair.shadow, pair.primary_scores, embed=embed)
+        if not v.compared:
+            continue
+        first = pair.primary
+        out.append(
+            Score(
+                sample_id=first.id,
+                check=CONSISTENCY_CANDIDATE,
+                kind=CONSISTENCY_CANDIDATE,
+                result="pass" if v.agree else "fail",
+                value=min(1.0, max(0.0, v.similarity)),
+                details={"method": v.method, "confident_unstable": v.confident_unstable},
+                model=first.model,
+                model_version=first.model_version,
+                route=first.route,
+                sample_timestamp=first.timestamp,
+            )
+        )
+    return out
 
 
 def consistency_text(rows: Sequence[ConsistencyRow]) -> list[str]:
