@@ -285,3 +285,84 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     consistency = signals["pass_rate:consistency"]
     assert consistency["family"] == "behaviour" and consistency["verdict"] == "drift"
     assert consistency["effect_size"] < 0
+
+
+async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -> None:
+    from aiohttp import web
+    from helpers.upstreams import serve
+
+    gate = asyncio.Event()
+    seen: set[bytes] = set()
+    reasks: list[bytes] = []
+    answers: dict[bytes, bytes] = {}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        # The re-ask is the same request; its bytes may differ (sent with `stream: false`).
+        parsed = json.loads(body)
+        key = json.dumps([parsed["model"], parsed["messages"]]).encode()
+        if key in seen:
+            reasks.append(key)
+            await gate.wait()  # the re-ask: held until the test ends
+        seen.add(key)
+        answers[body] = orjson_answer(len(answers))
+        return web.Response(body=answers[body], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner, upstream = await serve(app)
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
+        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        env=agent_env(
+            LLMWATCH_SCORING__ENABLED="false",
+            LLMWATCH_CONSISTENCY__ENABLED="true",
+            LLMWATCH_CONSISTENCY__RATE="1.0",
+            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY="2",
+        ),
+    )
+    try:
+        ports = await asyncio.to_thread(agent_started, proxy)
+        await asyncio.to_thread(proxy.wait_event, "shadow_mirror_ready", 120)
+        base = f"http://127.0.0.1:{ports['proxy_port']}"
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
+                async with session.post(
+                    f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    assert resp.status == 200
+                    # The client gets the upstream's bytes, whatever the probe does with the call.
+                    assert await resp.read() == answers[body.encode()]
+        deadline = time.monotonic() + 30
+        while True:  # every call's offer has been decided (it runs after the client's last byte)
+            values = await asyncio.to_thread(scrape, ports["metrics_port"])
+            decided = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") + total(
+                values, "llmwatch_shadow_skipped_total", candidate="consistency"
+            )
+            if decided >= 20 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") == 2
+        assert len(reasks) <= 2  # the two held re-asks (sent or on their way), nothing more
+        assert total(values, "llmwatch_shadow_skipped_total", candidate="consistency", reason="concurrency") == 18
+    finally:
+        gate.set()
+        proxy.popen.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proxy.popen.wait, 60)
+        proxy.stop()
+        await runner.cleanup()
+
+
+def orjson_answer(i: int) -> bytes:
+    return json.dumps(
+        {
+            "id": f"c{i}",
+            "object": "chat.completion",
+            "model": MODEL,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": f"answer {i}"}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    ).encode()

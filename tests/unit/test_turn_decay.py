@@ -81,3 +81,36 @@ def test_too_few_conversations_are_insufficient_and_turns_past_ten_share_a_bucke
     (d,) = turn_decay(rows)
     assert d.verdict == "insufficient" and d.slope is None
     assert turn_bucket(12) == "10+" and d.by_turn["10+"]["n"] == 3
+
+
+def test_the_report_sets_the_turn_gauges_per_version() -> None:
+    from prometheus_client import generate_latest
+
+    from llmwatch.core.metrics import Metrics
+    from llmwatch.scorers.evaluation.evaluate import EvaluationReport, export_metrics
+
+    rng = random.Random(5)
+    rows = _traffic("A", 0.0, 60, rng) + _traffic("B", 0.08, 60, rng)
+    decay = turn_decay(rows)
+    report = EvaluationReport(
+        n_samples=len(rows),
+        versions=["A", "B"],
+        categories=[],
+        cells=[],
+        overall_quality={},
+        stability=[],
+        stability_by_version={},
+        costs={},
+        decision=[],
+        weights={},
+        weights_version="test",
+        turn_decay=decay,
+    )
+    metrics = Metrics()
+    export_metrics(metrics, report)
+    text = generate_latest(metrics.registry).decode()
+    b = next(d for d in decay if d.model_version == "B")
+    assert b.ci is not None
+    assert f'llmwatch_turn_decay_slope{{bound="upper",model_version="B"}} {b.ci[1]}' in text
+    assert 'llmwatch_turn_quality{model_version="A",turn="1"}' in text
+    assert 'llmwatch_turn_conversations{model_version="B"} 60.0' in text
