@@ -87,3 +87,20 @@ def test_old_sample_files_are_linked_offline_in_time_order() -> None:
     out = link_samples([s2, s1])
     assert out[0].conversation_id == out[1].conversation_id is not None
     assert (out[1].turn, out[0].turn) == (1, 2)
+
+
+def test_a_history_of_odd_shapes_is_still_a_conversation() -> None:
+    # Multi-part content, tool calls and results, a non-dict entry: hashed, never raised on.
+    t = ConversationTracker()
+    first = [
+        {"role": "user", "content": [{"type": "text", "text": "weather in Paris?"}, {"type": "image_url"}]},
+    ]
+    c1, _ = t.observe(first, now=0, call_id="a")
+    second = [
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "t1", "function": {"name": "weather"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "18C"},
+        "not a message",
+    ]
+    c2, turn = t.observe(second, now=1, call_id="b")
+    assert c2 == c1 and turn == 1  # a tool round trip stays in the same turn

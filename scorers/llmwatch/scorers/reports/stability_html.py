@@ -37,9 +37,12 @@ def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]
         return
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 3.2))
+    # One axis for every version: a turn one version never reached keeps its place for the others.
+    axis = sorted({t for d in items for t in d.by_turn}, key=lambda t: int(t.rstrip("+")))
+    position = {t: i for i, t in enumerate(axis)}
     for i, d in enumerate(items):
         labels = list(d.by_turn)
-        xs = list(range(len(labels)))
+        xs = [position[t] for t in labels]
         colour = palette[i % len(palette)]
         ax.plot(
             xs, [d.by_turn[t]["mean"] for t in labels], marker="o", color=colour, label=f"version {d.model_version}"
@@ -47,7 +50,7 @@ def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]
         ax.fill_between(
             xs, [d.by_turn[t]["lo"] for t in labels], [d.by_turn[t]["hi"] for t in labels], color=colour, alpha=0.15
         )
-        ax.set_xticks(xs, labels)
+    ax.set_xticks(range(len(axis)), axis)
     ax.set_xlabel("turn (user messages in the request)")
     ax.set_ylabel("mean sample score")
     ax.legend(fontsize=8)

@@ -654,14 +654,19 @@ class Proxy:
         messages = request.get("messages") if isinstance(request, dict) else None
         if not isinstance(messages, list) or not messages or self.conversations is None:
             return
-        answer = extract_answer_text(facts.response) if facts.assembled and facts.status < 400 else ""
-        ex.conversation_id, ex.turn = self.conversations.observe(
-            messages,
-            now=ex.started_at,
-            call_id=ex.sample_id or ex.request_id,
-            declared=ex.metadata.get("conversation_id"),
-            answer=answer or None,
-        )
+        try:
+            answer = extract_answer_text(facts.response) if facts.assembled and facts.status < 400 else ""
+            ex.conversation_id, ex.turn = self.conversations.observe(
+                messages,
+                now=ex.started_at,
+                call_id=ex.sample_id or ex.request_id,
+                declared=ex.metadata.get("conversation_id"),
+                answer=answer or None,
+            )
+        except Exception:
+            # The call keeps its metrics and its sample, without a conversation.
+            self.metrics.internal_errors.labels(stage="conversation").inc()
+            log.exception("conversation_tracking_failed", route=ex.route)
 
 
 def _what_failed(exc: BaseException) -> str:
