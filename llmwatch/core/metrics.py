@@ -146,7 +146,7 @@ class CanaryReading:
 
 @dataclass(frozen=True)
 class EvaluationReading:
-    """One value of the evaluation report: kind is category_quality, stability or decision."""
+    """One value of the evaluation report: kind is category_quality, stability, decision, turn_quality (category: the turn), turn_decay_slope (stability_kind: the bound) or turn_conversations."""
 
     kind: str
     category: str

@@ -86,6 +86,12 @@ class Sample(BaseModel):
     redacted: bool = False
     capture_notes: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Added within llmwatch.sample/v1 (optional, so files written before read as None, and an older
+    # reader ignores them): the conversation this call belongs to (`x-` + hash of the id the client
+    # sent, or `h-` + hash when llmwatch followed the message history; see
+    # llmwatch.scorers.pipeline.conversations) and its turn (number of user messages, 1 = first).
+    conversation_id: str | None = Field(default=None, max_length=128)
+    turn: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("schema_")
     @classmethod

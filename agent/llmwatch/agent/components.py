@@ -32,6 +32,8 @@ from llmwatch.collectors.receivers.proxy.config import CaptureSection, ProxyConf
 from llmwatch.collectors.receivers.proxy.factory import PROXY
 from llmwatch.collectors.sentinel import VERSION_SENTINEL
 from llmwatch.collectors.shadow.config import ShadowConfig, ShadowSection
+from llmwatch.collectors.shadow.consistency import ConsistencySection
+from llmwatch.collectors.shadow.consistency_factory import CONSISTENCY
 from llmwatch.collectors.shadow.factory import SHADOW
 from llmwatch.core.component import Context, Factory
 from llmwatch.core.config import (
@@ -81,6 +83,7 @@ class Config(Section):
     otel: Annotated[OtelSection, OTLP_EXPORTER, OTLP_RECEIVER] = Field(default_factory=OtelSection)
     matrix: MatrixSection = Field(default_factory=MatrixSection)
     shadow: Annotated[ShadowSection, SHADOW] = Field(default_factory=ShadowSection)
+    consistency: Annotated[ConsistencySection, CONSISTENCY] = Field(default_factory=ConsistencySection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")

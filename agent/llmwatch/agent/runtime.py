@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
 import structlog
 
@@ -25,6 +25,7 @@ from llmwatch.collectors.exporters.webhook import WebhookComponent
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, PipelineMetrics, Sink
 from llmwatch.collectors.otel.factory import OtlpExporterComponent, OtlpReceiverComponent
 from llmwatch.collectors.receivers.proxy.factory import ProxyComponent
+from llmwatch.collectors.shadow.consistency_factory import ConsistencyComponent
 from llmwatch.collectors.shadow.factory import ShadowComponent
 from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.config import inactive_settings
@@ -150,6 +151,12 @@ class Agent:
     def shadow(self) -> ShadowMirror | None:
         component = self._component(ShadowComponent)
         return component.mirror if component is not None else None
+
+    @property
+    def consistency(self) -> ShadowMirror | None:
+        """The consistency probe's mirror (`consistency.enabled`), else None."""
+        component = self._component(ConsistencyComponent)
+        return cast("ShadowMirror", component.mirror) if component is not None else None
 
     @property
     def otel(self) -> OtelExporter | None:

@@ -98,6 +98,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     for warning in report.warnings:  # on stderr too, so that --format json and html do not hide it
         sys.stderr.write(f"llmwatch: WARNING: {warning}\n")
+    if args.consistency:
+        report.consistency = _consistency(cfg, args.consistency)
     if args.compare:
         try:
             earlier = read_document(args.compare, what="the earlier report", error=ValueError)
@@ -126,6 +128,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(report) + "\n")
     return 0
+
+
+def _consistency(cfg: Any, path: str) -> list[Any]:
+    """The consistency probe's pairs (`<data_dir>/consistency/pairs`) compared, per version."""
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.evaluation.consistency import consistency_rows
+
+    pairs = list(read_records(path, Pair, prefix="pairs"))
+    embed = None
+    if cfg.scoring.embeddings and pairs:
+        # Answers compared by meaning where the embedding model is installed; lexically otherwise.
+        try:
+            from llmwatch.scorers.checks.embeddings import Embedder
+
+            embed = Embedder(quantize=cfg.scoring.quantize_embeddings).encode
+        except Exception as exc:  # the extra or the model missing: the lexical fallback
+            sys.stderr.write(f"report: consistency compared lexically ({type(exc).__name__}: {exc})\n")
+    return consistency_rows(pairs, embed=embed)
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
@@ -367,6 +388,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         help="test level for version stability, the quality guard (a version significantly worse on a check cannot be best) and the decision score's 1-alpha interval (default 0.05)",
     )
     p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
+    p.add_argument(
+        "--consistency",
+        metavar="PAIRS",
+        help="the consistency probe's pairs (<data_dir>/consistency/pairs): consistency rate per version with its interval",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(

@@ -98,6 +98,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     samples, scores, embeddings, _ = load_window(
         cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
     )
+    scores = [*scores, *_consistency_scores(args.consistency)]
     from llmwatch.scorers.drift.compare import settings_from_config
 
     baseline = freeze(
@@ -114,6 +115,18 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
         f"froze baseline of version {baseline.model_version}: {baseline.sample_count} samples, {len(baseline.checks)} checks, routes {routes} -> {path}\nchecksum sha256:{baseline.checksum}\n"
     )
     return 0
+
+
+def _consistency_scores(path: str | None) -> list:
+    """`--consistency PAIRS`: the probe's verdicts as `consistency` check results (lexical/structured)."""
+    if not path:
+        return []
+    require_records(path, "--consistency", "pairs")
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.pairs import Pair
+    from llmwatch.scorers.evaluation.consistency import consistency_scores
+
+    return consistency_scores(read_records(path, Pair, prefix="pairs"))
 
 
 def cmd_drift(args: argparse.Namespace) -> int:
@@ -138,6 +151,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     samples, scores, embeddings, versions = load_window(
         cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
     )
+    scores = [*scores, *_consistency_scores(args.consistency)]
     current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
     if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
@@ -318,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-version", required=True, help="the version to freeze (samples of other versions are ignored)"
     )
     p.add_argument("--out", required=True, help="baseline file to create (never overwritten)")
+    p.add_argument(
+        "--consistency",
+        metavar="PAIRS",
+        help="the consistency probe's pairs (<data_dir>/consistency/pairs): adds the `consistency` check to the samples re-asked",
+    )
     p.set_defaults(func=cmd_baseline_freeze)
 
     p = sub.add_parser(
@@ -328,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory (the current window)")
     p.add_argument("--scores", help="scores for those samples (default: score them now)")
     p.add_argument("--model-version", help="only samples of this version (default: all)")
+    p.add_argument(
+        "--consistency",
+        metavar="PAIRS",
+        help="the consistency probe's pairs (<data_dir>/consistency/pairs): adds the `consistency` check to the samples re-asked",
+    )
     add_comparison_options(
         p,
         min_samples_help="fewest samples a signal needs on each side (default 30)",

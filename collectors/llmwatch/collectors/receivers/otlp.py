@@ -55,6 +55,7 @@ from llmwatch.core.wire import (
     extract_prompt_text,
     token_count,
 )
+from llmwatch.scorers.pipeline.conversations import declared_conversation, user_count
 
 log = structlog.get_logger(__name__)
 
@@ -555,6 +556,10 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
     metadata: dict[str, Any] = {"source": "otlp", "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex()}
     if isinstance(resource.get("service.name"), str):
         metadata["service_name"] = resource["service.name"]
+    # The span's own conversation id, hashed like the proxy's header (the id may be a session
+    # token); a span without one is linked by its history offline (`llmwatch report`).
+    declared = _str(attrs, "gen_ai.conversation.id")
+    messages = request.get("messages") if isinstance(request, dict) else None
     return Sample(
         id=f"{span.trace_id.hex()}-{span.span_id.hex()}",
         timestamp=datetime.fromtimestamp(span.start_time_unix_nano / 1e9, tz=timezone.utc),
@@ -577,6 +582,8 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
         sample_reason="rate",
         capture_notes=notes,
         metadata=metadata,
+        conversation_id=declared_conversation(declared) if declared else None,
+        turn=max(1, user_count(messages)) if isinstance(messages, list) and messages else None,
     )
 
 

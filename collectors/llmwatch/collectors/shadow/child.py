@@ -43,6 +43,7 @@ from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.core.urls import mask_url, split_userinfo
+from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, compare_answers
 from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample
 from llmwatch.scorers.stats.paired import mcnemar_worse_p
 
@@ -530,6 +531,8 @@ class ShadowWorker:
             for s in scored
             if s.score.sample_id == shadow.id
         ]
+        if target.name == CONSISTENCY_CANDIDATE:
+            self._consistency(primary, shadow, p_scores)
         primary_r = redact_sample(self._redact, primary)
         shadow_r = redact_sample(self._redact, shadow)
         category = primary_r.metadata.get("category")
@@ -547,6 +550,15 @@ class ShadowWorker:
             shadow_scores=s_scores,
             scored_by="rules",
         )
+
+    def _consistency(self, primary: Sample, shadow: Sample, p_scores: list[PairScore]) -> None:
+        """The consistency probe's verdict on one re-ask, counted by version (structured or lexical)."""
+        verdict = compare_answers(primary, shadow, p_scores)
+        version = primary.model_version or "unknown"
+        result = "unanswered" if not verdict.compared else "agree" if verdict.agree else "disagree"
+        self.stats.count("consistency_pairs", model_version=version, result=result)
+        if verdict.confident_unstable:
+            self.stats.count("consistency_confident_unstable", model_version=version)
 
     def _write(self, pairs: list[tuple[_Target, Pair]]) -> None:
         if not pairs:

@@ -53,6 +53,7 @@ import structlog
 
 from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowConfig, ShadowMetrics
+from llmwatch.collectors.shadow.consistency import CONSISTENCY_COUNTERS, ConsistencyMetrics
 from llmwatch.collectors.shadow.messages import MirrorClosed, MirrorJob, MirrorReady, MirrorStats, PairLines, StopMirror
 from llmwatch.collectors.shadow.spend import spend_bounds
 from llmwatch.core.config import ConfigError
@@ -251,6 +252,8 @@ class ShadowMirror:
         section = cfg.shadow
         self.cfg = cfg
         self.metrics = metrics.group(ShadowMetrics)
+        # Moved by the child's verdicts when this mirror is the consistency probe's (consistency.py).
+        self.consistency = metrics.group(ConsistencyMetrics)
         self.prices = prices
         self._routes = frozenset(section.routes)
         # Read now: a missing variable is a start-up error; the values go to the child only.
@@ -505,6 +508,11 @@ class ShadowMirror:
                 for (name, labels), value in message.counters.items():
                     if name in CHILD_COUNTERS:
                         getattr(m, name).labels(**dict(labels)).inc(value)
+                    elif name in CONSISTENCY_COUNTERS:
+                        fields = dict(labels)
+                        # The child reports the served version as it is; the label cap applies here.
+                        fields["model_version"] = self.consistency.version_label(fields.get("model_version"))
+                        getattr(self.consistency, name).labels(**fields).inc(value)
                 for (name, candidate), value in message.gauges.items():
                     if name in CHILD_GAUGES:
                         getattr(m, name).labels(candidate=candidate).set(value)

@@ -13,6 +13,8 @@
     - per-category chi-square, summed, for failure modes;
     - MMD on answer embeddings with labels permuted only within strata (the answer compared
       conditionally on the prompt), permutations adaptive up to 10 000.
+    - `turn_decay`: the within-conversation slope of quality on turn, against the baseline's,
+      conversations resampled (present only where there is multi-turn traffic).
   Effects are weighted by the baseline's stratum mix. Below `min_overlap` of current traffic in
   strata the baseline knows, behaviour is `insufficient`. The category with the clearest change
   is named in `stratum`; a change confined to it counts as material when that category's own
@@ -51,6 +53,7 @@ from llmwatch.scorers.drift.prompt_space import (
 )
 from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, UNCATEGORIZED, Row, sketch_bits, space_of, unpack_vectors
 from llmwatch.scorers.stats import twosample as stats
+from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
 from llmwatch.scorers.stats.stratified import (
     Stratified,
     cmh,
@@ -61,6 +64,7 @@ from llmwatch.scorers.stats.stratified import (
 )
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
+TURN_DECAY_MAX_TURN = 10
 
 
 def _rows(routes: Mapping[str, RouteStats], multi_route: bool, label: Callable[[Row], str]) -> Keyed:
@@ -569,7 +573,76 @@ def _behaviour(  # noqa: C901
             matched_only,
         )
     )
+    decay = _turn_decay(base, cur, s, route)
+    if decay is not None:
+        out.append(decay)
     return out, info
+
+
+def _turn_points(rows: Keyed) -> tuple[list[str], list[int], list[float]]:
+    cluster: list[str] = []
+    turns: list[int] = []
+    values: list[float] = []
+    for _, _, r in rows:
+        if r.ok and r.checks and r.conversation and r.turn is not None and r.turn <= TURN_DECAY_MAX_TURN:
+            cluster.append(r.conversation)
+            turns.append(r.turn)
+            values.append(sum(r.checks.values()) / len(r.checks))
+    return cluster, turns, values
+
+
+def _turn_decay(base: Keyed, cur: Keyed, s: DriftSettings, route: str) -> Signal | None:
+    """`turn_decay`: does quality fall faster (or slower) over a conversation's turns than it did?
+
+    Each side's within-conversation slope of the sample's check pass share on its turn (1..10),
+    with its cluster-bootstrap standard error (conversations resampled,
+    llmwatch.scorers.stats.clustered); z = (current - baseline) / sqrt(se_b^2 + se_c^2), two-sided
+    normal p. Effect: the change of slope, score per turn. Absent when neither side has a sample
+    past turn 1 (no multi-turn traffic, or rows frozen before they kept turns).
+    """
+    pb, pc = _turn_points(base), _turn_points(cur)
+    if not any(t > 1 for t in pb[1]) and not any(t > 1 for t in pc[1]):
+        return None
+    fb = cluster_bootstrap_slope(*pb, draws=500, seed=s.seed)
+    fc = cluster_bootstrap_slope(*pc, draws=500, seed=s.seed)
+    nb, nc = len(pb[0]), len(pc[0])
+    if fb.slope is None or fc.slope is None or not fb.stderr or not fc.stderr or min(nb, nc) < s.min_samples:
+        return _insufficient(
+            "turn_decay",
+            "behaviour",
+            "cluster bootstrap z",
+            nb,
+            nc,
+            route,
+            reason="too few conversations with two turns or more",
+            conversations_baseline=fb.clusters,
+            conversations_current=fc.clusters,
+        )
+    diff = fc.slope - fb.slope
+    se = math.sqrt(fb.stderr**2 + fc.stderr**2)
+    z = diff / se
+    p = float(math.erfc(abs(z) / math.sqrt(2.0)))
+    return Signal(
+        "turn_decay",
+        route,
+        "cluster bootstrap z",
+        float(z),
+        p,
+        float(diff),
+        nb,
+        nc,
+        direction="decays faster" if diff < 0 else "decays slower",
+        family="behaviour",
+        detail={
+            "baseline_slope": fb.slope,
+            "current_slope": fc.slope,
+            "baseline_ci": fb.ci,
+            "current_ci": fc.ci,
+            "conversations_baseline": fb.clusters,
+            "conversations_current": fc.clusters,
+            "unit": "check pass share per turn, within conversations, turns 1-10",
+        },
+    )
 
 
 def _within_strata_shift(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftSettings) -> dict[str, Any] | None:
@@ -881,6 +954,9 @@ def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
         return abs(effect) >= s.min_pass_rate_change
     if sig.name == "embedding":
         return effect >= s.min_embedding_distance
+    if sig.name == "turn_decay":
+        # The pass share a conversation gains or loses by turn 10 because of the change.
+        return abs(effect) * (TURN_DECAY_MAX_TURN - 1) >= s.min_pass_rate_change
     if sig.name.startswith("score:"):
         return abs(effect) >= s.min_score_change
     return abs(effect) >= s.min_relative_change

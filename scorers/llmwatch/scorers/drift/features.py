@@ -90,6 +90,10 @@ def failure_mode(sample: Sample, scores: Mapping[str, Score]) -> str:
         return "truncated"
     if (s := by_kind.get("not_empty_or_truncated")) is not None and s.result == "fail":
         return "truncated" if s.details.get("truncated") or "length" in str(s.details) else "empty"
+    # The consistency probe's verdict (scorers/evaluation/consistency.py): a sure, passing answer
+    # the model did not give again when re-asked.
+    if (s := by_kind.get("consistency")) is not None and s.result == "fail" and s.details.get("confident_unstable"):
+        return "confident_unstable"
     return "ok"
 
 
@@ -143,7 +147,7 @@ def summarize(  # noqa: C901
                     check_values[name][0].append(score.value)
                     check_values[name][1].append(fraction[s.id])
             mode = failure_mode(s, scored)
-            modes[mode] += 1
+            modes[mode] = modes.get(mode, 0) + 1  # confident_unstable: only where the probe ran
             row_items.append((fraction[s.id], make_row(s, scored, mode, prompt_embeddings.get(s.id))))
         per_check = {
             name: CheckStats(n_pass=c["pass"], n_fail=c["fail"], n_error=c["error"], n_skip=c["skip"])

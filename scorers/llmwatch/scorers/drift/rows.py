@@ -62,6 +62,10 @@ class Row(BaseModel):
     # bag of words, when no embedding was available). "" on rows frozen before this field: those
     # vectors are MiniLM. Vectors of two spaces are never compared with each other.
     prompt_space: str = ""
+    # The sample's conversation (its opaque hashed id, never text) and turn: the `turn_decay`
+    # signal compares quality by turn within conversations. "" / None on rows frozen before.
+    conversation: str = ""
+    turn: int | None = None
 
 
 MINILM = "minilm"
@@ -187,6 +191,8 @@ def make_row(
         language=_language(sample),
         failure_mode=failure_mode,
         ok=sample.status < 400 and not sample.error_type,
+        conversation=sample.conversation_id or "",
+        turn=sample.turn,
     )
     if row.ok:
         out = sample.usage.output_tokens

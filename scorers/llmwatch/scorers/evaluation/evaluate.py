@@ -20,6 +20,7 @@ from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.errors import mostly_errors, mostly_errors_message
 from llmwatch.scorers.evaluation.config import MatrixSection
+from llmwatch.scorers.evaluation.consistency import ConsistencyRow, consistency_text
 from llmwatch.scorers.evaluation.decision import (
     CostLatency,
     DecisionRow,
@@ -45,6 +46,8 @@ from llmwatch.scorers.evaluation.stability import (
     turn_stability,
     version_stability,
 )
+from llmwatch.scorers.evaluation.turns import TurnDecay, check_values, turn_decay, turn_decay_text
+from llmwatch.scorers.pipeline.conversations import link_samples
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -85,6 +88,10 @@ class EvaluationReport:
     # {version: {check: {"n", "passed", "pass_rate"}}}: each check's verdicts (pass or fail; skips
     # and errors left out) per version; the tool_call check's is the tool-call conformance rate.
     checks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # Quality by turn within conversations and its decay slope, per version (evaluation/turns.py).
+    turn_decay: list[TurnDecay] = field(default_factory=list)
+    # Resampling consistency per version, from the consistency probe's pairs (evaluation/consistency.py).
+    consistency: list[ConsistencyRow] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +127,9 @@ def build_report(
     shares = mostly_errors(score_list)
     warnings = [mostly_errors_message(shares, samples=scores_source[0], scores=scores_source[1])] if shares else []
     categories = build_categories(cfg, known_checks)
+    # Files written before samples carried their conversation are linked by their histories here.
+    if any(s.conversation_id is None and s.operation == "chat" for s in samples):
+        samples = link_samples(samples)
     rows = score_samples(samples, score_list, categories, cfg.default_category)
     cells = quality_matrix(rows, categories)
     quality = overall_quality(cells)
@@ -182,6 +192,7 @@ def build_report(
         alpha=drift_alpha,
         warnings=warnings,
         checks=checks,
+        turn_decay=turn_decay(rows, check_values(score_list)),
     )
 
 
@@ -290,6 +301,14 @@ def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
         for c in report.stability
         if c.value is not None
     ]
+    for d in report.turn_decay:
+        readings += [EvaluationReading("turn_quality", t, "", d.model_version, v["mean"]) for t, v in d.by_turn.items()]
+        if d.slope is not None and d.ci is not None:
+            readings += [
+                EvaluationReading("turn_decay_slope", "", bound, d.model_version, value)
+                for bound, value in (("estimate", d.slope), ("lower", d.ci[0]), ("upper", d.ci[1]))
+            ]
+        readings.append(EvaluationReading("turn_conversations", "", "", d.model_version, float(d.conversations)))
     readings += [
         EvaluationReading("decision", "", "", r.model_version, r.decision_score)
         for r in report.decision
@@ -458,6 +477,9 @@ def format_text(report: EvaluationReport) -> str:
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
     lines += _checks_text(report)
+    lines += ["", *turn_decay_text(report.turn_decay)]
+    if report.consistency:
+        lines += ["", *consistency_text(report.consistency)]
     lines += [
         "",
         "Cost and latency",

@@ -26,6 +26,22 @@ class EvaluationMetrics(MetricGroup):
         ["model_version"],
     )
 
+    turn_quality = gauge(
+        "llmwatch_turn_quality",
+        "Mean quality score (0..1) of chat samples at a turn of their conversation (1..9, 10+), from the evaluation report.",
+        ["turn", "model_version"],
+    )
+    turn_decay_slope = gauge(
+        "llmwatch_turn_decay_slope",
+        "Within-conversation change of quality score per extra turn (negative: decays), with its 95% cluster-bootstrap interval (bound: estimate, lower, upper).",
+        ["bound", "model_version"],
+    )
+    turn_conversations = gauge(
+        "llmwatch_turn_conversations",
+        "Conversations with two turns or more behind llmwatch_turn_decay_slope.",
+        ["model_version"],
+    )
+
     def set_evaluation(self, readings: Iterable[EvaluationReading]) -> None:
         """Evaluation readings become the category quality, stability and decision score gauges."""
         for r in readings:
@@ -36,3 +52,9 @@ class EvaluationMetrics(MetricGroup):
                 self.stability.labels(r.stability_kind, r.category, v).set(r.value)
             elif r.kind == "decision":
                 self.decision_score.labels(v).set(r.value)
+            elif r.kind == "turn_quality":
+                self.turn_quality.labels(r.category, v).set(r.value)
+            elif r.kind == "turn_decay_slope":
+                self.turn_decay_slope.labels(r.stability_kind, v).set(r.value)
+            elif r.kind == "turn_conversations":
+                self.turn_conversations.labels(v).set(r.value)

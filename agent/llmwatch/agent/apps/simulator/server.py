@@ -67,6 +67,8 @@ import orjson
 import structlog
 from aiohttp import web
 
+from llmwatch.agent.apps.simulator.stability import answer_rng, conversation_profile
+
 log = structlog.get_logger(__name__)
 
 __all__ = ["PROFILES", "SimProfile", "SimulatorHandle", "create_app", "main", "start_simulator"]
@@ -837,8 +839,9 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
         planned = [_plan_tool_calls(ctx.rng, ctx.profile, body, messages, prompt) for _ in range(n)]
         if all(p is not None for p in planned):
             return await _chat_tool_calls(ctx, head, [p for p in planned if p is not None], prompt_tokens)
+    profile, rng = _stability_answer(ctx, messages)
     choices = [
-        _plan_choice(ctx.rng, ctx.profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
+        _plan_choice(rng, profile, topic, prompt, json_mode=json_mode, max_tokens=max_tokens, stop=stop)
         for _ in range(n)
     ]
     completion_tokens = sum(len(c.chunks) for c in choices)
@@ -992,6 +995,12 @@ async def _chat_tool_calls(
     if ctx.usage_allowed():
         payload["usage"] = _usage(prompt_tokens, completion_tokens)
     return await _json_response(ctx, payload)
+
+
+def _stability_answer(ctx: _Ctx, messages: list[Any]) -> tuple[SimProfile, random.Random]:
+    # The version's behaviour over turns and on re-asks (simulator/stability.py).
+    profile = conversation_profile(ctx.profile, messages)
+    return answer_rng(profile, ctx.rng, ctx.body, ctx.request.app[_RNG_KEY])
 
 
 async def _completions(ctx: _Ctx) -> web.StreamResponse:

@@ -53,6 +53,9 @@ class Exchange:
     # Unique per call: clients reuse their request id on retries, so it cannot name a sample.
     sample_id: str = ""
     client_request_id: str | None = None  # the client's request id header, stored on the sample
+    # Set by the proxy's conversation tracker (llmwatch.scorers.pipeline.conversations).
+    conversation_id: str | None = None
+    turn: int | None = None
 
 
 @dataclass(slots=True)
@@ -615,4 +618,6 @@ def to_sample(
         redacted=False,
         capture_notes=facts.notes,
         metadata=dict(ex.metadata),
+        conversation_id=ex.conversation_id,
+        turn=ex.turn,
     )

@@ -13,6 +13,7 @@ from llmwatch.core.config import (
     Section,
 )
 from llmwatch.core.metrics import MetricGroup, counter, gauge, histogram
+from llmwatch.scorers.pipeline.conversations import ConversationsSection
 from llmwatch.scorers.pipeline.sampler import SamplingSection
 
 
@@ -69,6 +70,9 @@ class CaptureSection(Section):
     metadata_headers: dict[str, str] = Field(
         default_factory=lambda: {"x-llmwatch-category": "category", "x-llmwatch-conversation-id": "conversation_id"}
     )
+    # Group chat calls into conversations and number their turns (sample.conversation_id, .turn):
+    # by the header mapped to the `conversation_id` key above, else by following the history.
+    conversations: ConversationsSection = Field(default_factory=ConversationsSection)
 
 
 class ProxyConfig(Protocol):

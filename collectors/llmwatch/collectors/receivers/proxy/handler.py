@@ -37,6 +37,8 @@ from llmwatch.collectors.receivers.proxy.ratelimits import RATE_LIMIT_HEADERS
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.urls import mask_url, split_userinfo
+from llmwatch.core.wire import extract_answer_text
+from llmwatch.scorers.pipeline.conversations import ConversationTracker
 
 log = structlog.get_logger(__name__)
 
@@ -116,6 +118,9 @@ class Proxy:
         # Told once per captured call, sampled or not, after the client has its answer (OTLP
         # export and the shadow mirror subscribe in their factories).
         self.finished = events if events is not None else CallEvents()
+        conv = cfg.capture.conversations
+        # Every chat call, sampled or not, goes through it: a sampled turn 5 still finds turn 4.
+        self.conversations = ConversationTracker(conv.max_entries, conv.ttl_s) if conv.enabled else None
 
     async def start(self) -> None:
         """Nothing to open: the relay core keeps its own upstream connections (`relay_server`)."""
@@ -265,6 +270,8 @@ class Proxy:
             ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label, self._child)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
+            if self.conversations is not None and op == "chat":
+                self._conversation(ex, facts)
             client_id = ex.request_id
             if not client_id:
                 # The sampling hash needs some id; the sample's own id is always the per-call one.
@@ -282,3 +289,23 @@ class Proxy:
         except Exception:
             self.metrics.internal_errors.labels(stage="analyze").inc()
             log.exception("capture_analysis_failed", route=ex.route)
+
+    def _conversation(self, ex: Exchange, facts: CallFacts) -> None:
+        """The call's conversation and turn, on the exchange for its sample (O(history), ~µs)."""
+        request = facts.request
+        messages = request.get("messages") if isinstance(request, dict) else None
+        if not isinstance(messages, list) or not messages or self.conversations is None:
+            return
+        try:
+            answer = extract_answer_text(facts.response) if facts.assembled and facts.status < 400 else ""
+            ex.conversation_id, ex.turn = self.conversations.observe(
+                messages,
+                now=ex.started_at,
+                call_id=ex.sample_id or ex.request_id,
+                declared=ex.metadata.get("conversation_id"),
+                answer=answer or None,
+            )
+        except Exception:
+            # The call keeps its metrics and its sample, without a conversation.
+            self.metrics.internal_errors.labels(stage="conversation").inc()
+            log.exception("conversation_tracking_failed", route=ex.route)

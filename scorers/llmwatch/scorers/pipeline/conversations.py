@@ -1,0 +1,186 @@
+"""Which conversation a chat call belongs to, and which turn of it, with no help from the client.
+
+A client that sends `x-llmwatch-conversation-id` (or, over OTLP, `gen_ai.conversation.id`) names
+its conversation: the id is stored hashed (`x-` + 16 hex digits of SHA-256), because clients put
+session and user tokens there, and the same value gives the same id on every replica.
+
+Otherwise the chain of requests is followed: a chat client sends the whole history every time, so
+the request of turn k+1 is the request of turn k, plus the assistant's answer, plus the new user
+message (or tool results). The tracker hashes the messages incrementally (one pass, O(total text)),
+remembers the hash of each call's full message list (and, when the answer is known, of the list
+with the answer appended) with the conversation it belongs to, and looks a new call up by the hash
+of its messages up to each assistant message (latest first): a hit continues that conversation, a
+miss starts one. The memory is bounded: at most `max_entries` hashes, least recently used evicted
+first, none older than `ttl_s`.
+
+`turn` is the number of user messages in the request (1 = the first question): it needs no memory,
+so it is right even when the tracker missed the call's predecessor (another replica, a restart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence
+
+from pydantic import Field
+
+from llmwatch.core.config import Section
+from llmwatch.core.wire import content_to_text
+
+__all__ = [
+    "ConversationTracker",
+    "ConversationsSection",
+    "declared_conversation",
+    "link_samples",
+    "user_count",
+]
+
+
+class ConversationsSection(Section):
+    # Follow chat histories to group calls into conversations (in the proxy, for every call of a
+    # captured chat route, sampled or not, so that sampling does not break the chains).
+    enabled: bool = True
+    # Hashes remembered (two per call at most, ~150 bytes each): 200,000 is ~30 MB.
+    max_entries: int = Field(200_000, ge=16, le=50_000_000)
+    # A conversation idle longer than this starts again as a new one.
+    ttl_s: float = Field(3600.0, gt=0)
+
+
+def declared_conversation(value: str) -> str:
+    """The stored id of a conversation id the client sent: hashed, never the value itself."""
+    return "x-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def user_count(messages: Sequence[Any]) -> int:
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role", "user") == "user")
+
+
+def _frame(role: Any, text: str) -> bytes:
+    # Length-prefixed, so ("ab", "c") and ("a", "bc") never hash alike. Surrounding whitespace is
+    # not the client's history: some clients strip the answer before sending it back.
+    t = text.strip().encode("utf-8", "surrogatepass")
+    return b"%d:%s:%d:%s" % (len(str(role)), str(role).encode("utf-8", "surrogatepass"), len(t), t)
+
+
+class ConversationTracker:
+    """Chains chat calls into conversations; bounded memory. One thread (the proxy's event loop)."""
+
+    def __init__(self, max_entries: int = 200_000, ttl_s: float = 3600.0) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._seen: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self.linked = 0  # calls that continued a known conversation
+        self.started = 0  # calls that started one
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _get(self, key: bytes, now: float) -> str | None:
+        hit = self._seen.get(key)
+        if hit is None:
+            return None
+        if now - hit[1] > self.ttl_s:
+            del self._seen[key]
+            return None
+        return hit[0]
+
+    def _put(self, key: bytes, conversation: str, now: float) -> None:
+        seen = self._seen
+        seen[key] = (conversation, now)
+        seen.move_to_end(key)
+        while len(seen) > self.max_entries:
+            seen.popitem(last=False)
+        # Drop expired entries from the old end, a few per call: memory follows live traffic.
+        for _ in range(2):
+            if not seen:
+                break
+            oldest = next(iter(seen.values()))
+            if now - oldest[1] <= self.ttl_s:
+                break
+            seen.popitem(last=False)
+
+    def observe(
+        self,
+        messages: Sequence[Any],
+        *,
+        now: float,
+        call_id: str,
+        declared: str | None = None,
+        answer: str | None = None,
+    ) -> tuple[str, int]:
+        """(conversation id, turn) of one chat call; remembers it for the calls that continue it."""
+        h = hashlib.blake2b(digest_size=16)
+        update = h.update
+        users = 0
+        # For each assistant message i: the digests of messages[:i+1] (the history with that
+        # answer, the stronger key) and of messages[:i] (the request that got it).
+        at_assistant: list[tuple[bytes, bytes]] = []
+        for m in messages:
+            if type(m) is not dict:
+                continue
+            role = m.get("role", "user")
+            content = m.get("content")
+            text = content if type(content) is str else content_to_text(content)
+            if role == "assistant":
+                before = h.digest()
+                update(_frame(role, text))
+                at_assistant.append((h.digest(), before))
+            else:
+                users += role == "user"
+                update(_frame(role, text))
+        turn = max(1, users)
+        full = h.digest()
+        conversation: str | None = None
+        if declared:
+            conversation = declared_conversation(declared)
+        else:
+            # Latest assistant first: the direct predecessor, then older ones (a predecessor this
+            # replica never saw, an edited-and-resent history).
+            for with_answer, before in reversed(at_assistant):
+                conversation = self._get(with_answer, now) or self._get(before, now)
+                if conversation is not None:
+                    break
+            if conversation is not None:
+                self.linked += 1
+            else:
+                self.started += 1
+                conversation = "h-" + hashlib.blake2b(full + call_id.encode(), digest_size=8).hexdigest()
+        self._put(full, conversation, now)
+        if answer:
+            # The next call's history ends with this answer: keying on it too keeps two
+            # conversations that opened with the same words apart.
+            answered = h.copy()
+            answered.update(_frame("assistant", answer))
+            self._put(answered.digest(), conversation, now)
+        return conversation, turn
+
+
+def link_samples(samples: Iterable[Any], tracker: ConversationTracker | None = None) -> list[Any]:
+    """Conversation ids and turns for samples written without them (older files, imports).
+
+    Samples are taken in time order; a sample that has `conversation_id` keeps it. Returns the
+    samples (copies where a field was filled), in their original order.
+    """
+    from llmwatch.scorers.evaluation.matrix import request_messages
+
+    items = list(samples)
+    tracker = tracker or ConversationTracker(max_entries=max(16, 2 * len(items) + 16), ttl_s=float("inf"))
+    order = sorted(range(len(items)), key=lambda i: items[i].timestamp)
+    out = list(items)
+    for i in order:
+        s = items[i]
+        if s.conversation_id is not None and s.turn is not None:
+            continue
+        messages = request_messages(s.request)
+        if not messages:
+            continue
+        conversation, turn = tracker.observe(
+            messages,
+            now=s.timestamp.timestamp(),
+            call_id=s.id,
+            declared=None,
+            answer=s.answer_text() or None,
+        )
+        out[i] = s.model_copy(update={"conversation_id": s.conversation_id or conversation, "turn": s.turn or turn})
+    return out

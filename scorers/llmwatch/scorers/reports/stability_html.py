@@ -1,0 +1,74 @@
+"""The evaluation report's conversation sections (quality by turn, turn decay), kept out of html.py.
+
+`render_turn_decay(doc, report, palette)` adds a heading, one figure (mean score by turn per
+version with its cluster-bootstrap interval as a band) and the slope table to the page being
+built (html.py's `HtmlDocument`, passed in: this module does not import html.py, which calls it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from llmwatch.core.extras import require
+from llmwatch.scorers.evaluation.evaluate import EvaluationReport
+
+__all__ = ["render_turn_decay"]
+
+
+def _pyplot() -> Any:
+    require("reports", "--format html", "use --format text or json")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.4f}"
+
+
+def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]) -> None:
+    doc.heading("Quality by turn within conversations")
+    items = [d for d in report.turn_decay if d.by_turn]
+    if not items:
+        doc.paragraph("none: no scored chat sample", "note")
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.2, 3.2))
+    # One axis for every version: a turn one version never reached keeps its place for the others.
+    axis = sorted({t for d in items for t in d.by_turn}, key=lambda t: int(t.rstrip("+")))
+    position = {t: i for i, t in enumerate(axis)}
+    for i, d in enumerate(items):
+        labels = list(d.by_turn)
+        xs = [position[t] for t in labels]
+        colour = palette[i % len(palette)]
+        ax.plot(
+            xs, [d.by_turn[t]["mean"] for t in labels], marker="o", color=colour, label=f"version {d.model_version}"
+        )
+        ax.fill_between(
+            xs, [d.by_turn[t]["lo"] for t in labels], [d.by_turn[t]["hi"] for t in labels], color=colour, alpha=0.15
+        )
+    ax.set_xticks(range(len(axis)), axis)
+    ax.set_xlabel("turn (user messages in the request)")
+    ax.set_ylabel("mean sample score")
+    ax.legend(fontsize=8)
+    doc.open_figures()
+    doc.figure(fig, "Mean score by turn; bands: 95% intervals, conversations resampled")
+    doc.close_figures()
+    doc.table(
+        ["version", "slope per turn", "95% interval", "verdict", "conversations (2+ turns)", "samples"],
+        [
+            [
+                d.model_version,
+                _n(d.slope),
+                f"[{_n(d.ci[0])}, {_n(d.ci[1])}]" if d.ci else "-",
+                d.verdict,
+                f"{d.conversations} of {d.conversations_total}",
+                d.samples,
+            ]
+            for d in report.turn_decay
+        ],
+        numeric=(1, 5),
+    )
