@@ -22,9 +22,8 @@ from pathlib import Path
 
 import orjson
 
-from llmwatch.scorers.pipeline.redaction import RedactionSection
 from llmwatch.scorers.pipeline import pii
-from llmwatch.scorers.pipeline.redaction import Redactor
+from llmwatch.scorers.pipeline.redaction import RedactionSection, Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "secrets_corpus.jsonl"

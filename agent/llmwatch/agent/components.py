@@ -26,6 +26,8 @@ from llmwatch.collectors.exporters.files import FILES
 from llmwatch.collectors.exporters.kafka import KAFKA, KafkaSection
 from llmwatch.collectors.exporters.webhook import DRIFT_WEBHOOK
 from llmwatch.collectors.intake import PipelineMetrics
+from llmwatch.collectors.judge.config import JudgeSection
+from llmwatch.collectors.judge.factory import JUDGE
 from llmwatch.collectors.otel.config import OtelSection
 from llmwatch.collectors.otel.factory import OTLP_EXPORTER, OTLP_RECEIVER
 from llmwatch.collectors.receivers.proxy.config import CaptureSection, ProxyConfig, ProxySection
@@ -81,6 +83,7 @@ class Config(Section):
     otel: Annotated[OtelSection, OTLP_EXPORTER, OTLP_RECEIVER] = Field(default_factory=OtelSection)
     matrix: MatrixSection = Field(default_factory=MatrixSection)
     shadow: Annotated[ShadowSection, SHADOW] = Field(default_factory=ShadowSection)
+    judge: Annotated[JudgeSection, JUDGE] = Field(default_factory=JudgeSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")

@@ -363,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmwatch.agent.cli.canary import add_parser as register_canary
 
     register_canary(sub, common)
+    from llmwatch.agent.cli.judge import add_parser as register_judge
+
+    register_judge(sub, common)
     return parser
 
 
