@@ -33,7 +33,7 @@ class JudgeComponent:
         self._own_scores = own_scores
 
     async def start(self) -> None:
-        self.recorder._gauges()  # llmwatch_judge_calibrated reads 0 from the start, not absent
+        self.recorder.refresh()  # llmwatch_judge_calibrated reads 0 from the start, not absent
         self.process.start()
 
     async def stop(self) -> None:
@@ -85,6 +85,7 @@ def _create(ctx: Context, section: JudgeSection) -> Component | None:
         recorder.apply,
         child_main=child_main,
         log_level=ctx.section(LoggingSection).level,
+        on_idle=recorder.refresh,
     )
     matrix = ctx.section(MatrixSection)
     sampler = JudgeSampler(section, build_categories(matrix), matrix.default_category)

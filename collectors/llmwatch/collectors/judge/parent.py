@@ -87,8 +87,12 @@ class JudgeProcess:
         *,
         child_main: Callable[..., None],
         log_level: str = "warning",
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.section = section
+        # Called on the result thread when the child had nothing to say for half a second
+        # (the gauges follow a calibration file that changed while no verdict came).
+        self._on_idle = on_idle or (lambda: None)
         self._pricing = pricing
         self._api_key = api_key
         self._on_report = on_report
@@ -164,6 +168,10 @@ class JudgeProcess:
             if message is not None:
                 self._dispatch(message)
                 continue
+            try:
+                self._on_idle()
+            except Exception as exc:
+                self._warn(log.error, "judge_idle_failed", error=repr(exc))
             if self._stop.is_set() or self.fatal is not None:
                 continue
             proc = self._proc
@@ -283,6 +291,11 @@ class JudgeRecorder:
                     self._warn(log.error, "judge_spot_check_write_failed", lost=exc.lost, error=str(exc))
             self._gauges()
             self.verdicts += len(scores)
+
+    def refresh(self) -> None:
+        """The gauges again, from the calibration file as it is now (the result thread calls it when idle)."""
+        with self._lock:
+            self._gauges()
 
     def _gauges(self) -> None:
         m = self.metrics
