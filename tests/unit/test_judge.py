@@ -354,3 +354,21 @@ async def test_spot_checks_carry_their_criteria_and_category_for_people_to_rate(
     assert sorted(s.id for s in spot) == ["s-00000", "s-00001", "s-00002"]  # once each, not once per criterion
     assert [c["name"] for c in spot[0].metadata["judge_criteria"]] == ["helpfulness", "safe"]
     assert spot[0].metadata["judge_category"] == "code"
+
+
+def test_drift_and_baselines_never_read_an_uncalibrated_judges_verdicts(tmp_path):
+    from llmwatch.scorers.checks.config import ScoringSection
+    from llmwatch.scorers.checks.offline import load_window
+
+    s = sample(1)
+    (tmp_path / "samples.jsonl").write_bytes(s.to_json() + b"\n")
+    lines = [
+        Score.from_outcome(s, outcome(5, "", HELPFUL, judge_model="j", calibrated=c), check=f"judge:{n}", kind="judge")
+        for c, n in ((False, "uncalibrated"), (True, "calibrated"))
+    ]
+    (tmp_path / "scores.jsonl").write_bytes(b"".join(x.to_json() + b"\n" for x in lines))
+    _, scores, *_ = load_window(
+        ScoringSection(embeddings=False), str(tmp_path / "samples.jsonl"), str(tmp_path / "scores.jsonl"), None,
+        purpose="drift",
+    )  # fmt: skip
+    assert [sc.check for sc in scores] == ["judge:calibrated"]
