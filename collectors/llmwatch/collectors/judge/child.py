@@ -35,7 +35,6 @@ import aiohttp
 import orjson
 import structlog
 
-from llmwatch.collectors.judge.calibration import CalibrationWatch
 from llmwatch.collectors.judge.config import JudgeSection
 from llmwatch.collectors.judge.messages import JudgeFatal, JudgeJob, JudgeReady, JudgeReport
 from llmwatch.collectors.shadow.spend import HourlySpend
@@ -83,7 +82,6 @@ class JudgeWorker:
         self.outbox = outbox
         self.budget = HourlySpend(section.max_usd_per_hour)
         self.minute: deque[float] = deque()
-        self.calibration = CalibrationWatch(section.calibration, section.min_agreement, section.min_labels)
         self.report = JudgeReport()
         self.inflight = 0
         self._spot_written: dict[str, None] = {}
@@ -182,15 +180,18 @@ class JudgeWorker:
             if priced is not None:
                 actual = priced
             score, reason = parse_reply(text, c.scale)
-            result = outcome(
-                score, reason, c, judge_model=self.model, calibrated=self.calibration.calibrated(self.model, c.name)
-            )
+            # Calibrated or not is the parent's to say when it records the verdict (it reads the
+            # calibration file and moves the gauges): one view of it, never two that disagree.
+            result = outcome(score, reason, c, judge_model=self.model, calibrated=False)
         except _CallFailed as exc:
             self._fail(exc.reason)
             result = self._error(c, exc.reason)
         except JudgeReplyError:
             self._fail("unparseable")
             result = self._error(c, "unparseable")
+        except asyncio.CancelledError:
+            self._fail("shutdown")  # stopped mid-call: counted, no verdict
+            raise
         finally:
             self.inflight -= 1
             self.budget.settle(reserved, actual)
@@ -213,7 +214,7 @@ class JudgeWorker:
                 "judge_model": self.model,
                 "prompt_version": PROMPT_VERSION,
                 "scale": c.scale,
-                "calibrated": self.calibration.calibrated(self.model, c.name),
+                "calibrated": False,
             },
         )
 
@@ -297,7 +298,6 @@ class JudgeWorker:
                     await asyncio.wait_for(self._stopping.wait(), REPORT_S)
                 except asyncio.TimeoutError:
                     pass
-                self.calibration.refresh()
                 self._send_report()
             # Stopping: calls in flight get a moment, then are cut and counted.
             deadline = loop.time() + 2.0
@@ -307,9 +307,8 @@ class JudgeWorker:
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
-            if self.inflight:
-                self.report.failures["shutdown"] = self.report.failures.get("shutdown", 0) + self.inflight
-                self.inflight = 0
+            if self._queue.qsize():
+                self._skip("shutdown", self._queue.qsize())  # queued, never sent
             self._send_report()
             await self._session.close()
 

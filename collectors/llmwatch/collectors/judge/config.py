@@ -22,6 +22,7 @@ SKIP_REASONS = (
     "no_text",
     "no_rubric",
     "judge_down",
+    "shutdown",
 )
 FAILURE_REASONS = ("timeout", "unreachable", "http_4xx", "http_5xx", "unparseable", "transport", "shutdown")
 
@@ -125,7 +126,7 @@ class JudgeMetrics(MetricGroup):
     )
     judge_skipped = counter(
         "llmwatch_judge_skipped",
-        "Evaluations picked for the judge but not sent, by reason (queue_full, rate_cap, spend_cap, not_priced, input_tokens_cap, no_text, no_rubric, judge_down).",
+        "Evaluations picked for the judge but not sent, by reason (queue_full, rate_cap, spend_cap, not_priced, input_tokens_cap, no_text, no_rubric, judge_down, shutdown).",
         ["reason"],
     )
     judge_failures = counter(

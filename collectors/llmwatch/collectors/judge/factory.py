@@ -86,6 +86,7 @@ def _create(ctx: Context, section: JudgeSection) -> Component | None:
         child_main=child_main,
         log_level=ctx.section(LoggingSection).level,
         on_idle=recorder.refresh,
+        on_lost=lambda n: recorder.skipped("judge_down", n),
     )
     matrix = ctx.section(MatrixSection)
     sampler = JudgeSampler(section, build_categories(matrix), matrix.default_category)

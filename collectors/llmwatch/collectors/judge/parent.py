@@ -88,11 +88,14 @@ class JudgeProcess:
         child_main: Callable[..., None],
         log_level: str = "warning",
         on_idle: Callable[[], None] | None = None,
+        on_lost: Callable[[int], None] | None = None,
     ) -> None:
         self.section = section
         # Called on the result thread when the child had nothing to say for half a second
         # (the gauges follow a calibration file that changed while no verdict came).
         self._on_idle = on_idle or (lambda: None)
+        # Jobs handed to a child that died before reading them: counted (judge_down), never silent.
+        self._on_lost = on_lost or (lambda n: None)
         self._pricing = pricing
         self._api_key = api_key
         self._on_report = on_report
@@ -179,10 +182,13 @@ class JudgeProcess:
                 if time.monotonic() - last_restart < 5.0:
                     continue  # at most one restart per few seconds
                 last_restart = time.monotonic()
-                log.error("judge_child_died", exitcode=proc.exitcode, restarts=self.restarts)
+                lost = self.backlog
+                log.error("judge_child_died", exitcode=proc.exitcode, restarts=self.restarts, jobs_lost=lost)
                 self.restarts += 1
                 self.ready.clear()
                 self._spawn()
+                if lost:
+                    self._on_lost(lost)
 
     def _dispatch(self, message: object) -> None:
         match message:
@@ -270,6 +276,10 @@ class JudgeRecorder:
                 m.judge_spend.inc(report.spend_usd)
             m.judge_inflight.set(report.inflight)
             scores = [Score.from_json(line) for line in report.scores]
+            for s in scores:
+                # Whether the judge was calibrated when its verdict came in: this process's view of
+                # the calibration file, the same one the gauges show.
+                s.details["calibrated"] = self.calibration.calibrated(self.model, s.check[len("judge:") :])
             counted = [s for s in scores if s.details.get("calibrated") is True]
             stored = [s for s in scores if s.details.get("calibrated") is not True]
             if counted:
@@ -353,4 +363,4 @@ class JudgeSink:
         return 0  # a sample the judge skips is not lost: it is stored and scored as any other
 
     def close(self) -> None:
-        self.process.close(self.process.section.timeout_s and min(self.process.section.timeout_s, 5.0))
+        self.process.close(5.0)

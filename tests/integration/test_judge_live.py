@@ -143,3 +143,40 @@ async def test_a_judge_that_goes_away_changes_nothing_for_clients(tmp_path: Path
             stop_proxy(proxy)
         service.stop()
         judge.stop()
+
+
+async def test_a_judge_child_that_dies_is_said_restarted_and_judges_again(tmp_path: Path):
+    import os
+    import signal
+
+    service = start_simulator("--latency-scale", "0", "--seed", "1")
+    judge = start_simulator("--latency-scale", "0", "--judge-bias", "0")
+    proxy = None
+    try:
+        proxy, ports = start_judged_proxy(
+            tmp_path, simulator_url(service), {"upstream": simulator_url(judge), "model": "sim-judge", "rate": 1.0}
+        )
+        base = f"http://127.0.0.1:{ports['proxy_port']}"
+        first = proxy.wait_event("judge_ready")["pid"]
+        async with aiohttp.ClientSession() as session:
+            await send(base, 5)
+            await wait_metrics(session, ports, lambda m: judged(m) >= 5)
+            os.kill(first, signal.SIGKILL)  # the judge's own process, started by the proxy this test started
+            proxy.wait_event("judge_child_died")
+            deadline = asyncio.get_running_loop().time() + 60
+            while len(proxy.events("judge_ready")) < 2:
+                assert asyncio.get_running_loop().time() < deadline, proxy.output()[-3000:]
+                await asyncio.sleep(0.05)
+            assert proxy.events("judge_ready")[1]["pid"] != first
+            assert await send(base, 5, start=50)
+            m = await wait_metrics(session, ports, lambda m: metric(m, "llmwatch_judge_verdicts_total") >= 10)
+        assert (
+            metric(m, "llmwatch_judge_verdicts_total", result="pass")
+            + metric(m, "llmwatch_judge_verdicts_total", result="fail")
+            == 10
+        )
+    finally:
+        if proxy is not None:
+            stop_proxy(proxy)
+        service.stop()
+        judge.stop()
