@@ -21,7 +21,9 @@ from llmwatch.agent.apps.simulator.judge import true_score
 from llmwatch.core.records import Sample
 
 
-def start_judged_proxy(tmp_path: Path, upstream: str, judge: dict[str, Any], **extra: Any) -> tuple[Proc, dict]:
+def start_judged_proxy(
+    tmp_path: Path, upstream: str, judge: dict[str, Any], env: dict[str, str] | None = None, **extra: Any
+) -> tuple[Proc, dict]:
     """`llmwatch proxy` in front of `upstream`, every call sampled, scoring off, `judge:` as given."""
     config = tmp_path / "llmwatch.yaml"
     doc = {
@@ -35,7 +37,9 @@ def start_judged_proxy(tmp_path: Path, upstream: str, judge: dict[str, Any], **e
         **extra,
     }
     config.write_text(yaml.safe_dump(doc))
-    proxy = Proc([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env())
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env(**(env or {}))
+    )
     return proxy, agent_started(proxy)
 
 

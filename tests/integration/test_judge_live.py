@@ -23,6 +23,7 @@ from llmwatch.core.jsonio import read_records
 
 MODEL = "sim-gpt-4o-mini"
 PRICE = {"input_per_million": 1.0, "output_per_million": 2.0}
+JUDGE_KEY = "sk-judge-secret-5f4e3d2c1b0a9988"
 TOPICS = ["How do I bake sourdough bread?", "Explain kubernetes pods", "Tips for learning python", "A running plan?"]
 
 
@@ -123,7 +124,10 @@ async def test_a_judge_that_goes_away_changes_nothing_for_clients(tmp_path: Path
     try:
         url = simulator_url(service)
         proxy, ports = start_judged_proxy(
-            tmp_path, url, {"upstream": simulator_url(judge), "model": "sim-judge", "rate": 1.0}
+            tmp_path,
+            url,
+            {"upstream": simulator_url(judge), "model": "sim-judge", "rate": 1.0, "api_key": "env:JUDGE_KEY"},
+            env={"JUDGE_KEY": JUDGE_KEY},
         )
         base = f"http://127.0.0.1:{ports['proxy_port']}"
         async with aiohttp.ClientSession() as session:
@@ -138,6 +142,11 @@ async def test_a_judge_that_goes_away_changes_nothing_for_clients(tmp_path: Path
         assert metric(m, "llmwatch_judge_verdicts_total", result="error") == 20
         errors = [s for s in judge_scores(tmp_path / "data") if s["result"] == "error"]
         assert len(errors) == 20 and {s["details"]["exception"] for s in errors} == {"unreachable"}
+        # The judge's key reached no file and no log line.
+        stop_proxy(proxy)
+        assert JUDGE_KEY not in proxy.output()
+        for path in (tmp_path / "data").rglob("*"):
+            assert not path.is_file() or JUDGE_KEY.encode() not in path.read_bytes(), path
     finally:
         if proxy is not None:
             stop_proxy(proxy)

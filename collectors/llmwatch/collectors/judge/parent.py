@@ -124,7 +124,8 @@ class JudgeProcess:
         self._outbox = self._ctx.Queue()
         self._inbox.cancel_join_thread()
         args = (
-            self.section.model_dump(mode="json"),
+            # Without api_key (`env:NAME`, which would dump masked): the key itself travels apart.
+            self.section.model_dump(mode="json", exclude={"api_key"}),
             self._pricing,
             self._api_key,
             self._inbox,
