@@ -33,7 +33,7 @@ def start_judged_proxy(
         "data_dir": str(tmp_path / "data"),
         "sampling": {"rate": 1.0},
         "scoring": {"enabled": False},
-        "judge": {"enabled": True, "cpu_affinity": "all", **judge},
+        "judge": {"enabled": True, **judge},
         **extra,
     }
     config.write_text(yaml.safe_dump(doc))

@@ -120,6 +120,13 @@ class JudgeProcess:
         return None if self._proc is None else self._proc.pid
 
     def _spawn(self) -> None:
+        for old in (self._inbox, self._outbox):  # a dead child's queues: their pipes are closed here
+            if old is not None:
+                try:
+                    old.cancel_join_thread()
+                    old.close()
+                except (OSError, ValueError):
+                    pass
         self._inbox = self._ctx.Queue()
         self._outbox = self._ctx.Queue()
         self._inbox.cancel_join_thread()
