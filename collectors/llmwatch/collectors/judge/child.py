@@ -53,6 +53,7 @@ from llmwatch.scorers.evaluation.judge import (
     parse_reply,
     prompt_tokens,
     reference_answer,
+    response_format,
 )
 from llmwatch.scorers.pipeline.sampler import hash_fraction
 
@@ -151,12 +152,15 @@ class JudgeWorker:
             if len(self.minute) >= cap:
                 self._skip("rate_cap")
                 return
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "temperature": 0,
             "max_tokens": self.section.max_output_tokens,
         }
+        shape = response_format(self.section.response_format, c.scale)
+        if shape is not None:
+            body["response_format"] = shape
         data = orjson.dumps(body)
         reserved = 0.0
         if self.section.max_usd_per_hour is not None:

@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from llmwatch.core.config import Section, cpu_affinity_value, normalize_upstream
 from llmwatch.core.metrics import MetricGroup, counter, gauge
 from llmwatch.core.urls import mask_url
-from llmwatch.scorers.evaluation.judge import DEFAULT_RUBRICS, JudgeRubric
+from llmwatch.scorers.evaluation.judge import DEFAULT_RUBRICS, JudgeRubric, ResponseFormat
 
 SKIP_REASONS = (
     "queue_full",
@@ -54,6 +54,9 @@ class JudgeSection(Section):
     max_inflight: int = Field(4, ge=1, le=256)
     max_input_tokens: int = Field(4000, ge=64)
     max_output_tokens: int = Field(200, ge=8, le=100_000)
+    # How the reply's shape is asked for besides the prompt: none, json_object (JSON mode),
+    # json_schema (OpenAI structured outputs), json_object_with_schema (llama.cpp, vLLM).
+    response_format: ResponseFormat = "none"
     timeout_s: float = Field(60.0, gt=0)
     # Evaluations waiting for a free slot; beyond it a sample is skipped (queue_full).
     max_queue: int = Field(1000, ge=1)

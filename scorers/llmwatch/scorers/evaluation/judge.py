@@ -134,6 +134,41 @@ def judge_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+ResponseFormat = Literal["none", "json_object", "json_schema", "json_object_with_schema"]
+
+
+def verdict_schema(scale: Scale) -> dict[str, Any]:
+    """The JSON schema of a reply on this scale (what a server can constrain its output to)."""
+    field: dict[str, Any] = (
+        {"score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}
+        if scale == "1-5"
+        else {"verdict": {"type": "string", "enum": ["pass", "fail"]}}
+    )
+    return {
+        "type": "object",
+        "properties": {**field, "reason": {"type": "string"}},
+        "required": [*field, "reason"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(kind: ResponseFormat, scale: Scale) -> dict[str, Any] | None:
+    """The request's `response_format` for the judge call, or None to send none.
+
+    `json_object`: JSON mode (OpenAI and most servers); `json_schema`: OpenAI's structured outputs;
+    `json_object_with_schema`: llama.cpp's and vLLM's JSON mode constrained to a schema, which makes
+    even a small model's reply parseable.
+    """
+    if kind == "none":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    schema = verdict_schema(scale)
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}}
+    return {"type": "json_object", "schema": schema}
+
+
 def prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
     """The prompt's size in tokens, estimated without a tokenizer (what the input-token cap reads)."""
     return sum(approx_tokens(m["content"]) + 4 for m in messages)
