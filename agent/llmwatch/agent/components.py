@@ -26,6 +26,8 @@ from llmwatch.collectors.exporters.files import FILES
 from llmwatch.collectors.exporters.kafka import KAFKA, KafkaSection
 from llmwatch.collectors.exporters.webhook import DRIFT_WEBHOOK
 from llmwatch.collectors.intake import PipelineMetrics
+from llmwatch.collectors.judge.config import JudgeSection
+from llmwatch.collectors.judge.factory import JUDGE
 from llmwatch.collectors.otel.config import OtelSection
 from llmwatch.collectors.otel.factory import OTLP_EXPORTER, OTLP_RECEIVER
 from llmwatch.collectors.receivers.proxy.config import CaptureSection, ProxyConfig, ProxySection
@@ -84,6 +86,7 @@ class Config(Section):
     matrix: MatrixSection = Field(default_factory=MatrixSection)
     shadow: Annotated[ShadowSection, SHADOW] = Field(default_factory=ShadowSection)
     consistency: Annotated[ConsistencySection, CONSISTENCY] = Field(default_factory=ConsistencySection)
+    judge: Annotated[JudgeSection, JUDGE] = Field(default_factory=JudgeSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @field_validator("listen", "metrics_listen")

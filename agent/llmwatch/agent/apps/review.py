@@ -342,6 +342,9 @@ def _messages(messages: Sequence[Mapping[str, str]] | None) -> str:
 
 def _task_body(task: ReviewTask, order: Sequence[str]) -> str:
     parts = []
+    if task.stratum == "spot_check":
+        # A judge calibration round: the criteria's meaning matters more than any comparison.
+        parts.append(f'<p class="help">{_e(task.instructions)}</p>')
     if task.prompt:
         parts.append(f'<section class="prompt"><h2>Prompt</h2>{_messages(task.prompt)}</section>')
     else:

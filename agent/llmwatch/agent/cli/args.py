@@ -15,7 +15,7 @@ from llmwatch.core.logs import configure_logging
 
 # Commands whose output a person reads (summaries, tables, reports): their logs stay below
 # warning unless asked for, so that the output is not interleaved with log lines.
-QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "canary", "report", "regress", "review"})
+QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "canary", "report", "regress", "review", "judge"})
 
 # Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
 FLAGS = {

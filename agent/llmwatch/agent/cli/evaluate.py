@@ -195,6 +195,10 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
+    if args.judge_spot_check:
+        from llmwatch.agent.cli.judge import cmd_review_export_spot_check
+
+        return cmd_review_export_spot_check(args)
     if args.pairs:
         from llmwatch.agent.cli.shadow import cmd_review_export_pairs
 
@@ -487,6 +491,10 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         help="instead of --samples/--versions: shadow-evaluation pairs (<data_dir>/pairs), primary vs one candidate on the same prompts",
     )
     p.add_argument("--candidate", help="with --pairs: the candidate to review (default: the only one in the pairs)")
+    p.add_argument(
+        "--judge-spot-check",
+        help="instead of --samples/--versions: the live judge's spot checks (<data_dir>/judge), rated on the judge's criteria to calibrate it",
+    )
     p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")

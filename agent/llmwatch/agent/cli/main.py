@@ -443,6 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     from llmwatch.agent.cli.replay import add_parser as register_replay
 
     register_replay(sub, common)
+
+    from llmwatch.agent.cli.judge import add_parser as register_judge
+
+    register_judge(sub, common)
     return parser
 
 

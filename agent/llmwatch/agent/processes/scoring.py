@@ -642,6 +642,8 @@ def _create(ctx: Context, scoring: ScoringSection) -> Component | None:
         if files.enabled
         else None,
     )
+    # The live judge's verdicts go to the same score files, through this one writer.
+    ctx.provide(recorder)
     dropped = ctx.metrics.group(PipelineMetrics).samples_dropped
     counts = ctx.metrics.group(ScoringMetrics)
     scorer = ScorerProcess(

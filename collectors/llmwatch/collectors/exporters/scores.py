@@ -73,11 +73,15 @@ class ScoreRecorder:
         self.recorded = 0
         self._warn = RateLimitedLog()
 
-    def record(self, scores: Sequence[Score], durations: Sequence[float]) -> None:
+    def record(self, scores: Sequence[Score], durations: Sequence[float], *, count: bool = True) -> None:
+        """Count the scores in the metrics and write them; `count=False` writes them only.
+
+        (The verdicts of an uncalibrated judge are stored but must move no series an alert reads.)
+        """
         m = self.metrics
         now = time.time()
         lagged: set[str] = set()
-        for score, duration in zip(scores, durations):
+        for score, duration in zip(scores, durations) if count else ():
             model = m.model_label(score.model)
             version = m.version_label(score.model_version)
             m.check_results.labels(score.check, score.result, model, version).inc()

@@ -55,7 +55,7 @@ from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowConfig, ShadowMetrics
 from llmwatch.collectors.shadow.consistency import CONSISTENCY_COUNTERS, ConsistencyMetrics
 from llmwatch.collectors.shadow.messages import MirrorClosed, MirrorJob, MirrorReady, MirrorStats, PairLines, StopMirror
-from llmwatch.collectors.shadow.spend import spend_bounds
+from llmwatch.collectors.shadow.spend import HourlySpend, spend_bounds
 from llmwatch.core.config import ConfigError
 from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import Metrics
@@ -129,9 +129,7 @@ class _Candidate:
         # Spend and slots: taken by `offer`, given back by the child's messages, both on the
         # proxy's event loop (no lock: one thread).
         self.inflight = 0
-        self.spent: deque[tuple[float, float]] = deque()
-        self.spent_sum = 0.0
-        self.reserved = 0.0
+        self.budget = HourlySpend(spec.max_usd_per_hour)
         self.mirrored = metrics.shadow_mirrored.labels(candidate=spec.name)
         self.skipped = {r: metrics.shadow_skipped.labels(candidate=spec.name, reason=r) for r in SKIP_REASONS}
         self.spend = metrics.shadow_spend.labels(candidate=spec.name)
@@ -147,26 +145,17 @@ class _Candidate:
 
     def reserve(self, now: float, usd: float) -> bool:
         """Hold `usd` of the hourly budget for one mirror; False when the cap would be passed."""
-        cap = self.spec.max_usd_per_hour
-        spent = self.spent
-        while spent and spent[0][0] < now - 3600.0:
-            self.spent_sum -= spent.popleft()[1]
-        if cap is not None and self.spent_sum + self.reserved + usd > cap:
-            return False
-        self.reserved += usd
-        return True
+        return self.budget.reserve(now, usd)
 
     def settle(self, reserved: float, actual: float) -> None:
-        self.reserved = max(0.0, self.reserved - reserved)
+        self.budget.settle(reserved, actual)
         if actual > 0:
-            self.spent.append((time.monotonic(), actual))
-            self.spent_sum += actual
             self.spend.inc(actual)
 
     def reset(self) -> None:
         """The child died: its mirrors will never report, so their slots and reservations go."""
         self.inflight = 0
-        self.reserved = 0.0
+        self.budget.reset()
 
 
 ChildMain = Callable[..., None]

@@ -10,6 +10,8 @@ past its reservation.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any, Mapping
 
 from llmwatch.collectors.shadow.config import ShadowCandidate
@@ -43,3 +45,39 @@ def spend_bounds(
 def limit_request(route: str, request: dict[str, Any], max_output_tokens: int) -> None:
     """Send the reservation's output bound as the request's limit (the client's own when it was lower)."""
     request[_limit_field(route, request)] = max_output_tokens
+
+
+class HourlySpend:
+    """A USD-per-hour cap that holds under concurrency: reserve the worst case first, settle after.
+
+    `reserve` holds a call's worst-case cost against the last hour's spend plus what calls in
+    flight hold; a call that would pass the cap is refused before it is sent. `settle` gives the
+    reservation back and books what the call really cost. Not thread-safe: one event loop owns
+    it (the shadow mirror's parent, the judge's child).
+    """
+
+    def __init__(self, cap: float | None) -> None:
+        self.cap = cap
+        self.spent: deque[tuple[float, float]] = deque()
+        self.spent_sum = 0.0
+        self.reserved = 0.0
+
+    def reserve(self, now: float, usd: float) -> bool:
+        """Hold `usd` of the hourly budget for one call; False when the cap would be passed."""
+        spent = self.spent
+        while spent and spent[0][0] < now - 3600.0:
+            self.spent_sum -= spent.popleft()[1]
+        if self.cap is not None and self.spent_sum + self.reserved + usd > self.cap:
+            return False
+        self.reserved += usd
+        return True
+
+    def settle(self, reserved: float, actual: float, now: float | None = None) -> None:
+        self.reserved = max(0.0, self.reserved - reserved)
+        if actual > 0:
+            self.spent.append((time.monotonic() if now is None else now, actual))
+            self.spent_sum += actual
+
+    def reset(self) -> None:
+        """Calls in flight will never report (their process died): their reservations go."""
+        self.reserved = 0.0

@@ -141,7 +141,14 @@ def load_window(
     # or by the relevance checks while scoring now; the model runs only for what is left.
     known: dict[str, tuple[str, np.ndarray]] = {}
     if scores_path is not None:
-        scores = [sc for sc in read_records(scores_path, Score, prefix="scores") if sc.sample_id in ids]
+        from llmwatch.scorers.evaluation.judge import counts_for_verdicts
+
+        # An uncalibrated live judge's verdicts are in the same files: shown in reports, never a drift signal.
+        scores = [
+            sc
+            for sc in read_records(scores_path, Score, prefix="scores")
+            if sc.sample_id in ids and counts_for_verdicts(sc)
+        ]
         if scoring.embeddings:
             known = read_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings)
     else:

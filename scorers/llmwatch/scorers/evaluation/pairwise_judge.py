@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llmwatch.core.errors import LlmwatchError
-from llmwatch.scorers.stats.agreement import cohen_kappa
+from llmwatch.scorers.stats.agreement import cohen_kappa, cohen_kappa_interval
 from llmwatch.scorers.stats.paired import mcnemar_two_sided_p
 
 DEFAULT_RUBRIC = "correctness first, then completeness and following the user's instructions; length is not a merit"
@@ -191,26 +191,12 @@ def agreement(
     """
     import math
 
-    import numpy as np
-
     ids = sorted(set(judge) & set(human))
     a = [judge[i] for i in ids]
     b = [human[i] for i in ids]
     confusion = {r: {c: sum(1 for x, y in zip(a, b) if x == r and y == c) for c in OUTCOMES} for r in OUTCOMES}
     kappa = cohen_kappa(a, b, OUTCOMES)
-    lo = hi = math.nan
-    if len(ids) >= 2 and math.isfinite(kappa):
-        rng = np.random.default_rng(seed)
-        index = {o: k for k, o in enumerate(OUTCOMES)}
-        aa, bb = np.array([index[x] for x in a]), np.array([index[y] for y in b])
-        draws = []
-        for _ in range(resamples):
-            pick = rng.integers(0, len(ids), len(ids))
-            k = cohen_kappa([OUTCOMES[i] for i in aa[pick]], [OUTCOMES[i] for i in bb[pick]], OUTCOMES)
-            if math.isfinite(k):
-                draws.append(k)
-        if draws:
-            lo, hi = (float(np.percentile(draws, q)) for q in (50 * (1 - confidence), 100 - 50 * (1 - confidence)))
+    lo, hi = cohen_kappa_interval(a, b, OUTCOMES, confidence=confidence, resamples=resamples, seed=seed)
 
     def clean(x: float) -> float | None:
         return None if not math.isfinite(x) else round(float(x), 4)

@@ -55,6 +55,7 @@ __all__ = [
     "ReviewError",
     "export_tasks",
     "export_pair_tasks",
+    "export_judge_tasks",
     "import_reviews",
     "key_path_for",
     "format_import",
@@ -439,6 +440,99 @@ def export_pair_tasks(
     for _, stratum in usable:
         available[stratum] += 1
     return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), len(chosen), dict(available))
+
+
+JUDGE_INSTRUCTIONS = (
+    "Two answers, A and B, each to its own request: rate each on its own, they are not compared. Score each "
+    "answer on every criterion from 1 (worst) to 5 (best); on a pass/fail criterion give 5 for pass and 1 for "
+    "fail. The criteria: {criteria}"
+)
+
+
+def export_judge_tasks(
+    samples: Sequence[Sample],
+    *,
+    n: int,
+    out_path: str | os.PathLike[str],
+    seed: int | None = None,
+) -> ExportSummary:
+    """Blind tasks from the live judge's spot checks (`<data_dir>/judge/spot-check-*.jsonl`).
+
+    Each spot-checked sample carries the criteria it was judged on (`metadata.judge_criteria`) and
+    its category (`metadata.judge_category`). People rate every answer on those criteria, 1-5,
+    without seeing the judge's verdicts; `llmwatch judge calibrate` joins the two. Two samples of
+    the same category and criteria share a task (as candidates A and B, each with its own prompt)
+    because a task holds two answers; an odd one out pairs within its criteria across categories.
+    """
+    if n < 1:
+        raise ReviewError("--n must be at least 1")
+    groups: dict[tuple[str, tuple[str, ...]], list[tuple[Sample, list[dict[str, Any]]]]] = defaultdict(list)
+    for s in samples:
+        meta = s.metadata if isinstance(s.metadata, dict) else {}
+        criteria = meta.get("judge_criteria")
+        if not isinstance(criteria, list) or not criteria or not s.answer_text().strip():
+            continue
+        specs = [c for c in criteria if isinstance(c, dict) and isinstance(c.get("name"), str)]
+        if not specs:
+            continue
+        category = str(meta.get("judge_category") or "uncategorized")
+        groups[(category, tuple(c["name"] for c in specs))].append((s, specs))
+    if not groups:
+        raise ReviewError(
+            "no spot-checked sample with an answer and its judge criteria; is judge.spot_check_rate above 0, and did the judge run?"
+        )
+    rng = random.Random(seed)
+    chosen: list[tuple[str, tuple[Sample, list[dict[str, Any]]], tuple[Sample, list[dict[str, Any]]]]] = []
+    leftovers: dict[tuple[str, ...], list[tuple[str, tuple[Sample, list[dict[str, Any]]]]]] = defaultdict(list)
+    for (category, names), items in sorted(groups.items()):
+        rng.shuffle(items)
+        for i in range(0, len(items) - 1, 2):
+            chosen.append((category, items[i], items[i + 1]))
+        if len(items) % 2:
+            leftovers[names].append((category, items[-1]))
+    for _names, odd in sorted(leftovers.items()):
+        for i in range(0, len(odd) - 1, 2):
+            chosen.append((odd[i][0], odd[i][1], odd[i + 1][1]))
+    if not chosen:
+        raise ReviewError("fewer than two spot-checked samples with the same criteria: nothing to pair into a task")
+    rng.shuffle(chosen)
+    chosen = chosen[: max(1, (n + 1) // 2)]
+    tasks_path, key_path = _round_paths(out_path)
+    lines = []
+    key_tasks: dict[str, dict[str, KeyEntry]] = {}
+    counts: dict[str, int] = defaultdict(int)
+    all_criteria: list[str] = []
+    versions: list[str] = []
+    for i, (category, first, second) in enumerate(chosen, start=1):
+        task_id = f"T-{i:04d}"
+        specs = first[1]
+        criterion_names = [str(c["name"]) for c in specs]
+        all_criteria.extend(c for c in criterion_names if c not in all_criteria)
+        described = "; ".join(f"{c['name']}: {c.get('description', '')}".strip() for c in specs)
+        task = ReviewTask(
+            task_id=task_id,
+            category=category,
+            stratum="spot_check",
+            same_prompt=False,
+            candidates={
+                label: Candidate(answer=s.answer_text(), prompt=_messages_for_review(s.request))
+                for label, (s, _) in zip(LABELS, (first, second))
+            },
+            criteria=criterion_names,
+            instructions=JUDGE_INSTRUCTIONS.format(criteria=described),
+        )
+        lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        key_tasks[task_id] = {
+            label: KeyEntry(model_version=s.model_version or "unknown", sample_id=s.id)
+            for label, (s, _) in zip(LABELS, (first, second))
+        }
+        for s, _ in (first, second):
+            if (s.model_version or "unknown") not in versions:
+                versions.append(s.model_version or "unknown")
+        counts["spot_check"] += 1
+    _write_round(tasks_path, key_path, lines, key_tasks, versions=versions, seed=seed, criteria=all_criteria)
+    available = sum(len(v) for v in groups.values())
+    return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), 0, {"spot_check": available})
 
 
 # --- import ------------------------------------------------------------------------------------

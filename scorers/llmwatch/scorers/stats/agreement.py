@@ -23,7 +23,7 @@ from typing import Hashable, Literal, Sequence
 
 import numpy as np
 
-__all__ = ["krippendorff_alpha", "cohen_kappa"]
+__all__ = ["krippendorff_alpha", "cohen_kappa", "cohen_kappa_interval"]
 
 Level = Literal["nominal", "ordinal", "interval"]
 
@@ -102,3 +102,38 @@ def cohen_kappa(
     if denom == 0.0:
         return math.nan
     return float(1.0 - float((w * observed).sum()) / denom)
+
+
+def cohen_kappa_interval(
+    a: Sequence[Hashable],
+    b: Sequence[Hashable],
+    labels: Sequence[Hashable],
+    weights: Literal["linear", "quadratic"] | None = None,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of `cohen_kappa` over the rated items (NaN, NaN when undefined).
+
+    Items are resampled with replacement; resamples where kappa is undefined (no variation) are
+    left out. Seeded: the same ratings give the same interval.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"a and b must rate the same items, got {len(a)} and {len(b)} ratings")
+    if len(a) < 2 or not math.isfinite(cohen_kappa(a, b, labels, weights)):
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    index = {v: i for i, v in enumerate(labels)}
+    aa = np.array([index[x] for x in a])
+    bb = np.array([index[y] for y in b])
+    draws = []
+    for _ in range(resamples):
+        pick = rng.integers(0, len(a), len(a))
+        k = cohen_kappa([labels[i] for i in aa[pick]], [labels[i] for i in bb[pick]], labels, weights)
+        if math.isfinite(k):
+            draws.append(k)
+    if not draws:
+        return (math.nan, math.nan)
+    tail = 50 * (1 - confidence)
+    return (float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail)))

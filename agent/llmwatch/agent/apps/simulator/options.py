@@ -36,3 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=None, help="seed for answers of requests without their own `seed` (default: random)"
     )
+    parser.add_argument(
+        "--judge-bias",
+        type=float,
+        default=None,
+        help="judge mode: answer llmwatch's judge prompts with a verdict this far from the answer's true 1-5 quality "
+        "(e.g. 0.5: lenient); off by default",
+    )
+    parser.add_argument(
+        "--judge-noise",
+        type=float,
+        default=0.0,
+        help="judge mode: standard deviation of the judge's noise on the 1-5 scale (default 0)",
+    )

@@ -92,6 +92,10 @@ class SimProfile:
     # The `model` answers name, as a provider resolves an alias to a dated snapshot; None: the
     # requested model. Switching profiles with another one is a silent version change.
     served_model: str | None = None
+    # Judge mode (agent/llmwatch/agent/apps/simulator/judge.py): llmwatch's judge prompts are
+    # answered with a verdict of this bias and noise on the 1-5 scale; None: answered as any chat.
+    judge_bias: float | None = None
+    judge_noise: float = 0.0
 
 
 # "B" is the regressed version the demo switches to: slower, terser, and
@@ -811,6 +815,11 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
         raise _ApiError(
             400, "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
         )
+    if ctx.profile.judge_bias is not None:
+        from llmwatch.agent.apps.simulator.judge import is_judge_prompt
+
+        if is_judge_prompt(messages):
+            return await _judge(ctx, model, messages)
     max_tokens = _opt_int(body, "max_completion_tokens", "max_tokens")
     n = _opt_int(body, "n", maximum=128) or 1
     fmt = body.get("response_format")
@@ -1001,6 +1010,28 @@ def _stability_answer(ctx: _Ctx, messages: list[Any]) -> tuple[SimProfile, rando
     # The version's behaviour over turns and on re-asks (simulator/stability.py).
     profile = conversation_profile(ctx.profile, messages)
     return answer_rng(profile, ctx.rng, ctx.body, ctx.request.app[_RNG_KEY])
+
+
+async def _judge(ctx: _Ctx, model: str, messages: list[Any]) -> web.StreamResponse:
+    """A judge's verdict (judge mode), non-streamed, with usage as a hosted judge reports it."""
+    from llmwatch.agent.apps.simulator.judge import judge_reply
+
+    text = judge_reply(messages, ctx.profile.judge_bias or 0.0, ctx.profile.judge_noise)
+    prompt_tokens = sum(_count_tokens(_content_text(m.get("content"))) for m in messages if isinstance(m, dict))
+    completion_tokens = _count_tokens(text)
+    await ctx.generation_delay(completion_tokens)
+    payload: dict[str, Any] = {
+        "id": "chatcmpl-" + ctx.ident,
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": "stop"}
+        ],
+    }
+    if ctx.usage_allowed():
+        payload["usage"] = _usage(prompt_tokens, completion_tokens)
+    return await _json_response(ctx, payload)
 
 
 async def _completions(ctx: _Ctx) -> web.StreamResponse:
@@ -1399,9 +1430,23 @@ async def start_simulator(
     return handle
 
 
-def _profile_from_args(name: str, latency_scale: float, served_model: str | None = None) -> SimProfile:
+def _profile_from_args(
+    name: str,
+    latency_scale: float,
+    served_model: str | None = None,
+    judge_bias: float | None = None,
+    judge_noise: float = 0.0,
+) -> SimProfile:
     base = PROFILES.get(name) or SimProfile(name=name)
-    return SimProfile(**{**asdict(base), "latency_scale": latency_scale, "served_model": served_model})
+    return SimProfile(
+        **{
+            **asdict(base),
+            "latency_scale": latency_scale,
+            "served_model": served_model,
+            "judge_bias": judge_bias,
+            "judge_noise": judge_noise,
+        }
+    )
 
 
 async def serve(args: argparse.Namespace, out: Any = None) -> int:
@@ -1412,7 +1457,13 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
     handle = await start_simulator(
         args.host,
         args.port,
-        _profile_from_args(args.profile, args.latency_scale, getattr(args, "served_model", None)),
+        _profile_from_args(
+            args.profile,
+            args.latency_scale,
+            getattr(args, "served_model", None),
+            getattr(args, "judge_bias", None),
+            getattr(args, "judge_noise", 0.0) or 0.0,
+        ),
         seed=args.seed,
     )
     from llmwatch.agent.signals import wait_for_signal

@@ -1,0 +1,1 @@
+"""The live model judge: sampled pointwise verdicts on captured calls, off the proxy's process."""

@@ -1,0 +1,100 @@
+"""What the live judge's tests share: a proxy with `judge:` on, its scores on disk, its metrics, people's reviews."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers.agents import metric
+from helpers.procs import Proc, agent_env, agent_started
+from llmwatch.agent.apps.simulator.judge import true_score
+from llmwatch.core.records import Sample
+
+
+def start_judged_proxy(
+    tmp_path: Path, upstream: str, judge: dict[str, Any], env: dict[str, str] | None = None, **extra: Any
+) -> tuple[Proc, dict]:
+    """`llmwatch proxy` in front of `upstream`, every call sampled, scoring off, `judge:` as given."""
+    config = tmp_path / "llmwatch.yaml"
+    doc = {
+        "upstream": upstream,
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "data_dir": str(tmp_path / "data"),
+        "sampling": {"rate": 1.0},
+        "scoring": {"enabled": False},
+        "judge": {"enabled": True, **judge},
+        **extra,
+    }
+    config.write_text(yaml.safe_dump(doc))
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env(**(env or {}))
+    )
+    return proxy, agent_started(proxy)
+
+
+def stop_proxy(proxy: Proc) -> None:
+    if proxy.popen.poll() is None:
+        proxy.popen.send_signal(signal.SIGTERM)
+        proxy.popen.wait(timeout=60)
+    proxy.stop()
+
+
+async def scrape(session: aiohttp.ClientSession, ports: dict) -> dict:
+    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
+        text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def judge_scores(data_dir: Path) -> list[dict]:
+    out = []
+    for path in sorted(glob.glob(str(data_dir / "scores" / "scores-*.jsonl"))):
+        with open(path, "rb") as fh:
+            out.extend(orjson.loads(line) for line in fh if line.strip())
+    return [s for s in out if s["check"].startswith("judge:")]
+
+
+async def wait_metrics(session: aiohttp.ClientSession, ports: dict, done, timeout: float = 120.0) -> dict:
+    """Scrape until `done(metrics)` holds; fail with the last scrape after `timeout`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        m = await scrape(session, ports)
+        if done(m):
+            return m
+        assert asyncio.get_running_loop().time() < deadline, {k: v for k, v in m.items() if "judge" in k[0]}
+        await asyncio.sleep(0.2)
+
+
+def judged(m: dict) -> float:
+    """Evaluations the judge finished or gave up on: verdicts (error included) and skips."""
+    return metric(m, "llmwatch_judge_verdicts_total") + metric(m, "llmwatch_judge_skipped_total")
+
+
+def review_as_people(tasks_key: Path, samples: dict[str, Sample], out: Path) -> int:
+    """Blind reviews of a judge round by one "person" who rates with the simulator's rule (true_score)."""
+    key = json.loads(tasks_key.read_text())
+    lines = []
+    for task_id, sides in key["tasks"].items():
+        rated = {}
+        for label, entry in sides.items():
+            s = samples[entry["sample_id"]]
+            rated[label] = {c: true_score(s.prompt_text(), s.answer_text()) for c in key["criteria"]}
+        lines.append(
+            orjson.dumps({"task_id": task_id, "candidates": ["A", "B"], "scores": rated, "judge": "ana", "blind": True})
+        )
+    out.write_bytes(b"\n".join(lines) + b"\n")
+    return len(lines)
