@@ -10,7 +10,7 @@ Layout (hive-style, what DuckDB, Spark, Polars and pyarrow read as partitions):
 the record's own (a pair's primary side), percent-encoded, `__none__` when unset. Both stay columns
 inside the files too, so a file read alone is complete. Scalar fields are typed columns; nested
 values (request, response, metadata, details, a pair's sides) are JSON text columns, so a row
-turns back into exactly the JSON record (docs/reference/parquet.md, schema `PARQUET_SCHEMA`).
+turns back into exactly the JSON record (docs/guide/archive.md, schema `PARQUET_SCHEMA`).
 
 Writing is in llmwatch.core.parquet_write (it needs the atomic writer of llmwatch.core.jsonio,
 whose `read_records` reads datasets through this module). pyarrow is the optional `[parquet]` extra: imported only when a dataset is written or read.

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from llmwatch.core.jsonio import atomic_writer, make_dirs
-from llmwatch.core.parquet import PartitionKey, pyarrow_module, arrow_schema, partition_of, to_row
+from llmwatch.core.parquet import PartitionKey, arrow_schema, partition_of, pyarrow_module, to_row
 
 
 def write_part(
