@@ -112,6 +112,9 @@ def test_a_bad_row_is_named_by_file_and_row(tmp_path):
     )
     with pytest.raises(RecordError, match=r"x\.parquet: row 2: .*status"):
         list(read_records(tmp_path))
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 2 and "x.parquet: row 2" in proc.stderr and "status" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "scores.jsonl").exists()
 
 
 def test_drift_gives_the_same_verdicts_on_json_lines_and_on_the_parquet_dataset(tmp_path):
@@ -163,3 +166,18 @@ def test_drift_gives_the_same_verdicts_on_json_lines_and_on_the_parquet_dataset(
     a, b = (orjson.loads((tmp_path / n).read_bytes()) for n in ("base.json", "base2.json"))
     volatile = {"created_at", "checksum"}
     assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
+
+
+def test_score_reads_the_dataset_and_gives_the_scores_it_gives_on_json_lines(tmp_path):
+    samples = [sample(i, "v1", i % 4 == 0) for i in range(40)]
+    write_jsonl(tmp_path / "s.jsonl", samples)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", samples)
+    for source, out in ((tmp_path / "s.jsonl", "a.jsonl"), (tmp_path / "ds", "b.jsonl")):
+        proc = llmwatch("score", "--in", str(source), "--out", str(tmp_path / out), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+
+    def verdicts(name: str) -> list:
+        scores = [orjson.loads(line) for line in (tmp_path / name).read_bytes().splitlines()]
+        return sorted((s["sample_id"], s["check"], s["result"], s["value"]) for s in scores)
+
+    assert verdicts("a.jsonl") == verdicts("b.jsonl") and len(verdicts("a.jsonl")) >= 40
