@@ -244,14 +244,21 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
 
-def covered_ranges(root: str | os.PathLike[str], kind: str, topic: str, partition: int) -> list[tuple[int, int]]:
-    """Offset ranges of `topic`/`partition` that files under `<root>/<kind>` already hold, from their names."""
-    base = Path(root) / kind
-    if not base.is_dir():
-        return []
+def ranges_in(directory: str | os.PathLike[str], topic: str, partition: int) -> list[tuple[int, int]]:
+    """Offset ranges of `topic`/`partition` that the files of one partition directory hold, from their names.
+
+    A record's partition directory follows from the record alone, so every file that could hold
+    a given offset is in the directory of that offset's record: one listing answers for a run."""
+    prefix = f"part-{topic}-p{partition}-"
     out = []
-    for p in base.rglob(f"part-{topic}-p{partition}-*.parquet"):
-        m = PART_NAME.match(p.name)
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        m = PART_NAME.match(entry.name)
         if m and m["topic"] == topic and int(m["partition"]) == partition:
             out.append((int(m["first"]), int(m["last"])))
     return sorted(out)

@@ -181,3 +181,20 @@ def test_score_reads_the_dataset_and_gives_the_scores_it_gives_on_json_lines(tmp
         return sorted((s["sample_id"], s["check"], s["result"], s["value"]) for s in scores)
 
     assert verdicts("a.jsonl") == verdicts("b.jsonl") and len(verdicts("a.jsonl")) >= 40
+
+
+def test_the_archiver_writes_around_a_range_another_worker_already_wrote(tmp_path):
+    from llmwatch.agent.components import metric_groups
+    from llmwatch.agent.processes.kafka_archive import Archiver
+    from llmwatch.core.metrics import Metrics
+
+    records = [sample(i, "v1", False).model_copy(update={"timestamp": T0}) for i in range(8)]
+    key = parquet.partition_of("samples", records[0])
+    # Another worker wrote offsets 3..4 and was killed before committing.
+    parquet_write.write_part(tmp_path, "samples", key, parquet.part_name("t", 0, 3, 4), records[3:5])
+    archiver = Archiver(tmp_path, {"t": "samples"}, Metrics(groups=metric_groups()))
+    for offset, r in enumerate(records):
+        archiver.add("t", 0, offset, r.to_json())
+    assert archiver.flush() == {("t", 0): 8}
+    assert parquet.ranges_in(tmp_path / "samples" / key.directory(), "t", 0) == [(0, 2), (3, 4), (5, 7)]
+    assert sorted(s.id for s in read_records(tmp_path)) == sorted(r.id for r in records)

@@ -7,10 +7,11 @@ Exactly one row per record, across restarts and rebalances, without readers dedu
   `part-<topic>-p<partition>-<first>-<last>.parquet` (offsets zero-padded to 20 digits);
 * a file appears whole or not at all (temporary file, fsync, rename, directory fsync), and the
   consumer commits an offset only after every file below it is durable;
-* a worker that gets a partition (at start, after a rebalance, after another worker was killed)
-  reads which offset ranges the files on disk already hold and skips those records: the offsets
-  it is handed again (committed late or never) are never written twice. File ranges therefore
-  never overlap, and the runs are split at any already-covered offset.
+* before writing a run, the worker lists the run's partition directory (the only place a file
+  holding those offsets can be, since a record's directory follows from the record) and skips
+  the offsets a file already holds: offsets handed out again (committed late or never, after a
+  kill or a rebalance, or a group replaying from 0) are never written twice. File ranges
+  therefore never overlap; a run is split at any already-covered offset.
 
 The output directory must be shared by every worker of the group (one file system, or a mount
 every worker writes). A run is cut where the partition key changes, so traffic that interleaves
@@ -49,8 +50,13 @@ class Covered:
         return isinstance(offset, int) and any(a <= offset <= b for a, b in self.ranges)
 
     def add(self, first: int, last: int) -> None:
-        self.ranges.append((first, last))
-        self.ranges.sort()
+        if (first, last) not in self.ranges:
+            self.ranges.append((first, last))
+            self.ranges.sort()
+
+    def between(self, lo: int, hi: int) -> bool:
+        """A covered range lies wholly between two offsets: a run may not span it."""
+        return any(lo < a and b < hi for a, b in self.ranges)
 
 
 def runs(
@@ -70,7 +76,7 @@ def runs(
         if record is None:
             continue
         k = parquet.partition_of(kind, record)
-        if current and k != key:
+        if current and (k != key or covered.between(current[-1][0], offset)):
             out.append(current)
             current = []
         current.append((offset, record))
@@ -91,10 +97,9 @@ class Archiver:
         self.buffers: dict[tuple[str, int], list[tuple[int, BaseModel | None]]] = {}
 
     def assigned(self, topic: str, partition: int) -> None:
-        # Re-read at every assignment: another worker may have written since this one last held it.
-        self.covered[(topic, partition)] = Covered(
-            parquet.covered_ranges(self.root, self.kinds[topic], topic, partition)
-        )
+        # What this worker knew of a partition it held before may be stale: forget it. What is on
+        # disk is read from the run's own directory before every write (`write_run`).
+        self.covered[(topic, partition)] = Covered([])
 
     def add(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         if (topic, partition) not in self.covered:
@@ -125,17 +130,32 @@ class Archiver:
             if skipped:
                 self._count("duplicate", skipped)
             for run in runs(records, kind, covered):
-                first, last = run[0][0], run[-1][0]
-                key = parquet.partition_of(kind, run[0][1])
-                path = parquet_write.write_part(
-                    self.root, kind, key, parquet.part_name(topic, partition, first, last), [r for _, r in run]
-                )
-                covered.add(first, last)
-                self._count("archived", len(run))
-                log.debug("archive_file_written", path=str(path), rows=len(run))
+                self.write_run(topic, partition, kind, run, covered)
             if records:
                 done[tp] = records[-1][0] + 1
         return done
+
+    def write_run(
+        self, topic: str, partition: int, kind: str, run: list[tuple[int, BaseModel]], covered: Covered
+    ) -> None:
+        """Write the part of `run` that no file holds yet: the files of the run's directory are
+        listed first, so a range another worker wrote (a worker killed before its commit, a group
+        replaying from 0) is skipped, and no written range overlaps another."""
+        key = parquet.partition_of(kind, run[0][1])
+        for first, last in parquet.ranges_in(self.root / kind / key.directory(), topic, partition):
+            covered.add(first, last)
+        pieces = runs(run, kind, covered)
+        kept = sum(len(p) for p in pieces)
+        if kept < len(run):
+            self._count("duplicate", len(run) - kept)
+        for piece in pieces:
+            first, last = piece[0][0], piece[-1][0]
+            path = parquet_write.write_part(
+                self.root, kind, key, parquet.part_name(topic, partition, first, last), [r for _, r in piece]
+            )
+            covered.add(first, last)
+            self._count("archived", len(piece))
+            log.debug("archive_file_written", path=str(path), rows=len(piece))
 
     def drop(self, tp: tuple[str, int]) -> None:
         self.buffers.pop(tp, None)
