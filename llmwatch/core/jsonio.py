@@ -278,6 +278,10 @@ class _Partial(Exception):
         self.kept = kept
 
 
+def _has_jsonl(source: str | os.PathLike[str], prefix: str) -> bool:
+    return bool(glob.glob(str(Path(source) / f"{prefix}-*.jsonl")) or glob.glob(str(Path(source) / "*.jsonl")))
+
+
 def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list[str]:
     """A file, or every `<prefix>-*.jsonl` (then any `*.jsonl`) in a directory, oldest first."""
     path = Path(source)
@@ -286,7 +290,9 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
     if path.is_dir():
         files = sorted(glob.glob(str(path / f"{prefix}-*.jsonl"))) or sorted(glob.glob(str(path / "*.jsonl")))
         if not files:
-            raise RecordError(f"{source}: no {prefix}-*.jsonl or *.jsonl files in this directory")
+            raise RecordError(
+                f"{source}: no {prefix}-*.jsonl or *.jsonl files in this directory (nor a Parquet dataset of {prefix})"
+            )
         return files
     raise RecordError(f"{source}: no such file or directory")
 
@@ -337,7 +343,14 @@ def read_records(source: str | os.PathLike[str], model: type[M], prefix: str = "
 def read_records(
     source: str | os.PathLike[str], model: type[BaseModel] = Sample, prefix: str = "samples"
 ) -> Iterator[BaseModel]:
-    """Validated records of a file, or of every `<prefix>-*.jsonl` file of a directory in order."""
+    """Validated records of a file, or of every `<prefix>-*.jsonl` file of a directory in order, or
+    of a Parquet dataset directory (llmwatch.core.parquet: `<dir>/<prefix>/date=.../...parquet`)."""
+    if Path(source).is_dir() and not _has_jsonl(source, prefix):
+        from llmwatch.core import parquet
+
+        if parquet.is_dataset(source, prefix):
+            yield from parquet.read_dataset(source, model, prefix)
+            return
     for path in jsonl_paths(source, prefix):
         yield from iter_jsonl(path, model)
 

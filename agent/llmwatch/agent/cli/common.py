@@ -40,8 +40,12 @@ def show_usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace]
 
 def require_records(source: str, flag: str, what: str = "samples") -> None:
     """`source` (a file or a directory of .jsonl) exists and holds at least one record."""
+    from llmwatch.core import parquet
     from llmwatch.core.jsonio import jsonl_paths
 
+    if Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what):
+        # A Parquet dataset (`llmwatch archive`'s output): the reader checks its rows.
+        return
     try:
         paths = jsonl_paths(source, what)
     except RecordError as exc:

@@ -209,6 +209,22 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    require("kafka", "llmwatch archive")
+    require("parquet", "llmwatch archive")
+    from llmwatch.agent.processes.kafka_archive import run_archiver
+
+    kafka = _kafka_overrides(args) or {}
+    if args.pairs_topic:
+        kafka["pairs_topic"] = args.pairs_topic
+    return run_archiver(
+        config_from_args(args, kafka=kafka or None),
+        args.out,
+        batch_records=args.batch_records,
+        flush_s=args.flush_s,
+    )
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from llmwatch.agent.apps.simulator.server import run
 
@@ -381,6 +397,23 @@ def build_parser() -> argparse.ArgumentParser:
     kafka_options(p, "the workers' group id; the aggregator uses <group>-aggregator (default: kafka.group_id)")
     p.add_argument("--baseline", help="baseline file for drift (default: drift.baseline)")
     p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser(
+        "archive",
+        help="write the samples, scores and pairs topics to a Parquet dataset, exactly one row per record",
+    )
+    kafka_options(p, "the workers' group id; archive workers use <group>-archive (default: kafka.group_id)")
+    p.add_argument("--pairs-topic", help="pairs topic (default: kafka.pairs_topic, llmwatch.pairs)")
+    p.add_argument(
+        "--out", required=True, help="dataset directory shared by every archive worker (samples/, scores/, pairs/)"
+    )
+    p.add_argument(
+        "--batch-records", type=int, default=10_000, help="most records buffered before a write (default 10000)"
+    )
+    p.add_argument(
+        "--flush-s", type=float, default=10.0, help="write buffered records at least this often, seconds (default 10)"
+    )
+    p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser(
         "ingest",

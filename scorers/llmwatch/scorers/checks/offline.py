@@ -57,14 +57,20 @@ def score_files(
 ) -> int:
     from tqdm import tqdm
 
-    paths = jsonl_paths(source)
+    from llmwatch.core import parquet
+
+    # A Parquet dataset (`llmwatch archive`) is read by `read_records` too; its files are counted.
+    dataset = Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, "samples")
+    paths = [str(p) for p in parquet.dataset_files(source, "samples")] if dataset else jsonl_paths(source)
     suite = build_suite(offline_scoring(scoring))
     target = Path(out_path)
     scores_all = []
     samples_seen = 0
     shown = sys.stderr.isatty()
     # The total is one more read of every file: only worth it when a bar is shown.
-    progress = tqdm(total=_count_lines(paths) if shown else None, unit="sample", disable=not shown, file=sys.stderr)
+    progress = tqdm(
+        total=_count_lines(paths) if shown and not dataset else None, unit="sample", disable=not shown, file=sys.stderr
+    )
     # Answer vectors the relevance checks just computed (no second model call), kept beside the
     # scores so that `baseline freeze` and `drift --scores` do not embed again.
     vectors: dict[str, tuple[str, Any]] = {}

@@ -1,0 +1,268 @@
+"""Samples, scores and pairs as Parquet datasets: the shared form any engine reads.
+
+Layout (hive-style, what DuckDB, Spark, Polars and pyarrow read as partitions):
+
+    <root>/samples/date=YYYY-MM-DD/model_version=<v>/part-....parquet
+    <root>/scores/date=.../model_version=.../part-....parquet
+    <root>/pairs/date=.../model_version=.../part-....parquet
+
+`date` is the UTC day of the record's timestamp (a score's `sample_timestamp`); `model_version` is
+the record's own (a pair's primary side), percent-encoded, `__none__` when unset. Both stay columns
+inside the files too, so a file read alone is complete. Scalar fields are typed columns; nested
+values (request, response, metadata, details, a pair's sides) are JSON text columns, so a row
+turns back into exactly the JSON record (docs/guide/archive.md, schema `PARQUET_SCHEMA`).
+
+Writing is in llmwatch.core.parquet_write (it needs the atomic writer of llmwatch.core.jsonio,
+whose `read_records` reads datasets through this module). pyarrow is the optional `[parquet]` extra: imported only when a dataset is written or read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.pairs import Pair
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+
+PARQUET_SCHEMA = "llmwatch.parquet/v1"
+NONE_VERSION = "__none__"
+
+Kind = Literal["samples", "scores", "pairs"]
+MODELS: dict[str, type[BaseModel]] = {"samples": Sample, "scores": Score, "pairs": Pair}
+
+# (column, field path in the JSON record, type): "json" columns hold the field as JSON text.
+ColumnType = Literal["string", "int", "float", "bool", "timestamp", "json"]
+COLUMNS: dict[str, list[tuple[str, tuple[str, ...], ColumnType]]] = {
+    "samples": [
+        ("schema", ("schema",), "string"),
+        ("id", ("id",), "string"),
+        ("client_request_id", ("client_request_id",), "string"),
+        ("timestamp", ("timestamp",), "timestamp"),
+        ("route", ("route",), "string"),
+        ("operation", ("operation",), "string"),
+        ("model", ("model",), "string"),
+        ("response_model", ("response_model",), "string"),
+        ("model_version", ("model_version",), "string"),
+        ("status", ("status",), "int"),
+        ("error_type", ("error_type",), "string"),
+        ("latency_ms", ("latency_ms",), "float"),
+        ("ttft_ms", ("ttft_ms",), "float"),
+        ("stream", ("stream",), "bool"),
+        ("usage_input_tokens", ("usage", "input_tokens"), "int"),
+        ("usage_output_tokens", ("usage", "output_tokens"), "int"),
+        ("usage_estimated", ("usage", "estimated"), "bool"),
+        ("finish_reason", ("finish_reason",), "string"),
+        ("cost_usd", ("cost_usd",), "float"),
+        ("request", ("request",), "json"),
+        ("response", ("response",), "json"),
+        ("sample_reason", ("sample_reason",), "string"),
+        ("redacted", ("redacted",), "bool"),
+        ("capture_notes", ("capture_notes",), "json"),
+        ("metadata", ("metadata",), "json"),
+    ],
+    "scores": [
+        ("schema", ("schema",), "string"),
+        ("sample_id", ("sample_id",), "string"),
+        ("check", ("check",), "string"),
+        ("kind", ("kind",), "string"),
+        ("result", ("result",), "string"),
+        ("value", ("value",), "float"),
+        ("details", ("details",), "json"),
+        ("model", ("model",), "string"),
+        ("model_version", ("model_version",), "string"),
+        ("route", ("route",), "string"),
+        ("sample_timestamp", ("sample_timestamp",), "timestamp"),
+        ("scored_at", ("scored_at",), "timestamp"),
+    ],
+    "pairs": [
+        ("schema", ("schema",), "string"),
+        ("id", ("id",), "string"),
+        ("candidate", ("candidate",), "string"),
+        ("timestamp", ("timestamp",), "timestamp"),
+        ("route", ("route",), "string"),
+        ("category", ("category",), "string"),
+        ("model_version", ("primary", "model_version"), "string"),
+        ("primary", ("primary",), "json"),
+        ("shadow", ("shadow",), "json"),
+        ("primary_scores", ("primary_scores",), "json"),
+        ("shadow_scores", ("shadow_scores",), "json"),
+        ("scored_by", ("scored_by",), "string"),
+    ],
+}
+# Columns derived from another field (read back from that field, not from the column).
+DERIVED = {("pairs", "model_version")}
+
+PART_NAME = re.compile(r"^part-(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})\.parquet$")
+
+
+def pyarrow_module() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise RecordError(
+            "reading or writing Parquet needs the [parquet] extra: pip install 'llmwatch[parquet]'"
+        ) from None
+    return pyarrow
+
+
+def arrow_schema() -> dict[str, Any]:
+    """The pyarrow schema of each kind (also what the reference page documents)."""
+    pa = pyarrow_module()
+    types = {
+        "string": pa.string(),
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "bool": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "json": pa.string(),
+    }
+    return {
+        kind: pa.schema(
+            [pa.field(name, types[t]) for name, _, t in cols],
+            metadata={b"llmwatch.schema": PARQUET_SCHEMA.encode(), b"llmwatch.kind": kind.encode()},
+        )
+        for kind, cols in COLUMNS.items()
+    }
+
+
+def _get(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = data
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _timestamp(record: BaseModel, path: tuple[str, ...]) -> datetime:
+    value: Any = record
+    for key in path:
+        value = getattr(value, key)
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def to_row(kind: str, record: BaseModel) -> dict[str, Any]:
+    """One record as one row of `kind`'s columns."""
+    data = record.model_dump(mode="json", by_alias=True)
+    row: dict[str, Any] = {}
+    for name, path, t in COLUMNS[kind]:
+        if t == "json":
+            row[name] = orjson.dumps(_get(data, path)).decode()
+        elif t == "timestamp":
+            row[name] = _timestamp(record, path)
+        else:
+            row[name] = _get(data, path)
+    return row
+
+
+def from_row(kind: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The JSON record a row holds (validated by the caller)."""
+    data: dict[str, Any] = {}
+    for name, path, t in COLUMNS[kind]:
+        if (kind, name) in DERIVED:
+            continue
+        value = row.get(name)
+        if t == "json":
+            value = orjson.loads(value) if value is not None else None
+        elif t == "timestamp" and isinstance(value, datetime):
+            value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        target = data
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = value
+    return data
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    date: str
+    model_version: str | None
+
+    def directory(self) -> str:
+        version = NONE_VERSION if self.model_version is None else quote(self.model_version, safe="")
+        return f"date={self.date}/model_version={version}"
+
+
+def partition_of(kind: str, record: BaseModel) -> PartitionKey:
+    if isinstance(record, Score):
+        when, version = record.sample_timestamp, record.model_version
+    elif isinstance(record, Pair):
+        when, version = record.timestamp, record.primary.model_version
+    elif isinstance(record, Sample):
+        when, version = record.timestamp, record.model_version
+    else:
+        raise TypeError(f"not a {kind} record: {type(record).__name__}")
+    return PartitionKey(when.astimezone(timezone.utc).strftime("%Y-%m-%d"), version)
+
+
+def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
+    """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
+    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped."""
+    root = Path(source)
+    if (root / kind).is_dir():
+        root = root / kind
+    files = [
+        p
+        for p in root.rglob("*.parquet")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ]
+    return sorted(files, key=lambda p: (str(p.parent), p.name))
+
+
+def is_dataset(source: str | os.PathLike[str], kind: str) -> bool:
+    path = Path(source)
+    return path.is_dir() and bool(dataset_files(path, kind))
+
+
+def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: str) -> Iterator[BaseModel]:
+    """Validated records of every file of a dataset; `RecordError` names the file, row and field."""
+    pa = pyarrow_module()
+    for path in dataset_files(source, kind):
+        try:
+            table = pa.parquet.read_table(path, partitioning=None)
+        except (OSError, pa.ArrowException) as exc:
+            raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+        meta = (table.schema.metadata or {}).get(b"llmwatch.schema", b"").decode()
+        if meta and meta != PARQUET_SCHEMA:
+            raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {PARQUET_SCHEMA!r}")
+        for n, row in enumerate(table.to_pylist(), start=1):
+            try:
+                yield model.model_validate(from_row(kind, row))
+            except orjson.JSONDecodeError as exc:
+                raise RecordError(f"{path}: row {n}: a JSON column is not valid JSON ({exc})") from None
+            except ValidationError as exc:
+                raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
+
+
+def ranges_in(directory: str | os.PathLike[str], topic: str, partition: int) -> list[tuple[int, int]]:
+    """Offset ranges of `topic`/`partition` that the files of one partition directory hold, from their names.
+
+    A record's partition directory follows from the record alone, so every file that could hold
+    a given offset is in the directory of that offset's record: one listing answers for a run."""
+    prefix = f"part-{topic}-p{partition}-"
+    out = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        m = PART_NAME.match(entry.name)
+        if m and m["topic"] == topic and int(m["partition"]) == partition:
+            out.append((int(m["first"]), int(m["last"])))
+    return sorted(out)
+
+
+def part_name(topic: str, partition: int, first: int, last: int) -> str:
+    return f"part-{topic}-p{partition}-{first:020d}-{last:020d}.parquet"

@@ -1,0 +1,200 @@
+"""The Parquet dataset (llmwatch.core.parquet) is the same records as JSON Lines, to every offline command."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import orjson
+import pytest
+
+from llmwatch.core import parquet, parquet_write
+from llmwatch.core.jsonio import read_records
+from llmwatch.core.pairs import Pair, PairScore
+from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.scores import Score
+
+T0 = datetime(2026, 3, 1, 22, 0, tzinfo=timezone.utc)
+ENV = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def sample(i: int, version: str | None, refuse: bool) -> Sample:
+    answer = "I'm sorry, but I can't help with that." if refuse else " ".join(["word"] * (20 + i % 40)) + "."
+    return Sample(
+        id=f"{version}-{i}",
+        timestamp=T0 + timedelta(minutes=7 * i),  # crosses midnight: two date partitions
+        model="m",
+        model_version=version,
+        status=200,
+        latency_ms=100.0 + (i * 37) % 200,
+        usage={"input_tokens": 10 + i % 7, "output_tokens": 20 + i % 40},
+        request={"messages": [{"role": "user", "content": f"question {i} about cooking?"}]},
+        response={"choices": [{"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+        metadata={"category": "cooking" if i % 2 else "travel"},
+        capture_notes=["n"] if i % 5 == 0 else [],
+    )
+
+
+def write_jsonl(path: Path, records) -> str:
+    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
+    return str(path)
+
+
+def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
+
+
+def test_samples_scores_and_pairs_read_back_from_parquet_exactly_as_written(tmp_path):
+    samples = [sample(i, ["v1", "v/2", None][i % 3], i % 4 == 0) for i in range(60)]
+    scores = [
+        Score(
+            sample_id=s.id,
+            check="refusal",
+            kind="rule",
+            result="pass",
+            value=0.5,
+            details={"k": [1, 2]},
+            model=s.model,
+            model_version=s.model_version,
+            sample_timestamp=s.timestamp,
+        )
+        for s in samples
+    ]
+    pairs = [
+        Pair(
+            id=f"p{i}",
+            candidate="c",
+            timestamp=samples[i].timestamp,
+            route="/v1/chat/completions",
+            primary=samples[i],
+            shadow=samples[i + 1],
+            primary_scores=[PairScore(check="x", result="pass", value=1.0)],
+        )
+        for i in range(10)
+    ]
+    parquet_write.write_dataset(tmp_path / "ds", "samples", samples)
+    parquet_write.write_dataset(tmp_path / "ds", "scores", scores)
+    parquet_write.write_dataset(tmp_path / "ds", "pairs", pairs)
+
+    def key(r):
+        return r.model_dump_json()
+
+    assert sorted(map(key, read_records(tmp_path / "ds"))) == sorted(map(key, samples))
+    assert sorted(map(key, read_records(tmp_path / "ds", Score, prefix="scores"))) == sorted(map(key, scores))
+    assert sorted(map(key, read_records(tmp_path / "ds", Pair, prefix="pairs"))) == sorted(map(key, pairs))
+    dirs = {p.parent.relative_to(tmp_path / "ds") for p in (tmp_path / "ds").rglob("*.parquet")}
+    assert Path("samples/date=2026-03-01/model_version=v%2F2") in dirs
+    assert Path("samples/date=2026-03-02/model_version=__none__") in dirs
+    for p in (tmp_path / "ds").rglob("*"):
+        assert stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600), p
+
+
+def test_a_bad_row_is_named_by_file_and_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = parquet.to_row("samples", sample(1, "v1", False))
+    bad = {**good, "status": 5000}
+    (tmp_path / "samples").mkdir()
+    pq.write_table(
+        pa.Table.from_pylist([good, bad], schema=parquet.arrow_schema()["samples"]), tmp_path / "samples" / "x.parquet"
+    )
+    with pytest.raises(RecordError, match=r"x\.parquet: row 2: .*status"):
+        list(read_records(tmp_path))
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    assert proc.returncode == 2 and "x.parquet: row 2" in proc.stderr and "status" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "scores.jsonl").exists()
+
+
+def test_drift_gives_the_same_verdicts_on_json_lines_and_on_the_parquet_dataset(tmp_path):
+    base = [sample(i, "v1", i % 20 == 0) for i in range(300)]
+    current = [sample(i, "v2", i % 3 == 0) for i in range(300)]  # refuses far more: drift
+    write_jsonl(tmp_path / "base.jsonl", base)
+    cur_jsonl = write_jsonl(tmp_path / "current.jsonl", current)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", current)
+    frozen = llmwatch(
+        "baseline",
+        "freeze",
+        "--samples",
+        str(tmp_path / "base.jsonl"),
+        "--model-version",
+        "v1",
+        "--out",
+        str(tmp_path / "base.json"),
+        cwd=tmp_path,
+    )
+    assert frozen.returncode == 0, frozen.stderr
+
+    def drift(samples: str) -> tuple[int, dict]:
+        proc = llmwatch(
+            "drift", "--baseline", str(tmp_path / "base.json"), "--samples", samples, "--format", "json", cwd=tmp_path
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        return proc.returncode, orjson.loads(proc.stdout)
+
+    code_jsonl, from_jsonl = drift(cur_jsonl)
+    code_parquet, from_parquet = drift(str(tmp_path / "ds"))
+    assert code_jsonl == code_parquet == 1
+    assert from_jsonl["families"]["behaviour"]["verdict"] == "drift"
+    assert from_parquet == from_jsonl
+
+    # A baseline frozen from the dataset is the one frozen from the file (but for where it came from).
+    parquet_write.write_dataset(tmp_path / "base_ds", "samples", base)
+    again = llmwatch(
+        "baseline",
+        "freeze",
+        "--samples",
+        str(tmp_path / "base_ds"),
+        "--model-version",
+        "v1",
+        "--out",
+        str(tmp_path / "base2.json"),
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stderr
+    a, b = (orjson.loads((tmp_path / n).read_bytes()) for n in ("base.json", "base2.json"))
+    volatile = {"created_at", "checksum"}
+    assert {k: v for k, v in a.items() if k not in volatile} == {k: v for k, v in b.items() if k not in volatile}
+
+
+def test_score_reads_the_dataset_and_gives_the_scores_it_gives_on_json_lines(tmp_path):
+    samples = [sample(i, "v1", i % 4 == 0) for i in range(40)]
+    write_jsonl(tmp_path / "s.jsonl", samples)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", samples)
+    for source, out in ((tmp_path / "s.jsonl", "a.jsonl"), (tmp_path / "ds", "b.jsonl")):
+        proc = llmwatch("score", "--in", str(source), "--out", str(tmp_path / out), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+
+    def verdicts(name: str) -> list:
+        scores = [orjson.loads(line) for line in (tmp_path / name).read_bytes().splitlines()]
+        return sorted((s["sample_id"], s["check"], s["result"], s["value"]) for s in scores)
+
+    assert verdicts("a.jsonl") == verdicts("b.jsonl") and len(verdicts("a.jsonl")) >= 40
+
+
+def test_the_archiver_writes_around_a_range_another_worker_already_wrote(tmp_path):
+    from llmwatch.agent.components import metric_groups
+    from llmwatch.agent.processes.kafka_archive import Archiver
+    from llmwatch.core.metrics import Metrics
+
+    records = [sample(i, "v1", False).model_copy(update={"timestamp": T0}) for i in range(8)]
+    key = parquet.partition_of("samples", records[0])
+    # Another worker wrote offsets 3..4 and was killed before committing.
+    parquet_write.write_part(tmp_path, "samples", key, parquet.part_name("t", 0, 3, 4), records[3:5])
+    archiver = Archiver(tmp_path, {"t": "samples"}, Metrics(groups=metric_groups()))
+    for offset, r in enumerate(records):
+        archiver.add("t", 0, offset, r.to_json())
+    assert archiver.flush() == {("t", 0): 8}
+    assert parquet.ranges_in(tmp_path / "samples" / key.directory(), "t", 0) == [(0, 2), (3, 4), (5, 7)]
+    assert sorted(s.id for s in read_records(tmp_path)) == sorted(r.id for r in records)

@@ -1,0 +1,53 @@
+"""The Parquet schema the guide documents is the one the code writes, and a run never spans a covered offset."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from llmwatch.agent.processes.kafka_archive import Covered, runs
+from llmwatch.core.parquet import COLUMNS, PARQUET_SCHEMA, PART_NAME, part_name
+from llmwatch.core.records import Sample
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "archive.md"
+TYPES = {"string": "string", "int": "int64", "float": "double", "bool": "bool", "json": "JSON text"}
+TYPES["timestamp"] = "timestamp[us, UTC]"
+
+
+def test_the_guide_lists_every_column_of_every_kind_with_its_type_and_field():
+    text = GUIDE.read_text()
+    assert PARQUET_SCHEMA in text
+    for kind, columns in COLUMNS.items():
+        section = text.split(f"### {kind}\n", 1)[1].split("\n### ", 1)[0]
+        documented = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| `([^`]+)`", section, re.M)
+        assert [(n, TYPES[t], ".".join(p)) for n, p, t in columns] == [(n, t.strip(), f) for n, t, f in documented]
+
+
+def test_part_names_sort_by_offset_and_parse_back():
+    name = part_name("llmwatch.samples-x", 3, 7, 120)
+    m = PART_NAME.match(name)
+    assert m and (m["topic"], m["partition"], int(m["first"]), int(m["last"])) == ("llmwatch.samples-x", "3", 7, 120)
+    assert part_name("t", 0, 9, 9) < part_name("t", 0, 10, 10)
+
+
+def s(i: int, version: str) -> Sample:
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i)
+    return Sample(
+        id=str(i), timestamp=t, model="m", model_version=version, status=200, latency_ms=1, request={}, response={}
+    )
+
+
+def test_runs_cut_at_a_new_partition_key_and_at_offsets_already_in_a_file():
+    records = [
+        (0, s(0, "a")),
+        (1, s(1, "a")),
+        (2, s(2, "b")),
+        (3, None),
+        (4, s(4, "b")),
+        (5, s(5, "b")),
+        (6, s(6, "b")),
+    ]
+    got = runs(records, "samples", Covered([(5, 5)]))
+    assert [[o for o, _ in run] for run in got] == [[0, 1], [2, 4], [6]]
+    assert runs(records, "samples", Covered([(0, 6)])) == []
