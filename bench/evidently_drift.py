@@ -8,6 +8,8 @@ Runs in its own virtual environment (Evidently is not a dependency of llmwatch):
 Evidently 0.7 does not import with pandas 3 (`infer_dtype_from_object` is gone), hence the pin.
 
 Input (stdin): JSON {"jobs": [{"name": ..., "reference": [{column: value}], "current": [...]}]}.
+A job's "reference" may instead name an entry of an optional top-level "references": {name: [rows]}
+(bench/pager.py's hourly jobs share one reference each, so it is sent once).
 Output (stdout): JSON {"version": ..., "results": [{"name", "dataset_drift", "drifted", "columns",
 "share", "drifted_columns": [...]}]}. Evidently's defaults throughout: a per-column test chosen by
 column type and size (KS for numeric columns under 1,000 rows, a proportion test for binary ones,
@@ -26,8 +28,9 @@ from evidently import __version__ as evidently_version
 from evidently.presets import DataDriftPreset
 
 
-def run(job: dict) -> dict:
-    ref = pd.DataFrame(job["reference"])
+def run(job: dict, references: dict | None = None) -> dict:
+    ref = job["reference"]
+    ref = pd.DataFrame(references[ref] if isinstance(ref, str) and references is not None else ref)
     cur = pd.DataFrame(job["current"])
     # Columns that are constant or empty on both sides carry no information and break some tests.
     cols = [c for c in ref.columns if c in cur.columns and pd.concat([ref[c], cur[c]]).dropna().nunique() > 1]
@@ -67,8 +70,9 @@ def run(job: dict) -> dict:
 
 def main() -> int:
     warnings.filterwarnings("ignore")
-    jobs = json.load(sys.stdin)["jobs"]
-    json.dump({"version": evidently_version, "results": [run(j) for j in jobs]}, sys.stdout)
+    given = json.load(sys.stdin)
+    references = given.get("references")
+    json.dump({"version": evidently_version, "results": [run(j, references) for j in given["jobs"]]}, sys.stdout)
     return 0
 
 

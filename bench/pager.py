@@ -16,6 +16,14 @@ and fed, at `--rate` samples per second, to
   e-detector (`sr_log_values`, equal to the online one: tests/unit/test_sequential_stats.py),
   reset after each alarm, its level from `drift.false_pages_per_30d` at `--rate`, and the same
   page rule (an alarm within RESOLVE_AFTER x the longest delay of the page before is no new page).
+* **Evidently** (issue 28 item 3; `--evidently`, on when `.bench/evidently-venv` exists): what a
+  team running Evidently on a schedule gets. Every simulated hour, Evidently's DataDriftPreset
+  with its defaults (bench/evidently_drift.py) on the last hour's samples (`--evidently-window`)
+  against the baseline's records, over the same columns the fixed window reads (each check's fail
+  flag, output tokens, time per output token); a page per rising edge of its dataset drift (half
+  the columns drifted). Its reports take ~0.5 s each here, so it sees only the first
+  `--evidently-days` (1) of each stable run and of each regression after its onset; all hourly
+  reports of a scenario go to one subprocess (Evidently's import takes seconds).
 
 Pools:
 
@@ -34,6 +42,7 @@ Pools:
 
     .venv/bin/python bench/pager.py                   # default: a few minutes on 2 cores
     .venv/bin/python bench/pager.py --runs 10 --rate 1
+    .venv/bin/python bench/pager.py --no-evidently    # without the Evidently column (~2 min)
 
 Prints a Markdown table: false pages per 30 days of a stable version (mean over runs), and for each
 regression the samples from its onset to the first page (median over runs; "-" none within the
@@ -43,12 +52,14 @@ horizon).
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from scipy import stats
@@ -301,6 +312,70 @@ def fixed_pages(stream: Table, idx: np.ndarray, base: Table, settings: Settings,
     return [int(ends[i]) - 1 for i in starts]
 
 
+# ------------------------------------------------------------------------------------ Evidently
+
+EVIDENTLY_PYTHON = Path(__file__).resolve().parent.parent / ".bench" / "evidently-venv" / "bin" / "python"
+
+
+def evidently_rows(t: Table, idx: np.ndarray) -> list[dict[str, float | None]]:
+    """The columns a team would hand Evidently, per sample: each check's fail flag (1 fail, 0 pass,
+    none when not scored), output tokens and time per output token (none on errors)."""
+    cols: dict[str, np.ndarray] = {f"fail:{c}": np.where(v[idx] >= 0, v[idx], np.nan) for c, v in t.fails.items()}
+    cols["output_tokens"] = t.tokens[idx]
+    cols["ms_per_token"] = t.tpot[idx]
+    names = list(cols)
+    matrix = np.column_stack([cols[n].astype(float) for n in names])
+    return [{n: (None if math.isnan(v) else float(v)) for n, v in zip(names, row)} for row in matrix.tolist()]
+
+
+@dataclass
+class EvidentlyRun:
+    """One run's hourly Evidently jobs: the stream positions where each hour ends, and the jobs."""
+
+    ends: np.ndarray
+    reference: list[dict[str, float | None]]
+    jobs: list[dict[str, Any]]
+
+
+def evidently_run(
+    stream: Table, idx: np.ndarray, base: Table, settings: Settings, window: int, start: int = 0
+) -> EvidentlyRun:
+    """Every simulated hour from stream position `start`, the last `window` samples against the
+    reference (the baseline's records)."""
+    step = max(int(round(3600 * settings.rate)), 1)
+    ends = np.arange(start + step, len(idx) + 1, step)
+    rows = evidently_rows(stream, idx)
+    jobs = [{"name": str(int(e)), "current": rows[max(int(e) - window, 0) : int(e)]} for e in ends]
+    return EvidentlyRun(ends, evidently_rows(base, np.arange(base.tokens.size)), jobs)
+
+
+def evidently_pages(runs: list[EvidentlyRun], python: Path) -> tuple[str, list[list[int]]]:
+    """All runs' hourly reports in one subprocess (Evidently's import takes seconds). A page is a
+    rising edge of Evidently's dataset drift: consecutive drifted hours are one page, as an alert
+    on `dataset_drift` would fire once and stay firing. Returns Evidently's version and, per run,
+    the stream positions of its pages."""
+    jobs, references = [], {}
+    for i, r in enumerate(runs):
+        references[f"r{i}"] = r.reference
+        jobs += [{**j, "name": f"r{i}:{j['name']}", "reference": f"r{i}"} for j in r.jobs]
+    proc = subprocess.run(
+        [str(python), str(Path(__file__).resolve().parent / "evidently_drift.py")],
+        input=json.dumps({"references": references, "jobs": jobs}),
+        capture_output=True,
+        text=True,
+        timeout=7200,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench/evidently_drift.py failed (exit {proc.returncode}): {proc.stderr[-1500:]}")
+    out = json.loads(proc.stdout)
+    drift = {r["name"]: bool(r["dataset_drift"]) for r in out["results"]}
+    pages = []
+    for i, r in enumerate(runs):
+        flags = [drift[f"r{i}:{j['name']}"] for j in r.jobs]
+        pages.append([int(r.ends[k]) - 1 for k, d in enumerate(flags) if d and (k == 0 or not flags[k - 1])])
+    return str(out["version"]), pages
+
+
 # ------------------------------------------------------------------------------------ scenarios
 
 
@@ -311,7 +386,11 @@ def run_case(
     settings: Settings,
     rng: np.random.Generator,
     days: float,
-) -> dict[str, list[int]]:
+    evidently: tuple[float, int] | None = None,
+) -> dict[str, Any]:
+    """Pages of each method on one stream. With `evidently` (days, window), also the hourly
+    Evidently jobs over a stable stream's first `days`, or a regression's first `days` after its
+    onset (its reports take ~0.5 s each on this machine: a month of hours per run is too slow)."""
     baseline = freeze(
         base_pool.samples,
         [sc for s in base_pool.samples for sc in base_pool.scores.get(s.id, [])],
@@ -329,10 +408,14 @@ def run_case(
     n = int(days * DAY * settings.rate)
     if regressed is None:
         idx = rng.integers(0, len(stable.samples), n)
-        return {
+        got: dict[str, Any] = {
             "pager": pager_pages(st, idx, threshold),
             "fixed": fixed_pages(st, idx, base_t, settings, settings.pager),
         }
+        if evidently is not None:
+            ev_n = int(evidently[0] * DAY * settings.rate)
+            got["evidently"] = evidently_run(st, idx[:ev_n], base_t, settings, evidently[1])
+        return got
     rt = table(regressed, signals)
     joined = Table(
         {k: np.concatenate([st.pager[k], rt.pager[k]]) for k in st.pager},
@@ -344,7 +427,10 @@ def run_case(
     idx = np.concatenate(
         [rng.integers(0, len(stable.samples), pre), len(stable.samples) + rng.integers(0, len(regressed.samples), n)]
     )
-    out = {}
+    out: dict[str, Any] = {"pre": pre}
+    if evidently is not None:
+        ev_n = int(evidently[0] * DAY * settings.rate)
+        out["evidently"] = evidently_run(joined, idx[: pre + ev_n], base_t, settings, evidently[1], start=pre)
     for name, pages in (
         ("pager", pager_pages(joined, idx, threshold, stop_after=pre)),
         ("fixed", fixed_pages(joined, idx, base_t, settings, settings.pager)),
@@ -374,35 +460,63 @@ class Bench:
         self.settings = Settings(rate=args.rate, pager=PagerSettings(samples_per_s=args.rate))
         self.rng = np.random.default_rng(args.seed)
         self.rows: list[str] = []
+        # One hour of samples unless told otherwise: what an hourly job over the last hour sees.
+        self.ev_window = args.evidently_window or max(int(round(3600 * args.rate)), 1)
+        self.ev: tuple[float, int] | None = (args.evidently_days, self.ev_window) if args.evidently else None
+        self.ev_version = ""
+
+    def _evidently(self, runs: list[EvidentlyRun]) -> list[list[int]]:
+        version, pages = evidently_pages(runs, self.args.evidently_python)
+        self.ev_version = version
+        return pages
 
     def stable(self, label: str, make: Callable[[], tuple[Pool, Pool]]) -> None:
         args, got = self.args, {"pager": [], "fixed": []}
+        ev_runs: list[EvidentlyRun] = []
         for _ in range(args.runs):
             base, cur = make()
-            r = run_case(base, cur, None, self.settings, self.rng, args.days)
+            r = run_case(base, cur, None, self.settings, self.rng, args.days, self.ev)
             for k in got:
                 got[k] += r[k]
+            if self.ev is not None:
+                ev_runs.append(r["evidently"])
+        ev = "not run"
+        if self.ev is not None:
+            days = min(args.evidently_days, args.days)
+            ev = fmt_rate([p for pages in self._evidently(ev_runs) for p in pages], args.runs, days)
         self._row(
-            f"| {label} | stable | {fmt_rate(got['fixed'], args.runs, args.days)} | {fmt_rate(got['pager'], args.runs, args.days)} |"
+            f"| {label} | stable | {fmt_rate(got['fixed'], args.runs, args.days)} | {ev} | {fmt_rate(got['pager'], args.runs, args.days)} |"
         )
 
     def regression(self, label: str, make: Callable[[], tuple[Pool, Pool, Pool]]) -> None:
-        got: dict[str, list[float]] = {"pager": [], "fixed": []}
-        early = {"pager": 0, "fixed": 0}
+        got: dict[str, list[float]] = {"pager": [], "fixed": [], "evidently": []}
+        early = {"pager": 0, "fixed": 0, "evidently": 0}
+        ev_runs: list[EvidentlyRun] = []
+        pres: list[int] = []
         for _ in range(self.args.runs):
             base, cur, bad = make()
-            r = run_case(base, cur, bad, self.settings, self.rng, self.args.horizon_days)
-            for k in got:
+            r = run_case(base, cur, bad, self.settings, self.rng, self.args.horizon_days, self.ev)
+            for k in ("pager", "fixed"):
                 got[k].append(r[k][0] if r[k] else math.inf)
                 early[k] += len(r[k + "_before"])
+            if self.ev is not None:
+                ev_runs.append(r["evidently"])
+                pres.append(r["pre"])
+        if self.ev is not None:
+            for pre, pages in zip(pres, self._evidently(ev_runs)):
+                after = [p - pre for p in pages if p >= pre]
+                got["evidently"].append(after[0] if after else math.inf)
+                early["evidently"] += len(pages) - len(after)
 
         def cell(k: str) -> str:
+            if not got[k]:
+                return "not run"
             med = float(np.median(got[k]))
             runs = ", ".join(f"{v:,.0f}" if math.isfinite(v) else "-" for v in sorted(got[k]))
             text = (f"{med:,.0f}" if math.isfinite(med) else "-") + f" (runs: {runs})"
             return text + (f"; {early[k]} false before onset" if early[k] else "")
 
-        self._row(f"| {label} | regression | {cell('fixed')} | {cell('pager')} |")
+        self._row(f"| {label} | regression | {cell('fixed')} | {cell('evidently')} | {cell('pager')} |")
 
     def _row(self, row: str) -> None:
         self.rows.append(row)
@@ -484,7 +598,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--real", help="folder of the AlpacaEval outputs (default ../shared/real-outputs)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--evidently",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run Evidently's DataDriftPreset every simulated hour (default: on when its venv exists)",
+    )
+    ap.add_argument("--evidently-python", type=Path, default=EVIDENTLY_PYTHON, help="python of Evidently's venv")
+    ap.add_argument(
+        "--evidently-days",
+        type=float,
+        default=1.0,
+        help="days of each stable run (pages scaled to 30 days), and of each regression after its onset, "
+        "given to Evidently: its reports take ~0.5 s each",
+    )
+    ap.add_argument(
+        "--evidently-window", type=int, default=0, help="samples per Evidently report (default: one hour's worth)"
+    )
     args = ap.parse_args(argv)
+    ev_note = ""
+    if args.evidently is None:
+        args.evidently = args.evidently_python.exists()
+        if not args.evidently:
+            ev_note = (
+                f"Evidently not run: {args.evidently_python} not found (python -m venv .bench/evidently-venv && "
+                '.bench/evidently-venv/bin/pip install evidently "pandas<3")'
+            )
+    elif args.evidently and not args.evidently_python.exists():
+        print(f"--evidently: {args.evidently_python} not found; see bench/evidently_drift.py", file=sys.stderr)
+        return 2
+    if ev_note:
+        print(ev_note, file=sys.stderr)
     PRE_DAYS = args.pre_days
     started = time.monotonic()
     bench = Bench(args)
@@ -497,18 +641,34 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{real}: not found; the real-output rows are left out", file=sys.stderr)
     bench.simulated()
+    ev_text = (
+        f"Evidently {bench.ev_version} DataDriftPreset (defaults) every simulated hour on the last "
+        f"{bench.ev_window:,} samples against the baseline's records, a page per rising edge of dataset drift; "
+        f"it is given each stable run's first {min(args.evidently_days, args.days):g} days and each "
+        f"regression's first {min(args.evidently_days, args.horizon_days):g} days after the onset (no hours before it)"
+        if args.evidently
+        else ev_note or "Evidently not run (--no-evidently)"
+    )
     print(
         f"\n{args.runs} runs each; stable runs {args.days:g} days, regressions watched {args.horizon_days:g} days after "
         f"{args.pre_days:g} stable days; {args.rate:g} scored samples/s; pager: {bench.settings.pager.false_pages_per_30d:g} "
-        f"false page per 30 days budget at that rate; {time.monotonic() - started:.0f} s\n"
+        f"false page per 30 days budget at that rate; {ev_text}; {time.monotonic() - started:.0f} s\n"
     )
-    print("| scenario | kind | fixed window, every 30 s, for: 10m | pager (e-detector) |")
-    print("|---|---|---|---|")
+    print(
+        "| scenario | kind | fixed window, every 30 s, for: 10m | Evidently DataDriftPreset, hourly | pager (e-detector) |"
+    )
+    print("|---|---|---|---|---|")
     print("\n".join(bench.rows))
     print(
         "\nstable: false pages per 30 days (mean over runs). regression: scored samples from the onset to the first page, median "
         "over runs, and each run's ('-': no page within the horizon); pages in the stable days before the onset are false pages."
     )
+    if args.evidently:
+        print(
+            f"Evidently: stable rows from each run's first {min(args.evidently_days, args.days):g} days, scaled to 30; "
+            f"regressions watched {min(args.evidently_days, args.horizon_days):g} days from the onset (the hours before "
+            "it not given); its pages fall at the end of an hour (359, 719, ... samples after the onset at 0.1/s)."
+        )
     return 0
 
 
