@@ -21,7 +21,7 @@ from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
 from llmwatch.scorers.checks.errors import ErrorTally, refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
-from llmwatch.scorers.reports.text import count_scores, pass_rate_table
+from llmwatch.scorers.reports.text import pass_rate_table
 
 
 def _count_lines(paths: list[str]) -> int:
@@ -63,7 +63,9 @@ def score_files(
     paths = jsonl_paths(source)
     suite = build_suite(offline_scoring(scoring))
     target = Path(out_path)
-    scores_all = []
+    # Counted as they are written, not kept: 200,000 samples' Score objects were 1.2 GB (issue 29).
+    counts: dict[tuple[str, str, str], float] = {}
+    scores_written = 0
     samples_seen = 0
     shown = sys.stderr.isatty()
     # The total is one more read of every file: only worth it when a bar is shown.
@@ -76,9 +78,12 @@ def score_files(
             batch: list[Sample] = []
 
             def flush() -> None:
+                nonlocal scores_written
                 for result in suite.score(batch):
                     fh.write(result.score.to_json() + b"\n")
-                    scores_all.append(result.score)
+                    key = (result.score.check, result.score.model_version or "unknown", result.score.result)
+                    counts[key] = counts.get(key, 0.0) + 1
+                    scores_written += 1
                 if suite.embedder is not None:
                     _keep_vectors(suite.embedder, batch, vectors)
                 progress.update(len(batch))
@@ -95,8 +100,8 @@ def score_files(
             write_cache(cache_path(target), vectors, quantized=scoring.quantize_embeddings)
     finally:
         progress.close()
-    out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
-    out.write(pass_rate_table(count_scores(scores_all)) + "\n")
+    out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {scores_written} scores -> {target}\n")
+    out.write(pass_rate_table(counts) + "\n")
     return 0
 
 
