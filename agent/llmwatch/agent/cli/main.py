@@ -91,24 +91,40 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
         "--out",
         must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)",
     )
-    from llmwatch.scorers.checks.offline import load_window
-    from llmwatch.scorers.drift.baseline import freeze, write_baseline
-
-    prompts: dict = {}
-    samples, scores, embeddings, _ = load_window(
-        cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
-    )
-    scores = [*scores, *_consistency_scores(args.consistency)]
+    from llmwatch.scorers.drift.baseline import freeze, freeze_summary, write_baseline
     from llmwatch.scorers.drift.compare import settings_from_config
 
-    baseline = freeze(
-        samples,
-        scores,
-        embeddings,
-        model_version=args.model_version,
-        minimums=settings_from_config(cfg.drift).minimums(),
-        prompt_embeddings=prompts,
-    )
+    minimums = settings_from_config(cfg.drift).minimums()
+    if cfg.scoring.embeddings or args.consistency:
+        # Embeddings, or the consistency probe's verdicts joined in: the whole window in memory.
+        from llmwatch.scorers.checks.offline import load_window
+
+        prompts: dict = {}
+        samples, scores, embeddings, _ = load_window(
+            cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline", prompts=prompts
+        )
+        scores = [*scores, *_consistency_scores(args.consistency)]
+        baseline = freeze(
+            samples,
+            scores,
+            embeddings,
+            model_version=args.model_version,
+            minimums=minimums,
+            prompt_embeddings=prompts,
+        )
+    else:
+        # Rule checks only: streamed, in memory that does not grow with whole samples (issue 29).
+        from llmwatch.scorers.checks.offline import summarize_window
+
+        window = summarize_window(cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline")
+        baseline = freeze_summary(
+            window.routes,
+            model_version=args.model_version,
+            sample_count=window.sample_count,
+            time_span=window.time_span,
+            checks=window.checks,
+            minimums=minimums,
+        )
     path = write_baseline(baseline, args.out)
     routes = ", ".join(f"{r} ({s.n})" for r, s in baseline.routes.items())
     sys.stdout.write(
@@ -141,18 +157,28 @@ def cmd_drift(args: argparse.Namespace) -> int:
         require_records(args.scores, "--scores", "scores")
     import orjson
 
-    from llmwatch.scorers.checks.offline import load_window
+    from llmwatch.scorers.checks.offline import load_window, summarize_window
     from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
     from llmwatch.scorers.drift.compare import compare, format_text, settings_from_config
     from llmwatch.scorers.drift.features import summarize
 
     baseline = load_baseline(args.baseline)
-    prompts: dict = {}
-    samples, scores, embeddings, versions = load_window(
-        cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
-    )
-    scores = [*scores, *_consistency_scores(args.consistency)]
-    current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
+    if cfg.scoring.embeddings or args.consistency:
+        # Embeddings, or the consistency probe's verdicts joined in: the whole window in memory.
+        prompts: dict = {}
+        samples, scores, embeddings, versions = load_window(
+            cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
+        )
+        scores = [*scores, *_consistency_scores(args.consistency)]
+        current = summarize(samples, scores, embeddings, prompt_embeddings=prompts)
+        window_versions = sorted({s.model_version or "unknown" for s in samples})
+        del samples, scores
+    else:
+        # Rule checks only: streamed, in memory that does not grow with whole samples (issue 29).
+        window = summarize_window(
+            cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window"
+        )
+        current, window_versions = window.routes, window.window_versions
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
     if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
         raise ConfigError(
@@ -160,7 +186,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
         )
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
     check_minimums(baseline, settings, f"baseline {args.baseline}")
-    shown = [args.model_version] if args.model_version else sorted({s.model_version or "unknown" for s in samples})
+    shown = [args.model_version] if args.model_version else window_versions
     report = compare(
         baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
     )

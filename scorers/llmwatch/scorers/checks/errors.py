@@ -21,6 +21,7 @@ from llmwatch.core.scores import Score
 __all__ = [
     "MOSTLY_ERRORS",
     "ErrorShare",
+    "ErrorTally",
     "MostlyErrors",
     "mostly_errors",
     "mostly_errors_message",
@@ -47,15 +48,33 @@ class ErrorShare:
         return self.errors / self.total if self.total else 0.0
 
 
-def mostly_errors(scores: Iterable[Score], threshold: float = MOSTLY_ERRORS) -> list[ErrorShare]:
-    """Every (check, version) whose scores are more than `threshold` `error`, sorted by version and check."""
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for sc in scores:
-        cell = counts[(sc.check, sc.model_version or "unknown")]
+class ErrorTally:
+    """Error and total counts per (check, version), one score at a time: a stream needs no list of scores."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+
+    def add(self, sc: Score) -> None:
+        cell = self.counts[(sc.check, sc.model_version or "unknown")]
         cell[0] += sc.result == "error"
         cell[1] += 1
-    out = [ErrorShare(check, version, e, n) for (check, version), (e, n) in counts.items() if n and e / n > threshold]
-    return sorted(out, key=lambda s: (s.model_version, s.check))
+
+    def shares(self, threshold: float = MOSTLY_ERRORS) -> list[ErrorShare]:
+        """Every (check, version) whose scores are more than `threshold` `error`, sorted by version and check."""
+        out = [
+            ErrorShare(check, version, e, n)
+            for (check, version), (e, n) in self.counts.items()
+            if n and e / n > threshold
+        ]
+        return sorted(out, key=lambda s: (s.model_version, s.check))
+
+
+def mostly_errors(scores: Iterable[Score], threshold: float = MOSTLY_ERRORS) -> list[ErrorShare]:
+    """Every (check, version) whose scores are more than `threshold` `error`, sorted by version and check."""
+    tally = ErrorTally()
+    for sc in scores:
+        tally.add(sc)
+    return tally.shares(threshold)
 
 
 def mostly_errors_message(shares: list[ErrorShare], *, samples: str, scores: str | None) -> str:
@@ -78,9 +97,11 @@ def mostly_errors_message(shares: list[ErrorShare], *, samples: str, scores: str
     )
 
 
-def refuse_mostly_errors(scores: Iterable[Score], *, samples: str, scores_path: str | None, purpose: str) -> None:
-    """Raise MostlyErrors (exit 2) when the scores for `purpose` are mostly `error`."""
-    shares = mostly_errors(scores)
+def refuse_mostly_errors(
+    scores: Iterable[Score] | ErrorTally, *, samples: str, scores_path: str | None, purpose: str
+) -> None:
+    """Raise MostlyErrors (exit 2) when the scores for `purpose` (or a tally of them) are mostly `error`."""
+    shares = scores.shares() if isinstance(scores, ErrorTally) else mostly_errors(scores)
     if shares:
         raise MostlyErrors(
             f"refusing to use them for {purpose}: " + mostly_errors_message(shares, samples=samples, scores=scores_path)

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from types import MappingProxyType
+from typing import IO, Any, Iterator, Mapping, NamedTuple
 
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
-from llmwatch.scorers.checks.errors import refuse_mostly_errors
+from llmwatch.scorers.checks.errors import ErrorTally, refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
-from llmwatch.scorers.reports.text import count_scores, pass_rate_table
+from llmwatch.scorers.reports.text import pass_rate_table
 
 
 def _count_lines(paths: list[str]) -> int:
@@ -64,7 +67,9 @@ def score_files(
     paths = [str(p) for p in parquet.dataset_files(source, "samples")] if dataset else jsonl_paths(source)
     suite = build_suite(offline_scoring(scoring))
     target = Path(out_path)
-    scores_all = []
+    # Counted as they are written, not kept: 200,000 samples' Score objects were 1.2 GB (issue 29).
+    counts: dict[tuple[str, str, str], float] = {}
+    scores_written = 0
     samples_seen = 0
     shown = sys.stderr.isatty()
     # The total is one more read of every file: only worth it when a bar is shown.
@@ -79,9 +84,12 @@ def score_files(
             batch: list[Sample] = []
 
             def flush() -> None:
+                nonlocal scores_written
                 for result in suite.score(batch):
                     fh.write(result.score.to_json() + b"\n")
-                    scores_all.append(result.score)
+                    key = (result.score.check, result.score.model_version or "unknown", result.score.result)
+                    counts[key] = counts.get(key, 0.0) + 1
+                    scores_written += 1
                 if suite.embedder is not None:
                     _keep_vectors(suite.embedder, batch, vectors)
                 progress.update(len(batch))
@@ -98,8 +106,8 @@ def score_files(
             write_cache(cache_path(target), vectors, quantized=scoring.quantize_embeddings)
     finally:
         progress.close()
-    out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {len(scores_all)} scores -> {target}\n")
-    out.write(pass_rate_table(count_scores(scores_all)) + "\n")
+    out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {scores_written} scores -> {target}\n")
+    out.write(pass_rate_table(counts) + "\n")
     return 0
 
 
@@ -252,3 +260,168 @@ def _progress(total: int, what: str):
 
     # On a terminal only: a redirected stderr (CI logs) gets no bar.
     return tqdm(total=total, unit="sample", desc=what, disable=not sys.stderr.isatty(), file=sys.stderr)
+
+
+class _Scored(NamedTuple):
+    """What the drift summaries read of a score, shared between samples with equal values.
+
+    A Score object costs about 2 KB; at 200,000 samples with four checks that is 1.6 GB. Rule
+    checks repeat a handful of (check, result, value) combinations, so one instance serves all."""
+
+    check: str
+    kind: str
+    result: str
+    value: float | None
+    details: Mapping[str, Any]
+
+
+_NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
+_TRUNCATED: Mapping[str, Any] = MappingProxyType({"truncated": True})
+
+
+def _compact(score: Score, cache: dict[tuple, _Scored]) -> _Scored:
+    # failure_mode reads details only of a failed not_empty_or_truncated: keep just its verdict.
+    truncated = (
+        score.kind == "not_empty_or_truncated"
+        and score.result == "fail"
+        and bool(score.details.get("truncated") or "length" in str(score.details))
+    )
+    key = (score.check, score.kind, score.result, score.value, truncated)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _Scored(
+            score.check, score.kind, score.result, score.value, _TRUNCATED if truncated else _NO_DETAILS
+        )
+    return hit
+
+
+@dataclass
+class StreamedWindow:
+    """A window summarised while streaming its files: what `baseline freeze` and `drift` need of it."""
+
+    routes: dict[str, Any]  # route -> RouteStats
+    sample_count: int
+    time_span: tuple[datetime, datetime]
+    checks: list[str]
+    versions: list[str]  # every version in the samples file
+    window_versions: list[str]  # the versions of the samples summarised
+
+
+def summarize_window(
+    scoring: ScoringSection,
+    samples_path: str,
+    scores_path: str | None,
+    model_version: str | None,
+    *,
+    purpose: str,
+    reservoir_size: int = 5000,
+    embedding_reservoir: int = 500,
+) -> StreamedWindow:
+    """`load_window` then `summarize`, in memory that does not grow with whole samples (rule checks only).
+
+    Reads the samples file twice and the scores file once, in order: the first pass validates the
+    samples and keeps the window's ids, versions and time span; the scores are kept per sample as
+    a tuple of shared compact entries (`_Scored`); the second pass feeds each sample with its
+    scores to the per-route accumulators and drops it. Without a scores file the checks run on
+    batches of the second pass. Errors are those of `load_window`, in the same order.
+    """
+    from llmwatch.scorers.drift.features import WindowSummary
+
+    ids, versions, window_versions, time_span = _window_ids(samples_path, model_version, purpose)
+    tally = ErrorTally()
+    checks: set[str] = set()
+    summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
+
+    def window() -> Iterator[Sample]:
+        for s in read_records(samples_path):
+            if model_version is None or (s.model_version or "unknown") == model_version:
+                yield s
+
+    count = 0
+    if scores_path is not None:
+        index = _scores_index(scores_path, ids, tally, checks)
+        ids.clear()
+        # A window of `error` scores has no pass rate: refuse it before summarising (exit 2).
+        refuse_mostly_errors(tally, samples=samples_path, scores_path=scores_path, purpose=purpose)
+        for s in window():
+            count += 1
+            # Later scores of one check replace earlier ones, in the first one's place (as `summarize`).
+            summary.add(s, {c.check: c for c in index.get(s.id, ())})
+    else:
+        window_size = len(ids)
+        ids.clear()
+        suite = build_suite(offline_scoring(scoring))
+        batch: list[Sample] = []
+        with _progress(window_size, f"scoring for {purpose}") as progress:
+            for s in window():
+                count += 1
+                batch.append(s)
+                if len(batch) >= _OFFLINE_BATCH:
+                    _score_batch(suite, batch, tally, checks, summary)
+                    progress.update(len(batch))
+                    batch.clear()
+            if batch:
+                _score_batch(suite, batch, tally, checks, summary)
+                progress.update(len(batch))
+        refuse_mostly_errors(tally, samples=samples_path, scores_path=None, purpose=purpose)
+    return StreamedWindow(
+        routes=summary.finish(),
+        sample_count=count,
+        time_span=time_span,
+        checks=sorted(checks),
+        versions=versions,
+        window_versions=window_versions,
+    )
+
+
+def _window_ids(
+    samples_path: str, model_version: str | None, purpose: str
+) -> tuple[set[str], list[str], list[str], tuple[datetime, datetime]]:
+    """First pass: the window's sample ids, every version, the window's versions and time span."""
+    ids: set[str] = set()
+    versions: set[str] = set()
+    window_versions: set[str] = set()
+    first: datetime | None = None
+    last: datetime | None = None
+    for s in read_records(samples_path):
+        version = s.model_version or "unknown"
+        versions.add(version)
+        if model_version is not None and version != model_version:
+            continue
+        ids.add(s.id)
+        window_versions.add(version)
+        first = s.timestamp if first is None or s.timestamp < first else first
+        last = s.timestamp if last is None or s.timestamp > last else last
+    if not ids or first is None or last is None:
+        if model_version is not None:
+            raise RecordError(
+                f"no samples of model version {model_version!r} in {samples_path} for {purpose}; versions found: {', '.join(sorted(versions)) or 'none'}"
+            )
+        raise RecordError(f"{samples_path} holds no samples for {purpose}")
+    return ids, sorted(versions), sorted(window_versions), (first, last)
+
+
+def _scores_index(
+    scores_path: str, ids: set[str], tally: ErrorTally, checks: set[str]
+) -> dict[str, tuple[_Scored, ...]]:
+    """The window's scores by sample id, as tuples of shared compact entries; counted into `tally` and `checks`."""
+    cache: dict[tuple, _Scored] = {}
+    index: dict[str, tuple[_Scored, ...]] = {}
+    for sc in read_records(scores_path, Score, prefix="scores"):
+        if sc.sample_id not in ids:
+            continue
+        tally.add(sc)
+        checks.add(sc.check)
+        index[sc.sample_id] = index.get(sc.sample_id, ()) + (_compact(sc, cache),)
+    return index
+
+
+def _score_batch(suite: Any, batch: list[Sample], tally: ErrorTally, checks: set[str], summary: Any) -> None:
+    """The checks over one batch of the window, each sample then added to the summary with its scores."""
+    by_sample: dict[str, dict[str, Score]] = {}
+    for result in suite.score(batch):
+        tally.add(result.score)
+        checks.add(result.score.check)
+        by_sample.setdefault(result.score.sample_id, {})[result.score.check] = result.score
+    for s in batch:
+        summary.add(s, by_sample.get(s.id, {}))

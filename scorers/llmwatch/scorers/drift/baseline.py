@@ -77,13 +77,8 @@ def freeze(
         raise BaselineError(f"no samples of model version {model_version!r} to freeze")
     score_list = list(scores)
     stamps = sorted(s.timestamp for s in items)
-    baseline = Baseline(
-        model_version=model_version,
-        created_at=datetime.now(timezone.utc),
-        sample_count=len(items),
-        time_span=(stamps[0], stamps[-1]),
-        checks=sorted({s.check for s in score_list}),
-        routes=summarize(
+    return freeze_summary(
+        summarize(
             items,
             score_list,
             embeddings,
@@ -91,6 +86,33 @@ def freeze(
             embedding_reservoir=embedding_reservoir,
             prompt_embeddings=prompt_embeddings,
         ),
+        model_version=model_version,
+        sample_count=len(items),
+        time_span=(stamps[0], stamps[-1]),
+        checks=sorted({s.check for s in score_list}),
+        minimums=minimums,
+    )
+
+
+def freeze_summary(
+    routes: dict[str, RouteStats],
+    *,
+    model_version: str,
+    sample_count: int,
+    time_span: tuple[datetime, datetime],
+    checks: list[str],
+    minimums: Mapping[str, float] | None = None,
+) -> Baseline:
+    """A checksummed baseline of per-route stats already built (e.g. streamed by `summarize_window`)."""
+    if not sample_count:
+        raise BaselineError(f"no samples of model version {model_version!r} to freeze")
+    baseline = Baseline(
+        model_version=model_version,
+        created_at=datetime.now(timezone.utc),
+        sample_count=sample_count,
+        time_span=time_span,
+        checks=checks,
+        routes=routes,
         minimums=dict(minimums) if minimums is not None else DriftSettings().minimums(),
     )
     baseline.checksum = baseline.content_digest()

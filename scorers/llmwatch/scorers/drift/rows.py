@@ -15,13 +15,12 @@ import hashlib
 import math
 import re
 import unicodedata
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from llmwatch.core.records import Sample
-from llmwatch.core.scores import Score
 
 UNCATEGORIZED = "uncategorized"
 _WS = re.compile(r"\s+")
@@ -33,6 +32,19 @@ _STOP = frozenset(
     "these give day most can please tell me i a an of to in on is be do does it my us we why who where should explain write".split()
 )
 SKETCH_BITS = 128
+
+
+class ScoreLike(Protocol):
+    """What the drift summaries read of a score: a Score, or the compact entry a streamed window keeps."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def result(self) -> str: ...
+    @property
+    def value(self) -> float | None: ...
+    @property
+    def details(self) -> Mapping[str, Any]: ...
 
 
 class Row(BaseModel):
@@ -168,7 +180,7 @@ def per_token_latency(latency_ms: float, ttft_ms: float | None, output_tokens: f
 
 
 def make_row(
-    sample: Sample, scores: Mapping[str, Score], failure_mode: str, prompt_vector: np.ndarray | None = None
+    sample: Sample, scores: Mapping[str, ScoreLike], failure_mode: str, prompt_vector: np.ndarray | None = None
 ) -> Row:
     text = sample.prompt_text()
     space = MINILM
