@@ -207,7 +207,9 @@ def test_every_file_a_demo_and_a_scored_run_write_is_0600_in_0700_directories(tm
             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
         )  # fmt: skip
-        assert demo.returncode == 0, demo.stderr
+        # Four seconds cannot show the drift verdicts: the demo says so and exits 2
+        # (tests/integration/test_cli.py); every file it wrote is still checked below.
+        assert demo.returncode == 2 and "demo incomplete (exit 2)" in demo.stdout, demo.stdout + demo.stderr
         scored = run(
             "score", "--in", str(tmp_path / "d" / "samples"), "--out", str(tmp_path / "run" / "scores.jsonl"),
             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},

@@ -40,6 +40,7 @@ from llmwatch.agent.signals import wait_for_signal
 from llmwatch.collectors.exporters.prometheus import split_host_port
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
 from llmwatch.core.errors import LlmwatchError
+from llmwatch.core.jsonio import atomic_writer, make_dirs
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -81,7 +82,7 @@ def prepare_data_dir(path: Path) -> bool:
     drift and shadow pairs are its own (a second run once counted the first one's pairs). Any
     other non-empty directory is refused: it may be a real agent's data.
     """
-    path.mkdir(parents=True, exist_ok=True)
+    make_dirs(path)
     entries = list(path.iterdir())
     cleared = False
     if entries:
@@ -96,7 +97,8 @@ def prepare_data_dir(path: Path) -> bool:
             else:
                 entry.unlink()
         cleared = True
-    (path / MARKER).write_text("written by `llmwatch demo`; cleared by its next run\n")
+    with atomic_writer(path / MARKER) as fh:  # private like every file llmwatch writes
+        fh.write(b"written by `llmwatch demo`; cleared by its next run\n")
     return cleared
 
 
