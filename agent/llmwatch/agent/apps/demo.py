@@ -378,8 +378,8 @@ async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None, stop
 
 async def _await_verdicts(
     agent: Agent, versions: tuple[str, ...], timeout: float, out: IO[str], stop: asyncio.Event
-) -> list[str]:
-    """Wait (at most `timeout`) for a drift reading of each version; what is missing, and why.
+) -> dict[str, str]:
+    """Wait (at most `timeout`) for a drift reading of each version; what is missing, and why, by version.
 
     Gives up early when the scorer is idle and a version has fewer scored samples than the drift
     needs: no amount of waiting brings those.
@@ -396,13 +396,13 @@ async def _await_verdicts(
         idle = agent.queue.depth() == 0 and agent.scorer is not None and agent.scorer.pending == 0
         if set(versions) <= drift_versions(agent) and idle:
             await asyncio.sleep(agent.cfg.drift.interval_s + 1.5)  # one more comparison over the last samples
-            return []
+            return {}
         scored = scored_samples(agent)
         if idle and any(v not in drift_versions(agent) and scored.get(v, 0) < needed for v in versions):
             break
         await asyncio.sleep(0.2)  # poll interval of a bounded wait
     scored = scored_samples(agent)
-    missing = []
+    missing: dict[str, str] = {}
     for v in versions:
         if v in drift_versions(agent):
             continue
@@ -414,9 +414,9 @@ async def _await_verdicts(
                 f"{n} samples of {v} scored after waiting {time.perf_counter() - started:.0f} s: "
                 "the scorer did not catch up in time (a busy machine scores slower than the demo sends)"
             )
-        missing.append(f"a drift verdict for version {v} ({why})")
+        missing[v] = f"a drift verdict for version {v} ({why})"
     if missing:
-        out.write("  gave up waiting for " + "; ".join(missing) + "\n")
+        out.write("  gave up waiting for " + "; ".join(missing.values()) + "\n")
     elif agent.scorer is not None and agent.scorer.pending:
         out.write(
             f"  stopped waiting after {time.perf_counter() - started:.0f} s with the verdicts in and "
@@ -508,6 +508,7 @@ async def run_demo(
     out.flush()
     stop = asyncio.Event()
     missing: list[str] = []  # the parts of the story this run could not show
+    waited_for: dict[str, str] = {}  # drift verdicts the wait gave up on, by version
     watcher = asyncio.create_task(wait_for_signal(duration * 2 + 300.0))
     watcher.add_done_callback(lambda _: stop.set())
     base_url = f"http://{host}:{agent.proxy_port}/v1"
@@ -540,7 +541,7 @@ async def run_demo(
         if agent.scorer is not None and not stop.is_set():
             await _settle(agent, SETTLE_S, out, stop)
             if not missing:
-                missing += await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
+                waited_for = await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
     finally:
         stopped_early = stop.is_set()  # Ctrl-C or the watchdog; cancelling the watcher sets `stop` too
         watcher.cancel()
@@ -549,6 +550,9 @@ async def run_demo(
         await sim.close()
         await candidate_sim.close()
     out.write(summary(agent, tally, traffic_s, elapsed))
+    # The scorer's last round, at stop, can still bring a verdict the wait gave up on: the summary
+    # above shows it, so it is not missing.
+    missing += [why for v, why in waited_for.items() if v not in drift_versions(agent)]
     if stopped_early and not missing:
         missing.append("the whole run (stopped early)")
     if missing:
