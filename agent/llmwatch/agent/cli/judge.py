@@ -102,5 +102,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     c.add_argument("--min-labels", type=int, default=50, help="labelled samples a calibrated judge needs (default 50)")
     c.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (default 0.95)")
     c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text for a person, json for a script (default text)"
+    )
     c.set_defaults(func=cmd_judge_calibrate)
