@@ -13,7 +13,6 @@ as `unparseable`, error scores kept).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -21,10 +20,17 @@ import time
 from pathlib import Path
 
 import aiohttp
-import openai
 import pytest
 from helpers.agents import metric
-from helpers.judge import judge_scores, judged, review_as_people, start_judged_proxy, stop_proxy, wait_metrics
+from helpers.judge import (
+    judge_scores,
+    judged,
+    review_as_people,
+    send,
+    start_judged_proxy,
+    stop_proxy,
+    wait_metrics,
+)
 from helpers.ports import free_port
 from helpers.procs import Proc, simulator_url, start_simulator
 
@@ -34,9 +40,7 @@ from llmwatch.scorers.evaluation.judge_calibration import load_calibration
 ROOT = Path(__file__).resolve().parents[2]
 # tests/model_server.sh's venv; LLMWATCH_MODEL_SERVER_PYTHON points elsewhere (a venv built before).
 MODEL_PYTHON = Path(os.environ.get("LLMWATCH_MODEL_SERVER_PYTHON", ROOT / ".model-venv" / "bin" / "python"))
-MODEL = "sim-gpt-4o-mini"
 PRICE = {"input_per_million": 1.0, "output_per_million": 1.0}  # $0.000001 a token
-TOPICS = ["How do I bake sourdough bread?", "Explain kubernetes pods", "Tips for learning python", "A running plan?"]
 
 
 def gguf() -> Path | None:
@@ -90,21 +94,6 @@ def llama():
     proc, url = start_llama(model)
     yield proc, url
     proc.stop()
-
-
-async def send(base: str, n: int, start: int = 0) -> list[str]:
-    """n seeded calls at once through `base`; the answers' text."""
-    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-client-0123456789abcdef", max_retries=0)
-
-    async def one(i: int) -> str:
-        msgs = [{"role": "user", "content": f"{TOPICS[i % len(TOPICS)]} ({i})"}]
-        answer = await client.chat.completions.create(model=MODEL, messages=msgs, seed=i)
-        return answer.choices[0].message.content or ""
-
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(start, start + n))))
-    finally:
-        await client.close()
 
 
 def llmwatch(*args: str) -> subprocess.CompletedProcess:

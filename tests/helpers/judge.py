@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -98,3 +99,21 @@ def review_as_people(tasks_key: Path, samples: dict[str, Sample], out: Path) -> 
         )
     out.write_bytes(b"\n".join(lines) + b"\n")
     return len(lines)
+
+
+TOPICS = ["How do I bake sourdough bread?", "Explain kubernetes pods", "Tips for learning python", "A running plan?"]
+
+
+async def send(base: str, n: int, start: int = 0, model: str = "sim-gpt-4o-mini") -> list[str]:
+    """n seeded calls at once through `base`; the answers' text."""
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-client-0123456789abcdef", max_retries=0)
+
+    async def one(i: int) -> str:
+        msgs = [{"role": "user", "content": f"{TOPICS[i % len(TOPICS)]} ({i})"}]
+        answer = await client.chat.completions.create(model=model, messages=msgs, seed=i)
+        return answer.choices[0].message.content or ""
+
+    try:
+        return list(await asyncio.gather(*(one(i) for i in range(start, start + n))))
+    finally:
+        await client.close()

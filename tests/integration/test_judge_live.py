@@ -14,32 +14,22 @@ import sys
 from pathlib import Path
 
 import aiohttp
-import openai
 from helpers.agents import metric
-from helpers.judge import judge_scores, judged, review_as_people, start_judged_proxy, stop_proxy, wait_metrics
+from helpers.judge import (
+    judge_scores,
+    judged,
+    review_as_people,
+    send,
+    start_judged_proxy,
+    stop_proxy,
+    wait_metrics,
+)
 from helpers.procs import simulator_url, start_simulator
 
 from llmwatch.core.jsonio import read_records
 
-MODEL = "sim-gpt-4o-mini"
 PRICE = {"input_per_million": 1.0, "output_per_million": 2.0}
 JUDGE_KEY = "sk-judge-secret-5f4e3d2c1b0a9988"
-TOPICS = ["How do I bake sourdough bread?", "Explain kubernetes pods", "Tips for learning python", "A running plan?"]
-
-
-async def send(base: str, n: int, start: int = 0) -> list[str]:
-    """n seeded calls at once through `base`; the answers' text."""
-    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-client-0123456789abcdef", max_retries=0)
-
-    async def one(i: int) -> str:
-        msgs = [{"role": "user", "content": f"{TOPICS[i % len(TOPICS)]} ({i})"}]
-        answer = await client.chat.completions.create(model=MODEL, messages=msgs, seed=i)
-        return answer.choices[0].message.content or ""
-
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(start, start + n))))
-    finally:
-        await client.close()
 
 
 def llmwatch(*args: str) -> subprocess.CompletedProcess:
