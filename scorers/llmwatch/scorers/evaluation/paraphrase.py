@@ -1,0 +1,449 @@
+"""Deterministic rewordings of a prompt, for `llmwatch regress --paraphrases K`.
+
+A case is also run in K rewordings of its last user message; the spread of its scores across
+them is its prompt sensitivity. A rewording must keep the meaning, so the transforms are small
+and conservative, and everything that carries meaning a word swap could break is *protected*
+and copied byte for byte: fenced and inline code, JSON objects and arrays (and bracketed
+placeholders such as `[EMAIL]`), quoted strings, URLs, and every token with a digit in it.
+
+The transforms work on the text between protected spans only:
+
+* synonyms from a small built-in table (`_SYNONYMS`), whole words, capitalisation kept;
+* contractions expanded or made (`do not` <-> `don't`);
+* "Please" added before a leading imperative verb, or a leading "Please" dropped;
+* a colon list ("tips: flights, hotel and passport") turned into bullet lines, or bullet lines
+  joined inline;
+* sentence reordering, only where safe: one paragraph of 2-4 plain sentences, none of which
+  starts with a connective or refers back ("it", "this", "then", ...), and nothing protected;
+* formatting: the case of the first letter, the final punctuation, and whitespace.
+
+Which transforms a rewording uses is drawn from a `random.Random` seeded by SHA-256 of the key
+(the case id) and the rewording's index, so a suite gets the same rewordings on every run, on
+every machine. `reword` returns K distinct texts, all different from the original; when the
+transforms cannot give that many (a one-word prompt), the remaining ones differ by trailing
+whitespace only, which is still a formatting change and is reported as such (`whitespace_only`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+# --- protected spans ------------------------------------------------------------------------------
+
+_SIMPLE_PROTECTED = re.compile(
+    r"```[\s\S]*?(?:```|\Z)"  # fenced code (an unterminated fence runs to the end)
+    r"|`[^`\n]+`"  # inline code
+    r"|https?://\S+"  # URLs
+    r'|"[^"\n]*"'  # double-quoted strings
+    r"|\u201c[^\u201d\n]*\u201d"  # curly double quotes
+    r"|(?<!\w)'[^'\n]+'(?!\w)"  # single-quoted strings (an apostrophe inside a word is not one)
+    r"|\S*\d\S*"  # any token with a digit: numbers, versions, amounts, ids
+)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _bracket_end(text: str, start: int) -> int | None:
+    """The index after the bracket that closes text[start] ({ or [), skipping JSON strings; None if unclosed."""
+    pairs = {"{": "}", "[": "]"}
+    stack = [pairs[text[start]]]
+    i = start + 1
+    in_string = False
+    while i < len(text):
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in pairs:
+            stack.append(pairs[ch])
+        elif ch in "}]":
+            if ch != stack[-1]:
+                return None
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    return None
+
+
+def protected_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every span a rewording copies unchanged, in order and not overlapping."""
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(text):
+        if text[i] in "{[":
+            end = _bracket_end(text, i)
+            if end is not None:
+                spans.append((i, end))
+                i = end
+                continue
+        m = _SIMPLE_PROTECTED.match(text, i)
+        if m and m.end() > i:
+            spans.append((i, m.end()))
+            i = m.end()
+            continue
+        # Past the rest of the word: a span starts at a word's start or at punctuation (keeps this linear).
+        w = _WORD.match(text, i)
+        i = w.end() if w else i + 1
+    return spans
+
+
+# Private-use characters around a span's index: no transform's pattern matches them.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_SLOT = re.compile(_OPEN + r"(\d+)" + _CLOSE)
+
+
+def _to_template(text: str) -> tuple[str, list[str]]:
+    parts: list[str] = []
+    kept: list[str] = []
+    last = 0
+    for start, end in protected_spans(text):
+        parts.append(text[last:start])
+        parts.append(f"{_OPEN}{len(kept)}{_CLOSE}")
+        kept.append(text[start:end])
+        last = end
+    parts.append(text[last:])
+    return "".join(parts), kept
+
+
+def _from_template(template: str, kept: Sequence[str]) -> str:
+    return _SLOT.sub(lambda m: kept[int(m.group(1))], template)
+
+
+# --- transforms -------------------------------------------------------------------------------------
+
+# One direction each, chosen so that the swap keeps the meaning in ordinary requests (no word
+# that is also a common noun in another sense, no verb with particles that would break).
+_SYNONYMS: dict[str, str] = {
+    "simple": "basic",
+    "basic": "simple",
+    "fix": "resolve",
+    "resolve": "fix",
+    "help": "assist",
+    "assist": "help",
+    "explain": "describe",
+    "describe": "explain",
+    "quick": "fast",
+    "quickly": "rapidly",
+    "big": "large",
+    "large": "big",
+    "small": "little",
+    "classify": "categorize",
+    "categorize": "classify",
+    "problem": "issue",
+    "issue": "problem",
+    "begin": "start",
+    "detailed": "thorough",
+    "brief": "short",
+    "short": "brief",
+    "trip": "journey",
+    "tasty": "delicious",
+    "delicious": "tasty",
+    "utilize": "use",
+    "ensure": "make sure",
+    "choose": "select",
+    "select": "choose",
+    "summarize": "summarise",
+    "summarise": "summarize",
+    "give me": "provide",
+    "tell me": "let me know",
+    "i want": "i would like",
+    "can you": "could you",
+    "could you": "can you",
+    "recommend": "suggest",
+    "suggest": "recommend",
+}
+_CONTRACTIONS: dict[str, str] = {
+    "do not": "don't",
+    "don't": "do not",
+    "does not": "doesn't",
+    "doesn't": "does not",
+    "cannot": "can't",
+    "can't": "cannot",
+    "i am": "i'm",
+    "i'm": "i am",
+    "what is": "what's",
+    "what's": "what is",
+    "is not": "isn't",
+    "isn't": "is not",
+}
+_IMPERATIVES = frozenset(
+    "give plan write explain describe list classify summarize summarise tell show translate extract fix help create "
+    "generate suggest compare rewrite convert provide recommend check draft outline review calculate identify "
+    "categorize select choose name find".split()
+)
+_QUESTION_WORDS = frozenset(
+    "what how why when where who which whose is are was were do does did can could would should will shall may".split()
+)
+# A sentence starting with one of these leans on the one before it: never moved.
+_ANAPHORA = re.compile(
+    r"\b(it|its|this|that|these|those|they|them|their|then|also|so|but|and|or|however|above|below|previous|"
+    r"following|same|there|here|such|otherwise|finally|first|second|next|after|before)\b",
+    re.IGNORECASE,
+)
+_SENTENCE = re.compile(r"[^.!?]+[.!?]+(?:\s+|$)")
+_BULLET = re.compile(r"^[ \t]*[-*\u2022][ \t]+(.+?)[ \t]*$")
+
+
+def _phrase_pattern(table: dict[str, str]) -> re.Pattern[str]:
+    keys = sorted(table, key=len, reverse=True)  # the longest phrase first: "give me" before "give"
+    return re.compile(r"(?<![\w'])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w'])", re.IGNORECASE)
+
+
+_SYN_RX = _phrase_pattern(_SYNONYMS)
+_CON_RX = _phrase_pattern(_CONTRACTIONS)
+
+
+def _match_case(source: str, replacement: str) -> str:
+    if source[:1].isupper():
+        return replacement[:1].upper() + replacement[1:]
+    return replacement
+
+
+def _substitute(table: dict[str, str], rx: re.Pattern[str]) -> Callable[[str, random.Random], str | None]:
+    def apply(template: str, rng: random.Random) -> str | None:
+        found = list(rx.finditer(template))
+        if not found:
+            return None
+        # Each occurrence with probability one half, at least one: rewordings differ in which.
+        chosen = {i for i in range(len(found)) if rng.random() < 0.5} or {rng.randrange(len(found))}
+        out, last = [], 0
+        for i, m in enumerate(found):
+            out.append(template[last : m.start()])
+            word = m.group(0)
+            replacement = table[word.casefold()]
+            if word.casefold() == "i want" or replacement.startswith("i "):
+                replacement = "I" + replacement[1:]
+            out.append(_match_case(word, replacement) if i in chosen else word)
+            last = m.end()
+        out.append(template[last:])
+        return "".join(out)
+
+    return apply
+
+
+def _please(template: str, rng: random.Random) -> str | None:
+    lead = len(template) - len(template.lstrip())
+    body = template[lead:]
+    m = re.match(r"please[,]?\s+(\w)", body, re.IGNORECASE)
+    if m:
+        return template[:lead] + m.group(1).upper() + body[m.end() :]
+    m = re.match(r"([A-Za-z]+)\b", body)
+    if m is None:
+        return None
+    word = m.group(1)
+    if word.casefold() in _IMPERATIVES:
+        return template[:lead] + "Please " + word.casefold() + body[m.end() :]
+    m2 = re.match(r"(can|could|would|will) you\s+", body, re.IGNORECASE)
+    if m2 and not body[m2.end() :].casefold().startswith("please"):
+        return template[:lead] + body[: m2.end()] + "please " + body[m2.end() :]
+    return None
+
+
+def _bullets(template: str, rng: random.Random) -> str | None:
+    lines = template.split("\n")
+    items = [m.group(1) for m in (_BULLET.match(line) for line in lines) if m]
+    if len(items) >= 2:
+        # Bullet lines joined inline; the lines that are not bullets stay where they were.
+        out: list[str] = []
+        joined = False
+        for line in lines:
+            if _BULLET.match(line):
+                if not joined:
+                    out.append("; ".join(i.rstrip(".;,") for i in items) + ".")
+                    joined = True
+            else:
+                out.append(line)
+        return "\n".join(out)
+    # An inline colon list with "and" ("tips: flights, hotel and passport") becomes bullet lines.
+    m = re.search(r":\s+([^:\n.!?]+?),\s+([^:\n.!?]+?)\s+and\s+([^:\n.!?,]+?)([.!?]?)\s*$", template)
+    if m is None:
+        return None
+    head, last = m.group(1), m.group(3)
+    rest = m.group(2).split(", ")
+    parts = [head, *rest, last]
+    if any(_OPEN in p or len(p.split()) > 6 or not p.strip() for p in parts):
+        return None
+    return template[: m.start()] + ":\n" + "\n".join(f"- {p.strip()}" for p in parts)
+
+
+def _reorder(template: str, rng: random.Random) -> str | None:
+    if _OPEN in template or "\n" in template.strip():
+        return None
+    text = template.strip()
+    sentences = [s.strip() for s in _SENTENCE.findall(text)]
+    if not 2 <= len(sentences) <= 4 or "".join(sentences).replace(" ", "") != text.replace(" ", ""):
+        return None
+    if any(_ANAPHORA.search(s) for s in sentences):
+        return None
+    order = list(range(len(sentences)))
+    while order == list(range(len(sentences))):
+        rng.shuffle(order)
+    return " ".join(sentences[i] for i in order)
+
+
+def _first_letter(template: str, rng: random.Random) -> str | None:
+    m = re.match(r"(\s*)([A-Za-z])([a-z]*)\b", template)
+    if m is None:
+        return None
+    word = (m.group(2) + m.group(3)).casefold()
+    # Only common words: lower-casing a name ("Python") would change it.
+    if word not in _IMPERATIVES and word not in _QUESTION_WORDS and word != "please":
+        return None
+    first = m.group(2)
+    swapped = first.lower() if first.isupper() else first.upper()
+    return template[: m.start(2)] + swapped + template[m.end(2) :]
+
+
+def _final_punctuation(template: str, rng: random.Random) -> str | None:
+    body = template.rstrip()
+    tail = template[len(body) :]
+    if not body or body.endswith(_CLOSE):
+        return None
+    if body[-1] in ".!":
+        return body[:-1] + tail
+    if body[-1] == "?":
+        return body[:-1] + tail
+    if body[-1].isalpha():
+        first = re.match(r"\s*([A-Za-z]+)", body)
+        question = first is not None and first.group(1).casefold() in _QUESTION_WORDS
+        return body + ("?" if question else ".") + tail
+    return None
+
+
+def _whitespace(template: str, rng: random.Random) -> str | None:
+    choice = rng.randrange(3)
+    if choice == 0 and re.search(r"[.!?] (?=\S)", template):
+        return re.sub(r"([.!?]) (?=\S)", r"\1  ", template)
+    if choice == 1 and template.strip() != template:
+        return template.strip()
+    return template + "\n"
+
+
+@dataclass(frozen=True)
+class _Transform:
+    name: str
+    apply: Callable[[str, random.Random], str | None]
+
+
+# In the order they are applied: word-level first, then structure, then formatting.
+TRANSFORMS: tuple[_Transform, ...] = (
+    _Transform("synonyms", _substitute(_SYNONYMS, _SYN_RX)),
+    _Transform("contractions", _substitute(_CONTRACTIONS, _CON_RX)),
+    _Transform("please", _please),
+    _Transform("bullets", _bullets),
+    _Transform("reorder", _reorder),
+    _Transform("case", _first_letter),
+    _Transform("punctuation", _final_punctuation),
+    _Transform("whitespace", _whitespace),
+)
+_TRIES = 24
+
+
+@dataclass(frozen=True)
+class Rewording:
+    text: str
+    transforms: tuple[str, ...]  # which transforms made it; ("whitespace_only",) for a fallback
+
+    @property
+    def whitespace_only(self) -> bool:
+        return self.transforms == ("whitespace_only",)
+
+
+def _rng(key: str, index: int, attempt: int) -> random.Random:
+    digest = hashlib.sha256(f"llmwatch-paraphrase\0{key}\0{index}\0{attempt}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def rewordings(text: str, k: int, key: str) -> list[Rewording]:
+    """K distinct rewordings of `text`, none equal to it; the same for the same (text, k, key)."""
+    if k <= 0:
+        return []
+    template, kept = _to_template(text)
+    seen = {text}
+    out: list[Rewording] = []
+    for index in range(k):
+        made: Rewording | None = None
+        for attempt in range(_TRIES):
+            rng = _rng(key, index, attempt)
+            current, used = template, list[str]()
+            picked = [t for t in TRANSFORMS if rng.random() < 0.5] or [rng.choice(TRANSFORMS)]
+            for t in picked:
+                changed = t.apply(current, rng)
+                if changed is not None and changed != current:
+                    current, used = changed, [*used, t.name]
+            candidate = _from_template(current, kept)
+            if used and candidate not in seen:
+                made = Rewording(candidate, tuple(used))
+                break
+        if made is None:
+            pad = 1
+            while text + " " * pad in seen:
+                pad += 1
+            made = Rewording(text + " " * pad, ("whitespace_only",))
+        seen.add(made.text)
+        out.append(made)
+    return out
+
+
+def reword(text: str, k: int, key: str) -> list[str]:
+    """The texts of `rewordings(text, k, key)`."""
+    return [r.text for r in rewordings(text, k, key)]
+
+
+def last_user_index(messages: Sequence[dict[str, Any]]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return None
+
+
+def reword_messages(
+    messages: Sequence[dict[str, Any]], k: int, key: str
+) -> list[tuple[list[dict[str, Any]], Rewording]]:
+    """K copies of `messages` whose last user message is reworded; every other message is untouched.
+
+    A string content is reworded whole; a list of parts has its first text part reworded. A last
+    user message with no text gives no rewordings (an empty list).
+    """
+    at = last_user_index(messages)
+    if at is None or k <= 0:
+        return []
+    content = messages[at].get("content")
+    if isinstance(content, str):
+        text, part = content, None
+    elif isinstance(content, list):
+        part = next(
+            (
+                j
+                for j, p in enumerate(content)
+                if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            ),
+            None,
+        )
+        if part is None:
+            return []
+        text = content[part]["text"]
+    else:
+        return []
+    out = []
+    for r in rewordings(text, k, key):
+        new_content: Any
+        if part is None or not isinstance(content, list):
+            new_content = r.text
+        else:
+            new_content = [dict(p) if isinstance(p, dict) else p for p in content]
+            new_content[part]["text"] = r.text
+        copy = [dict(m) for m in messages]
+        copy[at] = {**messages[at], "content": new_content}
+        out.append((copy, r))
+    return out
