@@ -144,3 +144,69 @@ def test_numbers_and_code_spans_survive_every_rewording(parts, key, k):
         assert re.findall(r"\d+(?:\.\d+)?", r) == numbers  # the same numbers, in the same order
         for code in codes:
             assert code in r
+
+
+# --- how regress uses them ----------------------------------------------------------------------
+
+
+def _suite(tmp_path, cases):
+    import orjson
+
+    from llmwatch.scorers.evaluation.regress import load_suite
+
+    path = tmp_path / "suite.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
+    return load_suite(path)
+
+
+def _attempt(case_id, variant, result, score, version="A"):
+    from llmwatch.scorers.evaluation.regress import Attempt
+
+    return Attempt(case_id=case_id, repeat=0, result=result, score=score, variant=variant, model_version=version)
+
+
+def test_a_case_flips_when_a_rewordings_pass_rate_crosses_the_threshold_and_the_spread_is_over_wording_means(tmp_path):
+    from llmwatch.scorers.evaluation.regress import case_spreads, version_spreads
+
+    suite = _suite(
+        tmp_path,
+        [
+            {"id": "steady", "input": "Give me a simple recipe.", "checks": [{"kind": "not_empty_or_truncated"}]},
+            {"id": "fragile", "input": "Explain a quick fix.", "checks": [{"kind": "not_empty_or_truncated"}]},
+        ],
+    )
+    attempts = [
+        *[_attempt("steady", v, "pass", 1.0) for v in range(3) for _ in range(4)],
+        *[_attempt("fragile", 0, "pass", 1.0) for _ in range(4)],
+        *[_attempt("fragile", 1, r, s) for r, s in [("pass", 1.0), ("fail", 0.0), ("fail", 0.0), ("fail", 0.0)]],
+        *[_attempt("fragile", 2, "pass", 1.0) for _ in range(4)],
+    ]
+    steady, fragile = case_spreads(suite, attempts, 2, pass_threshold=0.8)
+    assert (steady.flips, steady.score_range, steady.score_std) == (False, 0.0, 0.0)
+    assert fragile.flips is True
+    assert [v.passed for v in fragile.variants] == [True, False, True]
+    assert fragile.score_range == 0.75 and fragile.score_min == 0.25
+    [a] = version_spreads(suite, attempts, 2, pass_threshold=0.8, confidence=0.95)
+    assert (a.model_version, a.cases, a.n_flipped, a.flip_share) == ("A", 2, 1, 0.5)
+    assert a.mean_range == 0.375 and a.flip_ci is not None and a.flip_ci[0] < 0.5 < a.flip_ci[1]
+
+
+def test_a_version_summary_counts_only_the_attempts_that_version_served(tmp_path):
+    from llmwatch.scorers.evaluation.regress import version_spreads
+
+    suite = _suite(tmp_path, [{"id": "c", "input": "Explain it.", "checks": [{"kind": "not_empty_or_truncated"}]}])
+    attempts = [_attempt("c", 0, "pass", 1.0, "A"), _attempt("c", 1, "pass", 1.0, "A")]
+    attempts += [_attempt("c", 0, "pass", 1.0, "B"), _attempt("c", 1, "fail", 0.0, "B")]
+    by = {v.model_version: v for v in version_spreads(suite, attempts, 1, pass_threshold=0.8, confidence=0.95)}
+    assert (by["A"].n_flipped, by["A"].mean_range) == (0, 0.0)
+    assert (by["B"].n_flipped, by["B"].mean_range) == (1, 1.0)
+
+
+def test_dynamic_replay_calls_after_each_user_turn_that_has_a_recorded_answer_and_at_the_last():
+    from llmwatch.scorers.evaluation.regress import dynamic_turns
+
+    u, a, s = ({"role": "user"}, {"role": "assistant"}, {"role": "system"})
+    assert dynamic_turns([s, u]) == [1]
+    assert dynamic_turns([s, u, a, u, a, u]) == [1, 3, 5]
+    assert dynamic_turns([u, u, a, u]) == [1, 3]  # two user messages in a row go together
+    assert dynamic_turns([u, a, u, a]) == [0, 2]  # a recorded answer after the last user turn is dropped
