@@ -31,6 +31,16 @@ its line still gets up to `repeat` attempts, so noise is not stopped early into 
 case reports its interval, pass^k (all of its k judged attempts passed) beside the mean pass
 rate, and `flaky` when its pass rate is strictly between 0 and 1 with the interval excluding
 both 0 and 1.
+
+Prompt sensitivity (`paraphrases` K > 0): each case also runs in K rewordings of its last user
+message (paraphrase.py, seeded by the case id), as attempts with `variant` 1..K. They never enter
+pass rates, verdicts or the comparison; `paraphrase_report` gives per case the spread of the
+wordings' mean scores and whether the pass verdict flips, and per served version the mean spread
+and the flipping share with intervals. Exit 1 for flips only with `paraphrase_max_flips`.
+
+Multi-turn replay (`multi_turn`): `static` sends the transcript as written; `dynamic` keeps the
+user turns and feeds back the candidate's own answers (one call per turn, at most `max_turns`),
+and scores the final answer. A baseline made in the other mode is refused.
 """
 
 from __future__ import annotations
