@@ -10,16 +10,21 @@ sent, and each later turn must carry the simulator's own earlier answers, never 
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import re
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import orjson
 import pytest
 import yaml
+from aiohttp import web
+from helpers.ports import dead_address
 from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.upstreams import serve
 
 from llmwatch.agent.cli.main import main
 from llmwatch.scorers.evaluation.paraphrase import reword_messages
@@ -264,3 +269,92 @@ def test_dynamic_replay_feeds_the_candidates_own_answers_back_and_static_the_rec
     for attempt in run.attempts:
         assert attempt.turns == 3 and len(attempt.turn_answers) == 2
         assert set(attempt.turn_answers) <= answers
+
+
+# --- rewordings from a model --------------------------------------------------------------------
+
+
+@pytest.fixture
+def rewording_server():
+    """An OpenAI-compatible rewording model: "good" answers a fenced JSON array (the request with a polite
+    lead, upper-cased, with a thank-you), "broken" answers prose. Records each request's headers."""
+    seen: list[dict] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append({"authorization": request.headers.get("Authorization"), "body": body})
+        text = body["messages"][-1]["content"].split("Request:\n", 1)[1]
+        if body["model"] == "good":
+            content = (
+                "```json\n" + orjson.dumps([f"Kindly: {text}", text.upper(), f"{text} Thanks."]).decode() + "\n```"
+            )
+        else:
+            content = "Sure! Here are some ways to say it."
+        return web.json_response(
+            {
+                "id": "p",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner, url = asyncio.run_coroutine_threadsafe(serve(app), loop).result(timeout=30)
+    yield url, seen
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+def test_rewordings_from_a_model_are_kept_when_they_keep_the_protected_tokens_and_made_up_otherwise(
+    simulator, rewording_server, tmp_path: Path, capsys, monkeypatch
+):
+    url, seen = rewording_server
+    secret = "sk-paraphrase-secret-0042"
+    monkeypatch.setenv("PARAPHRASE_API_KEY", secret)
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE)
+    out = tmp_path / "model.json"
+    args = ["--repeat", "1", "--paraphrases", str(K), "--paraphrase-url", url, "--out", str(out)]
+    assert regress(suite, simulator, *args, "--paraphrase-model", "good") == 0
+    printed = capsys.readouterr()
+    assert [s["authorization"] for s in seen] == [f"Bearer {secret}"] * len(SUITE), "one call per case, with the key"
+    assert secret not in printed.out + printed.err and secret not in out.read_text()
+
+    report = load_run(out).paraphrases
+    assert report.source == "model:good"
+    by = {c.id: c for c in report.cases}
+    text = SIMPLE["input"]
+    assert [v.text for v in by["pasta-simple"].variants[1:]] == [f"Kindly: {text}", text.upper(), f"{text} Thanks."]
+    assert all(v.transforms == ["model:good"] for v in by["pasta-simple"].variants[1:])
+    # Upper-casing the quoted string of topic-json changed it: refused, and a built-in one comes after the model's.
+    quoted = by["topic-json"].variants[1:]
+    assert [v.transforms == ["model:good"] for v in quoted] == [True, True, False]
+    assert [v.text for v in quoted[:2]] == [f"Kindly: {SUITE[2]['input']}", f"{SUITE[2]['input']} Thanks."]
+    assert '"my bread dough never rises in the oven"' in quoted[2].text
+    assert report.model_fallbacks == 1
+    assert report.model_errors == {"changed code, JSON, a quoted string, a URL or a number": 1}
+    assert "rewordings from model:good; built-in ones made up for 1 case(s)" in printed.out
+
+    # A model that answers prose, or an endpoint that is down: every rewording built in, the run goes on.
+    builtin = tmp_path / "builtin.json"
+    assert regress(suite, simulator, "--repeat", "1", "--paraphrases", str(K), "--out", str(builtin)) == 0
+    expected = [[v.text for v in c.variants] for c in load_run(builtin).paraphrases.cases]
+    for model_url, model in ((url, "broken"), (f"http://{dead_address()}", "any")):
+        fallback = tmp_path / f"{model}.json"
+        code = regress(
+            suite, simulator, "--repeat", "1", "--paraphrases", str(K), "--paraphrase-url", model_url,
+            "--paraphrase-model", model, "--max-retries", "0", "--out", str(fallback),
+        )  # fmt: skip
+        assert code == 0
+        report = load_run(fallback).paraphrases
+        assert report.model_fallbacks == len(SUITE)
+        assert [[v.text for v in c.variants] for c in report.cases] == expected
+    assert secret not in capsys.readouterr().err

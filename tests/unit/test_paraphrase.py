@@ -210,3 +210,36 @@ def test_dynamic_replay_calls_after_each_user_turn_that_has_a_recorded_answer_an
     assert dynamic_turns([s, u, a, u, a, u]) == [1, 3, 5]
     assert dynamic_turns([u, u, a, u]) == [1, 3]  # two user messages in a row go together
     assert dynamic_turns([u, a, u, a]) == [0, 2]  # a recorded answer after the last user turn is dropped
+
+
+# --- rewordings from a model ------------------------------------------------------------------------
+
+
+def test_a_models_reply_is_read_as_a_json_array_of_strings_or_refused():
+    import pytest
+
+    from llmwatch.scorers.evaluation.paraphrase import parse_model_reply
+
+    assert parse_model_reply('```json\n["a", "b"]\n```') == ["a", "b"]
+    assert parse_model_reply('Here: ["a"]') == ["a"]
+    for reply in ("Sure, here are some.", '["a", 3]', "[not json]", '{"a": 1}'):
+        with pytest.raises(ValueError):
+            parse_model_reply(reply)
+
+
+def test_model_rewordings_that_change_a_protected_token_or_add_a_number_are_replaced_by_built_in_ones():
+    from llmwatch.scorers.evaluation.paraphrase import accept_model_rewordings
+
+    text = 'Convert "42 apples" to JSON with `key=value` for 3 baskets.'
+    candidates = [
+        'Please convert "42 apples" to JSON using `key=value` for 3 baskets.',  # kept
+        'Convert "forty-two apples" to JSON with `key=value` for 3 baskets.',  # quoted string changed
+        'Convert "42 apples" to JSON with `key = value` for 3 baskets.',  # code changed
+        'Convert "42 apples" to JSON with `key=value` for 3 baskets in 2 steps.',  # a number added
+        text,  # the original
+    ]
+    kept, refused = accept_model_rewordings(text, candidates, 3, "case", "m")
+    assert kept[0].text == candidates[0] and kept[0].transforms == ("model:m",)
+    assert [r.transforms == ("model:m",) for r in kept] == [True, False, False]
+    assert len({r.text for r in kept} | {text}) == 4
+    assert len(refused) == 4

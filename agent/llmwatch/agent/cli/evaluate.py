@@ -178,6 +178,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
         paraphrase_max_flips=args.paraphrase_max_flips,
         multi_turn=args.multi_turn,
         max_turns=args.max_turns,
+        paraphrase_url=args.paraphrase_url,
+        paraphrase_model=args.paraphrase_model,
+        # From the environment only: a flag would show the key in `ps` and shell history.
+        # Not LLMWATCH_*: that prefix is the configuration (config.ENV_PREFIX).
+        paraphrase_api_key=os.environ.get("PARAPHRASE_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or "sk-llmwatch-paraphrase",
     )
     run, code = regress(
         args.suite,
@@ -497,6 +504,13 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         help="with --paraphrases, exit 1 when more than this share of cases flip their pass verdict under rewording "
         "(e.g. 0.1); default: flips are reported, never a failure",
     )
+    p.add_argument(
+        "--paraphrase-url",
+        help="with --paraphrases, an OpenAI-compatible endpoint asked for the rewordings (one call per case; key from "
+        "$PARAPHRASE_API_KEY, then $OPENAI_API_KEY); a failed call or a rewording that changed code, JSON, a number or a quoted "
+        "string is replaced by a built-in one and counted",
+    )
+    p.add_argument("--paraphrase-model", help="the model --paraphrase-url is asked with")
     p.add_argument(
         "--multi-turn",
         choices=["static", "dynamic"],

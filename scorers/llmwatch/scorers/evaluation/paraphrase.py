@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import orjson
+
 # --- protected spans ------------------------------------------------------------------------------
 
 _SIMPLE_PROTECTED = re.compile(
@@ -407,6 +409,43 @@ def last_user_index(messages: Sequence[dict[str, Any]]) -> int | None:
     return None
 
 
+def _text_slot(messages: Sequence[dict[str, Any]]) -> tuple[int, int | None, str] | None:
+    """(message index, text part index or None for a string content, text) of the last user message's text."""
+    at = last_user_index(messages)
+    if at is None:
+        return None
+    content = messages[at].get("content")
+    if isinstance(content, str):
+        return at, None, content
+    if isinstance(content, list):
+        for j, p in enumerate(content):
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                return at, j, p["text"]
+    return None
+
+
+def last_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
+    """The text a rewording replaces: the last user message's (first text part's) text; None without one."""
+    slot = _text_slot(messages)
+    return None if slot is None else slot[2]
+
+
+def with_last_user_text(messages: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """A copy of `messages` whose last user text is `text`; every other message and part untouched."""
+    slot = _text_slot(messages)
+    if slot is None:
+        raise ValueError("the messages have no user text to replace")
+    at, part, _ = slot
+    content = messages[at].get("content")
+    new_content: Any = text
+    if part is not None and isinstance(content, list):
+        new_content = [dict(p) if isinstance(p, dict) else p for p in content]
+        new_content[part]["text"] = text
+    copy = [dict(m) for m in messages]
+    copy[at] = {**messages[at], "content": new_content}
+    return copy
+
+
 def reword_messages(
     messages: Sequence[dict[str, Any]], k: int, key: str
 ) -> list[tuple[list[dict[str, Any]], Rewording]]:
@@ -415,35 +454,80 @@ def reword_messages(
     A string content is reworded whole; a list of parts has its first text part reworded. A last
     user message with no text gives no rewordings (an empty list).
     """
-    at = last_user_index(messages)
-    if at is None or k <= 0:
+    text = last_user_text(messages)
+    if text is None or k <= 0:
         return []
-    content = messages[at].get("content")
-    if isinstance(content, str):
-        text, part = content, None
-    elif isinstance(content, list):
-        part = next(
-            (
-                j
-                for j, p in enumerate(content)
-                if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            ),
-            None,
-        )
-        if part is None:
-            return []
-        text = content[part]["text"]
-    else:
-        return []
-    out = []
-    for r in rewordings(text, k, key):
-        new_content: Any
-        if part is None or not isinstance(content, list):
-            new_content = r.text
+    return [(with_last_user_text(messages, r.text), r) for r in rewordings(text, k, key)]
+
+
+# --- rewordings from a model ----------------------------------------------------------------------
+
+MODEL_PROMPT = (
+    "Rewrite the request below in {k} different ways. Each must ask for exactly the same thing: keep every "
+    "constraint, copy code, JSON, numbers, quoted strings and URLs character for character, and do not answer it. "
+    "Reply with only a JSON array of {k} strings.\n\nRequest:\n{text}"
+)
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+def model_prompt(text: str, k: int) -> str:
+    return MODEL_PROMPT.format(k=k, text=text)
+
+
+def parse_model_reply(reply: str) -> list[str]:
+    """The JSON array of strings in a model's reply (a code fence around it allowed); ValueError otherwise."""
+    body = _FENCE.sub("", reply.strip())
+    start, end = body.find("["), body.rfind("]")
+    if start < 0 or end <= start:
+        raise ValueError("no JSON array in the reply")
+    try:
+        items = orjson.loads(body[start : end + 1])
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"the reply's array is not valid JSON ({exc})") from None
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ValueError("the reply's array is not a list of strings")
+    return items
+
+
+def _protected_kept(original: str, candidate: str) -> bool:
+    """Every protected span of the original appears in the candidate, as often; and no new number."""
+    spans = [original[a:b] for a, b in protected_spans(original)]
+    if any(candidate.count(s) < spans.count(s) for s in set(spans)):
+        return False
+    digits = sorted(re.findall(r"\d+", original))
+    return sorted(re.findall(r"\d+", candidate)) == digits
+
+
+def accept_model_rewordings(
+    text: str, candidates: Sequence[str], k: int, key: str, model: str
+) -> tuple[list[Rewording], list[str]]:
+    """Up to K of the model's candidates that pass the same guards as the built-in transforms, the rest built in.
+
+    A candidate is refused when empty, equal to the original or to an earlier one, more than four
+    times as long, or when it lost or changed a protected span (code, JSON, a quoted string, a URL,
+    a number) or added a number. Returns the K rewordings and why candidates were refused.
+    """
+    seen = {text}
+    kept: list[Rewording] = []
+    refused: list[str] = []
+    for c in candidates:
+        if len(kept) == k:
+            break
+        c = c.strip()
+        if not c or c in seen:
+            refused.append("empty or a repeat")
+        elif len(c) > 4 * len(text) + 200:
+            refused.append("too long")
+        elif not _protected_kept(text, c):
+            refused.append("changed code, JSON, a quoted string, a URL or a number")
         else:
-            new_content = [dict(p) if isinstance(p, dict) else p for p in content]
-            new_content[part]["text"] = r.text
-        copy = [dict(m) for m in messages]
-        copy[at] = {**messages[at], "content": new_content}
-        out.append((copy, r))
-    return out
+            seen.add(c)
+            kept.append(Rewording(c, (f"model:{model}",)))
+    if len(kept) < k:
+        for r in rewordings(text, k + len(kept), key):
+            if len(kept) == k:
+                break
+            if r.text not in seen:
+                seen.add(r.text)
+                kept.append(r)
+    return kept, refused

@@ -52,7 +52,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
@@ -73,7 +73,15 @@ from llmwatch.core.version import __version__
 from llmwatch.core.wire import extract_prompt_text, token_count, usage_details
 from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
-from llmwatch.scorers.evaluation.paraphrase import Rewording, reword_messages
+from llmwatch.scorers.evaluation.paraphrase import (
+    Rewording,
+    accept_model_rewordings,
+    last_user_text,
+    model_prompt,
+    parse_model_reply,
+    reword_messages,
+    with_last_user_text,
+)
 from llmwatch.scorers.stats import twosample as stats
 from llmwatch.scorers.stats.proportions import wilson_interval
 
@@ -400,6 +408,10 @@ class ParaphraseReport(BaseModel):
     confidence: float
     max_flip_share: float | None = None  # the gate (--paraphrase-max-flips); None: reported only
     gate_failed: bool = False
+    source: str = "built-in"  # or "model:<name>" with --paraphrase-url
+    # With a model: cases where some rewordings are built-in ones instead, and why (counted).
+    model_fallbacks: int = 0
+    model_errors: dict[str, int] = Field(default_factory=dict)
     cases: list[CaseSpread]
     versions: list[VersionSpread]
 
@@ -522,6 +534,10 @@ class RunSettings:
     # static: the recorded transcript as written; dynamic: the user turns, with the candidate's own answers fed back.
     multi_turn: Literal["static", "dynamic"] = "static"
     max_turns: int = 10
+    # Rewordings from an OpenAI-compatible model (built-in transforms where it fails); the key is never logged.
+    paraphrase_url: str | None = None
+    paraphrase_model: str | None = None
+    paraphrase_api_key: str = "sk-llmwatch-paraphrase"
 
     @property
     def variant_repeat(self) -> int:
@@ -597,9 +613,83 @@ def _sample_for(
     )
 
 
+Variants = dict[str, list[tuple[list[dict[str, Any]], Rewording]]]
+
+
 def case_rewordings(case: SuiteCase, k: int) -> list[tuple[list[dict[str, Any]], Rewording]]:
     """The case's K rewordings (last user message only), seeded by its id: the same on every run."""
     return reword_messages(case.messages(), k, case.id) if k > 0 else []
+
+
+@dataclass
+class PreparedRewordings:
+    variants: Variants
+    source: str = "built-in"
+    fallbacks: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+async def prepare_rewordings(suite: RegressSuite, s: RunSettings) -> PreparedRewordings:
+    """Every case's rewordings: built in, or asked of --paraphrase-model with the built-in ones as fallback.
+
+    One call per case asks for K rewordings as a JSON array; each is kept only if it passes the
+    guards of `paraphrase.accept_model_rewordings`, and a failed call, an unusable reply or a
+    refused candidate is made up with built-in rewordings and counted, never an error of the run.
+    """
+    if s.paraphrases <= 0:
+        return PreparedRewordings({c.id: [] for c in suite.cases})
+    if not (s.paraphrase_url and s.paraphrase_model):
+        return PreparedRewordings({c.id: case_rewordings(c, s.paraphrases) for c in suite.cases})
+    import openai
+
+    model = s.paraphrase_model
+    client = openai.AsyncOpenAI(
+        base_url=openai_base_url(s.paraphrase_url),
+        api_key=s.paraphrase_api_key,
+        timeout=s.timeout_s,
+        max_retries=s.max_retries,
+    )
+    gate = asyncio.Semaphore(s.concurrency)
+    prepared = PreparedRewordings({}, source=f"model:{model}")
+
+    async def one(case: SuiteCase) -> None:
+        messages = case.messages()
+        text = last_user_text(messages)
+        if text is None:
+            prepared.variants[case.id] = []
+            return
+        candidates: list[str] = []
+        problems: list[str] = []
+        try:
+            async with gate:
+                reply = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": model_prompt(text, s.paraphrases)}],
+                    temperature=0,
+                    # Seeded by the case id, for servers that honour it: the same rewordings on every run.
+                    seed=int(hashlib.sha256(case.id.encode()).hexdigest()[:8], 16),
+                )
+            candidates = parse_model_reply(reply.choices[0].message.content or "")
+        except openai.APIError as exc:
+            problems.append(f"call failed ({type(exc).__name__})")
+        except (ValueError, IndexError, AttributeError) as exc:
+            problems.append(f"unusable reply ({str(exc)[:80]})")
+        kept, refused = accept_model_rewordings(text, candidates, s.paraphrases, case.id, model)
+        problems += refused
+        if len(candidates) < s.paraphrases and not problems:
+            problems.append("fewer rewordings than asked")
+        if any(r.transforms != (f"model:{model}",) for r in kept):
+            prepared.fallbacks += 1
+            prepared.errors.update(problems)
+            # The reason and the case, never the key or the endpoint's reply.
+            log.warning("paraphrase_model_fallback", case=case.id, reasons=sorted(set(problems)))
+        prepared.variants[case.id] = [(with_last_user_text(messages, r.text), r) for r in kept]
+
+    try:
+        await asyncio.gather(*(one(c) for c in suite.cases))
+    finally:
+        await client.close()
+    return prepared
 
 
 @dataclass
@@ -806,7 +896,12 @@ async def _attempt(
 
 
 async def run_attempts(
-    suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None
+    suite: RegressSuite,
+    s: RunSettings,
+    *,
+    progress: bool | None = None,
+    lines: Mapping[str, float] | None = None,
+    variants: Variants | None = None,
 ) -> list[Attempt]:
     import openai
     from tqdm import tqdm
@@ -828,7 +923,8 @@ async def run_attempts(
             max_retries=s.max_retries,
         )
     gate = asyncio.Semaphore(s.concurrency)
-    variants = {c.id: case_rewordings(c, s.paraphrases) for c in suite.cases}
+    if variants is None:
+        variants = {c.id: case_rewordings(c, s.paraphrases) for c in suite.cases}
     total = len(suite.cases) * s.repeat + sum(len(v) for v in variants.values()) * s.variant_repeat
     bar = tqdm(
         total=total,
@@ -1108,8 +1204,12 @@ def version_spreads(
     return out
 
 
-def paraphrase_report(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt]) -> ParaphraseReport:
-    texts = {c.id: [r for _, r in case_rewordings(c, s.paraphrases)] for c in suite.cases}
+def paraphrase_report(
+    suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], prepared: PreparedRewordings | None = None
+) -> ParaphraseReport:
+    if prepared is None:
+        prepared = PreparedRewordings({c.id: case_rewordings(c, s.paraphrases) for c in suite.cases})
+    texts = {cid: [r for _, r in items] for cid, items in prepared.variants.items()}
     cases = case_spreads(suite, attempts, s.paraphrases, pass_threshold=s.pass_threshold, texts=texts)
     judged = [c for c in cases if c.score_range is not None]
     share = sum(c.flips for c in judged) / len(judged) if judged else 0.0
@@ -1123,10 +1223,19 @@ def paraphrase_report(suite: RegressSuite, s: RunSettings, attempts: Sequence[At
         versions=version_spreads(
             suite, attempts, s.paraphrases, pass_threshold=s.pass_threshold, confidence=s.confidence
         ),
+        source=prepared.source,
+        model_fallbacks=prepared.fallbacks,
+        model_errors=dict(prepared.errors.most_common()),
     )
 
 
-def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
+def build_run(
+    suite: RegressSuite,
+    s: RunSettings,
+    attempts: Sequence[Attempt],
+    duration_s: float,
+    prepared: PreparedRewordings | None = None,
+) -> RegressRun:
     # Pass rates, verdicts and the baseline comparison are the case as written: rewordings only measure spread.
     originals = [a for a in attempts if a.variant == 0]
     cases, categories = summarize_cases(suite, originals, confidence=s.confidence, repeat=s.repeat)
@@ -1154,7 +1263,7 @@ def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], 
         calls_saved=len(suite.cases) * s.repeat - len(originals),
         multi_turn=s.multi_turn,
         upstream_calls=sum(a.turns for a in attempts),
-        paraphrases=paraphrase_report(suite, s, attempts) if s.paraphrases > 0 else None,
+        paraphrases=paraphrase_report(suite, s, attempts, prepared) if s.paraphrases > 0 else None,
         attempts=list(attempts),
     )
 
@@ -1284,6 +1393,11 @@ def format_paraphrases(report: ParaphraseReport, width: int) -> list[str]:
             f"  version {v.model_version}: {v.cases} case(s); mean range {_num(v.mean_range)}{rng}, mean std {_num(v.mean_std)}; "
             f"verdict flips in {flips}"
         )
+    if report.source != "built-in":
+        why = "; ".join(f"{k} x{n}" for k, n in report.model_errors.items()) or "-"
+        lines.append(
+            f"  rewordings from {report.source}; built-in ones made up for {report.model_fallbacks} case(s) ({why})"
+        )
     if report.max_flip_share is not None:
         state = "FAILED" if report.gate_failed else "ok"
         lines.append(f"  paraphrase gate (--paraphrase-max-flips {report.max_flip_share:g}): {state}")
@@ -1315,6 +1429,10 @@ def check_settings(settings: RunSettings, threshold: float) -> None:
             raise RegressError("--paraphrase-max-flips needs --paraphrases K (K >= 1): there is nothing to flip")
         if not 0 <= settings.paraphrase_max_flips < 1:
             raise RegressError(f"--paraphrase-max-flips must be in [0, 1), got {settings.paraphrase_max_flips}")
+    if bool(settings.paraphrase_url) != bool(settings.paraphrase_model):
+        raise RegressError("rewording by a model needs both --paraphrase-url and --paraphrase-model")
+    if settings.paraphrase_url and not settings.paraphrases:
+        raise RegressError("--paraphrase-url needs --paraphrases K (K >= 1): how many rewordings to ask for")
     if not 1 <= settings.max_turns <= MAX_TURNS:
         raise RegressError(f"--max-turns must be 1 to {MAX_TURNS}, got {settings.max_turns}")
 
@@ -1348,12 +1466,13 @@ def regress(
             )
     started = time.perf_counter()
     lines = decision_lines(suite, baseline, threshold=threshold, pass_threshold=settings.pass_threshold)
-    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines))
+    prepared = asyncio.run(prepare_rewordings(suite, settings))
+    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines, variants=prepared.variants))
     if attempts and all(a.result == "upstream_error" for a in attempts):
         raise RegressError(
             f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?"
         )
-    run = build_run(suite, settings, attempts, time.perf_counter() - started)
+    run = build_run(suite, settings, attempts, time.perf_counter() - started, prepared)
     if baseline is not None and baseline_path is not None:
         run.comparison = compare_runs(
             run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction
