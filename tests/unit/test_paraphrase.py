@@ -58,6 +58,12 @@ def test_synonyms_keep_capitalisation_and_whole_words():
     assert all("prefix" in t and "fixture" in t for t in out)  # "fix" inside a word is never swapped
 
 
+def test_a_word_that_is_also_a_noun_is_swapped_only_as_a_verb_and_acronyms_never():
+    out = reword("I need a quick fix with the help of BASIC. Fix it and help me.", 12, "nouns")
+    assert any("Resolve it" in t for t in out) and any("assist me" in t for t in out)
+    assert all("fix with the help of BASIC" in t for t in out)
+
+
 def test_numbers_code_json_and_quoted_strings_are_never_touched():
     text = (
         'Fix this: `d["simple"]` raises KeyError 42 times in v2.1, see https://example.com/fix?simple=1. '

@@ -8,7 +8,8 @@ placeholders such as `[EMAIL]`), quoted strings, URLs, and every token with a di
 
 The transforms work on the text between protected spans only:
 
-* synonyms from a small built-in table (`_SYNONYMS`), whole words, capitalisation kept;
+* synonyms from a small built-in table (`_SYNONYMS`), whole words, capitalisation kept; a word
+  that is also a noun ("fix", "help") only where it is a verb, an all-caps word never;
 * contractions expanded or made (`do not` <-> `don't`);
 * "Please" added before a leading imperative verb, or a leading "Please" dropped;
 * a colon list ("tips: flights, hotel and passport") turned into bullet lines, or bullet lines
@@ -22,6 +23,9 @@ Which transforms a rewording uses is drawn from a `random.Random` seeded by SHA-
 every machine. `reword` returns K distinct texts, all different from the original; when the
 transforms cannot give that many (a one-word prompt), the remaining ones differ by trailing
 whitespace only, which is still a formatting change and is reported as such (`whitespace_only`).
+
+`accept_model_rewordings` holds a model's rewordings (`regress --paraphrase-url`) to the same
+guards: a protected span lost or changed, or a number added, and the built-in ones stand in.
 """
 
 from __future__ import annotations
@@ -148,7 +152,6 @@ _SYNONYMS: dict[str, str] = {
     "classify": "categorize",
     "categorize": "classify",
     "problem": "issue",
-    "issue": "problem",
     "begin": "start",
     "detailed": "thorough",
     "brief": "short",
@@ -159,17 +162,21 @@ _SYNONYMS: dict[str, str] = {
     "utilize": "use",
     "ensure": "make sure",
     "choose": "select",
-    "select": "choose",
     "summarize": "summarise",
     "summarise": "summarize",
     "give me": "provide",
-    "tell me": "let me know",
     "i want": "i would like",
     "can you": "could you",
     "could you": "can you",
     "recommend": "suggest",
     "suggest": "recommend",
 }
+# Words that are also nouns ("a quick fix", "with the help of"): swapped only where they are verbs,
+# at the start of a sentence or after one of these words.
+_VERB_ONLY = frozenset({"fix", "help"})
+_VERB_CONTEXT = frozenset("to please i you we can could would will do and".split())
+_PREV_WORD = re.compile(r"([A-Za-z']+)?[^A-Za-z']*$")
+
 _CONTRACTIONS: dict[str, str] = {
     "do not": "don't",
     "don't": "do not",
@@ -216,9 +223,21 @@ def _match_case(source: str, replacement: str) -> str:
     return replacement
 
 
+def _swappable(template: str, m: re.Match[str]) -> bool:
+    word = m.group(0)
+    if len(word) > 1 and word.isupper():
+        return False  # an acronym or an identifier (BASIC, FIX), not the word
+    if word.casefold() in _VERB_ONLY:
+        before = template[: m.start()]
+        prev = _PREV_WORD.search(before[-40:])
+        at_start = not before.strip() or before.rstrip()[-1] in ".!?:\n"
+        return at_start or (prev is not None and (prev.group(1) or "").casefold() in _VERB_CONTEXT)
+    return True
+
+
 def _substitute(table: dict[str, str], rx: re.Pattern[str]) -> Callable[[str, random.Random], str | None]:
     def apply(template: str, rng: random.Random) -> str | None:
-        found = list(rx.finditer(template))
+        found = [m for m in rx.finditer(template) if _swappable(template, m)]
         if not found:
             return None
         # Each occurrence with probability one half, at least one: rewordings differ in which.
