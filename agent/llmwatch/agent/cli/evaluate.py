@@ -174,6 +174,17 @@ def cmd_regress(args: argparse.Namespace) -> int:
         min_repeat=args.min_repeat,
         confidence=args.confidence,
         pass_threshold=args.pass_threshold,
+        paraphrases=args.paraphrases,
+        paraphrase_max_flips=args.paraphrase_max_flips,
+        multi_turn=args.multi_turn,
+        max_turns=args.max_turns,
+        paraphrase_url=args.paraphrase_url,
+        paraphrase_model=args.paraphrase_model,
+        # From the environment only: a flag would show the key in `ps` and shell history.
+        # Not LLMWATCH_*: that prefix is the configuration (config.ENV_PREFIX).
+        paraphrase_api_key=os.environ.get("PARAPHRASE_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+        or "sk-llmwatch-paraphrase",
     )
     run, code = regress(
         args.suite,
@@ -474,7 +485,44 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--pass-threshold",
         type=float,
         default=0.8,
-        help="with --early-stop and no --baseline, the pass rate a case is decided against (default 0.8)",
+        help="with --early-stop and no --baseline, the pass rate a case is decided against; with --paraphrases, "
+        "the pass rate a wording needs for its verdict to be pass (default 0.8)",
+    )
+    p.add_argument(
+        "--paraphrases",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also run each case in K deterministic rewordings of its last user message (synonyms, reordering, formatting; "
+        "seeded by the case id; code, JSON, numbers and quoted strings untouched) and report the spread of scores per case "
+        "and per version; rewordings never change pass rates or regression verdicts (default 0: none; at most 20)",
+    )
+    p.add_argument(
+        "--paraphrase-max-flips",
+        type=float,
+        metavar="SHARE",
+        help="with --paraphrases, exit 1 when more than this share of cases flip their pass verdict under rewording "
+        "(e.g. 0.1); default: flips are reported, never a failure",
+    )
+    p.add_argument(
+        "--paraphrase-url",
+        help="with --paraphrases, an OpenAI-compatible endpoint asked for the rewordings (one call per case; key from "
+        "$PARAPHRASE_API_KEY, then $OPENAI_API_KEY); a failed call or a rewording that changed code, JSON, a number or a quoted "
+        "string is replaced by a built-in one and counted",
+    )
+    p.add_argument("--paraphrase-model", help="the model --paraphrase-url is asked with")
+    p.add_argument(
+        "--multi-turn",
+        choices=["static", "dynamic"],
+        default="static",
+        help="static: replay a multi-turn case's transcript as written; dynamic: keep its user turns and feed back the "
+        "candidate's own answers, one call per turn, scoring the final answer (default static: existing baselines stay comparable)",
+    )
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=10,
+        help="with --multi-turn dynamic, the most calls one attempt may make; a case with more user turns is refused (default 10)",
     )
     p.set_defaults(func=cmd_regress)
 

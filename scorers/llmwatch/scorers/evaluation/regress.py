@@ -31,6 +31,16 @@ its line still gets up to `repeat` attempts, so noise is not stopped early into 
 case reports its interval, pass^k (all of its k judged attempts passed) beside the mean pass
 rate, and `flaky` when its pass rate is strictly between 0 and 1 with the interval excluding
 both 0 and 1.
+
+Prompt sensitivity (`paraphrases` K > 0): each case also runs in K rewordings of its last user
+message (paraphrase.py, seeded by the case id), as attempts with `variant` 1..K. They never enter
+pass rates, verdicts or the comparison; `paraphrase_report` gives per case the spread of the
+wordings' mean scores and whether the pass verdict flips, and per served version the mean spread
+and the flipping share with intervals. Exit 1 for flips only with `paraphrase_max_flips`.
+
+Multi-turn replay (`multi_turn`): `static` sends the transcript as written; `dynamic` keeps the
+user turns and feeds back the candidate's own answers (one call per turn, at most `max_turns`),
+and scores the final answer. A baseline made in the other mode is refused.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
@@ -63,12 +73,23 @@ from llmwatch.core.version import __version__
 from llmwatch.core.wire import extract_prompt_text, token_count, usage_details
 from llmwatch.scorers.checks.base import ConfiguredCheck, every_sample, run_check, skipped
 from llmwatch.scorers.checks.registry import CHECK_KINDS, build_check, known_kinds
+from llmwatch.scorers.evaluation.paraphrase import (
+    Rewording,
+    accept_model_rewordings,
+    last_user_text,
+    model_prompt,
+    parse_model_reply,
+    reword_messages,
+    with_last_user_text,
+)
 from llmwatch.scorers.stats import twosample as stats
 from llmwatch.scorers.stats.proportions import wilson_interval
 
 log = structlog.get_logger(__name__)
 
 RUN_SCHEMA = "llmwatch.regress-run/v1"
+MAX_PARAPHRASES = 20
+MAX_TURNS = 100
 _RESERVED_PARAMS = ("model", "messages", "stream", "stream_options", "n")
 
 
@@ -275,6 +296,12 @@ class Attempt(BaseModel):
     cost_usd: float | None = None
     answer: str = ""
     checks: list[CheckResult] = Field(default_factory=list)
+    # 0: the case as written; 1..K: its K rewordings (`--paraphrases`), kept out of pass rates and verdicts.
+    variant: int = 0
+    # Calls this attempt made: 1, or one per user turn with `--multi-turn dynamic`.
+    turns: int = 1
+    # With `--multi-turn dynamic`: the candidate's own answers to the earlier user turns, as fed back.
+    turn_answers: list[str] = Field(default_factory=list)
 
 
 class CaseSummary(BaseModel):
@@ -335,6 +362,60 @@ class Comparison(BaseModel):
         return [c for c in self.cases if c.verdict == "regressed"]
 
 
+class VariantScore(BaseModel):
+    """One wording of a case: the original (variant 0) or a rewording, and how its attempts scored."""
+
+    variant: int
+    text: str | None = None  # the reworded last user message (first 500 characters); None for the original
+    transforms: list[str] = Field(default_factory=list)
+    attempts: int
+    n_pass: int
+    n_judged: int
+    pass_rate: float | None
+    mean_score: float | None
+    passed: bool | None  # pass_rate >= the run's pass threshold; None with no judged attempt
+
+
+class CaseSpread(BaseModel):
+    """A case's prompt sensitivity: its mean score across the original and its rewordings."""
+
+    id: str
+    category: str
+    variants: list[VariantScore]
+    score_min: float | None
+    score_max: float | None
+    score_range: float | None  # max - min of the variants' mean scores
+    score_std: float | None  # population standard deviation of the variants' mean scores
+    flips: bool  # some rewording's pass verdict differs from the original's
+
+
+class VersionSpread(BaseModel):
+    """Per served model version: how sensitive to phrasing the suite is, with intervals over cases."""
+
+    model_version: str  # the x-model-version header; "unknown" when the endpoint sends none
+    cases: int  # cases with at least two scored wordings at this version
+    mean_range: float | None
+    range_ci: tuple[float, float] | None  # normal interval of the mean range over cases, at the run's confidence
+    mean_std: float | None
+    n_flipped: int
+    flip_share: float | None
+    flip_ci: tuple[float, float] | None  # Wilson interval of flip_share
+
+
+class ParaphraseReport(BaseModel):
+    k: int
+    pass_threshold: float
+    confidence: float
+    max_flip_share: float | None = None  # the gate (--paraphrase-max-flips); None: reported only
+    gate_failed: bool = False
+    source: str = "built-in"  # or "model:<name>" with --paraphrase-url
+    # With a model: cases where some rewordings are built-in ones instead, and why (counted).
+    model_fallbacks: int = 0
+    model_errors: dict[str, int] = Field(default_factory=dict)
+    cases: list[CaseSpread]
+    versions: list[VersionSpread]
+
+
 class RegressRun(BaseModel):
     schema_: str = Field(default=RUN_SCHEMA, alias="schema")
     model_config = ConfigDict(populate_by_name=True)
@@ -358,6 +439,9 @@ class RegressRun(BaseModel):
     early_stop: bool = False
     calls: int = 0
     calls_saved: int = 0  # repeat x cases minus the calls made: what early stopping spared
+    multi_turn: Literal["static", "dynamic"] = "static"
+    upstream_calls: int = 0  # every chat call: attempts, rewordings and the turns of dynamic replay
+    paraphrases: ParaphraseReport | None = None
     attempts: list[Attempt] = Field(default_factory=list)
 
 
@@ -405,6 +489,21 @@ def check_same_suite(suite: RegressSuite, baseline: RegressRun, baseline_path: s
         )
 
 
+def check_turns(suite: RegressSuite, max_turns: int) -> None:
+    """Dynamic replay makes one call per user turn: a case with more than `max_turns` is refused before any call."""
+    long = [
+        (c.id, n)
+        for c in suite.cases
+        if (n := len(dynamic_turns(c.messages()))) > max_turns and not any(m["role"] == "tool" for m in c.messages())
+    ]
+    if long:
+        shown = ", ".join(f"{i} ({n} turns)" for i, n in long[:10])
+        raise RegressError(
+            f"--multi-turn dynamic calls the candidate once per user turn, at most --max-turns {max_turns} per attempt; "
+            f"{len(long)} case(s) have more: {shown}. Raise --max-turns or use --multi-turn static"
+        )
+
+
 # --- running ------------------------------------------------------------------------------------
 
 
@@ -428,6 +527,22 @@ class RunSettings:
     min_repeat: int = 5
     confidence: float = 0.95
     pass_threshold: float = 0.8
+    # K rewordings of each case's last user message, each run like the case (paraphrase.py).
+    paraphrases: int = 0
+    # Exit 1 when more than this share of cases flip their pass verdict under rewording; None: report only.
+    paraphrase_max_flips: float | None = None
+    # static: the recorded transcript as written; dynamic: the user turns, with the candidate's own answers fed back.
+    multi_turn: Literal["static", "dynamic"] = "static"
+    max_turns: int = 10
+    # Rewordings from an OpenAI-compatible model (built-in transforms where it fails); the key is never logged.
+    paraphrase_url: str | None = None
+    paraphrase_model: str | None = None
+    paraphrase_api_key: str = "sk-llmwatch-paraphrase"
+
+    @property
+    def variant_repeat(self) -> int:
+        """Attempts per rewording: --repeat, or --min-repeat with early stopping (rewordings never decide a verdict)."""
+        return min(self.min_repeat, self.repeat) if self.early_stop else self.repeat
 
 
 def z_for(confidence: float) -> float:
@@ -498,22 +613,107 @@ def _sample_for(
     )
 
 
-async def _attempt(
-    case: SuiteCase, repeat: int, suite: RegressSuite, s: RunSettings, client: Any, judge: Any, prices: PriceTable
-) -> Attempt:
+Variants = dict[str, list[tuple[list[dict[str, Any]], Rewording]]]
+
+
+def case_rewordings(case: SuiteCase, k: int) -> list[tuple[list[dict[str, Any]], Rewording]]:
+    """The case's K rewordings (last user message only), seeded by its id: the same on every run."""
+    return reword_messages(case.messages(), k, case.id) if k > 0 else []
+
+
+@dataclass
+class PreparedRewordings:
+    variants: Variants
+    source: str = "built-in"
+    fallbacks: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+async def prepare_rewordings(suite: RegressSuite, s: RunSettings) -> PreparedRewordings:
+    """Every case's rewordings: built in, or asked of --paraphrase-model with the built-in ones as fallback.
+
+    One call per case asks for K rewordings as a JSON array; each is kept only if it passes the
+    guards of `paraphrase.accept_model_rewordings`, and a failed call, an unusable reply or a
+    refused candidate is made up with built-in rewordings and counted, never an error of the run.
+    """
+    if s.paraphrases <= 0:
+        return PreparedRewordings({c.id: [] for c in suite.cases})
+    if not (s.paraphrase_url and s.paraphrase_model):
+        return PreparedRewordings({c.id: case_rewordings(c, s.paraphrases) for c in suite.cases})
     import openai
 
-    from llmwatch.scorers.checks.judge import judge_answer
+    model = s.paraphrase_model
+    client = openai.AsyncOpenAI(
+        base_url=openai_base_url(s.paraphrase_url),
+        api_key=s.paraphrase_api_key,
+        timeout=s.timeout_s,
+        max_retries=s.max_retries,
+    )
+    gate = asyncio.Semaphore(s.concurrency)
+    prepared = PreparedRewordings({}, source=f"model:{model}")
 
-    messages = case.messages()
-    body = {"model": s.model, "messages": messages, **case.params}
+    async def one(case: SuiteCase) -> None:
+        messages = case.messages()
+        text = last_user_text(messages)
+        if text is None:
+            prepared.variants[case.id] = []
+            return
+        candidates: list[str] = []
+        problems: list[str] = []
+        try:
+            async with gate:
+                reply = await client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": model_prompt(text, s.paraphrases)}],
+                    temperature=0,
+                    # Seeded by the case id, for servers that honour it: the same rewordings on every run.
+                    seed=int(hashlib.sha256(case.id.encode()).hexdigest()[:8], 16),
+                )
+            candidates = parse_model_reply(reply.choices[0].message.content or "")
+        except openai.APIError as exc:
+            problems.append(f"call failed ({type(exc).__name__})")
+        except (ValueError, IndexError, AttributeError) as exc:
+            problems.append(f"unusable reply ({str(exc)[:80]})")
+        kept, refused = accept_model_rewordings(text, candidates, s.paraphrases, case.id, model)
+        problems += refused
+        if len(candidates) < s.paraphrases and not problems:
+            problems.append("fewer rewordings than asked")
+        if any(r.transforms != (f"model:{model}",) for r in kept):
+            prepared.fallbacks += 1
+            prepared.errors.update(problems)
+            # The reason and the case, never the key or the endpoint's reply.
+            log.warning("paraphrase_model_fallback", case=case.id, reasons=sorted(set(problems)))
+        prepared.variants[case.id] = [(with_last_user_text(messages, r.text), r) for r in kept]
+
+    try:
+        await asyncio.gather(*(one(c) for c in suite.cases))
+    finally:
+        await client.close()
+    return prepared
+
+
+@dataclass
+class _Call:
+    response: dict[str, Any] | None
+    version: str | None
+    status: int
+    error: str | None
+    latency_ms: float
+    cost: float | None
+
+
+async def _call(
+    client: Any, s: RunSettings, messages: list[dict[str, Any]], params: dict[str, Any], prices: PriceTable
+) -> _Call:
+    import openai
+
     t0 = time.perf_counter()
     response: dict[str, Any] | None = None
     version = None
     status, error = 200, None
     try:
         raw = await client.chat.completions.with_raw_response.create(
-            model=s.model, messages=messages, extra_body=case.params or None
+            model=s.model, messages=messages, extra_body=params or None
         )
         version = raw.headers.get("x-model-version")
         response = raw.parse().model_dump(mode="json")
@@ -523,15 +723,7 @@ async def _attempt(
         status, error = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
     latency_ms = (time.perf_counter() - t0) * 1000.0
     if response is None:
-        return Attempt(
-            case_id=case.id,
-            repeat=repeat,
-            result="upstream_error",
-            score=0.0,
-            status=status,
-            error=error,
-            latency_ms=latency_ms,
-        )
+        return _Call(None, None, status, error, latency_ms, None)
     usage = response.get("usage") or {}
     details = usage_details(usage)
     prompt_tokens = token_count(usage.get("prompt_tokens"))
@@ -543,9 +735,114 @@ async def _attempt(
         details.reasoning,
     )
     priced = prices.price(s.model, tokens)
-    cost = None if priced is None else priced.usd
+    return _Call(response, version, status, None, latency_ms, None if priced is None else priced.usd)
+
+
+def _answer_of(response: dict[str, Any]) -> str:
+    choices = response.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def dynamic_turns(messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indexes of the user messages after which dynamic replay calls the candidate, the last one included.
+
+    A user message followed by a recorded assistant answer is a turn (that answer is replaced by the
+    candidate's own); user messages in a row are sent together; recorded answers after the last
+    user message are dropped, since the final answer is the one scored.
+    """
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        return []
+    last = users[-1]
+    return [i for i in users if i != last and messages[i + 1].get("role") == "assistant"] + [last]
+
+
+async def _replay(
+    case: SuiteCase,
+    messages: list[dict[str, Any]],
+    s: RunSettings,
+    client: Any,
+    prices: PriceTable,
+) -> tuple[_Call, list[dict[str, Any]], list[str]]:
+    """The candidate's final call: static (the transcript as written) or dynamic (its own answers fed back).
+
+    Returns the final call, the messages it was sent, and the answers fed back to earlier turns.
+    A failed call at an earlier turn ends the replay: that failure is the attempt's result.
+    """
+    if s.multi_turn == "static" or any(m.get("role") == "tool" for m in messages):
+        # A tool exchange cannot be replayed without the tools: such a case runs as written.
+        return await _call(client, s, messages, case.params, prices), messages, []
+    turns = dynamic_turns(messages)
+    history: list[dict[str, Any]] = []
+    fed: list[str] = []
+    latency, cost = 0.0, 0.0
+    priced = True
+    last_turn = turns[-1]
+    for i, m in enumerate(messages[: last_turn + 1]):
+        if m.get("role") == "assistant":
+            continue  # a recorded answer: the candidate's own takes its place
+        history.append(m)
+        if i in turns:
+            result = await _call(client, s, list(history), case.params, prices)
+            latency += result.latency_ms
+            if result.cost is None:
+                priced = False
+            else:
+                cost += result.cost
+            if result.response is None or i == last_turn:
+                result.latency_ms = latency
+                result.cost = cost if priced and result.response is not None else None
+                if result.error is not None and i != last_turn:
+                    result.error = f"turn {len(fed) + 1} of {len(turns)}: {result.error}"
+                return result, history, fed
+            answer = _answer_of(result.response)
+            fed.append(answer)
+            history.append({"role": "assistant", "content": answer})
+    raise AssertionError("unreachable: the last turn returns")  # pragma: no cover
+
+
+async def _attempt(
+    case: SuiteCase,
+    repeat: int,
+    suite: RegressSuite,
+    s: RunSettings,
+    client: Any,
+    judge: Any,
+    prices: PriceTable,
+    *,
+    messages: list[dict[str, Any]] | None = None,
+    variant: int = 0,
+) -> Attempt:
+    from llmwatch.scorers.checks.judge import judge_answer
+
+    call, sent, fed = await _replay(case, messages if messages is not None else case.messages(), s, client, prices)
+    turns = len(fed) + 1
+    if call.response is None:
+        return Attempt(
+            case_id=case.id,
+            repeat=repeat,
+            result="upstream_error",
+            score=0.0,
+            status=call.status,
+            error=call.error,
+            latency_ms=call.latency_ms,
+            variant=variant,
+            turns=turns,
+            turn_answers=[a[:1000] for a in fed],
+        )
+    body = {"model": s.model, "messages": sent, **case.params}
     sample = _sample_for(
-        case, repeat, body, response, status=status, latency_ms=latency_ms, version=version, error=None, cost=cost
+        case,
+        repeat,
+        body,
+        call.response,
+        status=call.status,
+        latency_ms=call.latency_ms,
+        version=call.version,
+        error=None,
+        cost=call.cost,
     )
     results = []
     for check in suite.checks[case.id]:
@@ -586,17 +883,25 @@ async def _attempt(
         repeat=repeat,
         result=result,
         score=score,
-        status=status,
-        model_version=version,
-        latency_ms=latency_ms,
-        cost_usd=cost,
+        status=call.status,
+        model_version=call.version,
+        latency_ms=call.latency_ms,
+        cost_usd=call.cost,
         answer=sample.answer_text()[:2000],
         checks=results,
+        variant=variant,
+        turns=turns,
+        turn_answers=[a[:1000] for a in fed],
     )
 
 
 async def run_attempts(
-    suite: RegressSuite, s: RunSettings, *, progress: bool | None = None, lines: Mapping[str, float] | None = None
+    suite: RegressSuite,
+    s: RunSettings,
+    *,
+    progress: bool | None = None,
+    lines: Mapping[str, float] | None = None,
+    variants: Variants | None = None,
 ) -> list[Attempt]:
     import openai
     from tqdm import tqdm
@@ -618,7 +923,9 @@ async def run_attempts(
             max_retries=s.max_retries,
         )
     gate = asyncio.Semaphore(s.concurrency)
-    total = len(suite.cases) * s.repeat
+    if variants is None:
+        variants = {c.id: case_rewordings(c, s.paraphrases) for c in suite.cases}
+    total = len(suite.cases) * s.repeat + sum(len(v) for v in variants.values()) * s.variant_repeat
     bar = tqdm(
         total=total,
         unit="call",
@@ -627,9 +934,10 @@ async def run_attempts(
         file=sys.stderr,
     )
 
-    async def one(case: SuiteCase, repeat: int) -> Attempt:
+    async def one(case: SuiteCase, repeat: int, variant: int = 0) -> Attempt:
+        messages = variants[case.id][variant - 1][0] if variant else None
         async with gate:
-            attempt = await _attempt(case, repeat, suite, s, client, judge, prices)
+            attempt = await _attempt(case, repeat, suite, s, client, judge, prices, messages=messages, variant=variant)
         bar.update(1)
         return attempt
 
@@ -642,11 +950,16 @@ async def run_attempts(
             done.append(await one(case, len(done)))
         return done
 
+    reworded = [
+        one(c, i, v) for c in suite.cases for v in range(1, len(variants[c.id]) + 1) for i in range(s.variant_repeat)
+    ]
     try:
         if s.early_stop:
-            per_case = await asyncio.gather(*(sequential(c) for c in suite.cases))
-            return [a for items in per_case for a in items]
-        return list(await asyncio.gather(*(one(c, i) for c in suite.cases for i in range(s.repeat))))
+            per_case, extra = await asyncio.gather(
+                asyncio.gather(*(sequential(c) for c in suite.cases)), asyncio.gather(*reworded)
+            )
+            return [a for items in per_case for a in items] + list(extra)
+        return list(await asyncio.gather(*(one(c, i) for c in suite.cases for i in range(s.repeat)), *reworded))
     finally:
         bar.close()
         await client.close()
@@ -797,8 +1110,135 @@ def compare_runs(
     )
 
 
-def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], duration_s: float) -> RegressRun:
-    cases, categories = summarize_cases(suite, attempts, confidence=s.confidence, repeat=s.repeat)
+def _variant_score(variant: int, items: Sequence[Attempt], pass_threshold: float) -> VariantScore:
+    judged = [a for a in items if a.result != "error"]
+    n_pass = sum(1 for a in judged if a.result == "pass")
+    scores = [a.score for a in judged if a.score is not None]
+    rate = n_pass / len(judged) if judged else None
+    return VariantScore(
+        variant=variant,
+        attempts=len(items),
+        n_pass=n_pass,
+        n_judged=len(judged),
+        pass_rate=rate,
+        mean_score=float(np.mean(scores)) if scores else None,
+        passed=None if rate is None else rate >= pass_threshold,
+    )
+
+
+def case_spreads(
+    suite: RegressSuite,
+    attempts: Sequence[Attempt],
+    k: int,
+    *,
+    pass_threshold: float,
+    texts: Mapping[str, Sequence[Rewording]] | None = None,
+) -> list[CaseSpread]:
+    """Per case, the mean score of the original and of each rewording, and their spread.
+
+    The spread is over the wordings' mean scores (each the mean of its attempts), so repeats
+    average out sampling noise before wordings are compared. A wording with no scored attempt
+    is listed but left out of the spread; a case flips when a rewording's pass verdict (pass
+    rate >= `pass_threshold`) differs from the original's.
+    """
+    by: dict[tuple[str, int], list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        by[(a.case_id, a.variant)].append(a)
+    out = []
+    for case in suite.cases:
+        variants = []
+        for v in range(k + 1):
+            score = _variant_score(v, by.get((case.id, v), []), pass_threshold)
+            if v and texts is not None and v <= len(texts.get(case.id, ())):
+                r = texts[case.id][v - 1]
+                score.text, score.transforms = r.text[:500], list(r.transforms)
+            variants.append(score)
+        means = [x.mean_score for x in variants if x.mean_score is not None]
+        original = variants[0].passed
+        out.append(
+            CaseSpread(
+                id=case.id,
+                category=case.category,
+                variants=variants,
+                score_min=min(means) if means else None,
+                score_max=max(means) if means else None,
+                score_range=max(means) - min(means) if len(means) >= 2 else None,
+                score_std=float(np.std(means)) if len(means) >= 2 else None,
+                flips=original is not None and any(x.passed is not None and x.passed != original for x in variants[1:]),
+            )
+        )
+    return out
+
+
+def version_spreads(
+    suite: RegressSuite, attempts: Sequence[Attempt], k: int, *, pass_threshold: float, confidence: float
+) -> list[VersionSpread]:
+    """Per served version, the mean spread over cases (normal interval) and the share of cases that flip (Wilson).
+
+    Only attempts served by that version count, so a run whose endpoint switched versions
+    midway is not pooled; a case counts at a version when two or more of its wordings scored there.
+    """
+    z = z_for(confidence)
+    versions = sorted({a.model_version or "unknown" for a in attempts})
+    out = []
+    for version in versions:
+        mine = [a for a in attempts if (a.model_version or "unknown") == version]
+        spreads = [c for c in case_spreads(suite, mine, k, pass_threshold=pass_threshold) if c.score_range is not None]
+        ranges = [c.score_range for c in spreads if c.score_range is not None]
+        stds = [c.score_std for c in spreads if c.score_std is not None]
+        flipped = sum(c.flips for c in spreads)
+        mean = float(np.mean(ranges)) if ranges else None
+        half = z * float(np.std(ranges, ddof=1)) / len(ranges) ** 0.5 if len(ranges) >= 2 else None
+        out.append(
+            VersionSpread(
+                model_version=version,
+                cases=len(spreads),
+                mean_range=mean,
+                range_ci=(max(0.0, mean - half), mean + half) if mean is not None and half is not None else None,
+                mean_std=float(np.mean(stds)) if stds else None,
+                n_flipped=flipped,
+                flip_share=flipped / len(spreads) if spreads else None,
+                flip_ci=wilson_interval(flipped, len(spreads), z) if spreads else None,
+            )
+        )
+    return out
+
+
+def paraphrase_report(
+    suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], prepared: PreparedRewordings | None = None
+) -> ParaphraseReport:
+    if prepared is None:
+        prepared = PreparedRewordings({c.id: case_rewordings(c, s.paraphrases) for c in suite.cases})
+    texts = {cid: [r for _, r in items] for cid, items in prepared.variants.items()}
+    cases = case_spreads(suite, attempts, s.paraphrases, pass_threshold=s.pass_threshold, texts=texts)
+    judged = [c for c in cases if c.score_range is not None]
+    share = sum(c.flips for c in judged) / len(judged) if judged else 0.0
+    return ParaphraseReport(
+        k=s.paraphrases,
+        pass_threshold=s.pass_threshold,
+        confidence=s.confidence,
+        max_flip_share=s.paraphrase_max_flips,
+        gate_failed=s.paraphrase_max_flips is not None and share > s.paraphrase_max_flips,
+        cases=cases,
+        versions=version_spreads(
+            suite, attempts, s.paraphrases, pass_threshold=s.pass_threshold, confidence=s.confidence
+        ),
+        source=prepared.source,
+        model_fallbacks=prepared.fallbacks,
+        model_errors=dict(prepared.errors.most_common()),
+    )
+
+
+def build_run(
+    suite: RegressSuite,
+    s: RunSettings,
+    attempts: Sequence[Attempt],
+    duration_s: float,
+    prepared: PreparedRewordings | None = None,
+) -> RegressRun:
+    # Pass rates, verdicts and the baseline comparison are the case as written: rewordings only measure spread.
+    originals = [a for a in attempts if a.variant == 0]
+    cases, categories = summarize_cases(suite, originals, confidence=s.confidence, repeat=s.repeat)
     costs = [a.cost_usd for a in attempts if a.cost_usd is not None]
     ok = [a.latency_ms for a in attempts if a.result != "upstream_error"]
     latency = {f"p{q}": float(v) for q, v in zip((50, 90, 95, 99), np.percentile(ok, (50, 90, 95, 99)))} if ok else {}
@@ -819,8 +1259,11 @@ def build_run(suite: RegressSuite, s: RunSettings, attempts: Sequence[Attempt], 
         categories=categories,
         confidence=s.confidence,
         early_stop=s.early_stop,
-        calls=len(attempts),
-        calls_saved=len(suite.cases) * s.repeat - len(attempts),
+        calls=len(originals),
+        calls_saved=len(suite.cases) * s.repeat - len(originals),
+        multi_turn=s.multi_turn,
+        upstream_calls=sum(a.turns for a in attempts),
+        paraphrases=paraphrase_report(suite, s, attempts, prepared) if s.paraphrases > 0 else None,
         attempts=list(attempts),
     )
 
@@ -883,10 +1326,13 @@ def format_run(run: RegressRun) -> str:
             f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
             f"({sum(c.stopped_early for c in run.cases)} of {run.n_cases} cases decided before {run.repeat} repeats)"
         )
+    lines += _format_extras(run, width)
     cost = "-" if run.cost_per_1k is None else f"{run.cost_per_1k:.4f}"
     lat = "/".join(f"{run.latency_ms[k]:.0f}" for k in ("p50", "p95")) if run.latency_ms else "-"
+    calls = sum(c.attempts for c in run.cases)
+    extra = f" ({run.upstream_calls} chat calls with rewordings and turns)" if run.upstream_calls > calls else ""
     lines.append(
-        f"\n  {sum(c.attempts for c in run.cases)} calls in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms"
+        f"\n  {calls} calls{extra} in {run.duration_s:.1f} s; USD per 1k requests {cost}; latency p50/p95 {lat} ms"
     )
     if cmp:
         regressed = cmp.regressed
@@ -908,18 +1354,58 @@ def format_run(run: RegressRun) -> str:
     return "\n".join(lines)
 
 
-def regress(
-    suite_path: str,
-    settings: RunSettings,
-    *,
-    baseline_path: str | None = None,
-    out_path: str | None = None,
-    threshold: float = 0.2,
-    alpha: float = 0.05,
-    correction: str = "holm",
-    progress: bool | None = None,
-) -> tuple[RegressRun, int]:
-    """Run the suite; (run, exit code): 0 no regression, 1 regression. RegressError for exit 2."""
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _format_extras(run: RegressRun, width: int) -> list[str]:
+    lines = format_paraphrases(run.paraphrases, width) if run.paraphrases is not None else []
+    if run.multi_turn == "dynamic":
+        lines.append(
+            "\n  multi-turn cases replayed dynamically: the scripted user turns, with the candidate's own answers fed back"
+        )
+    return lines
+
+
+def format_paraphrases(report: ParaphraseReport, width: int) -> list[str]:
+    lines = [
+        "",
+        f"  prompt sensitivity: {report.k} rewording(s) of each case's last user message; "
+        f"spread of the wordings' mean scores; a verdict flips when a rewording's pass rate crosses {report.pass_threshold:.0%}",
+        f"  {'case':<{width}} {'min':>6} {'max':>6} {'range':>6} {'std':>6}  verdicts",
+    ]
+    for c in report.cases:
+        original = c.variants[0].passed
+        verdicts = " ".join("-" if v.passed is None else ("pass" if v.passed else "fail") for v in c.variants)
+        flag = "  FLIPS" if c.flips else ""
+        lines.append(
+            f"  {c.id:<{width}} {_num(c.score_min):>6} {_num(c.score_max):>6} {_num(c.score_range):>6} {_num(c.score_std):>6}  "
+            f"{verdicts} (original {'-' if original is None else ('pass' if original else 'fail')}){flag}"
+        )
+    for v in report.versions:
+        rng = "" if v.range_ci is None else f" ({report.confidence:.0%} CI {v.range_ci[0]:.3f}-{v.range_ci[1]:.3f})"
+        flips = (
+            "-"
+            if v.flip_share is None or v.flip_ci is None
+            else f"{v.n_flipped} of {v.cases} = {v.flip_share:.1%} ({report.confidence:.0%} CI {v.flip_ci[0]:.1%}-{v.flip_ci[1]:.1%})"
+        )
+        lines.append(
+            f"  version {v.model_version}: {v.cases} case(s); mean range {_num(v.mean_range)}{rng}, mean std {_num(v.mean_std)}; "
+            f"verdict flips in {flips}"
+        )
+    if report.source != "built-in":
+        why = "; ".join(f"{k} x{n}" for k, n in report.model_errors.items()) or "-"
+        lines.append(
+            f"  rewordings from {report.source}; built-in ones made up for {report.model_fallbacks} case(s) ({why})"
+        )
+    if report.max_flip_share is not None:
+        state = "FAILED" if report.gate_failed else "ok"
+        lines.append(f"  paraphrase gate (--paraphrase-max-flips {report.max_flip_share:g}): {state}")
+    return lines
+
+
+def check_settings(settings: RunSettings, threshold: float) -> None:
+    """Refuse bad options before the suite is read or any call made (exit 2)."""
     if settings.repeat < 1:
         raise RegressError("--repeat must be at least 1")
     if settings.concurrency < 1:
@@ -934,20 +1420,59 @@ def regress(
         raise RegressError("--min-repeat must be at least 1")
     if not 0 < settings.pass_threshold < 1:
         raise RegressError(f"--pass-threshold must be in (0, 1), got {settings.pass_threshold}")
+    if not 0 <= settings.paraphrases <= MAX_PARAPHRASES:
+        raise RegressError(
+            f"--paraphrases must be 0 to {MAX_PARAPHRASES} (each rewording costs as many calls as the case), got {settings.paraphrases}"
+        )
+    if settings.paraphrase_max_flips is not None:
+        if not settings.paraphrases:
+            raise RegressError("--paraphrase-max-flips needs --paraphrases K (K >= 1): there is nothing to flip")
+        if not 0 <= settings.paraphrase_max_flips < 1:
+            raise RegressError(f"--paraphrase-max-flips must be in [0, 1), got {settings.paraphrase_max_flips}")
+    if bool(settings.paraphrase_url) != bool(settings.paraphrase_model):
+        raise RegressError("rewording by a model needs both --paraphrase-url and --paraphrase-model")
+    if settings.paraphrase_url and not settings.paraphrases:
+        raise RegressError("--paraphrase-url needs --paraphrases K (K >= 1): how many rewordings to ask for")
+    if not 1 <= settings.max_turns <= MAX_TURNS:
+        raise RegressError(f"--max-turns must be 1 to {MAX_TURNS}, got {settings.max_turns}")
+
+
+def regress(
+    suite_path: str,
+    settings: RunSettings,
+    *,
+    baseline_path: str | None = None,
+    out_path: str | None = None,
+    threshold: float = 0.2,
+    alpha: float = 0.05,
+    correction: str = "holm",
+    progress: bool | None = None,
+) -> tuple[RegressRun, int]:
+    """Run the suite; (run, exit code): 0 no regression, 1 regression. RegressError for exit 2."""
+    check_settings(settings, threshold)
     suite = load_suite(suite_path)
+    if settings.multi_turn == "dynamic":
+        check_turns(suite, settings.max_turns)
     baseline = None
     if baseline_path is not None:
         baseline = load_run(baseline_path)
         # Before any call: a refused comparison must not cost a full run.
         check_same_suite(suite, baseline, baseline_path)
+        if baseline.multi_turn != settings.multi_turn:
+            raise RegressError(
+                f"the baseline run {baseline_path} replayed multi-turn cases {baseline.multi_turn}, this run would replay them "
+                f"{settings.multi_turn}: their pass rates are not comparable. Run with --multi-turn {baseline.multi_turn}, "
+                f"or make a new baseline with --multi-turn {settings.multi_turn}"
+            )
     started = time.perf_counter()
     lines = decision_lines(suite, baseline, threshold=threshold, pass_threshold=settings.pass_threshold)
-    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines))
+    prepared = asyncio.run(prepare_rewordings(suite, settings))
+    attempts = asyncio.run(run_attempts(suite, settings, progress=progress, lines=lines, variants=prepared.variants))
     if attempts and all(a.result == "upstream_error" for a in attempts):
         raise RegressError(
             f"no call to {openai_base_url(settings.upstream)} succeeded (first error: {attempts[0].error}); is the endpoint up and the model name right?"
         )
-    run = build_run(suite, settings, attempts, time.perf_counter() - started)
+    run = build_run(suite, settings, attempts, time.perf_counter() - started, prepared)
     if baseline is not None and baseline_path is not None:
         run.comparison = compare_runs(
             run.cases, baseline, baseline_path, threshold=threshold, alpha=alpha, correction=correction
@@ -955,6 +1480,8 @@ def regress(
     if out_path:
         write_run(run, out_path)
     code = 1 if run.comparison is not None and run.comparison.regressed else 0
+    if run.paraphrases is not None and run.paraphrases.gate_failed:
+        code = 1  # only with --paraphrase-max-flips: by default rewordings are reported, never a failure
     log.info(
         "regress_done",
         cases=len(suite.cases),
