@@ -237,7 +237,14 @@ def _params(sample: Sample) -> dict[str, Any]:
 # representatives that share a band, not with every one that shares a shingle (a common template
 # phrase made that quadratic). 20 bands of 4 rows: a pair at Jaccard 0.7 shares a band with
 # probability 1 - (1 - 0.7**4)**20 = 0.996, at 0.8 0.99998, at 0.3 0.15, at 0.1 0.002.
+#
+# A band whose four minima all fall on a phrase most prompts share (a template: "please answer the
+# question below") puts many dissimilar representatives in one bucket; comparing with all of them
+# is quadratic again. A bucket keeps its first `LSH_BUCKET_CAP` representatives: a crowded bucket
+# says little about similarity, and a true near-duplicate (Jaccard >= 0.7) shares about 5 of the
+# 20 bands, almost always one that is not crowded. Each prompt thus costs at most 20 x 32 comparisons.
 LSH_BANDS, LSH_ROWS = 20, 4
+LSH_BUCKET_CAP = 32
 _SEEDS = np.random.default_rng(0x5EED).integers(0, 2**63, size=LSH_BANDS * LSH_ROWS, dtype=np.uint64)
 _BAND_SALT = np.arange(1, LSH_BANDS + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
 
@@ -299,7 +306,9 @@ def _cluster_text(groups: Sequence[_Group], text_threshold: float) -> tuple[list
             clusters[best_j].append(i)
             continue
         for k in keys:
-            buckets[k].append(len(clusters))
+            bucket = buckets[k]
+            if len(bucket) < LSH_BUCKET_CAP:
+                bucket.append(len(clusters))
         rep_shingles.append(sh)
         clusters.append([i])
     return clusters, comparisons
