@@ -124,11 +124,11 @@ def test_the_suite_bound_catches_material_gathered_from_lists(windows):
 
 def export(s: str, out: Path, samples: Callable[[], object]) -> None:
     scan = ExportScan(("A", "B"))
-    scan.add_samples(samples(), CATEGORIES, "uncategorized")  # type: ignore[arg-type]
+    scan.add_samples(samples(), CATEGORIES, "uncategorized")
     scan.add_scores(read_records(s.replace("samples.jsonl", "scores.jsonl"), Score, prefix="scores"))
     out.unlink(missing_ok=True)
     out.with_name(out.stem + ".key.json").unlink(missing_ok=True)
-    export_from_scan(scan, samples, versions=("A", "B"), n=20, out_path=out, seed=3)  # type: ignore[arg-type]
+    export_from_scan(scan, samples, versions=("A", "B"), n=20, out_path=out, seed=3)
 
 
 def test_review_export_grows_by_a_few_dozen_bytes_per_sample(windows, tmp_path):
