@@ -9,12 +9,13 @@ process under `/usr/bin/time`, which reports its peak resident set:
     llmwatch baseline freeze --samples --scores --model-version A
     llmwatch drift --baseline --samples --scores --model-version B
     llmwatch report --samples --scores --format json
-    llmwatch suite build --samples --scores
+    llmwatch suite build --samples --scores --similarity text
+    llmwatch review export --samples --scores --versions A,B --n 100
 
 The table gives seconds and peak RSS per command and size, and the slope between the two largest
 sizes: log(t2/t1) / log(n2/n1) (1.0 is linear) and MB of peak RSS per 1,000 samples added.
 
-    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite]
+    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite,review]
 """
 
 from __future__ import annotations
@@ -104,14 +105,28 @@ def commands(work: Path) -> dict[str, list[str]]:
         "freeze": ["baseline", "freeze", "--samples", s, "--scores", sc, "--model-version", "A", "--out", b],
         "drift": ["drift", "--baseline", b, "--samples", s, "--scores", sc, "--model-version", "B"],
         "report": ["report", "--samples", s, "--scores", sc, "--format", "json"],
-        "suite": ["suite", "build", "--samples", s, "--scores", sc, "--out", str(work / "suite")],
+        **offline_selection_commands(work, s, sc),
+    }
+
+
+def offline_selection_commands(work: Path, s: str, sc: str) -> dict[str, list[str]]:
+    """`suite build` and `review export`: each picks a bounded number of cases or tasks from the window.
+
+    Text shingles for the near-duplicate rule (`--similarity text`): rules only, as the rest of this
+    bench (`auto` would embed every prompt with the embeddings extra when it is installed).
+    """
+    return {
+        "suite": ["suite", "build", "--samples", s, "--scores", sc, "--similarity", "text", "--seed", "1"]
+        + ["--out", str(work / "suite.jsonl")],
+        "review": ["review", "export", "--samples", s, "--scores", sc, "--versions", "A,B", "--n", "100"]
+        + ["--seed", "1", "--out", str(work / "tasks.jsonl")],
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000")
-    ap.add_argument("--commands", default="score,freeze,drift,report,suite")
+    ap.add_argument("--commands", default="score,freeze,drift,report,suite,review")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="give up on a size past this (per command)")
     args = ap.parse_args()
     env = {

@@ -218,25 +218,11 @@ def cmd_review_export(args: argparse.Namespace) -> int:
         return _fail("review export needs --samples and --versions (or --pairs, from shadow evaluation)")
     cfg = config_from_args(args)
     _check_inputs(args)
-    from llmwatch.scorers.evaluation.matrix import build_categories
-    from llmwatch.scorers.evaluation.review import export_tasks
-
     versions = [v.strip() for v in args.versions.split(",") if v.strip()]
     if len(versions) != 2:
         return _fail(f"--versions takes exactly two versions separated by a comma (e.g. A,B), got {args.versions!r}")
     criteria = [c.strip() for c in args.criteria.split(",") if c.strip()]
-    samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    summary = export_tasks(
-        samples,
-        scores,
-        build_categories(cfg.matrix, known),
-        versions=(versions[0], versions[1]),
-        n=args.n,
-        out_path=args.out,
-        seed=args.seed,
-        criteria=criteria,
-        default_category=cfg.matrix.default_category,
-    )
+    summary = _export_streamed(cfg, args, (versions[0], versions[1]), criteria)
     strata = ", ".join(f"{s} {summary.by_stratum.get(s, 0)}" for s in ("typical", "edge", "failing"))
     sys.stdout.write(
         f"wrote {summary.n_tasks} blind review tasks ({strata}; {summary.same_prompt} on the same prompt) -> {summary.tasks_path}\n"
@@ -245,6 +231,49 @@ def cmd_review_export(args: argparse.Namespace) -> int:
     if summary.n_tasks < args.n:
         sys.stdout.write(f"note: only {summary.n_tasks} pairs could be formed (asked for {args.n})\n")
     return 0
+
+
+def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, str], criteria: list[str]) -> Any:
+    """`review export` in bounded memory (issue 29): the samples are read twice, the scores once, and
+    only a few dozen bytes a sample (ExportScan) and the chosen samples are kept. The checks are in
+    the same order as `_load_samples_and_scores`: the samples, then the scores, then the categories'
+    check names against the checks configured or scored."""
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.records import RecordError
+    from llmwatch.core.scores import Score
+    from llmwatch.scorers.checks.suite import build_suite, default_checks
+    from llmwatch.scorers.evaluation.matrix import build_categories
+    from llmwatch.scorers.evaluation.review import ExportScan, export_from_scan
+
+    scan = ExportScan(versions)
+    scan.add_samples(read_records(args.samples), build_categories(cfg.matrix), cfg.matrix.default_category)
+    if not scan.n_samples:
+        raise RecordError(f"{args.samples} holds no samples")
+    if args.scores is not None:
+        scan.add_scores(read_records(args.scores, Score, prefix="scores"))
+    else:
+        suite = build_suite(cfg.scoring)
+        batch: list[Any] = []
+        for sample in read_records(args.samples):
+            batch.append(sample)
+            if len(batch) >= 512:
+                scan.add_scores(r.score for r in suite.score(batch))
+                batch.clear()
+        scan.add_scores(r.score for r in suite.score(batch))
+    configured = [
+        s.name
+        for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))
+    ]
+    build_categories(cfg.matrix, sorted(set(configured) | scan.score_checks))  # refuses an unknown check name
+    return export_from_scan(
+        scan,
+        lambda: read_records(args.samples),
+        versions=versions,
+        n=args.n,
+        out_path=args.out,
+        seed=args.seed,
+        criteria=criteria,
+    )
 
 
 def cmd_review_import(args: argparse.Namespace) -> int:
@@ -301,11 +330,16 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
         similarity = "embeddings" if extras.installed("embeddings") else "text"
     elif similarity == "embeddings":
         extras.require("embeddings", "--similarity embeddings")
-    samples = list(read_records(args.samples))
-    scores = list(read_records(args.scores, Score, prefix="scores"))
     categories = build_categories(cfg.matrix)
     checks = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings)
-    material = gather(samples, scores, categories, default_category=cfg.matrix.default_category, similarity=similarity)
+    # Streamed: gather keeps a compact member per usable sample, never the Samples or Scores (issue 29).
+    material = gather(
+        read_records(args.samples),
+        read_records(args.scores, Score, prefix="scores"),
+        categories,
+        default_category=cfg.matrix.default_category,
+        similarity=similarity,
+    )
     return material, categories, checks
 
 

@@ -31,12 +31,13 @@ import hashlib
 import math
 import os
 import random
+from array import array
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -152,15 +153,6 @@ def key_path_for(tasks_path: str | os.PathLike[str]) -> Path:
 
 
 @dataclass
-class _Candidate:
-    sample: Sample
-    category: str
-    version: str
-    failing: bool
-    stratum: str = "typical"
-
-
-@dataclass
 class ExportSummary:
     tasks_path: Path
     key_path: Path
@@ -177,81 +169,151 @@ def _messages_for_review(request: Any) -> list[dict[str, str]]:
     ]
 
 
-def _percentile_edges(values: Sequence[float]) -> tuple[float, float]:
+def _percentile_edges(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     arr = np.asarray(values, dtype=float)
     return float(np.percentile(arr, 10)), float(np.percentile(arr, 90))
-
-
-def _strata(pool: list[_Candidate]) -> None:
-    if not pool:
-        return
-    prompt_len = [len(request_text(c.sample.request)) for c in pool]
-    answer_len = [len(c.sample.answer_text()) for c in pool]
-    (plo, phi), (alo, ahi) = _percentile_edges(prompt_len), _percentile_edges(answer_len)
-    for c, pl, al in zip(pool, prompt_len, answer_len):
-        tools = isinstance(c.sample.request, dict) and bool(c.sample.request.get("tools"))
-        unusual = c.sample.finish_reason not in (None, "stop") or tools
-        # Strict inequalities: with few distinct lengths the percentiles are the lengths themselves.
-        if c.failing:
-            c.stratum = "failing"
-        elif pl < plo or pl > phi or al < alo or al > ahi or unusual:
-            c.stratum = "edge"
 
 
 _SEVERITY = {s: i for i, s in enumerate(STRATA)}
 
 
-def _pairs(
-    pool: list[_Candidate], versions: tuple[str, str], rng: random.Random
-) -> list[tuple[_Candidate, _Candidate, bool]]:
-    first = [c for c in pool if c.version == versions[0]]
-    second = [c for c in pool if c.version == versions[1]]
+@dataclass
+class ExportScan:
+    """What a blind round is drawn from, a few dozen bytes per sample (issue 29): one pass over the
+    samples keeps, per reviewable sample of the two versions, its position in the input, version,
+    category, prompt hash, prompt and answer lengths and whether it is unusual; the scores add
+    which samples failed a check and their judge values. No Sample is kept: the chosen ones are read
+    again by position (`export_from_scan`). Sample ids are held as their in-process hashes.
+    """
+
+    versions: tuple[str, str]
+    n_samples: int = 0
+    found: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ids: set[int] = field(default_factory=set)  # hash of every sample id (scores of other samples are not read)
+    seq: array = field(default_factory=lambda: array("q"))  # pool: the sample's position in the input
+    id_hash: array = field(default_factory=lambda: array("q"))
+    version: array = field(default_factory=lambda: array("b"))  # 0 or 1: index in `versions`
+    category: array = field(default_factory=lambda: array("i"))  # index in `category_names`
+    prompt: array = field(default_factory=lambda: array("q"))  # prompt hash, first 64 bits
+    prompt_len: array = field(default_factory=lambda: array("q"))
+    answer_len: array = field(default_factory=lambda: array("q"))
+    unusual: array = field(default_factory=lambda: array("b"))
+    category_names: list[str] = field(default_factory=list)
+    failing: set[int] = field(default_factory=set)  # id hashes with a failed check
+    judge: dict[int, float] = field(default_factory=dict)
+    score_checks: set[str] = field(default_factory=set)  # checks of the scores of these samples
+
+    def add_samples(self, samples: Iterable[Sample], categories: Sequence[Category], default_category: str) -> None:
+        codes: dict[str, int] = {name: i for i, name in enumerate(self.category_names)}
+        for s in samples:
+            self.n_samples += 1
+            h = hash(s.id)
+            self.ids.add(h)
+            version = s.model_version or "unknown"
+            self.found[version] += 1
+            if version not in self.versions or not (0 < s.status < 400):
+                continue
+            answer = s.answer_text()
+            if not answer.strip():
+                continue
+            name = categorize(s, categories, default_category)
+            code = codes.get(name)
+            if code is None:
+                code = codes[name] = len(self.category_names)
+                self.category_names.append(name)
+            tools = isinstance(s.request, dict) and bool(s.request.get("tools"))
+            self.seq.append(self.n_samples - 1)
+            self.id_hash.append(h)
+            self.version.append(self.versions.index(version))
+            self.category.append(code)
+            self.prompt.append(int(prompt_hash(s.request)[:16], 16) - 2**63)
+            self.prompt_len.append(len(request_text(s.request)))
+            self.answer_len.append(len(answer))
+            self.unusual.append(s.finish_reason not in (None, "stop") or tools)
+
+    def add_scores(self, scores: Iterable[Score]) -> None:
+        for sc in scores:
+            h = hash(sc.sample_id)
+            if h not in self.ids:
+                continue
+            self.score_checks.add(sc.check)
+            if sc.result == "fail":
+                self.failing.add(h)
+            if sc.kind == "judge" and sc.value is not None:
+                self.judge[h] = sc.value
+
+    def strata(self) -> list[str]:
+        """Each pool sample's stratum: failing, edge (lengths outside the 10th-90th percentile of
+        the pool, a finish reason other than stop, tools) or typical."""
+        n = len(self.seq)
+        if not n:
+            return []
+        plo, phi = _percentile_edges(np.frombuffer(self.prompt_len, dtype=np.int64))
+        alo, ahi = _percentile_edges(np.frombuffer(self.answer_len, dtype=np.int64))
+        out = []
+        for i in range(n):
+            pl, al = self.prompt_len[i], self.answer_len[i]
+            # Strict inequalities: with few distinct lengths the percentiles are the lengths themselves.
+            if self.id_hash[i] in self.failing:
+                out.append("failing")
+            elif pl < plo or pl > phi or al < alo or al > ahi or self.unusual[i]:
+                out.append("edge")
+            else:
+                out.append("typical")
+        return out
+
+
+def _pairs(scan: ExportScan, strata: Sequence[str], rng: random.Random) -> list[tuple[int, int, bool]]:
+    """Pool indices paired: the same prompt when both versions answered it, else within a category."""
+    first = [i for i in range(len(scan.seq)) if scan.version[i] == 0]
+    second = [i for i in range(len(scan.seq)) if scan.version[i] == 1]
     rng.shuffle(first)
     rng.shuffle(second)
-    out: list[tuple[_Candidate, _Candidate, bool]] = []
+    out: list[tuple[int, int, bool]] = []
     used: set[int] = set()
-    by_prompt: dict[str, list[_Candidate]] = defaultdict(list)
-    for c in second:
-        by_prompt[prompt_hash(c.sample.request)].append(c)
-    for c in first:
-        partners = by_prompt.get(prompt_hash(c.sample.request))
-        while partners and id(partners[-1]) in used:
+    by_prompt: dict[int, list[int]] = defaultdict(list)
+    for i in second:
+        by_prompt[scan.prompt[i]].append(i)
+    for i in first:
+        partners = by_prompt.get(scan.prompt[i])
+        while partners and partners[-1] in used:
             partners.pop()
         if partners:
             other = partners.pop()
-            used.update((id(c), id(other)))
-            out.append((c, other, True))
-    rest_a: dict[str, list[_Candidate]] = defaultdict(list)
-    rest_b: dict[str, list[_Candidate]] = defaultdict(list)
-    for c in first:
-        if id(c) not in used:
-            rest_a[c.category].append(c)
-    for c in second:
-        if id(c) not in used:
-            rest_b[c.category].append(c)
+            used.update((i, other))
+            out.append((i, other, True))
+    del by_prompt
+    rest_a: dict[str, list[int]] = defaultdict(list)
+    rest_b: dict[str, list[int]] = defaultdict(list)
+    for i in first:
+        if i not in used:
+            rest_a[scan.category_names[scan.category[i]]].append(i)
+    for i in second:
+        if i not in used:
+            rest_b[scan.category_names[scan.category[i]]].append(i)
     for category in sorted(rest_a):
-        a_side = sorted(rest_a[category], key=lambda c: -_SEVERITY[c.stratum])
-        b_side = sorted(rest_b.get(category, []), key=lambda c: -_SEVERITY[c.stratum])
+        a_side = sorted(rest_a[category], key=lambda i: -_SEVERITY[strata[i]])
+        b_side = sorted(rest_b.get(category, []), key=lambda i: -_SEVERITY[strata[i]])
         out.extend((x, y, False) for x, y in zip(a_side, b_side))
     return out
 
 
-def _select(pairs: list[tuple[_Candidate, _Candidate, bool]], n: int) -> list[tuple[_Candidate, _Candidate, bool, str]]:
-    by_stratum: dict[str, list[tuple[_Candidate, _Candidate, bool]]] = defaultdict(list)
+def _select(pairs: list[tuple[int, int, bool]], strata: Sequence[str], n: int) -> list[tuple[int, int, bool, str]]:
+    by_stratum: dict[str, list[tuple[int, int, bool]]] = defaultdict(list)
     for p in pairs:
-        by_stratum[max((p[0].stratum, p[1].stratum), key=_SEVERITY.__getitem__)].append(p)
+        by_stratum[max((strata[p[0]], strata[p[1]]), key=_SEVERITY.__getitem__)].append(p)
     for items in by_stratum.values():
         items.sort(key=lambda p: not p[2])  # same-prompt pairs first: the fairest comparison
     want = {s: int(round(n * q)) for s, q in QUOTAS.items()}
     want["typical"] = n - want["edge"] - want["failing"]
-    chosen: list[tuple[_Candidate, _Candidate, bool, str]] = []
+    chosen: list[tuple[int, int, bool, str]] = []
     for s in STRATA:
         take = by_stratum[s][: want[s]]
         chosen.extend((*p, s) for p in take)
         del by_stratum[s][: len(take)]
     for s in STRATA:
-        while len(chosen) < n and by_stratum[s]:
-            chosen.append((*by_stratum[s].pop(0), s))
+        items = by_stratum[s][: max(n - len(chosen), 0)]
+        chosen.extend((*p, s) for p in items)
     return chosen
 
 
@@ -267,34 +329,52 @@ def export_tasks(
     criteria: Sequence[str] = DEFAULT_CRITERIA,
     default_category: str = "uncategorized",
 ) -> ExportSummary:
+    """`export_from_scan` over samples and scores in memory."""
+    scan = ExportScan(versions)
+    scan.add_samples(samples, categories, default_category)
+    scan.add_scores(scores)
+    return export_from_scan(
+        scan, lambda: samples, versions=versions, n=n, out_path=out_path, seed=seed, criteria=criteria
+    )
+
+
+def export_from_scan(
+    scan: ExportScan,
+    reread: Callable[[], Iterable[Sample]],
+    *,
+    versions: tuple[str, str],
+    n: int,
+    out_path: str | os.PathLike[str],
+    seed: int | None = None,
+    criteria: Sequence[str] = DEFAULT_CRITERIA,
+) -> ExportSummary:
+    """Draw the round from `scan` and write it; `reread` yields the same samples again, in the same
+    order, and only the chosen ones (at most 2 * n) are kept from it."""
     if versions[0] == versions[1]:
         raise ReviewError(f"--versions needs two different versions, got {versions[0]!r} twice")
     if n < 1:
         raise ReviewError("--n must be at least 1")
-    failing_ids = {sc.sample_id for sc in scores if sc.result == "fail"}
-    judge = {sc.sample_id: sc.value for sc in scores if sc.kind == "judge" and sc.value is not None}
-    pool = []
-    found: dict[str, int] = defaultdict(int)
-    for s in samples:
-        version = s.model_version or "unknown"
-        found[version] += 1
-        if version not in versions or not (0 < s.status < 400) or not s.answer_text().strip():
-            continue
-        pool.append(_Candidate(s, categorize(s, categories, default_category), version, s.id in failing_ids))
-    for v in versions:
-        if not any(c.version == v for c in pool):
+    for side, v in enumerate(versions):
+        if side not in scan.version:
             raise ReviewError(
-                f"no reviewable sample (successful, with an answer) of version {v!r}; versions in the samples: {', '.join(f'{k} ({n})' for k, n in sorted(found.items())) or 'none'}"
+                f"no reviewable sample (successful, with an answer) of version {v!r}; versions in the samples: {', '.join(f'{k} ({n})' for k, n in sorted(scan.found.items())) or 'none'}"
             )
-    _strata(pool)
+    strata = scan.strata()
     rng = random.Random(seed)
-    chosen = _select(_pairs(pool, versions, rng), n)
+    chosen = _select(_pairs(scan, strata, rng), strata, n)
     if not chosen:
         raise ReviewError(
             f"no pair of answers of versions {versions[0]!r} and {versions[1]!r} in the same task category"
         )
     rng.shuffle(chosen)
     tasks_path, key_path = _round_paths(out_path)
+    wanted = {scan.seq[i] for a, b, _, _ in chosen for i in (a, b)}
+    kept: dict[int, Sample] = {}
+    for position, sample in enumerate(reread()):
+        if position in wanted:
+            kept[position] = sample
+    if len(kept) != len(wanted):
+        raise ReviewError("the samples changed while the review round was drawn from them; run the export again")
     lines = []
     key_tasks: dict[str, dict[str, KeyEntry]] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -304,29 +384,34 @@ def export_tasks(
         order = [a, b] if rng.random() < 0.5 else [b, a]
         cands = {}
         for label, c in zip(LABELS, order):
+            sample = kept[scan.seq[c]]
             cands[label] = Candidate(
-                answer=c.sample.answer_text(), prompt=None if same_prompt else _messages_for_review(c.sample.request)
+                answer=sample.answer_text(), prompt=None if same_prompt else _messages_for_review(sample.request)
             )
         task = ReviewTask(
             task_id=task_id,
-            category=a.category,
+            category=scan.category_names[scan.category[a]],
             stratum=stratum,
             same_prompt=same_prompt,
-            prompt=_messages_for_review(a.sample.request) if same_prompt else None,
+            prompt=_messages_for_review(kept[scan.seq[a]].request) if same_prompt else None,
             candidates=cands,
             criteria=list(criteria),
         )
         lines.append(orjson.dumps(task.model_dump(mode="json", by_alias=True, exclude_none=True)))
         key_tasks[task_id] = {
-            label: KeyEntry(model_version=c.version, sample_id=c.sample.id, judge=judge.get(c.sample.id))
+            label: KeyEntry(
+                model_version=versions[scan.version[c]],
+                sample_id=kept[scan.seq[c]].id,
+                judge=scan.judge.get(scan.id_hash[c]),
+            )
             for label, c in zip(LABELS, order)
         }
         counts[stratum] += 1
         same += same_prompt
     _write_round(tasks_path, key_path, lines, key_tasks, versions=list(versions), seed=seed, criteria=criteria)
     available: defaultdict[str, int] = defaultdict(int)
-    for c in pool:
-        available[c.stratum] += 1
+    for stratum in strata:
+        available[stratum] += 1
     return ExportSummary(tasks_path, key_path, len(chosen), dict(counts), same, dict(available))
 
 

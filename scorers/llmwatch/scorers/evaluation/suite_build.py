@@ -39,8 +39,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence
 
+import numpy as np
 import orjson
 
 from llmwatch.core.errors import LlmwatchError
@@ -148,7 +149,15 @@ def non_latin(text: str) -> bool:
     return other / len(letters) > 0.3
 
 
-def failure_modes(sample: Sample, scores: Sequence[Score]) -> list[str]:
+class Verdict(NamedTuple):
+    """What a suite needs of a Score: one shared tuple per (check, kind, result), not a Score per sample."""
+
+    check: str
+    kind: str
+    result: str
+
+
+def failure_modes(sample: Sample, scores: Sequence[Score | Verdict]) -> list[str]:
     modes: set[str] = set()
     if sample.status == 0 or sample.status >= 400 or sample.error_type:
         modes.add("errored")
@@ -171,6 +180,18 @@ def failure_modes(sample: Sample, scores: Sequence[Score]) -> list[str]:
 # --- candidates --------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Member:
+    """A sample of a candidate's cluster: what the manifest and the edge rules read, not the Sample."""
+
+    id: str
+    timestamp: datetime
+    route: str
+    model: str | None
+    model_version: str | None
+    seq: int  # position in the input: the tie-break of (timestamp, id), as a stable sort has it
+
+
 @dataclass
 class Candidate:
     key: str  # sha256 of the normalised prompt: the case id's stable part
@@ -178,8 +199,8 @@ class Candidate:
     messages: list[dict[str, Any]]
     text: str
     params: dict[str, Any]
-    samples: list[Sample] = field(default_factory=list)
-    scores: dict[str, list[Score]] = field(default_factory=dict)
+    samples: list[Member] = field(default_factory=list)
+    scores: dict[str, Sequence[Verdict]] = field(default_factory=dict)
     failure_modes: set[str] = field(default_factory=set)
     edge_reasons: set[str] = field(default_factory=set)
     shingles: frozenset[str] = frozenset()
@@ -188,6 +209,8 @@ class Candidate:
     # differ only by a number ("variant 50" / "variant 15") normalise alike, and embeddings may
     # still keep them apart.
     suffix: str = ""
+    # The latest answer of the cluster that passed every check that judged it (the case's reference).
+    reference: str | None = None
 
     @property
     def case_id(self) -> str:
@@ -202,6 +225,7 @@ class Material:
     n_placeholder_only: int
     n_not_generative: int
     n_duplicates: int
+    comparisons: int = 0  # similarity computations made to collapse near-duplicates (pinned by a test)
 
 
 def _params(sample: Sample) -> dict[str, Any]:
@@ -209,57 +233,128 @@ def _params(sample: Sample) -> dict[str, Any]:
     return {k: req[k] for k in KEPT_PARAMS if k in req and req[k] is not None}
 
 
-def _cluster(
-    items: list[tuple[Sample, list[dict[str, Any]], str]],
-    similarity: str,
-    text_threshold: float,
-    embedding_threshold: float,
-) -> list[list[int]]:
-    """Indices of `items` grouped into near-duplicate clusters, first item of each first."""
+# MinHash LSH over the word 3-gram shingles: a prompt is compared (exact Jaccard) only with the
+# representatives that share a band, not with every one that shares a shingle (a common template
+# phrase made that quadratic). 20 bands of 4 rows: a pair at Jaccard 0.7 shares a band with
+# probability 1 - (1 - 0.7**4)**20 = 0.996, at 0.8 0.99998, at 0.3 0.15, at 0.1 0.002.
+#
+# A band whose four minima all fall on a phrase most prompts share (a template: "please answer the
+# question below") puts many dissimilar representatives in one bucket; comparing with all of them
+# is quadratic again. A bucket keeps its first `LSH_BUCKET_CAP` representatives: a crowded bucket
+# says little about similarity, and a true near-duplicate (Jaccard >= 0.7) shares about 5 of the
+# 20 bands, almost always one that is not crowded. Each prompt thus costs at most 20 x 32 comparisons.
+LSH_BANDS, LSH_ROWS = 20, 4
+LSH_BUCKET_CAP = 32
+_SEEDS = np.random.default_rng(0x5EED).integers(0, 2**63, size=LSH_BANDS * LSH_ROWS, dtype=np.uint64)
+_BAND_SALT = np.arange(1, LSH_BANDS + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    # splitmix64's finaliser (uint64 arithmetic wraps): a cheap, well-spread, deterministic hash.
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def band_keys(sh: frozenset[str]) -> list[int]:
+    """The LSH bucket of each band of the MinHash signature of `sh` (stable across processes)."""
+    h = np.fromiter(
+        (int.from_bytes(hashlib.blake2b(x.encode(), digest_size=8).digest(), "little") for x in sh),
+        dtype=np.uint64,
+        count=len(sh),
+    )
+    sig = _mix(h[None, :] ^ _SEEDS[:, None]).min(axis=1).reshape(LSH_BANDS, LSH_ROWS)
+    key = _BAND_SALT.copy()
+    for r in range(LSH_ROWS):
+        key = _mix(key ^ sig[:, r])
+    return [int(k) for k in key]
+
+
+@dataclass
+class _Group:
+    """Samples whose prompts normalise alike (text rule) or one sample (embeddings rule)."""
+
+    first: tuple[datetime, str, int]  # (timestamp, id, seq) of its earliest sample
+    norm: str
+    messages: list[dict[str, Any]]
+    text: str
+    params: dict[str, Any]
+    category: str
+    members: list[Member] = field(default_factory=list)
+    failure_modes: set[str] = field(default_factory=set)
+    reference: tuple[tuple[datetime, str, int], str] | None = None
+
+
+def _cluster_text(groups: Sequence[_Group], text_threshold: float) -> tuple[list[list[int]], int]:
+    """Indices of `groups` (in time order) collapsed greedily, as one pass over the samples in time
+    order would: a prompt joins the most similar earlier representative at Jaccard >= threshold
+    (ties: the earliest), else it becomes one. Returns the clusters and the comparisons made."""
     clusters: list[list[int]] = []
-    if similarity == "embeddings":
-        import numpy as np
-
-        from llmwatch.scorers.checks.embeddings import Embedder
-
-        vectors = Embedder().encode([t for _, _, t in items])
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        reps: list[int] = []
-        for i in range(len(items)):
-            if reps:
-                sims = vectors[reps] @ vectors[i]
-                j = int(np.argmax(sims))
-                if sims[j] >= embedding_threshold:
-                    clusters[j].append(i)
-                    continue
-            reps.append(i)
-            clusters.append([i])
-        return clusters
-    exact: dict[str, int] = {}
     rep_shingles: list[frozenset[str]] = []
-    # Index representatives by shingle so that a prompt is compared only with those sharing one.
-    index: dict[str, list[int]] = defaultdict(list)
-    for i, (_, _, text) in enumerate(items):
-        norm = normalise(text)
-        if norm in exact:
-            clusters[exact[norm]].append(i)
-            continue
-        sh = shingles(text)
+    buckets: dict[int, list[int]] = defaultdict(list)
+    comparisons = 0
+    for i, g in enumerate(groups):
+        sh = shingles(g.norm)
+        keys = band_keys(sh)
         best, best_j = 0.0, -1
-        for j in {j for s in sh for j in index.get(s, ())}:
+        for j in sorted({j for k in keys for j in buckets.get(k, ())}):
+            comparisons += 1
             score = jaccard(sh, rep_shingles[j])
             if score > best:
                 best, best_j = score, j
         if best_j >= 0 and best >= text_threshold:
             clusters[best_j].append(i)
-            exact[norm] = best_j
             continue
-        exact[norm] = len(clusters)
-        for s in sh:
-            index[s].append(len(clusters))
+        for k in keys:
+            bucket = buckets[k]
+            if len(bucket) < LSH_BUCKET_CAP:
+                bucket.append(len(clusters))
         rep_shingles.append(sh)
         clusters.append([i])
-    return clusters
+    return clusters, comparisons
+
+
+def _cluster_embeddings(texts: Sequence[str], embedding_threshold: float) -> tuple[list[list[int]], int]:
+    """Greedy clustering by cosine similarity to the representatives so far (one matrix-vector
+    product per prompt over a contiguous matrix of representatives)."""
+    import numpy as np
+
+    from llmwatch.scorers.checks.embeddings import Embedder
+
+    clusters: list[list[int]] = []
+    if not texts:
+        return clusters, 0
+    vectors = Embedder().encode(list(texts))
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    reps = np.empty_like(vectors)
+    comparisons = 0
+    for i in range(len(texts)):
+        k = len(clusters)
+        if k:
+            sims = reps[:k] @ vectors[i]
+            comparisons += k
+            j = int(np.argmax(sims))
+            if sims[j] >= embedding_threshold:
+                clusters[j].append(i)
+                continue
+        reps[k] = vectors[i]
+        clusters.append([i])
+    return clusters, comparisons
+
+
+_OK_STATUS = range(1, 400)
+
+
+def _verdicts(scores: Iterable[Score]) -> dict[str, tuple[Verdict, ...]]:
+    """Per sample id, the verdicts (pass or fail) of its scores: shared tuples, a few bytes a sample."""
+    shared: dict[tuple[str, str, str], Verdict] = {}
+    out: dict[str, list[Verdict]] = defaultdict(list)
+    for sc in scores:
+        if sc.result not in ("pass", "fail"):
+            continue  # neither a failure mode nor an applied check
+        v = shared.setdefault((sc.check, sc.kind, sc.result), Verdict(sc.check, sc.kind, sc.result))
+        out[sc.sample_id].append(v)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def gather(
@@ -272,13 +367,22 @@ def gather(
     text_threshold: float = 0.7,
     embedding_threshold: float = 0.92,
 ) -> Material:
-    by_sample: dict[str, list[Score]] = defaultdict(list)
-    for sc in scores:
-        by_sample[sc.sample_id].append(sc)
-    items: list[tuple[Sample, list[dict[str, Any]], str]] = []
-    n_samples = n_placeholder = n_other = 0
+    """The candidates of `samples` (any order; taken in (timestamp, id) order), in one pass.
+
+    `scores` are read first and kept as shared verdict tuples; `samples` may be a stream
+    (read_records): no Sample is kept. With the text rule, samples whose prompts normalise alike
+    always share a cluster, so they are grouped as they arrive (a compact `Member` each) and only
+    the distinct normalised prompts are clustered, in the order of their earliest sample, which is
+    the order a pass over the sorted samples would meet them. The embeddings rule clusters every
+    prompt on its own (paraphrases that normalise alike may stay apart), so it keeps one group per
+    sample with its text.
+    """
+    verdicts = _verdicts(scores)
+    groups: dict[Any, _Group] = {}
+    n_samples = n_placeholder = n_other = n_items = 0
     traffic: Counter[str] = Counter()
-    for sample in sorted(samples, key=lambda s: (s.timestamp, s.id)):
+    interned: dict[str, str] = {}
+    for seq, sample in enumerate(samples):
         n_samples += 1
         messages = prompt_messages(sample)
         if sample.operation not in GENERATIVE or not any(
@@ -290,28 +394,63 @@ def gather(
         if placeholder_share(text) > PLACEHOLDER_SHARE:
             n_placeholder += 1
             continue
-        items.append((sample, messages, text))
-        traffic[categorize(sample, categories, default_category)] += 1
-    candidates: list[Candidate] = []
-    for members in _cluster(items, similarity, text_threshold, embedding_threshold):
-        first, messages, text = items[members[0]]
-        cand = Candidate(
-            key=hashlib.sha256(normalise(text).encode()).hexdigest(),
-            category=categorize(first, categories, default_category),
-            messages=messages,
-            text=text,
-            params=_params(first),
-            shingles=shingles(text),
+        n_items += 1
+        category = categorize(sample, categories, default_category)
+        traffic[category] += 1
+        norm = normalise(text)
+        order = (sample.timestamp, sample.id, seq)
+        gkey: Any = norm if similarity == "text" else seq
+        group = groups.get(gkey)
+        if group is None:
+            group = groups[gkey] = _Group(order, norm, messages, text, _params(sample), category)
+        elif order < group.first:
+            group.first, group.messages, group.text = order, messages, text
+            group.params, group.category = _params(sample), category
+        route, model, version = (
+            interned.setdefault(x, x) if x is not None else None
+            for x in (sample.route, sample.model, sample.model_version)
         )
+        group.members.append(Member(sample.id, sample.timestamp, route or sample.route, model, version, seq))
+        mine = verdicts.get(sample.id, ())
+        group.failure_modes.update(failure_modes(sample, mine))
+        if (
+            (group.reference is None or order > group.reference[0])
+            and sample.status in _OK_STATUS
+            and _passed_all(mine)
+        ):
+            answer = sample.answer_text()
+            if answer.strip():
+                group.reference = (order, answer)
+    ordered = sorted(groups.values(), key=lambda g: g.first)
+    del groups
+    if similarity == "embeddings":
+        clusters, comparisons = _cluster_embeddings([g.text for g in ordered], embedding_threshold)
+    else:
+        clusters, comparisons = _cluster_text(ordered, text_threshold)
+    candidates: list[Candidate] = []
+    for members in clusters:
+        rep = ordered[members[0]]
+        cand = Candidate(
+            key=hashlib.sha256(rep.norm.encode()).hexdigest(),
+            category=rep.category,
+            messages=rep.messages,
+            text=rep.text,
+            params=rep.params,
+            shingles=shingles(rep.text),
+        )
+        refs = [ref for i in members if (ref := ordered[i].reference) is not None]
+        if refs:
+            cand.reference = max(refs, key=lambda r: r[0])[1]
         for i in members:
-            sample = items[i][0]
-            cand.samples.append(sample)
-            cand.scores[sample.id] = by_sample.get(sample.id, [])
-            cand.failure_modes.update(failure_modes(sample, cand.scores[sample.id]))
+            cand.samples.extend(ordered[i].members)
+            cand.failure_modes.update(ordered[i].failure_modes)
+        cand.samples.sort(key=lambda m: (m.timestamp, m.id, m.seq))  # members arrive in input order
+        for m in cand.samples:
+            cand.scores[m.id] = verdicts.get(m.id, ())
         candidates.append(cand)
     _mark_edges(candidates)
     _unique_ids(candidates)
-    return Material(candidates, traffic, n_samples, n_placeholder, n_other, len(items) - len(candidates))
+    return Material(candidates, traffic, n_samples, n_placeholder, n_other, n_items - len(candidates), comparisons)
 
 
 def _unique_ids(candidates: Sequence[Candidate]) -> None:
@@ -506,7 +645,7 @@ def rule_specs(checks: Sequence[CheckSpec]) -> dict[str, CheckSpec]:
     return out
 
 
-def _passed_all(scores: Sequence[Score]) -> bool:
+def _passed_all(scores: Sequence[Score | Verdict]) -> bool:
     verdicts = [s for s in scores if s.result in ("pass", "fail")]
     return bool(verdicts) and all(s.result == "pass" for s in verdicts)
 
@@ -529,16 +668,7 @@ def make_case(cand: Candidate, specs: Mapping[str, CheckSpec]) -> dict[str, Any]
         checks.append(entry)
     if not checks:
         checks.append({"kind": "not_empty_or_truncated"})
-    reference = None
-    for sample in reversed(cand.samples):  # the latest passing answer
-        if (
-            sample.status < 400
-            and sample.status != 0
-            and _passed_all(cand.scores.get(sample.id, []))
-            and sample.answer_text().strip()
-        ):
-            reference = sample.answer_text()
-            break
+    reference = cand.reference  # the latest passing answer (gather)
     user_only = len(cand.messages) == 1 and cand.messages[0]["role"] == "user"
     case: dict[str, Any] = {
         "id": cand.case_id,
