@@ -78,11 +78,7 @@ def run_version(
                 "--data-dir",
                 str(data_dir),
             ],
-            env=agent_env(
-                LLMWATCH_SAMPLING__RATE="1.0",
-                LLMWATCH_SCORING__ENABLED="false",
-                **extra_env,
-            ),
+            env=agent_env(**{"LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__ENABLED": "false", **extra_env}),
         )
         ports = agent_started(proxy)
         port = ports["proxy_port"]
@@ -286,6 +282,56 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert consistency["family"] == "behaviour" and consistency["verdict"] == "drift"
     assert consistency["effect_size"] < 0
 
+    # Online: the sidecar's scorer, with that baseline, joins the probe's verdicts to its window
+    # (they come from the probe's child, not the scoring pipeline) and B's drift names the signal.
+    found: dict[str, float] = {}
+
+    def drift_named(metrics_port: int) -> None:
+        deadline = time.monotonic() + 180
+        while True:
+            values = scrape(metrics_port)
+            detected = {
+                dict(ls)["signal"]: v
+                for (n, ls), v in values.items()
+                if n == "llmwatch_drift_detected" and dict(ls).get("model_version") == "B"
+            }
+            if detected.get("pass_rate:consistency") == 1.0:
+                found.update(detected)
+                return
+            assert time.monotonic() < deadline, f"no consistency drift online: {detected}"
+            time.sleep(0.2)
+
+    online = {
+        **probe,
+        "LLMWATCH_SCORING__ENABLED": "true",
+        "LLMWATCH_SCORING__EMBEDDINGS": "false",
+        "LLMWATCH_DRIFT__BASELINE": str(tmp_path / "baseline-A.json"),
+        "LLMWATCH_DRIFT__INTERVAL_S": "1",
+    }
+    run_version("B", tmp_path / "online", 160, turns, online, drift_named)
+    assert found["pass_rate:consistency"] == 1.0
+
+    # `suite build` keeps the hidden errors as regression cases, each with the re-ask beside it.
+    online_data = tmp_path / "online"
+    suite = tmp_path / "unstable.jsonl"
+    built = subprocess.run(
+        [*cli, "suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")]
+        + ["--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"]
+        + ["--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"],
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr.decode()
+    manifest = json.loads((tmp_path / "unstable.manifest.json").read_text())
+    unstable = [e for e in manifest["cases"].values() if "confident_unstable" in e["failure_modes"]]
+    assert unstable and all(e["source"] == "failure" for e in unstable)
+    for entry in unstable:
+        assert entry["re_asks"] and all(r["answer"] != r["re_ask"] for r in entry["re_asks"])
+    from llmwatch.scorers.evaluation.regress import load_suite
+
+    assert len(load_suite(suite).cases) == len(manifest["cases"])
+
 
 async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -> None:
     from aiohttp import web
@@ -334,7 +380,7 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
                     assert resp.status == 200
                     # The client gets the upstream's bytes, whatever the probe does with the call.
                     assert await resp.read() == answers[body.encode()]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180
         while True:  # every call's offer has been decided (it runs after the client's last byte)
             values = await asyncio.to_thread(scrape, ports["metrics_port"])
             decided = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") + total(

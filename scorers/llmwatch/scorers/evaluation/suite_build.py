@@ -15,7 +15,9 @@ How cases are picked (`build_cases`):
    the embeddings extra, cosine similarity of the prompts' embeddings >= `embedding_threshold`.
    A candidate keeps every sample of its cluster (the manifest lists them).
 3. Each candidate gets the matrix category of its first sample, its failure modes (a check that
-   failed, refused, truncated, errored) and its edge reasons (among the longest prompts, a rare
+   failed, refused, truncated, errored; `confident_unstable`: with `--consistency`, the
+   consistency probe's re-ask disagreed with a sure answer that passed the rule checks, the
+   hidden error; its manifest entry keeps both answers as context) and its edge reasons (among the longest prompts, a rare
    route or model, a prompt not in Latin script).
 4. The suite's size is shared among categories by live traffic share (`mix="traffic"`) or by
    traffic share times the matrix weight (`mix="weighted"`), largest remainder. Inside each
@@ -163,6 +165,12 @@ def failure_modes(sample: Sample, scores: Sequence[Score]) -> list[str]:
             modes.add("truncated")
         elif sc.kind == "tool_call":
             modes.add("tool_calls")
+        elif sc.kind == "consistency":
+            # The probe's verdict (scorers/evaluation/consistency.py): a re-ask that disagreed with a
+            # hedged answer, or one a rule check failed, is no hidden error (the hedge or the other
+            # check's mode says it); a sure, passing answer the model did not give again is.
+            if sc.details.get("confident_unstable"):
+                modes.add("confident_unstable")
         else:
             modes.add(f"failed:{sc.check}")
     return sorted(modes)
@@ -182,6 +190,8 @@ class Candidate:
     scores: dict[str, list[Score]] = field(default_factory=dict)
     failure_modes: set[str] = field(default_factory=set)
     edge_reasons: set[str] = field(default_factory=set)
+    # Confident-but-unstable samples of the cluster: (sample id, the answer, the re-ask's answer).
+    re_asks: list[tuple[str, str, str]] = field(default_factory=list)
     shingles: frozenset[str] = frozenset()
     source: str = "typical"
     # Set by `_unique_ids` when another candidate has the same category and key: two prompts that
@@ -271,7 +281,10 @@ def gather(
     similarity: Literal["text", "embeddings"] = "text",
     text_threshold: float = 0.7,
     embedding_threshold: float = 0.92,
+    re_asks: Mapping[str, str] | None = None,
 ) -> Material:
+    """`re_asks`: the consistency probe's re-ask answer by sample id (`--consistency`), kept as
+    context for the confident-but-unstable cases."""
     by_sample: dict[str, list[Score]] = defaultdict(list)
     for sc in scores:
         by_sample[sc.sample_id].append(sc)
@@ -307,7 +320,10 @@ def gather(
             sample = items[i][0]
             cand.samples.append(sample)
             cand.scores[sample.id] = by_sample.get(sample.id, [])
-            cand.failure_modes.update(failure_modes(sample, cand.scores[sample.id]))
+            modes = failure_modes(sample, cand.scores[sample.id])
+            cand.failure_modes.update(modes)
+            if "confident_unstable" in modes and re_asks and sample.id in re_asks:
+                cand.re_asks.append((sample.id, sample.answer_text(), re_asks[sample.id]))
         candidates.append(cand)
     _mark_edges(candidates)
     _unique_ids(candidates)
@@ -572,6 +588,12 @@ def manifest_entry(cand: Candidate) -> dict[str, Any]:
         "model_versions": sorted({s.model_version or "unknown" for s in cand.samples}),
         "models": sorted({s.model or "unknown" for s in cand.samples}),
         "routes": sorted({s.route for s in cand.samples}),
+        # The hidden error as it was seen: the sure answer, and what the model said when asked again.
+        **(
+            {"re_asks": [{"sample_id": sid, "answer": a, "re_ask": b} for sid, a, b in cand.re_asks]}
+            if cand.re_asks
+            else {}
+        ),
     }
 
 
