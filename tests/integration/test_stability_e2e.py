@@ -400,6 +400,89 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
         await runner.cleanup()
 
 
+async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clients(tmp_path: Path) -> None:
+    """The probe's upstream gone mid re-ask (the connection dropped without an answer, as when the
+    server is killed): clients get every byte as before, the re-asks are counted as failed, and no
+    verdict is made from them."""
+    from aiohttp import web
+    from helpers.upstreams import serve
+
+    seen: set[bytes] = set()
+    dropped: list[bytes] = []
+    answers: dict[bytes, bytes] = {}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        parsed = json.loads(body)
+        key = json.dumps([parsed["model"], parsed["messages"]]).encode()
+        if key in seen:
+            dropped.append(key)
+            assert request.transport is not None
+            request.transport.abort()  # the re-ask: the connection dies, no status, no body
+            return web.Response(status=500)
+        seen.add(key)
+        answers[body] = orjson_answer(len(answers))
+        return web.Response(body=answers[body], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner, upstream = await serve(app)
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
+        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        env=agent_env(
+            LLMWATCH_SCORING__ENABLED="false",
+            LLMWATCH_CONSISTENCY__ENABLED="true",
+            LLMWATCH_CONSISTENCY__RATE="1.0",
+            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY="4",
+        ),
+    )
+    try:
+        ports = await asyncio.to_thread(agent_started, proxy)
+        await asyncio.to_thread(proxy.wait_event, "shadow_mirror_ready", 120)
+        base = f"http://127.0.0.1:{ports['proxy_port']}"
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
+                async with session.post(
+                    f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    assert resp.status == 200
+                    assert await resp.read() == answers[body.encode()]
+        deadline = time.monotonic() + 60
+        while True:  # every re-ask decided, and every one sent has ended (failed)
+            values = await asyncio.to_thread(scrape, ports["metrics_port"])
+            mirrored = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency")
+            skipped = total(values, "llmwatch_shadow_skipped_total", candidate="consistency")
+            failed = total(values, "llmwatch_shadow_candidate_errors_total", candidate="consistency")
+            if mirrored + skipped >= 20 and failed >= mirrored:
+                break
+            assert time.monotonic() < deadline, f"mirrored {mirrored}, skipped {skipped}, failed {failed}"
+            await asyncio.sleep(0.05)
+        assert mirrored > 0 and failed == mirrored and len(dropped) == mirrored
+        compared = total(values, "llmwatch_consistency_pairs_total", result="agree") + total(
+            values, "llmwatch_consistency_pairs_total", result="disagree"
+        )
+        assert compared == 0  # a re-ask that got no answer says nothing about stability
+        # The failed re-asks gave their slots back: the next call is re-asked again.
+        async with aiohttp.ClientSession() as session:
+            body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "one more question"}]})
+            async with session.post(
+                f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 200 and await resp.read() == answers[body.encode()]
+        deadline = time.monotonic() + 60
+        while total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") == mirrored:
+            assert time.monotonic() < deadline, "the probe re-asks nothing after its upstream failed"
+            await asyncio.sleep(0.05)
+            values = await asyncio.to_thread(scrape, ports["metrics_port"])
+    finally:
+        proxy.popen.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proxy.popen.wait, 60)
+        proxy.stop()
+        await runner.cleanup()
+
+
 def orjson_answer(i: int) -> bytes:
     return json.dumps(
         {
