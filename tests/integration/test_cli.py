@@ -121,6 +121,11 @@ def test_demo_runs_prints_a_summary_and_says_what_of_its_story_it_could_not_show
     assert "gave up waiting for a drift verdict for version A" in out
     assert "demo incomplete (exit 2): could not show" in out and "version B" in out.split("demo incomplete")[1]
     assert "each cell: pass rate over the check's verdicts" in out
+    # Every row of the table has a pass rate: a check without a verdict (tool_call: no demo call
+    # sends tools) is named under it, not shown as "- (N err)" (tests/unit/test_demo_table.py).
+    table = out.split("pass rate per check and model version:")[1].split("each cell:")[0].splitlines()
+    table = [row for row in table[2:] if row.strip()]  # the check rows, after the header
+    assert table and all("%" in row for row in table), table
     # A normal exit stops every child in time: no error-level log line (the shadow mirror child
     # used to be killed as 'did not stop in time' on every run).
     errors = [ln for ln in result.stderr.splitlines() if '"level": "error"' in ln or "[error" in ln]

@@ -78,11 +78,7 @@ def run_version(
                 "--data-dir",
                 str(data_dir),
             ],
-            env=agent_env(
-                LLMWATCH_SAMPLING__RATE="1.0",
-                LLMWATCH_SCORING__ENABLED="false",
-                **extra_env,
-            ),
+            env=agent_env(**{"LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__ENABLED": "false", **extra_env}),
         )
         ports = agent_started(proxy)
         port = ports["proxy_port"]
@@ -286,6 +282,56 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert consistency["family"] == "behaviour" and consistency["verdict"] == "drift"
     assert consistency["effect_size"] < 0
 
+    # Online: the sidecar's scorer, with that baseline, joins the probe's verdicts to its window
+    # (they come from the probe's child, not the scoring pipeline) and B's drift names the signal.
+    found: dict[str, float] = {}
+
+    def drift_named(metrics_port: int) -> None:
+        deadline = time.monotonic() + 180
+        while True:
+            values = scrape(metrics_port)
+            detected = {
+                dict(ls)["signal"]: v
+                for (n, ls), v in values.items()
+                if n == "llmwatch_drift_detected" and dict(ls).get("model_version") == "B"
+            }
+            if detected.get("pass_rate:consistency") == 1.0:
+                found.update(detected)
+                return
+            assert time.monotonic() < deadline, f"no consistency drift online: {detected}"
+            time.sleep(0.2)
+
+    online = {
+        **probe,
+        "LLMWATCH_SCORING__ENABLED": "true",
+        "LLMWATCH_SCORING__EMBEDDINGS": "false",
+        "LLMWATCH_DRIFT__BASELINE": str(tmp_path / "baseline-A.json"),
+        "LLMWATCH_DRIFT__INTERVAL_S": "1",
+    }
+    run_version("B", tmp_path / "online", 160, turns, online, drift_named)
+    assert found["pass_rate:consistency"] == 1.0
+
+    # `suite build` keeps the hidden errors as regression cases, each with the re-ask beside it.
+    online_data = tmp_path / "online"
+    suite = tmp_path / "unstable.jsonl"
+    built = subprocess.run(
+        [*cli, "suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")]
+        + ["--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"]
+        + ["--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"],
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr.decode()
+    manifest = json.loads((tmp_path / "unstable.manifest.json").read_text())
+    unstable = [e for e in manifest["cases"].values() if "confident_unstable" in e["failure_modes"]]
+    assert unstable and all(e["source"] == "failure" for e in unstable)
+    for entry in unstable:
+        assert entry["re_asks"] and all(r["answer"] != r["re_ask"] for r in entry["re_asks"])
+    from llmwatch.scorers.evaluation.regress import load_suite
+
+    assert len(load_suite(suite).cases) == len(manifest["cases"])
+
 
 async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -> None:
     from aiohttp import web
@@ -334,7 +380,7 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
                     assert resp.status == 200
                     # The client gets the upstream's bytes, whatever the probe does with the call.
                     assert await resp.read() == answers[body.encode()]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180
         while True:  # every call's offer has been decided (it runs after the client's last byte)
             values = await asyncio.to_thread(scrape, ports["metrics_port"])
             decided = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") + total(
@@ -348,6 +394,89 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
         assert total(values, "llmwatch_shadow_skipped_total", candidate="consistency", reason="concurrency") == 18
     finally:
         gate.set()
+        proxy.popen.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proxy.popen.wait, 60)
+        proxy.stop()
+        await runner.cleanup()
+
+
+async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clients(tmp_path: Path) -> None:
+    """The probe's upstream gone mid re-ask (the connection dropped without an answer, as when the
+    server is killed): clients get every byte as before, the re-asks are counted as failed, and no
+    verdict is made from them."""
+    from aiohttp import web
+    from helpers.upstreams import serve
+
+    seen: set[bytes] = set()
+    dropped: list[bytes] = []
+    answers: dict[bytes, bytes] = {}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        parsed = json.loads(body)
+        key = json.dumps([parsed["model"], parsed["messages"]]).encode()
+        if key in seen:
+            dropped.append(key)
+            assert request.transport is not None
+            request.transport.abort()  # the re-ask: the connection dies, no status, no body
+            return web.Response(status=500)
+        seen.add(key)
+        answers[body] = orjson_answer(len(answers))
+        return web.Response(body=answers[body], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner, upstream = await serve(app)
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
+        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        env=agent_env(
+            LLMWATCH_SCORING__ENABLED="false",
+            LLMWATCH_CONSISTENCY__ENABLED="true",
+            LLMWATCH_CONSISTENCY__RATE="1.0",
+            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY="4",
+        ),
+    )
+    try:
+        ports = await asyncio.to_thread(agent_started, proxy)
+        await asyncio.to_thread(proxy.wait_event, "shadow_mirror_ready", 120)
+        base = f"http://127.0.0.1:{ports['proxy_port']}"
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
+                async with session.post(
+                    f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    assert resp.status == 200
+                    assert await resp.read() == answers[body.encode()]
+        deadline = time.monotonic() + 60
+        while True:  # every re-ask decided, and every one sent has ended (failed)
+            values = await asyncio.to_thread(scrape, ports["metrics_port"])
+            mirrored = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency")
+            skipped = total(values, "llmwatch_shadow_skipped_total", candidate="consistency")
+            failed = total(values, "llmwatch_shadow_candidate_errors_total", candidate="consistency")
+            if mirrored + skipped >= 20 and failed >= mirrored:
+                break
+            assert time.monotonic() < deadline, f"mirrored {mirrored}, skipped {skipped}, failed {failed}"
+            await asyncio.sleep(0.05)
+        assert mirrored > 0 and failed == mirrored and len(dropped) == mirrored
+        compared = total(values, "llmwatch_consistency_pairs_total", result="agree") + total(
+            values, "llmwatch_consistency_pairs_total", result="disagree"
+        )
+        assert compared == 0  # a re-ask that got no answer says nothing about stability
+        # The failed re-asks gave their slots back: the next call is re-asked again.
+        async with aiohttp.ClientSession() as session:
+            body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "one more question"}]})
+            async with session.post(
+                f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 200 and await resp.read() == answers[body.encode()]
+        deadline = time.monotonic() + 60
+        while total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") == mirrored:
+            assert time.monotonic() < deadline, "the probe re-asks nothing after its upstream failed"
+            await asyncio.sleep(0.05)
+            values = await asyncio.to_thread(scrape, ports["metrics_port"])
+    finally:
         proxy.popen.send_signal(signal.SIGTERM)
         await asyncio.to_thread(proxy.popen.wait, 60)
         proxy.stop()

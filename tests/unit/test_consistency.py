@@ -8,7 +8,7 @@ import numpy as np
 
 from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.records import Sample
-from llmwatch.scorers.evaluation.consistency import compare_answers, consistency_rows
+from llmwatch.scorers.evaluation.consistency import compare_answers, consistency_rows, consistency_scores
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -86,3 +86,33 @@ def test_rates_per_version_with_wilson_intervals() -> None:
     assert rows["B"].rate == 0.5 and rows["B"].ci is not None and rows["B"].ci[0] < 0.5 < rows["B"].ci[1]
     assert rows["B"].ci[1] < rows["A"].ci[0]
     assert rows["B"].confident_unstable == 50
+
+
+def test_suite_material_keeps_a_confident_but_unstable_answer_as_a_failure_with_its_re_ask() -> None:
+    from llmwatch.scorers.evaluation.suite_build import gather, manifest_entry
+
+    def asked(question: str, text: str) -> Sample:
+        s = answer(text)
+        messages = [{"role": "user", "content": question}]
+        return s.model_copy(update={"id": question, "request": {**s.request, "messages": messages}})
+
+    sure = asked("What is the capital of France?", PARIS)
+    hedged = asked("Which river runs through Lyon?", "I think it might be the Rhone, but I'm not sure.")
+    stable = asked("How many legs does a spider have?", "A spider has eight legs.")
+    other = "Lyon is the largest city in the Auvergne-Rhone-Alpes region."
+    pairs = [
+        Pair(id=f"p{i}", candidate="consistency", timestamp=T0, route=s.route, primary=s, shadow=answer(again))
+        for i, (s, again) in enumerate([(sure, other), (hedged, other), (stable, stable.answer_text())])
+    ]
+    material = gather(
+        [sure, hedged, stable],
+        consistency_scores(pairs),
+        [],
+        re_asks={p.primary.id: p.shadow.answer_text() for p in pairs},
+    )
+    by_sample = {c.samples[0].id: c for c in material.candidates}
+    assert by_sample[sure.id].failure_modes == {"confident_unstable"}
+    # A hedged answer that changed is not a hidden error; a stable one is no failure at all.
+    assert by_sample[hedged.id].failure_modes == set() and by_sample[stable.id].failure_modes == set()
+    assert manifest_entry(by_sample[sure.id])["re_asks"] == [{"sample_id": sure.id, "answer": PARIS, "re_ask": other}]
+    assert "re_asks" not in manifest_entry(by_sample[stable.id])

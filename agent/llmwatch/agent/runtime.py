@@ -23,6 +23,7 @@ from llmwatch.collectors.calls import CallEvents, CallFinished
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_app
 from llmwatch.collectors.exporters.webhook import WebhookComponent
 from llmwatch.collectors.intake import Captured, Intake, Pipeline, PipelineMetrics, Sink
+from llmwatch.collectors.late_scores import LateScores
 from llmwatch.collectors.otel.factory import OtlpExporterComponent, OtlpReceiverComponent
 from llmwatch.collectors.receivers.proxy.factory import ProxyComponent
 from llmwatch.collectors.shadow.consistency_factory import ConsistencyComponent
@@ -95,9 +96,13 @@ class Agent:
         readings.subscribe(self._on_drift)
         # What the proxy tells after each call; a failing subscriber is counted, the others still told.
         calls = CallEvents(on_error=self._call_subscriber_failed)
+        # Scores decided after their sample was scored (the consistency probe's verdicts), for the scorer.
+        late_scores = LateScores(
+            on_error=lambda subscriber, exc: log.error("late_scores_subscriber_failed", exc_info=exc)
+        )
 
         ctx = Context(cfg, self.metrics, serve_proxy=self.serve_proxy)
-        for service in (self.intake, cfg.metrics.price_table(), readings, calls, redactor):
+        for service in (self.intake, cfg.metrics.price_table(), readings, calls, late_scores, redactor):
             if service is not None:
                 ctx.provide(service)
         ctx.sinks.extend(self.extra_sinks)

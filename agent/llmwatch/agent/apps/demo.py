@@ -257,13 +257,9 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     if agent.scorer is not None:
         scored = agent.recorder.recorded if agent.recorder else 0
         counts = check_counts(agent)
-        lines += [
-            f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}",
-            "  pass rate per check and model version:",
-            pass_rate_table(counts),
-            "    each cell: pass rate over the check's verdicts (pass + fail), and how many verdicts.",
-        ]
-        if any(result == "error" for _, _, result in counts):
+        lines.append(f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}")
+        lines += check_table(counts)
+        if any(result == "error" and check in judged_checks(counts) for check, _, result in counts):
             lines.append(error_legend(agent))
         lines.append(drift_summary(agent))
     if agent.shadow is not None:
@@ -275,6 +271,30 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
         lines.append(f"  run time         {elapsed:.1f} s (traffic, loading the model, waiting for scores)")
     lines.append("")
     return "\n".join(lines)
+
+
+def judged_checks(counts: dict[tuple[str, str, str], float]) -> set[str]:
+    """The checks that gave at least one verdict (pass or fail) on some version."""
+    return {check for (check, _, result), n in counts.items() if result in ("pass", "fail") and n}
+
+
+def check_table(counts: dict[tuple[str, str, str], float]) -> list[str]:
+    """The pass-rate table, rows only for checks with a verdict; the others named under it.
+
+    tool_call applies only to requests that send `tools`, which no demo call does: it gives no
+    verdict, and its row showed "- (N err)", only the samples left unscored at stop (recorded as
+    `error` for every check), which read as a broken check.
+    """
+    judged = judged_checks(counts)
+    lines = [
+        "  pass rate per check and model version:",
+        pass_rate_table({k: v for k, v in counts.items() if k[0] in judged}),
+        "    each cell: pass rate over the check's verdicts (pass + fail), and how many verdicts.",
+    ]
+    idle = sorted({check for check, _, _ in counts} - judged)
+    if idle:
+        lines.append(f"    no verdict, not applicable to this traffic: {', '.join(idle)}")
+    return lines
 
 
 def error_legend(agent: Agent) -> str:

@@ -10,6 +10,7 @@ which agent/llmwatch/agent/cli/main.py's `main` reports and turns into its exit 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 from typing import Any, Callable
@@ -330,17 +331,41 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
         similarity = "embeddings" if extras.installed("embeddings") else "text"
     elif similarity == "embeddings":
         extras.require("embeddings", "--similarity embeddings")
+    re_asks: dict[str, str] = {}
+    probe_scores: list[Score] = []
+    if args.consistency:
+        # The probe's verdicts join the samples as the `consistency` check (confident-but-unstable
+        # ones become failures); the re-ask's answer goes with the case as context. The probe
+        # re-asks a small share of calls, so its pairs are held whole.
+        from llmwatch.core.pairs import Pair
+        from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, consistency_scores
+
+        require_records(args.consistency, "--consistency", "pairs")
+        pairs = [
+            p for p in read_records(args.consistency, Pair, prefix="pairs") if p.candidate == CONSISTENCY_CANDIDATE
+        ]
+        probe_scores = consistency_scores(pairs)
+        re_asks = {p.primary.id: p.shadow.answer_text() for p in pairs}
     categories = build_categories(cfg.matrix)
     checks = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings)
     # Streamed: gather keeps a compact member per usable sample, never the Samples or Scores (issue 29).
     material = gather(
         read_records(args.samples),
-        read_records(args.scores, Score, prefix="scores"),
+        itertools.chain(read_records(args.scores, Score, prefix="scores"), probe_scores),
         categories,
         default_category=cfg.matrix.default_category,
         similarity=similarity,
+        re_asks=re_asks,
     )
     return material, categories, checks
+
+
+def _sources(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "samples": args.samples,
+        "scores": args.scores,
+        **({"consistency": args.consistency} if args.consistency else {}),
+    }
 
 
 def cmd_suite_build(args: argparse.Namespace) -> int:
@@ -360,7 +385,7 @@ def cmd_suite_build(args: argparse.Namespace) -> int:
         edge_quota=args.edge_quota,
         seed=args.seed,
         mix=args.mix,
-        sources={"samples": args.samples, "scores": args.scores},
+        sources=_sources(args),
     )
     counts = result.manifest["counts"]
     sys.stdout.write(
@@ -383,7 +408,7 @@ def cmd_suite_add(args: argparse.Namespace) -> int:
         checks,
         failed_only=args.failed_only,
         max_new=args.max_new,
-        sources={"samples": args.samples, "scores": args.scores},
+        sources=_sources(args),
     )
     if not added:
         sys.stdout.write(
@@ -651,6 +676,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         )
         p.add_argument("--scores", required=True, help="their scores .jsonl file or directory (data_dir/scores)")
         p.add_argument(
+            "--consistency",
+            default=None,
+            metavar="PAIRS",
+            help="the consistency probe's pairs (<data_dir>/consistency/pairs): confident-but-unstable answers become failure cases, the re-ask kept in the manifest",
+        )
+        p.add_argument(
             "--similarity",
             choices=["auto", "text", "embeddings"],
             default="auto",
@@ -669,7 +700,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--failure-quota",
         type=float,
         default=0.2,
-        help="share of cases taken from known failures: a failed check, refused, truncated, errored (default 0.2)",
+        help="share of cases taken from known failures: a failed check, refused, truncated, errored, confident but unstable (--consistency) (default 0.2)",
     )
     p.add_argument(
         "--edge-quota",

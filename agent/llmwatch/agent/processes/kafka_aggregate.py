@@ -31,7 +31,7 @@ import structlog
 from pydantic import ValidationError
 
 from llmwatch.agent.components import Config, metric_groups
-from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, connect, consumer_settings
+from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, close_worker, connect, consumer_settings
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.core.metrics import Metrics
@@ -165,13 +165,5 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
                 except Exception as exc:
                     log.warning("commit_failed", error=repr(exc))
     finally:
-        ready.clear()
-        if consumer is not None:
-            try:
-                consumer.close()
-            except Exception as exc:
-                log.warning("consumer_close_failed", error=repr(exc))
-        server.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        close_worker(ready, consumer, server, previous)
     return 0

@@ -32,7 +32,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.agent.components import Config, metric_groups
-from llmwatch.collectors.exporters.kafka import KafkaMetrics, connect, consumer_settings
+from llmwatch.collectors.exporters.kafka import KafkaMetrics, close_worker, connect, consumer_settings
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.core import parquet, parquet_write
 from llmwatch.core.metrics import Metrics
@@ -254,13 +254,5 @@ def run_archiver(
         if consumer is not None:
             consume(consumer, archiver, commit, stop, batch_records, flush_s)
     finally:
-        ready.clear()
-        if consumer is not None:
-            try:
-                consumer.close()
-            except Exception as exc:
-                log.warning("consumer_close_failed", error=repr(exc))
-        server.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        close_worker(ready, consumer, server, previous)
     return 0

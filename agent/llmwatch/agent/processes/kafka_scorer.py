@@ -28,6 +28,7 @@ from llmwatch.collectors.exporters.kafka import (
     KafkaMetrics,
     RecentIds,
     check_codec,
+    close_worker,
     connect,
     consumer_settings,
     producer_settings,
@@ -178,19 +179,12 @@ def run_scorer(cfg: Config, *, stop: threading.Event | None = None, worker_id: s
                     error=repr(exc),
                 )
     finally:
-        ready.clear()
-        if consumer is not None:
-            try:
-                consumer.close()  # LeaveGroup: the others take over at once, not after the session timeout
-            except Exception as exc:
-                log.warning("consumer_close_failed", error=repr(exc))
-        if producer is not None:
-            try:
-                producer.close(timeout=5)
-            except Exception as exc:
-                log.warning("producer_close_failed", error=repr(exc))
-        server.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        close_worker(
+            ready,
+            consumer,
+            server,
+            previous,
+            also=[("producer", lambda: producer.close(timeout=5))] if producer is not None else [],
+        )
         log.info("scorer_stopped", worker=worker, scores=recorder.recorded)
     return 0

@@ -10,7 +10,7 @@ counts), and a watchdog restarts a child that dies or goes silent past `batch_ti
 recording its in-flight batches as `error` results so that nothing disappears unexplained.
 
 Parent and child talk in the small frozen dataclasses below, matched by type: `ScoreBatch`,
-`LoadBaseline`, `FreezeBaseline` go to the child (None asks it to stop); `Ready`, `Fatal`,
+`JoinScores`, `LoadBaseline`, `FreezeBaseline` go to the child (None asks it to stop); `Ready`, `Fatal`,
 `Scored`, `DriftUpdate`, `EvaluationUpdate`, `Frozen` come back. The child's windows, drift and
 evaluation are the shared aggregate stage (scorers/llmwatch/scorers/drift/aggregate.py).
 
@@ -43,6 +43,7 @@ import structlog
 
 from llmwatch.collectors.exporters.scores import ScoringMetrics
 from llmwatch.collectors.intake import PipelineMetrics
+from llmwatch.collectors.late_scores import LateScores
 from llmwatch.core.children import exit_when_orphaned, isolate
 from llmwatch.core.component import Component, Context, Factory
 from llmwatch.core.config import ConfigError, FilesSection, LoggingSection
@@ -73,6 +74,13 @@ PagerHandler = Callable[[list[PagerReading]], None]
 class ScoreBatch:
     batch_id: int
     lines: list[bytes]  # Sample.to_json() of each sample
+
+
+@dataclass(frozen=True)
+class JoinScores:
+    """Scores of samples already scored (the consistency probe's verdicts): for the drift windows only."""
+
+    lines: list[bytes]  # Score.to_json() of each
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,9 @@ def _child_main(
                     outbox.put(Frozen(path, None))
                 except Exception as exc:
                     outbox.put(Frozen(path, f"{type(exc).__name__}: {exc}"))
+                continue
+            case JoinScores(lines):
+                stage.join([Score.from_json(line) for line in lines])
                 continue
             case ScoreBatch(batch_id, lines):
                 samples = [Sample.from_json(line) for line in lines]
@@ -405,6 +416,21 @@ class ScorerProcess:
             inbox = self._inbox
         inbox.put(ScoreBatch(batch_id, [s.to_json() for s in samples]))
         return True
+
+    def join_scores(self, lines: list[bytes]) -> None:
+        """Hand late scores (`Score.to_json()` lines) to the child's drift windows; never blocks.
+
+        Called on the proxy's event loop (llmwatch.collectors.late_scores): a put on the child's
+        queue only appends to its feeder thread's buffer. Lost, as in-flight batches are, when
+        the child restarts.
+        """
+        inbox = self._inbox
+        if inbox is None or self.fatal is not None or self._stop.is_set():
+            return
+        try:
+            inbox.put(JoinScores(list(lines)))
+        except (OSError, ValueError):
+            pass  # the queue was closed by a restart or close under way
 
     def freeze_baseline(self, version: str, path: str, timeout: float = 120.0) -> None:
         """Freeze the scorer's recent window of `version` into a new baseline file (blocking).
@@ -663,6 +689,10 @@ def _create(ctx: Context, scoring: ScoringSection) -> Component | None:
         shutdown_timeout_s=scoring.shutdown_timeout_s,
     )
     counts.scoring_pending.set_function(lambda: scorer.pending)
+    # The consistency probe's verdicts, joined to their samples in the child's drift windows.
+    late = ctx.find(LateScores)
+    if late is not None:
+        late.subscribe(scorer.join_scores)
     ctx.add_sink(ScoringSink(scorer, scoring.batch_size))
     return ScoringComponent(scorer, recorder)
 

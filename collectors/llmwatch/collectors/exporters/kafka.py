@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import signal
 import threading
 import time
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import structlog
 from pydantic import Field, field_validator
@@ -220,6 +221,37 @@ def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any
             stop.wait(backoff)
             backoff = min(backoff * 2, 5.0)
     return None
+
+
+def close_worker(
+    ready: threading.Event,
+    consumer: Any,
+    server: Any,
+    previous_handlers: Mapping[signal.Signals, Any],
+    *,
+    also: Sequence[tuple[str, Callable[[], None]]] = (),
+) -> None:
+    """The consumer workers' shutdown (`llmwatch scorer`, `aggregate`, `archive`), in this order.
+
+    Not ready any more; the consumer closed first (LeaveGroup: the group's other members take
+    over its partitions at once, not after the session timeout); then each of `also` (the
+    scorer's producer); then the metrics server; then the signal handlers the worker replaced.
+    A close that fails is logged (`<what>_close_failed`) and the rest still happens: a worker on
+    its way out must not keep its port or handlers because the broker went first.
+    """
+    ready.clear()
+    closers: list[tuple[str, Callable[[], None]]] = []
+    if consumer is not None:
+        closers.append(("consumer", consumer.close))
+    closers.extend(also)
+    for what, close in closers:
+        try:
+            close()
+        except Exception as exc:
+            log.warning(f"{what}_close_failed", error=repr(exc))
+    server.close()
+    for sig, handler in previous_handlers.items():
+        signal.signal(sig, handler)
 
 
 def publish(

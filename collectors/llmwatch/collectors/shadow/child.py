@@ -34,7 +34,15 @@ from yarl import URL
 
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange, analyze, to_sample
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowConfig
-from llmwatch.collectors.shadow.messages import MirrorClosed, MirrorJob, MirrorReady, MirrorStats, PairLines, StopMirror
+from llmwatch.collectors.shadow.messages import (
+    MirrorClosed,
+    MirrorJob,
+    MirrorReady,
+    MirrorStats,
+    PairLines,
+    ScoreLines,
+    StopMirror,
+)
 from llmwatch.collectors.shadow.spend import limit_request
 from llmwatch.core.children import exit_when_orphaned, isolate
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
@@ -43,7 +51,7 @@ from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
 from llmwatch.core.urls import mask_url, split_userinfo
-from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, compare_answers
+from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, compare_answers, verdict_score
 from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample
 from llmwatch.scorers.stats.paired import mcnemar_worse_p
 
@@ -250,6 +258,9 @@ class ShadowWorker:
         self.cfg = cfg
         self._send = send
         self._pairs_to_parent = pairs_to_parent
+        # The consistency probe's verdicts of the current writer batch, as score lines for the
+        # parent (online drift joins them to their samples: llmwatch.collectors.late_scores).
+        self._verdicts: list[bytes] = []
         self._version_header = cfg.model_version.header.lower()
         self.targets = [_Target(i, c, h) for i, (c, h) in enumerate(zip(cfg.shadow.candidates, headers))]
         self.prices = cfg.metrics.price_table()
@@ -479,6 +490,10 @@ class ShadowWorker:
                         log.error, "shadow_pair_failed", candidate=done.target.name, error=type(exc).__name__
                     )
                     self.stats.finished(1)
+            if self._verdicts:
+                # Before the pairs (and `finished`): whoever waits on the pairs finds the verdicts sent.
+                self._send(ScoreLines(self._verdicts))
+                self._verdicts = []
             self._write(pairs)
 
     def _fallback_cost(self, done: _Done) -> float:
@@ -559,6 +574,8 @@ class ShadowWorker:
         self.stats.count("consistency_pairs", model_version=version, result=result)
         if verdict.confident_unstable:
             self.stats.count("consistency_confident_unstable", model_version=version)
+        if verdict.compared:
+            self._verdicts.append(verdict_score(primary, verdict).to_json())
 
     def _write(self, pairs: list[tuple[_Target, Pair]]) -> None:
         if not pairs:

@@ -8,7 +8,9 @@ concurrency, queue) are its own; a mirror that would exceed one is skipped and c
 waited for, so a slow or dead upstream changes nothing for clients (the proxy only appends to a
 bounded queue). The pairs go to `<data_dir>/consistency/pairs/` (not `<data_dir>/pairs/`: they are
 no shadow candidate's); the child compares each pair (llmwatch.scorers.evaluation.consistency,
-structured or lexical: the child has no embedding model) and counts the verdicts per version.
+structured or lexical: the child has no embedding model), counts the verdicts per version, and
+sends each as a `consistency` score to the proxy's process, which hands it to the scorer's drift
+windows (llmwatch.collectors.late_scores).
 `llmwatch report --consistency <data_dir>/consistency/pairs` gives the rates with intervals.
 """
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from llmwatch.collectors.calls import CallEvents
+from llmwatch.collectors.late_scores import LateScores
 from llmwatch.collectors.shadow.config import ShadowConfig
 from llmwatch.collectors.shadow.consistency import ConsistencyMetrics, ConsistencySection, consistency_shadow_section
 from llmwatch.core.component import Component, Context, Factory
@@ -46,7 +47,16 @@ def _create(ctx: Context, section: ConsistencySection) -> Component | None:
             "data_dir": Path(ctx.setting("data_dir")) / "consistency",
         }
     )
-    mirror = ShadowMirror(cast(ShadowConfig, cfg), ctx.metrics, ctx.get(PriceTable), child_main=child_main)
+    # The verdicts go on to the scorer's drift windows (a `pass_rate:consistency` signal online),
+    # when the runtime offers the event (it always does; a bare Context in a test may not).
+    late = ctx.find(LateScores)
+    mirror = ShadowMirror(
+        cast(ShadowConfig, cfg),
+        ctx.metrics,
+        ctx.get(PriceTable),
+        child_main=child_main,
+        score_sinks=[late.publish] if late is not None else [],
+    )
     # Told of every proxied call, as shadow evaluation is: with both on, each call is offered to both.
     ctx.get(CallEvents).subscribe(mirror.offer)
     return ConsistencyComponent(mirror)

@@ -2,7 +2,7 @@
 
 Parent -> child: `MirrorJob` (one call to mirror), `StopMirror`. Child -> parent: `MirrorStats`
 (what changed: counters, gauges, spend, ended mirrors), `PairLines` (pairs for the parent's pair
-sinks), `MirrorReady`, `MirrorClosed`. See llmwatch.collectors.shadow.parent for the design.
+sinks), `ScoreLines` (the consistency probe's verdicts), `MirrorReady`, `MirrorClosed`. See llmwatch.collectors.shadow.parent for the design.
 """
 
 from __future__ import annotations
@@ -48,6 +48,13 @@ class PairLines:
     """Pairs for the parent's pair sinks (Kafka): (candidate, pair id, JSON line)."""
 
     lines: list[tuple[int, str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreLines:
+    """The consistency probe's verdicts as `Score.to_json()` lines, for the parent's score sinks (online drift)."""
+
+    lines: list[bytes]
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,15 @@ import structlog
 from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowConfig, ShadowMetrics
 from llmwatch.collectors.shadow.consistency import CONSISTENCY_COUNTERS, ConsistencyMetrics
-from llmwatch.collectors.shadow.messages import MirrorClosed, MirrorJob, MirrorReady, MirrorStats, PairLines, StopMirror
+from llmwatch.collectors.shadow.messages import (
+    MirrorClosed,
+    MirrorJob,
+    MirrorReady,
+    MirrorStats,
+    PairLines,
+    ScoreLines,
+    StopMirror,
+)
 from llmwatch.collectors.shadow.spend import HourlySpend, spend_bounds
 from llmwatch.core.config import ConfigError
 from llmwatch.core.logs import RateLimitedLog
@@ -230,11 +238,13 @@ class ShadowMirror:
         child_main: ChildMain,
         environ: Mapping[str, str] | None = None,
         pair_sinks: Sequence[Any] = (),
+        score_sinks: Sequence[Callable[[list[bytes]], None]] = (),
     ) -> None:
         """`child_main(cfg, headers, inbox, outbox, pairs_to_parent, parent_pid)`: the child's entry
         point (llmwatch.collectors.shadow.child); `inbox` and `outbox` are one-way pipes (`Connection`s).
         `pair_sinks`: where pairs go besides the files, e.g. Kafka (`write(list)`, `close()`, never
-        blocking: they are fed on the event loop)."""
+        blocking: they are fed on the event loop). `score_sinks`: told of the consistency probe's
+        verdicts (`Score.to_json()` lines; llmwatch.collectors.late_scores), on the event loop too."""
         import multiprocessing as mp
 
         environ = os.environ if environ is None else environ
@@ -249,6 +259,7 @@ class ShadowMirror:
         self._headers = [resolve_headers(c, i, environ) for i, c in enumerate(section.candidates)]
         self.candidates = [_Candidate(c, self.metrics) for c in section.candidates]
         self.pair_sinks = list(pair_sinks)
+        self.score_sinks = list(score_sinks)
         self._child_main = child_main
         self._ctx = mp.get_context("spawn")
         self._max_queue = section.max_queue
@@ -521,6 +532,12 @@ class ShadowMirror:
                                 candidate=self.candidates[index].name, reason="sink_error"
                             ).inc()
                         log.error("shadow_pair_sink_failed", sink=getattr(sink, "name", "?"), error=type(exc).__name__)
+            case ScoreLines(lines):
+                for score_sink in self.score_sinks:
+                    try:
+                        score_sink(lines)
+                    except Exception as exc:
+                        log.error("consistency_verdicts_not_handed_off", error=type(exc).__name__)
             case MirrorReady():
                 if self._ready is not None and not self._ready.done():
                     self._ready.set_result(None)

@@ -102,6 +102,10 @@ class WindowAggregator:
     ) -> list[Transition]:
         return self.windows.add(samples, scores, vectors or {})
 
+    def join(self, scores: Sequence[Score]) -> None:
+        """Scores of samples scored before (the consistency probe's verdicts): see DriftWindows.join."""
+        self.windows.join(scores)
+
     def set_baseline(self, baseline: Baseline) -> None:
         self.windows.set_baseline(baseline)
 

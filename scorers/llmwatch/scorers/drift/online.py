@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Sequence
 
 import numpy as np
@@ -26,6 +26,9 @@ from llmwatch.scorers.drift.features import summarize
 from llmwatch.scorers.drift.pager import Pager, PagerReading, PagerSettings, Transition
 
 log = structlog.get_logger(__name__)
+
+# Late scores (`join`) whose sample has not reached a window yet: at most this many wait for it.
+MAX_WAITING_SCORES = 10_000
 
 
 class DriftWindows:
@@ -77,6 +80,8 @@ class DriftWindows:
         # Per model_version: what it was last seen served as (named in the drift readings).
         self._served_as_now: dict[str, tuple[str | None, ...]] = {}
         self.restarts = 0
+        # Late scores waiting for their sample, by sample id, oldest first (`join`).
+        self._waiting: OrderedDict[str, list[Score]] = OrderedDict()
 
     def _served_as(self, sample: Sample) -> tuple[str | None, str | None] | None:
         if sample.error_type is not None or sample.status >= 400 or not (self._watch_model or self._watch_fingerprint):
@@ -146,13 +151,39 @@ class DriftWindows:
             win = self._windows.get(version)
             if win is None:
                 win = self._windows[version] = deque(maxlen=self.window)
-            win.append((sample, by_id.get(sample.id, []), vectors.get(sample.id)))
+            joined = by_id.get(sample.id, [])
+            if self._waiting and (late := self._waiting.pop(sample.id, None)) is not None:
+                joined = [*joined, *late]
+            win.append((sample, joined, vectors.get(sample.id)))
             if self.pager is not None:
                 transitions.extend(self.pager.observe(sample, by_id.get(sample.id, [])))
         for t in transitions:
             # The page itself is the alert on the gauges; the log line keeps its exact sample.
             log.warning("drift_pager_" + t.state, **t.to_dict())
         return transitions
+
+    def join(self, scores: Sequence[Score]) -> None:
+        """Add scores decided after their sample was scored: the consistency probe's verdicts.
+
+        Each joins its sample in its version's window, so the next evaluation has the check on
+        that sample (`pass_rate:consistency` and `score:consistency` in the behaviour family,
+        the `confident_unstable` failure mode), tested and Holm-corrected with the others; a
+        baseline without the check does not test it. A score whose sample has not arrived yet
+        (a re-ask can be compared before the scorer's batch) waits for it, `MAX_WAITING_SCORES`
+        at most (the oldest is forgotten). The pager, which reads each sample once on arrival,
+        does not see them.
+        """
+        for score in scores:
+            win = self._windows.get(score.model_version or "unknown")
+            item = next((i for i in reversed(win) if i[0].id == score.sample_id), None) if win else None
+            if item is not None:
+                kept = [s for s in item[1] if s.check != score.check]  # a repeated verdict replaces the first
+                item[1][:] = [*kept, score]
+                continue
+            self._waiting.setdefault(score.sample_id, []).append(score)
+            self._waiting.move_to_end(score.sample_id)
+            while len(self._waiting) > MAX_WAITING_SCORES:
+                self._waiting.popitem(last=False)
 
     def pager_readings(self) -> list[PagerReading]:
         return self.pager.readings() if self.pager is not None else []
@@ -171,6 +202,7 @@ class DriftWindows:
         self.baseline = baseline
         self.pager = Pager(baseline, self.pager_settings) if self.pager_settings is not None else None
         self._windows.clear()
+        self._waiting.clear()
         self._served.clear()
         self._served_as_now.clear()
 

@@ -50,6 +50,7 @@ __all__ = [
     "consistency_scores",
     "consistency_text",
     "hedges",
+    "verdict_score",
 ]
 
 CONSISTENCY_CANDIDATE = "consistency"
@@ -199,24 +200,29 @@ def consistency_scores(pairs: Iterable[Pair], *, embed: Embed | None = None) -> 
         if pair.candidate != CONSISTENCY_CANDIDATE:
             continue
         v = compare_answers(pair.primary, pair.shadow, pair.primary_scores, embed=embed)
-        if not v.compared:
-            continue
-        first = pair.primary
-        out.append(
-            Score(
-                sample_id=first.id,
-                check=CONSISTENCY_CANDIDATE,
-                kind=CONSISTENCY_CANDIDATE,
-                result="pass" if v.agree else "fail",
-                value=min(1.0, max(0.0, v.similarity)),
-                details={"method": v.method, "confident_unstable": v.confident_unstable},
-                model=first.model,
-                model_version=first.model_version,
-                route=first.route,
-                sample_timestamp=first.timestamp,
-            )
-        )
+        if v.compared:
+            out.append(verdict_score(pair.primary, v))
     return out
+
+
+def verdict_score(first: Sample, v: Verdict) -> Score:
+    """A compared re-ask's verdict as the `consistency` check result on the first answer's sample.
+
+    The same record offline (`consistency_scores`) and online (the probe's child sends it to the
+    scorer's drift windows): pass when the answers agree, value the similarity.
+    """
+    return Score(
+        sample_id=first.id,
+        check=CONSISTENCY_CANDIDATE,
+        kind=CONSISTENCY_CANDIDATE,
+        result="pass" if v.agree else "fail",
+        value=min(1.0, max(0.0, v.similarity)),
+        details={"method": v.method, "confident_unstable": v.confident_unstable},
+        model=first.model,
+        model_version=first.model_version,
+        route=first.route,
+        sample_timestamp=first.timestamp,
+    )
 
 
 def consistency_text(rows: Sequence[ConsistencyRow]) -> list[str]:

@@ -15,7 +15,9 @@ How cases are picked (`build_cases`):
    the embeddings extra, cosine similarity of the prompts' embeddings >= `embedding_threshold`.
    A candidate keeps every sample of its cluster (the manifest lists them).
 3. Each candidate gets the matrix category of its first sample, its failure modes (a check that
-   failed, refused, truncated, errored) and its edge reasons (among the longest prompts, a rare
+   failed, refused, truncated, errored; `confident_unstable`: with `--consistency`, the
+   consistency probe's re-ask disagreed with a sure answer that passed the rule checks, the
+   hidden error; its manifest entry keeps both answers as context) and its edge reasons (among the longest prompts, a rare
    route or model, a prompt not in Latin script).
 4. The suite's size is shared among categories by live traffic share (`mix="traffic"`) or by
    traffic share times the matrix weight (`mix="weighted"`), largest remainder. Inside each
@@ -155,6 +157,8 @@ class Verdict(NamedTuple):
     check: str
     kind: str
     result: str
+    # The one detail a failure mode reads: the consistency probe's confident-but-unstable flag.
+    confident_unstable: bool = False
 
 
 def failure_modes(sample: Sample, scores: Sequence[Score | Verdict]) -> list[str]:
@@ -172,6 +176,13 @@ def failure_modes(sample: Sample, scores: Sequence[Score | Verdict]) -> list[str
             modes.add("truncated")
         elif sc.kind == "tool_call":
             modes.add("tool_calls")
+        elif sc.kind == "consistency":
+            # The probe's verdict (scorers/evaluation/consistency.py): a re-ask that disagreed with a
+            # hedged answer, or one a rule check failed, is no hidden error (the hedge or the other
+            # check's mode says it); a sure, passing answer the model did not give again is.
+            flagged = sc.confident_unstable if isinstance(sc, Verdict) else sc.details.get("confident_unstable")
+            if flagged:
+                modes.add("confident_unstable")
         else:
             modes.add(f"failed:{sc.check}")
     return sorted(modes)
@@ -203,6 +214,8 @@ class Candidate:
     scores: dict[str, Sequence[Verdict]] = field(default_factory=dict)
     failure_modes: set[str] = field(default_factory=set)
     edge_reasons: set[str] = field(default_factory=set)
+    # Confident-but-unstable samples of the cluster: (sample id, the answer, the re-ask's answer).
+    re_asks: list[tuple[str, str, str]] = field(default_factory=list)
     shingles: frozenset[str] = frozenset()
     source: str = "typical"
     # Set by `_unique_ids` when another candidate has the same category and key: two prompts that
@@ -283,6 +296,8 @@ class _Group:
     members: list[Member] = field(default_factory=list)
     failure_modes: set[str] = field(default_factory=set)
     reference: tuple[tuple[datetime, str, int], str] | None = None
+    # (order, sample id, the answer, the re-ask's answer) of its confident-but-unstable samples.
+    re_asks: list[tuple[tuple[datetime, str, int], str, str, str]] = field(default_factory=list)
 
 
 def _cluster_text(groups: Sequence[_Group], text_threshold: float) -> tuple[list[list[int]], int]:
@@ -347,12 +362,13 @@ _OK_STATUS = range(1, 400)
 
 def _verdicts(scores: Iterable[Score]) -> dict[str, tuple[Verdict, ...]]:
     """Per sample id, the verdicts (pass or fail) of its scores: shared tuples, a few bytes a sample."""
-    shared: dict[tuple[str, str, str], Verdict] = {}
+    shared: dict[tuple[str, str, str, bool], Verdict] = {}
     out: dict[str, list[Verdict]] = defaultdict(list)
     for sc in scores:
         if sc.result not in ("pass", "fail"):
             continue  # neither a failure mode nor an applied check
-        v = shared.setdefault((sc.check, sc.kind, sc.result), Verdict(sc.check, sc.kind, sc.result))
+        flag = bool(sc.kind == "consistency" and sc.details.get("confident_unstable"))
+        v = shared.setdefault((sc.check, sc.kind, sc.result, flag), Verdict(sc.check, sc.kind, sc.result, flag))
         out[sc.sample_id].append(v)
     return {k: tuple(v) for k, v in out.items()}
 
@@ -366,6 +382,7 @@ def gather(
     similarity: Literal["text", "embeddings"] = "text",
     text_threshold: float = 0.7,
     embedding_threshold: float = 0.92,
+    re_asks: Mapping[str, str] | None = None,
 ) -> Material:
     """The candidates of `samples` (any order; taken in (timestamp, id) order), in one pass.
 
@@ -376,6 +393,9 @@ def gather(
     the order a pass over the sorted samples would meet them. The embeddings rule clusters every
     prompt on its own (paraphrases that normalise alike may stay apart), so it keeps one group per
     sample with its text.
+
+    `re_asks`: the consistency probe's re-ask answer by sample id (`--consistency`), kept as
+    context for the confident-but-unstable cases.
     """
     verdicts = _verdicts(scores)
     groups: dict[Any, _Group] = {}
@@ -412,7 +432,10 @@ def gather(
         )
         group.members.append(Member(sample.id, sample.timestamp, route or sample.route, model, version, seq))
         mine = verdicts.get(sample.id, ())
-        group.failure_modes.update(failure_modes(sample, mine))
+        modes = failure_modes(sample, mine)
+        group.failure_modes.update(modes)
+        if re_asks and "confident_unstable" in modes and sample.id in re_asks:
+            group.re_asks.append((order, sample.id, sample.answer_text(), re_asks[sample.id]))
         if (
             (group.reference is None or order > group.reference[0])
             and sample.status in _OK_STATUS
@@ -445,6 +468,8 @@ def gather(
             cand.samples.extend(ordered[i].members)
             cand.failure_modes.update(ordered[i].failure_modes)
         cand.samples.sort(key=lambda m: (m.timestamp, m.id, m.seq))  # members arrive in input order
+        unstable = sorted((r for i in members for r in ordered[i].re_asks), key=lambda r: r[0])
+        cand.re_asks = [(sid, answer, re_ask) for _, sid, answer, re_ask in unstable]
         for m in cand.samples:
             cand.scores[m.id] = verdicts.get(m.id, ())
         candidates.append(cand)
@@ -702,6 +727,12 @@ def manifest_entry(cand: Candidate) -> dict[str, Any]:
         "model_versions": sorted({s.model_version or "unknown" for s in cand.samples}),
         "models": sorted({s.model or "unknown" for s in cand.samples}),
         "routes": sorted({s.route for s in cand.samples}),
+        # The hidden error as it was seen: the sure answer, and what the model said when asked again.
+        **(
+            {"re_asks": [{"sample_id": sid, "answer": a, "re_ask": b} for sid, a, b in cand.re_asks]}
+            if cand.re_asks
+            else {}
+        ),
     }
 
 
