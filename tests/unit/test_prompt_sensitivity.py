@@ -35,10 +35,11 @@ def rephrase(text: str, j: int) -> str:
 _ids = iter(range(10**9))
 
 
-def row(version: str, text: str, score: float) -> ScoredSample:
+def row(version: str, text: str, score: float, route: str = "/v1/chat/completions") -> ScoredSample:
     sample = Sample.model_construct(
         id=f"s{next(_ids)}",
         timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        route=route,
         operation="chat",
         request={"messages": [{"role": "user", "content": text}]},
         response=None,
@@ -153,3 +154,14 @@ def test_with_embeddings_rephrasings_that_share_no_token_set_are_one_cluster() -
     assert lexical.clusters == 0  # different words: the token-set fallback cannot join them
     (semantic,) = prompt_sensitivity(rows, embed=embed)
     assert semantic.clusters == 5 and semantic.sensitivity is not None and abs(semantic.sensitivity - 0.8) < 1e-9
+
+
+def test_the_same_text_on_another_route_is_another_request_not_a_re_ask() -> None:
+    rows = []
+    for text in REQUESTS[:10]:
+        rows += [row("A", text + "?", 1.0), row("A", text.lower(), 1.0)]
+        rows += [row("A", text + "?", 0.0, "/v1/completions"), row("A", text.lower(), 0.0, "/v1/completions")]
+    (result,) = prompt_sensitivity(rows)
+    # 20 clusters (10 per route), each robust: pooled across routes they would look maximally sensitive.
+    assert result.clusters == 20 and result.samples == 40
+    assert result.sensitivity == 0.0

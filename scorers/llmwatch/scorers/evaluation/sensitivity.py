@@ -2,13 +2,13 @@
 
 From live samples, per model version:
 
-1. **Phrasings.** Samples whose normalised request is the same (`stability.prompt_hash`: roles
-   and whitespace-collapsed text, output format, tool names) are one phrasing asked again: a
-   re-ask, not a rephrasing. They are collapsed first into one value, the mean of their sample
-   scores, so the answer's own randomness on re-asks (the sampling stability figure, and the
-   consistency probe's) is averaged down, not counted as sensitivity.
+1. **Phrasings.** Samples of one route whose normalised request is the same
+   (`stability.prompt_hash`: roles and whitespace-collapsed text, output format, tool names) are
+   one phrasing asked again: a re-ask, not a rephrasing. They are collapsed first into one value,
+   the mean of their sample scores, so the answer's own randomness on re-asks (the sampling
+   stability figure, and the consistency probe's) is averaged down, not counted as sensitivity.
 2. **Clusters.** Phrasings of the same request are grouped into near-duplicate clusters, by the
-   request's text (every message, roles kept):
+   request's text (every message, roles kept), route by route:
 
    * with an embedding function (the report's MiniLM model, when `scoring.embeddings` is on and
      the model loads; otherwise the lexical rule below, with a `sensitivity_lexical_fallback` log):
@@ -194,18 +194,20 @@ def prompt_sensitivity(
         by_version[row.version].append(row)
     out = []
     for version, items in sorted(by_version.items()):
-        by_phrasing: dict[str, list[ScoredSample]] = defaultdict(list)
-        phrasing_text: dict[str, str] = {}
+        # A phrasing is one request on one route: a completion and a chat of the same text are
+        # different requests, clustered apart.
+        by_phrasing: dict[tuple[str, str], list[ScoredSample]] = defaultdict(list)
+        phrasing_text: dict[tuple[str, str], str] = {}
         for r in items:
-            key = prompt_hash(r.sample.request)
+            key = (r.sample.route, prompt_hash(r.sample.request))
             by_phrasing[key].append(r)
             phrasing_text.setdefault(key, request_text(r.sample.request))
-        keys = sorted(by_phrasing)
-        assign = _clusters([phrasing_text[k] for k in keys], embed, cosine_threshold) if keys else []
-        members: dict[int, list[str]] = defaultdict(list)
-        for key, c in zip(keys, assign):
-            members[c].append(key)
-        phrasing_scores: dict[str, list[float]] = {}
+        members: dict[tuple[str, int], list[tuple[str, str]]] = defaultdict(list)
+        for route in sorted({route for route, _ in by_phrasing}):
+            keys = sorted(k for k in by_phrasing if k[0] == route)
+            for key, c in zip(keys, _clusters([phrasing_text[k] for k in keys], embed, cosine_threshold)):
+                members[(route, c)].append(key)
+        phrasing_scores: dict[tuple[str, str], list[float]] = {}
         for ks in members.values():
             if len(ks) < 2:
                 continue
