@@ -102,3 +102,17 @@ def test_the_version_sensitive_to_phrasing_has_the_higher_prompt_sensitivity(tmp
     assert a["verdict"] == b["verdict"] == "measured"
     assert b["sensitivity"] > a["sensitivity"]
     assert b["ci"][0] > a["ci"][1], (a, b)  # the intervals do not overlap
+
+    # The HTML report plots it.
+    page = tmp_path / "report.html"
+    html = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "report", "--samples", str(data / "samples")]
+        + ["--format", "html", "--out", str(page)],
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
+        timeout=600,
+    )
+    assert html.returncode == 0, html.stderr.decode()
+    text = page.read_text()
+    assert "Prompt sensitivity: rephrasings of one request" in text
+    assert "Prompt sensitivity per version; bars: 95% intervals" in text  # the figure's caption
