@@ -146,7 +146,7 @@ class CanaryReading:
 
 @dataclass(frozen=True)
 class EvaluationReading:
-    """One value of the evaluation report: kind is category_quality, stability, decision, turn_quality (category: the turn), turn_decay_slope (stability_kind: the bound) or turn_conversations."""
+    """One value of the evaluation report: kind is category_quality, stability, decision, turn_quality (category: the turn), turn_decay_slope (stability_kind: the bound), turn_conversations or prompt_sensitivity."""
 
     kind: str
     category: str

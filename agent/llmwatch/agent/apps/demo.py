@@ -5,6 +5,13 @@ mix of traffic through the proxy with the official `openai` client (chat, stream
 mode, legacy completions, embeddings, a few upstream errors), keeps samples and scores under the
 data directory, serves `/metrics`, and ends with a summary. Ctrl-C ends it early, cleanly.
 
+The traffic also shows the three stability figures (issue 26; demo_stability.py): a quarter of
+the calls are turns of multi-turn conversations that resend their history, chat prompts come in
+five rewordings of each request (simulator.stability.rephrase), every chat call carries a seed,
+and the `consistency:` probe re-asks 15% of calls. The summary names, per version, the turn decay
+slope, the consistency rate and the prompt sensitivity, each with its interval: version B decays
+over turns, changes its answers when asked again and answers rewordings unevenly; A does not.
+
 The run has three equal phases, as a model rollout would:
   1. version A serves; its samples are frozen into a baseline (`<data_dir>/baseline-A.json`),
   2. version A keeps serving and is compared with its own baseline (it must stay stable),
@@ -32,13 +39,16 @@ import numpy as np
 import openai
 import structlog
 
+from llmwatch.agent.apps.demo_stability import stability_figures, stability_lines
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.agent.apps.simulator.stability import rephrase
 from llmwatch.agent.components import Config
 from llmwatch.agent.processes.scoring import ScorerProcess
 from llmwatch.agent.runtime import Agent
 from llmwatch.agent.signals import wait_for_signal
 from llmwatch.collectors.exporters.prometheus import split_host_port
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
+from llmwatch.collectors.shadow.consistency import ConsistencySection
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.jsonio import atomic_writer, make_dirs
 from llmwatch.scorers.reports.text import pass_rate_table
@@ -65,6 +75,9 @@ JSON_PROMPTS = [
     "Answer in JSON: what are three tips for learning Python quickly?",
     "Give a JSON object with the best season to visit Japan and why.",
 ]
+FOLLOW_UPS = ["Can you say more?", "Why is that?", "What should I avoid?", "Any other tips?"]
+CONVERSATION_TURNS = 4
+PHRASINGS = 5  # simulator.stability.rephrase: as written, lower case, no final punctuation, capitals, word order
 CHAT_MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o")
 MARKER = ".llmwatch-demo"  # in a data directory the demo wrote: its own to clear on the next run
 SETTLE_S = 60.0  # longest wait for the scorer to catch up between phases
@@ -123,23 +136,32 @@ def _free_or_default(address: str) -> str:
     return address
 
 
-async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally) -> None:
+async def _one_call(
+    client: openai.AsyncOpenAI, rng: random.Random, tally: Tally, pool: list[list[dict[str, str]]]
+) -> None:
     roll = rng.random()
     model = rng.choice(CHAT_MODELS)
     start = time.perf_counter()
     kind = "chat"
+    # A seed per call, as careful clients send: the same call asked again gets the same answer from
+    # a stable version, so the consistency probe's re-asks tell A from B.
+    seed = rng.randrange(1_000_000)
     try:
-        if roll < 0.40:
+        if roll < 0.25:
+            kind = "conversation"
+            await _conversation_turn(client, model, rng, seed, pool)
+        elif roll < 0.40:
             await client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": rng.choice(PROMPTS)}], max_tokens=400
+                model=model, messages=[{"role": "user", "content": _phrased(rng)}], max_tokens=400, seed=seed
             )
         elif roll < 0.75:
             kind = "chat_stream"
             stream = await client.chat.completions.create(
                 model=model,
-                messages=[{"role": "user", "content": rng.choice(PROMPTS)}],
+                messages=[{"role": "user", "content": _phrased(rng)}],
                 stream=True,
                 stream_options={"include_usage": True},
+                seed=seed,
             )
             first = None
             async for chunk in stream:
@@ -153,6 +175,7 @@ async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally
                 model=model,
                 messages=[{"role": "user", "content": rng.choice(JSON_PROMPTS)}],
                 response_format={"type": "json_object"},
+                seed=seed,
             )
         elif roll < 0.92:
             kind = "completion"
@@ -176,6 +199,34 @@ async def _one_call(client: openai.AsyncOpenAI, rng: random.Random, tally: Tally
     tally.by_kind[kind] = tally.by_kind.get(kind, 0) + 1
 
 
+def _phrased(rng: random.Random) -> str:
+    """A prompt in one of its rewordings, as users word one request differently (the card-number
+    prompt is left as written: it shows redaction)."""
+    prompt = rng.choice(PROMPTS)
+    return prompt if prompt == PROMPTS[-1] else rephrase(prompt, rng.randrange(PHRASINGS))
+
+
+async def _conversation_turn(
+    client: openai.AsyncOpenAI, model: str, rng: random.Random, seed: int, pool: list[list[dict[str, str]]]
+) -> None:
+    """One call of a chat that resends its history (no header: llmwatch follows it by itself): the
+    next turn of an open conversation from `pool`, or the first of a new one. One call per arrival,
+    so conversations do not add load; a conversation goes back to the pool until its last turn."""
+    if pool and rng.random() < 0.75:
+        messages = pool.pop(rng.randrange(len(pool)))
+        messages.append({"role": "user", "content": FOLLOW_UPS[(len(messages) // 2 - 1) % len(FOLLOW_UPS)]})
+    else:
+        messages = [{"role": "user", "content": rng.choice(PROMPTS[:-1])}]
+    reply = await client.chat.completions.create(
+        model=model,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=400,
+        seed=seed,
+    )
+    if (len(messages) + 1) // 2 < CONVERSATION_TURNS:
+        pool.append([*messages, {"role": "assistant", "content": reply.choices[0].message.content or ""}])
+
+
 async def drive_traffic(
     base_url: str, *, duration: float, rate: float, concurrency: int, seed: int = 7, stop: asyncio.Event | None = None
 ) -> Tally:
@@ -185,10 +236,11 @@ async def drive_traffic(
     client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo-not-a-real-key", max_retries=0, timeout=30.0)
     slots = asyncio.Semaphore(concurrency)
     tasks: set[asyncio.Task[None]] = set()
+    pool: list[list[dict[str, str]]] = []  # open conversations, waiting for their next turn
 
     async def run_one() -> None:
         try:
-            await _one_call(client, rng, tally)
+            await _one_call(client, rng, tally, pool)
         finally:
             slots.release()
 
@@ -262,6 +314,7 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
         if any(result == "error" and check in judged_checks(counts) for check, _, result in counts):
             lines.append(error_legend(agent))
         lines.append(drift_summary(agent))
+        lines.append(stability_summary(agent))
     if agent.shadow is not None:
         lines.append(shadow_summary(agent))
     lines += [
@@ -457,6 +510,27 @@ def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
     return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
 
 
+def _consistency_demo(cfg: Config) -> ConsistencySection:
+    """The consistency probe on for the demo (a share of calls re-asked of the simulator, which
+    costs nothing), unless the user configured one."""
+    if cfg.consistency.enabled:
+        return cfg.consistency
+    return cfg.consistency.model_copy(update={"enabled": True, "rate": 0.15, "max_requests_per_minute": 1200})
+
+
+def stability_summary(agent: Agent) -> str:
+    """The three stability figures per version, from the run's files (after the agent stopped)."""
+    if agent.scorer is None:
+        return "  stability        no figures (scoring is off)"
+    try:
+        figures = stability_figures(agent.cfg.data_dir, agent.cfg.matrix)
+    except Exception as exc:  # the summary goes on without them rather than failing
+        log.warning("demo_stability_failed", error=str(exc))
+        return f"  stability        could not be computed ({type(exc).__name__}: {exc})"
+    versions = sorted({d.model_version for d in figures.turn_decay} | {p.model_version for p in figures.sensitivity})
+    return "\n".join(stability_lines(figures, versions))
+
+
 def shadow_summary(agent: Agent) -> str:
     """The verdict of `llmwatch shadow report` over the pairs the demo wrote (its margins, its exit code)."""
     from llmwatch.core.jsonio import read_records
@@ -496,6 +570,7 @@ async def run_demo(
             "sampling": cfg.sampling.model_copy(update={"rate": sample_rate}),
             # Short windows and refreshes, so that a demo of a minute shows a verdict.
             "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
+            "consistency": _consistency_demo(cfg),
         }
     )
     started = time.perf_counter()

@@ -96,6 +96,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         drift_alpha=args.alpha,
         drift_min_samples=args.min_samples,
         scores_source=(args.samples, args.scores),
+        sensitivity_embed=_sensitivity_embed(cfg),
     )
     for warning in report.warnings:  # on stderr too, so that --format json and html do not hide it
         sys.stderr.write(f"llmwatch: WARNING: {warning}\n")
@@ -129,6 +130,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(report) + "\n")
     return 0
+
+
+def _sensitivity_embed(cfg: Any) -> Any:
+    """The prompt sensitivity's clustering by meaning when embeddings are on, the model loaded at
+    its first use (a report with no rephrasing candidates never loads it); where the extra or the
+    model is missing, the sensitivity module falls back to clustering lexically."""
+    if not cfg.scoring.embeddings:
+        return None
+    loaded: list[Any] = []
+
+    def embed(texts: list[str]) -> Any:
+        if not loaded:
+            from llmwatch.scorers.checks.embeddings import Embedder
+
+            loaded.append(Embedder(quantize=cfg.scoring.quantize_embeddings).encode)
+        return loaded[0](texts)
+
+    return embed
 
 
 def _consistency(cfg: Any, path: str) -> list[Any]:

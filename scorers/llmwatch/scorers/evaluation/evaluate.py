@@ -38,6 +38,7 @@ from llmwatch.scorers.evaluation.matrix import (
     score_samples,
 )
 from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
+from llmwatch.scorers.evaluation.sensitivity import Embed, PromptSensitivity, prompt_sensitivity, sensitivity_text
 from llmwatch.scorers.evaluation.stability import (
     ALL,
     StabilityCell,
@@ -92,6 +93,8 @@ class EvaluationReport:
     turn_decay: list[TurnDecay] = field(default_factory=list)
     # Resampling consistency per version, from the consistency probe's pairs (evaluation/consistency.py).
     consistency: list[ConsistencyRow] = field(default_factory=list)
+    # Prompt sensitivity per version, over live rephrasings of one request (evaluation/sensitivity.py).
+    prompt_sensitivity: list[PromptSensitivity] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,8 +124,10 @@ def build_report(
     drift_alpha: float = 0.05,
     drift_min_samples: int = 30,
     scores_source: tuple[str, str | None] = ("SAMPLES", "SCORES"),
+    sensitivity_embed: Embed | None = None,
 ) -> EvaluationReport:
-    """`scores_source`: (samples path, scores path or None if scored now), for the warnings' fix."""
+    """`scores_source`: (samples path, scores path or None if scored now), for the warnings' fix;
+    `sensitivity_embed`: the embedding function that clusters rephrasings (None: lexically)."""
     score_list = list(scores)
     shares = mostly_errors(score_list)
     warnings = [mostly_errors_message(shares, samples=scores_source[0], scores=scores_source[1])] if shares else []
@@ -193,6 +198,7 @@ def build_report(
         warnings=warnings,
         checks=checks,
         turn_decay=turn_decay(rows, check_values(score_list)),
+        prompt_sensitivity=prompt_sensitivity(rows, check_values(score_list), embed=sensitivity_embed),
     )
 
 
@@ -309,6 +315,9 @@ def evaluation_readings(report: EvaluationReport) -> list[EvaluationReading]:
                 for bound, value in (("estimate", d.slope), ("lower", d.ci[0]), ("upper", d.ci[1]))
             ]
         readings.append(EvaluationReading("turn_conversations", "", "", d.model_version, float(d.conversations)))
+    for p in report.prompt_sensitivity:
+        if p.sensitivity is not None:
+            readings.append(EvaluationReading("prompt_sensitivity", "", "", p.model_version, p.sensitivity))
     readings += [
         EvaluationReading("decision", "", "", r.model_version, r.decision_score)
         for r in report.decision
@@ -480,6 +489,7 @@ def format_text(report: EvaluationReport) -> str:
     lines += ["", *turn_decay_text(report.turn_decay)]
     if report.consistency:
         lines += ["", *consistency_text(report.consistency)]
+    lines += ["", *sensitivity_text(report.prompt_sensitivity)]
     lines += [
         "",
         "Cost and latency",

@@ -42,6 +42,12 @@ class EvaluationMetrics(MetricGroup):
         ["model_version"],
     )
 
+    prompt_sensitivity = gauge(
+        "llmwatch_prompt_sensitivity",
+        "Within-cluster share (0..1; 0 robust) of quality score variance over live rephrasings of one request, from the evaluation report (its interval is in the report).",
+        ["model_version"],
+    )
+
     def set_evaluation(self, readings: Iterable[EvaluationReading]) -> None:
         """Evaluation readings become the category quality, stability and decision score gauges."""
         for r in readings:
@@ -58,3 +64,5 @@ class EvaluationMetrics(MetricGroup):
                 self.turn_decay_slope.labels(r.stability_kind, v).set(r.value)
             elif r.kind == "turn_conversations":
                 self.turn_conversations.labels(v).set(r.value)
+            elif r.kind == "prompt_sensitivity":
+                self.prompt_sensitivity.labels(v).set(r.value)

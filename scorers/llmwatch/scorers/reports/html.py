@@ -31,7 +31,7 @@ from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
 from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
-from llmwatch.scorers.reports.stability_html import render_turn_decay
+from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity, render_turn_decay
 from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["HtmlDocument", "require_matplotlib", "render_drift", "render_evaluation"]
@@ -853,6 +853,7 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
         else:
             doc.paragraph("none: no repeated prompt, no multi-turn conversation, no --baseline", "note")
         render_turn_decay(doc, report, PALETTE)
+        render_prompt_sensitivity(doc, report, PALETTE)
 
         if report.comparison:
             cmp = report.comparison

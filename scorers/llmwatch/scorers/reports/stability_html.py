@@ -1,8 +1,9 @@
-"""The evaluation report's conversation sections (quality by turn, turn decay), kept out of html.py.
+"""The evaluation report's stability sections (quality by turn, turn decay, prompt sensitivity), kept out of html.py.
 
 `render_turn_decay(doc, report, palette)` adds a heading, one figure (mean score by turn per
 version with its cluster-bootstrap interval as a band) and the slope table to the page being
-built (html.py's `HtmlDocument`, passed in: this module does not import html.py, which calls it).
+built (html.py's `HtmlDocument`, passed in: this module does not import html.py, which calls
+it); `render_prompt_sensitivity` adds the sensitivity per version with its interval, and its table.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 from llmwatch.core.extras import require
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport
 
-__all__ = ["render_turn_decay"]
+__all__ = ["render_prompt_sensitivity", "render_turn_decay"]
 
 
 def _pyplot() -> Any:
@@ -71,4 +72,53 @@ def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]
             for d in report.turn_decay
         ],
         numeric=(1, 5),
+    )
+
+
+def _f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def render_prompt_sensitivity(doc: Any, report: EvaluationReport, palette: Sequence[str]) -> None:
+    """Prompt sensitivity per version: the figure with its interval, and the table behind it."""
+    doc.heading("Prompt sensitivity: rephrasings of one request")
+    items = [p for p in report.prompt_sensitivity if p.sensitivity is not None]
+    if not report.prompt_sensitivity:
+        doc.paragraph("none: no scored sample", "note")
+        return
+    if items:
+        plt = _pyplot()
+        fig, ax = plt.subplots(figsize=(6.2, 0.6 + 0.45 * len(items)))
+        for i, p in enumerate(items):
+            assert p.sensitivity is not None
+            lo, hi = p.ci if p.ci else (p.sensitivity, p.sensitivity)
+            ax.errorbar(
+                [p.sensitivity],
+                [i],
+                xerr=[[p.sensitivity - lo], [hi - p.sensitivity]],
+                fmt="o",
+                color=palette[i % len(palette)],
+                capsize=4,
+            )
+        ax.set_yticks(range(len(items)), [f"version {p.model_version}" for p in items])
+        ax.set_xlim(0.0, 1.0)
+        ax.set_xlabel("within-cluster share of score variance (0 robust, 1 the phrasing decides)")
+        doc.open_figures()
+        doc.figure(fig, "Prompt sensitivity per version; bars: 95% intervals, clusters of rephrasings resampled")
+        doc.close_figures()
+    doc.table(
+        ["version", "sensitivity", "95% interval", "verdict", "clusters", "phrasings", "samples"],
+        [
+            [
+                p.model_version,
+                _f3(p.sensitivity),
+                f"[{_f3(p.ci[0])}, {_f3(p.ci[1])}]" if p.ci else "-",
+                p.verdict,
+                p.clusters,
+                p.phrasings,
+                p.samples,
+            ]
+            for p in report.prompt_sensitivity
+        ],
+        numeric=(1, 4, 5, 6),
     )

@@ -67,7 +67,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from llmwatch.agent.apps.simulator.stability import answer_rng, conversation_profile
+from llmwatch.agent.apps.simulator.stability import answer_rng, conversation_profile, phrasing_profile
 
 log = structlog.get_logger(__name__)
 
@@ -1007,8 +1007,8 @@ async def _chat_tool_calls(
 
 
 def _stability_answer(ctx: _Ctx, messages: list[Any]) -> tuple[SimProfile, random.Random]:
-    # The version's behaviour over turns and on re-asks (simulator/stability.py).
-    profile = conversation_profile(ctx.profile, messages)
+    # The version's behaviour over turns, on rephrasings and on re-asks (simulator/stability.py).
+    profile = phrasing_profile(conversation_profile(ctx.profile, messages), messages)
     return answer_rng(profile, ctx.rng, ctx.body, ctx.request.app[_RNG_KEY])
 
 

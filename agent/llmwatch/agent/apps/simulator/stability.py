@@ -23,7 +23,15 @@ from weakref import WeakKeyDictionary
 
 import orjson
 
-__all__ = ["TRAITS", "StabilityTraits", "answer_rng", "conversation_profile"]
+__all__ = [
+    "TRAITS",
+    "StabilityTraits",
+    "answer_rng",
+    "conversation_profile",
+    "phrasing_profile",
+    "plain_form",
+    "rephrase",
+]
 
 
 @dataclass(frozen=True)
@@ -31,9 +39,10 @@ class StabilityTraits:
     turn_decay: float = 0.0  # added to the refusal and off-topic rates per turn after the first
     max_rate: float = 0.6
     reask_flip: float = 0.0  # chance that a repeated request gets another draw of its answer
+    phrasing: float = 0.0  # added to the refusal and off-topic rates for a prompt not in plain form
 
 
-TRAITS: dict[str, StabilityTraits] = {"B": StabilityTraits(turn_decay=0.07, reask_flip=0.5)}
+TRAITS: dict[str, StabilityTraits] = {"B": StabilityTraits(turn_decay=0.07, reask_flip=0.5, phrasing=0.4)}
 
 
 def _user_turns(messages: Sequence[Any]) -> int:
@@ -53,6 +62,48 @@ def conversation_profile(profile: Any, messages: Sequence[Any]) -> Any:
         refusal_rate=min(traits.max_rate, profile.refusal_rate + extra),
         off_topic_rate=min(traits.max_rate, profile.off_topic_rate + extra),
     )
+
+
+def plain_form(text: str) -> bool:
+    """Written as a careful user writes: a capital first letter, not all capitals, a final . ? or !."""
+    t = text.strip()
+    letters = [c for c in t if c.isalpha()]
+    if not letters:
+        return True
+    return letters[0].isupper() and not (len(letters) > 3 and t.isupper()) and t[-1] in ".?!"
+
+
+def phrasing_profile(profile: Any, messages: Sequence[Any]) -> Any:
+    """`profile` as it answers this phrasing of the request (a version with `phrasing` > 0 only)."""
+    traits = TRAITS.get(profile.name)
+    if traits is None or traits.phrasing <= 0:
+        return profile
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    if not isinstance(content, str) or plain_form(content):
+        return profile
+    return replace(
+        profile,
+        refusal_rate=min(traits.max_rate, profile.refusal_rate + traits.phrasing),
+        off_topic_rate=min(traits.max_rate, profile.off_topic_rate + traits.phrasing),
+    )
+
+
+def rephrase(text: str, k: int) -> str:
+    """The k-th deterministic surface rewording of `text` (k = 0: the text itself): what a traffic
+    generator sends as near-duplicates of one request. Same words, so one cluster lexically."""
+    t = text.strip()
+    body = t.rstrip(".?!")
+    end = t[len(body) :] or "?"
+    words = body.split()
+    variants = [
+        t,
+        t.lower(),  # lower case
+        body,  # no final punctuation
+        body.upper() + end,  # capitals
+        (" ".join(words[len(words) // 2 :] + words[: len(words) // 2]) + end) if len(words) > 1 else t,  # word order
+    ]
+    return variants[k % len(variants)]
 
 
 class _Asked:

@@ -1,0 +1,292 @@
+"""Prompt sensitivity: does rephrasing the same request change the quality of the answer?
+
+From live samples, per model version:
+
+1. **Phrasings.** Samples of one route whose normalised request is the same
+   (`stability.prompt_hash`: roles and whitespace-collapsed text, output format, tool names) are
+   one phrasing asked again: a re-ask, not a rephrasing. They are collapsed first into one value,
+   the mean of their sample scores, so the answer's own randomness on re-asks (the sampling
+   stability figure, and the consistency probe's) is averaged down, not counted as sensitivity.
+2. **Clusters.** Phrasings of the same request are grouped into near-duplicate clusters, by the
+   request's text (every message, roles kept), route by route:
+
+   * with an embedding function (the report's MiniLM model, when `scoring.embeddings` is on and
+     the model loads; otherwise the lexical rule below, with a `sensitivity_lexical_fallback` log):
+     leader clustering in a fixed order (phrasings sorted by their hash), a phrasing joining the
+     first leader whose cosine is at least `cosine_threshold` (0.9) through
+     `drift.prompt_space.near_duplicates`, or becoming a leader;
+   * without (the rules-only path): phrasings with the same *normalised token set*
+     (lower case, words only, order and repeats ignored) are one cluster: case, punctuation,
+     spacing and word order changes are caught, synonyms are not.
+
+   Only clusters with two distinct phrasings or more count.
+3. **The figure.** Over the k counted clusters (cluster c has m_c >= 2 phrasing values y_cp,
+   scores in 0..1):
+
+       d_c = mean over the pairs p < q of |y_cp - y_cq|      (2 / (m_c (m_c - 1)) sum_{p<q} ...)
+       sensitivity = (1 / k) sum_c d_c
+
+   the expected quality difference between two rephrasings of one request, in score units
+   (the spread measure of prompt-sensitivity studies such as ProSA's PromptSensiScore, over live
+   traffic): 0 when every rephrasing of a request is answered equally well (robust), up to 1
+   when one phrasing always passes and another always fails. Every request counts once.
+   Against it, `between_spread`: the same mean absolute difference between the means of two
+   *different* clusters (how much quality differs from request to request), and `within_share`:
+   the within-cluster share of score variance from a one-way random-effects analysis of variance
+   (MSW / (MSW + max(0, (MSB - MSW) / n0)), one minus ICC(1)): near 1 when phrasing explains
+   as much as the request does. The share is shown, not used as the figure: where requests are
+   all about equally hard, a robust version's small sampling noise alone makes it near 1.
+   Phrasing values still carry the answers' sampling noise (divided by their re-asks), so a
+   version with noisy answers has a floor above 0: read it beside the sampling stability figure.
+4. **Interval.** A 95% percentile bootstrap that resamples *clusters* (the unit: phrasings of
+   one request are not independent), `draws` multinomial draws from a seeded generator, so the
+   same samples give the same interval. `verdict`: `insufficient` below `min_clusters` (3)
+   clusters, else `measured`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import structlog
+
+from llmwatch.core.wire import content_to_text
+from llmwatch.scorers.evaluation.matrix import ScoredSample, request_messages
+from llmwatch.scorers.evaluation.stability import prompt_hash
+
+__all__ = [
+    "COSINE_THRESHOLD",
+    "MIN_CLUSTERS",
+    "PromptSensitivity",
+    "lexical_key",
+    "prompt_sensitivity",
+    "sensitivity_figure",
+    "sensitivity_text",
+]
+
+log = structlog.get_logger(__name__)
+
+COSINE_THRESHOLD = 0.9
+MIN_CLUSTERS = 3
+_WORD = re.compile(r"[^\W_]+")
+
+Embed = Callable[[list[str]], Any]
+
+
+@dataclass(frozen=True)
+class PromptSensitivity:
+    model_version: str
+    verdict: str  # measured | insufficient
+    sensitivity: float | None  # mean absolute quality difference between two rephrasings, 0..1
+    ci: tuple[float, float] | None
+    clusters: int  # clusters with two distinct phrasings or more (they inform the figure)
+    phrasings: int  # distinct phrasings in those clusters
+    samples: int  # samples behind those phrasings (re-asks included)
+    within_share: float | None = None  # within-cluster share of score variance (1 - ICC(1))
+    between_spread: float | None = None  # mean absolute difference between two requests' means
+    # The clusters with the widest spread of phrasing means: {"prompt", "phrasings", "min", "max"}.
+    widest: list[dict[str, Any]] = field(default_factory=list)
+    method: str = "mean absolute score difference between rephrasings of one request; 95% cluster bootstrap, 1000 draws"
+
+
+def request_text(request: Any) -> str:
+    """Every message of the request as `role: text` lines (the text clustering compares)."""
+    return "\n".join(f"{m.get('role', 'user')}: {content_to_text(m.get('content'))}" for m in request_messages(request))
+
+
+def lexical_key(text: str) -> str:
+    """The normalised token set: phrasings that differ in case, punctuation, spacing or word order share it."""
+    words = sorted({w.lower() for w in _WORD.findall(text)})
+    return hashlib.blake2b(" ".join(words).encode(), digest_size=12).hexdigest()
+
+
+def _clusters(texts: Sequence[str], embed: Embed | None, threshold: float) -> list[int]:
+    """A cluster index per text (texts in a fixed order; the result is deterministic)."""
+    if embed is None:
+        ids: dict[str, int] = {}
+        return [ids.setdefault(lexical_key(t), len(ids)) for t in texts]
+    from llmwatch.scorers.drift.prompt_space import near_duplicates
+
+    try:
+        X = np.asarray(embed(list(texts)), dtype=float)
+    except Exception as exc:  # the model or its extra missing: the lexical clusters, said in the log
+        log.warning("sensitivity_lexical_fallback", error=f"{type(exc).__name__}: {exc}")
+        return _clusters(texts, None, threshold)
+    X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    leaders: list[int] = []
+    out = []
+    for i in range(len(X)):
+        if leaders:
+            best, cos = near_duplicates(X[i : i + 1], X[leaders], threshold)
+            if cos[0] >= threshold:
+                out.append(int(best[0]))
+                continue
+        leaders.append(i)
+        out.append(len(leaders) - 1)
+    return out
+
+
+def _pairwise(v: np.ndarray) -> float:
+    """Mean absolute difference over the pairs of `v` (len >= 2), by sorting: O(m log m)."""
+    x = np.sort(v)
+    m = len(x)
+    return float((2.0 * np.arange(1, m + 1) - m - 1) @ x * 2.0 / (m * (m - 1)))
+
+
+def sensitivity_figure(
+    values: Sequence[Sequence[float]], *, draws: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float | None, tuple[float, float] | None, float | None, float | None]:
+    """(sensitivity, interval, within_share, between_spread) of phrasing values grouped by cluster
+    (see the module doc). Clusters with fewer than two values are left out; None below two clusters."""
+    groups = [np.asarray(v, dtype=float) for v in values if len(v) >= 2]
+    k = len(groups)
+    if k < 2:
+        return None, None, None, None
+    d = np.array([_pairwise(g) for g in groups])
+    rng = np.random.default_rng(seed)
+    boot = []
+    for start in range(0, draws, 256):
+        n = min(256, draws - start)
+        boot.append(d[rng.integers(0, k, size=(n, k))].mean(1))
+    tail = (1.0 - confidence) / 2.0
+    dist = np.concatenate(boot)
+    ci = (float(np.quantile(dist, tail)), float(np.quantile(dist, 1.0 - tail)))
+    return float(d.mean()), ci, _within_share(groups), _pairwise(np.array([g.mean() for g in groups]))
+
+
+def _within_share(groups: Sequence[np.ndarray]) -> float:
+    """MSW / (MSW + max(0, (MSB - MSW) / n0)); 0 when every value is the same."""
+    k = len(groups)
+    m = np.array([len(g) for g in groups], dtype=float)
+    n = m.sum()
+    grand = sum(float(g.sum()) for g in groups) / n
+    msw = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (n - k)
+    msb = sum(len(g) * (float(g.mean()) - grand) ** 2 for g in groups) / (k - 1)
+    n0 = (n - float((m * m).sum()) / n) / (k - 1)
+    between = max(0.0, (msb - msw) / n0)
+    total = msw + between
+    return msw / total if total > 1e-15 else 0.0
+
+
+def prompt_sensitivity(
+    rows: Sequence[ScoredSample],
+    values: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    embed: Embed | None = None,
+    cosine_threshold: float = COSINE_THRESHOLD,
+    min_clusters: int = MIN_CLUSTERS,
+    draws: int = 1000,
+    seed: int = 0,
+) -> list[PromptSensitivity]:
+    """Per version, the prompt sensitivity of its scored samples (see the module doc).
+
+    A sample's score is the mean of its check values over the checks that judged every sample of
+    its cluster (from `turns.check_values(scores)`, so a check that ran on some phrasings only
+    cannot pose as sensitivity); given no values, or none in common, the matrix score.
+    """
+    by_version: dict[str, list[ScoredSample]] = defaultdict(list)
+    for row in rows:
+        by_version[row.version].append(row)
+    out = []
+    for version, items in sorted(by_version.items()):
+        # A phrasing is one request on one route: a completion and a chat of the same text are
+        # different requests, clustered apart.
+        by_phrasing: dict[tuple[str, str], list[ScoredSample]] = defaultdict(list)
+        phrasing_text: dict[tuple[str, str], str] = {}
+        for r in items:
+            key = (r.sample.route, prompt_hash(r.sample.request))
+            by_phrasing[key].append(r)
+            phrasing_text.setdefault(key, request_text(r.sample.request))
+        members: dict[tuple[str, int], list[tuple[str, str]]] = defaultdict(list)
+        for route in sorted({route for route, _ in by_phrasing}):
+            keys = sorted(k for k in by_phrasing if k[0] == route)
+            for key, c in zip(keys, _clusters([phrasing_text[k] for k in keys], embed, cosine_threshold)):
+                members[(route, c)].append(key)
+        phrasing_scores: dict[tuple[str, str], list[float]] = {}
+        for ks in members.values():
+            if len(ks) < 2:
+                continue
+            common = _common([r for k in ks for r in by_phrasing[k]], values)
+            for k in ks:
+                scores = [x for x in (_score(r, values, common) for r in by_phrasing[k]) if x is not None]
+                if scores:
+                    phrasing_scores[k] = scores
+        clusters = [kept for ks in members.values() if len(kept := [k for k in ks if k in phrasing_scores]) >= 2]
+        means = [[float(np.mean(phrasing_scores[k])) for k in ks] for ks in clusters]
+        n_samples = sum(len(phrasing_scores[k]) for ks in clusters for k in ks)
+        if len(clusters) < max(2, min_clusters):
+            out.append(
+                PromptSensitivity(
+                    version, "insufficient", None, None, len(clusters), sum(len(ks) for ks in clusters), n_samples
+                )
+            )
+            continue
+        figure, ci, share, between = sensitivity_figure(means, draws=draws, seed=seed)
+        order = sorted(range(len(clusters)), key=lambda i: (min(means[i]) - max(means[i]), clusters[i][0]))
+        widest: list[dict[str, Any]] = [
+            {
+                "prompt": phrasing_text[clusters[i][0]][:120],
+                "phrasings": len(clusters[i]),
+                "min": min(means[i]),
+                "max": max(means[i]),
+            }
+            for i in order[:3]
+        ]
+        out.append(
+            PromptSensitivity(
+                model_version=version,
+                verdict="measured" if figure is not None else "insufficient",
+                sensitivity=figure,
+                ci=ci,
+                clusters=len(clusters),
+                phrasings=sum(len(ks) for ks in clusters),
+                samples=n_samples,
+                within_share=share,
+                between_spread=between,
+                widest=widest,
+            )
+        )
+    return out
+
+
+def _common(rows: Sequence[ScoredSample], values: Mapping[str, Mapping[str, float]] | None) -> set[str]:
+    """The checks that judged every sample of a cluster (that judged it at all)."""
+    if values is None:
+        return set()
+    sets = [set(values.get(r.sample.id, ())) for r in rows]
+    sets = [x for x in sets if x]
+    return set.intersection(*sets) if sets else set()
+
+
+def _score(row: ScoredSample, values: Mapping[str, Mapping[str, float]] | None, common: set[str]) -> float | None:
+    if values is None or not common:
+        return row.score
+    mine = [v for c, v in values.get(row.sample.id, {}).items() if c in common]
+    return sum(mine) / len(mine) if mine else None
+
+
+def sensitivity_text(items: Sequence[PromptSensitivity]) -> list[str]:
+    """The report's lines for the prompt sensitivity section."""
+
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [
+        "Prompt sensitivity (mean score difference between two rephrasings of one request; 0 robust; "
+        "95% cluster-bootstrap interval; against the difference between two requests)"
+    ]
+    if not items:
+        lines.append("  (none: no scored sample)")
+    for d in items:
+        ci = f"[{f(d.ci[0])}, {f(d.ci[1])}]" if d.ci else "-"
+        lines.append(
+            f"  version {d.model_version:<10} sensitivity {f(d.sensitivity)} {ci} {d.verdict:<12} "
+            f"between requests {f(d.between_spread)}, within share {f(d.within_share)}; "
+            f"{d.clusters} clusters of rephrasings, {d.phrasings} phrasings, {d.samples} samples"
+        )
+    return lines

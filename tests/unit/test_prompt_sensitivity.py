@@ -1,0 +1,167 @@
+"""Prompt sensitivity: the mean score difference between two rephrasings of one request."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from datetime import datetime, timezone
+
+import numpy as np
+
+from llmwatch.core.records import Sample
+from llmwatch.scorers.evaluation.matrix import ScoredSample
+from llmwatch.scorers.evaluation.sensitivity import (
+    lexical_key,
+    prompt_sensitivity,
+    sensitivity_figure,
+    sensitivity_text,
+)
+
+REQUESTS = [f"How do I look after plant number {i} in a small flat" for i in range(60)]
+
+
+def rephrase(text: str, j: int) -> str:
+    """Surface rewordings of one request: case, punctuation, word order."""
+    words = text.split()
+    return [
+        text + "?",
+        text.lower(),
+        text.upper() + "!",
+        " ".join(words[3:] + words[:3]) + ".",
+    ][j]
+
+
+_ids = iter(range(10**9))
+
+
+def row(version: str, text: str, score: float, route: str = "/v1/chat/completions") -> ScoredSample:
+    sample = Sample.model_construct(
+        id=f"s{next(_ids)}",
+        timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        route=route,
+        operation="chat",
+        request={"messages": [{"role": "user", "content": text}]},
+        response=None,
+        conversation_id=None,
+        turn=1,
+    )
+    return ScoredSample(sample, "general", version, score, score >= 0.5)
+
+
+def traffic(version: str, phrasing_effect: float, rng: random.Random, phrasings: int = 3) -> list[ScoredSample]:
+    """Each request has its own level; a sensitive version's score moves with the phrasing."""
+    rows = []
+    for text in REQUESTS:
+        level = rng.uniform(0.2, 0.9)
+        for j in range(phrasings):
+            shift = rng.choice([-1.0, 1.0]) * phrasing_effect
+            score = min(1.0, max(0.0, level + shift + rng.gauss(0, 0.01)))
+            rows.append(row(version, rephrase(text, j), score))
+    return rows
+
+
+def by_version(rows: list[ScoredSample], **kw: object) -> dict:
+    return {d.model_version: d for d in prompt_sensitivity(rows, **kw)}  # type: ignore[arg-type]
+
+
+def test_a_robust_version_is_near_zero_and_a_phrasing_sensitive_one_is_high() -> None:
+    rng = random.Random(3)
+    result = by_version(traffic("A", 0.0, rng) + traffic("B", 0.3, rng))
+    a, b = result["A"], result["B"]
+    assert a.clusters == b.clusters == len(REQUESTS)  # case, punctuation, word order: one cluster per request
+    assert a.phrasings == 3 * len(REQUESTS)
+    assert a.sensitivity is not None and b.sensitivity is not None and a.ci and b.ci
+    assert a.sensitivity < 0.05
+    assert b.sensitivity > 0.2  # half the pairs of rephrasings differ by 0.6 (less where clipped at 0 or 1)
+    assert a.ci[1] < b.ci[0]
+    # Requests differ from each other in both; only B's rephrasings differ as much as requests do.
+    assert a.between_spread is not None and a.between_spread > 0.15
+    assert a.within_share is not None and b.within_share is not None and a.within_share < 0.05 < 0.5 < b.within_share
+    assert a.verdict == b.verdict == "measured"
+
+
+def test_re_asks_of_one_phrasing_are_collapsed_not_counted_as_rephrasings() -> None:
+    # Each request asked in one phrasing only, many times, with scores all over the place: the
+    # answers are unstable (the sampling figure's business), but nothing was rephrased.
+    rng = random.Random(5)
+    rows = [row("A", text + "?", rng.random()) for text in REQUESTS for _ in range(5)]
+    (result,) = prompt_sensitivity(rows)
+    assert result.clusters == 0 and result.sensitivity is None and result.verdict == "insufficient"
+    # Re-asks average down inside their phrasing: noisy repeats of robust phrasings stay low.
+    rows = []
+    for text in REQUESTS:
+        level = rng.uniform(0.1, 0.9)
+        for j in range(2):
+            rows += [row("A", rephrase(text, j), level + rng.choice([-0.05, 0.05])) for _ in range(20)]
+    (result,) = prompt_sensitivity(rows)
+    assert result.phrasings == 2 * len(REQUESTS) and result.samples == 40 * len(REQUESTS)
+    assert result.sensitivity is not None and result.sensitivity < 0.05
+
+
+def test_the_interval_covers_the_true_spread_in_most_seeded_simulations() -> None:
+    # Phrasings of a request differ by N(0, 0.2^2) each: two differ by N(0, 2 * 0.04), whose mean
+    # absolute value is sqrt(0.08) * sqrt(2 / pi).
+    truth = math.sqrt(0.08) * math.sqrt(2 / math.pi)
+    covered = 0
+    for trial in range(40):
+        rng = np.random.default_rng(trial)
+        groups = [list(rng.normal(0.0, 0.2) + rng.normal(0.0, 0.2, size=3)) for _ in range(60)]
+        figure, ci, _, _ = sensitivity_figure(groups, draws=400, seed=trial)
+        assert figure is not None and ci is not None and ci[0] <= figure <= ci[1]
+        covered += ci[0] <= truth <= ci[1]
+    assert covered >= 34  # 95% nominal; at least 85% of 40 seeded trials
+
+
+def test_the_figure_and_its_interval_are_deterministic() -> None:
+    rows = traffic("B", 0.2, random.Random(9))
+    first, second = prompt_sensitivity(rows), prompt_sensitivity(list(reversed(rows)))
+    assert first == second
+
+
+def test_identical_scores_everywhere_are_robust_not_undefined() -> None:
+    rows = [row("A", rephrase(text, j), 1.0) for text in REQUESTS[:10] for j in range(3)]
+    (result,) = prompt_sensitivity(rows)
+    assert result.sensitivity == 0.0 and result.ci == (0.0, 0.0)
+
+
+def test_too_few_clusters_are_insufficient_and_said_so() -> None:
+    rows = [row("A", rephrase(text, j), 0.5 + 0.1 * j) for text in REQUESTS[:2] for j in range(2)]
+    (result,) = prompt_sensitivity(rows)
+    assert result.verdict == "insufficient" and result.sensitivity is None and result.clusters == 2
+    assert "insufficient" in "\n".join(sensitivity_text([result]))
+
+
+def test_the_lexical_key_ignores_case_punctuation_and_order_but_not_words() -> None:
+    assert lexical_key("How long to roast a chicken?") == lexical_key("a chicken: HOW LONG to roast")
+    assert lexical_key("How long to roast a chicken?") != lexical_key("How long to roast a duck?")
+
+
+def test_with_embeddings_rephrasings_that_share_no_token_set_are_one_cluster() -> None:
+    # A stand-in embedding: synonyms map to one vector, so "fix" and "repair" phrasings are close.
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        for t in texts:
+            base = t.lower().replace("repair", "fix").replace("?", "").replace("user: ", "")
+            seed = int(hashlib.sha256(base.strip().encode()).hexdigest()[:8], 16)
+            out.append(np.random.default_rng(seed).normal(size=16))
+        return np.asarray(out)
+
+    rows = []
+    for i in range(5):
+        rows += [row("A", f"fix bike {i}?", 0.9), row("A", f"repair bike {i}", 0.1)]
+    (lexical,) = prompt_sensitivity(rows)
+    assert lexical.clusters == 0  # different words: the token-set fallback cannot join them
+    (semantic,) = prompt_sensitivity(rows, embed=embed)
+    assert semantic.clusters == 5 and semantic.sensitivity is not None and abs(semantic.sensitivity - 0.8) < 1e-9
+
+
+def test_the_same_text_on_another_route_is_another_request_not_a_re_ask() -> None:
+    rows = []
+    for text in REQUESTS[:10]:
+        rows += [row("A", text + "?", 1.0), row("A", text.lower(), 1.0)]
+        rows += [row("A", text + "?", 0.0, "/v1/completions"), row("A", text.lower(), 0.0, "/v1/completions")]
+    (result,) = prompt_sensitivity(rows)
+    # 20 clusters (10 per route), each robust: pooled across routes they would look maximally sensitive.
+    assert result.clusters == 20 and result.samples == 40
+    assert result.sensitivity == 0.0
