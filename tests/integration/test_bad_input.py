@@ -128,6 +128,39 @@ async def test_huge_response_is_relayed_whole_and_capture_is_truncated(make_agen
         await runner.cleanup()
 
 
+async def test_huge_chunked_response_is_relayed_whole_and_capture_is_truncated(make_agent):
+    """The same with chunked framing: the relay's chunk step captures a chunk at a time."""
+    from aiohttp import web
+
+    pieces = [b"data: " + b"z" * 20_000 + b"\n\n" for _ in range(10)]
+
+    async def big(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for piece in pieces:
+            await resp.write(piece)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", big)
+    runner, url = await serve(app)
+    try:
+        agent = await make_agent(url, capture={"max_body_bytes": 65536})
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                proxy_url(agent) + "/v1/chat/completions", json={"model": "m", "messages": [], "stream": True}
+            ) as resp:
+                assert resp.headers.get("Transfer-Encoding") == "chunked"
+                assert await resp.read() == b"".join(pieces)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_capture_skipped_total", reason="response_truncated") == 1
+    finally:
+        await runner.cleanup()
+
+
 async def test_upstream_closing_mid_stream_breaks_the_client_stream_like_a_direct_call(sim, make_agent):
     agent = await make_agent(sim.url, sampling={"rate": 0.0})
     failures = []
