@@ -51,6 +51,7 @@ __all__ = [
     "CostLatency",
     "DecisionRow",
     "QUANTILES",
+    "quantiles",
     "QualityGap",
     "choose_best",
     "cost_latency",
@@ -76,7 +77,7 @@ class CostLatency:
     price_rows: dict[str, int] = field(default_factory=dict)
 
 
-def _quantiles(values: list[float]) -> dict[str, float]:
+def quantiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     return {f"p{q}": float(v) for q, v in zip(QUANTILES, np.percentile(np.asarray(values, dtype=float), QUANTILES))}
@@ -102,8 +103,8 @@ def cost_latency(samples: Iterable[Sample]) -> dict[str, CostLatency]:
             priced=len(costs),
             cost_per_request=per_request,
             cost_per_1k=per_request * 1000.0 if per_request is not None else None,
-            latency_ms=_quantiles([s.latency_ms for s in ok]),
-            ttft_ms=_quantiles([s.ttft_ms for s in ok if s.ttft_ms is not None]),
+            latency_ms=quantiles([s.latency_ms for s in ok]),
+            ttft_ms=quantiles([s.ttft_ms for s in ok if s.ttft_ms is not None]),
             cost_per_1m_tokens=sum(costs) / tokens * 1e6 if costs and tokens else None,
             price_rows=dict(sorted(rows.items())),
         )

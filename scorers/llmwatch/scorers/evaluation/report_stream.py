@@ -7,7 +7,7 @@ objects per sample, 35 GB for a million. This module computes the same report fr
    hash, turn, conversation, cost) and the latency and TTFT values per version, and hashes each
    chat history once for the offline conversation linking (`history_digests`);
 2. one pass over the scores (or the checks run now, batch by batch, on a second pass over the
-   samples) keeps per sample id a tuple of shared compact entries (`offline._compact`: rule
+   samples) keeps per sample id a tuple of shared compact entries (`offline.compact_score`: rule
    checks repeat a handful of combinations) and counts what is a count: the mostly-`error`
    tally, the per-check pass rates, the quality guard's passes and verdicts;
 3. with `--baseline`, one more pass over the samples feeds each version's drift summary
@@ -33,13 +33,13 @@ from llmwatch.core.jsonio import read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.errors import ErrorTally, mostly_errors_message
-from llmwatch.scorers.checks.offline import _compact, _Scored
+from llmwatch.scorers.checks.offline import ScoredEntry, compact_score
 from llmwatch.scorers.evaluation.decision import (
     CostLatency,
-    _quantiles,
     decision_scores,
     gaps_of_counts,
     intervals_of_cells,
+    quantiles,
 )
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport
 from llmwatch.scorers.evaluation.matrix import (
@@ -126,8 +126,8 @@ class _Costs:
                 priced=n,
                 cost_per_request=per_request,
                 cost_per_1k=per_request * 1000.0 if per_request is not None else None,
-                latency_ms=_quantiles(np.frombuffer(self.latency[version], dtype=float).tolist()),
-                ttft_ms=_quantiles(np.frombuffer(self.ttft[version], dtype=float).tolist()),
+                latency_ms=quantiles(np.frombuffer(self.latency[version], dtype=float).tolist()),
+                ttft_ms=quantiles(np.frombuffer(self.ttft[version], dtype=float).tolist()),
                 cost_per_1m_tokens=total / tokens * 1e6 if n and tokens else None,
                 price_rows=dict(sorted(self.rows[version].items())),
             )
@@ -208,8 +208,8 @@ def build_report_streamed(
         for c in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))
     ]
     # Per sample id: its scores, each a shared compact entry, in file order.
-    scored: list[tuple[_Scored, ...]] = [()] * len(ids.names)
-    cache: dict[tuple, _Scored] = {}
+    scored: list[tuple[ScoredEntry, ...]] = [()] * len(ids.names)
+    cache: dict[tuple, ScoredEntry] = {}
     tally = ErrorTally()
     seen_checks: set[str] = set()
     rates = _PassRates()
@@ -218,7 +218,7 @@ def build_report_streamed(
         tally.add(sc)
         seen_checks.add(sc.check)
         rates.add(sc)
-        scored[code] = scored[code] + (_compact(sc, cache),)
+        scored[code] = scored[code] + (compact_score(sc, cache),)
 
     if scores_path is not None:
         for sc in read_records(scores_path, Score, prefix="scores"):
@@ -387,7 +387,7 @@ def _link(col: _Columns, convs: _Codes, ids: _Codes, digests: dict[int, HistoryD
 
 
 def _sample_scores(
-    col: _Columns, scored: list[tuple[_Scored, ...]], cat_names: list[str], wanted: dict[str, tuple[str, ...]]
+    col: _Columns, scored: list[tuple[ScoredEntry, ...]], cat_names: list[str], wanted: dict[str, tuple[str, ...]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """`matrix.score_samples`: each sample's score (NaN: none of its category's checks judged it) and pass."""
     n = len(col.version)
@@ -397,7 +397,7 @@ def _sample_scores(
         entries = scored[col.id_code[i]]
         if not entries:
             continue
-        last: dict[str, _Scored] = {}
+        last: dict[str, ScoredEntry] = {}
         for e in entries:  # a later score of one check replaces an earlier one, in its place
             last[e.check] = e
         checks = wanted.get(cat_names[col.category[i]]) or ()
@@ -542,7 +542,7 @@ def _cells_of(
 
 def _version_stability(
     samples_path: str,
-    scored: list[tuple[_Scored, ...]],
+    scored: list[tuple[ScoredEntry, ...]],
     id_codes: np.ndarray,
     versions: list[str],
     baseline: Any,
@@ -587,7 +587,7 @@ def _version_stability(
     return cells
 
 
-def _turn_decay(col: _Columns, scored: list[tuple[_Scored, ...]], versions: list[str]) -> list[TurnDecay]:
+def _turn_decay(col: _Columns, scored: list[tuple[ScoredEntry, ...]], versions: list[str]) -> list[TurnDecay]:
     """`turns.turn_decay` with `check_values(scores)`, over the columns."""
     chat = np.frombuffer(col.chat, dtype=np.int8).astype(bool)
     ver = np.frombuffer(col.version, dtype=np.int32)
