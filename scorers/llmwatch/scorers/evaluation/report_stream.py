@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
@@ -271,8 +272,6 @@ def build_report_streamed(
         matrix.decision,
         drift_alpha,
     )
-    from dataclasses import asdict, replace
-
     decision = [
         replace(
             r,
