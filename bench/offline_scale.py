@@ -11,11 +11,12 @@ process under `/usr/bin/time`, which reports its peak resident set:
     llmwatch report --samples --scores --format json
     llmwatch suite build --samples --scores --similarity text
     llmwatch review export --samples --scores --versions A,B --n 100
+    llmwatch shadow report --pairs --format json    (N generated pairs, one candidate)
 
 The table gives seconds and peak RSS per command and size, and the slope between the two largest
 sizes: log(t2/t1) / log(n2/n1) (1.0 is linear) and MB of peak RSS per 1,000 samples added.
 
-    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite,review]
+    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite,review,shadow]
 """
 
 from __future__ import annotations
@@ -86,13 +87,63 @@ def write_samples(path: Path, n: int, seed: int = 7) -> None:
         out.write(b"".join(chunk))
 
 
+def write_pairs(path: Path, n: int, seed: int = 11) -> None:
+    """N shadow pairs of one candidate (both sides full samples, rule-check verdicts), streamed to `path`."""
+    rng = random.Random(seed)
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+    def side(i: int, ms: float, answer: str, prompt: str) -> dict:
+        return {
+            "id": f"p{i}-{ms:.0f}",
+            "timestamp": (t0 + timedelta(seconds=6 * i)).isoformat(),
+            "model": "gpt-4o-mini",
+            "status": 200 if rng.random() > 0.01 else 502,
+            "latency_ms": round(ms, 3),
+            "ttft_ms": round(ms / 6, 3),
+            "usage": {"input_tokens": 20 + i % 40, "output_tokens": max(1, int(rng.lognormvariate(4.0, 0.4)))},
+            "cost_usd": 0.0001,
+            "request": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]},
+            "response": {"choices": [{"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+        }
+
+    def verdicts(p_pass: float) -> list[dict]:
+        return [
+            {"check": c, "kind": c, "result": "pass" if rng.random() < p_pass else "fail"}
+            for c in ("not_empty_or_truncated", "refusal", "pii_leak", "json_valid")
+        ]
+
+    with open(path, "wb") as out:
+        chunk: list[bytes] = []
+        for i in range(n):
+            category, prompt, answer = TOPICS[i % len(TOPICS)]
+            word = f"{rng.choice(WORDS)} {rng.choice(WORDS)} {i % 997}"
+            record = {
+                "schema": "llmwatch.pair/v1",
+                "id": f"pair{i}",
+                "candidate": "cand",
+                "timestamp": (t0 + timedelta(seconds=6 * i)).isoformat(),
+                "route": "/v1/chat/completions",
+                "category": category,
+                "primary": side(i, rng.lognormvariate(6.8, 0.3), answer.format(word), prompt.format(word)),
+                "shadow": side(i, rng.lognormvariate(6.75, 0.3), answer.format(word + " too"), prompt.format(word)),
+                "primary_scores": verdicts(0.95),
+                "shadow_scores": verdicts(0.95),
+            }
+            chunk.append(orjson.dumps(record) + b"\n")
+            if len(chunk) >= 10_000:
+                out.write(b"".join(chunk))
+                chunk.clear()
+        out.write(b"".join(chunk))
+
+
 def run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of one llmwatch command in a fresh process."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
         cmd = ["/usr/bin/time", "-f", "%e %M", "-o", t.name, sys.executable, "-m", "llmwatch.agent.cli", *args]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         fields = t.read().split()
-    if proc.returncode not in (0, 1):
+    # 0 and 1 are verdicts; `shadow report` says 2 when the pairs cannot decide (not an error).
+    if proc.returncode not in (0, 1) and not (args[0] == "shadow" and proc.returncode == 2):
         sys.stderr.write(f"llmwatch {args[0]} exited {proc.returncode}: {proc.stderr[-1500:]}\n")
     wall, rss_kb = float(fields[-2]), float(fields[-1])
     return wall, rss_kb / 1024, proc.returncode
@@ -105,6 +156,7 @@ def commands(work: Path) -> dict[str, list[str]]:
         "freeze": ["baseline", "freeze", "--samples", s, "--scores", sc, "--model-version", "A", "--out", b],
         "drift": ["drift", "--baseline", b, "--samples", s, "--scores", sc, "--model-version", "B"],
         "report": ["report", "--samples", s, "--scores", sc, "--format", "json"],
+        "shadow": ["shadow", "report", "--pairs", str(work / "pairs.jsonl"), "--format", "json"],
         **offline_selection_commands(work, s, sc),
     }
 
@@ -137,6 +189,8 @@ def main() -> None:
         "LLMWATCH_SCORING__EMBEDDINGS": "false",
     }
     wanted = [c for c in args.commands.split(",") if c]
+    # Every command but `shadow report` reads the scores file that `score` writes.
+    order = (["score"] if any(c != "shadow" for c in wanted) else []) + [c for c in wanted if c != "score"]
     sizes = [int(x) for x in args.sizes.split(",") if x]
     results: dict[tuple[str, int], tuple[float, float, int]] = {}
     load_before = os.getloadavg()[0]
@@ -145,9 +199,11 @@ def main() -> None:
             work = Path(d)
             started = time.perf_counter()
             write_samples(work / "samples.jsonl", n)
+            if "shadow" in wanted:
+                write_pairs(work / "pairs.jsonl", n)
             print(f"{n:,} samples written in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             every = commands(work)
-            for name in ["score", *[c for c in wanted if c != "score"]]:
+            for name in order:
                 results[(name, n)] = run(every[name], env)
                 wall, rss, code = results[(name, n)]
                 print(f"  {name}: {wall:.1f} s, peak RSS {rss:,.0f} MB, exit {code}", file=sys.stderr)
@@ -158,9 +214,9 @@ def main() -> None:
     )
     print("| command | " + " | ".join(f"{n:,}" for n in sizes) + " | time slope (1 = linear) | MB per 1k samples |")
     print("|---|" + "---|" * len(sizes) + "---|---|")
-    for name in ["score", *[c for c in wanted if c != "score"]]:
+    for name in order:
         cells = [results.get((name, n)) for n in sizes]
-        text = [f"{c[0]:.1f} s / {c[1]:,.0f} MB" + ("" if c[2] in (0, 1) else f" (exit {c[2]})") for c in cells if c]
+        text = [f"{c[0]:.1f} s / {c[1]:,.0f} MB" + ("" if c[2] in (0, 1, 2) else f" (exit {c[2]})") for c in cells if c]
         slope = mb = "-"
         if len(sizes) >= 2 and cells[-1] and cells[-2]:
             (t1, r1, _), (t2, r2, _) = cells[-2], cells[-1]

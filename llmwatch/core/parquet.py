@@ -37,6 +37,7 @@ from llmwatch.core.scores import Score
 
 PARQUET_SCHEMA = "llmwatch.parquet/v1"
 NONE_VERSION = "__none__"
+_BATCH_ROWS = 2048
 
 Kind = Literal["samples", "scores", "pairs"]
 MODELS: dict[str, type[BaseModel]] = {"samples": Sample, "scores": Score, "pairs": Pair}
@@ -229,19 +230,29 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
     pa = pyarrow_module()
     for path in dataset_files(source, kind):
         try:
-            table = pa.parquet.read_table(path, partitioning=None)
+            file = pa.parquet.ParquetFile(path)
         except (OSError, pa.ArrowException) as exc:
             raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
-        meta = (table.schema.metadata or {}).get(b"llmwatch.schema", b"").decode()
+        meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
         if meta and meta != PARQUET_SCHEMA:
             raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {PARQUET_SCHEMA!r}")
-        for n, row in enumerate(table.to_pylist(), start=1):
+        for n, row in enumerate(_rows(pa, file, path), start=1):
             try:
                 yield model.model_validate(from_row(kind, row))
             except orjson.JSONDecodeError as exc:
                 raise RecordError(f"{path}: row {n}: a JSON column is not valid JSON ({exc})") from None
             except ValidationError as exc:
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
+
+
+def _rows(pa: Any, file: Any, path: Path) -> Iterator[dict[str, Any]]:
+    """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
+    million samples' bodies (issue 29); a batch is a few MB."""
+    try:
+        for batch in file.iter_batches(batch_size=_BATCH_ROWS):
+            yield from batch.to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
 
 
 def ranges_in(directory: str | os.PathLike[str], topic: str, partition: int) -> list[tuple[int, int]]:

@@ -183,6 +183,45 @@ def test_score_reads_the_dataset_and_gives_the_scores_it_gives_on_json_lines(tmp
     assert verdicts("a.jsonl") == verdicts("b.jsonl") and len(verdicts("a.jsonl")) >= 40
 
 
+def test_report_and_shadow_report_give_the_same_figures_on_the_dataset_as_on_json_lines(tmp_path):
+    samples = [sample(i, ("v1", "v2")[i % 2], i % (5 + i % 2) == 0) for i in range(120)]
+    write_jsonl(tmp_path / "s.jsonl", samples)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", samples)
+    scored = llmwatch("score", "--in", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "sc.jsonl"), cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr
+    parquet_write.write_dataset(tmp_path / "ds", "scores", read_records(tmp_path / "sc.jsonl", Score, prefix="scores"))
+    pairs = [
+        Pair(
+            id=f"pair-{i}",
+            candidate="cand",
+            timestamp=T0 + timedelta(minutes=i),
+            route="/v1/chat/completions",
+            category=("cooking", "travel")[i % 2],
+            primary=samples[i],
+            shadow=samples[i + 1],
+            primary_scores=[PairScore(check="refusal", result="pass" if i % 7 else "fail")],
+            shadow_scores=[PairScore(check="refusal", result="pass" if i % 5 else "fail")],
+        )
+        for i in range(0, 100, 2)
+    ]
+    write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    parquet_write.write_dataset(tmp_path / "ds", "pairs", pairs)
+
+    def report(*args: str) -> tuple[int, dict]:
+        proc = llmwatch(*args, "--format", "json", cwd=tmp_path)
+        assert proc.returncode in (0, 1, 2) and proc.stdout, proc.stderr
+        out = orjson.loads(proc.stdout)
+        out.pop("created_at", None)
+        return proc.returncode, out
+
+    from_jsonl = report("report", "--samples", str(tmp_path / "s.jsonl"), "--scores", str(tmp_path / "sc.jsonl"))
+    from_parquet = report("report", "--samples", str(tmp_path / "ds"), "--scores", str(tmp_path / "ds"))
+    assert from_parquet == from_jsonl and from_jsonl[1]["n_samples"] == 120
+    shadow_jsonl = report("shadow", "report", "--pairs", str(tmp_path / "pairs.jsonl"))
+    shadow_parquet = report("shadow", "report", "--pairs", str(tmp_path / "ds"))
+    assert shadow_parquet == shadow_jsonl and shadow_jsonl[1]["candidates"][0]["pairs"] == 50
+
+
 def test_the_archiver_writes_around_a_range_another_worker_already_wrote(tmp_path):
     from llmwatch.agent.components import metric_groups
     from llmwatch.agent.processes.kafka_archive import Archiver

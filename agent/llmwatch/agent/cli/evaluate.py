@@ -79,23 +79,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.format == "html":
         check_html_args(args)
     _check_inputs(args)
-    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, build_report, compare_reports, format_text
+    from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, compare_reports, format_text
+    from llmwatch.scorers.evaluation.report_stream import build_report_streamed
 
     baseline = None
     if args.baseline:
         from llmwatch.scorers.drift.baseline import load_baseline
 
         baseline = load_baseline(args.baseline)
-    samples, scores, known = _load_samples_and_scores(cfg, args.samples, args.scores)
-    report = build_report(
-        samples,
-        scores,
-        cfg.matrix,
-        known_checks=known,
+    # Streamed: typed columns per sample, never a list of Samples or Scores (issue 29).
+    report = build_report_streamed(
+        cfg,
+        args.samples,
+        args.scores,
         baseline=baseline,
         drift_alpha=args.alpha,
         drift_min_samples=args.min_samples,
-        scores_source=(args.samples, args.scores),
         sensitivity_embed=_sensitivity_embed(cfg),
     )
     for warning in report.warnings:  # on stderr too, so that --format json and html do not hide it

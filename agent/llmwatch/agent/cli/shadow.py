@@ -106,17 +106,25 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
     require_records(args.pairs, "--pairs", "pairs")
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.pairs import Pair
-    from llmwatch.scorers.evaluation.paired import by_candidate, compare
+    from llmwatch.scorers.evaluation.paired import PairColumns, compare_columns
 
-    groups = by_candidate(read_records(args.pairs, Pair, prefix="pairs"))
-    if args.candidate:
-        if args.candidate not in groups:
-            raise ConfigError(
-                f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}; candidates there: {', '.join(sorted(groups)) or 'none'}"
-            )
-        groups = {args.candidate: groups[args.candidate]}
+    # Streamed: each pair is added to its candidate's typed columns and dropped (issue 29).
+    names: set[str] = set()
+    groups: dict[str, PairColumns] = {}
+    for pair in read_records(args.pairs, Pair, prefix="pairs"):
+        names.add(pair.candidate)
+        if args.candidate and pair.candidate != args.candidate:
+            continue
+        cols = groups.get(pair.candidate)
+        if cols is None:
+            cols = groups[pair.candidate] = PairColumns()
+        cols.add(pair)
+    if args.candidate and args.candidate not in groups:
+        raise ConfigError(
+            f"--candidate {args.candidate}: no pairs of that candidate in {args.pairs}; candidates there: {', '.join(sorted(names)) or 'none'}"
+        )
     s = cfg.shadow
-    reports = [compare(pairs, s.margins, alpha=s.alpha, power=s.power) for _, pairs in sorted(groups.items())]
+    reports = [compare_columns(cols, s.margins, alpha=s.alpha, power=s.power) for _, cols in sorted(groups.items())]
     codes = [EXIT[r.verdict] for r in reports]
     code = 1 if 1 in codes else 2 if 2 in codes else 0
     if args.format == "json":

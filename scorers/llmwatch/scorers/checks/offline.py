@@ -262,7 +262,7 @@ def _progress(total: int, what: str):
     return tqdm(total=total, unit="sample", desc=what, disable=not sys.stderr.isatty(), file=sys.stderr)
 
 
-class _Scored(NamedTuple):
+class ScoredEntry(NamedTuple):
     """What the drift summaries read of a score, shared between samples with equal values.
 
     A Score object costs about 2 KB; at 200,000 samples with four checks that is 1.6 GB. Rule
@@ -279,7 +279,7 @@ _NO_DETAILS: Mapping[str, Any] = MappingProxyType({})
 _TRUNCATED: Mapping[str, Any] = MappingProxyType({"truncated": True})
 
 
-def _compact(score: Score, cache: dict[tuple, _Scored]) -> _Scored:
+def compact_score(score: Score, cache: dict[tuple, ScoredEntry]) -> ScoredEntry:
     # failure_mode reads details only of a failed not_empty_or_truncated: keep just its verdict.
     truncated = (
         score.kind == "not_empty_or_truncated"
@@ -289,7 +289,7 @@ def _compact(score: Score, cache: dict[tuple, _Scored]) -> _Scored:
     key = (score.check, score.kind, score.result, score.value, truncated)
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = _Scored(
+        hit = cache[key] = ScoredEntry(
             score.check, score.kind, score.result, score.value, _TRUNCATED if truncated else _NO_DETAILS
         )
     return hit
@@ -321,7 +321,7 @@ def summarize_window(
 
     Reads the samples file twice and the scores file once, in order: the first pass validates the
     samples and keeps the window's ids, versions and time span; the scores are kept per sample as
-    a tuple of shared compact entries (`_Scored`); the second pass feeds each sample with its
+    a tuple of shared compact entries (`ScoredEntry`); the second pass feeds each sample with its
     scores to the per-route accumulators and drops it. Without a scores file the checks run on
     batches of the second pass. Errors are those of `load_window`, in the same order.
     """
@@ -403,16 +403,16 @@ def _window_ids(
 
 def _scores_index(
     scores_path: str, ids: set[str], tally: ErrorTally, checks: set[str]
-) -> dict[str, tuple[_Scored, ...]]:
+) -> dict[str, tuple[ScoredEntry, ...]]:
     """The window's scores by sample id, as tuples of shared compact entries; counted into `tally` and `checks`."""
-    cache: dict[tuple, _Scored] = {}
-    index: dict[str, tuple[_Scored, ...]] = {}
+    cache: dict[tuple, ScoredEntry] = {}
+    index: dict[str, tuple[ScoredEntry, ...]] = {}
     for sc in read_records(scores_path, Score, prefix="scores"):
         if sc.sample_id not in ids:
             continue
         tally.add(sc)
         checks.add(sc.check)
-        index[sc.sample_id] = index.get(sc.sample_id, ()) + (_compact(sc, cache),)
+        index[sc.sample_id] = index.get(sc.sample_id, ()) + (compact_score(sc, cache),)
     return index
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "CostLatency",
     "DecisionRow",
     "QUANTILES",
+    "quantiles",
     "QualityGap",
     "choose_best",
     "cost_latency",
@@ -76,7 +77,7 @@ class CostLatency:
     price_rows: dict[str, int] = field(default_factory=dict)
 
 
-def _quantiles(values: list[float]) -> dict[str, float]:
+def quantiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     return {f"p{q}": float(v) for q, v in zip(QUANTILES, np.percentile(np.asarray(values, dtype=float), QUANTILES))}
@@ -102,8 +103,8 @@ def cost_latency(samples: Iterable[Sample]) -> dict[str, CostLatency]:
             priced=len(costs),
             cost_per_request=per_request,
             cost_per_1k=per_request * 1000.0 if per_request is not None else None,
-            latency_ms=_quantiles([s.latency_ms for s in ok]),
-            ttft_ms=_quantiles([s.ttft_ms for s in ok if s.ttft_ms is not None]),
+            latency_ms=quantiles([s.latency_ms for s in ok]),
+            ttft_ms=quantiles([s.ttft_ms for s in ok if s.ttft_ms is not None]),
             cost_per_1m_tokens=sum(costs) / tokens * 1e6 if costs and tokens else None,
             price_rows=dict(sorted(rows.items())),
         )
@@ -226,6 +227,11 @@ def quality_gaps(scores: Iterable[Score], alpha: float) -> dict[str, list[Qualit
         cell = counts[(sc.check, sc.model_version or "unknown")]
         cell[0] += sc.result == "pass"
         cell[1] += 1
+    return gaps_of_counts(counts, alpha)
+
+
+def gaps_of_counts(counts: Mapping[tuple[str, str], list[int]], alpha: float) -> dict[str, list[QualityGap]]:
+    """`quality_gaps` from the counts {(check, version): [passes, verdicts]}, tallied as scores stream."""
     versions = sorted({v for _, v in counts})
     checks = sorted({c for c, _ in counts})
     z = _z(alpha)
@@ -271,11 +277,37 @@ def decision_intervals(
     so every replicate keeps each version's traffic mix; quality and cost come from the same drawn
     samples. The cheapest cost is recomputed per replicate. Stability is held at its point value.
     """
-    w = decision.weights
-    rng = np.random.default_rng(seed)
     by_cell: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_cell[r.version][r.category].append(r)
+    arrays = {
+        version: {
+            category: (
+                np.array([np.nan if r.score is None else r.score for r in items], dtype=float),
+                np.array([np.nan if r.sample.cost_usd is None else r.sample.cost_usd for r in items], dtype=float),
+            )
+            for category, items in cats.items()
+        }
+        for version, cats in by_cell.items()
+    }
+    return intervals_of_cells(arrays, weights, stability, decision, alpha, replicates=replicates, seed=seed)
+
+
+def intervals_of_cells(
+    by_cell: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    weights: Mapping[str, float],
+    stability: Mapping[str, float | None],
+    decision: DecisionSection,
+    alpha: float,
+    *,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """`decision_intervals` over arrays: {version: {category: (sample scores, NaN = unscored;
+    costs, NaN = unpriced)}}, versions and categories in the order of their first sample (the
+    order of the draws), samples in file order. `llmwatch report` builds these without rows."""
+    w = decision.weights
+    rng = np.random.default_rng(seed)
     quality: dict[str, np.ndarray] = {}
     cost: dict[str, np.ndarray] = {}
     for version, cats in by_cell.items():
@@ -283,9 +315,8 @@ def decision_intervals(
         den = np.zeros(replicates)
         cost_sum = np.zeros(replicates)
         cost_n = np.zeros(replicates)
-        for category, items in cats.items():
-            score = np.array([np.nan if r.score is None else r.score for r in items], dtype=float)
-            price = np.array([np.nan if r.sample.cost_usd is None else r.sample.cost_usd for r in items], dtype=float)
+        for category, (score, price) in cats.items():
+            items = score
             weight = weights.get(category, min(weights.values(), default=1.0))
             # Replicates in chunks of at most ~4M draws: a report over 100k samples stays in tens of MB.
             step = max(1, _DRAWS_PER_CHUNK // len(items))

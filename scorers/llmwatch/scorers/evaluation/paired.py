@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Iterable, Sequence
@@ -114,30 +115,43 @@ def _z(p: float) -> float:
     return float(_sps.norm.ppf(p))
 
 
+_RESULT_CODES = {"pass": 0, "fail": 1}
+
+
 def _check_rows(
-    pairs: Sequence[Pair], category: str, confidence: float, margin_points: float, alpha: float, power: float
+    cols: "PairColumns",
+    keep: np.ndarray,
+    category: str,
+    confidence: float,
+    margin_points: float,
+    alpha: float,
+    power: float,
 ) -> list[Row]:
-    """Per check: paired pass/fail table, McNemar, pass-rate difference; Wilcoxon on values."""
-    per_check: dict[str, list[tuple[str, str, float | None, float | None]]] = {}
-    for pair in pairs:
-        primary = {s.check: s for s in pair.primary_scores}
-        for s in pair.shadow_scores:
-            p = primary.get(s.check)
-            if p is not None:
-                per_check.setdefault(s.check, []).append((p.result, s.result, p.value, s.value))
+    """Per check: paired pass/fail table, McNemar, pass-rate difference; Wilcoxon on values.
+
+    `keep`: which of the candidate's check entries (one per shadow score with a primary score of
+    the same check, in pair order) count: those of the pairs in the table."""
+    check = np.frombuffer(cols.e_check, dtype=np.int32)[keep]
+    a_all = np.frombuffer(cols.e_primary, dtype=np.int8)[keep]
+    b_all = np.frombuffer(cols.e_shadow, dtype=np.int8)[keep]
+    pv_all = np.frombuffer(cols.e_primary_value, dtype=float)[keep]
+    sv_all = np.frombuffer(cols.e_shadow_value, dtype=float)[keep]
     rows = []
-    for check in sorted(per_check):
-        results = [(a, b) for a, b, _, _ in per_check[check] if a in ("pass", "fail") and b in ("pass", "fail")]
-        n = len(results)
+    for name in sorted(cols.checks.names[c] for c in np.unique(check).tolist()):
+        mine = check == cols.checks.index[name]
+        a, b = a_all[mine], b_all[mine]
+        verdicts = (a <= 1) & (b <= 1)
+        n = int(verdicts.sum())
         if n == 0:
             continue
-        wins = sum(1 for a, b in results if a == "fail" and b == "pass")
-        losses = sum(1 for a, b in results if a == "pass" and b == "fail")
-        p_rate = sum(1 for a, _ in results if a == "pass") / n
-        s_rate = sum(1 for _, b in results if b == "pass") / n
+        a, b = a[verdicts], b[verdicts]
+        wins = int(((a == 1) & (b == 0)).sum())
+        losses = int(((a == 0) & (b == 1)).sum())
+        p_rate = int((a == 0).sum()) / n
+        s_rate = int((b == 0).sum()) / n
         diff, lo, hi = paired_difference_ci(wins, losses, n, confidence)
         row = Row(
-            signal=f"check:{check}",
+            signal=f"check:{name}",
             category=category,
             n=n,
             primary=p_rate * 100,
@@ -155,13 +169,15 @@ def _check_rows(
         discordance = max((wins + losses) / n, 1.0 / n)
         row.needed = _needed(discordance, margin_points / 100.0, alpha, power)
         rows.append(row)
-        values = np.array([[a, b] for _, _, a, b in per_check[check] if a is not None and b is not None], dtype=float)
+        pv, sv = pv_all[mine], sv_all[mine]
+        both = ~np.isnan(pv) & ~np.isnan(sv)
+        values = np.stack([pv[both], sv[both]], axis=1).reshape(-1, 2)
         # Continuous values only: a 0/1 value says no more than the pass/fail row above.
         if len(values) >= MIN_PAIRS and np.ptp(values) > 0 and not np.isin(values, (0.0, 1.0)).all():
             d = values[:, 1] - values[:, 0]
             rows.append(
                 Row(
-                    signal=f"value:{check}",
+                    signal=f"value:{name}",
                     category=category,
                     n=len(values),
                     primary=float(values[:, 0].mean()),
@@ -231,28 +247,121 @@ def _ratio_row(
     return row
 
 
+class _Codes:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def code(self, name: str) -> int:
+        got = self.index.get(name)
+        if got is None:
+            got = self.index[name] = len(self.names)
+            self.names.append(name)
+        return got
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+class PairColumns:
+    """What `compare` reads of one candidate's pairs, as typed columns: tens of bytes a pair.
+
+    A Pair holds two whole Samples (tens of KB as Python objects); `shadow report` adds each pair
+    here as it streams and drops it (issue 29). The answers' similarity is computed on the way."""
+
+    def __init__(self) -> None:
+        self.candidate: str | None = None
+        self.n = 0
+        self.primary_failed = 0
+        self.shadow_failed = 0
+        self.wins = 0  # error rate: the primary failed, the candidate did not
+        self.losses = 0
+        self.checks = _Codes()
+        self.categories = _Codes()
+        # Per pair where both sides answered ("ok"), in order:
+        self.category = array("i")  # -1: none
+        self.latency = array("d")  # primary, shadow, interleaved
+        self.ttft = array("d")  # both sides known, interleaved
+        self.tokens = array("d")
+        self.cost = array("d")
+        self.similarity = array("d")
+        # Per check entry of the ok pairs (each shadow score with a primary score of its check):
+        self.e_pair = array("q")  # index among the ok pairs
+        self.e_check = array("i")
+        self.e_primary = array("b")  # 0 pass, 1 fail, 2 anything else
+        self.e_shadow = array("b")
+        self.e_primary_value = array("d")  # NaN: none
+        self.e_shadow_value = array("d")
+
+    def add(self, pair: Pair) -> None:
+        if self.candidate is None:
+            self.candidate = pair.candidate
+        self.n += 1
+        pf, sf = _failed(pair.primary), _failed(pair.shadow)
+        self.primary_failed += pf
+        self.shadow_failed += sf
+        self.wins += pf and not sf
+        self.losses += sf and not pf
+        if pf or sf:
+            return
+        p, s = pair.primary, pair.shadow
+        k = len(self.category)
+        self.category.append(self.categories.code(pair.category) if pair.category else -1)
+        self.latency.extend((p.latency_ms, s.latency_ms))
+        if p.ttft_ms is not None and s.ttft_ms is not None:
+            self.ttft.extend((p.ttft_ms, s.ttft_ms))
+        if p.usage.output_tokens is not None and s.usage.output_tokens is not None:
+            self.tokens.extend((p.usage.output_tokens, s.usage.output_tokens))
+        if p.cost_usd is not None and s.cost_usd is not None:
+            self.cost.extend((p.cost_usd, s.cost_usd))
+        self.similarity.append(normalized_similarity(p.answer_text(), s.answer_text()))
+        primary = {sc.check: sc for sc in pair.primary_scores}
+        for sc in pair.shadow_scores:
+            ps = primary.get(sc.check)
+            if ps is None:
+                continue
+            self.e_pair.append(k)
+            self.e_check.append(self.checks.code(sc.check))
+            self.e_primary.append(_RESULT_CODES.get(ps.result, 2))
+            self.e_shadow.append(_RESULT_CODES.get(sc.result, 2))
+            self.e_primary_value.append(_nan(ps.value))
+            self.e_shadow_value.append(_nan(sc.value))
+
+
+def _pairs_of(values: array) -> np.ndarray:
+    return np.frombuffer(values, dtype=float).reshape(-1, 2)
+
+
 def compare(
     pairs: Sequence[Pair], margins: ShadowMargins, *, alpha: float = 0.05, power: float = 0.95
 ) -> CandidateReport:
     """The comparison table and the verdict of one candidate's pairs."""
-    candidate = pairs[0].candidate if pairs else "?"
+    cols = PairColumns()
+    for pair in pairs:
+        cols.add(pair)
+    return compare_columns(cols, margins, alpha=alpha, power=power)
+
+
+def compare_columns(
+    cols: PairColumns, margins: ShadowMargins, *, alpha: float = 0.05, power: float = 0.95
+) -> CandidateReport:
+    """`compare` over the columns of one candidate's pairs (`PairColumns`, filled as they stream)."""
+    candidate = cols.candidate if cols.candidate is not None else "?"
     # Two-sided (1 - 2 alpha) intervals: each bound is a one-sided (1 - alpha) bound.
     confidence = 1.0 - 2.0 * alpha
     rows: list[Row] = []
-    n = len(pairs)
+    n = cols.n
     # Error rate: a failed candidate call is a loss whatever the checks say.
-    pe = [_failed(p.primary) for p in pairs]
-    se_ = [_failed(p.shadow) for p in pairs]
-    wins = sum(1 for a, b in zip(pe, se_) if a and not b)
-    losses = sum(1 for a, b in zip(pe, se_) if b and not a)
+    wins, losses = cols.wins, cols.losses
     if n:
         diff, lo, hi = paired_difference_ci(losses, wins, n, confidence)  # candidate minus primary error rate
         er = Row(
             signal="error_rate",
             category="*",
             n=n,
-            primary=sum(pe) / n * 100,
-            shadow=sum(se_) / n * 100,
+            primary=cols.primary_failed / n * 100,
+            shadow=cols.shadow_failed / n * 100,
             effect=diff * 100,
             ci_low=lo * 100,
             ci_high=hi * 100,
@@ -265,55 +374,42 @@ def compare(
         )
         er.needed = _needed(max((wins + losses) / n, 1.0 / n), margins.error_rate_points / 100.0, alpha, power)
         rows.append(er)
-    ok = [p for p in pairs if not _failed(p.primary) and not _failed(p.shadow)]
-    rows.extend(_check_rows(ok, "*", confidence, margins.pass_rate_points, alpha, power))
-    lat = np.array([[p.primary.latency_ms, p.shadow.latency_ms] for p in ok], dtype=float).reshape(-1, 2)
+    every = np.ones(len(cols.e_check), dtype=bool)
+    rows.extend(_check_rows(cols, every, "*", confidence, margins.pass_rate_points, alpha, power))
+    lat = _pairs_of(cols.latency)
     row = _ratio_row(
         "latency_p95", lat[:, 0], lat[:, 1], "p95", confidence, margins.p95_latency_ratio, alpha, power, "ms"
     )
     if row:
         rows.append(row)
-    ttft = np.array(
-        [
-            [p.primary.ttft_ms, p.shadow.ttft_ms]
-            for p in ok
-            if p.primary.ttft_ms is not None and p.shadow.ttft_ms is not None
-        ],
-        dtype=float,
-    ).reshape(-1, 2)
+    ttft = _pairs_of(cols.ttft)
     row = _ratio_row("ttft_p95", ttft[:, 0], ttft[:, 1], "p95", confidence, margins.p95_ttft_ratio, alpha, power, "ms")
     if row:
         rows.append(row)
-    toks = np.array(
-        [
-            [p.primary.usage.output_tokens, p.shadow.usage.output_tokens]
-            for p in ok
-            if p.primary.usage.output_tokens is not None and p.shadow.usage.output_tokens is not None
-        ],
-        dtype=float,
-    ).reshape(-1, 2)
+    toks = _pairs_of(cols.tokens)
     row = _ratio_row("output_tokens_mean", toks[:, 0], toks[:, 1], "mean", confidence, None, alpha, power, "tokens")
     if row:
         rows.append(row)
-    cost = np.array(
-        [
-            [p.primary.cost_usd, p.shadow.cost_usd]
-            for p in ok
-            if p.primary.cost_usd is not None and p.shadow.cost_usd is not None
-        ],
-        dtype=float,
-    ).reshape(-1, 2)
+    cost = _pairs_of(cols.cost)
     row = _ratio_row("cost_mean", cost[:, 0], cost[:, 1], "mean", confidence, margins.cost_ratio, alpha, power, "USD")
     if row:
         rows.append(row)
     # Per category: the same check table within each category (reported, adjusted on their own).
-    categories = sorted({p.category for p in ok if p.category})
+    pair_category = np.frombuffer(cols.category, dtype=np.int32)
+    entry_category = pair_category[np.frombuffer(cols.e_pair, dtype=np.int64)]
     category_rows: list[Row] = []
-    for cat in categories:
+    for cat in sorted(cols.categories.names):
         category_rows.extend(
-            _check_rows([p for p in ok if p.category == cat], cat, confidence, margins.pass_rate_points, alpha, power)
+            _check_rows(
+                cols,
+                entry_category == cols.categories.index[cat],
+                cat,
+                confidence,
+                margins.pass_rate_points,
+                alpha,
+                power,
+            )
         )
-
     verdict_rows = [r for r in rows if r.kind in ("rate", "rate_up", "ratio")]
     _holm(verdict_rows)
     _holm([r for r in rows if r.kind == "info"] + category_rows)
@@ -336,9 +432,9 @@ def compare(
         overall = INCONCLUSIVE
         if n < MIN_PAIRS:
             needed.append(MIN_PAIRS)
-    sims = [normalized_similarity(p.primary.answer_text(), p.shadow.answer_text()) for p in ok]
+    sims = np.frombuffer(cols.similarity, dtype=float)
     similarity: dict[str, float | None] = {"mean": None, "ci_low": None, "ci_high": None, "n": len(sims)}
-    if sims:
+    if len(sims):
         arr = np.array(sims)
         mean = float(arr.mean())
         half = (

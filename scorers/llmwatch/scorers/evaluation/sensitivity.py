@@ -46,6 +46,7 @@ From live samples, per model version:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections import defaultdict
@@ -65,8 +66,11 @@ __all__ = [
     "PromptSensitivity",
     "lexical_key",
     "prompt_sensitivity",
+    "replace_widest",
+    "request_text",
     "sensitivity_figure",
     "sensitivity_text",
+    "version_sensitivity",
 ]
 
 log = structlog.get_logger(__name__)
@@ -105,11 +109,14 @@ def lexical_key(text: str) -> str:
     return hashlib.blake2b(" ".join(words).encode(), digest_size=12).hexdigest()
 
 
-def _clusters(texts: Sequence[str], embed: Embed | None, threshold: float) -> list[int]:
-    """A cluster index per text (texts in a fixed order; the result is deterministic)."""
+def _clusters(
+    texts: Sequence[str], embed: Embed | None, threshold: float, lexical: Callable[[str], Any] = lexical_key
+) -> list[int]:
+    """A cluster index per text (texts in a fixed order; the result is deterministic). `lexical`:
+    the key that groups texts without embeddings (the streamed report passes keys already made)."""
     if embed is None:
-        ids: dict[str, int] = {}
-        return [ids.setdefault(lexical_key(t), len(ids)) for t in texts]
+        ids: dict[Any, int] = {}
+        return [ids.setdefault(lexical(t), len(ids)) for t in texts]
     from llmwatch.scorers.drift.prompt_space import near_duplicates
 
     try:
@@ -196,77 +203,116 @@ def prompt_sensitivity(
     for version, items in sorted(by_version.items()):
         # A phrasing is one request on one route: a completion and a chat of the same text are
         # different requests, clustered apart.
-        by_phrasing: dict[tuple[str, str], list[ScoredSample]] = defaultdict(list)
-        phrasing_text: dict[tuple[str, str], str] = {}
+        by_phrasing: dict[tuple[str, Any], list[ScoredSample]] = defaultdict(list)
+        phrasing_text: dict[tuple[str, Any], str] = {}
         for r in items:
             key = (r.sample.route, prompt_hash(r.sample.request))
             by_phrasing[key].append(r)
             phrasing_text.setdefault(key, request_text(r.sample.request))
-        members: dict[tuple[str, int], list[tuple[str, str]]] = defaultdict(list)
-        for route in sorted({route for route, _ in by_phrasing}):
-            keys = sorted(k for k in by_phrasing if k[0] == route)
-            for key, c in zip(keys, _clusters([phrasing_text[k] for k in keys], embed, cosine_threshold)):
-                members[(route, c)].append(key)
-        phrasing_scores: dict[tuple[str, str], list[float]] = {}
-        for ks in members.values():
-            if len(ks) < 2:
-                continue
-            common = _common([r for k in ks for r in by_phrasing[k]], values)
-            for k in ks:
-                scores = [x for x in (_score(r, values, common) for r in by_phrasing[k]) if x is not None]
-                if scores:
-                    phrasing_scores[k] = scores
-        clusters = [kept for ks in members.values() if len(kept := [k for k in ks if k in phrasing_scores]) >= 2]
-        means = [[float(np.mean(phrasing_scores[k])) for k in ks] for ks in clusters]
-        n_samples = sum(len(phrasing_scores[k]) for ks in clusters for k in ks)
-        if len(clusters) < max(2, min_clusters):
-            out.append(
-                PromptSensitivity(
-                    version, "insufficient", None, None, len(clusters), sum(len(ks) for ks in clusters), n_samples
-                )
-            )
-            continue
-        figure, ci, share, between = sensitivity_figure(means, draws=draws, seed=seed)
-        order = sorted(range(len(clusters)), key=lambda i: (min(means[i]) - max(means[i]), clusters[i][0]))
-        widest: list[dict[str, Any]] = [
-            {
-                "prompt": phrasing_text[clusters[i][0]][:120],
-                "phrasings": len(clusters[i]),
-                "min": min(means[i]),
-                "max": max(means[i]),
-            }
-            for i in order[:3]
-        ]
-        out.append(
-            PromptSensitivity(
-                model_version=version,
-                verdict="measured" if figure is not None else "insufficient",
-                sensitivity=figure,
-                ci=ci,
-                clusters=len(clusters),
-                phrasings=sum(len(ks) for ks in clusters),
-                samples=n_samples,
-                within_share=share,
-                between_spread=between,
-                widest=widest,
-            )
+        figure, widest = version_sensitivity(
+            version,
+            by_phrasing,
+            phrasing_text.__getitem__,
+            (lambda r: values.get(r.sample.id, {})) if values is not None else None,
+            lambda r: r.score,
+            embed=embed,
+            cosine_threshold=cosine_threshold,
+            min_clusters=min_clusters,
+            draws=draws,
+            seed=seed,
         )
+        out.append(replace_widest(figure, {k: phrasing_text[k] for k in widest}, widest))
     return out
 
 
-def _common(rows: Sequence[ScoredSample], values: Mapping[str, Mapping[str, float]] | None) -> set[str]:
+def version_sensitivity(
+    version: str,
+    by_phrasing: Mapping[tuple[str, Any], Sequence[Any]],
+    cluster_text: Callable[[tuple[str, Any]], Any],
+    values_of: Callable[[Any], Mapping[str, float]] | None,
+    score_of: Callable[[Any], float | None],
+    *,
+    embed: Embed | None = None,
+    lexical: Callable[[str], Any] = lexical_key,
+    cosine_threshold: float = COSINE_THRESHOLD,
+    min_clusters: int = MIN_CLUSTERS,
+    draws: int = 1000,
+    seed: int = 0,
+) -> tuple[PromptSensitivity, list[tuple[str, Any]]]:
+    """One version's figure from its phrasings: (route, prompt hash) -> its samples (any record:
+    `values_of` and `score_of` read them), and the keys of the widest clusters' first phrasings,
+    whose texts the caller puts in `widest` (`replace_widest`). Keys sort as the prompt hashes do;
+    `cluster_text` gives what a phrasing is clustered by (its text, or its lexical key already
+    made, with `lexical` the identity)."""
+    members: dict[tuple[str, int], list[tuple[str, Any]]] = defaultdict(list)
+    for route in sorted({route for route, _ in by_phrasing}):
+        keys = sorted(k for k in by_phrasing if k[0] == route)
+        texts = [cluster_text(k) for k in keys]
+        for key, c in zip(keys, _clusters(texts, embed, cosine_threshold, lexical)):
+            members[(route, c)].append(key)
+    phrasing_scores: dict[tuple[str, Any], list[float]] = {}
+    for ks in members.values():
+        if len(ks) < 2:
+            continue
+        common = _common([r for k in ks for r in by_phrasing[k]], values_of)
+        for k in ks:
+            scores = [x for x in (_score(r, values_of, score_of, common) for r in by_phrasing[k]) if x is not None]
+            if scores:
+                phrasing_scores[k] = scores
+    clusters = [kept for ks in members.values() if len(kept := [k for k in ks if k in phrasing_scores]) >= 2]
+    means = [[float(np.mean(phrasing_scores[k])) for k in ks] for ks in clusters]
+    n_samples = sum(len(phrasing_scores[k]) for ks in clusters for k in ks)
+    if len(clusters) < max(2, min_clusters):
+        return PromptSensitivity(
+            version, "insufficient", None, None, len(clusters), sum(len(ks) for ks in clusters), n_samples
+        ), []
+    figure, ci, share, between = sensitivity_figure(means, draws=draws, seed=seed)
+    order = sorted(range(len(clusters)), key=lambda i: (min(means[i]) - max(means[i]), clusters[i][0]))
+    widest: list[dict[str, Any]] = [
+        {"prompt": "", "phrasings": len(clusters[i]), "min": min(means[i]), "max": max(means[i])} for i in order[:3]
+    ]
+    return PromptSensitivity(
+        model_version=version,
+        verdict="measured" if figure is not None else "insufficient",
+        sensitivity=figure,
+        ci=ci,
+        clusters=len(clusters),
+        phrasings=sum(len(ks) for ks in clusters),
+        samples=n_samples,
+        within_share=share,
+        between_spread=between,
+        widest=widest,
+    ), [clusters[i][0] for i in order[:3]]
+
+
+def replace_widest(
+    figure: PromptSensitivity, texts: Mapping[tuple[str, Any], str], keys: Sequence[tuple[str, Any]]
+) -> PromptSensitivity:
+    """`figure` with the texts of its widest clusters (first 120 characters)."""
+    if not keys:
+        return figure
+    widest = [{**w, "prompt": texts[k][:120]} for w, k in zip(figure.widest, keys)]
+    return dataclasses.replace(figure, widest=widest)
+
+
+def _common(rows: Sequence[Any], values_of: Callable[[Any], Mapping[str, float]] | None) -> set[str]:
     """The checks that judged every sample of a cluster (that judged it at all)."""
-    if values is None:
+    if values_of is None:
         return set()
-    sets = [set(values.get(r.sample.id, ())) for r in rows]
+    sets = [set(values_of(r)) for r in rows]
     sets = [x for x in sets if x]
     return set.intersection(*sets) if sets else set()
 
 
-def _score(row: ScoredSample, values: Mapping[str, Mapping[str, float]] | None, common: set[str]) -> float | None:
-    if values is None or not common:
-        return row.score
-    mine = [v for c, v in values.get(row.sample.id, {}).items() if c in common]
+def _score(
+    row: Any,
+    values_of: Callable[[Any], Mapping[str, float]] | None,
+    score_of: Callable[[Any], float | None],
+    common: set[str],
+) -> float | None:
+    if values_of is None or not common:
+        return score_of(row)
+    mine = [v for c, v in values_of(row).items() if c in common]
     return sum(mine) / len(mine) if mine else None
 
 

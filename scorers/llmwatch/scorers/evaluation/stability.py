@@ -53,6 +53,7 @@ __all__ = [
     "StabilityCell",
     "combined_stability",
     "decay_slope",
+    "decay_slope_arrays",
     "group_stability",
     "prompt_hash",
     "sampling_stability",
@@ -95,7 +96,7 @@ def prompt_hash(request: Any) -> str:
     return hashlib.sha256(orjson.dumps([messages, extra], option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def group_stability(values: Sequence[float]) -> tuple[float, float, float]:
+def group_stability(values: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
     """(mean, population variance, clip(1 - CV, 0, 1)) with CV := 0 when the mean is 0."""
     arr = np.asarray(values, dtype=float)
     mean = float(arr.mean())
@@ -155,19 +156,27 @@ def sampling_stability(
 def decay_slope(points: Sequence[tuple[int, float]], max_turn: int = MAX_TURN) -> dict[str, Any] | None:
     """OLS of score on turn over turns 1..max_turn: slope, its standard error, per-turn means; None if unfit."""
     pts = [(t, s) for t, s in points if 1 <= t <= max_turn]
-    turns = sorted({t for t, _ in pts})
-    if len(pts) < 3 or len(turns) < 2:
+    return decay_slope_arrays(
+        np.asarray([t for t, _ in pts], dtype=float), np.asarray([s for _, s in pts], dtype=float), max_turn
+    )
+
+
+def decay_slope_arrays(turn: np.ndarray, score: np.ndarray, max_turn: int = MAX_TURN) -> dict[str, Any] | None:
+    """`decay_slope` of the points (turn[i], score[i]), in their order: what `report` keeps per sample."""
+    keep = (turn >= 1) & (turn <= max_turn)
+    x = np.asarray(turn[keep], dtype=float)
+    y = np.asarray(score[keep], dtype=float)
+    turns = [int(t) for t in np.unique(x)]
+    if len(x) < 3 or len(turns) < 2:
         return None
-    x = np.asarray([t for t, _ in pts], dtype=float)
-    y = np.asarray([s for _, s in pts], dtype=float)
     xm, ym = x.mean(), y.mean()
     sxx = float(((x - xm) ** 2).sum())
     slope = float(((x - xm) * (y - ym)).sum() / sxx)
     intercept = float(ym - slope * xm)
     ssr = float(((y - (intercept + slope * x)) ** 2).sum())
-    stderr = math.sqrt(ssr / (len(pts) - 2) / sxx)
+    stderr = math.sqrt(ssr / (len(x) - 2) / sxx)
     by_turn = {str(t): {"mean": float(y[x == t].mean()), "n": int((x == t).sum())} for t in turns}
-    return {"slope": slope, "stderr": stderr, "intercept": intercept, "n": len(pts), "by_turn": by_turn}
+    return {"slope": slope, "stderr": stderr, "intercept": intercept, "n": len(x), "by_turn": by_turn}
 
 
 def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:

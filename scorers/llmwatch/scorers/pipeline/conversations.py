@@ -31,7 +31,9 @@ from llmwatch.core.wire import content_to_text
 __all__ = [
     "ConversationTracker",
     "ConversationsSection",
+    "HistoryDigests",
     "declared_conversation",
+    "history_digests",
     "link_samples",
     "user_count",
 ]
@@ -110,27 +112,14 @@ class ConversationTracker:
         answer: str | None = None,
     ) -> tuple[str, int]:
         """(conversation id, turn) of one chat call; remembers it for the calls that continue it."""
-        h = hashlib.blake2b(digest_size=16)
-        update = h.update
-        users = 0
-        # For each assistant message i: the digests of messages[:i+1] (the history with that
-        # answer, the stronger key) and of messages[:i] (the request that got it).
-        at_assistant: list[tuple[bytes, bytes]] = []
-        for m in messages:
-            if type(m) is not dict:
-                continue
-            role = m.get("role", "user")
-            content = m.get("content")
-            text = content if type(content) is str else content_to_text(content)
-            if role == "assistant":
-                before = h.digest()
-                update(_frame(role, text))
-                at_assistant.append((h.digest(), before))
-            else:
-                users += role == "user"
-                update(_frame(role, text))
-        turn = max(1, users)
-        full = h.digest()
+        return self.observe_digests(history_digests(messages, answer), now=now, call_id=call_id, declared=declared)
+
+    def observe_digests(
+        self, digests: HistoryDigests, *, now: float, call_id: str, declared: str | None = None
+    ) -> tuple[str, int]:
+        """`observe` of a call whose history was hashed earlier (`history_digests`): offline
+        commands hash each sample as they stream it and link them later, in time order."""
+        full, at_assistant, answered, turn = digests
         conversation: str | None = None
         if declared:
             conversation = declared_conversation(declared)
@@ -147,13 +136,45 @@ class ConversationTracker:
                 self.started += 1
                 conversation = "h-" + hashlib.blake2b(full + call_id.encode(), digest_size=8).hexdigest()
         self._put(full, conversation, now)
-        if answer:
+        if answered is not None:
             # The next call's history ends with this answer: keying on it too keeps two
             # conversations that opened with the same words apart.
-            answered = h.copy()
-            answered.update(_frame("assistant", answer))
-            self._put(answered.digest(), conversation, now)
+            self._put(answered, conversation, now)
         return conversation, turn
+
+
+# (digest of the whole message list, per assistant message (digest with it, digest before it),
+# digest of the list with the answer appended or None, turn): what `observe` looks up and keeps.
+HistoryDigests = tuple[bytes, tuple[tuple[bytes, bytes], ...], bytes | None, int]
+
+
+def history_digests(messages: Sequence[Any], answer: str | None = None) -> HistoryDigests:
+    """The digests `ConversationTracker.observe` needs of one call, hashed once (O(text))."""
+    h = hashlib.blake2b(digest_size=16)
+    update = h.update
+    users = 0
+    # For each assistant message i: the digests of messages[:i+1] (the history with that
+    # answer, the stronger key) and of messages[:i] (the request that got it).
+    at_assistant: list[tuple[bytes, bytes]] = []
+    for m in messages:
+        if type(m) is not dict:
+            continue
+        role = m.get("role", "user")
+        content = m.get("content")
+        text = content if type(content) is str else content_to_text(content)
+        if role == "assistant":
+            before = h.digest()
+            update(_frame(role, text))
+            at_assistant.append((h.digest(), before))
+        else:
+            users += role == "user"
+            update(_frame(role, text))
+    answered = None
+    if answer:
+        copy = h.copy()
+        copy.update(_frame("assistant", answer))
+        answered = copy.digest()
+    return h.digest(), tuple(at_assistant), answered, max(1, users)
 
 
 def link_samples(samples: Iterable[Any], tracker: ConversationTracker | None = None) -> list[Any]:

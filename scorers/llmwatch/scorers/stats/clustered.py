@@ -25,6 +25,9 @@ import numpy as np
 __all__ = ["ClusteredSlope", "cluster_bootstrap_slope"]
 
 _CHUNK = 64
+# Weights drawn at once at most (16 MB of floats): a million conversations would make 64 draws
+# half a gigabyte. The Poisson stream is the same whatever the chunking, so are the intervals.
+_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,8 @@ class ClusteredSlope:
 
 def cluster_bootstrap_slope(
     cluster: Sequence[Hashable],
-    x: Sequence[float],
-    y: Sequence[float],
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
     *,
     bucket: Sequence[str] | None = None,
     draws: int = 1000,
@@ -79,7 +82,7 @@ def cluster_bootstrap_slope(
     means: list[np.ndarray] = []
     done = 0
     while done < draws and k:
-        size = min(_CHUNK, draws - done)
+        size = min(_CHUNK, max(1, _CELLS // k), draws - done)
         w = rng.poisson(1.0, size=(size, k)).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             slopes.append((w @ sxy) / (w @ sxx))

@@ -14,6 +14,7 @@ import numpy as np
 from scipy import stats as _sps
 
 _BOOTSTRAP = 1000
+_DRAWS_PER_CHUNK = 4_000_000
 
 
 def mcnemar_worse_p(wins: int, losses: int) -> float:
@@ -72,9 +73,15 @@ def bootstrap_ratio(
     base = float(of(primary))
     point = float(of(shadow)) / base if base > 0 else math.inf
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(primary), size=(_BOOTSTRAP, len(primary)))
-    num = of(shadow[idx], axis=1)
-    den = of(primary[idx], axis=1)
+    # Replicates in chunks of at most ~4M draws: 1,000 replicates of a million pairs at once would
+    # be 24 GB of indices and values (issue 29). The draws are the same whatever the chunking.
+    step = max(1, _DRAWS_PER_CHUNK // max(1, len(primary)))
+    nums, dens = [], []
+    for done in range(0, _BOOTSTRAP, step):
+        idx = rng.integers(0, len(primary), size=(min(step, _BOOTSTRAP - done), len(primary)))
+        nums.append(of(shadow[idx], axis=1))
+        dens.append(of(primary[idx], axis=1))
+    num, den = np.concatenate(nums), np.concatenate(dens)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
     tail = (1.0 - confidence) / 2.0 * 100.0
