@@ -177,6 +177,12 @@ def test_the_conversations_list_ranks_by_decay_length_or_recency_under_the_filte
     assert conversation_links(body) == [conversation_id(n) for n in (6, 5, 4, 3, 2, 1)]
     _, _, body = get(f"{ui.base}/conversations?model_version=A&order=turns")
     assert conversation_links(body) == [conversation_id(n) for n in (6, 1, 4)]
+    # A check filter does not cut conversations down to their failing turns: same list, same shares.
+    _, _, everything = get(f"{ui.base}/conversations?order=turns")
+    _, _, filtered = get(f"{ui.base}/conversations?order=turns&check=min_length&outcome=fail")
+    assert re.search(r"<tbody>.*</tbody>", filtered, re.S).group(0) == re.search(
+        r"<tbody>.*</tbody>", everything, re.S
+    ).group(0)  # type: ignore[union-attr]
 
     status, _, body = get(f"{ui.base}/conversations?order=worst")
     assert status == 400 and "order=&#x27;worst&#x27;: one of decay, turns, recent" in body

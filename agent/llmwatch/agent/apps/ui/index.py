@@ -634,8 +634,10 @@ class Index:
         self, f: Filters, order: str = "decay", limit: int = PAGE_SIZE
     ) -> tuple[int, list[dict[str, Any]]]:
         """A page of conversations among the samples `f` selects: per conversation its sampled calls,
-        last turn, versions, times, and the pass share of its first and last sampled turn (the decay)."""
-        where, params = f.where()
+        last turn, versions, times, and the pass share of its first and last sampled turn (the decay).
+        The check, outcome, failure mode and text filters are not applied: they would keep only some of
+        a conversation's turns and make its first and last turn other ones (as `versions` does)."""
+        where, params = replace(f, check="", outcome="", failure_mode="", q="", conversation="").where()
         per_call = (
             "SELECT s.id, s.conversation_id, coalesce(s.turn, 0) AS turn, s.ts, s.model_version, "
             "count(sc.result) FILTER (WHERE sc.result = 'pass') AS passed, "
