@@ -1,9 +1,10 @@
 """`llmwatch ui` on N generated samples: index build time, page load times, peak RSS.
 
-    python bench/ui.py [--samples 100000] [--data-dir DIR] [--repeat 5]
+    python bench/ui.py [--samples 100000] [--conversations 5000] [--data-dir DIR] [--repeat 5]
 
 Generates the data directory (tests/helpers/ui_data.py: real Sample/Score/Pair records, 3 scores
-per sample) unless DIR already holds one, starts `llmwatch ui` as a real process on it, times
+per sample; with --conversations, that many chat conversations of 1-10 turns on top, their lines
+shuffled) unless DIR already holds one, starts `llmwatch ui` as a real process on it, times
 each page (the whole HTTP response, read to the end) `--repeat` times, then reads the process's
 peak resident set (VmHWM from /proc) and the index build time it logged.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers.ui_data import generate  # noqa: E402
+from helpers.ui_data import conversation_id, generate, generate_conversations  # noqa: E402
 
 PAGES = (
     "/samples",
@@ -35,6 +36,15 @@ PAGES = (
     "/versions?category=shipping",
     "/shadow",
 )
+# With --conversations: the conversation view (conversation 7 has 8 turns, version B).
+CONVERSATION_PAGES = (
+    "/samples/cnv-007-05",
+    f"/conversations/{conversation_id(7)}",
+    "/conversations",
+    "/conversations?order=turns&model_version=B",
+    "/conversations?order=recent&page=3",
+    f"/samples?conversation={conversation_id(7)}",
+)
 
 
 def main() -> int:
@@ -42,12 +52,15 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=100_000)
     ap.add_argument("--data-dir")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--conversations", type=int, default=0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(args.data_dir or tmp)
         if not (data / "samples").is_dir():
             t = time.perf_counter()
             generate(data, args.samples)
+            if args.conversations:
+                generate_conversations(data, {n: ("AB"[n % 2], 1 + n % 10) for n in range(args.conversations)})
             print(f"generated {args.samples} samples in {time.perf_counter() - t:.1f} s", flush=True)
         size = sum(p.stat().st_size for p in data.rglob("*.jsonl"))
         started = time.perf_counter()
@@ -74,7 +87,7 @@ def main() -> int:
             port = int(line.split("127.0.0.1:")[1].split(" ")[0])
             times: dict[str, list[float]] = {}
             for _ in range(args.repeat):
-                for page in PAGES:
+                for page in PAGES + (CONVERSATION_PAGES if args.conversations else ()):
                     t = time.perf_counter()
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=60) as resp:
                         resp.read()
@@ -92,7 +105,9 @@ def main() -> int:
             ),
             None,
         )
-        print(f"data: {args.samples} samples, {size / 1e6:.0f} MB of JSON Lines")
+        extra = sum(1 + n % 10 for n in range(args.conversations))
+        convs = f" (+{extra} in {args.conversations} conversations)" if args.conversations else ""
+        print(f"data: {args.samples} samples{convs}, {size / 1e6:.0f} MB of JSON Lines")
         print(f"start to listening: {ready:.1f} s (index build {index_s} s); peak RSS {hwm / 1024:.0f} MiB")
         print("| page | median | max |\n|---|---|---|")
         for page, ts in times.items():

@@ -1,6 +1,7 @@
 """`llmwatch ui` in a real Chromium: the printed link, the filter form to a sample's page, and the
-URL a Grafana data link of the shipped quality dashboard opens, with no failed request, no
-console error and nothing fetched from anywhere but the app."""
+URL a Grafana data link of the shipped quality dashboard opens, and from a sample to its
+conversation's turns, with no failed request, no console error and nothing fetched from anywhere
+but the app."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers.browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
 from helpers.ui_app import UiServer
-from helpers.ui_data import START, generate
+from helpers.ui_data import HOSTILE_TURN, START, conversation_id, generate, generate_conversations
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -106,3 +107,47 @@ def test_from_the_filter_form_to_a_sample_and_from_a_grafana_data_link(browser, 
     assert "min_length" in browser.find_element(By.ID, "pass-rates").text
     clean(browser)
     screenshot(browser, "ui-versions.png", tmp_path)
+
+
+def test_from_a_sample_to_its_conversation_and_its_turns_in_order(browser, tmp_path: Path):
+    data = tmp_path / "llmwatch-data"
+    generate(data, 30, pairs=0)
+    # Version B's conversation 2 loses min_length from turn 3 on; its lines lie shuffled in the file,
+    # and its second user message is markup.
+    generate_conversations(data, {1: ("A", 3), 2: ("B", 4)})
+    server = UiServer(data, "--auth", "token")
+    try:
+        browser.get(server.link)
+        WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "count"))
+        browser.get(f"{server.base}/samples/cnv-002-03")
+        WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "conversation-link"))
+        facts = browser.find_element(By.ID, "facts").text
+        assert re.search(rf"conversation\s+{conversation_id(2)}, turn 3 of 4", facts), facts
+        clean(browser)
+
+        browser.find_element(By.ID, "conversation-link").click()
+        WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "turns"))
+        assert browser.current_url == f"{server.base}/conversations/{conversation_id(2)}"
+        rows = browser.find_elements(By.CSS_SELECTOR, "#turns tr.turn")
+        cells = [r.find_elements(By.TAG_NAME, "td") for r in rows]
+        assert [c[0].text for c in cells] == ["1", "2", "3", "4"]
+        # Each turn's own user message; the second is markup, shown as text (clean(): no image fetched, no script run).
+        assert [c[3].text for c in cells] == [
+            "Conversation 2, turn 1: and then what?", HOSTILE_TURN,
+            "Conversation 2, turn 3: and then what?", "Conversation 2, turn 4: and then what?",
+        ]  # fmt: skip
+        assert [("min_length: pass" in c[5].text) for c in cells] == [True, True, False, False]
+        assert all(c[4].text.startswith(f"Answer {k} of 2:") for k, c in enumerate(cells, start=1))
+        clean(browser)
+        screenshot(browser, "ui-conversation.png", tmp_path)
+
+        # Back to a turn's own page, and on to the list of conversations, the decaying one first.
+        cells[2][1].find_element(By.TAG_NAME, "a").click()
+        WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/samples/cnv-002-03"))
+        browser.find_element(By.ID, "nav-conversations").click()
+        WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "conversations"))
+        listed = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#conversations a.conversation-link")]
+        assert listed == [conversation_id(2), conversation_id(1)]
+        clean(browser)
+    finally:
+        server.stop()

@@ -176,3 +176,74 @@ def generate(
             b = make_sample(2 * i + 1, random.Random(seed + i))
             fh.write(make_pair(i, a, b).to_json() + b"\n")
     return Generated(n, n_scores, pairs, hostile_id)
+
+
+HOSTILE_TURN = "<script>alert('turn')</script><img src=x onerror=alert(3)> & \"quoted\""
+
+
+def conversation_id(n: int) -> str:
+    return f"h-{n:016x}"
+
+
+def make_turn(n: int, version: str, turn: int, when: datetime, rng: random.Random, hostile: bool = False) -> Sample:
+    """Turn `turn` of conversation `n`: the whole history as a chat client resends it, the new user
+    message last. Version B's answers shrink turn after turn (min_length fails from turn 3): a decay."""
+    history: list[dict[str, str]] = [{"role": "system", "content": "Be brief."}]
+
+    def user(k: int) -> str:
+        return HOSTILE_TURN if hostile and k == 2 else f"Conversation {n}, turn {k}: and then what?"
+
+    def answer(k: int) -> str:
+        words = 20 if version == "A" else max(2, 16 - 5 * (k - 1))
+        return " ".join([f"Answer {k} of {n}:"] + ["step"] * words)
+
+    for k in range(1, turn):
+        history += [{"role": "user", "content": user(k)}, {"role": "assistant", "content": answer(k)}]
+    history.append({"role": "user", "content": user(turn)})
+    text = answer(turn)
+    return Sample(
+        id=f"cnv-{n:03d}-{turn:02d}",
+        timestamp=when,
+        route=ROUTES[0],
+        operation="chat",
+        model="gpt-4o-mini",
+        model_version=version,
+        status=200,
+        latency_ms=round(rng.uniform(200, 900), 1),
+        stream=False,
+        usage={"input_tokens": 10 * turn, "output_tokens": len(text.split())},
+        finish_reason="stop",
+        cost_usd=1e-5,
+        request={"model": "gpt-4o-mini", "messages": history},
+        response={
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+        },
+        sample_reason="rate",
+        metadata={"category": "account"},
+        conversation_id=conversation_id(n),
+        turn=turn,
+    )
+
+
+def generate_conversations(data_dir: Path, plan: dict[int, tuple[str, int]], *, seed: int = 11) -> list[Sample]:
+    """Conversations `n -> (version, turns)` into `data_dir`, their scores too. Lines are written in
+    a shuffled order (what several replicas appending to rotated files leave), so an ordered view
+    has to sort them; conversation 2's second user message is markup."""
+    rng = random.Random(seed)
+    samples = [
+        make_turn(n, version, k, START + timedelta(hours=1, minutes=n, seconds=10 * k), rng, hostile=n == 2)
+        for n, (version, turns) in plan.items()
+        for k in range(1, turns + 1)
+    ]
+    for sub in ("samples", "scores", "pairs"):
+        (data_dir / sub).mkdir(parents=True, exist_ok=True)
+    shuffled = samples[:]
+    rng.shuffle(shuffled)
+    with (
+        open(data_dir / "samples" / "samples-20261201-0900.jsonl", "ab") as out,
+        open(data_dir / "scores" / "scores-20261201-0900.jsonl", "ab") as sc,
+    ):
+        for sample in shuffled:
+            out.write(sample.to_json() + b"\n")
+            sc.write(b"".join(s.to_json() + b"\n" for s in make_scores(sample, rng)))
+    return samples

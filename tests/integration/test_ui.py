@@ -358,6 +358,36 @@ def test_a_live_sidecars_data_directory_redacted_samples_and_all(tmp_path: Path)
             assert time.monotonic() < deadline, get(f"{ui.base}/healthz")[2]
             time.sleep(0.2)
         assert count(get(f"{ui.base}/samples?q=Question+9")[2]) == 1
+
+        # A two-turn chat through the proxy, no conversation header: the sidecar follows the history,
+        # and the second turn's page links to the conversation, both turns in order.
+        def chat(messages: list[dict]) -> str:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                data=json.dumps({"model": "sim-gpt-4o-mini", "messages": messages}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return json.loads(resp.read())["choices"][0]["message"]["content"]
+
+        history = [{"role": "user", "content": "Turn one: where is parcel 4711?"}]
+        history += [{"role": "assistant", "content": chat(history)}, {"role": "user", "content": "Turn two: and when?"}]
+        chat(history)
+        deadline = time.monotonic() + 60
+        while count(get(f"{ui.base}/samples?q=turn+two")[2]) < 1:
+            assert time.monotonic() < deadline, get(f"{ui.base}/healthz")[2]
+            time.sleep(0.2)  # polling the state under test (the UI's refresh), with a deadline
+        second = listed_ids(get(f"{ui.base}/samples?q=turn+two")[2])[0]
+        first = listed_ids(get(f"{ui.base}/samples?q=turn+one")[2])[0]
+        _, _, page = get(f"{ui.base}/samples/{quote(second, safe='')}")
+        link = re.search(r'id="conversation-link" href="([^"]+)"', page)
+        assert link and "turn 2 of 2" in page
+        _, _, conversation = get(ui.base + link.group(1))
+        rows = re.findall(
+            r'<tr class="turn" id="turn-[^"]+"><td class=num>(\d+)</td><td><a class="sample-link" href="/samples/([^"]+)"',
+            conversation,
+        )
+        assert rows == [("1", quote(first, safe="")), ("2", quote(second, safe=""))]
     finally:
         for proc in (ui, proxy, sim):
             if proc is not None:

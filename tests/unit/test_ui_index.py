@@ -77,6 +77,7 @@ def test_filters_read_lists_times_and_signals():
         ({"page": "0"}, "page='0': a whole number from 1"),
         ({"sort": "name"}, "sort='name': one of time, latency"),
         ({"q": "x" * 501}, "q: at most 500 characters"),
+        ({"conversation": "h-" * 65}, "conversation: at most 128 characters"),
     ],
 )
 def test_a_bad_filter_names_the_parameter_and_what_it_takes(query: dict, message: str):
@@ -124,3 +125,34 @@ def test_a_refresh_reads_each_appended_line_once_and_a_torn_line_once_whole(tmp_
     assert [r["id"] for r in index._rows("SELECT id FROM samples")] == ["n0"]
     path.unlink()
     assert index.refresh() and index.totals()["samples"] == 0
+
+
+def test_conversations_come_from_the_index_turn_order_and_old_files_without_them(tmp_path: Path):
+    """A file written before conversation tracking (no `conversation_id`, or an empty one) reads as no
+    conversation; a conversation's calls come back in turn order whatever the file order."""
+    folder = tmp_path / "samples"
+    old = orjson.loads(chat_sample(id="old").to_json())
+    for key in ("conversation_id", "turn"):
+        old.pop(key, None)
+    empty = orjson.loads(chat_sample(id="empty").to_json()) | {"conversation_id": ""}
+    turns = [chat_sample(id=f"t{k}", prompt=f"turn {k}", conversation_id="h-1", turn=k) for k in (3, 1, 2)]
+    write(
+        folder / "samples-20261201-0000.jsonl", [orjson.dumps(old), orjson.dumps(empty)] + [t.to_json() for t in turns]
+    )
+    index = Index(tmp_path)
+    try:
+        index.refresh()
+        summary, rows = index.conversation("h-1")
+        assert summary is not None and summary["calls"] == 3 and summary["last_turn"] == 3
+        assert [(r["id"], r["turn"], r["prompt"]) for r in rows] == [
+            ("t1", 1, "turn 1"),
+            ("t2", 2, "turn 2"),
+            ("t3", 3, "turn 3"),
+        ]
+        assert index.conversation("h-2") == (None, [])
+        total, listed = index.conversations(Filters())
+        assert total == 1 and [r["conversation_id"] for r in listed] == ["h-1"]
+        assert index.sample("old")["conversation_id"] is None and index.sample("empty")["conversation_id"] is None  # type: ignore[index]
+        assert index.search(Filters.from_query({"conversation": "h-1"}))[0] == 3
+    finally:
+        index.close()

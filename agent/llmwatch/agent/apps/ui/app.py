@@ -36,7 +36,17 @@ import structlog
 from aiohttp import web
 
 from llmwatch.agent.apps.review import SECURITY_HEADERS
-from llmwatch.agent.apps.ui.index import FAILURE_MODES, OUTCOMES, SORTS, FilterError, Filters, Index, read_record
+from llmwatch.agent.apps.ui.index import (
+    CONVERSATION_ORDERS,
+    FAILURE_MODES,
+    OUTCOMES,
+    SORTS,
+    TURNS_PAGE_SIZE,
+    FilterError,
+    Filters,
+    Index,
+    read_record,
+)
 from llmwatch.core.config import ConfigError
 from llmwatch.core.jsonio import atomic_write_bytes, private_path
 from llmwatch.core.wire import content_to_text, extract_answer_text
@@ -117,7 +127,8 @@ nav.pages { margin: 12px 0; display: flex; gap: 16px; }
 .drift { color: #c0392b; font-weight: 700; } .stable { color: #1e8449; font-weight: 700; }
 """
 
-NAV = (("samples", "/samples", "Samples"), ("versions", "/versions", "Versions"), ("drift", "/drift", "Drift"),
+NAV = (("samples", "/samples", "Samples"), ("conversations", "/conversations", "Conversations"),
+       ("versions", "/versions", "Versions"), ("drift", "/drift", "Drift"),
        ("shadow", "/shadow", "Shadow pairs"), ("suites", "/suites", "Suites"))  # fmt: skip
 
 
@@ -155,7 +166,7 @@ def _iso(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _filter_form(action: str, f: Filters, facets: Mapping[str, list[str]], full: bool = True) -> str:
+def _filter_form(action: str, f: Filters, facets: Mapping[str, list[str]], full: bool = True, extra: str = "") -> str:
     fields = [
         _select("model_version", "model version", facets["model_version"], ",".join(f.model_version)),
         _select("route", "route", facets["route"], ",".join(f.route)),
@@ -175,10 +186,11 @@ def _filter_form(action: str, f: Filters, facets: Mapping[str, list[str]], full:
     if full:
         fields += [
             _input("q", "text (prompt, answer or id)", f.q),
+            _input("conversation", "conversation id", f.conversation),
             _select("sort", "sort by", SORTS + ("score",), f.sort),
         ]
     return (
-        f'<form class="filters panel" method="get" action="{action}" id="filters">{"".join(fields)}'
+        f'<form class="filters panel" method="get" action="{action}" id="filters">{"".join(fields)}{extra}'
         '<button type="submit" id="apply">Apply</button></form>'
     )
 
@@ -300,6 +312,22 @@ class UiApp:
             ("sampled because", _e(record.get("sample_reason", ""))),
             ("redacted", "yes" if record.get("redacted") else "no"),
         ]
+        conversation_id = row.get("conversation_id")
+        if conversation_id:
+            extent = await self._run(self.index.conversation_extent, conversation_id)
+            turn = row.get("turn")
+            where = (
+                f"turn {_e(turn)} of {_e(extent['last_turn'])}"
+                if turn is not None and extent["last_turn"]
+                else "turn unknown"
+            )
+            facts.append(
+                (
+                    "conversation",
+                    f'<a id="conversation-link" href="/conversations/{quote(conversation_id, safe="")}">{_e(conversation_id)}</a>, '
+                    f'{where} <span class="help">({extent["calls"]:,} sampled call(s) of it)</span>',
+                )
+            )
         notes = record.get("capture_notes") or []
         if notes:
             facts.append(("capture notes", _e(", ".join(str(n) for n in notes))))
@@ -326,6 +354,119 @@ class UiApp:
             f"<h2>Checks</h2>{check_table}"
         )
         return page(f"Sample {sample_id}", "samples", body)
+
+    # conversations -------------------------------------------------------------------------------
+
+    async def conversations(self, request: web.Request) -> web.Response:
+        order = (request.query.get("order") or "decay").strip()
+        try:
+            if order not in CONVERSATION_ORDERS:
+                raise FilterError(f"order={order!r}: one of {', '.join(CONVERSATION_ORDERS)}")
+            f = Filters.from_query(request.query)
+        except FilterError as exc:
+            return page("Conversations", "conversations", _problem(str(exc)), 400)
+        facets = await self._run(self.index.facets)
+        total, rows = await self._run(self.index.conversations, f, order)
+
+        def link(**changes: Any) -> str:
+            query = f.query(**changes)
+            extra = urlencode({"order": order}) if order != "decay" else ""
+            return "/conversations?" + "&".join(q for q in (query, extra) if q)
+
+        choice = _select("order", "sort by", CONVERSATION_ORDERS, order).replace('<option value="">all</option>', "")
+        body = [_filter_form("/conversations", f, facets, full=False, extra=choice)]
+        body.append(
+            f'<p id="count"><strong>{total:,}</strong> conversation(s) among the matching samples. '
+            '<span class="help">Decay: the pass share of its first sampled turn minus its last\'s '
+            "(every check that passed or failed); only sampled calls are counted.</span></p>"
+        )
+        if rows:
+
+            def share(value: Any) -> str:
+                return "" if value is None else f"{100 * float(value):.0f}%"
+
+            trs = []
+            for r in rows:
+                decay = (
+                    f"{100 * (float(r['first_share']) - float(r['last_share'])):+.0f} pts"
+                    if r["last_turn"] > r["first_turn"] and r["first_share"] is not None and r["last_share"] is not None
+                    else ""
+                )
+                trs.append(
+                    f'<tr class="conversation"><td><a class="conversation-link" href="/conversations/{quote(r["conversation_id"], safe="")}">'
+                    f"{_e(r['conversation_id'])}</a></td><td>{_e(r['versions'])}</td>"
+                    f"<td class=num>{r['calls']:,}</td><td class=num>{_e(r['first_turn'] or '')}-{_e(r['last_turn'] or '')}</td>"
+                    f"<td class=num>{share(r['first_share'])}</td><td class=num>{share(r['last_share'])}</td><td class=num>{decay}</td>"
+                    f"<td>{_time(r['first'])}</td><td>{_time(r['last'])}</td></tr>"
+                )
+            body.append(
+                '<table class="list" id="conversations"><thead><tr><th>conversation</th><th>versions</th>'
+                "<th class=num>sampled calls</th><th class=num>turns</th><th class=num>first turn passed</th>"
+                "<th class=num>last turn passed</th><th class=num>decay</th><th>first call</th><th>last call</th></tr></thead>"
+                f"<tbody>{''.join(trs)}</tbody></table>"
+            )
+        pages = []
+        if f.page > 1:
+            pages.append(f'<a id="prev" href="{_e(link(page=f.page - 1))}">previous</a>')
+        if f.page * 50 < total:
+            pages.append(f'<a id="next" href="{_e(link(page=f.page + 1))}">next</a>')
+        body.append(f'<nav class="pages">{"".join(pages)}</nav>')
+        return page("Conversations", "conversations", "".join(body))
+
+    async def conversation(self, request: web.Request) -> web.Response:
+        conversation_id = request.match_info["conversation_id"]
+        number = request.query.get("page", "1")
+        if not number.isdigit() or not 1 <= int(number) <= 100_000:
+            return page("Conversation", "conversations", _problem(f"page={number!r}: a whole number from 1"), 400)
+        summary, rows = await self._run(self.index.conversation, conversation_id, int(number))
+        if summary is None:
+            raise web.HTTPNotFound(
+                text="no sample in the data directory carries this conversation id "
+                "(see /conversations for the ones it holds; its samples may have been removed)"
+            )
+        first, last = summary["first_turn"], summary["last_turn"]
+        facts = [
+            ("id", _e(conversation_id)),
+            ("model versions", _e(summary["versions"])),
+            ("sampled calls", f"{summary['calls']:,}"),
+            ("turns", f"{_e(first)} to {_e(last)}" if first is not None else "unknown"),
+            ("first call", _time(summary["first"])),
+            ("last call", _time(summary["last"])),
+            (
+                "as a list",
+                f'<a href="/samples?{_e(urlencode({"conversation": conversation_id}))}">its samples in the samples list</a>',
+            ),
+        ]
+        turns = []
+        for r in rows:
+            mode = r["failure_mode"]
+            verdicts = ", ".join(f'{_e(c)}: <span class="{_e(v)}">{_e(v)}</span>' for c, v in r["checks"])
+            turns.append(
+                f'<tr class="turn" id="turn-{_e(r["id"])}"><td class=num>{_e(r["turn"] if r["turn"] is not None else "?")}</td>'
+                f'<td><a class="sample-link" href="/samples/{quote(r["id"], safe="")}">{_time(r["ts"])}</a></td>'
+                f"<td>{_e(r['model_version'])}</td>"
+                f'<td class="text user-message">{_text(r["prompt"])}</td><td class="text answer">{_text(r["answer"])}</td>'
+                f'<td class="checks">{verdicts or "<span class=help>not scored</span>"}</td>'
+                f"<td class=num>{_rate(int(r['passed']), int(r['decided']))}</td>"
+                f'<td class="{"mode-ok" if mode == "ok" else "mode-bad"}">{_e(mode)}</td></tr>'
+            )
+        body = [
+            f'<div class="panel"><dl class="facts" id="facts">{"".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)}</dl></div>',
+            '<p class="help">Every sampled call of this conversation in turn order: the user message of that turn, '
+            "the answer, each check's verdict and the share that passed (with its Wilson 95% interval). "
+            "Turns not sampled are absent.</p>",
+            '<table class="list" id="turns"><thead><tr><th class=num>turn</th><th>time</th><th>version</th>'
+            "<th>user message</th><th>answer</th><th>checks</th><th class=num>passed</th><th>failure mode</th></tr></thead>"
+            f"<tbody>{''.join(turns)}</tbody></table>",
+        ]
+        here = f"/conversations/{quote(conversation_id, safe='')}"
+        nav = []
+        if int(number) > 1:
+            nav.append(f'<a id="prev" href="{here}?page={int(number) - 1}">earlier turns</a>')
+        if int(number) * TURNS_PAGE_SIZE < summary["calls"]:
+            nav.append(f'<a id="next" href="{here}?page={int(number) + 1}">later turns</a>')
+        body.append(f'<nav class="pages">{"".join(nav)}</nav>')
+        return page(f"Conversation {conversation_id}", "conversations", "".join(body))
 
     # versions ------------------------------------------------------------------------------------
 
@@ -706,6 +847,8 @@ def build_app(state: UiState) -> web.Application:
     app.router.add_get("/healthz", h.healthz)
     app.router.add_get("/samples", h.samples)
     app.router.add_get("/samples/{sample_id}", h.sample)
+    app.router.add_get("/conversations", h.conversations)
+    app.router.add_get("/conversations/{conversation_id}", h.conversation)
     app.router.add_get("/versions", h.versions)
     app.router.add_get("/drift", h.drift)
     app.router.add_get("/drift/{n}", h.drift_report)

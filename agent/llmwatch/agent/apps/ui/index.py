@@ -34,7 +34,12 @@ import structlog
 log = structlog.get_logger(__name__)
 
 PAGE_SIZE = 50
+# A conversation's page shows this many turns at a time (a runaway agent loop can have thousands).
+TURNS_PAGE_SIZE = 100
 SORTS = ("time", "latency", "ttft", "cost", "tokens")
+# The conversations list: worst decay first (pass share of the first sampled turn minus the last's),
+# longest first, or most recent first.
+CONVERSATION_ORDERS = ("decay", "turns", "recent")
 OUTCOMES = ("pass", "fail", "error", "skip")
 FAILURE_MODES = ("any", "error", "refusal", "invalid_json", "truncated", "empty", "ok")
 # What a Grafana variable set to "All" interpolates to (`${version:csv}` with allValue ".*"):
@@ -114,6 +119,8 @@ SAMPLE_COLUMNS = _columns(
         "metadata": "JSON",
         "request": "JSON",
         "response": "JSON",
+        "conversation_id": "VARCHAR",
+        "turn": "BIGINT",
     }
 )
 SCORE_COLUMNS = _columns(
@@ -148,7 +155,8 @@ SELECT filename AS file, id, {_timestamp("timestamp")} AS ts,
        coalesce(model_version, 'unknown') AS model_version, status, error_type, latency_ms, ttft_ms,
        usage.input_tokens AS input_tokens, usage.output_tokens AS output_tokens, finish_reason, cost_usd,
        coalesce(metadata->>'category', 'uncategorized') AS category,
-       {_prompt_text("request")} AS prompt, {_answer_text("response")} AS answer
+       {_prompt_text("request")} AS prompt, {_answer_text("response")} AS answer,
+       nullif(conversation_id, '') AS conversation_id, turn
 FROM read_json(?, columns = {SAMPLE_COLUMNS}, {READ})
 WHERE id IS NOT NULL AND id <> ''
 """
@@ -258,6 +266,7 @@ class Filters:
     check: str = ""
     outcome: str = ""
     failure_mode: str = ""
+    conversation: str = ""
     since: datetime | None = None
     until: datetime | None = None
     q: str = ""
@@ -290,6 +299,9 @@ class Filters:
         if len(q) > 500:
             raise FilterError("q: at most 500 characters")
         check = pick("check")
+        conversation = one("conversation")
+        if len(conversation) > 128:
+            raise FilterError("conversation: at most 128 characters (a sample's conversation_id)")
         return cls(
             model_version=_values(query.get("model_version")),
             route=_values(query.get("route")),
@@ -298,6 +310,7 @@ class Filters:
             check="" if check in ALL_VALUES else check,
             outcome=outcome,
             failure_mode=mode,
+            conversation=conversation,
             since=_parse_time("since", one("since")),
             until=_parse_time("until", one("until")),
             q=q,
@@ -313,7 +326,7 @@ class Filters:
             values = getattr(f, name)
             if values:
                 params.append((name, ",".join(values)))
-        for name in ("check", "outcome", "failure_mode", "q"):
+        for name in ("check", "outcome", "failure_mode", "conversation", "q"):
             if getattr(f, name):
                 params.append((name, getattr(f, name)))
         for name in ("since", "until"):
@@ -349,6 +362,9 @@ class Filters:
         elif self.failure_mode:
             clauses.append("m.failure_mode = ?")
             params.append(self.failure_mode)
+        if self.conversation:
+            clauses.append("s.conversation_id = ?")
+            params.append(self.conversation)
         if self.since is not None:
             clauses.append("s.ts >= ?")
             params.append(self.since)
@@ -573,6 +589,85 @@ class Index:
         return self._rows(
             'SELECT "check", kind, result, value, details FROM scores WHERE sample_id = ? ORDER BY "check"', [sample_id]
         )
+
+    def conversation(
+        self, conversation_id: str, page: int = 1, limit: int = TURNS_PAGE_SIZE
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """One conversation: its summary (None if no sample carries the id) and a page of its sampled
+        calls in turn order (then time), each with its user message, answer, pass share and failed checks."""
+        summary = self._rows(
+            "SELECT count(*) AS calls, min(turn) AS first_turn, max(turn) AS last_turn, min(ts) AS first, max(ts) AS last, "
+            "string_agg(DISTINCT model_version, ', ' ORDER BY model_version) AS versions "
+            "FROM samples WHERE conversation_id = ?",
+            [conversation_id],
+        )[0]
+        if not summary["calls"]:
+            return None, []
+        rows = self._rows(
+            "SELECT s.id, s.ts, s.turn, s.model_version, s.status, s.latency_ms, s.prompt, s.answer, m.failure_mode, m.failed, "
+            "(SELECT count(*) FROM scores sc WHERE sc.sample_id = s.id AND sc.result = 'pass') AS passed, "
+            "(SELECT count(*) FROM scores sc WHERE sc.sample_id = s.id AND sc.result IN ('pass', 'fail')) AS decided "
+            "FROM samples s JOIN modes m ON m.id = s.id WHERE s.conversation_id = ? "
+            "ORDER BY s.turn ASC NULLS LAST, s.ts ASC NULLS LAST, s.id LIMIT ? OFFSET ?",
+            [conversation_id, limit, (page - 1) * limit],
+        )
+        if rows:
+            verdicts = self._rows(
+                'SELECT sample_id, "check", result FROM scores WHERE sample_id IN '
+                f'({", ".join("?" for _ in rows)}) ORDER BY "check"',
+                [r["id"] for r in rows],
+            )
+            by_sample: dict[str, list[tuple[str, str]]] = {}
+            for v in verdicts:
+                by_sample.setdefault(v["sample_id"], []).append((v["check"], v["result"]))
+            for r in rows:
+                r["checks"] = by_sample.get(r["id"], [])
+        return summary, rows
+
+    def conversation_extent(self, conversation_id: str) -> dict[str, Any]:
+        """How many sampled calls carry `conversation_id` and the last turn among them: a sample's "turn k of n"."""
+        return self._rows(
+            "SELECT count(*) AS calls, max(turn) AS last_turn FROM samples WHERE conversation_id = ?", [conversation_id]
+        )[0]
+
+    def conversations(
+        self, f: Filters, order: str = "decay", limit: int = PAGE_SIZE
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """A page of conversations among the samples `f` selects: per conversation its sampled calls,
+        last turn, versions, times, and the pass share of its first and last sampled turn (the decay).
+        The check, outcome, failure mode and text filters are not applied: they would keep only some of
+        a conversation's turns and make its first and last turn other ones (as `versions` does)."""
+        where, params = replace(f, check="", outcome="", failure_mode="", q="", conversation="").where()
+        per_call = (
+            "SELECT s.id, s.conversation_id, coalesce(s.turn, 0) AS turn, s.ts, s.model_version, "
+            "count(sc.result) FILTER (WHERE sc.result = 'pass') AS passed, "
+            "count(sc.result) FILTER (WHERE sc.result IN ('pass', 'fail')) AS decided "
+            "FROM samples s JOIN modes m ON m.id = s.id LEFT JOIN scores sc ON sc.sample_id = s.id "
+            f"WHERE s.conversation_id IS NOT NULL AND {where} GROUP BY s.id, s.conversation_id, s.turn, s.ts, s.model_version"
+        )
+        share = "CASE WHEN decided > 0 THEN passed / decided END"
+        grouped = (
+            "SELECT conversation_id, count(*) AS calls, max(turn) AS last_turn, min(turn) AS first_turn, "
+            "min(ts) AS first, max(ts) AS last, string_agg(DISTINCT model_version, ', ' ORDER BY model_version) AS versions, "
+            f"arg_min({share}, {{'t': turn, 'ts': ts, 'id': id}}) AS first_share, "
+            f"arg_max({share}, {{'t': turn, 'ts': ts, 'id': id}}) AS last_share, sum(passed) AS passed, sum(decided) AS decided "
+            f"FROM ({per_call}) GROUP BY conversation_id"
+        )
+        total = self._rows(
+            f"SELECT count(DISTINCT s.conversation_id) AS n FROM samples s JOIN modes m ON m.id = s.id WHERE s.conversation_id IS NOT NULL AND {where}",
+            params,
+        )[0]["n"]
+        sort = {
+            # A decay needs two different turns; a one-turn conversation sorts after every decay.
+            "decay": "CASE WHEN last_turn > first_turn THEN first_share - last_share END DESC NULLS LAST, last_turn DESC, conversation_id",
+            "turns": "last_turn DESC, calls DESC, conversation_id",
+            "recent": "last DESC NULLS LAST, conversation_id",
+        }[order]
+        rows = self._rows(
+            f"SELECT * FROM ({grouped}) ORDER BY {sort} LIMIT ? OFFSET ?",
+            [*params, limit, (f.page - 1) * limit],
+        )
+        return int(total), rows
 
     def versions(self, f: Filters) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Per version: calls, errors, latency, TTFT, tokens and cost; per version and check: pass and decided counts."""
