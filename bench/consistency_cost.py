@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -183,6 +184,7 @@ def one_run(upstream: str, args: argparse.Namespace, probe: bool, offset: int) -
         return out
     finally:
         proxy.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
