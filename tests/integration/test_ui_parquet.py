@@ -132,6 +132,12 @@ def test_a_new_part_file_is_picked_up_on_refresh(tmp_path: Path, as_url: bool):
     first = [make_sample(i, rng) for i in range(20)]
     parquet_write.write_dataset(tmp_path, "samples", first)
     parquet_write.write_dataset(tmp_path, "scores", [sc for s in first for sc in make_scores(s, rng)])
+    # A damaged file and another kind's file among the samples: skipped with a warning, the rest read.
+    (tmp_path / "samples" / "date=2026-12-01" / "part-damaged.parquet").write_bytes(b"PAR1 cut short")
+    parquet_write.write_part(
+        tmp_path / "samples", "scores", parquet.partition_of("samples", first[0]), "part-stray.parquet",
+        make_scores(first[0], rng),
+    )  # fmt: skip
     server = UiServer(f"file://{tmp_path}" if as_url else tmp_path, "--refresh", "0.2")  # type: ignore[arg-type]
     try:
         assert json.loads(get(f"{server.base}/healthz")[2]) == {"samples": 20, "scores": 60, "pairs": 0}

@@ -191,6 +191,7 @@ PAIRS_SELECT = PAIRS_SQL.replace("__SOURCE__", f"read_json(?, columns = {PAIR_CO
 # text columns there; the call's usage two flat columns), the file's name a bound parameter.
 # conversation_id and turn are not columns of the Parquet schema (llmwatch.parquet/v1): NULL.
 PARQUET_VIEW = "llmwatch_parquet_part"
+STAGE = "llmwatch_parquet_stage"  # a temporary table: new part files' rows before they join their table
 SAMPLES_PARQUET = SAMPLES_SQL.replace(
     "__SOURCE__",
     f"""(SELECT CAST(? AS VARCHAR) AS filename, id, CAST("timestamp" AS VARCHAR) AS "timestamp", route, operation,
@@ -529,6 +530,7 @@ class Index:
                 if not gone and not stale and not grown:
                     continue
                 changed = True
+                self._stage_parquet(kind, [p for p in stale if p.endswith(".parquet")])
                 self.db.execute("BEGIN")
                 try:
                     for path in gone + stale:
@@ -560,9 +562,9 @@ class Index:
                 current[path].offset = _last_line_end(path, current[path].size)
             # One read_json over every changed file: DuckDB reads them in parallel.
             self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [lines])
-        for path in stale:
-            if path.endswith(".parquet"):
-                self._read_parquet(kind, path)
+        if any(p.endswith(".parquet") for p in stale):
+            self.db.execute(f"INSERT INTO {kind.table} SELECT * FROM {STAGE}")
+            self.db.execute(f"DELETE FROM {STAGE}")
 
     def _files(self, kind: Kind) -> dict[str, FileState]:
         """The kind's files now: its JSON Lines files and its Parquet part files (`<dir>/<kind>/**`,
@@ -589,20 +591,32 @@ class Index:
             current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
         return current
 
+    def _stage_parquet(self, kind: Kind, names: list[str]) -> None:
+        """New part files into the staging table, one statement each and outside the refresh's
+        transaction: a file that cannot be read (damaged, not a part file of this kind) is skipped
+        with a warning and leaves nothing behind, instead of failing the whole refresh."""
+        if not names:
+            return
+        self.db.execute(f"CREATE OR REPLACE TEMP TABLE {STAGE} AS SELECT * FROM {kind.table} LIMIT 0")
+        for name in names:
+            try:
+                self._read_parquet(kind, name)
+            except (RecordError, OSError, ValueError, NotImplementedError, duckdb.Error) as exc:
+                log.warning("ui.parquet_unreadable", file=name, error=str(exc)[:300])
+
     def _read_parquet(self, kind: Kind, name: str) -> None:
-        """One Parquet part file into the kind's table, streamed in batches through Arrow (a file's
+        """One Parquet part file into the staging table, streamed in batches through Arrow (a file's
         bodies are never all in memory), local or through the dataset URL's filesystem."""
         fs, path = (self._fs, self._remote[name]) if self.url is not None else (None, name)
-        try:
-            pa = parquet.pyarrow_module()
-            file = parquet.open_part(fs, path)
-            reader = pa.RecordBatchReader.from_batches(file.schema_arrow, file.iter_batches(batch_size=4096))
-        except (RecordError, OSError, ValueError) as exc:
-            log.warning("ui.parquet_unreadable", file=name, error=str(exc))
-            return
+        pa = parquet.pyarrow_module()
+        file = parquet.open_part(fs, path)
+        found = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", kind.folder.encode()).decode()
+        if found != kind.folder:
+            raise RecordError(f"a part file of {found}, not {kind.folder}")
+        reader = pa.RecordBatchReader.from_batches(file.schema_arrow, file.iter_batches(batch_size=4096))
         self.db.register(PARQUET_VIEW, reader)
         try:
-            self.db.execute(f"INSERT INTO {kind.table} {kind.parquet_select}", [name])
+            self.db.execute(f"INSERT INTO {STAGE} {kind.parquet_select}", [name])
         finally:
             self.db.unregister(PARQUET_VIEW)
 
