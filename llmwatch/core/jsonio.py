@@ -345,9 +345,12 @@ def read_records(
 ) -> Iterator[BaseModel]:
     """Validated records of a file, or of every `<prefix>-*.jsonl` file of a directory in order, or
     of a Parquet dataset directory (llmwatch.core.parquet: `<dir>/<prefix>/date=.../...parquet`)."""
-    if Path(source).is_dir() and not _has_jsonl(source, prefix):
-        from llmwatch.core import parquet
+    from llmwatch.core import parquet
 
+    if parquet.is_url(source):  # s3://, gs://, file://: a Parquet dataset through pyarrow's filesystems
+        yield from parquet.read_dataset(source, model, prefix)
+        return
+    if Path(source).is_dir() and not _has_jsonl(source, prefix):
         if parquet.is_dataset(source, prefix):
             yield from parquet.read_dataset(source, model, prefix)
             return

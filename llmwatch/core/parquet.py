@@ -220,17 +220,102 @@ def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     return sorted(files, key=lambda p: (str(p.parent), p.name))
 
 
+def is_url(source: str | os.PathLike[str]) -> bool:
+    """`s3://…`, `gs://…`, `file://…`: a dataset reached through a pyarrow filesystem."""
+    return isinstance(source, str) and _URL.match(source) is not None
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URL_FIX = (
+    "check the URL (s3://bucket/path, gs://bucket/path, file:///absolute/path), that this pyarrow build "
+    "supports its filesystem, and the credentials (s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
+    "and AWS_REGION; gs: GOOGLE_APPLICATION_CREDENTIALS)"
+)
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The pyarrow filesystem and path a dataset URL names; `RecordError` naming the URL and the fix."""
+    pyarrow_module()
+    import pyarrow.fs
+
+    try:
+        return pyarrow.fs.FileSystem.from_uri(url)
+    except (OSError, ValueError, ImportError, NotImplementedError) as exc:
+        raise RecordError(f"{url}: cannot open this dataset URL ({exc}); {_URL_FIX}") from None
+
+
+def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
+    """The filesystem of `url` and the paths (within it) of `kind`'s Parquet files: `<url>/<kind>/**`
+    when that exists, else `<url>/**`; the same order and skips as `dataset_files`."""
+    import pyarrow.fs
+
+    fs, root = filesystem(url)
+    root = root.rstrip("/") or "/"
+    try:
+        if fs.get_file_info(f"{root}/{kind}").type == pyarrow.fs.FileType.Directory:
+            root = f"{root}/{kind}"
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+    return fs, list_files(fs, root, url)
+
+
+def list_files(fs: Any, root: str, url: str) -> list[str]:
+    """The `*.parquet` files under `root` within `fs` (hidden ones skipped), in `dataset_files`' order;
+    `url` names the dataset in the error."""
+    import pyarrow.fs
+
+    try:
+        infos = fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True, allow_not_found=True))
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+    files = []
+    for info in infos:
+        rel = info.path[len(root) :].strip("/").split("/")
+        if info.type == pyarrow.fs.FileType.File and info.path.endswith(".parquet"):
+            if not any(part.startswith(".") for part in rel):
+                files.append(info.path)
+    return sorted(files, key=lambda p: (p.rsplit("/", 1)[0], p.rsplit("/", 1)[-1]))
+
+
+def url_of(url: str, fs_root: str, path: str) -> str:
+    """A file's path within the filesystem of `url` written as a URL beside `url` (for messages and ids)."""
+    return url.rstrip("/") + "/" + path[len(fs_root.rstrip("/")) :].lstrip("/")
+
+
+def parts(source: str | os.PathLike[str], kind: str) -> list[tuple[Any, str, str]]:
+    """(filesystem or None for a local file, path to open, name to show) of each Parquet file of
+    `kind` under a local directory or a URL."""
+    if is_url(source):
+        url = str(source)
+        fs, files = remote_files(url, kind)
+        _, root = filesystem(url)
+        return [(fs, f, url_of(url, root, f)) for f in files]
+    return [(None, str(p), str(p)) for p in dataset_files(source, kind)]
+
+
+def open_part(fs: Any, path: str) -> Any:
+    """A `ParquetFile` of a local path (fs None) or of a path within `fs`."""
+    pa = pyarrow_module()
+    return pa.parquet.ParquetFile(fs.open_input_file(path) if fs is not None else path)
+
+
 def is_dataset(source: str | os.PathLike[str], kind: str) -> bool:
+    if is_url(source):
+        return bool(remote_files(str(source), kind)[1])
     path = Path(source)
     return path.is_dir() and bool(dataset_files(path, kind))
 
 
 def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: str) -> Iterator[BaseModel]:
-    """Validated records of every file of a dataset; `RecordError` names the file, row and field."""
+    """Validated records of every file of a dataset (a local directory or a URL); `RecordError`
+    names the file, row and field."""
     pa = pyarrow_module()
-    for path in dataset_files(source, kind):
+    found = parts(source, kind)
+    if not found and is_url(source):
+        raise RecordError(f"{source}: no {kind} Parquet files under this URL (nor under {kind}/ in it)")
+    for fs, opened, path in found:
         try:
-            file = pa.parquet.ParquetFile(path)
+            file = open_part(fs, opened)
         except (OSError, pa.ArrowException) as exc:
             raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
         meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
@@ -245,7 +330,7 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
 
-def _rows(pa: Any, file: Any, path: Path) -> Iterator[dict[str, Any]]:
+def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
     """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
     million samples' bodies (issue 29); a batch is a few MB."""
     try:

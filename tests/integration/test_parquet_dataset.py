@@ -237,3 +237,53 @@ def test_the_archiver_writes_around_a_range_another_worker_already_wrote(tmp_pat
     assert archiver.flush() == {("t", 0): 8}
     assert parquet.ranges_in(tmp_path / "samples" / key.directory(), "t", 0) == [(0, 2), (3, 4), (5, 7)]
     assert sorted(s.id for s in read_records(tmp_path)) == sorted(r.id for r in records)
+
+
+def test_drift_and_report_read_a_file_url_dataset_as_they_read_its_directory(tmp_path):
+    base = [sample(i, "v1", i % 20 == 0) for i in range(200)]
+    current = [sample(i, "v2", i % 3 == 0) for i in range(200)]
+    write_jsonl(tmp_path / "base.jsonl", base)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", current)
+    scores = [
+        Score(
+            sample_id=s.id,
+            check="refusal",
+            kind="rule",
+            result="fail" if i % 3 == 0 else "pass",
+            value=None,
+            model=s.model,
+            model_version=s.model_version,
+            sample_timestamp=s.timestamp,
+        )
+        for i, s in enumerate(current)
+    ]
+    parquet_write.write_dataset(tmp_path / "ds", "scores", scores)
+    url = f"file://{tmp_path / 'ds'}"
+    frozen = llmwatch(
+        "baseline", "freeze", "--samples", str(tmp_path / "base.jsonl"), "--model-version", "v1",
+        "--out", str(tmp_path / "base.json"), cwd=tmp_path,
+    )  # fmt: skip
+    assert frozen.returncode == 0, frozen.stderr
+
+    def run(*args: str) -> tuple[int, str]:
+        proc = llmwatch(*args, "--format", "json", cwd=tmp_path)
+        assert proc.returncode in (0, 1) and proc.stdout, proc.stderr
+        out = orjson.loads(proc.stdout)
+        out.pop("created_at", None)
+        return proc.returncode, orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
+
+    drift_dir = run("drift", "--baseline", str(tmp_path / "base.json"), "--samples", str(tmp_path / "ds"))
+    drift_url = run("drift", "--baseline", str(tmp_path / "base.json"), "--samples", url)
+    assert drift_url == drift_dir and drift_dir[0] == 1
+    report_dir = run("report", "--samples", str(tmp_path / "ds"), "--scores", str(tmp_path / "ds"))
+    report_url = run("report", "--samples", url, "--scores", url)
+    assert report_url == report_dir and '"n_samples":200' in report_dir[1]
+
+    # A URL whose filesystem cannot be had, or that holds no dataset: one line naming it, exit 2.
+    for bad, words in (
+        ("nosuchfs://bucket/ds", "cannot open this dataset URL"),
+        (f"{url}-missing", "no samples Parquet files"),
+    ):
+        proc = llmwatch("drift", "--baseline", str(tmp_path / "base.json"), "--samples", bad, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert bad in proc.stderr and words in proc.stderr, proc.stderr

@@ -43,6 +43,15 @@ def require_records(source: str, flag: str, what: str = "samples") -> None:
     from llmwatch.core import parquet
     from llmwatch.core.jsonio import jsonl_paths
 
+    if parquet.is_url(source):
+        # A dataset URL: its filesystem and listing are checked here (a clear error, exit 2).
+        try:
+            found = parquet.is_dataset(source, what)
+        except RecordError as exc:
+            raise RecordError(f"{flag} {exc}") from None
+        if not found:
+            raise RecordError(f"{flag} {source}: no {what} Parquet files under this URL (nor under {what}/ in it)")
+        return
     if Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what):
         # A Parquet dataset (`llmwatch archive`'s output): the reader checks its rows.
         return

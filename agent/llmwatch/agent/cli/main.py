@@ -459,7 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="browse samples, scores, versions, drift reports, shadow pairs and suites of a data directory (local web app)",
     )
     log_options(p)
-    p.add_argument("--data-dir", default="llmwatch-data", help="the sidecar's data directory (default ./llmwatch-data)")
+    p.add_argument(
+        "--data-dir",
+        default="llmwatch-data",
+        help="the sidecar's data directory, or a Parquet dataset (llmwatch archive) as a directory or URL: s3://, gs://, file:// (default ./llmwatch-data)",
+    )
     p.add_argument(
         "--listen",
         default="127.0.0.1:8090",

@@ -63,8 +63,13 @@ def score_files(
     from llmwatch.core import parquet
 
     # A Parquet dataset (`llmwatch archive`) is read by `read_records` too; its files are counted.
-    dataset = Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, "samples")
-    paths = [str(p) for p in parquet.dataset_files(source, "samples")] if dataset else jsonl_paths(source)
+    dataset = (
+        parquet.is_url(source)
+        or Path(source).is_dir()
+        and not any(Path(source).glob("*.jsonl"))
+        and parquet.is_dataset(source, "samples")
+    )
+    paths = [name for _, _, name in parquet.parts(source, "samples")] if dataset else jsonl_paths(source)
     suite = build_suite(offline_scoring(scoring))
     target = Path(out_path)
     # Counted as they are written, not kept: 200,000 samples' Score objects were 1.2 GB (issue 29).

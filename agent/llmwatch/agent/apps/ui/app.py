@@ -47,8 +47,10 @@ from llmwatch.agent.apps.ui.index import (
     Index,
     read_record,
 )
+from llmwatch.core import parquet
 from llmwatch.core.config import ConfigError
 from llmwatch.core.jsonio import atomic_write_bytes, private_path
+from llmwatch.core.records import RecordError
 from llmwatch.core.wire import content_to_text, extract_answer_text
 from llmwatch.scorers.stats.proportions import wilson_interval
 
@@ -943,11 +945,23 @@ def run(
 ) -> int:
     host, _ = parse_listen(listen)
     folder = Path(data_dir)
-    if not folder.is_dir():
+    if parquet.is_url(data_dir):
+        # A Parquet dataset under a URL (s3://, gs://, file://): its filesystem and listing checked here.
+        try:
+            found = any(
+                parquet.is_dataset(f"{data_dir.rstrip('/')}/{kind}", kind) for kind in ("samples", "scores", "pairs")
+            )
+        except RecordError as exc:
+            raise UiError(f"--data-dir {exc}") from None
+        if not found:
+            raise UiError(
+                f"--data-dir {data_dir}: no Parquet files under its samples/, scores/ or pairs/; give the root `llmwatch archive` wrote"
+            )
+    elif not folder.is_dir():
         raise UiError(
             f"--data-dir {data_dir}: no such directory; give the sidecar's data directory (data_dir, default ./llmwatch-data)"
         )
-    if not any((folder / sub).is_dir() for sub in ("samples", "scores", "pairs")):
+    elif not any((folder / sub).is_dir() for sub in ("samples", "scores", "pairs")):
         raise UiError(
             f"--data-dir {data_dir}: holds no samples/, scores/ or pairs/ folder; give the directory the sidecar writes to (its data_dir)"
         )
@@ -962,8 +976,11 @@ def run(
             listen=listen,
             advice="anyone who reaches this address reads the samples: serve behind an authenticating reverse proxy",
         )
-    index = Index(folder)
-    index.refresh()
+    try:
+        index = Index(data_dir if parquet.is_url(data_dir) else folder)
+        index.refresh()
+    except RecordError as exc:
+        raise UiError(f"--data-dir {exc}") from None
     state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token)
     try:
         import uvloop

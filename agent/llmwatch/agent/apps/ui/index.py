@@ -31,6 +31,9 @@ import duckdb
 import orjson
 import structlog
 
+from llmwatch.core import parquet
+from llmwatch.core.records import RecordError
+
 log = structlog.get_logger(__name__)
 
 PAGE_SIZE = 50
@@ -149,7 +152,7 @@ PAIR_COLUMNS = _columns(
 )
 READ = "format = 'newline_delimited', ignore_errors = true, filename = true, maximum_object_size = 67108864"
 
-SAMPLES_SELECT = f"""
+SAMPLES_SQL = f"""
 SELECT filename AS file, id, {_timestamp("timestamp")} AS ts,
        coalesce(route, '/v1/chat/completions') AS route, coalesce(operation, 'chat') AS operation, model,
        coalesce(model_version, 'unknown') AS model_version, status, error_type, latency_ms, ttft_ms,
@@ -157,16 +160,16 @@ SELECT filename AS file, id, {_timestamp("timestamp")} AS ts,
        coalesce(metadata->>'category', 'uncategorized') AS category,
        {_prompt_text("request")} AS prompt, {_answer_text("response")} AS answer,
        nullif(conversation_id, '') AS conversation_id, turn
-FROM read_json(?, columns = {SAMPLE_COLUMNS}, {READ})
+FROM __SOURCE__
 WHERE id IS NOT NULL AND id <> ''
 """
-SCORES_SELECT = f"""
+SCORES_SQL = """
 SELECT filename AS file, sample_id, "check", coalesce(kind, '') AS kind, result, value,
        CAST(details AS VARCHAR) AS details, coalesce(model_version, 'unknown') AS model_version
-FROM read_json(?, columns = {SCORE_COLUMNS}, {READ})
+FROM __SOURCE__
 WHERE sample_id IS NOT NULL AND "check" IS NOT NULL AND result IS NOT NULL
 """
-PAIRS_SELECT = f"""
+PAIRS_SQL = f"""
 SELECT filename AS file, id, candidate, {_timestamp("timestamp")} AS ts, route, coalesce(category, '') AS category,
        coalesce("primary"->>'model_version', 'unknown') AS primary_version,
        coalesce(shadow->>'model_version', 'unknown') AS shadow_version,
@@ -175,9 +178,39 @@ SELECT filename AS file, id, candidate, {_timestamp("timestamp")} AS ts, route, 
        len(list_filter(CAST(primary_scores AS JSON[]), lambda s: s->>'result' IN ('pass', 'fail'))) AS primary_decided,
        len(list_filter(CAST(shadow_scores AS JSON[]), lambda s: s->>'result' = 'pass')) AS shadow_pass,
        len(list_filter(CAST(shadow_scores AS JSON[]), lambda s: s->>'result' IN ('pass', 'fail'))) AS shadow_decided
-FROM read_json(?, columns = {PAIR_COLUMNS}, {READ})
+FROM __SOURCE__
 WHERE id IS NOT NULL AND id <> ''
 """
+
+SAMPLES_SELECT = SAMPLES_SQL.replace("__SOURCE__", f"read_json(?, columns = {SAMPLE_COLUMNS}, {READ})")
+SCORES_SELECT = SCORES_SQL.replace("__SOURCE__", f"read_json(?, columns = {SCORE_COLUMNS}, {READ})")
+PAIRS_SELECT = PAIRS_SQL.replace("__SOURCE__", f"read_json(?, columns = {PAIR_COLUMNS}, {READ})")
+
+# The same SELECTs over one Parquet part file of a dataset (llmwatch.core.parquet, `llmwatch archive`),
+# registered as PARQUET_VIEW: its columns mapped to what read_json gives (nested values are JSON
+# text columns there; the call's usage two flat columns), the file's name a bound parameter.
+# conversation_id and turn are not columns of the Parquet schema (llmwatch.parquet/v1): NULL.
+PARQUET_VIEW = "llmwatch_parquet_part"
+STAGE = "llmwatch_parquet_stage"  # a temporary table: new part files' rows before they join their table
+SAMPLES_PARQUET = SAMPLES_SQL.replace(
+    "__SOURCE__",
+    f"""(SELECT CAST(? AS VARCHAR) AS filename, id, CAST("timestamp" AS VARCHAR) AS "timestamp", route, operation,
+        model, model_version, CAST(status AS INTEGER) AS status, error_type, latency_ms, ttft_ms,
+        {{'input_tokens': usage_input_tokens, 'output_tokens': usage_output_tokens}} AS usage, finish_reason, cost_usd,
+        CAST(metadata AS JSON) AS metadata, CAST(request AS JSON) AS request, CAST(response AS JSON) AS response,
+        CAST(NULL AS VARCHAR) AS conversation_id, CAST(NULL AS BIGINT) AS turn FROM {PARQUET_VIEW})""",
+)
+SCORES_PARQUET = SCORES_SQL.replace(
+    "__SOURCE__",
+    f"""(SELECT CAST(? AS VARCHAR) AS filename, sample_id, "check", kind, result, value,
+        CAST(details AS JSON) AS details, model_version FROM {PARQUET_VIEW})""",
+)
+PAIRS_PARQUET = PAIRS_SQL.replace(
+    "__SOURCE__",
+    f"""(SELECT CAST(? AS VARCHAR) AS filename, id, candidate, CAST("timestamp" AS VARCHAR) AS "timestamp", route,
+        category, CAST("primary" AS JSON) AS "primary", CAST(shadow AS JSON) AS shadow,
+        CAST(primary_scores AS JSON) AS primary_scores, CAST(shadow_scores AS JSON) AS shadow_scores FROM {PARQUET_VIEW})""",
+)
 
 # One label per call, first match wins: scorers/llmwatch/scorers/drift/features.py `failure_mode`,
 # the labels the drift family `failure_modes` counts.
@@ -416,6 +449,8 @@ class Kind:
     prefix: str
     table: str
     select: str
+    # The same SELECT over one Parquet part file (registered as PARQUET_VIEW).
+    parquet_select: str
     # The columns that identify a record within one file: a line read twice is inserted once.
     key: str
     files: dict[str, FileState] = field(default_factory=dict)
@@ -433,15 +468,25 @@ class Index:
     """The data directory's samples, scores and pairs, in DuckDB; thread-safe (one lock)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], *, threads: int | None = None) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir)  # a local directory (a URL's Path is unused: see `url`)
         self.lock = threading.Lock()
         self.db = duckdb.connect(":memory:", config={"threads": threads or min(4, os.cpu_count() or 1)})
         self.db.execute("SET TimeZone = 'UTC'")
         self.kinds = [
-            Kind("samples", "samples", "samples", SAMPLES_SELECT, "id"),
-            Kind("scores", "scores", "scores", SCORES_SELECT, 'sample_id, "check"'),
-            Kind("pairs", "pairs", "pairs", PAIRS_SELECT, "id"),
+            Kind("samples", "samples", "samples", SAMPLES_SELECT, SAMPLES_PARQUET, "id"),
+            Kind("scores", "scores", "scores", SCORES_SELECT, SCORES_PARQUET, 'sample_id, "check"'),
+            Kind("pairs", "pairs", "pairs", PAIRS_SELECT, PAIRS_PARQUET, "id"),
         ]
+        # A dataset URL (s3://, gs://, file://): its Parquet part files through a pyarrow filesystem,
+        # opened once (an S3 filesystem resolves the bucket's region when made).
+        self.url = str(data_dir) if parquet.is_url(data_dir) else None
+        self._fs: Any = None
+        self._fs_root = ""
+        if self.url is not None:
+            self._fs, self._fs_root = parquet.filesystem(self.url)
+            self._fs_root = self._fs_root.rstrip("/")
+        # A part file's name as shown (and kept in the `file` column) -> its path within `_fs`.
+        self._remote: dict[str, str] = {}
         # The tables' shape, from the SELECTs themselves over an empty file (read_json refuses no file).
         with tempfile.TemporaryDirectory(prefix="llmwatch-ui-") as folder:
             empty = os.path.join(folder, "empty.jsonl")
@@ -464,13 +509,13 @@ class Index:
         changed = False
         with self.lock:
             for kind in self.kinds:
-                current: dict[str, FileState] = {}
-                for path in _listing(self.data_dir / kind.folder, kind.prefix):
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        continue  # removed between the listing and the stat: gone
-                    current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
+                try:
+                    current = self._files(kind)
+                except RecordError as exc:
+                    # A remote listing that failed (the network, the credentials): what was read
+                    # stays; the next round lists again.
+                    log.warning("ui.dataset_unlisted", kind=kind.folder, error=str(exc))
+                    continue
                 gone = [p for p in kind.files if p not in current]
                 stale, grown = [], []
                 for path, state in current.items():
@@ -485,16 +530,12 @@ class Index:
                 if not gone and not stale and not grown:
                     continue
                 changed = True
+                self._stage_parquet(kind, [p for p in stale if p.endswith(".parquet")])
                 self.db.execute("BEGIN")
                 try:
                     for path in gone + stale:
                         self.db.execute(f"DELETE FROM {kind.table} WHERE file = ?", [path])
-                    if stale:
-                        # Whole lines only count as read: a torn last line is read again once whole.
-                        for path in stale:
-                            current[path].offset = _last_line_end(path, current[path].size)
-                        # One read_json over every changed file: DuckDB reads them in parallel.
-                        self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [stale])
+                    self._read_whole(kind, stale, current)
                     for path in grown:
                         self._read_tail(kind, path, current[path])
                     self.db.execute("COMMIT")
@@ -511,6 +552,73 @@ class Index:
         if changed:
             log.info("ui.index_refreshed", seconds=round(self.refreshed_in_s, 3), **counts)
         return changed
+
+    def _read_whole(self, kind: Kind, stale: list[str], current: dict[str, FileState]) -> None:
+        """New or replaced files, read whole: JSON Lines files in one read_json, part files one by one."""
+        lines = [p for p in stale if not p.endswith(".parquet")]
+        if lines:
+            # Whole lines only count as read: a torn last line is read again once whole.
+            for path in lines:
+                current[path].offset = _last_line_end(path, current[path].size)
+            # One read_json over every changed file: DuckDB reads them in parallel.
+            self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [lines])
+        if any(p.endswith(".parquet") for p in stale):
+            self.db.execute(f"INSERT INTO {kind.table} SELECT * FROM {STAGE}")
+            self.db.execute(f"DELETE FROM {STAGE}")
+
+    def _files(self, kind: Kind) -> dict[str, FileState]:
+        """The kind's files now: its JSON Lines files and its Parquet part files (`<dir>/<kind>/**`,
+        what `llmwatch archive` writes), or the part files under a dataset URL. A part file is
+        written once and never changed (the archive only adds files), so a new name is all a
+        refresh looks for; a local one that did change is read again like a replaced JSONL file."""
+        current: dict[str, FileState] = {}
+        if self.url is not None:
+            paths = parquet.list_files(self._fs, f"{self._fs_root}/{kind.folder}", self.url)
+            for path in paths:
+                name = parquet.url_of(self.url, self._fs_root, path)
+                self._remote[name] = path
+                current[name] = FileState(0, 0, 0)
+            return current
+        folder = self.data_dir / kind.folder
+        names = _listing(folder, kind.prefix)
+        if folder.is_dir():
+            names += [str(p) for p in parquet.dataset_files(folder, kind.folder)]
+        for path in names:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # removed between the listing and the stat: gone
+            current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
+        return current
+
+    def _stage_parquet(self, kind: Kind, names: list[str]) -> None:
+        """New part files into the staging table, one statement each and outside the refresh's
+        transaction: a file that cannot be read (damaged, not a part file of this kind) is skipped
+        with a warning and leaves nothing behind, instead of failing the whole refresh."""
+        if not names:
+            return
+        self.db.execute(f"CREATE OR REPLACE TEMP TABLE {STAGE} AS SELECT * FROM {kind.table} LIMIT 0")
+        for name in names:
+            try:
+                self._read_parquet(kind, name)
+            except (RecordError, OSError, ValueError, NotImplementedError, duckdb.Error) as exc:
+                log.warning("ui.parquet_unreadable", file=name, error=str(exc)[:300])
+
+    def _read_parquet(self, kind: Kind, name: str) -> None:
+        """One Parquet part file into the staging table, streamed in batches through Arrow (a file's
+        bodies are never all in memory), local or through the dataset URL's filesystem."""
+        fs, path = (self._fs, self._remote[name]) if self.url is not None else (None, name)
+        pa = parquet.pyarrow_module()
+        file = parquet.open_part(fs, path)
+        found = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", kind.folder.encode()).decode()
+        if found != kind.folder:
+            raise RecordError(f"a part file of {found}, not {kind.folder}")
+        reader = pa.RecordBatchReader.from_batches(file.schema_arrow, file.iter_batches(batch_size=4096))
+        self.db.register(PARQUET_VIEW, reader)
+        try:
+            self.db.execute(f"INSERT INTO {STAGE} {kind.parquet_select}", [name])
+        finally:
+            self.db.unregister(PARQUET_VIEW)
 
     def _read_tail(self, kind: Kind, path: str, state: FileState) -> None:
         try:
@@ -740,6 +848,8 @@ def read_record(path: str, record_id: str) -> dict[str, Any] | None:
     and checked, so a nested `"id"` (a tool call's) never passes for it; a file written by another
     tool, with other spacing, is parsed line by line.
     """
+    if path.endswith(".parquet"):
+        return read_parquet_record(path, record_id)
     try:
         fh = open(path, "rb")
     except OSError:
@@ -775,3 +885,28 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
+    """The record whose `id` is `record_id` in one Parquet part file (a local path or a dataset URL's
+    file), as the JSON record it stands for: the row validated and dumped as llmwatch writes a line."""
+    try:
+        pa = parquet.pyarrow_module()
+    except RecordError:
+        return None
+    import pyarrow.compute as pc
+
+    try:
+        fs, opened = parquet.filesystem(path) if parquet.is_url(path) else (None, path)
+        file = parquet.open_part(fs, opened)
+        kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
+        if kind not in ("samples", "pairs"):
+            return None
+        for batch in file.iter_batches(batch_size=4096):
+            hits = batch.filter(pc.equal(batch.column("id"), record_id))
+            if hits.num_rows:
+                record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
+                return record.model_dump(mode="json", by_alias=True)
+    except (RecordError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
+        log.warning("ui.parquet_record_unreadable", file=path, error=str(exc))
+    return None
