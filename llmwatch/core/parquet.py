@@ -35,7 +35,10 @@ from llmwatch.core.pairs import Pair
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 
-PARQUET_SCHEMA = "llmwatch.parquet/v1"
+PARQUET_SCHEMA = "llmwatch.parquet/v2"
+# Versions this llmwatch reads: v2 added the samples' price_row, conversation_id and turn columns,
+# which read as null from a v1 file (the fields' defaults).
+READABLE_SCHEMAS = ("llmwatch.parquet/v1", PARQUET_SCHEMA)
 NONE_VERSION = "__none__"
 _BATCH_ROWS = 2048
 
@@ -71,6 +74,10 @@ COLUMNS: dict[str, list[tuple[str, tuple[str, ...], ColumnType]]] = {
         ("redacted", ("redacted",), "bool"),
         ("capture_notes", ("capture_notes",), "json"),
         ("metadata", ("metadata",), "json"),
+        # Added in v2 (optional fields of the sample record): a v1 file lacks them; null there.
+        ("price_row", ("price_row",), "string"),
+        ("conversation_id", ("conversation_id",), "string"),
+        ("turn", ("turn",), "int"),
     ],
     "scores": [
         ("schema", ("schema",), "string"),
@@ -319,8 +326,8 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         except (OSError, pa.ArrowException) as exc:
             raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
         meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
-        if meta and meta != PARQUET_SCHEMA:
-            raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {PARQUET_SCHEMA!r}")
+        if meta and meta not in READABLE_SCHEMAS:
+            raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
         for n, row in enumerate(_rows(pa, file, path), start=1):
             try:
                 yield model.model_validate(from_row(kind, row))

@@ -186,3 +186,27 @@ def test_the_conversations_list_ranks_by_decay_length_or_recency_under_the_filte
 
     status, _, body = get(f"{ui.base}/conversations?order=worst")
     assert status == 400 and "order=&#x27;worst&#x27;: one of decay, turns, recent" in body
+
+
+def test_a_parquet_dataset_of_the_same_records_shows_the_same_conversations(
+    ui: UiServer, data_dir: Path, tmp_path: Path
+):
+    # `llmwatch archive` writes samples with their conversation and turn (llmwatch.parquet/v2).
+    from llmwatch.core import parquet_write
+    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.scores import Score
+
+    dataset = tmp_path / "dataset"
+    parquet_write.write_dataset(dataset, "samples", read_records(data_dir / "samples"))
+    parquet_write.write_dataset(dataset, "scores", read_records(data_dir / "scores", Score, prefix="scores"))
+    server = UiServer(dataset)
+    try:
+        for n in (1, 3):
+            cid = conversation_id(n)
+            expected = turn_rows(get(f"{ui.base}/conversations/{cid}")[2])
+            assert expected and turn_rows(get(f"{server.base}/conversations/{cid}")[2]) == expected
+        assert conversation_links(get(f"{server.base}/conversations")[2]) == conversation_links(
+            get(f"{ui.base}/conversations")[2]
+        )
+    finally:
+        server.stop()

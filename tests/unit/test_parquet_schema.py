@@ -51,3 +51,58 @@ def test_runs_cut_at_a_new_partition_key_and_at_offsets_already_in_a_file():
     got = runs(records, "samples", Covered([(5, 5)]))
     assert [[o for o, _ in run] for run in got] == [[0, 1], [2, 4], [6]]
     assert runs(records, "samples", Covered([(0, 6)])) == []
+
+
+def test_every_field_of_every_record_has_a_column():
+    # A field without a column is silently dropped by `llmwatch archive` (v1 lost conversations).
+    from llmwatch.core.pairs import Pair
+    from llmwatch.core.scores import Score
+
+    for kind, model in (("samples", Sample), ("scores", Score), ("pairs", Pair)):
+        stored = {path[0] for _, path, _ in COLUMNS[kind]}
+        fields = {f.alias or name for name, f in model.model_fields.items()}
+        assert fields <= stored, f"{kind}: no column for {sorted(fields - stored)}"
+
+
+def _sample(**extra: object) -> Sample:
+    return Sample(
+        id="s-1",
+        timestamp=datetime(2026, 12, 4, 12, tzinfo=timezone.utc),
+        model="gpt-4o-mini",
+        model_version="A",
+        status=200,
+        latency_ms=5.0,
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        response={"choices": [{"message": {"role": "assistant", "content": "hello"}}]},
+        **extra,
+    )
+
+
+def test_a_sample_round_trips_through_a_dataset_with_its_conversation_and_price_row(tmp_path: Path):
+    from llmwatch.core.parquet import read_dataset
+    from llmwatch.core.parquet_write import write_dataset
+
+    original = _sample(conversation_id="h-0123456789abcdef", turn=3, price_row="gpt-4o-mini@2024-07-18")
+    write_dataset(tmp_path, "samples", [original])
+    (back,) = list(read_dataset(tmp_path, Sample, "samples"))
+    assert back == original
+
+
+def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from llmwatch.core.parquet import arrow_schema, read_dataset, to_row
+
+    added = {"price_row", "conversation_id", "turn"}
+    v2 = arrow_schema()["samples"]
+    v1 = pa.schema(
+        [f for f in v2 if f.name not in added],
+        metadata={b"llmwatch.schema": b"llmwatch.parquet/v1", b"llmwatch.kind": b"samples"},
+    )
+    row = {k: v for k, v in to_row("samples", _sample()).items() if k not in added}
+    folder = tmp_path / "samples" / "date=2026-12-04" / "model_version=A"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row], schema=v1), folder / "part-0.parquet")
+    (back,) = list(read_dataset(tmp_path, Sample, "samples"))
+    assert back == _sample() and back.conversation_id is None and back.turn is None

@@ -189,7 +189,7 @@ PAIRS_SELECT = PAIRS_SQL.replace("__SOURCE__", f"read_json(?, columns = {PAIR_CO
 # The same SELECTs over one Parquet part file of a dataset (llmwatch.core.parquet, `llmwatch archive`),
 # registered as PARQUET_VIEW: its columns mapped to what read_json gives (nested values are JSON
 # text columns there; the call's usage two flat columns), the file's name a bound parameter.
-# conversation_id and turn are not columns of the Parquet schema (llmwatch.parquet/v1): NULL.
+# A file written before conversation_id and turn were columns gets them as nulls (`_read_parquet`).
 PARQUET_VIEW = "llmwatch_parquet_part"
 STAGE = "llmwatch_parquet_stage"  # a temporary table: new part files' rows before they join their table
 SAMPLES_PARQUET = SAMPLES_SQL.replace(
@@ -198,7 +198,7 @@ SAMPLES_PARQUET = SAMPLES_SQL.replace(
         model, model_version, CAST(status AS INTEGER) AS status, error_type, latency_ms, ttft_ms,
         {{'input_tokens': usage_input_tokens, 'output_tokens': usage_output_tokens}} AS usage, finish_reason, cost_usd,
         CAST(metadata AS JSON) AS metadata, CAST(request AS JSON) AS request, CAST(response AS JSON) AS response,
-        CAST(NULL AS VARCHAR) AS conversation_id, CAST(NULL AS BIGINT) AS turn FROM {PARQUET_VIEW})""",
+        conversation_id, CAST(turn AS BIGINT) AS turn FROM {PARQUET_VIEW})""",
 )
 SCORES_PARQUET = SCORES_SQL.replace(
     "__SOURCE__",
@@ -613,7 +613,20 @@ class Index:
         found = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", kind.folder.encode()).decode()
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
-        reader = pa.RecordBatchReader.from_batches(file.schema_arrow, file.iter_batches(batch_size=4096))
+        schema = file.schema_arrow
+        batches = file.iter_batches(batch_size=4096)
+        # Columns added to the schema after a file was written (optional fields) read as nulls.
+        missing = [f for f in parquet.arrow_schema()[kind.folder] if f.name not in schema.names]
+        if missing:
+            for f in missing:
+                schema = schema.append(f)
+            batches = (
+                pa.RecordBatch.from_arrays(
+                    [*b.columns, *(pa.nulls(b.num_rows, f.type) for f in missing)], schema=schema
+                )
+                for b in batches
+            )
+        reader = pa.RecordBatchReader.from_batches(schema, batches)
         self.db.register(PARQUET_VIEW, reader)
         try:
             self.db.execute(f"INSERT INTO {STAGE} {kind.parquet_select}", [name])
