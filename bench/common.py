@@ -211,10 +211,14 @@ async def open_loop_checked(
 
 def editable_launcher(src: str | os.PathLike[str]) -> list[str]:
     """A command that runs `llmwatch` from another checkout (e.g. main) with this venv: the
-    editable install's finder is pointed at that tree's folders before anything imports llmwatch."""
+    editable install's finder is pointed at that tree's folders before anything imports llmwatch.
+    An install by path (a `.pth` naming this tree's folders, as `pip install -e` writes here) has
+    no finder to point: that tree's folders go first on `sys.path` instead, and the current
+    directory (`-c` puts it first) is dropped, else the portions would still load from this tree."""
     code = (
         "import sys, runpy\n"
         f"src = {str(Path(src).resolve())!r}\n"
+        "sys.path[:] = [src, src + '/agent', src + '/collectors', src + '/scorers'] + [p for p in sys.path if p not in ('', '.')]\n"
         "for name, mod in list(sys.modules.items()):\n"
         "    if name.startswith('__editable___llmwatch') and hasattr(mod, 'MAPPING'):\n"
         "        mod.MAPPING.update({'llmwatch': src + '/llmwatch', 'llmwatch.agent': src + '/agent', 'llmwatch.collectors': src + '/collectors', 'llmwatch.scorers': src + '/scorers'})\n"

@@ -3,10 +3,19 @@ conversation; the turn is the number of user messages; memory stays bounded."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta, timezone
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from llmwatch.core.records import Sample
-from llmwatch.scorers.pipeline.conversations import ConversationTracker, declared_conversation, link_samples
+from llmwatch.scorers.pipeline.conversations import (
+    ConversationTracker,
+    declared_conversation,
+    history_digests,
+    link_samples,
+)
 
 
 def chat(*turns: tuple[str, str | None]) -> list[dict[str, str]]:
@@ -104,3 +113,72 @@ def test_a_history_of_odd_shapes_is_still_a_conversation() -> None:
     ]
     c2, turn = t.observe(second, now=1, call_id="b")
     assert c2 == c1 and turn == 1  # a tool round trip stays in the same turn
+
+
+def _reference_digests(
+    messages: list[object], answer: str | None
+) -> tuple[bytes, tuple[tuple[bytes, bytes], ...], bytes | None]:
+    """The framing the tracker has always hashed, spelled out: one length-prefixed frame
+    `len(role):role:len(text):text` per message (lengths of the role in characters, of the
+    stripped text in UTF-8 bytes), so that ids stay the same across versions and replicas."""
+    from llmwatch.core.wire import content_to_text
+
+    def frame(role: object, text: str) -> bytes:
+        t = text.strip().encode("utf-8", "surrogatepass")
+        name = str(role)
+        return b"%d:%s:%d:%s" % (len(name), name.encode("utf-8", "surrogatepass"), len(t), t)
+
+    h = hashlib.blake2b(digest_size=16)
+    at_assistant = []
+    for m in messages:
+        if type(m) is not dict:
+            continue
+        role = m.get("role", "user")
+        text = content_to_text(m.get("content"))
+        if role == "assistant":
+            before = h.digest()
+            h.update(frame(role, text))
+            at_assistant.append((h.digest(), before))
+        else:
+            h.update(frame(role, text))
+    answered = None
+    if answer:
+        copy = h.copy()
+        copy.update(frame("assistant", answer))
+        answered = copy.digest()
+    return h.digest(), tuple(at_assistant), answered
+
+
+_roles = st.one_of(
+    st.sampled_from(["system", "user", "assistant", "tool", "développeur", "ユーザー"]),
+    st.text(max_size=8),
+    st.none(),
+    st.integers(-5, 5),
+)
+_contents = st.one_of(
+    st.text(max_size=40),
+    st.none(),
+    st.lists(
+        st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}), st.text(max_size=5)),
+        max_size=3,
+    ),
+)
+_messages = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"role": _roles, "content": _contents}),
+        st.fixed_dictionaries({"content": _contents}),  # no role: a user message
+        st.text(max_size=5),  # not a message
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=_messages, answer=st.one_of(st.none(), st.text(max_size=40)))
+def test_the_hashed_framing_is_unchanged_for_any_history(messages: list[object], answer: str | None) -> None:
+    # The tracker's framing is inlined and its role heads cached for speed (the proxy hashes every
+    # chat call); the digests must still be exactly the documented frames', or conversation ids
+    # would change between versions, replicas and the offline linker.
+    full, at_assistant, answered, turn = history_digests(messages, answer)
+    assert (full, at_assistant, answered) == _reference_digests(messages, answer)
+    assert turn == max(1, sum(1 for m in messages if type(m) is dict and m.get("role", "user") == "user"))

@@ -72,6 +72,11 @@ class Admission:
     queued: bool
 
 
+# Most calls are not sampled: one shared (frozen) answer for them, not a frozen dataclass built
+# per call (its `__init__` sets each field through `object.__setattr__`).
+_SKIPPED = Admission(None, False)
+
+
 class Intake:
     def __init__(
         self, queue: BoundedQueue[Any], sampler: Sampler, metrics: Metrics, *, default_version: str | None
@@ -107,7 +112,7 @@ class Intake:
         """Decide on one call and, when it is selected, queue `build(reason)` and count it."""
         reason = self.sampler.decide(key, route, model, error=error, latency_ms=latency_ms)
         if reason is None:
-            return Admission(None, False)
+            return _SKIPPED
         m = self.metrics
         m.samples.labels(reason=reason).inc()
         if self.queue.offer(build(reason)):
