@@ -7,6 +7,7 @@ import threading
 
 import structlog
 
+from llmwatch.collectors.exporters import kafka
 from llmwatch.collectors.exporters.kafka import close_worker
 
 
@@ -20,7 +21,7 @@ class Closing:
             raise ConnectionError("broker gone")
 
 
-def test_everything_closes_in_order_even_when_the_consumer_and_producer_fail() -> None:
+def test_everything_closes_in_order_even_when_the_consumer_and_producer_fail(monkeypatch) -> None:
     order: list[str] = []
     ready = threading.Event()
     ready.set()
@@ -29,6 +30,9 @@ def test_everything_closes_in_order_even_when_the_consumer_and_producer_fail() -
     try:
         previous = {signal.SIGUSR1: before}
         with structlog.testing.capture_logs() as logs:
+            # A logger made inside the capture: the module's own was cached by earlier tests
+            # (structlog's cache_logger_on_first_use), and capture_logs only sees new ones.
+            monkeypatch.setattr(kafka, "log", structlog.get_logger(kafka.__name__))
             close_worker(
                 ready,
                 Closing("consumer", order, fail=True),
