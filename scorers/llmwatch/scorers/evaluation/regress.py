@@ -672,7 +672,8 @@ async def prepare_rewordings(suite: RegressSuite, s: RunSettings) -> PreparedRew
             candidates = parse_model_reply(reply.choices[0].message.content or "")
         except openai.APIError as exc:
             problems.append(f"call failed ({type(exc).__name__})")
-        except (ValueError, IndexError, AttributeError) as exc:
+        except (ValueError, IndexError, AttributeError, TypeError, KeyError) as exc:
+            # TypeError: a 200 whose body has no choices (`choices: null` reads as None, not a list).
             problems.append(f"unusable reply ({str(exc)[:80]})")
         kept, refused = accept_model_rewordings(text, candidates, s.paraphrases, case.id, model)
         problems += refused
