@@ -165,3 +165,49 @@ def test_the_same_text_on_another_route_is_another_request_not_a_re_ask() -> Non
     # 20 clusters (10 per route), each robust: pooled across routes they would look maximally sensitive.
     assert result.clusters == 20 and result.samples == 40
     assert result.sensitivity == 0.0
+
+
+def _row_by_row_leaders(X: np.ndarray, threshold: float) -> list[int]:
+    """The leader clustering's definition, one row at a time: each row joins its most similar
+    leader so far (the earlier one on a tie) when the cosine reaches the threshold, else leads."""
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    leaders: list[int] = []
+    out = []
+    for i in range(len(X)):
+        if leaders:
+            cos = X[leaders] @ X[i]
+            best = int(cos.argmax())
+            if cos[best] >= threshold:
+                out.append(best)
+                continue
+        leaders.append(i)
+        out.append(len(leaders) - 1)
+    return out
+
+
+def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by_row_result(monkeypatch) -> None:
+    from llmwatch.scorers.drift import prompt_space
+    from llmwatch.scorers.evaluation import sensitivity
+
+    # 300 requests, each asked in up to 4 phrasings (small noise around its direction), shuffled:
+    # leaders are made in every block, and later blocks join earlier blocks' leaders.
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(300, 32))
+    members = [c for c in range(300) for _ in range(int(rng.integers(1, 5)))]
+    rng.shuffle(members)
+    X = np.asarray([centres[c] + rng.normal(scale=0.08, size=32) for c in members])
+    X[7] = X[3]  # an exact repeat joins its own leader
+    products = []
+    real = prompt_space.near_duplicates
+
+    def counted(current, baseline, threshold, **kw):
+        products.append(len(current))
+        return real(current, baseline, threshold, **kw)
+
+    monkeypatch.setattr(prompt_space, "near_duplicates", counted)
+    got = sensitivity._clusters([str(i) for i in range(len(X))], lambda texts: X, 0.9)
+
+    assert got == _row_by_row_leaders(X, 0.9)
+    assert len(set(got)) == 300, "each request's phrasings are one cluster"
+    # Row by row this made one product per phrasing (len(X) - 1 = hundreds); in blocks of 256, a few.
+    assert len(products) <= math.ceil(len(X) / 256) and len(X) > 700
