@@ -211,3 +211,32 @@ def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by
     assert len(set(got)) == 300, "each request's phrasings are one cluster"
     # Row by row this made one product per phrasing (len(X) - 1 = hundreds); in blocks of 256, a few.
     assert len(products) <= math.ceil(len(X) / 256) and len(X) > 700
+
+
+def test_the_html_figure_names_the_measure_it_plots_the_mean_difference_not_the_variance_share() -> None:
+    from types import SimpleNamespace
+
+    from llmwatch.scorers.evaluation.sensitivity import PromptSensitivity
+    from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity
+
+    class Doc:
+        def __init__(self) -> None:
+            self.figures: list[tuple[str, list[float]]] = []
+
+        def heading(self, *a, **k): ...
+        def paragraph(self, *a, **k): ...
+        def open_figures(self): ...
+        def close_figures(self): ...
+        def table(self, *a, **k): ...
+
+        def figure(self, fig, caption=""):
+            ax = fig.axes[0]
+            xs = [float(line.get_xdata()[0]) for line in ax.get_lines() if len(line.get_xdata()) == 1]
+            self.figures.append((ax.get_xlabel(), xs))
+
+    figure = PromptSensitivity("A", "measured", 0.3, (0.2, 0.4), 5, 12, 40, within_share=0.9, between_spread=0.5)
+    doc = Doc()
+    render_prompt_sensitivity(doc, SimpleNamespace(prompt_sensitivity=[figure]), ["#000"])
+    ((label, xs),) = doc.figures
+    assert xs[0] == 0.3, "the figure plots the sensitivity (its marker; then the caps at the interval)"
+    assert "mean score difference between two rephrasings" in label and "variance" not in label
