@@ -277,13 +277,16 @@ def test_dynamic_replay_feeds_the_candidates_own_answers_back_and_static_the_rec
 @pytest.fixture
 def rewording_server():
     """An OpenAI-compatible rewording model: "good" answers a fenced JSON array (the request with a polite
-    lead, upper-cased, with a thank-you), "broken" answers prose. Records each request's headers."""
+    lead, upper-cased, with a thank-you), "broken" answers prose, "no-choices" a body without choices. Records each request's headers."""
     seen: list[dict] = []
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
         seen.append({"authorization": request.headers.get("Authorization"), "body": body})
         text = body["messages"][-1]["content"].split("Request:\n", 1)[1]
+        if body["model"] == "no-choices":
+            # A 200 whose body is no chat completion (a proxy's error page as JSON, a wrong route).
+            return web.json_response({"id": "p", "object": "chat.completion", "created": 0, "choices": None})
         if body["model"] == "good":
             content = (
                 "```json\n" + orjson.dumps([f"Kindly: {text}", text.upper(), f"{text} Thanks."]).decode() + "\n```"
@@ -358,3 +361,21 @@ def test_rewordings_from_a_model_are_kept_when_they_keep_the_protected_tokens_an
         assert report.model_fallbacks == len(SUITE)
         assert [[v.text for v in c.variants] for c in report.cases] == expected
     assert secret not in capsys.readouterr().err
+
+
+def test_a_rewording_reply_without_choices_is_an_unusable_reply_made_up_with_built_in_ones_not_a_traceback(
+    simulator, rewording_server, tmp_path: Path, capsys
+):
+    url, _ = rewording_server
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE)
+    out = tmp_path / "no-choices.json"
+    code = regress(
+        suite, simulator, "--repeat", "1", "--paraphrases", str(K), "--paraphrase-url", url,
+        "--paraphrase-model", "no-choices", "--max-retries", "0", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0
+    report = load_run(out).paraphrases
+    assert report.model_fallbacks == len(SUITE)
+    assert [reason.startswith("unusable reply") for reason in report.model_errors] == [True]
+    assert all(len(c.variants) == K + 1 for c in report.cases)
+    assert f"built-in ones made up for {len(SUITE)} case(s) (unusable reply" in capsys.readouterr().out

@@ -453,6 +453,18 @@ def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp
     )
 
 
+def test_bad_build_options_are_refused_before_any_sample_is_read(tmp_path: Path, capsys):
+    # The samples do not exist: an option checked only after reading them would name them instead.
+    for option, value in (("--size", "0"), ("--failure-quota", "1.5")):
+        code = main(
+            ["suite", "build", "--samples", str(tmp_path / "nope"), "--scores", str(tmp_path / "nope"),
+             "--out", str(tmp_path / "s.jsonl"), option, value]
+        )  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and option in err and "nope" not in err, err
+    assert not (tmp_path / "s.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_with_the_embeddings_extra_paraphrases_collapse_that_text_shingles_keep_apart():
     # Loads the packaged MiniLM (tens of seconds on a busy CPU): one small batch only.

@@ -210,3 +210,17 @@ def test_a_parquet_dataset_of_the_same_records_shows_the_same_conversations(
         )
     finally:
         server.stop()
+
+
+def test_a_page_number_in_other_digits_is_a_400_that_says_so_not_a_server_error(ui: UiServer):
+    # "²" is a digit to str.isdigit but no number to int(): it ended each of these in a 500.
+    cid = quote(conversation_id(6), safe="")
+    for path in (f"/conversations/{cid}", "/conversations", "/samples"):
+        status, _, body = get(f"{ui.base}{path}?page=%C2%B2")
+        assert status == 400 and "a whole number from 1" in body, path
+    # Digits of another script are numbers to int(): page 2 of the long conversation.
+    status, _, body = get(f"{ui.base}/conversations/{cid}?page=%D9%A2")
+    assert status == 200 and [t for t, _ in turn_rows(body)] == ["101", "102", "103", "104"]
+    for path in ("/drift/%C2%B2", "/drift/page/%C2%B2", "/suites/%C2%B2"):
+        assert get(ui.base + path)[0] == 404, path
+    assert get(f"{ui.base}/shadow?page=%C2%B2")[0] == 200  # the shadow list reads a bad page as page 1

@@ -103,3 +103,28 @@ def test_verdicts_whose_sample_never_comes_wait_in_a_bounded_buffer() -> None:
     windows.add([first, last], [], {})
     _, scores = windows.contents()
     assert [s.sample_id for s in scores] == [last.id]
+
+
+def test_late_scores_are_not_queued_for_a_scorer_at_its_bound_of_pending_samples() -> None:
+    """The proxy's process hands verdicts to the scorer child on its event loop; while the child is
+    so far behind that samples are dropped, verdicts are dropped too (counted), not buffered without end."""
+    from llmwatch.agent.processes.scoring import JoinScores, ScorerProcess
+
+    class Inbox:
+        def __init__(self) -> None:
+            self.put_items: list[object] = []
+
+        def put(self, item: object) -> None:
+            self.put_items.append(item)
+
+    scorer = ScorerProcess({}, lambda *a: None, max_pending=4, batch_timeout_s=30)
+    inbox = scorer._inbox = Inbox()
+    line = Score(sample_id="s1", check="consistency", kind="consistency", result="pass", sample_timestamp=NOW).to_json()
+
+    scorer._pending = 3
+    scorer.join_scores([line])
+    assert [type(m) for m in inbox.put_items] == [JoinScores] and scorer.late_scores_dropped == 0
+
+    scorer._pending = 4  # what `submit` refuses more samples at
+    scorer.join_scores([line, line])
+    assert len(inbox.put_items) == 1 and scorer.late_scores_dropped == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -249,3 +250,17 @@ def test_model_rewordings_that_change_a_protected_token_or_add_a_number_are_repl
     assert [r.transforms == ("model:m",) for r in kept] == [True, False, False]
     assert len({r.text for r in kept} | {text}) == 4
     assert len(refused) == 4
+
+
+def test_a_paraphrase_url_that_is_no_http_url_is_refused_before_any_call_without_its_credentials() -> None:
+    from llmwatch.scorers.evaluation.regress import RegressError, RunSettings, check_settings
+
+    def with_url(url: str) -> RunSettings:
+        return RunSettings("http://127.0.0.1:8000", "m", paraphrases=2, paraphrase_url=url, paraphrase_model="m")
+
+    for url in ("127.0.0.1:8000", "notaurl", "ftp://user:hunter2@host/", "user:hunter2@gateway"):
+        with pytest.raises(RegressError, match="--paraphrase-url: expected an http\\(s\\) URL") as refused:
+            check_settings(with_url(url), 0.2)
+        assert "hunter2" not in str(refused.value)
+    for url in ("http://127.0.0.1:8000", "https://user:key@gateway.example/openai/v1"):
+        check_settings(with_url(url), 0.2)

@@ -165,3 +165,78 @@ def test_the_same_text_on_another_route_is_another_request_not_a_re_ask() -> Non
     # 20 clusters (10 per route), each robust: pooled across routes they would look maximally sensitive.
     assert result.clusters == 20 and result.samples == 40
     assert result.sensitivity == 0.0
+
+
+def _row_by_row_leaders(X: np.ndarray, threshold: float) -> list[int]:
+    """The leader clustering's definition, one row at a time: each row joins its most similar
+    leader so far (the earlier one on a tie) when the cosine reaches the threshold, else leads."""
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    leaders: list[int] = []
+    out = []
+    for i in range(len(X)):
+        if leaders:
+            cos = X[leaders] @ X[i]
+            best = int(cos.argmax())
+            if cos[best] >= threshold:
+                out.append(best)
+                continue
+        leaders.append(i)
+        out.append(len(leaders) - 1)
+    return out
+
+
+def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by_row_result(monkeypatch) -> None:
+    from llmwatch.scorers.drift import prompt_space
+    from llmwatch.scorers.evaluation import sensitivity
+
+    # 300 requests, each asked in up to 4 phrasings (small noise around its direction), shuffled:
+    # leaders are made in every block, and later blocks join earlier blocks' leaders.
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(300, 32))
+    members = [c for c in range(300) for _ in range(int(rng.integers(1, 5)))]
+    rng.shuffle(members)
+    X = np.asarray([centres[c] + rng.normal(scale=0.08, size=32) for c in members])
+    X[7] = X[3]  # an exact repeat joins its own leader
+    products = []
+    real = prompt_space.near_duplicates
+
+    def counted(current, baseline, threshold, **kw):
+        products.append(len(current))
+        return real(current, baseline, threshold, **kw)
+
+    monkeypatch.setattr(prompt_space, "near_duplicates", counted)
+    got = sensitivity._clusters([str(i) for i in range(len(X))], lambda texts: X, 0.9)
+
+    assert got == _row_by_row_leaders(X, 0.9)
+    assert len(set(got)) == 300, "each request's phrasings are one cluster"
+    # Row by row this made one product per phrasing (len(X) - 1 = hundreds); in blocks of 256, a few.
+    assert len(products) <= math.ceil(len(X) / 256) and len(X) > 700
+
+
+def test_the_html_figure_names_the_measure_it_plots_the_mean_difference_not_the_variance_share() -> None:
+    from types import SimpleNamespace
+
+    from llmwatch.scorers.evaluation.sensitivity import PromptSensitivity
+    from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity
+
+    class Doc:
+        def __init__(self) -> None:
+            self.figures: list[tuple[str, list[float]]] = []
+
+        def heading(self, *a, **k): ...
+        def paragraph(self, *a, **k): ...
+        def open_figures(self): ...
+        def close_figures(self): ...
+        def table(self, *a, **k): ...
+
+        def figure(self, fig, caption=""):
+            ax = fig.axes[0]
+            xs = [float(line.get_xdata()[0]) for line in ax.get_lines() if len(line.get_xdata()) == 1]
+            self.figures.append((ax.get_xlabel(), xs))
+
+    figure = PromptSensitivity("A", "measured", 0.3, (0.2, 0.4), 5, 12, 40, within_share=0.9, between_spread=0.5)
+    doc = Doc()
+    render_prompt_sensitivity(doc, SimpleNamespace(prompt_sensitivity=[figure]), ["#000"])
+    ((label, xs),) = doc.figures
+    assert xs[0] == 0.3, "the figure plots the sensitivity (its marker; then the caps at the interval)"
+    assert "mean score difference between two rephrasings" in label and "variance" not in label

@@ -388,9 +388,10 @@ def _sources(args: argparse.Namespace) -> dict[str, str]:
 
 def cmd_suite_build(args: argparse.Namespace) -> int:
     from llmwatch.agent.cli.common import require_writable
-    from llmwatch.scorers.evaluation.suite_build import build, format_show, show
+    from llmwatch.scorers.evaluation.suite_build import build, check_build_options, format_show, show
 
     cfg = config_from_args(args)
+    check_build_options(args.size, args.failure_quota, args.edge_quota)  # before minutes of reading
     require_writable(args.out, "--out")
     material, categories, checks = _suite_material(cfg, args)
     result = build(

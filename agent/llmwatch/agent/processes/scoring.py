@@ -291,6 +291,7 @@ class ScorerProcess:
         self.ready = threading.Event()
         self.fatal: str | None = None
         self.restarts = 0
+        self.late_scores_dropped = 0  # `join_scores` lines not handed off: the scorer was behind
         self._last_progress = time.monotonic()
         self._frozen: dict[str, str | None] = {}
         self._frozen_event = threading.Event()
@@ -422,10 +423,18 @@ class ScorerProcess:
 
         Called on the proxy's event loop (llmwatch.collectors.late_scores): a put on the child's
         queue only appends to its feeder thread's buffer. Lost, as in-flight batches are, when
-        the child restarts.
+        the child restarts. Dropped (`late_scores_dropped`, a rate-limited log line) while the
+        scorer is at its bound of pending samples: the child is far behind, and the queue's
+        buffer, which the bound keeps small for samples, would otherwise grow with each verdict.
         """
         inbox = self._inbox
         if inbox is None or self.fatal is not None or self._stop.is_set():
+            return
+        with self._lock:
+            behind = self._pending >= self._max_pending
+        if behind:
+            self.late_scores_dropped += len(lines)
+            self._warn(log.warning, "late_scores_dropped", why="scorer_behind", total=self.late_scores_dropped)
             return
         try:
             inbox.put(JoinScores(list(lines)))

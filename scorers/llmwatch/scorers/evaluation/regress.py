@@ -672,7 +672,8 @@ async def prepare_rewordings(suite: RegressSuite, s: RunSettings) -> PreparedRew
             candidates = parse_model_reply(reply.choices[0].message.content or "")
         except openai.APIError as exc:
             problems.append(f"call failed ({type(exc).__name__})")
-        except (ValueError, IndexError, AttributeError) as exc:
+        except (ValueError, IndexError, AttributeError, TypeError, KeyError) as exc:
+            # TypeError: a 200 whose body has no choices (`choices: null` reads as None, not a list).
             problems.append(f"unusable reply ({str(exc)[:80]})")
         kept, refused = accept_model_rewordings(text, candidates, s.paraphrases, case.id, model)
         problems += refused
@@ -1420,6 +1421,13 @@ def check_settings(settings: RunSettings, threshold: float) -> None:
         raise RegressError("--min-repeat must be at least 1")
     if not 0 < settings.pass_threshold < 1:
         raise RegressError(f"--pass-threshold must be in (0, 1), got {settings.pass_threshold}")
+    _check_paraphrase_settings(settings)
+    if not 1 <= settings.max_turns <= MAX_TURNS:
+        raise RegressError(f"--max-turns must be 1 to {MAX_TURNS}, got {settings.max_turns}")
+
+
+def _check_paraphrase_settings(settings: RunSettings) -> None:
+    """check_settings' part for --paraphrases and its options."""
     if not 0 <= settings.paraphrases <= MAX_PARAPHRASES:
         raise RegressError(
             f"--paraphrases must be 0 to {MAX_PARAPHRASES} (each rewording costs as many calls as the case), got {settings.paraphrases}"
@@ -1433,8 +1441,12 @@ def check_settings(settings: RunSettings, threshold: float) -> None:
         raise RegressError("rewording by a model needs both --paraphrase-url and --paraphrase-model")
     if settings.paraphrase_url and not settings.paraphrases:
         raise RegressError("--paraphrase-url needs --paraphrases K (K >= 1): how many rewordings to ask for")
-    if not 1 <= settings.max_turns <= MAX_TURNS:
-        raise RegressError(f"--max-turns must be 1 to {MAX_TURNS}, got {settings.max_turns}")
+    if settings.paraphrase_url and not re.match(r"^https?://[^/\s]+", settings.paraphrase_url):
+        # Else every case's call fails and built-in rewordings stand in, the typo only a count in the report.
+        raise RegressError(
+            "--paraphrase-url: expected an http(s) URL such as http://127.0.0.1:8000, "
+            f"got {re.sub(r'^.*@', '***@', settings.paraphrase_url)!r}"  # credentials masked, with or without a scheme
+        )
 
 
 def regress(

@@ -78,6 +78,7 @@ log = structlog.get_logger(__name__)
 COSINE_THRESHOLD = 0.9
 MIN_CLUSTERS = 3
 _WORD = re.compile(r"[^\W_]+")
+_BLOCK = 256  # phrasings compared with the earlier leaders in one matrix product
 
 Embed = Callable[[list[str]], Any]
 
@@ -125,16 +126,32 @@ def _clusters(
         log.warning("sensitivity_lexical_fallback", error=f"{type(exc).__name__}: {exc}")
         return _clusters(texts, None, threshold)
     X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-    leaders: list[int] = []
-    out = []
-    for i in range(len(X)):
-        if leaders:
-            best, cos = near_duplicates(X[i : i + 1], X[leaders], threshold)
-            if cos[0] >= threshold:
-                out.append(int(best[0]))
+    # Leader clustering, a block of rows at a time: one product of the block against the leaders
+    # found before it, then each row against the few leaders its own block made. The same
+    # clusters as comparing row by row (each row's most similar leader so far; ties to the
+    # earlier one), without copying the leaders for every row: that was quadratic with a large
+    # constant (2,000 distinct phrasings took 16 s, 4,000 took 48 s).
+    leaders = np.empty_like(X)
+    n_leaders = 0
+    out: list[int] = []
+    for start in range(0, len(X), _BLOCK):
+        rows = X[start : start + _BLOCK]
+        before = n_leaders
+        if before:
+            old_best, old_cos = near_duplicates(rows, leaders[:before], threshold)
+        for j in range(len(rows)):
+            best, cos = (int(old_best[j]), float(old_cos[j])) if before else (-1, -np.inf)
+            if n_leaders > before:
+                sims = leaders[before:n_leaders] @ rows[j]
+                k = int(sims.argmax())
+                if sims[k] > cos:
+                    best, cos = before + k, float(sims[k])
+            if best >= 0 and cos >= threshold:
+                out.append(best)
                 continue
-        leaders.append(i)
-        out.append(len(leaders) - 1)
+            leaders[n_leaders] = rows[j]
+            out.append(n_leaders)
+            n_leaders += 1
     return out
 
 

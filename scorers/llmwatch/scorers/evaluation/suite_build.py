@@ -598,6 +598,16 @@ def _take(
         chosen.append(c)
 
 
+def check_build_options(size: int, failure_quota: float, edge_quota: float) -> None:
+    """Refuse bad `suite build` options; the CLI calls it before reading the samples (minutes on a large window)."""
+    if size < 1:
+        raise SuiteBuildError("--size must be at least 1")
+    if not (0 <= failure_quota <= 1 and 0 <= edge_quota <= 1 and failure_quota + edge_quota <= 1):
+        raise SuiteBuildError(
+            f"--failure-quota ({failure_quota}) and --edge-quota ({edge_quota}) must each be in [0, 1] and add up to at most 1"
+        )
+
+
 def select(
     material: Material,
     categories: Sequence[Category],
@@ -609,12 +619,7 @@ def select(
     mix: Literal["traffic", "weighted"] = "traffic",
     exclude: Iterable[str] = (),
 ) -> list[Candidate]:
-    if size < 1:
-        raise SuiteBuildError("--size must be at least 1")
-    if not (0 <= failure_quota <= 1 and 0 <= edge_quota <= 1 and failure_quota + edge_quota <= 1):
-        raise SuiteBuildError(
-            f"--failure-quota ({failure_quota}) and --edge-quota ({edge_quota}) must each be in [0, 1] and add up to at most 1"
-        )
+    check_build_options(size, failure_quota, edge_quota)
     rng = random.Random(seed)
     skip = set(exclude)
     pool = [c for c in material.candidates if c.case_id not in skip]

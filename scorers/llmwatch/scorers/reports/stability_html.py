@@ -102,7 +102,8 @@ def render_prompt_sensitivity(doc: Any, report: EvaluationReport, palette: Seque
             )
         ax.set_yticks(range(len(items)), [f"version {p.model_version}" for p in items])
         ax.set_xlim(0.0, 1.0)
-        ax.set_xlabel("within-cluster share of score variance (0 robust, 1 the phrasing decides)")
+        # What is plotted: the sensitivity, not the within-cluster variance share (text and JSON report that).
+        ax.set_xlabel("mean score difference between two rephrasings of one request (0 robust)")
         doc.open_figures()
         doc.figure(fig, "Prompt sensitivity per version; bars: 95% intervals, clusters of rephrasings resampled")
         doc.close_figures()

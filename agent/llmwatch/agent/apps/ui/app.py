@@ -418,7 +418,8 @@ class UiApp:
     async def conversation(self, request: web.Request) -> web.Response:
         conversation_id = request.match_info["conversation_id"]
         number = request.query.get("page", "1")
-        if not number.isdigit() or not 1 <= int(number) <= 100_000:
+        # isdecimal, not isdigit: "²" is a digit that int() refuses (a 500); "٢" is a decimal it reads.
+        if not number.isdecimal() or not 1 <= int(number) <= 100_000:
             return page("Conversation", "conversations", _problem(f"page={number!r}: a whole number from 1"), 400)
         summary, rows = await self._run(self.index.conversation, conversation_id, int(number))
         if summary is None:
@@ -567,7 +568,7 @@ class UiApp:
     async def drift_page(self, request: web.Request) -> web.Response:
         pages = _drift_pages(self.state)
         n = request.match_info["n"]
-        if not n.isdigit() or int(n) >= len(pages):
+        if not n.isdecimal() or int(n) >= len(pages):
             raise web.HTTPNotFound(text="no such drift report page")
         try:
             text = await self._run(pages[int(n)].read_bytes)
@@ -578,7 +579,7 @@ class UiApp:
     async def drift_report(self, request: web.Request) -> web.Response:
         files = _drift_files(self.state)
         n = request.match_info["n"]
-        if not n.isdigit() or int(n) >= len(files):
+        if not n.isdecimal() or int(n) >= len(files):
             raise web.HTTPNotFound(text="no such drift report")
         path = files[int(n)]
         try:
@@ -631,7 +632,7 @@ class UiApp:
     async def shadow(self, request: web.Request) -> web.Response:
         candidate = request.query.get("candidate", "")
         page_text = request.query.get("page", "1")
-        number = int(page_text) if page_text.isdigit() and int(page_text) >= 1 else 1
+        number = int(page_text) if page_text.isdecimal() and int(page_text) >= 1 else 1
         cands = await self._run(self.index.candidates)
         total, rows = await self._run(self.index.pairs, candidate, number)
         summary = "".join(
@@ -731,7 +732,7 @@ class UiApp:
 
         files = _suite_files(self.state)
         n = request.match_info["n"]
-        if not n.isdigit() or int(n) >= len(files):
+        if not n.isdecimal() or int(n) >= len(files):
             raise web.HTTPNotFound(text="no such suite")
         try:
             suite = await self._run(load_suite, files[int(n)])
@@ -888,7 +889,7 @@ def resolve_token(auth: str, host: str, token_file: str | None) -> str | None:
 
 def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit() or int(port_text) > 65535:
+    if not host or not port_text.isdecimal() or int(port_text) > 65535:
         raise UiError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8090 (port 0 picks a free one)")
     return host.strip("[]"), int(port_text)
 

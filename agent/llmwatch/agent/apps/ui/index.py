@@ -326,7 +326,7 @@ class Filters:
         if sort not in (*SORTS, "score"):
             raise FilterError(f"sort={sort!r}: one of {', '.join(SORTS)}, score")
         page_text = one("page") or "1"
-        if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
+        if not page_text.isdecimal() or not 1 <= int(page_text) <= 100_000:
             raise FilterError(f"page={page_text!r}: a whole number from 1")
         q = one("q")
         if len(q) > 500:
