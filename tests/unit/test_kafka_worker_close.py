@@ -53,3 +53,20 @@ def test_a_worker_that_never_connected_still_frees_its_port() -> None:
     order: list[str] = []
     close_worker(threading.Event(), None, Closing("server", order), {})
     assert order == ["server"]
+
+
+def test_a_metrics_server_that_fails_to_close_still_gives_the_signal_handlers_back(monkeypatch) -> None:
+    order: list[str] = []
+    ready = threading.Event()
+    before = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            monkeypatch.setattr(kafka, "log", structlog.get_logger(kafka.__name__))
+            close_worker(
+                ready, Closing("consumer", order), Closing("server", order, fail=True), {signal.SIGUSR1: before}
+            )
+        assert order == ["consumer", "server"]
+        assert signal.getsignal(signal.SIGUSR1) is before
+        assert [e["event"] for e in logs] == ["metrics_server_close_failed"]
+    finally:
+        signal.signal(signal.SIGUSR1, before)

@@ -244,12 +244,12 @@ def close_worker(
     if consumer is not None:
         closers.append(("consumer", consumer.close))
     closers.extend(also)
+    closers.append(("metrics_server", server.close))
     for what, close in closers:
         try:
             close()
         except Exception as exc:
             log.warning(f"{what}_close_failed", error=repr(exc))
-    server.close()
     for sig, handler in previous_handlers.items():
         signal.signal(sig, handler)
 
