@@ -189,12 +189,12 @@ def one_run(upstream: str, args: argparse.Namespace, probe: bool, offset: int) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=1200)
+    ap.add_argument("--calls", type=int, default=1200, help="client calls per run (probe off, then on)")
     ap.add_argument("--per-s", type=float, default=300.0, help="client calls a second at most")
     ap.add_argument("--rounds", type=int, default=3, help="off/on pairs, alternating; the median is printed")
     ap.add_argument("--rate", type=float, default=1.0, help="consistency.rate of the probe-on run")
     ap.add_argument("--model", default="gpt-4o-mini", help="the model the calls name; priced from prices.json")
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, default=8, help="client calls in flight at most")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

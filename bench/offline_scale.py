@@ -177,8 +177,12 @@ def offline_selection_commands(work: Path, s: str, sc: str) -> dict[str, list[st
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10000,100000")
-    ap.add_argument("--commands", default="score,freeze,drift,report,suite,review")
+    ap.add_argument("--sizes", default="10000,100000", help="window sizes in samples, comma-separated")
+    ap.add_argument(
+        "--commands",
+        default="score,freeze,drift,report,suite,review",
+        help="commands to run: score, freeze, drift, report, suite, review, shadow",
+    )
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="give up on a size past this (per command)")
     args = ap.parse_args()
     env = {
