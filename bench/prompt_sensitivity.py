@@ -89,7 +89,9 @@ def cpu_per_sample(n: int = 5000) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trials", type=int, default=100, help="simulated samples per cell")
+    parser.add_argument(
+        "--trials", type=int, default=100, help="seeded trials per setting (interval width and coverage are their mean)"
+    )
     parser.add_argument("--width", type=float, default=0.1, help="the interval width to find the clusters for")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (same seed, same figures)")
     args = parser.parse_args()
