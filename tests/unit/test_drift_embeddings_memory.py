@@ -196,3 +196,15 @@ def test_the_bound_catches_the_list_based_path(windows, fake_model) -> None:
     listed(*windows[1000])
     peaks = {n: peak_bytes(lambda s=s, sc=sc: listed(s, sc)) for n, (s, sc) in windows.items()}
     assert (peaks[4000] - peaks[1000]) / 3000 > MAX_BYTES_PER_SAMPLE
+
+
+def test_a_broken_cache_is_embedded_again_not_an_error(windows, tmp_path: Path, fake_model) -> None:
+    s, sc = windows[1000]
+    scores = tmp_path / "scores.jsonl"
+    scores.write_bytes(Path(sc).read_bytes())
+    cache_path(scores).write_bytes(Path(cache_path(sc)).read_bytes()[:5000])  # cut short
+    assert open_cache(cache_path(scores), quantized=False) is None
+    FakeEmbedder.texts = 0
+    streamed = summarize_window(EMBEDDINGS, s, str(scores), None, purpose="the test", reservoir_size=200)
+    assert FakeEmbedder.texts == (1000 - 11) + 1000
+    assert dumped(streamed.routes) == dumped(listed(s, sc))
