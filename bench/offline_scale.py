@@ -1,7 +1,8 @@
 """How the offline commands scale: wall time and peak RSS at growing sample counts, with the slope.
 
 Rule checks only (`scoring.embeddings: false`), as a month of a service's sampled traffic would be
-read. For each size N the samples of two versions (A the first half, B the second) are generated
+read; `--embeddings` turns the embedding checks on (`score` then caches the vectors that `baseline
+freeze` and `drift` read). For each size N the samples of two versions (A the first half, B the second) are generated
 straight to a JSON Lines file (never held in memory here), then each command runs as a fresh
 process under `/usr/bin/time`, which reports its peak resident set:
 
@@ -184,13 +185,19 @@ def main() -> None:
         help="commands to run: score, freeze, drift, report, suite, review, shadow",
     )
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="give up on a size past this (per command)")
+    ap.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="scoring.embeddings: true (needs the embedding model): `score` embeds and caches the vectors, "
+        "`freeze` and `drift` read them from that cache",
+    )
     args = ap.parse_args()
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "LLMWATCH_LOGGING__LEVEL": "warning",
-        "LLMWATCH_SCORING__EMBEDDINGS": "false",
+        "LLMWATCH_SCORING__EMBEDDINGS": "true" if args.embeddings else "false",
     }
     wanted = [c for c in args.commands.split(",") if c]
     # Every command but `shadow report` reads the scores file that `score` writes.
@@ -213,7 +220,7 @@ def main() -> None:
                 print(f"  {name}: {wall:.1f} s, peak RSS {rss:,.0f} MB, exit {code}", file=sys.stderr)
     print(
         f"## Offline commands at scale ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, bench/offline_scale.py)\n\n"
-        f"Rule checks only; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
+        f"{'Embeddings on (cached by score)' if args.embeddings else 'Rule checks only'}; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Seconds / peak RSS of each command as a fresh process.\n"
     )
     print("| command | " + " | ".join(f"{n:,}" for n in sizes) + " | time slope (1 = linear) | MB per 1k samples |")

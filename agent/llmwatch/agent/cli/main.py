@@ -95,8 +95,8 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     from llmwatch.scorers.drift.compare import settings_from_config
 
     minimums = settings_from_config(cfg.drift).minimums()
-    if cfg.scoring.embeddings or args.consistency:
-        # Embeddings, or the consistency probe's verdicts joined in: the whole window in memory.
+    if args.consistency:
+        # The consistency probe's verdicts joined in: the whole window in memory.
         from llmwatch.scorers.checks.offline import load_window
 
         prompts: dict = {}
@@ -113,7 +113,8 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
             prompt_embeddings=prompts,
         )
     else:
-        # Rule checks only: streamed, in memory that does not grow with whole samples (issue 29).
+        # Streamed, in memory that does not grow with whole samples (issue 29); with embeddings,
+        # vectors read or computed a batch at a time, only the reservoirs' kept.
         from llmwatch.scorers.checks.offline import summarize_window
 
         window = summarize_window(cfg.scoring, args.samples, args.scores, args.model_version, purpose="the baseline")
@@ -163,8 +164,8 @@ def cmd_drift(args: argparse.Namespace) -> int:
     from llmwatch.scorers.drift.features import summarize
 
     baseline = load_baseline(args.baseline)
-    if cfg.scoring.embeddings or args.consistency:
-        # Embeddings, or the consistency probe's verdicts joined in: the whole window in memory.
+    if args.consistency:
+        # The consistency probe's verdicts joined in: the whole window in memory.
         prompts: dict = {}
         samples, scores, embeddings, versions = load_window(
             cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window", prompts=prompts
@@ -174,7 +175,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
         window_versions = sorted({s.model_version or "unknown" for s in samples})
         del samples, scores
     else:
-        # Rule checks only: streamed, in memory that does not grow with whole samples (issue 29).
+        # Streamed, in memory that does not grow with whole samples (issue 29), embeddings or not.
         window = summarize_window(
             cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window"
         )

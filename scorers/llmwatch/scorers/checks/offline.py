@@ -18,7 +18,14 @@ from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
-from llmwatch.scorers.checks.embedding_cache import PROMPT_PREFIX, cache_path, read_cache, text_key, write_cache
+from llmwatch.scorers.checks.embedding_cache import (
+    PROMPT_PREFIX,
+    cache_path,
+    open_cache,
+    read_cache,
+    text_key,
+    write_cache,
+)
 from llmwatch.scorers.checks.errors import ErrorTally, refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
 from llmwatch.scorers.reports.text import pass_rate_table
@@ -322,13 +329,19 @@ def summarize_window(
     reservoir_size: int = 5000,
     embedding_reservoir: int = 500,
 ) -> StreamedWindow:
-    """`load_window` then `summarize`, in memory that does not grow with whole samples (rule checks only).
+    """`load_window` then `summarize`, in memory that does not grow with whole samples.
 
     Reads the samples file twice and the scores file once, in order: the first pass validates the
     samples and keeps the window's ids, versions and time span; the scores are kept per sample as
     a tuple of shared compact entries (`ScoredEntry`); the second pass feeds each sample with its
     scores to the per-route accumulators and drops it. Without a scores file the checks run on
     batches of the second pass. Errors are those of `load_window`, in the same order.
+
+    With `scoring.embeddings` the second pass goes by batches: each batch's answer and prompt
+    vectors are read from the cache beside the scores file (`open_cache`: by row, never the
+    whole file) or taken from what the relevance check just computed, the rest embedded now, and
+    dropped once the batch is summarised. The answer centroid is a running sum; only the
+    reservoirs' vectors (500 answers, 5,000 prompt rows per route) stay.
     """
     from llmwatch.scorers.drift.features import WindowSummary
 
@@ -336,6 +349,7 @@ def summarize_window(
     tally = ErrorTally()
     checks: set[str] = set()
     summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
+    window_size = len(ids)
 
     def window() -> Iterator[Sample]:
         for s in read_records(samples_path):
@@ -348,25 +362,45 @@ def summarize_window(
         ids.clear()
         # A window of `error` scores has no pass rate: refuse it before summarising (exit 2).
         refuse_mostly_errors(tally, samples=samples_path, scores_path=scores_path, purpose=purpose)
-        for s in window():
-            count += 1
-            # Later scores of one check replace earlier ones, in the first one's place (as `summarize`).
-            summary.add(s, {c.check: c for c in index.get(s.id, ())})
+        if not scoring.embeddings:
+            for s in window():
+                count += 1
+                # Later scores of one check replace earlier ones, in the first one's place (as `summarize`).
+                summary.add(s, {c.check: c for c in index.get(s.id, ())})
+        else:
+            vectors = _BatchVectors(scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings))
+            try:
+                batch = []
+                with _progress(window_size, f"summarising for {purpose}") as progress:
+                    for s in window():
+                        count += 1
+                        batch.append(s)
+                        if len(batch) >= _OFFLINE_BATCH:
+                            vectors.add(
+                                batch, None, [{c.check: c for c in index.get(x.id, ())} for x in batch], summary
+                            )
+                            progress.update(len(batch))
+                            batch.clear()
+                    if batch:
+                        vectors.add(batch, None, [{c.check: c for c in index.get(x.id, ())} for x in batch], summary)
+                        progress.update(len(batch))
+            finally:
+                vectors.close()
     else:
-        window_size = len(ids)
         ids.clear()
         suite = build_suite(offline_scoring(scoring))
-        batch: list[Sample] = []
+        vectors = _BatchVectors(scoring, None, suite)
+        batch = []
         with _progress(window_size, f"scoring for {purpose}") as progress:
             for s in window():
                 count += 1
                 batch.append(s)
                 if len(batch) >= _OFFLINE_BATCH:
-                    _score_batch(suite, batch, tally, checks, summary)
+                    _score_batch(suite, batch, tally, checks, summary, vectors)
                     progress.update(len(batch))
                     batch.clear()
             if batch:
-                _score_batch(suite, batch, tally, checks, summary)
+                _score_batch(suite, batch, tally, checks, summary, vectors)
                 progress.update(len(batch))
         refuse_mostly_errors(tally, samples=samples_path, scores_path=None, purpose=purpose)
     return StreamedWindow(
@@ -377,6 +411,87 @@ def summarize_window(
         versions=versions,
         window_versions=window_versions,
     )
+
+
+_EMBEDDED_OPERATIONS = ("chat", "text_completion", "generate_content")
+
+
+class _BatchVectors:
+    """A streamed window's answer and prompt vectors, one batch at a time (what `load_window`
+    computes for the whole window: the same samples, texts and cache rules).
+
+    An answer is embedded for a successful call with answer text, a prompt for a call with prompt
+    text (`prompt_for_embedding`); a vector is taken from the cache (or the batch the relevance
+    check just embedded) when the id and the text hash match, else embedded now. With embeddings
+    off, no vector: the summary is that of the rule checks.
+    """
+
+    def __init__(self, scoring: ScoringSection, cache: Any, suite: Any = None) -> None:
+        self.scoring = scoring
+        self.cache = cache
+        self.suite = suite
+        self.embedder: Any = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
+
+    def add(
+        self,
+        batch: list[Sample],
+        known: Mapping[str, tuple[str, Any]] | None,
+        scored: list[Mapping[str, Any]],
+        summary: Any,
+    ) -> None:
+        """Each sample of `batch` added to `summary` with its scores and vectors, in order."""
+        if not self.scoring.embeddings:
+            for s, sc in zip(batch, scored):
+                summary.add(s, sc)
+            return
+        from llmwatch.scorers.checks.embeddings import prompt_for_embedding
+
+        answers = self._vectors(
+            [s for s in batch if s.status < 400 and s.operation in _EMBEDDED_OPERATIONS and s.answer_text().strip()],
+            known,
+            "",
+            lambda s: s.answer_text(),
+        )
+        prompts = self._vectors(
+            [s for s in batch if s.operation in _EMBEDDED_OPERATIONS and prompt_for_embedding(s)],
+            known,
+            PROMPT_PREFIX,
+            prompt_for_embedding,
+        )
+        for s, sc in zip(batch, scored):
+            summary.add(s, sc, answers.get(s.id), prompts.get(s.id))
+
+    def _vectors(
+        self, wanted: list[Sample], known: Mapping[str, tuple[str, Any]] | None, prefix: str, text: Any
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        missing = []
+        for s in wanted:
+            key = text_key(text(s))
+            vector = None
+            if known is not None:
+                hit = known.get(prefix + s.id)
+                vector = hit[1] if hit is not None and hit[0] == key else None
+            elif self.cache is not None:
+                vector = self.cache.get(prefix + s.id, key)
+            if vector is None:
+                missing.append(s)
+            else:
+                out[s.id] = vector
+        if missing:
+            if self.embedder is None:
+                from llmwatch.scorers.checks.embeddings import Embedder
+
+                self.embedder = Embedder(
+                    threads=offline_scoring(self.scoring).torch_threads, quantize=self.scoring.quantize_embeddings
+                )
+            for s, v in zip(missing, self.embedder.encode([text(s) for s in missing])):
+                out[s.id] = v
+        return out
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
 
 
 def _window_ids(
@@ -421,12 +536,16 @@ def _scores_index(
     return index
 
 
-def _score_batch(suite: Any, batch: list[Sample], tally: ErrorTally, checks: set[str], summary: Any) -> None:
-    """The checks over one batch of the window, each sample then added to the summary with its scores."""
+def _score_batch(
+    suite: Any, batch: list[Sample], tally: ErrorTally, checks: set[str], summary: Any, vectors: _BatchVectors
+) -> None:
+    """The checks over one batch of the window, each sample then added to the summary with its scores (and vectors)."""
     by_sample: dict[str, dict[str, Score]] = {}
     for result in suite.score(batch):
         tally.add(result.score)
         checks.add(result.score.check)
         by_sample.setdefault(result.score.sample_id, {})[result.score.check] = result.score
-    for s in batch:
-        summary.add(s, by_sample.get(s.id, {}))
+    known: dict[str, tuple[str, Any]] = {}
+    if vectors.scoring.embeddings and suite.embedder is not None:
+        _keep_vectors(suite.embedder, batch, known)  # what relevance just computed: no second model call
+    vectors.add(batch, known, [by_sample.get(s.id, {}) for s in batch], summary)

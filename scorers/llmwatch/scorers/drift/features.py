@@ -286,7 +286,14 @@ class WindowSummary:
         self.embedding_reservoir = embedding_reservoir
         self.routes: dict[str, _RouteAccumulator] = {}
 
-    def add(self, sample: Sample, scored: Mapping[str, ScoreLike]) -> None:
+    def add(
+        self,
+        sample: Sample,
+        scored: Mapping[str, ScoreLike],
+        answer_vector: np.ndarray | None = None,
+        prompt_vector: np.ndarray | None = None,
+    ) -> None:
+        """Vectors given here (a streamed window's, read batch by batch) take the place of the maps' by id."""
         route = self.routes.get(sample.route)
         if route is None:
             route = self.routes[sample.route] = _RouteAccumulator(self.reservoir_size, self.embedding_reservoir)
@@ -294,8 +301,8 @@ class WindowSummary:
             sample,
             scored,
             hash_fraction(sample.id),
-            self.embeddings.get(sample.id),
-            self.prompt_embeddings.get(sample.id),
+            answer_vector if answer_vector is not None else self.embeddings.get(sample.id),
+            prompt_vector if prompt_vector is not None else self.prompt_embeddings.get(sample.id),
         )
 
     def finish(self) -> dict[str, RouteStats]:
