@@ -274,6 +274,22 @@ def _progress(total: int, what: str):
     return tqdm(total=total, unit="sample", desc=what, disable=not sys.stderr.isatty(), file=sys.stderr)
 
 
+class Codes:
+    """Strings as small ints, in the order first seen: the per-record columns of the streamed
+    offline commands hold a code where a string per record would cost ~50 bytes each."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def code(self, name: str) -> int:
+        got = self.index.get(name)
+        if got is None:
+            got = self.index[name] = len(self.names)
+            self.names.append(name)
+        return got
+
+
 class ScoredEntry(NamedTuple):
     """What the drift summaries read of a score, shared between samples with equal values.
 

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats as _sps
 
 from llmwatch.core.pairs import Pair
+from llmwatch.scorers.checks.offline import Codes
 from llmwatch.scorers.evaluation.config import ShadowMargins
 from llmwatch.scorers.stats.paired import (
     bootstrap_ratio,
@@ -247,19 +248,6 @@ def _ratio_row(
     return row
 
 
-class _Codes:
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.names: list[str] = []
-
-    def code(self, name: str) -> int:
-        got = self.index.get(name)
-        if got is None:
-            got = self.index[name] = len(self.names)
-            self.names.append(name)
-        return got
-
-
 def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
@@ -277,8 +265,8 @@ class PairColumns:
         self.shadow_failed = 0
         self.wins = 0  # error rate: the primary failed, the candidate did not
         self.losses = 0
-        self.checks = _Codes()
-        self.categories = _Codes()
+        self.checks = Codes()
+        self.categories = Codes()
         # Per pair where both sides answered ("ok"), in order:
         self.category = array("i")  # -1: none
         self.latency = array("d")  # primary, shadow, interleaved

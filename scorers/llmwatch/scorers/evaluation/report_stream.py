@@ -34,7 +34,7 @@ from llmwatch.core.jsonio import read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.errors import ErrorTally, mostly_errors_message
-from llmwatch.scorers.checks.offline import ScoredEntry, compact_score
+from llmwatch.scorers.checks.offline import Codes, ScoredEntry, compact_score
 from llmwatch.scorers.evaluation.decision import (
     CostLatency,
     decision_scores,
@@ -79,21 +79,6 @@ _PASS_FAIL = ("pass", "fail")
 _BATCH = 256
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
-
-
-class _Codes:
-    """Strings as small ints, in the order first seen (the order the list-based code iterates in)."""
-
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.names: list[str] = []
-
-    def code(self, name: str) -> int:
-        got = self.index.get(name)
-        if got is None:
-            got = self.index[name] = len(self.names)
-            self.names.append(name)
-        return got
 
 
 class _Costs:
@@ -182,11 +167,11 @@ def build_report_streamed(
     matrix = cfg.matrix
     # Categorised as the samples stream; the check names are checked against the scores after.
     categories = build_categories(matrix, None)
-    ids = _Codes()
-    versions = _Codes()
-    cats = _Codes()
-    convs = _Codes()
-    routes = _Codes()
+    ids = Codes()
+    versions = Codes()
+    cats = Codes()
+    convs = Codes()
+    routes = Codes()
     # Per distinct phrasing (version, route, prompt hash): what prompt sensitivity clusters it by,
     # its lexical key (a few dozen bytes), or its text when clustering by meaning.
     phrasings: dict[tuple[int, str, int], str] = {}
@@ -463,7 +448,7 @@ class _PassRates:
         return out
 
 
-def _link(col: _Columns, convs: _Codes, ids: _Codes, digests: dict[int, HistoryDigests]) -> None:
+def _link(col: _Columns, convs: Codes, ids: Codes, digests: dict[int, HistoryDigests]) -> None:
     """`link_samples`: conversation ids for the samples written without one, in time order."""
     n = len(col.version)
     tracker = ConversationTracker(max_entries=max(16, 2 * n + 16), ttl_s=float("inf"))
