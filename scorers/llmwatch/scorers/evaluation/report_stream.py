@@ -67,8 +67,9 @@ from llmwatch.scorers.evaluation.stability import (
     decay_slope_arrays,
     group_stability,
     prompt_hash,
+    version_cell,
 )
-from llmwatch.scorers.evaluation.turns import TurnDecay, turn_bucket
+from llmwatch.scorers.evaluation.turns import TurnDecay, decay_of, turn_bucket
 from llmwatch.scorers.pipeline.conversations import ConversationTracker, HistoryDigests, history_digests
 from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
 from llmwatch.scorers.stats.proportions import wilson_interval
@@ -648,18 +649,7 @@ def _version_stability(
             current_versions=[version],
             settings=settings,
         )
-        tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
-        drifting = [sig for sig in tested if sig.verdict == "drift"]
-        detail = {
-            "baseline_version": baseline.model_version,
-            "signals_tested": len(tested),
-            "signals_drifting": len(drifting),
-            "drifting": [f"{sig.route} {sig.name}" for sig in drifting],
-            "min_p_adjusted": min((sig.p_adjusted for sig in tested), default=None),
-            "verdict": report.verdict,
-        }
-        value = 1.0 - len(drifting) / len(tested) if tested else None
-        cells.append(StabilityCell("version", ALL, version, value, len(tested), counts[version], detail))
+        cells.append(version_cell(version, report, baseline.model_version, counts[version]))
     return cells
 
 
@@ -706,26 +696,5 @@ def _turn_decay(col: _Columns, scored: list[tuple[ScoredEntry, ...]], versions: 
         b = cluster_bootstrap_slope(cluster.tolist(), t.astype(float), y, bucket=buckets)
         within = t <= MAX_TURN
         fit = cluster_bootstrap_slope(cluster[within].tolist(), t[within].astype(float), y[within])
-        if fit.slope is None or fit.ci is None:
-            verdict = "insufficient"
-        elif fit.ci[1] < 0:
-            verdict = "decays"
-        elif fit.ci[0] > 0:
-            verdict = "improves"
-        else:
-            verdict = "flat"
-        out.append(
-            TurnDecay(
-                model_version=version,
-                verdict=verdict,
-                slope=fit.slope,
-                ci=fit.ci,
-                stderr=fit.stderr,
-                conversations=fit.clusters,
-                conversations_total=b.clusters_total,
-                samples=len(y),
-                by_turn=b.by_x,
-                checks=used.get(version, []),
-            )
-        )
+        out.append(decay_of(version, fit, b, len(y), used.get(version, [])))
     return out

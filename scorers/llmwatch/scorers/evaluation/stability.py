@@ -224,19 +224,24 @@ def version_stability(
             current_versions=[version],
             settings=settings,
         )
-        tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
-        drifting = [sig for sig in tested if sig.verdict == "drift"]
-        detail = {
-            "baseline_version": baseline.model_version,
-            "signals_tested": len(tested),
-            "signals_drifting": len(drifting),
-            "drifting": [f"{sig.route} {sig.name}" for sig in drifting],
-            "min_p_adjusted": min((sig.p_adjusted for sig in tested), default=None),
-            "verdict": report.verdict,
-        }
-        value = 1.0 - len(drifting) / len(tested) if tested else None
-        cells.append(StabilityCell("version", ALL, version, value, len(tested), len(items), detail))
+        cells.append(version_cell(version, report, baseline.model_version, len(items)))
     return cells
+
+
+def version_cell(version: str, report: Any, baseline_version: str, samples: int) -> StabilityCell:
+    """The version figure of one drift report against the baseline (the list and streamed reports)."""
+    tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
+    drifting = [sig for sig in tested if sig.verdict == "drift"]
+    detail = {
+        "baseline_version": baseline_version,
+        "signals_tested": len(tested),
+        "signals_drifting": len(drifting),
+        "drifting": [f"{sig.route} {sig.name}" for sig in drifting],
+        "min_p_adjusted": min((sig.p_adjusted for sig in tested), default=None),
+        "verdict": report.verdict,
+    }
+    value = 1.0 - len(drifting) / len(tested) if tested else None
+    return StabilityCell("version", ALL, version, value, len(tested), samples, detail)
 
 
 def combined_stability(cells: Iterable[StabilityCell]) -> dict[str, float | None]:

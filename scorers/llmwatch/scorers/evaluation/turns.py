@@ -119,29 +119,34 @@ def turn_decay(
         fit = cluster_bootstrap_slope(
             [c for c, _, _ in within], [t for _, t, _ in within], [s for _, _, s in within], draws=draws, seed=seed
         )
-        if fit.slope is None or fit.ci is None:
-            verdict = "insufficient"
-        elif fit.ci[1] < 0:
-            verdict = "decays"
-        elif fit.ci[0] > 0:
-            verdict = "improves"
-        else:
-            verdict = "flat"
-        out.append(
-            TurnDecay(
-                model_version=version,
-                verdict=verdict,
-                slope=fit.slope,
-                ci=fit.ci,
-                stderr=fit.stderr,
-                conversations=fit.clusters,
-                conversations_total=buckets.clusters_total,
-                samples=len(points),
-                by_turn=buckets.by_x,
-                checks=used.get(version, []),
-            )
-        )
+        out.append(decay_of(version, fit, buckets, len(points), used.get(version, [])))
     return out
+
+
+def decay_of(version: str, fit: Any, buckets: Any, samples: int, checks: list[str]) -> TurnDecay:
+    """A version's TurnDecay from its two cluster-bootstrap fits: `fit` over turns 1..MAX_TURN (the
+    slope and its verdict), `buckets` over every turn (quality by turn); the list and streamed
+    reports both build it here."""
+    if fit.slope is None or fit.ci is None:
+        verdict = "insufficient"
+    elif fit.ci[1] < 0:
+        verdict = "decays"
+    elif fit.ci[0] > 0:
+        verdict = "improves"
+    else:
+        verdict = "flat"
+    return TurnDecay(
+        model_version=version,
+        verdict=verdict,
+        slope=fit.slope,
+        ci=fit.ci,
+        stderr=fit.stderr,
+        conversations=fit.clusters,
+        conversations_total=buckets.clusters_total,
+        samples=samples,
+        by_turn=buckets.by_x,
+        checks=checks,
+    )
 
 
 def turn_decay_text(items: Sequence[TurnDecay]) -> list[str]:
