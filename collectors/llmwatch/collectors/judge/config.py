@@ -124,8 +124,8 @@ class JudgeMetrics(MetricGroup):
 
     judge_verdicts = counter(
         "llmwatch_judge_verdicts",
-        "Judge verdicts by criterion and result (pass|fail|error); calibrated=false: stored, not alerted on.",
-        ["criterion", "judge_model", "result", "calibrated"],
+        "Judge verdicts by criterion, judged model version and result (pass|fail|error); calibrated=false: stored, not alerted on.",
+        ["criterion", "judge_model", "model_version", "result", "calibrated"],
     )
     judge_skipped = counter(
         "llmwatch_judge_skipped",
@@ -141,13 +141,13 @@ class JudgeMetrics(MetricGroup):
     judge_inflight = gauge("llmwatch_judge_inflight", "Judge calls in flight.")
     judge_pass_rate = gauge(
         "llmwatch_judge_pass_rate",
-        "Share of the last judge verdicts (up to 500) per criterion that passed, as the judge gave them.",
-        ["criterion", "judge_model"],
+        "Share of the last judge verdicts (up to 500) per criterion and judged model version that passed, as the judge gave them.",
+        ["criterion", "judge_model", "model_version"],
     )
     judge_pass_rate_corrected = gauge(
         "llmwatch_judge_pass_rate_corrected",
         "The same pass rate corrected for the judge's measured error (Rogan-Gladen), with its 95% interval (bound=estimate|lower|upper).",
-        ["criterion", "judge_model", "bound"],
+        ["criterion", "judge_model", "model_version", "bound"],
     )
     judge_calibrated = gauge(
         "llmwatch_judge_calibrated",

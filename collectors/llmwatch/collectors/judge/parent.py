@@ -40,7 +40,7 @@ from llmwatch.scorers.pipeline.sampler import hash_fraction
 
 log = structlog.get_logger(__name__)
 
-WINDOW = 500  # verdicts per criterion behind the pass-rate gauges
+WINDOW = 500  # verdicts per criterion and judged version behind the pass-rate gauges
 
 
 class JudgeSampler:
@@ -263,7 +263,9 @@ class JudgeRecorder:
         self.scores = scores
         self.spot_writer = spot_writer
         self.calibration = calibration
-        self._window: dict[str, deque[bool]] = defaultdict(lambda: deque(maxlen=WINDOW))
+        # Per (criterion, judged version's label): the version is capped like every version label,
+        # so the windows are bounded; a rollout's two versions get two pass rates, not one blend.
+        self._window: dict[tuple[str, str], deque[bool]] = defaultdict(lambda: deque(maxlen=WINDOW))
         self._lock = threading.Lock()
         self.verdicts = 0  # verdicts recorded (pass, fail or error): tests wait on it
         self.spot_checks = 0
@@ -296,11 +298,12 @@ class JudgeRecorder:
                 self.scores.record(stored, [0.0] * len(stored), count=False)
             for s in scores:
                 criterion = s.check[len("judge:") :]
+                version = m.version_label(s.model_version)
                 m.judge_verdicts.labels(
-                    criterion, self.model, s.result, "true" if s.details.get("calibrated") is True else "false"
+                    criterion, self.model, version, s.result, "true" if s.details.get("calibrated") is True else "false"
                 ).inc()
                 if s.result in ("pass", "fail"):
-                    self._window[criterion].append(s.result == "pass")
+                    self._window[(criterion, version)].append(s.result == "pass")
             if report.spot and self.spot_writer is not None:
                 try:
                     self.spot_writer.write_lines(report.spot)
@@ -329,15 +332,15 @@ class JudgeRecorder:
                 ):
                     if value is not None:
                         m.judge_kappa.labels(criterion, self.model, bound).set(value)
-            window = self._window.get(criterion)
-            if not window:
-                continue
-            passed = sum(window)
-            m.judge_pass_rate.labels(criterion, self.model).set(passed / len(window))
-            corrected = corrected_pass_rate(passed, len(window), entry) if entry is not None else None
-            if corrected is not None:
-                for bound, value in zip(("estimate", "lower", "upper"), corrected):
-                    m.judge_pass_rate_corrected.labels(criterion, self.model, bound).set(value)
+            for (judged, version), window in list(self._window.items()):
+                if judged != criterion or not window:
+                    continue
+                passed = sum(window)
+                m.judge_pass_rate.labels(criterion, self.model, version).set(passed / len(window))
+                corrected = corrected_pass_rate(passed, len(window), entry) if entry is not None else None
+                if corrected is not None:
+                    for bound, value in zip(("estimate", "lower", "upper"), corrected):
+                        m.judge_pass_rate_corrected.labels(criterion, self.model, version, bound).set(value)
 
     def close(self) -> None:
         if self.spot_writer is not None:
