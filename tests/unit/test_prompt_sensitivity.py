@@ -129,7 +129,9 @@ def test_too_few_clusters_are_insufficient_and_said_so() -> None:
     rows = [row("A", rephrase(text, j), 0.5 + 0.1 * j) for text in REQUESTS[:2] for j in range(2)]
     (result,) = prompt_sensitivity(rows)
     assert result.verdict == "insufficient" and result.sensitivity is None and result.clusters == 2
-    assert "insufficient" in "\n".join(sensitivity_text([result]))
+    text = "\n".join(sensitivity_text([result]))
+    # The line says why, and what it would take: an operator reading "insufficient" needs both.
+    assert "insufficient" in text and "too few to measure: 3 or more requests" in text
 
 
 def test_the_lexical_key_ignores_case_punctuation_and_order_but_not_words() -> None:

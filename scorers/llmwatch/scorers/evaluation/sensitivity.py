@@ -351,5 +351,10 @@ def sensitivity_text(items: Sequence[PromptSensitivity]) -> list[str]:
             f"  version {d.model_version:<10} sensitivity {f(d.sensitivity)} {ci} {d.verdict:<12} "
             f"between requests {f(d.between_spread)}, within share {f(d.within_share)}; "
             f"{d.clusters} clusters of rephrasings, {d.phrasings} phrasings, {d.samples} samples"
+            + (
+                f" (too few to measure: {MIN_CLUSTERS} or more requests each asked in two phrasings or more are needed)"
+                if d.verdict == "insufficient"
+                else ""
+            )
         )
     return lines
