@@ -44,19 +44,10 @@ def own_handlers() -> Iterator[dict[signal.Signals, Any]]:
     assert got == [], f"a signal reached the test's own handlers: {got}"
 
 
-async def _until(predicate, deadline_s: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)  # poll interval of a bounded wait
-
-
-async def test_the_agent_puts_back_the_signal_handlers_it_found_after_its_stop(tmp_path: Path, own_handlers):
-    from llmwatch.agent.cli.main import _serve_until_signal
+def _config(tmp_path: Path) -> Any:
     from llmwatch.agent.components import load_config
-    from llmwatch.agent.runtime import Agent
 
-    cfg = load_config(
+    return load_config(
         None,
         overrides={
             "upstream": f"http://{dead_address()}",
@@ -67,6 +58,20 @@ async def test_the_agent_puts_back_the_signal_handlers_it_found_after_its_stop(t
         },
         environ={},
     )
+
+
+async def _until(predicate, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)  # poll interval of a bounded wait
+
+
+async def test_the_agent_puts_back_the_signal_handlers_it_found_after_its_stop(tmp_path: Path, own_handlers):
+    from llmwatch.agent.cli.main import _serve_until_signal
+    from llmwatch.agent.runtime import Agent
+
+    cfg = _config(tmp_path)
     agents: list[Agent] = []
 
     def make() -> Agent:
@@ -84,6 +89,31 @@ async def test_the_agent_puts_back_the_signal_handlers_it_found_after_its_stop(t
     )
     signal.raise_signal(signal.SIGTERM)
     assert await asyncio.wait_for(serving, 30) == 0
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_sigterm_during_start_up_stops_the_agent_cleanly_once_started(tmp_path: Path, own_handlers):
+    # Before, the handlers came after start-up: a SIGTERM during it was the default action (the
+    # process killed without its stop) in a real process; here it would reach the test's handler
+    # and the agent would serve on.
+    from llmwatch.agent.cli.main import _serve_until_signal
+    from llmwatch.agent.runtime import Agent
+
+    class SignalledWhileStarting(Agent):
+        async def start(self) -> None:
+            signal.raise_signal(signal.SIGTERM)
+            await super().start()
+
+    agents: list[Agent] = []
+
+    def make() -> Agent:
+        agents.append(SignalledWhileStarting(_config(tmp_path)))
+        return agents[-1]
+
+    assert await asyncio.wait_for(_serve_until_signal(make), 30) == 0
+    agent = agents[0]
+    assert agent.proxy_port > 0, "the start was completed before the stop"
+    assert not agent.pipeline.alive, "agent.stop() ran"
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
 
