@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,25 @@ from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_put_back(request: pytest.FixtureRequest):
+    """Each test leaves SIGINT and SIGTERM as it found them; one that does not is named.
+
+    An in-process test that runs code installing handlers (the agent's stop signals, a worker's)
+    and leaves them changed would make the rest of the run ignore Ctrl-C, or die on SIGTERM
+    without its teardown. The code puts back what it found (llmwatch.agent.signals); this is the
+    net under it, for code that does not.
+    """
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in before.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+            warnings.warn(
+                f"{request.node.nodeid} left the {sig.name} handler changed; put back", RuntimeWarning, stacklevel=1
+            )
 
 
 @pytest.fixture

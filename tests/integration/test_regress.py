@@ -428,3 +428,27 @@ def test_the_judge_needs_both_its_url_and_its_model(tmp_path: Path, capsys):
         == 2
     )
     assert "both --judge-url and --judge-model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8001", "judge.example/v1", "ftp://user:hunter2@judge/", "user:hunter2@judge"]
+)
+def test_a_judge_url_that_is_no_http_url_is_refused_before_any_call_without_its_credentials(
+    tmp_path: Path, capsys, url: str
+):
+    # Else every attempt's judge call fails and the judge check is `error` on every case: a typo
+    # found only in the report, after the whole suite ran against the upstream.
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    args = ["regress", "--suite", suite, "--upstream", "http://127.0.0.1:1", "--model", "m"]
+    assert main([*args, "--judge-url", url, "--judge-model", "j"]) == 2
+    err = capsys.readouterr().err
+    assert "--judge-url: expected an http(s) URL such as http://127.0.0.1:8000" in err, err
+    assert "hunter2" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_http_judge_url_with_credentials_is_accepted():
+    from llmwatch.scorers.evaluation.regress import RunSettings, check_settings
+
+    for url in ("http://127.0.0.1:8001/v1", "https://user:key@gateway.example/openai/v1"):
+        check_settings(RunSettings("http://127.0.0.1:8000", "m", judge_url=url, judge_model="j"), 0.2)

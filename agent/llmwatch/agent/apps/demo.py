@@ -19,7 +19,9 @@ The run has three equal phases, as a model rollout would:
 
 Each run has its own data: the demo marks the data directory it writes (`.llmwatch-demo`) and
 clears its own previous run from it at start; it refuses a non-empty directory it did not write.
-Every wait has a stated deadline and says what it gave up on. The run exits 0 when the story was
+Every wait says what it waits for and is bounded: it goes on while the scorer makes progress (a
+busy machine scores slower, not never), gives up after STALL_S without a new score and after an
+overall cap in any case, and says what it gave up on. The run exits 0 when the story was
 shown (a baseline of A, a drift verdict for A and for B), 2 when it could not be (too little
 scored data: a busy machine scores slower than the demo sends), saying what is missing and why.
 """
@@ -33,7 +35,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Awaitable, Callable
 
 import numpy as np
 import openai
@@ -80,8 +82,14 @@ CONVERSATION_TURNS = 4
 PHRASINGS = 5  # simulator.stability.rephrase: as written, lower case, no final punctuation, capitals, word order
 CHAT_MODELS = ("sim-gpt-4o-mini", "sim-gpt-4o")
 MARKER = ".llmwatch-demo"  # in a data directory the demo wrote: its own to clear on the next run
-SETTLE_S = 60.0  # longest wait for the scorer to catch up between phases
-VERDICT_S = 90.0  # longest wait, after the traffic, for the drift verdicts of A and B
+# The waits for the scorer go on while it makes progress: on a loaded machine the embedding
+# scorer falls behind the traffic (a fixed 60 s wait gave up with the scorer still scoring, and
+# the run exited 2), but a scorer that scores nothing for STALL_S is stuck, and no wait is longer
+# than its cap (the run's watchdog allows for both caps).
+STALL_S = 45.0  # give up after this long without a new score (or drift reading)
+SETTLE_S = 300.0  # cap of the wait for the scorer to catch up between phases
+VERDICT_S = 300.0  # cap of the wait, after the traffic, for the drift verdicts of A and B
+MODEL_LOAD_S = 180.0  # longest wait for the scorer's model to load
 
 
 class DemoDataError(LlmwatchError, ValueError):
@@ -427,64 +435,152 @@ def _freeze_baseline(agent: Agent, scorer: ScorerProcess, version: str) -> str:
     return str(path)
 
 
-async def _settle(agent: Agent, timeout: float, out: IO[str] | None = None, stop: asyncio.Event | None = None) -> bool:
-    """Wait until queued samples are stored and scored, at most `timeout`; say so if it gave up."""
-    if out is not None and agent.scorer is not None and agent.scorer.pending:
+@dataclass(frozen=True)
+class Waited:
+    """How a wait ended: `done`, `stalled` (no progress for the stall time), `capped` or `stopped`."""
+
+    outcome: str
+    waited_s: float
+    # Seconds since the progress value last changed, when the wait ended.
+    idle_s: float
+
+
+async def wait_while_progressing(
+    done: Callable[[], bool],
+    progress: Callable[[], object],
+    *,
+    stall_s: float,
+    cap_s: float,
+    stop: asyncio.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    poll_s: float = 0.2,
+) -> Waited:
+    """Poll until `done()`; keep going while `progress()` changes, at most `stall_s` without a change
+    and `cap_s` in all; `stop` (Ctrl-C) ends it at once. The clock and sleep are injectable so the
+    rule is tested without waiting."""
+    started = changed = clock()
+    seen = progress()
+    while True:
+        now = clock()
+        if done():
+            return Waited("done", now - started, now - changed)
+        if stop is not None and stop.is_set():
+            return Waited("stopped", now - started, now - changed)
+        current = progress()
+        if current != seen:
+            seen, changed = current, now
+        if now - changed >= stall_s:
+            return Waited("stalled", now - started, now - changed)
+        if now - started >= cap_s:
+            return Waited("capped", now - started, now - changed)
+        await sleep(poll_s)  # poll interval of a bounded wait
+
+
+def _scoring_progress(agent: Agent) -> tuple[int, int]:
+    """What moves while the scorer works: samples with a verdict, and samples left to score."""
+    scorer = agent.scorer
+    return sum(scored_samples(agent).values()), scorer.pending if scorer is not None else 0
+
+
+def _left(agent: Agent) -> int:
+    return agent.queue.depth() + (agent.scorer.pending if agent.scorer is not None else 0)
+
+
+async def _settle(
+    agent: Agent,
+    timeout: float,
+    out: IO[str] | None = None,
+    stop: asyncio.Event | None = None,
+    stall_s: float = STALL_S,
+) -> bool:
+    """Wait until queued samples are stored and scored, while the scorer makes progress (at most
+    `stall_s` without a new score, `timeout` in all); say what it waits for, and if it gave up."""
+    if out is not None and _left(agent):
         out.write(
-            f"  waiting up to {timeout:.0f} s for the scorer to catch up ({agent.scorer.pending} samples to score)...\n"
+            f"  waiting for the scorer to catch up ({_left(agent)} samples to score): as long as it scores, "
+            f"at most {timeout:.0f} s, giving up after {stall_s:.0f} s without a new score...\n"
         )
         out.flush()
-    started = time.perf_counter()
-    while time.perf_counter() - started < timeout and not (stop is not None and stop.is_set()):
-        if agent.queue.depth() == 0 and (agent.scorer is None or agent.scorer.pending == 0):
-            return True
-        await asyncio.sleep(0.1)  # poll interval of a bounded wait
-    left = agent.scorer.pending if agent.scorer is not None else 0
+    waited = await wait_while_progressing(
+        lambda: _left(agent) == 0,
+        lambda: _scoring_progress(agent),
+        stall_s=stall_s,
+        cap_s=timeout,
+        stop=stop,
+    )
+    if waited.outcome in ("done", "stopped"):
+        return waited.outcome == "done"
     if out is not None:
+        why = (
+            f"no sample scored in the last {waited.idle_s:.0f} s"
+            if waited.outcome == "stalled"
+            else f"the scorer still scoring at the {timeout:.0f} s cap"
+        )
         out.write(
-            f"  gave up waiting after {time.perf_counter() - started:.0f} s: {left} samples not scored yet "
-            "(the machine scores slower than the demo sends); going on\n"
+            f"  gave up waiting after {waited.waited_s:.0f} s ({why}): {_left(agent)} samples not scored yet; going on\n"
         )
         out.flush()
     return False
 
 
 async def _await_verdicts(
-    agent: Agent, versions: tuple[str, ...], timeout: float, out: IO[str], stop: asyncio.Event
+    agent: Agent,
+    versions: tuple[str, ...],
+    timeout: float,
+    out: IO[str],
+    stop: asyncio.Event,
+    stall_s: float = STALL_S,
 ) -> dict[str, str]:
-    """Wait (at most `timeout`) for a drift reading of each version; what is missing, and why, by version.
+    """Wait for a drift reading of each version while the scorer makes progress (new scores or new
+    readings; at most `timeout` in all); what is missing, and why, by version.
 
     Gives up early when the scorer is idle and a version has fewer scored samples than the drift
     needs: no amount of waiting brings those.
     """
     needed = agent.cfg.drift.min_samples
+    interval = agent.cfg.drift.interval_s
+    # A verdict comes one comparison after the last score: never give up before two intervals.
+    stall_s = max(stall_s, 2 * interval + 5.0)
     out.write(
-        f"  waiting up to {timeout:.0f} s for the drift verdicts of version {' and '.join(versions)} "
-        f"(each needs {needed} scored samples; compared every {agent.cfg.drift.interval_s:g} s)...\n"
+        f"  waiting for the drift verdicts of version {' and '.join(versions)} "
+        f"(each needs {needed} scored samples; compared every {interval:g} s): as long as the scorer "
+        f"makes progress, at most {timeout:.0f} s, giving up after {stall_s:.0f} s without any...\n"
     )
     out.flush()
-    started = time.perf_counter()
-    idle = False
-    while time.perf_counter() - started < timeout and not stop.is_set():
-        idle = agent.queue.depth() == 0 and agent.scorer is not None and agent.scorer.pending == 0
-        if set(versions) <= drift_versions(agent) and idle:
-            await asyncio.sleep(agent.cfg.drift.interval_s + 1.5)  # one more comparison over the last samples
-            return {}
-        scored = scored_samples(agent)
-        if idle and any(v not in drift_versions(agent) and scored.get(v, 0) < needed for v in versions):
-            break
-        await asyncio.sleep(0.2)  # poll interval of a bounded wait
+
+    def idle() -> bool:
+        return agent.queue.depth() == 0 and agent.scorer is not None and agent.scorer.pending == 0
+
+    def short(scored: dict[str, int]) -> list[str]:
+        return [v for v in versions if v not in drift_versions(agent) and scored.get(v, 0) < needed]
+
+    def settled() -> bool:
+        # Every verdict in with nothing left to score, or idle with too few samples of a version.
+        return idle() and (set(versions) <= drift_versions(agent) or bool(short(scored_samples(agent))))
+
+    waited = await wait_while_progressing(
+        settled, lambda: (_scoring_progress(agent), len(agent.drift_state)), stall_s=stall_s, cap_s=timeout, stop=stop
+    )
+    if waited.outcome == "done" and set(versions) <= drift_versions(agent):
+        await asyncio.sleep(interval + 1.5)  # one more comparison over the last samples
+        return {}
     scored = scored_samples(agent)
     missing: dict[str, str] = {}
     for v in versions:
         if v in drift_versions(agent):
             continue
         n = scored.get(v, 0)
-        if idle and n < needed:
+        if idle() and n < needed:
             why = f"only {n} samples of {v} were scored and drift needs {needed}: too little traffic for that"
+        elif waited.outcome == "stalled":
+            why = (
+                f"{n} samples of {v} scored; nothing new in the last {waited.idle_s:.0f} s of "
+                f"{waited.waited_s:.0f} s waiting: the scorer stopped making progress"
+            )
         else:
             why = (
-                f"{n} samples of {v} scored after waiting {time.perf_counter() - started:.0f} s: "
+                f"{n} samples of {v} scored after waiting {waited.waited_s:.0f} s, the cap: "
                 "the scorer did not catch up in time (a busy machine scores slower than the demo sends)"
             )
         missing[v] = f"a drift verdict for version {v} ({why})"
@@ -492,7 +588,7 @@ async def _await_verdicts(
         out.write("  gave up waiting for " + "; ".join(missing.values()) + "\n")
     elif agent.scorer is not None and agent.scorer.pending:
         out.write(
-            f"  stopped waiting after {time.perf_counter() - started:.0f} s with the verdicts in and "
+            f"  stopped waiting after {waited.waited_s:.0f} s with the verdicts in and "
             f"{agent.scorer.pending} samples still unscored: they are recorded as `error` at stop, see (N err) below\n"
         )
     out.flush()
@@ -604,7 +700,9 @@ async def run_demo(
     stop = asyncio.Event()
     missing: list[str] = []  # the parts of the story this run could not show
     waited_for: dict[str, str] = {}  # drift verdicts the wait gave up on, by version
-    watcher = asyncio.create_task(wait_for_signal(duration * 2 + 300.0))
+    # The watchdog: the traffic, the model load and each wait's cap, and a margin.
+    watchdog_s = duration * 2 + MODEL_LOAD_S + 2 * SETTLE_S + VERDICT_S + 120.0
+    watcher = asyncio.create_task(wait_for_signal(watchdog_s))
     watcher.add_done_callback(lambda _: stop.set())
     base_url = f"http://{host}:{agent.proxy_port}/v1"
     tally = Tally()
@@ -616,7 +714,7 @@ async def run_demo(
             out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
             out.flush()
             loading = time.perf_counter()
-            await _wait_ready(agent.scorer, stop, timeout=180.0)
+            await _wait_ready(agent.scorer, stop, timeout=MODEL_LOAD_S)
             if not stop.is_set():
                 out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
         for name in ("A (baseline)", "A (after freeze)", "B"):

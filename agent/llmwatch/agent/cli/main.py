@@ -15,7 +15,7 @@ import structlog
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
-from llmwatch.agent.signals import wait_for_signal
+from llmwatch.agent.signals import stop_signals
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
@@ -36,8 +36,14 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
     try:
-        await agent.start()
-        await wait_for_signal()
+        # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts
+        # (a pod deleted as it comes up) stops it through agent.stop() once its start is done,
+        # where the default action killed it, its queue unwritten and its child processes left to
+        # their orphan checks. They are the previous handlers again during the stop: a second
+        # Ctrl-C still interrupts a stop that takes too long.
+        with stop_signals() as stop:
+            await agent.start()
+            await stop.wait()
     finally:
         # Also after a failed start (a port in use): what did start (the upstream session, the
         # scorer process, the pipeline thread) is closed, not left to warn at exit.

@@ -1413,6 +1413,10 @@ def check_settings(settings: RunSettings, threshold: float) -> None:
         raise RegressError("--concurrency must be at least 1")
     if bool(settings.judge_url) != bool(settings.judge_model):
         raise RegressError("the judge needs both --judge-url and --judge-model")
+    if settings.judge_url:
+        # Else every attempt's judge call fails: the judge check is `error` on every case, a typo
+        # found only in the report after the whole suite ran.
+        _require_http_url("--judge-url", settings.judge_url)
     if not 0 <= threshold < 1:
         raise RegressError(f"--threshold must be in [0, 1), got {threshold}")
     if not 0 < settings.confidence < 1:
@@ -1441,11 +1445,17 @@ def _check_paraphrase_settings(settings: RunSettings) -> None:
         raise RegressError("rewording by a model needs both --paraphrase-url and --paraphrase-model")
     if settings.paraphrase_url and not settings.paraphrases:
         raise RegressError("--paraphrase-url needs --paraphrases K (K >= 1): how many rewordings to ask for")
-    if settings.paraphrase_url and not re.match(r"^https?://[^/\s]+", settings.paraphrase_url):
+    if settings.paraphrase_url:
         # Else every case's call fails and built-in rewordings stand in, the typo only a count in the report.
+        _require_http_url("--paraphrase-url", settings.paraphrase_url)
+
+
+def _require_http_url(option: str, url: str) -> None:
+    """Refuse a value of `option` that is not an http(s) URL, naming the option; credentials masked."""
+    if not re.match(r"^https?://[^/\s]+", url):
         raise RegressError(
-            "--paraphrase-url: expected an http(s) URL such as http://127.0.0.1:8000, "
-            f"got {re.sub(r'^.*@', '***@', settings.paraphrase_url)!r}"  # credentials masked, with or without a scheme
+            f"{option}: expected an http(s) URL such as http://127.0.0.1:8000, "
+            f"got {re.sub(r'^.*@', '***@', url)!r}"  # credentials masked, with or without a scheme
         )
 
 

@@ -52,6 +52,7 @@ class UpstreamProbe:
         self.timeout_s = timeout_s
         self.reachable: bool | None = None  # None until the first probe has finished
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def probe(self) -> bool:
         try:
@@ -75,14 +76,22 @@ class UpstreamProbe:
         return True
 
     async def _loop(self) -> None:
-        while True:
+        # Ended by `_closing`, not by the cancellation alone: before Python 3.12, `asyncio.wait_for`
+        # returns the connect's outcome instead of raising CancelledError when the connect fails in
+        # the same turn of the loop as the cancel (CPython gh-86296). A dead upstream refuses at once,
+        # so a SIGTERM soon after start-up hit that; the probe then slept and probed forever and the
+        # proxy's stop waited on it (a pod that would not stop).
+        while not self._closing:
             await self.probe()
+            if self._closing:
+                break
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,143 @@
+"""SIGINT/SIGTERM handling of the long-running commands: after the agent stops, the process's
+signal handlers are the ones it had before it started.
+
+The event loop's own `remove_signal_handler` puts back the defaults (SIG_DFL for SIGTERM,
+`default_int_handler` for SIGINT), and uvloop puts back nothing once its loop has stopped: code
+that runs an agent in a process that had handlers of its own (pytest's in-process tests, an
+embedding application, `asyncio.run`'s Ctrl-C handler) lost them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from helpers.ports import dead_address
+
+from llmwatch.agent.signals import stop_signals, wait_for_signal
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture
+def own_handlers() -> Iterator[dict[signal.Signals, Any]]:
+    """Handlers of this test's own on SIGINT and SIGTERM (so a stray signal never ends pytest), put back after."""
+    got: list[signal.Signals] = []
+
+    def mine_int(signum: int, frame: Any) -> None:
+        got.append(signal.Signals(signum))
+
+    def mine_term(signum: int, frame: Any) -> None:
+        got.append(signal.Signals(signum))
+
+    mine = {signal.SIGINT: mine_int, signal.SIGTERM: mine_term}
+    before = {sig: signal.signal(sig, handler) for sig, handler in mine.items()}
+    try:
+        yield mine
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert got == [], f"a signal reached the test's own handlers: {got}"
+
+
+def _config(tmp_path: Path) -> Any:
+    from llmwatch.agent.components import load_config
+
+    return load_config(
+        None,
+        overrides={
+            "upstream": f"http://{dead_address()}",
+            "listen": "127.0.0.1:0",
+            "metrics_listen": "127.0.0.1:0",
+            "data_dir": str(tmp_path / "data"),
+            "scoring": {"enabled": False},
+        },
+        environ={},
+    )
+
+
+async def _until(predicate, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)  # poll interval of a bounded wait
+
+
+async def test_the_agent_puts_back_the_signal_handlers_it_found_after_its_stop(tmp_path: Path, own_handlers):
+    from llmwatch.agent.cli.main import _serve_until_signal
+    from llmwatch.agent.runtime import Agent
+
+    cfg = _config(tmp_path)
+    agents: list[Agent] = []
+
+    def make() -> Agent:
+        agents.append(Agent(cfg))
+        return agents[-1]
+
+    serving = asyncio.create_task(_serve_until_signal(make))
+    # Serving: the agent has started and SIGTERM is the loop's (the test's own handler is not called).
+    await _until(
+        lambda: (
+            bool(agents)
+            and agents[0].proxy_port > 0
+            and signal.getsignal(signal.SIGTERM) is not own_handlers[signal.SIGTERM]
+        )
+    )
+    signal.raise_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(serving, 30) == 0
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_sigterm_during_start_up_stops_the_agent_cleanly_once_started(tmp_path: Path, own_handlers):
+    # Before, the handlers came after start-up: a SIGTERM during it was the default action (the
+    # process killed without its stop) in a real process; here it would reach the test's handler
+    # and the agent would serve on.
+    from llmwatch.agent.cli.main import _serve_until_signal
+    from llmwatch.agent.runtime import Agent
+
+    class SignalledWhileStarting(Agent):
+        async def start(self) -> None:
+            signal.raise_signal(signal.SIGTERM)
+            await super().start()
+
+    agents: list[Agent] = []
+
+    def make() -> Agent:
+        agents.append(SignalledWhileStarting(_config(tmp_path)))
+        return agents[-1]
+
+    assert await asyncio.wait_for(_serve_until_signal(make), 30) == 0
+    agent = agents[0]
+    assert agent.proxy_port > 0, "the start was completed before the stop"
+    assert not agent.pipeline.alive, "agent.stop() ran"
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_wait_that_ends_on_its_duration_puts_back_the_handlers(own_handlers):
+    await wait_for_signal(0.01)
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_signal_sets_the_stop_event_only_while_inside(own_handlers):
+    with stop_signals() as stop:
+        assert not stop.is_set()
+        signal.raise_signal(signal.SIGINT)
+        await _until(stop.is_set)
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+def test_under_uvloop_too(own_handlers):
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> bool:
+        with stop_signals() as stop:
+            signal.raise_signal(signal.SIGTERM)
+            await _until(stop.is_set)
+        return stop.is_set()
+
+    assert uvloop.run(main()) is True
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
