@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any, Iterator, Mapping, NamedTuple
+from typing import IO, Any, Callable, Iterator, Mapping, NamedTuple
 
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
@@ -20,11 +20,11 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import (
     PROMPT_PREFIX,
+    CacheWriter,
     cache_path,
     open_cache,
     read_cache,
     text_key,
-    write_cache,
 )
 from llmwatch.scorers.checks.errors import ErrorTally, refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
@@ -89,8 +89,11 @@ def score_files(
         total=_count_lines(paths) if shown and not dataset else None, unit="sample", disable=not shown, file=sys.stderr
     )
     # Answer vectors the relevance checks just computed (no second model call), kept beside the
-    # scores so that `baseline freeze` and `drift --scores` do not embed again.
-    vectors: dict[str, tuple[str, Any]] = {}
+    # scores so that `baseline freeze` and `drift --scores` do not embed again. Appended to
+    # temporary files batch by batch, not kept: two vectors a sample were 3 GB at a million (issue 29).
+    vectors = (
+        CacheWriter(cache_path(target), quantized=scoring.quantize_embeddings) if suite.embedder is not None else None
+    )
     try:
         with atomic_writer(target) as fh:
             batch: list[Sample] = []
@@ -102,8 +105,8 @@ def score_files(
                     key = (result.score.check, result.score.model_version or "unknown", result.score.result)
                     counts[key] = counts.get(key, 0.0) + 1
                     scores_written += 1
-                if suite.embedder is not None:
-                    _keep_vectors(suite.embedder, batch, vectors)
+                if vectors is not None:
+                    _keep_vectors(suite.embedder, batch, vectors.add)
                 progress.update(len(batch))
                 batch.clear()
 
@@ -114,25 +117,35 @@ def score_files(
                     flush()
             if batch:
                 flush()
-        if suite.embedder is not None:
-            write_cache(cache_path(target), vectors, quantized=scoring.quantize_embeddings)
+        if vectors is not None:
+            vectors.close()  # the cache appears whole, after the scores (as before)
     finally:
+        if vectors is not None:
+            vectors.abort()
         progress.close()
     out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {scores_written} scores -> {target}\n")
     out.write(pass_rate_table(counts) + "\n")
     return 0
 
 
-def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str, Any]]) -> None:
-    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id."""
+def _keep_vectors(embedder: Any, batch: list[Sample], add: Callable[[str, str, Any], None]) -> None:
+    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id:
+    `add(key, text hash, vector)`."""
     from llmwatch.scorers.checks.embeddings import prompt_for_embedding
 
     for sample, vector in zip(batch, embedder.embed_answers(batch)):
         if vector.any():
-            into[sample.id] = (text_key(sample.answer_text()), vector)
+            add(sample.id, text_key(sample.answer_text()), vector)
     for sample, vector in zip(batch, embedder.embed_prompts(batch)):
         if vector.any():
-            into[PROMPT_PREFIX + sample.id] = (text_key(prompt_for_embedding(sample)), vector)
+            add(PROMPT_PREFIX + sample.id, text_key(prompt_for_embedding(sample)), vector)
+
+
+def _into(known: dict[str, tuple[str, Any]]) -> Callable[[str, str, Any], None]:
+    def add(key: str, text_hash: str, vector: Any) -> None:
+        known[key] = (text_hash, vector)
+
+    return add
 
 
 def load_window(
@@ -185,7 +198,7 @@ def load_window(
                 batch = samples[start : start + _OFFLINE_BATCH]
                 scores += [r.score for r in suite.score(batch)]
                 if scoring.embeddings and suite.embedder is not None:
-                    _keep_vectors(suite.embedder, batch, known)
+                    _keep_vectors(suite.embedder, batch, _into(known))
                 progress.update(len(batch))
     # A window of `error` scores has no pass rate: refuse it before embedding anything (exit 2).
     refuse_mostly_errors(scores, samples=samples_path, scores_path=scores_path, purpose=purpose)
@@ -563,5 +576,5 @@ def _score_batch(
         by_sample.setdefault(result.score.sample_id, {})[result.score.check] = result.score
     known: dict[str, tuple[str, Any]] = {}
     if vectors.scoring.embeddings and suite.embedder is not None:
-        _keep_vectors(suite.embedder, batch, known)  # what relevance just computed: no second model call
+        _keep_vectors(suite.embedder, batch, _into(known))  # what relevance just computed: no second model call
     vectors.add(batch, known, [by_sample.get(s.id, {}) for s in batch], summary)
