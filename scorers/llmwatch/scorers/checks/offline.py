@@ -374,10 +374,70 @@ def summarize_window(
     """
     from llmwatch.scorers.drift.features import WindowSummary
 
+    summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
+    window = _summarize_into(summary, scoring, samples_path, scores_path, model_version, purpose=purpose)
+    window.routes = summary.finish()
+    return window
+
+
+def summarize_sides(
+    scoring: ScoringSection,
+    samples_path: str,
+    scores_path: str | None,
+    side_of: Callable[[Sample], int | None],
+    sides: int,
+    *,
+    purpose: str,
+    reservoir_size: int = 5000,
+    embedding_reservoir: int = 500,
+) -> list[dict[str, Any]]:
+    """`load_window` of every version without prompt vectors, then one `summarize` per side of
+    the window (`side_of(sample)`: its side, or None for a sample left out), streamed as
+    `summarize_window` is: what `llmwatch canary` compares (issue 29).
+
+    Every sample is scored (or its scores read) and counted for the mostly-`error` refusal, in
+    file order, as `load_window` did; only the samples of a side reach a summary.
+    """
+    from llmwatch.scorers.drift.features import WindowSummary
+
+    summaries = [
+        WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir) for _ in range(sides)
+    ]
+    _summarize_into(
+        _Sides(side_of, summaries), scoring, samples_path, scores_path, None, purpose=purpose, prompts=False
+    )
+    return [summary.finish() for summary in summaries]
+
+
+class _Sides:
+    """A summary that hands each sample to its side's summary (without a prompt vector)."""
+
+    def __init__(self, side_of: Callable[[Sample], int | None], summaries: list[Any]) -> None:
+        self.side_of = side_of
+        self.summaries = summaries
+
+    def add(
+        self, sample: Sample, scored: Mapping[str, Any], answer_vector: Any = None, prompt_vector: Any = None
+    ) -> None:
+        side = self.side_of(sample)
+        if side is not None:
+            self.summaries[side].add(sample, scored, answer_vector)
+
+
+def _summarize_into(
+    summary: Any,
+    scoring: ScoringSection,
+    samples_path: str,
+    scores_path: str | None,
+    model_version: str | None,
+    *,
+    purpose: str,
+    prompts: bool = True,
+) -> StreamedWindow:
+    """The work of `summarize_window`, each sample handed to `summary.add`; `routes` left empty."""
     ids, versions, window_versions, time_span = _window_ids(samples_path, model_version, purpose)
     tally = ErrorTally()
     checks: set[str] = set()
-    summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
     window_size = len(ids)
 
     def window() -> Iterator[Sample]:
@@ -397,7 +457,9 @@ def summarize_window(
                 # Later scores of one check replace earlier ones, in the first one's place (as `summarize`).
                 summary.add(s, {c.check: c for c in index.get(s.id, ())})
         else:
-            vectors = _BatchVectors(scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings))
+            vectors = _BatchVectors(
+                scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings), prompts=prompts
+            )
             try:
                 batch = []
                 with _progress(window_size, f"summarising for {purpose}") as progress:
@@ -418,7 +480,7 @@ def summarize_window(
     else:
         ids.clear()
         suite = build_suite(offline_scoring(scoring))
-        vectors = _BatchVectors(scoring, None, suite)
+        vectors = _BatchVectors(scoring, None, suite, prompts=prompts)
         batch = []
         with _progress(window_size, f"scoring for {purpose}") as progress:
             for s in window():
@@ -433,7 +495,7 @@ def summarize_window(
                 progress.update(len(batch))
         refuse_mostly_errors(tally, samples=samples_path, scores_path=None, purpose=purpose)
     return StreamedWindow(
-        routes=summary.finish(),
+        routes={},
         sample_count=count,
         time_span=time_span,
         checks=sorted(checks),
@@ -455,8 +517,9 @@ class _BatchVectors:
     off, no vector: the summary is that of the rule checks.
     """
 
-    def __init__(self, scoring: ScoringSection, cache: Any, suite: Any = None) -> None:
+    def __init__(self, scoring: ScoringSection, cache: Any, suite: Any = None, *, prompts: bool = True) -> None:
         self.scoring = scoring
+        self.prompts = prompts  # False: answers only (`llmwatch canary` matches no prompts by vector)
         self.cache = cache
         self.suite = suite
         self.embedder: Any = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
@@ -481,11 +544,15 @@ class _BatchVectors:
             "",
             lambda s: s.answer_text(),
         )
-        prompts = self._vectors(
-            [s for s in batch if s.operation in _EMBEDDED_OPERATIONS and prompt_for_embedding(s)],
-            known,
-            PROMPT_PREFIX,
-            prompt_for_embedding,
+        prompts = (
+            self._vectors(
+                [s for s in batch if s.operation in _EMBEDDED_OPERATIONS and prompt_for_embedding(s)],
+                known,
+                PROMPT_PREFIX,
+                prompt_for_embedding,
+            )
+            if self.prompts
+            else {}
         )
         for s, sc in zip(batch, scored):
             summary.add(s, sc, answers.get(s.id), prompts.get(s.id))
@@ -554,10 +621,13 @@ def _scores_index(
     scores_path: str, ids: set[str], tally: ErrorTally, checks: set[str]
 ) -> dict[str, tuple[ScoredEntry, ...]]:
     """The window's scores by sample id, as tuples of shared compact entries; counted into `tally` and `checks`."""
+    from llmwatch.scorers.evaluation.judge import counts_for_verdicts
+
     cache: dict[tuple, ScoredEntry] = {}
     index: dict[str, tuple[ScoredEntry, ...]] = {}
     for sc in read_records(scores_path, Score, prefix="scores"):
-        if sc.sample_id not in ids:
+        # An uncalibrated live judge's verdicts are shown in reports, never a drift signal (as `load_window`).
+        if sc.sample_id not in ids or not counts_for_verdicts(sc):
             continue
         tally.add(sc)
         checks.add(sc.check)
