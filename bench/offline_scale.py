@@ -139,10 +139,11 @@ def write_pairs(path: Path, n: int, seed: int = 11) -> None:
         out.write(b"".join(chunk))
 
 
-def run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def run(args: list[str], env: dict[str, str], *, hash_embedder: bool = False) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of one llmwatch command in a fresh process."""
+    cli = [str(ROOT / "bench" / "hash_embedder_cli.py")] if hash_embedder else ["-m", "llmwatch.agent.cli"]
     with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
-        cmd = ["/usr/bin/time", "-f", "%e %M", "-o", t.name, sys.executable, "-m", "llmwatch.agent.cli", *args]
+        cmd = ["/usr/bin/time", "-f", "%e %M", "-o", t.name, sys.executable, *cli, *args]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         fields = t.read().split()
     # 0 and 1 are verdicts; `shadow report` and `canary` say 2 when they cannot decide (not an error).
@@ -205,7 +206,15 @@ def main() -> None:
         help="scoring.embeddings: true (needs the embedding model): `score` embeds and caches the vectors, "
         "`freeze` and `drift` read them from that cache",
     )
+    ap.add_argument(
+        "--hash-embedder",
+        action="store_true",
+        help="with --embeddings: the model replaced by the tests' hash embedder (bench/hash_embedder_cli.py), "
+        "to measure everything around the model at a million samples; the vectors mean nothing",
+    )
     args = ap.parse_args()
+    if args.hash_embedder and not args.embeddings:
+        ap.error("--hash-embedder replaces the embedding model: give --embeddings too")
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -233,12 +242,12 @@ def main() -> None:
             print(f"{n:,} samples written in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             every = commands(work)
             for name in order:
-                results[(name, n)] = run(every[name], env)
+                results[(name, n)] = run(every[name], env, hash_embedder=args.hash_embedder)
                 wall, rss, code = results[(name, n)]
                 print(f"  {name}: {wall:.1f} s, peak RSS {rss:,.0f} MB, exit {code}", file=sys.stderr)
     print(
         f"## Offline commands at scale ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, bench/offline_scale.py)\n\n"
-        f"{'Embeddings on (cached by score)' if args.embeddings else 'Rule checks only'}; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
+        f"{('Embeddings on (hash embedder, cached by score)' if args.hash_embedder else 'Embeddings on (cached by score)') if args.embeddings else 'Rule checks only'}; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Seconds / peak RSS of each command as a fresh process.\n"
     )
     print("| command | " + " | ".join(f"{n:,}" for n in sizes) + " | time slope (1 = linear) | MB per 1k samples |")
