@@ -13,11 +13,13 @@ process under `/usr/bin/time`, which reports its peak resident set:
     llmwatch suite build --samples --scores --similarity text
     llmwatch review export --samples --scores --versions A,B --n 100
     llmwatch shadow report --pairs --format json    (N generated pairs, one candidate)
+    llmwatch canary --samples --stable A --canary B --format json
+                                          (N generated samples, A and B alternating; scored in the run)
 
 The table gives seconds and peak RSS per command and size, and the slope between the two largest
 sizes: log(t2/t1) / log(n2/n1) (1.0 is linear) and MB of peak RSS per 1,000 samples added.
 
-    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite,review,shadow]
+    python bench/offline_scale.py [--sizes 10000,100000,1000000] [--commands score,freeze,drift,report,suite,review,shadow,canary]
 """
 
 from __future__ import annotations
@@ -49,14 +51,14 @@ TOPICS = [
 WORDS = "apples billing caching dates engines forms graphs hashes invoices joins keys lists maps".split()
 
 
-def write_samples(path: Path, n: int, seed: int = 7) -> None:
-    """N samples, versions A then B, streamed to `path` in chunks."""
+def write_samples(path: Path, n: int, seed: int = 7, *, alternating: bool = False) -> None:
+    """N samples, versions A then B (or A and B alternating: served side by side, for `canary`), streamed to `path` in chunks."""
     rng = random.Random(seed)
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
     with open(path, "wb") as out:
         chunk: list[bytes] = []
         for i in range(n):
-            version = "A" if i < n // 2 else "B"
+            version = ("A" if i % 2 == 0 else "B") if alternating else ("A" if i < n // 2 else "B")
             category, prompt, answer = TOPICS[i % len(TOPICS)]
             word = f"{rng.choice(WORDS)} {rng.choice(WORDS)} {i % 997}"
             out_tokens = max(1, int(rng.lognormvariate(4.0 if version == "A" else 3.8, 0.4)))
@@ -137,14 +139,15 @@ def write_pairs(path: Path, n: int, seed: int = 11) -> None:
         out.write(b"".join(chunk))
 
 
-def run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def run(args: list[str], env: dict[str, str], *, hash_embedder: bool = False) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of one llmwatch command in a fresh process."""
+    cli = [str(ROOT / "bench" / "hash_embedder_cli.py")] if hash_embedder else ["-m", "llmwatch.agent.cli"]
     with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
-        cmd = ["/usr/bin/time", "-f", "%e %M", "-o", t.name, sys.executable, "-m", "llmwatch.agent.cli", *args]
+        cmd = ["/usr/bin/time", "-f", "%e %M", "-o", t.name, sys.executable, *cli, *args]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         fields = t.read().split()
-    # 0 and 1 are verdicts; `shadow report` says 2 when the pairs cannot decide (not an error).
-    if proc.returncode not in (0, 1) and not (args[0] == "shadow" and proc.returncode == 2):
+    # 0 and 1 are verdicts; `shadow report` and `canary` say 2 when they cannot decide (not an error).
+    if proc.returncode not in (0, 1) and not (args[0] in ("shadow", "canary") and proc.returncode == 2):
         sys.stderr.write(f"llmwatch {args[0]} exited {proc.returncode}: {proc.stderr[-1500:]}\n")
     wall, rss_kb = float(fields[-2]), float(fields[-1])
     return wall, rss_kb / 1024, proc.returncode
@@ -158,6 +161,18 @@ def commands(work: Path) -> dict[str, list[str]]:
         "drift": ["drift", "--baseline", b, "--samples", s, "--scores", sc, "--model-version", "B"],
         "report": ["report", "--samples", s, "--scores", sc, "--format", "json"],
         "shadow": ["shadow", "report", "--pairs", str(work / "pairs.jsonl"), "--format", "json"],
+        # Without --scores: the versions alternate in their own file, scored within the run.
+        "canary": [
+            "canary",
+            "--samples",
+            str(work / "canary.jsonl"),
+            "--stable",
+            "A",
+            "--canary",
+            "B",
+            "--format",
+            "json",
+        ],
         **offline_selection_commands(work, s, sc),
     }
 
@@ -182,7 +197,7 @@ def main() -> None:
     ap.add_argument(
         "--commands",
         default="score,freeze,drift,report,suite,review",
-        help="commands to run: score, freeze, drift, report, suite, review, shadow",
+        help="commands to run: score, freeze, drift, report, suite, review, shadow, canary",
     )
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="give up on a size past this (per command)")
     ap.add_argument(
@@ -191,7 +206,15 @@ def main() -> None:
         help="scoring.embeddings: true (needs the embedding model): `score` embeds and caches the vectors, "
         "`freeze` and `drift` read them from that cache",
     )
+    ap.add_argument(
+        "--hash-embedder",
+        action="store_true",
+        help="with --embeddings: the model replaced by the tests' hash embedder (bench/hash_embedder_cli.py), "
+        "to measure everything around the model at a million samples; the vectors mean nothing",
+    )
     args = ap.parse_args()
+    if args.hash_embedder and not args.embeddings:
+        ap.error("--hash-embedder replaces the embedding model: give --embeddings too")
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -200,8 +223,10 @@ def main() -> None:
         "LLMWATCH_SCORING__EMBEDDINGS": "true" if args.embeddings else "false",
     }
     wanted = [c for c in args.commands.split(",") if c]
-    # Every command but `shadow report` reads the scores file that `score` writes.
-    order = (["score"] if any(c != "shadow" for c in wanted) else []) + [c for c in wanted if c != "score"]
+    # Every command but `shadow report` and `canary` reads the scores file that `score` writes.
+    order = (["score"] if any(c not in ("shadow", "canary") for c in wanted) else []) + [
+        c for c in wanted if c != "score"
+    ]
     sizes = [int(x) for x in args.sizes.split(",") if x]
     results: dict[tuple[str, int], tuple[float, float, int]] = {}
     load_before = os.getloadavg()[0]
@@ -210,17 +235,19 @@ def main() -> None:
             work = Path(d)
             started = time.perf_counter()
             write_samples(work / "samples.jsonl", n)
+            if "canary" in wanted:
+                write_samples(work / "canary.jsonl", n, alternating=True)
             if "shadow" in wanted:
                 write_pairs(work / "pairs.jsonl", n)
             print(f"{n:,} samples written in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             every = commands(work)
             for name in order:
-                results[(name, n)] = run(every[name], env)
+                results[(name, n)] = run(every[name], env, hash_embedder=args.hash_embedder)
                 wall, rss, code = results[(name, n)]
                 print(f"  {name}: {wall:.1f} s, peak RSS {rss:,.0f} MB, exit {code}", file=sys.stderr)
     print(
         f"## Offline commands at scale ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, bench/offline_scale.py)\n\n"
-        f"{'Embeddings on (cached by score)' if args.embeddings else 'Rule checks only'}; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
+        f"{('Embeddings on (hash embedder, cached by score)' if args.hash_embedder else 'Embeddings on (cached by score)') if args.embeddings else 'Rule checks only'}; {len(os.sched_getaffinity(0))} CPUs; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Seconds / peak RSS of each command as a fresh process.\n"
     )
     print("| command | " + " | ".join(f"{n:,}" for n in sizes) + " | time slope (1 = linear) | MB per 1k samples |")

@@ -374,6 +374,24 @@ def test_drift_and_baselines_never_read_an_uncalibrated_judges_verdicts(tmp_path
     assert [sc.check for sc in scores] == ["judge:calibrated"]
 
 
+def test_the_streamed_drift_window_never_reads_an_uncalibrated_judges_verdicts_either(tmp_path):
+    from llmwatch.scorers.checks.config import ScoringSection
+    from llmwatch.scorers.checks.offline import summarize_window
+
+    s = sample(1)
+    (tmp_path / "samples.jsonl").write_bytes(s.to_json() + b"\n")
+    lines = [
+        Score.from_outcome(s, outcome(5, "", HELPFUL, judge_model="j", calibrated=c), check=f"judge:{n}", kind="judge")
+        for c, n in ((False, "uncalibrated"), (True, "calibrated"))
+    ]
+    (tmp_path / "scores.jsonl").write_bytes(b"".join(x.to_json() + b"\n" for x in lines))
+    window = summarize_window(
+        ScoringSection(embeddings=False), str(tmp_path / "samples.jsonl"), str(tmp_path / "scores.jsonl"), None,
+        purpose="drift",
+    )  # fmt: skip
+    assert window.checks == ["judge:calibrated"]
+
+
 def test_the_reply_shape_can_be_asked_for_in_each_servers_dialect():
     from llmwatch.scorers.evaluation.judge import response_format
 

@@ -49,7 +49,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
         )
-    from llmwatch.scorers.drift.canary import compare_versions, format_text, parse_duration, same_window
+    from llmwatch.scorers.drift.canary import compare_summaries, format_text, parse_duration, side_of, window_of
 
     try:
         last = parse_duration(args.last) if args.last else None
@@ -58,20 +58,25 @@ def cmd_canary(args: argparse.Namespace) -> int:
     import orjson
 
     from llmwatch.core.jsonio import read_records
-    from llmwatch.scorers.checks.offline import load_window
+    from llmwatch.scorers.checks.offline import summarize_sides
     from llmwatch.scorers.drift.compare import settings_from_config
 
     # The window first, from the records alone: a missing version or two versions never served
-    # together is said before the checks and the embedding model load.
-    same_window(read_records(args.samples), args.stable, args.canary, start=start, end=end, last=last)
-    samples, scores, embeddings, _ = load_window(
-        cfg.scoring, args.samples, args.scores, None, purpose="the canary comparison"
+    # together is said before the checks and the embedding model load. Then both versions
+    # summarised in one streamed pass (issue 29): no Sample, Score or vector per sample is kept.
+    window = window_of(read_records(args.samples), args.stable, args.canary, start=start, end=end, last=last)
+    reference, current = summarize_sides(
+        cfg.scoring,
+        args.samples,
+        args.scores,
+        side_of(window, args.stable, args.canary),
+        2,
+        purpose="the canary comparison",
     )
-    stable, canary, window = same_window(samples, args.stable, args.canary, start=start, end=end, last=last)
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
-    report, reference, current = compare_versions(
-        (stable, scores, embeddings),
-        (canary, scores, embeddings),
+    report, reference, current = compare_summaries(
+        reference,
+        current,
         stable_version=args.stable,
         canary_version=args.canary,
         window=window,

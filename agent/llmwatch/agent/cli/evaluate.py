@@ -353,17 +353,14 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
     probe_scores: list[Score] = []
     if args.consistency:
         # The probe's verdicts join the samples as the `consistency` check (confident-but-unstable
-        # ones become failures); the re-ask's answer goes with the case as context. The probe
-        # re-asks a small share of calls, so its pairs are held whole.
+        # ones become failures); the re-ask's answer goes with the case as context. Read before
+        # the samples (a bad pairs file is said first), a pair at a time: its verdict and the
+        # re-ask's answer are kept, never the pair's two Samples (issue 29).
         from llmwatch.core.pairs import Pair
-        from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, consistency_scores
+        from llmwatch.scorers.evaluation.consistency import probe_verdicts
 
         require_records(args.consistency, "--consistency", "pairs")
-        pairs = [
-            p for p in read_records(args.consistency, Pair, prefix="pairs") if p.candidate == CONSISTENCY_CANDIDATE
-        ]
-        probe_scores = consistency_scores(pairs)
-        re_asks = {p.primary.id: p.shadow.answer_text() for p in pairs}
+        probe_scores, re_asks = probe_verdicts(read_records(args.consistency, Pair, prefix="pairs"))
     categories = build_categories(cfg.matrix)
     checks = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings)
     # Streamed: gather keeps a compact member per usable sample, never the Samples or Scores (issue 29).

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
+import zipfile
+from array import array
 from pathlib import Path
+from typing import IO, Iterator
 
 import numpy as np
 import structlog
 
-from llmwatch.core.jsonio import atomic_writer
+from llmwatch.core.jsonio import atomic_writer, make_dirs
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +78,175 @@ def read_cache(path: Path, *, quantized: bool) -> dict[str, tuple[str, np.ndarra
 
 def _id_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+class _StringColumn:
+    """Strings appended to a private temporary file (UTF-32, numpy's `U` layout), 4 bytes of length each in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "xb", opener=_private)
+        self.path = path
+        self.lengths = array("I")
+        self.width = 1  # np.array([], dtype=str) is '<U1', as `np.savez` wrote an empty cache
+
+    def append(self, value: str) -> None:
+        data = value.encode("utf-32-le", "surrogatepass")
+        self._fh.write(data)
+        self.lengths.append(len(data) // 4)
+        self.width = max(self.width, len(data) // 4)
+
+    def finish(self) -> None:
+        self._fh.close()
+
+    def width_of(self, order: np.ndarray | None) -> int:
+        """The `U` width of the rows written (of `order` only, when given: as wide as the dict's)."""
+        if order is None or not len(order):
+            return self.width
+        return max(1, int(np.frombuffer(self.lengths, dtype=np.uint32)[order].max()))
+
+    def rows(self, order: np.ndarray | None) -> Iterator[np.ndarray]:
+        """The column as `<U{width}` arrays of `_WRITE_CHUNK` rows, in file order or in `order`."""
+        lengths = np.frombuffer(self.lengths, dtype=np.uint32).astype(np.int64)
+        dtype = np.dtype(f"<U{self.width_of(order)}")
+        with open(self.path, "rb") as fh:
+            if order is None:
+                for start in range(0, len(lengths), _WRITE_CHUNK):
+                    part = lengths[start : start + _WRITE_CHUNK]
+                    data = fh.read(int(part.sum()) * 4)
+                    ends = np.cumsum(part) * 4
+                    yield np.array(
+                        [data[e - 4 * n : e].decode("utf-32-le", "surrogatepass") for e, n in zip(ends, part)],
+                        dtype=dtype,
+                    )
+            else:
+                offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])) * 4
+                fd = fh.fileno()
+                for start in range(0, len(order), _WRITE_CHUNK):
+                    part = order[start : start + _WRITE_CHUNK]
+                    yield np.array(
+                        [
+                            os.pread(fd, int(lengths[r]) * 4, int(offsets[r])).decode("utf-32-le", "surrogatepass")
+                            for r in part
+                        ],
+                        dtype=dtype,
+                    )
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+
+
+class CacheWriter:
+    """The cache written as scoring goes, never held whole (issue 29).
+
+    `write_cache` needs every vector in a dict until the end: at a million samples (an answer
+    and a prompt vector each) about 3 GB. Here each entry is appended to private temporary files
+    beside the cache (the vectors as raw float32 rows, ids and text hashes as UTF-32 strings),
+    keeping 16 bytes an entry in memory; `close` assembles the same `.npz` that `write_cache`
+    writes (the same members, dtypes and row order) through the atomic writer, so the cache file
+    is either the previous one or the whole new one, never half. As with the dict, an id added
+    twice keeps its first row and its last vector and text hash.
+    """
+
+    def __init__(self, path: Path, *, quantized: bool) -> None:
+        self.path = path
+        self.quantized = quantized
+        make_dirs(path.parent)
+        self._dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".parts", dir=path.parent))  # 0700
+        self._ids = _StringColumn(self._dir / "ids")
+        self._keys = _StringColumn(self._dir / "keys")
+        self._vectors = open(self._dir / "vectors", "xb", opener=_private)
+        self._hashes = array("Q")
+        self.dim: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def add(self, key: str, text_hash: str, vector: np.ndarray) -> None:
+        row = np.ascontiguousarray(vector, dtype=np.float32).reshape(-1)
+        if self.dim is None:
+            self.dim = len(row)
+        elif len(row) != self.dim:
+            raise ValueError(f"a vector of {len(row)} values in a cache of {self.dim}")
+        self._vectors.write(row.astype("<f4", copy=False).tobytes())
+        self._ids.append(key)
+        self._keys.append(text_hash)
+        self._hashes.append(_id_hash(key))
+
+    def close(self) -> None:
+        """Write the cache at `path` (atomically, 0600) and remove the temporary files."""
+        try:
+            self._vectors.close()
+            self._ids.finish()
+            self._keys.finish()
+            id_rows, value_rows = _first_rows_last_values(np.frombuffer(self._hashes, dtype=np.uint64))
+            n = len(self._hashes) if id_rows is None else len(id_rows)
+            dim = self.dim or 384
+            with atomic_writer(self.path) as fh, zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED) as zf:
+                _write_member(zf, "format", np.array(FORMAT))
+                _write_member(zf, "quantized", np.array(self.quantized))
+                _write_column(zf, "ids", self._ids, n, id_rows)
+                _write_column(zf, "keys", self._keys, n, value_rows)
+                with zf.open("vectors.npy", "w", force_zip64=True) as out:
+                    _write_header(out, np.dtype("<f4"), (n, dim))
+                    with open(self._dir / "vectors", "rb") as src:
+                        if value_rows is None:
+                            while chunk := src.read(_COPY_BYTES):
+                                out.write(chunk)
+                        else:
+                            for row in value_rows:
+                                out.write(os.pread(src.fileno(), dim * 4, int(row) * dim * 4))
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Remove the temporary files (the cache at `path` is left as it was)."""
+        for fh in (self._vectors, self._ids._fh, self._keys._fh):
+            fh.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# Rows of ids or text hashes assembled at a time, and bytes of vectors copied at a time, when the
+# cache is written: bounded whatever the number of entries (a few hundred KB each).
+_WRITE_CHUNK = 4096
+_COPY_BYTES = 1 << 20
+
+
+def _first_rows_last_values(hashes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """For ids added more than once, as a dict keeps them: each id's first row, with its last row's
+    value; (None, None) when every id is there once (the rows are written as they are)."""
+    if not len(hashes):
+        return None, None
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    if len(starts) == len(hashes):
+        return None, None
+    ends = np.concatenate((starts[1:], [len(hashes)])) - 1
+    first, last = order[starts], order[ends]
+    by_first = np.argsort(first, kind="stable")
+    return first[by_first], last[by_first]
+
+
+def _write_header(out: IO[bytes], dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    # The header `np.save` writes for such an array (format 1.0 while it fits, as it chooses).
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    try:
+        np.lib.format.write_array_header_1_0(out, header)
+    except ValueError:
+        np.lib.format.write_array_header_2_0(out, header)
+
+
+def _write_member(zf: zipfile.ZipFile, name: str, value: np.ndarray) -> None:
+    with zf.open(name + ".npy", "w", force_zip64=True) as out:
+        np.lib.format.write_array(out, value, allow_pickle=False)
+
+
+def _write_column(zf: zipfile.ZipFile, name: str, column: _StringColumn, n: int, rows: np.ndarray | None) -> None:
+    with zf.open(name + ".npy", "w", force_zip64=True) as out:
+        _write_header(out, np.dtype(f"<U{column.width_of(rows)}"), (n,))
+        for chunk in column.rows(rows):
+            out.write(chunk.tobytes())
 
 
 def _npy_header(fh) -> tuple[tuple[int, ...], np.dtype]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Any, Iterator, Mapping, NamedTuple
+from typing import IO, Any, Callable, Iterator, Mapping, NamedTuple
 
 from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
@@ -20,11 +20,11 @@ from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.embedding_cache import (
     PROMPT_PREFIX,
+    CacheWriter,
     cache_path,
     open_cache,
     read_cache,
     text_key,
-    write_cache,
 )
 from llmwatch.scorers.checks.errors import ErrorTally, refuse_mostly_errors
 from llmwatch.scorers.checks.suite import build_suite
@@ -89,8 +89,11 @@ def score_files(
         total=_count_lines(paths) if shown and not dataset else None, unit="sample", disable=not shown, file=sys.stderr
     )
     # Answer vectors the relevance checks just computed (no second model call), kept beside the
-    # scores so that `baseline freeze` and `drift --scores` do not embed again.
-    vectors: dict[str, tuple[str, Any]] = {}
+    # scores so that `baseline freeze` and `drift --scores` do not embed again. Appended to
+    # temporary files batch by batch, not kept: two vectors a sample were 3 GB at a million (issue 29).
+    vectors = (
+        CacheWriter(cache_path(target), quantized=scoring.quantize_embeddings) if suite.embedder is not None else None
+    )
     try:
         with atomic_writer(target) as fh:
             batch: list[Sample] = []
@@ -102,8 +105,8 @@ def score_files(
                     key = (result.score.check, result.score.model_version or "unknown", result.score.result)
                     counts[key] = counts.get(key, 0.0) + 1
                     scores_written += 1
-                if suite.embedder is not None:
-                    _keep_vectors(suite.embedder, batch, vectors)
+                if vectors is not None:
+                    _keep_vectors(suite.embedder, batch, vectors.add)
                 progress.update(len(batch))
                 batch.clear()
 
@@ -114,25 +117,35 @@ def score_files(
                     flush()
             if batch:
                 flush()
-        if suite.embedder is not None:
-            write_cache(cache_path(target), vectors, quantized=scoring.quantize_embeddings)
+        if vectors is not None:
+            vectors.close()  # the cache appears whole, after the scores (as before)
     finally:
+        if vectors is not None:
+            vectors.abort()
         progress.close()
     out.write(f"scored {samples_seen} samples from {len(paths)} file(s): {scores_written} scores -> {target}\n")
     out.write(pass_rate_table(counts) + "\n")
     return 0
 
 
-def _keep_vectors(embedder: Any, batch: list[Sample], into: dict[str, tuple[str, Any]]) -> None:
-    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id."""
+def _keep_vectors(embedder: Any, batch: list[Sample], add: Callable[[str, str, Any], None]) -> None:
+    """Answer and prompt vectors of a scored batch (mostly what relevance just computed), by sample id:
+    `add(key, text hash, vector)`."""
     from llmwatch.scorers.checks.embeddings import prompt_for_embedding
 
     for sample, vector in zip(batch, embedder.embed_answers(batch)):
         if vector.any():
-            into[sample.id] = (text_key(sample.answer_text()), vector)
+            add(sample.id, text_key(sample.answer_text()), vector)
     for sample, vector in zip(batch, embedder.embed_prompts(batch)):
         if vector.any():
-            into[PROMPT_PREFIX + sample.id] = (text_key(prompt_for_embedding(sample)), vector)
+            add(PROMPT_PREFIX + sample.id, text_key(prompt_for_embedding(sample)), vector)
+
+
+def _into(known: dict[str, tuple[str, Any]]) -> Callable[[str, str, Any], None]:
+    def add(key: str, text_hash: str, vector: Any) -> None:
+        known[key] = (text_hash, vector)
+
+    return add
 
 
 def load_window(
@@ -185,7 +198,7 @@ def load_window(
                 batch = samples[start : start + _OFFLINE_BATCH]
                 scores += [r.score for r in suite.score(batch)]
                 if scoring.embeddings and suite.embedder is not None:
-                    _keep_vectors(suite.embedder, batch, known)
+                    _keep_vectors(suite.embedder, batch, _into(known))
                 progress.update(len(batch))
     # A window of `error` scores has no pass rate: refuse it before embedding anything (exit 2).
     refuse_mostly_errors(scores, samples=samples_path, scores_path=scores_path, purpose=purpose)
@@ -361,10 +374,70 @@ def summarize_window(
     """
     from llmwatch.scorers.drift.features import WindowSummary
 
+    summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
+    window = _summarize_into(summary, scoring, samples_path, scores_path, model_version, purpose=purpose)
+    window.routes = summary.finish()
+    return window
+
+
+def summarize_sides(
+    scoring: ScoringSection,
+    samples_path: str,
+    scores_path: str | None,
+    side_of: Callable[[Sample], int | None],
+    sides: int,
+    *,
+    purpose: str,
+    reservoir_size: int = 5000,
+    embedding_reservoir: int = 500,
+) -> list[dict[str, Any]]:
+    """`load_window` of every version without prompt vectors, then one `summarize` per side of
+    the window (`side_of(sample)`: its side, or None for a sample left out), streamed as
+    `summarize_window` is: what `llmwatch canary` compares (issue 29).
+
+    Every sample is scored (or its scores read) and counted for the mostly-`error` refusal, in
+    file order, as `load_window` did; only the samples of a side reach a summary.
+    """
+    from llmwatch.scorers.drift.features import WindowSummary
+
+    summaries = [
+        WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir) for _ in range(sides)
+    ]
+    _summarize_into(
+        _Sides(side_of, summaries), scoring, samples_path, scores_path, None, purpose=purpose, prompts=False
+    )
+    return [summary.finish() for summary in summaries]
+
+
+class _Sides:
+    """A summary that hands each sample to its side's summary (without a prompt vector)."""
+
+    def __init__(self, side_of: Callable[[Sample], int | None], summaries: list[Any]) -> None:
+        self.side_of = side_of
+        self.summaries = summaries
+
+    def add(
+        self, sample: Sample, scored: Mapping[str, Any], answer_vector: Any = None, prompt_vector: Any = None
+    ) -> None:
+        side = self.side_of(sample)
+        if side is not None:
+            self.summaries[side].add(sample, scored, answer_vector)
+
+
+def _summarize_into(
+    summary: Any,
+    scoring: ScoringSection,
+    samples_path: str,
+    scores_path: str | None,
+    model_version: str | None,
+    *,
+    purpose: str,
+    prompts: bool = True,
+) -> StreamedWindow:
+    """The work of `summarize_window`, each sample handed to `summary.add`; `routes` left empty."""
     ids, versions, window_versions, time_span = _window_ids(samples_path, model_version, purpose)
     tally = ErrorTally()
     checks: set[str] = set()
-    summary = WindowSummary(reservoir_size=reservoir_size, embedding_reservoir=embedding_reservoir)
     window_size = len(ids)
 
     def window() -> Iterator[Sample]:
@@ -384,7 +457,9 @@ def summarize_window(
                 # Later scores of one check replace earlier ones, in the first one's place (as `summarize`).
                 summary.add(s, {c.check: c for c in index.get(s.id, ())})
         else:
-            vectors = _BatchVectors(scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings))
+            vectors = _BatchVectors(
+                scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings), prompts=prompts
+            )
             try:
                 batch = []
                 with _progress(window_size, f"summarising for {purpose}") as progress:
@@ -405,7 +480,7 @@ def summarize_window(
     else:
         ids.clear()
         suite = build_suite(offline_scoring(scoring))
-        vectors = _BatchVectors(scoring, None, suite)
+        vectors = _BatchVectors(scoring, None, suite, prompts=prompts)
         batch = []
         with _progress(window_size, f"scoring for {purpose}") as progress:
             for s in window():
@@ -420,7 +495,7 @@ def summarize_window(
                 progress.update(len(batch))
         refuse_mostly_errors(tally, samples=samples_path, scores_path=None, purpose=purpose)
     return StreamedWindow(
-        routes=summary.finish(),
+        routes={},
         sample_count=count,
         time_span=time_span,
         checks=sorted(checks),
@@ -442,8 +517,9 @@ class _BatchVectors:
     off, no vector: the summary is that of the rule checks.
     """
 
-    def __init__(self, scoring: ScoringSection, cache: Any, suite: Any = None) -> None:
+    def __init__(self, scoring: ScoringSection, cache: Any, suite: Any = None, *, prompts: bool = True) -> None:
         self.scoring = scoring
+        self.prompts = prompts  # False: answers only (`llmwatch canary` matches no prompts by vector)
         self.cache = cache
         self.suite = suite
         self.embedder: Any = suite.embedder.embedder if suite is not None and suite.embedder is not None else None
@@ -468,11 +544,15 @@ class _BatchVectors:
             "",
             lambda s: s.answer_text(),
         )
-        prompts = self._vectors(
-            [s for s in batch if s.operation in _EMBEDDED_OPERATIONS and prompt_for_embedding(s)],
-            known,
-            PROMPT_PREFIX,
-            prompt_for_embedding,
+        prompts = (
+            self._vectors(
+                [s for s in batch if s.operation in _EMBEDDED_OPERATIONS and prompt_for_embedding(s)],
+                known,
+                PROMPT_PREFIX,
+                prompt_for_embedding,
+            )
+            if self.prompts
+            else {}
         )
         for s, sc in zip(batch, scored):
             summary.add(s, sc, answers.get(s.id), prompts.get(s.id))
@@ -541,10 +621,13 @@ def _scores_index(
     scores_path: str, ids: set[str], tally: ErrorTally, checks: set[str]
 ) -> dict[str, tuple[ScoredEntry, ...]]:
     """The window's scores by sample id, as tuples of shared compact entries; counted into `tally` and `checks`."""
+    from llmwatch.scorers.evaluation.judge import counts_for_verdicts
+
     cache: dict[tuple, ScoredEntry] = {}
     index: dict[str, tuple[ScoredEntry, ...]] = {}
     for sc in read_records(scores_path, Score, prefix="scores"):
-        if sc.sample_id not in ids:
+        # An uncalibrated live judge's verdicts are shown in reports, never a drift signal (as `load_window`).
+        if sc.sample_id not in ids or not counts_for_verdicts(sc):
             continue
         tally.add(sc)
         checks.add(sc.check)
@@ -563,5 +646,5 @@ def _score_batch(
         by_sample.setdefault(result.score.sample_id, {})[result.score.check] = result.score
     known: dict[str, tuple[str, Any]] = {}
     if vectors.scoring.embeddings and suite.embedder is not None:
-        _keep_vectors(suite.embedder, batch, known)  # what relevance just computed: no second model call
+        _keep_vectors(suite.embedder, batch, _into(known))  # what relevance just computed: no second model call
     vectors.add(batch, known, [by_sample.get(s.id, {}) for s in batch], summary)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,12 +40,15 @@ __all__ = [
     "CanaryReport",
     "Window",
     "canary_readings",
+    "compare_summaries",
     "compare_versions",
     "format_text",
     "parse_duration",
     "pick_pairs",
     "readings_of",
     "same_window",
+    "side_of",
+    "window_of",
 ]
 
 SCHEMA = "llmwatch.canary/v1"
@@ -147,6 +151,106 @@ def same_window(
         left[v] += len(sides[v]) - len(kept)
         sides[v] = kept
     return sides[stable], sides[canary], Window(lo, hi, len(sides[stable]), len(sides[canary]), left)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def window_of(
+    samples: Iterable[Sample],
+    stable: str,
+    canary: str,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    last: timedelta | None = None,
+) -> Window:
+    """`same_window`'s window (and errors) from one pass, without keeping the samples (issue 29).
+
+    Per sample of the two versions it keeps its time as exact integer microseconds and its UTC
+    offset (12 bytes), so that the window's ends are the same datetimes, offset included, as the
+    samples' own that `same_window` picks. A sample is in the window when its version is one of
+    the two and `start <= timestamp <= end` of the returned `Window` (`side_of`).
+    """
+    if stable == canary:
+        raise CanaryError(f"--stable and --canary are both {stable!r}; name two different versions")
+    found: Counter[str] = Counter()
+    times = {stable: array("q"), canary: array("q")}
+    offsets = {stable: array("i"), canary: array("i")}
+    for s in samples:
+        v = _version(s)
+        found[v] += 1
+        if v in times:
+            times[v].append((s.timestamp - _EPOCH) // _MICROSECOND)
+            offsets[v].append(int((s.timestamp.utcoffset() or timedelta(0)).total_seconds()))
+    missing = [v for v in (stable, canary) if v not in found]
+    if missing:
+        seen = ", ".join(f"{v} ({n})" for v, n in sorted(found.items())) or "none"
+        raise CanaryError(
+            f"no samples of version {' or '.join(repr(v) for v in missing)}; versions found (samples): {seen}"
+        )
+    t = {v: np.frombuffer(times[v], dtype=np.int64) for v in times}
+    off = {v: np.frombuffer(offsets[v], dtype=np.int32) for v in offsets}
+    keep = {v: np.ones(len(t[v]), dtype=bool) for v in t}
+    left: dict[str, int] = {stable: 0, canary: 0}
+
+    def first(v: str, mask: np.ndarray, value: int) -> datetime:
+        # The first sample (in file order) of `v` at that instant: its own datetime, offset included.
+        i = int(np.flatnonzero(mask & (t[v] == value))[0])
+        tz = timezone(timedelta(seconds=int(off[v][i])))
+        return (_EPOCH + timedelta(microseconds=value)).astimezone(tz)
+
+    if last is not None:
+        # `max` over the stable side, then the canary's: the first of the newest wins a tie.
+        newest_v = max((stable, canary), key=lambda v: int(t[v].max()))
+        newest = first(newest_v, keep[newest_v], int(t[newest_v].max()))
+        start = newest - last
+    if start is not None or end is not None:
+        lo_us = None if start is None else (start - _EPOCH) // _MICROSECOND
+        hi_us = None if end is None else (end - _EPOCH) // _MICROSECOND
+        for v in t:
+            if lo_us is not None:
+                keep[v] &= t[v] >= lo_us
+            if hi_us is not None:
+                keep[v] &= t[v] <= hi_us
+            left[v] += int(len(t[v]) - keep[v].sum())
+        empty = [v for v in t if not keep[v].any()]
+        if empty:
+            raise CanaryError(
+                f"no samples of version {' or '.join(repr(v) for v in empty)} between {start.isoformat() if start else 'the first sample'} and {end.isoformat() if end else 'the last sample'}; widen the window"
+            )
+    ranges = {v: (int(t[v][keep[v]].min()), int(t[v][keep[v]].max())) for v in t}
+    # `max`/`min` of the two sides keep the first of equal values: the stable side's.
+    lo_v = max((stable, canary), key=lambda v: ranges[v][0])
+    hi_v = min((stable, canary), key=lambda v: ranges[v][1])
+    lo, hi = ranges[lo_v][0], ranges[hi_v][1]
+    if lo > hi:
+        spans = "; ".join(
+            f"{v} from {first(v, keep[v], ranges[v][0]).isoformat()} to {first(v, keep[v], ranges[v][1]).isoformat()}"
+            for v in (stable, canary)
+        )
+        raise CanaryError(
+            f"the two versions were never served at the same time ({spans}); a canary comparison needs both in one window "
+            "(for versions served one after the other, freeze a baseline of the first and run `llmwatch drift`)"
+        )
+    n = {}
+    for v in t:
+        inside = keep[v] & (t[v] >= lo) & (t[v] <= hi)
+        left[v] += int(keep[v].sum() - inside.sum())
+        n[v] = int(inside.sum())
+    return Window(first(lo_v, keep[lo_v], lo), first(hi_v, keep[hi_v], hi), n[stable], n[canary], left)
+
+
+def side_of(window: Window, stable: str, canary: str) -> Callable[[Sample], int | None]:
+    """0 for a sample of `stable` in `window`, 1 for one of `canary`, None for any other."""
+    sides = {stable: 0, canary: 1}
+
+    def side(s: Sample) -> int | None:
+        k = sides.get(_version(s))
+        return k if k is not None and window.start <= s.timestamp <= window.end else None
+
+    return side
 
 
 @dataclass
@@ -255,8 +359,26 @@ def compare_versions(
     settings: DriftSettings = DriftSettings(),
 ) -> tuple[CanaryReport, dict[str, RouteStats], dict[str, RouteStats]]:
     """The canary against the stable version, each summarised in memory; and both summaries (for plots)."""
-    reference = _summary(*stable)
-    current = _summary(*canary)
+    return compare_summaries(
+        _summary(*stable),
+        _summary(*canary),
+        stable_version=stable_version,
+        canary_version=canary_version,
+        window=window,
+        settings=settings,
+    )
+
+
+def compare_summaries(
+    reference: dict[str, RouteStats],
+    current: dict[str, RouteStats],
+    *,
+    stable_version: str,
+    canary_version: str,
+    window: Window,
+    settings: DriftSettings = DriftSettings(),
+) -> tuple[CanaryReport, dict[str, RouteStats], dict[str, RouteStats]]:
+    """The canary's summary (`current`) against the stable version's (`reference`), however they were made."""
     report = compare(
         reference, current, baseline_version=stable_version, current_versions=[canary_version], settings=settings
     )

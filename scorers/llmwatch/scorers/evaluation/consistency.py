@@ -205,6 +205,22 @@ def consistency_scores(pairs: Iterable[Pair], *, embed: Embed | None = None) -> 
     return out
 
 
+def probe_verdicts(pairs: Iterable[Pair]) -> tuple[list[Score], dict[str, str]]:
+    """`consistency_scores` of the probe's pairs and each re-asked sample's re-ask answer by id
+    (the last pair's, for an id re-asked twice), one pair at a time: what `suite build
+    --consistency` joins to the samples, without a list of Pairs (two whole Samples each; issue 29)."""
+    scores: list[Score] = []
+    re_asks: dict[str, str] = {}
+    for pair in pairs:
+        if pair.candidate != CONSISTENCY_CANDIDATE:
+            continue
+        v = compare_answers(pair.primary, pair.shadow, pair.primary_scores)
+        if v.compared:
+            scores.append(verdict_score(pair.primary, v))
+        re_asks[pair.primary.id] = pair.shadow.answer_text()
+    return scores, re_asks
+
+
 def verdict_score(first: Sample, v: Verdict) -> Score:
     """A compared re-ask's verdict as the `consistency` check result on the first answer's sample.
 
