@@ -7,28 +7,43 @@ import contextlib
 import signal
 from typing import Iterator
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def stop_signals() -> Iterator[asyncio.Event]:
-    """Inside: SIGINT/SIGTERM set the event yielded. On the way out the handlers that were there
-    before are put back: the loop's `remove_signal_handler` installs the defaults instead (SIG_DFL,
-    `default_int_handler`), and uvloop's installs nothing once its loop has stopped, so a process
-    that had handlers of its own (an in-process test under pytest, `asyncio.run`'s Ctrl-C handler,
-    an application embedding the agent) lost them."""
+def stop_signals(
+    signals: tuple[signal.Signals, ...] = SIGNALS, stop: asyncio.Event | None = None
+) -> Iterator[asyncio.Event]:
+    """Inside: `signals` (SIGINT/SIGTERM) set the event yielded (`stop`, or a new one). On the way
+    out the handlers that were there before are put back: the loop's `remove_signal_handler`
+    installs the defaults instead (SIG_DFL, `default_int_handler`), and uvloop's installs nothing
+    once its loop has stopped, so a process that had handlers of its own (an in-process test under
+    pytest, `asyncio.run`'s Ctrl-C handler, an application embedding the agent) lost them.
+
+    Nested with one event, SIGTERM can be held longer than SIGINT (see `llmwatch.agent.cli.main._serve_until_signal`)."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    event = stop if stop is not None else asyncio.Event()
+    previous = {sig: signal.getsignal(sig) for sig in signals}
     installed: list[signal.Signals] = []
-    for sig in SIGNALS:
+
+    def on_signal(sig: signal.Signals) -> None:
+        if event.is_set():
+            # Said, so that a supervisor's repeated signal during a long stop is seen to be taken.
+            log.info("stop_signal_again", signal=sig.name, note="the stop under way goes on")
+        event.set()
+
+    for sig in signals:
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         except (NotImplementedError, RuntimeError, ValueError):
             continue  # no signals on this platform, or not the main thread: the caller's own stop applies
         installed.append(sig)
     try:
-        yield stop
+        yield event
     finally:
         for sig in installed:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

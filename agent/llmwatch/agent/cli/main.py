@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
@@ -35,19 +36,24 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
 
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
-    try:
-        # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts
-        # (a pod deleted as it comes up) stops it through agent.stop() once its start is done,
-        # where the default action killed it, its queue unwritten and its child processes left to
-        # their orphan checks. They are the previous handlers again during the stop: a second
-        # Ctrl-C still interrupts a stop that takes too long.
-        with stop_signals() as stop:
-            await agent.start()
-            await stop.wait()
-    finally:
-        # Also after a failed start (a port in use): what did start (the upstream session, the
-        # scorer process, the pipeline thread) is closed, not left to warn at exit.
-        await agent.stop()
+    stop = asyncio.Event()
+    # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts (a
+    # pod deleted as it comes up) stops it through agent.stop() once its start is done, where the
+    # default action killed it, its queue unwritten and its child processes left to their orphan
+    # checks. SIGTERM stays the loop's until the stop is done: a second one (a supervisor that
+    # signals the process and then its group, a wrapper forwarding SIGTERM after a Ctrl-C) was
+    # the default action during the stop and killed it midway (exit 143, samples held unwritten);
+    # the grace period's SIGKILL is what ends a stop that takes too long. SIGINT is the previous
+    # handler again during the stop: a second Ctrl-C still interrupts it.
+    with stop_signals((signal.SIGTERM,), stop):
+        try:
+            with stop_signals((signal.SIGINT,), stop):
+                await agent.start()
+                await stop.wait()
+        finally:
+            # Also after a failed start (a port in use): what did start (the upstream session, the
+            # scorer process, the pipeline thread) is closed, not left to warn at exit.
+            await agent.stop()
     return 0
 
 
