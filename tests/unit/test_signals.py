@@ -177,3 +177,21 @@ async def test_a_second_sigterm_during_the_stop_does_not_cut_the_stop_short(tmp_
     assert during_stop[signal.SIGINT] is own_handlers[signal.SIGINT]
     assert during_stop[signal.SIGTERM] is not own_handlers[signal.SIGTERM]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_an_install_that_fails_midway_puts_back_what_it_installed(own_handlers, monkeypatch):
+    # SIGINT installed, then the loop refuses SIGTERM with an error other than "not here": the
+    # caller never gets in, and SIGINT must not stay the loop's (Ctrl-C setting an event nobody waits on).
+    loop = asyncio.get_running_loop()
+    install = loop.add_signal_handler
+
+    def add_signal_handler(sig: int, callback: Any, *args: Any) -> None:
+        if sig == signal.SIGTERM:
+            raise OSError(9, "Bad file descriptor")
+        install(sig, callback, *args)
+
+    monkeypatch.setattr(loop, "add_signal_handler", add_signal_handler)
+    with pytest.raises(OSError):
+        with stop_signals():
+            pytest.fail("not reached: the install failed")
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers

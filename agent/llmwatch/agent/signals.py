@@ -36,13 +36,15 @@ def stop_signals(
             log.info("stop_signal_again", signal=sig.name, note="the stop under way goes on")
         event.set()
 
-    for sig in signals:
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            continue  # no signals on this platform, or not the main thread: the caller's own stop applies
-        installed.append(sig)
     try:
+        # Inside the try: an install that fails otherwise (an OSError from the loop) still puts
+        # back the ones installed before it, not leaving Ctrl-C to set an event nobody waits on.
+        for sig in signals:
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # no signals on this platform, or not the main thread: the caller's own stop applies
+            installed.append(sig)
         yield event
     finally:
         for sig in installed:
