@@ -600,12 +600,12 @@ def test_a_second_sigterm_during_the_stop_lets_the_stop_finish(simulator, start_
     assert "Traceback" not in proxy.output()
 
 
-def test_ctrl_c_pressed_until_the_proxy_exits_ends_a_stop_held_by_a_stuck_scorer(
-    simulator, start_proxy, tmp_path: Path
-):
-    # An operator who presses Ctrl-C again and again while the stop waits on a scorer that does not
-    # answer: the stop is given up (exit 130), and the process exits. It hung: the interrupted stop
-    # left the scorer child alive, and multiprocessing's exit handler waited on it for ever.
+def test_a_second_ctrl_c_ends_a_stop_held_by_a_stuck_scorer_at_once(simulator, start_proxy, tmp_path: Path):
+    # An operator who presses Ctrl-C again while the stop waits on a scorer that does not answer:
+    # the stop is given up (exit 130) and the scorer child is killed. The second Ctrl-C only
+    # cancelled the main task, which the scorer's drain (a blocking wait) did not see for its whole
+    # minute; a third interrupted it and left the child alive (multiprocessing's exit handler then
+    # waited on it for ever).
     proxy, proxy_base, metrics_url = start_proxy(simulator, LLMWATCH_SCORING__SHUTDOWN_TIMEOUT_S="60")
     proxy.wait_for(r'"event": "scorer_ready"')
     scorer = scorer_child(proxy)
@@ -616,16 +616,9 @@ def test_ctrl_c_pressed_until_the_proxy_exits_ends_a_stop_held_by_a_stuck_scorer
             chat(proxy_base, "Summarise this. " + "lorem ipsum " * 800, seed=i)
         wait_metric(metrics_url, "llmwatch_scoring_pending", n)
         os.kill(proxy.pid, signal.SIGINT)
-        proxy.wait_for(r'"event": "scorer_draining"')
-        deadline = time.monotonic() + 30
-        while proxy.popen.poll() is None:
-            assert time.monotonic() < deadline, "the proxy did not exit on repeated Ctrl-C:\n" + proxy.output()
-            os.kill(proxy.pid, signal.SIGINT)
-            try:
-                proxy.popen.wait(timeout=0.5)  # poll interval of a bounded wait for the exit
-            except subprocess.TimeoutExpired:
-                pass
-        assert proxy.popen.returncode == 130, proxy.output()
+        proxy.wait_for(r'"event": "scorer_draining"')  # the stop is under way, waiting on the scorer
+        os.kill(proxy.pid, signal.SIGINT)
+        assert proxy.popen.wait(timeout=30) == 130, proxy.output()
         gone = time.monotonic() + 10
         while running(scorer):  # killed by the proxy, then reaped by init
             assert time.monotonic() < gone, "the scorer child was left behind"

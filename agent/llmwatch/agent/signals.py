@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 from typing import Iterator
 
 import structlog
@@ -53,6 +54,23 @@ def stop_signals(
             handler = previous[sig]
             if handler is not None:  # None: a handler not set from Python, which cannot be put back
                 signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def interrupt_raises() -> Iterator[None]:
+    """Inside: Ctrl-C raises KeyboardInterrupt at once (`default_int_handler`), whatever SIGINT's
+    handler was; put back on the way out. For a stop under way: asyncio's own handler (`asyncio.run`
+    and uvloop's install it) only cancels the main task on a first Ctrl-C, which a blocking wait in
+    the stop (the scorer's drain, up to scoring.shutdown_timeout_s) does not see until it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers are the main thread's to set
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGINT, previous)
 
 
 async def wait_for_signal(duration: float | None = None) -> None:

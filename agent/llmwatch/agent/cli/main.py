@@ -16,7 +16,7 @@ import structlog
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
-from llmwatch.agent.signals import stop_signals
+from llmwatch.agent.signals import interrupt_raises, stop_signals
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
@@ -43,8 +43,8 @@ async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     # checks. SIGTERM stays the loop's until the stop is done: a second one (a supervisor that
     # signals the process and then its group, a wrapper forwarding SIGTERM after a Ctrl-C) was
     # the default action during the stop and killed it midway (exit 143, samples held unwritten);
-    # the grace period's SIGKILL is what ends a stop that takes too long. SIGINT is the previous
-    # handler again during the stop: a second Ctrl-C still interrupts it.
+    # the grace period's SIGKILL is what ends a stop that takes too long. A second Ctrl-C during
+    # the stop gives it up at once (exit 130), even in a blocking wait (interrupt_raises).
     with stop_signals((signal.SIGTERM,), stop):
         try:
             with stop_signals((signal.SIGINT,), stop):
@@ -53,7 +53,8 @@ async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
         finally:
             # Also after a failed start (a port in use): what did start (the upstream session, the
             # scorer process, the pipeline thread) is closed, not left to warn at exit.
-            await agent.stop()
+            with interrupt_raises():
+                await agent.stop()
     return 0
 
 
