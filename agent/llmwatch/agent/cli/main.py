@@ -349,7 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
-        "demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary"
+        "demo",
+        help="run a simulator, the proxy in front of it, and traffic through it; print a summary",
+        # What a first run does, how long it takes and what its exit code means, before it starts.
+        description=(
+            "Start the built-in simulator and the proxy in front of it, send --duration seconds of traffic in "
+            "three phases (version A; A again, against the baseline frozen from the first phase; version B, "
+            "subtly degraded), wait for the scorer while it makes progress (at most a few minutes), and print "
+            "what llmwatch saw: pass rates, drift verdicts, the shadow verdict and the stability figures. "
+            "About 2.5 minutes with the defaults. Exit 0 when the story was shown; 2 when it could not be "
+            "(too little scored data, stopped early, a non-empty --data-dir the demo did not write), saying "
+            "why. Ctrl-C stops it early."
+        ),
     )
     common(p)
     p.add_argument("--duration", type=float, default=45.0, help="seconds of traffic over the three phases (default 45)")
