@@ -573,3 +573,57 @@ def test_sigterm_with_a_call_still_open_cuts_it_after_the_proxy_shutdown_timeout
         for conn in held:
             conn.close()
         listener.close()
+
+
+def test_a_second_sigterm_during_the_stop_lets_the_stop_finish(simulator, start_proxy, tmp_path: Path):
+    # A supervisor that signals the process and then its group sends SIGTERM twice. The second
+    # one arrives while the stop waits for the scorer: it was the default action there and killed
+    # the proxy midway through its stop (exit -15, the backlog never recorded).
+    proxy, proxy_base, metrics_url = start_proxy(simulator, LLMWATCH_SCORING__SHUTDOWN_TIMEOUT_S="3")
+    proxy.wait_for(r'"event": "scorer_ready"')
+    scorer = scorer_child(proxy)
+    os.kill(scorer, signal.SIGSTOP)  # a scorer far behind: the stop waits on it for the shutdown timeout
+    try:
+        n = 4
+        for i in range(n):
+            chat(proxy_base, "Summarise this. " + "lorem ipsum " * 800, seed=i)
+        wait_metric(metrics_url, "llmwatch_scoring_pending", n)
+        os.kill(proxy.pid, signal.SIGTERM)
+        proxy.wait_for(r'"event": "scorer_draining"')  # the stop is under way, waiting on the scorer
+        os.kill(proxy.pid, signal.SIGTERM)
+        assert proxy.popen.wait(timeout=30) == 0, proxy.output()
+    finally:
+        if running(scorer):
+            os.kill(scorer, signal.SIGKILL)
+    assert proxy.events("scorer_unscored")[0]["samples"] == n, "the stop ran to its end"
+    assert proxy.events("agent_stopped")
+    assert "Traceback" not in proxy.output()
+
+
+def test_a_second_ctrl_c_ends_a_stop_held_by_a_stuck_scorer_at_once(simulator, start_proxy, tmp_path: Path):
+    # An operator who presses Ctrl-C again while the stop waits on a scorer that does not answer:
+    # the stop is given up (exit 130) and the scorer child is killed. The second Ctrl-C only
+    # cancelled the main task, which the scorer's drain (a blocking wait) did not see for its whole
+    # minute; a third interrupted it and left the child alive (multiprocessing's exit handler then
+    # waited on it for ever).
+    proxy, proxy_base, metrics_url = start_proxy(simulator, LLMWATCH_SCORING__SHUTDOWN_TIMEOUT_S="60")
+    proxy.wait_for(r'"event": "scorer_ready"')
+    scorer = scorer_child(proxy)
+    os.kill(scorer, signal.SIGSTOP)  # a scorer that does not answer: the stop would wait its full minute
+    try:
+        n = 4
+        for i in range(n):
+            chat(proxy_base, "Summarise this. " + "lorem ipsum " * 800, seed=i)
+        wait_metric(metrics_url, "llmwatch_scoring_pending", n)
+        os.kill(proxy.pid, signal.SIGINT)
+        proxy.wait_for(r'"event": "scorer_draining"')  # the stop is under way, waiting on the scorer
+        os.kill(proxy.pid, signal.SIGINT)
+        assert proxy.popen.wait(timeout=30) == 130, proxy.output()
+        gone = time.monotonic() + 10
+        while running(scorer):  # killed by the proxy, then reaped by init
+            assert time.monotonic() < gone, "the scorer child was left behind"
+            time.sleep(0.05)  # poll interval of a bounded wait
+    finally:
+        if running(scorer):
+            os.kill(scorer, signal.SIGKILL)
+    assert "Traceback" not in proxy.output()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
+import pytest
+
 from llmwatch.agent.apps.demo import wait_while_progressing
 
 
@@ -77,3 +79,15 @@ async def test_done_at_once_does_not_wait_and_ctrl_c_ends_a_wait_at_once():
     clock = Clock(lambda now: stop.set() if now >= 1003.0 else None)
     waited = await wait(clock, lambda: False, lambda: clock.now, stop=stop)
     assert (waited.outcome, waited.waited_s) == ("stopped", 3.0)
+
+
+def test_demo_help_says_what_a_run_does_how_long_it_takes_and_what_its_exit_code_means(capsys):
+    # A new user's first command: `llmwatch demo --help` listed the options and nothing of the run.
+    from llmwatch.agent.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for said in ("three phases", "version B", "About 2.5 minutes", "Exit 0 when", "2 when it could not be", "Ctrl-C"):
+        assert said in text, f"{said!r} not in: {text}"

@@ -141,3 +141,57 @@ def test_under_uvloop_too(own_handlers):
 
     assert uvloop.run(main()) is True
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_second_sigterm_during_the_stop_does_not_cut_the_stop_short(tmp_path: Path, own_handlers):
+    # A supervisor that signals the process and then its group, or a wrapper that forwards a
+    # SIGTERM after a Ctrl-C, sends a second signal while the stop drains the queue. With the
+    # handlers put back when the wait ended, that SIGTERM was the process's previous action: in
+    # `llmwatch proxy` the default one, which killed it midway through its stop (exit 143, the
+    # samples held unwritten); here it would reach the test's own handler and fail the test.
+    from llmwatch.agent.cli.main import _serve_until_signal
+    from llmwatch.agent.runtime import Agent
+
+    during_stop: dict[signal.Signals, Any] = {}
+
+    class SignalledWhileStopping(Agent):
+        async def stop(self) -> None:
+            during_stop.update({sig: signal.getsignal(sig) for sig in SIGNALS})
+            signal.raise_signal(signal.SIGTERM)
+            await asyncio.sleep(0)  # the loop takes the signal while the stop is under way
+            await super().stop()
+
+    agents: list[Agent] = []
+
+    def make() -> Agent:
+        agents.append(SignalledWhileStopping(_config(tmp_path)))
+        return agents[-1]
+
+    serving = asyncio.create_task(_serve_until_signal(make))
+    await _until(lambda: bool(agents) and agents[0].proxy_port > 0)
+    signal.raise_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(serving, 30) == 0
+    assert not agents[0].pipeline.alive, "the stop ran to its end"
+    # Ctrl-C during the stop raises at once (a second one gives up a stop that takes too long);
+    # SIGTERM stays the loop's until the stop is done.
+    assert during_stop[signal.SIGINT] is signal.default_int_handler
+    assert during_stop[signal.SIGTERM] is not own_handlers[signal.SIGTERM]
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_an_install_that_fails_midway_puts_back_what_it_installed(own_handlers, monkeypatch):
+    # SIGINT installed, then the loop refuses SIGTERM with an error other than "not here": the
+    # caller never gets in, and SIGINT must not stay the loop's (Ctrl-C setting an event nobody waits on).
+    loop = asyncio.get_running_loop()
+    install = loop.add_signal_handler
+
+    def add_signal_handler(sig: int, callback: Any, *args: Any) -> None:
+        if sig == signal.SIGTERM:
+            raise OSError(9, "Bad file descriptor")
+        install(sig, callback, *args)
+
+    monkeypatch.setattr(loop, "add_signal_handler", add_signal_handler)
+    with pytest.raises(OSError):
+        with stop_signals():
+            pytest.fail("not reached: the install failed")
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers

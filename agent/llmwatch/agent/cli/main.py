@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
@@ -15,7 +16,7 @@ import structlog
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
-from llmwatch.agent.signals import stop_signals
+from llmwatch.agent.signals import interrupt_raises, stop_signals
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
@@ -35,19 +36,25 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
 
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
-    try:
-        # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts
-        # (a pod deleted as it comes up) stops it through agent.stop() once its start is done,
-        # where the default action killed it, its queue unwritten and its child processes left to
-        # their orphan checks. They are the previous handlers again during the stop: a second
-        # Ctrl-C still interrupts a stop that takes too long.
-        with stop_signals() as stop:
-            await agent.start()
-            await stop.wait()
-    finally:
-        # Also after a failed start (a port in use): what did start (the upstream session, the
-        # scorer process, the pipeline thread) is closed, not left to warn at exit.
-        await agent.stop()
+    stop = asyncio.Event()
+    # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts (a
+    # pod deleted as it comes up) stops it through agent.stop() once its start is done, where the
+    # default action killed it, its queue unwritten and its child processes left to their orphan
+    # checks. SIGTERM stays the loop's until the stop is done: a second one (a supervisor that
+    # signals the process and then its group, a wrapper forwarding SIGTERM after a Ctrl-C) was
+    # the default action during the stop and killed it midway (exit 143, samples held unwritten);
+    # the grace period's SIGKILL is what ends a stop that takes too long. A second Ctrl-C during
+    # the stop gives it up at once (exit 130), even in a blocking wait (interrupt_raises).
+    with stop_signals((signal.SIGTERM,), stop):
+        try:
+            with stop_signals((signal.SIGINT,), stop):
+                await agent.start()
+                await stop.wait()
+        finally:
+            # Also after a failed start (a port in use): what did start (the upstream session, the
+            # scorer process, the pipeline thread) is closed, not left to warn at exit.
+            with interrupt_raises():
+                await agent.stop()
     return 0
 
 
@@ -342,7 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
-        "demo", help="run a simulator, the proxy in front of it, and traffic through it; print a summary"
+        "demo",
+        help="run a simulator, the proxy in front of it, and traffic through it; print a summary",
+        # What a first run does, how long it takes and what its exit code means, before it starts.
+        description=(
+            "Start the built-in simulator and the proxy in front of it, send --duration seconds of traffic in "
+            "three phases (version A; A again, against the baseline frozen from the first phase; version B, "
+            "subtly degraded), wait for the scorer while it makes progress (at most a few minutes), and print "
+            "what llmwatch saw: pass rates, drift verdicts, the shadow verdict and the stability figures. "
+            "About 2.5 minutes with the defaults. Exit 0 when the story was shown; 2 when it could not be "
+            "(too little scored data, stopped early, a non-empty --data-dir the demo did not write), saying "
+            "why. Ctrl-C stops it early."
+        ),
     )
     common(p)
     p.add_argument("--duration", type=float, default=45.0, help="seconds of traffic over the three phases (default 45)")

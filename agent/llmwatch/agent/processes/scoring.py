@@ -355,8 +355,16 @@ class ScorerProcess:
         pending = self._pending
         if pending and self.ready.is_set() and self.fatal is None and self.alive:
             log.info("scorer_draining", samples=pending, timeout_s=timeout)
-            while self._inflight and time.monotonic() < deadline and self.alive:
-                time.sleep(0.05)
+            try:
+                while self._inflight and time.monotonic() < deadline and self.alive:
+                    time.sleep(0.05)
+            except BaseException:
+                # A Ctrl-C that gives up the stop (KeyboardInterrupt here): the child is killed on
+                # the way out. Left alive, multiprocessing's exit handler waited on it (for ever,
+                # on a child that did not answer) and a stopped one outlived the proxy.
+                self._stop.set()
+                self._stop_child(self._proc, self._inbox, graceful=False)
+                raise
         log.info("scorer_stopping", unscored=self._pending, model_loaded=self.ready.is_set())
         self._stop.set()
         with self._restart_lock:  # a restart under way finishes first, so its new child is stopped too
