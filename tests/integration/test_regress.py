@@ -431,7 +431,16 @@ def test_the_judge_needs_both_its_url_and_its_model(tmp_path: Path, capsys):
 
 
 @pytest.mark.parametrize(
-    "url", ["127.0.0.1:8001", "judge.example/v1", "ftp://user:hunter2@judge/", "user:hunter2@judge"]
+    "url",
+    [
+        "127.0.0.1:8001",
+        "judge.example/v1",
+        "ftp://user:hunter2@judge/",
+        "user:hunter2@judge",
+        "http://user:hunter2@",  # credentials and no host
+        "http://:80/v1",
+        "ftp://judge/v1?api-key=hunter2",  # a key in the query is not shown either
+    ],
 )
 def test_a_judge_url_that_is_no_http_url_is_refused_before_any_call_without_its_credentials(
     tmp_path: Path, capsys, url: str
@@ -450,5 +459,5 @@ def test_a_judge_url_that_is_no_http_url_is_refused_before_any_call_without_its_
 def test_an_http_judge_url_with_credentials_is_accepted():
     from llmwatch.scorers.evaluation.regress import RunSettings, check_settings
 
-    for url in ("http://127.0.0.1:8001/v1", "https://user:key@gateway.example/openai/v1"):
+    for url in ("http://127.0.0.1:8001/v1", "https://user:key@gateway.example/openai/v1", "HTTP://[::1]:8001/v1"):
         check_settings(RunSettings("http://127.0.0.1:8000", "m", judge_url=url, judge_model="j"), 0.2)

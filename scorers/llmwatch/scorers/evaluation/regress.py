@@ -57,6 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Callable, Literal, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import numpy as np
 import orjson
@@ -1451,12 +1452,27 @@ def _check_paraphrase_settings(settings: RunSettings) -> None:
 
 
 def _require_http_url(option: str, url: str) -> None:
-    """Refuse a value of `option` that is not an http(s) URL, naming the option; credentials masked."""
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise RegressError(
-            f"{option}: expected an http(s) URL such as http://127.0.0.1:8000, "
-            f"got {re.sub(r'^.*@', '***@', url)!r}"  # credentials masked, with or without a scheme
+    """Refuse a value of `option` that is not an http(s) URL with a host, naming the option.
+
+    The value is shown without its credentials (`user:pw@`, with or without a scheme) and without
+    its query and fragment, where keys travel too (`?api-key=`)."""
+    try:
+        parts = urlsplit(url)
+        # `.port` raises ValueError for a port that is no number.
+        ok = (
+            parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+            and not re.search(r"\s", url)
+            and (parts.port is None or parts.port >= 0)
         )
+    except ValueError:
+        ok = False
+    if not ok:
+        shown = re.split(r"[?#]", url, maxsplit=1)[0]
+        if "@" in shown:
+            scheme = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", shown)
+            shown = (scheme.group(0) if scheme else "") + "***@" + shown.rsplit("@", 1)[1]
+        raise RegressError(f"{option}: expected an http(s) URL such as http://127.0.0.1:8000, got {shown!r}")
 
 
 def regress(
