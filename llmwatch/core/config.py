@@ -144,6 +144,10 @@ def secret_header_values(value: Any, example: str) -> dict[str, Any]:
 
 class QueueSection(Section):
     max_size: int = Field(10_000, ge=1)
+    # The sample pipeline lets a batch gather up to this many samples before it builds, redacts and writes them.
+    batch_min: int = Field(16, ge=1, le=256)
+    # At most this long (seconds) after the batch's first sample: how far sample storage may run behind traffic at low rates.
+    batch_linger_s: float = Field(1.0, ge=0, le=60)
 
 
 class Price(Section):

@@ -112,7 +112,18 @@ class Agent:
                 self.components[factory.name] = component
                 ctx.provide(component)
         self._kinds = {factory.name: factory.kind for factory, _ in configured(cfg)}
-        self.pipeline = Pipeline(self.queue, ctx.sinks, self.metrics, redact=redactor)
+        # A batch gathers up to `queue.batch_min` samples for at most `queue.batch_linger_s`: at 200 plain
+        # calls/s with 10 % sampled, a batch per 0.1 s poll held about two samples and the pipeline
+        # thread paid ~22 µs per proxied call; gathering 16 (or 1 s) took that to ~10-12 µs
+        # (bench/proxy_threads.py, 4-6 alternating rounds; docs/benchmarks/proxy.md).
+        self.pipeline = Pipeline(
+            self.queue,
+            ctx.sinks,
+            self.metrics,
+            redact=redactor,
+            min_batch=cfg.queue.batch_min,
+            linger_s=cfg.queue.batch_linger_s,
+        )
         self._metrics_runner: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

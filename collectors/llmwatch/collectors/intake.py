@@ -145,12 +145,17 @@ class Pipeline:
         *,
         redact: Callable[[Any], Any] | None,
         batch_size: int = 256,
+        min_batch: int = 1,
+        linger_s: float = 0.0,
     ) -> None:
         self.queue = queue
         self.sinks = list(sinks)
         self.metrics = metrics.group(PipelineMetrics)
         self._redact = redact
         self._batch_size = batch_size
+        # A batch gathers up to `min_batch` samples, for at most `linger_s` (see BoundedQueue).
+        self._min_batch = min_batch
+        self._linger_s = linger_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmwatch-pipeline", daemon=True)
         self.processed = 0
@@ -183,7 +188,9 @@ class Pipeline:
 
     def _run(self) -> None:
         while True:
-            batch = self.queue.get_batch(self._batch_size, timeout=0.2)
+            batch = self.queue.get_batch(
+                self._batch_size, timeout=0.2, min_items=self._min_batch, linger_s=self._linger_s, flush=self._stop
+            )
             if batch:
                 try:
                     self._process(batch)
