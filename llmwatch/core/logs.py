@@ -27,13 +27,40 @@ def configure_logging(level: str = "info", fmt: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
     # Libraries that use stdlib logging (aiohttp access log is off) go to the same stream.
     logging.basicConfig(
         level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
     )
+
+
+class _StderrLogger:
+    """structlog's PrintLogger, writing to `sys.stderr` as it is when the line is written.
+
+    PrintLoggerFactory(file=sys.stderr) keeps the stream of the moment logging was configured, and
+    loggers are cached: a stream replaced and closed since (a test's captured stderr, a daemon's
+    re-opened one) made every later line raise ValueError inside the code that logged, such as the
+    proxy's upstream probe or a component's stop. A line that cannot be written is dropped: a log
+    must never break the work it reports on.
+    """
+
+    _lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            try:
+                print(message, file=sys.stderr, flush=True)
+            except (ValueError, OSError):
+                pass
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+def _stderr_logger(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
 
 
 def _isatty(stream: object) -> bool:
