@@ -73,6 +73,13 @@ class CaptureSection(Section):
     # Group chat calls into conversations and number their turns (sample.conversation_id, .turn):
     # by the header mapped to the `conversation_id` key above, else by following the history.
     conversations: ConversationsSection = Field(default_factory=ConversationsSection)
+    # A finished call's bookkeeping (parsing, metrics, conversation, the sampling decision) runs
+    # after the client has its answer, in batches: up to `finish_batch` calls, at most
+    # `finish_linger_s` after the first of them. Run one call at a time, its code and data were
+    # cold every time and it cost three times as much (docs/design/0066-finish-in-batches.md).
+    # Metrics, samples and mirrors lag by the linger at most; 0 runs each call at once.
+    finish_batch: int = Field(32, ge=1, le=1024)
+    finish_linger_s: float = Field(0.25, ge=0.0, le=5.0)
 
 
 class ProxyConfig(Protocol):

@@ -20,6 +20,7 @@ calls: the Exchange of a captured call, failures in fixed words, and `_finish` (
 
 from __future__ import annotations
 
+import asyncio
 import random
 from bisect import bisect_left
 from typing import Any
@@ -135,6 +136,11 @@ class Proxy:
             auth = aiohttp.BasicAuth.from_url(URL(cfg.upstream))
             self._upstream_auth = auth.encode() if auth is not None else None
         self._routes = frozenset(cfg.capture.routes)
+        # Finished calls waiting for their batch (`finish`): bounded by finish_batch.
+        self._batch = cfg.capture.finish_batch if cfg.capture.finish_linger_s > 0 else 1
+        self._linger = cfg.capture.finish_linger_s
+        self._pending: list[Exchange] = []
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._limit = cfg.capture.max_body_bytes
         self._version_header = cfg.model_version.header.lower()
         self._rid_header = cfg.sampling.request_id_header.lower()
@@ -169,6 +175,8 @@ class Proxy:
         """Nothing to open: the relay core keeps its own upstream connections (`relay_server`)."""
 
     async def close(self) -> None:
+        # After the relay's cleanup, so the calls it finished on the way out are in the batch.
+        self.flush()
         if self.relay is not None:
             self.relay.pool.close()
 
@@ -226,7 +234,40 @@ class Proxy:
         self._fail(ex, error_type)
 
     def finish(self, ex: Exchange) -> None:
-        self._finish(ex)
+        """A call whose client has its whole answer: its bookkeeping joins the batch (`flush`)."""
+        if self._batch <= 1:
+            self._finish(ex)
+            return
+        pending = self._pending
+        pending.append(ex)
+        if len(pending) >= self._batch:
+            self.flush()
+        elif self._flush_timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (a caller outside the relay): at once
+                self.flush()
+                return
+            self._flush_timer = loop.call_later(self._linger, self.flush)
+
+    def flush(self) -> None:
+        """The waiting calls' bookkeeping, in the order they finished (conversation turns rely on it).
+
+        One call at a time, `_finish` ran with cold code and data between two calls' network work
+        (~90 µs in the running proxy against ~25 µs in a loop); a batch keeps them warm. A batch
+        holds the event loop for finish_batch x ~25 µs at most (under 1 ms at the default 32).
+        """
+        timer = self._flush_timer
+        if timer is not None:
+            timer.cancel()
+            self._flush_timer = None
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        finish = self._finish
+        for ex in pending:
+            finish(ex)
 
     def in_flight(self) -> float:
         """Calls taken and not yet answered to the end (read at scrape time)."""
