@@ -48,7 +48,7 @@ async def test_burst_overflowing_the_queue_still_succeeds_and_drops_equal_losses
     assert metric(samples, "llmwatch_samples_total") == n
     assert dropped > 0
     sink.release.set()
-    await wait_until(lambda: agent.queue.depth() == 0 and sink.written == n - dropped)
+    await wait_until(lambda: agent.proxy.waiting == 0 and agent.queue.depth() == 0 and sink.written == n - dropped)
     await asyncio.sleep(0.3)  # nothing more arrives later
     assert sink.written == n - dropped
     assert len(read_samples(agent)) == n - dropped, "the file sink got exactly what was not dropped"

@@ -505,7 +505,9 @@ async def test_the_sidecar_exports_a_degraded_canary_as_worse_while_both_version
         )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await canary_traffic(proxy_url(agent), 400, 0)
-        await wait_until(lambda: agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60)
+        await wait_until(
+            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
+        )
         labels = {"stable_version": "A", "canary_version": "B"}
         samples: dict = {}
         deadline = asyncio.get_running_loop().time() + 60

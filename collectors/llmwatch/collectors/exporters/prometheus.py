@@ -28,12 +28,23 @@ Readiness = Callable[[], dict[str, bool]]
 Details = Callable[[], dict[str, Any]]
 
 
-def metrics_app(metrics: Metrics, readiness: Readiness, *, details: Details | None = None) -> web.Application:
+def metrics_app(
+    metrics: Metrics,
+    readiness: Readiness,
+    *,
+    details: Details | None = None,
+    before_scrape: Callable[[], None] | None = None,
+) -> web.Application:
+    """`/metrics`, `/healthz`, `/readyz`. `before_scrape` runs on the serving loop before each scrape
+    (the proxy's batched bookkeeping is brought up to date: a scrape sees every finished call)."""
+
     def body(**fields: Any) -> dict[str, Any]:
         # The process's own facts first: `status` and `checks` keep their meaning whatever they hold.
         return {**(details() if details is not None else {}), **fields}
 
     async def scrape(_: web.Request) -> web.Response:
+        if before_scrape is not None:
+            before_scrape()
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

@@ -250,6 +250,11 @@ class Proxy:
                 return
             self._flush_timer = loop.call_later(self._linger, self.flush)
 
+    @property
+    def waiting(self) -> int:
+        """Finished calls whose bookkeeping waits for its batch (tests wait for 0 to call the proxy idle)."""
+        return len(self._pending)
+
     def flush(self) -> None:
         """The waiting calls' bookkeeping, in the order they finished (conversation turns rely on it).
 
