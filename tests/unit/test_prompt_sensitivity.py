@@ -214,6 +214,13 @@ def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by
     # Row by row this made one product per phrasing (len(X) - 1 = hundreds); in blocks of 256, a few.
     assert len(products) <= math.ceil(len(X) / 256) and len(X) > 700
 
+    # Embedded 100 texts a call, the leaders held in chunks of 64: the same clusters.
+    monkeypatch.setattr(sensitivity, "_LEADER_CHUNK", 64)
+    in_blocks, _ = sensitivity._clusters(
+        [str(i) for i in range(len(X))], lambda texts: X[[int(t) for t in texts]], 0.9, embed_block=100
+    )
+    assert in_blocks == got
+
 
 def test_the_html_figure_names_the_measure_it_plots_the_mean_difference_not_the_variance_share() -> None:
     from types import SimpleNamespace

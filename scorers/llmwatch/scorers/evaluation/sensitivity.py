@@ -169,42 +169,57 @@ def _clusters(
             log.warning("sensitivity_lexical_fallback", error=f"{type(exc).__name__}: {exc}")
             return _clusters(texts, None, threshold)
         X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        # The whole embedded block against the leaders held before it, a chunk at a time (each
+        # chunk made float64 once per block); later sets of leaders win only when strictly closer,
+        # so a tie stays with the earlier leader.
+        best = np.full(len(X), -1)
+        cos = np.full(len(X), -np.inf)
+        for c, chunk in enumerate(chunks):
+            held = chunk[: min(_LEADER_CHUNK, n_leaders - c * _LEADER_CHUNK)].astype(float)
+            _closer(best, cos, *near_duplicates(X, held, threshold, block=_BLOCK * 2), c * _LEADER_CHUNK)
+            del held
+        # The leaders this block makes (their cluster index: n_leaders + their row here).
+        fresh = np.empty((min(len(X), max(0, cap - n_leaders)), X.shape[1]), dtype=np.float32)
+        n_fresh = 0
         for start in range(0, len(X), _BLOCK):
             rows = X[start : start + _BLOCK]
-            best = np.full(len(rows), -1)
-            cos = np.full(len(rows), -np.inf)
-            for c, chunk in enumerate(chunks):
-                filled = min(_LEADER_CHUNK, n_leaders - c * _LEADER_CHUNK)
-                b, s = near_duplicates(rows, chunk[:filled], threshold)
-                better = s > cos  # strictly: a tie stays with the earlier leader
-                best[better] = b[better] + c * _LEADER_CHUNK
-                cos[better] = s[better]
-            fresh = np.empty((len(rows), X.shape[1]), dtype=np.float32)  # the leaders this block makes
-            fresh_ids: list[int] = []
+            stop = start + len(rows)
+            before = n_fresh
+            if before:  # against the leaders earlier rows of this block made
+                b, s = near_duplicates(rows, fresh[:before].astype(float), threshold)
+                _closer(best[start:stop], cos[start:stop], b, s, n_leaders)
             for j in range(len(rows)):
-                b_j, cos_j = int(best[j]), float(cos[j])
-                if fresh_ids:
-                    sims = fresh[: len(fresh_ids)] @ rows[j]
+                b_j, cos_j = int(best[start + j]), float(cos[start + j])
+                if n_fresh > before:  # and those its own rows made, one at a time
+                    sims = fresh[before:n_fresh] @ rows[j]
                     k = int(sims.argmax())
                     if sims[k] > cos_j:
-                        b_j, cos_j = fresh_ids[k], float(sims[k])
+                        b_j, cos_j = n_leaders + before + k, float(sims[k])
                 if b_j >= 0 and cos_j >= threshold:
                     out.append(b_j)
                     continue
                 out.append(n_clusters)
-                if n_leaders + len(fresh_ids) < cap:
-                    fresh[len(fresh_ids)] = rows[j]
-                    fresh_ids.append(n_clusters)  # leaders come before any unled cluster: id = index
+                n_clusters += 1
+                if n_fresh < len(fresh):  # leaders come before any unled cluster: index = cluster
+                    fresh[n_fresh] = rows[j]
+                    n_fresh += 1
                 else:
                     unled += 1
-                n_clusters += 1
-            for k in range(len(fresh_ids)):  # into the chunks, a new one when the last is full
-                if n_leaders % _LEADER_CHUNK == 0:
-                    chunks.append(np.empty((_LEADER_CHUNK, X.shape[1]), dtype=np.float32))
-                chunks[-1][n_leaders % _LEADER_CHUNK] = fresh[k]
-                n_leaders += 1
-        del X
+        for k in range(n_fresh):  # into the chunks, a new one when the last is full
+            if n_leaders % _LEADER_CHUNK == 0:
+                chunks.append(np.empty((_LEADER_CHUNK, X.shape[1]), dtype=np.float32))
+            chunks[-1][n_leaders % _LEADER_CHUNK] = fresh[k]
+            n_leaders += 1
+        del X, fresh
     return out, unled
+
+
+def _closer(best: np.ndarray, cos: np.ndarray, b: np.ndarray, s: np.ndarray, offset: int) -> None:
+    """Where `s` (cosines with a later set of leaders, `b` their index from `offset`) is strictly
+    higher than `cos`, take it (in place)."""
+    better = s > cos
+    best[better] = b[better] + offset
+    cos[better] = s[better]
 
 
 def _pairwise(v: np.ndarray) -> float:
