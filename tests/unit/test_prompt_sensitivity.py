@@ -207,12 +207,19 @@ def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by
         return real(current, baseline, threshold, **kw)
 
     monkeypatch.setattr(prompt_space, "near_duplicates", counted)
-    got = sensitivity._clusters([str(i) for i in range(len(X))], lambda texts: X, 0.9)
+    got, unled = sensitivity._clusters([str(i) for i in range(len(X))], lambda texts: X[[int(t) for t in texts]], 0.9)
 
-    assert got == _row_by_row_leaders(X, 0.9)
+    assert got == _row_by_row_leaders(X, 0.9) and unled == 0
     assert len(set(got)) == 300, "each request's phrasings are one cluster"
     # Row by row this made one product per phrasing (len(X) - 1 = hundreds); in blocks of 256, a few.
     assert len(products) <= math.ceil(len(X) / 256) and len(X) > 700
+
+    # Embedded 100 texts a call, the leaders held in chunks of 64: the same clusters.
+    monkeypatch.setattr(sensitivity, "_LEADER_CHUNK", 64)
+    in_blocks, _ = sensitivity._clusters(
+        [str(i) for i in range(len(X))], lambda texts: X[[int(t) for t in texts]], 0.9, embed_block=100
+    )
+    assert in_blocks == got
 
 
 def test_the_html_figure_names_the_measure_it_plots_the_mean_difference_not_the_variance_share() -> None:

@@ -205,3 +205,32 @@ def test_streamed_shadow_report_grows_by_a_few_hundred_bytes_per_pair(pair_files
 
 def test_the_shadow_bound_catches_a_report_that_holds_the_pairs(pair_files: dict[int, str]) -> None:
     assert per_extra_record(listed_shadow, pair_files) > MAX_SHADOW_BYTES_PER_PAIR
+
+
+def topic_embedder(texts: list[str]) -> Any:
+    """Clusters by meaning stand-in: a text's vector is its topic's direction plus a little noise
+    of its own (so "billing number 3" and "billing number 40" are rephrasings of one request);
+    the same text, the same vector, whatever the batch."""
+    import hashlib
+
+    import numpy as np
+
+    def unit(key: str) -> Any:
+        seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+        v = np.random.default_rng(seed).standard_normal(64)
+        return v / np.linalg.norm(v)
+
+    topics = ("billing", "caching", "joins", "invoices")
+    return np.asarray([unit(next((w for w in topics if w in t), "")) + 0.1 * unit(t) for t in texts])
+
+
+def test_streamed_report_with_embeddings_equals_the_list_based_one(windows: dict[int, tuple[str, str]]) -> None:
+    # Prompt sensitivity clusters by meaning in blocks of embeddings, keeping only the leaders:
+    # with an embedder that does not depend on the batch, the figure is the list path's.
+    streamed = build_report_streamed(CFG, *windows[1000], sensitivity_embed=topic_embedder)
+    samples = list(read_records(windows[1000][0]))
+    scores = list(read_records(windows[1000][1], Score, prefix="scores"))
+    known = {c.name for c in CFG.scoring.checks or ()} | {sc.check for sc in scores}
+    listed = build_report(samples, scores, CFG.matrix, known_checks=sorted(known), sensitivity_embed=topic_embedder)
+    assert without_time(streamed) == without_time(listed)
+    assert all(p.verdict == "measured" and p.clusters >= 4 for p in streamed.prompt_sensitivity)

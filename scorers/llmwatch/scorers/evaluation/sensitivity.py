@@ -14,7 +14,10 @@ From live samples, per model version:
      the model loads; otherwise the lexical rule below, with a `sensitivity_lexical_fallback` log):
      leader clustering in a fixed order (phrasings sorted by their hash), a phrasing joining the
      first leader whose cosine is at least `cosine_threshold` (0.9) through
-     `drift.prompt_space.near_duplicates`, or becoming a leader;
+     `drift.prompt_space.near_duplicates`, or becoming a leader. The texts are embedded 2,048 at
+     a time and only the leaders are kept (float32): memory grows with the clusters, not the
+     phrasings, and past 200,000 leaders a phrasing that matches none is left out, counted in
+     the figure's `method` (it could gather no rephrasing);
    * without (the rules-only path): phrasings with the same *normalised token set*
      (lower case, words only, order and repeats ignored) are one cluster: case, punctuation,
      spacing and word order changes are caught, synonyms are not.
@@ -79,6 +82,9 @@ COSINE_THRESHOLD = 0.9
 MIN_CLUSTERS = 3
 _WORD = re.compile(r"[^\W_]+")
 _BLOCK = 256  # phrasings compared with the earlier leaders in one matrix product
+EMBED_BLOCK = 2048  # texts per call of the embedding function
+MAX_LEADERS = 200_000  # leaders held (float32, 1.5 KB each at 384 dimensions); past it no new leader
+_LEADER_CHUNK = 4096  # leaders per stored chunk (and per product with a block of rows)
 
 Embed = Callable[[list[str]], Any]
 
@@ -111,48 +117,109 @@ def lexical_key(text: str) -> str:
 
 
 def _clusters(
-    texts: Sequence[str], embed: Embed | None, threshold: float, lexical: Callable[[str], Any] = lexical_key
-) -> list[int]:
-    """A cluster index per text (texts in a fixed order; the result is deterministic). `lexical`:
-    the key that groups texts without embeddings (the streamed report passes keys already made)."""
+    texts: Sequence[str],
+    embed: Embed | None,
+    threshold: float,
+    lexical: Callable[[str], Any] = lexical_key,
+    *,
+    embed_block: int = EMBED_BLOCK,
+    max_leaders: int | None = None,
+) -> tuple[list[int], int]:
+    """A cluster index per text (texts in a fixed order; the result is deterministic), and how many
+    texts matched no leader once `max_leaders` (default MAX_LEADERS) leaders were held (each a
+    cluster of its own).
+    `lexical`: the key that groups texts without embeddings (the streamed report passes keys
+    already made)."""
     if embed is None:
         ids: dict[Any, int] = {}
-        return [ids.setdefault(lexical(t), len(ids)) for t in texts]
+        return [ids.setdefault(lexical(t), len(ids)) for t in texts], 0
     from llmwatch.scorers.drift.prompt_space import near_duplicates
 
-    try:
-        X = np.asarray(embed(list(texts)), dtype=float)
-    except Exception as exc:  # the model or its extra missing: the lexical clusters, said in the log
-        log.warning("sensitivity_lexical_fallback", error=f"{type(exc).__name__}: {exc}")
-        return _clusters(texts, None, threshold)
-    X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    cap = MAX_LEADERS if max_leaders is None else max_leaders
     # Leader clustering, a block of rows at a time: one product of the block against the leaders
     # found before it, then each row against the few leaders its own block made. The same
     # clusters as comparing row by row (each row's most similar leader so far; ties to the
     # earlier one), without copying the leaders for every row: that was quadratic with a large
     # constant (2,000 distinct phrasings took 16 s, 4,000 took 48 s).
-    leaders = np.empty_like(X)
+    #
+    # Bounded memory: the texts are embedded `embed_block` at a time and each block's vectors are
+    # dropped once its rows are placed; only the leaders (the clusters' first members) are kept,
+    # as float32 (1.5 KB a leader at 384 dimensions) in fixed chunks, so what is held grows with
+    # the clusters, not with the phrasings. Holding every vector (a float64 copy, its normalised
+    # copy and a leaders matrix as large) took about 10 KB a phrasing: 5 GB at a million samples.
+    # Past `max_leaders` leaders (200,000: 293 MB) a text that matches no leader is a cluster of
+    # its own without leading: later rephrasings of it cannot join it (they are counted and said
+    # in the figure's method), so the memory holds whatever the input.
+    #
+    # The cosines are computed in float64 against the float32 leaders: they differ from the
+    # all-float64 computation by about 1e-7, and with the real model a text's vector also depends
+    # by about 1e-7 on the batch it is embedded with (its padding), so a pair within that of the
+    # threshold could fall the other way than when every text was embedded in one call. With an
+    # embedder that gives a text the same vector whatever its batch, and no cosine that close to
+    # the threshold, the clusters are the same as before.
+    chunks: list[np.ndarray] = []  # leaders, float32, _LEADER_CHUNK rows each (the last one filling)
     n_leaders = 0
+    unled = 0
+    n_clusters = 0
     out: list[int] = []
-    for start in range(0, len(X), _BLOCK):
-        rows = X[start : start + _BLOCK]
-        before = n_leaders
-        if before:
-            old_best, old_cos = near_duplicates(rows, leaders[:before], threshold)
-        for j in range(len(rows)):
-            best, cos = (int(old_best[j]), float(old_cos[j])) if before else (-1, -np.inf)
-            if n_leaders > before:
-                sims = leaders[before:n_leaders] @ rows[j]
-                k = int(sims.argmax())
-                if sims[k] > cos:
-                    best, cos = before + k, float(sims[k])
-            if best >= 0 and cos >= threshold:
-                out.append(best)
-                continue
-            leaders[n_leaders] = rows[j]
-            out.append(n_leaders)
+    for at in range(0, len(texts), embed_block):
+        try:
+            X = np.asarray(embed(list(texts[at : at + embed_block])), dtype=float)
+        except Exception as exc:  # the model or its extra missing: the lexical clusters, said in the log
+            log.warning("sensitivity_lexical_fallback", error=f"{type(exc).__name__}: {exc}")
+            return _clusters(texts, None, threshold)
+        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        # The whole embedded block against the leaders held before it, a chunk at a time (each
+        # chunk made float64 once per block); later sets of leaders win only when strictly closer,
+        # so a tie stays with the earlier leader.
+        best = np.full(len(X), -1)
+        cos = np.full(len(X), -np.inf)
+        for c, chunk in enumerate(chunks):
+            held = chunk[: min(_LEADER_CHUNK, n_leaders - c * _LEADER_CHUNK)].astype(float)
+            _closer(best, cos, *near_duplicates(X, held, threshold, block=_BLOCK * 2), c * _LEADER_CHUNK)
+            del held
+        # The leaders this block makes (their cluster index: n_leaders + their row here).
+        fresh = np.empty((min(len(X), max(0, cap - n_leaders)), X.shape[1]), dtype=np.float32)
+        n_fresh = 0
+        for start in range(0, len(X), _BLOCK):
+            rows = X[start : start + _BLOCK]
+            stop = start + len(rows)
+            before = n_fresh
+            if before:  # against the leaders earlier rows of this block made
+                b, s = near_duplicates(rows, fresh[:before].astype(float), threshold)
+                _closer(best[start:stop], cos[start:stop], b, s, n_leaders)
+            for j in range(len(rows)):
+                b_j, cos_j = int(best[start + j]), float(cos[start + j])
+                if n_fresh > before:  # and those its own rows made, one at a time
+                    sims = fresh[before:n_fresh] @ rows[j]
+                    k = int(sims.argmax())
+                    if sims[k] > cos_j:
+                        b_j, cos_j = n_leaders + before + k, float(sims[k])
+                if b_j >= 0 and cos_j >= threshold:
+                    out.append(b_j)
+                    continue
+                out.append(n_clusters)
+                n_clusters += 1
+                if n_fresh < len(fresh):  # leaders come before any unled cluster: index = cluster
+                    fresh[n_fresh] = rows[j]
+                    n_fresh += 1
+                else:
+                    unled += 1
+        for k in range(n_fresh):  # into the chunks, a new one when the last is full
+            if n_leaders % _LEADER_CHUNK == 0:
+                chunks.append(np.empty((_LEADER_CHUNK, X.shape[1]), dtype=np.float32))
+            chunks[-1][n_leaders % _LEADER_CHUNK] = fresh[k]
             n_leaders += 1
-    return out
+        del X, fresh
+    return out, unled
+
+
+def _closer(best: np.ndarray, cos: np.ndarray, b: np.ndarray, s: np.ndarray, offset: int) -> None:
+    """Where `s` (cosines with a later set of leaders, `b` their index from `offset`) is strictly
+    higher than `cos`, take it (in place)."""
+    better = s > cos
+    best[better] = b[better] + offset
+    cos[better] = s[better]
 
 
 def _pairwise(v: np.ndarray) -> float:
@@ -262,11 +329,15 @@ def version_sensitivity(
     `cluster_text` gives what a phrasing is clustered by (its text, or its lexical key already
     made, with `lexical` the identity)."""
     members: dict[tuple[str, int], list[tuple[str, Any]]] = defaultdict(list)
+    unled = 0
     for route in sorted({route for route, _ in by_phrasing}):
         keys = sorted(k for k in by_phrasing if k[0] == route)
         texts = [cluster_text(k) for k in keys]
-        for key, c in zip(keys, _clusters(texts, embed, cosine_threshold, lexical)):
+        ids, route_unled = _clusters(texts, embed, cosine_threshold, lexical)
+        unled += route_unled
+        for key, c in zip(keys, ids):
             members[(route, c)].append(key)
+        del texts, ids
     phrasing_scores: dict[tuple[str, Any], list[float]] = {}
     for ks in members.values():
         if len(ks) < 2:
@@ -280,26 +351,43 @@ def version_sensitivity(
     means = [[float(np.mean(phrasing_scores[k])) for k in ks] for ks in clusters]
     n_samples = sum(len(phrasing_scores[k]) for ks in clusters for k in ks)
     if len(clusters) < max(2, min_clusters):
-        return PromptSensitivity(
-            version, "insufficient", None, None, len(clusters), sum(len(ks) for ks in clusters), n_samples
+        return _say_unled(
+            PromptSensitivity(
+                version, "insufficient", None, None, len(clusters), sum(len(ks) for ks in clusters), n_samples
+            ),
+            unled,
         ), []
     figure, ci, share, between = sensitivity_figure(means, draws=draws, seed=seed)
     order = sorted(range(len(clusters)), key=lambda i: (min(means[i]) - max(means[i]), clusters[i][0]))
     widest: list[dict[str, Any]] = [
         {"prompt": "", "phrasings": len(clusters[i]), "min": min(means[i]), "max": max(means[i])} for i in order[:3]
     ]
-    return PromptSensitivity(
-        model_version=version,
-        verdict="measured" if figure is not None else "insufficient",
-        sensitivity=figure,
-        ci=ci,
-        clusters=len(clusters),
-        phrasings=sum(len(ks) for ks in clusters),
-        samples=n_samples,
-        within_share=share,
-        between_spread=between,
-        widest=widest,
+    return _say_unled(
+        PromptSensitivity(
+            model_version=version,
+            verdict="measured" if figure is not None else "insufficient",
+            sensitivity=figure,
+            ci=ci,
+            clusters=len(clusters),
+            phrasings=sum(len(ks) for ks in clusters),
+            samples=n_samples,
+            within_share=share,
+            between_spread=between,
+            widest=widest,
+        ),
+        unled,
     ), [clusters[i][0] for i in order[:3]]
+
+
+def _say_unled(figure: PromptSensitivity, unled: int) -> PromptSensitivity:
+    """`figure` with its method saying how many phrasings came past the leaders' cap (none: as is)."""
+    if not unled:
+        return figure
+    note = (
+        f"; {unled} phrasings matched none of the first {MAX_LEADERS:,} leaders and were left out "
+        "(past that cap a phrasing leads no cluster, so its rephrasings cannot join it)"
+    )
+    return dataclasses.replace(figure, method=figure.method + note)
 
 
 def replace_widest(
