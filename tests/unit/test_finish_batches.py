@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from llmwatch.collectors.calls import CallEvents
 from llmwatch.collectors.receivers.proxy.handler import Proxy
 
 
@@ -19,6 +20,7 @@ def proxy(batch: int, linger_s: float) -> tuple[Proxy, list[Any]]:
     done: list[Any] = []
     p._finish = done.append  # type: ignore[method-assign]
     p.relay = None
+    p.finished = CallEvents()  # nobody follows each call
     return p, done
 
 
@@ -71,3 +73,17 @@ def test_outside_an_event_loop_a_call_is_not_left_waiting():
     p, done = proxy(batch=32, linger_s=60.0)
     p.finish("a")  # type: ignore[arg-type]
     assert done == ["a"]
+
+
+def test_while_a_component_follows_each_call_calls_are_not_batched():
+    # A shadow mirror over its candidate's concurrency is skipped, not queued: a batch of 32
+    # reaching it at once would mirror 4 of them. Followers get each call as it finishes.
+    async def run() -> None:
+        p, done = proxy(batch=32, linger_s=60.0)
+        p.finish("a")  # type: ignore[arg-type]
+        assert done == []
+        p.finished.subscribe(lambda call: None)  # e.g. the shadow's factory
+        p.finish("b")  # type: ignore[arg-type]
+        assert done == ["a", "b"]  # the waiting one first: order is kept
+
+    asyncio.run(run())

@@ -234,8 +234,15 @@ class Proxy:
         self._fail(ex, error_type)
 
     def finish(self, ex: Exchange) -> None:
-        """A call whose client has its whole answer: its bookkeeping joins the batch (`flush`)."""
-        if self._batch <= 1:
+        """A call whose client has its whole answer: its bookkeeping joins the batch (`flush`).
+
+        Not while a component follows each call (shadow mirrors, the consistency probe, OTLP
+        spans): a batch would reach them as a burst, and a mirror over its candidate's
+        concurrency is skipped, not queued, so a burst of 32 would mirror 4. They keep getting
+        each call as it finishes."""
+        if self._batch <= 1 or self.finished:
+            if self._pending:
+                self.flush()  # in order, should a follower have come since
             self._finish(ex)
             return
         pending = self._pending
