@@ -10,13 +10,13 @@ sample. A fake, deterministic embedder stands in for the model.
 
 from __future__ import annotations
 
-import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 import pytest
 from helpers.fake_embedder import FakeEmbedder
+from helpers.memory import peak_bytes
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.scorers.checks import embeddings as embeddings_module
@@ -183,15 +183,6 @@ def test_versions_never_served_together_are_refused_with_the_same_spans(tmp_path
     with pytest.raises(CanaryError) as new:
         window_of(iter(items), "A", "B")
     assert str(new.value) == str(old.value)
-
-
-def peak_bytes(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ batch, so both paths must give exactly the same summary.
 
 from __future__ import annotations
 
-import hashlib
-import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from helpers.fake_embedder import FakeEmbedder
+from helpers.memory import peak_bytes
 
 from llmwatch.scorers.checks import embeddings as embeddings_module
 from llmwatch.scorers.checks.config import ScoringSection
@@ -30,26 +30,6 @@ EMBEDDINGS = ScoringSection(embeddings=True)
 # The list-based path kept about 30 KB a sample here (Samples, Scores, two vectors, the whole
 # cache as a dict); the streamed one a few hundred bytes. 2 KB leaves room for allocator noise.
 MAX_BYTES_PER_SAMPLE = 2_000
-
-
-class FakeEmbedder:
-    """Unit vectors from a hash of the text: deterministic, independent of the batch, no model."""
-
-    dimension = 384
-    texts = 0
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def encode(self, texts, batch_size: int = 32) -> np.ndarray:
-        FakeEmbedder.texts += len(texts)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            if text.strip():
-                seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-                v = np.random.default_rng(seed).standard_normal(self.dimension)
-                out[i] = v / np.linalg.norm(v)
-        return out
 
 
 class NoModel:
@@ -169,15 +149,6 @@ def test_a_vector_missing_from_the_cache_is_embedded_in_its_batch(windows, tmp_p
     streamed = summarize_window(EMBEDDINGS, s, str(empty), None, purpose="the test", reservoir_size=200)
     assert FakeEmbedder.texts == (1000 - 11) + 1000  # every answer of a successful call, every prompt
     assert dumped(streamed.routes) == dumped(listed(s, sc))
-
-
-def peak_bytes(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_streamed_summary_with_embeddings_grows_by_a_few_bytes_per_sample(windows, fake_model) -> None:

@@ -10,12 +10,12 @@ about the host's speed or allocator.
 
 from __future__ import annotations
 
-import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers.memory import peak_bytes
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.scores import Score
@@ -66,15 +66,6 @@ def write_window(directory: Path, n: int) -> tuple[str, str]:
     scores = directory / "scores.jsonl"
     score_files(RULES_ONLY, str(samples), str(scores), out=open("/dev/null", "w"))
     return str(samples), str(scores)
-
-
-def peak_bytes(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ host's speed or allocator. Each bound is shown to catch the list-based path it r
 
 from __future__ import annotations
 
-import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import orjson
 import pytest
+from helpers.memory import peak_bytes
 
 from llmwatch.agent.components import load_config
 from llmwatch.core.jsonio import read_records
@@ -109,15 +109,6 @@ def write_pairs(directory: Path, n: int) -> str:
             }
             out.write(orjson.dumps(record) + b"\n")
     return str(path)
-
-
-def peak_bytes(run: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def per_extra_record(run: Callable[[Any], object], inputs: dict[int, Any]) -> float:

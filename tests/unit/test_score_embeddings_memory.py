@@ -10,7 +10,6 @@ it was if scoring fails. A fake, deterministic embedder stands in for the model.
 
 from __future__ import annotations
 
-import tracemalloc
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers.fake_embedder import FakeEmbedder
+from helpers.memory import peak_bytes
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.records import RecordError
@@ -143,15 +143,6 @@ def test_a_bad_line_leaves_the_previous_cache_and_no_temporary_files(tmp_path: P
         "scores.jsonl",
         "scores.jsonl.embeddings.npz",
     ]
-
-
-def peak_bytes(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import string
-import tracemalloc
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Callable
 
 import orjson
 import pytest
+from helpers.memory import peak_bytes
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.records import Sample
@@ -81,15 +81,6 @@ def write_window(directory: Path, n: int) -> tuple[str, str]:
     with open("/dev/null", "w") as sink:
         score_files(RULES_ONLY, str(samples), str(scores), out=sink)
     return str(samples), str(scores)
-
-
-def peak_bytes(run: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def per_extra_sample(windows: dict[int, tuple[str, str]], run: Callable[[str, str], object]) -> float:

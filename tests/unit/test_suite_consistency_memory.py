@@ -8,11 +8,11 @@ a fraction of the memory.
 
 from __future__ import annotations
 
-import tracemalloc
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from helpers.memory import peak_bytes
 from helpers.samples import NOW, chat_sample
 
 from llmwatch.core.jsonio import read_records
@@ -81,15 +81,6 @@ def test_the_verdicts_and_re_asks_are_those_of_the_list(tmp_path: Path) -> None:
     assert list(re_asks.items()) == list(old_re_asks.items())
     assert {s.result for s in scores} == {"pass", "fail"}
     assert re_asks["s0"] == f"The answer is {(299 * 3) % 7}."  # re-asked twice: the last re-ask, as the dict kept
-
-
-def peak_bytes(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module")
