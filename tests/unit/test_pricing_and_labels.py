@@ -58,6 +58,23 @@ def test_the_built_in_prices_are_a_dated_file_and_every_cost_names_its_row():
     assert abs(priced.usd - (1000 * 2.5 + 500 * 10.0) / 1e6) < 1e-12
 
 
+def test_a_newer_model_is_priced_by_its_own_row_not_by_an_older_family_that_prefixes_it():
+    from llmwatch.core.pricing import TokenCounts
+
+    # Longest prefix wins: without their own rows these would be billed as claude-opus-4 (15 / 75),
+    # o3 (2 / 8) and gpt-5 (1.25 / 10), three to ten times off.
+    for model, row, rate_in, rate_out in (
+        ("claude-opus-4-5-20251101", "builtin:claude-opus-4-5", 5.0, 25.0),
+        ("o3-pro-2025-06-10", "builtin:o3-pro", 20.0, 80.0),
+        ("gpt-5.4-2026-03-05", "builtin:gpt-5.4", 2.5, 15.0),
+        ("gpt-5-pro", "builtin:gpt-5-pro", 15.0, 120.0),
+        ("claude-opus-4-20250514", "builtin:claude-opus-4", 15.0, 75.0),
+    ):
+        priced = PriceTable().price(model, TokenCounts(1_000_000, 1_000_000))
+        assert priced is not None and priced.row == row, model
+        assert abs(priced.usd - (rate_in + rate_out)) < 1e-9, model
+
+
 def test_cached_input_tokens_are_priced_at_the_cached_rate():
     from llmwatch.core.pricing import TokenCounts
 
