@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.metrics import EvaluationReading, Metrics
@@ -31,6 +31,7 @@ from llmwatch.scorers.evaluation.decision import (
     quality_gaps,
 )
 from llmwatch.scorers.evaluation.matrix import (
+    Category,
     CategoryCell,
     build_categories,
     overall_quality,
@@ -140,24 +141,57 @@ def build_report(
     quality = overall_quality(cells)
     _, sampling = sampling_stability(rows)
     stability = sampling + turn_stability(rows)
-    baseline_info = None
     if baseline is not None:
         stability += version_stability(samples, score_list, baseline, alpha=drift_alpha, min_samples=drift_min_samples)
-        baseline_info = {
-            "model_version": baseline.model_version,
-            "checksum": baseline.checksum,
-            "sample_count": baseline.sample_count,
-        }
+    return assemble_report(
+        n_samples=len(samples),
+        versions=sorted({r.version for r in rows}),
+        categories=categories,
+        cells=cells,
+        quality=quality,
+        stability=stability,
+        baseline=baseline,
+        costs=cost_latency(samples),
+        gaps=quality_gaps(score_list, drift_alpha),
+        intervals_of=lambda combined: decision_intervals(
+            rows, {c.name: c.weight for c in categories}, combined, cfg.decision, drift_alpha
+        ),
+        cfg=cfg,
+        alpha=drift_alpha,
+        warnings=warnings,
+        checks=check_pass_rates(score_list),
+        turn_decay=turn_decay(rows, check_values(score_list)),
+        prompt_sensitivity=prompt_sensitivity(rows, check_values(score_list), embed=sensitivity_embed),
+    )
+
+
+def assemble_report(
+    *,
+    n_samples: int,
+    versions: list[str],
+    categories: Sequence[Category],
+    cells: list[CategoryCell],
+    quality: dict[str, float | None],
+    stability: list[StabilityCell],
+    baseline: Any,
+    costs: dict[str, CostLatency],
+    gaps: Mapping[str, Sequence[Any]],
+    intervals_of: Callable[[dict[str, float | None]], Mapping[str, tuple[float, float]]],
+    cfg: MatrixSection,
+    alpha: float,
+    warnings: list[str],
+    checks: dict[str, dict[str, dict[str, Any]]],
+    turn_decay: list[TurnDecay],
+    prompt_sensitivity: list[PromptSensitivity],
+) -> EvaluationReport:
+    """The report from its figures: the one place the in-memory `build_report` and the streamed
+    `report_stream.build_report_streamed` agree on how the decision, its interval and the
+    category list are put together (the streamed path computes the same figures in columns)."""
     combined = combined_stability(stability)
-    costs = cost_latency(samples)
-    versions = sorted({r.version for r in rows})
-    checks = check_pass_rates(score_list)
     for v in versions:
         combined.setdefault(v, None)
         quality.setdefault(v, None)
-    decision = decision_scores(quality, combined, costs, cfg.decision)
-    gaps = quality_gaps(score_list, drift_alpha)
-    intervals = decision_intervals(rows, {c.name: c.weight for c in categories}, combined, cfg.decision, drift_alpha)
+    intervals = intervals_of(combined)
     decision = [
         replace(
             r,
@@ -169,7 +203,7 @@ def build_report(
             else None,
             worse_on=[asdict(g) for g in gaps.get(r.model_version, [])],
         )
-        for r in decision
+        for r in decision_scores(quality, combined, costs, cfg.decision)
     ]
     used = {c.category for c in cells}
     cats = [{"name": c.name, "weight": c.weight, "checks": list(c.checks)} for c in categories if c.name in used]
@@ -181,8 +215,15 @@ def build_report(
                 "checks": [],
             }
         )
+    baseline_info = None
+    if baseline is not None:
+        baseline_info = {
+            "model_version": baseline.model_version,
+            "checksum": baseline.checksum,
+            "sample_count": baseline.sample_count,
+        }
     return EvaluationReport(
-        n_samples=len(samples),
+        n_samples=n_samples,
         versions=versions,
         categories=cats,
         cells=cells,
@@ -194,11 +235,11 @@ def build_report(
         weights=cfg.decision.weights.model_dump(),
         weights_version=cfg.decision.weights_version,
         baseline=baseline_info,
-        alpha=drift_alpha,
+        alpha=alpha,
         warnings=warnings,
         checks=checks,
-        turn_decay=turn_decay(rows, check_values(score_list)),
-        prompt_sensitivity=prompt_sensitivity(rows, check_values(score_list), embed=sensitivity_embed),
+        turn_decay=turn_decay,
+        prompt_sensitivity=prompt_sensitivity,
     )
 
 

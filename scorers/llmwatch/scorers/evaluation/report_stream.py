@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
-from dataclasses import asdict, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
@@ -37,12 +36,11 @@ from llmwatch.scorers.checks.errors import ErrorTally, mostly_errors_message
 from llmwatch.scorers.checks.offline import Codes, ScoredEntry, compact_score
 from llmwatch.scorers.evaluation.decision import (
     CostLatency,
-    decision_scores,
     gaps_of_counts,
     intervals_of_cells,
     quantiles,
 )
-from llmwatch.scorers.evaluation.evaluate import EvaluationReport
+from llmwatch.scorers.evaluation.evaluate import EvaluationReport, assemble_report
 from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
     build_categories,
@@ -63,7 +61,6 @@ from llmwatch.scorers.evaluation.stability import (
     ALL,
     MAX_TURN,
     StabilityCell,
-    combined_stability,
     decay_slope_arrays,
     group_stability,
     prompt_hash,
@@ -250,67 +247,28 @@ def build_report_streamed(
     stability = _sampling_stability(col, score, versions.names, cats.names) + _turn_stability(
         col, score, versions.names, cats.names
     )
-    baseline_info = None
     if baseline is not None:
         stability += _version_stability(
             samples_path, scored, ids_of(col), versions.names, baseline, drift_alpha, drift_min_samples
         )
-        baseline_info = {
-            "model_version": baseline.model_version,
-            "checksum": baseline.checksum,
-            "sample_count": baseline.sample_count,
-        }
-    combined = combined_stability(stability)
-    cost_rows = costs.finish()
-    present = sorted({versions.names[v] for v in set(col.version)})
-    for v in present:
-        combined.setdefault(v, None)
-        quality.setdefault(v, None)
-    decision = decision_scores(quality, combined, cost_rows, matrix.decision)
-    gaps = gaps_of_counts(rates.gap_counts, drift_alpha)
-    intervals = intervals_of_cells(
-        _cells_of(col, score, versions.names, cats.names),
-        {c.name: c.weight for c in categories},
-        combined,
-        matrix.decision,
-        drift_alpha,
-    )
-    decision = [
-        replace(
-            r,
-            decision_low=intervals[r.model_version][0]
-            if r.decision_score is not None and r.model_version in intervals
-            else None,
-            decision_high=intervals[r.model_version][1]
-            if r.decision_score is not None and r.model_version in intervals
-            else None,
-            worse_on=[asdict(g) for g in gaps.get(r.model_version, [])],
-        )
-        for r in decision
-    ]
-    used = {c.category for c in cells}
-    cat_rows = [{"name": c.name, "weight": c.weight, "checks": list(c.checks)} for c in categories if c.name in used]
-    if matrix.default_category in used and matrix.default_category not in {c["name"] for c in cat_rows}:
-        cat_rows.append(
-            {
-                "name": matrix.default_category,
-                "weight": next(c.weight for c in cells if c.category == matrix.default_category),
-                "checks": [],
-            }
-        )
-    return EvaluationReport(
+    return assemble_report(
         n_samples=n,
-        versions=present,
-        categories=cat_rows,
+        versions=sorted({versions.names[v] for v in set(col.version)}),
+        categories=categories,
         cells=cells,
-        overall_quality=quality,
+        quality=quality,
         stability=stability,
-        stability_by_version=combined,
-        costs=cost_rows,
-        decision=decision,
-        weights=matrix.decision.weights.model_dump(),
-        weights_version=matrix.decision.weights_version,
-        baseline=baseline_info,
+        baseline=baseline,
+        costs=costs.finish(),
+        gaps=gaps_of_counts(rates.gap_counts, drift_alpha),
+        intervals_of=lambda combined: intervals_of_cells(
+            _cells_of(col, score, versions.names, cats.names),
+            {c.name: c.weight for c in categories},
+            combined,
+            matrix.decision,
+            drift_alpha,
+        ),
+        cfg=matrix,
         alpha=drift_alpha,
         warnings=warnings,
         checks=rates.finish(),
