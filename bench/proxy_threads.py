@@ -15,6 +15,12 @@ configurations run in alternating rounds, so that drift of the machine falls on 
 `--tree DIR` runs the configurations named after it from another checkout (with this venv), so
 one run can compare two trees side by side; configurations before any `--tree` run this one.
 `--shadow-rate R` mirrors that share of calls to a second upstream (0: shadow off).
+`--floor` runs the configurations named after it on `bench/relay_floor.py` instead of the proxy: a
+Python relay on uvloop that parses nothing (or, with `RELAY_FLOOR_PARSE=1`, only parses both heads),
+the floor under the relay core's figure:
+
+    python bench/proxy_threads.py --config relay=LLMWATCH_CAPTURE__ROUTES=[] \\
+        --floor --config floor= --config floor-parse=RELAY_FLOOR_PARSE=1
 """
 
 from __future__ import annotations
@@ -61,8 +67,8 @@ def thread_ticks(pid: int) -> dict[int, float]:
     return out
 
 
-def one_run(tree: Path, env_extra: dict[str, str], args: argparse.Namespace) -> tuple[float, float]:
-    """(event loop, other threads) CPU in µs per call for one fresh proxy."""
+def one_run(tree: Path | None, env_extra: dict[str, str], args: argparse.Namespace) -> tuple[float, float]:
+    """(event loop, other threads) CPU in µs per call for one fresh proxy (tree None: the floor)."""
     work = Path(tempfile.mkdtemp(prefix="llmwatch-threads-"))
     procs = []
     try:
@@ -98,7 +104,12 @@ def one_run(tree: Path, env_extra: dict[str, str], args: argparse.Namespace) -> 
             )
         port, metrics_port = free_port(), free_port()
         # Another checkout runs with this venv through its editable finder (cwd alone would mix trees).
-        base = [sys.executable, "-m", "llmwatch.agent.cli"] if tree.resolve() == ROOT else editable_launcher(tree)
+        if tree is None:
+            base = [sys.executable, str(ROOT / "bench" / "relay_floor.py")]
+        elif tree.resolve() == ROOT:
+            base = [sys.executable, "-m", "llmwatch.agent.cli"]
+        else:
+            base = editable_launcher(tree)
         proxy = subprocess.Popen(
             pinned(
                 [
@@ -116,7 +127,7 @@ def one_run(tree: Path, env_extra: dict[str, str], args: argparse.Namespace) -> 
                 "0,1",
             ),
             env=env,
-            cwd=tree,
+            cwd=tree or ROOT,
             stdout=subprocess.DEVNULL,
         )
         procs.append(proxy)
@@ -172,16 +183,25 @@ def main() -> None:
         help="checkout that runs the configurations named after it (default: this one)",
     )
     ap.add_argument(
+        "--floor",
+        action="append_const",
+        dest="order",
+        const=("floor", ""),
+        help="the configurations named after it run bench/relay_floor.py, not the proxy",
+    )
+    ap.add_argument(
         "--shadow-rate",
         type=float,
         default=0.0,
         help="share of calls mirrored to a second upstream (default 0: shadow off)",
     )
     args = ap.parse_args()
-    configs: list[tuple[str, dict[str, str], Path]] = []
-    tree = ROOT
+    configs: list[tuple[str, dict[str, str], Path | None]] = []
+    tree: Path | None = ROOT
     for kind, text in args.order:
-        if kind == "tree":
+        if kind == "floor":
+            tree = None
+        elif kind == "tree":
             tree = Path(text)
         else:
             configs.append((*parse_config(text), tree))

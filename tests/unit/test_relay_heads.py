@@ -81,3 +81,86 @@ def test_paths_that_climb_above_their_root(path):
 )
 def test_paths_that_stay_under_their_root(path):
     assert not climbs_above_root(path)
+
+
+# --- header names classified once (relay.py `_header_kind`) ----------------------------------------
+
+_SPECIAL_NAMES = [b"Host", b"Expect", b"Authorization", b"Content-Length", b"Transfer-Encoding", b"Connection"]
+_SPECIAL_NAMES += [b"Keep-Alive", b"TE", b"Trailer", b"Upgrade", b"Proxy-Connection", b"Proxy-Authorization"]
+
+
+def _spellings():
+    from hypothesis import strategies as st
+
+    def mixed_case(name: bytes):
+        return st.lists(st.booleans(), min_size=len(name), max_size=len(name)).map(
+            lambda flips: bytes(c ^ 0x20 if flip and chr(c).isalpha() else c for c, flip in zip(name, flips))
+        )
+
+    token = st.binary(min_size=1, max_size=80).filter(lambda b: b":" not in b)
+    return st.one_of(st.sampled_from(_SPECIAL_NAMES).flatmap(mixed_case), token)
+
+
+def _old_request_rule(lower: bytes) -> str:
+    """What new_call did with a request header before names were classified once (by lower case)."""
+    from llmwatch.collectors.receivers.proxy.relay import _HOP_BY_HOP
+
+    if lower in _HOP_BY_HOP:
+        return "te" if lower == b"transfer-encoding" else "drop"
+    return {b"host": "host", b"expect": "expect", b"authorization": "auth", b"content-length": "length"}.get(
+        lower, "forward"
+    )
+
+
+def _old_response_rule(lower: bytes) -> str:
+    from llmwatch.collectors.receivers.proxy.relay import _HOP_BY_HOP
+
+    if lower in _HOP_BY_HOP:
+        return "te" if lower == b"transfer-encoding" else "drop"
+    return "length" if lower == b"content-length" else "forward"
+
+
+def test_a_header_name_is_classified_as_its_lower_case_name_was_in_any_spelling_remembered_or_not():
+    from hypothesis import given, settings
+
+    from llmwatch.collectors.receivers.proxy import relay
+
+    names = {
+        relay._PLAIN: "forward",
+        relay._HOP: "drop",
+        relay._TE: "te",
+        relay._HOST: "host",
+        relay._EXPECT: "expect",
+        relay._AUTH: "auth",
+        relay._LENGTH: "length",
+    }
+
+    @settings(max_examples=400, deadline=None)
+    @given(_spellings())
+    def check(name: bytes) -> None:
+        for table, rule in ((relay._REQUEST_KINDS, _old_request_rule), (relay._RESPONSE_KINDS, _old_response_rule)):
+            kinds: dict = {}
+            first = relay._header_kind(kinds, name, table)
+            assert first[0] == name.lower()
+            assert names[first[1]] == rule(name.lower()), name
+            again = kinds.get(name) or relay._header_kind(kinds, name, table)
+            assert again == first
+
+    check()
+
+
+def test_the_remembered_header_names_are_bounded_in_number_and_length():
+    from llmwatch.collectors.receivers.proxy import relay
+
+    kinds: dict = {}
+    for i in range(relay._MAX_HEADER_KINDS * 3):
+        assert relay._header_kind(kinds, b"X-Invented-%d" % i) == (b"x-invented-%d" % i, relay._PLAIN)
+    assert len(kinds) == relay._MAX_HEADER_KINDS
+    long_name = b"X-" + b"a" * 100_000
+    assert relay._header_kind({}, long_name) == (long_name.lower(), relay._PLAIN)
+    kept: dict = {}
+    relay._header_kind(kept, long_name)
+    assert kept == {}
+    # Past the bound a name is still classified, only not remembered: Host stays Host.
+    assert relay._header_kind(kinds, b"HOST") == (b"host", relay._HOST)
+    assert b"HOST" not in kinds

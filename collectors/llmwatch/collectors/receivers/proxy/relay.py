@@ -104,6 +104,37 @@ _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
 _MAX_CHUNK_LINE = 8192
 
 
+# What `RelayServer.new_call` does with a request header, by its lower-case name.
+_PLAIN, _HOP, _TE, _HOST, _EXPECT, _AUTH, _LENGTH = range(7)
+_REQUEST_KINDS = {
+    **{name: _HOP for name in _HOP_BY_HOP},
+    b"transfer-encoding": _TE,
+    b"host": _HOST,
+    b"expect": _EXPECT,
+    b"authorization": _AUTH,
+    b"content-length": _LENGTH,
+}
+# The same for a response header, in `_Upstream._respond`.
+_RESPONSE_KINDS = {**{name: _HOP for name in _HOP_BY_HOP}, b"transfer-encoding": _TE, b"content-length": _LENGTH}
+# Header spellings remembered (per server, per pool): clients and upstreams send the same few names
+# on every call, so a name is lowered and classified once, not once per call. Bounded: past this
+# many names, or for a name longer than this many bytes (a peer inventing names), the rest are
+# lowered each time and not remembered.
+_MAX_HEADER_KINDS = 512
+_MAX_KIND_NAME = 64
+
+
+def _header_kind(
+    kinds: dict[bytes, tuple[bytes, int]], name: bytes, table: dict[bytes, int] = _REQUEST_KINDS
+) -> tuple[bytes, int]:
+    """(lower-case name, kind) of a header name by `table`; remembered in `kinds` within its bounds."""
+    lower = name.lower()
+    known = (lower, table.get(lower, _PLAIN))
+    if len(kinds) < _MAX_HEADER_KINDS and len(name) <= _MAX_KIND_NAME:
+        kinds[name] = known
+    return known
+
+
 def head_limit(max_header_bytes: int, max_headers: int) -> int:
     """Most bytes of one head: every line at its limit, but no more than _MAX_HEAD (or two lines)."""
     return min(max_header_bytes * (max_headers + 1), max(_MAX_HEAD, 2 * max_header_bytes))
@@ -252,7 +283,8 @@ class _Call:
                 if self.up is not None:
                     self.client.flush = self
                 self.pending.append(b"0\r\n\r\n")
-        self.client.body_complete(self)
+        if self.client.body_timer is not None:
+            self.client.body_complete(self)
         if self.local is not None and self.started and not self.finished:
             self.client.answer_local(self)
         elif self.held:
@@ -396,7 +428,7 @@ class _Upstream(asyncio.Protocol):
         self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
-        if _BAD_REASON.search(reason):
+        if reason != b"OK" and _BAD_REASON.search(reason):
             raise _LimitExceeded  # llhttp reads control bytes in a reason phrase; h11 and RFC 9112 do not
         self.reason += reason
 
@@ -420,18 +452,23 @@ class _Upstream(asyncio.Protocol):
         captured: dict[str, str] = {}
         lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", b"%d %b\r\n" % (self.status, self.reason)]
         te = cl = None
+        kinds = self.pool.header_kinds
         for name, value in self.headers:
-            lower = name.lower()
-            if lower in _HOP_BY_HOP:
-                if lower == b"transfer-encoding":
+            known = kinds.get(name)
+            if known is None:
+                known = _header_kind(kinds, name, _RESPONSE_KINDS)
+            lower, kind = known
+            if kind != _PLAIN:
+                if kind == _TE:
                     if te is not None or value.strip().lower() != b"chunked":
                         # Only a lone `chunked` frames a body the relay can end exactly (nginx: 502).
                         self._invalid(call)
                         return
                     te = value
-                continue
-            if lower == b"content-length":
-                if not value.isdigit():
+                    continue
+                if kind == _HOP:
+                    continue
+                if not value.isdigit():  # _LENGTH
                     self._invalid(call)
                     return
                 cl = value
@@ -497,13 +534,15 @@ class _Upstream(asyncio.Protocol):
                 data = data[:remaining]  # bytes past the end of the response: not this client's
                 self.reusable = False
             self.remaining = 0
-            if data:
+            if data and call.ex is not None:
                 self._capture(call, data)
-            call.client.write(head + data if head else data)
+            transport = call.client.transport
+            if transport is not None:
+                transport.write(head + data if head else data)
             self._finished(call)
             return
         self.remaining = remaining - size
-        if data:
+        if data and call.ex is not None:
             self._capture(call, data)
         call.client.write(head + data if head else data)
 
@@ -643,9 +682,11 @@ class _Upstream(asyncio.Protocol):
                 self.paused = False
                 self.transport.resume_reading()
             self.pool.release(self, self.keep_alive and self.reusable and call.body_done)
-        # An upstream that answered before it had read the whole body may have paused the client.
-        call.client.resume("upstream")
-        call.client.response_done(call)
+        client = call.client
+        if client.paused:
+            # An upstream that answered before it had read the whole body may have paused the client.
+            client.resume("upstream")
+        client.response_done(call)
 
     # --- failures --------------------------------------------------------------------------------------
 
@@ -761,6 +802,8 @@ class _Pool:
         self.max_headers = p.max_headers
         self.max_head = head_limit(p.max_header_bytes, p.max_headers)
         self.wanted = frozenset(h.encode("latin-1") for h in proxy.wanted_headers)
+        # Response header names as upstreams spell them -> (lower case, what `_respond` does with it).
+        self.header_kinds: dict[bytes, tuple[bytes, int]] = {}
         self.idle: list[_Upstream] = []
         self.count = 0
         self.waiters: collections.deque[_Call] = collections.deque()
@@ -909,6 +952,8 @@ class _Client(asyncio.Protocol):
         self.proxy = server.proxy
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
+        self.max_value = server.max_line - 2
+        self.max_headers = server.max_headers
         self.current: _Call | None = None  # the call being answered
         self.latest: _Call | None = None  # the call whose head was parsed last
         self.parsing: _Call | None = None  # the call whose request is being read
@@ -1014,7 +1059,10 @@ class _Client(asyncio.Protocol):
         if call.pending_size > _PENDING_LIMIT:
             self.resume("pending")
         call.pending_size = 0
-        up.send(data)
+        transport = up.transport
+        if transport is not None:  # `up.send`, inline: once per call
+            transport.write(data)
+            up.last_read = self.server.loop.time()
 
     # --- request parsing ------------------------------------------------------------------------------
 
@@ -1032,13 +1080,15 @@ class _Client(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self.headers
-        if len(name) + len(value) + 2 > self.server.max_line or len(headers) >= self.server.max_headers:
+        # len(name) + len(value) + 2 > max_line, with the sum's constant taken out (once per server).
+        if len(name) + len(value) > self.max_value or len(headers) >= self.max_headers:
             raise _LimitExceeded
         headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self.in_head = False
-        self._disarm()
+        if self.deadline is not None:
+            self._disarm()
         call = self.server.new_call(self, self.parser, self.url, self.headers)
         self.parsing = self.latest = call
         if self.current is None:
@@ -1326,6 +1376,8 @@ class RelayServer:
         self.preserve_host = p.preserve_host
         self.routes = proxy.capture_routes
         self.read_headers = frozenset(h.encode("latin-1") for h in proxy.exchange_headers)
+        # Request header names as clients spell them -> (lower case, what new_call does with it).
+        self.header_kinds: dict[bytes, tuple[bytes, int]] = {}
 
     async def start(self, sock: socket.socket) -> int:
         sock.setblocking(False)
@@ -1347,8 +1399,6 @@ class RelayServer:
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
 
     def new_call(self, client: _Client, parser: Any, target: bytes, headers: list[tuple[bytes, bytes]]) -> _Call:  # noqa: C901
-        t0 = perf_counter()
-        started_at = time.time()
         call = _Call(client)
         method = parser.get_method()
         version = parser.get_http_version()
@@ -1397,7 +1447,12 @@ class RelayServer:
             path = unquote(raw_path.decode("utf-8", "replace"))
         call.path = path
         # Of a captured call's headers, only the few the Exchange reads are decoded.
-        lookup: dict[str, str] | None = {} if path in self.routes else None
+        lookup: dict[str, str] | None = None
+        if path in self.routes:
+            # Taken here, not for every call: only a captured call has an Exchange to time.
+            t0 = perf_counter()
+            started_at = time.time()
+            lookup = {}
         read = self.read_headers
         out = [method, b" ", self.prefix, target, b" HTTP/1.1\r\n"]
         if not self.preserve_host:
@@ -1407,30 +1462,38 @@ class RelayServer:
         codings = 0
         hosts = 0
         length = None
+        kinds = self.header_kinds
         for name, value in headers:
-            lower = name.lower()
+            known = kinds.get(name)
+            if known is None:
+                known = _header_kind(kinds, name)
+            lower, kind = known
             if lookup is not None and lower in read:
                 key = lower.decode("latin-1")
                 if key not in lookup:
                     lookup[key] = value.decode("latin-1")
-            if lower in _HOP_BY_HOP:
-                if lower == b"transfer-encoding":
-                    chunked = True  # llhttp accepts it only with chunked last
-                    codings += 1 if value.strip().lower() == b"chunked" else 2
+            if kind == _PLAIN:
+                out += (name, b": ", value, b"\r\n")
                 continue
-            if lower == b"host":
+            if kind == _HOP:
+                continue
+            if kind == _TE:
+                chunked = True  # llhttp accepts it only with chunked last
+                codings += 1 if value.strip().lower() == b"chunked" else 2
+                continue
+            if kind == _HOST:
                 hosts += 1
                 if not self.preserve_host:
                     continue
-            elif lower == b"expect":
+            elif kind == _EXPECT:
                 if value.lower() == b"100-continue":
                     # Answered here: forwarded, it would make the upstream request wait for a
                     # second 100 that an upstream expecting only the body never sends.
                     client.write(_CONTINUE)
                     continue
-            elif lower == b"authorization":
+            elif kind == _AUTH:
                 has_auth = True
-            elif lower == b"content-length":
+            else:  # _LENGTH
                 length = value
             out += (name, b": ", value, b"\r\n")
         if hosts > 1 or (hosts == 0 and not call.http10):
