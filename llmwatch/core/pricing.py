@@ -216,10 +216,28 @@ class PriceTable:
 
     def price(self, model: str | None, tokens: TokenCounts, *, batch: bool = False) -> PricedCall | None:
         """USD for one call and the row it was priced by, or None when the model has no price."""
+        priced = self.price_of(
+            model, tokens.input, tokens.output, tokens.cached_input, tokens.cache_write, tokens.reasoning, batch=batch
+        )
+        return None if priced is None else PricedCall(*priced)
+
+    def price_of(
+        self,
+        model: str | None,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cached_input: int | None = None,
+        cache_write: int | None = None,
+        reasoning: int | None = None,
+        *,
+        batch: bool = False,
+    ) -> tuple[float, str] | None:
+        """`price` of plain counts, as (usd, row): the proxy prices every call it sees, and the
+        two frozen records (`TokenCounts`, `PricedCall`) cost more than the arithmetic there."""
         price = self.lookup(model)
         if price is None:
             return None
-        total_in = tokens.input or 0
+        total_in = input_tokens or 0
         rate_in, rate_out = price.input_per_million, price.output_per_million
         rate_cached, rate_write, row = price.cached_input_per_million, price.cache_write_per_million, price.row
         for tier in price.tiers:  # ascending: the last one the prompt is above wins
@@ -227,21 +245,21 @@ class PriceTable:
                 rate_in, rate_out = tier.input_per_million, tier.output_per_million
                 rate_cached, rate_write = tier.cached_input_per_million, tier.cache_write_per_million
                 row = f"{price.row}>{tier.above_input_tokens}"
-        cached = min(tokens.cached_input or 0, total_in)
-        written = min(tokens.cache_write or 0, total_in - cached)
-        output = tokens.output or 0
-        reasoning = min(tokens.reasoning or 0, output)
+        cached = min(cached_input or 0, total_in)
+        written = min(cache_write or 0, total_in - cached)
+        output = output_tokens or 0
+        reasoned = min(reasoning or 0, output)
         rate_reasoning = price.reasoning_per_million if price.reasoning_per_million is not None else rate_out
         usd = (
             (total_in - cached - written) * rate_in
             + cached * (rate_in if rate_cached is None else rate_cached)
             + written * (rate_in if rate_write is None else rate_write)
-            + (output - reasoning) * rate_out
-            + reasoning * rate_reasoning
+            + (output - reasoned) * rate_out
+            + reasoned * rate_reasoning
         ) / 1e6
         if batch:
             usd *= 1.0 - price.batch_discount
-        return PricedCall(usd, row)
+        return usd, row
 
     def cost(self, model: str | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
         """USD for one call of plain input and output tokens, or None when the model has no price."""

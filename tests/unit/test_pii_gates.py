@@ -313,3 +313,20 @@ def test_object_keys_are_masked_the_same_on_every_call_and_only_clean_short_keys
     assert redactor(many) == many
     assert len(redactor._clean_keys) == 4096
     assert redactor({"call +1 415 555 2671": 0, "field_4999": 1}) == {"call [PHONE]": 0, "field_4999": 1}
+
+
+def test_short_values_are_masked_the_same_on_every_call_and_only_clean_ones_are_remembered():
+    redactor = Redactor(DEFAULT_KINDS, extra_patterns=[r"secretname"])
+    body = {"role": "assistant", "to": "jane@corp.io", "note": "my secretname", "long": "k" * 100, "n": ["stop", 7]}
+    want = {"role": "assistant", "to": "[EMAIL]", "note": "my [REDACTED]", "long": "k" * 100, "n": ["stop", 7]}
+    for _ in range(3):
+        assert redactor(body) == want
+        assert redactor.body(body, "response") == want
+    # Only values that had nothing to mask, short ones, are remembered; apart from the keys.
+    assert redactor._clean_values == {"assistant", "stop"}
+    assert "jane@corp.io" not in redactor._clean_values and "my secretname" not in redactor._clean_values
+    many = [f"value {i}" for i in range(5000)]
+    assert redactor(many) == many
+    assert len(redactor._clean_values) == 4096
+    # Past the bound a value is still masked, and a remembered one still comes back as it was.
+    assert redactor(["call +1 415 555 2671", "value 4999", "assistant"]) == ["call [PHONE]", "value 4999", "assistant"]

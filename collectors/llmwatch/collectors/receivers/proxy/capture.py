@@ -56,6 +56,10 @@ class Exchange:
     # Set by the proxy's conversation tracker (llmwatch.scorers.pipeline.conversations).
     conversation_id: str | None = None
     turn: int | None = None
+    # The proxy's request head (lower-case name -> first value, only the headers it reads), kept
+    # as the relay found it: the request id, metadata and sample id are read from it with the
+    # call's other bookkeeping (`Proxy._finish`, in batches), not between the relay's reads.
+    request_headers: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

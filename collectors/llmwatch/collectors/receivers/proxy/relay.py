@@ -225,7 +225,7 @@ class _Call:
         self.pending_size = 0
         self.up: _Upstream | None = None
         self.ex: Exchange | None = None
-        self.req_buf: bytearray | None = None
+        self.req_buf: bytes | bytearray | None = None  # a captured request body so far
         self.keep_alive = True
         self.http10 = False
         self.local: tuple[int, bytes] | None = None  # an answer of the proxy's own (400, 404)
@@ -243,7 +243,14 @@ class _Call:
     def body(self, data: bytes) -> None:
         buf = self.req_buf
         if buf is not None:
-            buf += data
+            if not buf:
+                # The first piece is kept as it came: a body in one read (most) is never copied
+                # (`body_end`'s bytes() of it is the same object).
+                buf = self.req_buf = data
+            else:
+                if type(buf) is bytes:
+                    buf = self.req_buf = bytearray(buf)  # more pieces: one buffer, linear in the body
+                buf += data
             ex = self.ex
             if len(buf) > ex.max_body_bytes:  # type: ignore[union-attr]
                 ex.notes.append("request_too_large")  # type: ignore[union-attr]
