@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from typing import Awaitable, Callable, Iterator, TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -25,7 +27,7 @@ def stop_signals(
     once its loop has stopped, so a process that had handlers of its own (an in-process test under
     pytest, `asyncio.run`'s Ctrl-C handler, an application embedding the agent) lost them.
 
-    Nested with one event, SIGTERM can be held longer than SIGINT (see `llmwatch.agent.cli.main._serve_until_signal`)."""
+    Nested with one event, SIGTERM can be held longer than SIGINT (see `run_until_stopped`)."""
     loop = asyncio.get_running_loop()
     event = stop if stop is not None else asyncio.Event()
     previous = {sig: signal.getsignal(sig) for sig in signals}
@@ -71,6 +73,38 @@ def interrupt_raises() -> Iterator[None]:
     finally:
         if previous is not None:  # None: a handler not set from Python, which cannot be put back
             signal.signal(signal.SIGINT, previous)
+
+
+async def run_until_stopped(
+    main: Callable[[asyncio.Event], Awaitable[T]], cleanup: Callable[[], Awaitable[object]]
+) -> T:
+    """`main(stop)`, SIGINT/SIGTERM setting `stop`, then `cleanup()` (also when `main` fails):
+    the one stop of every long-running command (proxy, ingest, ui, review serve, simulate, demo).
+
+    The signals are taken from before `main` starts (a SIGTERM while a server comes up stops it
+    once it is up, where the default action killed it half started) until `cleanup` is done: a
+    second SIGTERM during the cleanup (a supervisor that signals the process and then its group, a
+    wrapper forwarding SIGTERM after a Ctrl-C) is logged (`stop_signal_again`) and the cleanup goes
+    on, where the default action killed it midway (exit 143, files and children left); the grace
+    period's SIGKILL is what ends a stop that takes too long. A second Ctrl-C during the cleanup
+    gives it up at once, even in a blocking wait: KeyboardInterrupt, which the CLI turns into exit
+    130 without a traceback (`interrupt_raises`)."""
+    stop = asyncio.Event()
+    with stop_signals((signal.SIGTERM,), stop):
+        try:
+            with stop_signals((signal.SIGINT,), stop):
+                return await main(stop)
+        finally:
+            with interrupt_raises():
+                await cleanup()
+
+
+async def until(stop: asyncio.Event, duration: float | None = None) -> None:
+    """Until `stop` is set, or `duration` seconds: the `main` of a server run by `run_until_stopped`."""
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=duration)
+    except asyncio.TimeoutError:
+        pass
 
 
 async def wait_for_signal(duration: float | None = None) -> None:
