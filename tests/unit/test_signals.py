@@ -172,9 +172,9 @@ async def test_a_second_sigterm_during_the_stop_does_not_cut_the_stop_short(tmp_
     signal.raise_signal(signal.SIGTERM)
     assert await asyncio.wait_for(serving, 30) == 0
     assert not agents[0].pipeline.alive, "the stop ran to its end"
-    # Ctrl-C during the stop raises at once (a second one gives up a stop that takes too long);
-    # SIGTERM stays the loop's until the stop is done.
-    assert during_stop[signal.SIGINT] is signal.default_int_handler
+    # Both stay the loop's until the stop is done: SIGTERM to be logged, Ctrl-C to cancel the
+    # stop (a second one gives up a stop that takes too long).
+    assert during_stop[signal.SIGINT] is not own_handlers[signal.SIGINT]
     assert during_stop[signal.SIGTERM] is not own_handlers[signal.SIGTERM]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
@@ -230,7 +230,8 @@ async def test_a_second_sigterm_during_a_cleanup_is_logged_and_the_cleanup_runs_
 
 
 async def test_a_second_ctrl_c_during_a_cleanup_gives_it_up_at_once(own_handlers):
-    # KeyboardInterrupt, which `llmwatch` turns into exit 130 without a traceback.
+    # The cleanup is cancelled where it waits, then KeyboardInterrupt, which `llmwatch` turns
+    # into exit 130 without a traceback.
     from llmwatch.agent.signals import run_until_stopped, until
 
     steps: list[str] = []
@@ -238,7 +239,12 @@ async def test_a_second_ctrl_c_during_a_cleanup_gives_it_up_at_once(own_handlers
     async def cleanup() -> None:
         steps.append("cleanup started")
         signal.raise_signal(signal.SIGINT)
-        steps.append("not reached: the second Ctrl-C raises here")
+        try:
+            await asyncio.Event().wait()  # a wait that never ends by itself
+        except asyncio.CancelledError:
+            steps.append("cancelled where it waited")
+            raise
+        steps.append("not reached")
 
     async def main(stop: asyncio.Event) -> None:
         signal.raise_signal(signal.SIGINT)
@@ -246,7 +252,7 @@ async def test_a_second_ctrl_c_during_a_cleanup_gives_it_up_at_once(own_handlers
 
     with pytest.raises(KeyboardInterrupt):
         await run_until_stopped(main, cleanup)
-    assert steps == ["cleanup started"]
+    assert steps == ["cleanup started", "cancelled where it waited"]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
 
