@@ -65,3 +65,57 @@ def test_versions_past_the_label_cap_share_one_window_and_one_series():
     assert len(series) == 3  # v0, v1 and "other"
     assert len(rec._window) == 3
     assert gauge(text, "llmwatch_judge_pass_rate", "other") == 0.5
+
+
+def test_a_version_without_a_verdict_for_the_retention_stops_being_exported_and_comes_back_fresh():
+    # v1 was rolled out to v2: v1's last pass rate must not stay on the dashboards (and in the
+    # alerts) for ever. The retention is the served versions' (drift.version_change.remember_s).
+    metrics = Metrics()
+    now = [1000.0]
+    section = JudgeSection(model="sim-judge")
+    rec = JudgeRecorder(
+        section,
+        metrics.group(JudgeMetrics),
+        ScoreRecorder(metrics, None),
+        None,
+        CalibrationWatch(None, section.min_agreement, section.min_labels),
+        retire_after_s=3600.0,
+        clock=lambda: now[0],
+    )
+    rec.apply(JudgeReport(scores=[verdict(i, "v1", False) for i in range(4)]))
+    now[0] += 1800.0
+    rec.apply(JudgeReport(scores=[verdict(10 + i, "v2", True) for i in range(4)]))
+    now[0] += 1800.0  # v1's last verdict exactly the retention ago: still kept
+    rec.refresh()
+    text = generate_latest(metrics.registry).decode()
+    assert gauge(text, "llmwatch_judge_pass_rate", "v1") == 0.0
+    now[0] += 1.0  # past it: v1 goes (the result thread's idle refresh), v2 stays
+    rec.refresh()
+    text = generate_latest(metrics.registry).decode()
+    assert gauge(text, "llmwatch_judge_pass_rate", "v1") is None
+    assert gauge(text, "llmwatch_judge_pass_rate", "v2") == 1.0
+    assert set(rec._window) == {("helpfulness", "v2")}
+    # Counters stay: a counter series that vanished would read as a reset.
+    assert 'model_version="v1",result="fail"} 4.0' in text
+    # v1 served again: its pass rate starts from its new verdicts only.
+    rec.apply(JudgeReport(scores=[verdict(20, "v1", True)]))
+    assert gauge(generate_latest(metrics.registry).decode(), "llmwatch_judge_pass_rate", "v1") == 1.0
+
+
+def test_a_retention_of_zero_keeps_every_version():
+    metrics = Metrics()
+    now = [0.0]
+    section = JudgeSection(model="sim-judge")
+    rec = JudgeRecorder(
+        section,
+        metrics.group(JudgeMetrics),
+        ScoreRecorder(metrics, None),
+        None,
+        CalibrationWatch(None, section.min_agreement, section.min_labels),
+        retire_after_s=0.0,
+        clock=lambda: now[0],
+    )
+    rec.apply(JudgeReport(scores=[verdict(0, "v1", True)]))
+    now[0] += 1e9
+    rec.refresh()
+    assert gauge(generate_latest(metrics.registry).decode(), "llmwatch_judge_pass_rate", "v1") == 1.0

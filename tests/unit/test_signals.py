@@ -172,9 +172,9 @@ async def test_a_second_sigterm_during_the_stop_does_not_cut_the_stop_short(tmp_
     signal.raise_signal(signal.SIGTERM)
     assert await asyncio.wait_for(serving, 30) == 0
     assert not agents[0].pipeline.alive, "the stop ran to its end"
-    # Ctrl-C during the stop raises at once (a second one gives up a stop that takes too long);
-    # SIGTERM stays the loop's until the stop is done.
-    assert during_stop[signal.SIGINT] is signal.default_int_handler
+    # Both stay the loop's until the stop is done: SIGTERM to be logged, Ctrl-C to cancel the
+    # stop (a second one gives up a stop that takes too long).
+    assert during_stop[signal.SIGINT] is not own_handlers[signal.SIGINT]
     assert during_stop[signal.SIGTERM] is not own_handlers[signal.SIGTERM]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
@@ -194,4 +194,80 @@ async def test_an_install_that_fails_midway_puts_back_what_it_installed(own_hand
     with pytest.raises(OSError):
         with stop_signals():
             pytest.fail("not reached: the install failed")
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_second_sigterm_during_a_cleanup_is_logged_and_the_cleanup_runs_to_its_end(own_handlers):
+    # The one stop of every long-running command (ui, review serve, simulate, demo, proxy): the
+    # first signal ends `main`, a second SIGTERM while the cleanup runs is said and taken by the
+    # loop, not the process's previous action (the default one killed it midway).
+    from structlog.testing import capture_logs
+
+    from llmwatch.agent.signals import run_until_stopped, until
+
+    steps: list[str] = []
+    go_on = asyncio.Event()
+
+    async def cleanup() -> None:
+        steps.append("cleanup started")
+        signal.raise_signal(signal.SIGTERM)  # the second signal, while the cleanup waits
+        await go_on.wait()  # set by the test once the loop has taken the second signal
+        steps.append("cleanup done")
+
+    async def main(stop: asyncio.Event) -> str:
+        signal.raise_signal(signal.SIGTERM)  # the first signal
+        await until(stop)
+        return "served"
+
+    with capture_logs() as logs:
+        serving = asyncio.create_task(run_until_stopped(main, cleanup))
+        await _until(lambda: any(e["event"] == "stop_signal_again" for e in logs))
+        go_on.set()
+        assert await asyncio.wait_for(serving, 30) == "served"
+    assert steps == ["cleanup started", "cleanup done"]
+    assert [e["signal"] for e in logs if e["event"] == "stop_signal_again"] == ["SIGTERM"]
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_second_ctrl_c_during_a_cleanup_gives_it_up_at_once(own_handlers):
+    # The cleanup is cancelled where it waits, then KeyboardInterrupt, which `llmwatch` turns
+    # into exit 130 without a traceback.
+    from llmwatch.agent.signals import run_until_stopped, until
+
+    steps: list[str] = []
+
+    async def cleanup() -> None:
+        steps.append("cleanup started")
+        signal.raise_signal(signal.SIGINT)
+        try:
+            await asyncio.Event().wait()  # a wait that never ends by itself
+        except asyncio.CancelledError:
+            steps.append("cancelled where it waited")
+            raise
+        steps.append("not reached")
+
+    async def main(stop: asyncio.Event) -> None:
+        signal.raise_signal(signal.SIGINT)
+        await until(stop)
+
+    with pytest.raises(KeyboardInterrupt):
+        await run_until_stopped(main, cleanup)
+    assert steps == ["cleanup started", "cancelled where it waited"]
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+async def test_a_failing_main_is_cleaned_up_too(own_handlers):
+    from llmwatch.agent.signals import run_until_stopped
+
+    cleaned: list[bool] = []
+
+    async def main(stop: asyncio.Event) -> None:
+        raise OSError(98, "Address already in use")
+
+    async def cleanup() -> None:
+        cleaned.append(True)
+
+    with pytest.raises(OSError):
+        await run_until_stopped(main, cleanup)
+    assert cleaned == [True]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers

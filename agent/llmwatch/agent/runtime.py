@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
@@ -313,8 +314,48 @@ class Agent:
             if kind == "exporter":
                 # The pipeline drains into its sinks before they close; the scorer sink then waits
                 # up to scoring.shutdown_timeout_s for scores and records the rest as `error`.
-                self.pipeline.close()
+                await self._close_pipeline()
         log.info("agent_stopped", samples_processed=self.pipeline.processed)
+
+    async def _close_pipeline(self) -> None:
+        """`pipeline.close()` (blocking, with its own deadlines) in a thread of its own, the loop
+        free meanwhile: the processors and extensions still run (the drift webhook is told the
+        scorer's last readings during that wait, the judge's and the version sentinel's calls go
+        on) and a repeated signal is taken at once. The receivers and the metrics server stopped
+        before (the order above), so no call is in flight any more.
+
+        A daemon thread, not the loop's executor: a stop given up (a second Ctrl-C cancels this
+        task) must not leave the process waiting on it at exit; the scorer child is killed then
+        (`Pipeline.abandon`), as when the wait was on the loop and the Ctrl-C raised in it."""
+        loop = asyncio.get_running_loop()
+        closed: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if closed.done():
+                return
+            if error is None:
+                closed.set_result(None)
+            else:
+                closed.set_exception(error)
+
+        def close() -> None:
+            error: BaseException | None = None
+            try:
+                self.pipeline.close()
+            except BaseException as exc:  # raised in the stop, as when it ran on the loop
+                error = exc
+            try:
+                loop.call_soon_threadsafe(settle, error)
+            except RuntimeError:
+                pass  # the loop is closed: the stop was given up
+
+        threading.Thread(target=close, name="llmwatch-pipeline-close", daemon=True).start()
+        try:
+            await closed
+        except BaseException:
+            if not closed.done() or closed.cancelled():  # given up, not the close's own error
+                self.pipeline.abandon()
+            raise
 
     @staticmethod
     async def _stop(name: str, component: Component) -> None:

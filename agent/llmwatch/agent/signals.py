@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import threading
-from typing import Iterator
+from typing import Awaitable, Callable, Iterator, TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -25,7 +26,7 @@ def stop_signals(
     once its loop has stopped, so a process that had handlers of its own (an in-process test under
     pytest, `asyncio.run`'s Ctrl-C handler, an application embedding the agent) lost them.
 
-    Nested with one event, SIGTERM can be held longer than SIGINT (see `llmwatch.agent.cli.main._serve_until_signal`)."""
+    Nested with one event, SIGTERM can be held longer than SIGINT (see `run_until_stopped`)."""
     loop = asyncio.get_running_loop()
     event = stop if stop is not None else asyncio.Event()
     previous = {sig: signal.getsignal(sig) for sig in signals}
@@ -56,21 +57,82 @@ def stop_signals(
                 signal.signal(sig, handler)
 
 
+async def run_until_stopped(
+    main: Callable[[asyncio.Event], Awaitable[T]], cleanup: Callable[[], Awaitable[object]]
+) -> T:
+    """`main(stop)`, SIGINT/SIGTERM setting `stop`, then `cleanup()` (also when `main` fails):
+    the one stop of every long-running command (proxy, ingest, ui, review serve, simulate, demo).
+
+    The signals are taken from before `main` starts (a SIGTERM while a server comes up stops it
+    once it is up, where the default action killed it half started) until `cleanup` is done: a
+    second SIGTERM during the cleanup (a supervisor that signals the process and then its group, a
+    wrapper forwarding SIGTERM after a Ctrl-C) is logged (`stop_signal_again`) and the cleanup goes
+    on, where the default action killed it midway (exit 143, files and children left); the grace
+    period's SIGKILL is what ends a stop that takes too long. A second Ctrl-C during the cleanup
+    gives it up: the cleanup is cancelled where it awaits, then KeyboardInterrupt, which the CLI
+    turns into exit 130 without a traceback.
+
+    Cancelled, not interrupted: a KeyboardInterrupt raised wherever the main thread happens to be
+    (`default_int_handler`, as before) ended the loop with the cleanup's tasks half way, and
+    asyncio's shutdown then cancelled them all at once; aiohttp's server stop, cancelled together
+    with its request handlers, raised InvalidStateError with a traceback (1 run in 3 of
+    tests/integration/test_second_signal.py under load). The cleanup's waits are awaits (the
+    agent's wait for the scorer runs in a thread, llmwatch.agent.runtime.Agent._close_pipeline),
+    so a cancellation reaches them at once."""
+    stop = asyncio.Event()
+    with stop_signals((signal.SIGTERM,), stop):
+        try:
+            with stop_signals((signal.SIGINT,), stop):
+                return await main(stop)
+        finally:
+            await _cancelled_by_ctrl_c(cleanup)
+
+
+async def _cancelled_by_ctrl_c(cleanup: Callable[[], Awaitable[object]]) -> None:
+    """`cleanup()`, a Ctrl-C cancelling it and raising KeyboardInterrupt once it has unwound."""
+    task = asyncio.current_task()
+    interrupted: list[bool] = []
+
+    def on_ctrl_c() -> None:
+        if task is not None and not interrupted:
+            interrupted.append(True)
+            log.info("stop_given_up", signal="SIGINT", note="a second Ctrl-C: the stop under way is cancelled")
+            task.cancel()
+
+    with _loop_handler(signal.SIGINT, on_ctrl_c):
+        try:
+            await cleanup()
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+
+
 @contextlib.contextmanager
-def interrupt_raises() -> Iterator[None]:
-    """Inside: Ctrl-C raises KeyboardInterrupt at once (`default_int_handler`), whatever SIGINT's
-    handler was; put back on the way out. For a stop under way: asyncio's own handler (`asyncio.run`
-    and uvloop's install it) only cancels the main task on a first Ctrl-C, which a blocking wait in
-    the stop (the scorer's drain, up to scoring.shutdown_timeout_s) does not see until it ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers are the main thread's to set
+def _loop_handler(sig: signal.Signals, callback: Callable[[], None]) -> Iterator[None]:
+    """`sig` calls `callback` on the loop inside; the handler from before is put back after."""
+    loop = asyncio.get_running_loop()
+    previous = signal.getsignal(sig)
+    try:
+        loop.add_signal_handler(sig, callback)
+    except (NotImplementedError, RuntimeError, ValueError):
+        yield  # no signals here (another thread, another platform): the caller's own stop applies
         return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)
         if previous is not None:  # None: a handler not set from Python, which cannot be put back
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(sig, previous)
+
+
+async def until(stop: asyncio.Event, duration: float | None = None) -> None:
+    """Until `stop` is set, or `duration` seconds: the `main` of a server run by `run_until_stopped`."""
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=duration)
+    except asyncio.TimeoutError:
+        pass
 
 
 async def wait_for_signal(duration: float | None = None) -> None:

@@ -232,6 +232,14 @@ class Pipeline:
                 self.metrics.samples_written.labels(sink=sink.name).inc(len(samples) - refused)
         self.processed += len(batch)
 
+    def abandon(self) -> None:
+        """The stop is given up while `close` runs in another thread (a second Ctrl-C): the sinks
+        that wait on a child (`abandon`, the scorer's) stop waiting and kill it now."""
+        for sink in self.sinks:
+            give_up = getattr(sink, "abandon", None)
+            if give_up is not None:
+                give_up()
+
     def close(self, timeout: float = 5.0) -> None:
         """Drain what is queued (bounded by `timeout`), then close the sinks."""
         self._stop.set()

@@ -42,12 +42,12 @@ import openai
 import structlog
 
 from llmwatch.agent.apps.demo_stability import stability_figures, stability_lines
-from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, start_simulator
+from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, SimulatorHandle, start_simulator
 from llmwatch.agent.apps.simulator.stability import rephrase
 from llmwatch.agent.components import Config
 from llmwatch.agent.processes.scoring import ScorerProcess
 from llmwatch.agent.runtime import Agent
-from llmwatch.agent.signals import wait_for_signal
+from llmwatch.agent.signals import run_until_stopped
 from llmwatch.collectors.exporters.prometheus import split_host_port
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
 from llmwatch.collectors.shadow.consistency import ConsistencySection
@@ -697,51 +697,47 @@ async def run_demo(
     if cleared:
         out.write(f"  cleared the previous demo run from {cfg.data_dir}: this run's figures are its own\n")
     out.flush()
-    stop = asyncio.Event()
     missing: list[str] = []  # the parts of the story this run could not show
     waited_for: dict[str, str] = {}  # drift verdicts the wait gave up on, by version
     # The watchdog: the traffic, the model load and each wait's cap, and a margin.
     watchdog_s = duration * 2 + MODEL_LOAD_S + 2 * SETTLE_S + VERDICT_S + 120.0
-    watcher = asyncio.create_task(wait_for_signal(watchdog_s))
-    watcher.add_done_callback(lambda _: stop.set())
     base_url = f"http://{host}:{agent.proxy_port}/v1"
     tally = Tally()
     phase = duration / 3.0
     traffic_s = 0.0
-    try:
-        if agent.scorer is not None:
-            # Traffic sent before the model is loaded would only queue up for the scorer.
-            out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
-            out.flush()
-            loading = time.perf_counter()
-            await _wait_ready(agent.scorer, stop, timeout=MODEL_LOAD_S)
-            if not stop.is_set():
-                out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
-        for name in ("A (baseline)", "A (after freeze)", "B"):
-            if stop.is_set():
-                break
-            if name == "A (after freeze)" and agent.scorer is not None:
-                await _settle(agent, SETTLE_S, out, stop)
-                await _freeze_step(agent, agent.scorer, out, missing)
-            if name == "B":
-                sim.set_profile(PROFILES["B"])
-            out.write(f"  phase {name}: {phase:.0f} s\n")
-            out.flush()
-            phase_started = time.perf_counter()
-            part = await drive_traffic(base_url, duration=phase, rate=rate, concurrency=concurrency, stop=stop)
-            traffic_s += time.perf_counter() - phase_started
-            _merge(tally, part)
-        if agent.scorer is not None and not stop.is_set():
-            await _settle(agent, SETTLE_S, out, stop)
-            if not missing:
-                waited_for = await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
-    finally:
-        stopped_early = stop.is_set()  # Ctrl-C or the watchdog; cancelling the watcher sets `stop` too
-        watcher.cancel()
+    stopped_early = False
+    elapsed = 0.0
+
+    async def story(stop: asyncio.Event) -> None:
+        nonlocal traffic_s, waited_for, stopped_early
+        watchdog = asyncio.get_running_loop().call_later(watchdog_s, stop.set)
+        try:
+            traffic_s, waited_for = await _story(
+                agent,
+                sim,
+                out,
+                stop,
+                base_url,
+                phase=phase,
+                rate=rate,
+                concurrency=concurrency,
+                tally=tally,
+                missing=missing,
+            )
+        finally:
+            stopped_early = stop.is_set()  # Ctrl-C, SIGTERM or the watchdog
+            watchdog.cancel()
+
+    async def cleanup() -> None:
+        nonlocal elapsed
         elapsed = time.perf_counter() - started
         await agent.stop()
         await sim.close()
         await candidate_sim.close()
+
+    # The signals are held until the cleanup is done, as in `llmwatch proxy`: a second SIGTERM
+    # lets the stop finish, a second Ctrl-C gives it up (exit 130).
+    await run_until_stopped(story, cleanup)
     out.write(summary(agent, tally, traffic_s, elapsed))
     # The scorer's last round, at stop, can still bring a verdict the wait gave up on: the summary
     # above shows it, so it is not missing.
@@ -755,6 +751,52 @@ async def run_demo(
         )
     out.flush()
     return 2 if missing else 0
+
+
+async def _story(
+    agent: Agent,
+    sim: SimulatorHandle,
+    out: IO[str],
+    stop: asyncio.Event,
+    base_url: str,
+    *,
+    phase: float,
+    rate: float,
+    concurrency: int,
+    tally: Tally,
+    missing: list[str],
+) -> tuple[float, dict[str, str]]:
+    """The three phases of traffic and the waits between them, until done or `stop`: (seconds of
+    traffic, the drift verdicts the wait gave up on by version). `tally` and `missing` are filled in."""
+    traffic_s = 0.0
+    waited_for: dict[str, str] = {}
+    if agent.scorer is not None:
+        # Traffic sent before the model is loaded would only queue up for the scorer.
+        out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
+        out.flush()
+        loading = time.perf_counter()
+        await _wait_ready(agent.scorer, stop, timeout=MODEL_LOAD_S)
+        if not stop.is_set():
+            out.write(f"  model ready after {time.perf_counter() - loading:.0f} s\n")
+    for name in ("A (baseline)", "A (after freeze)", "B"):
+        if stop.is_set():
+            break
+        if name == "A (after freeze)" and agent.scorer is not None:
+            await _settle(agent, SETTLE_S, out, stop)
+            await _freeze_step(agent, agent.scorer, out, missing)
+        if name == "B":
+            sim.set_profile(PROFILES["B"])
+        out.write(f"  phase {name}: {phase:.0f} s\n")
+        out.flush()
+        phase_started = time.perf_counter()
+        part = await drive_traffic(base_url, duration=phase, rate=rate, concurrency=concurrency, stop=stop)
+        traffic_s += time.perf_counter() - phase_started
+        _merge(tally, part)
+    if agent.scorer is not None and not stop.is_set():
+        await _settle(agent, SETTLE_S, out, stop)
+        if not missing:
+            waited_for = await _await_verdicts(agent, ("A", "B"), VERDICT_S, out, stop)
+    return traffic_s, waited_for
 
 
 async def _freeze_step(agent: Agent, scorer: ScorerProcess, out: IO[str], missing: list[str]) -> None:

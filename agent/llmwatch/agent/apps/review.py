@@ -742,6 +742,12 @@ async def read_form(request: web.Request) -> dict[str, str]:
         raise web.HTTPBadRequest(
             text=f"Not saved: the form cannot be read ({exc}); send it again from the review page"
         ) from None
+    except ConnectionResetError:
+        # The reviewer's connection went before the whole form came (a closed tab, a lost
+        # network, or the app stopping, which reads no more of a body): nothing was saved, and
+        # there is nobody left to answer. Not an internal error, so not logged as one.
+        log.info("review.form_lost", method=request.method)
+        raise web.HTTPBadRequest(text="Not saved: the connection was lost before the whole form arrived") from None
 
 
 def _not_written(exc: OSError) -> str:
@@ -800,13 +806,14 @@ def parse_listen(listen: str) -> tuple[str, int]:
 async def serve(
     state: ReviewState, listen: str, public_url: str | None, out: Any = sys.stdout, sock: socket.socket | None = None
 ) -> int:
-    from llmwatch.agent.signals import wait_for_signal
+    from llmwatch.agent.signals import run_until_stopped, until
 
     host, _ = parse_listen(listen)
     sock = sock or listen_socket(listen)
     runner = web.AppRunner(build_app(state), access_log=None)  # access lines would carry the tokens
     await runner.setup()
-    try:
+
+    async def main(stop: asyncio.Event) -> None:
         site = web.SockSite(runner, sock)
         await site.start()
         bound = sock.getsockname()[1]
@@ -830,9 +837,16 @@ async def serve(
             arbiters=len(state.tokens["arbiters"]),
             saved=len(state.reviews),
         )
-        await wait_for_signal()
-    finally:
+        await until(stop)
+
+    async def cleanup() -> None:
+        # A verdict being sent as the stop begins is still saved: aiohttp lets the requests in
+        # flight finish (its shutdown timeout, a minute) before it closes.
+        log.info("review.stopping", saved=len(state.reviews))
         await runner.cleanup()
+        log.info("review.stopped", saved=len(state.reviews))
+
+    await run_until_stopped(main, cleanup)
     return 0
 
 

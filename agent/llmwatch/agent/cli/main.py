@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
@@ -16,7 +15,7 @@ import structlog
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
-from llmwatch.agent.signals import interrupt_raises, stop_signals
+from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
@@ -36,25 +35,15 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
 
 async def _serve_until_signal(make_agent: Callable[[], Any]) -> int:
     agent = make_agent()
-    stop = asyncio.Event()
-    # The stop signals are the loop's from before start-up: a SIGTERM while the agent starts (a
-    # pod deleted as it comes up) stops it through agent.stop() once its start is done, where the
-    # default action killed it, its queue unwritten and its child processes left to their orphan
-    # checks. SIGTERM stays the loop's until the stop is done: a second one (a supervisor that
-    # signals the process and then its group, a wrapper forwarding SIGTERM after a Ctrl-C) was
-    # the default action during the stop and killed it midway (exit 143, samples held unwritten);
-    # the grace period's SIGKILL is what ends a stop that takes too long. A second Ctrl-C during
-    # the stop gives it up at once (exit 130), even in a blocking wait (interrupt_raises).
-    with stop_signals((signal.SIGTERM,), stop):
-        try:
-            with stop_signals((signal.SIGINT,), stop):
-                await agent.start()
-                await stop.wait()
-        finally:
-            # Also after a failed start (a port in use): what did start (the upstream session, the
-            # scorer process, the pipeline thread) is closed, not left to warn at exit.
-            with interrupt_raises():
-                await agent.stop()
+
+    async def serve(stop: asyncio.Event) -> None:
+        await agent.start()
+        await stop.wait()
+
+    # Also after a failed start (a port in use): what did start (the upstream session, the scorer
+    # process, the pipeline thread) is closed, not left to warn at exit. The signals are held
+    # from before the start to the end of the stop (see run_until_stopped).
+    await run_until_stopped(serve, agent.stop)
     return 0
 
 

@@ -284,6 +284,7 @@ class ScorerProcess:
         # A restart (watchdog thread) and close() never interleave: close would miss the new child.
         self._restart_lock = threading.Lock()
         self._stop = threading.Event()
+        self._abandoned = threading.Event()  # the stop was given up (abandon)
         self._proc: Any = None
         self._inbox: Any = None
         self._outbox: Any = None
@@ -356,7 +357,7 @@ class ScorerProcess:
         if pending and self.ready.is_set() and self.fatal is None and self.alive:
             log.info("scorer_draining", samples=pending, timeout_s=timeout)
             try:
-                while self._inflight and time.monotonic() < deadline and self.alive:
+                while self._inflight and time.monotonic() < deadline and self.alive and not self._abandoned.is_set():
                     time.sleep(0.05)
             except BaseException:
                 # A Ctrl-C that gives up the stop (KeyboardInterrupt here): the child is killed on
@@ -365,6 +366,8 @@ class ScorerProcess:
                 self._stop.set()
                 self._stop_child(self._proc, self._inbox, graceful=False)
                 raise
+        if self._abandoned.is_set():
+            return  # given up (abandon killed the child): nothing more is recorded, as above
         log.info("scorer_stopping", unscored=self._pending, model_loaded=self.ready.is_set())
         self._stop.set()
         with self._restart_lock:  # a restart under way finishes first, so its new child is stopped too
@@ -376,6 +379,16 @@ class ScorerProcess:
         if unscored:
             log.warning("scorer_unscored", samples=unscored, reason="shutdown")
         self._discard_queues(self._inbox, self._outbox)
+
+    def abandon(self) -> None:
+        """Give the stop up from another thread than the one in `close` (the agent waits for the
+        pipeline's close in a thread; a second Ctrl-C lands on the event loop's): the child is
+        killed now, and `close` returns without waiting or recording anything more."""
+        self._abandoned.set()
+        self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            proc.kill()  # SIGKILL: a stopped (SIGSTOP) or stuck child ignores anything milder
 
     def _stop_child(self, proc: Any, inbox: Any, *, graceful: bool) -> None:
         """Ask the child to stop, then make sure: at most ~1.5 s, whatever state it is in."""
@@ -633,6 +646,9 @@ class ScoringSink:
 
     def close(self) -> None:
         self.scorer.close()
+
+    def abandon(self) -> None:
+        self.scorer.abandon()
 
 
 # --- the component ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from llmwatch.collectors.judge.config import JudgeMetrics, JudgeSection
 from llmwatch.core.component import Component, Context, Factory
 from llmwatch.core.config import ConfigError, FilesSection, LoggingSection, MetricsSection
 from llmwatch.core.pricing import PriceTable
+from llmwatch.scorers.drift.config import DriftSection
 from llmwatch.scorers.evaluation.config import MatrixSection
 
 
@@ -77,7 +78,11 @@ def _create(ctx: Context, section: JudgeSection) -> Component | None:
         else None
     )
     calibration = CalibrationWatch(section.calibration, section.min_agreement, section.min_labels)
-    recorder = JudgeRecorder(section, ctx.metrics.group(JudgeMetrics), scores, spot, calibration)
+    # A judged version is forgotten as the served versions are (drift.version_change.remember_s).
+    retire_after_s = ctx.section(DriftSection).version_change.remember_s
+    recorder = JudgeRecorder(
+        section, ctx.metrics.group(JudgeMetrics), scores, spot, calibration, retire_after_s=retire_after_s
+    )
     process = JudgeProcess(
         section,
         dict(ctx.section(MetricsSection).pricing),

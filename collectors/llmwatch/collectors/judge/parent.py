@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -256,6 +257,9 @@ class JudgeRecorder:
         scores: ScoreRecorder,
         spot_writer: JsonlWriter | None,
         calibration: CalibrationWatch,
+        *,
+        retire_after_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.section = section
         self.model = section.model or ""
@@ -266,6 +270,14 @@ class JudgeRecorder:
         # Per (criterion, judged version's label): the version is capped like every version label,
         # so the windows are bounded; a rollout's two versions get two pass rates, not one blend.
         self._window: dict[tuple[str, str], deque[bool]] = defaultdict(lambda: deque(maxlen=WINDOW))
+        # A judged version without a verdict for `retire_after_s` is no longer served (or no longer
+        # judged): its windows and pass-rate series go, or its last figures were exported for ever,
+        # a rollout long done still on the dashboards and in the alerts. The rule of the served
+        # versions (llmwatch/core/served.py, `drift.version_change.remember_s`): a version not seen
+        # for that long is forgotten, and its return is a new start. 0: never retired.
+        self.retire_after_s = retire_after_s
+        self._clock = clock
+        self._last_verdict: dict[str, float] = {}  # version label -> clock time of its last verdict
         self._lock = threading.Lock()
         self.verdicts = 0  # verdicts recorded (pass, fail or error): tests wait on it
         self.spot_checks = 0
@@ -296,9 +308,11 @@ class JudgeRecorder:
                 self.scores.record(counted, [0.0] * len(counted))
             if stored:
                 self.scores.record(stored, [0.0] * len(stored), count=False)
+            now = self._clock()
             for s in scores:
                 criterion = s.check[len("judge:") :]
                 version = m.version_label(s.model_version)
+                self._last_verdict[version] = now
                 m.judge_verdicts.labels(
                     criterion, self.model, version, s.result, "true" if s.details.get("calibrated") is True else "false"
                 ).inc()
@@ -318,7 +332,27 @@ class JudgeRecorder:
         with self._lock:
             self._gauges()
 
+    def _retire(self) -> None:
+        """Forget the versions without a verdict for `retire_after_s`: windows and gauge series."""
+        if self.retire_after_s <= 0:
+            return
+        now = self._clock()
+        m = self.metrics
+        for version, last in list(self._last_verdict.items()):
+            if now - last <= self.retire_after_s:
+                continue
+            del self._last_verdict[version]
+            for criterion, judged in [key for key in self._window if key[1] == version]:
+                del self._window[(criterion, judged)]
+                with contextlib.suppress(KeyError):  # a series never set (no pass or fail verdict)
+                    m.judge_pass_rate.remove(criterion, self.model, version)
+                for bound in ("estimate", "lower", "upper"):
+                    with contextlib.suppress(KeyError):
+                        m.judge_pass_rate_corrected.remove(criterion, self.model, version, bound)
+            log.info("judge_version_retired", model_version=version, idle_s=round(now - last, 1))
+
     def _gauges(self) -> None:
+        self._retire()
         m = self.metrics
         for criterion in self.criteria:
             entry = self.calibration.entry(self.model, criterion)

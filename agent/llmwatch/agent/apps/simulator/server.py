@@ -1466,19 +1466,24 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
         ),
         seed=args.seed,
     )
-    from llmwatch.agent.signals import wait_for_signal
+    from llmwatch.agent.signals import run_until_stopped, until
 
-    # `url=` as in the start-up log line, so one pattern finds the address in either.
-    out.write(
-        f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
-        f"profile {handle.profile.name}; Ctrl-C to stop\n"
-    )
-    out.flush()
-    try:
-        await wait_for_signal()
-    finally:
+    async def main(stop: asyncio.Event) -> None:
+        # `url=` as in the start-up log line, so one pattern finds the address in either.
+        out.write(
+            f"llmwatch simulator listening: url={handle.url} (OpenAI base URL {handle.url}/v1), "
+            f"profile {handle.profile.name}; Ctrl-C to stop\n"
+        )
+        out.flush()
+        await until(stop)
+
+    async def cleanup() -> None:
+        # Streams in flight get the runner's shutdown timeout (a second) to finish.
+        log.info("simulator.stopping", url=handle.url)
         await handle.close()
         log.info("simulator.stopped", url=handle.url)
+
+    await run_until_stopped(main, cleanup)
     return 0
 
 
@@ -1503,6 +1508,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     configure_logging("info")
     try:
         run(args)
+    except KeyboardInterrupt:  # a second Ctrl-C during the stop: given up, as `llmwatch simulate` does
+        raise SystemExit(130) from None
     except OSError as exc:
         raise SystemExit(
             f"llmwatch simulator: cannot listen on {args.host}:{args.port} (--host/--port): {exc.strerror or exc}"

@@ -905,7 +905,7 @@ async def _refresher(state: UiState, every: float) -> None:
 
 
 async def serve(state: UiState, listen: str, public_url: str | None, refresh_s: float, out: Any = sys.stdout) -> int:
-    from llmwatch.agent.signals import wait_for_signal
+    from llmwatch.agent.signals import run_until_stopped, until
     from llmwatch.collectors.exporters.prometheus import serve_app
 
     app = build_app(state)
@@ -914,7 +914,8 @@ async def serve(state: UiState, listen: str, public_url: str | None, refresh_s: 
         app, listen, web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0), setting="--listen"
     )
     refresher = asyncio.create_task(_refresher(state, refresh_s))
-    try:
+
+    async def main(stop: asyncio.Event) -> None:
         host, _ = parse_listen(listen)
         base = (public_url or f"http://{host if ':' not in host else f'[{host}]'}:{bound}").rstrip("/")
         counts = state.index.totals()
@@ -926,10 +927,15 @@ async def serve(state: UiState, listen: str, public_url: str | None, refresh_s: 
         out.write("\n".join(lines) + "\n")
         out.flush()
         log.info("ui.serving", port=bound, token=state.token is not None, **counts)
-        await wait_for_signal()
-    finally:
+        await until(stop)
+
+    async def cleanup() -> None:
+        log.info("ui.stopping")
         refresher.cancel()
         await runner.cleanup()
+        log.info("ui.stopped")
+
+    await run_until_stopped(main, cleanup)
     return 0
 
 
