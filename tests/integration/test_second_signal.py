@@ -126,9 +126,11 @@ def test_a_second_ctrl_c_while_review_serve_stops_gives_the_stop_up(tasks: Path,
 
 
 def test_a_second_sigterm_while_the_simulator_stops_lets_its_stop_finish(tmp_path: Path):
-    # A slow stream holds the simulator's stop for its shutdown timeout (a second): the second
-    # SIGTERM is sent as soon as the stop is said to have begun.
-    proc = Proc([*CLI, "simulate", "--port", "0", "--latency-scale", "10"], env=agent_env())
+    # A slow stream holds the simulator's stop (its shutdown timeout is longer than the test) until
+    # the test closes it: the second SIGTERM lands during the stop whatever the machine's pace.
+    proc = Proc(
+        [*CLI, "simulate", "--port", "0", "--latency-scale", "10", "--shutdown-timeout", "120"], env=agent_env()
+    )
     try:
         url = urllib.parse.urlsplit(proc.wait_for(r"url=(http://127\.0\.0\.1:\d+)").group(1))
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)

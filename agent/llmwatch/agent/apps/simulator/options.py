@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=None, help="seed for answers of requests without their own `seed` (default: random)"
     )
     parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=1.0,
+        help="seconds a stop waits for streams in flight before it cuts them (default 1.0)",
+    )
+    parser.add_argument(
         "--judge-bias",
         type=float,
         default=None,

@@ -1415,12 +1415,13 @@ async def start_simulator(
     port: int = 0,
     profile: SimProfile | Callable[[], SimProfile] = SimProfile(),
     seed: int | None = None,
+    shutdown_timeout: float = 1.0,
 ) -> SimulatorHandle:
     """Serve the simulator on the running loop; port 0 picks a free port."""
     app = create_app(profile, seed=seed)
-    # A short shutdown timeout keeps test teardown fast when a client still
-    # holds a stream open.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    # A short shutdown timeout (by default) keeps test teardown fast when a client still holds a
+    # stream open.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     bound = runner.addresses[0][1] if runner.addresses else port
@@ -1465,6 +1466,7 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
             getattr(args, "judge_noise", 0.0) or 0.0,
         ),
         seed=args.seed,
+        shutdown_timeout=getattr(args, "shutdown_timeout", 1.0),
     )
     from llmwatch.agent.signals import run_until_stopped, until
 
@@ -1478,7 +1480,7 @@ async def serve(args: argparse.Namespace, out: Any = None) -> int:
         await until(stop)
 
     async def cleanup() -> None:
-        # Streams in flight get the runner's shutdown timeout (a second) to finish.
+        # Streams in flight get the runner's shutdown timeout (--shutdown-timeout) to finish.
         log.info("simulator.stopping", url=handle.url)
         await handle.close()
         log.info("simulator.stopped", url=handle.url)
