@@ -37,7 +37,7 @@ async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(
         "data_dir": str(tmp_path / "data"),
         "sampling": {"rate": 1.0},
         # The wait's bound: long, so that only the scorer's answer ends it here.
-        "scoring": {"enabled": True, "embeddings": False, "shutdown_timeout_s": 30},
+        "scoring": {"enabled": True, "embeddings": False, "shutdown_timeout_s": 120},
     }
     agent = Agent(load_config(None, overrides=overrides, environ={}))
     await agent.start()
