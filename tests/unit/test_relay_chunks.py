@@ -182,6 +182,8 @@ BAD_READS = [
     b"+5\r\nhello\r\n",
     b"5\nhello\r\n",  # bare LF after the size
     b"\r\nhello\r\n",
+    b"0000000000000005\r\nhello\r\n",  # 16 digits
+    b"00000000000000005\r\nhello\r\n",  # 17
     b"00000000000000000005\r\nhello\r\n",  # 20 digits
     b"000000000000000000005\r\nhello\r\n",  # 21
     b"\xd9\xa5\r\nhello\r\n",  # a non-ASCII digit

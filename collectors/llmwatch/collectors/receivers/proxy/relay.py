@@ -512,14 +512,15 @@ class _Upstream(asyncio.Protocol):
         not one byte past the terminal chunk and its trailers is written on. The chunks' content
         is captured, and written on alone (de-chunked) to an HTTP/1.0 client; an HTTP/1.1 client
         gets the upstream's bytes, framing included. The hot path (a stream's events, a chunk or a
-        few per read) is a find, an int and two slices per chunk."""
+        few per read) is a find, an int and two slices per chunk; a read of exactly one whole chunk
+        (a stream's usual read) is checked and passed on before the loop."""
         if not self.cstate and not self.dechunk and not self.line_buf:
             # A stream's usual read: exactly one whole chunk, its size line bare hex (checked as the
             # loop below checks it). Anything else (several chunks, a part, extensions, the
             # terminal chunk, a bad size) falls through to the loop, which reads it from the start.
-            newline = data.find(b"\r\n")
-            digits = data[:newline]
-            if 0 < newline <= 16 and digits.isalnum() and digits[1:2] not in (b"x", b"X"):
+            newline = data.find(b"\r\n", 0, 18)  # at most 16 digits: a bounded look
+            digits = data[:newline] if newline > 0 else b""
+            if digits.isalnum() and digits[1:2] not in (b"x", b"X"):
                 try:
                     stop = newline + 2 + int(digits, 16)
                 except ValueError:
