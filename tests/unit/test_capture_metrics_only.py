@@ -11,6 +11,8 @@ import gzip
 import orjson
 import pytest
 from helpers.sse import chunk, exchange, sse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmwatch.collectors.receivers.proxy.capture import analyze, to_sample
 
@@ -152,3 +154,35 @@ def test_a_sample_built_from_shortcut_facts_holds_the_whole_answer():
     assert sample.response["choices"][0]["message"]["content"] == "Hello"
     assert sample.finish_reason == "stop"
     assert sample.usage.output_tokens == 3 and sample.ttft_ms == pytest.approx(20.0)
+
+
+# Event blocks and the newline runs between them: the shortcut reads from both ends, the full
+# assembly from the start only, and runs of three or more newlines split differently from each end.
+_ROLE = b"data: " + orjson.dumps(chunk("", role="assistant"))
+_CONTENT = [b"data: " + orjson.dumps(chunk("Hel")), b"data: " + orjson.dumps(chunk("lo", finish="stop"))]
+_USAGES = [
+    b"data: " + orjson.dumps(USAGE),
+    b"data: " + orjson.dumps({**USAGE, "usage": {"prompt_tokens": 9, "completion_tokens": 5}}),
+]
+_OTHER = [b": a comment", b"data: {not json", b"", b"data: " + orjson.dumps(chunk(finish="stop"))]
+_block_lists = st.tuples(
+    st.lists(st.sampled_from([_ROLE, *_OTHER]), max_size=2),
+    st.lists(st.sampled_from(_CONTENT), min_size=1, max_size=3),
+    st.lists(st.sampled_from([*_USAGES, *_OTHER]), max_size=4),
+    st.lists(st.sampled_from(_USAGES), max_size=2),
+    st.sampled_from([[b"data: [DONE]"], [b"data: [DONE]", b""], []]),
+).map(lambda parts: [block for part in parts for block in part])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    blocks=_block_lists,
+    seps=st.lists(
+        st.sampled_from([b"\n\n", b"\n\n", b"\n\n", b"\n\n\n", b"\n\n\n\n", b"\n"]), min_size=14, max_size=14
+    ),
+    split=st.booleans(),
+)
+def test_any_run_of_newlines_between_events_reads_the_same_either_way(blocks, seps, split):
+    events = [block + sep for block, sep in zip(blocks, seps)]
+    light, full, _ = facts_pair(events, split=split)
+    same_metrics(light, full)

@@ -149,10 +149,14 @@ def _iter_sse(buffer: bytes):
     """Yield (end_offset, event_name, data_bytes) for each complete event in an SSE buffer."""
     pos = 0
     size = len(buffer)
+    # The next CRLF CRLF at or after `pos`, looked for again only once `pos` has passed it: most
+    # streams have none, and a search per event read the rest of the stream once per event.
+    crlf = buffer.find(b"\r\n\r\n") if b"\r" in buffer else -1
     while pos < size:
         end = buffer.find(b"\n\n", pos)
         sep = 2
-        crlf = buffer.find(b"\r\n\r\n", pos)
+        if crlf != -1 and crlf < pos:
+            crlf = buffer.find(b"\r\n\r\n", pos)
         if crlf != -1 and (end == -1 or crlf < end):
             end, sep = crlf, 4
         if end == -1:
@@ -391,8 +395,11 @@ def _sse_metrics_only(  # noqa: C901
     if operation not in ("chat", "text_completion") or not body.endswith(b"\n\n"):
         return None
     # Without CR and without three newlines in a row, the "\n\n" separators cannot overlap, so
-    # splitting from the end finds the same events as `_iter_sse` does from the start.
-    if b"\r" in body or b"\n\n\n" in body:
+    # splitting from the end finds the same events as `_iter_sse` does from the start. Three
+    # newlines are looked for after the backward pass, only in the stretch it read: a lone "\n\n"
+    # is a separator whichever way the stream is read, and a search of the whole body cost more
+    # than the rest of this shortcut's reading together.
+    if b"\r" in body:
         return None
     assembler = _StreamAssembler(operation)
     first_offset = None
@@ -433,6 +440,9 @@ def _sse_metrics_only(  # noqa: C901
         if not covered:
             return None
         usage = assembler.usage
+    # `start` is the separator before the earliest event read backwards (-1: none, the first event).
+    if b"\n\n\n" in body[max(start - 1, 0) :]:
+        return None
     input_tokens, output_tokens = _usage_numbers(usage)
     if output_tokens is None:
         return None  # the full assembly counts content events instead

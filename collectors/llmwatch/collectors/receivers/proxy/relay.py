@@ -558,7 +558,37 @@ class _Upstream(asyncio.Protocol):
         not one byte past the terminal chunk and its trailers is written on. The chunks' content
         is captured, and written on alone (de-chunked) to an HTTP/1.0 client; an HTTP/1.1 client
         gets the upstream's bytes, framing included. The hot path (a stream's events, a chunk or a
-        few per read) is a find, an int and two slices per chunk."""
+        few per read) is a find, an int and two slices per chunk; a read of exactly one whole chunk
+        (a stream's usual read) is checked and passed on before the loop."""
+        if not self.cstate and not self.dechunk and not self.line_buf:
+            # A stream's usual read: exactly one whole chunk, its size line bare hex (checked as the
+            # loop below checks it). Anything else (several chunks, a part, extensions, the
+            # terminal chunk, a bad size) falls through to the loop, which reads it from the start.
+            newline = data.find(b"\r\n", 0, 18)  # at most 16 digits: a bounded look
+            digits = data[:newline] if newline > 0 else b""
+            if digits.isalnum() and digits[1:2] not in (b"x", b"X"):
+                try:
+                    stop = newline + 2 + int(digits, 16)
+                except ValueError:
+                    stop = 0
+                if stop > newline + 2 and len(data) == stop + 2 and data[stop] == 13 and data[stop + 1] == 10:
+                    ex = call.ex
+                    if ex is not None:
+                        # `_capture`, inline, as in the loop below.
+                        captured = ex.captured_bytes
+                        if captured <= ex.max_body_bytes:
+                            piece = data[newline + 2 : stop]
+                            captured += len(piece)
+                            ex.response_chunks.append(piece)
+                            ex.chunk_ends.append(captured)
+                            ex.chunk_times.append(perf_counter())
+                            ex.captured_bytes = captured
+                            if captured > ex.max_body_bytes:
+                                ex.response_truncated = True
+                    transport = call.client.transport
+                    if transport is not None:
+                        transport.write(head + data if head else data)
+                    return
         pos = 0
         size = len(data)
         dechunk = self.dechunk

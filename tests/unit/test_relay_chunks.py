@@ -1,0 +1,234 @@
+"""The relay's chunked-body reader (`_Upstream._chunked_body`): however the upstream's bytes are cut
+into reads, the client gets the same bytes, the capture holds the same content, and a bad frame
+breaks the response the same way. A read that is exactly one whole chunk (a stream's usual read)
+takes a shorter path; the same bytes fed one byte at a time, or with each read's last two bytes
+(a chunk's CRLF) held back to a read of their own, never can, so the two paths are compared on
+every body below. (Where the capture stops at `max_body_bytes` depends on how the content came
+in pieces, so under a limit only reads cut at the same content bytes are compared.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmwatch.collectors.receivers.proxy.capture import Exchange
+from llmwatch.collectors.receivers.proxy.relay import _Call, _Upstream
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.transport: Any = _Transport()
+        self.events: list[str] = []
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def resume(self, reason: str) -> None:
+        pass
+
+    def response_done(self, call: Any) -> None:
+        self.events.append("done")
+
+    def interrupted(self, call: Any) -> None:
+        self.events.append("interrupted")
+
+    def upstream_failed(self, call: Any, what: str, *, timeout: bool) -> None:
+        self.events.append("failed")
+
+
+class _Loop:
+    def time(self) -> float:
+        return 0.0
+
+
+class _Pool:
+    loop = _Loop()
+
+    def __init__(self) -> None:
+        self.released: list[bool] = []
+
+    def release(self, up: Any, reusable: bool) -> None:
+        self.released.append(reusable)
+
+    def lost(self, up: Any) -> None:
+        pass
+
+
+def relay_body(reads: list[bytes], *, http10: bool = False, max_body_bytes: int = 1 << 20) -> dict[str, Any]:
+    """Feed a chunked body to a fresh upstream connection read by read; what came out of it."""
+    pool = _Pool()
+    up = _Upstream(pool)  # type: ignore[arg-type]
+    transport = _Transport()
+    up.transport = transport  # type: ignore[assignment]
+    client = _Client()
+    call = _Call(client)  # type: ignore[arg-type]
+    call.body_done = True
+    call.ex = Exchange("r", 0.0, 0.0, "POST", "/v1/chat/completions", max_body_bytes=max_body_bytes)
+    up.call = call
+    call.up = up
+    up.state = 2
+    up.keep_alive = True
+    up.dechunk = http10
+    for data in reads:
+        if up.call is None:
+            break
+        up.data_received(data)
+    ex = call.ex
+    assert len(ex.chunk_ends) == len(ex.chunk_times) == len(ex.response_chunks)
+    assert ex.chunk_ends == sorted(ex.chunk_ends)
+    return {
+        "written": b"".join(client.transport.out),
+        "events": client.events,
+        "released": pool.released,
+        "aborted": transport.aborted,
+        "captured": b"".join(ex.response_chunks),
+        "captured_bytes": ex.captured_bytes,
+        "truncated": ex.response_truncated,
+        "ends": ex.chunk_ends,
+    }
+
+
+def one_byte_reads(body: bytes) -> list[bytes]:
+    return [body[i : i + 1] for i in range(len(body))]
+
+
+def crlf_apart(reads: list[bytes]) -> list[bytes]:
+    """The same reads with the last two bytes of each as a read of its own: the same pieces of
+    content, none of them a whole chunk read."""
+    out = []
+    for data in reads:
+        if len(data) > 2:
+            out += [data[:-2], data[-2:]]
+        elif data:
+            out.append(data)
+    return out
+
+
+def without_ends(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "ends"}
+
+
+def alike(result: dict[str, Any], other: dict[str, Any], *, ends: bool = True) -> bool:
+    """The same outcome. A broken frame sends nothing of the read it is in, so how far the client
+    got before it depends on where the reads were cut: then only the order of what it got is compared."""
+    skip = set() if ends else {"ends"}
+    if "interrupted" in result["events"]:
+        skip.add("written")
+        shorter, longer = sorted((result["written"], other["written"]), key=len)
+        if not longer.startswith(shorter):
+            return False
+    return {k: v for k, v in result.items() if k not in skip} == {k: v for k, v in other.items() if k not in skip}
+
+
+EVENTS = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n", b"x" * 300]
+
+
+def test_a_stream_read_chunk_by_chunk_is_relayed_as_sent_and_captured_chunk_by_chunk():
+    chunks = [b"%x\r\n%b\r\n" % (len(e), e) for e in EVENTS]
+    reads = [*chunks, b"0\r\n\r\n"]
+    result = relay_body(reads)
+    assert result["written"] == b"".join(reads)
+    assert result["events"] == ["done"]
+    assert result["released"] == [True]
+    assert result["captured"] == b"".join(EVENTS)
+    # One capture entry per chunk, ending where its content ends: what TTFT is read by.
+    assert result["ends"] == [len(EVENTS[0]), len(EVENTS[0]) + len(EVENTS[1]), sum(map(len, EVENTS))]
+    assert without_ends(result) == without_ends(relay_body(one_byte_reads(b"".join(reads))))
+    assert result == relay_body(crlf_apart(reads))
+
+
+def test_an_http10_client_gets_whole_chunk_reads_without_their_framing():
+    reads = [b"%x\r\n%b\r\n" % (len(e), e) for e in EVENTS] + [b"0\r\n\r\n"]
+    result = relay_body(reads, http10=True)
+    assert result["written"] == b"".join(EVENTS)
+    assert result["events"] == ["done"]
+
+
+def test_the_capture_stops_past_its_limit_while_the_client_gets_everything():
+    reads = [b"%x\r\n%b\r\n" % (len(e), e) for e in EVENTS] + [b"0\r\n\r\n"]
+    result = relay_body(reads, max_body_bytes=40)
+    assert result["written"] == b"".join(reads)
+    assert result["truncated"] is True
+    assert result["captured"] == EVENTS[0]  # the first chunk crosses the limit; no chunk after it
+    assert result == relay_body(crlf_apart(reads), max_body_bytes=40)
+
+
+# Whole-chunk reads whose frame is wrong: each must fail as the byte-by-byte reading fails.
+BAD_READS = [
+    b"5\r\nhello\n\r\n",  # one byte more than its size says
+    b"5\r\nhelloXY",  # no CRLF after the data
+    b"5\r\nhello\rX",  # a CR, then not LF
+    b"5\r\nhello\nX",
+    b"5\r\nhelloX\n",
+    b"0x5\r\nhello\r\n",  # a 0x prefix
+    b"g\r\nhello\r\n",  # not hex
+    b"5 \r\nhello\r\n",  # trailing space: allowed (the general reader's regex)
+    b"5;ext=1\r\nhello\r\n",  # an extension: allowed
+    b"-5\r\nhello\r\n",
+    b"+5\r\nhello\r\n",
+    b"5\nhello\r\n",  # bare LF after the size
+    b"\r\nhello\r\n",
+    b"0000000000000005\r\nhello\r\n",  # 16 digits
+    b"00000000000000005\r\nhello\r\n",  # 17
+    b"00000000000000000005\r\nhello\r\n",  # 20 digits
+    b"000000000000000000005\r\nhello\r\n",  # 21
+    b"\xd9\xa5\r\nhello\r\n",  # a non-ASCII digit
+]
+
+
+def test_each_frame_whole_or_byte_by_byte_ends_the_same_way():
+    for bad in BAD_READS:
+        reads = [bad, b"0\r\n\r\n"]
+        whole = relay_body(reads)
+        assert alike(whole, relay_body(one_byte_reads(b"".join(reads))), ends=False), bad
+        assert alike(whole, relay_body(crlf_apart(reads))), bad
+
+
+_whole_chunk = st.one_of(
+    st.binary(min_size=1, max_size=40).map(lambda b: b"%x\r\n%b\r\n" % (len(b), b)),
+    st.binary(min_size=1, max_size=40).map(lambda b: b"%X\r\n%b\r\n" % (len(b), b)),
+    st.binary(min_size=1, max_size=8).map(lambda b: b"%x;a=b\r\n%b\r\n" % (len(b), b)),
+)
+_chunk = st.one_of(
+    _whole_chunk.map(lambda b: (b, True)),
+    st.binary(min_size=0, max_size=12).map(lambda b: (b, False)),  # anything: framing faults, parts
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    drawn=st.lists(_chunk, min_size=1, max_size=6),
+    cuts=st.sets(st.integers(min_value=1, max_value=6)),
+    trailers=st.sampled_from([b"0\r\n\r\n", b"0\r\nA: b\r\n\r\n", b"0\r\n\r\nEXTRA", b""]),
+    http10=st.booleans(),
+    limit=st.sampled_from([1 << 20, 10]),
+)
+def test_chunk_aligned_reads_and_byte_by_byte_reads_agree_on_any_body(drawn, cuts, trailers, http10, limit):
+    pieces = [data for data, _ in drawn] + [trailers]
+    body = b"".join(pieces)
+    # Reads of one piece each, or of several together where no cut falls (a stream's tail: its
+    # last events, the terminal chunk and trailers in one read).
+    bounds = [0, *sorted(c for c in cuts if c < len(pieces)), len(pieces)]
+    reads = [b"".join(pieces[a:b]) for a, b in zip(bounds, bounds[1:])]
+    reads = [r for r in reads if r]
+    by_chunk = relay_body(reads, http10=http10, max_body_bytes=limit)
+    if all(whole for _, whole in drawn):
+        # Every read whole chunks: the same pieces of content either way, the capture's limit included.
+        assert alike(by_chunk, relay_body(crlf_apart(reads), http10=http10, max_body_bytes=limit))
+    if limit == 1 << 20 and not trailers.endswith(b"EXTRA"):
+        # (Byte by byte, bytes past the end come in reads of their own: another case.)
+        assert alike(by_chunk, relay_body(one_byte_reads(body), http10=http10), ends=False)
