@@ -33,6 +33,7 @@ class _Client:
     def __init__(self) -> None:
         self.transport: Any = _Transport()
         self.events: list[str] = []
+        self.paused: set[str] = set()  # the relay resumes a paused client at a response's end
 
     def write(self, data: bytes) -> None:
         self.transport.write(data)
