@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx2 as httpx
 import orjson
-import structlog.testing
 from helpers.agents import proxy_url, wait_until
 
 from llmwatch.agent.components import load_config
+from llmwatch.agent.processes import scoring as scoring_module
 from llmwatch.agent.runtime import Agent
 
 
@@ -29,7 +29,21 @@ def records(directory: Path) -> list[dict]:
     return [orjson.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
 
 
-async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(sim, tmp_path: Path):
+class _EventNames:
+    """The scorer's log lines by event name, whatever structlog's global set-up: an earlier test in
+    the same process may have configured it at `warning` (as commands do), which filters `info`
+    lines before `structlog.testing.capture_logs` could see them."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def _line(self, event: str, **_: object) -> None:
+        self.seen.append(event)
+
+    debug = info = warning = error = exception = _line
+
+
+async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(sim, tmp_path: Path, monkeypatch):
     overrides = {
         "upstream": sim.url,
         "listen": "127.0.0.1:0",
@@ -57,16 +71,17 @@ async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(
                     r = await client.post(proxy_url(agent) + "/v1/chat/completions", json=body)
                     assert r.status_code == 200
                 await wait_until(lambda: scorer.pending == n)
-                with structlog.testing.capture_logs() as logs:
-                    stopping = asyncio.create_task(agent.stop())
-                    await wait_until(lambda: any(e["event"] == "scorer_draining" for e in logs), timeout=60)
-                    # This coroutine runs while the stop waits on the scorer, and so does the
-                    # simulator on this loop: it answers a call.
-                    assert not any(e["event"] == "scorer_stopping" for e in logs), "the wait is still under way"
-                    assert not stopping.done()
-                    r = await client.post(sim.url + "/v1/chat/completions", json=body)
-                    assert r.status_code == 200
-                    assert scorer.pending == n, "and still waiting for the scorer"
+                logs = _EventNames()
+                monkeypatch.setattr(scoring_module, "log", logs)
+                stopping = asyncio.create_task(agent.stop())
+                await wait_until(lambda: "scorer_draining" in logs.seen, timeout=60)
+                # This coroutine runs while the stop waits on the scorer, and so does the
+                # simulator on this loop: it answers a call.
+                assert "scorer_stopping" not in logs.seen, "the wait is still under way"
+                assert not stopping.done()
+                r = await client.post(sim.url + "/v1/chat/completions", json=body)
+                assert r.status_code == 200
+                assert scorer.pending == n, "and still waiting for the scorer"
         finally:
             with contextlib.suppress(ProcessLookupError):  # gone: the stop ended and reaped it
                 os.kill(pid, signal.SIGCONT)
