@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx2 as httpx
 import orjson
 from helpers.agents import proxy_url, wait_until
+from helpers.loglines import LogLines
 
 from llmwatch.agent.components import load_config
 from llmwatch.agent.processes import scoring as scoring_module
@@ -27,20 +28,6 @@ from llmwatch.agent.runtime import Agent
 
 def records(directory: Path) -> list[dict]:
     return [orjson.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
-
-
-class _EventNames:
-    """The scorer's log lines by event name, whatever structlog's global set-up: an earlier test in
-    the same process may have configured it at `warning` (as commands do), which filters `info`
-    lines before `structlog.testing.capture_logs` could see them."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    def _line(self, event: str, **_: object) -> None:
-        self.seen.append(event)
-
-    debug = info = warning = error = exception = _line
 
 
 async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(sim, tmp_path: Path, monkeypatch):
@@ -71,13 +58,13 @@ async def test_the_event_loop_keeps_running_while_the_stop_waits_for_the_scorer(
                     r = await client.post(proxy_url(agent) + "/v1/chat/completions", json=body)
                     assert r.status_code == 200
                 await wait_until(lambda: scorer.pending == n)
-                logs = _EventNames()
+                logs = LogLines()  # not capture_logs: see helpers/loglines.py
                 monkeypatch.setattr(scoring_module, "log", logs)
                 stopping = asyncio.create_task(agent.stop())
-                await wait_until(lambda: "scorer_draining" in logs.seen, timeout=60)
+                await wait_until(lambda: "scorer_draining" in logs.events, timeout=60)
                 # This coroutine runs while the stop waits on the scorer, and so does the
                 # simulator on this loop: it answers a call.
-                assert "scorer_stopping" not in logs.seen, "the wait is still under way"
+                assert "scorer_stopping" not in logs.events, "the wait is still under way"
                 assert not stopping.done()
                 r = await client.post(sim.url + "/v1/chat/completions", json=body)
                 assert r.status_code == 200

@@ -197,12 +197,13 @@ async def test_an_install_that_fails_midway_puts_back_what_it_installed(own_hand
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
 
-async def test_a_second_sigterm_during_a_cleanup_is_logged_and_the_cleanup_runs_to_its_end(own_handlers):
+async def test_a_second_sigterm_during_a_cleanup_is_logged_and_the_cleanup_runs_to_its_end(own_handlers, monkeypatch):
     # The one stop of every long-running command (ui, review serve, simulate, demo, proxy): the
     # first signal ends `main`, a second SIGTERM while the cleanup runs is said and taken by the
     # loop, not the process's previous action (the default one killed it midway).
-    from structlog.testing import capture_logs
+    from helpers.loglines import LogLines
 
+    from llmwatch.agent import signals as signals_module
     from llmwatch.agent.signals import run_until_stopped, until
 
     steps: list[str] = []
@@ -219,13 +220,14 @@ async def test_a_second_sigterm_during_a_cleanup_is_logged_and_the_cleanup_runs_
         await until(stop)
         return "served"
 
-    with capture_logs() as logs:
-        serving = asyncio.create_task(run_until_stopped(main, cleanup))
-        await _until(lambda: any(e["event"] == "stop_signal_again" for e in logs))
-        go_on.set()
-        assert await asyncio.wait_for(serving, 30) == "served"
+    logs = LogLines()  # not capture_logs: see helpers/loglines.py
+    monkeypatch.setattr(signals_module, "log", logs)
+    serving = asyncio.create_task(run_until_stopped(main, cleanup))
+    await _until(lambda: "stop_signal_again" in logs.events)
+    go_on.set()
+    assert await asyncio.wait_for(serving, 30) == "served"
     assert steps == ["cleanup started", "cleanup done"]
-    assert [e["signal"] for e in logs if e["event"] == "stop_signal_again"] == ["SIGTERM"]
+    assert [e["signal"] for e in logs.lines if e["event"] == "stop_signal_again"] == ["SIGTERM"]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
 
 
