@@ -572,19 +572,9 @@ class _Upstream(asyncio.Protocol):
                 except ValueError:
                     stop = 0
                 if stop > newline + 2 and len(data) == stop + 2 and data[stop] == 13 and data[stop + 1] == 10:
-                    ex = call.ex
-                    if ex is not None:
-                        # `_capture`, inline, as in the loop below.
-                        captured = ex.captured_bytes
-                        if captured <= ex.max_body_bytes:
-                            piece = data[newline + 2 : stop]
-                            captured += len(piece)
-                            ex.response_chunks.append(piece)
-                            ex.chunk_ends.append(captured)
-                            ex.chunk_times.append(perf_counter())
-                            ex.captured_bytes = captured
-                            if captured > ex.max_body_bytes:
-                                ex.response_truncated = True
+                    if call.ex is not None:
+                        # One call per read here (the loop below inlines it: a call per chunk).
+                        self._capture(call, data[newline + 2 : stop])
                     transport = call.client.transport
                     if transport is not None:
                         transport.write(head + data if head else data)
@@ -694,7 +684,7 @@ class _Upstream(asyncio.Protocol):
             self._broken(call)
 
     def _capture(self, call: _Call, data: bytes) -> None:
-        # Also written out inline in `_chunked_body`'s chunk step: keep the two alike.
+        # Also written out inline in `_chunked_body`'s framing loop: keep the two alike.
         ex = call.ex
         if ex is None:
             return
