@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from helpers.kafka_broker import kafka_broker  # noqa: E402,F401
@@ -18,6 +19,38 @@ from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _uncached_configure(*args: Any, **kwargs: Any) -> None:
+    # Production caches each logger on first use (llmwatch.core.logs): cheap, and the configuration
+    # of that moment is baked in. In one test process that is the configuration of whichever earlier
+    # test first used the logger: after an in-process command configured `warning`, a module's info
+    # lines were filtered for the rest of the run, and loggers cached under an older processor list
+    # never reached `structlog.testing.capture_logs` at all, so a "never logs the secret" check
+    # could pass on no lines. In tests every logger reads the configuration of the moment.
+    kwargs["cache_logger_on_first_use"] = False
+    _structlog_configure(*args, **kwargs)
+
+
+_structlog_configure = structlog.configure
+structlog.configure = _uncached_configure  # type: ignore[assignment]
+_STRUCTLOG_AT_START = structlog.get_config()
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_at_start():
+    """Each test starts with structlog as the session found it (no level filter, the default
+    processors): what one test's in-process command configured does not decide what the next
+    test's log capture sees."""
+    yield
+    start = _STRUCTLOG_AT_START
+    _structlog_configure(
+        processors=list(start["processors"]),
+        wrapper_class=start["wrapper_class"],
+        context_class=start["context_class"],
+        logger_factory=start["logger_factory"],
+        cache_logger_on_first_use=False,
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -855,6 +855,9 @@ async def test_ingest_with_a_bearer_token_refuses_other_senders_and_never_logs_t
                 assert r.status == 200
         samples = await drained(agent, 1)
     assert extract_prompt_text(samples[0]["request"]) == "with token"
+    # The capture saw the refusals (else "never logged" would hold of no lines at all) ...
+    assert [e["status"] for e in logs if e["event"] == "otlp_request_refused"] == [401, 401, 401]
+    # ... and the token is in none of them.
     assert "s3cret" not in repr(logs)
 
 

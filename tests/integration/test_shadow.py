@@ -716,10 +716,7 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
     """The failure users report of mirrors is one that silently stops firing. Here the child is
     killed (SIGKILL, as the out-of-memory killer would): the proxy says so, starts a new child,
     and later calls are mirrored and paired again; the client's calls all succeed meanwhile."""
-    import structlog
     from structlog.testing import capture_logs
-
-    import llmwatch.collectors.shadow.parent as shadow_module
 
     runner_p, primary = await serve(_canned_app())
     runner_c, candidate = await serve(_canned_app())
@@ -740,9 +737,6 @@ async def test_a_mirror_child_that_dies_is_said_started_again_and_mirrors_again(
             await wait_until(lambda: agent.shadow.finished >= 1)
             first = agent.shadow.pid
             with capture_logs() as logs:
-                # A logger made inside the capture: the module's own was cached by earlier tests
-                # (structlog's cache_logger_on_first_use), and capture_logs only sees new ones.
-                monkeypatch.setattr(shadow_module, "log", structlog.get_logger("llmwatch.collectors.shadow.parent"))
                 os.kill(first, 9)  # SIGKILL, to the mirror child this test's agent started, by its PID
                 await wait_until(lambda: agent.shadow.restarts == 1 and agent.shadow.pid != first, timeout=30)
                 deadline = time.monotonic() + 60

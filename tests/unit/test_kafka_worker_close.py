@@ -7,7 +7,6 @@ import threading
 
 import structlog
 
-from llmwatch.collectors.exporters import kafka
 from llmwatch.collectors.exporters.kafka import close_worker
 
 
@@ -30,9 +29,6 @@ def test_everything_closes_in_order_even_when_the_consumer_and_producer_fail(mon
     try:
         previous = {signal.SIGUSR1: before}
         with structlog.testing.capture_logs() as logs:
-            # A logger made inside the capture: the module's own was cached by earlier tests
-            # (structlog's cache_logger_on_first_use), and capture_logs only sees new ones.
-            monkeypatch.setattr(kafka, "log", structlog.get_logger(kafka.__name__))
             close_worker(
                 ready,
                 Closing("consumer", order, fail=True),
@@ -61,7 +57,6 @@ def test_a_metrics_server_that_fails_to_close_still_gives_the_signal_handlers_ba
     before = signal.signal(signal.SIGUSR1, lambda *_: None)
     try:
         with structlog.testing.capture_logs() as logs:
-            monkeypatch.setattr(kafka, "log", structlog.get_logger(kafka.__name__))
             close_worker(
                 ready, Closing("consumer", order), Closing("server", order, fail=True), {signal.SIGUSR1: before}
             )
