@@ -40,12 +40,12 @@ __all__ = [
 
 
 class ConversationsSection(Section):
-    # Follow chat histories to group calls into conversations (in the proxy, for every call of a
-    # captured chat route, sampled or not, so that sampling does not break the chains).
+    # Follow chat histories to group sampled calls into conversations (in the proxy, for each
+    # sampled call of a captured chat route: its history holds every earlier turn, sampled or not).
     enabled: bool = True
-    # Hashes remembered (two per call at most, ~150 bytes each): 200,000 is ~30 MB.
+    # Hashes remembered (two per sampled call at most, ~150 bytes each): 200,000 is ~30 MB.
     max_entries: int = Field(200_000, ge=16, le=50_000_000)
-    # A conversation idle longer than this starts again as a new one.
+    # A conversation with no sampled call for longer than this starts again as a new one.
     ttl_s: float = Field(3600.0, gt=0)
 
 

@@ -157,7 +157,7 @@ class Proxy:
         # export and the shadow mirror subscribe in their factories).
         self.finished = events if events is not None else CallEvents()
         conv = cfg.capture.conversations
-        # Every chat call, sampled or not, goes through it: a sampled turn 5 still finds turn 4.
+        # Every sampled chat call goes through it (`_captured`): a sampled turn 5 finds the sampled turn 2.
         self.conversations = ConversationTracker(conv.max_entries, conv.ttl_s) if conv.enabled else None
 
     async def start(self) -> None:
@@ -308,6 +308,13 @@ class Proxy:
         if client_id:
             # Kept whole here; the pipeline's redaction policy (client_request_id) masks it, off the hot path.
             ex.client_request_id = client_id
+        if self.conversations is not None and facts.operation == "chat":
+            # Only calls that become samples are followed: a chat client resends its whole history,
+            # so a sampled turn 5 finds the sampled turn 2 before it by the same prefix hashes that
+            # would have found the unsampled turn 4, and samples group alike. Hashing every call's
+            # history cost the proxy 14-200 µs per chat call (docs/guide/stability.md); here before
+            # the Captured is queued, so the pipeline thread never sees a half-set exchange.
+            self._conversation(ex, facts)
         return Captured(ex, facts, version, cost, reason, price_row)
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
@@ -377,8 +384,6 @@ class Proxy:
             ratelimits.observe(m, ex.response_headers, self._upstream_label, model_label, self._child)
             for note in facts.notes:
                 m.capture_skipped.labels(reason=note).inc()
-            if self.conversations is not None and op == "chat":
-                self._conversation(ex, facts)
             client_id = ex.request_id
             if not client_id:
                 # The sampling hash needs some id; the sample's own id is always the per-call one.
