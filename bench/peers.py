@@ -16,7 +16,10 @@ rotates, so that whatever else the machine does hits every peer alike. For each 
 Peers:
   direct             the upstream itself
   nginx              Debian's nginx (`apt-get install -y nginx-light`), started here with its own
-                     config: 1 worker, proxy_buffering off, upstream keepalive
+                     config: 1 worker, proxy_buffering off, upstream keepalive, access log off
+  nginx-log          the same nginx writing the access log a default install writes (`combined`,
+                     one line per call, unbuffered): what nginx costs when it records every call,
+                     as llmwatch does; context beside `nginx`, not the reference the ratios use
   litellm            `litellm[proxy]` in its own venv (.bench/litellm-venv, made on first use with
                      pip; --no-install to skip), offline, 1 worker, a master key; measured at
                      --litellm-rates only (it saturates near 70 req/s on one core)
@@ -81,6 +84,7 @@ from common import (  # noqa: E402
 ALL_PEERS = (
     "direct",
     "nginx",
+    "nginx-log",
     "litellm",
     "portkey",
     "llmwatch-off",
@@ -121,14 +125,15 @@ class Peer:
 # --- starting the peers ---------------------------------------------------------------------
 
 
-def start_nginx(up_port: int, work: Path) -> Peer | None:
+def start_nginx(up_port: int, work: Path, name: str = "nginx", access_log: bool = False) -> Peer | None:
     binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if binary is None:
         print("nginx: not installed (apt-get install -y nginx-light); left out", file=sys.stderr)
         return None
     port = free_port()
-    conf_dir = work / "nginx"
+    conf_dir = work / name
     conf_dir.mkdir()
+    log_line = f"access_log {conf_dir}/access.log combined;" if access_log else "access_log off;"
     user = "user root root;\n" if os.geteuid() == 0 else ""
     (conf_dir / "nginx.conf").write_text(
         f"""{user}worker_processes 1;
@@ -138,7 +143,7 @@ pid {conf_dir}/nginx.pid;
 error_log {conf_dir}/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
-    access_log off;
+    {log_line}
     client_body_temp_path {conf_dir}/body;
     proxy_temp_path {conf_dir}/proxy;
     fastcgi_temp_path {conf_dir}/fastcgi;
@@ -164,7 +169,7 @@ http {{
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return Peer("nginx", f"http://127.0.0.1:{port}", proc)
+    return Peer(name, f"http://127.0.0.1:{port}", proc)
 
 
 def ensure_litellm(venv: Path, install: bool) -> Path | None:
@@ -483,16 +488,24 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         "",
         f"CPU per call from the cells at {', '.join(f'{r:g}' for r in args.cpu_rates)} req/s (a saturated core merges chunks and lowers it; per rate below).",
         "",
-        "| proxy | CPU per plain call | CPU per 30-chunk stream | saturation per core (plain / stream) | RSS | bodies byte-identical |",
-        "|---|---|---|---|---|---|",
+        "| proxy | CPU per plain call | CPU per 30-chunk stream | x nginx (plain / stream) | saturation per core (plain / stream) | RSS | bodies byte-identical |",
+        "|---|---|---|---|---|---|---|",
     ]
+
+    def per_call(p: Peer) -> list[float]:
+        return [
+            p.cpu.get(mode, 0.0) / p.calls[mode] * 1e6 if p.calls.get(mode) else float("nan")
+            for mode in ("plain", "stream")
+        ]
+
+    # The ratios are to nginx with its access log off, measured in the same run: the reference the
+    # proxy's CPU targets are stated against (nginx-log is context, not the reference).
+    reference = next((per_call(p) for p in peers if p.name == "nginx"), None)
     for p in peers:
         if p.name == "direct":
             continue
-        cells = []
-        for mode in ("plain", "stream"):
-            n = p.calls.get(mode, 0)
-            cells.append(p.cpu.get(mode, 0.0) / n * 1e6 if n else float("nan"))
+        cells = per_call(p)
+        ratio = "-" if reference is None else " / ".join(f"{mine / ref:.2f}x" for mine, ref in zip(cells, reference))
         bound = ">= " if p.not_idle else ""
         own = ""
         if p.name.startswith("llmwatch") and p.proxy_cpu and p.calls.get("plain"):
@@ -500,7 +513,7 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         total = sum(len(o.latency_ms) for outs in p.cells.values() for o in outs)
         bad = sum(o.mismatched for outs in p.cells.values() for o in outs)
         lines.append(
-            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
+            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
     lines += [
         "",
@@ -637,10 +650,10 @@ def main() -> None:  # noqa: C901
         for name in wanted:
             if name == "direct":
                 peers.append(Peer("direct", direct_url))
-            elif name == "nginx":
-                peer = start_nginx(up_port, work)
+            elif name in ("nginx", "nginx-log"):
+                peer = start_nginx(up_port, work, name, access_log=name == "nginx-log")
                 if peer is None:
-                    notes.append("nginx not installed: left out")
+                    notes.append(f"{name}: nginx not installed: left out")
                 else:
                     peers.append(peer)
             elif name == "litellm":
