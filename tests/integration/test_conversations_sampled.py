@@ -13,34 +13,73 @@ from __future__ import annotations
 from collections import defaultdict
 
 import aiohttp
+import pytest
 from helpers.agents import metric, proxy_url, read_samples, scrape, wait_until
 
 CHATS, TURNS = 16, 8
 
 
-async def run_chats(base: str) -> None:
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+
+def opening(chat: int, same_opening: bool) -> str:
+    # With same_opening, an app's fixed first message: every chat opens with the same words.
+    return "How do I start?" if same_opening else f"chat {chat} opens here: how do I start?"
+
+
+async def ask(session: aiohttp.ClientSession, base: str, messages: list[dict], seed: int, chat: int) -> str:
+    body = {"model": "sim-gpt-4o-mini", "messages": messages, "seed": seed}
+    # The category header says which chat a sample came from (it plays no part in linking).
+    headers = {"x-llmwatch-category": f"chat-{chat}"}
+    async with session.post(f"{base}/v1/chat/completions", json=body, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        return (await resp.json())["choices"][0]["message"]["content"]
+
+
+async def first_seeds(upstream: str, same_opening: bool) -> list[int]:
+    """A seed per chat whose first answer no other chat gets: two chats that open alike and get
+    the same first answer are the same conversation as far as their histories tell (the
+    simulator draws answers from a small pool), and no tracker could keep them apart."""
+    seeds: list[int] = []
+    answers: set[str] = set()
+    async with aiohttp.ClientSession() as session:
+        for seed in range(1, 400):  # bounded: the pool gives 16 distinct answers well before
+            chat = len(seeds)
+            answer = await ask(
+                session, upstream, [SYSTEM, {"role": "user", "content": opening(chat, same_opening)}], seed, chat
+            )
+            if answer not in answers:
+                answers.add(answer)
+                seeds.append(seed)
+                if len(seeds) == CHATS:
+                    return seeds
+    raise AssertionError(f"the simulator gave {len(seeds)} distinct first answers in 400 seeds")
+
+
+async def run_chats(base: str, seeds: list[int], same_opening: bool) -> None:
+    """CHATS chats of TURNS turns, each resending its whole history."""
     async with aiohttp.ClientSession() as session:
         for chat in range(CHATS):
-            # The opening question names the chat, so a sample says which chat it came from.
-            messages = [{"role": "system", "content": "You are a helpful assistant."}]
+            messages = [SYSTEM]
             for turn in range(1, TURNS + 1):
-                question = f"chat {chat} opens here: how do I start?" if turn == 1 else f"And then, step {turn}?"
+                question = opening(chat, same_opening) if turn == 1 else f"And then, step {turn}?"
                 messages.append({"role": "user", "content": question})
-                body = {"model": "sim-gpt-4o-mini", "messages": messages, "seed": chat * 100 + turn}
-                async with session.post(f"{base}/v1/chat/completions", json=body) as resp:
-                    assert resp.status == 200, await resp.text()
-                    answer = (await resp.json())["choices"][0]["message"]["content"]
-                messages.append({"role": "assistant", "content": answer})
+                seed = seeds[chat] if turn == 1 else chat * 100 + turn
+                messages.append({"role": "assistant", "content": await ask(session, base, messages, seed, chat)})
 
 
 def chat_of(sample: dict) -> int:
-    opening = next(m["content"] for m in sample["request"]["messages"] if m["role"] == "user")
-    return int(opening.split(" ")[1])
+    return int(sample["metadata"]["category"].removeprefix("chat-"))
 
 
-async def test_sampled_turns_of_one_chat_share_its_id_and_the_tracker_keeps_only_samples(sim, make_agent):
+@pytest.mark.parametrize("same_opening", [False, True], ids=["own-openings", "same-opening"])
+async def test_sampled_turns_of_one_chat_share_its_id_and_the_tracker_keeps_only_samples(
+    sim, make_agent, same_opening: bool
+):
+    """With `same_opening`, every chat opens with the same words (an app's fixed first message):
+    a chat whose first turn was not sampled must not join another whose first turn was."""
     agent = await make_agent(sim.url, sampling={"rate": 0.3})
-    await run_chats(proxy_url(agent))
+    await run_chats(proxy_url(agent), await first_seeds(sim.url, same_opening), same_opening)
     agent.proxy.flush()
     selected = metric(await scrape(agent), "llmwatch_samples_total")
     await wait_until(lambda: agent.pipeline.processed >= selected, timeout=60)

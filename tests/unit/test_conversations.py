@@ -50,6 +50,27 @@ def test_two_chats_that_open_with_the_same_words_stay_apart_when_their_answers_d
     assert (a2, b2) == (a, b)
 
 
+def test_a_chat_whose_first_turn_went_unseen_does_not_join_another_that_opened_alike() -> None:
+    # The proxy follows only sampled calls: chat B's first turn was not sampled, its second was.
+    # Chat A opened with the same words and its first turn was; B's history carries B's own
+    # answer, so it is not A's continuation, though their opening requests hash alike.
+    t = ConversationTracker()
+    a1, _ = t.observe(chat(("hi", None)), now=0, call_id="a1", answer="answer for A")
+    b2, _ = t.observe(chat(("hi", "answer for B"), ("next", None)), now=1, call_id="b2", answer="more for B")
+    a2, _ = t.observe(chat(("hi", "answer for A"), ("next", None)), now=2, call_id="a2")
+    b3, _ = t.observe(chat(("hi", "answer for B"), ("next", "more for B"), ("last", None)), now=3, call_id="b3")
+    assert b2 != a1 and a2 == a1 and b3 == b2
+
+
+def test_a_stream_whose_answer_is_unknown_is_still_continued_by_its_request() -> None:
+    # The proxy reads a stream's answer only in the sample (after this); the call is stored by its
+    # request alone, and the next turn is found by the request part of its history.
+    t = ConversationTracker()
+    c1, _ = t.observe(chat(("q1", None)), now=0, call_id="a")
+    c2, turn = t.observe(chat(("q1", "streamed answer"), ("q2", None)), now=1, call_id="b")
+    assert c2 == c1 and turn == 2
+
+
 def test_a_predecessor_never_seen_still_links_to_an_older_turn() -> None:
     t = ConversationTracker()
     c1, _ = t.observe(chat(("q1", None)), now=0, call_id="a", answer="r1")

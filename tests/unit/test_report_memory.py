@@ -37,9 +37,12 @@ MAX_SHADOW_BYTES_PER_PAIR = 1_000
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
+def _answer_text(i: int) -> str:
+    return f"Here is answer {i}: " + "words " * (i % 60)
+
+
 def _answer(i: int) -> dict[str, Any]:
-    text = f"Here is answer {i}: " + "words " * (i % 60)
-    return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+    return {"choices": [{"message": {"role": "assistant", "content": _answer_text(i)}, "finish_reason": "stop"}]}
 
 
 def write_window(directory: Path, n: int) -> tuple[str, str]:
@@ -52,7 +55,9 @@ def write_window(directory: Path, n: int) -> tuple[str, str]:
             topic = ("billing", "caching", "joins", "invoices")[i // 3 % 97 % 4]
             messages = [{"role": "user", "content": f"Explain {topic} number {i // 3 % 97} in detail, please."}]
             for turn in range(i % 3):
-                messages += [{"role": "assistant", "content": f"Part {turn}"}, {"role": "user", "content": "More?"}]
+                # The history resends the conversation's earlier answers, as a chat client does.
+                earlier = _answer_text(i - i % 3 + turn)
+                messages += [{"role": "assistant", "content": earlier}, {"role": "user", "content": "More?"}]
             record = {
                 "id": f"s{i}",
                 "timestamp": (T0 + timedelta(seconds=6 * i)).isoformat(),

@@ -10,7 +10,9 @@ message (or tool results). The tracker hashes the messages incrementally (one pa
 remembers the hash of each call's full message list (and, when the answer is known, of the list
 with the answer appended) with the conversation it belongs to, and looks a new call up by the hash
 of its messages up to each assistant message (latest first): a hit continues that conversation, a
-miss starts one. The memory is bounded: at most `max_entries` hashes, least recently used evicted
+miss starts one. The hash without that assistant message is a match only where the call that
+stored it had no known answer (a stream's): else two chats that open with the same words would
+join whenever the second one's first turn went unseen. The memory is bounded: at most `max_entries` hashes, least recently used evicted
 first, none older than `ttl_s`.
 
 `turn` is the number of user messages in the request (1 = the first question): it needs no memory,
@@ -89,25 +91,28 @@ class ConversationTracker:
     def __init__(self, max_entries: int = 200_000, ttl_s: float = 3600.0) -> None:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self._seen: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        # hash -> (conversation, last seen, whether the call that stored it also stored its answer's hash)
+        self._seen: OrderedDict[bytes, tuple[str, float, bool]] = OrderedDict()
         self.linked = 0  # calls that continued a known conversation
         self.started = 0  # calls that started one
 
     def __len__(self) -> int:
         return len(self._seen)
 
-    def _get(self, key: bytes, now: float) -> str | None:
+    def _get(self, key: bytes, now: float, *, unanswered_only: bool = False) -> str | None:
         hit = self._seen.get(key)
         if hit is None:
             return None
         if now - hit[1] > self.ttl_s:
             del self._seen[key]
             return None
+        if unanswered_only and hit[2]:
+            return None
         return hit[0]
 
-    def _put(self, key: bytes, conversation: str, now: float) -> None:
+    def _put(self, key: bytes, conversation: str, now: float, answered: bool = False) -> None:
         seen = self._seen
-        seen[key] = (conversation, now)
+        seen[key] = (conversation, now, answered)
         seen.move_to_end(key)
         if len(seen) > self.max_entries:
             while len(seen) > self.max_entries:
@@ -142,10 +147,15 @@ class ConversationTracker:
         if declared:
             conversation = declared_conversation(declared)
         else:
-            # Latest assistant first: the direct predecessor, then older ones (a predecessor this
-            # replica never saw, an edited-and-resent history).
+            # Latest assistant first: the direct predecessor, then older ones (a predecessor not
+            # sampled, or that this replica never saw).
             for with_answer, before in reversed(at_assistant):
-                conversation = self._get(with_answer, now) or self._get(before, now)
+                # A request-only hash links only where its call's answer is unknown (a stream's):
+                # where it is known, the call's successor carries that answer and is found by it.
+                # Else a chat opening with the same words as another would join it whenever its
+                # own first turn went unseen, as it mostly does when only sampled calls are
+                # followed (the proxy) or only samples are linked (offline).
+                conversation = self._get(with_answer, now) or self._get(before, now, unanswered_only=True)
                 if conversation is not None:
                     break
             if conversation is not None:
@@ -153,7 +163,7 @@ class ConversationTracker:
             else:
                 self.started += 1
                 conversation = "h-" + hashlib.blake2b(full + call_id.encode(), digest_size=8).hexdigest()
-        self._put(full, conversation, now)
+        self._put(full, conversation, now, answered is not None)
         if answered is not None:
             # The next call's history ends with this answer: keying on it too keeps two
             # conversations that opened with the same words apart.
