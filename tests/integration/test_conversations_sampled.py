@@ -10,6 +10,7 @@ for long chats).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import aiohttp
@@ -27,13 +28,26 @@ def opening(chat: int, same_opening: bool) -> str:
     return "How do I start?" if same_opening else f"chat {chat} opens here: how do I start?"
 
 
-async def ask(session: aiohttp.ClientSession, base: str, messages: list[dict], seed: int, chat: int) -> str:
-    body = {"model": "sim-gpt-4o-mini", "messages": messages, "seed": seed}
+async def ask(
+    session: aiohttp.ClientSession, base: str, messages: list[dict], seed: int, chat: int, stream: bool = False
+) -> str:
+    body: dict = {"model": "sim-gpt-4o-mini", "messages": messages, "seed": seed}
+    if stream:
+        # With usage in the stream, the proxy reads it for metrics without putting the answer together.
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
     # The category header says which chat a sample came from (it plays no part in linking).
     headers = {"x-llmwatch-category": f"chat-{chat}"}
     async with session.post(f"{base}/v1/chat/completions", json=body, headers=headers) as resp:
         assert resp.status == 200, await resp.text()
-        return (await resp.json())["choices"][0]["message"]["content"]
+        if not stream:
+            return (await resp.json())["choices"][0]["message"]["content"]
+        # A streaming client puts the answer together from the events' deltas, and resends it.
+        parts = []
+        for line in (await resp.read()).decode().splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line[6:]).get("choices") or []:
+                    parts.append((choice.get("delta") or {}).get("content") or "")
+        return "".join(parts)
 
 
 async def first_seeds(upstream: str, same_opening: bool) -> list[int]:
@@ -56,7 +70,7 @@ async def first_seeds(upstream: str, same_opening: bool) -> list[int]:
     raise AssertionError(f"the simulator gave {len(seeds)} distinct first answers in 400 seeds")
 
 
-async def run_chats(base: str, seeds: list[int], same_opening: bool) -> None:
+async def run_chats(base: str, seeds: list[int], same_opening: bool, stream: bool) -> None:
     """CHATS chats of TURNS turns, each resending its whole history."""
     async with aiohttp.ClientSession() as session:
         for chat in range(CHATS):
@@ -65,21 +79,28 @@ async def run_chats(base: str, seeds: list[int], same_opening: bool) -> None:
                 question = opening(chat, same_opening) if turn == 1 else f"And then, step {turn}?"
                 messages.append({"role": "user", "content": question})
                 seed = seeds[chat] if turn == 1 else chat * 100 + turn
-                messages.append({"role": "assistant", "content": await ask(session, base, messages, seed, chat)})
+                answer = await ask(session, base, messages, seed, chat, stream)
+                messages.append({"role": "assistant", "content": answer})
 
 
 def chat_of(sample: dict) -> int:
     return int(sample["metadata"]["category"].removeprefix("chat-"))
 
 
-@pytest.mark.parametrize("same_opening", [False, True], ids=["own-openings", "same-opening"])
+@pytest.mark.parametrize(
+    ("same_opening", "stream"),
+    [(False, False), (True, False), (True, True)],
+    ids=["own-openings", "same-opening", "same-opening-streams"],
+)
 async def test_sampled_turns_of_one_chat_share_its_id_and_the_tracker_keeps_only_samples(
-    sim, make_agent, same_opening: bool
+    sim, make_agent, same_opening: bool, stream: bool
 ):
     """With `same_opening`, every chat opens with the same words (an app's fixed first message):
-    a chat whose first turn was not sampled must not join another whose first turn was."""
+    a chat whose first turn was not sampled must not join another whose first turn was, streamed
+    or not (a stream's answer is read for the sampled calls)."""
     agent = await make_agent(sim.url, sampling={"rate": 0.3})
-    await run_chats(proxy_url(agent), await first_seeds(sim.url, same_opening), same_opening)
+    # The simulator streams the answer it gives unstreamed for the same seed.
+    await run_chats(proxy_url(agent), await first_seeds(sim.url, same_opening), same_opening, stream)
     agent.proxy.flush()
     selected = metric(await scrape(agent), "llmwatch_samples_total")
     await wait_until(lambda: agent.pipeline.processed >= selected, timeout=60)

@@ -62,13 +62,18 @@ def test_a_chat_whose_first_turn_went_unseen_does_not_join_another_that_opened_a
     assert b2 != a1 and a2 == a1 and b3 == b2
 
 
-def test_a_stream_whose_answer_is_unknown_is_still_continued_by_its_request() -> None:
-    # The proxy reads a stream's answer only in the sample (after this); the call is stored by its
-    # request alone, and the next turn is found by the request part of its history.
+def test_a_call_whose_answer_has_no_text_is_still_continued_by_its_request() -> None:
+    # An answer that is a tool call alone has no text to key on: the call is stored by its request
+    # alone, and the next request (the tool call, then its result) is found by the part before it.
     t = ConversationTracker()
-    c1, _ = t.observe(chat(("q1", None)), now=0, call_id="a")
-    c2, turn = t.observe(chat(("q1", "streamed answer"), ("q2", None)), now=1, call_id="b")
-    assert c2 == c1 and turn == 2
+    c1, _ = t.observe(chat(("what is the weather", None)), now=0, call_id="a", answer=None)
+    history = [
+        *chat(("what is the weather", None)),
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "t1", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
+    ]
+    c2, turn = t.observe(history, now=1, call_id="b")
+    assert c2 == c1 and turn == 1
 
 
 def test_a_predecessor_never_seen_still_links_to_an_older_turn() -> None:

@@ -11,7 +11,7 @@ remembers the hash of each call's full message list (and, when the answer is kno
 with the answer appended) with the conversation it belongs to, and looks a new call up by the hash
 of its messages up to each assistant message (latest first): a hit continues that conversation, a
 miss starts one. The hash without that assistant message is a match only where the call that
-stored it had no known answer (a stream's): else two chats that open with the same words would
+stored it had no known answer (no answer text): else two chats that open with the same words would
 join whenever the second one's first turn went unseen. The memory is bounded: at most `max_entries` hashes, least recently used evicted
 first, none older than `ttl_s`.
 
@@ -150,7 +150,7 @@ class ConversationTracker:
             # Latest assistant first: the direct predecessor, then older ones (a predecessor not
             # sampled, or that this replica never saw).
             for with_answer, before in reversed(at_assistant):
-                # A request-only hash links only where its call's answer is unknown (a stream's):
+                # A request-only hash links only where its call's answer is unknown (no text):
                 # where it is known, the call's successor carries that answer and is found by it.
                 # Else a chat opening with the same words as another would join it whenever its
                 # own first turn went unseen, as it mostly does when only sampled calls are

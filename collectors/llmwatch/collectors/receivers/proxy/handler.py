@@ -314,6 +314,11 @@ class Proxy:
             # would have found the unsampled turn 4, and samples group alike. Hashing every call's
             # history cost the proxy 14-200 µs per chat call (docs/guide/stability.md); here before
             # the Captured is queued, so the pipeline thread never sees a half-set exchange.
+            if not facts.assembled:
+                # A sampled stream's answer, read here instead of in the pipeline thread (the
+                # sample is built from these facts): its next turn is found by it, where a history
+                # hashed without the answer could be another chat's that opened alike.
+                facts = analyze(ex)
             self._conversation(ex, facts)
         return Captured(ex, facts, version, cost, reason, price_row)
 
