@@ -76,6 +76,18 @@ def test_a_call_whose_answer_has_no_text_is_still_continued_by_its_request() -> 
     assert c2 == c1 and turn == 1
 
 
+def test_a_reasoning_answer_links_whether_the_client_resends_its_thinking_or_strips_it() -> None:
+    answer = "<think>The user greets me; greet back.</think>\n\nHello! How can I help?"
+    for resent in (answer, "Hello! How can I help?"):
+        t = ConversationTracker()
+        c1, _ = t.observe(chat(("hi", None)), now=0, call_id="a", answer=answer)
+        # Another chat opened alike, answered differently: the stripped answer must not be matched
+        # by the request-only hash instead.
+        t.observe(chat(("hi", None)), now=0, call_id="x", answer="<think>hm</think>Hi there.")
+        c2, turn = t.observe(chat(("hi", resent), ("and?", None)), now=1, call_id="b")
+        assert (c2, turn) == (c1, 2), resent
+
+
 def test_a_predecessor_never_seen_still_links_to_an_older_turn() -> None:
     t = ConversationTracker()
     c1, _ = t.observe(chat(("q1", None)), now=0, call_id="a", answer="r1")
@@ -146,7 +158,8 @@ def _reference_digests(
 ) -> tuple[bytes, tuple[tuple[bytes, bytes], ...], bytes | None]:
     """The framing the tracker has always hashed, spelled out: one length-prefixed frame
     `len(role):role:len(text):text` per message (lengths of the role in characters, of the
-    stripped text in UTF-8 bytes), so that ids stay the same across versions and replicas."""
+    stripped text in UTF-8 bytes; an assistant's text after its last `</think>`), so that ids
+    stay the same across versions and replicas."""
     from llmwatch.core.wire import content_to_text
 
     def frame(role: object, text: str) -> bytes:
@@ -162,6 +175,7 @@ def _reference_digests(
         role = m.get("role", "user")
         text = content_to_text(m.get("content"))
         if role == "assistant":
+            text = text.rsplit("</think>", 1)[-1]  # an answer is hashed without its reasoning
             before = h.digest()
             h.update(frame(role, text))
             at_assistant.append((h.digest(), before))
@@ -170,7 +184,7 @@ def _reference_digests(
     answered = None
     if answer:
         copy = h.copy()
-        copy.update(frame("assistant", answer))
+        copy.update(frame("assistant", answer.rsplit("</think>", 1)[-1]))
         answered = copy.digest()
     return h.digest(), tuple(at_assistant), answered
 
@@ -183,6 +197,7 @@ _roles = st.one_of(
 )
 _contents = st.one_of(
     st.text(max_size=40),
+    st.builds(lambda a, b: f"{a}</think>{b}", st.text(max_size=10), st.text(max_size=10)),
     st.none(),
     st.lists(
         st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}), st.text(max_size=5)),
@@ -200,7 +215,14 @@ _messages = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(messages=_messages, answer=st.one_of(st.none(), st.text(max_size=40)))
+@given(
+    messages=_messages,
+    answer=st.one_of(
+        st.none(),
+        st.text(max_size=40),
+        st.builds(lambda a, b: f"<think>{a}</think>{b}", st.text(max_size=10), st.text(max_size=10)),
+    ),
+)
 def test_the_hashed_framing_is_unchanged_for_any_history(messages: list[object], answer: str | None) -> None:
     # The tracker's framing is inlined and its role heads cached for speed (the proxy hashes every
     # chat call); the digests must still be exactly the documented frames', or conversation ids

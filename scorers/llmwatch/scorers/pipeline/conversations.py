@@ -171,6 +171,13 @@ class ConversationTracker:
         return conversation, turn
 
 
+def _visible(answer: str) -> bytes:
+    """An answer as a client may resend it: without the reasoning a model wrote before `</think>`
+    (reasoning models served with their thinking in the content). Clients differ in whether they
+    strip it before resending; hashed without it on both sides, the chain holds either way."""
+    return answer.rsplit("</think>", 1)[1].strip().encode("utf-8", "surrogatepass")
+
+
 # (digest of the whole message list, per assistant message (digest with it, digest before it),
 # digest of the list with the answer appended or None, turn): what `observe` looks up and keeps.
 HistoryDigests = tuple[bytes, tuple[tuple[bytes, bytes], ...], bytes | None, int]
@@ -197,6 +204,8 @@ def history_digests(messages: Sequence[Any], answer: str | None = None) -> Histo
         if prefix is None:
             prefix = _role_prefix(role)
         if role == "assistant":
+            if b"</think>" in t:
+                t = _visible(text)
             before = h.digest()
             update(b"%s%d:%s" % (prefix, len(t), t))
             at_assistant.append((h.digest(), before))
@@ -206,7 +215,11 @@ def history_digests(messages: Sequence[Any], answer: str | None = None) -> Histo
     answered = None
     if answer:
         copy = h.copy()
-        copy.update(_frame("assistant", answer))
+        if "</think>" in answer:
+            t = _visible(answer)
+            copy.update(b"%s%d:%s" % (_role_prefix("assistant"), len(t), t))
+        else:
+            copy.update(_frame("assistant", answer))
         answered = copy.digest()
     return h.digest(), tuple(at_assistant), answered, max(1, users)
 
