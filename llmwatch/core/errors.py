@@ -91,4 +91,8 @@ def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
         origin = origins.get(".".join(parts[:n]))
         if origin:
             return origin
-    return None
+    # A section nobody knows, set only through its fields (LLMWATCH_SAMPLNG__RATE makes the
+    # unknown section `samplng`): name the variables that made it, or the reader looks for
+    # `samplng` in a config file that does not have it.
+    below = sorted({origin for key, origin in origins.items() if key.startswith(path + ".")})
+    return "; ".join(below) or None

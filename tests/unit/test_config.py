@@ -198,3 +198,14 @@ def test_flag_names_that_differ_from_the_field_are_used():
             None, overrides={"otel": {"ingest_listen": "nowhere"}}, environ={}, flags={"otel.ingest_listen": "--listen"}
         )
     assert "otel.ingest_listen (command line: --listen)" in str(err.value)
+
+
+def test_misspelt_section_in_an_environment_variable_names_the_variable(tmp_path):
+    # LLMWATCH_SAMPLNG__RATE makes an unknown section `samplng`; with a config file given too,
+    # a message without the variable's name sends the reader to a file that has no `samplng`.
+    path = write(tmp_path, "sampling: {rate: 0.25}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={"LLMWATCH_SAMPLNG__RATE": "0.2"})
+    message = str(err.value)
+    assert "samplng" in message and "unknown field" in message
+    assert "LLMWATCH_SAMPLNG__RATE" in message
