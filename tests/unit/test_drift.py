@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,20 @@ def test_false_alarm_rate_of_a_stable_version_stays_near_alpha():
         alarms += report_for(baseline, rng, 300, Behaviour(), version="A", mmd_permutations=50).verdict == "drift"
     # Holm keeps the family-wise rate <= 0.05; binomial(60, 0.05) exceeds 8 with probability < 1%.
     assert alarms <= 8, f"{alarms}/{runs} stable windows flagged"
+
+
+def test_text_rows_name_a_direction_only_where_there_is_one():
+    # A check every answer passed on both sides (pii_leak, language_match on the demo) has no
+    # direction: it used to read "worse" beside an effect of +0.000.
+    rng = np.random.default_rng(11)
+    never = Behaviour(refusal=0.0)
+    same = report_for(frozen(rng, n=300, b=never), rng, 300, never)
+    always_passed = next(s for s in same.signals if s.name == "pass_rate:refusal")
+    assert always_passed.effect_size == 0 and always_passed.direction == "", format_text(same)
+    # A drifting signal with no direction (failure_modes) used to read ", clearest in ..." with
+    # a dangling comma.
+    report = report_for(frozen(rng, n=2000, b=never), rng, 1500, replace(never, refusal=0.10))
+    failure_modes = next(s for s in report.signals if s.name == "failure_modes")
+    assert failure_modes.verdict == "drift" and failure_modes.direction == "" and failure_modes.stratum
+    row = next(line for line in format_text(report).splitlines() if " failure_modes " in line)
+    assert row.endswith(f"  clearest in {failure_modes.stratum}"), row
