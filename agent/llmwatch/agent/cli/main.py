@@ -91,6 +91,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     require_writable(
         args.out,
         "--out",
+        example=f"baseline-{args.model_version}.json",
         must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)",
     )
     from llmwatch.scorers.drift.baseline import freeze, freeze_summary, write_baseline
