@@ -19,6 +19,7 @@ from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
+from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -155,6 +156,10 @@ def cmd_drift(args: argparse.Namespace) -> int:
         from llmwatch.agent.cli.evaluate import check_html_args
 
         check_html_args(args)
+    elif args.out:
+        # Before the work: a report computed and then not written (or, before, silently not
+        # written at all: --out was read for html only) loses the run.
+        require_writable(args.out, "--out", example="drift.json")
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:
@@ -194,13 +199,12 @@ def cmd_drift(args: argparse.Namespace) -> int:
     report = compare(
         baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
     )
+    if args.format != "html":
+        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+        if args.out:
+            atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
-        sys.stdout.write(
-            orjson.dumps(
-                report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str
-            ).decode()
-            + "\n"
-        )
+        sys.stdout.write(data.decode() + "\n")
     elif args.format == "html":
         from llmwatch.agent.cli.evaluate import write_html
         from llmwatch.scorers.reports.html import render_drift
