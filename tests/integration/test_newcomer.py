@@ -471,3 +471,16 @@ def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_gi
     assert f"--out {folder} is a directory; give a file name inside it, e.g. {folder / example}" in result.stderr
     assert "Errno" not in result.stderr and "Traceback" not in result.stderr
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "records.jsonl"]
+
+
+def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Path):
+    # `--fail-on behavior` was refused only after the window was read and scored (minutes with
+    # the embedding checks); the unreadable samples here prove nothing was read first.
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"not": "checked yet"}\n')
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}")
+    args = ["drift", "--baseline", str(baseline), "--samples", str(samples), "--fail-on", "behavior"]
+    result = run(args)
+    assert result.returncode == 2
+    assert "--fail-on 'behavior': name families from inputs, behaviour, performance" in result.stderr

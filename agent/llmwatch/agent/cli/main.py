@@ -160,6 +160,13 @@ def cmd_drift(args: argparse.Namespace) -> int:
         # Before the work: a report computed and then not written (or, before, silently not
         # written at all: --out was read for html only) loses the run.
         require_writable(args.out, "--out", example="drift.json")
+    # Before the window is read and scored (minutes with the embedding checks): a typo here
+    # (`--fail-on behavior`) used to be refused only after all of it.
+    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
+    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
+        raise ConfigError(
+            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
+        )
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:
@@ -188,11 +195,6 @@ def cmd_drift(args: argparse.Namespace) -> int:
             cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window"
         )
         current, window_versions = window.routes, window.window_versions
-    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
-    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
-        raise ConfigError(
-            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
-        )
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
     check_minimums(baseline, settings, f"baseline {args.baseline}")
     shown = [args.model_version] if args.model_version else window_versions
