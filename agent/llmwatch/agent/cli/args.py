@@ -15,7 +15,22 @@ from llmwatch.core.logs import configure_logging
 
 # Commands whose output a person reads (summaries, tables, reports): their logs stay below
 # warning unless asked for, so that the output is not interleaved with log lines.
-QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "canary", "report", "regress", "review", "judge"})
+QUIET_COMMANDS = frozenset(
+    {
+        "demo",
+        "score",
+        "baseline",
+        "drift",
+        "canary",
+        "report",
+        "regress",
+        "review",
+        "judge",
+        "suite",
+        "shadow",
+        "replay",
+    }
+)
 
 # Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
 FLAGS = {
