@@ -209,3 +209,16 @@ def test_misspelt_section_in_an_environment_variable_names_the_variable(tmp_path
     message = str(err.value)
     assert "samplng" in message and "unknown field" in message
     assert "LLMWATCH_SAMPLNG__RATE" in message
+
+
+def test_a_file_given_as_the_data_directory_is_refused_naming_the_flag(tmp_path):
+    # `proxy --data-dir afile` said only "[Errno 20] Not a directory: 'afile/samples'".
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"data_dir": str(afile)}, environ={})
+    message = str(err.value)
+    assert "data_dir (command line: --data-dir)" in message
+    assert "is a file, not a folder" in message and str(afile) in message
+    # A folder that is not there yet is fine: it is created when the first file is written.
+    assert load_config(None, overrides={"data_dir": str(tmp_path / "new")}, environ={}).data_dir == tmp_path / "new"
