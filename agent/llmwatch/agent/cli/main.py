@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
@@ -297,8 +298,32 @@ def cmd_ui(args: argparse.Namespace) -> int:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An unknown option is refused by the command that was given it, with the closest options.
+
+    argparse hands a subcommand's unknown options up to the top parser, which printed
+    `usage: llmwatch [-h] [--version] COMMAND ...` for `llmwatch proxy --upstrem URL`: the
+    command's own usage and a "did you mean --upstream?" are what lets the reader fix it.
+    Subparsers are made of this class too (add_subparsers uses the parent's type).
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            hints = []
+            for given in (a.split("=", 1)[0] for a in extra if a.startswith("--")):
+                close = difflib.get_close_matches(given, options, n=1, cutoff=0.8)
+                if close:
+                    hints.append(f"{given}: did you mean {close[0]}?")
+            self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services."
     )
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")
