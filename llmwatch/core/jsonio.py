@@ -303,6 +303,19 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
 _KINDS = {SAMPLE_SCHEMA: "samples", SCORE_SCHEMA: "scores", PAIR_SCHEMA: "shadow pairs"}
 
 
+def records_kind(path: str | os.PathLike[str]) -> str | None:
+    """The kind of records ("samples", "scores", "shadow pairs") a JSON Lines file holds, by its
+    first line's schema, else None: for readers of whole documents given one by mistake."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+        data = orjson.loads(first)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    return _KINDS.get(schema) if isinstance(schema, str) else None
+
+
 def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | None:
     """Say so when a record is another kind of llmwatch record than `model` reads.
 

@@ -171,3 +171,16 @@ def test_text_rows_name_a_direction_only_where_there_is_one():
     assert failure_modes.verdict == "drift" and failure_modes.direction == "" and failure_modes.stratum
     row = next(line for line in format_text(report).splitlines() if " failure_modes " in line)
     assert row.endswith(f"  clearest in {failure_modes.stratum}"), row
+
+
+@pytest.mark.parametrize("lines", [1, 3])
+def test_a_samples_file_given_as_the_baseline_says_so(tmp_path, lines):
+    # It said "not valid JSON at line 2, column 1 ...; refreeze it" (one line: "not an llmwatch
+    # baseline (schema 'llmwatch.sample/v1')"), as if a baseline had been damaged.
+    samples, _, _ = window(np.random.default_rng(1), lines, Behaviour())
+    path = tmp_path / "samples-20261205-0000.jsonl"
+    path.write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    with pytest.raises(BaselineError) as err:
+        load_baseline(path)
+    assert f"baseline {path} is a file of samples, not a baseline" in str(err.value)
+    assert "llmwatch baseline freeze" in str(err.value)
