@@ -142,6 +142,8 @@ def test_too_few_samples_is_undecided_and_says_so():
     report = report_for(frozen(rng), rng, 12, Behaviour(), min_samples=30)
     assert report.verdict == "insufficient" and report.exit_code == 2
     assert "too few samples" in format_text(report)
+    # And what to do about it (it said only what was missing).
+    assert "to decide behaviour, performance: more samples of the version in the window" in format_text(report)
 
 
 def test_false_alarm_rate_of_a_stable_version_stays_near_alpha():

@@ -155,6 +155,18 @@ def format_text(report: DriftReport) -> str:
         )
         fails = "" if name in report.settings.fail_on else " (does not fail the run)"
         families.append(f"  {name:<12} {info['verdict']}{how}{fails}{why}")
+    short = [
+        name
+        for name, info in report.families.items()
+        if name in report.settings.fail_on and info["verdict"] == "insufficient" and not info.get("reason")
+    ]
+    if report.verdict == "insufficient" and short:
+        # Say what to do, not only what is missing: a newcomer's first drift run on a few calls.
+        families.append(
+            f"  to decide {', '.join(short)}: more samples of the version in the window (each signal needs "
+            f"{report.settings.min_samples} on both sides): let more traffic through, raise sampling.rate, or widen "
+            "the window; a lower --min-samples decides sooner but with weaker tests"
+        )
     lines = [
         head,
         *families,
