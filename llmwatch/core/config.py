@@ -319,6 +319,33 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
+def _key_lines(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Dotted path -> line number for every key and list item of a YAML file (already read once by
+    `read_yaml`), so that an error names the line to fix, as the rules for bad input ask."""
+    try:
+        with open(path, "rb") as fh:
+            root = yaml.compose(fh)
+    except (OSError, yaml.YAMLError):
+        return {}
+    out: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    dotted = f"{prefix}{key.value}"
+                    out[dotted] = key.start_mark.line + 1
+                    walk(value, dotted + ".")
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out[f"{prefix}{i}"] = item.start_mark.line + 1
+                walk(item, f"{prefix}{i}.")
+
+    if root is not None:
+        walk(root, "")
+    return out
+
+
 def load_model(
     model: type[ConfigT],
     path: str | os.PathLike[str] | None = None,
@@ -350,6 +377,10 @@ def load_model(
         header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
         raise ConfigError(
             describe_validation_error(
-                exc, header=header, allowed=lambda loc: _allowed_fields(model, loc), origins=origins
+                exc,
+                header=header,
+                allowed=lambda loc: _allowed_fields(model, loc),
+                origins=origins,
+                file_lines=_key_lines(path) if path is not None else None,
             )
         ) from None

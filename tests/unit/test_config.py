@@ -222,3 +222,31 @@ def test_a_file_given_as_the_data_directory_is_refused_naming_the_flag(tmp_path)
     assert "is a file, not a folder" in message and str(afile) in message
     # A folder that is not there yet is fine: it is created when the first file is written.
     assert load_config(None, overrides={"data_dir": str(tmp_path / "new")}, environ={}).data_dir == tmp_path / "new"
+
+
+def test_an_error_in_the_file_names_its_line(tmp_path):
+    # It named the file and the field but not the line: in a long config the reader searched.
+    path = write(
+        tmp_path,
+        """\
+        # the sidecar's config
+        upstream: http://127.0.0.1:8000
+        sampling:
+          rat: 0.2
+          overrides:
+            - route: /v1/embeddings
+              rate: 2
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={"LLMWATCH_QUEUE__MAX_SIZE": "lots"})
+    lines = str(err.value).splitlines()
+    assert (
+        "  - line 4: sampling.rat: unknown field; allowed here: keep_errors, overrides, rate, request_id_header, slow_ms"
+        in lines
+    )
+    assert any(line.startswith("  - line 7: sampling.overrides.0.rate: ") for line in lines), lines
+    # A value from a variable still names the variable, not a line.
+    assert any(
+        line.startswith("  - queue.max_size (from environment variable LLMWATCH_QUEUE__MAX_SIZE)") for line in lines
+    )
