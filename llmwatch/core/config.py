@@ -302,13 +302,17 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_yaml(path: str | os.PathLike[str], *, variable: str | None = None) -> dict[str, Any]:
+    """The config file's mapping. `variable` names the environment variable that gave the path
+    (LLMWATCH_CONFIG): the fix is then that variable, not a --config the user never passed."""
     data = read_document(
         path,
-        what="config file",
+        what=f"config file ({variable})" if variable else "config file",
         error=ConfigError,
         fmt="yaml",
-        missing="pass an existing file to --config or omit it",
+        missing=f"set {variable} to an existing file or unset it"
+        if variable
+        else "pass an existing file to --config or omit it",
     )
     if data is None:
         return {}
@@ -362,9 +366,10 @@ def load_model(
     `--<field>` (e.g. {"otel.ingest_listen": "--listen"}), so that errors blame the right flag.
     """
     environ = os.environ if environ is None else environ
+    variable = None
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
-        path = environ[ENV_PREFIX + "CONFIG"]
-    data = read_yaml(path) if path is not None else {}
+        path, variable = environ[ENV_PREFIX + "CONFIG"], ENV_PREFIX + "CONFIG"
+    data = read_yaml(path, variable=variable) if path is not None else {}
     env_tree, origins = _env_overrides(environ)
     data = _merge(data, env_tree)
     if overrides:

@@ -250,3 +250,12 @@ def test_an_error_in_the_file_names_its_line(tmp_path):
     assert any(
         line.startswith("  - queue.max_size (from environment variable LLMWATCH_QUEUE__MAX_SIZE)") for line in lines
     )
+
+
+def test_a_missing_file_named_by_llmwatch_config_blames_the_variable(tmp_path):
+    # It said "pass an existing file to --config or omit it" to someone who passed no --config.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_CONFIG": str(tmp_path / "nope.yaml")})
+    assert "(LLMWATCH_CONFIG)" in str(err.value) and "does not exist" in str(err.value)
+    assert "set LLMWATCH_CONFIG to an existing file or unset it" in str(err.value)
+    assert "--config" not in str(err.value)
