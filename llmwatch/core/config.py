@@ -302,13 +302,17 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_yaml(path: str | os.PathLike[str], *, variable: str | None = None) -> dict[str, Any]:
+    """The config file's mapping. `variable` names the environment variable that gave the path
+    (LLMWATCH_CONFIG): the fix is then that variable, not a --config the user never passed."""
     data = read_document(
         path,
-        what="config file",
+        what=f"config file ({variable})" if variable else "config file",
         error=ConfigError,
         fmt="yaml",
-        missing="pass an existing file to --config or omit it",
+        missing=f"set {variable} to an existing file or unset it"
+        if variable
+        else "pass an existing file to --config or omit it",
     )
     if data is None:
         return {}
@@ -317,6 +321,33 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"config file {path} must be a mapping of sections (e.g. `sampling: {{rate: 0.1}}`), got {type(data).__name__}"
         )
     return data
+
+
+def _key_lines(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Dotted path -> line number for every key and list item of a YAML file (already read once by
+    `read_yaml`), so that an error names the line to fix, as the rules for bad input ask."""
+    try:
+        with open(path, "rb") as fh:
+            root = yaml.compose(fh)
+    except (OSError, yaml.YAMLError):
+        return {}
+    out: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    dotted = f"{prefix}{key.value}"
+                    out[dotted] = key.start_mark.line + 1
+                    walk(value, dotted + ".")
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out[f"{prefix}{i}"] = item.start_mark.line + 1
+                walk(item, f"{prefix}{i}.")
+
+    if root is not None:
+        walk(root, "")
+    return out
 
 
 def load_model(
@@ -335,9 +366,10 @@ def load_model(
     `--<field>` (e.g. {"otel.ingest_listen": "--listen"}), so that errors blame the right flag.
     """
     environ = os.environ if environ is None else environ
+    variable = None
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
-        path = environ[ENV_PREFIX + "CONFIG"]
-    data = read_yaml(path) if path is not None else {}
+        path, variable = environ[ENV_PREFIX + "CONFIG"], ENV_PREFIX + "CONFIG"
+    data = read_yaml(path, variable=variable) if path is not None else {}
     env_tree, origins = _env_overrides(environ)
     data = _merge(data, env_tree)
     if overrides:
@@ -350,6 +382,10 @@ def load_model(
         header = f"invalid configuration (config file {path}):" if path is not None else "invalid configuration:"
         raise ConfigError(
             describe_validation_error(
-                exc, header=header, allowed=lambda loc: _allowed_fields(model, loc), origins=origins
+                exc,
+                header=header,
+                allowed=lambda loc: _allowed_fields(model, loc),
+                origins=origins,
+                file_lines=_key_lines(path) if path is not None else None,
             )
         ) from None

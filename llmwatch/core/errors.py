@@ -39,6 +39,7 @@ def describe_validation_error(
     allowed: AllowedFields | None = None,
     header: str | None = None,
     origins: Mapping[str, str] | None = None,
+    file_lines: Mapping[str, int] | None = None,
 ) -> str:
     """Name each failing field and say what is wrong with it, without pydantic's noise.
 
@@ -50,7 +51,8 @@ def describe_validation_error(
     With `header`, one line per error under it, for the configuration: "  - a.b (ORIGIN):
     message (got 'value')", where `origins` maps the path, or the section that holds it, to where
     the value came from ("from environment variable X", "command line: --upstream"). The value
-    is named once: not again when the message already quotes it.
+    is named once: not again when the message already quotes it. `file_lines` maps a path of the
+    config file to its line: a value from the file (no other origin) reads "  - line 4: a.b: ...".
     """
     lines = []
     for err in exc.errors():
@@ -68,9 +70,11 @@ def describe_validation_error(
         path = path or "(top level)"
         origin = _origin_of(path, origins or {})
         where = f" ({origin})" if origin else ""
+        line = None if origin else _line_of(path, file_lines or {})
+        at = f"line {line}: " if line else ""
         if unknown:
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
-            lines.append(f"  - {path}{where}: unknown field{hint}")
+            lines.append(f"  - {at}{path}{where}: unknown field{hint}")
             continue
         given = err.get("input")
         if isinstance(given, str):
@@ -78,10 +82,20 @@ def describe_validation_error(
         # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
         # to 1") do not.
         given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
-        lines.append(f"  - {path}{where}: {message}{given_text}")
+        lines.append(f"  - {at}{path}{where}: {message}{given_text}")
     if header is None:
         return "; ".join(lines)
     return "\n".join([header, *lines])
+
+
+def _line_of(path: str, file_lines: Mapping[str, int]) -> int | None:
+    """The line of `path` in the config file, or of the nearest key above it (a missing field)."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        line = file_lines.get(".".join(parts[:n]))
+        if line:
+            return line
+    return None
 
 
 def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
@@ -91,4 +105,8 @@ def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
         origin = origins.get(".".join(parts[:n]))
         if origin:
             return origin
-    return None
+    # A section nobody knows, set only through its fields (LLMWATCH_SAMPLNG__RATE makes the
+    # unknown section `samplng`): name the variables that made it, or the reader looks for
+    # `samplng` in a config file that does not have it.
+    below = sorted({origin for key, origin in origins.items() if key.startswith(path + ".")})
+    return "; ".join(below) or None

@@ -36,7 +36,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.records import RecordError, Sample
+from llmwatch.core.pairs import PAIR_SCHEMA
+from llmwatch.core.records import SAMPLE_SCHEMA, RecordError, Sample
+from llmwatch.core.scores import SCORE_SCHEMA
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -297,6 +299,41 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
     raise RecordError(f"{source}: no such file or directory")
 
 
+# The records llmwatch writes, by the schema each names, as a reader calls them.
+_KINDS = {SAMPLE_SCHEMA: "samples", SCORE_SCHEMA: "scores", PAIR_SCHEMA: "shadow pairs"}
+
+
+def records_kind(path: str | os.PathLike[str]) -> str | None:
+    """The kind of records ("samples", "scores", "shadow pairs") a JSON Lines file holds, by its
+    first line's schema, else None: for readers of whole documents given one by mistake."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+        data = orjson.loads(first)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    return _KINDS.get(schema) if isinstance(schema, str) else None
+
+
+def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | None:
+    """Say so when a record is another kind of llmwatch record than `model` reads.
+
+    `report --samples llmwatch-data/scores` said "unsupported schema 'llmwatch.score/v1' (omit the
+    field or convert the file)" and listed six missing fields: the fix is the other folder.
+    """
+    found = data.get("schema")
+    field = model.model_fields.get("schema_")
+    wanted = field.default if field is not None else None
+    if found == wanted or found not in _KINDS or wanted not in _KINDS:
+        return None
+    return (
+        f"this is a file of {_KINDS[found]} ({found}), not of {_KINDS[wanted]} ({wanted}); check which folder "
+        "went to which option (a data directory holds samples/, scores/ and pairs/, e.g. --samples "
+        "llmwatch-data/samples --scores llmwatch-data/scores, --pairs llmwatch-data/pairs)"
+    )
+
+
 @overload
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
 @overload
@@ -330,6 +367,9 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
                 ) from None
             if not isinstance(data, dict):
                 raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
+            mixed_up = _other_kind_of_file(data, model)
+            if mixed_up:
+                raise RecordError(f"{path}:{lineno}: {mixed_up}")
             try:
                 yield model.model_validate(data)
             except ValidationError as exc:

@@ -447,3 +447,40 @@ def test_sections_left_at_their_defaults_or_switched_on_say_nothing():
     assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **on}, environ={})) == []
     off_only = {"kafka": {"enabled": False}}
     assert inactive_settings(load_config(None, overrides={"upstream": "http://h", **off_only}, environ={})) == []
+
+
+@pytest.mark.parametrize(
+    "command,example",
+    [
+        (["report", "--samples", "{samples}", "--out", "{dir}"], "report.json"),
+        (["shadow", "report", "--pairs", "{samples}", "--out", "{dir}"], "shadow-report.txt"),
+        (["baseline", "freeze", "--samples", "{samples}", "--model-version", "A", "--out", "{dir}"], "baseline-A.json"),
+    ],
+)
+def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_give(
+    tmp_path: Path, command: list[str], example: str
+):
+    # `report --out llmwatch-data` computed the whole report, then said only
+    # "[Errno 21] Is a directory: '.llmwatch-data.x00om2z9.partial' -> 'llmwatch-data'".
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"not": "checked yet"}\n')  # refused before it is read
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = run([part.format(samples=records, dir=folder) for part in command])
+    assert result.returncode == 2
+    assert f"--out {folder} is a directory; give a file name inside it, e.g. {folder / example}" in result.stderr
+    assert "Errno" not in result.stderr and "Traceback" not in result.stderr
+    assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "records.jsonl"]
+
+
+def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Path):
+    # `--fail-on behavior` was refused only after the window was read and scored (minutes with
+    # the embedding checks); the unreadable samples here prove nothing was read first.
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"not": "checked yet"}\n')
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}")
+    args = ["drift", "--baseline", str(baseline), "--samples", str(samples), "--fail-on", "behavior"]
+    result = run(args)
+    assert result.returncode == 2
+    assert "--fail-on 'behavior': name families from inputs, behaviour, performance" in result.stderr

@@ -198,3 +198,64 @@ def test_flag_names_that_differ_from_the_field_are_used():
             None, overrides={"otel": {"ingest_listen": "nowhere"}}, environ={}, flags={"otel.ingest_listen": "--listen"}
         )
     assert "otel.ingest_listen (command line: --listen)" in str(err.value)
+
+
+def test_misspelt_section_in_an_environment_variable_names_the_variable(tmp_path):
+    # LLMWATCH_SAMPLNG__RATE makes an unknown section `samplng`; with a config file given too,
+    # a message without the variable's name sends the reader to a file that has no `samplng`.
+    path = write(tmp_path, "sampling: {rate: 0.25}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={"LLMWATCH_SAMPLNG__RATE": "0.2"})
+    message = str(err.value)
+    assert "samplng" in message and "unknown field" in message
+    assert "LLMWATCH_SAMPLNG__RATE" in message
+
+
+def test_a_file_given_as_the_data_directory_is_refused_naming_the_flag(tmp_path):
+    # `proxy --data-dir afile` said only "[Errno 20] Not a directory: 'afile/samples'".
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides={"data_dir": str(afile)}, environ={})
+    message = str(err.value)
+    assert "data_dir (command line: --data-dir)" in message
+    assert "is a file, not a folder" in message and str(afile) in message
+    # A folder that is not there yet is fine: it is created when the first file is written.
+    assert load_config(None, overrides={"data_dir": str(tmp_path / "new")}, environ={}).data_dir == tmp_path / "new"
+
+
+def test_an_error_in_the_file_names_its_line(tmp_path):
+    # It named the file and the field but not the line: in a long config the reader searched.
+    path = write(
+        tmp_path,
+        """\
+        # the sidecar's config
+        upstream: http://127.0.0.1:8000
+        sampling:
+          rat: 0.2
+          overrides:
+            - route: /v1/embeddings
+              rate: 2
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={"LLMWATCH_QUEUE__MAX_SIZE": "lots"})
+    lines = str(err.value).splitlines()
+    assert (
+        "  - line 4: sampling.rat: unknown field; allowed here: keep_errors, overrides, rate, request_id_header, slow_ms"
+        in lines
+    )
+    assert any(line.startswith("  - line 7: sampling.overrides.0.rate: ") for line in lines), lines
+    # A value from a variable still names the variable, not a line.
+    assert any(
+        line.startswith("  - queue.max_size (from environment variable LLMWATCH_QUEUE__MAX_SIZE)") for line in lines
+    )
+
+
+def test_a_missing_file_named_by_llmwatch_config_blames_the_variable(tmp_path):
+    # It said "pass an existing file to --config or omit it" to someone who passed no --config.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_CONFIG": str(tmp_path / "nope.yaml")})
+    assert "(LLMWATCH_CONFIG)" in str(err.value) and "does not exist" in str(err.value)
+    assert "set LLMWATCH_CONFIG to an existing file or unset it" in str(err.value)
+    assert "--config" not in str(err.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmwatch.agent.apps.demo import check_table
+from llmwatch.agent.apps.demo import check_table, metrics_line
 
 
 def test_a_check_that_never_applied_is_named_not_shown_as_a_row_of_errors() -> None:
@@ -28,3 +28,12 @@ def test_every_check_with_a_verdict_keeps_its_row() -> None:
     lines = "\n".join(check_table(counts)).splitlines()
     assert not any("no verdict" in ln for ln in lines)
     assert sum(ln.startswith("  json_valid") or ln.startswith("  refusal") for ln in lines) == 2
+
+
+def test_the_summary_does_not_offer_the_stopped_proxys_metrics_as_live() -> None:
+    # The summary is printed after the proxy stopped: "metrics http://127.0.0.1:9464/metrics"
+    # alone sent a newcomer to an address nothing served any more.
+    line = metrics_line("127.0.0.1", 9464)
+    assert "http://127.0.0.1:9464/metrics" in line
+    assert "while the demo ran" in line and "has stopped" in line
+    assert "llmwatch proxy --upstream" in line and "llmwatch simulate" in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,8 @@ def test_too_few_samples_is_undecided_and_says_so():
     report = report_for(frozen(rng), rng, 12, Behaviour(), min_samples=30)
     assert report.verdict == "insufficient" and report.exit_code == 2
     assert "too few samples" in format_text(report)
+    # And what to do about it (it said only what was missing).
+    assert "to decide behaviour, performance: more samples of the version in the window" in format_text(report)
 
 
 def test_false_alarm_rate_of_a_stable_version_stays_near_alpha():
@@ -153,3 +156,33 @@ def test_false_alarm_rate_of_a_stable_version_stays_near_alpha():
         alarms += report_for(baseline, rng, 300, Behaviour(), version="A", mmd_permutations=50).verdict == "drift"
     # Holm keeps the family-wise rate <= 0.05; binomial(60, 0.05) exceeds 8 with probability < 1%.
     assert alarms <= 8, f"{alarms}/{runs} stable windows flagged"
+
+
+def test_text_rows_name_a_direction_only_where_there_is_one():
+    # A check every answer passed on both sides (pii_leak, language_match on the demo) has no
+    # direction: it used to read "worse" beside an effect of +0.000.
+    rng = np.random.default_rng(11)
+    never = Behaviour(refusal=0.0)
+    same = report_for(frozen(rng, n=300, b=never), rng, 300, never)
+    always_passed = next(s for s in same.signals if s.name == "pass_rate:refusal")
+    assert always_passed.effect_size == 0 and always_passed.direction == "", format_text(same)
+    # A drifting signal with no direction (failure_modes) used to read ", clearest in ..." with
+    # a dangling comma.
+    report = report_for(frozen(rng, n=2000, b=never), rng, 1500, replace(never, refusal=0.10))
+    failure_modes = next(s for s in report.signals if s.name == "failure_modes")
+    assert failure_modes.verdict == "drift" and failure_modes.direction == "" and failure_modes.stratum
+    row = next(line for line in format_text(report).splitlines() if " failure_modes " in line)
+    assert row.endswith(f"  clearest in {failure_modes.stratum}"), row
+
+
+@pytest.mark.parametrize("lines", [1, 3])
+def test_a_samples_file_given_as_the_baseline_says_so(tmp_path, lines):
+    # It said "not valid JSON at line 2, column 1 ...; refreeze it" (one line: "not an llmwatch
+    # baseline (schema 'llmwatch.sample/v1')"), as if a baseline had been damaged.
+    samples, _, _ = window(np.random.default_rng(1), lines, Behaviour())
+    path = tmp_path / "samples-20261205-0000.jsonl"
+    path.write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    with pytest.raises(BaselineError) as err:
+        load_baseline(path)
+    assert f"baseline {path} is a file of samples, not a baseline" in str(err.value)
+    assert "llmwatch baseline freeze" in str(err.value)

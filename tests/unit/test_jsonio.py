@@ -51,6 +51,27 @@ def test_readers_return_the_model_asked_for_and_name_file_line_and_field(tmp_pat
     assert isinstance(sample, Sample) and sample.model == "m"
 
 
+def test_a_file_of_another_llmwatch_record_kind_says_which_kind_it_is(tmp_path):
+    # `report --samples llmwatch-data/scores` (the folders mixed up) said "unsupported schema
+    # 'llmwatch.score/v1' ... (omit the field or convert the file)" and six missing fields.
+    now = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    scores = tmp_path / "scores-1.jsonl"
+    scores.write_bytes(
+        Score(sample_id="s1", check="c", kind="regex", result="pass", value=1.0, sample_timestamp=now).to_json() + b"\n"
+    )
+    with pytest.raises(RecordError) as err:
+        list(iter_jsonl(scores))
+    message = str(err.value)
+    assert message.startswith(f"{scores}:1: this is a file of scores (llmwatch.score/v1), not of samples")
+    assert "--samples llmwatch-data/samples --scores llmwatch-data/scores" in message
+    assert "Field required" not in message
+    # A schema llmwatch does not write (a newer version's) is still refused as unsupported.
+    newer = tmp_path / "samples-1.jsonl"
+    newer.write_text('{"schema": "llmwatch.sample/v9"}\n')
+    with pytest.raises(RecordError, match="unsupported schema 'llmwatch.sample/v9'"):
+        list(iter_jsonl(newer))
+
+
 # --- whole documents: one reader, one wording ------------------------------------------------------
 
 

@@ -94,6 +94,15 @@ class Config(Section):
     def _valid_address(cls, value: str) -> str:
         return host_port(value)
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_is_a_folder(cls, value: Path) -> Path:
+        # Here, where the error names its origin (--data-dir, LLMWATCH_DATA_DIR, the file): at the
+        # first write it was "[Errno 20] Not a directory: 'afile/samples'" and nothing more.
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{str(value)!r} is a file, not a folder; give a folder (it is created if missing)")
+        return value
+
     @field_validator("upstream")
     @classmethod
     def _valid_upstream(cls, value: str | None) -> str | None:

@@ -325,13 +325,21 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
         lines.append(stability_summary(agent))
     if agent.shadow is not None:
         lines.append(shadow_summary(agent))
-    lines += [
-        f"  metrics          http://{split_host_port(agent.cfg.metrics_listen)[0]}:{agent.metrics_port}/metrics",
-    ]
+    lines.append(metrics_line(split_host_port(agent.cfg.metrics_listen)[0], agent.metrics_port))
     if elapsed is not None:
         lines.append(f"  run time         {elapsed:.1f} s (traffic, loading the model, waiting for scores)")
     lines.append("")
     return "\n".join(lines)
+
+
+def metrics_line(host: str, port: int) -> str:
+    """Where the metrics were: the summary is printed after the proxy stopped, so the address is
+    no longer served; a reader who opens it needs to know how to get a live one."""
+    return (
+        f"  metrics          were at http://{host}:{port}/metrics while the demo ran (it has stopped); for live ones:\n"
+        "                   `llmwatch simulate --port 8000 &` then `llmwatch proxy --upstream http://127.0.0.1:8000`,\n"
+        "                   and `curl -s 127.0.0.1:9464/metrics | grep ^gen_ai_`"
+    )
 
 
 def judged_checks(counts: dict[tuple[str, str, str], float]) -> set[str]:

@@ -15,7 +15,22 @@ from llmwatch.core.logs import configure_logging
 
 # Commands whose output a person reads (summaries, tables, reports): their logs stay below
 # warning unless asked for, so that the output is not interleaved with log lines.
-QUIET_COMMANDS = frozenset({"demo", "score", "baseline", "drift", "canary", "report", "regress", "review", "judge"})
+QUIET_COMMANDS = frozenset(
+    {
+        "demo",
+        "score",
+        "baseline",
+        "drift",
+        "canary",
+        "report",
+        "regress",
+        "review",
+        "judge",
+        "suite",
+        "shadow",
+        "replay",
+    }
+)
 
 # Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
 FLAGS = {
@@ -81,7 +96,10 @@ def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str,
         default="text",
         help="html: a self-contained page with plots, written to --out (extra: reports)",
     )
-    p.add_argument("--out", help="file for --format html")
+    p.add_argument(
+        "--out",
+        help="also write the JSON report to this file (with text or json); with --format html, the HTML page",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
     p.add_argument("--min-samples", type=int, default=30, help=min_samples_help)
     p.add_argument("--fail-on", help=fail_on_help)

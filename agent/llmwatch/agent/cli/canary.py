@@ -13,8 +13,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args
-from llmwatch.agent.cli.common import require_records
+from llmwatch.agent.cli.common import require_records, require_writable
 from llmwatch.core.config import ConfigError
+from llmwatch.core.jsonio import atomic_write_bytes
 
 FAMILY_NAMES = ("inputs", "behaviour", "performance")
 
@@ -36,6 +37,10 @@ def cmd_canary(args: argparse.Namespace) -> int:
         from llmwatch.agent.cli.evaluate import check_html_args
 
         check_html_args(args)
+    elif args.out:
+        # Before the work: a report computed and then not written (or, before, silently not
+        # written at all: --out was read for html only) loses the run.
+        require_writable(args.out, "--out", example="canary.json")
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
@@ -82,13 +87,12 @@ def cmd_canary(args: argparse.Namespace) -> int:
         window=window,
         settings=settings,
     )
+    if args.format != "html":
+        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+        if args.out:
+            atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
-        sys.stdout.write(
-            orjson.dumps(
-                report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str
-            ).decode()
-            + "\n"
-        )
+        sys.stdout.write(data.decode() + "\n")
     elif args.format == "html":
         from llmwatch.agent.cli.evaluate import write_html
         from llmwatch.scorers.reports.html import render_drift

@@ -77,11 +77,16 @@ def require_file(path: str, flag: str, hint: str) -> None:
         raise RecordError(f"{flag} {path} {state}; {hint}")
 
 
-def require_writable(path: str, flag: str, *, must_not_exist: str | None = None) -> None:
-    """`path` can be created: not a directory, (if asked) not already there, its folder writable."""
+def require_writable(path: str, flag: str, *, must_not_exist: str | None = None, example: str = "out.jsonl") -> None:
+    """`path` can be created: not a directory, (if asked) not already there, its folder writable.
+
+    Checked before the command's work: a report computed for minutes and then refused at its
+    write said only `[Errno 21] Is a directory: '.x.partial' -> 'x'` (the atomic writer's file).
+    `example` is the file name suggested inside a directory given by mistake.
+    """
     target = Path(path)
     if target.is_dir():
-        raise RecordError(f"{flag} {path} is a directory; give a file name inside it, e.g. {target / 'out.jsonl'}")
+        raise RecordError(f"{flag} {path} is a directory; give a file name inside it, e.g. {target / example}")
     if must_not_exist and target.exists():
         raise RecordError(f"{flag} {path} already exists; {must_not_exist}")
     folder = target.parent.resolve()

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import orjson
 
 from llmwatch.agent.cli.args import config_from_args
-from llmwatch.agent.cli.common import log_options, require_file, require_records, show_usage
+from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text, read_document
 
 
@@ -66,6 +66,7 @@ def check_html_args(args: argparse.Namespace) -> None:
     require_matplotlib()
     if not args.out:
         raise ConfigError("--format html writes a file: pass --out FILE.html")
+    require_writable(args.out, "--out", example="report.html")
 
 
 def write_html(path: str, text: str, what: str) -> None:
@@ -78,6 +79,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.format == "html":
         check_html_args(args)
+    elif args.out:
+        require_writable(args.out, "--out", example="report.json")
     _check_inputs(args)
     from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, compare_reports, format_text
     from llmwatch.scorers.evaluation.report_stream import build_report_streamed
@@ -384,7 +387,6 @@ def _sources(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_suite_build(args: argparse.Namespace) -> int:
-    from llmwatch.agent.cli.common import require_writable
     from llmwatch.scorers.evaluation.suite_build import build, check_build_options, format_show, show
 
     cfg = config_from_args(args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
@@ -19,6 +20,7 @@ from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
+from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -91,6 +93,7 @@ def cmd_baseline_freeze(args: argparse.Namespace) -> int:
     require_writable(
         args.out,
         "--out",
+        example=f"baseline-{args.model_version}.json",
         must_not_exist="baselines are immutable, so freeze into a new file (e.g. add the version or date to the name)",
     )
     from llmwatch.scorers.drift.baseline import freeze, freeze_summary, write_baseline
@@ -154,6 +157,17 @@ def cmd_drift(args: argparse.Namespace) -> int:
         from llmwatch.agent.cli.evaluate import check_html_args
 
         check_html_args(args)
+    elif args.out:
+        # Before the work: a report computed and then not written (or, before, silently not
+        # written at all: --out was read for html only) loses the run.
+        require_writable(args.out, "--out", example="drift.json")
+    # Before the window is read and scored (minutes with the embedding checks): a typo here
+    # (`--fail-on behavior`) used to be refused only after all of it.
+    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
+    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
+        raise ConfigError(
+            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
+        )
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:
@@ -182,24 +196,18 @@ def cmd_drift(args: argparse.Namespace) -> int:
             cfg.scoring, args.samples, args.scores, args.model_version, purpose="the drift window"
         )
         current, window_versions = window.routes, window.window_versions
-    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
-    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
-        raise ConfigError(
-            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
-        )
     settings = settings_from_config(cfg.drift, alpha=args.alpha, min_samples=args.min_samples, fail_on=fail_on)
     check_minimums(baseline, settings, f"baseline {args.baseline}")
     shown = [args.model_version] if args.model_version else window_versions
     report = compare(
         baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
     )
+    if args.format != "html":
+        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+        if args.out:
+            atomic_write_bytes(args.out, data + b"\n")
     if args.format == "json":
-        sys.stdout.write(
-            orjson.dumps(
-                report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str
-            ).decode()
-            + "\n"
-        )
+        sys.stdout.write(data.decode() + "\n")
     elif args.format == "html":
         from llmwatch.agent.cli.evaluate import write_html
         from llmwatch.scorers.reports.html import render_drift
@@ -290,8 +298,32 @@ def cmd_ui(args: argparse.Namespace) -> int:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An unknown option is refused by the command that was given it, with the closest options.
+
+    argparse hands a subcommand's unknown options up to the top parser, which printed
+    `usage: llmwatch [-h] [--version] COMMAND ...` for `llmwatch proxy --upstrem URL`: the
+    command's own usage and a "did you mean --upstream?" are what lets the reader fix it.
+    Subparsers are made of this class too (add_subparsers uses the parent's type).
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            hints = []
+            for given in (a.split("=", 1)[0] for a in extra if a.startswith("--")):
+                close = difflib.get_close_matches(given, options, n=1, cutoff=0.8)
+                if close:
+                    hints.append(f"{given}: did you mean {close[0]}?")
+            self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="llmwatch", description="Production traffic observability for OpenAI-compatible LLM services."
     )
     parser.add_argument("--version", action="version", version=f"llmwatch {__version__}")

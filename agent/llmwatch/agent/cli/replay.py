@@ -1,10 +1,10 @@
 """`llmwatch replay`: recorded samples through the online drift pager, as fast as they can go.
 
-Registered by agent/llmwatch/agent/cli/main.py. The samples go, in timestamp order, through the
+Registered by agent/llmwatch/agent/cli/main.py. The samples go, sorted by timestamp, through the
 same `WindowAggregator` the scorer child and `llmwatch aggregate` hold (its windows and the pager
 of scorers/llmwatch/scorers/drift/pager.py, on the samples' own clock): every alert transition
 is printed as one JSON line as it happens, then one summary line. Exit codes as `llmwatch drift`:
-0 nothing paged, 1 at least one page, 2 bad input (a malformed or out-of-order line is named).
+0 nothing paged, 1 at least one page, 2 bad input (a malformed line is named).
 """
 
 from __future__ import annotations
@@ -27,15 +27,22 @@ from llmwatch.core.records import RecordError, Sample
 BATCH = 256
 
 
-def ordered_samples(source: str) -> Iterator[Sample]:
-    """The samples of a file or directory (files in name order), refusing any out of time order.
+def ordered_samples(source: str) -> list[Sample]:
+    """The samples of a file or directory, sorted by timestamp (ties in file order).
 
-    Line by line rather than through `read_records` so that an out-of-order sample is named by
-    its file and line, like a malformed one.
+    A proxy writes each sample when its call finishes, stamped with the time the call started,
+    so its own files are not in timestamp order (a slow call lands after faster later ones):
+    refusing that made the documented `llmwatch replay --samples llmwatch-data/samples` fail on
+    every real recording. They are all held here anyway, so they are sorted.
     """
+    return sorted(_samples(source), key=lambda s: s.timestamp)
+
+
+def _samples(source: str) -> Iterator[Sample]:
+    """Line by line rather than through `read_records` so that a malformed sample is named by its
+    file and line."""
     from llmwatch.core.jsonio import jsonl_paths
 
-    last: tuple[datetime, str] | None = None
     for path in jsonl_paths(source, "samples"):
         with open(path, "rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
@@ -53,13 +60,6 @@ def ordered_samples(source: str) -> Iterator[Sample]:
                     sample = Sample.model_validate(data)
                 except ValidationError as exc:
                     raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
-                if last is not None and sample.timestamp < last[0]:
-                    raise RecordError(
-                        f"{path}:{lineno}: timestamp {sample.timestamp.isoformat()} is earlier than the one before it "
-                        f"({last[1]}); replay needs samples in time order: sort them by timestamp "
-                        "(e.g. `jq -c -s 'sort_by(.timestamp)[]' FILE`)"
-                    )
-                last = (sample.timestamp, f"{path}:{lineno}, {sample.timestamp.isoformat()}")
                 yield sample
 
 
@@ -80,7 +80,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     baseline = load_baseline(args.baseline)
     check_minimums(baseline, settings_from_config(cfg.drift), f"baseline {args.baseline}")
     # Order and shape first, from the records alone: a bad line is named before any check runs.
-    samples = list(ordered_samples(args.samples))
+    samples = ordered_samples(args.samples)
     if not samples:
         raise RecordError(f"--samples {args.samples}: no samples to replay")
     if args.scores:
@@ -145,6 +145,6 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     )
     common(p)
     p.add_argument("--baseline", required=True, help="baseline file written by `llmwatch baseline freeze`")
-    p.add_argument("--samples", required=True, help="samples .jsonl file or directory, in timestamp order")
+    p.add_argument("--samples", required=True, help="samples .jsonl file or directory (replayed sorted by timestamp)")
     p.add_argument("--scores", help="scores for those samples (default: run the configured checks now)")
     p.set_defaults(func=cmd_replay)

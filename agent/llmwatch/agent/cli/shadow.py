@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
-from llmwatch.agent.cli.common import log_options, require_records, show_usage
+from llmwatch.agent.cli.common import log_options, require_records, require_writable, show_usage
 
 EXIT = {"not_worse": 0, "worse": 1, "inconclusive": 2}
 
@@ -103,6 +103,10 @@ def cmd_shadow_report(args: argparse.Namespace) -> int:
         require_matplotlib()
         if not args.out:
             raise ConfigError("--format html writes a file: pass --out FILE.html")
+    if args.out:
+        require_writable(
+            args.out, "--out", example="shadow-report.html" if args.format == "html" else "shadow-report.txt"
+        )
     require_records(args.pairs, "--pairs", "pairs")
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.pairs import Pair

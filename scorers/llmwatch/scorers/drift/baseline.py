@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes, read_document
+from llmwatch.core.jsonio import atomic_write_bytes, read_document, records_kind
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.version import __version__
@@ -140,15 +140,33 @@ def write_baseline(baseline: Baseline, path: str | os.PathLike[str]) -> Path:
     return atomic_write_bytes(target, data, read_only=True)
 
 
+def _refuse_records(source: Path) -> None:
+    """A samples (scores, pairs) file given as the baseline: it said "not valid JSON at line 2 ...;
+    refreeze it", as if a baseline had been damaged."""
+    kind = records_kind(source)
+    if kind:
+        raise BaselineError(
+            f"baseline {source} is a file of {kind}, not a baseline; freeze one from the samples with "
+            "`llmwatch baseline freeze --samples ... --model-version V --out baseline-V.json` and pass that file "
+            "(the demo writes llmwatch-data/baseline-A-*.json)"
+        )
+
+
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     source = Path(path)
-    data = read_document(
-        source,
-        what="baseline",
-        error=BaselineError,
-        missing="create one with `llmwatch baseline freeze`",
-        fix="refreeze it with `llmwatch baseline freeze`",
-    )
+    try:
+        data = read_document(
+            source,
+            what="baseline",
+            error=BaselineError,
+            missing="create one with `llmwatch baseline freeze`",
+            fix="refreeze it with `llmwatch baseline freeze`",
+        )
+    except BaselineError:
+        _refuse_records(source)
+        raise
+    if not (isinstance(data, dict) and data.get("schema") in (BASELINE_SCHEMA, *OLD_SCHEMAS)):
+        _refuse_records(source)
     if isinstance(data, dict) and data.get("schema") in OLD_SCHEMAS:
         # Refused rather than half-used: without per-sample rows no family could compare like
         # with like, and a verdict from marginal tests is exactly what issue 14 found misleading.

@@ -32,7 +32,7 @@ import numpy as np
 from llmwatch.core.metrics import CanaryReading
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
-from llmwatch.scorers.drift.compare import DriftReport, DriftSettings, Signal, compare
+from llmwatch.scorers.drift.compare import DriftReport, DriftSettings, Signal, compare, direction_and_stratum
 from llmwatch.scorers.drift.features import RouteStats, summarize
 
 __all__ = [
@@ -466,7 +466,7 @@ def format_text(report: CanaryReport) -> str:
     for s in d.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
-            f"{f'{s.n_baseline}/{s.n_current}':>16}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted') else ''}"
+            f"{f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
         )
     return "\n".join(lines)
 

@@ -24,7 +24,16 @@ from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
 from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
 
-__all__ = ["DriftReport", "DriftSettings", "Signal", "compare", "format_text", "settings_from_config", "tests_phrase"]
+__all__ = [
+    "DriftReport",
+    "DriftSettings",
+    "Signal",
+    "compare",
+    "direction_and_stratum",
+    "format_text",
+    "settings_from_config",
+    "tests_phrase",
+]
 
 
 @dataclass
@@ -124,6 +133,12 @@ def tests_phrase(report: DriftReport) -> str:
     return f"{report.n_tests} test{'s' if report.n_tests != 1 else ''}{extra}"
 
 
+def direction_and_stratum(s: Signal, verdicts: tuple[str, ...]) -> str:
+    """ "lower, clearest in X", "lower" or "clearest in X" (failure_modes has no direction)."""
+    where = f"clearest in {s.stratum}" if s.stratum and s.verdict in verdicts else ""
+    return ", ".join(part for part in (s.direction, where) if part)
+
+
 def format_text(report: DriftReport) -> str:
     head = {
         "drift": "DRIFT: the current window behaves differently from the baseline",
@@ -140,6 +155,18 @@ def format_text(report: DriftReport) -> str:
         )
         fails = "" if name in report.settings.fail_on else " (does not fail the run)"
         families.append(f"  {name:<12} {info['verdict']}{how}{fails}{why}")
+    short = [
+        name
+        for name, info in report.families.items()
+        if name in report.settings.fail_on and info["verdict"] == "insufficient" and not info.get("reason")
+    ]
+    if report.verdict == "insufficient" and short:
+        # Say what to do, not only what is missing: a newcomer's first drift run on a few calls.
+        families.append(
+            f"  to decide {', '.join(short)}: more samples of the version in the window (each signal needs "
+            f"{report.settings.min_samples} on both sides): let more traffic through, raise sampling.rate, or widen "
+            "the window; a lower --min-samples decides sooner but with weaker tests"
+        )
     lines = [
         head,
         *families,
@@ -151,6 +178,6 @@ def format_text(report: DriftReport) -> str:
     for s in report.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
-            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {s.direction}{', clearest in ' + s.stratum if s.stratum and s.verdict in ('drift', 'shifted', 'changed') else ''}"
+            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {direction_and_stratum(s, ('drift', 'shifted', 'changed'))}"
         )
     return "\n".join(lines)

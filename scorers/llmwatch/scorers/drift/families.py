@@ -477,7 +477,8 @@ def _behaviour(  # noqa: C901
             cmh(_tables(nb_rows, nc_rows, by_stratum, check)),
             res.n_current,
         )
-        sig.direction = "better" if sig.effect_size > 0 else "worse"
+        # No difference names no direction (a check every answer passed on both sides).
+        sig.direction = "better" if sig.effect_size > 0 else "worse" if sig.effect_size < 0 else ""
         out.append(sig)
     continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [
         ("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)
