@@ -223,6 +223,38 @@ def conversation(prefix: str, version: str, outcomes: list[str], n0: int = 0) ->
     return out
 
 
+def test_a_versions_turn_figure_over_all_categories_is_fitted_within_each_category():
+    # Multi-turn support chats hold one level (0.5 at every turn); one-question FAQ calls score
+    # 1.0, all at turn 1. Pooled, turn 1 looks better than the later turns (a slope of about
+    # -0.17 per turn: the FAQ's level read as decay); within each category nothing decays.
+    chats = conversation("c1", "A", ["truncated"] * 4) + conversation("c2", "A", ["truncated"] * 4, 10)
+    faq = [
+        make_sample(
+            f"faq-{i}", "A", [{"role": "user", "content": ROUTER[0]}], GOOD[0], metadata={"category": "faq"}, n=40 + i
+        )
+        for i in range(8)
+    ]
+    cfg = matrix(
+        [
+            {
+                "name": "multi_turn_dialogue",
+                "checks": ["refusal", "complete"],
+                "match": {"metadata": {"category": "support"}},
+            },
+            {"name": "faq", "checks": ["refusal", "complete"], "match": {"metadata": {"category": "faq"}}},
+        ]
+    )
+    samples = chats + faq
+    rows = score_samples(samples, scores_of(samples), build_categories(cfg))
+    assert sorted({(r.category, r.score) for r in rows}) == [("faq", 1.0), ("multi_turn_dialogue", 0.5)]
+    cells = {(c.category, c.model_version): c for c in turn_stability(rows)}
+    assert cells[("multi_turn_dialogue", "A")].detail["slope"] == pytest.approx(0.0)
+    assert ("faq", "A") not in cells  # one turn only: no slope
+    everything = cells[("all", "A")]
+    assert everything.detail["slope"] == pytest.approx(0.0) and everything.detail["within"] == "category"
+    assert everything.value == 1.0  # the decision score's stability reads this figure
+
+
 def test_quality_decays_by_turn_and_the_slope_and_its_standard_error_match_a_hand_fit():
     # Sample scores (mean of 2 checks): conversation 1: 1, 1, .5, .5; conversation 2: 1, .5, .5, 0.
     samples = conversation("c1", "A", ["good", "good", "truncated", "truncated"]) + conversation(

@@ -545,7 +545,10 @@ def _turn_stability(col: _Columns, score: np.ndarray, versions: list[str], cat_n
         mask = keep & (ver == versions.index(version))
         if category != ALL:
             mask &= cat == cat_names.index(category)
-        fit = decay_slope_arrays(turns[mask].astype(float), score[mask], MAX_TURN)
+        # A version's figure over all categories is fitted within each category (decay_slope_arrays).
+        fit = decay_slope_arrays(
+            turns[mask].astype(float), score[mask], MAX_TURN, cat[mask] if category == ALL else None
+        )
         if fit is None:
             continue
         value = min(1.0, max(0.0, 1.0 - (MAX_TURN - 1) * max(0.0, -fit["slope"])))

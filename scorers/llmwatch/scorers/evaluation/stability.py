@@ -153,34 +153,66 @@ def sampling_stability(
     return groups, cells
 
 
-def decay_slope(points: Sequence[tuple[int, float]], max_turn: int = MAX_TURN) -> dict[str, Any] | None:
-    """OLS of score on turn over turns 1..max_turn: slope, its standard error, per-turn means; None if unfit."""
-    pts = [(t, s) for t, s in points if 1 <= t <= max_turn]
+def decay_slope(
+    points: Sequence[tuple[int, float]], max_turn: int = MAX_TURN, groups: Sequence[int] | None = None
+) -> dict[str, Any] | None:
+    """OLS of score on turn over turns 1..max_turn: slope, its standard error, per-turn means; None
+    if unfit. With `groups` (one per point), the slope is fitted within each group (see
+    `decay_slope_arrays`)."""
+    keep = [i for i, (t, _) in enumerate(points) if 1 <= t <= max_turn]
     return decay_slope_arrays(
-        np.asarray([t for t, _ in pts], dtype=float), np.asarray([s for _, s in pts], dtype=float), max_turn
+        np.asarray([points[i][0] for i in keep], dtype=float),
+        np.asarray([points[i][1] for i in keep], dtype=float),
+        max_turn,
+        None if groups is None else np.asarray([groups[i] for i in keep], dtype=np.int64),
     )
 
 
-def decay_slope_arrays(turn: np.ndarray, score: np.ndarray, max_turn: int = MAX_TURN) -> dict[str, Any] | None:
-    """`decay_slope` of the points (turn[i], score[i]), in their order: what `report` keeps per sample."""
+def decay_slope_arrays(
+    turn: np.ndarray, score: np.ndarray, max_turn: int = MAX_TURN, groups: np.ndarray | None = None
+) -> dict[str, Any] | None:
+    """`decay_slope` of the points (turn[i], score[i]), in their order: what `report` keeps per sample.
+
+    With `groups` (an integer per point: the category), the slope is the within-group one (each
+    group's turns and scores taken from their own means, one slope for all): a version's figure
+    over all categories must not compare first questions of every category with later turns that
+    are mostly of one (multi-turn dialogue), which pooling did (a category's own level read as
+    decay). A group whose points all have one turn adds nothing; no variation of turn within any
+    group is unfit (None)."""
     keep = (turn >= 1) & (turn <= max_turn)
     x = np.asarray(turn[keep], dtype=float)
     y = np.asarray(score[keep], dtype=float)
     turns = [int(t) for t in np.unique(x)]
     if len(x) < 3 or len(turns) < 2:
         return None
-    xm, ym = x.mean(), y.mean()
-    sxx = float(((x - xm) ** 2).sum())
-    slope = float(((x - xm) * (y - ym)).sum() / sxx)
-    intercept = float(ym - slope * xm)
-    ssr = float(((y - (intercept + slope * x)) ** 2).sum())
-    stderr = math.sqrt(ssr / (len(x) - 2) / sxx)
+    if groups is None:
+        xc, yc, n_groups = x - x.mean(), y - y.mean(), 1
+    else:
+        g = np.asarray(groups[keep])
+        _, index = np.unique(g, return_inverse=True)
+        n_groups = int(index.max()) + 1
+        counts = np.bincount(index, minlength=n_groups).astype(float)
+        xc = x - (np.bincount(index, weights=x, minlength=n_groups) / counts)[index]
+        yc = y - (np.bincount(index, weights=y, minlength=n_groups) / counts)[index]
+    sxx = float((xc**2).sum())
+    dof = len(x) - n_groups - 1
+    if sxx <= 1e-12 or dof < 1:
+        return None
+    slope = float((xc * yc).sum() / sxx)
+    intercept = float(y.mean() - slope * x.mean())
+    ssr = float(((yc - slope * xc) ** 2).sum())
+    stderr = math.sqrt(ssr / dof / sxx)
     by_turn = {str(t): {"mean": float(y[x == t].mean()), "n": int((x == t).sum())} for t in turns}
-    return {"slope": slope, "stderr": stderr, "intercept": intercept, "n": len(x), "by_turn": by_turn}
+    fit = {"slope": slope, "stderr": stderr, "intercept": intercept, "n": len(x), "by_turn": by_turn}
+    if groups is not None:
+        fit["within"] = "category"
+    return fit
 
 
 def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:
     points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    categories: dict[str, list[int]] = defaultdict(list)  # per version: each ALL point's category
+    category_index: dict[str, int] = {}
     for row in rows:
         if (
             row.score is None
@@ -191,9 +223,11 @@ def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> li
         turn = user_turns(row.sample.request)
         points[(row.category, row.version)].append((turn, row.score))
         points[(ALL, row.version)].append((turn, row.score))
+        categories[row.version].append(category_index.setdefault(row.category, len(category_index)))
     cells = []
     for (category, version), pts in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
-        fit = decay_slope(pts, max_turn)
+        # A version's figure over all categories is fitted within each category (decay_slope_arrays).
+        fit = decay_slope(pts, max_turn, categories[version] if category == ALL else None)
         if fit is None:
             continue
         value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
