@@ -13,9 +13,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args
-from llmwatch.agent.cli.common import require_records, require_writable
+from llmwatch.agent.cli.common import require_records
 from llmwatch.core.config import ConfigError
-from llmwatch.core.jsonio import atomic_write_bytes
 
 FAMILY_NAMES = ("inputs", "behaviour", "performance")
 
@@ -33,14 +32,9 @@ def _when(text: str | None, flag: str) -> datetime | None:
 
 def cmd_canary(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if args.format == "html":
-        from llmwatch.agent.cli.evaluate import check_html_args
+    from llmwatch.agent.cli.evaluate import check_out_args, write_html, write_json_report
 
-        check_html_args(args)
-    elif args.out:
-        # Before the work: a report computed and then not written (or, before, silently not
-        # written at all: --out was read for html only) loses the run.
-        require_writable(args.out, "--out", example="canary.json")
+    check_out_args(args, "canary.json")
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
@@ -87,14 +81,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         window=window,
         settings=settings,
     )
-    if args.format != "html":
-        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
-        if args.out:
-            atomic_write_bytes(args.out, data + b"\n")
-    if args.format == "json":
-        sys.stdout.write(data.decode() + "\n")
-    elif args.format == "html":
-        from llmwatch.agent.cli.evaluate import write_html
+    if args.format == "html":
         from llmwatch.scorers.reports.html import render_drift
 
         write_html(
@@ -102,7 +89,11 @@ def cmd_canary(args: argparse.Namespace) -> int:
             render_drift(report.drift, reference, current),
             f"canary {report.verdict.upper().replace('_', ' ')}",
         )
-    else:
+        return report.exit_code
+    write_json_report(
+        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+    )
+    if args.format == "text":
         sys.stdout.write(format_text(report) + "\n")
     return report.exit_code
 

@@ -69,6 +69,25 @@ def check_html_args(args: argparse.Namespace) -> None:
     require_writable(args.out, "--out", example="report.html")
 
 
+def check_out_args(args: argparse.Namespace, json_example: str) -> None:
+    """`--out`, before any work: with `--format html` the page's file (and the reports extra);
+    with text or json the JSON report's. A report computed and then not written (or, before,
+    silently not written at all: drift and canary read --out for html only) loses the run."""
+    if args.format == "html":
+        check_html_args(args)
+    elif args.out:
+        require_writable(args.out, "--out", example=json_example)
+
+
+def write_json_report(args: argparse.Namespace, data: bytes) -> None:
+    """The JSON report (`data`, without its newline) to `--out` when given and to stdout with
+    `--format json`; `--format text` prints its table after this."""
+    if args.out:
+        atomic_write_bytes(args.out, data + b"\n")
+    if args.format == "json":
+        sys.stdout.write(data.decode() + "\n")
+
+
 def write_html(path: str, text: str, what: str) -> None:
     # Atomic and private like every data file: a viewer never opens half a report.
     target = atomic_write_text(path, text)
@@ -77,10 +96,7 @@ def write_html(path: str, text: str, what: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if args.format == "html":
-        check_html_args(args)
-    elif args.out:
-        require_writable(args.out, "--out", example="report.json")
+    check_out_args(args, "report.json")
     _check_inputs(args)
     from llmwatch.scorers.evaluation.evaluate import WeightsMismatch, compare_reports, format_text
     from llmwatch.scorers.evaluation.report_stream import build_report_streamed
@@ -125,11 +141,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_html(args.out, render_evaluation(report), "report")
         return 0
-    if args.out:
-        atomic_write_bytes(args.out, data + b"\n")
-    if args.format == "json":
-        sys.stdout.write(data.decode() + "\n")
-    else:
+    write_json_report(args, data)
+    if args.format == "text":
         sys.stdout.write(format_text(report) + "\n")
     return 0
 

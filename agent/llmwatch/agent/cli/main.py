@@ -20,7 +20,6 @@ from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.extras import require
-from llmwatch.core.jsonio import atomic_write_bytes
 from llmwatch.core.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -153,14 +152,9 @@ def _consistency_scores(path: str | None) -> list:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if args.format == "html":
-        from llmwatch.agent.cli.evaluate import check_html_args
+    from llmwatch.agent.cli.evaluate import check_out_args, write_html, write_json_report
 
-        check_html_args(args)
-    elif args.out:
-        # Before the work: a report computed and then not written (or, before, silently not
-        # written at all: --out was read for html only) loses the run.
-        require_writable(args.out, "--out", example="drift.json")
+    check_out_args(args, "drift.json")
     # Before the window is read and scored (minutes with the embedding checks): a typo here
     # (`--fail-on behavior`) used to be refused only after all of it.
     fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
@@ -202,18 +196,15 @@ def cmd_drift(args: argparse.Namespace) -> int:
     report = compare(
         baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
     )
-    if args.format != "html":
-        data = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
-        if args.out:
-            atomic_write_bytes(args.out, data + b"\n")
-    if args.format == "json":
-        sys.stdout.write(data.decode() + "\n")
-    elif args.format == "html":
-        from llmwatch.agent.cli.evaluate import write_html
+    if args.format == "html":
         from llmwatch.scorers.reports.html import render_drift
 
         write_html(args.out, render_drift(report, baseline.routes, current), f"drift {report.verdict.upper()}")
-    else:
+        return report.exit_code
+    write_json_report(
+        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+    )
+    if args.format == "text":
         sys.stdout.write(format_text(report) + "\n")
     return report.exit_code
 
