@@ -367,13 +367,13 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
                 ) from None
             if not isinstance(data, dict):
                 raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-            mixed_up = _other_kind_of_file(data, model)
-            if mixed_up:
-                raise RecordError(f"{path}:{lineno}: {mixed_up}")
             try:
                 yield model.model_validate(data)
             except ValidationError as exc:
-                raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
+                # Looked at only for a record that failed: each record kind refuses the others'
+                # schemas, so a file of another kind always lands here.
+                why = _other_kind_of_file(data, model) or describe_validation_error(exc)
+                raise RecordError(f"{path}:{lineno}: {why}") from None
 
 
 @overload
