@@ -171,11 +171,11 @@ class ConversationTracker:
         return conversation, turn
 
 
-def _visible(answer: str) -> bytes:
+def _visible(answer: str) -> str:
     """An answer as a client may resend it: without the reasoning a model wrote before `</think>`
     (reasoning models served with their thinking in the content). Clients differ in whether they
     strip it before resending; hashed without it on both sides, the chain holds either way."""
-    return answer.rsplit("</think>", 1)[1].strip().encode("utf-8", "surrogatepass")
+    return answer.rsplit("</think>", 1)[-1]
 
 
 # (digest of the whole message list, per assistant message (digest with it, digest before it),
@@ -205,7 +205,7 @@ def history_digests(messages: Sequence[Any], answer: str | None = None) -> Histo
             prefix = _role_prefix(role)
         if role == "assistant":
             if b"</think>" in t:
-                t = _visible(text)
+                t = _visible(text).strip().encode("utf-8", "surrogatepass")
             before = h.digest()
             update(b"%s%d:%s" % (prefix, len(t), t))
             at_assistant.append((h.digest(), before))
@@ -215,11 +215,7 @@ def history_digests(messages: Sequence[Any], answer: str | None = None) -> Histo
     answered = None
     if answer:
         copy = h.copy()
-        if "</think>" in answer:
-            t = _visible(answer)
-            copy.update(b"%s%d:%s" % (_role_prefix("assistant"), len(t), t))
-        else:
-            copy.update(_frame("assistant", answer))
+        copy.update(_frame("assistant", _visible(answer)))
         answered = copy.digest()
     return h.digest(), tuple(at_assistant), answered, max(1, users)
 
