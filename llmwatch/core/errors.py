@@ -8,11 +8,13 @@ historic builtin base too (`ValueError`, `RuntimeError`) so existing `except` cl
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from pydantic import ValidationError
 
 from llmwatch.core.urls import mask_url
+
+T = TypeVar("T")
 
 __all__ = ["LlmwatchError", "describe_validation_error"]
 
@@ -88,23 +90,26 @@ def describe_validation_error(
     return "\n".join([header, *lines])
 
 
-def _line_of(path: str, file_lines: Mapping[str, int]) -> int | None:
-    """The line of `path` in the config file, or of the nearest key above it (a missing field)."""
+def _nearest(path: str, by_path: Mapping[str, T]) -> T | None:
+    """The value of `path`, or of the nearest dotted prefix of it that has one."""
     parts = path.split(".")
     for n in range(len(parts), 0, -1):
-        line = file_lines.get(".".join(parts[:n]))
-        if line:
-            return line
+        value = by_path.get(".".join(parts[:n]))
+        if value:
+            return value
     return None
+
+
+def _line_of(path: str, file_lines: Mapping[str, int]) -> int | None:
+    """The line of `path` in the config file, or of the nearest key above it (a missing field)."""
+    return _nearest(path, file_lines)
 
 
 def _origin_of(path: str, origins: Mapping[str, str]) -> str | None:
     """The origin of `path`, or of the nearest section that holds it (`--kafka` sets kafka.*)."""
-    parts = path.split(".")
-    for n in range(len(parts), 0, -1):
-        origin = origins.get(".".join(parts[:n]))
-        if origin:
-            return origin
+    origin = _nearest(path, origins)
+    if origin:
+        return origin
     # A section nobody knows, set only through its fields (LLMWATCH_SAMPLNG__RATE makes the
     # unknown section `samplng`): name the variables that made it, or the reader looks for
     # `samplng` in a config file that does not have it.
