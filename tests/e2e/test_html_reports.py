@@ -14,6 +14,7 @@ from selenium.webdriver.common.by import By
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from helpers.browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: E402,F401
+from helpers.samples import write_jsonl
 from synthetic import Behaviour, window  # noqa: E402
 
 from llmwatch.agent.cli.main import main  # noqa: E402
@@ -30,12 +31,6 @@ def _cli_leaves_logging_alone():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
         yield
-
-
-def write_jsonl(path: Path, records) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
-    return path
 
 
 ROUTES = ("/v1/chat/completions", "/v1/responses")

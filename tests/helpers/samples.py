@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from llmwatch.core.records import Sample
 
@@ -59,3 +60,10 @@ def chat_sample(
     }
     values.update(fields)
     return Sample(**values)
+
+
+def write_jsonl(path: Path, records: Iterable[Any]) -> Path:
+    """Records (samples, scores, pairs) as a JSON Lines file, as llmwatch writes them; its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
+    return path

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape, wait_until
+from helpers.samples import write_jsonl
 from helpers.traffic import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
@@ -177,11 +178,6 @@ def test_too_few_canary_samples_are_undecided_not_a_verdict():
 # ---------------------------------------------------------------------------- the command line
 
 
-def _write(path: Path, records) -> Path:
-    path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json", by_alias=True)) + b"\n" for r in records))
-    return path
-
-
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
@@ -191,8 +187,8 @@ def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_cli_exit_codes_json_and_bad_input(tmp_path):
     rng = np.random.default_rng(6)
     a, b = two_versions(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), canary_offset_s=100)
-    _write(tmp_path / "samples.jsonl", a[0] + b[0])
-    _write(tmp_path / "scores.jsonl", a[1] + b[1])
+    write_jsonl(tmp_path / "samples.jsonl", a[0] + b[0])
+    write_jsonl(tmp_path / "scores.jsonl", a[1] + b[1])
     common = [
         "canary",
         "--samples",
@@ -241,7 +237,7 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
         cwd=tmp_path,
     )
     assert missing.returncode == 2 and "'C'" in missing.stderr and "Traceback" not in missing.stderr
-    apart = _write(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
+    apart = write_jsonl(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
     never = llmwatch(
         "canary",
         "--samples",

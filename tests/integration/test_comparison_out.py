@@ -16,6 +16,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+from helpers.samples import write_jsonl
 from synthetic import Behaviour, window  # noqa: E402
 
 from llmwatch.agent.cli.main import main  # noqa: E402
@@ -28,19 +29,14 @@ def _cli_leaves_logging_alone():
         yield
 
 
-def _write(path: Path, records) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("comparison-out")
     rng = np.random.default_rng(5)
     base, base_scores, _ = window(rng, 200, Behaviour(), version="v1", prefix="base")
     cur, cur_scores, _ = window(rng, 200, Behaviour(latency_ms=1900.0), version="v2", prefix="cur")
-    _write(root / "samples" / "samples-20261201-0000.jsonl", [*base, *cur])
-    _write(root / "scores" / "scores-20261201-0000.jsonl", [*base_scores, *cur_scores])
+    write_jsonl(root / "samples" / "samples-20261201-0000.jsonl", [*base, *cur])
+    write_jsonl(root / "scores" / "scores-20261201-0000.jsonl", [*base_scores, *cur_scores])
     (root / "llmwatch.yaml").write_text(yaml.safe_dump({"scoring": {"embeddings": False}}))
     freeze = ["baseline", "freeze", "--config", str(root / "llmwatch.yaml"), "--samples", str(root / "samples")]
     freeze += ["--scores", str(root / "scores"), "--model-version", "v1", "--out", str(root / "b.json")]

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from helpers import traffic as traffic_data
 from helpers.agents import proxy_url, wait_until
+from helpers.samples import write_jsonl
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
@@ -148,11 +149,6 @@ def test_other_material_minimums_than_the_baseline_s_are_refused():
         check_minimums(base, DriftSettings(performance_margin=0.5))
 
 
-def _write(path: Path, records) -> Path:
-    path.write_bytes(b"".join(orjson.dumps(r.model_dump(mode="json", by_alias=True)) + b"\n" for r in records))
-    return path
-
-
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
@@ -164,8 +160,8 @@ def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_p
     base = baseline_of(rng, n=1500)
     write_baseline(base, tmp_path / "base.json")
     samples, scores, _ = traffic(rng, 1000, MODEL, SHIFTED_MIX, prefix="cur")
-    _write(tmp_path / "samples.jsonl", samples)
-    _write(tmp_path / "scores.jsonl", scores)
+    write_jsonl(tmp_path / "samples.jsonl", samples)
+    write_jsonl(tmp_path / "scores.jsonl", scores)
     common = [
         "drift",
         "--baseline",

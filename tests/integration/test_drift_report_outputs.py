@@ -18,6 +18,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+from helpers.samples import write_jsonl
 from synthetic import Behaviour, window  # noqa: E402
 
 from llmwatch.agent.cli.main import main  # noqa: E402
@@ -49,21 +50,16 @@ def _spread(samples, rng):
     return out
 
 
-def _write(path: Path, records) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
-
-
 @pytest.fixture(scope="module")
 def two_routes(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("two-routes")
     rng = np.random.default_rng(11)
     base, base_scores, _ = window(rng, 400, Behaviour(), version="v1", prefix="base")
     cur, cur_scores, _ = window(rng, 400, Behaviour(latency_ms=1700.0, refusal=0.09), version="v2", prefix="cur")
-    _write(root / "base" / "samples-20261201-0000.jsonl", _spread(base, rng))
-    _write(root / "cur" / "samples-20261202-0000.jsonl", _spread(cur, rng))
-    _write(root / "base-scores.jsonl", base_scores)
-    _write(root / "cur-scores.jsonl", cur_scores)
+    write_jsonl(root / "base" / "samples-20261201-0000.jsonl", _spread(base, rng))
+    write_jsonl(root / "cur" / "samples-20261202-0000.jsonl", _spread(cur, rng))
+    write_jsonl(root / "base-scores.jsonl", base_scores)
+    write_jsonl(root / "cur-scores.jsonl", cur_scores)
     (root / "llmwatch.yaml").write_text(yaml.safe_dump({"scoring": {"embeddings": False}}))
     freeze = ["baseline", "freeze", "--config", str(root / "llmwatch.yaml"), "--samples", str(root / "base")]
     freeze += ["--scores", str(root / "base-scores.jsonl"), "--model-version", "v1", "--out", str(root / "b.json")]

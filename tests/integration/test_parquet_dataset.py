@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers.samples import write_jsonl
 
 from llmwatch.core import parquet, parquet_write
 from llmwatch.core.jsonio import read_records
@@ -37,11 +38,6 @@ def sample(i: int, version: str | None, refuse: bool) -> Sample:
         metadata={"category": "cooking" if i % 2 else "travel"},
         capture_notes=["n"] if i % 5 == 0 else [],
     )
-
-
-def write_jsonl(path: Path, records) -> str:
-    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
-    return str(path)
 
 
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -121,7 +117,7 @@ def test_drift_gives_the_same_verdicts_on_json_lines_and_on_the_parquet_dataset(
     base = [sample(i, "v1", i % 20 == 0) for i in range(300)]
     current = [sample(i, "v2", i % 3 == 0) for i in range(300)]  # refuses far more: drift
     write_jsonl(tmp_path / "base.jsonl", base)
-    cur_jsonl = write_jsonl(tmp_path / "current.jsonl", current)
+    cur_jsonl = str(write_jsonl(tmp_path / "current.jsonl", current))
     parquet_write.write_dataset(tmp_path / "ds", "samples", current)
     frozen = llmwatch(
         "baseline",

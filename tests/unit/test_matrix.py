@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from helpers.samples import write_jsonl
 from prometheus_client import generate_latest
 from scipy.stats import binomtest
 
@@ -498,11 +499,6 @@ def test_decision_figures_are_exported_as_prometheus_gauges():
     assert f'llmwatch_decision_score{{model_version="B"}} {b}' in text
     assert 'llmwatch_category_quality{category="faq",model_version="B"} 0.875' in text
     assert 'llmwatch_stability{category="all",kind="sampling",model_version="A"} 1.0' in text
-
-
-def write_jsonl(path: Path, records) -> Path:
-    path.write_bytes(b"".join(r.to_json() + b"\n" for r in records))
-    return path
 
 
 def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_other_weights(tmp_path: Path, capsys):
