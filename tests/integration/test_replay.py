@@ -52,14 +52,21 @@ def lines(out: str) -> list[dict]:
     return [orjson.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def test_a_regression_in_the_middle_of_a_recording_pages_once_at_the_sample_that_decided(tmp_path):
+def regressed_recording(tmp_path):
+    """A baseline of A in base.json, and B's recording: 1,500 samples failing 5 % of the time, then
+    1,500 failing 20 %; (stable, worse, their scores) in time order."""
     rng = np.random.default_rng(1)
     base_samples, base_scores = traffic(rng, 800, version="A", fail=0.05)
     write_baseline(freeze(base_samples, base_scores, None, model_version="A"), tmp_path / "base.json")
     stable, stable_scores = traffic(rng, 1500, version="B", fail=0.05, start=1000)
     worse, worse_scores = traffic(rng, 1500, version="B", fail=0.20, start=2500)
+    return stable, worse, stable_scores + worse_scores
+
+
+def test_a_regression_in_the_middle_of_a_recording_pages_once_at_the_sample_that_decided(tmp_path):
+    stable, worse, scores = regressed_recording(tmp_path)
     write(tmp_path / "samples.jsonl", stable + worse)
-    write(tmp_path / "scores.jsonl", stable_scores + worse_scores)
+    write(tmp_path / "scores.jsonl", scores)
 
     proc = replay(tmp_path, "--baseline", "base.json", "--samples", "samples.jsonl", "--scores", "scores.jsonl")
 
@@ -93,17 +100,13 @@ def test_a_recording_in_the_order_a_proxy_writes_it_replays_as_in_time_order(tmp
     # A proxy writes a sample when its call finishes, stamped with the time it started: its own
     # files are out of timestamp order, and the documented `llmwatch replay --samples
     # llmwatch-data/samples` refused every real recording ("earlier than the one before it").
-    rng = np.random.default_rng(1)
-    base_samples, base_scores = traffic(rng, 800, version="A", fail=0.05)
-    write_baseline(freeze(base_samples, base_scores, None, model_version="A"), tmp_path / "base.json")
-    stable, stable_scores = traffic(rng, 1500, version="B", fail=0.05, start=1000)
-    worse, worse_scores = traffic(rng, 1500, version="B", fail=0.20, start=2500)
+    stable, worse, scores = regressed_recording(tmp_path)
     in_time = stable + worse
     as_finished = [s for i in range(0, len(in_time), 2) for s in reversed(in_time[i : i + 2])]
     assert as_finished != in_time
     write(tmp_path / "in-time.jsonl", in_time)
     write(tmp_path / "as-finished.jsonl", as_finished)
-    write(tmp_path / "scores.jsonl", stable_scores + worse_scores)
+    write(tmp_path / "scores.jsonl", scores)
     runs = [
         replay(tmp_path, "--baseline", "base.json", "--samples", name, "--scores", "scores.jsonl")
         for name in ("in-time.jsonl", "as-finished.jsonl")
