@@ -349,7 +349,7 @@ def cli_page() -> str:
         "",
         "Every `llmwatch` command and option, from the program's own argument parser (the same text",
         "as `llmwatch COMMAND --help`). Exit codes: 0 ok, 1 the finding (drift, a regression, a worse",
-        "candidate), 2 bad input or configuration.",
+        "candidate), 2 bad input or configuration, 130 / 143 stopped by Ctrl-C / SIGTERM (no output, no temporary file).",
         "",
         *command_sections(parser, parser.prog, ""),
     ]

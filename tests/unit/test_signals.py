@@ -273,3 +273,24 @@ async def test_a_failing_main_is_cleaned_up_too(own_handlers):
         await run_until_stopped(main, cleanup)
     assert cleaned == [True]
     assert {sig: signal.getsignal(sig) for sig in SIGNALS} == own_handlers
+
+
+def test_the_cli_puts_back_the_sigterm_handler_it_found(tmp_path: Path) -> None:
+    """An offline command takes SIGTERM to unwind (its temporary files removed) only while it runs,
+    and only over the default action: an embedding application's own handler is left in place."""
+    from llmwatch.agent.cli.main import main
+
+    missing = str(tmp_path / "missing.jsonl")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert main(["score", "--in", missing, "--out", str(tmp_path / "s.jsonl")]) == 2
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    def mine(signum: int, frame: Any) -> None:
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert main(["score", "--in", missing, "--out", str(tmp_path / "s.jsonl")]) == 2
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)

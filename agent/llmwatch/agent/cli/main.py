@@ -1,16 +1,20 @@
 """`llmwatch` command line. Each subcommand is a thin shell over a module that does the work.
 
 Exit codes: 0 success, 1 the command ran and found a problem (e.g. drift), 2 bad usage,
-bad config or unreadable input (the message says which field or line and how to fix it).
+bad config or unreadable input (the message says which field or line and how to fix it), 130 and
+143 stopped by Ctrl-C and SIGTERM (temporary files removed, no output written).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import difflib
+import signal
 import sys
-from typing import Any, Callable, Coroutine, Sequence
+import threading
+from typing import Any, Callable, Coroutine, Iterator, Sequence
 
 import structlog
 
@@ -550,6 +554,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a command that runs to its end (`score`, `drift`, `report`, ...).
+
+    A KeyboardInterrupt, so that everything that lets Ctrl-C through (asyncio's callbacks, which
+    swallow other exceptions, `except Exception` blocks) lets this through alike."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises `Terminated` inside, as Ctrl-C raises KeyboardInterrupt: the command unwinds,
+    so its temporary files (an atomic writer's hidden `.partial`, a cache's parts) are removed.
+
+    The default action killed the process where it stood and left them beside the output (exit
+    143, the output itself untouched). The long-running commands take SIGTERM for their own stop
+    (`llmwatch.agent.signals`) and put this handler back after. A second SIGTERM while the first
+    unwinds is ignored, so the cleanup is not cut short by a supervisor that signals twice; its
+    SIGKILL still ends a stop that takes too long. Installed only over the default handler, in
+    the main thread: an application that set its own (or runs `main` in a thread) keeps it."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -558,11 +595,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until a command reads its config: nothing may reach stdout, the human output's stream.
     setup_logging(args)
     try:
-        return int(args.func(args) or 0)
+        with _sigterm_unwinds():
+            return int(args.func(args) or 0)
     except LlmwatchError as exc:
         # Bad config, bad input files, unusable suites or reviews: the message names the place.
         sys.stderr.write(f"llmwatch: {exc.label}{exc}\n")
         return exc.exit_code
+    except Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
     except OSError as exc:

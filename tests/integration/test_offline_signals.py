@@ -1,0 +1,62 @@
+"""A signal during an offline command leaves nothing behind: no output, no hidden temporary file.
+
+`llmwatch score` writes its scores through an atomic writer: a hidden `.<name>.<random>.partial`
+beside the output, renamed over it once complete. Stopped half way, by Ctrl-C or by a supervisor's
+SIGTERM (a Kubernetes Job past its deadline, `timeout`, systemd), it must remove that file and exit
+with the signal's code (130, 143), without a traceback.
+
+The command is held half way without timing: its input directory holds a regular samples file and,
+after it by name, a FIFO that nobody writes. The command scores the first file, opens its output,
+and blocks opening the FIFO; the test waits for the `.partial` to appear, then signals.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.samples import chat_sample, write_jsonl
+
+
+def _partials(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".partial"))
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    samples = tmp_path / "samples"
+    write_jsonl(samples / "samples-a.jsonl", [chat_sample(id=f"smp-{i}") for i in range(20)])
+    os.mkfifo(samples / "samples-b.jsonl")  # never opened for writing: the reader waits here
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(samples), "--out", str(out / "scores.jsonl")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # The event: the output's temporary file exists, so the command is inside its writer.
+        deadline = time.monotonic() + 120
+        while not _partials(out):
+            assert proc.poll() is None, f"score ended before blocking on the FIFO: {proc.communicate()}"
+            assert time.monotonic() < deadline, "score never opened its output"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
+    assert _partials(out) == [], "the temporary file is removed"
+    assert not (out / "scores.jsonl").exists(), "no output: the run did not finish"
