@@ -175,6 +175,24 @@ def test_text_rows_name_a_direction_only_where_there_is_one():
     assert row.endswith(f"  clearest in {failure_modes.stratum}"), row
 
 
+def test_text_rows_show_every_signal_and_test_name_whole():
+    # The columns were cut at 34 and 18 characters: `mmd_stratified_permutation` read
+    # `mmd_stratified_per`, and a long signal name could not be looked up in the JSON report.
+    rng = np.random.default_rng(12)
+    report = report_for(frozen(rng, n=300), rng, 300, Behaviour())
+    report.signals[0] = replace(report.signals[0], name="pass_rate:" + "a_long_custom_check_name" * 2)
+    report.signals[1] = replace(report.signals[1], test="mmd_stratified_permutation")
+    text = format_text(report)
+    rows = text.splitlines()
+    assert any(f" {report.signals[0].name} " in row for row in rows), text
+    assert any(" mmd_stratified_permutation " in row for row in rows), text
+    head = next(row for row in rows if row.startswith("verdict "))
+    # The columns after them still line up under their heads (right-aligned p_adj ends where its head does).
+    end = head.index("p_adj") + len("p_adj")
+    body = rows[rows.index(head) + 1 :]
+    assert body and all(row[end - 1] != " " and row[end] == " " for row in body), text
+
+
 @pytest.mark.parametrize("lines", [1, 3])
 def test_a_samples_file_given_as_the_baseline_says_so(tmp_path, lines):
     # It said "not valid JSON at line 2, column 1 ...; refreeze it" (one line: "not an llmwatch

@@ -32,7 +32,14 @@ import numpy as np
 from llmwatch.core.metrics import CanaryReading
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
-from llmwatch.scorers.drift.compare import DriftReport, DriftSettings, Signal, compare, direction_and_stratum
+from llmwatch.scorers.drift.compare import (
+    DriftReport,
+    DriftSettings,
+    Signal,
+    column_widths,
+    compare,
+    direction_and_stratum,
+)
 from llmwatch.scorers.drift.features import RouteStats, summarize
 
 __all__ = [
@@ -459,13 +466,14 @@ def format_text(report: CanaryReport) -> str:
             lines.append(
                 f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})"
             )
+    nw, tw = column_widths(d.signals)
     lines += [
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
     ]
     for s in d.signals:
         lines.append(
-            f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
+            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
             f"{f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
         )
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
@@ -123,6 +123,14 @@ def compare(
     return DriftReport(baseline_version, current_versions, n_current, settings, signals, verdict, families)
 
 
+def column_widths(signals: Iterable[Signal]) -> tuple[int, int]:
+    """Widths of the signal and test columns of a text table: the longest name in it, at least the
+    widths of the table's heads before, so a name is never cut (`mmd_stratified_permutation` read
+    `mmd_stratified_per`, a signal name cut at 34 could not be looked up)."""
+    rows = list(signals)
+    return max([34, *(len(s.name) for s in rows)]), max([18, *(len(s.test) for s in rows)])
+
+
 def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -167,17 +175,18 @@ def format_text(report: DriftReport) -> str:
             f"{report.settings.min_samples} on both sides): let more traffic through, raise sampling.rate, or widen "
             "the window; a lower --min-samples decides sooner but with weaker tests"
         )
+    nw, tw = column_widths(report.signals)
     lines = [
         head,
         *families,
         f"baseline version {report.baseline_version}; current window: {report.n_current} samples of version(s) {', '.join(report.current_versions) or '-'}",
         f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; performance margin {report.settings.performance_margin:.0%} per token",
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<34} {'test':<18} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'n base/cur':>13}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'n base/cur':>13}  direction / stratum",
     ]
     for s in report.signals:
         lines.append(
-            f"{s.verdict:<12} {s.family:<11} {s.name[:34]:<34} {s.test[:18]:<18} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
+            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
             f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {direction_and_stratum(s, ('drift', 'shifted', 'changed'))}"
         )
     return "\n".join(lines)
