@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmwatch.collectors.receivers.proxy.capture import Exchange
@@ -84,9 +84,11 @@ def relay_body(reads: list[bytes], *, http10: bool = False, max_body_bytes: int 
     up.state = 2
     up.keep_alive = True
     up.dechunk = http10
+    unread = 0
     for data in reads:
         if up.call is None:
-            break
+            unread += len(data)  # past the response's end
+            continue
         up.data_received(data)
     ex = call.ex
     assert len(ex.chunk_ends) == len(ex.chunk_times) == len(ex.response_chunks)
@@ -100,6 +102,7 @@ def relay_body(reads: list[bytes], *, http10: bool = False, max_body_bytes: int 
         "captured_bytes": ex.captured_bytes,
         "truncated": ex.response_truncated,
         "ends": ex.chunk_ends,
+        "unread": unread,
     }
 
 
@@ -119,14 +122,18 @@ def crlf_apart(reads: list[bytes]) -> list[bytes]:
     return out
 
 
+def without(result: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != key}
+
+
 def without_ends(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if k != "ends"}
+    return without(result, "ends")
 
 
 def alike(result: dict[str, Any], other: dict[str, Any], *, ends: bool = True) -> bool:
     """The same outcome. A broken frame sends nothing of the read it is in, so how far the client
     got before it depends on where the reads were cut: then only the order of what it got is compared."""
-    skip = set() if ends else {"ends"}
+    skip = {"unread"} if ends else {"ends", "unread"}
     if "interrupted" in result["events"]:
         skip.add("written")
         shorter, longer = sorted((result["written"], other["written"]), key=len)
@@ -218,6 +225,8 @@ _chunk = st.one_of(
     http10=st.booleans(),
     limit=st.sampled_from([1 << 20, 10]),
 )
+# A drawn piece that is itself a whole terminal chunk, with bytes after it (found by hypothesis).
+@example(drawn=[(b"0\r\n\n", False)], cuts=set(), trailers=b"0\r\n\r\n", http10=False, limit=1 << 20)
 def test_chunk_aligned_reads_and_byte_by_byte_reads_agree_on_any_body(drawn, cuts, trailers, http10, limit):
     pieces = [data for data, _ in drawn] + [trailers]
     body = b"".join(pieces)
@@ -231,5 +240,11 @@ def test_chunk_aligned_reads_and_byte_by_byte_reads_agree_on_any_body(drawn, cut
         # Every read whole chunks: the same pieces of content either way, the capture's limit included.
         assert alike(by_chunk, relay_body(crlf_apart(reads), http10=http10, max_body_bytes=limit))
     if limit == 1 << 20 and not trailers.endswith(b"EXTRA"):
-        # (Byte by byte, bytes past the end come in reads of their own: another case.)
-        assert alike(by_chunk, relay_body(one_byte_reads(body), http10=http10), ends=False)
+        one = relay_body(one_byte_reads(body), http10=http10)
+        if one["unread"]:
+            # The drawn bytes held a complete end (`0\r\n\n`) before the last: byte by byte, the
+            # bytes past it come in reads of their own, after the connection went back to the
+            # pool (another case), where a whole read holds them with the end and the connection
+            # is not reused. Everything before the end must still agree.
+            by_chunk, one = without(by_chunk, "released"), without(one, "released")
+        assert alike(by_chunk, one, ends=False)
