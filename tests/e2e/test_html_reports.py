@@ -24,15 +24,6 @@ BASE = "support-v1"
 CURRENT = 'support-v2 <i>"beta"</i> & $5'
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
-    # closed after the test, and every later test module that logs would then fail.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 ROUTES = ("/v1/chat/completions", "/v1/responses")
 TOPICS = (
     ("invoice", "refund", "billing", "payment"),

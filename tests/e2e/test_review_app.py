@@ -32,15 +32,6 @@ BOB_SAYS = "Answer 1 gets the refund window wrong."
 SECRETS = (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample_id", "tasks.key")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
-    # closed after the test, and every later test module that logs would then fail.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
     (tmp_path / "samples").mkdir()

@@ -22,13 +22,6 @@ from synthetic import Behaviour, window  # noqa: E402
 from llmwatch.agent.cli.main import main  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("comparison-out")

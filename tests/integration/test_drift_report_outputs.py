@@ -33,13 +33,6 @@ TOPICS = (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 def _spread(samples, rng):
     """Alternate the samples over two routes and give each a prompt of one of three topics."""
     out = []

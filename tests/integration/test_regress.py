@@ -67,15 +67,6 @@ SUITE = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
-    # closed after the test, and every later test module that logs would then fail.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def simulators():
     """Two simulator processes, one per model version; no delays, so 150 calls take about a second."""

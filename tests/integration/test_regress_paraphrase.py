@@ -73,13 +73,6 @@ DIALOGUE = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def simulator():
     proc = start_simulator("--latency-scale", "0", "--profile", "A", "--seed", "7")

@@ -166,13 +166,6 @@ async def capture(data_dir: Path, profile: SimProfile, reqs: list[dict]) -> None
         await sim.close()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("suite") / "data"

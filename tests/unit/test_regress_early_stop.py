@@ -64,13 +64,6 @@ SUITE = [
 REGRESSING = {"recipe", "python-keyerror", "trip", "topic-json"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture(scope="module")
 def counted():
     """Both versions served from one background loop; every chat call each one answers is counted."""

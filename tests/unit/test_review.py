@@ -23,15 +23,6 @@ T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 CRITERIA = ["accuracy", "completeness", "hallucination"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cli_leaves_logging_alone():
-    # main() points structlog at the current sys.stderr; under pytest that is a capture stream
-    # closed after the test, and every later test module that logs would then fail.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("llmwatch.agent.cli.args.configure_logging", lambda *args, **kwargs: None)
-        yield
-
-
 @pytest.fixture
 def exported(tmp_path: Path, capsys):
     samples = live_traffic()
