@@ -328,7 +328,7 @@ def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | N
     if found == wanted or found not in _KINDS or wanted not in _KINDS:
         return None
     return (
-        f"this is a file of {_KINDS[found]} ({found}), not of {_KINDS[wanted]} ({wanted}); check which folder "
+        f"field 'schema' is '{found}': this is a file of {_KINDS[found]}, not of {_KINDS[wanted]} ({wanted}); check which folder "
         "went to which option (a data directory holds samples/, scores/ and pairs/, e.g. --samples "
         "llmwatch-data/samples --scores llmwatch-data/scores, --pairs llmwatch-data/pairs)"
     )

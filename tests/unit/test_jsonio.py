@@ -62,7 +62,9 @@ def test_a_file_of_another_llmwatch_record_kind_says_which_kind_it_is(tmp_path):
     with pytest.raises(RecordError) as err:
         list(iter_jsonl(scores))
     message = str(err.value)
-    assert message.startswith(f"{scores}:1: this is a file of scores (llmwatch.score/v1), not of samples")
+    assert message.startswith(
+        f"{scores}:1: field 'schema' is 'llmwatch.score/v1': this is a file of scores, not of samples"
+    )
     assert "--samples llmwatch-data/samples --scores llmwatch-data/scores" in message
     assert "Field required" not in message
     # A schema llmwatch does not write (a newer version's) is still refused as unsupported.
