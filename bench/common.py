@@ -80,6 +80,20 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def tree_user_seconds(pid: int) -> float:
+    """User-space CPU of the whole tree (utime + cutime): the part a proxy's own code spends, where
+    the rest (stime) is mostly the kernel's loopback reads, writes and waits, alike for every peer."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in tree_pids(pid):
+        try:
+            f = _stat(p)
+        except OSError:
+            continue
+        total += (int(f[11]) + int(f[13])) / tick
+    return total
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU of the whole tree: live processes plus what reaped children left in cutime/cstime."""
     total = 0.0

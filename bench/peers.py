@@ -28,6 +28,9 @@ Peers:
                      custom OpenAI host (`x-portkey-provider: openai`, `x-portkey-custom-host`); it
                      re-serialises bodies, so they are not byte-identical by design; measured at
                      --portkey-rates only
+  relay-floor        bench/relay_floor.py with both heads parsed (RELAY_FLOOR_PARSE=1): a Python relay on
+                     uvloop that forwards bytes and decides nothing; the floor under llmwatch's relay,
+                     measured in the same run (not a product: one request at a time per connection)
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
@@ -77,6 +80,7 @@ from common import (  # noqa: E402
     pinned,
     tree_cpu_seconds,
     tree_rss_mb,
+    tree_user_seconds,
     wait_idle,
     wait_ready,
 )
@@ -87,6 +91,7 @@ ALL_PEERS = (
     "nginx-log",
     "litellm",
     "portkey",
+    "relay-floor",
     "llmwatch-off",
     "llmwatch-defaults",
     "llmwatch-isolated",
@@ -109,6 +114,7 @@ class Peer:
     # mode -> totals over every cell
     cpu: dict[str, float] = field(default_factory=dict)
     proxy_cpu: dict[str, float] = field(default_factory=dict)  # the proxy process alone (no children)
+    user_cpu: dict[str, float] = field(default_factory=dict)  # of `cpu`, user space (utime)
     calls: dict[str, int] = field(default_factory=dict)
     not_idle: bool = False  # the tree was still busy when a cell's count stopped: CPU is a lower bound
     cells: dict[tuple[float, str], list[Outcome]] = field(default_factory=dict)
@@ -280,6 +286,26 @@ def start_portkey(up_port: int, work: Path, args: argparse.Namespace) -> Peer | 
     )
 
 
+def start_relay_floor(up_port: int, work: Path) -> Peer:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "relay_floor.py"),
+        "proxy",
+        "--upstream",
+        f"http://127.0.0.1:{up_port}",
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    proc = subprocess.Popen(
+        pinned(cmd, "1"),
+        env={**os.environ, "RELAY_FLOOR_PARSE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "relay-floor.log", "wb"),
+    )
+    return Peer("relay-floor", f"http://127.0.0.1:{port}", proc)
+
+
 def start_llmwatch(
     name: str,
     up_port: int,
@@ -434,6 +460,7 @@ async def fetch(url: str, body: bytes, headers: dict[str, str]) -> bytes:
 def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes, cpu_rates: list[float]) -> None:
     body = BODY if mode == "plain" else STREAM_BODY
     c0 = tree_cpu_seconds(peer.pid) if peer.pid else 0.0
+    u0 = tree_user_seconds(peer.pid) if peer.pid else 0.0
     p0 = cpu_seconds(peer.pid) if peer.pid else 0.0
     out = asyncio.run(
         open_loop_checked(
@@ -449,6 +476,7 @@ def measure(peer: Peer, mode: str, rate: float, seconds: float, expected: bytes,
         peer.cell_proxy_cpu[(rate, mode)] = peer.cell_proxy_cpu.get((rate, mode), 0.0) + cpu_seconds(peer.pid) - p0
         if rate in cpu_rates:
             peer.cpu[mode] = peer.cpu.get(mode, 0.0) + c1 - c0
+            peer.user_cpu[mode] = peer.user_cpu.get(mode, 0.0) + tree_user_seconds(peer.pid) - u0
             peer.proxy_cpu[mode] = peer.proxy_cpu.get(mode, 0.0) + cpu_seconds(peer.pid) - p0
     if rate in cpu_rates:
         peer.calls[mode] = peer.calls.get(mode, 0) + out.count
@@ -488,8 +516,8 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         "",
         f"CPU per call from the cells at {', '.join(f'{r:g}' for r in args.cpu_rates)} req/s (a saturated core merges chunks and lowers it; per rate below).",
         "",
-        "| proxy | CPU per plain call | CPU per 30-chunk stream | x nginx (plain / stream) | saturation per core (plain / stream) | RSS | bodies byte-identical |",
-        "|---|---|---|---|---|---|---|",
+        "| proxy | CPU per plain call | CPU per 30-chunk stream | x nginx (plain / stream) | of which user space (plain / stream) | saturation per core (plain / stream) | RSS | bodies byte-identical |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def per_call(p: Peer) -> list[float]:
@@ -512,8 +540,12 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
             own = f" (proxy process alone {p.proxy_cpu['plain'] / p.calls['plain'] * 1e6:,.0f} / {p.proxy_cpu['stream'] / p.calls['stream'] * 1e6:,.0f} µs)"
         total = sum(len(o.latency_ms) for outs in p.cells.values() for o in outs)
         bad = sum(o.mismatched for outs in p.cells.values() for o in outs)
+        user = " / ".join(
+            f"{p.user_cpu[mode] / p.calls[mode] * 1e6:,.0f} µs" if p.calls.get(mode) and mode in p.user_cpu else "-"
+            for mode in ("plain", "stream")
+        )
         lines.append(
-            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
+            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {user} | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
     lines += [
         "",
@@ -668,6 +700,8 @@ def main() -> None:  # noqa: C901
                     notes.append("the Portkey gateway could not be installed here: left out")
                 else:
                     peers.append(peer)
+            elif name == "relay-floor":
+                peers.append(start_relay_floor(up_port, work))
             elif name == "llmwatch-shadow":
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
                 peers.append(
