@@ -13,12 +13,21 @@ import structlog
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from helpers.kafka_broker import kafka_broker  # noqa: E402,F401
+from hypothesis import settings
 
 from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
 from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Generated inputs (hypothesis): `tests/run.sh`, and so CI, runs the `ci` profile: each property
+# test draws the same examples every run (seeded by its name), so a run is red only for a change,
+# never for a rare draw. A plain `pytest` keeps hypothesis's random exploration and its example
+# database, which replays what failed before; a failure found that way becomes an `@example` beside
+# its property (tests/unit/test_relay_chunks.py and tests/integration/test_bad_records.py have one).
+settings.register_profile("ci", derandomize=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def _uncached_configure(*args: Any, **kwargs: Any) -> None:

@@ -51,6 +51,8 @@ rm -rf "$site"
 
 # Models load from installed packages only; nothing is fetched at test time.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Property tests draw the same examples every run (tests/conftest.py: HYPOTHESIS_PROFILE).
+export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 if [ $fast -eq 1 ]; then
   exec .venv/bin/python -m pytest tests/unit "$@"
 fi

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llmwatch.agent.cli.main import main
@@ -287,6 +287,8 @@ def malformed_file(draw):
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(case=malformed_file())
+# A sample line with a score's schema: said "a file of scores" without naming the field (found by a draw).
+@example(case=([orjson.dumps(record(0, schema="llmwatch.score/v1"))], 1, "schema"))
 def test_fuzz_malformed_records_exit_2_with_file_and_line_and_no_traceback(workdir, case):
     lines, line, field = case
     samples = write_lines(workdir / f"fuzz-{next(_counter)}.jsonl", lines)
