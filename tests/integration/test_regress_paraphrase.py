@@ -24,9 +24,9 @@ import yaml
 from aiohttp import web
 from helpers.ports import dead_address
 from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.regress import regress_cli, write_suite
 from helpers.upstreams import serve
 
-from llmwatch.agent.cli.main import main
 from llmwatch.scorers.evaluation.paraphrase import reword_messages
 from llmwatch.scorers.evaluation.regress import SuiteCase, load_run
 
@@ -85,15 +85,8 @@ def simulator():
         proc.stop()
 
 
-def write_suite(path: Path, cases) -> str:
-    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
-    return str(path)
-
-
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(
-        ["regress", "--suite", suite, "--upstream", url, "--model", "sim-gpt-4o-mini", "--concurrency", "4", *extra]
-    )
+    return regress_cli(suite, url, "--concurrency", "4", *extra)
 
 
 def expected_flip() -> list[bool]:
