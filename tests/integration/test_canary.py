@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape, wait_until
+from helpers.chat import seeded_calls
 from helpers.samples import write_jsonl
 from helpers.traffic import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
@@ -276,21 +277,7 @@ def at_pace(profile: SimProfile, latency_scale: float, name: str | None = None) 
 
 
 async def canary_traffic(base: str, n: int, seed0: int) -> None:
-    import openai
-
-    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-    sem = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await c.chat.completions.create(
-                model="sim-gpt-4o-mini",
-                messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                seed=seed0 + i,
-            )
-
-    await asyncio.gather(*[one(i) for i in range(n)])
-    await c.close()
+    await seeded_calls(base, [PROMPTS[i % len(PROMPTS)] for i in range(n)], seed0)
 
 
 async def served_canary(

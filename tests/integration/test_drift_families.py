@@ -19,6 +19,7 @@ import orjson
 import pytest
 from helpers import traffic as traffic_data
 from helpers.agents import proxy_url, wait_until
+from helpers.chat import seeded_calls
 from helpers.samples import write_jsonl
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
 
@@ -258,25 +259,10 @@ SIM_PROMPTS = {
 
 
 async def sim_traffic(base: str, n: int, share_code: float, seed0: int) -> None:
-    import openai
-
-    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-    sem = asyncio.Semaphore(16)
     rng = np.random.default_rng(seed0)
     cats = ["code" if rng.random() < share_code else "cooking" for _ in range(n)]
-
-    async def one(i: int) -> None:
-        prompts = SIM_PROMPTS[cats[i]]
-        async with sem:
-            await c.chat.completions.create(
-                model="sim-gpt-4o-mini",
-                messages=[{"role": "user", "content": prompts[i % len(prompts)]}],
-                seed=seed0 + i,
-                extra_headers={"x-llmwatch-category": cats[i]},
-            )
-
-    await asyncio.gather(*[one(i) for i in range(n)])
-    await c.close()
+    prompts = [SIM_PROMPTS[cat][i % len(SIM_PROMPTS[cat])] for i, cat in enumerate(cats)]
+    await seeded_calls(base, prompts, seed0, [{"x-llmwatch-category": cat} for cat in cats])
 
 
 @pytest.mark.slow
