@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from aiohttp import web
-from helpers.agents import proxy_url, wait_until
+from helpers.agents import proxy_url, settled, wait_until
 from helpers.chat import seeded_calls
 from helpers.ports import free_port
 from helpers.prom import alertmanager_binary, start_prometheus
@@ -143,9 +143,7 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
 
         # Version A: freeze a baseline from its first 250 calls, then 250 fresh calls of A.
         await traffic(proxy_url(agent), 250, 0)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         baseline = tmp_path / "baseline-A.json"
         await asyncio.to_thread(agent.scorer.freeze_baseline, "A", str(baseline))
         agent.scorer.load_baseline(str(baseline))

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers import traffic as traffic_data
-from helpers.agents import proxy_url, wait_until
+from helpers.agents import proxy_url, settled, wait_until
 from helpers.chat import seeded_calls
 from helpers.samples import write_jsonl
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
@@ -280,15 +280,11 @@ async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed
         )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await sim_traffic(proxy_url(agent), 300, 0.15, 0)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         await asyncio.to_thread(agent.scorer.freeze_baseline, "A", str(tmp_path / "baseline-A.json"))
         agent.scorer.load_baseline(str(tmp_path / "baseline-A.json"))
         await sim_traffic(proxy_url(agent), 300, 0.85, 10_000)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         # A verdict over the whole new window (all 300 samples scored).
         await wait_until(lambda: any(k[0] == "A" and v[3] == 300 for k, v in agent.drift_state.items()), timeout=60)
         latest = {k[2]: v for k, v in agent.drift_state.items() if k[0] == "A" and v[3] == 300}
