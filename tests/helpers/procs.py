@@ -2,7 +2,7 @@
 
     sim = Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--port", "0"])
     url = simulator_url(sim)                      # from its `url=http://127.0.0.1:PORT` line
-    proxy = Proc([... "proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"], env=agent_env())
+    proxy = Proc(proxy_argv(url, data_dir), env=agent_env())
     ports = agent_started(proxy)                  # the `agent_started` JSON log record
     ports["proxy_port"], ports["metrics_port"]
 
@@ -87,6 +87,13 @@ class Proc:
             self.popen.kill()
         self.popen.wait(timeout=10)
         self._reader.join(timeout=5)
+
+
+def proxy_argv(upstream: str, data_dir: str | os.PathLike[str], *options: str) -> list[str]:
+    """`python -m llmwatch.agent.cli proxy` in front of `upstream`, on ports it picks and reports
+    (`agent_started`), writing under `data_dir`; `options` (such as --config) follow."""
+    return [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream,
+            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir), *options]  # fmt: skip
 
 
 def agent_env(**extra: str) -> dict[str, str]:

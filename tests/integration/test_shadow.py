@@ -28,6 +28,7 @@ import yaml
 from aiohttp import web
 from helpers.agents import metric, proxy_url, scrape, wait_until
 from helpers.kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
+from helpers.procs import proxy_argv
 from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
@@ -100,22 +101,7 @@ def _proxy_process(cfg: Path, upstream: str, data: Path, log: Path, **env: str) 
     """`llmwatch proxy --config CFG` in front of `upstream` on ports it picks, its output into `log`."""
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--config",
-                str(cfg),
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(data),
-            ],
+            proxy_argv(upstream, data, "--config", str(cfg)),
             env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
             stdout=out,
             stderr=subprocess.STDOUT,

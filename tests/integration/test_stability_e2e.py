@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.procs import Proc, agent_env, agent_started, proxy_argv, simulator_url, start_simulator
 
 MODEL = "sim-gpt-4o-mini"
 QUESTIONS = [
@@ -65,20 +65,7 @@ def run_version(
     try:
         upstream = simulator_url(sim)
         proxy = Proc(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(data_dir),
-            ],
+            proxy_argv(upstream, data_dir),
             env=agent_env(**{"LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__ENABLED": "false", **extra_env}),
         )
         ports = agent_started(proxy)
@@ -365,8 +352,7 @@ async def consistency_proxy(
     app.router.add_post("/v1/chat/completions", chat)
     runner, upstream = await serve(app)
     proxy = Proc(
-        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
-        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        proxy_argv(upstream, tmp_path / "data"),
         env=agent_env(
             LLMWATCH_SCORING__ENABLED="false",
             LLMWATCH_CONSISTENCY__ENABLED="true",
