@@ -14,10 +14,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class Proc:
@@ -110,6 +117,43 @@ def agent_env(**extra: str) -> dict[str, str]:
 def agent_started(proc: Proc, timeout: float = 60.0) -> dict:
     """The `agent_started` log record of an `llmwatch proxy`/`ingest` process (proxy_port, metrics_port, ingest_port)."""
     return proc.wait_event("agent_started", timeout)
+
+
+def start_configured_proxy(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[Proc, dict]:
+    """`llmwatch proxy --config TMP/llmwatch.yaml`: the sections of `config` (upstream, sampling, ...)
+    on loopback ports it picks, data under TMP/data; returns it and its `agent_started` record."""
+    path = tmp_path / "llmwatch.yaml"
+    doc = {"listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"), **config}
+    path.write_text(yaml.safe_dump(doc))
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(path)], env=agent_env(**(env or {}))
+    )
+    try:
+        return proxy, agent_started(proxy)
+    except BaseException:
+        proxy.stop()
+        raise
+
+
+def stop_gracefully(proc: Proc, timeout: float = 60.0) -> None:
+    """SIGTERM and wait for the exit (a clean stop drains what the process holds), then `stop()`."""
+    if proc.popen.poll() is None:
+        proc.popen.send_signal(signal.SIGTERM)
+        proc.popen.wait(timeout=timeout)
+    proc.stop()
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, ports: dict) -> dict:
+    """GET /metrics of a process's `metrics_port`, every sample by (name, sorted labels)."""
+    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
+        text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def start_simulator(*args: str) -> Proc:
