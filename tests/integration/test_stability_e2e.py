@@ -98,6 +98,16 @@ def run_version(
         sim.stop()
 
 
+def llmwatch(*args: str) -> subprocess.CompletedProcess:
+    """`python -m llmwatch.agent.cli ARGS` with the embeddings off, as a user runs it on the samples."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args],
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
+        timeout=600,
+    )
+
+
 def read_samples(data_dir: Path) -> list[dict]:
     out = []
     for path in sorted(glob.glob(str(data_dir / "samples" / "*.jsonl"))):
@@ -124,21 +134,7 @@ def test_conversations_are_found_without_a_header_and_the_decaying_version_is_to
         assert sorted(s["turn"] for s in items) == list(range(1, turns + 1))
         assert len({s["model_version"] for s in items}) == 1
 
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmwatch.agent.cli",
-            "report",
-            "--samples",
-            str(data / "samples"),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
-        timeout=600,
-    )
+    report = llmwatch("report", "--samples", str(data / "samples"), "--format", "json")
     assert report.returncode == 0, report.stderr.decode()
     decay = {d["model_version"]: d for d in json.loads(report.stdout)["turn_decay"]}
     a, b = decay["A"], decay["B"]
@@ -221,23 +217,7 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
             assert disagree > 0.2 * (agree + disagree)
             assert total(values, "llmwatch_consistency_confident_unstable_total", model_version="B") > 0
 
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmwatch.agent.cli",
-            "report",
-            "--samples",
-            str(data / "samples"),
-            "--consistency",
-            str(pairs),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
-        timeout=600,
-    )
+    report = llmwatch("report", "--samples", str(data / "samples"), "--consistency", str(pairs), "--format", "json")
     assert report.returncode == 0, report.stderr.decode()
     rows = {r["model_version"]: r for r in json.loads(report.stdout)["consistency"]}
     a, b = rows["A"], rows["B"]
@@ -247,22 +227,14 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert b["confident_unstable"] > 0 and a["confident_unstable"] == 0
 
     # The verdicts join the re-asked samples as the `consistency` check: a behaviour drift signal.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
-    cli = [sys.executable, "-m", "llmwatch.agent.cli"]
-    freeze = subprocess.run(
-        [*cli, "baseline", "freeze", "--samples", str(data / "samples"), "--model-version", "A"]
-        + ["--consistency", str(pairs), "--out", str(tmp_path / "baseline-A.json")],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    freeze = llmwatch(
+        *("baseline", "freeze", "--samples", str(data / "samples"), "--model-version", "A"),
+        *("--consistency", str(pairs), "--out", str(tmp_path / "baseline-A.json")),
     )
     assert freeze.returncode == 0, freeze.stderr.decode()
-    drift = subprocess.run(
-        [*cli, "drift", "--baseline", str(tmp_path / "baseline-A.json"), "--samples", str(data / "samples")]
-        + ["--model-version", "B", "--consistency", str(pairs), "--format", "json"],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    drift = llmwatch(
+        *("drift", "--baseline", str(tmp_path / "baseline-A.json"), "--samples", str(data / "samples")),
+        *("--model-version", "B", "--consistency", str(pairs), "--format", "json"),
     )
     assert drift.returncode == 1, drift.stderr.decode()
     signals = {sig["name"]: sig for sig in json.loads(drift.stdout)["signals"]}
@@ -302,13 +274,10 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     # `suite build` keeps the hidden errors as regression cases, each with the re-ask beside it.
     online_data = tmp_path / "online"
     suite = tmp_path / "unstable.jsonl"
-    built = subprocess.run(
-        [*cli, "suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")]
-        + ["--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"]
-        + ["--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    built = llmwatch(
+        *("suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")),
+        *("--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"),
+        *("--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"),
     )
     assert built.returncode == 0, built.stderr.decode()
     manifest = json.loads((tmp_path / "unstable.manifest.json").read_text())
