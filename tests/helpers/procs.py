@@ -103,6 +103,20 @@ def proxy_argv(upstream: str, data_dir: str | os.PathLike[str], *options: str) -
             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir), *options]  # fmt: skip
 
 
+def llmwatch(
+    *args: str, cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m llmwatch.agent.cli ARGS` run to its end: its exit code, stdout and stderr as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def agent_env(**extra: str) -> dict[str, str]:
     """An environment in which `llmwatch` logs JSON at info level, so `agent_started` carries the ports."""
     return {

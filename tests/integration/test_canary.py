@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape, settled, wait_until
 from helpers.chat import seeded_calls
+from helpers.procs import llmwatch
 from helpers.samples import write_jsonl
 from helpers.traffic import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
@@ -177,12 +177,6 @@ def test_too_few_canary_samples_are_undecided_not_a_verdict():
 
 
 # ---------------------------------------------------------------------------- the command line
-
-
-def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
 
 
 def test_cli_exit_codes_json_and_bad_input(tmp_path):

@@ -8,7 +8,6 @@ distribution while the model's behaviour on each kind of question stays the same
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from dataclasses import replace
 from datetime import timedelta
@@ -20,6 +19,7 @@ import pytest
 from helpers import traffic as traffic_data
 from helpers.agents import proxy_url, settled, wait_until
 from helpers.chat import seeded_calls
+from helpers.procs import llmwatch
 from helpers.samples import write_jsonl
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
 
@@ -148,12 +148,6 @@ def test_other_material_minimums_than_the_baseline_s_are_refused():
     check_minimums(base, DriftSettings())
     with pytest.raises(BaselineError, match="performance_margin is 0.5 but .* frozen with 0.2"):
         check_minimums(base, DriftSettings(performance_margin=0.5))
-
-
-def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
 
 
 def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_path):
