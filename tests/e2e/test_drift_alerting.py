@@ -13,11 +13,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import openai
 import pytest
 import yaml
 from aiohttp import web
-from helpers.agents import proxy_url, wait_until
+from helpers.agents import proxy_url, settled, wait_until
+from helpers.chat import seeded_calls
 from helpers.ports import free_port
 from helpers.prom import alertmanager_binary, start_prometheus
 
@@ -109,19 +109,7 @@ def rules_without_for(tmp: Path) -> Path:
 
 
 async def traffic(base: str, n: int, seed0: int) -> None:
-    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-    sem = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await c.chat.completions.create(
-                model="sim-gpt-4o-mini",
-                messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                seed=seed0 + i,
-            )
-
-    await asyncio.gather(*[one(i) for i in range(n)])
-    await c.close()
+    await seeded_calls(base, [PROMPTS[i % len(PROMPTS)] for i in range(n)], seed0)
 
 
 @pytest.mark.slow
@@ -155,9 +143,7 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
 
         # Version A: freeze a baseline from its first 250 calls, then 250 fresh calls of A.
         await traffic(proxy_url(agent), 250, 0)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         baseline = tmp_path / "baseline-A.json"
         await asyncio.to_thread(agent.scorer.freeze_baseline, "A", str(baseline))
         agent.scorer.load_baseline(str(baseline))

@@ -28,11 +28,10 @@ from helpers.judge import (
     review_as_people,
     send,
     start_judged_proxy,
-    stop_proxy,
     wait_metrics,
 )
 from helpers.ports import free_port
-from helpers.procs import Proc, simulator_url, start_simulator
+from helpers.procs import Proc, simulator_url, start_simulator, stop_gracefully
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.scorers.evaluation.judge_calibration import load_calibration
@@ -183,7 +182,7 @@ async def test_a_real_model_judges_live_traffic_within_its_usd_cap_and_stays_unc
             assert metric(m, "llmwatch_judge_calibrated", criterion="helpfulness") == (1 if entry.calibrated else 0)
     finally:
         if proxy is not None:
-            stop_proxy(proxy)
+            stop_gracefully(proxy)
         service.stop()
 
 
@@ -208,5 +207,5 @@ async def test_killing_the_model_server_changes_nothing_for_clients(llama, tmp_p
         assert metric(m, "llmwatch_judge_failures_total", reason="unreachable") == 10
     finally:
         if proxy is not None:
-            stop_proxy(proxy)
+            stop_gracefully(proxy)
         service.stop()

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
+from helpers import reviews as review_round
 from helpers.browser import browser_fixture, console_errors, failed_requests, network_events, requested_urls, screenshot  # noqa: F401
 from helpers.review_app import Server
-from helpers.reviews import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
+from helpers.reviews import REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -34,46 +34,10 @@ SECRETS = (V1, V2, "gpt-4o", "fp_", "req-", "chatcmpl", "model_version", "sample
 
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
-    (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(
-        b"".join(s.to_json() + b"\n" for s in live_traffic())
-    )
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "scoring": {"checks": CHECKS, "embeddings": False},
-                "matrix": {
-                    "categories": [
-                        {"name": "billing", "match": {"metadata": {"category": "billing"}}},
-                        {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
-                    ]
-                },
-            }
-        )
-    )
+    samples = review_round.write_samples(tmp_path, live_traffic())
+    config = review_round.write_config(tmp_path / "llmwatch.yaml", categories=True)
     tasks = tmp_path / "round1" / "tasks.jsonl"
-    assert (
-        main(
-            [
-                "review",
-                "export",
-                "--samples",
-                str(tmp_path / "samples"),
-                "--config",
-                str(config),
-                "--versions",
-                f"{V1},{V2}",
-                "--n",
-                "6",
-                "--out",
-                str(tasks),
-                "--seed",
-                "11",
-            ]
-        )
-        == 0
-    )
+    assert main(review_round.export_args(samples, config, tasks, "--n", "6", "--seed", "11")) == 0
     return tasks
 
 

@@ -48,6 +48,11 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
         await asyncio.sleep(0.02)
 
 
+def settled(agent: Agent) -> bool:
+    """Nothing in flight: no call waiting in the proxy, no sample queued or being scored."""
+    return agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0
+
+
 def calls_observed(agent: Agent) -> float:
     """Proxied calls the agent has finished with: the proxy records the duration, then (in the
     same synchronous step) hands the call to sampling and the OTel exporter, so once this counts a

@@ -5,19 +5,15 @@ from __future__ import annotations
 import asyncio
 import glob
 import json
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
 import orjson
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.agents import metric
-from helpers.procs import Proc, agent_env, agent_started
+from helpers.procs import Proc, scrape_metrics, start_configured_proxy
 from llmwatch.agent.apps.simulator.judge import true_score
 from llmwatch.core.records import Sample
 
@@ -26,39 +22,14 @@ def start_judged_proxy(
     tmp_path: Path, upstream: str, judge: dict[str, Any], env: dict[str, str] | None = None, **extra: Any
 ) -> tuple[Proc, dict]:
     """`llmwatch proxy` in front of `upstream`, every call sampled, scoring off, `judge:` as given."""
-    config = tmp_path / "llmwatch.yaml"
-    doc = {
+    config = {
         "upstream": upstream,
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "data_dir": str(tmp_path / "data"),
         "sampling": {"rate": 1.0},
         "scoring": {"enabled": False},
         "judge": {"enabled": True, **judge},
         **extra,
     }
-    config.write_text(yaml.safe_dump(doc))
-    proxy = Proc(
-        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env(**(env or {}))
-    )
-    return proxy, agent_started(proxy)
-
-
-def stop_proxy(proxy: Proc) -> None:
-    if proxy.popen.poll() is None:
-        proxy.popen.send_signal(signal.SIGTERM)
-        proxy.popen.wait(timeout=60)
-    proxy.stop()
-
-
-async def scrape(session: aiohttp.ClientSession, ports: dict) -> dict:
-    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
-        text = await resp.text()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
+    return start_configured_proxy(tmp_path, config, env)
 
 
 def judge_scores(data_dir: Path) -> list[dict]:
@@ -73,7 +44,7 @@ async def wait_metrics(session: aiohttp.ClientSession, ports: dict, done, timeou
     """Scrape until `done(metrics)` holds; fail with the last scrape after `timeout`."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        m = await scrape(session, ports)
+        m = await scrape_metrics(session, ports)
         if done(m):
             return m
         assert asyncio.get_running_loop().time() < deadline, {k: v for k, v in m.items() if "judge" in k[0]}

@@ -2,7 +2,7 @@
 
     sim = Proc([sys.executable, "-m", "llmwatch.agent.apps.simulator", "--port", "0"])
     url = simulator_url(sim)                      # from its `url=http://127.0.0.1:PORT` line
-    proxy = Proc([... "proxy", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"], env=agent_env())
+    proxy = Proc(proxy_argv(url, data_dir), env=agent_env())
     ports = agent_started(proxy)                  # the `agent_started` JSON log record
     ports["proxy_port"], ports["metrics_port"]
 
@@ -14,10 +14,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class Proc:
@@ -89,6 +96,27 @@ class Proc:
         self._reader.join(timeout=5)
 
 
+def proxy_argv(upstream: str, data_dir: str | os.PathLike[str], *options: str) -> list[str]:
+    """`python -m llmwatch.agent.cli proxy` in front of `upstream`, on ports it picks and reports
+    (`agent_started`), writing under `data_dir`; `options` (such as --config) follow."""
+    return [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream,
+            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir), *options]  # fmt: skip
+
+
+def llmwatch(
+    *args: str, cwd: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m llmwatch.agent.cli ARGS` run to its end: its exit code, stdout and stderr as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def agent_env(**extra: str) -> dict[str, str]:
     """An environment in which `llmwatch` logs JSON at info level, so `agent_started` carries the ports."""
     return {
@@ -103,6 +131,43 @@ def agent_env(**extra: str) -> dict[str, str]:
 def agent_started(proc: Proc, timeout: float = 60.0) -> dict:
     """The `agent_started` log record of an `llmwatch proxy`/`ingest` process (proxy_port, metrics_port, ingest_port)."""
     return proc.wait_event("agent_started", timeout)
+
+
+def start_configured_proxy(
+    tmp_path: Path, config: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[Proc, dict]:
+    """`llmwatch proxy --config TMP/llmwatch.yaml`: the sections of `config` (upstream, sampling, ...)
+    on loopback ports it picks, data under TMP/data; returns it and its `agent_started` record."""
+    path = tmp_path / "llmwatch.yaml"
+    doc = {"listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0", "data_dir": str(tmp_path / "data"), **config}
+    path.write_text(yaml.safe_dump(doc))
+    proxy = Proc(
+        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(path)], env=agent_env(**(env or {}))
+    )
+    try:
+        return proxy, agent_started(proxy)
+    except BaseException:
+        proxy.stop()
+        raise
+
+
+def stop_gracefully(proc: Proc, timeout: float = 60.0) -> None:
+    """SIGTERM and wait for the exit (a clean stop drains what the process holds), then `stop()`."""
+    if proc.popen.poll() is None:
+        proc.popen.send_signal(signal.SIGTERM)
+        proc.popen.wait(timeout=timeout)
+    proc.stop()
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, ports: dict) -> dict:
+    """GET /metrics of a process's `metrics_port`, every sample by (name, sorted labels)."""
+    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
+        text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def start_simulator(*args: str) -> Proc:

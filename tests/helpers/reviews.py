@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from itertools import product
+from pathlib import Path
+
+import yaml
 
 from llmwatch.core.records import Sample
 
@@ -96,6 +99,34 @@ def live_traffic() -> list[Sample]:
         )
     )
     return out
+
+
+def write_samples(data: Path, samples: list[Sample]) -> Path:
+    """`samples` as one day's file in DATA/samples, as the agent writes them; returns that folder."""
+    folder = data / "samples"
+    folder.mkdir()
+    (folder / "samples-20261201-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    return folder
+
+
+def write_config(path: Path, *, categories: bool = False) -> Path:
+    """An llmwatch.yaml with the round's CHECKS; with `categories`, the matrix's billing and shipping."""
+    config: dict = {"scoring": {"checks": CHECKS, "embeddings": False}}
+    if categories:
+        config["matrix"] = {
+            "categories": [
+                {"name": "billing", "match": {"metadata": {"category": "billing"}}},
+                {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
+            ]
+        }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def export_args(samples: Path, config: Path, out: Path, *options: str) -> list[str]:
+    """The arguments of `llmwatch review export` for V1 against V2, tasks written to OUT."""
+    return ["review", "export", "--samples", str(samples), "--config", str(config), "--versions", f"{V1},{V2}",
+            "--out", str(out), *options]  # fmt: skip
 
 
 def alpha_interval_pairwise(pairs: list[tuple[int, int]]) -> float:

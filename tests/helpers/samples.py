@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from llmwatch.core.records import Sample
+from llmwatch.core.records import Sample, Usage
+from llmwatch.core.scores import Score
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 _UNSET: Any = object()
@@ -60,6 +61,37 @@ def chat_sample(
     }
     values.update(fields)
     return Sample(**values)
+
+
+def refusal_scored(
+    sid: str, at: datetime, prompt: str, output_tokens: int, version: str, passed: bool
+) -> tuple[Sample, Score]:
+    """A sample of model "m" that answered `prompt` in `output_tokens` tokens, and its refusal check's
+    score (pass or fail): the least a drift summary reads of a call."""
+    sample = Sample(
+        id=sid,
+        timestamp=at,
+        model="m",
+        model_version=version,
+        status=200,
+        latency_ms=0.0,
+        usage=Usage(input_tokens=20, output_tokens=output_tokens),
+        finish_reason="stop",
+        request={"model": "m", "messages": [{"role": "user", "content": prompt}]},
+        response={},
+    )
+    score = Score(
+        sample_id=sid,
+        check="refusal",
+        kind="refusal",
+        result="pass" if passed else "fail",
+        value=float(passed),
+        model="m",
+        model_version=version,
+        route=sample.route,
+        sample_timestamp=sample.timestamp,
+    )
+    return sample, score
 
 
 def write_jsonl(path: Path, records: Iterable[Any]) -> Path:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import orjson
 
 from helpers.procs import Proc, agent_env
 
@@ -51,3 +54,22 @@ def get(url: str, headers: dict[str, str] | None = None, follow: bool = True) ->
             return resp.status, dict(resp.headers), resp.read().decode("utf-8")
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read().decode("utf-8", "replace")
+
+
+def records(folder: Path) -> list[dict]:
+    """Every record of the folder's .jsonl files, in file name order: what the UI reads."""
+    return [
+        orjson.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_bytes().splitlines() if line
+    ]
+
+
+def count(body: str) -> int:
+    """The number of matching samples a list page says it has."""
+    m = re.search(r'<p id="count"><strong>([\d,]+)</strong>', body)
+    assert m, body[:2000]
+    return int(m.group(1).replace(",", ""))
+
+
+def listed_ids(body: str) -> list[str]:
+    """The sample ids a list page links to, in its order."""
+    return re.findall(r'class="sample-link" href="/samples/([^"]+)"', body)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from helpers.agents import drained, metric, proxy_url, scrape, wait_until
+from helpers.agents import drained, metric, proxy_url, scrape, settled, wait_until
+from helpers.chat import seeded_calls
+from helpers.procs import llmwatch
 from helpers.samples import write_jsonl
 from helpers.traffic import MIX, MODEL, SHIFTED_MIX, T0, traffic
 
@@ -178,28 +179,17 @@ def test_too_few_canary_samples_are_undecided_not_a_verdict():
 # ---------------------------------------------------------------------------- the command line
 
 
-def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_cli_exit_codes_json_and_bad_input(tmp_path):
     rng = np.random.default_rng(6)
     a, b = two_versions(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), canary_offset_s=100)
     write_jsonl(tmp_path / "samples.jsonl", a[0] + b[0])
     write_jsonl(tmp_path / "scores.jsonl", a[1] + b[1])
-    common = [
-        "canary",
-        "--samples",
-        str(tmp_path / "samples.jsonl"),
-        "--scores",
-        str(tmp_path / "scores.jsonl"),
-        "--stable",
-        "A",
-        "--canary",
-        "B",
-    ]
+
+    def canary(samples: Path, canary_version: str) -> list[str]:
+        scores = str(tmp_path / "scores.jsonl")
+        return ["canary", "--samples", str(samples), "--scores", scores, "--stable", "A", "--canary", canary_version]
+
+    common = canary(tmp_path / "samples.jsonl", "B")
 
     worse = llmwatch(*common, "--format", "json", cwd=tmp_path)
     assert worse.returncode == 1, worse.stderr + worse.stdout[-3000:]
@@ -224,32 +214,10 @@ def test_cli_exit_codes_json_and_bad_input(tmp_path):
     ):
         bad = llmwatch(*common, *extra, cwd=tmp_path)
         assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, (extra, bad.stderr)
-    missing = llmwatch(
-        "canary",
-        "--samples",
-        str(tmp_path / "samples.jsonl"),
-        "--scores",
-        str(tmp_path / "scores.jsonl"),
-        "--stable",
-        "A",
-        "--canary",
-        "C",
-        cwd=tmp_path,
-    )
+    missing = llmwatch(*canary(tmp_path / "samples.jsonl", "C"), cwd=tmp_path)
     assert missing.returncode == 2 and "'C'" in missing.stderr and "Traceback" not in missing.stderr
     apart = write_jsonl(tmp_path / "apart.jsonl", a[0] + _at(b[0], 7200))
-    never = llmwatch(
-        "canary",
-        "--samples",
-        str(apart),
-        "--scores",
-        str(tmp_path / "scores.jsonl"),
-        "--stable",
-        "A",
-        "--canary",
-        "B",
-        cwd=tmp_path,
-    )
+    never = llmwatch(*canary(apart, "B"), cwd=tmp_path)
     assert never.returncode == 2 and "never served at the same time" in never.stderr and "Traceback" not in never.stderr
 
 
@@ -276,21 +244,7 @@ def at_pace(profile: SimProfile, latency_scale: float, name: str | None = None) 
 
 
 async def canary_traffic(base: str, n: int, seed0: int) -> None:
-    import openai
-
-    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-    sem = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        async with sem:
-            await c.chat.completions.create(
-                model="sim-gpt-4o-mini",
-                messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                seed=seed0 + i,
-            )
-
-    await asyncio.gather(*[one(i) for i in range(n)])
-    await c.close()
+    await seeded_calls(base, [PROMPTS[i % len(PROMPTS)] for i in range(n)], seed0)
 
 
 async def served_canary(
@@ -501,9 +455,7 @@ async def test_the_sidecar_exports_a_degraded_canary_as_worse_while_both_version
         )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await canary_traffic(proxy_url(agent), 400, 0)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         labels = {"stable_version": "A", "canary_version": "B"}
         samples: dict = {}
         deadline = asyncio.get_running_loop().time() + 60

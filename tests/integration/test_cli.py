@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import openai
 import orjson
-from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.procs import Proc, agent_env, agent_started, proxy_argv, simulator_url, start_simulator
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
@@ -33,20 +33,7 @@ def test_proxy_process_serves_traffic_and_metrics_and_stops_cleanly_on_sigterm(t
     try:
         sim_url = simulator_url(sim)
         proxy = Proc(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--upstream",
-                sim_url,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(tmp_path / "data"),
-            ],
+            proxy_argv(sim_url, tmp_path / "data"),
             env=agent_env(LLMWATCH_SAMPLING__RATE="1.0"),
         )
         started = agent_started(proxy)

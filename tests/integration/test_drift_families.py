@@ -8,7 +8,6 @@ distribution while the model's behaviour on each kind of question stays the same
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from dataclasses import replace
 from datetime import timedelta
@@ -18,7 +17,9 @@ import numpy as np
 import orjson
 import pytest
 from helpers import traffic as traffic_data
-from helpers.agents import proxy_url, wait_until
+from helpers.agents import proxy_url, settled, wait_until
+from helpers.chat import seeded_calls
+from helpers.procs import llmwatch
 from helpers.samples import write_jsonl
 from helpers.traffic import DIM, MIX, MODEL, SHIFTED_MIX, T0, Model, traffic
 
@@ -149,12 +150,6 @@ def test_other_material_minimums_than_the_baseline_s_are_refused():
         check_minimums(base, DriftSettings(performance_margin=0.5))
 
 
-def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_cli_reports_families_in_json_and_fails_only_on_the_named_families(tmp_path):
     rng = np.random.default_rng(10)
     base = baseline_of(rng, n=1500)
@@ -258,25 +253,10 @@ SIM_PROMPTS = {
 
 
 async def sim_traffic(base: str, n: int, share_code: float, seed0: int) -> None:
-    import openai
-
-    c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
-    sem = asyncio.Semaphore(16)
     rng = np.random.default_rng(seed0)
     cats = ["code" if rng.random() < share_code else "cooking" for _ in range(n)]
-
-    async def one(i: int) -> None:
-        prompts = SIM_PROMPTS[cats[i]]
-        async with sem:
-            await c.chat.completions.create(
-                model="sim-gpt-4o-mini",
-                messages=[{"role": "user", "content": prompts[i % len(prompts)]}],
-                seed=seed0 + i,
-                extra_headers={"x-llmwatch-category": cats[i]},
-            )
-
-    await asyncio.gather(*[one(i) for i in range(n)])
-    await c.close()
+    prompts = [SIM_PROMPTS[cat][i % len(SIM_PROMPTS[cat])] for i, cat in enumerate(cats)]
+    await seeded_calls(base, prompts, seed0, [{"x-llmwatch-category": cat} for cat in cats])
 
 
 @pytest.mark.slow
@@ -294,15 +274,11 @@ async def test_simulator_version_whose_traffic_mix_changes_reads_traffic_changed
         )
         await wait_until(lambda: agent.scorer.ready.is_set(), timeout=60)
         await sim_traffic(proxy_url(agent), 300, 0.15, 0)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         await asyncio.to_thread(agent.scorer.freeze_baseline, "A", str(tmp_path / "baseline-A.json"))
         agent.scorer.load_baseline(str(tmp_path / "baseline-A.json"))
         await sim_traffic(proxy_url(agent), 300, 0.85, 10_000)
-        await wait_until(
-            lambda: agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0, timeout=60
-        )
+        await wait_until(lambda: settled(agent), timeout=60)
         # A verdict over the whole new window (all 300 samples scored).
         await wait_until(lambda: any(k[0] == "A" and v[3] == 300 for k, v in agent.drift_state.items()), timeout=60)
         latest = {k[2]: v for k, v in agent.drift_state.items() if k[0] == "A" and v[3] == 300}

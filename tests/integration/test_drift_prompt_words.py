@@ -15,9 +15,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+from helpers.samples import refusal_scored
 
-from llmwatch.core.records import Sample, Usage
-from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import freeze
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
@@ -58,33 +57,9 @@ def traffic(
         text = prompts[i] if prompts is not None else prompt_of(rng, topic, rng.random() < long_share)
         topic = next(t for t in VOCAB if any(w in text.split() for w in VOCAB[t]))
         tokens = ANSWER_TOKENS[topic] * (2.0 if LONG[0] in text.split() else 1.0) * np.exp(rng.normal(0, 0.25)) * longer
-        sid = f"{prefix}-{i}"
-        s = Sample(
-            id=sid,
-            timestamp=T0 + timedelta(seconds=i),
-            model="m",
-            model_version=version,
-            status=200,
-            latency_ms=0.0,
-            usage=Usage(input_tokens=20, output_tokens=int(tokens)),
-            finish_reason="stop",
-            request={"model": "m", "messages": [{"role": "user", "content": text}]},
-            response={},
-        )
         ok = bool(rng.random() > 0.05)
-        scores.append(
-            Score(
-                sample_id=sid,
-                check="refusal",
-                kind="refusal",
-                result="pass" if ok else "fail",
-                value=float(ok),
-                model="m",
-                model_version=version,
-                route=s.route,
-                sample_timestamp=s.timestamp,
-            )
-        )
+        s, score = refusal_scored(f"{prefix}-{i}", T0 + timedelta(seconds=i), text, int(tokens), version, ok)
+        scores.append(score)
         samples.append(s)
         texts.append(text)
     return samples, scores, texts

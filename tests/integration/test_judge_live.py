@@ -21,10 +21,9 @@ from helpers.judge import (
     review_as_people,
     send,
     start_judged_proxy,
-    stop_proxy,
     wait_metrics,
 )
-from helpers.procs import simulator_url, start_simulator
+from helpers.procs import simulator_url, start_simulator, stop_gracefully
 
 from llmwatch.core.jsonio import read_records
 
@@ -102,7 +101,7 @@ async def test_the_judge_is_uncalibrated_until_people_label_its_spot_checks_then
             assert 0 <= low <= metric(m, "llmwatch_judge_pass_rate_corrected", bound="estimate") <= high <= 1
     finally:
         if proxy is not None:
-            stop_proxy(proxy)
+            stop_gracefully(proxy)
         service.stop()
         judge.stop()
 
@@ -133,13 +132,13 @@ async def test_a_judge_that_goes_away_changes_nothing_for_clients(tmp_path: Path
         errors = [s for s in judge_scores(tmp_path / "data") if s["result"] == "error"]
         assert len(errors) == 20 and {s["details"]["exception"] for s in errors} == {"unreachable"}
         # The judge's key reached no file and no log line.
-        stop_proxy(proxy)
+        stop_gracefully(proxy)
         assert JUDGE_KEY not in proxy.output()
         for path in (tmp_path / "data").rglob("*"):
             assert not path.is_file() or JUDGE_KEY.encode() not in path.read_bytes(), path
     finally:
         if proxy is not None:
-            stop_proxy(proxy)
+            stop_gracefully(proxy)
         service.stop()
         judge.stop()
 
@@ -176,6 +175,6 @@ async def test_a_judge_child_that_dies_is_said_restarted_and_judges_again(tmp_pa
         )
     finally:
         if proxy is not None:
-            stop_proxy(proxy)
+            stop_gracefully(proxy)
         service.stop()
         judge.stop()

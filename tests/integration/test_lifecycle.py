@@ -27,7 +27,7 @@ import pytest
 import structlog.testing
 from helpers.agents import metric, proxy_url, scrape, wait_until
 from helpers.ports import dead_address
-from helpers.procs import Proc, agent_started, simulator_url, start_simulator
+from helpers.procs import Proc, agent_started, proxy_argv, simulator_url, start_simulator
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -110,21 +110,7 @@ def start_proxy(tmp_path: Path):
             **RULES_ONLY,
             **env,
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "llmwatch.agent.cli",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(data_dir or tmp_path / "data"),
-        ]
-        proc = Proc(argv, env=full_env)
+        proc = Proc(proxy_argv(upstream, data_dir or tmp_path / "data"), env=full_env)
         started.append(proc)
         return proc, *_ports(proc)
 

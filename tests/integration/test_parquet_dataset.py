@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import procs
 from helpers.samples import write_jsonl
 
 from llmwatch.core import parquet, parquet_write
@@ -41,14 +41,7 @@ def sample(i: int, version: str | None, refuse: bool) -> Sample:
 
 
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=ENV,
-    )
+    return procs.llmwatch(*args, cwd=cwd, env=ENV)
 
 
 def test_samples_scores_and_pairs_read_back_from_parquet_exactly_as_written(tmp_path):

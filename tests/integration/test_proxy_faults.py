@@ -15,7 +15,6 @@ import os
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import zlib
 from pathlib import Path
@@ -25,6 +24,7 @@ import orjson
 import pytest
 from aiohttp import web
 from helpers.agents import drained, metric, scrape
+from helpers.procs import proxy_argv
 from helpers.raw_http import (
     CHAT_BODY,
     OK_JSON,
@@ -105,20 +105,7 @@ class ProxyProcess:
             "HF_HUB_OFFLINE": "1",
         }
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(data_dir),
-            ],
+            proxy_argv(upstream, data_dir),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from helpers.ports import dead_address
 from helpers.procs import simulator_url, start_simulator
+from helpers.regress import regress_cli, write_suite
 
-from llmwatch.agent.cli.main import main
 from llmwatch.scorers.checks.judge import JudgeReplyError, parse_judge_reply
 from llmwatch.scorers.evaluation.regress import load_run, load_suite
 
@@ -85,34 +85,14 @@ def simulators():
             proc.stop()
 
 
-def write_suite(path: Path, cases=SUITE) -> str:
-    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
-    return str(path)
-
-
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(
-        [
-            "regress",
-            "--suite",
-            suite,
-            "--upstream",
-            url,
-            "--model",
-            "sim-gpt-4o-mini",
-            "--repeat",
-            REPEAT,
-            "--concurrency",
-            "6",
-            *extra,
-        ]
-    )
+    return regress_cli(suite, url, "--repeat", REPEAT, "--concurrency", "6", *extra)
 
 
 @pytest.fixture(scope="module")
 def baseline_run(simulators, tmp_path_factory):
     base = tmp_path_factory.mktemp("regress")
-    suite = write_suite(base / "suite.jsonl")
+    suite = write_suite(base / "suite.jsonl", SUITE)
     run = base / "run-a.json"
     assert regress(suite, simulators["A"], "--out", str(run)) == 0
     return suite, run
@@ -181,7 +161,7 @@ def test_a_changed_suite_refuses_to_compare_before_making_any_call(baseline_run,
 
 
 def test_reformatting_the_suite_keeps_its_checksum_and_any_edit_changes_it(tmp_path: Path):
-    original = load_suite(write_suite(tmp_path / "a.jsonl")).checksum
+    original = load_suite(write_suite(tmp_path / "a.jsonl", SUITE)).checksum
     # Keys in another order, cases in another order, blank lines: the same suite.
     shuffled = b"\n\n".join(orjson.dumps(dict(reversed(list(c.items())))) for c in reversed(SUITE))
     (tmp_path / "b.jsonl").write_bytes(shuffled)
@@ -219,32 +199,14 @@ def test_reformatting_the_suite_keeps_its_checksum_and_any_edit_changes_it(tmp_p
 )
 def test_suite_errors_name_the_line_and_the_field(tmp_path: Path, capsys, case, message):
     suite = write_suite(tmp_path / "suite.jsonl", [SUITE[0], case])
-    assert main(["regress", "--suite", suite, "--upstream", "http://127.0.0.1:1", "--model", "m"]) == 2
+    assert regress_cli(suite, "http://127.0.0.1:1", model="m") == 2
     assert message in capsys.readouterr().err
 
 
 def test_an_unreachable_endpoint_is_a_usage_error_not_a_regression(tmp_path: Path, capsys):
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    assert (
-        main(
-            [
-                "regress",
-                "--suite",
-                suite,
-                "--upstream",
-                f"http://{dead_address()}",
-                "--model",
-                "m",
-                "--repeat",
-                "2",
-                "--max-retries",
-                "0",
-                "--timeout",
-                "2",
-            ]
-        )
-        == 2
-    )
+    options = ("--repeat", "2", "--max-retries", "0", "--timeout", "2")
+    assert regress_cli(suite, f"http://{dead_address()}", *options, model="m") == 2
     assert "no call to http://127.0.0.1:" in capsys.readouterr().err
 
 
@@ -338,28 +300,8 @@ def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_
     }
     suite = write_suite(tmp_path / "suite.jsonl", [case])
     out = tmp_path / "judged.json"
-    assert (
-        main(
-            [
-                "regress",
-                "--suite",
-                suite,
-                "--upstream",
-                simulators["A"],
-                "--model",
-                "sim-gpt-4o-mini",
-                "--repeat",
-                "6",
-                "--judge-url",
-                url,
-                "--judge-model",
-                "grader",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    judge = ("--judge-url", url, "--judge-model")
+    assert regress_cli(suite, simulators["A"], "--repeat", "6", *judge, "grader", "--out", str(out)) == 0
     run = load_run(out)
     assert run.judge_model == "grader"
     judged = [next(r for r in a.checks if r.name == "judge") for a in run.attempts]
@@ -369,28 +311,7 @@ def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_
 
     broken = tmp_path / "broken.json"
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "regress",
-                "--suite",
-                suite,
-                "--upstream",
-                simulators["A"],
-                "--model",
-                "sim-gpt-4o-mini",
-                "--repeat",
-                "4",
-                "--judge-url",
-                url,
-                "--judge-model",
-                "broken",
-                "--out",
-                str(broken),
-            ]
-        )
-        == 0
-    )
+    assert regress_cli(suite, simulators["A"], "--repeat", "4", *judge, "broken", "--out", str(broken)) == 0
     run = load_run(broken)
     for attempt in run.attempts:
         judge = next(r for r in attempt.checks if r.name == "judge")
@@ -402,22 +323,7 @@ def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_
 
 def test_the_judge_needs_both_its_url_and_its_model(tmp_path: Path, capsys):
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    assert (
-        main(
-            [
-                "regress",
-                "--suite",
-                suite,
-                "--upstream",
-                "http://127.0.0.1:1",
-                "--model",
-                "m",
-                "--judge-url",
-                "http://127.0.0.1:2",
-            ]
-        )
-        == 2
-    )
+    assert regress_cli(suite, "http://127.0.0.1:1", "--judge-url", "http://127.0.0.1:2", model="m") == 2
     assert "both --judge-url and --judge-model" in capsys.readouterr().err
 
 
@@ -439,8 +345,7 @@ def test_a_judge_url_that_is_no_http_url_is_refused_before_any_call_without_its_
     # Else every attempt's judge call fails and the judge check is `error` on every case: a typo
     # found only in the report, after the whole suite ran against the upstream.
     suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
-    args = ["regress", "--suite", suite, "--upstream", "http://127.0.0.1:1", "--model", "m"]
-    assert main([*args, "--judge-url", url, "--judge-model", "j"]) == 2
+    assert regress_cli(suite, "http://127.0.0.1:1", "--judge-url", url, "--judge-model", "j", model="m") == 2
     err = capsys.readouterr().err
     assert "--judge-url: expected an http(s) URL such as http://127.0.0.1:8000" in err, err
     assert "hunter2" not in err and "Traceback" not in err

@@ -14,19 +14,17 @@ import asyncio
 import glob
 import re
 import signal
-import sys
 import threading
 from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 from helpers.ports import dead_address
-from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.procs import Proc, simulator_url, start_configured_proxy, start_simulator
+from helpers.regress import regress_cli, write_suite
 from helpers.upstreams import serve
 
-from llmwatch.agent.cli.main import main
 from llmwatch.scorers.evaluation.paraphrase import reword_messages
 from llmwatch.scorers.evaluation.regress import SuiteCase, load_run
 
@@ -85,15 +83,8 @@ def simulator():
         proc.stop()
 
 
-def write_suite(path: Path, cases) -> str:
-    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
-    return str(path)
-
-
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(
-        ["regress", "--suite", suite, "--upstream", url, "--model", "sim-gpt-4o-mini", "--concurrency", "4", *extra]
-    )
+    return regress_cli(suite, url, "--concurrency", "4", *extra)
 
 
 def expected_flip() -> list[bool]:
@@ -184,21 +175,9 @@ def test_the_paraphrase_gate_fails_the_run_only_when_asked_and_the_text_report_n
 
 
 def start_proxy(tmp_path: Path, upstream: str) -> tuple[Proc, dict]:
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "upstream": upstream,
-                "listen": "127.0.0.1:0",
-                "metrics_listen": "127.0.0.1:0",
-                "data_dir": str(tmp_path / "data"),
-                "sampling": {"rate": 1.0},
-                "scoring": {"enabled": False},
-            }
-        )
+    return start_configured_proxy(
+        tmp_path, {"upstream": upstream, "sampling": {"rate": 1.0}, "scoring": {"enabled": False}}
     )
-    proxy = Proc([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env())
-    return proxy, agent_started(proxy)
 
 
 def sent_requests(data_dir: Path) -> list[tuple[list[dict], str]]:

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from helpers.review_app import Server
-from helpers.reviews import CHECKS, V1, V2, live_traffic
+from helpers.reviews import export_args, live_traffic, write_config, write_samples
 from helpers.tmpfs import fill, small_tmpfs
 
 CLI = [sys.executable, "-m", "llmwatch.agent.cli"]
@@ -34,17 +33,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
-    (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(
-        b"".join(s.to_json() + b"\n" for s in live_traffic())
-    )
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(yaml.safe_dump({"scoring": {"checks": CHECKS, "embeddings": False}}))
+    samples = write_samples(tmp_path, live_traffic())
+    config = write_config(tmp_path / "llmwatch.yaml")
     out = tmp_path / "round1" / "tasks.jsonl"
-    done = cli(
-        "review", "export", "--samples", str(tmp_path / "samples"), "--config", str(config),
-        "--versions", f"{V1},{V2}", "--n", "6", "--out", str(out), "--seed", "11",
-    )  # fmt: skip
+    done = cli(*export_args(samples, config, out, "--n", "6", "--seed", "11"))
     assert done.returncode == 0, done.stderr
     return out
 

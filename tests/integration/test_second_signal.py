@@ -26,27 +26,23 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from helpers.procs import Proc, agent_env
-from helpers.reviews import CHECKS, V1, V2, live_traffic
+from helpers.reviews import export_args, live_traffic, write_config, write_samples
 
 CLI = [sys.executable, "-m", "llmwatch.agent.cli"]
 
 
 @pytest.fixture
 def tasks(tmp_path: Path) -> Path:
-    (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(
-        b"".join(s.to_json() + b"\n" for s in live_traffic())
-    )
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(yaml.safe_dump({"scoring": {"checks": CHECKS, "embeddings": False}}))
+    samples = write_samples(tmp_path, live_traffic())
+    config = write_config(tmp_path / "llmwatch.yaml")
     out = tmp_path / "round1" / "tasks.jsonl"
     done = subprocess.run(
-        [*CLI, "review", "export", "--samples", str(tmp_path / "samples"), "--config", str(config),
-         "--versions", f"{V1},{V2}", "--n", "2", "--out", str(out), "--seed", "11"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [*CLI, *export_args(samples, config, out, "--n", "2", "--seed", "11")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return out
 

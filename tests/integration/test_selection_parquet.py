@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 import pytest
+from helpers import procs
 
 from llmwatch.core import parquet_write
 from llmwatch.core.jsonio import read_records
@@ -50,14 +50,7 @@ def sample(i: int) -> Sample:
 
 
 def llmwatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmwatch.agent.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=ENV,
-    )
+    return procs.llmwatch(*args, cwd=cwd, env=ENV)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import yaml
 from aiohttp import web
 from helpers.agents import metric, proxy_url, scrape, wait_until
 from helpers.kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
+from helpers.procs import proxy_argv
 from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
@@ -94,6 +95,31 @@ def client(agent) -> openai.AsyncOpenAI:
 
 def shadow_section(upstream: str, **candidate) -> dict:
     return {"enabled": True, "candidates": [{"name": "cand", "upstream": upstream, "rate": 1.0, **candidate}]}
+
+
+def _proxy_process(cfg: Path, upstream: str, data: Path, log: Path, **env: str) -> subprocess.Popen:
+    """`llmwatch proxy --config CFG` in front of `upstream` on ports it picks, its output into `log`."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            proxy_argv(upstream, data, "--config", str(cfg)),
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def _logged(log: Path, proc: subprocess.Popen, *events: str) -> dict[str, dict]:
+    """The log record of each of `events` once `proc` has written them all (fails after 60 s or if it exits)."""
+    found: dict[str, dict] = {}
+    deadline = time.monotonic() + 60
+    while len(found) < len(events) and time.monotonic() < deadline and proc.poll() is None:
+        for line in log.read_text().splitlines():
+            for event in events:
+                if f'"{event}"' in line:
+                    found[event] = json.loads(line)
+        await asyncio.sleep(0.05)
+    assert len(found) == len(events), log.read_text()
+    return found
 
 
 async def traffic(agent, n: int, *, seeded: bool = False) -> None:
@@ -543,38 +569,9 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
     )
     log = tmp_path / "proxy.log"
     data = tmp_path / "data"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CANDIDATE_KEY": SECRET}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--config",
-                str(cfg),
-                "--upstream",
-                primary,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(data),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _proxy_process(cfg, primary, data, log, CANDIDATE_KEY=SECRET)
     try:
-        started = None
-        deadline = time.monotonic() + 60
-        while started is None and time.monotonic() < deadline and proc.poll() is None:
-            for line in log.read_text().splitlines():
-                if '"agent_started"' in line:
-                    started = json.loads(line)
-            await asyncio.sleep(0.05)
-        assert started is not None, log.read_text()
+        started = (await _logged(log, proc, "agent_started"))["agent_started"]
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
                 async with session.post(
@@ -942,7 +939,7 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
         assert server.stop() == 0
     runner, url = await serve(_judge_app("better"))
     try:
-        proc = await asyncio.create_subprocess_exec(
+        judge = [
             *cli,
             "shadow",
             "judge",
@@ -956,29 +953,12 @@ async def test_judge_agreement_with_human_verdicts_on_the_same_pairs(tmp_path):
             str(tasks),
             "--reviews",
             str(reviews),
-            "--format",
-            "json",
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        ]
+        proc = await asyncio.create_subprocess_exec(
+            *judge, "--format", "json", stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
-        text = await asyncio.create_subprocess_exec(
-            *cli,
-            "shadow",
-            "judge",
-            "--pairs",
-            str(pairs_dir),
-            "--judge-url",
-            url + "/v1",
-            "--judge-model",
-            "judge",
-            "--tasks",
-            str(tasks),
-            "--reviews",
-            str(reviews),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        text = await asyncio.create_subprocess_exec(*judge, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         text_out, text_err = await asyncio.wait_for(text.communicate(), timeout=120)
     finally:
         await runner.cleanup()
@@ -1042,40 +1022,11 @@ async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_
         )
     )
     log = tmp_path / "proxy.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--config",
-                str(cfg),
-                "--upstream",
-                primary,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(tmp_path / "data"),
-            ],
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = _proxy_process(cfg, primary, tmp_path / "data", log)
     child = None
     try:
-        ready = started = None
-        deadline = time.monotonic() + 60
-        while (ready is None or started is None) and time.monotonic() < deadline and proc.poll() is None:
-            for line in log.read_text().splitlines():
-                if '"shadow_mirror_ready"' in line:
-                    ready = json.loads(line)
-                if '"agent_started"' in line:
-                    started = json.loads(line)
-            await asyncio.sleep(0.05)
-        assert ready is not None and started is not None, log.read_text()
+        records = await _logged(log, proc, "shadow_mirror_ready", "agent_started")
+        ready, started = records["shadow_mirror_ready"], records["agent_started"]
         child = ready["pid"]
         assert child != proc.pid and os.sched_getaffinity(child) == {allowed[-1]}
         async with aiohttp.ClientSession() as session:

@@ -10,17 +10,14 @@ cannot be analysed gives its reservation back on what can be read of it, never h
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 from helpers.agents import metric, wait_until
-from helpers.procs import Proc, agent_env, agent_started
+from helpers.procs import Proc, scrape_metrics, start_configured_proxy, stop_gracefully
 from helpers.upstreams import serve
 
 PRICE = {"input_per_million": 10.0, "output_per_million": 10.0}  # $0.00001 a token, for the candidate
@@ -85,46 +82,15 @@ def candidate_app(gate: asyncio.Event, seen: list[dict], *, broken: bool = False
 
 
 def start_proxy(tmp_path: Path, primary: str, candidate: str, **candidate_spec) -> tuple[Proc, dict]:
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "upstream": primary,
-                "listen": "127.0.0.1:0",
-                "metrics_listen": "127.0.0.1:0",
-                "data_dir": str(tmp_path / "data"),
-                "sampling": {"rate": 0.0, "keep_errors": False, "slow_ms": None},
-                "scoring": {"enabled": False},
-                "metrics": {"pricing": {"cand": PRICE}},
-                "shadow": {
-                    "enabled": True,
-                    "candidates": [
-                        {"name": "cand", "upstream": candidate, "rate": 1.0, "model": "cand", **candidate_spec}
-                    ],
-                },
-            }
-        )
-    )
-    proxy = Proc([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env())
-    return proxy, agent_started(proxy)
-
-
-async def scrape(session: aiohttp.ClientSession, ports: dict) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
-        text = await resp.text()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
+    candidate_section = {"name": "cand", "upstream": candidate, "rate": 1.0, "model": "cand", **candidate_spec}
+    config = {
+        "upstream": primary,
+        "sampling": {"rate": 0.0, "keep_errors": False, "slow_ms": None},
+        "scoring": {"enabled": False},
+        "metrics": {"pricing": {"cand": PRICE}},
+        "shadow": {"enabled": True, "candidates": [candidate_section]},
     }
-
-
-def stop(proxy: Proc) -> None:
-    proxy.popen.send_signal(signal.SIGTERM)
-    proxy.popen.wait(timeout=60)
-    proxy.stop()
+    return start_configured_proxy(tmp_path, config)
 
 
 async def calls(session: aiohttp.ClientSession, ports: dict, n: int, **extra) -> list[int]:
@@ -143,7 +109,7 @@ async def settled(session: aiohttp.ClientSession, ports: dict, n: int) -> dict:
 
     async def done() -> bool:
         nonlocal m
-        m = await scrape(session, ports)
+        m = await scrape_metrics(session, ports)
         mirrored = metric(m, "llmwatch_shadow_mirrored_total", candidate="cand")
         skipped = metric(m, "llmwatch_shadow_skipped_total", candidate="cand")
         ended = metric(m, "llmwatch_shadow_pairs_total", candidate="cand") + metric(
@@ -179,7 +145,7 @@ async def test_twenty_concurrent_calls_never_spend_past_the_cap_whatever_the_can
         assert {b["max_tokens"] for b in seen} == {1000}
     finally:
         gate.set()
-        stop(proxy)
+        stop_gracefully(proxy)
         await p_runner.cleanup()
         await c_runner.cleanup()
 
@@ -200,7 +166,7 @@ async def test_a_request_without_max_tokens_is_mirrored_with_the_candidates_ceil
         # 12 + 500 tokens each, at $10 per million: the spend is the candidate's real usage.
         assert metric(m, "llmwatch_shadow_spend_usd_total", candidate="cand") == pytest.approx(3 * 512 * 1e-5)
     finally:
-        stop(proxy)
+        stop_gracefully(proxy)
         await p_runner.cleanup()
         await c_runner.cleanup()
 
@@ -219,12 +185,12 @@ async def test_answers_that_cannot_be_analysed_give_their_reservation_back(tmp_p
             for i in range(12):
                 assert await calls(session, ports, 1, max_tokens=1000, stream=True) == [200]
                 await settled(session, ports, i + 1)  # one at a time: each mirror ends before the next call
-            m = await scrape(session, ports)
+            m = await scrape_metrics(session, ports)
         assert metric(m, "llmwatch_shadow_mirrored_total", candidate="cand") == 12, "no mirror was refused for spend"
         assert metric(m, "llmwatch_shadow_skipped_total", candidate="cand", reason="spend_cap") == 0
         # Settled on the usage found in the bytes (3 + 2 tokens each), not held, not the worst case.
         assert metric(m, "llmwatch_shadow_spend_usd_total", candidate="cand") <= 12 * 5 * 1e-5 + 1e-12
     finally:
-        stop(proxy)
+        stop_gracefully(proxy)
         await p_runner.cleanup()
         await c_runner.cleanup()

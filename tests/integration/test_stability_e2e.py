@@ -10,6 +10,7 @@ and send no conversation header. The samples must carry conversation ids and tur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import json
 import os
@@ -19,11 +20,11 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
-from helpers.procs import Proc, agent_env, agent_started, simulator_url, start_simulator
+from helpers.procs import Proc, agent_env, agent_started, proxy_argv, simulator_url, start_simulator
 
 MODEL = "sim-gpt-4o-mini"
 QUESTIONS = [
@@ -64,20 +65,7 @@ def run_version(
     try:
         upstream = simulator_url(sim)
         proxy = Proc(
-            [
-                sys.executable,
-                "-m",
-                "llmwatch.agent.cli",
-                "proxy",
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                str(data_dir),
-            ],
+            proxy_argv(upstream, data_dir),
             env=agent_env(**{"LLMWATCH_SAMPLING__RATE": "1.0", "LLMWATCH_SCORING__ENABLED": "false", **extra_env}),
         )
         ports = agent_started(proxy)
@@ -110,6 +98,16 @@ def run_version(
         sim.stop()
 
 
+def llmwatch(*args: str) -> subprocess.CompletedProcess:
+    """`python -m llmwatch.agent.cli ARGS` with the embeddings off, as a user runs it on the samples."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", *args],
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
+        timeout=600,
+    )
+
+
 def read_samples(data_dir: Path) -> list[dict]:
     out = []
     for path in sorted(glob.glob(str(data_dir / "samples" / "*.jsonl"))):
@@ -136,21 +134,7 @@ def test_conversations_are_found_without_a_header_and_the_decaying_version_is_to
         assert sorted(s["turn"] for s in items) == list(range(1, turns + 1))
         assert len({s["model_version"] for s in items}) == 1
 
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmwatch.agent.cli",
-            "report",
-            "--samples",
-            str(data / "samples"),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
-        timeout=600,
-    )
+    report = llmwatch("report", "--samples", str(data / "samples"), "--format", "json")
     assert report.returncode == 0, report.stderr.decode()
     decay = {d["model_version"]: d for d in json.loads(report.stdout)["turn_decay"]}
     a, b = decay["A"], decay["B"]
@@ -233,23 +217,7 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
             assert disagree > 0.2 * (agree + disagree)
             assert total(values, "llmwatch_consistency_confident_unstable_total", model_version="B") > 0
 
-    report = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmwatch.agent.cli",
-            "report",
-            "--samples",
-            str(data / "samples"),
-            "--consistency",
-            str(pairs),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"},
-        timeout=600,
-    )
+    report = llmwatch("report", "--samples", str(data / "samples"), "--consistency", str(pairs), "--format", "json")
     assert report.returncode == 0, report.stderr.decode()
     rows = {r["model_version"]: r for r in json.loads(report.stdout)["consistency"]}
     a, b = rows["A"], rows["B"]
@@ -259,22 +227,14 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert b["confident_unstable"] > 0 and a["confident_unstable"] == 0
 
     # The verdicts join the re-asked samples as the `consistency` check: a behaviour drift signal.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLMWATCH_SCORING__EMBEDDINGS": "false"}
-    cli = [sys.executable, "-m", "llmwatch.agent.cli"]
-    freeze = subprocess.run(
-        [*cli, "baseline", "freeze", "--samples", str(data / "samples"), "--model-version", "A"]
-        + ["--consistency", str(pairs), "--out", str(tmp_path / "baseline-A.json")],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    freeze = llmwatch(
+        *("baseline", "freeze", "--samples", str(data / "samples"), "--model-version", "A"),
+        *("--consistency", str(pairs), "--out", str(tmp_path / "baseline-A.json")),
     )
     assert freeze.returncode == 0, freeze.stderr.decode()
-    drift = subprocess.run(
-        [*cli, "drift", "--baseline", str(tmp_path / "baseline-A.json"), "--samples", str(data / "samples")]
-        + ["--model-version", "B", "--consistency", str(pairs), "--format", "json"],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    drift = llmwatch(
+        *("drift", "--baseline", str(tmp_path / "baseline-A.json"), "--samples", str(data / "samples")),
+        *("--model-version", "B", "--consistency", str(pairs), "--format", "json"),
     )
     assert drift.returncode == 1, drift.stderr.decode()
     signals = {sig["name"]: sig for sig in json.loads(drift.stdout)["signals"]}
@@ -314,13 +274,10 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     # `suite build` keeps the hidden errors as regression cases, each with the re-ask beside it.
     online_data = tmp_path / "online"
     suite = tmp_path / "unstable.jsonl"
-    built = subprocess.run(
-        [*cli, "suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")]
-        + ["--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"]
-        + ["--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"],
-        capture_output=True,
-        env=env,
-        timeout=600,
+    built = llmwatch(
+        *("suite", "build", "--samples", str(online_data / "samples"), "--scores", str(online_data / "scores")),
+        *("--consistency", str(online_data / "consistency" / "pairs"), "--similarity", "text"),
+        *("--out", str(suite), "--size", "8", "--failure-quota", "1", "--edge-quota", "0", "--seed", "1"),
     )
     assert built.returncode == 0, built.stderr.decode()
     manifest = json.loads((tmp_path / "unstable.manifest.json").read_text())
@@ -333,13 +290,18 @@ def test_the_version_that_changes_its_answers_has_the_lower_consistency_rate(tmp
     assert len(load_suite(suite).cases) == len(manifest["cases"])
 
 
-async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def consistency_proxy(
+    tmp_path: Path, on_re_ask: Callable[[bytes, Any], Awaitable[Any]], max_concurrency: int
+) -> AsyncIterator[tuple[Proc, dict, dict[bytes, bytes]]]:
+    """A real `llmwatch proxy` with the consistency probe on (rate 1.0, scoring off) in front of an
+    upstream that answers each question once with bytes of its own (`answers`, by request body) and
+    hands a repeat of a question, the probe's re-ask, to `on_re_ask(key, request)`: its response,
+    or None to answer it like a first call. Yields (proxy, ports, answers) once the probe is up."""
     from aiohttp import web
     from helpers.upstreams import serve
 
-    gate = asyncio.Event()
     seen: set[bytes] = set()
-    reasks: list[bytes] = []
     answers: dict[bytes, bytes] = {}
 
     async def chat(request: web.Request) -> web.Response:
@@ -348,8 +310,9 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
         parsed = json.loads(body)
         key = json.dumps([parsed["model"], parsed["messages"]]).encode()
         if key in seen:
-            reasks.append(key)
-            await gate.wait()  # the re-ask: held until the test ends
+            response = await on_re_ask(key, request)
+            if response is not None:
+                return response
         seen.add(key)
         answers[body] = orjson_answer(len(answers))
         return web.Response(body=answers[body], content_type="application/json")
@@ -358,46 +321,68 @@ async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -
     app.router.add_post("/v1/chat/completions", chat)
     runner, upstream = await serve(app)
     proxy = Proc(
-        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
-        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+        proxy_argv(upstream, tmp_path / "data"),
         env=agent_env(
             LLMWATCH_SCORING__ENABLED="false",
             LLMWATCH_CONSISTENCY__ENABLED="true",
             LLMWATCH_CONSISTENCY__RATE="1.0",
-            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY="2",
+            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY=str(max_concurrency),
         ),
     )
     try:
         ports = await asyncio.to_thread(agent_started, proxy)
         await asyncio.to_thread(proxy.wait_event, "shadow_mirror_ready", 120)
-        base = f"http://127.0.0.1:{ports['proxy_port']}"
-        async with aiohttp.ClientSession() as session:
-            for i in range(20):
-                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
-                async with session.post(
-                    f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-                ) as resp:
-                    assert resp.status == 200
-                    # The client gets the upstream's bytes, whatever the probe does with the call.
-                    assert await resp.read() == answers[body.encode()]
-        deadline = time.monotonic() + 180
-        while True:  # every call's offer has been decided (it runs after the client's last byte)
-            values = await asyncio.to_thread(scrape, ports["metrics_port"])
-            decided = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") + total(
-                values, "llmwatch_shadow_skipped_total", candidate="consistency"
-            )
-            if decided >= 20 or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        assert total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") == 2
-        assert len(reasks) <= 2  # the two held re-asks (sent or on their way), nothing more
-        assert total(values, "llmwatch_shadow_skipped_total", candidate="consistency", reason="concurrency") == 18
+        yield proxy, ports, answers
     finally:
-        gate.set()
         proxy.popen.send_signal(signal.SIGTERM)
         await asyncio.to_thread(proxy.popen.wait, 60)
         proxy.stop()
         await runner.cleanup()
+
+
+async def twenty_questions(proxy_port: int) -> list[tuple[bytes, int, bytes]]:
+    """Twenty distinct chat calls, one at a time: (request body, status, response body) of each."""
+    replies = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(20):
+            body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
+            async with session.post(
+                f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                replies.append((body.encode(), resp.status, await resp.read()))
+    return replies
+
+
+async def test_a_re_ask_that_hangs_changes_nothing_for_clients(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    reasks: list[bytes] = []
+
+    async def hang(key: bytes, request: Any) -> None:
+        reasks.append(key)
+        await gate.wait()  # the re-ask: held until the test ends
+
+    async with consistency_proxy(tmp_path, hang, max_concurrency=2) as (proxy, ports, answers):
+        try:
+            for body, status, got in await twenty_questions(ports["proxy_port"]):
+                assert status == 200
+                # The client gets the upstream's bytes, whatever the probe does with the call.
+                assert got == answers[body]
+            deadline = time.monotonic() + 180
+            while True:  # every call's offer has been decided (it runs after the client's last byte)
+                values = await asyncio.to_thread(scrape, ports["metrics_port"])
+                decided = total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") + total(
+                    values, "llmwatch_shadow_skipped_total", candidate="consistency"
+                )
+                if decided >= 20 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert total(values, "llmwatch_shadow_mirrored_total", candidate="consistency") == 2
+            assert len(reasks) <= 2  # the two held re-asks (sent or on their way), nothing more
+            assert total(values, "llmwatch_shadow_skipped_total", candidate="consistency", reason="concurrency") == 18
+        finally:
+            gate.set()
 
 
 async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clients(tmp_path: Path) -> None:
@@ -405,50 +390,19 @@ async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clien
     server is killed): clients get every byte as before, the re-asks are counted as failed, and no
     verdict is made from them."""
     from aiohttp import web
-    from helpers.upstreams import serve
 
-    seen: set[bytes] = set()
     dropped: list[bytes] = []
-    answers: dict[bytes, bytes] = {}
 
-    async def chat(request: web.Request) -> web.Response:
-        body = await request.read()
-        parsed = json.loads(body)
-        key = json.dumps([parsed["model"], parsed["messages"]]).encode()
-        if key in seen:
-            dropped.append(key)
-            assert request.transport is not None
-            request.transport.abort()  # the re-ask: the connection dies, no status, no body
-            return web.Response(status=500)
-        seen.add(key)
-        answers[body] = orjson_answer(len(answers))
-        return web.Response(body=answers[body], content_type="application/json")
+    async def drop(key: bytes, request: Any) -> web.Response:
+        dropped.append(key)
+        assert request.transport is not None
+        request.transport.abort()  # the re-ask: the connection dies, no status, no body
+        return web.Response(status=500)
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner, upstream = await serve(app)
-    proxy = Proc(
-        [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream]
-        + ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
-        env=agent_env(
-            LLMWATCH_SCORING__ENABLED="false",
-            LLMWATCH_CONSISTENCY__ENABLED="true",
-            LLMWATCH_CONSISTENCY__RATE="1.0",
-            LLMWATCH_CONSISTENCY__MAX_CONCURRENCY="4",
-        ),
-    )
-    try:
-        ports = await asyncio.to_thread(agent_started, proxy)
-        await asyncio.to_thread(proxy.wait_event, "shadow_mirror_ready", 120)
-        base = f"http://127.0.0.1:{ports['proxy_port']}"
-        async with aiohttp.ClientSession() as session:
-            for i in range(20):
-                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}]})
-                async with session.post(
-                    f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-                ) as resp:
-                    assert resp.status == 200
-                    assert await resp.read() == answers[body.encode()]
+    async with consistency_proxy(tmp_path, drop, max_concurrency=4) as (proxy, ports, answers):
+        for body, status, got in await twenty_questions(ports["proxy_port"]):
+            assert status == 200
+            assert got == answers[body]
         deadline = time.monotonic() + 60
         while True:  # every re-ask decided, and every one sent has ended (failed)
             values = await asyncio.to_thread(scrape, ports["metrics_port"])
@@ -468,7 +422,9 @@ async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clien
         async with aiohttp.ClientSession() as session:
             body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "one more question"}]})
             async with session.post(
-                f"{base}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+                f"http://127.0.0.1:{ports['proxy_port']}/v1/chat/completions",
+                data=body,
+                headers={"Content-Type": "application/json"},
             ) as resp:
                 assert resp.status == 200 and await resp.read() == answers[body.encode()]
         deadline = time.monotonic() + 60
@@ -476,11 +432,6 @@ async def test_a_re_ask_whose_upstream_connection_dies_changes_nothing_for_clien
             assert time.monotonic() < deadline, "the probe re-asks nothing after its upstream failed"
             await asyncio.sleep(0.05)
             values = await asyncio.to_thread(scrape, ports["metrics_port"])
-    finally:
-        proxy.popen.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(proxy.popen.wait, 60)
-        proxy.stop()
-        await runner.cleanup()
 
 
 def orjson_answer(i: int) -> bytes:

@@ -173,30 +173,25 @@ def captured(tmp_path_factory) -> Path:
     return data
 
 
+def build(samples: Path, scores: Path, out: Path, *options: str) -> int:
+    """`llmwatch suite build --samples SAMPLES --scores SCORES --out OUT OPTIONS`, in process: its exit code."""
+    return main(["suite", "build", "--samples", str(samples), "--scores", str(scores), "--out", str(out), *options])
+
+
+def add(suite: Path, samples: Path, scores: Path, *options: str) -> int:
+    """`llmwatch suite add --suite SUITE --samples SAMPLES --scores SCORES OPTIONS`, in process: its exit code."""
+    return main(["suite", "add", "--suite", str(suite), "--samples", str(samples), "--scores", str(scores), *options])
+
+
 @pytest.fixture(scope="module")
 def built(captured: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built") / "suite.jsonl"
-    code = main(
-        [
-            "suite",
-            "build",
-            "--samples",
-            str(captured / "samples"),
-            "--scores",
-            str(captured / "scores"),
-            "--out",
-            str(out),
-            "--size",
-            str(SIZE),
-            "--failure-quota",
-            str(FAILURE_QUOTA),
-            "--edge-quota",
-            "0.1",
-            "--seed",
-            "5",
-            "--similarity",
-            "text",
-        ]
+    code = build(
+        captured / "samples",
+        captured / "scores",
+        out,
+        *("--size", str(SIZE), "--failure-quota", str(FAILURE_QUOTA), "--edge-quota", "0.1", "--seed", "5"),
+        *("--similarity", "text"),
     )
     assert code == 0
     return out
@@ -329,24 +324,7 @@ def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built:
     ]
     new += [{"messages": [{"role": "user", "content": "Give me a simple recipe for a pasta dinner with garlic."}]}]
     asyncio.run(capture(data, SimProfile(latency_scale=0.0, refusal_rate=0.0, truncation_rate=0.0), new))
-    assert (
-        main(
-            [
-                "suite",
-                "add",
-                "--suite",
-                str(suite),
-                "--samples",
-                str(data / "samples"),
-                "--scores",
-                str(data / "scores"),
-                "--failed-only",
-                "--similarity",
-                "text",
-            ]
-        )
-        == 0
-    )
+    assert add(suite, data / "samples", data / "scores", "--failed-only", "--similarity", "text") == 0
     after = suite.read_bytes()
     assert after.startswith(before)
     grown = load_suite(suite)
@@ -359,100 +337,30 @@ def test_add_appends_new_failures_and_keeps_every_old_line_byte_identical(built:
     assert all("truncated" in manifest["cases"][c.id]["failure_modes"] for c in added)
     assert "added 3 case(s)" in capsys.readouterr().out
     # Nothing new the second time: the file is left as it is.
-    assert (
-        main(
-            [
-                "suite",
-                "add",
-                "--suite",
-                str(suite),
-                "--samples",
-                str(data / "samples"),
-                "--scores",
-                str(data / "scores"),
-                "--failed-only",
-                "--similarity",
-                "text",
-            ]
-        )
-        == 0
-    )
+    assert add(suite, data / "samples", data / "scores", "--failed-only", "--similarity", "text") == 0
     assert suite.read_bytes() == after
 
 
 def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp_path: Path, captured: Path, capsys):
-    code = main(
-        [
-            "suite",
-            "build",
-            "--samples",
-            str(captured / "samples"),
-            "--scores",
-            str(captured / "scores"),
-            "--out",
-            str(tmp_path / "s.jsonl"),
-            "--failure-quota",
-            "0.8",
-            "--edge-quota",
-            "0.5",
-            "--similarity",
-            "text",
-        ]
+    code = build(
+        captured / "samples",
+        captured / "scores",
+        tmp_path / "s.jsonl",
+        *("--failure-quota", "0.8", "--edge-quota", "0.5", "--similarity", "text"),
     )
     assert code == 2 and "--failure-quota" in capsys.readouterr().err
-    code = main(
-        [
-            "suite",
-            "build",
-            "--samples",
-            str(tmp_path / "nope"),
-            "--scores",
-            str(captured / "scores"),
-            "--out",
-            str(tmp_path / "s.jsonl"),
-        ]
-    )
+    code = build(tmp_path / "nope", captured / "scores", tmp_path / "s.jsonl")
     assert code == 2 and "--samples" in capsys.readouterr().err
-    code = main(
-        [
-            "suite",
-            "build",
-            "--samples",
-            str(captured / "samples"),
-            "--scores",
-            str(captured / "scores"),
-            "--out",
-            str(tmp_path),
-            "--similarity",
-            "text",
-        ]
-    )
+    code = build(captured / "samples", captured / "scores", tmp_path, "--similarity", "text")
     err = capsys.readouterr().err
     assert code == 2 and f"--out {tmp_path} is a directory" in err
-    assert (
-        main(
-            [
-                "suite",
-                "add",
-                "--suite",
-                str(tmp_path / "none.jsonl"),
-                "--samples",
-                str(captured / "samples"),
-                "--scores",
-                str(captured / "scores"),
-            ]
-        )
-        == 2
-    )
+    assert add(tmp_path / "none.jsonl", captured / "samples", captured / "scores") == 2
 
 
 def test_bad_build_options_are_refused_before_any_sample_is_read(tmp_path: Path, capsys):
     # The samples do not exist: an option checked only after reading them would name them instead.
     for option, value in (("--size", "0"), ("--failure-quota", "1.5")):
-        code = main(
-            ["suite", "build", "--samples", str(tmp_path / "nope"), "--scores", str(tmp_path / "nope"),
-             "--out", str(tmp_path / "s.jsonl"), option, value]
-        )  # fmt: skip
+        code = build(tmp_path / "nope", tmp_path / "nope", tmp_path / "s.jsonl", option, value)
         err = capsys.readouterr().err
         assert code == 2 and option in err and "nope" not in err, err
     assert not (tmp_path / "s.jsonl").exists()
@@ -594,10 +502,7 @@ def test_a_suite_that_would_not_validate_is_refused_and_nothing_is_written(tmp_p
 
     monkeypatch.setattr(suite_build, "gather", colliding)
     out = tmp_path / "suite.jsonl"
-    code = main(
-        ["suite", "build", "--samples", str(samples), "--scores", str(scores), "--out", str(out)]
-        + ["--similarity", "text", "--size", "10"]
-    )
+    code = build(samples, scores, out, "--similarity", "text", "--size", "10")
     err = capsys.readouterr().err
     assert code == 2
     assert "would not be valid, so nothing was written" in err and "already used on line" in err

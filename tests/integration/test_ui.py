@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import orjson
 import pytest
-from helpers.ui_app import UiServer, get
+from helpers.ui_app import UiServer, count, get, listed_ids, records
 from helpers.ui_data import HOSTILE_ANSWER, HOSTILE_PROMPT, START, generate, make_sample, make_scores
 
 N = 300
@@ -40,22 +40,6 @@ def ui(data_dir: Path):
     server = UiServer(data_dir)
     yield server
     server.stop()
-
-
-def records(folder: Path) -> list[dict]:
-    return [
-        orjson.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_bytes().splitlines() if line
-    ]
-
-
-def count(body: str) -> int:
-    m = re.search(r'<p id="count"><strong>([\d,]+)</strong>', body)
-    assert m, body[:2000]
-    return int(m.group(1).replace(",", ""))
-
-
-def listed_ids(body: str) -> list[str]:
-    return re.findall(r'class="sample-link" href="/samples/([^"]+)"', body)
 
 
 def test_filters_select_exactly_the_samples_the_files_hold(ui: UiServer, data_dir: Path):

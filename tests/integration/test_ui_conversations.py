@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-import orjson
 import pytest
-from helpers.ui_app import UiServer, get
+from helpers.ui_app import UiServer, get, records
 from helpers.ui_data import HOSTILE_TURN, conversation_id, generate, generate_conversations
 
 SECURITY = ("Content-Security-Policy", "Referrer-Policy", "X-Content-Type-Options", "Cache-Control")
@@ -38,12 +37,6 @@ def ui(data_dir: Path):
     server = UiServer(data_dir)
     yield server
     server.stop()
-
-
-def records(folder: Path) -> list[dict]:
-    return [
-        orjson.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_bytes().splitlines() if line
-    ]
 
 
 def share_by_sample(data_dir: Path) -> dict[str, float]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ui_app import UiServer, get
+from helpers.ui_app import UiServer, count, get, listed_ids
 from helpers.ui_data import generate, make_sample, make_scores
 
 from llmwatch.core import parquet, parquet_write
@@ -60,16 +60,6 @@ def servers(folders: tuple[Path, Path]):
     finally:
         for server in started:
             server.stop()
-
-
-def count(body: str) -> int:
-    m = re.search(r'<p id="count"><strong>([\d,]+)</strong>', body)
-    assert m, body[:2000]
-    return int(m.group(1).replace(",", ""))
-
-
-def listed_ids(body: str) -> list[str]:
-    return re.findall(r'class="sample-link" href="/samples/([^"]+)"', body)
 
 
 def test_every_table_is_loaded_from_the_dataset(servers):

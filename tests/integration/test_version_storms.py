@@ -9,16 +9,14 @@ sender never drive it.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from pathlib import Path
 
 import aiohttp
 import orjson
-import yaml
 from aiohttp import web
 from helpers.agents import metric, wait_until
-from helpers.procs import Proc, agent_env, agent_started
+from helpers.procs import Proc, scrape_metrics, start_configured_proxy, stop_gracefully
 from helpers.upstreams import serve
 
 from llmwatch.core.served import ServedVersion
@@ -62,41 +60,15 @@ def hook_app(received: list[dict]) -> web.Application:
 
 
 def start_proxy(tmp_path: Path, upstream: str, **sections) -> tuple[Proc, dict]:
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "upstream": upstream,
-                "listen": "127.0.0.1:0",
-                "metrics_listen": "127.0.0.1:0",
-                "data_dir": str(tmp_path / "data"),
-                "sampling": {"rate": 0.0, "keep_errors": False, "slow_ms": None},
-                "scoring": {"enabled": False},
-                **sections,
-            }
-        )
+    sampling = {"rate": 0.0, "keep_errors": False, "slow_ms": None}
+    return start_configured_proxy(
+        tmp_path, {"upstream": upstream, "sampling": sampling, "scoring": {"enabled": False}, **sections}
     )
-    proxy = Proc([sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--config", str(config)], env=agent_env())
-    return proxy, agent_started(proxy)
 
 
 def stop(proxy: Proc) -> None:
     # SIGTERM: a clean stop lets a running command finish and drops what was held (never run at exit).
-    proxy.popen.send_signal(signal.SIGTERM)
-    proxy.popen.wait(timeout=60)
-    proxy.stop()
-
-
-async def scrape(session: aiohttp.ClientSession, ports: dict) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    async with session.get(f"http://127.0.0.1:{ports['metrics_port']}/metrics") as resp:
-        text = await resp.text()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
+    stop_gracefully(proxy)
 
 
 async def test_ten_rotating_fingerprints_run_the_command_once_and_read_as_flapping(tmp_path: Path):
@@ -124,7 +96,7 @@ async def test_ten_rotating_fingerprints_run_the_command_once_and_read_as_flappi
             await asyncio.to_thread(proxy.wait_event, "version_change_command_exited", 60)
             flapping = await asyncio.to_thread(proxy.wait_event, "served_version_flapping", 30)
             assert flapping["model"] == "m-storm" and flapping["versions_seen"] >= 4
-            m = await scrape(session, ports)
+            m = await scrape_metrics(session, ports)
             assert metric(m, "llmwatch_model_version_flapping", gen_ai_request_model="m-storm") == 1
             # Changes counted until it read as flapping (3 by default), not 39.
             assert metric(m, "llmwatch_model_version_changes_total", gen_ai_request_model="m-storm") == 3
@@ -167,7 +139,7 @@ async def test_a_200kb_fingerprint_is_bounded_in_logs_labels_environment_and_web
                     await r.read()
             done = await asyncio.to_thread(proxy.wait_event, "version_change_command_exited", 60)
             assert done["exit_code"] == 0, "the command started (no E2BIG) and ran"
-            m = await scrape(session, ports)
+            m = await scrape_metrics(session, ports)
             [(_, labels)] = [k for k, v in m.items() if k[0] == "llmwatch_model_version_info" and v == 1]
             assert len(dict(labels)["system_fingerprint"]) <= 128
             await wait_until(lambda: bool(received), timeout=60)
@@ -221,7 +193,7 @@ async def test_spans_from_an_unauthenticated_sender_never_drive_the_sentinel(tmp
                 }
                 async with session.post(f"http://127.0.0.1:{ports['ingest_port']}/v1/traces", json=body) as r:
                     assert r.status == 200
-            m = await scrape(session, ports)
+            m = await scrape_metrics(session, ports)
             assert metric(m, "llmwatch_otlp_ingest_spans_total", outcome="unsampled") == 10, "the spans were taken"
             assert not [k for k in m if k[0] == "llmwatch_model_version_info"]
             assert not metric(m, "llmwatch_model_version_changes_total")

@@ -5,7 +5,19 @@ import gzip
 import orjson
 from helpers.sse import chunk, exchange, sse
 
-from llmwatch.collectors.receivers.proxy.capture import analyze
+from llmwatch.collectors.receivers.proxy.capture import CallFacts, analyze
+
+
+def analyze_chat_stream(events: list) -> CallFacts:
+    """What capture makes of a streamed chat completion of model "m": `events`, then [DONE]."""
+    return analyze(
+        exchange(
+            "/v1/chat/completions",
+            {"model": "m", "stream": True},
+            sse(*events, b"[DONE]"),
+            content_type="text/event-stream",
+        )
+    )
 
 
 def test_non_streamed_chat_usage_and_finish_reason_are_read():
@@ -103,14 +115,7 @@ def test_streamed_tool_calls_are_assembled():
         },
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
     ]
-    facts = analyze(
-        exchange(
-            "/v1/chat/completions",
-            {"model": "m", "stream": True},
-            sse(*calls, b"[DONE]"),
-            content_type="text/event-stream",
-        )
-    )
+    facts = analyze_chat_stream(calls)
     call = facts.response["choices"][0]["message"]["tool_calls"][0]
     assert call["id"] == "call_1" and call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert facts.finish_reason == "tool_calls"
@@ -125,14 +130,7 @@ def test_streamed_legacy_function_call_is_assembled_and_two_parallel_tool_calls_
         delta(function_call={"arguments": '{"city": '}),
         delta(function_call={"arguments": '"Oslo"}'}),
     ]
-    facts = analyze(
-        exchange(
-            "/v1/chat/completions",
-            {"model": "m", "stream": True},
-            sse(*events, b"[DONE]"),
-            content_type="text/event-stream",
-        )
-    )
+    facts = analyze_chat_stream(events)
     assert facts.response["choices"][0]["message"]["function_call"] == {
         "name": "get_weather",
         "arguments": '{"city": "Oslo"}',
@@ -142,14 +140,7 @@ def test_streamed_legacy_function_call_is_assembled_and_two_parallel_tool_calls_
         delta(tool_calls=[{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]),
         delta(tool_calls=[{"index": 0, "function": {"arguments": " 1}"}}]),
     ]
-    facts = analyze(
-        exchange(
-            "/v1/chat/completions",
-            {"model": "m", "stream": True},
-            sse(*events, b"[DONE]"),
-            content_type="text/event-stream",
-        )
-    )
+    facts = analyze_chat_stream(events)
     calls = facts.response["choices"][0]["message"]["tool_calls"]
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
         ("a", "f", '{"x": 1}'),

@@ -11,14 +11,12 @@ batch, so both paths must give exactly the same summary.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pytest
 from helpers.fake_embedder import FakeEmbedder
-from helpers.memory import peak_bytes
+from helpers.memory import peak_bytes, write_varied_samples
 
 from llmwatch.scorers.checks import embeddings as embeddings_module
 from llmwatch.scorers.checks.config import ScoringSection
@@ -37,41 +35,6 @@ class NoModel:
         raise AssertionError("the embedding model was loaded although every vector was cached")
 
 
-def write_samples(path: Path, n: int) -> None:
-    """`n` chat samples of version B on two routes, with varied prompts, answers, latencies and a few errors."""
-    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    with open(path, "wb") as out:
-        for i in range(n):
-            topic = ("billing", "caching", "joins", "invoices")[i % 4]
-            record = {
-                "schema_version": 1,
-                "id": f"s{i}",
-                "timestamp": (t0 + timedelta(seconds=6 * i)).isoformat(),
-                "route": ("/v1/chat/completions", "/v2/chat/completions")[i % 3 == 0],
-                "operation": "chat",
-                "model": "gpt-4o-mini",
-                "model_version": "B",
-                "status": 500 if i % 97 == 0 else 200,
-                "latency_ms": 500.0 + (i * 37) % 400,
-                "ttft_ms": 100.0 + (i * 13) % 90,
-                "usage": {"input_tokens": 20 + i % 40, "output_tokens": 30 + i % 70},
-                "cost_usd": 0.0001,
-                "metadata": {"category": topic},
-                "request": {
-                    "messages": [{"role": "user", "content": f"Explain {topic} number {i % 300} in detail, please."}]
-                },
-                "response": {
-                    "choices": [
-                        {
-                            "message": {"role": "assistant", "content": f"Here is {topic} {i}: " + "words " * (i % 50)},
-                            "finish_reason": "stop",
-                        }
-                    ]
-                },
-            }
-            out.write(orjson.dumps(record) + b"\n")
-
-
 @pytest.fixture(scope="module")
 def windows(tmp_path_factory: pytest.TempPathFactory):
     """Per size: the samples file and its scores, scored with embeddings on (the vectors cached beside them)."""
@@ -80,7 +43,7 @@ def windows(tmp_path_factory: pytest.TempPathFactory):
         out = {}
         for n in (1000, 4000):
             d = tmp_path_factory.mktemp(f"n{n}")
-            write_samples(d / "samples.jsonl", n)
+            write_varied_samples(d / "samples.jsonl", n, two_routes=True, failures=True, prompt_cycle=300)
             score_files(EMBEDDINGS, str(d / "samples.jsonl"), str(d / "scores.jsonl"), out=open("/dev/null", "w"))
             out[n] = (str(d / "samples.jsonl"), str(d / "scores.jsonl"))
         yield out

@@ -10,12 +10,10 @@ about the host's speed or allocator.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import orjson
 import pytest
-from helpers.memory import peak_bytes
+from helpers.memory import peak_bytes, write_varied_samples
 
 from llmwatch.core.jsonio import read_records
 from llmwatch.core.scores import Score
@@ -31,38 +29,8 @@ MAX_BYTES_PER_SAMPLE = 2_000
 
 def write_window(directory: Path, n: int) -> tuple[str, str]:
     """`n` samples of version B with varied prompts, answers and latencies, and their rule-check scores."""
-    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
     samples = directory / "samples.jsonl"
-    with open(samples, "wb") as out:
-        for i in range(n):
-            topic = ("billing", "caching", "joins", "invoices")[i % 4]
-            record = {
-                "schema_version": 1,
-                "id": f"s{i}",
-                "timestamp": (t0 + timedelta(seconds=6 * i)).isoformat(),
-                "route": "/v1/chat/completions",
-                "operation": "chat",
-                "model": "gpt-4o-mini",
-                "model_version": "B",
-                "status": 200,
-                "latency_ms": 500.0 + (i * 37) % 400,
-                "ttft_ms": 100.0 + (i * 13) % 90,
-                "usage": {"input_tokens": 20 + i % 40, "output_tokens": 30 + i % 70},
-                "cost_usd": 0.0001,
-                "metadata": {"category": topic},
-                "request": {
-                    "messages": [{"role": "user", "content": f"Explain {topic} number {i} in detail, please."}]
-                },
-                "response": {
-                    "choices": [
-                        {
-                            "message": {"role": "assistant", "content": f"Here is {topic} {i}: " + "words " * (i % 50)},
-                            "finish_reason": "stop",
-                        }
-                    ]
-                },
-            }
-            out.write(orjson.dumps(record) + b"\n")
+    write_varied_samples(samples, n)
     scores = directory / "scores.jsonl"
     score_files(RULES_ONLY, str(samples), str(scores), out=open("/dev/null", "w"))
     return str(samples), str(scores)

@@ -14,9 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from helpers.samples import refusal_scored
 
-from llmwatch.core.records import Sample, Usage
-from llmwatch.core.scores import Score
 from llmwatch.scorers.checks import embeddings as embeddings_module
 from llmwatch.scorers.drift.baseline import freeze
 from llmwatch.scorers.drift.compare import DriftSettings, compare
@@ -31,35 +30,6 @@ TOPICS = {t: v / np.linalg.norm(v) for t, v in zip(("code", "travel", "health"),
 DEPTH = _rng.normal(size=DIM)
 DEPTH /= np.linalg.norm(DEPTH)
 ANSWER_TOKENS = {"code": 300.0, "travel": 120.0, "health": 200.0}
-
-
-def sample(
-    sid: str, i: int, prompt: str, answer_tokens: int, version: str, relevant: bool
-) -> tuple[Sample, list[Score]]:
-    s = Sample(
-        id=sid,
-        timestamp=T0 + timedelta(seconds=i),
-        model="m",
-        model_version=version,
-        status=200,
-        latency_ms=0.0,
-        usage=Usage(input_tokens=20, output_tokens=answer_tokens),
-        finish_reason="stop",
-        request={"model": "m", "messages": [{"role": "user", "content": prompt}]},
-        response={},
-    )
-    score = Score(
-        sample_id=sid,
-        check="refusal",
-        kind="refusal",
-        result="pass" if relevant else "fail",
-        value=float(relevant),
-        model="m",
-        model_version=version,
-        route=s.route,
-        sample_timestamp=s.timestamp,
-    )
-    return s, [score]
 
 
 def topic_traffic(
@@ -79,9 +49,10 @@ def topic_traffic(
         depth = rng.normal(depth_mean, 1.0)
         vec = TOPICS[topic] + 0.25 * depth * DEPTH + rng.normal(scale=0.12, size=DIM)
         tokens = ANSWER_TOKENS[topic] * np.exp(0.35 * depth + rng.normal(0, 0.25)) * (longer or {}).get(topic, 1.0)
-        s, sc = sample(f"{prefix}-{i}", i, f"{topic} question {prefix} {i}", int(tokens), version, rng.random() > 0.05)
+        prompt, relevant = f"{topic} question {prefix} {i}", rng.random() > 0.05
+        s, score = refusal_scored(f"{prefix}-{i}", T0 + timedelta(seconds=i), prompt, int(tokens), version, relevant)
         samples.append(s)
-        scores += sc
+        scores.append(score)
         prompts[s.id] = (vec / np.linalg.norm(vec)).astype(np.float32)
     return samples, scores, prompts
 
@@ -179,9 +150,10 @@ def test_reworded_prompts_are_matched_to_the_baseline_s_and_compared_pair_by_pai
     def window(prompts, factor, version, prefix):
         samples, scores = [], []
         for i, (q, p) in enumerate(zip(qs, prompts)):
-            s, sc = sample(f"{prefix}-{i}", i, p, int(length[q] * factor * rng.lognormal(0, 0.05)), version, True)
+            tokens = int(length[q] * factor * rng.lognormal(0, 0.05))
+            s, score = refusal_scored(f"{prefix}-{i}", T0 + timedelta(seconds=i), p, tokens, version, True)
             samples.append(s)
-            scores += sc
+            scores.append(score)
         return samples, scores, {s.id: v for s, v in zip(samples, model.encode(prompts))}
 
     bs, bsc, bp = window(qs, 1.0, "A", "b")

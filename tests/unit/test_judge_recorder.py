@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from prometheus_client import generate_latest
 
@@ -17,10 +18,13 @@ from llmwatch.core.scores import Score
 WHEN = datetime(2026, 12, 4, tzinfo=timezone.utc)
 
 
-def recorder(metrics: Metrics) -> JudgeRecorder:
+def recorder(metrics: Metrics, **timing: Any) -> JudgeRecorder:
+    """The recorder for judge "sim-judge"; `timing`: the retire_after_s and clock a test sets."""
     section = JudgeSection(model="sim-judge")
     calibration = CalibrationWatch(None, section.min_agreement, section.min_labels)
-    return JudgeRecorder(section, metrics.group(JudgeMetrics), ScoreRecorder(metrics, None), None, calibration)
+    return JudgeRecorder(
+        section, metrics.group(JudgeMetrics), ScoreRecorder(metrics, None), None, calibration, **timing
+    )
 
 
 def verdict(i: int, version: str, passed: bool) -> bytes:
@@ -72,16 +76,7 @@ def test_a_version_without_a_verdict_for_the_retention_stops_being_exported_and_
     # alerts) for ever. The retention is the served versions' (drift.version_change.remember_s).
     metrics = Metrics()
     now = [1000.0]
-    section = JudgeSection(model="sim-judge")
-    rec = JudgeRecorder(
-        section,
-        metrics.group(JudgeMetrics),
-        ScoreRecorder(metrics, None),
-        None,
-        CalibrationWatch(None, section.min_agreement, section.min_labels),
-        retire_after_s=3600.0,
-        clock=lambda: now[0],
-    )
+    rec = recorder(metrics, retire_after_s=3600.0, clock=lambda: now[0])
     rec.apply(JudgeReport(scores=[verdict(i, "v1", False) for i in range(4)]))
     now[0] += 1800.0
     rec.apply(JudgeReport(scores=[verdict(10 + i, "v2", True) for i in range(4)]))
@@ -105,16 +100,7 @@ def test_a_version_without_a_verdict_for_the_retention_stops_being_exported_and_
 def test_a_retention_of_zero_keeps_every_version():
     metrics = Metrics()
     now = [0.0]
-    section = JudgeSection(model="sim-judge")
-    rec = JudgeRecorder(
-        section,
-        metrics.group(JudgeMetrics),
-        ScoreRecorder(metrics, None),
-        None,
-        CalibrationWatch(None, section.min_agreement, section.min_labels),
-        retire_after_s=0.0,
-        clock=lambda: now[0],
-    )
+    rec = recorder(metrics, retire_after_s=0.0, clock=lambda: now[0])
     rec.apply(JudgeReport(scores=[verdict(0, "v1", True)]))
     now[0] += 1e9
     rec.refresh()

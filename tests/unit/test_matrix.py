@@ -517,23 +517,11 @@ def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_
         )
         return str(path)
 
+    def report(config: str, *options: str) -> int:
+        return main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", config, *options])
+
     first = tmp_path / "report-1.json"
-    assert (
-        main(
-            [
-                "report",
-                "--samples",
-                str(sdir),
-                "--scores",
-                str(scores),
-                "--config",
-                config("c1.yaml", 0.7, "2026-12-01"),
-                "--out",
-                str(first),
-            ]
-        )
-        == 0
-    )
+    assert report(config("c1.yaml", 0.7, "2026-12-01"), "--out", str(first)) == 0
     out = capsys.readouterr().out
     assert "decision weights 2026-12-01: quality 0.7, stability 0.3" in out
     assert "Quality matrix" in out and "faq" in out and "Cost and latency" in out and "best: version B" in out
@@ -541,53 +529,17 @@ def test_report_command_prints_the_matrix_and_refuses_to_compare_runs_made_with_
     assert saved["decision"]["weights_version"] == "2026-12-01"
 
     other = config("c2.yaml", 0.5, "2027-01-15")
-    assert (
-        main(["report", "--samples", str(sdir), "--scores", str(scores), "--config", other, "--compare", str(first)])
-        == 2
-    )
+    assert report(other, "--compare", str(first)) == 2
     err = capsys.readouterr().err
     assert (
         "refusing to compare" in err and "2026-12-01" in err and "2027-01-15" in err and "--allow-weights-change" in err
     )
 
-    assert (
-        main(
-            [
-                "report",
-                "--samples",
-                str(sdir),
-                "--scores",
-                str(scores),
-                "--config",
-                other,
-                "--compare",
-                str(first),
-                "--allow-weights-change",
-            ]
-        )
-        == 0
-    )
+    assert report(other, "--compare", str(first), "--allow-weights-change") == 0
     assert "WARNING: the weights changed" in capsys.readouterr().out
 
     # Same weights: compared silently, with the deltas.
-    assert (
-        main(
-            [
-                "report",
-                "--samples",
-                str(sdir),
-                "--scores",
-                str(scores),
-                "--config",
-                config("c3.yaml", 0.7, "2026-12-01"),
-                "--compare",
-                str(first),
-                "--format",
-                "json",
-            ]
-        )
-        == 0
-    )
+    assert report(config("c3.yaml", 0.7, "2026-12-01"), "--compare", str(first), "--format", "json") == 0
     data = orjson.loads(capsys.readouterr().out)
     assert data["comparison"]["weights_changed"] is False
     assert data["comparison"]["versions"][0]["decision_score"]["delta"] == pytest.approx(0.0)

@@ -8,9 +8,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-import orjson
 import pytest
 from aiohttp import web
+from helpers.regress import regress_cli, write_suite
 from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import SimProfile, create_app
@@ -100,37 +100,15 @@ def counted():
         loop.close()
 
 
-def write_suite(path: Path, cases=SUITE) -> str:
-    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in cases))
-    return str(path)
-
-
 def regress(suite: str, url: str, *extra: str) -> int:
-    return main(
-        [
-            "regress",
-            "--suite",
-            suite,
-            "--upstream",
-            url,
-            "--model",
-            "sim-gpt-4o-mini",
-            "--repeat",
-            str(REPEAT),
-            "--concurrency",
-            "6",
-            "--max-retries",
-            "0",
-            *extra,
-        ]
-    )
+    return regress_cli(suite, url, "--repeat", str(REPEAT), "--concurrency", "6", "--max-retries", "0", *extra)
 
 
 @pytest.fixture(scope="module")
 def baseline(counted, tmp_path_factory):
     urls, _ = counted
     base = tmp_path_factory.mktemp("early")
-    suite = write_suite(base / "suite.jsonl")
+    suite = write_suite(base / "suite.jsonl", SUITE)
     assert regress(suite, urls["A"], "--out", str(base / "a.json")) == 0
     return suite, base / "a.json"
 
@@ -160,7 +138,7 @@ def test_early_stopping_reaches_the_fixed_repeats_verdicts_with_fewer_calls(coun
 
 def test_without_a_baseline_cases_stop_once_clearly_above_the_pass_threshold(counted, tmp_path: Path):
     urls, calls = counted
-    suite = write_suite(tmp_path / "suite.jsonl")
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE)
     before = calls["A"]
     assert regress(suite, urls["A"], "--early-stop", "--out", str(tmp_path / "a.json")) == 0
     run = load_run(tmp_path / "a.json")
@@ -208,7 +186,7 @@ def test_a_grown_suite_is_refused_with_the_added_cases_named_before_any_call(bas
 
 
 def test_early_stop_options_are_checked(tmp_path: Path, capsys):
-    suite = write_suite(tmp_path / "suite.jsonl")
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE)
     assert regress(suite, "http://127.0.0.1:1", "--early-stop", "--confidence", "1.5") == 2
     assert "--confidence must be in (0, 1)" in capsys.readouterr().err
     assert regress(suite, "http://127.0.0.1:1", "--early-stop", "--pass-threshold", "0") == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-import yaml
+from helpers import reviews as review_round
 from helpers.reviews import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, live_traffic
 from sklearn.metrics import cohen_kappa_score
 
@@ -26,8 +26,7 @@ CRITERIA = ["accuracy", "completeness", "hallucination"]
 @pytest.fixture
 def exported(tmp_path: Path, capsys):
     samples = live_traffic()
-    (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "samples-20261201-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    samples_dir = review_round.write_samples(tmp_path, samples)
     scores = [
         r.score
         for r in build_suite(ScoringSection.model_validate({"checks": CHECKS, "embeddings": False})).score(samples)
@@ -47,44 +46,10 @@ def exported(tmp_path: Path, capsys):
             )
         )
     (tmp_path / "scores.jsonl").write_bytes(b"".join(sc.to_json() + b"\n" for sc in scores))
-    config = tmp_path / "llmwatch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "scoring": {"checks": CHECKS, "embeddings": False},
-                "matrix": {
-                    "categories": [
-                        {"name": "billing", "match": {"metadata": {"category": "billing"}}},
-                        {"name": "shipping", "match": {"metadata": {"category": "shipping"}}},
-                    ]
-                },
-            }
-        )
-    )
+    config = review_round.write_config(tmp_path / "llmwatch.yaml", categories=True)
     out = tmp_path / "round1" / "tasks.jsonl"
-    assert (
-        main(
-            [
-                "review",
-                "export",
-                "--samples",
-                str(tmp_path / "samples"),
-                "--scores",
-                str(tmp_path / "scores.jsonl"),
-                "--config",
-                str(config),
-                "--versions",
-                f"{V1},{V2}",
-                "--n",
-                "6",
-                "--out",
-                str(out),
-                "--seed",
-                "11",
-            ]
-        )
-        == 0
-    )
+    options = ("--scores", str(tmp_path / "scores.jsonl"), "--n", "6", "--seed", "11")
+    assert main(review_round.export_args(samples_dir, config, out, *options)) == 0
     printed = capsys.readouterr().out
     return out, printed, samples
 
@@ -313,27 +278,8 @@ def test_a_key_from_another_export_is_refused(exported, tmp_path: Path, capsys):
 
 def test_exporting_over_an_unimported_round_is_refused(exported, tmp_path: Path, capsys):
     tasks_path, _, _ = exported
-    assert (
-        main(
-            [
-                "review",
-                "export",
-                "--samples",
-                str(tmp_path / "samples"),
-                "--scores",
-                str(tmp_path / "scores.jsonl"),
-                "--config",
-                str(tmp_path / "llmwatch.yaml"),
-                "--versions",
-                f"{V1},{V2}",
-                "--n",
-                "3",
-                "--out",
-                str(tasks_path),
-            ]
-        )
-        == 2
-    )
+    options = ("--scores", str(tmp_path / "scores.jsonl"), "--n", "3")
+    assert main(review_round.export_args(tmp_path / "samples", tmp_path / "llmwatch.yaml", tasks_path, *options)) == 2
     assert "already exists" in capsys.readouterr().err
 
 
