@@ -18,7 +18,14 @@ from typing import Any, Callable
 import orjson
 
 from llmwatch.agent.cli.args import config_from_args
-from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
+from llmwatch.agent.cli.common import (
+    log_options,
+    print_result,
+    require_file,
+    require_records,
+    require_writable,
+    show_usage,
+)
 from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text, read_document
 
 
@@ -230,13 +237,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         correction=args.correction,
     )
-    if args.format == "json":
-        summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_run(run) + "\n")
-        if args.out:
-            sys.stdout.write(f"run -> {args.out}\n")
+    print_result(
+        args.format,
+        data=lambda: run.model_dump(mode="json", by_alias=True, exclude={"attempts"}),
+        text=lambda: format_run(run),
+        out=args.out,
+        wrote="run -> {}",
+    )
     return code
 
 
@@ -330,12 +337,9 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     )
     if args.out:
         atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_import(report) + "\n")
-        if args.out:
-            sys.stdout.write(f"report -> {args.out}\n")
+    print_result(
+        args.format, data=lambda: report, text=lambda: format_import(report), out=args.out, wrote="report -> {}"
+    )
     return 0
 
 
@@ -457,10 +461,7 @@ def cmd_suite_show(args: argparse.Namespace) -> int:
     from llmwatch.scorers.evaluation.suite_build import format_show, show
 
     info = show(args.suite)
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_show(info) + "\n")
+    print_result(args.format, data=lambda: info, text=lambda: format_show(info))
     return 0
 
 
