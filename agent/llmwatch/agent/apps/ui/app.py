@@ -35,7 +35,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from llmwatch.agent.apps.review import SECURITY_HEADERS
+from llmwatch.agent.apps.review import no_tracebacks, secure_headers
 from llmwatch.agent.apps.ui.index import (
     CONVERSATION_ORDERS,
     FAILURE_MODES,
@@ -837,27 +837,10 @@ def _gate(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
     return gate
 
 
-async def _secure(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers.update(SECURITY_HEADERS)
-
-
-@web.middleware
-async def no_tracebacks(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except Exception:
-        log.exception(
-            "ui.internal_error",
-            route=request.match_info.route.resource.canonical if request.match_info.route.resource else None,
-        )
-        return web.Response(status=500, text="internal error (logged by llmwatch ui)\n")
-
-
 def build_app(state: UiState) -> web.Application:
-    app = web.Application(middlewares=[no_tracebacks, _gate(state.token)], client_max_size=64 * 1024)
-    app.on_response_prepare.append(_secure)
+    faults = no_tracebacks("ui.internal_error", "internal error (logged by llmwatch ui)\n")
+    app = web.Application(middlewares=[faults, _gate(state.token)], client_max_size=64 * 1024)
+    app.on_response_prepare.append(secure_headers)
     h = UiApp(state)
     app.router.add_get("/", h.root)
     app.router.add_get("/favicon.ico", h.no_icon)
