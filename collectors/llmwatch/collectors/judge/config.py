@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from llmwatch.core.config import Section, cpu_affinity_value, normalize_upstream
 from llmwatch.core.metrics import MetricGroup, counter, gauge
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.evaluation.judge import DEFAULT_RUBRICS, JudgeRubric, ResponseFormat
 
 SKIP_REASONS = (
@@ -78,9 +78,7 @@ class JudgeSection(Section):
     def _valid_upstream(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8002, got {mask_url(value)!r}")
-        return normalize_upstream(value)
+        return normalize_upstream(check_http_url(value, "http://127.0.0.1:8002"))
 
     @field_validator("api_key", mode="before")
     @classmethod

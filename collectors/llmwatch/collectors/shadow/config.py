@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -19,7 +18,7 @@ from llmwatch.core.config import (
     secret_header_values,
 )
 from llmwatch.core.metrics import MetricGroup, counter, gauge
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.evaluation.config import ShadowMargins
 from llmwatch.scorers.pipeline.redaction import RedactionSection
@@ -54,9 +53,7 @@ class ShadowCandidate(Section):
     @field_validator("upstream")
     @classmethod
     def _valid_upstream(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001, got {mask_url(value)!r}")
-        return normalize_upstream(value)
+        return normalize_upstream(check_http_url(value, "http://127.0.0.1:8001"))
 
     @field_validator("headers", mode="before")
     @classmethod
