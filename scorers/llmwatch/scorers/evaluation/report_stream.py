@@ -64,6 +64,7 @@ from llmwatch.scorers.evaluation.stability import (
     decay_slope_arrays,
     group_stability,
     prompt_hash,
+    turn_cell,
     version_cell,
 )
 from llmwatch.scorers.evaluation.turns import TurnDecay, decay_of, turn_bucket
@@ -549,10 +550,8 @@ def _turn_stability(col: _Columns, score: np.ndarray, versions: list[str], cat_n
         fit = decay_slope_arrays(
             turns[mask].astype(float), score[mask], MAX_TURN, cat[mask] if category == ALL else None
         )
-        if fit is None:
-            continue
-        value = min(1.0, max(0.0, 1.0 - (MAX_TURN - 1) * max(0.0, -fit["slope"])))
-        cells.append(StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit))
+        if fit is not None:
+            cells.append(turn_cell(category, version, fit))
     return cells
 
 

@@ -209,6 +209,14 @@ def decay_slope_arrays(
     return fit
 
 
+def turn_cell(category: str, version: str, fit: dict[str, Any], max_turn: int = MAX_TURN) -> StabilityCell:
+    """The turn-stability figure of a decay fit, the same for rows and for streamed columns: 1 with no
+    decline, 0 when the fitted decline from turn 1 to `max_turn` spans the whole score scale (a
+    rising slope counts as no decline)."""
+    value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
+    return StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit)
+
+
 def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:
     points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     categories: dict[str, list[int]] = defaultdict(list)  # per version: each ALL point's category
@@ -228,10 +236,8 @@ def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> li
     for (category, version), pts in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
         # A version's figure over all categories is fitted within each category (decay_slope_arrays).
         fit = decay_slope(pts, max_turn, categories[version] if category == ALL else None)
-        if fit is None:
-            continue
-        value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
-        cells.append(StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit))
+        if fit is not None:
+            cells.append(turn_cell(category, version, fit, max_turn))
     return cells
 
 
