@@ -101,6 +101,22 @@ def write_html(path: str, text: str, what: str) -> None:
     sys.stdout.write(f"{what}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
 
 
+def write_comparison(
+    args: argparse.Namespace, report: Any, title: str, html: Callable[[], str], text: Callable[[], str]
+) -> int:
+    """How `drift` and `canary` end: the HTML page `html()` makes (with --format html), else the JSON
+    report (--out, --format json) and with --format text the table `text()` makes; the report's exit code."""
+    if args.format == "html":
+        write_html(args.out, html(), title)
+        return int(report.exit_code)
+    write_json_report(
+        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+    )
+    if args.format == "text":
+        sys.stdout.write(text() + "\n")
+    return int(report.exit_code)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     check_out_args(args, "report.json")
