@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import orjson
 
-from llmwatch.agent.cli.args import config_from_args
+from llmwatch.agent.cli.args import add_report_format, config_from_args
 from llmwatch.agent.cli.common import (
     log_options,
     print_result,
@@ -487,12 +487,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument(
-        "--format",
-        choices=["text", "json", "html"],
-        default="text",
-        help="html: a self-contained page with plots, written to --out (extra: reports)",
-    )
+    add_report_format(p)
     p.add_argument(
         "--out",
         help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page",
