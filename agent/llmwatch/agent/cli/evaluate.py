@@ -296,7 +296,7 @@ def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, st
     only a few dozen bytes a sample (ExportScan) and the chosen samples are kept. The checks are in
     the same order as `_load_samples_and_scores`: the samples, then the scores, then the categories'
     check names against the checks configured or scored."""
-    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.jsonio import batches, read_records
     from llmwatch.core.records import RecordError
     from llmwatch.core.scores import Score
     from llmwatch.scorers.checks.suite import build_suite, default_checks
@@ -311,13 +311,8 @@ def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, st
         scan.add_scores(read_records(args.scores, Score, prefix="scores"))
     else:
         suite = build_suite(cfg.scoring)
-        batch: list[Any] = []
-        for sample in read_records(args.samples):
-            batch.append(sample)
-            if len(batch) >= 512:
-                scan.add_scores(r.score for r in suite.score(batch))
-                batch.clear()
-        scan.add_scores(r.score for r in suite.score(batch))
+        for batch in batches(read_records(args.samples), 512):
+            scan.add_scores(r.score for r in suite.score(batch))
     configured = [
         s.name
         for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from llmwatch.core.jsonio import read_records
+from llmwatch.core.jsonio import batches, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.errors import ErrorTally, mostly_errors_message
@@ -362,14 +362,7 @@ def _micros(s: Sample) -> int:
 
 
 def _batches(samples_path: str) -> Iterator[list[Sample]]:
-    batch: list[Sample] = []
-    for s in read_records(samples_path):
-        batch.append(s)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    return batches(read_records(samples_path), _BATCH)
 
 
 class _PassRates:
