@@ -716,6 +716,17 @@ def _include_usage(ctx: _Ctx) -> bool:
     return isinstance(opts, dict) and opts.get("include_usage") is True and ctx.usage_allowed()
 
 
+async def _open_chunk_stream(ctx: _Ctx) -> tuple[_Sse, bool, dict[str, Any]]:
+    """A Chat or Completions stream, started and then held for TTFT before its first chunk (the role
+    chunk too, like the real API, so a proxy that times the first chunk and one that times the first
+    content agree): the writer, whether a usage chunk ends it, and the `usage: null` every chunk then carries."""
+    sse = _Sse(ctx)
+    include_usage = _include_usage(ctx)
+    await sse.start()
+    await ctx.sleep(ctx.ttft_ms())
+    return sse, include_usage, {"usage": None} if include_usage else {}
+
+
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -856,13 +867,7 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     completion_tokens = sum(len(c.chunks) for c in choices)
 
     if body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        # The role chunk waits for TTFT too, like the real API, so a proxy that
-        # times the first chunk and one that times the first content agree.
-        await ctx.sleep(ctx.ttft_ms())
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
         await sse.data(
             {
                 **head,
@@ -937,11 +942,7 @@ async def _chat_tool_calls(
     pieces = [[_chunks(c.arguments) or [""] for c in plan] for plan in plans]
     completion_tokens = sum(len(p) + 1 for per_choice in pieces for p in per_choice)
     if ctx.body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        await ctx.sleep(ctx.ttft_ms())
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {
@@ -1066,11 +1067,7 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
     head = {"id": ident, "object": "text_completion", "created": ctx.created, "model": model}
 
     if body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        await ctx.sleep(ctx.ttft_ms())
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
         if sse.cut_at(sent_all=False):
             return await sse.done()
         first = True
