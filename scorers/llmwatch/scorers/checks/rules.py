@@ -625,15 +625,20 @@ def _budget_outcome(limits: list[tuple[str, float, float]], details: dict[str, A
     return CheckOutcome("pass", value, details)
 
 
-class LatencyBudgetParams(CheckParams):
-    max_latency_ms: float | None = Field(default=None, gt=0)
-    max_ttft_ms: float | None = Field(default=None, gt=0)
+class _BudgetParams(CheckParams):
+    """Budgets, each optional: a check with none of them set would pass everything."""
 
     @model_validator(mode="after")
-    def _one(self) -> "LatencyBudgetParams":
-        if self.max_latency_ms is None and self.max_ttft_ms is None:
-            raise ValueError("set at least one of 'max_latency_ms' or 'max_ttft_ms'")
+    def _one(self) -> "_BudgetParams":
+        names = list(type(self).model_fields)
+        if all(getattr(self, name) is None for name in names):
+            raise ValueError("set at least one of " + " or ".join(f"'{name}'" for name in names))
         return self
+
+
+class LatencyBudgetParams(_BudgetParams):
+    max_latency_ms: float | None = Field(default=None, gt=0)
+    max_ttft_ms: float | None = Field(default=None, gt=0)
 
 
 def check_latency_budget(sample: Sample, params: LatencyBudgetParams) -> CheckOutcome:
@@ -650,15 +655,9 @@ def check_latency_budget(sample: Sample, params: LatencyBudgetParams) -> CheckOu
     return _budget_outcome(limits, details)
 
 
-class CostBudgetParams(CheckParams):
+class CostBudgetParams(_BudgetParams):
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _one(self) -> "CostBudgetParams":
-        if self.max_cost_usd is None and self.max_total_tokens is None:
-            raise ValueError("set at least one of 'max_cost_usd' or 'max_total_tokens'")
-        return self
 
 
 def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
