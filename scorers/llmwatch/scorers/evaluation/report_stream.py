@@ -64,6 +64,7 @@ from llmwatch.scorers.evaluation.stability import (
     decay_slope_arrays,
     group_stability,
     prompt_hash,
+    sampling_cells,
     turn_cell,
     version_cell,
 )
@@ -511,20 +512,7 @@ def _sampling_stability(
         version, category = versions[int(v[a])], cat_names[int(c[a])]
         by_key[(category, version)].append((b - a, var, stab))
         by_key[(ALL, version)].append((b - a, var, stab))
-    cells = []
-    for (category, version), gs in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
-        cells.append(
-            StabilityCell(
-                kind="sampling",
-                category=category,
-                model_version=version,
-                value=sum(g[2] for g in gs) / len(gs),
-                n_groups=len(gs),
-                n_samples=sum(g[0] for g in gs),
-                detail={"mean_variance": sum(g[1] for g in gs) / len(gs)},
-            )
-        )
-    return cells
+    return sampling_cells(by_key)
 
 
 def _turn_stability(col: _Columns, score: np.ndarray, versions: list[str], cat_names: list[str]) -> list[StabilityCell]:
