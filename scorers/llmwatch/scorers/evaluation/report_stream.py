@@ -45,6 +45,7 @@ from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
     build_categories,
     categorize,
+    category_cell,
     overall_quality,
     request_messages,
     user_turns,
@@ -71,7 +72,6 @@ from llmwatch.scorers.evaluation.stability import (
 from llmwatch.scorers.evaluation.turns import TurnDecay, decay_of, turn_bucket
 from llmwatch.scorers.pipeline.conversations import ConversationTracker, HistoryDigests, history_digests
 from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
-from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["build_report_streamed"]
 
@@ -468,22 +468,8 @@ def _quality_matrix(
         mask = (cat == cat_names.index(category)) & (ver == versions.index(version))
         scored_mask = mask & has
         values = score[scored_mask]
-        n = len(values)
         k = int(passed[scored_mask].sum())
-        lo, hi = wilson_interval(k, n) if n else (None, None)
-        cells.append(
-            CategoryCell(
-                category=category,
-                model_version=version,
-                weight=weight.get(category, min(weight.values(), default=1.0)),
-                n=n,
-                n_unscored=int(mask.sum()) - n,
-                mean_score=_seq_sum(values) / n if n else None,
-                pass_rate=k / n if n else None,
-                ci_low=lo,
-                ci_high=hi,
-            )
-        )
+        cells.append(category_cell(category, version, weight, int(mask.sum()), k, values, _seq_sum(values)))
     return cells
 
 
