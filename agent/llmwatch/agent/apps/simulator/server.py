@@ -727,6 +727,21 @@ async def _open_chunk_stream(ctx: _Ctx) -> tuple[_Sse, bool, dict[str, Any]]:
     return sse, include_usage, {"usage": None} if include_usage else {}
 
 
+async def _stream_chunks(
+    ctx: _Ctx, sse: _Sse, choices: Sequence[_Choice], payload: Callable[[int, str], dict[str, Any]]
+) -> bool:
+    """Every choice's content chunks, interleaved, one inter-token latency apart, each as `payload(index,
+    chunk)` makes it; False where the cut_after fault cut the stream."""
+    first = True
+    for index, chunk in _interleave(choices):
+        if not first:
+            await ctx.sleep(ctx.itl_ms())
+        first = False
+        if not await sse.content(payload(index, chunk)):
+            return False
+    return True
+
+
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -880,20 +895,17 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
         )
         if sse.cut_at(sent_all=False):
             return await sse.done()
-        first = True
-        for index, chunk in _interleave(choices):
-            if not first:
-                await ctx.sleep(ctx.itl_ms())
-            first = False
-            ok = await sse.content(
-                {
-                    **head,
-                    "choices": [{"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}],
-                    **extra,
-                }
-            )
-            if not ok:
-                return await sse.done()
+        if not await _stream_chunks(
+            ctx,
+            sse,
+            choices,
+            lambda index, chunk: {
+                **head,
+                "choices": [{"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}],
+                **extra,
+            },
+        ):
+            return await sse.done()
         if sse.cut_at(sent_all=True):
             return await sse.done()
         await sse.data(
@@ -1070,16 +1082,17 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
         sse, include_usage, extra = await _open_chunk_stream(ctx)
         if sse.cut_at(sent_all=False):
             return await sse.done()
-        first = True
-        for index, chunk in _interleave(choices):
-            if not first:
-                await ctx.sleep(ctx.itl_ms())
-            first = False
-            ok = await sse.content(
-                {**head, "choices": [{"text": chunk, "index": index, "logprobs": None, "finish_reason": None}], **extra}
-            )
-            if not ok:
-                return await sse.done()
+        if not await _stream_chunks(
+            ctx,
+            sse,
+            choices,
+            lambda index, chunk: {
+                **head,
+                "choices": [{"text": chunk, "index": index, "logprobs": None, "finish_reason": None}],
+                **extra,
+            },
+        ):
+            return await sse.done()
         if sse.cut_at(sent_all=True):
             return await sse.done()
         for i, c in enumerate(choices):
