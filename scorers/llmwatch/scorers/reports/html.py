@@ -350,12 +350,7 @@ def _pass_rate_figure(
     )
     ax.set_xlabel("pass rate (Wilson 95% CI)")
     ax.invert_yaxis()
-    ax.set_title(
-        f"{sig.name} [{_route_label(sig.route)}]  {sig.verdict.upper()}",
-        fontsize=9,
-        loc="left",
-        color=_verdict_colour(sig.verdict),
-    )
+    _title(ax, f"{sig.name} [{_route_label(sig.route)}]", sig.verdict, fontsize=9)
     return fig
 
 
@@ -384,12 +379,7 @@ def _failure_modes_figure(
     ax.yaxis.set_major_formatter(_percent())
     ax.set_ylabel("share of calls")
     ax.legend(fontsize=7, frameon=False)
-    ax.set_title(
-        f"failure modes [{_route_label(sig.route)}]  {sig.verdict.upper()}",
-        fontsize=9,
-        loc="left",
-        color=_verdict_colour(sig.verdict),
-    )
+    _title(ax, f"failure modes [{_route_label(sig.route)}]", sig.verdict, fontsize=9)
     return fig
 
 
@@ -447,8 +437,8 @@ def _verdict_colour(verdict: str) -> str:
     return "#c0392b" if verdict in ("drift", "shifted", "changed") else "#1c2833"
 
 
-def _title(ax: Any, text: str, verdict: str) -> None:
-    ax.set_title(f"{text}  {verdict.upper()}", fontsize=8.5, loc="left", color=_verdict_colour(verdict))
+def _title(ax: Any, text: str, verdict: str, fontsize: float = 8.5) -> None:
+    ax.set_title(f"{text}  {verdict.upper()}", fontsize=fontsize, loc="left", color=_verdict_colour(verdict))
 
 
 def _mix_figure(plt: Any, sig: Signal) -> Any:
