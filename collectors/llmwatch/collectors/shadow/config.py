@@ -8,12 +8,12 @@ from typing import Any, Literal, Protocol
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from llmwatch.core.config import (
+    CpuAffinity,
     FilesSection,
     LoggingSection,
     MetricsSection,
     ModelVersionSection,
     Section,
-    cpu_affinity_value,
     normalize_upstream,
     secret_header_values,
 )
@@ -75,7 +75,7 @@ class ShadowSection(Section):
     # The mirror runs in a child process of its own (llmwatch.collectors.shadow), pinned like the scorer
     # (same values as scoring.cpu_affinity): "auto" keeps it off the first allowed CPU, the
     # proxy's, wherever there is another.
-    cpu_affinity: str = "auto"
+    cpu_affinity: CpuAffinity = "auto"
     # 10 by default, as the scorer: the mirror must not compete with traffic on the CPUs it shares.
     # Measured (bench/peers.py, 200 streams/s, 5 % mirrored, the child on the load generator's
     # core): at nice 0 the client's streams read +6.7 ms at p50 against an A/A control of -0.1 ms;
@@ -84,11 +84,6 @@ class ShadowSection(Section):
     # margins of 10 % of a p95 latency); give the child a CPU of its own, or nice 0, where
     # millisecond timings matter more than the host's other work.
     nice: int = Field(10, ge=0, le=19)
-
-    @field_validator("cpu_affinity", mode="before")
-    @classmethod
-    def _cpu_list(cls, value: Any) -> str:
-        return cpu_affinity_value(value)
 
     @field_validator("routes")
     @classmethod
