@@ -731,7 +731,9 @@ async def _stream_chunks(
     ctx: _Ctx, sse: _Sse, choices: Sequence[_Choice], payload: Callable[[int, str], dict[str, Any]]
 ) -> bool:
     """Every choice's content chunks, interleaved, one inter-token latency apart, each as `payload(index,
-    chunk)` makes it; False where the cut_after fault cut the stream."""
+    chunk)` makes it; False where the cut_after fault cut the stream (before, within or after them)."""
+    if sse.cut_at(sent_all=False):
+        return False
     first = True
     for index, chunk in _interleave(choices):
         if not first:
@@ -739,7 +741,7 @@ async def _stream_chunks(
         first = False
         if not await sse.content(payload(index, chunk)):
             return False
-    return True
+    return not sse.cut_at(sent_all=True)
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -893,8 +895,6 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
                 **extra,
             }
         )
-        if sse.cut_at(sent_all=False):
-            return await sse.done()
         if not await _stream_chunks(
             ctx,
             sse,
@@ -905,8 +905,6 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
                 **extra,
             },
         ):
-            return await sse.done()
-        if sse.cut_at(sent_all=True):
             return await sse.done()
         await sse.data(
             {
@@ -1080,8 +1078,6 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
 
     if body.get("stream") is True:
         sse, include_usage, extra = await _open_chunk_stream(ctx)
-        if sse.cut_at(sent_all=False):
-            return await sse.done()
         if not await _stream_chunks(
             ctx,
             sse,
@@ -1092,8 +1088,6 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
                 **extra,
             },
         ):
-            return await sse.done()
-        if sse.cut_at(sent_all=True):
             return await sse.done()
         for i, c in enumerate(choices):
             await sse.data(
