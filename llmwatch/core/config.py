@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -130,6 +131,11 @@ def cpu_affinity_value(value: Any) -> str:
         return value
     parse_cpu_list(value)
     return value
+
+
+# The `cpu_affinity` field of every section that places a child process (scoring, shadow,
+# consistency, judge): YAML and environment values read through `cpu_affinity_value`.
+CpuAffinity = Annotated[str, BeforeValidator(cpu_affinity_value)]
 
 
 def secret_header_values(value: Any, example: str) -> dict[str, Any]:

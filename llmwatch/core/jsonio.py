@@ -41,6 +41,7 @@ from llmwatch.core.records import SAMPLE_SCHEMA, RecordError, Sample
 from llmwatch.core.scores import SCORE_SCHEMA
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class JsonlWriteError(OSError):
@@ -396,6 +397,19 @@ def read_records(
             return
     for path in jsonl_paths(source, prefix):
         yield from iter_jsonl(path, model)
+
+
+def batches(records: Iterable[T], size: int) -> Iterator[list[T]]:
+    """`records` in lists of `size` (the last one shorter, none empty), each a new list: what the
+    readers that score or embed a stream of records hand on at once."""
+    batch: list[T] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 @contextmanager

@@ -18,3 +18,11 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
 def mask_url(url: str) -> str:
     """The URL with its userinfo replaced by `***`: the one form in which an upstream is shown."""
     return _USERINFO.sub(r"\1***@", url, count=1)
+
+
+def check_http_url(value: str, example: str) -> str:
+    """`value` when it is an http(s) URL with a host; else a ValueError (for a config field's
+    validator) showing it with its credentials masked, beside `example`."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"expected an http(s) URL such as {example}, got {mask_url(value)!r}")
+    return value

@@ -15,7 +15,6 @@ metrics, factory) and one line here (docs/design/0040-component-model.md).
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Mapping
 
@@ -50,7 +49,7 @@ from llmwatch.core.config import (
     normalize_upstream,
 )
 from llmwatch.core.metrics import InternalMetrics, MetricGroup, Metrics
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.drift.config import DriftSection
 from llmwatch.scorers.evaluation.config import MatrixSection
@@ -108,9 +107,7 @@ class Config(Section):
     def _valid_upstream(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {mask_url(value)!r}")
-        return normalize_upstream(value)
+        return normalize_upstream(check_http_url(value, "http://127.0.0.1:8000"))
 
     @model_validator(mode="after")
     def _scores_only_stays_on_this_host(self) -> "Config":

@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from llmwatch.core.jsonio import atomic_write_bytes, check_schema, make_dirs, open_private, private_path, read_document
 from llmwatch.scorers.evaluation.review import (
@@ -758,31 +759,40 @@ def _not_written(exc: OSError) -> str:
     return f"Not saved: {why}; nothing of this verdict was recorded. Save it again once the problem is fixed."
 
 
-async def _secure(request: web.Request, response: web.StreamResponse) -> None:
-    # Every response the app prepares, errors and aiohttp's own answers (404, 405, 413, 500) included.
+async def secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """SECURITY_HEADERS on every response an app prepares (its on_response_prepare), errors and
+    aiohttp's own answers (404, 405, 413, 500) included; the review app and `llmwatch ui` alike."""
     response.headers.update(SECURITY_HEADERS)
 
 
-@web.middleware
-async def no_tracebacks(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A fault of the app is logged here (without the path: it holds the token) and answered with a
-    plain 500: never a traceback, and still with the security headers (`_secure`)."""
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except Exception:
-        log.exception(
-            "review.internal_error",
-            method=request.method,
-            route=request.match_info.route.resource.canonical if request.match_info.route.resource else None,
-        )
-        return web.Response(status=500, text="internal error (logged by the review app); nothing more was saved\n")
+def no_tracebacks(event: str, answer: str) -> Middleware:
+    """A middleware: a fault of the app is logged as `event` (with the route, never the path: it may
+    hold a token) and answered with a plain 500 saying `answer`: never a traceback, and still with
+    the security headers (`secure_headers`)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception(
+                event,
+                method=request.method,
+                route=request.match_info.route.resource.canonical if request.match_info.route.resource else None,
+            )
+            return web.Response(status=500, text=answer)
+
+    return middleware
 
 
 def build_app(state: ReviewState) -> web.Application:
-    app = web.Application(middlewares=[no_tracebacks], client_max_size=1 << 20)
-    app.on_response_prepare.append(_secure)
+    faults = no_tracebacks(
+        "review.internal_error", "internal error (logged by the review app); nothing more was saved\n"
+    )
+    app = web.Application(middlewares=[faults], client_max_size=1 << 20)
+    app.on_response_prepare.append(secure_headers)
     handlers = ReviewApp(state)
     app.router.add_get("/", handlers.root)
     app.router.add_get("/favicon.ico", handlers.no_icon)

@@ -88,14 +88,19 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     return cfg
 
 
-def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:
-    """The options `drift` and `canary` share: report format, the family-wise alpha, minimum samples, failing families."""
+def add_report_format(p: argparse.ArgumentParser) -> None:
+    """--format of the commands that can write an HTML report (`report`, `drift`, `canary`)."""
     p.add_argument(
         "--format",
         choices=["text", "json", "html"],
         default="text",
         help="html: a self-contained page with plots, written to --out (extra: reports)",
     )
+
+
+def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:
+    """The options `drift` and `canary` share: report format, the family-wise alpha, minimum samples, failing families."""
+    add_report_format(p)
     p.add_argument(
         "--out",
         help="also write the JSON report to this file (with text or json); with --format html, the HTML page",

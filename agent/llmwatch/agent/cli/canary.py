@@ -8,7 +8,6 @@ canary is not worse, 1 worse (the families and signals are named), 2 bad input o
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -32,7 +31,7 @@ def _when(text: str | None, flag: str) -> datetime | None:
 
 def cmd_canary(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from llmwatch.agent.cli.evaluate import check_out_args, write_html, write_json_report
+    from llmwatch.agent.cli.evaluate import check_out_args, write_comparison
 
     check_out_args(args, "canary.json")
     require_records(args.samples, "--samples")
@@ -54,7 +53,6 @@ def cmd_canary(args: argparse.Namespace) -> int:
         last = parse_duration(args.last) if args.last else None
     except ValueError as exc:
         raise ConfigError(f"--last {exc}") from None
-    import orjson
 
     from llmwatch.core.jsonio import read_records
     from llmwatch.scorers.checks.offline import summarize_sides
@@ -81,21 +79,14 @@ def cmd_canary(args: argparse.Namespace) -> int:
         window=window,
         settings=settings,
     )
-    if args.format == "html":
+
+    def html() -> str:
         from llmwatch.scorers.reports.html import render_drift
 
-        write_html(
-            args.out,
-            render_drift(report.drift, reference, current),
-            f"canary {report.verdict.upper().replace('_', ' ')}",
-        )
-        return report.exit_code
-    write_json_report(
-        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
-    )
-    if args.format == "text":
-        sys.stdout.write(format_text(report) + "\n")
-    return report.exit_code
+        return render_drift(report.drift, reference, current)
+
+    title = f"canary {report.verdict.upper().replace('_', ' ')}"
+    return write_comparison(args, report, title, html, lambda: format_text(report))
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:

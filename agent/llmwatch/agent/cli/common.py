@@ -9,7 +9,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import orjson
 
 from llmwatch.core.records import RecordError
 
@@ -31,6 +33,20 @@ def show_usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace]
         return 2
 
     return show
+
+
+def print_result(
+    fmt: str, *, data: Callable[[], Any], text: Callable[[], str], out: str | None = None, wrote: str = ""
+) -> None:
+    """A command's summary on stdout: with --format json only the document `data()` makes (so a script can
+    parse stdout whole); otherwise `text()` for people and, where it wrote --out, the line `wrote` names it
+    with (a template whose `{}` is the path). Both are made only for the format asked for."""
+    if fmt == "json":
+        sys.stdout.write(orjson.dumps(data(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    sys.stdout.write(text() + "\n")
+    if out and wrote:
+        sys.stdout.write(wrote.format(out) + "\n")
 
 
 # The offline commands load the embedding model (20-40 s) and scipy before they read a line, so

@@ -17,8 +17,15 @@ from typing import Any, Callable
 
 import orjson
 
-from llmwatch.agent.cli.args import config_from_args
-from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
+from llmwatch.agent.cli.args import add_report_format, config_from_args
+from llmwatch.agent.cli.common import (
+    log_options,
+    print_result,
+    require_file,
+    require_records,
+    require_writable,
+    show_usage,
+)
 from llmwatch.core.jsonio import atomic_write_bytes, atomic_write_text, read_document
 
 
@@ -92,6 +99,22 @@ def write_html(path: str, text: str, what: str) -> None:
     # Atomic and private like every data file: a viewer never opens half a report.
     target = atomic_write_text(path, text)
     sys.stdout.write(f"{what}: html report ({len(text.encode()) / 1024:.0f} KiB) -> {target}\n")
+
+
+def write_comparison(
+    args: argparse.Namespace, report: Any, title: str, html: Callable[[], str], text: Callable[[], str]
+) -> int:
+    """How `drift` and `canary` end: the HTML page `html()` makes (with --format html), else the JSON
+    report (--out, --format json) and with --format text the table `text()` makes; the report's exit code."""
+    if args.format == "html":
+        write_html(args.out, html(), title)
+        return int(report.exit_code)
+    write_json_report(
+        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
+    )
+    if args.format == "text":
+        sys.stdout.write(text() + "\n")
+    return int(report.exit_code)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -230,13 +253,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         correction=args.correction,
     )
-    if args.format == "json":
-        summary = run.model_dump(mode="json", by_alias=True, exclude={"attempts"})
-        sys.stdout.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_run(run) + "\n")
-        if args.out:
-            sys.stdout.write(f"run -> {args.out}\n")
+    print_result(
+        args.format,
+        data=lambda: run.model_dump(mode="json", by_alias=True, exclude={"attempts"}),
+        text=lambda: format_run(run),
+        out=args.out,
+        wrote="run -> {}",
+    )
     return code
 
 
@@ -273,7 +296,7 @@ def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, st
     only a few dozen bytes a sample (ExportScan) and the chosen samples are kept. The checks are in
     the same order as `_load_samples_and_scores`: the samples, then the scores, then the categories'
     check names against the checks configured or scored."""
-    from llmwatch.core.jsonio import read_records
+    from llmwatch.core.jsonio import batches, read_records
     from llmwatch.core.records import RecordError
     from llmwatch.core.scores import Score
     from llmwatch.scorers.checks.suite import build_suite, default_checks
@@ -288,13 +311,8 @@ def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, st
         scan.add_scores(read_records(args.scores, Score, prefix="scores"))
     else:
         suite = build_suite(cfg.scoring)
-        batch: list[Any] = []
-        for sample in read_records(args.samples):
-            batch.append(sample)
-            if len(batch) >= 512:
-                scan.add_scores(r.score for r in suite.score(batch))
-                batch.clear()
-        scan.add_scores(r.score for r in suite.score(batch))
+        for batch in batches(read_records(args.samples), 512):
+            scan.add_scores(r.score for r in suite.score(batch))
     configured = [
         s.name
         for s in (cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings))
@@ -330,12 +348,9 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     )
     if args.out:
         atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_import(report) + "\n")
-        if args.out:
-            sys.stdout.write(f"report -> {args.out}\n")
+    print_result(
+        args.format, data=lambda: report, text=lambda: format_import(report), out=args.out, wrote="report -> {}"
+    )
     return 0
 
 
@@ -457,10 +472,7 @@ def cmd_suite_show(args: argparse.Namespace) -> int:
     from llmwatch.scorers.evaluation.suite_build import format_show, show
 
     info = show(args.suite)
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_show(info) + "\n")
+    print_result(args.format, data=lambda: info, text=lambda: format_show(info))
     return 0
 
 
@@ -470,12 +482,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory")
     p.add_argument("--scores", help="scores for those samples (default: score them now with the config's checks)")
     p.add_argument("--baseline", help="frozen baseline (llmwatch baseline freeze) for the version-stability figure")
-    p.add_argument(
-        "--format",
-        choices=["text", "json", "html"],
-        default="text",
-        help="html: a self-contained page with plots, written to --out (extra: reports)",
-    )
+    add_report_format(p)
     p.add_argument(
         "--out",
         help="also write the JSON report to this file (for a later --compare); with --format html, the HTML page",

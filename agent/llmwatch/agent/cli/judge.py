@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from llmwatch.agent.cli.common import require_records
+from llmwatch.agent.cli.common import print_result, require_records
 from llmwatch.core.config import ConfigError
 
 
@@ -21,7 +21,6 @@ def cmd_judge_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--confidence {args.confidence} must be between 0 and 1 (e.g. 0.95)")
     if args.min_labels < 1:
         raise ConfigError("--min-labels must be at least 1")
-    import orjson
 
     from llmwatch.core.jsonio import read_records
     from llmwatch.core.scores import Score
@@ -49,14 +48,13 @@ def cmd_judge_calibrate(args: argparse.Namespace) -> int:
     )
     if args.out:
         write_calibration(calibration, args.out)
-    if args.format == "json":
-        sys.stdout.write(
-            orjson.dumps(calibration.model_dump(mode="json", by_alias=True), option=orjson.OPT_INDENT_2).decode() + "\n"
-        )
-    else:
-        sys.stdout.write(format_calibration(calibration) + "\n")
-        if args.out:
-            sys.stdout.write(f"calibration -> {args.out} (point judge.calibration at it)\n")
+    print_result(
+        args.format,
+        data=lambda: calibration.model_dump(mode="json", by_alias=True),
+        text=lambda: format_calibration(calibration),
+        out=args.out,
+        wrote="calibration -> {} (point judge.calibration at it)",
+    )
     return 0
 
 

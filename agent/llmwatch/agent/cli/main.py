@@ -156,7 +156,7 @@ def _consistency_scores(path: str | None) -> list:
 
 def cmd_drift(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from llmwatch.agent.cli.evaluate import check_out_args, write_html, write_json_report
+    from llmwatch.agent.cli.evaluate import check_out_args, write_comparison
 
     check_out_args(args, "drift.json")
     # Before the window is read and scored (minutes with the embedding checks): a typo here
@@ -170,7 +170,6 @@ def cmd_drift(args: argparse.Namespace) -> int:
     require_records(args.samples, "--samples")
     if args.scores:
         require_records(args.scores, "--scores", "scores")
-    import orjson
 
     from llmwatch.scorers.checks.offline import load_window, summarize_window
     from llmwatch.scorers.drift.baseline import check_minimums, load_baseline
@@ -200,17 +199,13 @@ def cmd_drift(args: argparse.Namespace) -> int:
     report = compare(
         baseline.routes, current, baseline_version=baseline.model_version, current_versions=shown, settings=settings
     )
-    if args.format == "html":
+
+    def html() -> str:
         from llmwatch.scorers.reports.html import render_drift
 
-        write_html(args.out, render_drift(report, baseline.routes, current), f"drift {report.verdict.upper()}")
-        return report.exit_code
-    write_json_report(
-        args, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
-    )
-    if args.format == "text":
-        sys.stdout.write(format_text(report) + "\n")
-    return report.exit_code
+        return render_drift(report, baseline.routes, current)
+
+    return write_comparison(args, report, f"drift {report.verdict.upper()}", html, lambda: format_text(report))
 
 
 def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -15,12 +15,10 @@ from datetime import datetime
 from typing import Any, Callable, Iterator
 
 import orjson
-from pydantic import ValidationError
 
 from llmwatch.agent.cli.args import config_from_args
 from llmwatch.agent.cli.common import require_file, require_records
 from llmwatch.core.config import ConfigError
-from llmwatch.core.errors import describe_validation_error
 from llmwatch.core.records import RecordError, Sample
 
 # Samples handed to the aggregator at once (as the scorer child hands it a scored batch).
@@ -39,28 +37,13 @@ def ordered_samples(source: str) -> list[Sample]:
 
 
 def _samples(source: str) -> Iterator[Sample]:
-    """Line by line rather than through `read_records` so that a malformed sample is named by its
-    file and line."""
-    from llmwatch.core.jsonio import jsonl_paths
+    """The JSON Lines reader every other command uses: a malformed line is named by file and line, a
+    file of another record kind is named as such, and a torn last line (a writer killed mid-line) is
+    skipped with a warning, as in the files a live proxy is still writing."""
+    from llmwatch.core.jsonio import iter_jsonl, jsonl_paths
 
     for path in jsonl_paths(source, "samples"):
-        with open(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    data = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    raise RecordError(
-                        f"{path}:{lineno}: not valid JSON ({exc}); each line must be one sample object"
-                    ) from None
-                if not isinstance(data, dict):
-                    raise RecordError(f"{path}:{lineno}: expected a JSON object, got {type(data).__name__}")
-                try:
-                    sample = Sample.model_validate(data)
-                except ValidationError as exc:
-                    raise RecordError(f"{path}:{lineno}: {describe_validation_error(exc)}") from None
-                yield sample
+        yield from iter_jsonl(path, Sample)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -106,21 +106,23 @@ def _messages_in(request: Any) -> list[dict[str, Any]]:
                 parts.append({"type": "tool_call_response", "id": m.get("tool_call_id"), "response": text})
             elif text:
                 parts.append({"type": "text", "content": text})
-            for call in m.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    fn = call.get("function") or {}
-                    parts.append(
-                        {
-                            "type": "tool_call",
-                            "id": call.get("id"),
-                            "name": fn.get("name"),
-                            "arguments": fn.get("arguments"),
-                        }
-                    )
+            parts += _tool_call_parts(m.get("tool_calls"))
             out.append({"role": m.get("role", "user"), "parts": parts})
         return out
     prompt = extract_prompt_text(request)
     return [{"role": "user", "parts": [{"type": "text", "content": prompt}]}] if prompt else []
+
+
+def _tool_call_parts(tool_calls: Any) -> list[dict[str, Any]]:
+    """A message's `tool_calls` as GenAI `tool_call` parts (the same for what was asked and what was answered)."""
+    parts: list[dict[str, Any]] = []
+    for call in tool_calls or []:
+        if isinstance(call, dict):
+            fn = call.get("function") or {}
+            parts.append(
+                {"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
+            )
+    return parts
 
 
 def _messages_out(response: Any, finish_reason: str | None) -> list[dict[str, Any]]:
@@ -138,17 +140,7 @@ def _messages_out(response: Any, finish_reason: str | None) -> list[dict[str, An
             text = content_to_text(message.get("content")) if message else c.get("text")
             if isinstance(text, str) and text:
                 parts.append({"type": "text", "content": text})
-            for call in message.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    fn = call.get("function") or {}
-                    parts.append(
-                        {
-                            "type": "tool_call",
-                            "id": call.get("id"),
-                            "name": fn.get("name"),
-                            "arguments": fn.get("arguments"),
-                        }
-                    )
+            parts += _tool_call_parts(message.get("tool_calls"))
             out.append(
                 {"role": message.get("role", "assistant"), "parts": parts, "finish_reason": c.get("finish_reason")}
             )

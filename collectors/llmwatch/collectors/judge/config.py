@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from llmwatch.core.config import Section, cpu_affinity_value, normalize_upstream
+from llmwatch.core.config import CpuAffinity, Section, normalize_upstream
 from llmwatch.core.metrics import MetricGroup, counter, gauge
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.evaluation.judge import DEFAULT_RUBRICS, JudgeRubric, ResponseFormat
 
 SKIP_REASONS = (
@@ -70,7 +70,7 @@ class JudgeSection(Section):
     min_agreement: float = Field(0.6, ge=-1.0, le=1.0)
     min_labels: int = Field(50, ge=1)
     # The judge child's CPUs and priority, as the scorer's (scoring.cpu_affinity, scoring.nice).
-    cpu_affinity: str = "auto"
+    cpu_affinity: CpuAffinity = "auto"
     nice: int = Field(10, ge=0, le=19)
 
     @field_validator("upstream")
@@ -78,9 +78,7 @@ class JudgeSection(Section):
     def _valid_upstream(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8002, got {mask_url(value)!r}")
-        return normalize_upstream(value)
+        return normalize_upstream(check_http_url(value, "http://127.0.0.1:8002"))
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -88,11 +86,6 @@ class JudgeSection(Section):
         # Any text is taken here and checked below, in the section's validator, whose errors
         # echo no value (a field's error would quote the key itself).
         return value if value is None or isinstance(value, SecretStr) else str(value)
-
-    @field_validator("cpu_affinity", mode="before")
-    @classmethod
-    def _cpu_list(cls, value: Any) -> str:
-        return cpu_affinity_value(value)
 
     @field_validator("rates")
     @classmethod

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from llmwatch.core.config import Section, host_port, secret_header_values
 from llmwatch.core.metrics import MetricGroup, counter
+from llmwatch.core.urls import mask_url
 
 
 class OtelSection(Section):
@@ -51,11 +52,11 @@ class OtelSection(Section):
         endpoint = self.endpoint
         if endpoint is not None and self.protocol == "http" and not re.match(r"^https?://[^/\s]+", endpoint):
             raise ValueError(
-                f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {endpoint!r}"
+                f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {mask_url(endpoint)!r}"
             )
         if endpoint is not None and self.protocol == "grpc" and not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
             raise ValueError(
-                f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {endpoint!r}"
+                f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {mask_url(endpoint)!r}"
             )
         return self
 

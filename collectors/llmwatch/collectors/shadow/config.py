@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from llmwatch.core.config import (
+    CpuAffinity,
     FilesSection,
     LoggingSection,
     MetricsSection,
     ModelVersionSection,
     Section,
-    cpu_affinity_value,
     normalize_upstream,
     secret_header_values,
 )
 from llmwatch.core.metrics import MetricGroup, counter, gauge
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.evaluation.config import ShadowMargins
 from llmwatch.scorers.pipeline.redaction import RedactionSection
@@ -54,9 +53,7 @@ class ShadowCandidate(Section):
     @field_validator("upstream")
     @classmethod
     def _valid_upstream(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8001, got {mask_url(value)!r}")
-        return normalize_upstream(value)
+        return normalize_upstream(check_http_url(value, "http://127.0.0.1:8001"))
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -78,7 +75,7 @@ class ShadowSection(Section):
     # The mirror runs in a child process of its own (llmwatch.collectors.shadow), pinned like the scorer
     # (same values as scoring.cpu_affinity): "auto" keeps it off the first allowed CPU, the
     # proxy's, wherever there is another.
-    cpu_affinity: str = "auto"
+    cpu_affinity: CpuAffinity = "auto"
     # 10 by default, as the scorer: the mirror must not compete with traffic on the CPUs it shares.
     # Measured (bench/peers.py, 200 streams/s, 5 % mirrored, the child on the load generator's
     # core): at nice 0 the client's streams read +6.7 ms at p50 against an A/A control of -0.1 ms;
@@ -87,11 +84,6 @@ class ShadowSection(Section):
     # margins of 10 % of a p95 latency); give the child a CPU of its own, or nice 0, where
     # millisecond timings matter more than the host's other work.
     nice: int = Field(10, ge=0, le=19)
-
-    @field_validator("cpu_affinity", mode="before")
-    @classmethod
-    def _cpu_list(cls, value: Any) -> str:
-        return cpu_affinity_value(value)
 
     @field_validator("routes")
     @classmethod

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
-from llmwatch.core.config import Section, cpu_affinity_value, secret_header_values
+from llmwatch.core.config import CpuAffinity, Section, secret_header_values
 from llmwatch.core.metrics import MetricGroup, counter
 from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE
 
@@ -47,18 +47,13 @@ class ConsistencySection(Section):
     # the environment at start-up; values are secrets, never stored, logged or echoed.
     headers: dict[str, SecretStr] = Field(default_factory=dict)
     routes: list[Route] = Field(default_factory=lambda: list(_DEFAULT_ROUTES))
-    cpu_affinity: str = "auto"
+    cpu_affinity: CpuAffinity = "auto"
     nice: int = Field(10, ge=0, le=19)
 
     @field_validator("headers", mode="before")
     @classmethod
     def _header_values_as_text(cls, value: Any) -> Any:
         return secret_header_values(value, "{authorization: 'env:UPSTREAM_KEY'}")
-
-    @field_validator("cpu_affinity", mode="before")
-    @classmethod
-    def _cpu_list(cls, value: Any) -> str:
-        return cpu_affinity_value(value)
 
 
 class ConsistencyMetrics(MetricGroup):

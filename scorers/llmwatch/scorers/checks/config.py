@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from llmwatch.core.config import Section, cpu_affinity_value
+from llmwatch.core.config import CpuAffinity, Section
 
 
 class CheckWhen(Section):
@@ -51,11 +51,6 @@ class ScoringSection(Section):
     # first, which is left to traffic (the proxy's event loop runs there while the scorer is
     # busy), whenever two or more are allowed; with one CPU the child shares it at lower priority.
     # "all": no pinning. Else a CPU list such as "1-3" or "1,3" (as taskset -c takes it).
-    cpu_affinity: str = "auto"
+    cpu_affinity: CpuAffinity = "auto"
     # The scorer child's nice value: below the proxy in CPU priority wherever they share a core.
     nice: int = Field(10, ge=0, le=19)
-
-    @field_validator("cpu_affinity", mode="before")
-    @classmethod
-    def _cpu_list(cls, value: Any) -> str:
-        return cpu_affinity_value(value)

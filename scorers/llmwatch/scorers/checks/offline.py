@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any, Callable, Iterator, Mapping, NamedTuple
 
-from llmwatch.core.jsonio import atomic_writer, jsonl_paths, read_records
+from llmwatch.core.jsonio import atomic_writer, batches, jsonl_paths, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
@@ -96,10 +96,8 @@ def score_files(
     )
     try:
         with atomic_writer(target) as fh:
-            batch: list[Sample] = []
-
-            def flush() -> None:
-                nonlocal scores_written
+            for batch in batches(read_records(source), batch_size):
+                samples_seen += len(batch)
                 for result in suite.score(batch):
                     fh.write(result.score.to_json() + b"\n")
                     key = (result.score.check, result.score.model_version or "unknown", result.score.result)
@@ -108,15 +106,6 @@ def score_files(
                 if vectors is not None:
                     _keep_vectors(suite.embedder, batch, vectors.add)
                 progress.update(len(batch))
-                batch.clear()
-
-            for sample in read_records(source):
-                batch.append(sample)
-                samples_seen += 1
-                if len(batch) >= batch_size:
-                    flush()
-            if batch:
-                flush()
         if vectors is not None:
             vectors.close()  # the cache appears whole, after the scores (as before)
     finally:
@@ -461,18 +450,9 @@ def _summarize_into(
                 scoring, open_cache(cache_path(scores_path), quantized=scoring.quantize_embeddings), prompts=prompts
             )
             try:
-                batch = []
                 with _progress(window_size, f"summarising for {purpose}") as progress:
-                    for s in window():
-                        count += 1
-                        batch.append(s)
-                        if len(batch) >= _OFFLINE_BATCH:
-                            vectors.add(
-                                batch, None, [{c.check: c for c in index.get(x.id, ())} for x in batch], summary
-                            )
-                            progress.update(len(batch))
-                            batch.clear()
-                    if batch:
+                    for batch in batches(window(), _OFFLINE_BATCH):
+                        count += len(batch)
                         vectors.add(batch, None, [{c.check: c for c in index.get(x.id, ())} for x in batch], summary)
                         progress.update(len(batch))
             finally:
@@ -481,16 +461,9 @@ def _summarize_into(
         ids.clear()
         suite = build_suite(offline_scoring(scoring))
         vectors = _BatchVectors(scoring, None, suite, prompts=prompts)
-        batch = []
         with _progress(window_size, f"scoring for {purpose}") as progress:
-            for s in window():
-                count += 1
-                batch.append(s)
-                if len(batch) >= _OFFLINE_BATCH:
-                    _score_batch(suite, batch, tally, checks, summary, vectors)
-                    progress.update(len(batch))
-                    batch.clear()
-            if batch:
+            for batch in batches(window(), _OFFLINE_BATCH):
+                count += len(batch)
                 _score_batch(suite, batch, tally, checks, summary, vectors)
                 progress.update(len(batch))
         refuse_mostly_errors(tally, samples=samples_path, scores_path=None, purpose=purpose)

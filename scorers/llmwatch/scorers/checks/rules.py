@@ -615,71 +615,64 @@ def _budget_ratio(budget: float, actual: float) -> float:
     return 1.0 if actual <= budget else budget / actual
 
 
-class LatencyBudgetParams(CheckParams):
+def _budget_outcome(limits: list[tuple[str, float, float]], details: dict[str, Any]) -> CheckOutcome:
+    """One outcome for the budgets measured, each (param, budget, actual): the value is the tightest ratio,
+    and a failure names every budget exceeded, in the order measured."""
+    value = min(_budget_ratio(budget, actual) for _, budget, actual in limits)
+    exceeded = [param for param, budget, actual in limits if actual > budget]
+    if exceeded:
+        return CheckOutcome("fail", value, {"exceeded": exceeded, **details})
+    return CheckOutcome("pass", value, details)
+
+
+class _BudgetParams(CheckParams):
+    """Budgets, each optional: a check with none of them set would pass everything."""
+
+    @model_validator(mode="after")
+    def _one(self) -> "_BudgetParams":
+        names = list(type(self).model_fields)
+        if all(getattr(self, name) is None for name in names):
+            raise ValueError("set at least one of " + " or ".join(f"'{name}'" for name in names))
+        return self
+
+
+class LatencyBudgetParams(_BudgetParams):
     max_latency_ms: float | None = Field(default=None, gt=0)
     max_ttft_ms: float | None = Field(default=None, gt=0)
 
-    @model_validator(mode="after")
-    def _one(self) -> "LatencyBudgetParams":
-        if self.max_latency_ms is None and self.max_ttft_ms is None:
-            raise ValueError("set at least one of 'max_latency_ms' or 'max_ttft_ms'")
-        return self
-
 
 def check_latency_budget(sample: Sample, params: LatencyBudgetParams) -> CheckOutcome:
-    ratios = []
-    exceeded = []
+    limits: list[tuple[str, float, float]] = []
     details: dict[str, Any] = {}
     if params.max_latency_ms is not None:
         details["latency_ms"] = sample.latency_ms
-        ratios.append(_budget_ratio(params.max_latency_ms, sample.latency_ms))
-        if sample.latency_ms > params.max_latency_ms:
-            exceeded.append("max_latency_ms")
+        limits.append(("max_latency_ms", params.max_latency_ms, sample.latency_ms))
     if params.max_ttft_ms is not None and sample.ttft_ms is not None:
         details["ttft_ms"] = sample.ttft_ms
-        ratios.append(_budget_ratio(params.max_ttft_ms, sample.ttft_ms))
-        if sample.ttft_ms > params.max_ttft_ms:
-            exceeded.append("max_ttft_ms")
-    if not ratios:
+        limits.append(("max_ttft_ms", params.max_ttft_ms, sample.ttft_ms))
+    if not limits:
         return skipped("no_ttft", stream=sample.stream)
-    value = min(ratios)
-    if exceeded:
-        return CheckOutcome("fail", value, {"exceeded": exceeded, **details})
-    return CheckOutcome("pass", value, details)
+    return _budget_outcome(limits, details)
 
 
-class CostBudgetParams(CheckParams):
+class CostBudgetParams(_BudgetParams):
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, gt=0)
 
-    @model_validator(mode="after")
-    def _one(self) -> "CostBudgetParams":
-        if self.max_cost_usd is None and self.max_total_tokens is None:
-            raise ValueError("set at least one of 'max_cost_usd' or 'max_total_tokens'")
-        return self
-
 
 def check_cost_budget(sample: Sample, params: CostBudgetParams) -> CheckOutcome:
-    ratios = []
-    exceeded = []
+    limits: list[tuple[str, float, float]] = []
     details: dict[str, Any] = {}
     if params.max_cost_usd is not None and sample.cost_usd is not None:
         details["cost_usd"] = sample.cost_usd
-        ratios.append(_budget_ratio(params.max_cost_usd, sample.cost_usd))
-        if sample.cost_usd > params.max_cost_usd:
-            exceeded.append("max_cost_usd")
+        limits.append(("max_cost_usd", params.max_cost_usd, sample.cost_usd))
     usage = sample.usage
     if params.max_total_tokens is not None and (usage.input_tokens is not None or usage.output_tokens is not None):
         total = details["total_tokens"] = (usage.input_tokens or 0) + (usage.output_tokens or 0)
-        ratios.append(_budget_ratio(params.max_total_tokens, total))
-        if total > params.max_total_tokens:
-            exceeded.append("max_total_tokens")
-    if not ratios:
+        limits.append(("max_total_tokens", params.max_total_tokens, total))
+    if not limits:
         return skipped("unknown_cost")
-    value = min(ratios)
-    if exceeded:
-        return CheckOutcome("fail", value, {"exceeded": exceeded, **details})
-    return CheckOutcome("pass", value, details)
+    return _budget_outcome(limits, details)
 
 
 # --- pii_leak --------------------------------------------------------------------------------------

@@ -3,14 +3,13 @@ sentinel (`drift.version_change`) and the canary comparison (`drift.canary`)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from llmwatch.core.config import Section
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url
 
 # What `drift.version_change.fields` may name: the parts of a call that say which version served it.
 VersionField = Literal["model_version", "response_model", "system_fingerprint"]
@@ -57,9 +56,7 @@ class VersionChangeSection(Section):
     @field_validator("webhook")
     @classmethod
     def _valid_webhook(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:9000/hook, got {mask_url(value)!r}")
-        return value
+        return None if value is None else check_http_url(value, "http://127.0.0.1:9000/hook")
 
     @field_validator("command")
     @classmethod

@@ -728,25 +728,10 @@ def _embedding(
     paired = {h for _, h in entries[0] if h in frequent} & {h for _, h in entries[1]}
     bk = [f"prompt {h}" if h in paired else c for c, h in entries[0]]
     ck = [f"prompt {h}" if h in paired else c for c, h in entries[1]]
-    if not bx or not cx:
+    unfit = "no answer embeddings" if not bx or not cx else "inputs barely overlap the baseline's" if short else None
+    if unfit is not None:
         return _insufficient(
-            "embedding",
-            "behaviour",
-            "mmd_stratified_permutation",
-            len(bx),
-            len(cx),
-            route,
-            reason="no answer embeddings",
-        )
-    if short:
-        return _insufficient(
-            "embedding",
-            "behaviour",
-            "mmd_stratified_permutation",
-            len(bx),
-            len(cx),
-            route,
-            reason="inputs barely overlap the baseline's",
+            "embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason=unfit
         )
     shared = set(bk) & set(ck)
     if matched_only:

@@ -116,15 +116,9 @@ def human_labels(
 
     Only blind reviews count. Several reviewers: the mean, rounded half up.
     """
-    from llmwatch.scorers.evaluation.review import ReviewError, key_path_for, load_key, load_reviews, load_tasks
+    from llmwatch.scorers.evaluation.review import ReviewError, load_reviews, load_tasks_and_key
 
-    tasks, digest = load_tasks(tasks_path)
-    key_file = key_path or key_path_for(tasks_path)
-    key = load_key(key_file)
-    if key.tasks_sha256 != digest:
-        raise ReviewError(
-            f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)"
-        )
+    tasks, key, key_file = load_tasks_and_key(tasks_path, key_path)
     ratings: dict[tuple[str, str], list[int]] = defaultdict(list)
     for review in load_reviews(reviews_path, tasks):
         if not review.blind:

@@ -239,24 +239,36 @@ def quality_matrix(rows: Sequence[ScoredSample], categories: Sequence[Category])
     ):
         scored = [r for r in items if r.score is not None]
         values = [r.score for r in items if r.score is not None]
-        n = len(scored)
-        k = sum(1 for r in scored if r.passed)
-        lo, hi = wilson_interval(k, n) if n else (None, None)
-        cells.append(
-            CategoryCell(
-                category=category,
-                model_version=version,
-                # Traffic outside every configured category still counts, at the smallest weight.
-                weight=weight.get(category, min(weight.values(), default=1.0)),
-                n=n,
-                n_unscored=len(items) - n,
-                mean_score=sum(values) / n if n else None,
-                pass_rate=k / n if n else None,
-                ci_low=lo,
-                ci_high=hi,
-            )
-        )
+        passed = sum(1 for r in scored if r.passed)
+        cells.append(category_cell(category, version, weight, len(items), passed, values, sum(values)))
     return cells
+
+
+def category_cell(
+    category: str,
+    version: str,
+    weight: Mapping[str, float],
+    samples: int,
+    passed: int,
+    values: Sequence[float],
+    total: float,
+) -> CategoryCell:
+    """One cell of the quality matrix: of `samples`, the scored `values` (summing to `total`), `passed`
+    of them passing. The same for rows and for streamed columns (report_stream)."""
+    n = len(values)
+    lo, hi = wilson_interval(passed, n) if n else (None, None)
+    return CategoryCell(
+        category=category,
+        model_version=version,
+        # Traffic outside every configured category still counts, at the smallest weight.
+        weight=weight.get(category, min(weight.values(), default=1.0)),
+        n=n,
+        n_unscored=samples - n,
+        mean_score=total / n if n else None,
+        pass_rate=passed / n if n else None,
+        ci_low=lo,
+        ci_high=hi,
+    )
 
 
 def overall_quality(cells: Sequence[CategoryCell]) -> dict[str, float | None]:

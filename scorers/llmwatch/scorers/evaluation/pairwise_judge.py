@@ -146,20 +146,12 @@ def human_verdicts(
     """
     from llmwatch.scorers.evaluation.review import (
         ReviewError,
-        key_path_for,
-        load_key,
         load_reviews,
-        load_tasks,
+        load_tasks_and_key,
         preference,
     )
 
-    tasks, digest = load_tasks(tasks_path)
-    key_file = key_path or key_path_for(tasks_path)
-    key = load_key(key_file)
-    if key.tasks_sha256 != digest:
-        raise ReviewError(
-            f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)"
-        )
+    tasks, key, key_file = load_tasks_and_key(tasks_path, key_path)
     if len(key.versions) != 2 or key.versions[0] != "primary":
         raise ReviewError(
             f"key file {key_file} is not from `llmwatch review export --pairs` (versions {key.versions}, expected primary and a candidate)"

@@ -540,6 +540,15 @@ class RunSettings:
     paraphrase_model: str | None = None
     paraphrase_api_key: str = "sk-llmwatch-paraphrase"
 
+    def client(self, url: str, api_key: str) -> Any:
+        """An OpenAI client for one of the run's endpoints (the candidate, the judge, the rewording
+        model), each with the run's timeout and retries."""
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=openai_base_url(url), api_key=api_key, timeout=self.timeout_s, max_retries=self.max_retries
+        )
+
     @property
     def variant_repeat(self) -> int:
         """Attempts per rewording: --repeat, or --min-repeat with early stopping (rewordings never decide a verdict)."""
@@ -644,12 +653,7 @@ async def prepare_rewordings(suite: RegressSuite, s: RunSettings) -> PreparedRew
     import openai
 
     model = s.paraphrase_model
-    client = openai.AsyncOpenAI(
-        base_url=openai_base_url(s.paraphrase_url),
-        api_key=s.paraphrase_api_key,
-        timeout=s.timeout_s,
-        max_retries=s.max_retries,
-    )
+    client = s.client(s.paraphrase_url, s.paraphrase_api_key)
     gate = asyncio.Semaphore(s.concurrency)
     prepared = PreparedRewordings({}, source=f"model:{model}")
 
@@ -905,7 +909,6 @@ async def run_attempts(
     lines: Mapping[str, float] | None = None,
     variants: Variants | None = None,
 ) -> list[Attempt]:
-    import openai
     from tqdm import tqdm
 
     from llmwatch.core.config import Price
@@ -913,17 +916,8 @@ async def run_attempts(
     prices = s.prices or PriceTable(
         {k: (v if isinstance(v, Price) else Price.model_validate(v)) for k, v in (s.pricing or {}).items()}
     )
-    client = openai.AsyncOpenAI(
-        base_url=openai_base_url(s.upstream), api_key=s.api_key, timeout=s.timeout_s, max_retries=s.max_retries
-    )
-    judge = None
-    if s.judge_url:
-        judge = openai.AsyncOpenAI(
-            base_url=openai_base_url(s.judge_url),
-            api_key=s.judge_api_key,
-            timeout=s.timeout_s,
-            max_retries=s.max_retries,
-        )
+    client = s.client(s.upstream, s.api_key)
+    judge = s.client(s.judge_url, s.judge_api_key) if s.judge_url else None
     gate = asyncio.Semaphore(s.concurrency)
     if variants is None:
         variants = {c.id: case_rewordings(c, s.paraphrases) for c in suite.cases}

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from llmwatch.core.jsonio import read_records
+from llmwatch.core.jsonio import batches, read_records
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.errors import ErrorTally, mostly_errors_message
@@ -45,6 +45,7 @@ from llmwatch.scorers.evaluation.matrix import (
     CategoryCell,
     build_categories,
     categorize,
+    category_cell,
     overall_quality,
     request_messages,
     user_turns,
@@ -64,12 +65,13 @@ from llmwatch.scorers.evaluation.stability import (
     decay_slope_arrays,
     group_stability,
     prompt_hash,
+    sampling_cells,
+    turn_cell,
     version_cell,
 )
 from llmwatch.scorers.evaluation.turns import TurnDecay, decay_of, turn_bucket
 from llmwatch.scorers.pipeline.conversations import ConversationTracker, HistoryDigests, history_digests
 from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
-from llmwatch.scorers.stats.proportions import wilson_interval
 
 __all__ = ["build_report_streamed"]
 
@@ -361,14 +363,7 @@ def _micros(s: Sample) -> int:
 
 
 def _batches(samples_path: str) -> Iterator[list[Sample]]:
-    batch: list[Sample] = []
-    for s in read_records(samples_path):
-        batch.append(s)
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    return batches(read_records(samples_path), _BATCH)
 
 
 class _PassRates:
@@ -473,22 +468,8 @@ def _quality_matrix(
         mask = (cat == cat_names.index(category)) & (ver == versions.index(version))
         scored_mask = mask & has
         values = score[scored_mask]
-        n = len(values)
         k = int(passed[scored_mask].sum())
-        lo, hi = wilson_interval(k, n) if n else (None, None)
-        cells.append(
-            CategoryCell(
-                category=category,
-                model_version=version,
-                weight=weight.get(category, min(weight.values(), default=1.0)),
-                n=n,
-                n_unscored=int(mask.sum()) - n,
-                mean_score=_seq_sum(values) / n if n else None,
-                pass_rate=k / n if n else None,
-                ci_low=lo,
-                ci_high=hi,
-            )
-        )
+        cells.append(category_cell(category, version, weight, int(mask.sum()), k, values, _seq_sum(values)))
     return cells
 
 
@@ -517,20 +498,7 @@ def _sampling_stability(
         version, category = versions[int(v[a])], cat_names[int(c[a])]
         by_key[(category, version)].append((b - a, var, stab))
         by_key[(ALL, version)].append((b - a, var, stab))
-    cells = []
-    for (category, version), gs in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
-        cells.append(
-            StabilityCell(
-                kind="sampling",
-                category=category,
-                model_version=version,
-                value=sum(g[2] for g in gs) / len(gs),
-                n_groups=len(gs),
-                n_samples=sum(g[0] for g in gs),
-                detail={"mean_variance": sum(g[1] for g in gs) / len(gs)},
-            )
-        )
-    return cells
+    return sampling_cells(by_key)
 
 
 def _turn_stability(col: _Columns, score: np.ndarray, versions: list[str], cat_names: list[str]) -> list[StabilityCell]:
@@ -549,10 +517,8 @@ def _turn_stability(col: _Columns, score: np.ndarray, versions: list[str], cat_n
         fit = decay_slope_arrays(
             turns[mask].astype(float), score[mask], MAX_TURN, cat[mask] if category == ALL else None
         )
-        if fit is None:
-            continue
-        value = min(1.0, max(0.0, 1.0 - (MAX_TURN - 1) * max(0.0, -fit["slope"])))
-        cells.append(StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit))
+        if fit is not None:
+            cells.append(turn_cell(category, version, fit))
     return cells
 
 

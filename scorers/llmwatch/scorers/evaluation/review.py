@@ -665,6 +665,22 @@ def load_key(path: str | os.PathLike[str]) -> ReviewKey:
     )
 
 
+def load_tasks_and_key(
+    tasks_path: str | os.PathLike[str], key_path: str | os.PathLike[str] | None = None
+) -> tuple[dict[str, ReviewTask], ReviewKey, str | os.PathLike[str]]:
+    """A round's tasks, its key and the key's path (by default the key exported next to the tasks),
+    refused when the key was written for another tasks file: for the readers of reviews against a
+    judge (calibration, pairwise verdicts)."""
+    tasks, digest = load_tasks(tasks_path)
+    key_file = key_path or key_path_for(tasks_path)
+    key = load_key(key_file)
+    if key.tasks_sha256 != digest:
+        raise ReviewError(
+            f"key file {key_file} was written for another tasks file than {tasks_path} (sha256 differs); give the key exported with it (--key)"
+        )
+    return tasks, key, key_file
+
+
 def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) -> list[Review]:  # noqa: C901
     """Every review line validated against its task; all problems reported at once (up to 20)."""
     source = Path(path)

@@ -36,7 +36,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -133,24 +133,31 @@ def sampling_stability(
             continue
         mean, var, stab = group_stability(values)
         groups.append(PromptGroup(digest, category, version, len(values), mean, var, stab))
-    cells = []
-    by_key: dict[tuple[str, str], list[PromptGroup]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
     for g in groups:
-        by_key[(g.category, g.model_version)].append(g)
-        by_key[(ALL, g.model_version)].append(g)
+        by_key[(g.category, g.model_version)].append((g.n, g.variance, g.stability))
+        by_key[(ALL, g.model_version)].append((g.n, g.variance, g.stability))
+    return groups, sampling_cells(by_key)
+
+
+def sampling_cells(by_key: Mapping[tuple[str, str], Sequence[tuple[int, float, float]]]) -> list[StabilityCell]:
+    """The sampling-stability cells of prompt groups, each (samples, variance, stability), by
+    (category, version): the mean stability and variance of the groups, per version, ALL after its
+    categories. The same for rows and for streamed columns (report_stream)."""
+    cells = []
     for (category, version), gs in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
         cells.append(
             StabilityCell(
                 kind="sampling",
                 category=category,
                 model_version=version,
-                value=sum(g.stability for g in gs) / len(gs),
+                value=sum(g[2] for g in gs) / len(gs),
                 n_groups=len(gs),
-                n_samples=sum(g.n for g in gs),
-                detail={"mean_variance": sum(g.variance for g in gs) / len(gs)},
+                n_samples=sum(g[0] for g in gs),
+                detail={"mean_variance": sum(g[1] for g in gs) / len(gs)},
             )
         )
-    return groups, cells
+    return cells
 
 
 def decay_slope(
@@ -209,6 +216,14 @@ def decay_slope_arrays(
     return fit
 
 
+def turn_cell(category: str, version: str, fit: dict[str, Any], max_turn: int = MAX_TURN) -> StabilityCell:
+    """The turn-stability figure of a decay fit, the same for rows and for streamed columns: 1 with no
+    decline, 0 when the fitted decline from turn 1 to `max_turn` spans the whole score scale (a
+    rising slope counts as no decline)."""
+    value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
+    return StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit)
+
+
 def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> list[StabilityCell]:
     points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     categories: dict[str, list[int]] = defaultdict(list)  # per version: each ALL point's category
@@ -228,10 +243,8 @@ def turn_stability(rows: Sequence[ScoredSample], max_turn: int = MAX_TURN) -> li
     for (category, version), pts in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0] == ALL, kv[0][0])):
         # A version's figure over all categories is fitted within each category (decay_slope_arrays).
         fit = decay_slope(pts, max_turn, categories[version] if category == ALL else None)
-        if fit is None:
-            continue
-        value = min(1.0, max(0.0, 1.0 - (max_turn - 1) * max(0.0, -fit["slope"])))
-        cells.append(StabilityCell("turn", category, version, value, len(fit["by_turn"]), fit["n"], fit))
+        if fit is not None:
+            cells.append(turn_cell(category, version, fit, max_turn))
     return cells
 
 

@@ -309,7 +309,7 @@ def _distribution_figure(
         f"{sig.name} [{_route_label(sig.route)}]  {sig.verdict.upper()}  ({'KS D' if sig.test == 'ks' else sig.test} {_num(sig.statistic, '.3f')}, p adj {_p(sig.p_adjusted)})",
         fontsize=8.5,
         loc="left",
-        color="#c0392b" if sig.verdict == "drift" else "#1c2833",
+        color=_verdict_colour(sig.verdict),
     )
     ax.set_ylabel("share of calls")
     ax.yaxis.set_major_formatter(_percent())
@@ -350,12 +350,7 @@ def _pass_rate_figure(
     )
     ax.set_xlabel("pass rate (Wilson 95% CI)")
     ax.invert_yaxis()
-    ax.set_title(
-        f"{sig.name} [{_route_label(sig.route)}]  {sig.verdict.upper()}",
-        fontsize=9,
-        loc="left",
-        color="#c0392b" if sig.verdict == "drift" else "#1c2833",
-    )
+    _title(ax, f"{sig.name} [{_route_label(sig.route)}]", sig.verdict, fontsize=9)
     return fig
 
 
@@ -384,12 +379,7 @@ def _failure_modes_figure(
     ax.yaxis.set_major_formatter(_percent())
     ax.set_ylabel("share of calls")
     ax.legend(fontsize=7, frameon=False)
-    ax.set_title(
-        f"failure modes [{_route_label(sig.route)}]  {sig.verdict.upper()}",
-        fontsize=9,
-        loc="left",
-        color="#c0392b" if sig.verdict == "drift" else "#1c2833",
-    )
+    _title(ax, f"failure modes [{_route_label(sig.route)}]", sig.verdict, fontsize=9)
     return fig
 
 
@@ -442,13 +432,13 @@ def _join(a: Distribution | None, b: Distribution) -> Distribution:
     return a.model_copy(update={"n": a.n + b.n, "reservoir": a.reservoir + b.reservoir})
 
 
-def _title(ax: Any, text: str, verdict: str) -> None:
-    ax.set_title(
-        f"{text}  {verdict.upper()}",
-        fontsize=8.5,
-        loc="left",
-        color="#c0392b" if verdict in ("drift", "shifted", "changed") else "#1c2833",
-    )
+def _verdict_colour(verdict: str) -> str:
+    """A figure title's colour: red for a signal that moved (drift; shifted inputs; changed context), else ink."""
+    return "#c0392b" if verdict in ("drift", "shifted", "changed") else "#1c2833"
+
+
+def _title(ax: Any, text: str, verdict: str, fontsize: float = 8.5) -> None:
+    ax.set_title(f"{text}  {verdict.upper()}", fontsize=fontsize, loc="left", color=_verdict_colour(verdict))
 
 
 def _mix_figure(plt: Any, sig: Signal) -> Any:

@@ -716,6 +716,34 @@ def _include_usage(ctx: _Ctx) -> bool:
     return isinstance(opts, dict) and opts.get("include_usage") is True and ctx.usage_allowed()
 
 
+async def _open_chunk_stream(ctx: _Ctx) -> tuple[_Sse, bool, dict[str, Any]]:
+    """A Chat or Completions stream, started and then held for TTFT before its first chunk (the role
+    chunk too, like the real API, so a proxy that times the first chunk and one that times the first
+    content agree): the writer, whether a usage chunk ends it, and the `usage: null` every chunk then carries."""
+    sse = _Sse(ctx)
+    include_usage = _include_usage(ctx)
+    await sse.start()
+    await ctx.sleep(ctx.ttft_ms())
+    return sse, include_usage, {"usage": None} if include_usage else {}
+
+
+async def _stream_chunks(
+    ctx: _Ctx, sse: _Sse, choices: Sequence[_Choice], payload: Callable[[int, str], dict[str, Any]]
+) -> bool:
+    """Every choice's content chunks, interleaved, one inter-token latency apart, each as `payload(index,
+    chunk)` makes it; False where the cut_after fault cut the stream (before, within or after them)."""
+    if sse.cut_at(sent_all=False):
+        return False
+    first = True
+    for index, chunk in _interleave(choices):
+        if not first:
+            await ctx.sleep(ctx.itl_ms())
+        first = False
+        if not await sse.content(payload(index, chunk)):
+            return False
+    return not sse.cut_at(sent_all=True)
+
+
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -856,13 +884,7 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
     completion_tokens = sum(len(c.chunks) for c in choices)
 
     if body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        # The role chunk waits for TTFT too, like the real API, so a proxy that
-        # times the first chunk and one that times the first content agree.
-        await ctx.sleep(ctx.ttft_ms())
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
         await sse.data(
             {
                 **head,
@@ -873,23 +895,16 @@ async def _chat(ctx: _Ctx) -> web.StreamResponse:
                 **extra,
             }
         )
-        if sse.cut_at(sent_all=False):
-            return await sse.done()
-        first = True
-        for index, chunk in _interleave(choices):
-            if not first:
-                await ctx.sleep(ctx.itl_ms())
-            first = False
-            ok = await sse.content(
-                {
-                    **head,
-                    "choices": [{"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}],
-                    **extra,
-                }
-            )
-            if not ok:
-                return await sse.done()
-        if sse.cut_at(sent_all=True):
+        if not await _stream_chunks(
+            ctx,
+            sse,
+            choices,
+            lambda index, chunk: {
+                **head,
+                "choices": [{"index": index, "delta": {"content": chunk}, "logprobs": None, "finish_reason": None}],
+                **extra,
+            },
+        ):
             return await sse.done()
         await sse.data(
             {
@@ -937,11 +952,7 @@ async def _chat_tool_calls(
     pieces = [[_chunks(c.arguments) or [""] for c in plan] for plan in plans]
     completion_tokens = sum(len(p) + 1 for per_choice in pieces for p in per_choice)
     if ctx.body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        await ctx.sleep(ctx.ttft_ms())
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {
@@ -1066,24 +1077,17 @@ async def _completions(ctx: _Ctx) -> web.StreamResponse:
     head = {"id": ident, "object": "text_completion", "created": ctx.created, "model": model}
 
     if body.get("stream") is True:
-        sse = _Sse(ctx)
-        include_usage = _include_usage(ctx)
-        extra = {"usage": None} if include_usage else {}
-        await sse.start()
-        await ctx.sleep(ctx.ttft_ms())
-        if sse.cut_at(sent_all=False):
-            return await sse.done()
-        first = True
-        for index, chunk in _interleave(choices):
-            if not first:
-                await ctx.sleep(ctx.itl_ms())
-            first = False
-            ok = await sse.content(
-                {**head, "choices": [{"text": chunk, "index": index, "logprobs": None, "finish_reason": None}], **extra}
-            )
-            if not ok:
-                return await sse.done()
-        if sse.cut_at(sent_all=True):
+        sse, include_usage, extra = await _open_chunk_stream(ctx)
+        if not await _stream_chunks(
+            ctx,
+            sse,
+            choices,
+            lambda index, chunk: {
+                **head,
+                "choices": [{"text": chunk, "index": index, "logprobs": None, "finish_reason": None}],
+                **extra,
+            },
+        ):
             return await sse.done()
         for i, c in enumerate(choices):
             await sse.data(

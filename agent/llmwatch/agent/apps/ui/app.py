@@ -35,11 +35,12 @@ import orjson
 import structlog
 from aiohttp import web
 
-from llmwatch.agent.apps.review import SECURITY_HEADERS
+from llmwatch.agent.apps.review import no_tracebacks, secure_headers
 from llmwatch.agent.apps.ui.index import (
     CONVERSATION_ORDERS,
     FAILURE_MODES,
     OUTCOMES,
+    PAGE_SIZE,
     SORTS,
     TURNS_PAGE_SIZE,
     FilterError,
@@ -144,6 +145,25 @@ def page(title: str, here: str, body: str, status: int = 200) -> web.Response:
         f'<body><header><span class="title">llmwatch</span>{links}</header><main><h1>{_e(title)}</h1>{body}</main></body></html>\n'
     )
     return web.Response(text=doc, content_type="text/html", charset="utf-8", status=status)
+
+
+def _pages(
+    number: int,
+    total: int,
+    href: Callable[[int], str],
+    *,
+    size: int = PAGE_SIZE,
+    earlier: str = "previous",
+    later: str = "next",
+) -> str:
+    """The page links under a list: #prev while there is a page before `number`, #next while rows remain
+    after it; `href(n)` is page n's address (escaped here)."""
+    links = []
+    if number > 1:
+        links.append(f'<a id="prev" href="{_e(href(number - 1))}">{earlier}</a>')
+    if number * size < total:
+        links.append(f'<a id="next" href="{_e(href(number + 1))}">{later}</a>')
+    return f'<nav class="pages">{"".join(links)}</nav>'
 
 
 def _problem(message: str) -> str:
@@ -268,12 +288,7 @@ class UiApp:
                     f'<td class="snippet">{_text(r["prompt"])}</td></tr>'
                 )
             body.append(f'<table class="list" id="samples"><thead>{head}</thead><tbody>{"".join(trs)}</tbody></table>')
-        pages = []
-        if f.page > 1:
-            pages.append(f'<a id="prev" href="/samples?{_e(f.query(page=f.page - 1))}">previous</a>')
-        if f.page * 50 < total:
-            pages.append(f'<a id="next" href="/samples?{_e(f.query(page=f.page + 1))}">next</a>')
-        body.append(f'<nav class="pages">{"".join(pages)}</nav>')
+        body.append(_pages(f.page, total, lambda n: f"/samples?{f.query(page=n)}"))
         return page("Samples", "samples", "".join(body))
 
     async def sample(self, request: web.Request) -> web.Response:
@@ -407,12 +422,7 @@ class UiApp:
                 "<th class=num>last turn passed</th><th class=num>decay</th><th>first call</th><th>last call</th></tr></thead>"
                 f"<tbody>{''.join(trs)}</tbody></table>"
             )
-        pages = []
-        if f.page > 1:
-            pages.append(f'<a id="prev" href="{_e(link(page=f.page - 1))}">previous</a>')
-        if f.page * 50 < total:
-            pages.append(f'<a id="next" href="{_e(link(page=f.page + 1))}">next</a>')
-        body.append(f'<nav class="pages">{"".join(pages)}</nav>')
+        body.append(_pages(f.page, total, lambda n: link(page=n)))
         return page("Conversations", "conversations", "".join(body))
 
     async def conversation(self, request: web.Request) -> web.Response:
@@ -463,12 +473,16 @@ class UiApp:
             f"<tbody>{''.join(turns)}</tbody></table>",
         ]
         here = f"/conversations/{quote(conversation_id, safe='')}"
-        nav = []
-        if int(number) > 1:
-            nav.append(f'<a id="prev" href="{here}?page={int(number) - 1}">earlier turns</a>')
-        if int(number) * TURNS_PAGE_SIZE < summary["calls"]:
-            nav.append(f'<a id="next" href="{here}?page={int(number) + 1}">later turns</a>')
-        body.append(f'<nav class="pages">{"".join(nav)}</nav>')
+        body.append(
+            _pages(
+                int(number),
+                summary["calls"],
+                lambda n: f"{here}?page={n}",
+                size=TURNS_PAGE_SIZE,
+                earlier="earlier turns",
+                later="later turns",
+            )
+        )
         return page(f"Conversation {conversation_id}", "conversations", "".join(body))
 
     # versions ------------------------------------------------------------------------------------
@@ -823,27 +837,10 @@ def _gate(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
     return gate
 
 
-async def _secure(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers.update(SECURITY_HEADERS)
-
-
-@web.middleware
-async def no_tracebacks(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except Exception:
-        log.exception(
-            "ui.internal_error",
-            route=request.match_info.route.resource.canonical if request.match_info.route.resource else None,
-        )
-        return web.Response(status=500, text="internal error (logged by llmwatch ui)\n")
-
-
 def build_app(state: UiState) -> web.Application:
-    app = web.Application(middlewares=[no_tracebacks, _gate(state.token)], client_max_size=64 * 1024)
-    app.on_response_prepare.append(_secure)
+    faults = no_tracebacks("ui.internal_error", "internal error (logged by llmwatch ui)\n")
+    app = web.Application(middlewares=[faults, _gate(state.token)], client_max_size=64 * 1024)
+    app.on_response_prepare.append(secure_headers)
     h = UiApp(state)
     app.router.add_get("/", h.root)
     app.router.add_get("/favicon.ico", h.no_icon)
