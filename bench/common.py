@@ -80,31 +80,27 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
-def tree_user_seconds(pid: int) -> float:
-    """User-space CPU of the whole tree (utime + cutime): the part a proxy's own code spends, where
-    the rest (stime) is mostly the kernel's loopback reads, writes and waits, alike for every peer."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
+def _tree_ticks(pid: int, fields: tuple[int, ...]) -> float:
+    """Seconds in the /proc/PID/stat `fields` (clock ticks), summed over the whole tree."""
+    total = 0
     for p in tree_pids(pid):
         try:
             f = _stat(p)
         except OSError:
             continue
-        total += (int(f[11]) + int(f[13])) / tick
-    return total
+        total += sum(int(f[i]) for i in fields)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def tree_user_seconds(pid: int) -> float:
+    """User-space CPU of the whole tree (utime + cutime): the part a proxy's own code spends, where
+    the rest (stime) is mostly the kernel's loopback reads, writes and waits, alike for every peer."""
+    return _tree_ticks(pid, (11, 13))
 
 
 def tree_cpu_seconds(pid: int) -> float:
     """CPU of the whole tree: live processes plus what reaped children left in cutime/cstime."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for p in tree_pids(pid):
-        try:
-            f = _stat(p)
-        except OSError:
-            continue
-        total += (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / tick
-    return total
+    return _tree_ticks(pid, (11, 12, 13, 14))
 
 
 def tree_rss_mb(pid: int) -> float:
