@@ -533,7 +533,12 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         if p.name == "direct":
             continue
         cells = per_call(p)
-        ratio = "-" if reference is None else " / ".join(f"{mine / ref:.2f}x" for mine, ref in zip(cells, reference))
+        # A reference that read no CPU at all (a run shorter than the clock's tick) gives no ratio.
+        ratio = (
+            "-"
+            if reference is None
+            else " / ".join(f"{mine / ref:.2f}x" if ref > 0 else "-" for mine, ref in zip(cells, reference))
+        )
         bound = ">= " if p.not_idle else ""
         own = ""
         if p.name.startswith("llmwatch") and p.proxy_cpu and p.calls.get("plain"):
@@ -544,8 +549,9 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
             f"{p.user_cpu[mode] / p.calls[mode] * 1e6:,.0f} µs" if p.calls.get(mode) and mode in p.user_cpu else "-"
             for mode in ("plain", "stream")
         )
+        saturation = " / ".join(f"{1e6 / c:,.0f}" if c > 0 else "-" for c in cells)
         lines.append(
-            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {user} | {1e6 / cells[0]:,.0f} / {1e6 / cells[1]:,.0f} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
+            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {user} | {saturation} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
     lines += [
         "",
