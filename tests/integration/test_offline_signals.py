@@ -37,12 +37,29 @@ def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "NO_COLOR": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmwatch.agent.cli", "score", "--in", str(samples), "--out", str(out / "scores.jsonl")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    # The command as a terminal starts it. A test run started in the background by a shell (`&`,
+    # as CI runners and nohup do) inherits SIGINT ignored, and an ignored signal stays ignored
+    # across exec: the child would never see Ctrl-C. A handler of Python's own in this process is
+    # reset to the default by exec instead, so the child starts with Ctrl-C live.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llmwatch.agent.cli",
+                "score",
+                "--in",
+                str(samples),
+                "--out",
+                str(out / "scores.jsonl"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         # The event: the output's temporary file exists, so the command is inside its writer.
         deadline = time.monotonic() + 120
