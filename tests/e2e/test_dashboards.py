@@ -4,10 +4,11 @@ Prometheus that scrapes a real llmwatch agent carrying real traffic.
 Expressions are taken from the committed JSON (panel targets, annotations, template variables),
 Grafana's variables are replaced (`$model` -> `.*`, `$__rate_interval` -> `1m`, ...), and each
 must be accepted by Prometheus (status success) and return at least one finite value once the
-traffic has been scraped. An expression whose metrics have no series in that Prometheus (metrics
-that llmwatch does not export yet, e.g. Kafka or drift) is only required to parse; its data check
+traffic has been scraped. An expression whose metrics have no series in that Prometheus (this
+traffic has no Kafka, no errors and no frozen baseline) is only required to parse; its data check
 is an xfail naming those metrics, computed from Prometheus at run time, so it turns into a pass by
-itself once the agent exports them.
+itself once such series exist. The drift dashboard's queries are run with data where drift fires:
+tests/e2e/test_drift_alerting.py.
 """
 
 from __future__ import annotations

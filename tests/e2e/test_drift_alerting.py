@@ -18,8 +18,9 @@ import yaml
 from aiohttp import web
 from helpers.agents import proxy_url, settled, wait_until
 from helpers.chat import seeded_calls
+from helpers.dashboards import DASHBOARD_DIR, defined_variables, expressions, load, substitute, variable_queries
 from helpers.ports import free_port
-from helpers.prom import alertmanager_binary, start_prometheus
+from helpers.prom import Prometheus, alertmanager_binary, finite, start_prometheus
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 
@@ -108,6 +109,26 @@ def rules_without_for(tmp: Path) -> Path:
     return path
 
 
+def drift_dashboard_gaps(prom: Prometheus) -> list[str]:
+    """What of the drift dashboard shows nothing in this Prometheus: each query as Grafana runs it
+    (variables set to match everything), with the query's own words. The dashboards test has no
+    baseline, so its drift panels can only parse; here drift has fired, and each must show it."""
+    dashboard = load(DASHBOARD_DIR / "llmwatch-drift.json")
+    variables = defined_variables(dashboard)
+    gaps = []
+    for where, expr in expressions(dashboard):
+        promql = substitute(expr, variables)
+        result = prom.query(promql)
+        if not result or not finite(result):
+            gaps.append(f"{where}: {result!r} for {promql}")
+    for name, query in variable_queries(dashboard):
+        label_query = substitute(query, variables)
+        selector, _, label = label_query.removeprefix("label_values(").removesuffix(")").rpartition(",")
+        if not prom.label_values(label.strip(), selector):
+            gaps.append(f"${name}: no values for {label_query}")
+    return gaps
+
+
 async def traffic(base: str, n: int, seed0: int) -> None:
     await seeded_calls(base, [PROMPTS[i % len(PROMPTS)] for i in range(n)], seed0)
 
@@ -194,6 +215,13 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
         assert signals & {"output_tokens", "pass_rate:refusal", "latency_ms", "ttft_ms", "failure_modes", "cost_usd"}
         for alert in firing:
             assert alert["annotations"]["runbook_url"].endswith("#llmwatchdriftdetected")
+
+        # What an on-call engineer opens next: every panel of the drift dashboard shows B's drift.
+        # The scrape after the agent's verdicts carries every drift series (evidence, windows).
+        since = time.time()
+        await asyncio.to_thread(prom.wait_for_scrape, since, 2, 30.0)
+        gaps = await asyncio.to_thread(drift_dashboard_gaps, prom)
+        assert gaps == [], "drift dashboard queries with no data after drift fired:\n" + "\n".join(gaps)
     finally:
         if prom is not None:
             prom.stop()
