@@ -226,6 +226,11 @@ class LoggingSection(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
 
+    def chosen_format(self) -> Literal["json", "console"] | None:
+        """The format when one was configured (or chosen for the command: `llmwatch demo`'s
+        console lines); None leaves it to configure_logging, which decides by the terminal."""
+        return self.format if "format" in self.model_fields_set else None
+
 
 # --- loading ---------------------------------------------------------------------------------
 

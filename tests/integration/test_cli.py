@@ -117,6 +117,12 @@ def test_demo_runs_prints_a_summary_and_says_what_of_its_story_it_could_not_show
     # used to be killed as 'did not stop in time' on every run).
     errors = [ln for ln in result.stderr.splitlines() if '"level": "error"' in ln or "[error" in ln]
     assert not errors, errors
+    # Its stderr is a pipe here, as in `llmwatch demo > demo.txt 2>&1`: its warnings (version B
+    # served: a new served version) are readable lines, not the JSON lines a server writes for a
+    # log collector.
+    logged = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert not [ln for ln in logged if ln.lstrip().startswith("{")], result.stderr
+    assert any("[warning" in ln and "served_version_changed" in ln for ln in logged), result.stderr
 
 
 def test_each_demo_run_has_its_own_data_and_a_foreign_folder_is_refused(tmp_path: Path):

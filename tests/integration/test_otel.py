@@ -793,7 +793,9 @@ def test_llmwatch_ingest_command(tmp_path: Path):
 
 
 def test_otel_config_is_checked_and_keeps_its_secrets():
-    with pytest.raises(ConfigError, match="protocol grpc, expected HOST:PORT"):
+    with pytest.raises(
+        ConfigError, match=r"otel\.endpoint: expected HOST:PORT such as 127\.0\.0\.1:4317 \(protocol grpc\)"
+    ):
         load_config(
             None, overrides={"otel": {"protocol": "grpc", "endpoint": "http://collector/v1/traces"}}, environ={}
         )

@@ -166,13 +166,41 @@ def test_text_rows_name_a_direction_only_where_there_is_one():
     same = report_for(frozen(rng, n=300, b=never), rng, 300, never)
     always_passed = next(s for s in same.signals if s.name == "pass_rate:refusal")
     assert always_passed.effect_size == 0 and always_passed.direction == "", format_text(same)
-    # A drifting signal with no direction (failure_modes) used to read ", clearest in ..." with
-    # a dangling comma.
+    # A drifting signal with no direction (failure_modes had none) used to read ", clearest in ..."
+    # with a dangling comma.
     report = report_for(frozen(rng, n=2000, b=never), rng, 1500, replace(never, refusal=0.10))
     failure_modes = next(s for s in report.signals if s.name == "failure_modes")
-    assert failure_modes.verdict == "drift" and failure_modes.direction == "" and failure_modes.stratum
+    assert failure_modes.verdict == "drift" and failure_modes.stratum
+    report.signals[report.signals.index(failure_modes)] = replace(failure_modes, direction="")
     row = next(line for line in format_text(report).splitlines() if " failure_modes " in line)
     assert row.endswith(f"  clearest in {failure_modes.stratum}"), row
+
+
+def test_text_rows_name_the_direction_of_every_signed_figure():
+    # The prompt-length row (a relative median shift) and the failure-mode row (the change of one
+    # mode's share) showed a signed effect and no direction beside rows that said "higher",
+    # "worse": -0.08 for the failure modes is good news if the mode is `refusal`, bad if `ok`.
+    rng = np.random.default_rng(11)
+    baseline = frozen(rng, n=1000)
+    samples, scores, emb = window(rng, 800, replace(Behaviour(), refusal=0.12), version="B", prefix="cur")
+    longer = [s.model_copy(update={"usage": s.usage.model_copy(update={"input_tokens": 60})}) for s in samples]
+    report = compare(baseline.routes, summarize(longer, scores, emb), baseline_version="A", current_versions=["B"])
+    text = format_text(report)
+    rows = {s.name: next(r for r in text.splitlines() if f" {s.name} " in r) for s in report.signals}
+    by_name = {s.name: s for s in report.signals}
+    assert by_name["input:prompt_tokens"].direction == "higher", rows["input:prompt_tokens"]
+    assert rows["input:prompt_tokens"].endswith("  higher"), text
+    failure_modes = by_name["failure_modes"]
+    assert failure_modes.detail["mode"] in ("refusal", "ok"), failure_modes.detail
+    expected = "refusal share higher" if failure_modes.detail["mode"] == "refusal" else "ok share lower"
+    assert failure_modes.direction == expected and f"  {expected}" in rows["failure_modes"], text
+    # Every row with a signed figure that moved names which way; only distances (the answer
+    # embedding's 1 - cosine, a mix's total variation) have no sign to name.
+    unsigned = {"embedding"} | {n for n in by_name if n.startswith("input:mix:")}
+    for s in report.signals:
+        if s.name in unsigned or not np.isfinite(s.effect_size) or s.effect_size == 0:
+            continue
+        assert s.direction and f"  {s.direction}" in rows[s.name], rows[s.name]
 
 
 def test_text_rows_show_every_signal_and_test_name_whole():

@@ -364,3 +364,49 @@ def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(ex
     assert report["judge_calibration"]["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
     assert report["judge_calibration"]["pearson"] < 0
     assert set(report["judge_calibration"]["by_judge_score"]) == {"2", "5"}
+
+
+def test_import_with_out_and_json_writes_the_same_report_to_both_serialised_once(
+    exported, tmp_path: Path, capsys, monkeypatch
+):
+    # `--out FILE --format json` serialised the report twice, once for the file and once for
+    # stdout: the same document, made twice. Now made once, and the bytes are those of before
+    # (indented JSON and a newline, in the file and on stdout alike).
+    tasks_path, _, _ = exported
+    reviews_path = tmp_path / "reviews.jsonl"
+    reviews = reviews_for(read_jsonl(tasks_path), dispute="none")
+    reviews_path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
+    dumps = orjson.dumps
+    made: list[dict] = []
+
+    def counting(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "reviewers" in obj:
+            made.append(obj)
+        return dumps(obj, *args, **kwargs)
+
+    monkeypatch.setattr(orjson, "dumps", counting)
+    base = ["review", "import", "--tasks", str(tasks_path), "--reviews", str(reviews_path)]
+    out = tmp_path / "report.json"
+    assert main([*base, "--out", str(out), "--format", "json"]) == 0
+    printed = capsys.readouterr().out
+    assert len(made) == 1, "the report is serialised once"
+    written = out.read_bytes()
+    assert printed.encode() == written
+    assert written == dumps(orjson.loads(written), option=orjson.OPT_INDENT_2) + b"\n"
+    # Text keeps its summary and names the file, which holds the same report.
+    made.clear()
+    text_out = tmp_path / "report-text.json"
+    assert main([*base, "--out", str(text_out), "--format", "text"]) == 0
+    printed = capsys.readouterr().out
+    assert f"report -> {text_out}" in printed and not printed.startswith("{")
+    assert len(made) == 1 and same_report(text_out.read_bytes(), written)
+    # JSON on stdout alone, no file.
+    made.clear()
+    assert main([*base, "--format", "json"]) == 0
+    assert same_report(capsys.readouterr().out.encode(), written) and len(made) == 1
+
+
+def same_report(a: bytes, b: bytes) -> bool:
+    """Byte for byte, but for the time each import was made at."""
+    created = (orjson.loads(a)["created_at"].encode(), orjson.loads(b)["created_at"].encode())
+    return a.replace(created[0], b"T") == b.replace(created[1], b"T")

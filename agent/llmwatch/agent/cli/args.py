@@ -32,6 +32,12 @@ QUIET_COMMANDS = frozenset(
     }
 )
 
+# Commands a person watches even when their output goes to a file or a pipe (`llmwatch demo |
+# tee demo.txt`): their logs are readable lines whatever stderr is, unless logging.format is
+# configured. Elsewhere stderr decides: JSON lines off a terminal, for a log collector (the proxy,
+# the agent); the other summary commands log warnings only, and are run from scripts and CI too.
+CONSOLE_LOG_COMMANDS = frozenset({"demo"})
+
 # Where an override's flag is not `--<field>`, for errors that blame the flag the user typed.
 FLAGS = {
     "otel.ingest_listen": "--listen",
@@ -62,9 +68,16 @@ def setup_logging(args: argparse.Namespace, cfg: Config | None = None) -> str:
         level = cfg.logging.level
     if level is None:
         level = "warning" if command in QUIET_COMMANDS else "info"
-    fmt = cfg.logging.format if cfg is not None and "format" in cfg.logging.model_fields_set else None
-    configure_logging(level, fmt)
+    configure_logging(level, log_format(args, cfg))
     return level
+
+
+def log_format(args: argparse.Namespace, cfg: Config | None = None) -> str | None:
+    """The configured logging.format; else console lines for CONSOLE_LOG_COMMANDS; else None (by the terminal)."""
+    configured = cfg.logging.chosen_format() if cfg is not None else None
+    if configured is None and getattr(args, "command", None) in CONSOLE_LOG_COMMANDS:
+        return "console"
+    return configured
 
 
 def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
@@ -80,9 +93,12 @@ def config_from_args(args: argparse.Namespace, **extra: Any) -> Config:
     }
     cfg = load_config(getattr(args, "config", None), overrides=overrides, flags=FLAGS)
     effective = setup_logging(args, cfg)
-    if effective != cfg.logging.level:
-        # Processes started from here (the demo's scorer child) log at the same level.
-        cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update={"level": effective})})
+    fmt = log_format(args, cfg)
+    if effective != cfg.logging.level or fmt != cfg.logging.chosen_format():
+        # Processes started from here (the demo's scorer and shadow children) log at the same level,
+        # in the same format.
+        update: dict[str, Any] = {"level": effective} if fmt is None else {"level": effective, "format": fmt}
+        cfg = cfg.model_copy(update={"logging": cfg.logging.model_copy(update=update)})
     # Every data file this process creates (samples, scores, baselines, reports) gets this mode.
     set_file_mode(cfg.files.mode_bits)
     return cfg

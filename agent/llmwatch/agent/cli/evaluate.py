@@ -346,11 +346,13 @@ def cmd_review_import(args: argparse.Namespace) -> int:
     report = import_reviews(
         args.tasks, key, args.reviews, level=args.level, arbitration_path=args.arbitration, judge_scores=judge
     )
-    if args.out:
-        atomic_write_bytes(args.out, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    print_result(
-        args.format, data=lambda: report, text=lambda: format_import(report), out=args.out, wrote="report -> {}"
-    )
+    if args.out or args.format == "json":
+        # Made once for the file and stdout alike (it was serialised once for each).
+        write_json_report(args, orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    if args.format == "text":
+        print_result(
+            "text", data=lambda: report, text=lambda: format_import(report), out=args.out, wrote="report -> {}"
+        )
     return 0
 
 

@@ -148,6 +148,7 @@ def _child_main(
     outbox: Any,
     log_level: str,
     parent_pid: int | None = None,
+    log_format: str | None = None,
 ) -> None:
     # Ctrl-C reaches the whole process group: the parent decides when and how the scorer stops
     # (drain, then stop), so the child must not die mid-batch with a KeyboardInterrupt traceback.
@@ -164,7 +165,7 @@ def _child_main(
     from llmwatch.scorers.drift.config import DriftSection
     from llmwatch.scorers.evaluation.config import MatrixSection
 
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     scoring_cfg = ScoringSection.model_validate(scoring_payload)
     isolate(scoring_cfg.cpu_affinity, scoring_cfg.nice)
     drift_cfg = DriftSection.model_validate(drift_payload)
@@ -258,6 +259,7 @@ class ScorerProcess:
         on_canary: CanaryHandler | None = None,
         on_pager: PagerHandler | None = None,
         log_level: str = "warning",
+        log_format: str | None = None,
         on_drop: Callable[[str, int], None] | None = None,
         on_unscored: Callable[[str, int], None] | None = None,
         shutdown_timeout_s: float = 5.0,
@@ -276,6 +278,7 @@ class ScorerProcess:
         self._timeout = batch_timeout_s
         self.shutdown_timeout_s = shutdown_timeout_s
         self._log_level = log_level
+        self._log_format = log_format  # None: the child's stderr decides, as the parent's did
         self._ctx = mp.get_context("spawn")
         self._ids = itertools.count()
         self._inflight: dict[int, _Batch] = {}
@@ -317,6 +320,7 @@ class ScorerProcess:
             self._outbox,
             self._log_level,
             os.getpid(),
+            self._log_format,
         )
         self._proc = self._ctx.Process(target=_child_main, args=args, name="llmwatch-scorer", daemon=True)
         self._proc.start()
@@ -717,6 +721,7 @@ def _create(ctx: Context, scoring: ScoringSection) -> Component | None:
         on_canary=ctx.metrics.group(CanaryMetrics).set_canary,
         on_pager=ctx.metrics.group(DriftMetrics).set_pager,
         log_level=ctx.section(LoggingSection).level,
+        log_format=ctx.section(LoggingSection).chosen_format(),
         on_drop=lambda reason, n: dropped.labels(reason=reason).inc(n),
         on_unscored=lambda reason, n: counts.samples_unscored.labels(reason=reason).inc(n),
         shutdown_timeout_s=scoring.shutdown_timeout_s,

@@ -331,6 +331,7 @@ def child_main(
     outbox: Any,
     log_level: str,
     parent_pid: int,
+    log_format: str | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(
@@ -338,7 +339,7 @@ def child_main(
     ).start()
     from llmwatch.core.logs import configure_logging
 
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
     try:
         section = JudgeSection.model_validate(section_payload)
         isolate(section.cpu_affinity, section.nice, role="judge")

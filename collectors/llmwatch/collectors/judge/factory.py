@@ -90,6 +90,7 @@ def _create(ctx: Context, section: JudgeSection) -> Component | None:
         recorder.apply,
         child_main=child_main,
         log_level=ctx.section(LoggingSection).level,
+        log_format=ctx.section(LoggingSection).chosen_format(),
         on_idle=recorder.refresh,
         on_lost=lambda n: recorder.skipped("judge_down", n),
     )

@@ -88,6 +88,7 @@ class JudgeProcess:
         *,
         child_main: Callable[..., None],
         log_level: str = "warning",
+        log_format: str | None = None,
         on_idle: Callable[[], None] | None = None,
         on_lost: Callable[[int], None] | None = None,
     ) -> None:
@@ -102,6 +103,7 @@ class JudgeProcess:
         self._on_report = on_report
         self._child_main = child_main
         self._log_level = log_level
+        self._log_format = log_format  # None: the child's stderr decides, as the parent's did
         self._ctx = mp.get_context("spawn")
         self._lock = threading.Lock()
         self._sent = 0
@@ -140,6 +142,7 @@ class JudgeProcess:
             self._outbox,
             self._log_level,
             os.getpid(),
+            self._log_format,
         )
         self._proc = self._ctx.Process(target=self._child_main, args=args, name="llmwatch-judge", daemon=True)
         self._proc.start()

@@ -5,20 +5,21 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
 from llmwatch.core.config import Section, host_port, secret_header_values
 from llmwatch.core.metrics import MetricGroup, counter
-from llmwatch.core.urls import mask_url
+from llmwatch.core.urls import check_http_url, mask_url
 
 
 class OtelSection(Section):
     """OpenTelemetry: one span per captured call out over OTLP, and an OTLP/HTTP trace receiver in."""
 
     enabled: bool = False
+    # Before `endpoint`, whose check depends on it (a field validator sees the fields above it).
+    protocol: Literal["http", "grpc"] = "http"
     # http: the full traces URL; grpc: HOST:PORT (https:// for TLS). Unset: the local collector's.
     endpoint: str | None = None
-    protocol: Literal["http", "grpc"] = "http"
     service_name: str = Field("llmwatch", min_length=1)
     # Sent to the collector only (e.g. authorization); secret: never logged, never in a span.
     headers: dict[str, SecretStr] = Field(default_factory=dict)
@@ -47,18 +48,23 @@ class OtelSection(Section):
     def _header_values_as_text(cls, value: Any) -> Any:
         return secret_header_values(value, "{authorization: 'Bearer ...'}")
 
-    @model_validator(mode="after")
-    def _valid_endpoint(self) -> "OtelSection":
-        endpoint = self.endpoint
-        if endpoint is not None and self.protocol == "http" and not re.match(r"^https?://[^/\s]+", endpoint):
-            raise ValueError(
-                f"endpoint: with protocol http, expected a URL such as http://127.0.0.1:4318/v1/traces, got {mask_url(endpoint)!r}"
-            )
-        if endpoint is not None and self.protocol == "grpc" and not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
-            raise ValueError(
-                f"endpoint: with protocol grpc, expected HOST:PORT such as 127.0.0.1:4317, got {mask_url(endpoint)!r}"
-            )
-        return self
+    @field_validator("endpoint")
+    @classmethod
+    def _valid_endpoint(cls, endpoint: str | None, info: ValidationInfo) -> str | None:
+        # The http rule is the one every URL setting has (check_http_url: same message, password
+        # masked); the hint after it is for a HOST:PORT given with the default protocol. A protocol
+        # that was itself refused is not in info.data: its own error says what is wrong.
+        protocol = info.data.get("protocol")
+        if endpoint is None or protocol is None:
+            return endpoint
+        if protocol == "http":
+            try:
+                return check_http_url(endpoint, "http://127.0.0.1:4318/v1/traces")
+            except ValueError as exc:
+                raise ValueError(f"{exc} (protocol http; protocol grpc takes HOST:PORT)") from None
+        if not re.match(r"^(https?://)?[^/\s:]+:\d+/?$", endpoint):
+            raise ValueError(f"expected HOST:PORT such as 127.0.0.1:4317 (protocol grpc), got {mask_url(endpoint)!r}")
+        return endpoint
 
     def resolved_endpoint(self) -> str:
         if self.endpoint:

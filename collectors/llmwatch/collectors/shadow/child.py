@@ -654,7 +654,7 @@ def child_main(
     from llmwatch.core.logs import configure_logging
 
     # As the parent's CLI does: JSON lines unless a format was configured or stderr is a terminal.
-    configure_logging(cfg.logging.level, cfg.logging.format if "format" in cfg.logging.model_fields_set else None)
+    configure_logging(cfg.logging.level, cfg.logging.chosen_format())
     isolate(cfg.shadow.cpu_affinity, cfg.shadow.nice, role="shadow_mirror")
     # The event loop takes the candidate's timestamps while the writer thread scores pairs: with
     # the default 5 ms switch interval a chunk could wait that long for the GIL and read as a

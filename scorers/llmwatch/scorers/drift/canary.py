@@ -432,11 +432,18 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _why(s: Signal, otherwise: str) -> str:
+    """A worse or better signal's reason in the headline. failure_modes is decided on the share of
+    calls that failed in any way (`_against`), not on the one mode its direction names (the
+    table's row says that mode), so the headline keeps to what decided it."""
+    return otherwise if s.name == "failure_modes" else s.direction or otherwise
+
+
 def format_text(report: CanaryReport) -> str:
     d, w = report.drift, report.window
     head = {
         "worse": f"WORSE: canary {report.canary_version} is worse than stable {report.stable_version} in the same window on "
-        + ", ".join(f"{s.family}/{s.name} ({s.direction or 'changed'})" for s in report.worse),
+        + ", ".join(f"{s.family}/{s.name} ({_why(s, 'changed')})" for s in report.worse),
         "not_worse": f"NOT WORSE: canary {report.canary_version} is not worse than stable {report.stable_version} in the same window",
         "insufficient": f"UNDECIDED: too few samples of one version in the common window (each signal needs at least {d.settings.min_samples} per version), or prompts that barely overlap",
     }[report.verdict]
@@ -458,7 +465,7 @@ def format_text(report: CanaryReport) -> str:
     if report.better:
         lines.append(
             "better in the canary (does not fail): "
-            + ", ".join(f"{s.name} ({s.direction or 'fewer failures'})" for s in report.better)
+            + ", ".join(f"{s.name} ({_why(s, 'fewer failures')})" for s in report.better)
         )
     for s in d.signals:
         if s.name == "perf:latency_per_token_ms" and "p50" in s.detail:

@@ -187,6 +187,12 @@ def _from(name: str, family: str, route: str, r: Stratified, **detail: Any) -> S
     )
 
 
+def higher_or_lower(change: float) -> str:
+    """The direction of a signed figure, "" where it did not move (or is not a number): a row of the
+    text table without one read as either way, a score that fell beside one that rose."""
+    return "higher" if change > 0 else "lower" if change < 0 else ""
+
+
 # ---------------------------------------------------------------------------- inputs
 
 
@@ -263,6 +269,8 @@ def _inputs(
             detail=dict(res.detail),
         )
         sig.detail["min_effect"] = s.min_ks_distance
+        # The median's move (the effect is relative to it, NaN for a baseline median of 0).
+        sig.direction = higher_or_lower(float(res.detail["median_shift"]))
         out.append(sig)
     else:
         out.append(_insufficient("input:prompt_tokens", "inputs", "ks", len(bl), len(cl), route))
@@ -525,7 +533,7 @@ def _behaviour(  # noqa: C901
             naming,
             ess,
         )
-        sig.direction = "higher" if sig.effect_size > 0 else "lower" if sig.effect_size < 0 else ""
+        sig.direction = higher_or_lower(sig.effect_size)
         out.append(sig)
     # Failure modes over every sample (errors included).
     fb: dict[str, Counter[str]] = defaultdict(Counter)
@@ -552,6 +560,10 @@ def _behaviour(  # noqa: C901
             stratified_chi2(_count_modes(nb_rows, by_stratum), _count_modes(nc_rows, by_stratum)),
             res.n_current,
         )
+        # The effect is the change of one mode's share (detail "mode"): -0.08 is good news for
+        # `refusal` and bad news for `ok`, so the row names the mode with its direction.
+        moved = higher_or_lower(sig.effect_size)
+        sig.direction = f"{sig.detail['mode']} share {moved}" if moved and sig.detail.get("mode") else ""
         out.append(sig)
     pv_b = {r.prompt_hash: v for _, _, r in base if vectors is not None and (v := vectors.of(r)) is not None}
     pv_c = {r.prompt_hash: v for _, _, r in cur if vectors is not None and (v := vectors.of(r)) is not None}
@@ -632,7 +644,7 @@ def _turn_decay(base: Keyed, cur: Keyed, s: DriftSettings, route: str) -> Signal
         float(diff),
         nb,
         nc,
-        direction="decays faster" if diff < 0 else "decays slower",
+        direction="decays faster" if diff < 0 else "decays slower" if diff > 0 else "",
         family="behaviour",
         detail={
             "baseline_slope": fb.slope,
@@ -896,7 +908,7 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
         )
         sig.effect_size = max(r50, r95)
         sig.n_effective = round(ess, 1)
-        sig.direction = "higher" if sig.effect_size > 0 else "lower"
+        sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
         sig.decisive = decisive
         if not decisive:
             sig.stratum = ""  # raw totals are not stratified
