@@ -455,6 +455,30 @@ def test_sections_left_at_their_defaults_or_switched_on_say_nothing():
         (["report", "--samples", "{samples}", "--out", "{dir}"], "report.json"),
         (["shadow", "report", "--pairs", "{samples}", "--out", "{dir}"], "shadow-report.txt"),
         (["baseline", "freeze", "--samples", "{samples}", "--model-version", "A", "--out", "{dir}"], "baseline-A.json"),
+        # These ran their work first (a whole suite's calls, a judge's paid calls, an export) and
+        # then said only "[Errno 21] Is a directory: '.out.x1y2.partial' -> 'out'", or for
+        # `review serve` "[Errno 22] not a regular file".
+        (
+            ["regress", "--suite", "{samples}", "--upstream", "http://127.0.0.1:9", "--model", "m", "--out", "{dir}"],
+            "run.json",
+        ),
+        (["review", "export", "--samples", "{samples}", "--versions", "A,B", "--out", "{dir}"], "tasks.jsonl"),
+        (["review", "export", "--pairs", "{samples}", "--out", "{dir}"], "tasks.jsonl"),
+        (
+            ["review", "import", "--tasks", "{samples}", "--reviews", "{samples}", "--out", "{dir}"],
+            "review-report.json",
+        ),
+        (["review", "serve", "--tasks", "{samples}", "--out", "{dir}", "--reviewers", "1"], "reviews.jsonl"),
+        (
+            ["shadow", "judge", "--pairs", "{samples}", "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m"]
+            + ["--out", "{dir}"],
+            "judge-verdicts.jsonl",
+        ),
+        (
+            ["judge", "calibrate", "--verdicts", "{samples}", "--tasks", "{samples}", "--reviews", "{samples}"]
+            + ["--out", "{dir}"],
+            "calibration.json",
+        ),
     ],
 )
 def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_give(
