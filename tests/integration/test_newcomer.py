@@ -497,6 +497,40 @@ def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_gi
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "records.jsonl"]
 
 
+@pytest.mark.parametrize(
+    "command,message",
+    [
+        (
+            ["drift", "--config", "{dir}", "--baseline", "{dir}", "--samples", "{dir}"],
+            "config file {dir} is a directory",
+        ),
+        (["suite", "show", "{dir}"], "suite {dir} is a directory, not a file; give the suite's .jsonl file"),
+        (
+            ["regress", "--suite", "{dir}", "--upstream", "http://127.0.0.1:9", "--model", "m"],
+            "suite {dir} is a directory, not a file; give the suite's .jsonl file",
+        ),
+        (
+            ["review", "import", "--tasks", "{dir}", "--reviews", "{dir}"],
+            "tasks file {dir} is a directory, not a file; give the .jsonl file itself",
+        ),
+        (
+            ["review", "serve", "--tasks", "{dir}", "--out", "{dir}/reviews.jsonl", "--reviewers", "1"],
+            "tasks file {dir} is a directory, not a file; give the .jsonl file itself",
+        ),
+    ],
+)
+def test_a_directory_given_where_a_file_is_read_is_named_as_one_with_the_fix(
+    tmp_path: Path, command: list[str], message: str
+):
+    # These said "cannot be read: Is a directory" or "[Errno 21] Is a directory: 'eval'".
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    result = run([part.format(dir=folder) for part in command])
+    assert result.returncode == 2
+    assert message.format(dir=folder) in result.stderr
+    assert "Errno" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Path):
     # `--fail-on behavior` was refused only after the window was read and scored (minutes with
     # the embedding checks); the unreadable samples here prove nothing was read first.
