@@ -542,3 +542,11 @@ def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Pa
     result = run(args)
     assert result.returncode == 2
     assert "--fail-on 'behavior': name families from inputs, behaviour, performance" in result.stderr
+
+
+def test_the_command_list_says_what_exit_2_of_drift_and_canary_means():
+    # "exit 0 stable, 1 drift, 2 undecided": a newcomer whose CI job failed with 2 on a bad
+    # --samples path read "undecided" and waited for more traffic.
+    listing = " ".join(run([]).stderr.split())
+    assert "(exit 0 stable, 1 drift, 2 too little data or bad input)" in listing
+    assert "(exit 0 not worse, 1 worse, 2 too little data or bad input)" in listing
