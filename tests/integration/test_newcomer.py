@@ -517,6 +517,17 @@ def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_gi
             ["review", "serve", "--tasks", "{dir}", "--out", "{dir}/reviews.jsonl", "--reviewers", "1"],
             "tasks file {dir} is a directory, not a file; give the .jsonl file itself",
         ),
+        # `llmwatch ui --suite eval` said "no such file" of a folder that is there, and
+        # `--data-dir notes.txt` "no such directory" of a file that is there.
+        (["ui", "--data-dir", "{dir}/../notes.txt"], "--data-dir {dir}/../notes.txt: is a file, not a directory"),
+        (
+            ["ui", "--data-dir", "{dir}/..", "--suite", "{dir}"],
+            "--suite {dir}: is a directory, not a file; give a suite",
+        ),
+        (
+            ["ui", "--data-dir", "{dir}/..", "--drift-report", "{dir}"],
+            "--drift-report {dir}: is a directory, not a file; give a `llmwatch drift --format json` report",
+        ),
     ],
 )
 def test_a_directory_given_where_a_file_is_read_is_named_as_one_with_the_fix(
@@ -525,6 +536,8 @@ def test_a_directory_given_where_a_file_is_read_is_named_as_one_with_the_fix(
     # These said "cannot be read: Is a directory" or "[Errno 21] Is a directory: 'eval'".
     folder = tmp_path / "eval"
     folder.mkdir()
+    (tmp_path / "samples").mkdir()  # so that `ui --data-dir` takes tmp_path and goes on to the file flags
+    (tmp_path / "notes.txt").write_text("not a data directory\n")
     result = run([part.format(dir=folder) for part in command])
     assert result.returncode == 2
     assert message.format(dir=folder) in result.stderr

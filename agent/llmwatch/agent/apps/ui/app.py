@@ -962,8 +962,9 @@ def run(
                 f"--data-dir {data_dir}: no Parquet files under its samples/, scores/ or pairs/; give the root `llmwatch archive` wrote"
             )
     elif not folder.is_dir():
+        problem = "is a file, not a directory" if folder.exists() else "no such directory"
         raise UiError(
-            f"--data-dir {data_dir}: no such directory; give the sidecar's data directory (data_dir, default ./llmwatch-data)"
+            f"--data-dir {data_dir}: {problem}; give the sidecar's data directory (data_dir, default ./llmwatch-data)"
         )
     elif not any((folder / sub).is_dir() for sub in ("samples", "scores", "pairs")):
         raise UiError(
@@ -972,7 +973,9 @@ def run(
     for name, paths in (("--suite", suites), ("--drift-report", drift_reports)):
         for p in paths:
             if not Path(p).is_file():
-                raise UiError(f"{name} {p}: no such file")
+                problem = "is a directory, not a file" if Path(p).is_dir() else "no such file"
+                what = "a suite .jsonl" if name == "--suite" else "a `llmwatch drift --format json` report"
+                raise UiError(f"{name} {p}: {problem}; give {what}")
     token = resolve_token(auth, host, token_file)
     if token is None and host not in LOOPBACK:
         log.warning(
