@@ -90,6 +90,13 @@ def describe_validation_error(
             message = "expected a section (its fields indented below it, or {field: value})"
             inner = (allowed((*loc, "")) if callable(allowed) else None) if allowed is not None else None
             given_text = f", got {given!r}" + (f"; fields here: {', '.join(inner)}" if inner else "")
+        if err["type"] == "list_type" and isinstance(given, str) and origin and origin.startswith(_ENV_ORIGIN):
+            # A variable's value is read as YAML: "a,b" is one string, "[a, b]" a list.
+            if given.lstrip().startswith(("[", "{")):
+                given_text += "; that is not valid YAML (a list is written [a, b], an item with fields {key: value})"
+            else:
+                items = ", ".join(p.strip() for p in given.split(",") if p.strip())
+                given_text += f"; a variable gives a list in YAML's flow form: {origin[len(_ENV_ORIGIN) :]}='[{items}]'"
         lines.append(f"  - {at}{path}{where}: {message}{given_text}")
     if header is None:
         return "; ".join(lines)

@@ -288,3 +288,18 @@ def test_a_value_where_a_section_goes_says_a_section_and_its_fields_without_clas
     assert "line 1: sampling: expected a section (its fields indented below it, or {field: value}), got 1" in message
     assert "fields here: keep_errors, overrides, rate, request_id_header, slow_ms" in message
     assert "instance of" not in message and "Section" not in message
+
+
+def test_a_list_from_a_variable_written_as_a_comma_list_says_the_yaml_form_that_works():
+    # LLMWATCH_DRIFT__FAIL_ON=behaviour,inputs said "Input should be a valid list (got
+    # 'behaviour,inputs')" and not how a variable gives a list.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "behaviour,inputs"})
+    message = str(err.value)
+    assert "drift.fail_on (from environment variable LLMWATCH_DRIFT__FAIL_ON)" in message
+    assert "a variable gives a list in YAML's flow form: LLMWATCH_DRIFT__FAIL_ON='[behaviour, inputs]'" in message
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "[behaviour, inputs"})
+    assert "that is not valid YAML (a list is written [a, b]" in str(err.value)
+    config = load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "[behaviour, inputs]"})
+    assert list(config.drift.fail_on) == ["behaviour", "inputs"]
