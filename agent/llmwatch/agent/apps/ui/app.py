@@ -224,6 +224,8 @@ class UiState:
     suites: list[Path] = field(default_factory=list)
     drift_reports: list[Path] = field(default_factory=list)
     token: str | None = None
+    # --data-dir as given, for the start line: a URL through Path loses a slash (file:/tmp/ds).
+    source: str = ""
 
 
 def _drift_files(state: UiState) -> list[Path]:
@@ -918,7 +920,7 @@ async def serve(state: UiState, listen: str, public_url: str | None, refresh_s: 
         counts = state.index.totals()
         lines = [
             f"llmwatch ui listening on http://{host}:{bound} ({counts['samples']} samples, {counts['scores']} scores, "
-            f"{counts['pairs']} pairs from {state.data_dir})"
+            f"{counts['pairs']} pairs from {state.source or state.data_dir})"
         ]
         lines.append(f"open: {base}/samples" + (f"?token={state.token}" if state.token else ""))
         out.write("\n".join(lines) + "\n")
@@ -988,7 +990,7 @@ def run(
         index.refresh()
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
-    state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token)
+    state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)
     try:
         import uvloop
 
