@@ -364,3 +364,15 @@ def test_judge_scores_made_after_the_export_are_calibrated_with_import_scores(ex
     assert report["judge_calibration"]["pearson"] == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]))
     assert report["judge_calibration"]["pearson"] < 0
     assert set(report["judge_calibration"]["by_judge_score"]) == {"2", "5"}
+
+
+def test_the_tasks_file_given_as_the_reviews_says_so_in_one_line(exported, capsys):
+    # `review import --tasks t.jsonl --reviews t.jsonl` listed four missing fields on every line
+    # (10 lines of "field 'candidates': Input should be a valid list; field 'scores': Field
+    # required; ...") and not that this is the tasks file.
+    tasks_path, _, _ = exported
+    assert main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(tasks_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tasks_path}:1: a review task (written by `llmwatch review export`), not a review" in err
+    assert "give the reviewers' verdicts (`llmwatch review serve --out`" in err
+    assert err.count("\n") == 1, err

@@ -687,6 +687,12 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
         if not isinstance(data, dict):
             errors.append(f"{where}: expected a JSON object, got {type(data).__name__}")
             continue
+        if data.get("schema") == TASK_SCHEMA:
+            # The tasks file given twice: one line that says so, not four missing fields per task.
+            raise ReviewError(
+                f"{where}: a review task (written by `llmwatch review export`), not a review; give the reviewers' "
+                "verdicts (`llmwatch review serve --out`, or one review per line as docs/guide/review.md shows) to --reviews"
+            )
         try:
             review = Review.model_validate(data)
         except ValidationError as exc:
