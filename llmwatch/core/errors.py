@@ -76,7 +76,7 @@ def describe_validation_error(
         at = f"line {line}: " if line else ""
         if unknown:
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
-            lines.append(f"  - {at}{path}{where}: unknown field{hint}")
+            lines.append(f"  - {at}{path}{where}: unknown field{hint}{_env_hint(str(loc[-1]), origin, fields)}")
             continue
         given = err.get("input")
         if isinstance(given, str):
@@ -84,10 +84,43 @@ def describe_validation_error(
         # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
         # to 1") do not.
         given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
+        if err["type"] == "model_type":
+            # pydantic says "a valid dictionary or instance of SamplingSection": a class name the
+            # reader never wrote. Say what goes there, and its fields.
+            message = "expected a section (its fields indented below it, or {field: value})"
+            inner = (allowed((*loc, "")) if callable(allowed) else None) if allowed is not None else None
+            given_text = f", got {given!r}" + (f"; fields here: {', '.join(inner)}" if inner else "")
+        if err["type"] == "list_type" and isinstance(given, str) and origin and origin.startswith(_ENV_ORIGIN):
+            # A variable's value is read as YAML: "a,b" is one string, "[a, b]" a list.
+            if given.lstrip().startswith(("[", "{")):
+                given_text += "; that is not valid YAML (a list is written [a, b], an item with fields {key: value})"
+            else:
+                items = ", ".join(p.strip() for p in given.split(",") if p.strip())
+                given_text += f"; a variable gives a list in YAML's flow form: {origin[len(_ENV_ORIGIN) :]}='[{items}]'"
         lines.append(f"  - {at}{path}{where}: {message}{given_text}")
     if header is None:
         return "; ".join(lines)
     return "\n".join([header, *lines])
+
+
+_ENV_ORIGIN = "from environment variable "
+
+
+def _env_hint(name: str, origin: str | None, fields: Sequence[str] | None) -> str:
+    """For an unknown `name` set by a variable with one underscore where two go
+    (LLMWATCH_SAMPLING_RATE for sampling.rate): the variable meant, when a field here starts it."""
+    if not origin or not origin.startswith(_ENV_ORIGIN) or not fields:
+        return ""
+    variable = origin[len(_ENV_ORIGIN) :]
+    if not variable.lower().endswith(name):
+        return ""
+    head = variable[: len(variable) - len(name)]
+    for field in sorted(fields, key=len, reverse=True):
+        rest = name[len(field) + 1 :]
+        if name.startswith(field + "_") and rest:
+            meant = f"{head}{field.upper()}__{rest.upper()}"
+            return f"; did you mean {meant}? (sections and fields are joined by two underscores)"
+    return ""
 
 
 def _nearest(path: str, by_path: Mapping[str, T]) -> T | None:

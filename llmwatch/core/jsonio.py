@@ -492,15 +492,38 @@ def read_document(
         <what> <path> cannot be read: <reason>
         <what> <path> is not valid JSON at line 3, column 7: <problem>[; <fix>]
     """
+    raw = read_file_bytes(path, what=what, error=error, missing=missing)
+    return parse_document(raw, name=f"{what} {Path(path)}", error=error, fmt=fmt, fix=fix)
+
+
+def read_file_bytes(
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    error: Callable[[str], Exception],
+    missing: str | None = None,
+    directory: str | None = None,
+) -> bytes:
+    """The bytes of one file the user named; `error(message)` naming it for anything else:
+
+        <what> <path> does not exist[; <missing>]
+        <what> <path> is a directory, not a file[; <directory>, else <missing>]
+        <what> <path> cannot be read: <reason>
+
+    A directory is named as such: a newcomer who gives `--config /etc/llmwatch` or `--suite eval`
+    was told "cannot be read: Is a directory" or "[Errno 21] Is a directory: 'eval'", no fix.
+    """
     source = Path(path)
     name = f"{what} {source}"
     try:
-        raw = source.read_bytes()
+        return source.read_bytes()
     except FileNotFoundError:
         raise error(f"{name} does not exist" + (f"; {missing}" if missing else "")) from None
+    except IsADirectoryError:
+        hint = directory or missing
+        raise error(f"{name} is a directory, not a file" + (f"; {hint}" if hint else "")) from None
     except OSError as exc:
         raise error(f"{name} cannot be read: {exc.strerror or exc}") from None
-    return parse_document(raw, name=name, error=error, fmt=fmt, fix=fix)
 
 
 def parse_document(

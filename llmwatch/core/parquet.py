@@ -328,6 +328,13 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
         if meta and meta not in READABLE_SCHEMAS:
             raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
+        found_kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
+        if found_kind and found_kind != kind:
+            # Said before the rows: validated as the wrong record, row 1 is a dozen field errors.
+            raise RecordError(
+                f"{path}: a Parquet file of {found_kind}, not {kind} (its llmwatch.kind); "
+                f"give the dataset's root or its {kind}/ folder"
+            )
         for n, row in enumerate(_rows(pa, file, path), start=1):
             try:
                 yield model.model_validate(from_row(kind, row))

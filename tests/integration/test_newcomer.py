@@ -455,6 +455,30 @@ def test_sections_left_at_their_defaults_or_switched_on_say_nothing():
         (["report", "--samples", "{samples}", "--out", "{dir}"], "report.json"),
         (["shadow", "report", "--pairs", "{samples}", "--out", "{dir}"], "shadow-report.txt"),
         (["baseline", "freeze", "--samples", "{samples}", "--model-version", "A", "--out", "{dir}"], "baseline-A.json"),
+        # These ran their work first (a whole suite's calls, a judge's paid calls, an export) and
+        # then said only "[Errno 21] Is a directory: '.out.x1y2.partial' -> 'out'", or for
+        # `review serve` "[Errno 22] not a regular file".
+        (
+            ["regress", "--suite", "{samples}", "--upstream", "http://127.0.0.1:9", "--model", "m", "--out", "{dir}"],
+            "run.json",
+        ),
+        (["review", "export", "--samples", "{samples}", "--versions", "A,B", "--out", "{dir}"], "tasks.jsonl"),
+        (["review", "export", "--pairs", "{samples}", "--out", "{dir}"], "tasks.jsonl"),
+        (
+            ["review", "import", "--tasks", "{samples}", "--reviews", "{samples}", "--out", "{dir}"],
+            "review-report.json",
+        ),
+        (["review", "serve", "--tasks", "{samples}", "--out", "{dir}", "--reviewers", "1"], "reviews.jsonl"),
+        (
+            ["shadow", "judge", "--pairs", "{samples}", "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m"]
+            + ["--out", "{dir}"],
+            "judge-verdicts.jsonl",
+        ),
+        (
+            ["judge", "calibrate", "--verdicts", "{samples}", "--tasks", "{samples}", "--reviews", "{samples}"]
+            + ["--out", "{dir}"],
+            "calibration.json",
+        ),
     ],
 )
 def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_give(
@@ -473,6 +497,53 @@ def test_a_directory_given_as_out_is_refused_before_the_work_naming_a_file_to_gi
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out", "records.jsonl"]
 
 
+@pytest.mark.parametrize(
+    "command,message",
+    [
+        (
+            ["drift", "--config", "{dir}", "--baseline", "{dir}", "--samples", "{dir}"],
+            "config file {dir} is a directory",
+        ),
+        (["suite", "show", "{dir}"], "suite {dir} is a directory, not a file; give the suite's .jsonl file"),
+        (
+            ["regress", "--suite", "{dir}", "--upstream", "http://127.0.0.1:9", "--model", "m"],
+            "suite {dir} is a directory, not a file; give the suite's .jsonl file",
+        ),
+        (
+            ["review", "import", "--tasks", "{dir}", "--reviews", "{dir}"],
+            "tasks file {dir} is a directory, not a file; give the .jsonl file itself",
+        ),
+        (
+            ["review", "serve", "--tasks", "{dir}", "--out", "{dir}/reviews.jsonl", "--reviewers", "1"],
+            "tasks file {dir} is a directory, not a file; give the .jsonl file itself",
+        ),
+        # `llmwatch ui --suite eval` said "no such file" of a folder that is there, and
+        # `--data-dir notes.txt` "no such directory" of a file that is there.
+        (["ui", "--data-dir", "{dir}/../notes.txt"], "--data-dir {dir}/../notes.txt: is a file, not a directory"),
+        (
+            ["ui", "--data-dir", "{dir}/..", "--suite", "{dir}"],
+            "--suite {dir}: is a directory, not a file; give a suite",
+        ),
+        (
+            ["ui", "--data-dir", "{dir}/..", "--drift-report", "{dir}"],
+            "--drift-report {dir}: is a directory, not a file; give a `llmwatch drift --format json` report",
+        ),
+    ],
+)
+def test_a_directory_given_where_a_file_is_read_is_named_as_one_with_the_fix(
+    tmp_path: Path, command: list[str], message: str
+):
+    # These said "cannot be read: Is a directory" or "[Errno 21] Is a directory: 'eval'".
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (tmp_path / "samples").mkdir()  # so that `ui --data-dir` takes tmp_path and goes on to the file flags
+    (tmp_path / "notes.txt").write_text("not a data directory\n")
+    result = run([part.format(dir=folder) for part in command])
+    assert result.returncode == 2
+    assert message.format(dir=folder) in result.stderr
+    assert "Errno" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Path):
     # `--fail-on behavior` was refused only after the window was read and scored (minutes with
     # the embedding checks); the unreadable samples here prove nothing was read first.
@@ -484,3 +555,11 @@ def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Pa
     result = run(args)
     assert result.returncode == 2
     assert "--fail-on 'behavior': name families from inputs, behaviour, performance" in result.stderr
+
+
+def test_the_command_list_says_what_exit_2_of_drift_and_canary_means():
+    # "exit 0 stable, 1 drift, 2 undecided": a newcomer whose CI job failed with 2 on a bad
+    # --samples path read "undecided" and waited for more traffic.
+    listing = " ".join(run([]).stderr.split())
+    assert "(exit 0 stable, 1 drift, 2 too little data or bad input)" in listing
+    assert "(exit 0 not worse, 1 worse, 2 too little data or bad input)" in listing

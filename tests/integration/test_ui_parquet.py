@@ -158,3 +158,12 @@ def test_a_dataset_url_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path: Pa
         )  # fmt: skip
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert url in done.stderr and words in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
+
+
+def test_the_start_line_names_a_dataset_url_as_it_was_given(folders, servers):
+    # It printed "... from file:/tmp/ds" (the URL passed through Path, one slash lost): a string
+    # that, given back to --data-dir, is a local path that does not exist.
+    _, dataset = folders
+    _, _, remote = servers
+    line = next(x for x in remote.proc.lines if x.startswith("llmwatch ui listening on"))
+    assert line.rstrip().endswith(f"pairs from file://{dataset})"), line

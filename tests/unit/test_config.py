@@ -259,3 +259,47 @@ def test_a_missing_file_named_by_llmwatch_config_blames_the_variable(tmp_path):
     assert "(LLMWATCH_CONFIG)" in str(err.value) and "does not exist" in str(err.value)
     assert "set LLMWATCH_CONFIG to an existing file or unset it" in str(err.value)
     assert "--config" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "variable,meant",
+    [
+        ("LLMWATCH_SAMPLING_RATE", "LLMWATCH_SAMPLING__RATE"),
+        ("LLMWATCH_DRIFT__CANARY_ENABLED", "LLMWATCH_DRIFT__CANARY__ENABLED"),
+    ],
+)
+def test_a_variable_with_one_underscore_where_two_go_names_the_variable_meant(variable, meant):
+    # Newcomer trial: LLMWATCH_SAMPLING_RATE=1 said "sampling_rate ... unknown field; allowed here:
+    # capture, ..." and not that a section and its field are joined by two underscores.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={variable: "1"})
+    message = str(err.value)
+    assert f"from environment variable {variable}" in message
+    assert f"did you mean {meant}? (sections and fields are joined by two underscores)" in message
+
+
+def test_a_value_where_a_section_goes_says_a_section_and_its_fields_without_class_names(tmp_path):
+    # "Input should be a valid dictionary or instance of SamplingSection (got 1)": a class name the
+    # reader never wrote, and no word of what goes there.
+    path = write(tmp_path, "sampling: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    message = str(err.value)
+    assert "line 1: sampling: expected a section (its fields indented below it, or {field: value}), got 1" in message
+    assert "fields here: keep_errors, overrides, rate, request_id_header, slow_ms" in message
+    assert "instance of" not in message and "Section" not in message
+
+
+def test_a_list_from_a_variable_written_as_a_comma_list_says_the_yaml_form_that_works():
+    # LLMWATCH_DRIFT__FAIL_ON=behaviour,inputs said "Input should be a valid list (got
+    # 'behaviour,inputs')" and not how a variable gives a list.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "behaviour,inputs"})
+    message = str(err.value)
+    assert "drift.fail_on (from environment variable LLMWATCH_DRIFT__FAIL_ON)" in message
+    assert "a variable gives a list in YAML's flow form: LLMWATCH_DRIFT__FAIL_ON='[behaviour, inputs]'" in message
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "[behaviour, inputs"})
+    assert "that is not valid YAML (a list is written [a, b]" in str(err.value)
+    config = load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "[behaviour, inputs]"})
+    assert list(config.drift.fail_on) == ["behaviour", "inputs"]

@@ -93,6 +93,8 @@ def test_a_document_that_is_missing_unparsable_or_of_another_kind_is_refused_nam
     missing = tmp_path / "gone.json"
     with pytest.raises(_Bad, match=rf"^baseline {missing} does not exist; freeze one$"):
         read_document(missing, what="baseline", error=_Bad, missing="freeze one")
+    with pytest.raises(_Bad, match=rf"^config file {tmp_path} is a directory, not a file; pass a file$"):
+        read_document(tmp_path, what="config file", error=_Bad, fmt="yaml", missing="pass a file")
     broken = tmp_path / "broken.json"
     broken.write_text('{"a": 1,\n "b": }')
     with pytest.raises(_Bad, match=rf"^baseline {broken} is not valid JSON at line 2, column 7: .*; refreeze it$"):

@@ -106,3 +106,22 @@ def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
     pq.write_table(pa.Table.from_pylist([row], schema=v1), folder / "part-0.parquet")
     (back,) = list(read_dataset(tmp_path, Sample, "samples"))
     assert back == _sample() and back.conversation_id is None and back.turn is None
+
+
+def test_a_file_of_another_kind_is_refused_naming_its_kind_and_the_folder_to_give(tmp_path: Path):
+    # `drift --scores DATASET/samples` (the samples folder given for the scores) listed a dozen
+    # field errors of row 1 and "omit the field or convert the file", not what the file is.
+    import pytest
+
+    from llmwatch.core.parquet import read_dataset
+    from llmwatch.core.parquet_write import write_dataset
+    from llmwatch.core.records import RecordError
+    from llmwatch.core.scores import Score
+
+    write_dataset(tmp_path, "samples", [_sample()])
+    with pytest.raises(RecordError) as refused:
+        list(read_dataset(tmp_path / "samples", Score, "scores"))
+    message = str(refused.value)
+    assert "part-0.parquet: a Parquet file of samples, not scores" in message
+    assert "give the dataset's root or its scores/ folder" in message
+    assert "field" not in message

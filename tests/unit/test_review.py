@@ -410,3 +410,15 @@ def same_report(a: bytes, b: bytes) -> bool:
     """Byte for byte, but for the time each import was made at."""
     created = (orjson.loads(a)["created_at"].encode(), orjson.loads(b)["created_at"].encode())
     return a.replace(created[0], b"T") == b.replace(created[1], b"T")
+
+
+def test_the_tasks_file_given_as_the_reviews_says_so_in_one_line(exported, capsys):
+    # `review import --tasks t.jsonl --reviews t.jsonl` listed four missing fields on every line
+    # (10 lines of "field 'candidates': Input should be a valid list; field 'scores': Field
+    # required; ...") and not that this is the tasks file.
+    tasks_path, _, _ = exported
+    assert main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(tasks_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tasks_path}:1: a review task (written by `llmwatch review export`), not a review" in err
+    assert "give the reviewers' verdicts (`llmwatch review serve --out`" in err
+    assert err.count("\n") == 1, err

@@ -92,7 +92,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(
         "canary",
-        help="compare a canary version with the stable one served in the same window (exit 0 not worse, 1 worse, 2 undecided)",
+        help="compare a canary version with the stable one served in the same window (exit 0 not worse, 1 worse, 2 too little data or bad input)",
     )
     common(p)
     p.add_argument("--samples", required=True, help="samples .jsonl file or directory holding both versions")

@@ -210,6 +210,8 @@ def _consistency(cfg: Any, path: str) -> list[Any]:
 def cmd_regress(args: argparse.Namespace) -> int:
     from llmwatch.scorers.evaluation.regress import RunSettings, format_run, regress
 
+    if args.out:  # before the suite's calls: a run made and then not written is lost
+        require_writable(args.out, "--out", example="run.json")
     cfg = config_from_args(args)
     settings = RunSettings(
         upstream=args.upstream,
@@ -264,6 +266,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_review_export(args: argparse.Namespace) -> int:
+    require_writable(args.out, "--out", example="tasks.jsonl")  # every way of exporting writes it
     if args.judge_spot_check:
         from llmwatch.agent.cli.judge import cmd_review_export_spot_check
 
@@ -332,6 +335,8 @@ def _export_streamed(cfg: Any, args: argparse.Namespace, versions: tuple[str, st
 def cmd_review_import(args: argparse.Namespace) -> int:
     from llmwatch.scorers.evaluation.review import format_import, import_reviews, key_path_for
 
+    if args.out:
+        require_writable(args.out, "--out", example="review-report.json")
     key = args.key or str(key_path_for(args.tasks))
     judge = None
     if args.scores:
@@ -360,6 +365,7 @@ def cmd_review_serve(args: argparse.Namespace) -> int:
     from llmwatch.agent.apps.review import run
     from llmwatch.scorers.evaluation.review import ReviewError
 
+    require_writable(args.out, "--out", example="reviews.jsonl")  # verdicts are appended to it
     try:
         return run(args.tasks, args.out, args.listen, args.reviewers, args.arbiters, args.public_url)
     except ReviewError as exc:

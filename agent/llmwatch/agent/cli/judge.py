@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from llmwatch.agent.cli.common import print_result, require_records
+from llmwatch.agent.cli.common import print_result, require_records, require_writable
 from llmwatch.core.config import ConfigError
 
 
@@ -32,6 +32,8 @@ def cmd_judge_calibrate(args: argparse.Namespace) -> int:
         write_calibration,
     )
 
+    if args.out:
+        require_writable(args.out, "--out", example="calibration.json")
     verdicts = judge_verdicts(read_records(args.verdicts, Score, prefix="scores"))
     if not verdicts:
         raise ConfigError(

@@ -418,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_baseline_freeze)
 
     p = sub.add_parser(
-        "drift", help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 undecided)"
+        "drift",
+        help="compare a window of samples against a frozen baseline (exit 0 stable, 1 drift, 2 too little data or bad input)",
     )
     common(p)
     p.add_argument("--baseline", required=True, help="baseline file written by `llmwatch baseline freeze`")

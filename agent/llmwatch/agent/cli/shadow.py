@@ -179,6 +179,8 @@ def cmd_shadow_judge(args: argparse.Namespace) -> int:  # noqa: C901
             raise ConfigError(f"--judge-key-env {args.judge_key_env}: that environment variable is not set")
         key = os.environ[args.judge_key_env]
     require_records(args.pairs, "--pairs", "pairs")
+    if args.out:  # before the judge calls, which cost money: verdicts judged and not written are lost
+        require_writable(args.out, "--out", example="judge-verdicts.jsonl")
     import openai
     import orjson
 

@@ -212,12 +212,20 @@ def consumer_settings(cfg: KafkaSection, *, group_id: str, client_id: str, **ove
 
 def connect(factory: Callable[[], Any], what: str, stop: threading.Event) -> Any:
     """Build a client, retrying while the broker is unreachable (a worker may start first); None once `stop` is set."""
+    # kafka-python logs each failed connect and bootstrap retry, about ten lines a second with
+    # no broker: rate-limited as the sink's are, so that `kafka_unreachable` stays readable.
+    quiet_kafka_logs()
     backoff = 0.5
     while not stop.is_set():
         try:
             return factory()
         except Exception as exc:  # NoBrokersAvailable, KafkaTimeoutError
-            log.warning("kafka_unreachable", client=what, error=repr(exc))
+            log.warning(
+                "kafka_unreachable",
+                client=what,
+                error=repr(exc),
+                fix="retrying; start the broker, or point --kafka (kafka.bootstrap_servers) at one that is up",
+            )
             stop.wait(backoff)
             backoff = min(backoff * 2, 5.0)
     return None

@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmwatch.core.config import normalize_upstream
 from llmwatch.core.errors import LlmwatchError, describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes, read_model
+from llmwatch.core.jsonio import atomic_write_bytes, read_file_bytes, read_model
 from llmwatch.core.pricing import PriceTable, TokenCounts
 from llmwatch.core.records import Sample, Usage
 from llmwatch.core.scores import CheckOutcome
@@ -206,12 +206,8 @@ def suite_checksum(raw_cases: Sequence[Mapping[str, Any]]) -> str:
 
 def load_suite(path: str | os.PathLike[str]) -> RegressSuite:
     source = Path(path)
-    try:
-        raw_lines = source.read_bytes().splitlines()
-    except FileNotFoundError:
-        raise RegressError(f"suite {source} does not exist") from None
-    except OSError as exc:
-        raise RegressError(f"suite {source} cannot be read: {exc}") from None
+    directory = "give the suite's .jsonl file (`llmwatch suite build --out FILE` writes one)"
+    raw_lines = read_file_bytes(source, what="suite", error=RegressError, directory=directory).splitlines()
     return parse_suite(raw_lines, source)
 
 

@@ -44,7 +44,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.jsonio import atomic_write_bytes, read_model
+from llmwatch.core.jsonio import atomic_write_bytes, read_file_bytes, read_model
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
 from llmwatch.core.wire import content_to_text
@@ -624,12 +624,7 @@ def export_judge_tasks(
 
 
 def _read_lines(path: Path, what: str) -> list[tuple[int, Any]]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReviewError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise ReviewError(f"{what} {path} cannot be read: {exc}") from None
+    raw = read_file_bytes(path, what=what, error=ReviewError, directory="give the .jsonl file itself")
     out = []
     for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
@@ -692,6 +687,12 @@ def load_reviews(path: str | os.PathLike[str], tasks: Mapping[str, ReviewTask]) 
         if not isinstance(data, dict):
             errors.append(f"{where}: expected a JSON object, got {type(data).__name__}")
             continue
+        if data.get("schema") == TASK_SCHEMA:
+            # The tasks file given twice: one line that says so, not four missing fields per task.
+            raise ReviewError(
+                f"{where}: a review task (written by `llmwatch review export`), not a review; give the reviewers' "
+                "verdicts (`llmwatch review serve --out`, or one review per line as docs/guide/review.md shows) to --reviews"
+            )
         try:
             review = Review.model_validate(data)
         except ValidationError as exc:

@@ -224,6 +224,8 @@ class UiState:
     suites: list[Path] = field(default_factory=list)
     drift_reports: list[Path] = field(default_factory=list)
     token: str | None = None
+    # --data-dir as given, for the start line: a URL through Path loses a slash (file:/tmp/ds).
+    source: str = ""
 
 
 def _drift_files(state: UiState) -> list[Path]:
@@ -918,7 +920,7 @@ async def serve(state: UiState, listen: str, public_url: str | None, refresh_s: 
         counts = state.index.totals()
         lines = [
             f"llmwatch ui listening on http://{host}:{bound} ({counts['samples']} samples, {counts['scores']} scores, "
-            f"{counts['pairs']} pairs from {state.data_dir})"
+            f"{counts['pairs']} pairs from {state.source or state.data_dir})"
         ]
         lines.append(f"open: {base}/samples" + (f"?token={state.token}" if state.token else ""))
         out.write("\n".join(lines) + "\n")
@@ -962,8 +964,9 @@ def run(
                 f"--data-dir {data_dir}: no Parquet files under its samples/, scores/ or pairs/; give the root `llmwatch archive` wrote"
             )
     elif not folder.is_dir():
+        problem = "is a file, not a directory" if folder.exists() else "no such directory"
         raise UiError(
-            f"--data-dir {data_dir}: no such directory; give the sidecar's data directory (data_dir, default ./llmwatch-data)"
+            f"--data-dir {data_dir}: {problem}; give the sidecar's data directory (data_dir, default ./llmwatch-data)"
         )
     elif not any((folder / sub).is_dir() for sub in ("samples", "scores", "pairs")):
         raise UiError(
@@ -972,7 +975,9 @@ def run(
     for name, paths in (("--suite", suites), ("--drift-report", drift_reports)):
         for p in paths:
             if not Path(p).is_file():
-                raise UiError(f"{name} {p}: no such file")
+                problem = "is a directory, not a file" if Path(p).is_dir() else "no such file"
+                what = "a suite .jsonl" if name == "--suite" else "a `llmwatch drift --format json` report"
+                raise UiError(f"{name} {p}: {problem}; give {what}")
     token = resolve_token(auth, host, token_file)
     if token is None and host not in LOOPBACK:
         log.warning(
@@ -985,7 +990,7 @@ def run(
         index.refresh()
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
-    state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token)
+    state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)
     try:
         import uvloop
 
