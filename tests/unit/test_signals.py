@@ -294,3 +294,32 @@ def test_the_cli_puts_back_the_sigterm_handler_it_found(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_sigterm_after_a_long_running_command_stopped_on_one_ends_nothing_half_way(tmp_path: Path) -> None:
+    """`timeout` signals a process and then its group: the second SIGTERM reached `llmwatch ui` after
+    its stop had put the CLI's handler back, raised inside asyncio's shutdown, and its executor's
+    thread printed "RuntimeError: Event loop is closed". Once a long-running command has taken a
+    stop signal, a later SIGTERM is ignored; an offline command's first SIGTERM still unwinds it."""
+    from llmwatch.agent.cli.main import Terminated, _sigterm_unwinds
+
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    async def serve_until_signalled() -> None:
+        with stop_signals() as stop:
+            signal.raise_signal(signal.SIGTERM)  # the first signal: the command's own stop
+            await asyncio.wait_for(stop.wait(), 10)
+
+    with _sigterm_unwinds():
+        asyncio.run(serve_until_signalled())
+        try:
+            signal.raise_signal(signal.SIGTERM)  # the group's signal, while the process shuts down
+        except Terminated:
+            pytest.fail("a SIGTERM after the command's own stop raised Terminated into its shutdown")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    # A command that took no stop signal (an offline one) still unwinds on its first SIGTERM.
+    with pytest.raises(Terminated):
+        with _sigterm_unwinds():
+            signal.raise_signal(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

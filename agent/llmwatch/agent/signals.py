@@ -15,6 +15,22 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 T = TypeVar("T")
 
+# Whether a long-running command of this process has taken a stop signal: the process is on its way
+# out. The CLI's SIGTERM handler, put back when the command's own handlers come off, reads it: a
+# supervisor's later SIGTERM (GNU `timeout` signals the process and then its group) then ends
+# nothing half way, where it raised inside asyncio's own shutdown (its executor's thread printed
+# "RuntimeError: Event loop is closed" twice). Reset by the CLI when a command starts.
+_stop_taken: list[bool] = []
+
+
+def stop_taken() -> bool:
+    """Whether a stop signal was taken since `forget_stop` (see `_stop_taken`)."""
+    return bool(_stop_taken)
+
+
+def forget_stop() -> None:
+    _stop_taken.clear()
+
 
 @contextlib.contextmanager
 def stop_signals(
@@ -33,6 +49,7 @@ def stop_signals(
     installed: list[signal.Signals] = []
 
     def on_signal(sig: signal.Signals) -> None:
+        _stop_taken.append(True)
         if event.is_set():
             # Said, so that a supervisor's repeated signal during a long stop is seen to be taken.
             log.info("stop_signal_again", signal=sig.name, note="the stop under way goes on")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence
 
 import structlog
 
+from llmwatch.agent import signals
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
 from llmwatch.agent.signals import run_until_stopped
@@ -574,8 +575,13 @@ def _sigterm_unwinds() -> Iterator[None]:
 
     def unwind(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if signals.stop_taken():
+            # A long-running command stopped on a signal and put this handler back: its cleanup is
+            # done and the process is leaving; raised now, it would land in asyncio's shutdown.
+            return
         raise Terminated
 
+    signals.forget_stop()
     signal.signal(signal.SIGTERM, unwind)
     try:
         yield
