@@ -357,3 +357,54 @@ async def test_junk_after_a_complete_request_still_gets_that_request_answered_th
         finally:
             writer.close()
         assert len(upstream.heads) == 1
+
+
+# --- 9. Expect: 100-continue on a pipelined call, and from an HTTP/1.0 client (third hostile round) ---------
+
+
+async def test_a_pipelined_calls_100_continue_goes_out_after_the_response_before_it_never_inside_it(make_agent):
+    first = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n"
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
+
+    async def two(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(first if head.startswith(b"GET") else second)
+        await writer.drain()
+
+    async with RawUpstream(two) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # One write: a GET, then the head of a POST that waits for its 100 before its body.
+            # Before the fix the 100 went out as the POST's head was parsed: ahead of (or inside)
+            # the GET's response, where the client reads it as the GET's.
+            writer.write(
+                b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+            )
+            expected = first + b"HTTP/1.1 100 Continue\r\n\r\n"
+            got = await asyncio.wait_for(reader.readexactly(len(expected)), 10)
+            assert got == expected
+            writer.write(b"hello")
+            assert await asyncio.wait_for(reader.readexactly(len(second)), 10) == second
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 2
+
+
+async def test_an_http_1_0_client_that_sends_expect_gets_no_1xx(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # RFC 9110 §10.1.1 / §15.2: an HTTP/1.0 request's 100-continue is ignored, and an
+            # HTTP/1.0 client is never sent a 1xx (it would read it as the final response).
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(CHAT_BODY), CHAT_BODY)
+            )
+            answer = await asyncio.wait_for(reader.read(), 10)  # HTTP/1.0: the proxy closes after it
+        finally:
+            writer.close()
+        assert answer.startswith(b"HTTP/1.0 200 OK\r\n") and answer.endswith(OK_JSON)
+        assert len(upstream.heads) == 1

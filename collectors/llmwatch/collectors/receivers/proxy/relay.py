@@ -213,6 +213,7 @@ class _Call:
         "path",
         "sent_head",
         "held",
+        "expect",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -237,6 +238,7 @@ class _Call:
         self.sent_head = False  # the response head went to the client
         # Waiting for its body before it takes an upstream connection (see `_Client._start`).
         self.held = False
+        self.expect = False  # sent `Expect: 100-continue`: the 100 goes out when the call starts
 
     # --- request body, from the client's parser ---------------------------------------------------
 
@@ -1141,6 +1143,10 @@ class _Client(asyncio.Protocol):
 
     def _start(self, call: _Call) -> None:
         call.started = True
+        if call.expect and not call.http10 and not call.body_done:
+            # Now, when this call is the one being answered (never inside the response before
+            # it), and never to an HTTP/1.0 client, which reads no 1xx (RFC 9110 §10.1.1, §15.2).
+            self.write(_CONTINUE)
         if call.local is not None:
             if call.body_done:
                 self.answer_local(call)
@@ -1514,9 +1520,11 @@ class RelayServer:
                     continue
             elif kind == _EXPECT:
                 if value.lower() == b"100-continue":
-                    # Answered here: forwarded, it would make the upstream request wait for a
-                    # second 100 that an upstream expecting only the body never sends.
-                    client.write(_CONTINUE)
+                    # Answered by the proxy: forwarded, it would make the upstream request wait for
+                    # a second 100 that an upstream expecting only the body never sends. Not written
+                    # here: a pipelined call's 100 would land inside the response before it (see
+                    # `_Client._start`).
+                    call.expect = True
                     continue
             elif kind == _AUTH:
                 has_auth = True
