@@ -408,3 +408,26 @@ async def test_an_http_1_0_client_that_sends_expect_gets_no_1xx(make_agent):
             writer.close()
         assert answer.startswith(b"HTTP/1.0 200 OK\r\n") and answer.endswith(OK_JSON)
         assert len(upstream.heads) == 1
+
+
+# --- 10. a 101 Switching Protocols nobody asked for ------------------------------------------------------
+
+
+async def test_an_unasked_101_from_the_upstream_gets_a_502_in_fixed_words_and_no_traceback(make_agent, caplog):
+    async def switch(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x02hi")
+        await writer.drain()
+
+    async with RawUpstream(switch) as upstream:
+        agent = await make_agent(upstream.url)
+        # The relay forwards no upgrade, so a 101 is not valid here. Before the fix llhttp's
+        # HttpParserUpgrade escaped the upstream's data_received: asyncio logged "Fatal error:
+        # protocol.data_received() call failed" with a traceback and the client read "closed the
+        # connection without a complete response".
+        status, _, body = await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))
+        assert status == 502
+        assert "not valid HTTP" in orjson.loads(body)["error"]["message"]
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_internal_errors_total") == 0

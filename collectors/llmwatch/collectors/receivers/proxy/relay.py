@@ -417,7 +417,9 @@ class _Upstream(asyncio.Protocol):
                 head = _BARE_LF.sub(b"\r\n", head)  # read as nginx reads it
             try:
                 self.parser.feed_data(head)
-            except (httptools.HttpParserError, _LimitExceeded):
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade, _LimitExceeded):
+                # HttpParserUpgrade (not an HttpParserError): a 101 to a request that asked for no
+                # upgrade (the relay forwards none); let out, asyncio logged a traceback.
                 self._invalid(call)
                 return
             buf = buf[end:]
