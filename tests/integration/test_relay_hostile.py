@@ -431,3 +431,26 @@ async def test_an_unasked_101_from_the_upstream_gets_a_502_in_fixed_words_and_no
         assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
         samples = await scrape(agent)
         assert metric(samples, "llmwatch_internal_errors_total") == 0
+
+
+# --- 11. a status code below 100 ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status_line", [b"HTTP/1.1 099 Odd", b"HTTP/1.1 000 Zero", b"HTTP/1.1 009 Odd"])
+async def test_a_status_code_below_100_gets_a_502_and_is_never_relayed_as_another_code(make_agent, status_line):
+    async def odd(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(status_line + b"\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async with RawUpstream(odd) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            # Before the fix `099` went out as `HTTP/1.1 99 Odd`: a status code changed, and one
+            # that a client reads as neither interim nor final.
+            head = await read_head(reader)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")

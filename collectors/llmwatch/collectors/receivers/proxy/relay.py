@@ -451,6 +451,10 @@ class _Upstream(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
+        if status < 100:
+            # llhttp reads any three digits; `099` would go out as `99`, a code no client reads
+            # (h11 refuses it, RFC 9110 §15 has 100-599): not relayed as another code, a 502.
+            raise _LimitExceeded
         if 100 <= status < 200:
             self.interim = True
             return
