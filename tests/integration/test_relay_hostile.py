@@ -454,3 +454,31 @@ async def test_a_status_code_below_100_gets_a_502_and_is_never_relayed_as_anothe
         finally:
             writer.close()
         assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+
+
+# --- 12. Transfer-Encoding in an HTTP/1.0 request ----------------------------------------------------------
+
+
+async def test_an_http_1_0_request_with_transfer_encoding_is_answered_then_the_connection_closes(make_agent):
+    async def chunked_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if head.startswith(b"POST"):
+            await asyncio.wait_for(reader.readuntil(b"\r\n0\r\n\r\n"), 10)  # the body, re-chunked
+        await answer_ok(head, reader, writer)
+
+    async with RawUpstream(chunked_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # RFC 9112 §6.1: a server that receives an HTTP/1.0 message with Transfer-Encoding
+            # MUST treat its framing as faulty and close the connection after it: an HTTP/1.0
+            # hop in front may have framed the body otherwise and sent the rest as a request.
+            # Before the fix the keep-alive was honoured and the bytes after it were forwarded.
+            head = b"POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+            body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT_BODY), CHAT_BODY)
+            writer.write(head + body + b"GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            status, headers, body = await asyncio.wait_for(read_response(reader), 10)
+            assert (status, body) == (200, OK_JSON) and "connection" not in headers  # no keep-alive
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, the GET never read
+        finally:
+            writer.close()
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"POST /v1/chat/completions HTTP/1.1"]

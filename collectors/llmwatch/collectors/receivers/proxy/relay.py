@@ -1557,6 +1557,10 @@ class RelayServer:
             out.append(self.auth)
         if chunked:
             out.append(b"Transfer-Encoding: chunked\r\n")
+            if call.http10:
+                # RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing (a
+                # 1.0 peer in front may have read the body otherwise): answered, then closed.
+                call.keep_alive = False
         out.append(b"\r\n")
         call.head = b"".join(out)
         call.chunked = chunked
