@@ -482,3 +482,42 @@ async def test_an_http_1_0_request_with_transfer_encoding_is_answered_then_the_c
         finally:
             writer.close()
         assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"POST /v1/chat/completions HTTP/1.1"]
+
+
+# --- 13. trailer lines a strict client cannot read --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "trailer",
+    [b"X: a\rb", b"X : a", b"X\x00: a", b"X: a\x00", b"(x): a", b": a"],
+    ids=["bare-cr-in-value", "space-before-colon", "nul-in-name", "nul-in-value", "not-a-token", "no-name"],
+)
+async def test_a_trailer_line_that_is_not_a_field_line_cuts_the_stream_and_is_never_relayed(make_agent, trailer):
+    chunk_seen = asyncio.Event()
+
+    async def bad_trailer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.wait_for(chunk_seen.wait(), 10)  # the head went out: the trailer comes in its own read
+        writer.write(b"0\r\n" + trailer + b"\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bad_trailer) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            got = await asyncio.wait_for(reader.readuntil(b"5\r\nhello\r\n"), 10)
+            assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+            chunk_seen.set()
+            # As for a chunk line a strict client cannot read: the stream is cut (h11 refuses
+            # these lines). Before the fix any line with a colon was relayed as a trailer.
+            try:
+                rest = await asyncio.wait_for(reader.read(65536), 10)
+            except ConnectionResetError:
+                rest = b""
+            assert rest == b""
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 1

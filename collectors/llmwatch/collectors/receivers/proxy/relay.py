@@ -100,6 +100,9 @@ _BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # does), CR. As strict as h11: the relay forwards these bytes as they are, and a client must be
 # able to read them (a bare LF here would leave a strict client waiting for the chunk's end).
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
+# A trailer line (without its LF) as h11 reads one: a token, a colon, a value of HTAB, SP, VCHAR and
+# obs-text, then CR (or a bare LF). Anything looser is relayed to a client that cannot read it.
+_TRAILER = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r?")
 # Longest chunk-size or trailer line read from an upstream.
 _MAX_CHUNK_LINE = 8192
 
@@ -668,7 +671,7 @@ class _Upstream(asyncio.Protocol):
             elif line in (b"", b"\r"):
                 end = pos  # the empty line after the terminal chunk (and any trailers)
                 break
-            elif b":" not in line or len(line) > _MAX_CHUNK_LINE:
+            elif len(line) > _MAX_CHUNK_LINE or _TRAILER.fullmatch(line) is None:
                 self._bad_chunk(call, head)
                 return
         self.cstate = cstate
