@@ -521,3 +521,31 @@ async def test_a_trailer_line_that_is_not_a_field_line_cuts_the_stream_and_is_ne
         finally:
             writer.close()
         assert len(upstream.heads) == 1
+
+
+# --- 14. a Content-Length with trailing whitespace -------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [b"%d ", b"%d\t", b"%d \t "])
+async def test_a_response_content_length_with_trailing_whitespace_is_relayed_untouched(make_agent, length):
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + length % len(OK_JSON)
+    answer += b"\r\n\r\n" + OK_JSON
+
+    async def padded(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(answer)
+        await writer.drain()
+
+    async with RawUpstream(padded) as upstream:
+        agent = await make_agent(upstream.url)
+        # RFC 9110 §5.5: a field value's trailing whitespace is not part of it (h11 and nginx read
+        # these). Before the fix llhttp's value kept it, `isdigit` failed and the client got 502.
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # and a second call on the same connection: the body was framed exactly
+                writer.write(post("/v1/chat/completions", CHAT_BODY))
+                got = await asyncio.wait_for(reader.readexactly(len(answer)), 10)
+                assert got == answer
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 2

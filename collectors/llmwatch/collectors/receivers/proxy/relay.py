@@ -486,7 +486,8 @@ class _Upstream(asyncio.Protocol):
                     continue
                 if kind == _HOP:
                     continue
-                if not value.isdigit():  # _LENGTH
+                if not value.isdigit() and not value.rstrip(b" \t").isdigit():  # _LENGTH
+                    # Trailing whitespace (OWS, which llhttp leaves in the value) is allowed.
                     self._invalid(call)
                     return
                 cl = value
