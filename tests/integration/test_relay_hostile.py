@@ -8,6 +8,7 @@ what nginx does with it and which test here pins llmwatch's answer.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import orjson
 import pytest
@@ -549,3 +550,62 @@ async def test_a_response_content_length_with_trailing_whitespace_is_relayed_unt
         finally:
             writer.close()
         assert len(upstream.heads) == 2
+
+
+# --- 15. a client that leaves while its upstream connection is still being made -----------------------------
+
+
+async def test_a_client_that_leaves_during_a_slow_connect_hands_its_pool_slot_to_the_next_call(make_agent):
+    # An upstream that does not accept: a listen backlog of 0, already full, so the kernel drops
+    # connection attempts (SYNs) until the test starts accepting.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(2)]
+    for filler in fillers:
+        filler.setblocking(False)
+        try:
+            filler.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    agent = await make_agent(f"http://127.0.0.1:{port}", proxy={"max_connections": 1, "connect_timeout_s": 8})
+    # The pool's state is where the order of events shows (nothing on the wire does): read only
+    # to sequence the calls, never asserted on.
+    pool = agent.proxy.relay.pool
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    server = None
+    _, leaver = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+    try:
+        leaver.write(request)
+        await wait_until(lambda: len(pool.connecting) == 1)  # its connect hangs: the one slot is taken
+        writer.write(request)
+        await wait_until(lambda: len(pool.waiters) == 1)  # the second call waits for that slot
+        leaver.close()
+        # The leaver's connect is cancelled. Before the fix its slot was freed but the waiter was
+        # not started: it sat out connect_timeout_s and got 504, the upstream answering or not.
+        await wait_until(lambda: not pool.waiters or not pool.connecting)
+        server = await asyncio.start_server(answer, sock=listener)  # the upstream accepts now
+        status, _, body = await asyncio.wait_for(read_response(reader), 15)
+        assert (status, body) == (200, b"ok")
+    finally:
+        writer.close()
+        for filler in fillers:
+            filler.close()
+        if server is not None:
+            server.close()
+        else:
+            listener.close()

@@ -889,7 +889,10 @@ class _Pool:
                 self.connect_timeout,
             )
         except asyncio.CancelledError:
+            # Its client left (`forget`) or the pool closes: the slot goes to the next waiter, as
+            # on any other end of a connect (else a waiter sat out its connect timeout: 504).
             self.count -= 1
+            self._next_waiter()
             raise
         except asyncio.TimeoutError:
             self.count -= 1
