@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 
 import orjson
 import pytest
@@ -609,3 +610,39 @@ async def test_a_client_that_leaves_during_a_slow_connect_hands_its_pool_slot_to
             server.close()
         else:
             listener.close()
+
+
+# --- 16. an upstream reset inside a body delimited by its close ----------------------------------------------
+
+
+async def test_an_upstream_reset_inside_a_close_delimited_body_cuts_the_client_too(make_agent):
+    part_seen = asyncio.Event()
+
+    async def reset(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"id": "c", ')
+        await writer.drain()
+        await asyncio.wait_for(part_seen.wait(), 10)
+        # A reset (SO_LINGER 0), not a close: the body is cut short.
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        raise ConnectionError
+
+    async with RawUpstream(reset) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            await asyncio.wait_for(reader.readuntil(b'{"id": "c", '), 10)
+            part_seen.set()
+            # RFC 9112 §8: a close-delimited message closed by an error is incomplete. Before the
+            # fix the client got a clean close, which reads as the whole body: the cut was hidden
+            # (and counted as a success).
+            with pytest.raises(ConnectionResetError):
+                await asyncio.wait_for(reader.read(65536), 10)
+        finally:
+            writer.close()
+        await wait_until(lambda: calls_observed(agent) >= 1)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
+        assert len(upstream.heads) == 1

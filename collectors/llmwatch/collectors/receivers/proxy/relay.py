@@ -43,6 +43,7 @@ import collections
 import re
 import socket
 import ssl
+import struct
 import time
 from time import perf_counter
 from typing import Any, Callable
@@ -78,6 +79,8 @@ _UPSTREAM_IDLE_S = 4.0
 # Request body bytes held while the upstream connection is being made; above it the client waits.
 _PENDING_LIMIT = 1 << 20
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# SO_LINGER on, 0 s: closing the socket then resets the connection (RST) instead of ending it (FIN).
+_RESET = struct.pack("ii", 1, 0)
 _REASONS = {
     400: b"Bad Request",
     404: b"Not Found",
@@ -361,8 +364,17 @@ class _Upstream(asyncio.Protocol):
             return
         self.call = None
         call.up = None
-        if self.state == 3:
+        if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
+        elif self.state == 3:
+            # Reset, not closed: the body is cut short (RFC 9112 §8). The client's connection is
+            # reset too, as a direct one would be: a plain close there would read as its end.
+            transport = call.client.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            call.client.interrupted(call)
         elif not call.sent_head:
             call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
