@@ -646,3 +646,36 @@ async def test_an_upstream_reset_inside_a_close_delimited_body_cuts_the_client_t
         samples = await scrape(agent)
         assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
         assert len(upstream.heads) == 1
+
+
+@pytest.mark.parametrize("ending", [b"", b"zz\r\n"], ids=["upstream-closes", "bad-chunk-line"])
+async def test_a_chunked_answer_cut_short_resets_an_http_1_0_clients_connection(make_agent, ending):
+    part_seen = asyncio.Event()
+
+    async def cut(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b'c\r\n{"id": "c", \r\n')
+        await writer.drain()
+        await asyncio.wait_for(part_seen.wait(), 10)
+        writer.write(ending)  # then the close: no terminal chunk
+        await writer.drain()
+        raise ConnectionError
+
+    async with RawUpstream(cut) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            request = post("/v1/chat/completions", CHAT_BODY).replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+            writer.write(request)
+            # An HTTP/1.0 client reads the body de-chunked, until the close: a plain close is the
+            # end of a whole body to it. Before the fix the cut reached it as one.
+            await asyncio.wait_for(reader.readuntil(b'\r\n\r\n{"id": "c", '), 10)
+            part_seen.set()
+            with pytest.raises(ConnectionResetError):
+                await asyncio.wait_for(reader.read(65536), 10)
+        finally:
+            writer.close()
+        await wait_until(lambda: calls_observed(agent) >= 1)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1

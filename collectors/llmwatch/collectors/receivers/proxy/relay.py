@@ -366,19 +366,10 @@ class _Upstream(asyncio.Protocol):
         call.up = None
         if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
-        elif self.state == 3:
-            # Reset, not closed: the body is cut short (RFC 9112 §8). The client's connection is
-            # reset too, as a direct one would be: a plain close there would read as its end.
-            transport = call.client.transport
-            if transport is not None:
-                sock = transport.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-            call.client.interrupted(call)
         elif not call.sent_head:
             call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
-            call.client.interrupted(call)
+            self._cut(call)  # in state 3: reset, not closed, so the body is cut short (RFC 9112 §8)
 
     def data_received(self, data: bytes) -> None:
         call = self.call
@@ -748,7 +739,13 @@ class _Upstream(asyncio.Protocol):
     def _broken(self, call: _Call) -> None:
         # The head went out already: break the client's response too, as a direct connection would.
         self._drop(call)
-        call.client.interrupted(call)
+        self._cut(call)
+
+    def _cut(self, call: _Call) -> None:
+        # Where the client's body ends with the close (the upstream's did, or it is read
+        # de-chunked by an HTTP/1.0 client), a plain close would read as the end of a whole body:
+        # the client's connection is reset instead, as a direct one would be.
+        call.client.interrupted(call, reset=self.state == 3 or self.dechunk)
 
     def _drop(self, call: _Call) -> None:
         self.call = None
@@ -816,7 +813,7 @@ class _Upstream(asyncio.Protocol):
             return
         self._drop(call)
         if call.sent_head:
-            call.client.interrupted(call)
+            self._cut(call)
         else:
             call.client.upstream_failed(call, "", timeout=True)
 
@@ -1288,8 +1285,9 @@ class _Client(asyncio.Protocol):
         self._send_error(call, status, body)
         self.response_done(call)
 
-    def interrupted(self, call: _Call) -> None:
-        """The upstream broke off a response whose head the client has: break the client's too."""
+    def interrupted(self, call: _Call, *, reset: bool = False) -> None:
+        """The upstream broke off a response whose head the client has: break the client's too
+        (`reset`: with a reset, where a close would be the end of the client's body)."""
         if call.finished:
             return
         call.finished = True
@@ -1299,8 +1297,13 @@ class _Client(asyncio.Protocol):
             ex.t_end = perf_counter()
             self.proxy.finish(ex)
         self.current = None
-        if self.transport is not None:
-            self.transport.abort()
+        transport = self.transport
+        if transport is not None:
+            if reset:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            transport.abort()
 
     def _client_gone(self, call: _Call) -> None:
         call.finished = True
