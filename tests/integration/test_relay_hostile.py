@@ -66,6 +66,9 @@ async def test_an_upstream_head_with_bare_lf_line_ends_is_read_as_nginx_reads_it
         "/v1/%5c..%5c..%5cadmin",
         "/..",
         "/../admin?x=/v1/models",
+        "/v1/..;/..;/admin",
+        "/v1/..;jsessionid=x/..;/admin",
+        "/v1/%2e%2e%3b/%2e%2e;/admin",
     ],
 )
 async def test_a_target_whose_dot_segments_climb_above_the_upstream_prefix_gets_400(make_agent, target):

@@ -174,6 +174,9 @@ def climbs_above_root(path: bytes) -> bool:
         return False
     depth = 0
     for segment in path.replace(b"\\", b"/").split(b"/"):
+        # A segment's parameters (`..;x`, RFC 3986 §3.3) are cut off before it is resolved by
+        # servlet containers (Tomcat, Jetty): `..;` is `..` there.
+        segment = segment.split(b";", 1)[0]
         if segment == b"..":
             depth -= 1
             if depth < 0:
