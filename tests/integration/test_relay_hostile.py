@@ -682,3 +682,20 @@ async def test_a_chunked_answer_cut_short_resets_an_http_1_0_clients_connection(
         await wait_until(lambda: calls_observed(agent) >= 1)
         samples = await scrape(agent)
         assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
+
+
+# --- 17. proxy.preserve_host and an HTTP/1.0 request without Host ---------------------------------------------
+
+
+async def test_with_preserve_host_an_http_1_0_request_without_host_reaches_the_upstream_with_one(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url, proxy={"preserve_host": True})
+        status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.0\r\n\r\n")
+        assert status == 200
+        status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: client.example\r\n\r\n")
+        assert status == 200
+        # Forwarded as HTTP/1.1, which must carry a Host (RFC 9112 §3.2): before the fix the first
+        # left without one (an HTTP/1.1 upstream answers that with 400). The client's is kept.
+        first, second = upstream.heads
+        assert first.split(b"\r\n")[1:] == [b"Host: 127.0.0.1:%d" % upstream.port]
+        assert second.split(b"\r\n")[1:] == [b"Host: client.example"]

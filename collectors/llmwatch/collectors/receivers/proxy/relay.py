@@ -1578,6 +1578,10 @@ class RelayServer:
             call.keep_alive = False
             call.chunked = True
             return call
+        if hosts == 0 and self.preserve_host:
+            # An HTTP/1.0 request without Host goes on as HTTP/1.1, which must carry one (RFC 9112
+            # §3.2; the upstream would answer 400): the upstream's, as without preserve_host.
+            out.append(self.host_header)
         if not has_auth and self.auth is not None:
             out.append(self.auth)
         if chunked:
