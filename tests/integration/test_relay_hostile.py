@@ -699,3 +699,23 @@ async def test_with_preserve_host_an_http_1_0_request_without_host_reaches_the_u
         first, second = upstream.heads
         assert first.split(b"\r\n")[1:] == [b"Host: 127.0.0.1:%d" % upstream.port]
         assert second.split(b"\r\n")[1:] == [b"Host: client.example"]
+
+
+@pytest.mark.parametrize("host", [b"a b", b"a/b", b"user@a", b"a:80x", b"a\tb", b"[::1"])
+async def test_with_preserve_host_an_invalid_host_gets_400_and_never_reaches_the_upstream(make_agent, host):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url, proxy={"preserve_host": True})
+        # RFC 9112 §3.2: 400 for a Host that is not uri-host[:port] (nginx too). Before the fix it
+        # was forwarded as sent, to an upstream that may route or build URLs by it.
+        status, _, body = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n" % host)
+        assert status == 400 and "Host" in orjson.loads(body)["error"]["message"]
+        for valid in (b"api.example", b"api.example:8443", b"127.0.0.1:1", b"[::1]:8080", b"xn--d1a.example"):
+            status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n" % valid)
+            assert status == 200, valid
+        assert [h.split(b"\r\n")[1] for h in upstream.heads] == [
+            b"Host: api.example",
+            b"Host: api.example:8443",
+            b"Host: 127.0.0.1:1",
+            b"Host: [::1]:8080",
+            b"Host: xn--d1a.example",
+        ]

@@ -106,6 +106,8 @@ _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
 # A trailer line (without its LF) as h11 reads one: a token, a colon, a value of HTAB, SP, VCHAR and
 # obs-text, then CR (or a bare LF). Anything looser is relayed to a client that cannot read it.
 _TRAILER = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r?")
+# A Host value (RFC 9112 §3.2: uri-host [":" port]): checked where it is forwarded (proxy.preserve_host).
+_HOST_VALUE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(?::[0-9]*)?")
 # Longest chunk-size or trailer line read from an upstream.
 _MAX_CHUNK_LINE = 8192
 
@@ -1549,6 +1551,8 @@ class RelayServer:
                 hosts += 1
                 if not self.preserve_host:
                     continue
+                if _HOST_VALUE.fullmatch(value) is None:
+                    hosts += 1  # refused below as two would be: RFC 9112 §3.2, 400 for an invalid Host
             elif kind == _EXPECT:
                 if value.lower() == b"100-continue":
                     # Answered by the proxy: forwarded, it would make the upstream request wait for
@@ -1564,8 +1568,12 @@ class RelayServer:
             out += (name, b": ", value, b"\r\n")
         if hosts > 1 or (hosts == 0 and not call.http10):
             # RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without a Host, or
-            # any request with two (nginx does); which of two the upstream would read is a guess.
-            call.local = (400, proxy.relay_error_body("llmwatch proxy: the request must carry exactly one Host header"))
+            # any request with two or an invalid one (nginx does); which of two the upstream
+            # would read is a guess.
+            call.local = (
+                400,
+                proxy.relay_error_body("llmwatch proxy: the request must carry exactly one valid Host header"),
+            )
             call.chunked = chunked
             return call
         if codings > 1:
