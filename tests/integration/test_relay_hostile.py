@@ -719,3 +719,43 @@ async def test_with_preserve_host_an_invalid_host_gets_400_and_never_reaches_the
             b"Host: [::1]:8080",
             b"Host: xn--d1a.example",
         ]
+
+
+# --- 18. an answer that comes before the request's body is all sent ---------------------------------------
+
+
+async def test_a_client_still_sending_its_body_after_an_early_answer_reads_the_answer_not_a_reset(make_agent):
+    async def too_large(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Answers on the head, then reads (and drops) what the proxy still sends, as servers do.
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig")
+        await writer.drain()
+        while await reader.read(1 << 16):
+            pass
+        raise ConnectionError
+
+    body = b"x" * (32 << 20)
+
+    def upload(port: int) -> tuple[str, bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            try:
+                sock.sendall(b"POST /v1/uploads HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                sent = "all"
+            except OSError as exc:
+                sent = type(exc).__name__
+            answer = b""
+            try:
+                while chunk := sock.recv(1 << 16):
+                    answer += chunk
+            except OSError as exc:
+                answer += type(exc).__name__.encode()
+            return sent, answer
+
+    async with RawUpstream(too_large) as upstream:
+        agent = await make_agent(upstream.url)
+        # The proxy answers before the body is read: before the fix it closed the connection with
+        # the client's bytes unread, the kernel reset it, and the client's send failed
+        # (ECONNRESET) before it could read the 413. Now it closes lingering, as nginx does.
+        sent, answer = await asyncio.wait_for(asyncio.to_thread(upload, agent.proxy_port), 30)
+        assert sent == "all"
+        assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n") and answer.endswith(b"\r\n\r\nbig")
+        assert len(upstream.heads) == 1

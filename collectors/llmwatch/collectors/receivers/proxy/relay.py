@@ -73,6 +73,8 @@ _HOP_BY_HOP = frozenset(
 _MAX_CLIENT_ID = 128
 # aiohttp's server default: an idle keep-alive client connection is closed after this long.
 _CLIENT_KEEPALIVE_S = 75.0
+# How long a connection closed with its request body unread keeps reading (and dropping) it.
+_LINGER_S = 5.0
 # An idle upstream connection older than this is not reused: servers close idle connections
 # (uvicorn after 5 s), and a request sent as they do fails for nothing.
 _UPSTREAM_IDLE_S = 4.0
@@ -1026,6 +1028,7 @@ class _Client(asyncio.Protocol):
         self.closing = False
         self.feeding = False  # inside parser.feed_data: upstream writes wait for its end
         self.flush: _Call | None = None
+        self.lingering = False  # answered with its request's body unread: reading only to drop it
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -1065,6 +1068,8 @@ class _Client(asyncio.Protocol):
             call.up.resume_client_reads()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return  # the rest of a body whose call is answered (see `_linger`)
         if self.in_head:
             self.head_bytes += len(data)
         self.feeding = True
@@ -1251,8 +1256,11 @@ class _Client(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
-        if not call.keep_alive or not call.body_done or self.server.closing:
+        if not call.body_done and not self.server.closing:
             # A request whose body was not read to its end leaves the connection's bytes unframed.
+            self._linger(transport)
+            return
+        if not call.keep_alive or self.server.closing:
             transport.close()
             return
         if self.queued:
@@ -1263,6 +1271,23 @@ class _Client(asyncio.Protocol):
             self._start(following)
             return
         self.idle_since = self.server.loop.time()
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close a connection whose client may still be sending the answered call's body.
+
+        Closed at once with its bytes unread, the connection is reset, and a client still sending
+        reads ECONNRESET instead of the answer (an upstream's early 413, a 502, a 408; RFC 9112
+        §9.6). As nginx's lingering close: half-close after the answer, read and drop whatever
+        comes, close when the client does or after _LINGER_S.
+        """
+        self.lingering = True
+        self.queued.clear()
+        if self.paused:
+            self.paused.clear()
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.server.loop.call_later(_LINGER_S, transport.close)
 
     def answer_local(self, call: _Call) -> None:
         status, body = call.local  # type: ignore[misc]
