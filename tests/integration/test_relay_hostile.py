@@ -8,6 +8,8 @@ what nginx does with it and which test here pins llmwatch's answer.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 
 import orjson
 import pytest
@@ -64,6 +66,9 @@ async def test_an_upstream_head_with_bare_lf_line_ends_is_read_as_nginx_reads_it
         "/v1/%5c..%5c..%5cadmin",
         "/..",
         "/../admin?x=/v1/models",
+        "/v1/..;/..;/admin",
+        "/v1/..;jsessionid=x/..;/admin",
+        "/v1/%2e%2e%3b/%2e%2e;/admin",
     ],
 )
 async def test_a_target_whose_dot_segments_climb_above_the_upstream_prefix_gets_400(make_agent, target):
@@ -356,4 +361,401 @@ async def test_junk_after_a_complete_request_still_gets_that_request_answered_th
             assert await asyncio.wait_for(reader.read(), 10) == b""  # and nothing after it
         finally:
             writer.close()
+        assert len(upstream.heads) == 1
+
+
+# --- 9. Expect: 100-continue on a pipelined call, and from an HTTP/1.0 client (third hostile round) ---------
+
+
+async def test_a_pipelined_calls_100_continue_goes_out_after_the_response_before_it_never_inside_it(make_agent):
+    first = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n"
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
+
+    async def two(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(first if head.startswith(b"GET") else second)
+        await writer.drain()
+
+    async with RawUpstream(two) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # One write: a GET, then the head of a POST that waits for its 100 before its body.
+            # Before the fix the 100 went out as the POST's head was parsed: ahead of (or inside)
+            # the GET's response, where the client reads it as the GET's.
+            writer.write(
+                b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+            )
+            expected = first + b"HTTP/1.1 100 Continue\r\n\r\n"
+            got = await asyncio.wait_for(reader.readexactly(len(expected)), 10)
+            assert got == expected
+            writer.write(b"hello")
+            assert await asyncio.wait_for(reader.readexactly(len(second)), 10) == second
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 2
+
+
+async def test_an_http_1_0_client_that_sends_expect_gets_no_1xx(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # RFC 9110 §10.1.1 / §15.2: an HTTP/1.0 request's 100-continue is ignored, and an
+            # HTTP/1.0 client is never sent a 1xx (it would read it as the final response).
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(CHAT_BODY), CHAT_BODY)
+            )
+            answer = await asyncio.wait_for(reader.read(), 10)  # HTTP/1.0: the proxy closes after it
+        finally:
+            writer.close()
+        assert answer.startswith(b"HTTP/1.0 200 OK\r\n") and answer.endswith(OK_JSON)
+        assert len(upstream.heads) == 1
+
+
+# --- 10. a 101 Switching Protocols nobody asked for ------------------------------------------------------
+
+
+async def test_an_unasked_101_from_the_upstream_gets_a_502_in_fixed_words_and_no_traceback(make_agent, caplog):
+    async def switch(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x02hi")
+        await writer.drain()
+
+    async with RawUpstream(switch) as upstream:
+        agent = await make_agent(upstream.url)
+        # The relay forwards no upgrade, so a 101 is not valid here. Before the fix llhttp's
+        # HttpParserUpgrade escaped the upstream's data_received: asyncio logged "Fatal error:
+        # protocol.data_received() call failed" with a traceback and the client read "closed the
+        # connection without a complete response".
+        status, _, body = await raw_call(agent.proxy_port, post("/v1/chat/completions", CHAT_BODY))
+        assert status == 502
+        assert "not valid HTTP" in orjson.loads(body)["error"]["message"]
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_internal_errors_total") == 0
+
+
+# --- 11. a status code below 100 ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status_line", [b"HTTP/1.1 099 Odd", b"HTTP/1.1 000 Zero", b"HTTP/1.1 009 Odd"])
+async def test_a_status_code_below_100_gets_a_502_and_is_never_relayed_as_another_code(make_agent, status_line):
+    async def odd(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(status_line + b"\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async with RawUpstream(odd) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            # Before the fix `099` went out as `HTTP/1.1 99 Odd`: a status code changed, and one
+            # that a client reads as neither interim nor final.
+            head = await read_head(reader)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+
+
+# --- 12. Transfer-Encoding in an HTTP/1.0 request ----------------------------------------------------------
+
+
+async def test_an_http_1_0_request_with_transfer_encoding_is_answered_then_the_connection_closes(make_agent):
+    async def chunked_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if head.startswith(b"POST"):
+            await asyncio.wait_for(reader.readuntil(b"\r\n0\r\n\r\n"), 10)  # the body, re-chunked
+        await answer_ok(head, reader, writer)
+
+    async with RawUpstream(chunked_ok) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # RFC 9112 §6.1: a server that receives an HTTP/1.0 message with Transfer-Encoding
+            # MUST treat its framing as faulty and close the connection after it: an HTTP/1.0
+            # hop in front may have framed the body otherwise and sent the rest as a request.
+            # Before the fix the keep-alive was honoured and the bytes after it were forwarded.
+            head = b"POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+            body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT_BODY), CHAT_BODY)
+            writer.write(head + body + b"GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            status, headers, body = await asyncio.wait_for(read_response(reader), 10)
+            assert (status, body) == (200, OK_JSON) and "connection" not in headers  # no keep-alive
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, the GET never read
+        finally:
+            writer.close()
+        assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"POST /v1/chat/completions HTTP/1.1"]
+
+
+# --- 13. trailer lines a strict client cannot read --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "trailer",
+    [b"X: a\rb", b"X : a", b"X\x00: a", b"X: a\x00", b"(x): a", b": a"],
+    ids=["bare-cr-in-value", "space-before-colon", "nul-in-name", "nul-in-value", "not-a-token", "no-name"],
+)
+async def test_a_trailer_line_that_is_not_a_field_line_cuts_the_stream_and_is_never_relayed(make_agent, trailer):
+    chunk_seen = asyncio.Event()
+
+    async def bad_trailer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.wait_for(chunk_seen.wait(), 10)  # the head went out: the trailer comes in its own read
+        writer.write(b"0\r\n" + trailer + b"\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bad_trailer) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            got = await asyncio.wait_for(reader.readuntil(b"5\r\nhello\r\n"), 10)
+            assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+            chunk_seen.set()
+            # As for a chunk line a strict client cannot read: the stream is cut (h11 refuses
+            # these lines). Before the fix any line with a colon was relayed as a trailer.
+            try:
+                rest = await asyncio.wait_for(reader.read(65536), 10)
+            except ConnectionResetError:
+                rest = b""
+            assert rest == b""
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 1
+
+
+# --- 14. a Content-Length with trailing whitespace -------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [b"%d ", b"%d\t", b"%d \t "])
+async def test_a_response_content_length_with_trailing_whitespace_is_relayed_untouched(make_agent, length):
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + length % len(OK_JSON)
+    answer += b"\r\n\r\n" + OK_JSON
+
+    async def padded(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(answer)
+        await writer.drain()
+
+    async with RawUpstream(padded) as upstream:
+        agent = await make_agent(upstream.url)
+        # RFC 9110 §5.5: a field value's trailing whitespace is not part of it (h11 and nginx read
+        # these). Before the fix llhttp's value kept it, `isdigit` failed and the client got 502.
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # and a second call on the same connection: the body was framed exactly
+                writer.write(post("/v1/chat/completions", CHAT_BODY))
+                got = await asyncio.wait_for(reader.readexactly(len(answer)), 10)
+                assert got == answer
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 2
+
+
+# --- 15. a client that leaves while its upstream connection is still being made -----------------------------
+
+
+async def test_a_client_that_leaves_during_a_slow_connect_hands_its_pool_slot_to_the_next_call(make_agent):
+    # An upstream that does not accept: a listen backlog of 0, already full, so the kernel drops
+    # connection attempts (SYNs) until the test starts accepting.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(2)]
+    for filler in fillers:
+        filler.setblocking(False)
+        try:
+            filler.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    agent = await make_agent(f"http://127.0.0.1:{port}", proxy={"max_connections": 1, "connect_timeout_s": 8})
+    # The pool's state is where the order of events shows (nothing on the wire does): read only
+    # to sequence the calls, never asserted on.
+    pool = agent.proxy.relay.pool
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    server = None
+    _, leaver = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+    try:
+        leaver.write(request)
+        await wait_until(lambda: len(pool.connecting) == 1)  # its connect hangs: the one slot is taken
+        writer.write(request)
+        await wait_until(lambda: len(pool.waiters) == 1)  # the second call waits for that slot
+        leaver.close()
+        # The leaver's connect is cancelled. Before the fix its slot was freed but the waiter was
+        # not started: it sat out connect_timeout_s and got 504, the upstream answering or not.
+        await wait_until(lambda: not pool.waiters or not pool.connecting)
+        server = await asyncio.start_server(answer, sock=listener)  # the upstream accepts now
+        status, _, body = await asyncio.wait_for(read_response(reader), 15)
+        assert (status, body) == (200, b"ok")
+    finally:
+        writer.close()
+        for filler in fillers:
+            filler.close()
+        if server is not None:
+            server.close()
+        else:
+            listener.close()
+
+
+# --- 16. an upstream reset inside a body delimited by its close ----------------------------------------------
+
+
+async def test_an_upstream_reset_inside_a_close_delimited_body_cuts_the_client_too(make_agent):
+    part_seen = asyncio.Event()
+
+    async def reset(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"id": "c", ')
+        await writer.drain()
+        await asyncio.wait_for(part_seen.wait(), 10)
+        # A reset (SO_LINGER 0), not a close: the body is cut short.
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        raise ConnectionError
+
+    async with RawUpstream(reset) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(post("/v1/chat/completions", CHAT_BODY))
+            await asyncio.wait_for(reader.readuntil(b'{"id": "c", '), 10)
+            part_seen.set()
+            # RFC 9112 §8: a close-delimited message closed by an error is incomplete. Before the
+            # fix the client got a clean close, which reads as the whole body: the cut was hidden
+            # (and counted as a success).
+            with pytest.raises(ConnectionResetError):
+                await asyncio.wait_for(reader.read(65536), 10)
+        finally:
+            writer.close()
+        await wait_until(lambda: calls_observed(agent) >= 1)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
+        assert len(upstream.heads) == 1
+
+
+@pytest.mark.parametrize("ending", [b"", b"zz\r\n"], ids=["upstream-closes", "bad-chunk-line"])
+async def test_a_chunked_answer_cut_short_resets_an_http_1_0_clients_connection(make_agent, ending):
+    part_seen = asyncio.Event()
+
+    async def cut(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b'c\r\n{"id": "c", \r\n')
+        await writer.drain()
+        await asyncio.wait_for(part_seen.wait(), 10)
+        writer.write(ending)  # then the close: no terminal chunk
+        await writer.drain()
+        raise ConnectionError
+
+    async with RawUpstream(cut) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            request = post("/v1/chat/completions", CHAT_BODY).replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+            writer.write(request)
+            # An HTTP/1.0 client reads the body de-chunked, until the close: a plain close is the
+            # end of a whole body to it. Before the fix the cut reached it as one.
+            await asyncio.wait_for(reader.readuntil(b'\r\n\r\n{"id": "c", '), 10)
+            part_seen.set()
+            with pytest.raises(ConnectionResetError):
+                await asyncio.wait_for(reader.read(65536), 10)
+        finally:
+            writer.close()
+        await wait_until(lambda: calls_observed(agent) >= 1)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_errors_total", error_type="stream_interrupted") == 1
+
+
+# --- 17. proxy.preserve_host and an HTTP/1.0 request without Host ---------------------------------------------
+
+
+async def test_with_preserve_host_an_http_1_0_request_without_host_reaches_the_upstream_with_one(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url, proxy={"preserve_host": True})
+        status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.0\r\n\r\n")
+        assert status == 200
+        status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: client.example\r\n\r\n")
+        assert status == 200
+        # Forwarded as HTTP/1.1, which must carry a Host (RFC 9112 §3.2): before the fix the first
+        # left without one (an HTTP/1.1 upstream answers that with 400). The client's is kept.
+        first, second = upstream.heads
+        assert first.split(b"\r\n")[1:] == [b"Host: 127.0.0.1:%d" % upstream.port]
+        assert second.split(b"\r\n")[1:] == [b"Host: client.example"]
+
+
+@pytest.mark.parametrize("host", [b"a b", b"a/b", b"user@a", b"a:80x", b"a\tb", b"[::1"])
+async def test_with_preserve_host_an_invalid_host_gets_400_and_never_reaches_the_upstream(make_agent, host):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent(upstream.url, proxy={"preserve_host": True})
+        # RFC 9112 §3.2: 400 for a Host that is not uri-host[:port] (nginx too). Before the fix it
+        # was forwarded as sent, to an upstream that may route or build URLs by it.
+        status, _, body = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n" % host)
+        assert status == 400 and "Host" in orjson.loads(body)["error"]["message"]
+        for valid in (b"api.example", b"api.example:8443", b"127.0.0.1:1", b"[::1]:8080", b"xn--d1a.example"):
+            status, _, _ = await raw_call(agent.proxy_port, b"GET /v1/models HTTP/1.1\r\nHost: %s\r\n\r\n" % valid)
+            assert status == 200, valid
+        assert [h.split(b"\r\n")[1] for h in upstream.heads] == [
+            b"Host: api.example",
+            b"Host: api.example:8443",
+            b"Host: 127.0.0.1:1",
+            b"Host: [::1]:8080",
+            b"Host: xn--d1a.example",
+        ]
+
+
+# --- 18. an answer that comes before the request's body is all sent ---------------------------------------
+
+
+async def test_a_client_still_sending_its_body_after_an_early_answer_reads_the_answer_not_a_reset(make_agent):
+    async def too_large(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Answers on the head, then reads (and drops) what the proxy still sends, as servers do.
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig")
+        await writer.drain()
+        while await reader.read(1 << 16):
+            pass
+        raise ConnectionError
+
+    body = b"x" * (32 << 20)
+
+    def upload(port: int) -> tuple[str, bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            try:
+                sock.sendall(b"POST /v1/uploads HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                sent = "all"
+            except OSError as exc:
+                sent = type(exc).__name__
+            answer = b""
+            try:
+                while chunk := sock.recv(1 << 16):
+                    answer += chunk
+            except OSError as exc:
+                answer += type(exc).__name__.encode()
+            return sent, answer
+
+    async with RawUpstream(too_large) as upstream:
+        agent = await make_agent(upstream.url)
+        # The proxy answers before the body is read: before the fix it closed the connection with
+        # the client's bytes unread, the kernel reset it, and the client's send failed
+        # (ECONNRESET) before it could read the 413. Now it closes lingering, as nginx does.
+        sent, answer = await asyncio.wait_for(asyncio.to_thread(upload, agent.proxy_port), 30)
+        assert sent == "all"
+        assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n") and answer.endswith(b"\r\n\r\nbig")
         assert len(upstream.heads) == 1

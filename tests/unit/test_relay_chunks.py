@@ -44,7 +44,7 @@ class _Client:
     def response_done(self, call: Any) -> None:
         self.events.append("done")
 
-    def interrupted(self, call: Any) -> None:
+    def interrupted(self, call: Any, *, reset: bool = False) -> None:
         self.events.append("interrupted")
 
     def upstream_failed(self, call: Any, what: str, *, timeout: bool) -> None:

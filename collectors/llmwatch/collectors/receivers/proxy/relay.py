@@ -43,6 +43,7 @@ import collections
 import re
 import socket
 import ssl
+import struct
 import time
 from time import perf_counter
 from typing import Any, Callable
@@ -72,12 +73,16 @@ _HOP_BY_HOP = frozenset(
 _MAX_CLIENT_ID = 128
 # aiohttp's server default: an idle keep-alive client connection is closed after this long.
 _CLIENT_KEEPALIVE_S = 75.0
+# How long a connection closed with its request body unread keeps reading (and dropping) it.
+_LINGER_S = 5.0
 # An idle upstream connection older than this is not reused: servers close idle connections
 # (uvicorn after 5 s), and a request sent as they do fails for nothing.
 _UPSTREAM_IDLE_S = 4.0
 # Request body bytes held while the upstream connection is being made; above it the client waits.
 _PENDING_LIMIT = 1 << 20
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# SO_LINGER on, 0 s: closing the socket then resets the connection (RST) instead of ending it (FIN).
+_RESET = struct.pack("ii", 1, 0)
 _REASONS = {
     400: b"Bad Request",
     404: b"Not Found",
@@ -100,6 +105,11 @@ _BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # does), CR. As strict as h11: the relay forwards these bytes as they are, and a client must be
 # able to read them (a bare LF here would leave a strict client waiting for the chunk's end).
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r")
+# A trailer line (without its LF) as h11 reads one: a token, a colon, a value of HTAB, SP, VCHAR and
+# obs-text, then CR (or a bare LF). Anything looser is relayed to a client that cannot read it.
+_TRAILER = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r?")
+# A Host value (RFC 9112 §3.2: uri-host [":" port]): checked where it is forwarded (proxy.preserve_host).
+_HOST_VALUE = re.compile(rb"(?:\[[0-9A-Fa-f:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(?::[0-9]*)?")
 # Longest chunk-size or trailer line read from an upstream.
 _MAX_CHUNK_LINE = 8192
 
@@ -168,6 +178,9 @@ def climbs_above_root(path: bytes) -> bool:
         return False
     depth = 0
     for segment in path.replace(b"\\", b"/").split(b"/"):
+        # A segment's parameters (`..;x`, RFC 3986 §3.3) are cut off before it is resolved by
+        # servlet containers (Tomcat, Jetty): `..;` is `..` there.
+        segment = segment.split(b";", 1)[0]
         if segment == b"..":
             depth -= 1
             if depth < 0:
@@ -213,6 +226,7 @@ class _Call:
         "path",
         "sent_head",
         "held",
+        "expect",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -237,6 +251,7 @@ class _Call:
         self.sent_head = False  # the response head went to the client
         # Waiting for its body before it takes an upstream connection (see `_Client._start`).
         self.held = False
+        self.expect = False  # sent `Expect: 100-continue`: the 100 goes out when the call starts
 
     # --- request body, from the client's parser ---------------------------------------------------
 
@@ -356,12 +371,12 @@ class _Upstream(asyncio.Protocol):
             return
         self.call = None
         call.up = None
-        if self.state == 3:
+        if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
         elif not call.sent_head:
             call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
-            call.client.interrupted(call)
+            self._cut(call)  # in state 3: reset, not closed, so the body is cut short (RFC 9112 §8)
 
     def data_received(self, data: bytes) -> None:
         call = self.call
@@ -415,7 +430,9 @@ class _Upstream(asyncio.Protocol):
                 head = _BARE_LF.sub(b"\r\n", head)  # read as nginx reads it
             try:
                 self.parser.feed_data(head)
-            except (httptools.HttpParserError, _LimitExceeded):
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade, _LimitExceeded):
+                # HttpParserUpgrade (not an HttpParserError): a 101 to a request that asked for no
+                # upgrade (the relay forwards none); let out, asyncio logged a traceback.
                 self._invalid(call)
                 return
             buf = buf[end:]
@@ -447,6 +464,10 @@ class _Upstream(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
+        if status < 100:
+            # llhttp reads any three digits; `099` would go out as `99`, a code no client reads
+            # (h11 refuses it, RFC 9110 §15 has 100-599): not relayed as another code, a 502.
+            raise _LimitExceeded
         if 100 <= status < 200:
             self.interim = True
             return
@@ -475,7 +496,8 @@ class _Upstream(asyncio.Protocol):
                     continue
                 if kind == _HOP:
                     continue
-                if not value.isdigit():  # _LENGTH
+                if not value.isdigit() and not value.rstrip(b" \t").isdigit():  # _LENGTH
+                    # Trailing whitespace (OWS, which llhttp leaves in the value) is allowed.
                     self._invalid(call)
                     return
                 cl = value
@@ -660,7 +682,7 @@ class _Upstream(asyncio.Protocol):
             elif line in (b"", b"\r"):
                 end = pos  # the empty line after the terminal chunk (and any trailers)
                 break
-            elif b":" not in line or len(line) > _MAX_CHUNK_LINE:
+            elif len(line) > _MAX_CHUNK_LINE or _TRAILER.fullmatch(line) is None:
                 self._bad_chunk(call, head)
                 return
         self.cstate = cstate
@@ -724,7 +746,13 @@ class _Upstream(asyncio.Protocol):
     def _broken(self, call: _Call) -> None:
         # The head went out already: break the client's response too, as a direct connection would.
         self._drop(call)
-        call.client.interrupted(call)
+        self._cut(call)
+
+    def _cut(self, call: _Call) -> None:
+        # Where the client's body ends with the close (the upstream's did, or it is read
+        # de-chunked by an HTTP/1.0 client), a plain close would read as the end of a whole body:
+        # the client's connection is reset instead, as a direct one would be.
+        call.client.interrupted(call, reset=self.state == 3 or self.dechunk)
 
     def _drop(self, call: _Call) -> None:
         self.call = None
@@ -792,7 +820,7 @@ class _Upstream(asyncio.Protocol):
             return
         self._drop(call)
         if call.sent_head:
-            call.client.interrupted(call)
+            self._cut(call)
         else:
             call.client.upstream_failed(call, "", timeout=True)
 
@@ -877,7 +905,10 @@ class _Pool:
                 self.connect_timeout,
             )
         except asyncio.CancelledError:
+            # Its client left (`forget`) or the pool closes: the slot goes to the next waiter, as
+            # on any other end of a connect (else a waiter sat out its connect timeout: 504).
             self.count -= 1
+            self._next_waiter()
             raise
         except asyncio.TimeoutError:
             self.count -= 1
@@ -997,6 +1028,7 @@ class _Client(asyncio.Protocol):
         self.closing = False
         self.feeding = False  # inside parser.feed_data: upstream writes wait for its end
         self.flush: _Call | None = None
+        self.lingering = False  # answered with its request's body unread: reading only to drop it
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -1036,6 +1068,8 @@ class _Client(asyncio.Protocol):
             call.up.resume_client_reads()
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return  # the rest of a body whose call is answered (see `_linger`)
         if self.in_head:
             self.head_bytes += len(data)
         self.feeding = True
@@ -1141,6 +1175,10 @@ class _Client(asyncio.Protocol):
 
     def _start(self, call: _Call) -> None:
         call.started = True
+        if call.expect and not call.http10 and not call.body_done:
+            # Now, when this call is the one being answered (never inside the response before
+            # it), and never to an HTTP/1.0 client, which reads no 1xx (RFC 9110 §10.1.1, §15.2).
+            self.write(_CONTINUE)
         if call.local is not None:
             if call.body_done:
                 self.answer_local(call)
@@ -1218,8 +1256,11 @@ class _Client(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
-        if not call.keep_alive or not call.body_done or self.server.closing:
+        if not call.body_done and not self.server.closing:
             # A request whose body was not read to its end leaves the connection's bytes unframed.
+            self._linger(transport)
+            return
+        if not call.keep_alive or self.server.closing:
             transport.close()
             return
         if self.queued:
@@ -1230,6 +1271,23 @@ class _Client(asyncio.Protocol):
             self._start(following)
             return
         self.idle_since = self.server.loop.time()
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close a connection whose client may still be sending the answered call's body.
+
+        Closed at once with its bytes unread, the connection is reset, and a client still sending
+        reads ECONNRESET instead of the answer (an upstream's early 413, a 502, a 408; RFC 9112
+        §9.6). As nginx's lingering close: half-close after the answer, read and drop whatever
+        comes, close when the client does or after _LINGER_S.
+        """
+        self.lingering = True
+        self.queued.clear()
+        if self.paused:
+            self.paused.clear()
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.server.loop.call_later(_LINGER_S, transport.close)
 
     def answer_local(self, call: _Call) -> None:
         status, body = call.local  # type: ignore[misc]
@@ -1257,8 +1315,9 @@ class _Client(asyncio.Protocol):
         self._send_error(call, status, body)
         self.response_done(call)
 
-    def interrupted(self, call: _Call) -> None:
-        """The upstream broke off a response whose head the client has: break the client's too."""
+    def interrupted(self, call: _Call, *, reset: bool = False) -> None:
+        """The upstream broke off a response whose head the client has: break the client's too
+        (`reset`: with a reset, where a close would be the end of the client's body)."""
         if call.finished:
             return
         call.finished = True
@@ -1268,8 +1327,13 @@ class _Client(asyncio.Protocol):
             ex.t_end = perf_counter()
             self.proxy.finish(ex)
         self.current = None
-        if self.transport is not None:
-            self.transport.abort()
+        transport = self.transport
+        if transport is not None:
+            if reset:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            transport.abort()
 
     def _client_gone(self, call: _Call) -> None:
         call.finished = True
@@ -1512,11 +1576,15 @@ class RelayServer:
                 hosts += 1
                 if not self.preserve_host:
                     continue
+                if _HOST_VALUE.fullmatch(value) is None:
+                    hosts += 1  # refused below as two would be: RFC 9112 §3.2, 400 for an invalid Host
             elif kind == _EXPECT:
                 if value.lower() == b"100-continue":
-                    # Answered here: forwarded, it would make the upstream request wait for a
-                    # second 100 that an upstream expecting only the body never sends.
-                    client.write(_CONTINUE)
+                    # Answered by the proxy: forwarded, it would make the upstream request wait for
+                    # a second 100 that an upstream expecting only the body never sends. Not written
+                    # here: a pipelined call's 100 would land inside the response before it (see
+                    # `_Client._start`).
+                    call.expect = True
                     continue
             elif kind == _AUTH:
                 has_auth = True
@@ -1525,8 +1593,12 @@ class RelayServer:
             out += (name, b": ", value, b"\r\n")
         if hosts > 1 or (hosts == 0 and not call.http10):
             # RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without a Host, or
-            # any request with two (nginx does); which of two the upstream would read is a guess.
-            call.local = (400, proxy.relay_error_body("llmwatch proxy: the request must carry exactly one Host header"))
+            # any request with two or an invalid one (nginx does); which of two the upstream
+            # would read is a guess.
+            call.local = (
+                400,
+                proxy.relay_error_body("llmwatch proxy: the request must carry exactly one valid Host header"),
+            )
             call.chunked = chunked
             return call
         if codings > 1:
@@ -1539,10 +1611,18 @@ class RelayServer:
             call.keep_alive = False
             call.chunked = True
             return call
+        if hosts == 0 and self.preserve_host:
+            # An HTTP/1.0 request without Host goes on as HTTP/1.1, which must carry one (RFC 9112
+            # §3.2; the upstream would answer 400): the upstream's, as without preserve_host.
+            out.append(self.host_header)
         if not has_auth and self.auth is not None:
             out.append(self.auth)
         if chunked:
             out.append(b"Transfer-Encoding: chunked\r\n")
+            if call.http10:
+                # RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing (a
+                # 1.0 peer in front may have read the body otherwise): answered, then closed.
+                call.keep_alive = False
         out.append(b"\r\n")
         call.head = b"".join(out)
         call.chunked = chunked
