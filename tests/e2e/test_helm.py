@@ -652,3 +652,30 @@ def test_a_pod_disruption_budget_can_keep_a_minimum_instead() -> None:
     (budget,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "PodDisruptionBudget"]
     assert budget["spec"]["minAvailable"] == 2
     assert "maxUnavailable" not in budget["spec"]
+
+
+def test_lifecycle_hooks_reach_their_containers() -> None:
+    """Sidecar mode's rolling restart: the server must outlive llmwatch's in-flight window, so each
+    container takes its own `lifecycle` (a preStop hook); none is set by default."""
+    default = {
+        c["name"]: c
+        for d in rendered("sidecar")
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert all("lifecycle" not in c for c in default.values())
+    proc = helm(
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(CI / "sidecar-values.yaml"),
+        "--set-json",
+        'app.lifecycle={"preStop": {"exec": {"command": ["sleep", "20"]}}}',
+        "--set-json",
+        'llmwatch.lifecycle={"preStop": {"exec": {"command": ["sleep", "5"]}}}',
+    )
+    (deployment,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert containers["llm"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "20"]
+    assert containers["llmwatch"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
