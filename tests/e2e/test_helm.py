@@ -185,6 +185,17 @@ def _merge(base: dict, over: dict) -> dict:
             ],
             "minAvailable or maxUnavailable, not both",
         ),
+        # Two containers of one pod on one port: one of them cannot bind (or llmwatch forwards to itself).
+        (["-f", str(CI / "sidecar-values.yaml"), "--set", "app.port=8080"], "app.port and llmwatch.port"),
+        (["-f", str(CI / "sidecar-values.yaml"), "--set", "app.port=9464"], "app.port and llmwatch.metricsPort"),
+        (
+            ["-f", str(CI / "standalone-values.yaml"), "--set", "llmwatch.metricsPort=8080"],
+            "llmwatch.port and llmwatch.metricsPort",
+        ),
+        (
+            ["-f", str(CI / "standalone-values.yaml"), "--set", "service.metricsPort=80"],
+            "service.port and service.metricsPort",
+        ),
     ],
     ids=[
         "sidecar-without-image",
@@ -196,6 +207,10 @@ def _merge(base: dict, over: dict) -> dict:
         "chart-managed-config-key",
         "url-without-scheme",
         "pdb-with-both-bounds",
+        "app-port-is-llmwatch-port",
+        "app-port-is-metrics-port",
+        "llmwatch-ports-collide",
+        "service-ports-collide",
     ],
 )
 def test_bad_values_are_refused_clearly(args: list[str], message: str) -> None:
