@@ -694,3 +694,13 @@ def test_lifecycle_hooks_reach_their_containers() -> None:
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     assert containers["llm"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "20"]
     assert containers["llmwatch"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+
+
+def test_docs_build_the_image_tag_the_chart_pulls() -> None:
+    """The docs' `docker build -t REGISTRY/llmwatch:TAG` must name the tag the chart pulls by
+    default (its appVersion), or a user following them gets ImagePullBackOff."""
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for doc in (CHART / "README.md", ROOT / "docs" / "operations" / "deploy.md"):
+        tags = re.findall(r"REGISTRY/llmwatch:(\S+)", doc.read_text())
+        assert tags, f"{doc.name}: no REGISTRY/llmwatch:TAG build line"
+        assert set(tags) <= {app_version, f"{app_version}-slim"}, (doc.name, tags, app_version)
