@@ -52,7 +52,14 @@ RENDERS: dict[str, tuple[list[str], dict[str, bool]]] = {
     "standalone": (["-f", str(CI / "standalone-values.yaml")], {"dashboards": True}),
     "standalone-everything": (
         ["-f", str(CI / "everything-values.yaml")],
-        {"kafka": True, "serviceMonitor": True, "prometheusRule": True, "networkPolicy": True, "dashboards": True},
+        {
+            "kafka": True,
+            "serviceMonitor": True,
+            "prometheusRule": True,
+            "networkPolicy": True,
+            "dashboards": True,
+            "podDisruptionBudget": True,
+        },
     ),
     "sidecar-everything": (
         ["-f", str(CI / "sidecar-values.yaml"), "-f", str(CI / "everything-values.yaml"), "--set", "mode=sidecar"],
@@ -63,6 +70,7 @@ RENDERS: dict[str, tuple[list[str], dict[str, bool]]] = {
             "prometheusRule": True,
             "networkPolicy": True,
             "dashboards": True,
+            "podDisruptionBudget": True,
         },
     ),
     "standalone-minimal": (
@@ -166,6 +174,28 @@ def _merge(base: dict, over: dict) -> dict:
         ),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "config.listen=0.0.0.0:1"], "listen"),
         (["-f", str(CI / "standalone-values.yaml"), "--set", "upstream.url=vllm:8000"], "url"),
+        (
+            [
+                "-f",
+                str(CI / "standalone-values.yaml"),
+                "--set",
+                "podDisruptionBudget.enabled=true",
+                "--set",
+                "podDisruptionBudget.minAvailable=1",
+            ],
+            "minAvailable or maxUnavailable, not both",
+        ),
+        # Two containers of one pod on one port: one of them cannot bind (or llmwatch forwards to itself).
+        (["-f", str(CI / "sidecar-values.yaml"), "--set", "app.port=8080"], "app.port and llmwatch.port"),
+        (["-f", str(CI / "sidecar-values.yaml"), "--set", "app.port=9464"], "app.port and llmwatch.metricsPort"),
+        (
+            ["-f", str(CI / "standalone-values.yaml"), "--set", "llmwatch.metricsPort=8080"],
+            "llmwatch.port and llmwatch.metricsPort",
+        ),
+        (
+            ["-f", str(CI / "standalone-values.yaml"), "--set", "service.metricsPort=80"],
+            "service.port and service.metricsPort",
+        ),
     ],
     ids=[
         "sidecar-without-image",
@@ -176,6 +206,11 @@ def _merge(base: dict, over: dict) -> dict:
         "weakened-securitycontext",
         "chart-managed-config-key",
         "url-without-scheme",
+        "pdb-with-both-bounds",
+        "app-port-is-llmwatch-port",
+        "app-port-is-metrics-port",
+        "llmwatch-ports-collide",
+        "service-ports-collide",
     ],
 )
 def test_bad_values_are_refused_clearly(args: list[str], message: str) -> None:
@@ -223,6 +258,8 @@ def test_render_has_the_expected_objects(name: str) -> None:
         expected += ["PrometheusRule"]
     if on.get("networkPolicy"):
         expected += ["NetworkPolicy"]
+    if on.get("podDisruptionBudget"):
+        expected += ["PodDisruptionBudget"] * (2 if on.get("kafka") else 1)
     if "serviceAccount.create=false" not in RENDERS[name][0]:
         expected += ["ServiceAccount"]
     assert kinds == sorted(expected)
@@ -586,3 +623,84 @@ def test_network_policy(name: str) -> None:
     if RENDERS[name][1].get("sidecar"):
         # The server's own port is not reachable from outside the pod: clients go through llmwatch.
         assert "app" not in {p["port"] for r in spec["ingress"] for p in r["ports"]}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("podDisruptionBudget")])
+def test_pod_disruption_budgets_cover_each_deployment(name: str) -> None:
+    """A node drain takes the pods of each Deployment down at most `maxUnavailable` at a time: one
+    PodDisruptionBudget per Deployment, selecting exactly that Deployment's pods (the proxy's must
+    not count the scorer workers as available, nor the reverse)."""
+    docs = rendered(name)
+    budgets = by_kind(docs, "PodDisruptionBudget")
+    deployments = by_kind(docs, "Deployment")
+    assert len(budgets) == len(deployments)
+    for budget in budgets:
+        assert budget["apiVersion"] == "policy/v1"
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert "minAvailable" not in budget["spec"]
+        selector = budget["spec"]["selector"]["matchLabels"]
+        matched = [
+            d["metadata"]["name"]
+            for d in deployments
+            if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())
+        ]
+        assert len(matched) == 1, f"{budget['metadata']['name']} selects the pods of {matched}"
+        assert matched[0] == budget["metadata"]["name"]
+
+
+def test_a_pod_disruption_budget_can_keep_a_minimum_instead() -> None:
+    proc = helm(
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(CI / "standalone-values.yaml"),
+        "--set",
+        "replicaCount=3",
+        "--set",
+        "podDisruptionBudget.enabled=true",
+        "--set",
+        "podDisruptionBudget.maxUnavailable=null",
+        "--set",
+        "podDisruptionBudget.minAvailable=2",
+    )
+    (budget,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["minAvailable"] == 2
+    assert "maxUnavailable" not in budget["spec"]
+
+
+def test_lifecycle_hooks_reach_their_containers() -> None:
+    """Sidecar mode's rolling restart: the server must outlive llmwatch's in-flight window, so each
+    container takes its own `lifecycle` (a preStop hook); none is set by default."""
+    default = {
+        c["name"]: c
+        for d in rendered("sidecar")
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert all("lifecycle" not in c for c in default.values())
+    proc = helm(
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(CI / "sidecar-values.yaml"),
+        "--set-json",
+        'app.lifecycle={"preStop": {"exec": {"command": ["sleep", "20"]}}}',
+        "--set-json",
+        'llmwatch.lifecycle={"preStop": {"exec": {"command": ["sleep", "5"]}}}',
+    )
+    (deployment,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert containers["llm"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "20"]
+    assert containers["llmwatch"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+
+
+def test_docs_build_the_image_tag_the_chart_pulls() -> None:
+    """The docs' `docker build -t REGISTRY/llmwatch:TAG` must name the tag the chart pulls by
+    default (its appVersion), or a user following them gets ImagePullBackOff."""
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for doc in (CHART / "README.md", ROOT / "docs" / "operations" / "deploy.md"):
+        tags = re.findall(r"REGISTRY/llmwatch:(\S+)", doc.read_text())
+        assert tags, f"{doc.name}: no REGISTRY/llmwatch:TAG build line"
+        assert set(tags) <= {app_version, f"{app_version}-slim"}, (doc.name, tags, app_version)

@@ -81,6 +81,22 @@ it runs the slim image (Dockerfile --build-arg EXTRAS=kafka,otel), paid for in e
 
 {{/* Settings the chart manages in llmwatch's config (ports must match the probes and Services). */}}
 {{- define "llmwatch.managedConfig" -}}
+{{- /* Containers of one pod share its network: two on one port cannot both bind, and in sidecar
+mode an app.port equal to llmwatch.port would have llmwatch forward to itself. */}}
+{{- $ports := list (list "llmwatch.port" .Values.llmwatch.port) (list "llmwatch.metricsPort" .Values.llmwatch.metricsPort) }}
+{{- if eq .Values.mode "sidecar" }}
+{{- $ports = prepend $ports (list "app.port" .Values.app.port) }}
+{{- end }}
+{{- range $i, $a := $ports }}
+{{- range $b := slice $ports (add1 $i) }}
+{{- if eq (int (index $a 1)) (int (index $b 1)) }}
+{{- fail (printf "%s and %s are both %v: containers of one pod need different ports" (index $a 0) (index $b 0) (index $a 1)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if eq (int .Values.service.port) (int .Values.service.metricsPort) }}
+{{- fail (printf "service.port and service.metricsPort are both %v: a Service needs different ports" .Values.service.port) }}
+{{- end }}
 listen: {{ printf "0.0.0.0:%v" .Values.llmwatch.port | quote }}
 metrics_listen: {{ printf "0.0.0.0:%v" .Values.llmwatch.metricsPort | quote }}
 data_dir: {{ .Values.dataDir.path | quote }}
