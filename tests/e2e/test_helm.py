@@ -408,11 +408,11 @@ def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: s
     proxy_pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
     proxy = next(c for c in proxy_pod["containers"] if c["name"] == "llmwatch")
     if on.get("kafka"):
-        assert proxy["image"] == "llmwatch:0.1.0-slim"
+        assert proxy["image"] == "llmwatch:0.2.0-slim"
         scorer = one(docs, "Deployment", "rel-llmwatch-scorer")["spec"]["template"]["spec"]["containers"][0]
-        assert scorer["image"] == "llmwatch:0.1.0"
+        assert scorer["image"] == "llmwatch:0.2.0"
     else:
-        assert proxy["image"] == "llmwatch:0.1.0"
+        assert proxy["image"] == "llmwatch:0.2.0"
 
 
 def test_a_slim_image_can_be_named() -> None:
@@ -694,6 +694,16 @@ def test_lifecycle_hooks_reach_their_containers() -> None:
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     assert containers["llm"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "20"]
     assert containers["llmwatch"]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+
+
+def test_the_chart_pulls_the_image_of_the_version_it_is_shipped_with() -> None:
+    """The chart's appVersion (the image tag it pulls by default) is the package's version
+    (pyproject.toml): a chart of 0.1.0 shipped beside llmwatch 0.2.0 pulled an older image, or none."""
+    import tomllib
+
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == package, (chart["appVersion"], package)
 
 
 def test_docs_build_the_image_tag_the_chart_pulls() -> None:
