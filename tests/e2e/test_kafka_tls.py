@@ -18,11 +18,14 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import orjson
 import pytest
 import structlog
 from helpers.kafka_broker import Broker, broker_binary
 from helpers.kafka_topics import read_topic
 
+from llmwatch.agent.components import load_config
+from llmwatch.agent.processes.kafka_scorer import run_scorer
 from llmwatch.collectors.exporters.kafka import (
     KafkaMetrics,
     KafkaSampleSink,
@@ -180,6 +183,39 @@ def test_samples_go_through_the_sink_over_tls_and_read_back(tls_broker) -> None:
     assert kafka.kafka_produced._value.get() == len(sent)
     records = read_topic("", "samples", expect=len(sent), connection=connection_settings(cfg))
     assert sorted(Sample.from_json(r.value).id for r in records) == sorted(s.id for s in sent)
+
+
+def test_a_scorer_worker_consumes_in_its_group_and_publishes_scores_over_tls(tls_broker) -> None:
+    # A consumer group adds the coordinator connection (FindCoordinator, JoinGroup, commits): it
+    # too comes from the broker's metadata, hence through the terminator.
+    _, terminator, ca = tls_broker
+    tls = {"security_protocol": "SSL", "ssl_cafile": str(ca), "bootstrap_servers": [f"127.0.0.1:{terminator.port}"]}
+    cfg = load_config(
+        None,
+        overrides={
+            "metrics_listen": "127.0.0.1:0",
+            "scoring": {"embeddings": False},
+            "kafka": {**tls, "samples_topic": "in", "scores_topic": "out", "group_id": "tls-group"},
+        },
+        environ={},
+    )
+    create_topics(cfg.kafka, {"in": 1, "out": 1})
+    sink = KafkaSampleSink(cfg.kafka, Metrics())
+    try:
+        sink.write([sample(i) for i in range(5)])
+        wait_for(lambda: sink.outstanding == 0, 30, "every sample acknowledged")
+    finally:
+        sink.close()
+    stop = threading.Event()
+    worker = threading.Thread(target=run_scorer, args=(cfg,), kwargs={"stop": stop, "worker_id": "w-tls"}, daemon=True)
+    worker.start()
+    try:
+        scores = read_topic("", "out", timeout=30, idle=2.0, connection=connection_settings(cfg.kafka))
+    finally:
+        stop.set()
+        worker.join(15)
+    assert not worker.is_alive(), "the worker stops when asked"
+    assert {orjson.loads(r.value)["sample_id"] for r in scores} == {f"tls-{i}" for i in range(5)}
 
 
 def test_a_broker_whose_certificate_the_ca_does_not_sign_costs_counted_samples_never_the_caller(

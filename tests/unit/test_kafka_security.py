@@ -308,20 +308,27 @@ def test_the_topic_admin_connects_secured(clients, tmp_path: Path) -> None:
     assert_secured(clients, cfg, ["admin"])
 
 
-def test_the_sidecars_producer_connects_secured(clients, tmp_path: Path) -> None:
+def test_the_sidecars_producer_connects_secured_and_its_logs_and_metrics_hold_no_password(
+    clients, tmp_path: Path
+) -> None:
+    from prometheus_client import generate_latest
+
     from llmwatch.collectors.exporters.kafka import KafkaSampleSink
     from llmwatch.core.metrics import Metrics
 
     cfg = secured(tmp_path)
-    sink = KafkaSampleSink(cfg.kafka, Metrics())
-    try:
-        with structlog.testing.capture_logs():
-            sink.write([])
-            deadline = threading.Event()
+    metrics = Metrics()
+    with structlog.testing.capture_logs() as logs:
+        sink = KafkaSampleSink(cfg.kafka, metrics)
+        try:
+            connected = threading.Event()
             for _ in range(200):  # the sender thread builds the producer: wait for it, bounded
                 if sink.connected:
                     break
-                deadline.wait(0.05)
-    finally:
-        sink.close(timeout=1)
+                connected.wait(0.05)
+        finally:
+            sink.close(timeout=1)
     assert_secured(clients, cfg, ["producer"])
+    assert any(e["event"] == "kafka_connected" for e in logs)
+    assert PASSWORD not in repr(logs)
+    assert PASSWORD.encode() not in generate_latest(metrics.registry)
