@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, TypeVar
+from typing import Annotated, Any, Literal, Mapping, Sequence, TypeVar
 
 import yaml
 from pydantic import (
@@ -279,8 +281,27 @@ def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix
     return out
 
 
-def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """`LLMWATCH_SAMPLING__RATE=0.5` -> {"sampling": {"rate": 0.5}}; values are parsed as YAML scalars."""
+def _is_secret(model: type[BaseModel] | None, path: Sequence[str]) -> bool:
+    """Whether `path` names a SecretStr field of `model` (a password, a key)."""
+    current: Any = model
+    for part in path:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return False
+        field = current.model_fields.get(part)
+        if field is None:
+            return False
+        current = field.annotation
+        if typing.get_origin(current) in (typing.Union, types.UnionType):  # `SecretStr | None`, `Section | None`
+            current = next((a for a in typing.get_args(current) if a is not type(None)), None)
+    return current is SecretStr
+
+
+def _env_overrides(
+    environ: Mapping[str, str], model: type[BaseModel] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`LLMWATCH_SAMPLING__RATE=0.5` -> {"sampling": {"rate": 0.5}}; values are parsed as YAML scalars,
+    except a secret's (a SecretStr field of `model`), taken as written: read as YAML, the password
+    `yes` would become True, `0123` the number 83 and `null` no password at all."""
     tree: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for key, raw in environ.items():
@@ -290,7 +311,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
         if not path:
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
+            value = raw if _is_secret(model, path) else yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
             value = raw
         node = tree
@@ -381,7 +402,7 @@ def load_model(
     if path is None and environ.get(ENV_PREFIX + "CONFIG"):
         path, variable = environ[ENV_PREFIX + "CONFIG"], ENV_PREFIX + "CONFIG"
     data = read_yaml(path, variable=variable) if path is not None else {}
-    env_tree, origins = _env_overrides(environ)
+    env_tree, origins = _env_overrides(environ, model)
     data = _merge(data, env_tree)
     if overrides:
         data = _merge(data, {k: v for k, v in overrides.items() if v is not None})

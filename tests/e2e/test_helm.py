@@ -196,6 +196,11 @@ def _merge(base: dict, over: dict) -> dict:
             ["-f", str(CI / "standalone-values.yaml"), "--set", "service.metricsPort=80"],
             "service.port and service.metricsPort",
         ),
+        # The ConfigMap is readable in clear: the password comes from a Secret, as a variable.
+        (
+            ["-f", str(CI / "standalone-values.yaml"), "--set", "config.kafka.sasl_password=x"],
+            "config.kafka.sasl_password",
+        ),
     ],
     ids=[
         "sidecar-without-image",
@@ -211,6 +216,7 @@ def _merge(base: dict, over: dict) -> dict:
         "app-port-is-metrics-port",
         "llmwatch-ports-collide",
         "service-ports-collide",
+        "kafka-password-in-the-configmap",
     ],
 )
 def test_bad_values_are_refused_clearly(args: list[str], message: str) -> None:
@@ -397,6 +403,35 @@ def test_kafka_scorer_workers(name: str) -> None:
     labels = scorer["spec"]["template"]["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in metrics_service["spec"]["selector"].items())
     assert labels["app.kubernetes.io/component"] == "scorer"
+
+
+def test_the_readmes_secured_kafka_example_reaches_both_containers(tmp_path: Path) -> None:
+    readme = (CHART / "README.md").read_text()
+    section = readme[readme.index("## Secured Kafka brokers") :]
+    example = section[section.index("```yaml\n") + 8 : section.index("```\n", section.index("```yaml"))]
+    values = tmp_path / "secured.yaml"
+    values.write_text(example)
+    out = helm("template", "rel", str(CHART), "-f", str(CI / "standalone-values.yaml"), "-f", str(values)).stdout
+    docs = tuple(d for d in yaml.safe_load_all(out) if d)
+    for deployment in ("rel-llmwatch", "rel-llmwatch-scorer"):
+        pod = one(docs, "Deployment", deployment)["spec"]["template"]["spec"]
+        container = next(c for c in pod["containers"] if c["name"] != "llm")
+        password = next(e for e in container["env"] if e["name"] == "LLMWATCH_KAFKA__SASL_PASSWORD")
+        assert password["valueFrom"]["secretKeyRef"] == {"name": "llmwatch-kafka", "key": "password"}, deployment
+        assert {"name": "kafka-tls", "mountPath": "/etc/kafka-tls", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "kafka-tls", "secret": {"secretName": "kafka-ca"}} in pod["volumes"], deployment
+    # Each container's config, with that variable set, is a secured kafka section llmwatch accepts
+    # (the CA path rewritten to a file that exists here: the validator checks it).
+    ca = tmp_path / "ca.crt"
+    ca.write_text("ca")
+    config_map = one(docs, "ConfigMap", "rel-llmwatch")
+    for key, text in config_map["data"].items():
+        path = tmp_path / key
+        path.write_text(text.replace("/etc/kafka-tls/ca.crt", str(ca)))
+        cfg = load_config(path, environ={"LLMWATCH_KAFKA__SASL_PASSWORD": "from-the-secret"})
+        assert cfg.kafka.security_protocol == "SASL_SSL" and cfg.kafka.sasl_username == "llmwatch", key
+        assert cfg.kafka.ssl_cafile == ca and cfg.kafka.sasl_password is not None
+        assert cfg.kafka.bootstrap_servers == ["kafka-0.kafka:9093"]
 
 
 @pytest.mark.parametrize("name", list(RENDERS))

@@ -46,6 +46,9 @@ class Broker:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     starts: int = 0
+    # The port clients are told to use in metadata (tansu's --advertised-listener-url); another
+    # than `port` when something stands in front of the broker (a TLS terminator).
+    advertised_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -53,6 +56,7 @@ class Broker:
 
     def start(self, timeout: float = 15.0) -> None:
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port or self.port}"
         self.starts += 1
         log_path = self.logdir / f"tansu-{self.port}-{self.starts}.log"
         with open(log_path, "wb") as log:
@@ -63,7 +67,7 @@ class Broker:
                     "--listener-url",
                     url,
                     "--advertised-listener-url",
-                    url,
+                    advertised,
                     "--storage-engine",
                     "memory://tansu/",
                 ],

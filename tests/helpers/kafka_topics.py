@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
 
 def read_topic(
-    bootstrap: str, topic: str, *, expect: int | None = None, timeout: float = 15.0, idle: float = 1.0
+    bootstrap: str,
+    topic: str,
+    *,
+    expect: int | None = None,
+    timeout: float = 15.0,
+    idle: float = 1.0,
+    connection: dict[str, Any] | None = None,
 ) -> list:
-    """Every record of `topic` (all partitions, from the start), without a consumer group."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, metrics_enabled=False)
+    """Every record of `topic` (all partitions, from the start), without a consumer group.
+    `connection`: kafka-python's connection arguments instead of plaintext `bootstrap` (TLS, SASL)."""
+    consumer = KafkaConsumer(
+        **(connection or {"bootstrap_servers": bootstrap}), enable_auto_commit=False, metrics_enabled=False
+    )
     try:
         deadline = time.monotonic() + timeout
         parts = None

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import structlog
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from llmwatch.core.component import Component, Context, Factory, Passive
 from llmwatch.core.config import ConfigError, Section, host_port
@@ -61,6 +63,23 @@ class KafkaSection(Section):
     delivery_timeout_ms: int = Field(120_000, ge=1000)
     group_id: str = Field("llmwatch-scorers", min_length=1)
     client_id: str = Field("llmwatch", min_length=1)
+    # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS); used by every client
+    # llmwatch opens: the sidecar's producer, the topic admin, `scorer`, `aggregate` and `archive`.
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    # PEM file of the CA that signed the broker's certificate (unset: the system's CAs); *SSL only.
+    ssl_cafile: Path | None = None
+    # PEM client certificate, for a broker that asks for one (mutual TLS); needs ssl_keyfile.
+    ssl_certfile: Path | None = None
+    # PEM private key of ssl_certfile (unencrypted).
+    ssl_keyfile: Path | None = None
+    # Check that the broker's certificate names the host connected to.
+    ssl_check_hostname: bool = True
+    # SASL_* only: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    # Set it through the environment variable LLMWATCH_KAFKA__SASL_PASSWORD (from a Secret), taken
+    # as written; never logged, echoed in an error or shown in the section's repr.
+    sasl_password: SecretStr | None = None
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -76,6 +95,89 @@ class KafkaSection(Section):
         if not value:
             raise ValueError("give at least one HOST:PORT")
         return [host_port(v) for v in value]
+
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        # Checked at start-up: otherwise every connection attempt would fail, retried for ever.
+        if value is None:
+            return None
+        if not value.is_file():
+            what = "a folder" if value.is_dir() else "not there"
+            raise ValueError(f"{str(value)!r} is {what}; give the path of a PEM file (mount the Secret that holds it)")
+        if not os.access(value, os.R_OK):
+            raise ValueError(
+                f"{str(value)!r} is not readable by this process (uid {os.getuid()}); fix its owner or mode"
+            )
+        return value
+
+    @field_validator("sasl_password", mode="before")
+    @classmethod
+    def _password_as_text(cls, value: Any) -> Any:
+        # Any scalar is taken as text: a field error on a SecretStr would quote the value itself.
+        return value if value is None or isinstance(value, SecretStr) else str(value)
+
+    @model_validator(mode="after")
+    def _consistent_security(self) -> "KafkaSection":
+        # Messages name fields, never values: the password must not reach an error.
+        sasl = self.security_protocol.startswith("SASL_")
+        tls = self.security_protocol.endswith("SSL")
+        if sasl:
+            missing = [
+                f"kafka.{name}"
+                for name, value in (
+                    ("sasl_mechanism", self.sasl_mechanism),
+                    ("sasl_username", self.sasl_username),
+                    ("sasl_password", self.sasl_password and self.sasl_password.get_secret_value()),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(
+                    f"kafka.security_protocol {self.security_protocol} needs {', '.join(missing)}"
+                    " (set the password through the environment variable LLMWATCH_KAFKA__SASL_PASSWORD)"
+                )
+        else:
+            given = [f"kafka.{n}" for n in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, n)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} given but kafka.security_protocol is {self.security_protocol}:"
+                    " set it to SASL_SSL (or SASL_PLAINTEXT), or remove them"
+                )
+        if not tls:
+            given = [f"kafka.{n}" for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(self, n)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} given but kafka.security_protocol is {self.security_protocol}:"
+                    " set it to SSL (or SASL_SSL), or remove them"
+                )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("a client certificate needs both kafka.ssl_certfile and kafka.ssl_keyfile")
+        return self
+
+
+def connection_settings(cfg: KafkaSection) -> dict[str, Any]:
+    """kafka-python's connection arguments for `cfg`: every client llmwatch opens (producers, the
+    consumers, the topic admin) starts from these, so none of them can connect in plaintext
+    to a broker configured as secured."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": list(cfg.bootstrap_servers),
+        "security_protocol": cfg.security_protocol,
+    }
+    if cfg.security_protocol.endswith("SSL"):
+        settings["ssl_check_hostname"] = cfg.ssl_check_hostname
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(cfg, name)
+            if path is not None:
+                settings[name] = str(path)
+    if cfg.security_protocol.startswith("SASL_") and cfg.sasl_password is not None:
+        password = cfg.sasl_password.get_secret_value()
+        # kafka-python logs its whole configuration at DEBUG (KafkaAdminClient): masked there.
+        _kafka_secret_filter.add(password)
+        settings["sasl_mechanism"] = cfg.sasl_mechanism
+        settings["sasl_plain_username"] = cfg.sasl_username
+        settings["sasl_plain_password"] = password
+    return settings
 
 
 # --- its metrics -----------------------------------------------------------------------------
@@ -137,20 +239,44 @@ class _RateLimitFilter(logging.Filter):
         return True
 
 
+class _SecretFilter(logging.Filter):
+    """Masks the SASL password in kafka-python's own records (it logs its configuration at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+
+    def add(self, secret: str) -> None:
+        if secret:
+            self._secrets.add(secret)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._secrets:
+            message = record.getMessage()
+            if any(secret in message for secret in self._secrets):
+                for secret in self._secrets:
+                    message = message.replace(secret, "**********")
+                record.msg, record.args = message, None
+        return True
+
+
 _kafka_log_filter = _RateLimitFilter(_WARN_EVERY_S)
+_kafka_secret_filter = _SecretFilter()
 
 
 def quiet_kafka_logs() -> None:
     """Rate-limit kafka-python's own warnings and errors (each of its module loggers: a filter on
     the parent `kafka` logger would not see its children's records)."""
     import kafka  # noqa: F401  (its modules create their loggers on import)
+    import kafka.admin  # noqa: F401
     import kafka.producer  # noqa: F401
 
     for name in list(logging.root.manager.loggerDict):
         if name == "kafka" or name.startswith("kafka."):
             logger = logging.getLogger(name)
-            if _kafka_log_filter not in logger.filters:
-                logger.addFilter(_kafka_log_filter)
+            for filter_ in (_kafka_secret_filter, _kafka_log_filter):
+                if filter_ not in logger.filters:
+                    logger.addFilter(filter_)
 
 
 def check_codec(compression: str) -> None:
@@ -171,7 +297,7 @@ def check_codec(compression: str) -> None:
 
 def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[str, Any]:
     return {
-        "bootstrap_servers": list(cfg.bootstrap_servers),
+        **connection_settings(cfg),
         "client_id": client_id or cfg.client_id,
         "compression_type": None if cfg.compression == "none" else cfg.compression,
         "linger_ms": cfg.linger_ms,
@@ -195,7 +321,7 @@ def producer_settings(cfg: KafkaSection, client_id: str | None = None) -> dict[s
 def consumer_settings(cfg: KafkaSection, *, group_id: str, client_id: str, **overrides: Any) -> dict[str, Any]:
     """KafkaConsumer arguments shared by the scorer workers and the aggregator; offsets are committed by hand."""
     settings: dict[str, Any] = {
-        "bootstrap_servers": list(cfg.bootstrap_servers),
+        **connection_settings(cfg),
         "group_id": group_id,
         "client_id": client_id,
         "enable_auto_commit": False,
@@ -426,6 +552,7 @@ class KafkaSampleSink:
                     log.warning(
                         "kafka_unreachable",
                         bootstrap_servers=self._cfg.bootstrap_servers,
+                        security_protocol=self._cfg.security_protocol,
                         attempts=failures,
                         buffered=self._outstanding,
                         error=repr(exc),
@@ -525,8 +652,11 @@ class KafkaSampleSink:
                 log.warning("kafka_close_failed", error=repr(exc))
 
 
-def create_topics(bootstrap_servers: Sequence[str], partitions: dict[str, int], *, replication_factor: int = 1) -> None:
-    """Create topics that do not exist yet, with the partition count given.
+def create_topics(
+    target: KafkaSection | Sequence[str], partitions: dict[str, int], *, replication_factor: int = 1
+) -> None:
+    """Create topics that do not exist yet, with the partition count given, on the broker of
+    `target`: a `kafka` section (its security settings included) or plaintext HOST:PORTs.
 
     Create them before any client touches them: brokers that auto-create topics (tansu always
     does, Kafka by default) would otherwise make them with their own default partition count,
@@ -535,7 +665,9 @@ def create_topics(bootstrap_servers: Sequence[str], partitions: dict[str, int], 
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=list(bootstrap_servers), client_id="llmwatch-admin")
+    cfg = target if isinstance(target, KafkaSection) else KafkaSection(bootstrap_servers=list(target))
+    quiet_kafka_logs()
+    admin = KafkaAdminClient(**connection_settings(cfg), client_id="llmwatch-admin")
     try:
         for name, count in partitions.items():
             try:
