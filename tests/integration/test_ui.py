@@ -116,6 +116,25 @@ def test_hostile_record_text_is_inert_on_every_page(ui: UiServer):
     assert "<script" not in body and "&quot;&gt;&lt;script&gt;" in body
 
 
+def test_without_a_token_only_a_loopback_host_may_read_the_pages(ui: UiServer, data_dir: Path):
+    """DNS rebinding: a web page under a name that resolves to 127.0.0.1 is, to the browser, the
+    same origin as the UI; the only mark it leaves is its name in the Host header."""
+    for host in ("attacker.example", f"attacker.example:{ui.port}", "127.0.0.1.attacker.example", ""):
+        status, got, body = get(f"{ui.base}/samples/smp-0000004", {"Host": host})
+        assert status == 421, host
+        assert "loopback Host" in body and "Question" not in body and all(h in got for h in SECURITY)
+    for host in (f"127.0.0.1:{ui.port}", f"localhost:{ui.port}", "LOCALHOST.", f"[::1]:{ui.port}"):
+        assert get(f"{ui.base}/samples/smp-0000004", {"Host": host})[0] == 200, host
+    assert get(f"{ui.base}/healthz", {"Host": "attacker.example"})[0] == 200, "a probe reads nothing"
+    # Behind a reverse proxy on this machine that passes its own name on: --public-url names it.
+    proxied = UiServer(data_dir, "--public-url", "https://ui.example.org/")
+    try:
+        assert get(f"{proxied.base}/samples", {"Host": "ui.example.org"})[0] == 200
+        assert get(f"{proxied.base}/samples", {"Host": "attacker.example"})[0] == 421
+    finally:
+        proxied.stop()
+
+
 def test_versions_side_by_side_with_wilson_intervals(ui: UiServer, data_dir: Path):
     from llmwatch.scorers.stats.proportions import wilson_interval
 
