@@ -634,6 +634,26 @@ async def test_ingest_json_bodies_partial_success_and_bad_requests(sim, make_age
     assert metric(m, "llmwatch_otlp_ingest_spans_total", outcome="rejected") == 1
 
 
+async def test_an_error_type_that_only_looks_numeric_keeps_its_span(sim, make_agent):
+    """error.type "503" is the status; "\u00b2" passes str.isdigit() but is no number: the span is kept, status 500."""
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    spans = []
+    for i, error_type in enumerate(("503", "\u00b2")):
+        span = json_span(f"ccc19b7ec3c1b17{i}", f"failed {i}")
+        span["attributes"].append({"key": "error.type", "value": {"stringValue": error_type}})
+        spans.append(span)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+            data=otlp_json(*spans),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert (r.status, orjson.loads(await r.read())) == (200, {}), "no span rejected"
+    samples = await drained(agent, 2)
+    got = sorted((extract_prompt_text(s["request"]), s["status"], s["error_type"]) for s in samples)
+    assert got == [("failed 0", 503, "503"), ("failed 1", 500, "\u00b2")]
+
+
 async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
     """Version order, one intake for both ways in: declared (header / span attribute) -> model_version.default -> response model -> request model."""
     agent = await make_agent(

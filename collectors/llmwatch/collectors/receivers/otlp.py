@@ -545,7 +545,7 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
     if status is None:
         status = (
             int(error_type)
-            if error_type and error_type.isdigit() and 100 <= int(error_type) <= 999
+            if error_type and error_type.isascii() and error_type.isdigit() and 100 <= int(error_type) <= 999
             else (500 if error_type else 200)
         )
     ttft = attrs.get("llmwatch.ttft_ms")
