@@ -808,6 +808,8 @@ def test_llmwatch_ingest_command(tmp_path: Path):
         proc.popen.wait(timeout=20)
         proc.stop()
     assert proc.popen.returncode == 0, proc.output()
+    # otel.enabled switches the exporter only: the receiver's settings are not "off".
+    assert "config_section_off" not in proc.output()
     lines = [orjson.loads(ln) for f in (tmp_path / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 6 and {s["metadata"]["service_name"] for s in lines} == {"shop-app"}
 
