@@ -654,6 +654,26 @@ async def test_an_error_type_that_only_looks_numeric_keeps_its_span(sim, make_ag
     assert got == [("failed 0", 503, "503"), ("failed 1", 500, "\u00b2")]
 
 
+async def test_a_span_body_over_the_capture_limit_is_not_stored_as_for_proxied_calls(sim, make_agent):
+    agent = await make_agent(
+        sim.url, sampling={"rate": 1.0}, capture={"max_body_bytes": 4096}, otel={"ingest_listen": "127.0.0.1:0"}
+    )
+    big, small = json_span("ddd29b7ec3c1b174", "x" * 10_000), json_span("ddd29b7ec3c1b175", "small")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+            data=otlp_json(big, small),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 200
+    by_id = {s["metadata"]["span_id"]: s for s in await drained(agent, 2)}
+    stored = by_id["ddd29b7ec3c1b174"]
+    assert stored["request"] is None and "request_too_large" in stored["capture_notes"]
+    assert extract_answer_text(stored["response"]) == "ok" and stored["usage"]["input_tokens"] == 4, "the rest kept"
+    assert extract_prompt_text(by_id["ddd29b7ec3c1b175"]["request"]) == "small"
+    assert by_id["ddd29b7ec3c1b175"]["capture_notes"] == []
+
+
 async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
     """Version order, one intake for both ways in: declared (header / span attribute) -> model_version.default -> response model -> request model."""
     agent = await make_agent(

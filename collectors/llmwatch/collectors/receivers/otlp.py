@@ -590,8 +590,17 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
 # --- the HTTP receiver -------------------------------------------------------------------------
 
 
-def _selected(sample: Sample, reason: str) -> Sample:
+def _selected(sample: Sample, reason: str, max_body_bytes: int | None = None) -> Sample:
     sample.sample_reason = reason
+    if max_body_bytes is not None:
+        # As for proxied calls (capture.max_body_bytes): a body over the limit is not stored, and
+        # the note says so; a span could otherwise put a 16 MiB prompt into files, Kafka and checks.
+        # Measured here, for selected spans only, as the JSON a sink would write.
+        for side in ("request", "response"):
+            body = getattr(sample, side)
+            if body is not None and len(orjson.dumps(body)) > max_body_bytes:
+                setattr(sample, side, None)
+                sample.capture_notes.append(f"{side}_too_large")
     return sample
 
 
@@ -604,8 +613,10 @@ class OtlpReceiver:
         max_body_bytes: int,
         max_spans: int = 10_000,
         token: str | None = None,
+        max_capture_bytes: int | None = None,
     ) -> None:
         self.intake = intake
+        self.max_capture_bytes = max_capture_bytes
         self.metrics = metrics.group(OtelMetrics)
         self.max_body_bytes = max_body_bytes
         self.max_spans = max_spans
@@ -677,7 +688,7 @@ class OtlpReceiver:
                         sample.model,
                         error=sample.error_type is not None,
                         latency_ms=sample.latency_ms,
-                        build=partial(_selected, sample),
+                        build=partial(_selected, sample, max_body_bytes=self.max_capture_bytes),
                     )
                     if admission.reason is None:
                         count.labels(outcome="unsampled").inc()
