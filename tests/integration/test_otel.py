@@ -905,6 +905,36 @@ async def test_ingest_with_a_bearer_token_refuses_other_senders_and_never_logs_t
     assert "s3cret" not in repr(logs)
 
 
+async def test_a_refused_body_is_explained_to_its_sender_but_none_of_its_words_reach_the_log(sim, make_agent):
+    secret = "sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+    wrong_type = json_span("eee29b7ec3c1b174", "typed")
+    wrong_type["attributes"].append({"key": "api_key", "value": {"intValue": secret}})
+    bodies = {
+        "a value of the wrong type": otlp_json(wrong_type),
+        "an id that is not hex": otlp_json(json_span("eee29b7ec3c1b175", "ids", trace_id=secret)),
+        "no JSON": b'{"resourceSpans": "' + secret.encode() + b"",
+    }
+    with structlog.testing.capture_logs() as logs:
+        agent = await make_agent(sim.url, otel={"ingest_listen": "127.0.0.1:0"})
+        async with aiohttp.ClientSession() as http:
+            for what, body in bodies.items():
+                async with http.post(
+                    f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as r:
+                    assert r.status == 400, what
+                    if what != "no JSON":
+                        assert secret in orjson.loads(await r.read())["message"], "the sender sees what is wrong"
+    refusals = [e for e in logs if e["event"] == "otlp_request_refused"]
+    assert [e["reason"] for e in refusals] == [
+        "body is not an OTLP/JSON ExportTraceServiceRequest",
+        "traceId is not hex",
+        "body is not valid JSON",
+    ]
+    assert "sk-proj" not in repr(logs)
+
+
 def test_an_ingest_token_variable_that_is_not_set_is_refused_at_start(monkeypatch):
     from llmwatch.agent.components import load_config
     from llmwatch.core.config import ConfigError

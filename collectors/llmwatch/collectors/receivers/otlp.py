@@ -80,6 +80,15 @@ class SpanRejected(LlmwatchError, ValueError):
     """An LLM span that cannot become a sample (reported in partial_success)."""
 
 
+class BadBody(ValueError):
+    """A body that is no export request: the message (for the sender) may quote the body; the
+    summary (for the agent's log) never does, since span attributes carry prompts and keys."""
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
 # --- decoding ----------------------------------------------------------------------------------
 
 
@@ -95,7 +104,7 @@ def _hex_ids_to_base64(node: Any) -> None:
                 try:
                     node[key] = base64.b64encode(bytes.fromhex(value)).decode()
                 except ValueError:
-                    raise ValueError(f"{key} {value[:40]!r} is not hex") from None
+                    raise BadBody(f"{key} {value[:40]!r} is not hex", f"{key} is not hex") from None
             else:
                 _hex_ids_to_base64(value)
     elif isinstance(node, list):
@@ -110,23 +119,27 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         try:
             message.ParseFromString(body)
         except DecodeError as exc:
-            raise ValueError(f"body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+            what = "body is not a protobuf ExportTraceServiceRequest"
+            raise BadBody(f"{what}: {exc}", what) from None
         return message
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"body is not valid JSON: {exc}") from None
+        raise BadBody(f"body is not valid JSON: {exc}", "body is not valid JSON") from None
     if not isinstance(data, dict):
-        raise ValueError(f"body must be a JSON object (an ExportTraceServiceRequest), got {type(data).__name__}")
+        what = f"body must be a JSON object (an ExportTraceServiceRequest), got {type(data).__name__}"
+        raise BadBody(what, what)
     try:
         _hex_ids_to_base64(data)
         # The spec makes receivers ignore unknown fields, so that newer senders still work.
         json_format.ParseDict(data, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
-        raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+        what = "body is not an OTLP/JSON ExportTraceServiceRequest"
+        raise BadBody(f"{what}: {exc}", what) from None
     except RecursionError:
         # A body nested hundreds of levels deep is no export request; refused, not a 500.
-        raise ValueError("body nests too deeply to be an OTLP/JSON ExportTraceServiceRequest") from None
+        what = "body nests too deeply to be an OTLP/JSON ExportTraceServiceRequest"
+        raise BadBody(what, what) from None
     return message
 
 
@@ -708,8 +721,8 @@ class OtlpReceiver:
             status=status, body=json_format.MessageToJson(message, indent=None).encode(), content_type=_JSON
         )
 
-    def _fail(self, encoding: str, status: int, message: str) -> web.Response:
-        log.info("otlp_request_refused", status=status, reason=message)
+    def _fail(self, encoding: str, status: int, message: str, logged: str | None = None) -> web.Response:
+        log.info("otlp_request_refused", status=status, reason=logged or message)
         return self._answer(encoding, status_pb2.Status(code=_INVALID_ARGUMENT, message=message), status)
 
     async def _traces(self, request: web.Request) -> web.Response:
@@ -749,7 +762,9 @@ class OtlpReceiver:
         except TooManySpans as exc:
             return self._fail(encoding, 413, str(exc))
         except ValueError as exc:
-            return self._fail(encoding, 400, str(exc))
+            # The sender gets the whole reason; the log a summary without the body's words.
+            summary = exc.summary if isinstance(exc, BadBody) else "body does not decode"
+            return self._fail(encoding, 400, str(exc), logged=summary)
         response = ExportTraceServiceResponse()
         if rejected:
             response.partial_success.rejected_spans = rejected
