@@ -247,10 +247,16 @@ def test_off_loopback_or_asked_the_token_is_required_then_kept_in_a_cookie(data_
         assert get(f"{server.base}/samples/smp-0000004", {"Authorization": f"Bearer {token}"})[0] == 200
     finally:
         server.stop()
-    # A restart with the same token file keeps the links.
-    again = UiServer(data_dir, "--auth", "token", "--token-file", str(token_file))
+    assert "Secure" not in cookie, "plain http on loopback: a Secure cookie would never come back"
+    # A restart with the same token file keeps the links; under an https:// public URL the
+    # cookie is Secure: never sent over plain http to the same name.
+    again = UiServer(
+        data_dir, "--auth", "token", "--token-file", str(token_file), "--public-url", "https://ui.example.org"
+    )
     try:
-        assert again.link.endswith(f"?token={token}")
+        assert again.link == f"https://ui.example.org/samples?token={token}"
+        status, got, _ = get(f"{again.base}/samples?token={token}", follow=False)
+        assert status == 303 and "; Secure" in got["Set-Cookie"] and "HttpOnly" in got["Set-Cookie"]
     finally:
         again.stop()
 

@@ -228,6 +228,8 @@ class UiState:
     source: str = ""
     # Tokenless on loopback: the Host names that may read the pages (see `_gate`); None: any.
     hosts: frozenset[str] | None = None
+    # Served under an https:// --public-url: the token cookie is Secure, never sent over plain http.
+    secure_cookie: bool = False
 
 
 def _drift_files(state: UiState) -> list[Path]:
@@ -818,7 +820,9 @@ def host_name(host: str) -> str:
     return host.rpartition(":")[0].rstrip(".") if ":" in host else host.rstrip(".")
 
 
-def _gate(token: str | None, hosts: frozenset[str] | None = None) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _gate(
+    token: str | None, hosts: frozenset[str] | None = None, secure: bool = False
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def gate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -847,7 +851,7 @@ def _gate(token: str | None, hosts: frozenset[str] | None = None) -> Callable[..
                 resp = web.HTTPSeeOther(request.path + (f"?{rest}" if rest else ""))
                 # Lax, not Strict: a Grafana data link is a cross-site top-level navigation, and
                 # every page is a GET that changes nothing.
-                resp.set_cookie(COOKIE, token, httponly=True, samesite="Lax", path="/")
+                resp.set_cookie(COOKIE, token, httponly=True, samesite="Lax", path="/", secure=secure or None)
                 raise resp
             log.info("ui.bad_token")
             raise web.HTTPUnauthorized(text="wrong token: open the link `llmwatch ui` printed at start")
@@ -865,7 +869,9 @@ def _gate(token: str | None, hosts: frozenset[str] | None = None) -> Callable[..
 
 def build_app(state: UiState) -> web.Application:
     faults = no_tracebacks("ui.internal_error", "internal error (logged by llmwatch ui)\n")
-    app = web.Application(middlewares=[faults, _gate(state.token, state.hosts)], client_max_size=64 * 1024)
+    app = web.Application(
+        middlewares=[faults, _gate(state.token, state.hosts, state.secure_cookie)], client_max_size=64 * 1024
+    )
     app.on_response_prepare.append(secure_headers)
     h = UiApp(state)
     app.router.add_get("/", h.root)
@@ -1015,6 +1021,7 @@ def run(
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
     state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)
+    state.secure_cookie = bool(public_url and public_url.lower().startswith("https://"))
     if token is None and host in LOOPBACK:
         # The public URL's name too: a reverse proxy on this machine may pass it on as the Host.
         public = host_name(urlsplit(public_url).netloc) if public_url else ""
