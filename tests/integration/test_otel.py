@@ -13,6 +13,7 @@ import gzip
 import signal
 import socket
 import sys
+import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -672,6 +673,34 @@ async def test_a_span_body_over_the_capture_limit_is_not_stored_as_for_proxied_c
     assert extract_answer_text(stored["response"]) == "ok" and stored["usage"]["input_tokens"] == 4, "the rest kept"
     assert extract_prompt_text(by_id["ddd29b7ec3c1b175"]["request"]) == "small"
     assert by_id["ddd29b7ec3c1b175"]["capture_notes"] == []
+
+
+async def test_a_gzipped_body_is_inflated_off_the_event_loop_the_proxy_shares(sim, make_agent, monkeypatch):
+    """16 KB of gzip inflate to 16 MiB in ~50 ms: on the loop, every proxied stream would wait."""
+    from llmwatch.collectors.receivers import otlp
+
+    threads: list[int] = []
+    statuses: list[int] = []
+    real = otlp.inflate
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(otlp, "inflate", spy)
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    async with aiohttp.ClientSession() as http:
+        for body in (otlp_json(json_span("fff29b7ec3c1b174", "zipped")), b"not gzip", gzip.compress(b" " * (17 << 20))):
+            async with http.post(
+                f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+                data=gzip.compress(body) if body.startswith(b"{") else body,
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            ) as r:
+                statuses.append(r.status)
+    assert statuses == [200, 400, 413] and len(threads) == 3
+    assert threading.get_ident() not in threads, "inflated on the event loop (the test's loop is the agent's)"
+    samples = await drained(agent, 1)
+    assert extract_prompt_text(samples[0]["request"]) == "zipped"
 
 
 async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
