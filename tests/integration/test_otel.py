@@ -703,6 +703,46 @@ async def test_a_gzipped_body_is_inflated_off_the_event_loop_the_proxy_shares(si
     assert extract_prompt_text(samples[0]["request"]) == "zipped"
 
 
+async def test_beyond_eight_requests_in_decoding_a_sender_is_told_503_and_when_to_retry(sim, make_agent, monkeypatch):
+    """The receiver decodes in two threads of its own (not the loop's default executor, which also
+    resolves the proxy's upstream names) and holds at most eight requests; the ninth is refused
+    before its body is read, with the status OTLP exporters retry."""
+    from llmwatch.collectors.otel.factory import OtlpReceiverComponent
+    from llmwatch.collectors.receivers import otlp
+
+    release, names = threading.Event(), []
+    real = otlp.inflate
+
+    def held(*args):
+        names.append(threading.current_thread().name)
+        assert release.wait(30), "the test never released the decoders"
+        return real(*args)
+
+    monkeypatch.setattr(otlp, "inflate", held)
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    receiver = agent._component(OtlpReceiverComponent).receiver
+    url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as http:
+
+        async def send(i: int) -> int:
+            body = gzip.compress(otlp_json(json_span(f"abc19b7ec3c1b1{i:02d}", f"held {i}")))
+            async with http.post(url, data=body, headers=headers) as r:
+                return r.status
+
+        try:
+            eight = [asyncio.ensure_future(send(i)) for i in range(8)]
+            await wait_until(lambda: receiver._pending == 8 and len(names) == 2)
+            async with http.post(url, data=gzip.compress(b"{}"), headers=headers) as r:
+                refused = (r.status, r.headers.get("Retry-After"), orjson.loads(await r.read()))
+        finally:
+            release.set()
+        assert await asyncio.gather(*eight) == [200] * 8
+    assert refused[:2] == (503, "1") and refused[2]["code"] == 14 and "retry later" in refused[2]["message"]
+    assert len(names) == 8 and all(n.startswith("llmwatch-otlp") for n in names), names
+    assert len(await drained(agent, 8)) == 8
+
+
 async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
     """Version order, one intake for both ways in: declared (header / span attribute) -> model_version.default -> response model -> request model."""
     agent = await make_agent(

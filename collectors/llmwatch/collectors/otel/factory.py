@@ -80,6 +80,7 @@ class OtlpReceiverComponent:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.receiver.close()
 
     def readiness(self) -> dict[str, bool]:
         return {"ingest_listening": self.port > 0}

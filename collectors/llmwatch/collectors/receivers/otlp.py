@@ -26,6 +26,7 @@ import hmac
 import math
 import re
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -73,7 +74,12 @@ _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedding": 
 _OPENINFERENCE_KINDS = {"LLM": "chat", "EMBEDDING": "embeddings"}
 _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
+_UNAVAILABLE = 14
 _MAX_MS = 1e12  # ~31 years: beyond it a duration is not one
+# Requests decoding at once (in the receiver's own threads) and waiting for one: beyond them a
+# sender is told 503 with Retry-After, which OTLP exporters retry with backoff.
+_DECODE_THREADS = 2
+_MAX_PENDING = 8
 
 
 class SpanRejected(LlmwatchError, ValueError):
@@ -647,6 +653,10 @@ class OtlpReceiver:
     ) -> None:
         self.intake = intake
         self.max_capture_bytes = max_capture_bytes
+        # Its own threads, not the loop's default executor: that one also resolves the proxy's
+        # upstream names (getaddrinfo), which must not queue behind a flood of 16 MiB batches.
+        self._executor = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="llmwatch-otlp")
+        self._pending = 0
         self.metrics = metrics.group(OtelMetrics)
         self.max_body_bytes = max_body_bytes
         self.max_spans = max_spans
@@ -738,9 +748,11 @@ class OtlpReceiver:
             status=status, body=json_format.MessageToJson(message, indent=None).encode(), content_type=_JSON
         )
 
-    def _fail(self, encoding: str, status: int, message: str, logged: str | None = None) -> web.Response:
+    def _fail(
+        self, encoding: str, status: int, message: str, logged: str | None = None, code: int = _INVALID_ARGUMENT
+    ) -> web.Response:
         log.info("otlp_request_refused", status=status, reason=logged or message)
-        return self._answer(encoding, status_pb2.Status(code=_INVALID_ARGUMENT, message=message), status)
+        return self._answer(encoding, status_pb2.Status(code=code, message=message), status)
 
     async def _traces(self, request: web.Request) -> web.Response:
         encoding = request.content_type
@@ -760,25 +772,41 @@ class OtlpReceiver:
         limit = self.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._fail(encoding, 413, f"body of {request.content_length} bytes is over the {limit}-byte limit")
+        if self._pending >= _MAX_PENDING:
+            # Refused before its body is read: a flood costs neither memory nor decoding.
+            busy = self._fail(
+                encoding, 503, f"{self._pending} export requests are being decoded; retry later", code=_UNAVAILABLE
+            )
+            busy.headers["Retry-After"] = "1"
+            return busy
+        self._pending += 1
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._fail(encoding, 413, f"body is over the {limit}-byte limit")
-        # Inflating, decoding and converting a large batch would stall the proxy sharing this
-        # event loop (16 KB of gzip inflate to 16 MiB in ~50 ms): all of it in a worker thread.
-        try:
-            rejected, reasons = await asyncio.to_thread(self._decode_and_ingest, body, encoding, coding)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return self._fail(encoding, 413, f"body is over the {limit}-byte limit")
+            # Inflating, decoding and converting a large batch would stall the proxy sharing this
+            # event loop (16 KB of gzip inflate to 16 MiB in ~50 ms): all of it in a worker thread.
+            loop = asyncio.get_running_loop()
+            call = partial(self._decode_and_ingest, body, encoding, coding)
+            rejected, reasons = await loop.run_in_executor(self._executor, call)
         except (TooManySpans, BodyTooLarge) as exc:
             return self._fail(encoding, 413, str(exc))
         except ValueError as exc:
             # The sender gets the whole reason; the log a summary without the body's words.
             summary = exc.summary if isinstance(exc, BadBody) else "body does not decode"
             return self._fail(encoding, 400, str(exc), logged=summary)
+        finally:
+            self._pending -= 1
         response = ExportTraceServiceResponse()
         if rejected:
             response.partial_success.rejected_spans = rejected
             response.partial_success.error_message = "; ".join(reasons)
         return self._answer(encoding, response)
+
+    def close(self) -> None:
+        """The decode threads ended once the requests in them are answered (at stop)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _decode_and_ingest(self, body: bytes, encoding: str, coding: str = "identity") -> tuple[int, list[str]]:
         if coding != "identity":
