@@ -676,7 +676,8 @@ async def test_a_span_body_over_the_capture_limit_is_not_stored_as_for_proxied_c
 
 
 async def test_a_gzipped_body_is_inflated_off_the_event_loop_the_proxy_shares(sim, make_agent, monkeypatch):
-    """16 KB of gzip inflate to 16 MiB in ~50 ms: on the loop, every proxied stream would wait."""
+    """16 KB of gzip inflate to 16 MiB in ~50 ms: on the loop, every proxied stream would wait.
+    A body of several gzip members is read whole, as RFC 1952 defines it."""
     from llmwatch.collectors.receivers import otlp
 
     threads: list[int] = []
@@ -690,17 +691,20 @@ async def test_a_gzipped_body_is_inflated_off_the_event_loop_the_proxy_shares(si
     monkeypatch.setattr(otlp, "inflate", spy)
     agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
     async with aiohttp.ClientSession() as http:
-        for body in (otlp_json(json_span("fff29b7ec3c1b174", "zipped")), b"not gzip", gzip.compress(b" " * (17 << 20))):
+        whole = otlp_json(json_span("fff29b7ec3c1b174", "zipped"), json_span("fff29b7ec3c1b175", "in two members"))
+        # Two gzip members one after the other (RFC 1952, `cat a.gz b.gz`): one body.
+        members = gzip.compress(whole[:100]) + gzip.compress(whole[100:])
+        for body in (members, b"not gzip", gzip.compress(b" " * (17 << 20))):
             async with http.post(
                 f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
-                data=gzip.compress(body) if body.startswith(b"{") else body,
+                data=body,
                 headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
             ) as r:
                 statuses.append(r.status)
     assert statuses == [200, 400, 413] and len(threads) == 3
     assert threading.get_ident() not in threads, "inflated on the event loop (the test's loop is the agent's)"
-    samples = await drained(agent, 1)
-    assert extract_prompt_text(samples[0]["request"]) == "zipped"
+    samples = await drained(agent, 2)
+    assert sorted(extract_prompt_text(s["request"]) for s in samples) == ["in two members", "zipped"]
 
 
 async def test_beyond_eight_requests_in_decoding_a_sender_is_told_503_and_when_to_retry(sim, make_agent, monkeypatch):

@@ -160,14 +160,27 @@ class BodyTooLarge(ValueError):
 def inflate(body: bytes, coding: str, limit: int) -> bytes:
     """A gzip or deflate body inflated, up to `limit` bytes: a small gzip bomb must not become
     gigabytes in memory. BodyTooLarge beyond it; BadBody for data that is not `coding`."""
+    wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+    out, rest = bytearray(), body
     try:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS)
-        body = inflater.decompress(body, limit + 1)
+        # A gzip body may be several members one after another (RFC 1952; `cat a.gz b.gz`): each
+        # is inflated in turn, where one decompressobj stops at the end of the first.
+        while rest and len(out) <= limit:
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if not inflater.eof:
+                if inflater.unconsumed_tail or len(out) > limit:
+                    break  # stopped at the limit, not at the end: too large
+                raise BadBody(
+                    f"body is not valid {coding} data: it ends mid-stream", f"body is not valid {coding} data"
+                )
+            # Zero bytes after a member are padding (as Python's gzip module reads them).
+            rest = inflater.unused_data.lstrip(b"\0") if coding != "deflate" else b""
     except zlib.error as exc:
         raise BadBody(f"body is not valid {coding} data: {exc}", f"body is not valid {coding} data") from None
-    if len(body) > limit:
+    if len(out) > limit or rest and len(out) >= limit:
         raise BodyTooLarge(f"decompressed body is over the {limit}-byte limit")
-    return body
+    return bytes(out)
 
 
 def _any(value: Any) -> Any:
