@@ -74,7 +74,8 @@ def inactive_settings(config: BaseModel, prefix: str = "") -> list[tuple[str, li
             continue
         path = f"{prefix}{name}"
         if "enabled" in type(value).model_fields and value.enabled is False:  # type: ignore[attr-defined]
-            given = sorted(value.model_fields_set - {"enabled"})
+            # A section may hold settings its `enabled` does not switch (`ungated_settings`).
+            given = sorted(value.model_fields_set - {"enabled"} - set(getattr(value, "ungated_settings", ())))
             if given:
                 out.append((path, given))
             continue

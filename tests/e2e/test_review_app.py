@@ -324,6 +324,8 @@ def test_two_reviewers_and_an_arbiter_review_blind_in_the_browser_and_import_giv
     "args, message",
     [
         (["--reviewers", "2", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
+        (["--reviewers", "2", "--listen", "127.0.0.1:\u00b2"], "--listen '127.0.0.1:\u00b2': expected HOST:PORT"),
+        (["--reviewers", "\u00b2"], "--reviewers: '\u00b2' is not a usable name"),
         (["--reviewers", "alice,al ice"], "--reviewers: 'al ice' is not a usable name"),
         (["--reviewers", "alice,alice"], "--reviewers: a name is given twice"),
         ([], "no reviewer: pass --reviewers alice,bob"),

@@ -13,6 +13,7 @@ import gzip
 import signal
 import socket
 import sys
+import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -634,6 +635,118 @@ async def test_ingest_json_bodies_partial_success_and_bad_requests(sim, make_age
     assert metric(m, "llmwatch_otlp_ingest_spans_total", outcome="rejected") == 1
 
 
+async def test_an_error_type_that_only_looks_numeric_keeps_its_span(sim, make_agent):
+    """error.type "503" is the status; "\u00b2" passes str.isdigit() but is no number: the span is kept, status 500."""
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    spans = []
+    for i, error_type in enumerate(("503", "\u00b2")):
+        span = json_span(f"ccc19b7ec3c1b17{i}", f"failed {i}")
+        span["attributes"].append({"key": "error.type", "value": {"stringValue": error_type}})
+        spans.append(span)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+            data=otlp_json(*spans),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert (r.status, orjson.loads(await r.read())) == (200, {}), "no span rejected"
+    samples = await drained(agent, 2)
+    got = sorted((extract_prompt_text(s["request"]), s["status"], s["error_type"]) for s in samples)
+    assert got == [("failed 0", 503, "503"), ("failed 1", 500, "\u00b2")]
+
+
+async def test_a_span_body_over_the_capture_limit_is_not_stored_as_for_proxied_calls(sim, make_agent):
+    agent = await make_agent(
+        sim.url, sampling={"rate": 1.0}, capture={"max_body_bytes": 4096}, otel={"ingest_listen": "127.0.0.1:0"}
+    )
+    big, small = json_span("ddd29b7ec3c1b174", "x" * 10_000), json_span("ddd29b7ec3c1b175", "small")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+            data=otlp_json(big, small),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 200
+    by_id = {s["metadata"]["span_id"]: s for s in await drained(agent, 2)}
+    stored = by_id["ddd29b7ec3c1b174"]
+    assert stored["request"] is None and "request_too_large" in stored["capture_notes"]
+    assert extract_answer_text(stored["response"]) == "ok" and stored["usage"]["input_tokens"] == 4, "the rest kept"
+    assert extract_prompt_text(by_id["ddd29b7ec3c1b175"]["request"]) == "small"
+    assert by_id["ddd29b7ec3c1b175"]["capture_notes"] == []
+
+
+async def test_a_gzipped_body_is_inflated_off_the_event_loop_the_proxy_shares(sim, make_agent, monkeypatch):
+    """16 KB of gzip inflate to 16 MiB in ~50 ms: on the loop, every proxied stream would wait.
+    A body of several gzip members is read whole, as RFC 1952 defines it."""
+    from llmwatch.collectors.receivers import otlp
+
+    threads: list[int] = []
+    statuses: list[int] = []
+    real = otlp.inflate
+
+    def spy(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(otlp, "inflate", spy)
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    async with aiohttp.ClientSession() as http:
+        whole = otlp_json(json_span("fff29b7ec3c1b174", "zipped"), json_span("fff29b7ec3c1b175", "in two members"))
+        # Two gzip members one after the other (RFC 1952, `cat a.gz b.gz`): one body.
+        members = gzip.compress(whole[:100]) + gzip.compress(whole[100:])
+        for body in (members, b"not gzip", gzip.compress(b" " * (17 << 20))):
+            async with http.post(
+                f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+                data=body,
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            ) as r:
+                statuses.append(r.status)
+    assert statuses == [200, 400, 413] and len(threads) == 3
+    assert threading.get_ident() not in threads, "inflated on the event loop (the test's loop is the agent's)"
+    samples = await drained(agent, 2)
+    assert sorted(extract_prompt_text(s["request"]) for s in samples) == ["in two members", "zipped"]
+
+
+async def test_beyond_eight_requests_in_decoding_a_sender_is_told_503_and_when_to_retry(sim, make_agent, monkeypatch):
+    """The receiver decodes in two threads of its own (not the loop's default executor, which also
+    resolves the proxy's upstream names) and holds at most eight requests; the ninth is refused
+    before its body is read, with the status OTLP exporters retry."""
+    from llmwatch.collectors.otel.factory import OtlpReceiverComponent
+    from llmwatch.collectors.receivers import otlp
+
+    release, names = threading.Event(), []
+    real = otlp.inflate
+
+    def held(*args):
+        names.append(threading.current_thread().name)
+        assert release.wait(30), "the test never released the decoders"
+        return real(*args)
+
+    monkeypatch.setattr(otlp, "inflate", held)
+    agent = await make_agent(sim.url, sampling={"rate": 1.0}, otel={"ingest_listen": "127.0.0.1:0"})
+    receiver = agent._component(OtlpReceiverComponent).receiver
+    url = f"http://127.0.0.1:{agent.ingest_port}/v1/traces"
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as http:
+
+        async def send(i: int) -> int:
+            body = gzip.compress(otlp_json(json_span(f"abc19b7ec3c1b1{i:02d}", f"held {i}")))
+            async with http.post(url, data=body, headers=headers) as r:
+                return r.status
+
+        try:
+            eight = [asyncio.ensure_future(send(i)) for i in range(8)]
+            await wait_until(lambda: receiver._pending == 8 and len(names) == 2)
+            async with http.post(url, data=gzip.compress(b"{}"), headers=headers) as r:
+                refused = (r.status, r.headers.get("Retry-After"), orjson.loads(await r.read()))
+        finally:
+            release.set()
+        assert await asyncio.gather(*eight) == [200] * 8
+    assert refused[:2] == (503, "1") and refused[2]["code"] == 14 and "retry later" in refused[2]["message"]
+    assert len(names) == 8 and all(n.startswith("llmwatch-otlp") for n in names), names
+    assert len(await drained(agent, 8)) == 8
+
+
 async def test_ingested_spans_fall_back_to_model_version_default_as_proxied_calls_do(sim, make_agent):
     """Version order, one intake for both ways in: declared (header / span attribute) -> model_version.default -> response model -> request model."""
     agent = await make_agent(
@@ -788,6 +901,8 @@ def test_llmwatch_ingest_command(tmp_path: Path):
         proc.popen.wait(timeout=20)
         proc.stop()
     assert proc.popen.returncode == 0, proc.output()
+    # otel.enabled switches the exporter only: the receiver's settings are not "off".
+    assert "config_section_off" not in proc.output()
     lines = [orjson.loads(ln) for f in (tmp_path / "samples").glob("*.jsonl") for ln in f.read_bytes().splitlines()]
     assert len(lines) == 6 and {s["metadata"]["service_name"] for s in lines} == {"shop-app"}
 
@@ -861,6 +976,36 @@ async def test_ingest_with_a_bearer_token_refuses_other_senders_and_never_logs_t
     assert [e["status"] for e in logs if e["event"] == "otlp_request_refused"] == [401, 401, 401]
     # ... and the token is in none of them.
     assert "s3cret" not in repr(logs)
+
+
+async def test_a_refused_body_is_explained_to_its_sender_but_none_of_its_words_reach_the_log(sim, make_agent):
+    secret = "sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+    wrong_type = json_span("eee29b7ec3c1b174", "typed")
+    wrong_type["attributes"].append({"key": "api_key", "value": {"intValue": secret}})
+    bodies = {
+        "a value of the wrong type": otlp_json(wrong_type),
+        "an id that is not hex": otlp_json(json_span("eee29b7ec3c1b175", "ids", trace_id=secret)),
+        "no JSON": b'{"resourceSpans": "' + secret.encode() + b"",
+    }
+    with structlog.testing.capture_logs() as logs:
+        agent = await make_agent(sim.url, otel={"ingest_listen": "127.0.0.1:0"})
+        async with aiohttp.ClientSession() as http:
+            for what, body in bodies.items():
+                async with http.post(
+                    f"http://127.0.0.1:{agent.ingest_port}/v1/traces",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as r:
+                    assert r.status == 400, what
+                    if what != "no JSON":
+                        assert secret in orjson.loads(await r.read())["message"], "the sender sees what is wrong"
+    refusals = [e for e in logs if e["event"] == "otlp_request_refused"]
+    assert [e["reason"] for e in refusals] == [
+        "body is not an OTLP/JSON ExportTraceServiceRequest",
+        "traceId is not hex",
+        "body is not valid JSON",
+    ]
+    assert "sk-proj" not in repr(logs)
 
 
 def test_an_ingest_token_variable_that_is_not_set_is_refused_at_start(monkeypatch):

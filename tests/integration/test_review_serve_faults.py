@@ -199,9 +199,20 @@ def test_a_form_that_is_not_utf8_gets_a_400_naming_it_and_every_answer_carries_t
             "wrong method": get(f"{base}/t/{t1['task_id']}", method="DELETE"),
             "too large": post(f"{base}/t/{t1['task_id']}", b"comment=" + b"x" * (2 << 20)),
             "page": get(f"{base}/t/{t1['task_id']}"),
+            # str.isdigit() takes a superscript two, which int() refuses: Python's words, not the fix.
+            "superscript score": post(
+                f"{base}/t/{t1['task_id']}", urllib.parse.urlencode({**verdict(t1), "s1_0": "\u00b2"}).encode()
+            ),
+            "superscript preference": post(
+                f"{base}/t/{t1['task_id']}", urllib.parse.urlencode({**verdict(t1), "preferred": "\u00b9"}).encode()
+            ),
         }
         status, _, body = answers["not utf-8"]
         assert status == 400 and "not valid UTF-8" in body and "Traceback" not in body
+        status, _, body = answers["superscript score"]
+        assert status == 400 and "Answer 1, accuracy: choose a score from 1 to 5" in body and "int()" not in body
+        status, _, body = answers["superscript preference"]
+        assert status == 400 and "preferred: Answer 1, Answer 2, tie or no preference" in body
         assert [answers[k][0] for k in ("unknown link", "no such route", "wrong method", "too large", "page")] == [
             404,
             404,

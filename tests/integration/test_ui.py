@@ -116,6 +116,25 @@ def test_hostile_record_text_is_inert_on_every_page(ui: UiServer):
     assert "<script" not in body and "&quot;&gt;&lt;script&gt;" in body
 
 
+def test_without_a_token_only_a_loopback_host_may_read_the_pages(ui: UiServer, data_dir: Path):
+    """DNS rebinding: a web page under a name that resolves to 127.0.0.1 is, to the browser, the
+    same origin as the UI; the only mark it leaves is its name in the Host header."""
+    for host in ("attacker.example", f"attacker.example:{ui.port}", "127.0.0.1.attacker.example", ""):
+        status, got, body = get(f"{ui.base}/samples/smp-0000004", {"Host": host})
+        assert status == 421, host
+        assert "loopback Host" in body and "Question" not in body and all(h in got for h in SECURITY)
+    for host in (f"127.0.0.1:{ui.port}", f"localhost:{ui.port}", "LOCALHOST.", f"[::1]:{ui.port}"):
+        assert get(f"{ui.base}/samples/smp-0000004", {"Host": host})[0] == 200, host
+    assert get(f"{ui.base}/healthz", {"Host": "attacker.example"})[0] == 200, "a probe reads nothing"
+    # Behind a reverse proxy on this machine that passes its own name on: --public-url names it.
+    proxied = UiServer(data_dir, "--public-url", "https://ui.example.org/")
+    try:
+        assert get(f"{proxied.base}/samples", {"Host": "ui.example.org"})[0] == 200
+        assert get(f"{proxied.base}/samples", {"Host": "attacker.example"})[0] == 421
+    finally:
+        proxied.stop()
+
+
 def test_versions_side_by_side_with_wilson_intervals(ui: UiServer, data_dir: Path):
     from llmwatch.scorers.stats.proportions import wilson_interval
 
@@ -228,12 +247,36 @@ def test_off_loopback_or_asked_the_token_is_required_then_kept_in_a_cookie(data_
         assert get(f"{server.base}/samples/smp-0000004", {"Authorization": f"Bearer {token}"})[0] == 200
     finally:
         server.stop()
-    # A restart with the same token file keeps the links.
-    again = UiServer(data_dir, "--auth", "token", "--token-file", str(token_file))
+    assert "Secure" not in cookie, "plain http on loopback: a Secure cookie would never come back"
+    # A restart with the same token file keeps the links; under an https:// public URL the
+    # cookie is Secure: never sent over plain http to the same name.
+    again = UiServer(
+        data_dir, "--auth", "token", "--token-file", str(token_file), "--public-url", "https://ui.example.org"
+    )
     try:
-        assert again.link.endswith(f"?token={token}")
+        assert again.link == f"https://ui.example.org/samples?token={token}"
+        status, got, _ = get(f"{again.base}/samples?token={token}", follow=False)
+        assert status == 303 and "; Secure" in got["Set-Cookie"] and "HttpOnly" in got["Set-Cookie"]
     finally:
         again.stop()
+
+
+def test_a_request_line_or_header_too_long_to_parse_leaves_no_token_in_the_log(data_dir: Path, tmp_path: Path):
+    token_file = tmp_path / "ui.token"
+    server = UiServer(data_dir, "--auth", "token", "--token-file", str(token_file))
+    try:
+        token = token_file.read_text().strip()
+        filler = "x" * 9000  # over aiohttp's 8190-byte line limit
+        assert get(f"{server.base}/samples", {"Authorization": f"Bearer {token}{filler}"})[0] == 400
+        assert get(f"{server.base}/samples?token={token}&q={filler}")[0] == 400
+        server.proc.wait_for(r"bad HTTP request from 127\.0\.0\.1 refused: 400 LineTooLong", 30)
+        server.proc.wait_for(r"bad HTTP request from .* refused: 400 LineTooLong", 30)
+        assert get(f"{server.base}/samples", {"Authorization": f"Bearer {token}"})[0] == 200, "still serving"
+    finally:
+        server.stop()
+    out = server.proc.output().partition('"event": "ui.serving"')[2]  # after the link printed at start
+    # The parser's error echoed the first 100 bytes of the line: the token, in a traceback.
+    assert out.count("LineTooLong") == 2 and token not in out and "Traceback" not in out
 
 
 def test_new_and_grown_files_are_picked_up(tmp_path: Path):

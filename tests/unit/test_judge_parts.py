@@ -90,7 +90,9 @@ def test_replies_are_read_in_the_shapes_judges_write(text, scale, expected):
     assert parse_reply(text, scale) == expected
 
 
-@pytest.mark.parametrize("text", ["", "It is good.", '{"score": 9}', "score: 0", '{"verdict": "maybe"}'])
+@pytest.mark.parametrize(
+    "text", ["", "It is good.", '{"score": 9}', "score: 0", '{"verdict": "maybe"}', '{"score": "\u00b2"}']
+)
 def test_a_reply_without_a_verdict_is_refused_not_guessed(text):
     scale = "pass_fail" if "verdict" in text else "1-5"
     with pytest.raises(JudgeReplyError):

@@ -77,6 +77,11 @@ SECURITY_HEADERS = {
 }
 
 
+def _whole(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²' and '٣', which int() then refuses (or reads)."""
+    return text.isascii() and text.isdigit()
+
+
 def sibling(out: Path, suffix: str) -> Path:
     """reviews.jsonl -> reviews<suffix> in the same directory."""
     stem = out.name[: -len(out.suffix)] if out.suffix else out.name
@@ -99,7 +104,7 @@ def parse_people(spec: str | None, prefix: str) -> list[str]:
     if spec is None or not spec.strip():
         return []
     spec = spec.strip()
-    if spec.isdigit():
+    if _whole(spec):
         n = int(spec)
         if not 1 <= n <= 100:
             raise ReviewError(f"--{prefix}s {spec}: give between 1 and 100, or names separated by commas")
@@ -422,14 +427,14 @@ def _parse_verdict(
     for ci, criterion in enumerate(task.criteria):
         for pos, label in enumerate(order, start=1):
             raw = form.get(f"s{pos}_{ci}", "")
-            if not raw.isdigit() or not lo <= int(raw) <= hi:
+            if not _whole(raw) or not lo <= int(raw) <= hi:
                 raise ValueError(f"Answer {pos}, {criterion}: choose a score from {lo} to {hi}")
             scores[label][criterion] = int(raw)
     raw_pref = form.get("preferred", "")
     preferred: str | None = None
     if raw_pref == "tie":
         preferred = "tie"
-    elif raw_pref.isdigit() and 1 <= int(raw_pref) <= len(order):
+    elif _whole(raw_pref) and 1 <= int(raw_pref) <= len(order):
         preferred = order[int(raw_pref) - 1]
     elif raw_pref:
         raise ValueError("preferred: Answer 1, Answer 2, tie or no preference")
@@ -808,7 +813,7 @@ def build_app(state: ReviewState) -> web.Application:
 
 def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit() or int(port_text) > 65535:
+    if not host or not _whole(port_text) or int(port_text) > 65535:
         raise ReviewError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8088 (port 0 picks a free one)")
     return host.strip("[]"), int(port_text)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
@@ -15,6 +15,10 @@ from llmwatch.core.urls import check_http_url, mask_url
 class OtelSection(Section):
     """OpenTelemetry: one span per captured call out over OTLP, and an OTLP/HTTP trace receiver in."""
 
+    # `enabled` switches the exporter; the receiver is on whenever `ingest_listen` is set.
+    ungated_settings: ClassVar[frozenset[str]] = frozenset(
+        {"ingest_listen", "ingest_max_body_bytes", "ingest_max_spans", "ingest_token_env"}
+    )
     enabled: bool = False
     # Before `endpoint`, whose check depends on it (a field validator sees the fields above it).
     protocol: Literal["http", "grpc"] = "http"

@@ -80,6 +80,7 @@ class OtlpReceiverComponent:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.receiver.close()
 
     def readiness(self) -> dict[str, bool]:
         return {"ingest_listening": self.port > 0}
@@ -94,6 +95,7 @@ def _create_receiver(ctx: Context, otel: OtelSection) -> Component | None:
     if not otel.ingest_listen:
         return None
     from llmwatch.collectors.receivers.otlp import OtlpReceiver
+    from llmwatch.collectors.receivers.proxy.config import CaptureSection
 
     token = None
     if otel.ingest_token_env:
@@ -108,6 +110,8 @@ def _create_receiver(ctx: Context, otel: OtelSection) -> Component | None:
         max_body_bytes=otel.ingest_max_body_bytes,
         max_spans=otel.ingest_max_spans,
         token=token,
+        # The bodies a span may store: the same capture.max_body_bytes as a proxied call's.
+        max_capture_bytes=ctx.section(CaptureSection).max_body_bytes,
     )
     # `llmwatch ingest` takes the address from --listen.
     setting = "config otel.ingest_listen" if ctx.serve_proxy else "--listen, config otel.ingest_listen"

@@ -26,6 +26,7 @@ import hmac
 import math
 import re
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -73,11 +74,25 @@ _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedding": 
 _OPENINFERENCE_KINDS = {"LLM": "chat", "EMBEDDING": "embeddings"}
 _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 _INVALID_ARGUMENT = 3  # google.rpc.Code
+_UNAVAILABLE = 14
 _MAX_MS = 1e12  # ~31 years: beyond it a duration is not one
+# Requests decoding at once (in the receiver's own threads) and waiting for one: beyond them a
+# sender is told 503 with Retry-After, which OTLP exporters retry with backoff.
+_DECODE_THREADS = 2
+_MAX_PENDING = 8
 
 
 class SpanRejected(LlmwatchError, ValueError):
     """An LLM span that cannot become a sample (reported in partial_success)."""
+
+
+class BadBody(ValueError):
+    """A body that is no export request: the message (for the sender) may quote the body; the
+    summary (for the agent's log) never does, since span attributes carry prompts and keys."""
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 # --- decoding ----------------------------------------------------------------------------------
@@ -95,7 +110,7 @@ def _hex_ids_to_base64(node: Any) -> None:
                 try:
                     node[key] = base64.b64encode(bytes.fromhex(value)).decode()
                 except ValueError:
-                    raise ValueError(f"{key} {value[:40]!r} is not hex") from None
+                    raise BadBody(f"{key} {value[:40]!r} is not hex", f"{key} is not hex") from None
             else:
                 _hex_ids_to_base64(value)
     elif isinstance(node, list):
@@ -110,28 +125,62 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         try:
             message.ParseFromString(body)
         except DecodeError as exc:
-            raise ValueError(f"body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+            what = "body is not a protobuf ExportTraceServiceRequest"
+            raise BadBody(f"{what}: {exc}", what) from None
         return message
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"body is not valid JSON: {exc}") from None
+        raise BadBody(f"body is not valid JSON: {exc}", "body is not valid JSON") from None
     if not isinstance(data, dict):
-        raise ValueError(f"body must be a JSON object (an ExportTraceServiceRequest), got {type(data).__name__}")
+        what = f"body must be a JSON object (an ExportTraceServiceRequest), got {type(data).__name__}"
+        raise BadBody(what, what)
     try:
         _hex_ids_to_base64(data)
         # The spec makes receivers ignore unknown fields, so that newer senders still work.
         json_format.ParseDict(data, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
-        raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+        what = "body is not an OTLP/JSON ExportTraceServiceRequest"
+        raise BadBody(f"{what}: {exc}", what) from None
     except RecursionError:
         # A body nested hundreds of levels deep is no export request; refused, not a 500.
-        raise ValueError("body nests too deeply to be an OTLP/JSON ExportTraceServiceRequest") from None
+        what = "body nests too deeply to be an OTLP/JSON ExportTraceServiceRequest"
+        raise BadBody(what, what) from None
     return message
 
 
 class TooManySpans(ValueError):
     """An export request with more spans than `otel.ingest_max_spans`."""
+
+
+class BodyTooLarge(ValueError):
+    """A compressed body that inflates beyond `otel.ingest_max_body_bytes`."""
+
+
+def inflate(body: bytes, coding: str, limit: int) -> bytes:
+    """A gzip or deflate body inflated, up to `limit` bytes: a small gzip bomb must not become
+    gigabytes in memory. BodyTooLarge beyond it; BadBody for data that is not `coding`."""
+    wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+    out, rest = bytearray(), body
+    try:
+        # A gzip body may be several members one after another (RFC 1952; `cat a.gz b.gz`): each
+        # is inflated in turn, where one decompressobj stops at the end of the first.
+        while rest and len(out) <= limit:
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if not inflater.eof:
+                if inflater.unconsumed_tail or len(out) > limit:
+                    break  # stopped at the limit, not at the end: too large
+                raise BadBody(
+                    f"body is not valid {coding} data: it ends mid-stream", f"body is not valid {coding} data"
+                )
+            # Zero bytes after a member are padding (as Python's gzip module reads them).
+            rest = inflater.unused_data.lstrip(b"\0") if coding != "deflate" else b""
+    except zlib.error as exc:
+        raise BadBody(f"body is not valid {coding} data: {exc}", f"body is not valid {coding} data") from None
+    if len(out) > limit or rest and len(out) >= limit:
+        raise BodyTooLarge(f"decompressed body is over the {limit}-byte limit")
+    return bytes(out)
 
 
 def _any(value: Any) -> Any:
@@ -545,7 +594,7 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
     if status is None:
         status = (
             int(error_type)
-            if error_type and error_type.isdigit() and 100 <= int(error_type) <= 999
+            if error_type and error_type.isascii() and error_type.isdigit() and 100 <= int(error_type) <= 999
             else (500 if error_type else 200)
         )
     ttft = attrs.get("llmwatch.ttft_ms")
@@ -590,8 +639,17 @@ def span_to_sample(span: Span, resource: dict[str, Any]) -> Sample | None:  # no
 # --- the HTTP receiver -------------------------------------------------------------------------
 
 
-def _selected(sample: Sample, reason: str) -> Sample:
+def _selected(sample: Sample, reason: str, max_body_bytes: int | None = None) -> Sample:
     sample.sample_reason = reason
+    if max_body_bytes is not None:
+        # As for proxied calls (capture.max_body_bytes): a body over the limit is not stored, and
+        # the note says so; a span could otherwise put a 16 MiB prompt into files, Kafka and checks.
+        # Measured here, for selected spans only, as the JSON a sink would write.
+        for side in ("request", "response"):
+            body = getattr(sample, side)
+            if body is not None and len(orjson.dumps(body)) > max_body_bytes:
+                setattr(sample, side, None)
+                sample.capture_notes.append(f"{side}_too_large")
     return sample
 
 
@@ -604,8 +662,14 @@ class OtlpReceiver:
         max_body_bytes: int,
         max_spans: int = 10_000,
         token: str | None = None,
+        max_capture_bytes: int | None = None,
     ) -> None:
         self.intake = intake
+        self.max_capture_bytes = max_capture_bytes
+        # Its own threads, not the loop's default executor: that one also resolves the proxy's
+        # upstream names (getaddrinfo), which must not queue behind a flood of 16 MiB batches.
+        self._executor = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="llmwatch-otlp")
+        self._pending = 0
         self.metrics = metrics.group(OtelMetrics)
         self.max_body_bytes = max_body_bytes
         self.max_spans = max_spans
@@ -677,7 +741,7 @@ class OtlpReceiver:
                         sample.model,
                         error=sample.error_type is not None,
                         latency_ms=sample.latency_ms,
-                        build=partial(_selected, sample),
+                        build=partial(_selected, sample, max_body_bytes=self.max_capture_bytes),
                     )
                     if admission.reason is None:
                         count.labels(outcome="unsampled").inc()
@@ -697,9 +761,11 @@ class OtlpReceiver:
             status=status, body=json_format.MessageToJson(message, indent=None).encode(), content_type=_JSON
         )
 
-    def _fail(self, encoding: str, status: int, message: str) -> web.Response:
-        log.info("otlp_request_refused", status=status, reason=message)
-        return self._answer(encoding, status_pb2.Status(code=_INVALID_ARGUMENT, message=message), status)
+    def _fail(
+        self, encoding: str, status: int, message: str, logged: str | None = None, code: int = _INVALID_ARGUMENT
+    ) -> web.Response:
+        log.info("otlp_request_refused", status=status, reason=logged or message)
+        return self._answer(encoding, status_pb2.Status(code=code, message=message), status)
 
     async def _traces(self, request: web.Request) -> web.Response:
         encoding = request.content_type
@@ -719,33 +785,45 @@ class OtlpReceiver:
         limit = self.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._fail(encoding, 413, f"body of {request.content_length} bytes is over the {limit}-byte limit")
+        if self._pending >= _MAX_PENDING:
+            # Refused before its body is read: a flood costs neither memory nor decoding.
+            busy = self._fail(
+                encoding, 503, f"{self._pending} export requests are being decoded; retry later", code=_UNAVAILABLE
+            )
+            busy.headers["Retry-After"] = "1"
+            return busy
+        self._pending += 1
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._fail(encoding, 413, f"body is over the {limit}-byte limit")
-        if coding != "identity":
             try:
-                # Bounded decompression: a small gzip bomb must not become gigabytes in memory.
-                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS)
-                body = inflater.decompress(body, limit + 1)
-            except zlib.error as exc:
-                return self._fail(encoding, 400, f"body is not valid {coding} data: {exc}")
-            if len(body) > limit:
-                return self._fail(encoding, 413, f"decompressed body is over the {limit}-byte limit")
-        # Decoding and conversion of a large batch would stall the proxy sharing this event loop.
-        try:
-            rejected, reasons = await asyncio.to_thread(self._decode_and_ingest, body, encoding)
-        except TooManySpans as exc:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return self._fail(encoding, 413, f"body is over the {limit}-byte limit")
+            # Inflating, decoding and converting a large batch would stall the proxy sharing this
+            # event loop (16 KB of gzip inflate to 16 MiB in ~50 ms): all of it in a worker thread.
+            loop = asyncio.get_running_loop()
+            call = partial(self._decode_and_ingest, body, encoding, coding)
+            rejected, reasons = await loop.run_in_executor(self._executor, call)
+        except (TooManySpans, BodyTooLarge) as exc:
             return self._fail(encoding, 413, str(exc))
         except ValueError as exc:
-            return self._fail(encoding, 400, str(exc))
+            # The sender gets the whole reason; the log a summary without the body's words.
+            summary = exc.summary if isinstance(exc, BadBody) else "body does not decode"
+            return self._fail(encoding, 400, str(exc), logged=summary)
+        finally:
+            self._pending -= 1
         response = ExportTraceServiceResponse()
         if rejected:
             response.partial_success.rejected_spans = rejected
             response.partial_success.error_message = "; ".join(reasons)
         return self._answer(encoding, response)
 
-    def _decode_and_ingest(self, body: bytes, encoding: str) -> tuple[int, list[str]]:
+    def close(self) -> None:
+        """The decode threads ended once the requests in them are answered (at stop)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _decode_and_ingest(self, body: bytes, encoding: str, coding: str = "identity") -> tuple[int, list[str]]:
+        if coding != "identity":
+            body = inflate(body, coding, self.max_body_bytes)
         message = decode_request(body, encoding)
         # Counted before any span is converted: an oversized batch costs its parse only.
         spans = sum(len(scope.spans) for rs in message.resource_spans for scope in rs.scope_spans)

@@ -201,7 +201,8 @@ def parse_reply(text: str, scale: Scale) -> tuple[int, str]:
         reason = str(doc.get("reason", ""))[:200]
         if scale == "1-5":
             value = doc.get("score")
-            if isinstance(value, str) and value.strip().isdigit():
+            # ASCII only: "²" passes str.isdigit() and then int() raises a bare ValueError.
+            if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
                 value = int(value.strip())
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5:
                 return value, reason

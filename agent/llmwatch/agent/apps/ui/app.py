@@ -11,7 +11,7 @@ handling this reuses: every response carries the same Content-Security-Policy (n
 the app's own, which it has none of; nothing from elsewhere), no-store and no-referrer; every
 piece of record text is escaped (prompts and answers are hostile); a fault is a plain 500, never
 a traceback. Access: on a loopback address anyone on the machine may read the pages (like the
-sidecar's own /metrics); on any other address a token is required (`--auth token`, the default
+sidecar's own /metrics), under a loopback Host only (a rebound DNS name gets 421); on any other address a token is required (`--auth token`, the default
 there), given once as `?token=` (it is then kept in an HttpOnly cookie and dropped from the
 URL) or as `Authorization: Bearer`. Put it behind an authenticating reverse proxy with TLS
 for anything beyond a team's private network.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import structlog
@@ -226,6 +226,10 @@ class UiState:
     token: str | None = None
     # --data-dir as given, for the start line: a URL through Path loses a slash (file:/tmp/ds).
     source: str = ""
+    # Tokenless on loopback: the Host names that may read the pages (see `_gate`); None: any.
+    hosts: frozenset[str] | None = None
+    # Served under an https:// --public-url: the token cookie is Secure, never sent over plain http.
+    secure_cookie: bool = False
 
 
 def _drift_files(state: UiState) -> list[Path]:
@@ -808,11 +812,35 @@ def _details(raw: Any) -> str:
 # --- access ----------------------------------------------------------------------------------------
 
 
-def _gate(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
+def host_name(host: str) -> str:
+    """The name of a Host header, without its port: `[::1]:8090` -> `::1`, `Localhost.:80` -> `localhost`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rpartition(":")[0].rstrip(".") if ":" in host else host.rstrip(".")
+
+
+def _gate(
+    token: str | None, hosts: frozenset[str] | None = None, secure: bool = False
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def gate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        if (
+            token is None
+            and hosts is not None
+            and request.path != "/healthz"
+            and host_name(request.headers.get("Host", "")) not in hosts
+        ):
+            # Without a token the loopback address is the only guard, and a web page under a name
+            # that resolves to 127.0.0.1 (DNS rebinding) is the same origin as the UI to the browser:
+            # it could read every sample. Such a request carries that name, not a loopback one.
+            log.info("ui.foreign_host")
+            raise web.HTTPMisdirectedRequest(
+                text="this llmwatch ui answers only to a loopback Host (127.0.0.1, localhost, [::1]); "
+                "behind a reverse proxy, give --public-url or use --auth token\n"
+            )
         if token is None or request.path == "/favicon.ico":
             return await handler(request)
         given = request.query.get("token")
@@ -823,7 +851,7 @@ def _gate(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
                 resp = web.HTTPSeeOther(request.path + (f"?{rest}" if rest else ""))
                 # Lax, not Strict: a Grafana data link is a cross-site top-level navigation, and
                 # every page is a GET that changes nothing.
-                resp.set_cookie(COOKIE, token, httponly=True, samesite="Lax", path="/")
+                resp.set_cookie(COOKIE, token, httponly=True, samesite="Lax", path="/", secure=secure or None)
                 raise resp
             log.info("ui.bad_token")
             raise web.HTTPUnauthorized(text="wrong token: open the link `llmwatch ui` printed at start")
@@ -841,7 +869,9 @@ def _gate(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
 
 def build_app(state: UiState) -> web.Application:
     faults = no_tracebacks("ui.internal_error", "internal error (logged by llmwatch ui)\n")
-    app = web.Application(middlewares=[faults, _gate(state.token)], client_max_size=64 * 1024)
+    app = web.Application(
+        middlewares=[faults, _gate(state.token, state.hosts, state.secure_cookie)], client_max_size=64 * 1024
+    )
     app.on_response_prepare.append(secure_headers)
     h = UiApp(state)
     app.router.add_get("/", h.root)
@@ -991,6 +1021,11 @@ def run(
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
     state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)
+    state.secure_cookie = bool(public_url and public_url.lower().startswith("https://"))
+    if token is None and host in LOOPBACK:
+        # The public URL's name too: a reverse proxy on this machine may pass it on as the Host.
+        public = host_name(urlsplit(public_url).netloc) if public_url else ""
+        state.hosts = frozenset({*LOOPBACK, public} - {""})
     try:
         import uvloop
 
