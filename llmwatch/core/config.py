@@ -141,6 +141,16 @@ def cpu_affinity_value(value: Any) -> str:
 CpuAffinity = Annotated[str, BeforeValidator(cpu_affinity_value)]
 
 
+def _secret_as_text(value: Any) -> Any:
+    # Any scalar is taken as text: a field's error would quote the value, and this is a secret
+    # (`hash_salt: 987654321` in YAML was refused as "Input should be a valid string (got 987654321)").
+    return value if value is None or isinstance(value, SecretStr) else str(value)
+
+
+# A password, key or salt: held as SecretStr (masked in repr and dumps), given as any scalar.
+SecretText = Annotated[SecretStr | None, BeforeValidator(_secret_as_text)]
+
+
 def secret_header_values(value: Any, example: str) -> dict[str, Any]:
     """Header values as text before validation: a validation error would echo a value, and these are secrets."""
     if not isinstance(value, dict):

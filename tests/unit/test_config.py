@@ -303,3 +303,12 @@ def test_a_list_from_a_variable_written_as_a_comma_list_says_the_yaml_form_that_
     assert "that is not valid YAML (a list is written [a, b]" in str(err.value)
     config = load_config(None, environ={"LLMWATCH_DRIFT__FAIL_ON": "[behaviour, inputs]"})
     assert list(config.drift.fail_on) == ["behaviour", "inputs"]
+
+
+def test_a_secret_given_as_a_number_is_its_text_and_never_quoted() -> None:
+    # YAML reads `hash_salt: 987654321` as an int; refused as "Input should be a valid string
+    # (got 987654321)", the salt itself went to the error. Every secret field takes any scalar as text.
+    cfg = load_config(None, overrides={"redaction": {"hash_salt": 987654321}}, environ={})
+    assert cfg.redaction.hash_salt is not None
+    assert cfg.redaction.hash_salt.get_secret_value() == "987654321"
+    assert "987654321" not in repr(cfg.redaction)

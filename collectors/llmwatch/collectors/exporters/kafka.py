@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import structlog
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from llmwatch.core.component import Component, Context, Factory, Passive
-from llmwatch.core.config import ConfigError, Section, host_port
+from llmwatch.core.config import ConfigError, SecretText, Section, host_port
 from llmwatch.core.extras import require
 from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge
 from llmwatch.core.records import Sample
@@ -79,7 +79,7 @@ class KafkaSection(Section):
     sasl_username: str | None = None
     # Set it through the environment variable LLMWATCH_KAFKA__SASL_PASSWORD (from a Secret), taken
     # as written; never logged, echoed in an error or shown in the section's repr.
-    sasl_password: SecretStr | None = None
+    sasl_password: SecretText = None
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -110,12 +110,6 @@ class KafkaSection(Section):
                 f"{str(value)!r} is not readable by this process (uid {os.getuid()}); fix its owner or mode"
             )
         return value
-
-    @field_validator("sasl_password", mode="before")
-    @classmethod
-    def _password_as_text(cls, value: Any) -> Any:
-        # Any scalar is taken as text: a field error on a SecretStr would quote the value itself.
-        return value if value is None or isinstance(value, SecretStr) else str(value)
 
     @model_validator(mode="after")
     def _consistent_security(self) -> "KafkaSection":

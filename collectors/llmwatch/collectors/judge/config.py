@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from llmwatch.core.config import CpuAffinity, Section, normalize_upstream
+from llmwatch.core.config import CpuAffinity, SecretText, Section, normalize_upstream
 from llmwatch.core.metrics import MetricGroup, counter, gauge
 from llmwatch.core.urls import check_http_url
 from llmwatch.scorers.evaluation.judge import DEFAULT_RUBRICS, JudgeRubric, ResponseFormat
@@ -35,7 +34,7 @@ class JudgeSection(Section):
     upstream: str | None = None
     model: str | None = None
     # `env:NAME` only: the key is read from the environment at start-up, never stored or logged.
-    api_key: SecretStr | None = None
+    api_key: SecretText = None
     # Share of sampled calls judged, decided on the sample id's hash; per task category in `rates`.
     rate: float = Field(0.05, ge=0.0, le=1.0)
     rates: dict[str, float] = Field(default_factory=dict)
@@ -79,13 +78,6 @@ class JudgeSection(Section):
         if value is None:
             return None
         return normalize_upstream(check_http_url(value, "http://127.0.0.1:8002"))
-
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _as_text(cls, value: Any) -> Any:
-        # Any text is taken here and checked below, in the section's validator, whose errors
-        # echo no value (a field's error would quote the key itself).
-        return value if value is None or isinstance(value, SecretStr) else str(value)
 
     @field_validator("rates")
     @classmethod

@@ -31,9 +31,9 @@ import secrets
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 import orjson
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator
 
-from llmwatch.core.config import Section
+from llmwatch.core.config import SecretText, Section
 from llmwatch.scorers.pipeline.pii import KINDS, PLACEHOLDERS, canonical_kind, find, luhn_valid, shortest
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class RedactionSection(Section):
     # Fields: client_request_id, metadata.<key>, request.<dotted.path>, response.<dotted.path>; `*` matches any key.
     fields: dict[str, Literal["drop", "mask", "hash"]] = Field(default_factory=dict)
     # Salt of `hash`; without one, hashes only group within one process run.
-    hash_salt: SecretStr | None = None
+    hash_salt: SecretText = None
 
     @field_validator("patterns", mode="before")
     @classmethod
