@@ -1,14 +1,17 @@
 """The Grafana dashboards: structure, freshness, and every PromQL expression run against a real
-Prometheus that scrapes a real llmwatch agent carrying real traffic.
+Prometheus that scrapes real llmwatch processes carrying real traffic.
 
 Expressions are taken from the committed JSON (panel targets, annotations, template variables),
 Grafana's variables are replaced (`$model` -> `.*`, `$__rate_interval` -> `1m`, ...), and each
 must be accepted by Prometheus (status success) and return at least one finite value once the
-traffic has been scraped. An expression whose metrics have no series in that Prometheus (this
-traffic has no Kafka, no errors and no frozen baseline) is only required to parse; its data check
-is an xfail naming those metrics, computed from Prometheus at run time, so it turns into a pass by
-itself once such series exist. The drift dashboard's queries are run with data where drift fires:
-tests/e2e/test_drift_alerting.py.
+traffic has been scraped. The traffic reaches every panel but the drift dashboard's: a sidecar
+with a shadow candidate that answers and one that does not, faults from the simulator and one
+injected inside llmwatch (internal errors), and the fleet's Kafka shape on the real broker (a
+sidecar publishing, a scorer worker consuming, a sidecar whose broker is down). An expression
+whose metrics have no series in that Prometheus is only required to parse; its data check is an
+xfail naming those metrics, computed from Prometheus at run time, so it turns into a pass by itself
+once such series exist. The drift dashboard's queries (no frozen baseline here) are run with data
+where drift fires: tests/e2e/test_drift_alerting.py.
 """
 
 from __future__ import annotations
@@ -37,11 +40,15 @@ from helpers.dashboards import (
     substitute,
     variable_queries,
 )
+from helpers.kafka_broker import Broker, broker_binary
+from helpers.kafka_workers import Worker, start_worker, stop_workers
+from helpers.ports import dead_address
 from helpers.prom import Prometheus, finite, running_prometheus
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, SimProfile, start_simulator
 from llmwatch.agent.components import Config, load_config
 from llmwatch.agent.runtime import Agent
+from llmwatch.collectors.exporters.kafka import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DASHBOARD_DIR = ROOT / "helm" / "llmwatch" / "dashboards"
@@ -482,24 +489,70 @@ async def _start_agent(upstream: str, data_dir: Path, scoring: dict[str, Any]) -
         "data_dir": str(data_dir),
         "sampling": {"rate": 1.0},
         "capture": {"max_body_bytes": 4096},
-        # A candidate (the same simulator) so that the shadow panels have series.
-        "shadow": {"enabled": True, "candidates": [{"name": "same", "upstream": upstream, "rate": 1.0}]},
+        # A candidate (the same simulator) so that the shadow panels have series, and one that
+        # nothing answers, so that the candidate-errors query has some.
+        "shadow": {
+            "enabled": True,
+            "candidates": [
+                {"name": "same", "upstream": upstream, "rate": 1.0},
+                {"name": "unreachable", "upstream": f"http://{dead_address()}", "rate": 1.0},
+            ],
+        },
         **scoring,
     }
     agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=(FailingSink(),))
-    # One call's analysis raises inside llmwatch, so that llmwatch_internal_errors_total has a series.
-    sampler = getattr(agent.proxy, "sampler", None)
-    if sampler is not None and hasattr(sampler, "decide"):
-        decide = sampler.decide
+    # One call's sampling decision raises inside llmwatch (a fault injected on purpose), so that
+    # llmwatch_internal_errors_total{stage="analyze"} has a series. If the hook moves, this fails
+    # here rather than turning the internal-error panels into silent xfails.
+    sampler = agent.proxy.intake.sampler
+    decide = sampler.decide
 
-        def failing_decide(request_id: Any, *args: Any, **kwargs: Any) -> Any:
-            if request_id == "llmwatch-test-internal-error":
-                raise RuntimeError("injected by test_dashboards")
-            return decide(request_id, *args, **kwargs)
+    def failing_decide(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+        if request_id == "llmwatch-test-internal-error":
+            raise RuntimeError("injected by test_dashboards")
+        return decide(request_id, *args, **kwargs)
 
-        sampler.decide = failing_decide
+    sampler.decide = failing_decide
     await agent.start()
     return agent
+
+
+async def _start_kafka_agent(upstream: str, data_dir: Path, bootstrap: str, **kafka: Any) -> Agent:
+    """A sidecar that publishes its samples to Kafka instead of scoring them (the fleet shape)."""
+    overrides = {
+        "upstream": upstream,
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "data_dir": str(data_dir),
+        "sampling": {"rate": 1.0},
+        "scoring": {"enabled": False},
+        "kafka": {
+            "enabled": True,
+            "bootstrap_servers": [bootstrap],
+            "samples_topic": "samples",
+            "linger_ms": 5,
+            **kafka,
+        },
+    }
+    agent = Agent(load_config(None, overrides=overrides, environ={}))
+    await agent.start()
+    return agent
+
+
+async def _kafka_round(agents: list[Agent]) -> None:
+    msg = [{"role": "user", "content": "How do I rotate my Kubernetes TLS certificates?"}]
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(
+            *(
+                _call(
+                    session,
+                    f"http://127.0.0.1:{a.proxy_port}/v1/chat/completions",
+                    {"model": "gpt-4o-mini", "messages": msg},
+                )
+                for a in agents
+                for _ in range(4)
+            )
+        )
 
 
 @pytest.fixture(scope="module")
@@ -520,7 +573,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     loop = LoopThread()
     notes: list[str] = []
     sim = agent = None
+    kafka_agents: list[Agent] = []
+    workers: list[Worker] = []
+    # The fleet's Kafka panels: a real broker, a sidecar publishing to it, a scorer worker
+    # consuming from it, and a sidecar whose broker is down (its samples dropped and counted).
+    broker = Broker(broker_binary(), tmp)
+    broker.start()
     try:
+        create_topics([broker.bootstrap], {"samples": 1, "scores": 1})
+        workers.append(start_worker(tmp, broker.bootstrap, "samples", "scores", "scorers", "dashboards-worker"))
         sim = loop.run(start_simulator("127.0.0.1", 0, _alternating_profiles(), seed=7))
         scoring = scoring_overrides()
         try:
@@ -532,13 +593,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 f"the agent did not start with in-process scoring ({type(exc).__name__}: {exc}); ran without it"
             )
             agent = loop.run(_start_agent(sim.url, tmp / "data2", {"scoring": {"enabled": False}}))
-        with running_prometheus(
-            tmp / "prometheus", targets=[f"127.0.0.1:{agent.metrics_port}"], rule_files=rule_files
-        ) as prom:
+        kafka_agents.append(loop.run(_start_kafka_agent(sim.url, tmp / "kafka-up", broker.bootstrap)))
+        kafka_agents.append(loop.run(_start_kafka_agent(sim.url, tmp / "kafka-down", dead_address(), max_buffered=1)))
+        targets = [f"127.0.0.1:{a.metrics_port}" for a in [agent, *kafka_agents]]
+        targets += [f"127.0.0.1:{w.port}" for w in workers]
+        with running_prometheus(tmp / "prometheus", targets=targets, rule_files=rule_files) as prom:
             prom.wait_for_scrape()
             big = "x" * 6000
             for _ in range(5):  # spread over several scrapes, so that rate() sees increases
                 loop.run(_traffic_round(f"http://127.0.0.1:{agent.proxy_port}", big))
+                loop.run(_kafka_round(kafka_agents))
                 time.sleep(0.5)
             # Let the pipeline (and the scorer, if any) catch up, then two more scrapes.
             deadline = time.monotonic() + 15
@@ -547,16 +611,25 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             if getattr(agent, "scorer", None) is not None:
                 while getattr(agent.scorer, "pending", 0) and time.monotonic() < deadline:
                     time.sleep(0.1)
+            # The worker has consumed what the publishing sidecar sent (20 calls, one sample each).
+            deadline = time.monotonic() + 60
+            while workers[0].consumed("scored") < 20:
+                if workers[0].proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the Kafka worker did not score 20 samples:\n{workers[0].log_tail()}")
+                time.sleep(0.2)
             prom.wait_for_scrape(after=time.time(), scrapes=2)
             prom.wait_for_rules()
             exposition = loop.run(_fetch(f"http://127.0.0.1:{agent.metrics_port}/metrics"))
             yield Live(prom, exposition, notes)
     finally:
-        if agent is not None:
-            loop.run(agent.stop())
+        for a in [agent, *kafka_agents]:
+            if a is not None:
+                loop.run(a.stop())
         if sim is not None:
             loop.run(sim.close())
         loop.close()
+        stop_workers(workers)
+        broker.stop()
 
 
 async def _fetch(url: str) -> str:
