@@ -759,3 +759,51 @@ async def test_a_client_still_sending_its_body_after_an_early_answer_reads_the_a
         assert sent == "all"
         assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n") and answer.endswith(b"\r\n\r\nbig")
         assert len(upstream.heads) == 1
+
+
+# --- 19. a status line without a reason phrase ------------------------------------------------------------
+
+
+async def yield_to_the_loop() -> None:
+    # The proxy runs on this loop: a few turns let it read what the upstream wrote so far, so the
+    # rest arrives as a second read. Not a wait for a result: the test's assertions hold either way.
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    "status_line",
+    [b"HTTP/1.1 200", b"HTTP/1.1 200 ", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK ", b"HTTP/1.1 404 Not  Found"],
+)
+@pytest.mark.parametrize("split", [None, 8, 12, 13], ids=["one-write", "split@8", "split@12", "split@13"])
+async def test_a_status_line_reaches_the_client_as_the_upstream_sent_it(make_agent, status_line, split):
+    answer = status_line + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(OK_JSON),
+        OK_JSON,
+    )
+
+    async def respond(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if split is None:
+            writer.write(answer)
+        else:  # `HTTP/1.1` | ` 200…`, `HTTP/1.1 200` | `…`, `HTTP/1.1 200\r` | `\n…` (or ` ` | `OK…`)
+            writer.write(answer[:split])
+            await writer.drain()
+            await yield_to_the_loop()
+            writer.write(answer[split:])
+        await writer.drain()
+
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # and the connection is kept for the next call
+                writer.write(post("/v1/chat/completions", CHAT_BODY))
+                head = await read_head(reader)
+                body = await asyncio.wait_for(reader.readexactly(len(OK_JSON)), 10)
+                # Before the fix `HTTP/1.1 200` went out as `HTTP/1.1 200 `: the relay rebuilt the
+                # status line from the parsed code and reason and always put an SP between them.
+                assert head.split(b"\r\n")[0] == status_line
+                assert body == OK_JSON
+        finally:
+            writer.close()

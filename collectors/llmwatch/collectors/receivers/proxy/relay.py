@@ -337,7 +337,8 @@ class _Upstream(asyncio.Protocol):
         self.line_buf = b""
         self.parser: Any = None
         self.status = 0
-        self.reason = b""
+        # The status line after its version (code, then SP and reason if sent, then CRLF), as received.
+        self.status_rest = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.interim = False
         self.keep_alive = False
@@ -442,19 +443,22 @@ class _Upstream(asyncio.Protocol):
             # 1xx (103 Early Hints): not relayed; the final response follows on the same connection.
             self.parser = httptools.HttpResponseParser(self)
             self.headers = []
-            self.reason = b""
             self.interim = False
             held = None
         self.head_buf = None
         if self.status == 0:
             self._invalid(call)  # a head the parser did not complete
             return
+        # Copied, not rebuilt from the parsed code and reason: llhttp does not say whether an SP
+        # followed the code (`HTTP/1.1 200` and `HTTP/1.1 200 ` read alike), and a rebuilt line
+        # added one. llhttp took exactly one SP after the version and three digits after it.
+        eol = head.find(b"\r\n")
+        self.status_rest = head[head.find(b" ", 0, eol) + 1 : eol + 2]
         self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
         if reason != b"OK" and _BAD_REASON.search(reason):
             raise _LimitExceeded  # llhttp reads control bytes in a reason phrase; h11 and RFC 9112 do not
-        self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self.headers
@@ -478,7 +482,7 @@ class _Upstream(asyncio.Protocol):
         ex = call.ex
         wanted = self.pool.wanted if ex is not None else None
         captured: dict[str, str] = {}
-        lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", b"%d %b\r\n" % (self.status, self.reason)]
+        lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", self.status_rest]
         te = cl = None
         kinds = self.pool.header_kinds
         for name, value in self.headers:
