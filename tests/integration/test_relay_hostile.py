@@ -807,3 +807,80 @@ async def test_a_status_line_reaches_the_client_as_the_upstream_sent_it(make_age
                 assert body == OK_JSON
         finally:
             writer.close()
+
+
+# --- 20. Transfer-Encoding on an answer without a body ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_line", "answer_head"),
+    [
+        (b"HEAD /v1/models", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"),
+        (b"GET /v1/models", b'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\nTransfer-Encoding: chunked\r\nX-After: 1'),
+        (b"HEAD /v1/models", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nContent-Type: application/json"),
+        (b"DELETE /v1/files/f", b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked"),
+    ],
+    ids=["head", "304", "head-lower-case-first", "204"],
+)
+async def test_transfer_encoding_on_an_answer_without_a_body_reaches_the_client_as_sent(
+    make_agent, request_line, answer_head
+):
+    carriers: list[asyncio.StreamWriter] = []  # the writers themselves (see test_bytes_after_a_bodiless_answer…)
+
+    async def bodiless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if all(writer is not w for w in carriers):
+            carriers.append(writer)
+        # No body after the head: HEAD, 304 and 204 answers have none, whatever their headers say.
+        writer.write(answer_head + b"\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bodiless) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # no body read or sent: the next call on the connection is answered
+                writer.write(request_line + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                # Before the fix the relay dropped Transfer-Encoding from these heads (it wrote the
+                # header itself, and only for a chunked body it relayed).
+                assert await read_head(reader) == answer_head + b"\r\n\r\n"
+        finally:
+            writer.close()
+        # Both calls on one upstream connection: the relay waited for no body after the first head.
+        assert len(upstream.heads) == 2 and len(carriers) == 1
+
+
+async def test_a_chunked_answers_transfer_encoding_keeps_its_place_and_spelling(make_agent):
+    answer_head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nContent-Type: text/plain"
+
+    async def chunked(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer_head + b"\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(chunked) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            # Before the fix: `Transfer-Encoding: chunked` written by the relay after the others.
+            assert await read_head(reader) == answer_head + b"\r\n\r\n"
+            assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10) == b"2\r\nok\r\n0\r\n\r\n"
+        finally:
+            writer.close()
+
+
+async def test_an_http_1_0_client_gets_no_transfer_encoding_on_a_head_answer(make_agent):
+    async def bodiless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-After: 1\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bodiless) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(b"HEAD /v1/models HTTP/1.0\r\n\r\n")
+            # RFC 9112 §6.1: no Transfer-Encoding to an HTTP/1.0 client (it reads no transfer-coding).
+            head = await read_head(reader)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"X-After: 1\r\n" in head
+        assert b"transfer-encoding" not in head.lower()

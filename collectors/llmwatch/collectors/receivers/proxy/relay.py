@@ -497,6 +497,12 @@ class _Upstream(asyncio.Protocol):
                         self._invalid(call)
                         return
                     te = value
+                    if call.http10:
+                        # De-chunked for an HTTP/1.0 client, which reads no transfer-coding (RFC 9112 §6.1).
+                        continue
+                    # Kept where and as the upstream wrote it, also on a HEAD, 304 or 204 answer,
+                    # whose framing is the status (nothing is read or sent after such a head).
+                    lines += (name, b": ", value, b"\r\n")
                     continue
                 if kind == _HOP:
                     continue
@@ -520,8 +526,6 @@ class _Upstream(asyncio.Protocol):
             if call.http10:
                 self.dechunk = True
                 call.keep_alive = False  # an HTTP/1.0 client reads the body until the close
-            else:
-                lines += (b"Transfer-Encoding: ", te, b"\r\n")
         elif cl is not None:
             state = 1
             self.remaining = int(cl)
