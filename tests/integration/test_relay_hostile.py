@@ -25,6 +25,8 @@ from helpers.raw_http import (
     read_response,
 )
 
+from llmwatch.collectors.receivers.proxy import relay
+
 
 async def read_head(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -884,3 +886,102 @@ async def test_an_http_1_0_client_gets_no_transfer_encoding_on_a_head_answer(mak
             writer.close()
         assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"X-After: 1\r\n" in head
         assert b"transfer-encoding" not in head.lower()
+
+
+# --- 21. an upstream that closes a kept-alive connection as a call is sent on it --------------------------------
+
+OK_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(OK_JSON),
+    OK_JSON,
+)
+
+
+@pytest.mark.parametrize("close", ["fin", "reset"])
+@pytest.mark.parametrize(
+    ("request_bytes", "replayed"),
+    [
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", True),
+        (b"DELETE /v1/files/f HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", True),
+        (post("/v1/chat/completions", CHAT_BODY), False),
+        (b"PUT /v1/files/f HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi", False),
+    ],
+    ids=["get", "delete-no-body", "post", "put-with-body"],
+)
+async def test_a_kept_alive_connection_closed_as_a_call_arrives_is_retried_only_when_resending_is_safe(
+    make_agent, close, request_bytes, replayed
+):
+    served: list[asyncio.StreamWriter] = []  # connections that have answered once
+
+    async def closes_when_reused(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if all(writer is not w for w in served):
+            served.append(writer)
+            writer.write(OK_ANSWER)  # kept alive: no Connection: close
+            await writer.drain()
+            return
+        # The server's idle timer fired as this request came: the connection ends, unanswered.
+        if close == "reset":
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        raise ConnectionError
+
+    async with RawUpstream(closes_when_reused) as upstream:
+        agent = await make_agent(upstream.url)
+        status, _, _ = await raw_call(agent.proxy_port, request_bytes)
+        assert status == 200
+        # The second call takes the pooled connection, which the upstream ends before answering.
+        status, _, body = await raw_call(agent.proxy_port, request_bytes)
+        request_line = request_bytes.split(b"\r\n")[0]
+        if replayed:
+            # Idempotent, and nothing of an answer came: sent again, once, on a new connection
+            # (nginx's proxy_next_upstream error). Before the fix: 502.
+            assert status == 200 and body == OK_JSON
+            assert [h.split(b"\r\n")[0] for h in upstream.heads] == [request_line] * 3
+            assert len(served) == 2
+        else:
+            # The upstream may have read it and acted on it: never sent twice (neither nginx nor
+            # Go's net/http resends a POST; a body is not kept to be sent again). The client gets
+            # the 502 in fixed words.
+            assert status == 502 and "closed the connection" in orjson.loads(body)["error"]["message"]
+            assert [h.split(b"\r\n")[0] for h in upstream.heads] == [request_line] * 2
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", post("/v1/chat/completions", CHAT_BODY)],
+    ids=["get", "post"],
+)
+async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is_not_used(
+    make_agent, monkeypatch, request_bytes
+):
+    # The proxy asks only connections idle for relay._PEER_CHECK_IDLE_S (1 s: servers close idle
+    # ones after longer); 0 here, so that the test need not wait a second for the connection to age.
+    monkeypatch.setattr(relay, "_PEER_CHECK_IDLE_S", 0.0)
+    served: list[asyncio.StreamWriter] = []
+
+    async def answers_once(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if all(writer is not w for w in served):
+            served.append(writer)
+            writer.write(OK_ANSWER)
+            await writer.drain()
+            return
+        raise ConnectionError  # a request on a connection this server had closed: never answered
+
+    async with RawUpstream(answers_once) as upstream:
+        agent = await make_agent(upstream.url)
+        status, _, _ = await raw_call(agent.proxy_port, request_bytes)
+        assert status == 200 and len(served) == 1
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # In one step of the loop that also runs the proxy: the request reaches the proxy, then
+            # the upstream ends the idle pooled connection (its FIN is in the proxy's kernel before
+            # the proxy runs). The proxy reads both in its next turn, the request first: the race
+            # of an idle timeout against a new call, made certain. Before the fix: 502.
+            writer.write(request_bytes)
+            served[0].get_extra_info("socket").shutdown(socket.SHUT_WR)
+            status, _, body = await asyncio.wait_for(read_response(reader), 10)
+        finally:
+            writer.close()
+        assert status == 200 and body == OK_JSON
+        assert len(upstream.heads) == 2 and len(served) == 2  # sent once, on a new connection
