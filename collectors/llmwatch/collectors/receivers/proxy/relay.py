@@ -919,13 +919,12 @@ class _Pool:
         idle = self.idle
         if idle:
             now = self.loop.time()
-            stale = now - _UPSTREAM_IDLE_S
-            settled = now - _PEER_CHECK_IDLE_S
             while idle:
                 up = idle.pop()
                 if up.transport is None or up.transport.is_closing():
                     continue
-                if up.idle_since < stale or (up.idle_since <= settled and up.peer_closed()):
+                idle_for = now - up.idle_since
+                if idle_for >= _PEER_CHECK_IDLE_S and (idle_for > _UPSTREAM_IDLE_S or up.peer_closed()):
                     # Not sent on a connection its server has closed, or may close as it is used:
                     # nothing of the call has gone anywhere yet, so any method can go on a new one.
                     up.transport.close()
@@ -1692,8 +1691,10 @@ class RelayServer:
         out.append(b"\r\n")
         call.head = b"".join(out)
         call.chunked = chunked
-        if method in _REPLAYABLE and not chunked and (length is None or length.strip() == b"0"):
-            call.replay = True  # its head is the whole request: it can be sent again as it is
+        if (length is None or length == b"0") and not chunked and method in _REPLAYABLE:
+            # Its head is the whole request: it can be sent again as it is. (A POST with a body,
+            # the usual call, is decided by the first test.)
+            call.replay = True
         if lookup is not None:
             ex = call.ex = proxy.relay_exchange(method.decode("latin-1"), path, lookup, t0, started_at)
             has_body = chunked or (length is not None and length.strip() not in (b"0", b""))
