@@ -25,6 +25,8 @@ from helpers.raw_http import (
     read_response,
 )
 
+from llmwatch.collectors.receivers.proxy import relay
+
 
 async def read_head(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -759,3 +761,227 @@ async def test_a_client_still_sending_its_body_after_an_early_answer_reads_the_a
         assert sent == "all"
         assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n") and answer.endswith(b"\r\n\r\nbig")
         assert len(upstream.heads) == 1
+
+
+# --- 19. a status line without a reason phrase ------------------------------------------------------------
+
+
+async def yield_to_the_loop() -> None:
+    # The proxy runs on this loop: a few turns let it read what the upstream wrote so far, so the
+    # rest arrives as a second read. Not a wait for a result: the test's assertions hold either way.
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    "status_line",
+    [b"HTTP/1.1 200", b"HTTP/1.1 200 ", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK ", b"HTTP/1.1 404 Not  Found"],
+)
+@pytest.mark.parametrize("split", [None, 8, 12, 13], ids=["one-write", "split@8", "split@12", "split@13"])
+async def test_a_status_line_reaches_the_client_as_the_upstream_sent_it(make_agent, status_line, split):
+    answer = status_line + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(OK_JSON),
+        OK_JSON,
+    )
+
+    async def respond(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if split is None:
+            writer.write(answer)
+        else:  # `HTTP/1.1` | ` 200…`, `HTTP/1.1 200` | `…`, `HTTP/1.1 200\r` | `\n…` (or ` ` | `OK…`)
+            writer.write(answer[:split])
+            await writer.drain()
+            await yield_to_the_loop()
+            writer.write(answer[split:])
+        await writer.drain()
+
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # and the connection is kept for the next call
+                writer.write(post("/v1/chat/completions", CHAT_BODY))
+                head = await read_head(reader)
+                body = await asyncio.wait_for(reader.readexactly(len(OK_JSON)), 10)
+                # Before the fix `HTTP/1.1 200` went out as `HTTP/1.1 200 `: the relay rebuilt the
+                # status line from the parsed code and reason and always put an SP between them.
+                assert head.split(b"\r\n")[0] == status_line
+                assert body == OK_JSON
+        finally:
+            writer.close()
+
+
+# --- 20. Transfer-Encoding on an answer without a body ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_line", "answer_head"),
+    [
+        (b"HEAD /v1/models", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"),
+        (b"GET /v1/models", b'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\nTransfer-Encoding: chunked\r\nX-After: 1'),
+        (b"HEAD /v1/models", b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nContent-Type: application/json"),
+        (b"DELETE /v1/files/f", b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked"),
+    ],
+    ids=["head", "304", "head-lower-case-first", "204"],
+)
+async def test_transfer_encoding_on_an_answer_without_a_body_reaches_the_client_as_sent(
+    make_agent, request_line, answer_head
+):
+    carriers: list[asyncio.StreamWriter] = []  # the writers themselves (see test_bytes_after_a_bodiless_answer…)
+
+    async def bodiless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if all(writer is not w for w in carriers):
+            carriers.append(writer)
+        # No body after the head: HEAD, 304 and 204 answers have none, whatever their headers say.
+        writer.write(answer_head + b"\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bodiless) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):  # no body read or sent: the next call on the connection is answered
+                writer.write(request_line + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+                # Before the fix the relay dropped Transfer-Encoding from these heads (it wrote the
+                # header itself, and only for a chunked body it relayed).
+                assert await read_head(reader) == answer_head + b"\r\n\r\n"
+        finally:
+            writer.close()
+        # Both calls on one upstream connection: the relay waited for no body after the first head.
+        assert len(upstream.heads) == 2 and len(carriers) == 1
+
+
+async def test_a_chunked_answers_transfer_encoding_keeps_its_place_and_spelling(make_agent):
+    answer_head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nContent-Type: text/plain"
+
+    async def chunked(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer_head + b"\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(chunked) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            # Before the fix: `Transfer-Encoding: chunked` written by the relay after the others.
+            assert await read_head(reader) == answer_head + b"\r\n\r\n"
+            assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10) == b"2\r\nok\r\n0\r\n\r\n"
+        finally:
+            writer.close()
+
+
+async def test_an_http_1_0_client_gets_no_transfer_encoding_on_a_head_answer(make_agent):
+    async def bodiless(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-After: 1\r\n\r\n")
+        await writer.drain()
+
+    async with RawUpstream(bodiless) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(b"HEAD /v1/models HTTP/1.0\r\n\r\n")
+            # RFC 9112 §6.1: no Transfer-Encoding to an HTTP/1.0 client (it reads no transfer-coding).
+            head = await read_head(reader)
+        finally:
+            writer.close()
+        assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"X-After: 1\r\n" in head
+        assert b"transfer-encoding" not in head.lower()
+
+
+# --- 21. an upstream that closes a kept-alive connection as a call is sent on it --------------------------------
+
+OK_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(OK_JSON),
+    OK_JSON,
+)
+
+
+@pytest.mark.parametrize("close", ["fin", "reset"])
+@pytest.mark.parametrize(
+    ("request_bytes", "replayed"),
+    [
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", True),
+        (b"DELETE /v1/files/f HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", True),
+        (post("/v1/chat/completions", CHAT_BODY), False),
+        (b"PUT /v1/files/f HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi", False),
+    ],
+    ids=["get", "delete-no-body", "post", "put-with-body"],
+)
+async def test_a_kept_alive_connection_closed_as_a_call_arrives_is_retried_only_when_resending_is_safe(
+    make_agent, close, request_bytes, replayed
+):
+    served: list[asyncio.StreamWriter] = []  # connections that have answered once
+
+    async def closes_when_reused(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if all(writer is not w for w in served):
+            served.append(writer)
+            writer.write(OK_ANSWER)  # kept alive: no Connection: close
+            await writer.drain()
+            return
+        # The server's idle timer fired as this request came: the connection ends, unanswered.
+        if close == "reset":
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        raise ConnectionError
+
+    async with RawUpstream(closes_when_reused) as upstream:
+        agent = await make_agent(upstream.url)
+        status, _, _ = await raw_call(agent.proxy_port, request_bytes)
+        assert status == 200
+        # The second call takes the pooled connection, which the upstream ends before answering.
+        status, _, body = await raw_call(agent.proxy_port, request_bytes)
+        request_line = request_bytes.split(b"\r\n")[0]
+        if replayed:
+            # Idempotent, and nothing of an answer came: sent again, once, on a new connection
+            # (nginx's proxy_next_upstream error). Before the fix: 502.
+            assert status == 200 and body == OK_JSON
+            assert [h.split(b"\r\n")[0] for h in upstream.heads] == [request_line] * 3
+            assert len(served) == 2
+        else:
+            # The upstream may have read it and acted on it: never sent twice (neither nginx nor
+            # Go's net/http resends a POST; a body is not kept to be sent again). The client gets
+            # the 502 in fixed words.
+            assert status == 502 and "closed the connection" in orjson.loads(body)["error"]["message"]
+            assert [h.split(b"\r\n")[0] for h in upstream.heads] == [request_line] * 2
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", post("/v1/chat/completions", CHAT_BODY)],
+    ids=["get", "post"],
+)
+async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is_not_used(
+    make_agent, monkeypatch, request_bytes
+):
+    # The proxy asks only connections idle for relay._PEER_CHECK_IDLE_S (1 s: servers close idle
+    # ones after longer); 0 here, so that the test need not wait a second for the connection to age.
+    monkeypatch.setattr(relay, "_PEER_CHECK_IDLE_S", 0.0)
+    served: list[asyncio.StreamWriter] = []
+
+    async def answers_once(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if all(writer is not w for w in served):
+            served.append(writer)
+            writer.write(OK_ANSWER)
+            await writer.drain()
+            return
+        raise ConnectionError  # a request on a connection this server had closed: never answered
+
+    async with RawUpstream(answers_once) as upstream:
+        agent = await make_agent(upstream.url)
+        status, _, _ = await raw_call(agent.proxy_port, request_bytes)
+        assert status == 200 and len(served) == 1
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            # In one step of the loop that also runs the proxy: the request reaches the proxy, then
+            # the upstream ends the idle pooled connection (its FIN is in the proxy's kernel before
+            # the proxy runs). The proxy reads both in its next turn, the request first: the race
+            # of an idle timeout against a new call, made certain. Before the fix: 502.
+            writer.write(request_bytes)
+            served[0].get_extra_info("socket").shutdown(socket.SHUT_WR)
+            status, _, body = await asyncio.wait_for(read_response(reader), 10)
+        finally:
+            writer.close()
+        assert status == 200 and body == OK_JSON
+        assert len(upstream.heads) == 2 and len(served) == 2  # sent once, on a new connection

@@ -33,7 +33,10 @@ closes after it, as aiohttp does); upstream credentials as Basic auth only when 
 Authorization; a head deadline (`proxy.header_timeout_s`); header limits (400 to clients, 502 for
 upstreams); absolute-form targets refused with 400; a client that leaves closes its upstream
 connection; 502/504 in fixed words; a bounded shutdown (`proxy.shutdown_timeout_s`).
-Pipelined requests are answered one at a time, in order.
+Pipelined requests are answered one at a time, in order. A pooled connection its server has
+closed is passed over before a call is sent on it; one that ends after a call was sent and before
+any answer has the call sent again on a new connection only when that is safe (an idempotent
+method without a body; docs/design/0010-relay-core.md).
 """
 
 from __future__ import annotations
@@ -80,6 +83,17 @@ _LINGER_S = 5.0
 _UPSTREAM_IDLE_S = 4.0
 # Request body bytes held while the upstream connection is being made; above it the client waits.
 _PENDING_LIMIT = 1 << 20
+# Methods whose request, without a body, is sent again on a new connection when a reused one ends
+# before any byte of an answer (RFC 9110 §9.2.2 idempotent methods; see `_Upstream.connection_lost`).
+_REPLAYABLE = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+# TCP_INFO's first byte is the connection's state (Linux); 1 is TCP_ESTABLISHED. Elsewhere: None.
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+_TCP_ESTABLISHED = 1
+# An idle upstream connection at least this old is asked whether its server has closed it before a
+# call is sent on it (`_Upstream.peer_closed`, 2.2 µs on uvloop). Servers close idle connections
+# after a second or more (gunicorn 2 s, uvicorn 5 s, nginx 75 s); a connection reused sooner, as
+# under load, is not asked.
+_PEER_CHECK_IDLE_S = 1.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # SO_LINGER on, 0 s: closing the socket then resets the connection (RST) instead of ending it (FIN).
 _RESET = struct.pack("ii", 1, 0)
@@ -227,6 +241,7 @@ class _Call:
         "sent_head",
         "held",
         "expect",
+        "replay",
     )
 
     def __init__(self, client: "_Client") -> None:
@@ -252,6 +267,8 @@ class _Call:
         # Waiting for its body before it takes an upstream connection (see `_Client._start`).
         self.held = False
         self.expect = False  # sent `Expect: 100-continue`: the 100 goes out when the call starts
+        # Safe to send again (an idempotent method, no body) if a reused connection ends unanswered.
+        self.replay = False
 
     # --- request body, from the client's parser ---------------------------------------------------
 
@@ -325,6 +342,9 @@ class _Upstream(asyncio.Protocol):
         self.paused = False
         # The read deadline's timer outlives the call it was armed for (see `attach`).
         self.timer: asyncio.TimerHandle | None = None
+        self.sock: Any = None  # the connection's socket, for `peer_closed` (set once connected)
+        # Has carried a call before: a server may have closed it idle as the next call was sent.
+        self.reused = False
         self._reset()
 
     def _reset(self) -> None:
@@ -337,7 +357,8 @@ class _Upstream(asyncio.Protocol):
         self.line_buf = b""
         self.parser: Any = None
         self.status = 0
-        self.reason = b""
+        # The status line after its version (code, then SP and reason if sent, then CRLF), as received.
+        self.status_rest = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.interim = False
         self.keep_alive = False
@@ -345,6 +366,7 @@ class _Upstream(asyncio.Protocol):
         self.dechunk = False
         self.reusable = True
         self.last_read = 0.0
+        self.heard = False  # a byte of this call's answer came
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -374,7 +396,16 @@ class _Upstream(asyncio.Protocol):
         if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
         elif not call.sent_head:
-            call.client.upstream_failed(call, CLOSED, timeout=False)
+            if self.reused and not self.heard and call.replay and not call.finished:
+                # A kept-alive connection that ended (closed or reset) before a byte of the answer:
+                # the server most likely closed it idle as this call was sent. Sent again, once, on
+                # a new connection, only if that is safe whether or not the server had read it (an
+                # idempotent method without a body), as nginx's `proxy_next_upstream error`
+                # would; anything else gets the 502 (docs/design/0010-relay-core.md).
+                call.replay = False
+                self.pool.retry(call)
+            else:
+                call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
             self._cut(call)  # in state 3: reset, not closed, so the body is cut short (RFC 9112 §8)
 
@@ -401,6 +432,7 @@ class _Upstream(asyncio.Protocol):
     # --- the response head --------------------------------------------------------------------------
 
     def _head(self, call: _Call, data: bytes) -> None:
+        self.heard = True
         held = self.head_buf
         if held is not None:
             # Only the new bytes are searched (with two of overlap): a head that arrives in many
@@ -442,19 +474,22 @@ class _Upstream(asyncio.Protocol):
             # 1xx (103 Early Hints): not relayed; the final response follows on the same connection.
             self.parser = httptools.HttpResponseParser(self)
             self.headers = []
-            self.reason = b""
             self.interim = False
             held = None
         self.head_buf = None
         if self.status == 0:
             self._invalid(call)  # a head the parser did not complete
             return
+        # Copied, not rebuilt from the parsed code and reason: llhttp does not say whether an SP
+        # followed the code (`HTTP/1.1 200` and `HTTP/1.1 200 ` read alike), and a rebuilt line
+        # added one. llhttp took exactly one SP after the version and three digits after it.
+        eol = head.find(b"\r\n")
+        self.status_rest = head[head.find(b" ", 0, eol) + 1 : eol + 2]
         self._respond(call, bytes(buf))
 
     def on_status(self, reason: bytes) -> None:
         if reason != b"OK" and _BAD_REASON.search(reason):
             raise _LimitExceeded  # llhttp reads control bytes in a reason phrase; h11 and RFC 9112 do not
-        self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
         headers = self.headers
@@ -478,7 +513,7 @@ class _Upstream(asyncio.Protocol):
         ex = call.ex
         wanted = self.pool.wanted if ex is not None else None
         captured: dict[str, str] = {}
-        lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", b"%d %b\r\n" % (self.status, self.reason)]
+        lines = [b"HTTP/1.0 " if call.http10 else b"HTTP/1.1 ", self.status_rest]
         te = cl = None
         kinds = self.pool.header_kinds
         for name, value in self.headers:
@@ -493,6 +528,12 @@ class _Upstream(asyncio.Protocol):
                         self._invalid(call)
                         return
                     te = value
+                    if call.http10:
+                        # De-chunked for an HTTP/1.0 client, which reads no transfer-coding (RFC 9112 §6.1).
+                        continue
+                    # Kept where and as the upstream wrote it, also on a HEAD, 304 or 204 answer,
+                    # whose framing is the status (nothing is read or sent after such a head).
+                    lines += (name, b": ", value, b"\r\n")
                     continue
                 if kind == _HOP:
                     continue
@@ -516,8 +557,6 @@ class _Upstream(asyncio.Protocol):
             if call.http10:
                 self.dechunk = True
                 call.keep_alive = False  # an HTTP/1.0 client reads the body until the close
-            else:
-                lines += (b"Transfer-Encoding: ", te, b"\r\n")
         elif cl is not None:
             state = 1
             self.remaining = int(cl)
@@ -839,6 +878,17 @@ class _Upstream(asyncio.Protocol):
             self.paused = False
             self.transport.resume_reading()
 
+    def peer_closed(self) -> bool:
+        """Whether the upstream has closed (or reset) this idle connection, though the loop has not
+        read its FIN yet: it came in the same turn as the call about to be sent on it."""
+        sock = self.sock
+        if sock is None or _TCP_INFO is None:
+            return False
+        try:
+            return bool(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _TCP_ESTABLISHED)
+        except OSError:
+            return True
+
 
 class _Pool:
     """Keep-alive connections to the one upstream, at most `proxy.max_connections` of them."""
@@ -868,16 +918,30 @@ class _Pool:
     def acquire(self, call: _Call) -> None:
         idle = self.idle
         if idle:
-            stale = self.loop.time() - _UPSTREAM_IDLE_S
+            now = self.loop.time()
             while idle:
                 up = idle.pop()
                 if up.transport is None or up.transport.is_closing():
                     continue
-                if up.idle_since < stale:
+                idle_for = now - up.idle_since
+                if idle_for >= _PEER_CHECK_IDLE_S and (idle_for > _UPSTREAM_IDLE_S or up.peer_closed()):
+                    # Not sent on a connection its server has closed, or may close as it is used:
+                    # nothing of the call has gone anywhere yet, so any method can go on a new one.
                     up.transport.close()
                     continue
                 up.attach(call)
                 return
+        self._new(call)
+
+    def retry(self, call: _Call) -> None:
+        """A call whose reused connection ended before any answer: sent again on a new connection."""
+        log.info("upstream_connection_closed_call_resent", path=call.path)
+        if self.closed:
+            call.client.upstream_failed(call, CLOSED, timeout=False)
+            return
+        self._new(call)
+
+    def _new(self, call: _Call) -> None:
         if self.count < self.limit:
             self._connect(call)
         else:
@@ -923,7 +987,7 @@ class _Pool:
             self._next_waiter()
             return
         call.connecting = None
-        sock = up.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        sock = up.sock = up.transport.get_extra_info("socket")  # type: ignore[union-attr]
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -939,6 +1003,7 @@ class _Pool:
             if up.transport is not None:
                 up.transport.close()
             return
+        up.reused = True
         while self.waiters:
             call = self.waiters.popleft()
             if call.wait_timer is not None:
@@ -1626,6 +1691,10 @@ class RelayServer:
         out.append(b"\r\n")
         call.head = b"".join(out)
         call.chunked = chunked
+        if (length is None or length == b"0") and not chunked and method in _REPLAYABLE:
+            # Its head is the whole request: it can be sent again as it is. (A POST with a body,
+            # the usual call, is decided by the first test.)
+            call.replay = True
         if lookup is not None:
             ex = call.ex = proxy.relay_exchange(method.decode("latin-1"), path, lookup, t0, started_at)
             has_body = chunked or (length is not None and length.strip() not in (b"0", b""))
