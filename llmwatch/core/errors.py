@@ -42,6 +42,7 @@ def describe_validation_error(
     header: str | None = None,
     origins: Mapping[str, str] | None = None,
     file_lines: Mapping[str, int] | None = None,
+    secret: Callable[[tuple[Any, ...]], bool] | None = None,
 ) -> str:
     """Name each failing field and say what is wrong with it, without pydantic's noise.
 
@@ -55,6 +56,7 @@ def describe_validation_error(
     the value came from ("from environment variable X", "command line: --upstream"). The value
     is named once: not again when the message already quotes it. `file_lines` maps a path of the
     config file to its line: a value from the file (no other origin) reads "  - line 4: a.b: ...".
+    `secret(loc)` says the section at `loc` holds a secret: a value given in its place is not quoted.
     """
     lines = []
     for err in exc.errors():
@@ -89,7 +91,13 @@ def describe_validation_error(
             # reader never wrote. Say what goes there, and its fields.
             message = "expected a section (its fields indented below it, or {field: value})"
             inner = (allowed((*loc, "")) if callable(allowed) else None) if allowed is not None else None
-            given_text = f", got {given!r}" + (f"; fields here: {', '.join(inner)}" if inner else "")
+            # A value where a section with a secret goes may be the secret (LLMWATCH_JUDGE=<key>).
+            shown = (
+                f"a {type(given).__name__} (not shown: this section holds a secret)"
+                if secret and secret(loc)
+                else repr(given)
+            )
+            given_text = f", got {shown}" + (f"; fields here: {', '.join(inner)}" if inner else "")
         if err["type"] == "list_type" and isinstance(given, str) and origin and origin.startswith(_ENV_ORIGIN):
             # A variable's value is read as YAML: "a,b" is one string, "[a, b]" a list.
             if given.lstrip().startswith(("[", "{")):

@@ -312,3 +312,20 @@ def test_a_secret_given_as_a_number_is_its_text_and_never_quoted() -> None:
     assert cfg.redaction.hash_salt is not None
     assert cfg.redaction.hash_salt.get_secret_value() == "987654321"
     assert "987654321" not in repr(cfg.redaction)
+
+
+@pytest.mark.parametrize("section", ["judge", "kafka", "redaction", "otel"])
+def test_a_value_where_a_section_with_a_secret_goes_is_not_quoted(tmp_path, section) -> None:
+    # `LLMWATCH_JUDGE=<the key>` (the section's name for the field's) was refused as "expected a
+    # section ..., got '<the key>'": the secret in the error. Its type is named instead.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={f"LLMWATCH_{section.upper()}": "Sk-Secret-0042"})
+    message = str(err.value)
+    assert f"{section} (from environment variable LLMWATCH_{section.upper()}): expected a section" in message
+    assert "got a str (not shown: this section holds a secret)" in message
+    assert "Sk-Secret-0042" not in message
+    path = write(tmp_path, f"{section}: 987654321\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert f"line 1: {section}: expected a section" in str(err.value)
+    assert "987654321" not in str(err.value)
