@@ -1,5 +1,6 @@
 """`llmwatch aggregate` holds bounded state whatever the topics carry: scores that never meet their
-sample (it left the join before they came, or never comes) are forgotten oldest first, counted."""
+sample (it left the join before they came, or never comes) are forgotten oldest first, counted;
+check names read from the scores topic pass a label cap."""
 
 from __future__ import annotations
 
@@ -49,3 +50,23 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
     agg.add_sample(chat_sample(id="never999"), now=100.0)
     agg.flush(now=100.0 + kafka_aggregate.JOIN_DELAY_S + 1)
     assert "never999" not in agg.scores
+
+
+def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap() -> None:
+    # The aggregator labels llmwatch_check_total by the check a score record names: a producer
+    # writing made-up check names made one series each, without bound.
+    from llmwatch.collectors.exporters.scores import MAX_CHECK_LABELS
+
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    agg.add_score(score("s-real"))
+    for i in range(MAX_CHECK_LABELS * 3):
+        agg.add_score(score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
+    checks = {
+        s.labels["check"]
+        for family in metrics.registry.collect()
+        if family.name == "llmwatch_check"
+        for s in family.samples
+    }
+    assert "min_length" in checks, "a check seen before the cap keeps its label"
+    assert len(checks) <= MAX_CHECK_LABELS + 1 and "other" in checks
