@@ -186,3 +186,16 @@ def test_the_ui_index_spills_into_a_private_folder_not_the_working_directory(tmp
     assert any(p != str(spill) for p, _ in seen), f"the query did not spill: {seen}"
     index.close()
     assert not spill.exists(), "the spill folder is removed on close"
+
+
+def test_an_index_never_closed_leaves_no_spill_folder_once_collected(tmp_path):
+    import gc
+
+    from llmwatch.agent.apps.ui.index import Index
+
+    index = Index(tmp_path, threads=1)
+    spill = Path(index.db.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert spill.is_dir()
+    del index
+    gc.collect()
+    assert not spill.exists()

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -476,6 +477,7 @@ class Index:
         # directory, made with the umask's modes (0755, files 0644 or 0666). A private folder instead
         # (mkdtemp: 0700 whatever the umask), removed on close.
         self._spill = tempfile.mkdtemp(prefix="llmwatch-ui-spill-")
+        self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)  # or at close
         self.db = duckdb.connect(
             ":memory:",
             config={"threads": threads or min(4, os.cpu_count() or 1), "temp_directory": self._spill},
@@ -843,7 +845,7 @@ class Index:
     def close(self) -> None:
         with self.lock:
             self.db.close()
-            shutil.rmtree(self._spill, ignore_errors=True)
+            self._remove_spill()
 
 
 def _last_line_end(path: str, size: int) -> int:
