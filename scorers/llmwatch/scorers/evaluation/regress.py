@@ -723,6 +723,10 @@ async def _call(
         status, error = exc.status_code, f"HTTP {exc.status_code}: {str(exc)[:200]}"
     except openai.APIError as exc:
         status, error = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
+    if error is not None and s.api_key:
+        # The endpoint's words are kept (they say what is wrong), not the key some quote back
+        # ("Incorrect API key provided: <the key>"): the error goes to the terminal and the run file.
+        error = error.replace(s.api_key, "***")
     latency_ms = (time.perf_counter() - t0) * 1000.0
     if response is None:
         return _Call(None, None, status, error, latency_ms, None)
