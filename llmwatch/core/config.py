@@ -257,8 +257,16 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
 
 
 def _holds_secret(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
-    """Whether the section at `loc` has a secret field (a SecretStr, or a dict of them: otel.headers):
-    a value given where that section goes may be the secret itself (LLMWATCH_JUDGE=<the key>)."""
+    """Whether a value given at `loc` may be a secret: `loc` is a secret field (a SecretStr, or a
+    dict of them: `otel.headers: "authorization=Bearer ..."`), lies inside one, or is a section
+    that has one (a value where that section goes may be the secret: LLMWATCH_JUDGE=<the key>)."""
+    holder = _model_at(model, loc)
+    if isinstance(holder, type) and issubclass(holder, BaseModel):
+        field = holder.model_fields.get(str(loc[-1])) if loc else None
+        if field is not None and "SecretStr" in repr(field.annotation):
+            return True
+    elif holder is not None and "SecretStr" in repr(holder):
+        return True
     current = _model_at(model, (*loc, ""))
     if not (isinstance(current, type) and issubclass(current, BaseModel)):
         return False

@@ -329,3 +329,34 @@ def test_a_value_where_a_section_with_a_secret_goes_is_not_quoted(tmp_path, sect
         load_config(path, environ={})
     assert f"line 1: {section}: expected a section" in str(err.value)
     assert "987654321" not in str(err.value)
+
+
+def test_header_values_given_as_one_string_are_not_quoted(tmp_path) -> None:
+    # OTEL_EXPORTER_OTLP_HEADERS is written "authorization=Bearer <token>": the same string given
+    # to otel.headers (or a shadow candidate's headers) was refused with "(got '<the string>')".
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_OTEL__HEADERS": "authorization=Bearer Tok-0042-secret"})
+    message = str(err.value)
+    assert "otel.headers (from environment variable LLMWATCH_OTEL__HEADERS): expected a mapping" in message
+    assert "Tok-0042-secret" not in message
+    path = write(
+        tmp_path,
+        """
+        shadow:
+          candidates:
+            - name: c
+              upstream: http://127.0.0.1:1
+              headers: "authorization=Bearer Tok-0042-secret"
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert "shadow.candidates.0.headers: expected a mapping" in str(err.value)
+    assert "Tok-0042-secret" not in str(err.value)
+    # A field beside them still quotes what it was given.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_OTEL__TIMEOUT_S": "-3"})
+    assert (
+        "otel.timeout_s (from environment variable LLMWATCH_OTEL__TIMEOUT_S): Input should be greater than 0 (got -3)"
+        in str(err.value)
+    )
