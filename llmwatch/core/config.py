@@ -250,6 +250,31 @@ class LoggingSection(Section):
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
     """Walk the models along an error location to list the keys allowed where the error is."""
+    current = _model_at(model, loc)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return sorted(current.model_fields)
+    return None
+
+
+def _holds_secret(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """Whether a value given at `loc` may be a secret: `loc` is a secret field (a SecretStr, or a
+    dict of them: `otel.headers: "authorization=Bearer ..."`), lies inside one, or is a section
+    that has one (a value where that section goes may be the secret: LLMWATCH_JUDGE=<the key>)."""
+    holder = _model_at(model, loc)
+    if isinstance(holder, type) and issubclass(holder, BaseModel):
+        field = holder.model_fields.get(str(loc[-1])) if loc else None
+        if field is not None and "SecretStr" in repr(field.annotation):
+            return True
+    elif holder is not None and "SecretStr" in repr(holder):
+        return True
+    current = _model_at(model, (*loc, ""))
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return False
+    return any("SecretStr" in repr(f.annotation) for f in current.model_fields.values())
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    """The model (or annotation) that holds the last key of `loc`."""
     current: Any = model
     for part in loc[:-1]:
         if isinstance(part, int):
@@ -270,9 +295,7 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
                 break
         else:
             current = annotation
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return sorted(current.model_fields)
-    return None
+    return current
 
 
 def _flag_origins(overrides: Mapping[str, Any], flags: Mapping[str, str], prefix: str = "") -> dict[str, str]:
@@ -428,6 +451,7 @@ def load_model(
                 exc,
                 header=header,
                 allowed=lambda loc: _allowed_fields(model, loc),
+                secret=lambda loc: _holds_secret(model, loc),
                 origins=origins,
                 file_lines=_key_lines(path) if path is not None else None,
             )

@@ -42,6 +42,7 @@ def describe_validation_error(
     header: str | None = None,
     origins: Mapping[str, str] | None = None,
     file_lines: Mapping[str, int] | None = None,
+    secret: Callable[[tuple[Any, ...]], bool] | None = None,
 ) -> str:
     """Name each failing field and say what is wrong with it, without pydantic's noise.
 
@@ -55,6 +56,8 @@ def describe_validation_error(
     the value came from ("from environment variable X", "command line: --upstream"). The value
     is named once: not again when the message already quotes it. `file_lines` maps a path of the
     config file to its line: a value from the file (no other origin) reads "  - line 4: a.b: ...".
+    `secret(loc)` says a value given at `loc` may be a secret (a secret field, or a section holding
+    one): it is never quoted.
     """
     lines = []
     for err in exc.errors():
@@ -83,14 +86,23 @@ def describe_validation_error(
             given = mask_url(given)  # an invalid URL may still carry a password
         # Validators here already say "got '...'"; pydantic's own messages ("less than or equal
         # to 1") do not.
-        given_text = "" if isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
+        hidden = secret is not None and secret(loc)
+        given_text = "" if hidden or isinstance(given, (dict, list)) or repr(given) in message else f" (got {given!r})"
         if err["type"] == "model_type":
             # pydantic says "a valid dictionary or instance of SamplingSection": a class name the
             # reader never wrote. Say what goes there, and its fields.
             message = "expected a section (its fields indented below it, or {field: value})"
             inner = (allowed((*loc, "")) if callable(allowed) else None) if allowed is not None else None
-            given_text = f", got {given!r}" + (f"; fields here: {', '.join(inner)}" if inner else "")
-        if err["type"] == "list_type" and isinstance(given, str) and origin and origin.startswith(_ENV_ORIGIN):
+            # A value where a section with a secret goes may be the secret (LLMWATCH_JUDGE=<key>).
+            shown = f"a {type(given).__name__} (not shown: this section holds a secret)" if hidden else repr(given)
+            given_text = f", got {shown}" + (f"; fields here: {', '.join(inner)}" if inner else "")
+        if (
+            err["type"] == "list_type"
+            and not hidden
+            and isinstance(given, str)
+            and origin
+            and origin.startswith(_ENV_ORIGIN)
+        ):
             # A variable's value is read as YAML: "a,b" is one string, "[a, b]" a list.
             if given.lstrip().startswith(("[", "{")):
                 given_text += "; that is not valid YAML (a list is written [a, b], an item with fields {key: value})"

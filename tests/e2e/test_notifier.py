@@ -441,3 +441,38 @@ async def test_payload_matches_what_alertmanager_sends(alertmanager, receiver, m
         assert our_a["labels"] == am_a["labels"] and our_a["annotations"] == am_a["annotations"]
         assert ours["groupLabels"] == am["groupLabels"] and ours["commonLabels"] == am["commonLabels"]
     assert am_firing["alerts"][0]["endsAt"] == ours_firing["alerts"][0]["endsAt"] == ZERO_TIME
+
+
+async def test_the_urls_secret_path_is_in_no_error_or_log_line_when_redirects_loop(make_notifier, monkeypatch):
+    # A chat hook's URL is its secret (https://hooks.example/services/T0/B0/<token>): logs show
+    # `scheme://host/…`. aiohttp's TooManyRedirects reads "..., url='<the whole URL>'", and that
+    # text went into stats.last_error and the webhook_attempt_failed / webhook_gave_up lines.
+    from helpers.loglines import LogLines
+
+    from llmwatch.collectors.exporters import webhook
+
+    lines = LogLines()
+    monkeypatch.setattr(webhook, "log", lines)
+    secret = "T0ZZ-B0QQ-Xtok3n-9f8e7d"
+
+    async def loop_back(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(str(request.rel_url))
+
+    app = web.Application()
+    app.router.add_post("/services/{rest:.*}", loop_back)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        n = make_notifier(f"http://{host}:{port}/services/{secret}?key={secret}", max_retries=1)
+        await n.update(active(drift_alert()))
+        assert await n.flush(timeout_s=10)
+    finally:
+        await runner.cleanup()
+    assert n.stats.failed == 1
+    assert "TooManyRedirects" in (n.stats.last_error or ""), n.stats.last_error
+    assert secret not in (n.stats.last_error or "")
+    assert {"webhook_attempt_failed", "webhook_gave_up"} <= set(lines.events)
+    assert secret not in repr(lines.lines)

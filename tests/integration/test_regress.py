@@ -357,3 +357,84 @@ def test_an_http_judge_url_with_credentials_is_accepted():
 
     for url in ("http://127.0.0.1:8001/v1", "https://user:key@gateway.example/openai/v1", "HTTP://[::1]:8001/v1"):
         check_settings(RunSettings("http://127.0.0.1:8000", "m", judge_url=url, judge_model="j"), 0.2)
+
+
+@pytest.fixture
+def quoting_endpoints():
+    """A local endpoint under /ok/v1 that answers, and one under /refuse/v1 that refuses every
+    call with 401 quoting the key it was given, as some servers do."""
+
+    async def ok(request: web.Request) -> web.Response:
+        body = await request.json()
+        content = "Boil the pasta, fry sliced garlic in olive oil, toss them together with salt. " * 5
+        return web.json_response(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+            }
+        )
+
+    async def refuse(request: web.Request) -> web.Response:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        body = {"error": {"message": f"Incorrect API key provided: {given}", "type": "invalid_request_error"}}
+        return web.json_response(body, status=401)
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/ok/v1/chat/completions", ok)
+    app.router.add_post("/refuse/v1/chat/completions", refuse)
+    runner = web.AppRunner(app, access_log=None)
+    ready = threading.Event()
+    bound: list[int] = []
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        bound.append(runner.addresses[0][1])
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(30), "the stub endpoints did not start"
+    yield f"http://127.0.0.1:{bound[0]}"
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+def test_an_endpoint_that_quotes_the_refused_key_does_not_put_it_in_the_error(
+    tmp_path: Path, capsys, monkeypatch, quoting_endpoints
+):
+    # "Incorrect API key provided: <the key>": the endpoint's 401 body went into the error that
+    # `regress` prints (and a run file keeps per attempt), key and all.
+    key = "sk-Secret-Regress-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    code = regress_cli(suite, f"{quoting_endpoints}/refuse", "--repeat", "2", "--max-retries", "0", model="m")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "HTTP 401" in err and "Incorrect API key provided: ***" in err
+    assert key not in err
+
+
+def test_a_judge_that_quotes_the_refused_key_does_not_put_it_in_the_run_file(tmp_path: Path, capsys, quoting_endpoints):
+    key = "sk-Secret-Judge-7777"
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    out = tmp_path / "run.json"
+    judge = ("--judge-url", f"{quoting_endpoints}/refuse", "--judge-model", "g", "--judge-api-key", key)
+    regress_cli(
+        suite, f"{quoting_endpoints}/ok", "--repeat", "2", "--max-retries", "0", *judge, "--out", str(out), model="m"
+    )
+    printed = "".join(capsys.readouterr())
+    assert out.exists(), printed
+    text = out.read_text()
+    assert "Incorrect API key provided: ***" in text
+    assert key not in text and key not in printed

@@ -312,3 +312,51 @@ def test_a_secret_given_as_a_number_is_its_text_and_never_quoted() -> None:
     assert cfg.redaction.hash_salt is not None
     assert cfg.redaction.hash_salt.get_secret_value() == "987654321"
     assert "987654321" not in repr(cfg.redaction)
+
+
+@pytest.mark.parametrize("section", ["judge", "kafka", "redaction", "otel"])
+def test_a_value_where_a_section_with_a_secret_goes_is_not_quoted(tmp_path, section) -> None:
+    # `LLMWATCH_JUDGE=<the key>` (the section's name for the field's) was refused as "expected a
+    # section ..., got '<the key>'": the secret in the error. Its type is named instead.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={f"LLMWATCH_{section.upper()}": "Sk-Secret-0042"})
+    message = str(err.value)
+    assert f"{section} (from environment variable LLMWATCH_{section.upper()}): expected a section" in message
+    assert "got a str (not shown: this section holds a secret)" in message
+    assert "Sk-Secret-0042" not in message
+    path = write(tmp_path, f"{section}: 987654321\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert f"line 1: {section}: expected a section" in str(err.value)
+    assert "987654321" not in str(err.value)
+
+
+def test_header_values_given_as_one_string_are_not_quoted(tmp_path) -> None:
+    # OTEL_EXPORTER_OTLP_HEADERS is written "authorization=Bearer <token>": the same string given
+    # to otel.headers (or a shadow candidate's headers) was refused with "(got '<the string>')".
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_OTEL__HEADERS": "authorization=Bearer Tok-0042-secret"})
+    message = str(err.value)
+    assert "otel.headers (from environment variable LLMWATCH_OTEL__HEADERS): expected a mapping" in message
+    assert "Tok-0042-secret" not in message
+    path = write(
+        tmp_path,
+        """
+        shadow:
+          candidates:
+            - name: c
+              upstream: http://127.0.0.1:1
+              headers: "authorization=Bearer Tok-0042-secret"
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert "shadow.candidates.0.headers: expected a mapping" in str(err.value)
+    assert "Tok-0042-secret" not in str(err.value)
+    # A field beside them still quotes what it was given.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, environ={"LLMWATCH_OTEL__TIMEOUT_S": "-3"})
+    assert (
+        "otel.timeout_s (from environment variable LLMWATCH_OTEL__TIMEOUT_S): Input should be greater than 0 (got -3)"
+        in str(err.value)
+    )

@@ -151,3 +151,51 @@ def test_files_mode_is_configurable(tmp_path):
 def test_a_bad_files_mode_is_refused_with_the_field_named(tmp_path, bad):
     with pytest.raises(ConfigError, match="files.mode"):
         load_config(config_file(tmp_path, f'files: {{mode: "{bad}"}}\n'), environ={})
+
+
+def test_the_ui_index_spills_into_a_private_folder_not_the_working_directory(tmp_path, monkeypatch):
+    # DuckDB spills a query over its memory limit to `temp_directory`; for an in-memory database
+    # that was `.tmp` in the working directory, created with the umask's modes (files 0666 under
+    # umask 000): pages of prompts and answers readable by anyone.
+    from llmwatch.agent.apps.ui.index import Index
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    os.umask(0)
+    index = Index(tmp_path / "data", threads=1)
+    spill = Path(index.db.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    index.db.execute("SET memory_limit = '64MB'")
+    index.db.execute("SET enable_progress_bar = false")
+    index.db.execute(
+        "CREATE TABLE big AS SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS s FROM range(1000000) r(i)"
+    )
+    seen: list[tuple[str, int]] = []
+    # Spill files live only while the query runs: the sort's result is read back from them, so
+    # list them from inside it (a Python UDF called once per row of the sorted result's head).
+    index.db.create_function(
+        "look", lambda x: seen.extend((str(p), mode(p)) for p in [spill, *spill.rglob("*")]) or x, [int], int
+    )
+    try:
+        index.db.execute("SELECT look(i) FROM (SELECT i FROM big ORDER BY s DESC LIMIT 1 OFFSET 999998)").fetchall()
+    finally:
+        os.umask(0o022)
+    assert list(work.iterdir()) == [], "nothing is written into the working directory"
+    assert spill.is_absolute() and not spill.is_relative_to(work)
+    assert seen and all(m == 0o700 for p, m in seen if p == str(spill)), seen
+    assert any(p != str(spill) for p, _ in seen), f"the query did not spill: {seen}"
+    index.close()
+    assert not spill.exists(), "the spill folder is removed on close"
+
+
+def test_an_index_never_closed_leaves_no_spill_folder_once_collected(tmp_path):
+    import gc
+
+    from llmwatch.agent.apps.ui.index import Index
+
+    index = Index(tmp_path, threads=1)
+    spill = Path(index.db.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert spill.is_dir()
+    del index
+    gc.collect()
+    assert not spill.exists()

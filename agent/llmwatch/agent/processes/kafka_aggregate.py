@@ -58,7 +58,9 @@ class Aggregator:
         self.recorder = ScoreRecorder(metrics, None)
         self.seen_scores = RecentIds()
         self.pending: OrderedDict[str, tuple[float, Sample]] = OrderedDict()
-        self.scores: dict[str, list[Score]] = {}
+        # Scores waiting for their sample, oldest first: bounded like `pending`, since a score whose
+        # sample already left the join (it came after the join delay) or never comes would stay for ever.
+        self.scores: OrderedDict[str, list[Score]] = OrderedDict()
         baseline = load_baseline(cfg.drift.baseline) if cfg.drift.baseline else None
         self.stage = WindowAggregator(baseline, cfg.drift, cfg.matrix)
         self.windows = self.stage.windows
@@ -71,6 +73,9 @@ class Aggregator:
         self.seen_scores.add(key)
         self.recorder.record([score], [0.0])
         self.scores.setdefault(score.sample_id, []).append(score)
+        while len(self.scores) > MAX_PENDING:
+            _, lost = self.scores.popitem(last=False)
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc(len(lost))
         return True
 
     def add_sample(self, sample: Sample, now: float | None = None) -> None:

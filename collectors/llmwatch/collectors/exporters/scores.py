@@ -14,7 +14,7 @@ import structlog
 
 from llmwatch.core.jsonio import JsonlWriteError, JsonlWriter
 from llmwatch.core.logs import RateLimitedLog
-from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge, histogram
+from llmwatch.core.metrics import LabelCap, MetricGroup, Metrics, counter, gauge, histogram
 from llmwatch.core.scores import Score
 
 log = structlog.get_logger(__name__)
@@ -24,6 +24,9 @@ log = structlog.get_logger(__name__)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 SCORING_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+# Distinct `check` labels, past which a check is `other`: the configured checks and judge criteria
+# are far fewer, but `llmwatch aggregate` takes check names from the scores topic, written by anyone.
+MAX_CHECK_LABELS = 200
 
 
 class ScoringMetrics(MetricGroup):
@@ -69,6 +72,7 @@ class ScoreRecorder:
     def __init__(self, metrics: Metrics, writer: JsonlWriter | None) -> None:
         self.metrics = metrics.group(ScoringMetrics)
         self.writer = writer
+        self._check_label = LabelCap(MAX_CHECK_LABELS)
         self._lock = threading.Lock()
         self.recorded = 0
         self._warn = RateLimitedLog()
@@ -84,11 +88,12 @@ class ScoreRecorder:
         for score, duration in zip(scores, durations) if count else ():
             model = m.model_label(score.model)
             version = m.version_label(score.model_version)
-            m.check_results.labels(score.check, score.result, model, version).inc()
+            check = self._check_label(score.check)
+            m.check_results.labels(check, score.result, model, version).inc()
             if score.value is not None and score.result in ("pass", "fail"):
-                m.quality_score.labels(score.check, model, version).observe(score.value)
+                m.quality_score.labels(check, model, version).observe(score.value)
             if duration > 0:
-                m.scoring_duration.labels(score.check).observe(duration)
+                m.scoring_duration.labels(check).observe(duration)
             if score.sample_id not in lagged:
                 lagged.add(score.sample_id)
                 m.scoring_lag.labels(model, version).observe(max(now - score.sample_timestamp.timestamp(), 0.0))

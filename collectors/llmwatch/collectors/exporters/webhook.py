@@ -135,6 +135,17 @@ def _label_set(labels: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{k}={orjson.dumps(labels[k]).decode()}" for k in sorted(labels)) + "}"
 
 
+def _error_text(exc: BaseException) -> str:
+    """What of a failed attempt may be logged. aiohttp's response errors (TooManyRedirects, a
+    redirect to a bad place) and InvalidURL quote the whole URL, whose path or query may be the
+    hook's secret: those say their type, status and message only."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"{type(exc).__name__}: {exc.status}, message={exc.message!r}"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
+
+
 class WebhookNotifier:
     def __init__(
         self,
@@ -316,7 +327,7 @@ class WebhookNotifier:
                         self._count("failed")
                         return False
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = _error_text(exc)
             self.stats.last_error = error
             log.info("webhook_attempt_failed", url=self.shown_url, attempt=attempt + 1, error=error)
         log.warning(

@@ -155,10 +155,13 @@ async def judge_answer(
             model=model, messages=judge_messages(question, answer, rubric=rubric, reference=reference), temperature=0
         )
         reply = (completion.choices[0].message.content or "") if completion.choices else ""
-    except openai.APIStatusError as exc:
-        return error_outcome(f"judge answered HTTP {exc.status_code}", message=str(exc)[:200], judge_model=model)
     except openai.APIError as exc:
-        return error_outcome(f"judge call failed: {type(exc).__name__}", message=str(exc)[:200], judge_model=model)
+        # The judge's words, without the key it may quote back ("Incorrect API key provided: ...").
+        key = getattr(client, "api_key", None)
+        message = str(exc).replace(key, "***") if isinstance(key, str) and key else str(exc)
+        if isinstance(exc, openai.APIStatusError):
+            return error_outcome(f"judge answered HTTP {exc.status_code}", message=message[:200], judge_model=model)
+        return error_outcome(f"judge call failed: {type(exc).__name__}", message=message[:200], judge_model=model)
     try:
         score, reason = parse_judge_reply(reply)
     except JudgeReplyError as exc:

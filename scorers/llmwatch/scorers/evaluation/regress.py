@@ -704,6 +704,12 @@ class _Call:
     cost: float | None
 
 
+def masked(text: str, key: str | None) -> str:
+    """`text` without `key`: an endpoint's error words are kept (they say what is wrong), not the
+    key some quote back ("Incorrect API key provided: <the key>"); masked before any truncation."""
+    return text.replace(key, "***") if key else text
+
+
 async def _call(
     client: Any, s: RunSettings, messages: list[dict[str, Any]], params: dict[str, Any], prices: PriceTable
 ) -> _Call:
@@ -720,9 +726,9 @@ async def _call(
         version = raw.headers.get("x-model-version")
         response = raw.parse().model_dump(mode="json")
     except openai.APIStatusError as exc:
-        status, error = exc.status_code, f"HTTP {exc.status_code}: {str(exc)[:200]}"
+        status, error = exc.status_code, f"HTTP {exc.status_code}: {masked(str(exc), s.api_key)[:200]}"
     except openai.APIError as exc:
-        status, error = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
+        status, error = 0, f"{type(exc).__name__}: {masked(str(exc), s.api_key)[:200]}"
     latency_ms = (time.perf_counter() - t0) * 1000.0
     if response is None:
         return _Call(None, None, status, error, latency_ms, None)

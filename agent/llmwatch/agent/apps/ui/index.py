@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -470,7 +472,16 @@ class Index:
     def __init__(self, data_dir: str | os.PathLike[str], *, threads: int | None = None) -> None:
         self.data_dir = Path(data_dir)  # a local directory (a URL's Path is unused: see `url`)
         self.lock = threading.Lock()
-        self.db = duckdb.connect(":memory:", config={"threads": threads or min(4, os.cpu_count() or 1)})
+        # A query over more than the memory limit spills pages of samples (prompts, answers) to
+        # `temp_directory`: DuckDB's default for an in-memory database is `.tmp` in the working
+        # directory, made with the umask's modes (0755, files 0644 or 0666). A private folder instead
+        # (mkdtemp: 0700 whatever the umask), removed on close.
+        self._spill = tempfile.mkdtemp(prefix="llmwatch-ui-spill-")
+        self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)  # or at close
+        self.db = duckdb.connect(
+            ":memory:",
+            config={"threads": threads or min(4, os.cpu_count() or 1), "temp_directory": self._spill},
+        )
         self.db.execute("SET TimeZone = 'UTC'")
         self.kinds = [
             Kind("samples", "samples", "samples", SAMPLES_SELECT, SAMPLES_PARQUET, "id"),
@@ -834,6 +845,7 @@ class Index:
     def close(self) -> None:
         with self.lock:
             self.db.close()
+            self._remove_spill()
 
 
 def _last_line_end(path: str, size: int) -> int:

@@ -1,0 +1,72 @@
+"""`llmwatch aggregate` holds bounded state whatever the topics carry: scores that never meet their
+sample (it left the join before they came, or never comes) are forgotten oldest first, counted;
+check names read from the scores topic pass a label cap."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from helpers.samples import chat_sample
+
+from llmwatch.agent.components import load_config
+from llmwatch.agent.processes import kafka_aggregate
+from llmwatch.agent.processes.kafka_aggregate import Aggregator
+from llmwatch.collectors.exporters.kafka import KafkaMetrics
+from llmwatch.core.metrics import Metrics
+from llmwatch.core.scores import Score
+
+
+def score(sample_id: str) -> Score:
+    return Score(
+        sample_id=sample_id,
+        check="min_length",
+        kind="rule",
+        result="pass",
+        value=1.0,
+        model="m",
+        model_version="A",
+        sample_timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    )
+
+
+def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kafka_aggregate, "MAX_PENDING", 100)
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    # Late scores: their samples were joined (without them) before they came.
+    for i in range(50):
+        agg.add_sample(chat_sample(id=f"early{i}"), now=0.0)
+    assert agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1) == 50
+    for i in range(50):
+        assert agg.add_score(score(f"early{i}"))
+    # Scores of samples that never come (lost to the samples topic's retention, a join overflow).
+    for i in range(1000):
+        assert agg.add_score(score(f"never{i}"))
+    assert len(agg.scores) <= 100, "held scores are bounded"
+    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
+    assert dropped == 1050 - 100
+    # The newest are the ones kept: a sample that arrives now still meets its scores.
+    agg.add_sample(chat_sample(id="never999"), now=100.0)
+    agg.flush(now=100.0 + kafka_aggregate.JOIN_DELAY_S + 1)
+    assert "never999" not in agg.scores
+
+
+def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap() -> None:
+    # The aggregator labels llmwatch_check_total by the check a score record names: a producer
+    # writing made-up check names made one series each, without bound.
+    from llmwatch.collectors.exporters.scores import MAX_CHECK_LABELS
+
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    agg.add_score(score("s-real"))
+    for i in range(MAX_CHECK_LABELS * 3):
+        agg.add_score(score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
+    checks = {
+        s.labels["check"]
+        for family in metrics.registry.collect()
+        if family.name == "llmwatch_check"
+        for s in family.samples
+    }
+    assert "min_length" in checks, "a check seen before the cap keeps its label"
+    assert len(checks) <= MAX_CHECK_LABELS + 1 and "other" in checks
