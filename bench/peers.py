@@ -31,6 +31,9 @@ Peers:
   relay-floor        bench/relay_floor.py with both heads parsed (RELAY_FLOOR_PARSE=1): a Python relay on
                      uvloop that forwards bytes and decides nothing; the floor under llmwatch's relay,
                      measured in the same run (not a product: one request at a time per connection)
+  native-floor       bench/native_floor.c (built by bench/native_floor.py with gcc and the llhttp that httptools
+                     vendors): the same floor in C on raw epoll, both heads parsed with llhttp; what a
+                     data plane outside the interpreter would start from (design record 0065)
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
@@ -92,6 +95,7 @@ ALL_PEERS = (
     "litellm",
     "portkey",
     "relay-floor",
+    "native-floor",
     "llmwatch-off",
     "llmwatch-defaults",
     "llmwatch-isolated",
@@ -304,6 +308,19 @@ def start_relay_floor(up_port: int, work: Path) -> Peer:
         stderr=open(work / "relay-floor.log", "wb"),
     )
     return Peer("relay-floor", f"http://127.0.0.1:{port}", proc)
+
+
+def start_native_floor(up_port: int, work: Path) -> tuple[Peer | None, str]:
+    """bench/native_floor.c: the same floor in C on raw epoll with llhttp (built on first use)."""
+    from native_floor import build
+
+    binary, why = build()
+    if binary is None:
+        return None, why
+    port = free_port()
+    cmd = [str(binary), "proxy", "--upstream", f"http://127.0.0.1:{up_port}", "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(pinned(cmd, "1"), stdout=subprocess.DEVNULL, stderr=open(work / "native-floor.log", "wb"))
+    return Peer("native-floor", f"http://127.0.0.1:{port}", proc), ""
 
 
 def start_llmwatch(
@@ -708,6 +725,12 @@ def main() -> None:  # noqa: C901
                     peers.append(peer)
             elif name == "relay-floor":
                 peers.append(start_relay_floor(up_port, work))
+            elif name == "native-floor":
+                native, why = start_native_floor(up_port, work)
+                if native is None:
+                    notes.append(f"the native floor could not be built here ({why}): left out")
+                else:
+                    peers.append(native)
             elif name == "llmwatch-shadow":
                 asyncio.run(wait_ready(f"http://127.0.0.1:{shadow_port}"))
                 peers.append(
