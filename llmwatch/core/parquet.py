@@ -347,11 +347,32 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
 def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
     """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
     million samples' bodies (issue 29); a batch is a few MB."""
+    first = 1
     try:
         for batch in file.iter_batches(batch_size=_BATCH_ROWS):
-            yield from batch.to_pylist()
+            try:
+                rows = batch.to_pylist()
+            except (ValueError, OverflowError) as exc:
+                # A value Python cannot hold (a timestamp past year 9999): name where it is.
+                raise RecordError(f"{path}: {_unconvertible(batch, first, exc)}") from None
+            first += len(rows)
+            yield from rows
     except (OSError, pa.ArrowException) as exc:
         raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def _unconvertible(batch: Any, first: int, exc: Exception) -> str:
+    """Where in `batch` (whose first row is row `first` of its file) a value fails to convert."""
+    for name, column in zip(batch.schema.names, batch.columns):
+        for i in range(len(column)):
+            try:
+                column[i].as_py()
+            except (ValueError, OverflowError) as cause:
+                return (
+                    f"row {first + i}: column {name!r} ({column.type}): a value Python cannot hold ({cause}); "
+                    "write it within the column's range (timestamps between years 1 and 9999)"
+                )
+    return f"rows {first}-{first + batch.num_rows - 1}: a value Python cannot hold ({exc})"
 
 
 def ranges_in(directory: str | os.PathLike[str], topic: str, partition: int) -> list[tuple[int, int]]:

@@ -276,3 +276,32 @@ def test_drift_and_report_read_a_file_url_dataset_as_they_read_its_directory(tmp
         proc = llmwatch("drift", "--baseline", str(tmp_path / "base.json"), "--samples", bad, cwd=tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert bad in proc.stderr and words in proc.stderr, proc.stderr
+
+
+def refused(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """The one-line bad-input outcome: exit 2, every word in stderr's one line, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
+
+
+def test_a_timestamp_past_year_9999_is_named_by_row_and_column_not_a_traceback(tmp_path):
+    # Parquet holds instants Python's datetime cannot (int64 seconds): converting the batch raised
+    # OverflowError out of `score` as a traceback (exit 1).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet.arrow_schema()["samples"]
+    seconds = schema.set(schema.get_field_index("timestamp"), pa.field("timestamp", pa.timestamp("s", tz="UTC")))
+    rows = [parquet.to_row("samples", sample(i, "v1", False)) for i in range(3)]
+    table = pa.Table.from_pylist(rows, schema=seconds)
+    far = pa.array([int(r["timestamp"].timestamp()) for r in rows[:1]] + [10**12, 0], pa.int64())
+    table = table.set_column(
+        table.schema.get_field_index("timestamp"), "timestamp", far.cast(seconds.field("timestamp").type)
+    )
+    (tmp_path / "samples").mkdir()
+    pq.write_table(table, tmp_path / "samples" / "x.parquet")
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    refused(proc, "x.parquet: row 2: column 'timestamp'", "years 1 and 9999")
+    assert not (tmp_path / "scores.jsonl").exists()
