@@ -114,6 +114,12 @@ DERIVED = {("pairs", "model_version")}
 PART_NAME = re.compile(r"^part-(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})\.parquet$")
 
 
+def one_line(exc: BaseException) -> str:
+    """An Arrow or cloud SDK error as one line: theirs span several ("Couldn't deserialize thrift:
+    ...\nDeserializing page header failed.\n"), and a bad-input error is one line of stderr."""
+    return " ".join(str(exc).split())
+
+
 def pyarrow_module() -> Any:
     try:
         import pyarrow
@@ -248,7 +254,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     try:
         return pyarrow.fs.FileSystem.from_uri(url)
     except (OSError, ValueError, ImportError, NotImplementedError) as exc:
-        raise RecordError(f"{url}: cannot open this dataset URL ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot open this dataset URL ({one_line(exc)}); {_URL_FIX}") from None
 
 
 def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
@@ -262,7 +268,7 @@ def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
         if fs.get_file_info(f"{root}/{kind}").type == pyarrow.fs.FileType.Directory:
             root = f"{root}/{kind}"
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot list this dataset ({one_line(exc)}); {_URL_FIX}") from None
     return fs, list_files(fs, root, url)
 
 
@@ -274,7 +280,7 @@ def list_files(fs: Any, root: str, url: str) -> list[str]:
     try:
         infos = fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True, allow_not_found=True))
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot list this dataset ({one_line(exc)}); {_URL_FIX}") from None
     files = []
     for info in infos:
         rel = info.path[len(root) :].strip("/").split("/")
@@ -324,7 +330,7 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         try:
             file = open_part(fs, opened)
         except (OSError, pa.ArrowException) as exc:
-            raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+            raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
         meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
         if meta and meta not in READABLE_SCHEMAS:
             raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
@@ -358,7 +364,7 @@ def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
             first += len(rows)
             yield from rows
     except (OSError, pa.ArrowException) as exc:
-        raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
 
 
 def _unconvertible(batch: Any, first: int, exc: Exception) -> str:

@@ -305,3 +305,17 @@ def test_a_timestamp_past_year_9999_is_named_by_row_and_column_not_a_traceback(t
     proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
     refused(proc, "x.parquet: row 2: column 'timestamp'", "years 1 and 9999")
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_file_corrupt_inside_is_refused_in_one_line(tmp_path):
+    # Its footer is whole, its first page header is not: Arrow's message is three lines, and
+    # stderr carried them as they were.
+    parquet_write.write_dataset(tmp_path, "samples", [sample(i, "v1", False) for i in range(10)])
+    [part] = (tmp_path / "samples").rglob("*.parquet")
+    data = bytearray(part.read_bytes())
+    for k in range(4, 400):
+        data[k] ^= 0x5A
+    part.write_bytes(bytes(data))
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    refused(proc, f"{part.name}: not a readable Parquet file (")
+    assert not (tmp_path / "scores.jsonl").exists()
