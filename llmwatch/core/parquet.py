@@ -186,8 +186,8 @@ def from_row(kind: str, row: dict[str, Any]) -> dict[str, Any]:
         if (kind, name) in DERIVED:
             continue
         value = row.get(name)
-        if t == "json":
-            value = orjson.loads(value) if value is not None else None
+        if t == "json" and value is not None:
+            value = _json_cell(name, value)
         elif t == "timestamp" and isinstance(value, datetime):
             value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         target = data
@@ -195,6 +195,18 @@ def from_row(kind: str, row: dict[str, Any]) -> dict[str, Any]:
             target = target.setdefault(key, {})
         target[path[-1]] = value
     return data
+
+
+def _json_cell(name: str, value: Any) -> Any:
+    """A JSON column's cell as the value its text holds; `RecordError` naming the column."""
+    fix = "write nested fields as JSON text in a string column (docs/guide/archive.md)"
+    if not isinstance(value, (str, bytes)):
+        # A struct or list column written by another tool: the schema says JSON text.
+        raise RecordError(f"column {name!r} holds a {type(value).__name__}, not JSON text; {fix}")
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"column {name!r} is not valid JSON ({one_line(exc)}); {fix}") from None
 
 
 @dataclass(frozen=True)
@@ -344,8 +356,8 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         for n, row in enumerate(_rows(pa, file, path), start=1):
             try:
                 yield model.model_validate(from_row(kind, row))
-            except orjson.JSONDecodeError as exc:
-                raise RecordError(f"{path}: row {n}: a JSON column is not valid JSON ({exc})") from None
+            except RecordError as exc:
+                raise RecordError(f"{path}: row {n}: {exc}") from None
             except ValidationError as exc:
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 

@@ -319,3 +319,30 @@ def test_a_file_corrupt_inside_is_refused_in_one_line(tmp_path):
     proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
     refused(proc, f"{part.name}: not a readable Parquet file (")
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_json_column_that_is_not_json_text_is_refused_naming_the_column(tmp_path):
+    # Another tool wrote `request` as a struct, or `metadata` as broken text: the error said "a JSON
+    # column is not valid JSON (Input must be bytes, bytearray, memoryview, or str ...)", which column
+    # unsaid.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet.arrow_schema()["samples"]
+    rows = [parquet.to_row("samples", sample(i, "v1", False)) for i in range(3)]
+    struct = pa.struct([("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))])
+    as_struct = schema.set(schema.get_field_index("request"), pa.field("request", struct))
+    (tmp_path / "a" / "samples").mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist([{**r, "request": orjson.loads(r["request"])} for r in rows], schema=as_struct),
+        tmp_path / "a" / "samples" / "x.parquet",
+    )
+    (tmp_path / "b" / "samples").mkdir(parents=True)
+    rows[1]["metadata"] = '{"category": '
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "b" / "samples" / "y.parquet")
+
+    proc = llmwatch("score", "--in", str(tmp_path / "a"), "--out", str(tmp_path / "a.jsonl"), cwd=tmp_path)
+    refused(proc, "x.parquet: row 1: column 'request' holds a dict, not JSON text", "JSON text in a string column")
+    proc = llmwatch("score", "--in", str(tmp_path / "b"), "--out", str(tmp_path / "b.jsonl"), cwd=tmp_path)
+    refused(proc, "y.parquet: row 2: column 'metadata' is not valid JSON (")
+    assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
