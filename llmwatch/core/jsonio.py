@@ -391,7 +391,7 @@ def read_records(
     if parquet.is_url(source):  # s3://, gs://, file://: a Parquet dataset through pyarrow's filesystems
         yield from parquet.read_dataset(source, model, prefix)
         return
-    if Path(source).is_dir() and not _has_jsonl(source, prefix):
+    if parquet.is_parquet_file(source) or Path(source).is_dir() and not _has_jsonl(source, prefix):
         if parquet.is_dataset(source, prefix):
             yield from parquet.read_dataset(source, model, prefix)
             return

@@ -233,8 +233,11 @@ def partition_of(kind: str, record: BaseModel) -> PartitionKey:
 
 def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
-    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped."""
+    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped.
+    A Parquet file given itself is the one file."""
     root = Path(source)
+    if is_parquet_file(root):
+        return [root]
     if (root / kind).is_dir():
         root = root / kind
     files = [
@@ -243,6 +246,19 @@ def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
     ]
     return sorted(files, key=lambda p: (str(p.parent), p.name))
+
+
+def is_parquet_file(source: str | os.PathLike[str]) -> bool:
+    """A local file that starts as Parquet does (`PAR1`): read as a dataset of one file, whatever its name.
+
+    `--samples part-0.parquet` was read as JSON Lines: "not valid JSON (str is not valid UTF-8 ...)"."""
+    if is_url(source):
+        return False
+    try:
+        with open(source, "rb") as fh:
+            return Path(source).is_file() and fh.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def is_url(source: str | os.PathLike[str]) -> bool:
@@ -277,6 +293,8 @@ def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
     fs, root = filesystem(url)
     root = root.rstrip("/") or "/"
     try:
+        if root.endswith(".parquet") and fs.get_file_info(root).type == pyarrow.fs.FileType.File:
+            return fs, [root]  # the URL of one file
         if fs.get_file_info(f"{root}/{kind}").type == pyarrow.fs.FileType.Directory:
             root = f"{root}/{kind}"
     except (OSError, ValueError) as exc:
@@ -304,6 +322,8 @@ def list_files(fs: Any, root: str, url: str) -> list[str]:
 
 def url_of(url: str, fs_root: str, path: str) -> str:
     """A file's path within the filesystem of `url` written as a URL beside `url` (for messages and ids)."""
+    if path == fs_root.rstrip("/"):
+        return url  # the URL names the file itself
     return url.rstrip("/") + "/" + path[len(fs_root.rstrip("/")) :].lstrip("/")
 
 
@@ -328,7 +348,7 @@ def is_dataset(source: str | os.PathLike[str], kind: str) -> bool:
     if is_url(source):
         return bool(remote_files(str(source), kind)[1])
     path = Path(source)
-    return path.is_dir() and bool(dataset_files(path, kind))
+    return is_parquet_file(path) or path.is_dir() and bool(dataset_files(path, kind))
 
 
 def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: str) -> Iterator[BaseModel]:

@@ -346,3 +346,21 @@ def test_a_json_column_that_is_not_json_text_is_refused_naming_the_column(tmp_pa
     proc = llmwatch("score", "--in", str(tmp_path / "b"), "--out", str(tmp_path / "b.jsonl"), cwd=tmp_path)
     refused(proc, "y.parquet: row 2: column 'metadata' is not valid JSON (")
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
+
+
+def test_one_parquet_file_given_itself_is_read_as_its_dataset_is(tmp_path):
+    # `--in part-0.parquet` (or its file:// URL) was read as JSON Lines: "part-0.parquet:1: not valid
+    # JSON (str is not valid UTF-8 ...); each line must be one JSON object".
+    parquet_write.write_dataset(tmp_path / "ds", "samples", [sample(i, "v1", i % 4 == 0) for i in range(10)])
+    [part] = (tmp_path / "ds").rglob("*.parquet")
+
+    def scores(source: str, name: str) -> list[dict]:
+        proc = llmwatch("score", "--in", source, "--out", str(tmp_path / name), cwd=tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        lines = [orjson.loads(line) for line in (tmp_path / name).read_bytes().splitlines()]
+        return sorted(({k: v for k, v in s.items() if k != "scored_at"} for s in lines), key=orjson.dumps)
+
+    whole = scores(str(tmp_path / "ds"), "whole.jsonl")
+    assert len(whole) >= 10
+    assert scores(str(part), "file.jsonl") == whole
+    assert scores(part.as_uri(), "url.jsonl") == whole

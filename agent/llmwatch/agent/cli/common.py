@@ -68,7 +68,9 @@ def require_records(source: str, flag: str, what: str = "samples") -> None:
         if not found:
             raise RecordError(f"{flag} {source}: no {what} Parquet files under this URL (nor under {what}/ in it)")
         return
-    if Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what):
+    if parquet.is_parquet_file(source) or (
+        Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what)
+    ):
         # A Parquet dataset (`llmwatch archive`'s output): the reader checks its rows.
         return
     try:

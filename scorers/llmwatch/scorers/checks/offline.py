@@ -72,6 +72,7 @@ def score_files(
     # A Parquet dataset (`llmwatch archive`) is read by `read_records` too; its files are counted.
     dataset = (
         parquet.is_url(source)
+        or parquet.is_parquet_file(source)
         or Path(source).is_dir()
         and not any(Path(source).glob("*.jsonl"))
         and parquet.is_dataset(source, "samples")
