@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -266,11 +266,25 @@ def is_url(source: str | os.PathLike[str]) -> bool:
     return isinstance(source, str) and _URL.match(source) is not None
 
 
+# GCS retries a failed call (no credentials, no route) for 15 minutes by default: `drift --samples
+# gs://...` sat silent that long before its error. A URL's own retry_limit_seconds wins.
+GCS_RETRY_LIMIT_S = 20
+
+
+def _bounded_retries(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("gs", "gcs") or "retry_limit_seconds" in parse_qs(parts.query):
+        return url
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=f"{query}retry_limit_seconds={GCS_RETRY_LIMIT_S}"))
+
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _URL_FIX = (
     "check the URL (s3://bucket/path, gs://bucket/path, file:///absolute/path), that this pyarrow build "
     "supports its filesystem, and the credentials (s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
-    "and AWS_REGION; gs: GOOGLE_APPLICATION_CREDENTIALS)"
+    "and AWS_REGION; gs: GOOGLE_APPLICATION_CREDENTIALS; a gs:// URL's retries end after "
+    f"{GCS_RETRY_LIMIT_S} s, ?retry_limit_seconds=N in it waits longer)"
 )
 
 
@@ -280,7 +294,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     import pyarrow.fs
 
     try:
-        return pyarrow.fs.FileSystem.from_uri(url)
+        return pyarrow.fs.FileSystem.from_uri(_bounded_retries(url))
     except (OSError, ValueError, ImportError, NotImplementedError) as exc:
         raise RecordError(f"{url}: cannot open this dataset URL ({one_line(exc)}); {_URL_FIX}") from None
 

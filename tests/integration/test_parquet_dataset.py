@@ -364,3 +364,42 @@ def test_one_parquet_file_given_itself_is_read_as_its_dataset_is(tmp_path):
     assert len(whole) >= 10
     assert scores(str(part), "file.jsonl") == whole
     assert scores(part.as_uri(), "url.jsonl") == whole
+
+
+def test_a_gs_url_that_cannot_be_reached_is_refused_after_bounded_retries_not_a_silent_wait(tmp_path):
+    # The GCS client retried a call it could not authenticate for 15 minutes by default: `score --in
+    # gs://...` without credentials or a route sat silent that long. Here both the token endpoint
+    # and the storage endpoint are a loopback port that refuses, so nothing leaves the machine.
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection is refused
+    port = closed.getsockname()[1]
+    try:
+        creds = tmp_path / "adc.json"
+        creds.write_text(
+            orjson.dumps(
+                {
+                    "type": "authorized_user",
+                    "client_id": "x",
+                    "client_secret": "y",
+                    "refresh_token": "z",
+                    "token_uri": f"http://127.0.0.1:{port}/token",
+                }
+            ).decode()
+        )
+        url = f"gs://llmwatch-test/ds?endpoint_override=127.0.0.1:{port}&scheme=http"
+        proc = procs.llmwatch(
+            "score",
+            "--in",
+            url,
+            "--out",
+            str(tmp_path / "scores.jsonl"),
+            cwd=tmp_path,
+            env={**ENV, "GOOGLE_APPLICATION_CREDENTIALS": str(creds)},
+            timeout=240,  # a deadline for the test, well short of the client's default 15 minutes
+        )
+    finally:
+        closed.close()
+    refused(proc, f"--in {url}: cannot list this dataset (", "?retry_limit_seconds=N")
+    assert not (tmp_path / "scores.jsonl").exists()
