@@ -412,6 +412,10 @@ def batches(records: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
+# The errors of a write that the disk (or a quota) refused: said with the output's name.
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+
+
 @contextmanager
 def atomic_writer(path: str | os.PathLike[str], *, read_only: bool = False) -> Iterator[BinaryIO]:
     """A private binary file that appears at `path` complete or not at all.
@@ -435,6 +439,15 @@ def atomic_writer(path: str | os.PathLike[str], *, read_only: bool = False) -> I
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        # A write's ENOSPC names no file: stderr said only "[Errno 28] No space left on device".
+        raise OSError(
+            exc.errno,
+            f"{exc.strerror}: cannot write {target}; free space there or write it elsewhere "
+            "(a file already at that name is left as it was)",
+        ) from None
     finally:
         try:
             tmp.unlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -269,3 +270,22 @@ def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tm
         result.stderr.startswith(f"llmwatch: {suite}:1: ")
         and "a case needs `expected` and/or `checks`" in result.stderr
     )
+
+
+def test_a_full_disk_names_the_output_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    # A write refused for space names no file: stderr said only "[Errno 28] No space left on device".
+    from helpers.samples import chat_sample, write_jsonl
+    from helpers.tmpfs import fill, small_tmpfs
+
+    samples = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(50)])
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        out = disk / "scores.jsonl"
+        out.write_text("OLD\n")
+        fill(disk)
+        env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+        result = run_cli("score", "--in", str(samples), "--out", str(out), env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("llmwatch: [Errno 28] No space left on device: cannot write ")
+        assert str(out) in result.stderr and "free space there or write it elsewhere" in result.stderr
+        assert out.read_text() == "OLD\n"
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "scores.jsonl"]
