@@ -289,3 +289,24 @@ def test_a_full_disk_names_the_output_keeps_the_old_file_and_leaves_no_temporary
         assert str(out) in result.stderr and "free space there or write it elsewhere" in result.stderr
         assert out.read_text() == "OLD\n"
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "scores.jsonl"]
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
+    # `score --in s.jsonl --out s.jsonl` read the samples, then renamed the scores over them: exit 0,
+    # the samples gone. `report` and `suite build` the same with --samples.
+    from helpers.samples import chat_sample, write_jsonl
+
+    samples = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(20)])
+    before = samples.read_bytes()
+    os.link(samples, tmp_path / "second-name.jsonl")
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    for args in (
+        ("score", "--in", str(samples), "--out", str(samples)),
+        ("score", "--in", str(samples), "--out", str(tmp_path / "second-name.jsonl")),
+        ("report", "--samples", str(samples), "--format", "json", "--out", str(samples)),
+    ):
+        result = run_cli(*args, env=env, cwd=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+        assert "writing it would replace that input; give --out another file name" in result.stderr
+        assert samples.read_bytes() == before, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl", "second-name.jsonl"]

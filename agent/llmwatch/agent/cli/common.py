@@ -95,6 +95,38 @@ def require_file(path: str, flag: str, hint: str) -> None:
         raise RecordError(f"{flag} {path} {state}; {hint}")
 
 
+# The options that name a file a command reads, by their argparse dest.
+_INPUTS = {
+    "input": "--in",
+    "samples": "--samples",
+    "scores": "--scores",
+    "pairs": "--pairs",
+    "baseline": "--baseline",
+    "consistency": "--consistency",
+}
+
+
+def require_output_not_an_input(args: argparse.Namespace) -> None:
+    """The file `--out` names is none of the files the command reads.
+
+    `score --in s.jsonl --out s.jsonl` (or `report --samples`, `suite build --samples` the same)
+    read the samples, then the atomic writer renamed its output over them: the input was gone,
+    exit 0. A second name of the same file (a hard link, `./s.jsonl`) counts; a symlink at `--out` does
+    not, since the writer replaces the link, not its target. (`report --compare r.json --out r.json`
+    stays allowed: it updates a report in place, on purpose.)"""
+    out = getattr(args, "output", None) or getattr(args, "out", None)
+    if not isinstance(out, str) or not os.path.isfile(out) or os.path.islink(out):
+        return
+    for dest, flag in _INPUTS.items():
+        value = getattr(args, dest, None)
+        for source in value if isinstance(value, list) else [value]:
+            if isinstance(source, str) and os.path.isfile(source) and os.path.samefile(source, out):
+                raise RecordError(
+                    f"--out {out} is the file {flag} reads ({source}): writing it would replace that input; "
+                    "give --out another file name"
+                )
+
+
 def require_writable(path: str, flag: str, *, must_not_exist: str | None = None, example: str = "out.jsonl") -> None:
     """`path` can be created: not a directory, (if asked) not already there, its folder writable.
 

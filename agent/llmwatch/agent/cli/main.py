@@ -20,7 +20,14 @@ import structlog
 
 from llmwatch.agent import signals
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
-from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
+from llmwatch.agent.cli.common import (
+    log_options,
+    require_file,
+    require_output_not_an_input,
+    require_records,
+    require_writable,
+    show_usage,
+)
 from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
@@ -597,6 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until a command reads its config: nothing may reach stdout, the human output's stream.
     setup_logging(args)
     try:
+        require_output_not_an_input(args)
         with _sigterm_unwinds():
             return int(args.func(args) or 0)
     except LlmwatchError as exc:
