@@ -296,6 +296,15 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
             raise RecordError(
                 f"{source}: no {prefix}-*.jsonl or *.jsonl files in this directory (nor a Parquet dataset of {prefix})"
             )
+        from llmwatch.core import parquet
+
+        # Read as JSON Lines, a folder's Parquet part files were skipped without a word: lost records.
+        if found := parquet.dataset_files(path, prefix):
+            raise RecordError(
+                f"{source}: holds both JSON Lines ({len(files)} file(s), e.g. {Path(files[0]).name}) and Parquet "
+                f"files ({len(found)}, e.g. {found[0].relative_to(path)}); give a folder of one kind (move the "
+                f".jsonl files out, or the Parquet dataset)"
+            )
         return files
     raise RecordError(f"{source}: no such file or directory")
 

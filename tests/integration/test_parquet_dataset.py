@@ -403,3 +403,18 @@ def test_a_gs_url_that_cannot_be_reached_is_refused_after_bounded_retries_not_a_
         closed.close()
     refused(proc, f"--in {url}: cannot list this dataset (", "?retry_limit_seconds=N")
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_folder_of_json_lines_and_parquet_files_is_refused_not_half_read(tmp_path):
+    # The JSON Lines were read and the Parquet part files beside them skipped without a word: a
+    # report over 3 of 23 samples, exit 0.
+    folder = tmp_path / "samples"
+    parquet_write.write_dataset(tmp_path, "samples", [sample(i, "pq", False) for i in range(20)])
+    write_jsonl(folder / "samples-x.jsonl", [sample(i, "v1", False) for i in range(3)])
+    proc = llmwatch(
+        "report", "--samples", str(folder), "--format", "json", "--out", str(tmp_path / "r.json"), cwd=tmp_path
+    )
+    refused(
+        proc, "holds both JSON Lines (1 file(s), e.g. samples-x.jsonl) and Parquet files (", "give a folder of one kind"
+    )
+    assert not (tmp_path / "r.json").exists()
