@@ -418,3 +418,23 @@ def test_a_folder_of_json_lines_and_parquet_files_is_refused_not_half_read(tmp_p
         proc, "holds both JSON Lines (1 file(s), e.g. samples-x.jsonl) and Parquet files (", "give a folder of one kind"
     )
     assert not (tmp_path / "r.json").exists()
+
+
+def test_score_over_files_of_no_records_is_refused_as_an_empty_export_is(tmp_path):
+    # An empty .jsonl was "holds no samples", exit 2; Parquet files of no rows, or a file whose one line
+    # is a torn write, were "scored 0 samples", exit 0, and an empty scores file.
+    parquet_write.write_dataset(tmp_path / "ds", "samples", [])
+    (tmp_path / "ds" / "samples").mkdir(parents=True, exist_ok=True)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(
+        pa.Table.from_pylist([], schema=parquet.arrow_schema()["samples"]), tmp_path / "ds" / "samples" / "p.parquet"
+    )
+    (tmp_path / "torn.jsonl").write_bytes(b'{"schema": "llmwatch.sample/v1", "id": "a", "time')
+    for source in (tmp_path / "ds", tmp_path / "torn.jsonl"):
+        proc = llmwatch("score", "--in", str(source), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        # The torn line's warning comes first (a log line); the error is the last line.
+        assert proc.stderr.splitlines()[-1].startswith(f"llmwatch: bad input: --in {source} holds no samples")
+        assert not (tmp_path / "scores.jsonl").exists()
