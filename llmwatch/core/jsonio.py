@@ -306,6 +306,12 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
                 f".jsonl files out, or the Parquet dataset)"
             )
         return files
+    if path.exists():
+        # `--in <(zcat x.jsonl.gz)`, `--in /dev/stdin`: there, but a pipe was "no such file or directory".
+        raise RecordError(
+            f"{source}: not a regular file or directory (a pipe or a device); the offline commands read "
+            "their input more than once: save it to a file first (e.g. zcat x.jsonl.gz > x.jsonl)"
+        )
     raise RecordError(f"{source}: no such file or directory")
 
 

@@ -252,11 +252,11 @@ def is_parquet_file(source: str | os.PathLike[str]) -> bool:
     """A local file that starts as Parquet does (`PAR1`): read as a dataset of one file, whatever its name.
 
     `--samples part-0.parquet` was read as JSON Lines: "not valid JSON (str is not valid UTF-8 ...)"."""
-    if is_url(source):
-        return False
+    if is_url(source) or not Path(source).is_file():
+        return False  # never opened otherwise: a FIFO with no writer would block the open
     try:
         with open(source, "rb") as fh:
-            return Path(source).is_file() and fh.read(4) == b"PAR1"
+            return fh.read(4) == b"PAR1"
     except OSError:
         return False
 

@@ -310,3 +310,14 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
         assert "writing it would replace that input; give --out another file name" in result.stderr
         assert samples.read_bytes() == before, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl", "second-name.jsonl"]
+
+
+def test_a_pipe_given_as_input_is_named_as_a_pipe_not_a_missing_file(tmp_path):
+    # `score --in <(zcat samples.jsonl.gz)` said "--in /dev/fd/63: no such file or directory".
+    fifo = tmp_path / "samples.pipe"
+    os.mkfifo(fifo)
+    result = run_cli("score", "--in", str(fifo), "--out", str(tmp_path / "scores.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"--in {fifo}: not a regular file or directory (a pipe or a device)" in result.stderr
+    assert "save it to a file first" in result.stderr and "no such file" not in result.stderr
+    assert not (tmp_path / "scores.jsonl").exists()
