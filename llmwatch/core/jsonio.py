@@ -350,6 +350,10 @@ def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | N
     )
 
 
+# The magic bytes of the compressed files an export is likely to be (gzip, zstd, bzip2, xz).
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zX": "xz"}
+
+
 @overload
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
 @overload
@@ -368,6 +372,14 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
+                packed = next((n for magic, n in _COMPRESSED.items() if raw.startswith(magic)), None)
+                if lineno == 1 and packed:
+                    # Read as text, a .jsonl.gz was a "torn last line" (no newline byte in it)
+                    # or "not valid JSON (str is not valid UTF-8 ...)".
+                    raise RecordError(
+                        f"{path}: a {packed}-compressed file, not JSON Lines; decompress it first "
+                        "(e.g. gunzip -k, zstd -d)"
+                    ) from None
                 # Only the last line can lack its newline.
                 if not raw.endswith(b"\n"):
                     structlog.get_logger(__name__).warning(

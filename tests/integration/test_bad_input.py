@@ -321,3 +321,18 @@ def test_a_pipe_given_as_input_is_named_as_a_pipe_not_a_missing_file(tmp_path):
     assert f"--in {fifo}: not a regular file or directory (a pipe or a device)" in result.stderr
     assert "save it to a file first" in result.stderr and "no such file" not in result.stderr
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_compressed_export_is_named_as_compressed(tmp_path):
+    # A .jsonl.gz given as is was "line 1: not valid JSON (str is not valid UTF-8: surrogates not allowed)".
+    import gzip
+
+    from helpers.samples import chat_sample, write_jsonl
+
+    plain = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(5)])
+    packed = tmp_path / "samples.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    result = run_cli("score", "--in", str(packed), "--out", str(tmp_path / "scores.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{packed}: a gzip-compressed file, not JSON Lines; decompress it first" in result.stderr
+    assert not (tmp_path / "scores.jsonl").exists()
