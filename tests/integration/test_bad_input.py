@@ -336,3 +336,27 @@ def test_a_compressed_export_is_named_as_compressed(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"{packed}: a gzip-compressed file, not JSON Lines; decompress it first" in result.stderr
     assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_review_round_whose_key_cannot_be_written_leaves_no_tasks_file_behind(tmp_path):
+    # The tasks file was written, then the key that unblinds it failed on a full disk: blind tasks were
+    # left behind that no key could ever unblind.
+    from helpers.samples import chat_sample, write_jsonl
+    from helpers.tmpfs import fill, small_tmpfs
+
+    samples = write_jsonl(
+        tmp_path / "samples.jsonl",
+        [chat_sample(id=f"{v}{i}", model_version=v, prompt=f"question {i}?") for v in "AB" for i in range(20)],
+    )
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    export = ("review", "export", "--samples", str(samples), "--versions", "A,B", "--n", "5", "--seed", "7")
+    # The same round on a roomy disk first, to know how many pages the tasks file takes.
+    assert run_cli(*export, "--out", str(tmp_path / "sized.jsonl"), env=env).returncode == 0
+    pages = -(-(tmp_path / "sized.jsonl").stat().st_size // 4096)
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - pages * 4096)  # room for the tasks, none for the key
+        result = run_cli(*export, "--out", str(disk / "tasks.jsonl"), env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "No space left on device" in result.stderr and "tasks.key.json" in result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
