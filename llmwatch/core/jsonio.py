@@ -20,6 +20,7 @@ directories created 0700 (`files.mode`, see `set_file_mode`). Every writer of da
 
 from __future__ import annotations
 
+import codecs
 import errno
 import glob
 import os
@@ -367,6 +368,10 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                # Windows tools (PowerShell 5's Out-File -Encoding utf8, Notepad) start UTF-8 text with
+                # a BOM; JSON allows a reader to ignore it, and the file was refused at line 1.
+                raw = raw[len(codecs.BOM_UTF8) :]
             if not raw.strip():
                 continue
             try:

@@ -360,3 +360,26 @@ def test_a_review_round_whose_key_cannot_be_written_leaves_no_tasks_file_behind(
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert "No space left on device" in result.stderr and "tasks.key.json" in result.stderr
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_json_lines_file_that_starts_with_a_utf8_bom_is_read_whole(tmp_path):
+    # Refused at line 1: "not valid JSON (UTF-8 byte order mark (BOM) is not supported)".
+    from helpers.samples import chat_sample, write_jsonl
+
+    plain = write_jsonl(tmp_path / "plain.jsonl", [chat_sample(id=f"s{i}") for i in range(5)])
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    for name in ("plain", "bom"):
+        result = run_cli(
+            "score", "--in", str(tmp_path / f"{name}.jsonl"), "--out", str(tmp_path / f"{name}.out"), env=env
+        )
+        assert result.returncode == 0, result.stderr
+
+    def ids(name: str) -> list[str]:
+        return sorted(
+            line.split(b'"sample_id":"')[1].split(b'"')[0].decode()
+            for line in (tmp_path / f"{name}.out").read_bytes().splitlines()
+        )
+
+    assert ids("bom") == ids("plain") and "s0" in ids("bom")
