@@ -383,3 +383,16 @@ def test_a_json_lines_file_that_starts_with_a_utf8_bom_is_read_whole(tmp_path):
         )
 
     assert ids("bom") == ids("plain") and "s0" in ids("bom")
+
+
+def test_a_path_with_a_tilde_the_shell_left_alone_is_named_with_the_path_it_meant(tmp_path):
+    # `--in=~/samples.jsonl` is one word: the shell does not expand its `~`, and the error said only
+    # "no such file or directory" about a file that is there.
+    from helpers.samples import chat_sample, write_jsonl
+
+    write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id="s0")])
+    env = {**os.environ, "HOME": str(tmp_path)}
+    result = run_cli("score", "--in=~/samples.jsonl", "--out", str(tmp_path / "scores.jsonl"), env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "the shell did not expand this `~`" in result.stderr
+    assert f"give {tmp_path / 'samples.jsonl'}" in result.stderr
