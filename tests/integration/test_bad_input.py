@@ -396,3 +396,16 @@ def test_a_path_with_a_tilde_the_shell_left_alone_is_named_with_the_path_it_mean
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "the shell did not expand this `~`" in result.stderr
     assert f"give {tmp_path / 'samples.jsonl'}" in result.stderr
+
+
+def test_an_input_option_given_twice_is_refused_not_half_read(tmp_path):
+    # argparse kept the last --samples: a report over day 2 alone, exit 0, day 1 dropped unsaid.
+    from helpers.samples import chat_sample, write_jsonl
+
+    day1 = write_jsonl(tmp_path / "day1.jsonl", [chat_sample(id=f"a{i}") for i in range(5)])
+    day2 = write_jsonl(tmp_path / "day2.jsonl", [chat_sample(id=f"b{i}") for i in range(5)])
+    out = tmp_path / "report.json"
+    result = run_cli("report", "--samples", str(day1), f"--samples={day2}", "--format", "json", "--out", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "--samples given 2 times; it takes one file or directory" in result.stderr
+    assert "put the files in one directory" in result.stderr and not out.exists()

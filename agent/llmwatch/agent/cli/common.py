@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import orjson
 
@@ -104,6 +104,28 @@ _INPUTS = {
     "baseline": "--baseline",
     "consistency": "--consistency",
 }
+
+
+# Options that take one file or directory: argparse keeps the last of several and drops the rest.
+_ONE_PATH = ("--in", "--samples", "--scores", "--pairs", "--baseline", "--consistency", "--out")
+
+
+def require_each_path_once(argv: Sequence[str]) -> None:
+    """None of `_ONE_PATH` is given twice: `report --samples day1.jsonl --samples day2.jsonl` read day 2
+    alone, exit 0, day 1 dropped without a word."""
+    seen: dict[str, int] = {}
+    for word in argv:
+        if word == "--":
+            break
+        flag = word.split("=", 1)[0]
+        if flag in _ONE_PATH:
+            seen[flag] = seen.get(flag, 0) + 1
+    for flag, times in seen.items():
+        if times > 1:
+            raise RecordError(
+                f"{flag} given {times} times; it takes one file or directory, and only the last would be "
+                f"read: put the files in one directory and give {flag} that directory"
+            )
 
 
 def require_output_not_an_input(args: argparse.Namespace) -> None:

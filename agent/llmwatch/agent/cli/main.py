@@ -22,6 +22,7 @@ from llmwatch.agent import signals
 from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
 from llmwatch.agent.cli.common import (
     log_options,
+    require_each_path_once,
     require_file,
     require_output_not_an_input,
     require_records,
@@ -604,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until a command reads its config: nothing may reach stdout, the human output's stream.
     setup_logging(args)
     try:
+        require_each_path_once(sys.argv[1:] if argv is None else argv)
         require_output_not_an_input(args)
         with _sigterm_unwinds():
             return int(args.func(args) or 0)
