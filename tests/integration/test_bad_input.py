@@ -409,3 +409,45 @@ def test_an_input_option_given_twice_is_refused_not_half_read(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "--samples given 2 times; it takes one file or directory" in result.stderr
     assert "put the files in one directory" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--alpha", "2"), "argument --alpha: 2 is not between 0 and 1 (exclusive)"),
+        (("--alpha", "nan"), "argument --alpha: nan is not between 0 and 1 (exclusive)"),
+        (("--min-samples", "-1"), "argument --min-samples: -1 is less than 1"),
+    ],
+)
+def test_drift_refuses_a_level_or_a_minimum_out_of_range_with_exit_2(tmp_path, args, said):
+    # `--alpha 2` and `--alpha nan` answered "stable", exit 0 (nan compares false); `--min-samples -1`
+    # ended in a numpy traceback, exit 1.
+    from helpers.samples import chat_sample, write_jsonl
+
+    samples = write_jsonl(tmp_path / "s.jsonl", [chat_sample(id=f"s{i}", model_version="A") for i in range(40)])
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    frozen = run_cli(
+        "baseline",
+        "freeze",
+        "--samples",
+        str(samples),
+        "--model-version",
+        "A",
+        "--out",
+        str(tmp_path / "b.json"),
+        env=env,
+    )
+    assert frozen.returncode == 0, frozen.stderr
+    result = run_cli(
+        "drift",
+        "--baseline",
+        str(tmp_path / "b.json"),
+        "--samples",
+        str(samples),
+        "--model-version",
+        "A",
+        *args,
+        env=env,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr

@@ -19,7 +19,7 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence
 import structlog
 
 from llmwatch.agent import signals
-from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
+from llmwatch.agent.cli.args import add_comparison_options, at_least_one, config_from_args, setup_logging
 from llmwatch.agent.cli.common import (
     log_options,
     require_each_path_once,
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=at_least_one,
         default=256,
         help="samples scored together; larger is faster for the embedding checks and uses more memory (default 256)",
     )
