@@ -20,6 +20,7 @@ directories created 0700 (`files.mode`, see `set_file_mode`). Every writer of da
 
 from __future__ import annotations
 
+import codecs
 import errno
 import glob
 import os
@@ -296,7 +297,28 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
             raise RecordError(
                 f"{source}: no {prefix}-*.jsonl or *.jsonl files in this directory (nor a Parquet dataset of {prefix})"
             )
+        from llmwatch.core import parquet
+
+        # Read as JSON Lines, a folder's Parquet part files were skipped without a word: lost records.
+        if found := parquet.dataset_files(path, prefix):
+            raise RecordError(
+                f"{source}: holds both JSON Lines ({len(files)} file(s), e.g. {Path(files[0]).name}) and Parquet "
+                f"files ({len(found)}, e.g. {found[0].relative_to(path)}); give a folder of one kind (move the "
+                f".jsonl files out, or the Parquet dataset)"
+            )
         return files
+    if path.exists():
+        # `--in <(zcat x.jsonl.gz)`, `--in /dev/stdin`: there, but a pipe was "no such file or directory".
+        raise RecordError(
+            f"{source}: not a regular file or directory (a pipe or a device); the offline commands read "
+            "their input more than once: save it to a file first (e.g. zcat x.jsonl.gz > x.jsonl)"
+        )
+    if str(source).startswith("~") and Path(source).expanduser().exists():
+        # `--samples=~/data` (one word): the shell leaves that `~` alone, and so does llmwatch.
+        raise RecordError(
+            f"{source}: no such file or directory; the shell did not expand this `~` (as in --samples=~/x): "
+            f"give {Path(source).expanduser()}, or the option and the path as two words"
+        )
     raise RecordError(f"{source}: no such file or directory")
 
 
@@ -335,6 +357,10 @@ def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | N
     )
 
 
+# The magic bytes of the compressed files an export is likely to be (gzip, zstd, bzip2, xz).
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zX": "xz"}
+
+
 @overload
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
 @overload
@@ -348,11 +374,23 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                # Windows tools (PowerShell 5's Out-File -Encoding utf8, Notepad) start UTF-8 text with
+                # a BOM; JSON allows a reader to ignore it, and the file was refused at line 1.
+                raw = raw[len(codecs.BOM_UTF8) :]
             if not raw.strip():
                 continue
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
+                packed = next((n for magic, n in _COMPRESSED.items() if raw.startswith(magic)), None)
+                if lineno == 1 and packed:
+                    # Read as text, a .jsonl.gz was a "torn last line" (no newline byte in it)
+                    # or "not valid JSON (str is not valid UTF-8 ...)".
+                    raise RecordError(
+                        f"{path}: a {packed}-compressed file, not JSON Lines; decompress it first "
+                        "(e.g. gunzip -k, zstd -d)"
+                    ) from None
                 # Only the last line can lack its newline.
                 if not raw.endswith(b"\n"):
                     structlog.get_logger(__name__).warning(
@@ -391,7 +429,7 @@ def read_records(
     if parquet.is_url(source):  # s3://, gs://, file://: a Parquet dataset through pyarrow's filesystems
         yield from parquet.read_dataset(source, model, prefix)
         return
-    if Path(source).is_dir() and not _has_jsonl(source, prefix):
+    if parquet.is_parquet_file(source) or Path(source).is_dir() and not _has_jsonl(source, prefix):
         if parquet.is_dataset(source, prefix):
             yield from parquet.read_dataset(source, model, prefix)
             return
@@ -410,6 +448,10 @@ def batches(records: Iterable[T], size: int) -> Iterator[list[T]]:
             batch = []
     if batch:
         yield batch
+
+
+# The errors of a write that the disk (or a quota) refused: said with the output's name.
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
 
 
 @contextmanager
@@ -435,6 +477,15 @@ def atomic_writer(path: str | os.PathLike[str], *, read_only: bool = False) -> I
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        # A write's ENOSPC names no file: stderr said only "[Errno 28] No space left on device".
+        raise OSError(
+            exc.errno,
+            f"{exc.strerror}: cannot write {target}; free space there or write it elsewhere "
+            "(a file already at that name is left as it was)",
+        ) from None
     finally:
         try:
             tmp.unlink()

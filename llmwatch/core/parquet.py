@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -114,6 +114,12 @@ DERIVED = {("pairs", "model_version")}
 PART_NAME = re.compile(r"^part-(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})\.parquet$")
 
 
+def one_line(exc: BaseException) -> str:
+    """An Arrow or cloud SDK error as one line: theirs span several ("Couldn't deserialize thrift:
+    ...\nDeserializing page header failed.\n"), and a bad-input error is one line of stderr."""
+    return " ".join(str(exc).split())
+
+
 def pyarrow_module() -> Any:
     try:
         import pyarrow
@@ -180,8 +186,8 @@ def from_row(kind: str, row: dict[str, Any]) -> dict[str, Any]:
         if (kind, name) in DERIVED:
             continue
         value = row.get(name)
-        if t == "json":
-            value = orjson.loads(value) if value is not None else None
+        if t == "json" and value is not None:
+            value = _json_cell(name, value)
         elif t == "timestamp" and isinstance(value, datetime):
             value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         target = data
@@ -189,6 +195,18 @@ def from_row(kind: str, row: dict[str, Any]) -> dict[str, Any]:
             target = target.setdefault(key, {})
         target[path[-1]] = value
     return data
+
+
+def _json_cell(name: str, value: Any) -> Any:
+    """A JSON column's cell as the value its text holds; `RecordError` naming the column."""
+    fix = "write nested fields as JSON text in a string column (docs/guide/archive.md)"
+    if not isinstance(value, (str, bytes)):
+        # A struct or list column written by another tool: the schema says JSON text.
+        raise RecordError(f"column {name!r} holds a {type(value).__name__}, not JSON text; {fix}")
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"column {name!r} is not valid JSON ({one_line(exc)}); {fix}") from None
 
 
 @dataclass(frozen=True)
@@ -215,8 +233,11 @@ def partition_of(kind: str, record: BaseModel) -> PartitionKey:
 
 def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
-    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped."""
+    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped.
+    A Parquet file given itself is the one file."""
     root = Path(source)
+    if is_parquet_file(root):
+        return [root]
     if (root / kind).is_dir():
         root = root / kind
     files = [
@@ -227,16 +248,43 @@ def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     return sorted(files, key=lambda p: (str(p.parent), p.name))
 
 
+def is_parquet_file(source: str | os.PathLike[str]) -> bool:
+    """A local file that starts as Parquet does (`PAR1`): read as a dataset of one file, whatever its name.
+
+    `--samples part-0.parquet` was read as JSON Lines: "not valid JSON (str is not valid UTF-8 ...)"."""
+    if is_url(source) or not Path(source).is_file():
+        return False  # never opened otherwise: a FIFO with no writer would block the open
+    try:
+        with open(source, "rb") as fh:
+            return fh.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
 def is_url(source: str | os.PathLike[str]) -> bool:
     """`s3://…`, `gs://…`, `file://…`: a dataset reached through a pyarrow filesystem."""
     return isinstance(source, str) and _URL.match(source) is not None
+
+
+# GCS retries a failed call (no credentials, no route) for 15 minutes by default: `drift --samples
+# gs://...` sat silent that long before its error. A URL's own retry_limit_seconds wins.
+GCS_RETRY_LIMIT_S = 20
+
+
+def _bounded_retries(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("gs", "gcs") or "retry_limit_seconds" in parse_qs(parts.query):
+        return url
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=f"{query}retry_limit_seconds={GCS_RETRY_LIMIT_S}"))
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _URL_FIX = (
     "check the URL (s3://bucket/path, gs://bucket/path, file:///absolute/path), that this pyarrow build "
     "supports its filesystem, and the credentials (s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
-    "and AWS_REGION; gs: GOOGLE_APPLICATION_CREDENTIALS)"
+    "and AWS_REGION; gs: GOOGLE_APPLICATION_CREDENTIALS; a gs:// URL's retries end after "
+    f"{GCS_RETRY_LIMIT_S} s, ?retry_limit_seconds=N in it waits longer)"
 )
 
 
@@ -246,9 +294,9 @@ def filesystem(url: str) -> tuple[Any, str]:
     import pyarrow.fs
 
     try:
-        return pyarrow.fs.FileSystem.from_uri(url)
+        return pyarrow.fs.FileSystem.from_uri(_bounded_retries(url))
     except (OSError, ValueError, ImportError, NotImplementedError) as exc:
-        raise RecordError(f"{url}: cannot open this dataset URL ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot open this dataset URL ({one_line(exc)}); {_URL_FIX}") from None
 
 
 def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
@@ -259,10 +307,12 @@ def remote_files(url: str, kind: str) -> tuple[Any, list[str]]:
     fs, root = filesystem(url)
     root = root.rstrip("/") or "/"
     try:
+        if root.endswith(".parquet") and fs.get_file_info(root).type == pyarrow.fs.FileType.File:
+            return fs, [root]  # the URL of one file
         if fs.get_file_info(f"{root}/{kind}").type == pyarrow.fs.FileType.Directory:
             root = f"{root}/{kind}"
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot list this dataset ({one_line(exc)}); {_URL_FIX}") from None
     return fs, list_files(fs, root, url)
 
 
@@ -274,7 +324,7 @@ def list_files(fs: Any, root: str, url: str) -> list[str]:
     try:
         infos = fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True, allow_not_found=True))
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{url}: cannot list this dataset ({exc}); {_URL_FIX}") from None
+        raise RecordError(f"{url}: cannot list this dataset ({one_line(exc)}); {_URL_FIX}") from None
     files = []
     for info in infos:
         rel = info.path[len(root) :].strip("/").split("/")
@@ -286,6 +336,8 @@ def list_files(fs: Any, root: str, url: str) -> list[str]:
 
 def url_of(url: str, fs_root: str, path: str) -> str:
     """A file's path within the filesystem of `url` written as a URL beside `url` (for messages and ids)."""
+    if path == fs_root.rstrip("/"):
+        return url  # the URL names the file itself
     return url.rstrip("/") + "/" + path[len(fs_root.rstrip("/")) :].lstrip("/")
 
 
@@ -310,7 +362,7 @@ def is_dataset(source: str | os.PathLike[str], kind: str) -> bool:
     if is_url(source):
         return bool(remote_files(str(source), kind)[1])
     path = Path(source)
-    return path.is_dir() and bool(dataset_files(path, kind))
+    return is_parquet_file(path) or path.is_dir() and bool(dataset_files(path, kind))
 
 
 def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: str) -> Iterator[BaseModel]:
@@ -324,7 +376,7 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         try:
             file = open_part(fs, opened)
         except (OSError, pa.ArrowException) as exc:
-            raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+            raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
         meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
         if meta and meta not in READABLE_SCHEMAS:
             raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
@@ -338,8 +390,8 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
         for n, row in enumerate(_rows(pa, file, path), start=1):
             try:
                 yield model.model_validate(from_row(kind, row))
-            except orjson.JSONDecodeError as exc:
-                raise RecordError(f"{path}: row {n}: a JSON column is not valid JSON ({exc})") from None
+            except RecordError as exc:
+                raise RecordError(f"{path}: row {n}: {exc}") from None
             except ValidationError as exc:
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
@@ -347,11 +399,32 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
 def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
     """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
     million samples' bodies (issue 29); a batch is a few MB."""
+    first = 1
     try:
         for batch in file.iter_batches(batch_size=_BATCH_ROWS):
-            yield from batch.to_pylist()
+            try:
+                rows = batch.to_pylist()
+            except (ValueError, OverflowError) as exc:
+                # A value Python cannot hold (a timestamp past year 9999): name where it is.
+                raise RecordError(f"{path}: {_unconvertible(batch, first, exc)}") from None
+            first += len(rows)
+            yield from rows
     except (OSError, pa.ArrowException) as exc:
-        raise RecordError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
+
+
+def _unconvertible(batch: Any, first: int, exc: Exception) -> str:
+    """Where in `batch` (whose first row is row `first` of its file) a value fails to convert."""
+    for name, column in zip(batch.schema.names, batch.columns):
+        for i in range(len(column)):
+            try:
+                column[i].as_py()
+            except (ValueError, OverflowError) as cause:
+                return (
+                    f"row {first + i}: column {name!r} ({column.type}): a value Python cannot hold ({cause}); "
+                    "write it within the column's range (timestamps between years 1 and 9999)"
+                )
+    return f"rows {first}-{first + batch.num_rows - 1}: a value Python cannot hold ({exc})"
 
 
 def ranges_in(directory: str | os.PathLike[str], topic: str, partition: int) -> list[tuple[int, int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -269,3 +270,184 @@ def test_an_unusable_regress_suite_is_reported_by_the_one_handler_with_exit_2(tm
         result.stderr.startswith(f"llmwatch: {suite}:1: ")
         and "a case needs `expected` and/or `checks`" in result.stderr
     )
+
+
+def test_a_full_disk_names_the_output_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    # A write refused for space names no file: stderr said only "[Errno 28] No space left on device".
+    from helpers.samples import chat_sample, write_jsonl
+    from helpers.tmpfs import fill, small_tmpfs
+
+    samples = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(50)])
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        out = disk / "scores.jsonl"
+        out.write_text("OLD\n")
+        fill(disk)
+        env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+        result = run_cli("score", "--in", str(samples), "--out", str(out), env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("llmwatch: [Errno 28] No space left on device: cannot write ")
+        assert str(out) in result.stderr and "free space there or write it elsewhere" in result.stderr
+        assert out.read_text() == "OLD\n"
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "scores.jsonl"]
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
+    # `score --in s.jsonl --out s.jsonl` read the samples, then renamed the scores over them: exit 0,
+    # the samples gone. `report` and `suite build` the same with --samples.
+    from helpers.samples import chat_sample, write_jsonl
+
+    samples = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(20)])
+    before = samples.read_bytes()
+    os.link(samples, tmp_path / "second-name.jsonl")
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    for args in (
+        ("score", "--in", str(samples), "--out", str(samples)),
+        ("score", "--in", str(samples), "--out", str(tmp_path / "second-name.jsonl")),
+        ("report", "--samples", str(samples), "--format", "json", "--out", str(samples)),
+    ):
+        result = run_cli(*args, env=env, cwd=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+        assert "writing it would replace that input; give --out another file name" in result.stderr
+        assert samples.read_bytes() == before, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl", "second-name.jsonl"]
+
+
+def test_a_pipe_given_as_input_is_named_as_a_pipe_not_a_missing_file(tmp_path):
+    # `score --in <(zcat samples.jsonl.gz)` said "--in /dev/fd/63: no such file or directory".
+    fifo = tmp_path / "samples.pipe"
+    os.mkfifo(fifo)
+    result = run_cli("score", "--in", str(fifo), "--out", str(tmp_path / "scores.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"--in {fifo}: not a regular file or directory (a pipe or a device)" in result.stderr
+    assert "save it to a file first" in result.stderr and "no such file" not in result.stderr
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_compressed_export_is_named_as_compressed(tmp_path):
+    # A .jsonl.gz given as is was "line 1: not valid JSON (str is not valid UTF-8: surrogates not allowed)".
+    import gzip
+
+    from helpers.samples import chat_sample, write_jsonl
+
+    plain = write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id=f"s{i}") for i in range(5)])
+    packed = tmp_path / "samples.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    result = run_cli("score", "--in", str(packed), "--out", str(tmp_path / "scores.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{packed}: a gzip-compressed file, not JSON Lines; decompress it first" in result.stderr
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_review_round_whose_key_cannot_be_written_leaves_no_tasks_file_behind(tmp_path):
+    # The tasks file was written, then the key that unblinds it failed on a full disk: blind tasks were
+    # left behind that no key could ever unblind.
+    from helpers.samples import chat_sample, write_jsonl
+    from helpers.tmpfs import fill, small_tmpfs
+
+    samples = write_jsonl(
+        tmp_path / "samples.jsonl",
+        [chat_sample(id=f"{v}{i}", model_version=v, prompt=f"question {i}?") for v in "AB" for i in range(20)],
+    )
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    export = ("review", "export", "--samples", str(samples), "--versions", "A,B", "--n", "5", "--seed", "7")
+    # The same round on a roomy disk first, to know how many pages the tasks file takes.
+    assert run_cli(*export, "--out", str(tmp_path / "sized.jsonl"), env=env).returncode == 0
+    pages = -(-(tmp_path / "sized.jsonl").stat().st_size // 4096)
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        filler = fill(disk)
+        os.truncate(filler, filler.stat().st_size - pages * 4096)  # room for the tasks, none for the key
+        result = run_cli(*export, "--out", str(disk / "tasks.jsonl"), env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "No space left on device" in result.stderr and "tasks.key.json" in result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_json_lines_file_that_starts_with_a_utf8_bom_is_read_whole(tmp_path):
+    # Refused at line 1: "not valid JSON (UTF-8 byte order mark (BOM) is not supported)".
+    from helpers.samples import chat_sample, write_jsonl
+
+    plain = write_jsonl(tmp_path / "plain.jsonl", [chat_sample(id=f"s{i}") for i in range(5)])
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    for name in ("plain", "bom"):
+        result = run_cli(
+            "score", "--in", str(tmp_path / f"{name}.jsonl"), "--out", str(tmp_path / f"{name}.out"), env=env
+        )
+        assert result.returncode == 0, result.stderr
+
+    def ids(name: str) -> list[str]:
+        return sorted(
+            line.split(b'"sample_id":"')[1].split(b'"')[0].decode()
+            for line in (tmp_path / f"{name}.out").read_bytes().splitlines()
+        )
+
+    assert ids("bom") == ids("plain") and "s0" in ids("bom")
+
+
+def test_a_path_with_a_tilde_the_shell_left_alone_is_named_with_the_path_it_meant(tmp_path):
+    # `--in=~/samples.jsonl` is one word: the shell does not expand its `~`, and the error said only
+    # "no such file or directory" about a file that is there.
+    from helpers.samples import chat_sample, write_jsonl
+
+    write_jsonl(tmp_path / "samples.jsonl", [chat_sample(id="s0")])
+    env = {**os.environ, "HOME": str(tmp_path)}
+    result = run_cli("score", "--in=~/samples.jsonl", "--out", str(tmp_path / "scores.jsonl"), env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "the shell did not expand this `~`" in result.stderr
+    assert f"give {tmp_path / 'samples.jsonl'}" in result.stderr
+
+
+def test_an_input_option_given_twice_is_refused_not_half_read(tmp_path):
+    # argparse kept the last --samples: a report over day 2 alone, exit 0, day 1 dropped unsaid.
+    from helpers.samples import chat_sample, write_jsonl
+
+    day1 = write_jsonl(tmp_path / "day1.jsonl", [chat_sample(id=f"a{i}") for i in range(5)])
+    day2 = write_jsonl(tmp_path / "day2.jsonl", [chat_sample(id=f"b{i}") for i in range(5)])
+    out = tmp_path / "report.json"
+    result = run_cli("report", "--samples", str(day1), f"--samples={day2}", "--format", "json", "--out", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "--samples given 2 times; it takes one file or directory" in result.stderr
+    assert "put the files in one directory" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--alpha", "2"), "argument --alpha: 2 is not between 0 and 1 (exclusive)"),
+        (("--alpha", "nan"), "argument --alpha: nan is not between 0 and 1 (exclusive)"),
+        (("--min-samples", "-1"), "argument --min-samples: -1 is less than 1"),
+    ],
+)
+def test_drift_refuses_a_level_or_a_minimum_out_of_range_with_exit_2(tmp_path, args, said):
+    # `--alpha 2` and `--alpha nan` answered "stable", exit 0 (nan compares false); `--min-samples -1`
+    # ended in a numpy traceback, exit 1.
+    from helpers.samples import chat_sample, write_jsonl
+
+    samples = write_jsonl(tmp_path / "s.jsonl", [chat_sample(id=f"s{i}", model_version="A") for i in range(40)])
+    env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false"}
+    frozen = run_cli(
+        "baseline",
+        "freeze",
+        "--samples",
+        str(samples),
+        "--model-version",
+        "A",
+        "--out",
+        str(tmp_path / "b.json"),
+        env=env,
+    )
+    assert frozen.returncode == 0, frozen.stderr
+    result = run_cli(
+        "drift",
+        "--baseline",
+        str(tmp_path / "b.json"),
+        "--samples",
+        str(samples),
+        "--model-version",
+        "A",
+        *args,
+        env=env,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr

@@ -276,3 +276,165 @@ def test_drift_and_report_read_a_file_url_dataset_as_they_read_its_directory(tmp
         proc = llmwatch("drift", "--baseline", str(tmp_path / "base.json"), "--samples", bad, cwd=tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert bad in proc.stderr and words in proc.stderr, proc.stderr
+
+
+def refused(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """The one-line bad-input outcome: exit 2, every word in stderr's one line, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
+
+
+def test_a_timestamp_past_year_9999_is_named_by_row_and_column_not_a_traceback(tmp_path):
+    # Parquet holds instants Python's datetime cannot (int64 seconds): converting the batch raised
+    # OverflowError out of `score` as a traceback (exit 1).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet.arrow_schema()["samples"]
+    seconds = schema.set(schema.get_field_index("timestamp"), pa.field("timestamp", pa.timestamp("s", tz="UTC")))
+    rows = [parquet.to_row("samples", sample(i, "v1", False)) for i in range(3)]
+    table = pa.Table.from_pylist(rows, schema=seconds)
+    far = pa.array([int(r["timestamp"].timestamp()) for r in rows[:1]] + [10**12, 0], pa.int64())
+    table = table.set_column(
+        table.schema.get_field_index("timestamp"), "timestamp", far.cast(seconds.field("timestamp").type)
+    )
+    (tmp_path / "samples").mkdir()
+    pq.write_table(table, tmp_path / "samples" / "x.parquet")
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    refused(proc, "x.parquet: row 2: column 'timestamp'", "years 1 and 9999")
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_file_corrupt_inside_is_refused_in_one_line(tmp_path):
+    # Its footer is whole, its first page header is not: Arrow's message is three lines, and
+    # stderr carried them as they were.
+    parquet_write.write_dataset(tmp_path, "samples", [sample(i, "v1", False) for i in range(10)])
+    [part] = (tmp_path / "samples").rglob("*.parquet")
+    data = bytearray(part.read_bytes())
+    for k in range(4, 400):
+        data[k] ^= 0x5A
+    part.write_bytes(bytes(data))
+    proc = llmwatch("score", "--in", str(tmp_path), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+    refused(proc, f"{part.name}: not a readable Parquet file (")
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_json_column_that_is_not_json_text_is_refused_naming_the_column(tmp_path):
+    # Another tool wrote `request` as a struct, or `metadata` as broken text: the error said "a JSON
+    # column is not valid JSON (Input must be bytes, bytearray, memoryview, or str ...)", which column
+    # unsaid.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet.arrow_schema()["samples"]
+    rows = [parquet.to_row("samples", sample(i, "v1", False)) for i in range(3)]
+    struct = pa.struct([("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))])
+    as_struct = schema.set(schema.get_field_index("request"), pa.field("request", struct))
+    (tmp_path / "a" / "samples").mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist([{**r, "request": orjson.loads(r["request"])} for r in rows], schema=as_struct),
+        tmp_path / "a" / "samples" / "x.parquet",
+    )
+    (tmp_path / "b" / "samples").mkdir(parents=True)
+    rows[1]["metadata"] = '{"category": '
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / "b" / "samples" / "y.parquet")
+
+    proc = llmwatch("score", "--in", str(tmp_path / "a"), "--out", str(tmp_path / "a.jsonl"), cwd=tmp_path)
+    refused(proc, "x.parquet: row 1: column 'request' holds a dict, not JSON text", "JSON text in a string column")
+    proc = llmwatch("score", "--in", str(tmp_path / "b"), "--out", str(tmp_path / "b.jsonl"), cwd=tmp_path)
+    refused(proc, "y.parquet: row 2: column 'metadata' is not valid JSON (")
+    assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
+
+
+def test_one_parquet_file_given_itself_is_read_as_its_dataset_is(tmp_path):
+    # `--in part-0.parquet` (or its file:// URL) was read as JSON Lines: "part-0.parquet:1: not valid
+    # JSON (str is not valid UTF-8 ...); each line must be one JSON object".
+    parquet_write.write_dataset(tmp_path / "ds", "samples", [sample(i, "v1", i % 4 == 0) for i in range(10)])
+    [part] = (tmp_path / "ds").rglob("*.parquet")
+
+    def scores(source: str, name: str) -> list[dict]:
+        proc = llmwatch("score", "--in", source, "--out", str(tmp_path / name), cwd=tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        lines = [orjson.loads(line) for line in (tmp_path / name).read_bytes().splitlines()]
+        return sorted(({k: v for k, v in s.items() if k != "scored_at"} for s in lines), key=orjson.dumps)
+
+    whole = scores(str(tmp_path / "ds"), "whole.jsonl")
+    assert len(whole) >= 10
+    assert scores(str(part), "file.jsonl") == whole
+    assert scores(part.as_uri(), "url.jsonl") == whole
+
+
+def test_a_gs_url_that_cannot_be_reached_is_refused_after_bounded_retries_not_a_silent_wait(tmp_path):
+    # The GCS client retried a call it could not authenticate for 15 minutes by default: `score --in
+    # gs://...` without credentials or a route sat silent that long. Here both the token endpoint
+    # and the storage endpoint are a loopback port that refuses, so nothing leaves the machine.
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection is refused
+    port = closed.getsockname()[1]
+    try:
+        creds = tmp_path / "adc.json"
+        creds.write_text(
+            orjson.dumps(
+                {
+                    "type": "authorized_user",
+                    "client_id": "x",
+                    "client_secret": "y",
+                    "refresh_token": "z",
+                    "token_uri": f"http://127.0.0.1:{port}/token",
+                }
+            ).decode()
+        )
+        url = f"gs://llmwatch-test/ds?endpoint_override=127.0.0.1:{port}&scheme=http"
+        proc = procs.llmwatch(
+            "score",
+            "--in",
+            url,
+            "--out",
+            str(tmp_path / "scores.jsonl"),
+            cwd=tmp_path,
+            env={**ENV, "GOOGLE_APPLICATION_CREDENTIALS": str(creds)},
+            timeout=240,  # a deadline for the test, well short of the client's default 15 minutes
+        )
+    finally:
+        closed.close()
+    refused(proc, f"--in {url}: cannot list this dataset (", "?retry_limit_seconds=N")
+    assert not (tmp_path / "scores.jsonl").exists()
+
+
+def test_a_folder_of_json_lines_and_parquet_files_is_refused_not_half_read(tmp_path):
+    # The JSON Lines were read and the Parquet part files beside them skipped without a word: a
+    # report over 3 of 23 samples, exit 0.
+    folder = tmp_path / "samples"
+    parquet_write.write_dataset(tmp_path, "samples", [sample(i, "pq", False) for i in range(20)])
+    write_jsonl(folder / "samples-x.jsonl", [sample(i, "v1", False) for i in range(3)])
+    proc = llmwatch(
+        "report", "--samples", str(folder), "--format", "json", "--out", str(tmp_path / "r.json"), cwd=tmp_path
+    )
+    refused(
+        proc, "holds both JSON Lines (1 file(s), e.g. samples-x.jsonl) and Parquet files (", "give a folder of one kind"
+    )
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_score_over_files_of_no_records_is_refused_as_an_empty_export_is(tmp_path):
+    # An empty .jsonl was "holds no samples", exit 2; Parquet files of no rows, or a file whose one line
+    # is a torn write, were "scored 0 samples", exit 0, and an empty scores file.
+    parquet_write.write_dataset(tmp_path / "ds", "samples", [])
+    (tmp_path / "ds" / "samples").mkdir(parents=True, exist_ok=True)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(
+        pa.Table.from_pylist([], schema=parquet.arrow_schema()["samples"]), tmp_path / "ds" / "samples" / "p.parquet"
+    )
+    (tmp_path / "torn.jsonl").write_bytes(b'{"schema": "llmwatch.sample/v1", "id": "a", "time')
+    for source in (tmp_path / "ds", tmp_path / "torn.jsonl"):
+        proc = llmwatch("score", "--in", str(source), "--out", str(tmp_path / "scores.jsonl"), cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        # The torn line's warning comes first (a log line); the error is the last line.
+        assert proc.stderr.splitlines()[-1].startswith(f"llmwatch: bad input: --in {source} holds no samples")
+        assert not (tmp_path / "scores.jsonl").exists()

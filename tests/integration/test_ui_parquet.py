@@ -167,3 +167,25 @@ def test_the_start_line_names_a_dataset_url_as_it_was_given(folders, servers):
     _, _, remote = servers
     line = next(x for x in remote.proc.lines if x.startswith("llmwatch ui listening on"))
     assert line.rstrip().endswith(f"pairs from file://{dataset})"), line
+
+
+def test_a_sample_whose_timestamp_python_cannot_hold_is_shown_from_the_index_not_a_500(tmp_path: Path):
+    # Its part file's row could not be turned back into a record (OverflowError, year 33658): the
+    # sample page answered 500 "internal error".
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet.arrow_schema()["samples"]
+    seconds = schema.set(schema.get_field_index("timestamp"), pa.field("timestamp", pa.timestamp("s", tz="UTC")))
+    sample = make_sample(7, random.Random(7))
+    table = pa.Table.from_pylist([parquet.to_row("samples", sample)], schema=seconds)
+    far = pa.array([10**12], pa.int64()).cast(seconds.field("timestamp").type)
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", far)
+    (tmp_path / "samples").mkdir()
+    pq.write_table(table, tmp_path / "samples" / "part-0.parquet")
+    server = UiServer(tmp_path)
+    try:
+        status, _, body = get(f"{server.base}/samples/{sample.id}")
+        assert status == 200 and sample.id in body
+    finally:
+        server.stop()

@@ -114,6 +114,29 @@ def add_report_format(p: argparse.ArgumentParser) -> None:
     )
 
 
+def probability(text: str) -> float:
+    """An argparse type: a level strictly between 0 and 1. `--alpha 2` or `--alpha nan` ran the tests
+    at that level and answered "stable" (nan compares false), exit 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a level between 0 and 1, e.g. 0.05") from None
+    if not 0.0 < value < 1.0:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1 (exclusive); give e.g. 0.05")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (`--min-samples -1` ended in a numpy traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1; give 1 or more")
+    return value
+
+
 def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:
     """The options `drift` and `canary` share: report format, the family-wise alpha, minimum samples, failing families."""
     add_report_format(p)
@@ -121,6 +144,6 @@ def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str,
         "--out",
         help="also write the JSON report to this file (with text or json); with --format html, the HTML page",
     )
-    p.add_argument("--alpha", type=float, default=0.05, help="family-wise false alarm rate (default 0.05)")
-    p.add_argument("--min-samples", type=int, default=30, help=min_samples_help)
+    p.add_argument("--alpha", type=probability, default=0.05, help="family-wise false alarm rate (default 0.05)")
+    p.add_argument("--min-samples", type=at_least_one, default=30, help=min_samples_help)
     p.add_argument("--fail-on", help=fail_on_help)

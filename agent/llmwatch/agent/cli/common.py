@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import orjson
 
@@ -68,7 +68,9 @@ def require_records(source: str, flag: str, what: str = "samples") -> None:
         if not found:
             raise RecordError(f"{flag} {source}: no {what} Parquet files under this URL (nor under {what}/ in it)")
         return
-    if Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what):
+    if parquet.is_parquet_file(source) or (
+        Path(source).is_dir() and not any(Path(source).glob("*.jsonl")) and parquet.is_dataset(source, what)
+    ):
         # A Parquet dataset (`llmwatch archive`'s output): the reader checks its rows.
         return
     try:
@@ -91,6 +93,60 @@ def require_file(path: str, flag: str, hint: str) -> None:
     if not Path(path).is_file():
         state = "is a directory" if Path(path).is_dir() else "does not exist"
         raise RecordError(f"{flag} {path} {state}; {hint}")
+
+
+# The options that name a file a command reads, by their argparse dest.
+_INPUTS = {
+    "input": "--in",
+    "samples": "--samples",
+    "scores": "--scores",
+    "pairs": "--pairs",
+    "baseline": "--baseline",
+    "consistency": "--consistency",
+}
+
+
+# Options that take one file or directory: argparse keeps the last of several and drops the rest.
+_ONE_PATH = ("--in", "--samples", "--scores", "--pairs", "--baseline", "--consistency", "--out")
+
+
+def require_each_path_once(argv: Sequence[str]) -> None:
+    """None of `_ONE_PATH` is given twice: `report --samples day1.jsonl --samples day2.jsonl` read day 2
+    alone, exit 0, day 1 dropped without a word."""
+    seen: dict[str, int] = {}
+    for word in argv:
+        if word == "--":
+            break
+        flag = word.split("=", 1)[0]
+        if flag in _ONE_PATH:
+            seen[flag] = seen.get(flag, 0) + 1
+    for flag, times in seen.items():
+        if times > 1:
+            raise RecordError(
+                f"{flag} given {times} times; it takes one file or directory, and only the last would be "
+                f"read: put the files in one directory and give {flag} that directory"
+            )
+
+
+def require_output_not_an_input(args: argparse.Namespace) -> None:
+    """The file `--out` names is none of the files the command reads.
+
+    `score --in s.jsonl --out s.jsonl` (or `report --samples`, `suite build --samples` the same)
+    read the samples, then the atomic writer renamed its output over them: the input was gone,
+    exit 0. A second name of the same file (a hard link, `./s.jsonl`) counts; a symlink at `--out` does
+    not, since the writer replaces the link, not its target. (`report --compare r.json --out r.json`
+    stays allowed: it updates a report in place, on purpose.)"""
+    out = getattr(args, "output", None) or getattr(args, "out", None)
+    if not isinstance(out, str) or not os.path.isfile(out) or os.path.islink(out):
+        return
+    for dest, flag in _INPUTS.items():
+        value = getattr(args, dest, None)
+        for source in value if isinstance(value, list) else [value]:
+            if isinstance(source, str) and os.path.isfile(source) and os.path.samefile(source, out):
+                raise RecordError(
+                    f"--out {out} is the file {flag} reads ({source}): writing it would replace that input; "
+                    "give --out another file name"
+                )
 
 
 def require_writable(path: str, flag: str, *, must_not_exist: str | None = None, example: str = "out.jsonl") -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import orjson
 
-from llmwatch.agent.cli.args import add_report_format, config_from_args
+from llmwatch.agent.cli.args import add_report_format, at_least_one, config_from_args, probability
 from llmwatch.agent.cli.common import (
     log_options,
     print_result,
@@ -503,11 +503,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     )
     p.add_argument(
         "--alpha",
-        type=float,
+        type=probability,
         default=0.05,
         help="test level for version stability, the quality guard (a version significantly worse on a check cannot be best) and the decision score's 1-alpha interval (default 0.05)",
     )
-    p.add_argument("--min-samples", type=int, default=30, help="fewest samples per drift signal (default 30)")
+    p.add_argument("--min-samples", type=at_least_one, default=30, help="fewest samples per drift signal (default 30)")
     p.add_argument(
         "--consistency",
         metavar="PAIRS",
@@ -542,7 +542,9 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         default=0.2,
         help="smallest pass-rate drop that counts as a regression (default 0.2 = 20 points)",
     )
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the per-case test (default 0.05)")
+    p.add_argument(
+        "--alpha", type=probability, default=0.05, help="significance level of the per-case test (default 0.05)"
+    )
     p.add_argument(
         "--correction",
         choices=["holm", "none"],

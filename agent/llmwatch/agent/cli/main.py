@@ -19,8 +19,16 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence
 import structlog
 
 from llmwatch.agent import signals
-from llmwatch.agent.cli.args import add_comparison_options, config_from_args, setup_logging
-from llmwatch.agent.cli.common import log_options, require_file, require_records, require_writable, show_usage
+from llmwatch.agent.cli.args import add_comparison_options, at_least_one, config_from_args, setup_logging
+from llmwatch.agent.cli.common import (
+    log_options,
+    require_each_path_once,
+    require_file,
+    require_output_not_an_input,
+    require_records,
+    require_writable,
+    show_usage,
+)
 from llmwatch.agent.signals import run_until_stopped
 from llmwatch.core.config import ConfigError, ListenError
 from llmwatch.core.errors import LlmwatchError
@@ -392,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", dest="output", required=True, help="where to write scores (JSON Lines)")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=at_least_one,
         default=256,
         help="samples scored together; larger is faster for the embedding checks and uses more memory (default 256)",
     )
@@ -597,6 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until a command reads its config: nothing may reach stdout, the human output's stream.
     setup_logging(args)
     try:
+        require_each_path_once(sys.argv[1:] if argv is None else argv)
+        require_output_not_an_input(args)
         with _sigterm_unwinds():
             return int(args.func(args) or 0)
     except LlmwatchError as exc:

@@ -12,6 +12,7 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
+from llmwatch.agent.cli.args import probability
 from llmwatch.agent.cli.common import log_options, require_records, require_writable, show_usage
 
 EXIT = {"not_worse": 0, "worse": 1, "inconclusive": 2}
@@ -41,7 +42,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
         type=float,
         help="ratio a candidate's p95 latency may reach (default shadow.margins.p95_latency_ratio, 1.10)",
     )
-    r.add_argument("--alpha", type=float, help="one-sided level of the tests (default shadow.alpha, 0.05)")
+    r.add_argument("--alpha", type=probability, help="one-sided level of the tests (default shadow.alpha, 0.05)")
     r.set_defaults(func=cmd_shadow_report)
     j = ssub.add_parser(
         "judge",

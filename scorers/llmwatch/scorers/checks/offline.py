@@ -72,6 +72,7 @@ def score_files(
     # A Parquet dataset (`llmwatch archive`) is read by `read_records` too; its files are counted.
     dataset = (
         parquet.is_url(source)
+        or parquet.is_parquet_file(source)
         or Path(source).is_dir()
         and not any(Path(source).glob("*.jsonl"))
         and parquet.is_dataset(source, "samples")
@@ -106,6 +107,13 @@ def score_files(
                 if vectors is not None:
                     _keep_vectors(suite.embedder, batch, vectors.add)
                 progress.update(len(batch))
+            if not samples_seen:
+                # An empty .jsonl is refused up front; Parquet files of no rows, or a file whose one
+                # line is a torn write, were "scored 0 samples", exit 0, and an empty output.
+                raise RecordError(
+                    f"--in {source} holds no samples (no rows, or only a torn last line); nothing written; "
+                    "export some traffic first, e.g. with `llmwatch proxy` or `llmwatch demo`"
+                )
         if vectors is not None:
             vectors.close()  # the cache appears whole, after the scores (as before)
     finally:

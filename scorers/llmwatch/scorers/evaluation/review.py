@@ -436,9 +436,32 @@ def _write_round(
     seed: int | None,
     criteria: Sequence[str],
 ) -> None:
-    """The blind tasks file, then the key that unblinds it, which pins the tasks file's checksum."""
+    """The blind tasks file, then the key that unblinds it, which pins the tasks file's checksum; if the
+    key cannot be written (a full disk), the tasks file is put back as it was: tasks without their key
+    were left behind, a round nobody could unblind."""
     body = b"\n".join(lines) + b"\n"
+    before = tasks_path.read_bytes() if tasks_path.is_file() else None
     atomic_write_bytes(tasks_path, body)
+    try:
+        _write_key(tasks_path, key_path, body, key_tasks, versions=versions, seed=seed, criteria=criteria)
+    except BaseException:
+        if before is None:
+            tasks_path.unlink(missing_ok=True)
+        else:
+            atomic_write_bytes(tasks_path, before)
+        raise
+
+
+def _write_key(
+    tasks_path: Path,
+    key_path: Path,
+    body: bytes,
+    key_tasks: dict[str, dict[str, KeyEntry]],
+    *,
+    versions: list[str],
+    seed: int | None,
+    criteria: Sequence[str],
+) -> None:
     key = ReviewKey(
         created_at=datetime.now(timezone.utc),
         tasks_file=tasks_path.name,

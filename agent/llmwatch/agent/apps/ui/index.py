@@ -932,6 +932,7 @@ def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
             if hits.num_rows:
                 record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
                 return record.model_dump(mode="json", by_alias=True)
-    except (RecordError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
+    except (RecordError, OSError, ValueError, OverflowError, KeyError, pa.ArrowException) as exc:
+        # OverflowError: a timestamp past year 9999, which Parquet holds and datetime cannot.
         log.warning("ui.parquet_record_unreadable", file=path, error=str(exc))
     return None
