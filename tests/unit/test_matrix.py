@@ -437,6 +437,37 @@ def test_a_cheaper_version_that_is_worse_on_a_check_is_never_called_best():
     assert {v["model_version"]: v["verdict"] for v in data["versions"]} == {"A": "", "B": "cheaper, worse on refusal"}
 
 
+def test_the_html_decision_figure_draws_the_intervals_and_marks_the_cheaper_worse_version_not_eligible(monkeypatch):
+    # The figure drew B's longer bar alone under "higher is better" while the verdict above named A
+    # best: a reader of the picture picked the version the quality guard had ruled out.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = cheap_but_worse()
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    figures: list = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": figures.append((fig, caption)))
+    page = html.render_evaluation(report)
+    fig, caption = next((f, c) for f, c in figures if c.startswith("Decision score per version"))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["A\n(best)", "B\n(not eligible)"]
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    assert [b.get_hatch() for b in bars] == [None, "//"]
+    # Each score with its bootstrap interval, as error bars and in the table.
+    ((_, _, (bar_lines,)),) = [c.lines for c in ax.containers if hasattr(c, "has_xerr") and c.has_xerr]
+    spans = sorted((round(float(a), 6), round(float(b), 6)) for (a, _), (b, _) in bar_lines.get_segments())
+    rows = {r.model_version: r for r in report.decision}
+    assert spans == sorted(
+        (round(r.decision_low, 6), round(r.decision_high, 6)) for r in rows.values() if r.decision_low is not None
+    )
+    b = rows["B"]
+    assert f"{b.decision_score:.3f} [{b.decision_low:.3f}-{b.decision_high:.3f}]" in page
+    assert "not eligible" in caption and "interval" in caption
+    for f, _ in figures:
+        html._pyplot().close(f)
+
+
 def test_a_difference_within_chance_does_not_disqualify_a_version():
     # 1 refusal in 60 against none: not significant, so the cheaper B stays best.
     samples = cheap_but_worse(refusals=1)

@@ -30,6 +30,7 @@ from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
 from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
+from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
 from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity, render_turn_decay
 from llmwatch.scorers.stats.proportions import wilson_interval
@@ -680,6 +681,52 @@ def _colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+def _decision_interval(r: DecisionRow) -> str:
+    return (
+        f" [{r.decision_low:.3f}-{r.decision_high:.3f}]"
+        if r.decision_low is not None and r.decision_high is not None
+        else ""
+    )
+
+
+def _decision_figure(plt: Any, report: EvaluationReport) -> Any:
+    """Decision scores as bars with their bootstrap intervals; the best is named and an ineligible
+    version hatched and labelled, so that a longer bar is never read as the better version when the
+    quality guard ruled it out (the demo's cheaper B scores 0.84 against A's 0.49, and A is best)."""
+    rows = report.decision
+    best = choose_best(rows)
+    fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.5 * len(rows)))
+    y = np.arange(len(rows))
+    values = [r.decision_score if r.decision_score is not None else 0.0 for r in rows]
+    low = [v - r.decision_low if r.decision_low is not None else 0.0 for v, r in zip(values, rows)]
+    high = [r.decision_high - v if r.decision_high is not None else 0.0 for v, r in zip(values, rows)]
+    bars = ax.barh(
+        y,
+        values,
+        xerr=[[max(0.0, x) for x in low], [max(0.0, x) for x in high]],
+        capsize=3,
+        color=[
+            _colour(report.versions.index(r.model_version)) if r.model_version in report.versions else "#999"
+            for r in rows
+        ],
+        height=0.6,
+    )
+    labels = []
+    for bar, r in zip(bars, rows):
+        if r.decision_score is None:
+            labels.append(f"{r.model_version}\n(no score)")
+        elif not r.eligible:
+            bar.set_hatch("//")
+            bar.set_alpha(0.45)
+            labels.append(f"{r.model_version}\n(not eligible)")
+        else:
+            labels.append(f"{r.model_version}\n(best)" if r is best else r.model_version)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"decision score ({1 - report.alpha:.0%} bootstrap interval)")
+    return fig
+
+
 def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
     """`llmwatch report`: the decision first, then pass rates, latency/TTFT, cost, the matrix, stability."""
     plt = _pyplot()
@@ -702,7 +749,7 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
                     _num(r.stability),
                     _num(r.cost_per_1k, ".4f"),
                     _num(r.normalized_cost),
-                    _num(r.decision_score),
+                    _num(r.decision_score) + _decision_interval(r),
                     "; ".join(x for x in (r.verdict(report.decision), r.note) if x),
                 ]
                 for r in report.decision
@@ -711,19 +758,12 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
         )
         doc.open_figures()
         if report.decision:
-            fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.45 * len(report.decision)))
-            names = [r.model_version for r in report.decision]
-            values = [r.decision_score if r.decision_score is not None else 0.0 for r in report.decision]
-            ax.barh(
-                np.arange(len(names)),
-                values,
-                color=[_colour(versions.index(n)) if n in versions else "#999" for n in names],
-                height=0.6,
+            doc.figure(
+                _decision_figure(plt, report),
+                f"Decision score per version with its {1 - report.alpha:.0%} bootstrap interval: higher is better "
+                "among the eligible versions; a hatched bar is not eligible (worse than another version on a "
+                "check's pass rate) and cannot be best, whatever its score; a version without a price has none",
             )
-            ax.set_yticks(np.arange(len(names)), names)
-            ax.invert_yaxis()
-            ax.set_xlabel("decision score")
-            doc.figure(fig, "Decision score per version (higher is better; a version without a price has none)")
         doc.close_figures()
 
         doc.heading("Pass rate by category and version")
