@@ -295,4 +295,11 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
         "Wins, ties and losses of the candidate over the pairs",
     ]
     assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == 3
+    # The similarity with its interval and the table's legend, as the text report has them (the
+    # page gave the point alone and never said which CI the table shows).
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert re.search(
+        r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ pairs", body
+    )
+    assert "effect: candidate minus primary (points) for rates" in body and "CI: two-sided 90 %" in body
     screenshot(browser, "shadow-report.png", tmp_path)
