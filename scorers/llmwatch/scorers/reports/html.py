@@ -263,6 +263,26 @@ _ROW_FIELDS = {
 }
 
 
+# What a histogram's x axis counts, with its unit: the ticks alone (80, 160, 240; 1.0 x 1e-3)
+# left the reader to guess tokens, milliseconds or dollars.
+_AXIS_LABELS = {
+    "output_tokens": "output tokens per answer",
+    "input:prompt_tokens": "prompt tokens per call",
+    "perf:latency_per_token_ms": "time per output token after the first (ms)",
+    "perf:ttft_ms_by_input_length": "time to first token (ms; tested within input-length buckets)",
+    "perf:cost_per_1k_tokens": "cost per 1,000 tokens, input and output (USD)",
+    "perf:latency_ms": "latency per call (ms)",
+    "perf:ttft_ms": "time to first token (ms)",
+    "perf:cost_usd": "cost per call (USD)",
+}
+
+
+def _axis_label(sig: Signal) -> str:
+    if sig.name.startswith("score:"):
+        return f"{sig.name.split(':', 1)[1]} score per answer"
+    return _AXIS_LABELS.get(sig.name, sig.name)
+
+
 def _reservoirs(sig: Signal, base: RouteStats, cur: RouteStats) -> tuple[list[float], list[float]] | None:
     if sig.name.startswith("score:"):
         check = sig.name.split(":", 1)[1]
@@ -313,6 +333,7 @@ def _distribution_figure(
         color=_verdict_colour(sig.verdict),
     )
     ax.set_ylabel("share of calls")
+    ax.set_xlabel(_axis_label(sig))
     ax.yaxis.set_major_formatter(_percent())
     # Few ticks in short numbers: 0.00045 USD ticks every 0.00005 run into each other.
     ax.xaxis.set_major_locator(_ticks())
