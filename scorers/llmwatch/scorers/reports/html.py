@@ -21,6 +21,7 @@ import base64
 import html
 import io
 import math
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
@@ -29,7 +30,7 @@ import numpy as np
 from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
-from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
+from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
 from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity, render_turn_decay
@@ -490,6 +491,46 @@ def _prompt_vectors(rows: Sequence[Row], space: str) -> np.ndarray:
     return unpack_vectors(have) if have else np.zeros((0, 0))
 
 
+_SPACE_NAMES = {MINILM: "MiniLM embeddings", HASHED_WORDS: "hashed words"}
+
+
+def _spaces(rows: Sequence[Row]) -> Counter[str]:
+    return Counter(sp for r in rows if (sp := space_of(r)))
+
+
+def _map_space(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> str | None:
+    """The vector space both sides' prompts are drawn in: one that holds most of each side's vectors.
+
+    A space that only a few rows of one side share (a baseline frozen by the scorer process holds
+    hashed words, `llmwatch drift` embeds the window's prompts with MiniLM) would draw that side as
+    a handful of prompts: the demo's map showed 145 baseline prompts against 5 of the window's 144.
+    """
+    b, c = _spaces(base_rows), _spaces(cur_rows)
+    shared = [sp for sp in b if sp in c]
+    if not shared:
+        return None
+    space = max(shared, key=lambda sp: b[sp] + c[sp])
+    if 2 * b[space] < sum(b.values()) or 2 * c[space] < sum(c.values()):
+        return None
+    return space
+
+
+def prompt_map_gap(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> str | None:
+    """Why the prompt map is not drawn when both sides have prompt vectors, but of different spaces."""
+    b, c = _spaces(base_rows), _spaces(cur_rows)
+    if not b or not c or _map_space(base_rows, cur_rows) is not None:
+        return None
+
+    def named(counts: Counter[str]) -> str:
+        return ", ".join(f"{n} {_SPACE_NAMES.get(sp, sp)}" for sp, n in counts.most_common())
+
+    return (
+        f"prompt space not drawn: the baseline's prompt vectors are {named(b)}, the current window's "
+        f"{named(c)}; vectors of two spaces are not comparable. A baseline frozen by the sidecar's scorer "
+        "holds hashed words; freeze it with `llmwatch baseline freeze` (embeddings on) to compare prompts by meaning"
+    )
+
+
 def prompt_map(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray, float] | None:
     """Baseline and current prompt vectors projected on the first two principal components of both together.
 
@@ -498,10 +539,9 @@ def prompt_map(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> tuple[np.nd
     subset. Returns (baseline xy, current xy, share of variance the two axes show), or None when
     the two sides carry no vectors of one space or every prompt is the same.
     """
-    spaces = {space_of(r) for r in base_rows} & {space_of(r) for r in cur_rows} - {""}
-    if not spaces:
+    space = _map_space(base_rows, cur_rows)
+    if space is None:
         return None
-    space = max(spaces, key=lambda sp: sum(space_of(r) == sp for r in (*base_rows, *cur_rows)))
     B, C = _prompt_vectors(base_rows, space), _prompt_vectors(cur_rows, space)
     if not len(B) or not len(C):
         return None
@@ -689,6 +729,8 @@ def render_drift(
                         _prompt_map_figure(plt, pts, None, report.baseline_version, current_label),
                         "prompt space: each dot a prompt, baseline and current projected on the same two axes (not tested)",
                     )
+                elif base is not None and cur is not None and (gap := prompt_map_gap(base.rows, cur.rows)):
+                    notes.append(gap)
             doc.close_figures()
             for note in notes:
                 doc.paragraph(note, "note")
