@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -466,6 +467,35 @@ def test_the_html_decision_figure_draws_the_intervals_and_marks_the_cheaper_wors
     assert "not eligible" in caption and "interval" in caption
     for f, _ in figures:
         html._pyplot().close(f)
+
+
+def test_long_version_names_are_printed_whole_and_the_text_tables_stay_aligned():
+    # Real snapshot names: the checks table cut both to "version gpt-3.5-turb" and ran them
+    # together, and the cost and decision rows pushed their figures out from under the headings.
+    names = {"A": "gpt-3.5-turbo-0301", "B": "gpt-3.5-turbo-0613-long-snapshot-name"}
+    samples = [s.model_copy(update={"model_version": names[s.model_version]}) for s in cheap_but_worse(refusals=10)]
+    text = format_text(build_report(samples, scores_of(samples), matrix([{"name": "faq"}])))
+    lines = text.splitlines()
+
+    def columns(header: str, row_start: str) -> None:
+        head = next(line for line in lines if line.startswith(header))
+        row = next(line for line in lines if line.startswith(row_start))
+        for name in names.values():
+            assert f"version {name} " in head + " "
+        # The second version's column starts where its heading does (a rate may be padded by one).
+        at = head.index(f"version {names['B']}")
+        assert row[at - 2 : at] == "  " and row[at : at + 2].strip(), (head, row)
+
+    columns("  check ", "  refusal ")
+    columns("  category ", "  faq ")
+    heads = [i for i, line in enumerate(lines) if re.match(r"  version +(requests|quality) ", line)]
+    assert len(heads) == 2
+    for i in heads:  # the cost table and the decision table: figures right-aligned under their headings
+        head = lines[i]
+        end = head.index("requests") + len("requests") if "requests" in head else head.index("quality") + len("quality")
+        for row in lines[i + 1 : i + 3]:
+            assert row.split()[0] in names.values()
+            assert row[end - 1] != " " and row[end] == " ", (head, row)
 
 
 def test_a_difference_within_chance_does_not_disqualify_a_version():
