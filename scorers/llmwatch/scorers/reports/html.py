@@ -635,8 +635,10 @@ def render_drift(
             "warn",
         ),
     }[report.verdict]
+    # A signal without a direction (the answer embedding) is named by its verdict: "changed" is the
+    # table's word for a context figure that moved without failing the run.
     points = [
-        f"{s.name} on {_route_label(s.route)}: {s.direction or 'changed'} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
+        f"{s.name} on {_route_label(s.route)}: {s.direction or s.verdict} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
         for s in drifting[:8]
     ]
     points += [
