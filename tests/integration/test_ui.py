@@ -157,6 +157,25 @@ def test_versions_side_by_side_with_wilson_intervals(ui: UiServer, data_dir: Pat
     assert f'<a class="failures" href="{link}">{decided - passed:,} failed</a>' in body
 
 
+def test_versions_gives_the_latency_of_answered_calls_as_the_report_does(ui: UiServer, data_dir: Path):
+    # With the errors' times mixed in, /versions and `llmwatch report` gave one version two p50s
+    # (demo, version A: 1,231 ms here, 1,260 ms in the report).
+    from llmwatch.core.records import Sample
+    from llmwatch.scorers.evaluation.decision import cost_latency
+
+    samples = [Sample.model_validate(s) for s in records(data_dir / "samples")]
+    assert any(s.status >= 400 and s.model_version == "B" for s in samples)
+    reported = cost_latency(samples)["B"]
+    _, _, body = get(f"{ui.base}/versions")
+    text = html.unescape(re.sub(r"<[^>]+>", " ", body))
+    for label, value in (
+        ("latency p50 (answered)", reported.latency_ms["p50"]),
+        ("latency p95 (answered)", reported.latency_ms["p95"]),
+        ("TTFT p50 (answered)", reported.ttft_ms["p50"]),
+    ):
+        assert re.search(rf"{re.escape(label)}\s+\S+ ms\s+{value:,.0f} ms", text), (label, value)
+
+
 def test_a_grafana_data_link_and_a_drift_signal_lead_to_the_samples(ui: UiServer, data_dir: Path):
     _, _, direct = get(f"{ui.base}/samples?model_version=B&check=min_length&outcome=fail")
     # What the quality dashboard's data link sends with "All" versions selected and the time range in ms.

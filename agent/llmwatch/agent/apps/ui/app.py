@@ -523,9 +523,9 @@ class UiApp:
                     for v in versions
                 ],
             ),
-            row("latency p50", [_ms(by_v[v]["latency_p50"]) for v in versions]),
-            row("latency p95", [_ms(by_v[v]["latency_p95"]) for v in versions]),
-            row("TTFT p50", [_ms(by_v[v]["ttft_p50"]) or "-" for v in versions]),
+            row("latency p50 (answered)", [_ms(by_v[v]["latency_p50"]) for v in versions]),
+            row("latency p95 (answered)", [_ms(by_v[v]["latency_p95"]) for v in versions]),
+            row("TTFT p50 (answered)", [_ms(by_v[v]["ttft_p50"]) or "-" for v in versions]),
             row("output tokens (mean)", [_num(by_v[v]["output_tokens"], 1) for v in versions]),
             row("cost per call (mean)", [_usd(by_v[v]["cost_mean"]) or "-" for v in versions]),
             row("cost (total)", [_usd(by_v[v]["cost_total"]) or "-" for v in versions]),
