@@ -416,6 +416,8 @@ def format_text(reports: Sequence[Any], alpha: float) -> str:
     out = []
     for report in reports:
         out.append(_headline(report))
+        if report.versions_text():
+            out.append(f"  {report.versions_text()}")
         rows = [HEADERS] + table_rows(report)
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
         for row in rows:
@@ -437,7 +439,10 @@ def render_html(reports: Sequence[Any], margins: dict[str, Any], alpha: float) -
     )
     for report in reports:
         level = {"worse": "bad", "not_worse": "ok"}.get(report.verdict, "warn")
-        doc.verdict(level, _headline(report), [f"worse on {s}" for s in report.worse_on])
+        points = [f"worse on {s}" for s in report.worse_on]
+        if report.versions_text():
+            points.append(report.versions_text())
+        doc.verdict(level, _headline(report), points)
         doc.heading(f"candidate {report.candidate}")
         shadow_figures(doc, report, alpha)
         doc.table(HEADERS, table_rows(report), numeric=[2, 3, 4, 5, 6, 7, 8, 9])
