@@ -166,8 +166,11 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
         )
         assert got["cohen_kappa"]["reviewer_01|reviewer_02"]["kappa_quadratic"] == pytest.approx(kappa), criterion
         assert got["n_items"] == 12
-    # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all.
+    # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all,
+    # and the report says what that means for the scores, not only the figure.
     assert report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
+    assert report["agreement"]["hallucination"]["reading"].startswith("unreliable (alpha < 0.667)")
+    assert "the reviewers disagree too much for their scores on it to decide" in printed
 
     # Exactly one dispute, in the disputes file (named so, beside the reviews), still blind.
     assert report["disputed"] == [dispute]
@@ -297,6 +300,17 @@ def test_krippendorff_alpha_reproduces_the_published_four_coder_example():
     assert round(krippendorff_alpha(units, "ordinal"), 3) == 0.815
     assert round(krippendorff_alpha(units, "interval"), 3) == 0.849
     assert math.isnan(krippendorff_alpha([[3, 3], [3, 3]], "interval"))  # no variation: undefined
+
+
+def test_an_agreement_figure_is_read_against_krippendorffs_bounds():
+    from llmwatch.scorers.evaluation.review import agreement_reading
+
+    assert agreement_reading(0.85).startswith("reliable")
+    assert agreement_reading(0.8).startswith("reliable")
+    assert agreement_reading(0.7).startswith("tentative conclusions only")
+    assert agreement_reading(0.5).startswith("unreliable")
+    assert agreement_reading(-0.046).startswith("unreliable")
+    assert agreement_reading(None).startswith("not computable")
 
 
 def test_weighted_kappa_by_hand_on_a_three_item_example():
