@@ -21,6 +21,7 @@ import base64
 import html
 import io
 import math
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
@@ -64,6 +65,16 @@ def _pyplot() -> Any:
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+_BREAK_AFTER = re.compile(r"(?<=[A-Za-z0-9])([/:])(?=[A-Za-z])")
+
+
+def _breakable(escaped: str) -> str:
+    """Escaped cell text that may wrap after a path's or a signal name's separators: one route
+    `/v1/chat/completions` in every row of the drift signal table, with names like
+    `perf:ttft_ms_by_input_length`, pushed its last column out of a 1400 px window."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", escaped)
 
 
 def _num(x: float | None, spec: str = ".3f") -> str:
@@ -145,7 +156,10 @@ class HtmlDocument:
         body = []
         for i, row in enumerate(rows):
             cls = f' class="{_e(row_classes[i])}"' if row_classes and row_classes[i] else ""
-            cells = "".join(f"<td{' class=n' if j in numeric else ''}>{_e(v)}</td>" for j, v in enumerate(row))
+            cells = "".join(
+                f"<td class=n>{_e(v)}</td>" if j in numeric else f"<td>{_breakable(_e(v))}</td>"
+                for j, v in enumerate(row)
+            )
             body.append(f"<tr{cls}>{cells}</tr>")
         self.parts.append(
             f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
