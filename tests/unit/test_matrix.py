@@ -498,6 +498,22 @@ def test_long_version_names_are_printed_whole_and_the_text_tables_stay_aligned()
             assert row[end - 1] != " " and row[end] == " ", (head, row)
 
 
+def test_the_html_report_without_any_decision_score_draws_no_empty_figure_and_says_why(monkeypatch):
+    # Real samples captured without a cost (AlpacaEval outputs): the figure was an empty axis with
+    # ticks around 0 and a cap at 0 per version.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = [s.model_copy(update={"cost_usd": None}) for s in cheap_but_worse()]
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert all(r.decision_score is None for r in report.decision)
+    captions: list[str] = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": captions.append(caption))
+    page = html.render_evaluation(report)
+    assert not [c for c in captions if c.startswith("Decision score per version")]
+    assert "No decision score to draw: no version has quality, stability and a price" in page
+
+
 def test_a_difference_within_chance_does_not_disqualify_a_version():
     # 1 refusal in 60 against none: not significant, so the cheaper B stays best.
     samples = cheap_but_worse(refusals=1)

@@ -777,19 +777,30 @@ def _decision_figure(plt: Any, report: EvaluationReport) -> Any:
     fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.5 * len(rows)))
     y = np.arange(len(rows))
     values = [r.decision_score if r.decision_score is not None else 0.0 for r in rows]
-    low = [v - r.decision_low if r.decision_low is not None else 0.0 for v, r in zip(values, rows)]
-    high = [r.decision_high - v if r.decision_high is not None else 0.0 for v, r in zip(values, rows)]
     bars = ax.barh(
         y,
         values,
-        xerr=[[max(0.0, x) for x in low], [max(0.0, x) for x in high]],
-        capsize=3,
         color=[
             _colour(report.versions.index(r.model_version)) if r.model_version in report.versions else "#999"
             for r in rows
         ],
         height=0.6,
     )
+    # Error bars only where there is an interval: a version without a score gets no cap at 0.
+    ci = [
+        (i, r.decision_score, r.decision_low, r.decision_high)
+        for i, r in enumerate(rows)
+        if r.decision_score is not None and r.decision_low is not None and r.decision_high is not None
+    ]
+    if ci:
+        ax.errorbar(
+            [v for _, v, _, _ in ci],
+            [i for i, _, _, _ in ci],
+            xerr=[[max(0.0, v - lo) for _, v, lo, _ in ci], [max(0.0, hi - v) for _, v, _, hi in ci]],
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+        )
     labels = []
     for bar, r in zip(bars, rows):
         if r.decision_score is None:
@@ -836,12 +847,18 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
             numeric=(1, 2, 3, 4, 5),
         )
         doc.open_figures()
-        if report.decision:
+        if any(r.decision_score is not None for r in report.decision):
             doc.figure(
                 _decision_figure(plt, report),
                 f"Decision score per version with its {1 - report.alpha:.0%} bootstrap interval: higher is better "
                 "among the eligible versions; a hatched bar is not eligible (worse than another version on a "
                 "check's pass rate) and cannot be best, whatever its score; a version without a price has none",
+            )
+        else:
+            # An empty axis with ticks around 0 said nothing; the rows' notes say what each lacks.
+            doc.paragraph(
+                "No decision score to draw: no version has quality, stability and a price (the table's note says what each lacks).",
+                "note",
             )
         doc.close_figures()
 
