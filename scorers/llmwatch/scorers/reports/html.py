@@ -723,7 +723,7 @@ def render_drift(
                         doc.figure(
                             _prompt_map_figure(plt, pts, sig, report.baseline_version, current_label),
                             _signal_caption(sig)
-                            + "; each dot a prompt, baseline and current projected on the same two axes",
+                            + f"; each dot a prompt (a uniform subset of at most {MAP_POINTS} a side, the n in the legend), baseline and current projected on the same two axes",
                         )
                     continue
                 if sig.name == "embedding":
@@ -743,7 +743,7 @@ def render_drift(
                 if pts is not None:
                     doc.figure(
                         _prompt_map_figure(plt, pts, None, report.baseline_version, current_label),
-                        "prompt space: each dot a prompt, baseline and current projected on the same two axes (not tested)",
+                        f"prompt space: each dot a prompt (a uniform subset of at most {MAP_POINTS} a side, the n in the legend), baseline and current projected on the same two axes (not tested)",
                     )
                 elif base is not None and cur is not None and (gap := prompt_map_gap(base.rows, cur.rows)):
                     notes.append(gap)
