@@ -215,6 +215,34 @@ def test_a_grafana_data_link_and_a_drift_signal_lead_to_the_samples(ui: UiServer
     assert set(listed_ids(body)) == {i for i in listed_ids(direct) if samples[i]["route"] == "/v1/chat/completions"}
 
 
+def test_a_drift_report_that_could_not_decide_is_not_shown_as_stable(ui: UiServer, data_dir: Path):
+    # Every verdict but `drift` was green: an `insufficient` report, a `shifted` input mix and a
+    # `changed` context figure all read like `stable`.
+    report = {
+        "baseline_version": "A",
+        "current_versions": ["B"],
+        "n_current": 12,
+        "verdict": "insufficient",
+        "signals": [
+            {"name": "input:mix:category", "family": "inputs", "route": "*", "verdict": "shifted"},
+            {"name": "perf:ttft_ms", "family": "performance", "route": "*", "verdict": "changed"},
+            {"name": "output_tokens", "family": "behaviour", "route": "*", "verdict": "insufficient"},
+            {"name": "perf:latency_ms", "family": "performance", "route": "*", "verdict": "stable"},
+        ],
+    }  # fmt: skip
+    (data_dir / "drift").mkdir(exist_ok=True)
+    (data_dir / "drift" / "drift-undecided.json").write_bytes(orjson.dumps(report))
+    _, _, listing = get(f"{ui.base}/drift")
+    n = re.search(r'href="/drift/(\d+)">drift-undecided.json', listing).group(1)  # type: ignore[union-attr]
+    status, _, page = get(f"{ui.base}/drift/{n}")
+    assert status == 200 and '<span class="undecided">insufficient</span>' in page
+    verdicts = {v: c for c, v in re.findall(r'<td class="(drift|stable|undecided)">(\w+)</td>', page)}
+    assert verdicts == {"shifted": "drift", "changed": "drift", "insufficient": "undecided", "stable": "stable"}
+    # The signals that moved are listed first.
+    order = re.findall(r'<td class="(?:drift|stable|undecided)">(\w+)</td>', page)
+    assert order[:2] == ["shifted", "changed"]
+
+
 def test_shadow_pairs_show_both_answers(ui: UiServer, data_dir: Path):
     pair = records(data_dir / "pairs")[3]
     status, _, body = get(f"{ui.base}/shadow")
