@@ -514,6 +514,23 @@ def test_the_html_report_without_any_decision_score_draws_no_empty_figure_and_sa
     assert "No decision score to draw: no version has quality, stability and a price" in page
 
 
+def test_the_html_report_draws_no_turn_figure_when_every_sample_is_a_first_turn(monkeypatch):
+    # Real single-turn outputs (AlpacaEval): the figure was one dot per version at turn 1 on an
+    # axis zoomed to 0.925-0.933, a picture of a difference rather than of any trend by turn.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = cheap_but_worse()
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert {tuple(d.by_turn) for d in report.turn_decay} == {("1",)}
+    captions: list[str] = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": captions.append(caption))
+    page = html.render_evaluation(report)
+    assert not [c for c in captions if c.startswith("Mean score by turn")]
+    assert "Nothing to draw by turn: every scored sample is turn 1" in page
+    assert "conversations (2+ turns)" in page  # the table stays, with its verdicts
+
+
 def test_a_difference_within_chance_does_not_disqualify_a_version():
     # 1 refusal in 60 against none: not significant, so the cheaper B stays best.
     samples = cheap_but_worse(refusals=1)
