@@ -214,6 +214,45 @@ def test_evaluation_html_report_shows_the_decision_then_pass_rates_latency_cost_
     screenshot(browser, "evaluation-report.png", tmp_path)
 
 
+def test_a_signal_table_of_long_names_fits_the_page_without_a_scrollbar(browser, tmp_path: Path):
+    # The rows of a real drift report (gpt-3.5-turbo-0301 -> 0613 on AlpacaEval, one route): the
+    # table was 1,218 px in a 1,180 px column, its direction column behind a scrollbar.
+    from llmwatch.scorers.reports.html import HtmlDocument
+
+    doc = HtmlDocument("llmwatch drift report")
+    route = "/v1/chat/completions"
+    rows = [
+        ["drift", "behaviour", "output_tokens", route, "van_elteren", "17.59", "2.7e-69", "2.7e-68", "+0.559", "805/805", "higher"],
+        ["drift", "behaviour", "embedding", route, "mmd_residual_split", "-0.0007276", "2.0e-04", "0.0016", "+0.049", "500/500", ""],
+        ["stable", "performance", "perf:ttft_ms_by_input_length", route, "van_elteren", "1.065", "0.287", "1.000", "+0.040", "805/805", "higher"],
+        ["stable", "behaviour", "pass_rate:not_empty_or_truncated", route, "cmh", "0", "1.000", "1.000", "+0.000", "805/805", ""],
+        ["stable", "inputs", "input:prompt_embedding", route, "classifier_two_sample", "0", "1.000", "1.000", "-0.000", "805/805", "refusal share lower"],
+    ]  # fmt: skip
+    headers = [
+        "verdict",
+        "family",
+        "signal",
+        "route",
+        "test",
+        "statistic",
+        "p",
+        "p adjusted",
+        "effect",
+        "n base/cur",
+        "direction",
+    ]
+    doc.table(headers, rows, numeric=(5, 6, 7, 8, 9))
+    out = tmp_path / "table.html"
+    out.write_text(doc.render())
+    open_offline(browser, out)
+    browser.set_window_size(1400, 900)
+    wrap = browser.find_element(By.CSS_SELECTOR, ".tablewrap")
+    assert browser.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth", wrap)
+    # Wrapped only after a separator, never inside a word; the text reads as it was.
+    assert "/v1/<wbr>chat/<wbr>completions" in out.read_text()
+    assert browser.find_element(By.TAG_NAME, "tbody").text.count(route) == len(rows)
+
+
 def test_html_without_matplotlib_is_refused_in_one_line_naming_the_extra(
     traffic: Path, tmp_path: Path, capsys, monkeypatch
 ):
@@ -295,4 +334,11 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
         "Wins, ties and losses of the candidate over the pairs",
     ]
     assert len(browser.find_elements(By.CSS_SELECTOR, "figure svg")) == 3
+    # The similarity with its interval and the table's legend, as the text report has them (the
+    # page gave the point alone and never said which CI the table shows).
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert re.search(
+        r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ pairs", body
+    )
+    assert "effect: candidate minus primary (points) for rates" in body and "CI: two-sided 90 %" in body
     screenshot(browser, "shadow-report.png", tmp_path)

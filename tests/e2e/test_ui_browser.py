@@ -151,3 +151,23 @@ def test_from_a_sample_to_its_conversation_and_its_turns_in_order(browser, tmp_p
         clean(browser)
     finally:
         server.stop()
+
+
+def test_on_a_phone_a_wide_table_scrolls_inside_itself_and_the_page_fits_the_screen(browser, ui: UiServer):
+    # At 390 px the samples and versions tables pushed the page to 1,262 px: the header and text
+    # wrapped at the screen's width while a drift table's verdict column sat off it.
+    browser.get(ui.link)
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "count"))
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+    )
+    try:
+        for path in ("/samples", "/versions", "/shadow"):
+            browser.get(ui.base + path)
+            WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "table.list"))
+            width, page = browser.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+            assert page <= width == 390, (path, page, width)
+            table = browser.find_element(By.CSS_SELECTOR, "table.list")
+            assert browser.execute_script("return getComputedStyle(arguments[0]).overflowX", table) == "auto"
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

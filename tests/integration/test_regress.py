@@ -123,6 +123,7 @@ def test_a_stable_version_passes_against_its_own_baseline(simulators, baseline_r
     out = capsys.readouterr().out
     assert f"OK: no case regressed against {run}" in out
     assert "REGRESSED" not in out
+    assert "but none could have" not in out  # 30 attempts a side can find a regressed case
 
 
 def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(
@@ -438,3 +439,25 @@ def test_a_judge_that_quotes_the_refused_key_does_not_put_it_in_the_run_file(tmp
     text = out.read_text()
     assert "Incorrect API key provided: ***" in text
     assert key not in text and key not in printed
+
+
+def test_a_run_too_small_to_find_any_regression_says_so_beside_its_ok(tmp_path: Path, capsys):
+    # 2 attempts a side: even a case that passed both times and now fails both gives p 1/6 at best,
+    # so "OK: no case regressed" was a verdict the run could not have reached otherwise. A simulator
+    # of its own: calls to the module's would move their seeded answers under the other tests.
+    proc = start_simulator("--latency-scale", "0", "--profile", "A", "--seed", "7")
+    try:
+        url = simulator_url(proc)
+        suite = write_suite(tmp_path / "suite.jsonl", SUITE)
+        base = tmp_path / "run-a.json"
+        assert regress_cli(suite, url, "--repeat", "2", "--out", str(base)) == 0
+        capsys.readouterr()
+        assert regress_cli(suite, url, "--repeat", "2", "--baseline", str(base)) == 0
+    finally:
+        proc.popen.send_signal(signal.SIGTERM)
+        proc.popen.wait(timeout=20)
+        proc.stop()
+    out = capsys.readouterr().out
+    assert f"OK: no case regressed against {base}" in out
+    assert "but none could have: at these attempts even a case falling to 0 passes gives p 0.167" in out
+    assert f"Holm over {len(SUITE)} cases needs p < {0.05 / len(SUITE):.3g}" in out

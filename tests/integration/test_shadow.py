@@ -305,6 +305,35 @@ def test_verdicts_not_worse_worse_and_not_enough_pairs():
     assert r.verdict == "inconclusive" and r.needed is not None and r.needed > 12
 
 
+def test_the_report_says_which_versions_were_paired_and_warns_of_pairs_of_one_version(tmp_path):
+    # The demo mirrors B while the primary serves A, then goes on mirroring once the primary is B
+    # itself: a third of its pairs compared B with B, and the report said only "candidate-B: WORSE".
+    def served(pair: Pair, primary: str) -> Pair:
+        return pair.model_copy(
+            update={
+                "primary": pair.primary.model_copy(update={"model_version": primary}),
+                "shadow": pair.shadow.model_copy(update={"model_version": "B"}),
+            }
+        )
+
+    pairs = [served(_pair(i, True, i % 12 != 0, 100, 100), "A" if i < 200 else "B") for i in range(300)]
+    r = compare(pairs, ShadowMargins(pass_rate_points=5.0))
+    assert r.versions == [("A", "B", 200), ("B", "B", 100)] and r.same_version_pairs == 100
+    data = r.as_dict()
+    assert data["versions"][1] == {"primary": "B", "candidate": "B", "pairs": 100} and data["same_version_pairs"] == 100
+    pairs_dir = tmp_path / "pairs"
+    pairs_dir.mkdir()
+    (pairs_dir / "pairs-20261201-0000.jsonl").write_bytes(b"".join(p.to_json() + b"\n" for p in pairs))
+    text = report(pairs_dir, "--margin-pass-rate", "5").stdout
+    assert "versions compared: primary A / candidate B: 200 pairs, primary B / candidate B: 100 pairs" in text
+    assert "100 of 300 pairs had the same version on both sides" in text
+    out = report(pairs_dir, "--margin-pass-rate", "5", "--format", "html", "--out", str(tmp_path / "r.html"))
+    assert "100 of 300 pairs had the same version on both sides" in (tmp_path / "r.html").read_text(), out.stderr
+    # One version against another only: named, no warning.
+    only = compare([served(_pair(i, True, True, 100, 100), "A") for i in range(50)], ShadowMargins())
+    assert only.versions_text() == "versions compared: primary A / candidate B: 50 pairs"
+
+
 # --- the mirror against real processes ------------------------------------------------------------
 
 

@@ -157,6 +157,25 @@ def test_versions_side_by_side_with_wilson_intervals(ui: UiServer, data_dir: Pat
     assert f'<a class="failures" href="{link}">{decided - passed:,} failed</a>' in body
 
 
+def test_versions_gives_the_latency_of_answered_calls_as_the_report_does(ui: UiServer, data_dir: Path):
+    # With the errors' times mixed in, /versions and `llmwatch report` gave one version two p50s
+    # (demo, version A: 1,231 ms here, 1,260 ms in the report).
+    from llmwatch.core.records import Sample
+    from llmwatch.scorers.evaluation.decision import cost_latency
+
+    samples = [Sample.model_validate(s) for s in records(data_dir / "samples")]
+    assert any(s.status >= 400 and s.model_version == "B" for s in samples)
+    reported = cost_latency(samples)["B"]
+    _, _, body = get(f"{ui.base}/versions")
+    text = html.unescape(re.sub(r"<[^>]+>", " ", body))
+    for label, value in (
+        ("latency p50 (answered)", reported.latency_ms["p50"]),
+        ("latency p95 (answered)", reported.latency_ms["p95"]),
+        ("TTFT p50 (answered)", reported.ttft_ms["p50"]),
+    ):
+        assert re.search(rf"{re.escape(label)}\s+\S+ ms\s+{value:,.0f} ms", text), (label, value)
+
+
 def test_a_grafana_data_link_and_a_drift_signal_lead_to_the_samples(ui: UiServer, data_dir: Path):
     _, _, direct = get(f"{ui.base}/samples?model_version=B&check=min_length&outcome=fail")
     # What the quality dashboard's data link sends with "All" versions selected and the time range in ms.
@@ -194,6 +213,34 @@ def test_a_grafana_data_link_and_a_drift_signal_lead_to_the_samples(ui: UiServer
     _, _, body = get(ui.base + link)
     samples = {s["id"]: s for s in records(data_dir / "samples")}
     assert set(listed_ids(body)) == {i for i in listed_ids(direct) if samples[i]["route"] == "/v1/chat/completions"}
+
+
+def test_a_drift_report_that_could_not_decide_is_not_shown_as_stable(ui: UiServer, data_dir: Path):
+    # Every verdict but `drift` was green: an `insufficient` report, a `shifted` input mix and a
+    # `changed` context figure all read like `stable`.
+    report = {
+        "baseline_version": "A",
+        "current_versions": ["B"],
+        "n_current": 12,
+        "verdict": "insufficient",
+        "signals": [
+            {"name": "input:mix:category", "family": "inputs", "route": "*", "verdict": "shifted"},
+            {"name": "perf:ttft_ms", "family": "performance", "route": "*", "verdict": "changed"},
+            {"name": "output_tokens", "family": "behaviour", "route": "*", "verdict": "insufficient"},
+            {"name": "perf:latency_ms", "family": "performance", "route": "*", "verdict": "stable"},
+        ],
+    }  # fmt: skip
+    (data_dir / "drift").mkdir(exist_ok=True)
+    (data_dir / "drift" / "drift-undecided.json").write_bytes(orjson.dumps(report))
+    _, _, listing = get(f"{ui.base}/drift")
+    n = re.search(r'href="/drift/(\d+)">drift-undecided.json', listing).group(1)  # type: ignore[union-attr]
+    status, _, page = get(f"{ui.base}/drift/{n}")
+    assert status == 200 and '<span class="undecided">insufficient</span>' in page
+    verdicts = {v: c for c, v in re.findall(r'<td class="(drift|stable|undecided)">(\w+)</td>', page)}
+    assert verdicts == {"shifted": "drift", "changed": "drift", "insufficient": "undecided", "stable": "stable"}
+    # The signals that moved are listed first.
+    order = re.findall(r'<td class="(?:drift|stable|undecided)">(\w+)</td>', page)
+    assert order[:2] == ["shifted", "changed"]
 
 
 def test_shadow_pairs_show_both_answers(ui: UiServer, data_dir: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -435,6 +436,99 @@ def test_a_cheaper_version_that_is_worse_on_a_check_is_never_called_best():
     data = report.to_dict()["decision"]
     assert data["best"] == "A" and data["alpha"] == 0.05
     assert {v["model_version"]: v["verdict"] for v in data["versions"]} == {"A": "", "B": "cheaper, worse on refusal"}
+
+
+def test_the_html_decision_figure_draws_the_intervals_and_marks_the_cheaper_worse_version_not_eligible(monkeypatch):
+    # The figure drew B's longer bar alone under "higher is better" while the verdict above named A
+    # best: a reader of the picture picked the version the quality guard had ruled out.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = cheap_but_worse()
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    figures: list = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": figures.append((fig, caption)))
+    page = html.render_evaluation(report)
+    fig, caption = next((f, c) for f, c in figures if c.startswith("Decision score per version"))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["A\n(best)", "B\n(not eligible)"]
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    assert [b.get_hatch() for b in bars] == [None, "//"]
+    # Each score with its bootstrap interval, as error bars and in the table.
+    ((_, _, (bar_lines,)),) = [c.lines for c in ax.containers if hasattr(c, "has_xerr") and c.has_xerr]
+    spans = sorted((round(float(a), 6), round(float(b), 6)) for (a, _), (b, _) in bar_lines.get_segments())
+    rows = {r.model_version: r for r in report.decision}
+    assert spans == sorted(
+        (round(r.decision_low, 6), round(r.decision_high, 6)) for r in rows.values() if r.decision_low is not None
+    )
+    b = rows["B"]
+    assert f"{b.decision_score:.3f} [{b.decision_low:.3f}-{b.decision_high:.3f}]" in page
+    assert "not eligible" in caption and "interval" in caption
+    for f, _ in figures:
+        html._pyplot().close(f)
+
+
+def test_long_version_names_are_printed_whole_and_the_text_tables_stay_aligned():
+    # Real snapshot names: the checks table cut both to "version gpt-3.5-turb" and ran them
+    # together, and the cost and decision rows pushed their figures out from under the headings.
+    names = {"A": "gpt-3.5-turbo-0301", "B": "gpt-3.5-turbo-0613-long-snapshot-name"}
+    samples = [s.model_copy(update={"model_version": names[s.model_version]}) for s in cheap_but_worse(refusals=10)]
+    text = format_text(build_report(samples, scores_of(samples), matrix([{"name": "faq"}])))
+    lines = text.splitlines()
+
+    def columns(header: str, row_start: str) -> None:
+        head = next(line for line in lines if line.startswith(header))
+        row = next(line for line in lines if line.startswith(row_start))
+        for name in names.values():
+            assert f"version {name} " in head + " "
+        # The second version's column starts where its heading does (a rate may be padded by one).
+        at = head.index(f"version {names['B']}")
+        assert row[at - 2 : at] == "  " and row[at : at + 2].strip(), (head, row)
+
+    columns("  check ", "  refusal ")
+    columns("  category ", "  faq ")
+    heads = [i for i, line in enumerate(lines) if re.match(r"  version +(requests|quality) ", line)]
+    assert len(heads) == 2
+    for i in heads:  # the cost table and the decision table: figures right-aligned under their headings
+        head = lines[i]
+        end = head.index("requests") + len("requests") if "requests" in head else head.index("quality") + len("quality")
+        for row in lines[i + 1 : i + 3]:
+            assert row.split()[0] in names.values()
+            assert row[end - 1] != " " and row[end] == " ", (head, row)
+
+
+def test_the_html_report_without_any_decision_score_draws_no_empty_figure_and_says_why(monkeypatch):
+    # Real samples captured without a cost (AlpacaEval outputs): the figure was an empty axis with
+    # ticks around 0 and a cap at 0 per version.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = [s.model_copy(update={"cost_usd": None}) for s in cheap_but_worse()]
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert all(r.decision_score is None for r in report.decision)
+    captions: list[str] = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": captions.append(caption))
+    page = html.render_evaluation(report)
+    assert not [c for c in captions if c.startswith("Decision score per version")]
+    assert "No decision score to draw: no version has quality, stability and a price" in page
+
+
+def test_the_html_report_draws_no_turn_figure_when_every_sample_is_a_first_turn(monkeypatch):
+    # Real single-turn outputs (AlpacaEval): the figure was one dot per version at turn 1 on an
+    # axis zoomed to 0.925-0.933, a picture of a difference rather than of any trend by turn.
+    pytest.importorskip("matplotlib")
+    from llmwatch.scorers.reports import html
+
+    samples = cheap_but_worse()
+    report = build_report(samples, scores_of(samples), matrix([{"name": "faq"}]))
+    assert {tuple(d.by_turn) for d in report.turn_decay} == {("1",)}
+    captions: list[str] = []
+    monkeypatch.setattr(html.HtmlDocument, "figure", lambda self, fig, caption="": captions.append(caption))
+    page = html.render_evaluation(report)
+    assert not [c for c in captions if c.startswith("Mean score by turn")]
+    assert "Nothing to draw by turn: every scored sample is turn 1" in page
+    assert "conversations (2+ turns)" in page  # the table stays, with its verdicts
 
 
 def test_a_difference_within_chance_does_not_disqualify_a_version():

@@ -166,8 +166,11 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
         )
         assert got["cohen_kappa"]["reviewer_01|reviewer_02"]["kappa_quadratic"] == pytest.approx(kappa), criterion
         assert got["n_items"] == 12
-    # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all.
+    # Hallucination: reviewer 1 always 5, reviewer 2 always 4 -> no agreement beyond chance at all,
+    # and the report says what that means for the scores, not only the figure.
     assert report["agreement"]["hallucination"]["krippendorff_alpha"] < 0
+    assert report["agreement"]["hallucination"]["reading"].startswith("unreliable (alpha < 0.667)")
+    assert "the reviewers disagree too much for their scores on it to decide" in printed
 
     # Exactly one dispute, in the disputes file (named so, beside the reviews), still blind.
     assert report["disputed"] == [dispute]
@@ -192,6 +195,10 @@ def test_import_unblinds_computes_agreement_and_sends_the_one_dispute_to_arbitra
     assert report["human_scores"][V2]["billing"]["accuracy"]["n"] == len(expected)
     prefs = report["preferences"]
     assert prefs[V1]["wins"] + prefs[V1]["ties"] + prefs[V1]["losses"] == 12
+    # Tested per task, not per review: each of the 6 tasks counts once.
+    test = report["preference_test"]
+    assert sum(test["preferred"].values()) + test["even"] == 6
+    assert "sign test p" in printed and test["verdict"] in printed
 
     # The judge check against the humans' mean score per answer.
     cal = report["judge_calibration"]
@@ -297,6 +304,32 @@ def test_krippendorff_alpha_reproduces_the_published_four_coder_example():
     assert round(krippendorff_alpha(units, "ordinal"), 3) == 0.815
     assert round(krippendorff_alpha(units, "interval"), 3) == 0.849
     assert math.isnan(krippendorff_alpha([[3, 3], [3, 3]], "interval"))  # no variation: undefined
+
+
+def test_an_agreement_figure_is_read_against_krippendorffs_bounds():
+    from llmwatch.scorers.evaluation.review import agreement_reading
+
+    assert agreement_reading(0.85).startswith("reliable")
+    assert agreement_reading(0.8).startswith("reliable")
+    assert agreement_reading(0.7).startswith("tentative conclusions only")
+    assert agreement_reading(0.5).startswith("unreliable")
+    assert agreement_reading(-0.046).startswith("unreliable")
+    assert agreement_reading(None).startswith("not computable")
+
+
+def test_a_preference_is_tested_task_by_task_with_a_sign_test():
+    from scipy.stats import binomtest
+
+    from llmwatch.scorers.evaluation.review import preference_test
+
+    # 59 reviews against 48 came from 18 tasks each way: no preference at all.
+    even = preference_test({f"t{i}": (1 if i < 18 else -1 if i < 36 else 0) for i in range(40)}, ("A", "B"))
+    assert even["preferred"] == {"A": 18, "B": 18} and even["even"] == 4
+    assert even["p_value"] == 1.0 and even["verdict"] == "no clear preference"
+    # Three reviewers each preferring B on 15 of 20 tasks: 15 tasks of 20, p by hand.
+    clear = preference_test({f"t{i}": (-3 if i < 15 else 3) for i in range(20)}, ("A", "B"))
+    assert clear["p_value"] == pytest.approx(binomtest(5, 20, 0.5).pvalue) and clear["p_value"] < 0.05
+    assert clear["verdict"] == "B preferred"
 
 
 def test_weighted_kappa_by_hand_on_a_three_item_example():

@@ -654,7 +654,10 @@ def shadow_summary(agent: Agent) -> str:
             verdict = "not worse within the margins (exit 0)"
         else:
             verdict = f"undecided, about {r.needed} pairs needed for the margins (exit 2)"
-        lines.append(f"  shadow           candidate {name}: {len(pairs)} pairs with the primary; {verdict}")
+        # Which versions were paired: in the B phase the primary serves B too, and those pairs
+        # compare B with itself (the shadow report says so under its headline).
+        against = ", ".join(f"{n} against {a}{' itself' if a == b else ''}" for a, b, n in r.versions)
+        lines.append(f"  shadow           candidate {name}: {len(pairs)} pairs with the primary ({against}); {verdict}")
     lines.append(f"                   details: llmwatch shadow report --pairs {folder}")
     return "\n".join(lines)
 

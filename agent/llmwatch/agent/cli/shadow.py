@@ -398,23 +398,35 @@ def _headline(report: Any) -> str:
     return f"candidate {report.candidate}: UNDECIDED with {report.pairs} pairs; about {report.needed} pairs are needed for the margins"
 
 
+def _similarity(sim: dict[str, Any]) -> str:
+    return (
+        f"answer similarity within pairs (normalised text): {sim['mean']:.3f} "
+        f"[{_f(sim['ci_low'], '.3f')}, {_f(sim['ci_high'], '.3f')}] over {sim['n']} pairs"
+    )
+
+
+def _legend(alpha: float) -> str:
+    """How to read the table's effect, CI, win/tie/loss and p Holm columns (text and HTML alike)."""
+    return (
+        f"effect: candidate minus primary (points) for rates, candidate / primary for p95 and means; CI: two-sided {100 - 200 * alpha:.0f} % "
+        "(each bound one-sided); win = the candidate passes where the primary fails, or is faster/cheaper; p Holm: Holm-adjusted over the verdict signals"
+    )
+
+
 def format_text(reports: Sequence[Any], alpha: float) -> str:
     out = []
     for report in reports:
         out.append(_headline(report))
+        if report.versions_text():
+            out.append(f"  {report.versions_text()}")
         rows = [HEADERS] + table_rows(report)
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
         for row in rows:
             out.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         sim = report.similarity
         if sim.get("mean") is not None:
-            out.append(
-                f"  answer similarity within pairs (normalised text): {sim['mean']:.3f} [{_f(sim['ci_low'], '.3f')}, {_f(sim['ci_high'], '.3f')}] over {sim['n']} pairs"
-            )
-        out.append(
-            f"  effect: candidate minus primary (points) for rates, candidate / primary for p95 and means; CI: two-sided {100 - 200 * alpha:.0f} % "
-            "(each bound one-sided); win = the candidate passes where the primary fails, or is faster/cheaper; p Holm: Holm-adjusted over the verdict signals"
-        )
+            out.append(f"  {_similarity(sim)}")
+        out.append(f"  {_legend(alpha)}")
         out.append("")
     return "\n".join(out)
 
@@ -428,11 +440,17 @@ def render_html(reports: Sequence[Any], margins: dict[str, Any], alpha: float) -
     )
     for report in reports:
         level = {"worse": "bad", "not_worse": "ok"}.get(report.verdict, "warn")
-        doc.verdict(level, _headline(report), [f"worse on {s}" for s in report.worse_on])
+        points = [f"worse on {s}" for s in report.worse_on]
+        if report.versions_text():
+            points.append(report.versions_text())
+        doc.verdict(level, _headline(report), points)
         doc.heading(f"candidate {report.candidate}")
         shadow_figures(doc, report, alpha)
         doc.table(HEADERS, table_rows(report), numeric=[2, 3, 4, 5, 6, 7, 8, 9])
+        doc.paragraph(_legend(alpha), "note")
         sim = report.similarity
         if sim.get("mean") is not None:
-            doc.paragraph(f"Answer similarity within pairs (normalised text): {sim['mean']:.3f} over {sim['n']} pairs.")
+            # With its interval, as the text report gives it: the point alone read as exact.
+            line = _similarity(sim)
+            doc.paragraph(line[0].upper() + line[1:] + ".")
     return doc.render()

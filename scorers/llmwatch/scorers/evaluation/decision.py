@@ -170,7 +170,11 @@ def decision_scores(
         if s is None and w.stability > 0:
             missing.append("no stability figure (no repeated prompt, no multi-turn data, no baseline)")
         if norm is None:
-            missing.append("no cost (model not in the price table)")
+            # The report reads the cost the samples carry; it does not price them itself, so a model
+            # that is in the table now may still have none (captured before, or by another tool).
+            missing.append(
+                "no cost (none of its samples carries cost_usd, as when its model is not in the price table)"
+            )
         if missing or norm is None:  # `missing` names a None norm; the check says so to the type checker
             rows.append(DecisionRow(v, q, s, cost, norm, None, "; ".join(missing)))
             continue

@@ -479,19 +479,22 @@ def _checks_text(report: EvaluationReport) -> list[str]:
     }
     cw = max([len(n) for n in names] + [len(f) + 3 for fs in fields.values() for f in fs])
     cw = min(cw, 48)
-    lines.append(f"  {'check':<{cw}}  " + "".join(f"{('version ' + v)[:20]:<20}" for v in versions))
+    # A column as wide as its version's name: cut to 20 characters, gpt-3.5-turbo-0301 and -0613
+    # both read "version gpt-3.5-turb", run together.
+    vw = max([20] + [len(f"version {v}") + 2 for v in versions])
+    lines.append(f"  {'check':<{cw}}  " + "".join(f"{'version ' + v:<{vw}}" for v in versions))
     for name in names:
         row = []
         for v in versions:
             got = report.checks.get(v, {}).get(name)
             shown = "{:6.1%} | {}".format(got["pass_rate"], got["n"]) if got else "-"
-            row.append(f"{shown:<20}")
+            row.append(f"{shown:<{vw}}")
         lines.append(f"  {name[:cw]:<{cw}}  " + "".join(row))
         for field_name in fields[name]:
             row = []
             for v in versions:
                 rate = report.checks.get(v, {}).get(name, {}).get("field_hit_rates", {}).get(field_name)
-                row.append(f"{('-' if rate is None else f'{rate:6.1%}'):<20}")
+                row.append(f"{('-' if rate is None else f'{rate:6.1%}'):<{vw}}")
             lines.append(f"    {('.' + field_name)[: cw - 2]:<{cw - 2}}  " + "".join(row))
     return lines
 
@@ -507,10 +510,8 @@ def format_text(report: EvaluationReport) -> str:
         "Quality matrix (mean score | pass rate [Wilson 95% CI] | n)",
     ]
     width = max([len("overall (weighted)")] + [len(c["name"]) for c in report.categories])
-    colw = 32
-    lines.append(
-        f"  {'category':<{width}} {'weight':>6}  " + "".join(f"{('version ' + v)[:colw]:<{colw}}" for v in versions)
-    )
+    colw = max([32] + [len(f"version {v}") + 2 for v in versions])
+    lines.append(f"  {'category':<{width}} {'weight':>6}  " + "".join(f"{'version ' + v:<{colw}}" for v in versions))
     index = {(c.category, c.model_version): c for c in report.cells}
     for cat in report.categories:
         cells = "".join(f"{_cell_text(index.get((cat['name'], v))):<{colw}}" for v in versions)
@@ -527,6 +528,9 @@ def format_text(report: EvaluationReport) -> str:
             f"  {cell.kind:<9} {cell.category:<{width}} version {cell.model_version:<10} {_stability_text(cell)}"
         )
     lines += _checks_text(report)
+    # The cost and decision tables' version column, as wide as the longest name (past 12 characters
+    # a name pushed its row's figures out from under their headings).
+    nw = max([12] + [len(v) for v in (*report.costs, *(r.model_version for r in report.decision))])
     lines += ["", *turn_decay_text(report.turn_decay)]
     if report.consistency:
         lines += ["", *consistency_text(report.consistency)]
@@ -534,13 +538,13 @@ def format_text(report: EvaluationReport) -> str:
     lines += [
         "",
         "Cost and latency",
-        f"  {'version':<12} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11} {'USD/1M tok':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
+        f"  {'version':<{nw}} {'requests':>8} {'priced':>7} {'USD/request':>12} {'USD/1k req':>11} {'USD/1M tok':>11}  {'latency p50/p90/p95/p99 ms':<28} TTFT p50/p90/p95/p99 ms",
     ]
     for v, c in report.costs.items():
         lat = "/".join(f"{c.latency_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.latency_ms else "-"
         ttft = "/".join(f"{c.ttft_ms[k]:.0f}" for k in ("p50", "p90", "p95", "p99")) if c.ttft_ms else "-"
         lines.append(
-            f"  {v:<12} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11} {_f(c.cost_per_1m_tokens, '.4f'):>11}  {lat:<28} {ttft}"
+            f"  {v:<{nw}} {c.requests:>8} {c.priced:>7} {_f(c.cost_per_request, '.6f'):>12} {_f(c.cost_per_1k, '.4f'):>11} {_f(c.cost_per_1m_tokens, '.4f'):>11}  {lat:<28} {ttft}"
         )
     rows = sorted({row for c in report.costs.values() for row in c.price_rows})
     if rows:
@@ -556,12 +560,12 @@ def format_text(report: EvaluationReport) -> str:
         "",
         f"Decision score = ({w['quality']:g} * quality + {w['stability']:g} * stability) / normalized_cost   [weights_version {report.weights_version}]",
         f"  [interval]: {1 - report.alpha:.0%} bootstrap; only a version worse than no other on any check's pass rate (one-sided, Holm, alpha {report.alpha:g}) can be best",
-        f"  {'version':<12} {'quality':>8} {'stability':>10} {'USD/1k req':>11} {'norm. cost':>11} {'decision':>9} {'[interval]':<15}",
+        f"  {'version':<{nw}} {'quality':>8} {'stability':>10} {'USD/1k req':>11} {'norm. cost':>11} {'decision':>9} {'[interval]':<15}",
     ]
     for r in report.decision:
         note = "; ".join(x for x in (r.verdict(report.decision), r.note) if x)
         lines.append(
-            f"  {r.model_version:<12} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9} {_interval(r).strip() or '-':<15}  {note}"
+            f"  {r.model_version:<{nw}} {_f(r.quality):>8} {_f(r.stability):>10} {_f(r.cost_per_1k, '.4f'):>11} {_f(r.normalized_cost, '.3f'):>11} {_f(r.decision_score):>9} {_interval(r).strip() or '-':<15}  {note}"
         )
     if any(r.decision_score is not None for r in report.decision):
         level, headline, points = decision_verdict(report)

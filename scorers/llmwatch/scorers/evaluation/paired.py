@@ -99,6 +99,8 @@ class CandidateReport:
     verdict: str
     worse_on: list[str]
     needed: int | None
+    # Pairs by (primary version, candidate version), most first.
+    versions: list[tuple[str, str, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,8 +110,28 @@ class CandidateReport:
             "worse_on": self.worse_on,
             "pairs_needed": self.needed,
             "similarity": self.similarity,
+            "versions": [{"primary": a, "candidate": b, "pairs": n} for a, b, n in self.versions],
+            "same_version_pairs": self.same_version_pairs,
             "rows": [r.as_dict() for r in self.rows],
         }
+
+    @property
+    def same_version_pairs(self) -> int:
+        """Pairs whose primary already served the candidate's version: they compare it with itself."""
+        return sum(n for a, b, n in self.versions if a == b)
+
+    def versions_text(self) -> str:
+        """What the candidate was compared with, and a warning when some pairs compare a version with itself."""
+        if not self.versions:
+            return ""
+        shown = ", ".join(f"primary {a} / candidate {b}: {n} pairs" for a, b, n in self.versions)
+        same = self.same_version_pairs
+        if not same:
+            return f"versions compared: {shown}"
+        return (
+            f"versions compared: {shown}; {same} of {self.pairs} pairs had the same version on both sides "
+            "(the primary already served the candidate's version), which pulls every difference towards none"
+        )
 
 
 def _z(p: float) -> float:
@@ -261,6 +283,8 @@ class PairColumns:
     def __init__(self) -> None:
         self.candidate: str | None = None
         self.n = 0
+        # (primary version, candidate version) -> pairs: what the candidate was compared with.
+        self.versions: dict[tuple[str, str], int] = {}
         self.primary_failed = 0
         self.shadow_failed = 0
         self.wins = 0  # error rate: the primary failed, the candidate did not
@@ -286,6 +310,8 @@ class PairColumns:
         if self.candidate is None:
             self.candidate = pair.candidate
         self.n += 1
+        key = (pair.primary.model_version or "unknown", pair.shadow.model_version or "unknown")
+        self.versions[key] = self.versions.get(key, 0) + 1
         pf, sf = _failed(pair.primary), _failed(pair.shadow)
         self.primary_failed += pf
         self.shadow_failed += sf
@@ -437,7 +463,14 @@ def compare_columns(
             "n": len(arr),
         }
     return CandidateReport(
-        candidate, n, rows, similarity, overall, worse_on, max(needed) if overall == INCONCLUSIVE and needed else None
+        candidate,
+        n,
+        rows,
+        similarity,
+        overall,
+        worse_on,
+        max(needed) if overall == INCONCLUSIVE and needed else None,
+        versions=[(a, b, k) for (a, b), k in sorted(cols.versions.items(), key=lambda kv: (-kv[1], kv[0]))],
     )
 
 

@@ -358,6 +358,41 @@ class Comparison(BaseModel):
     def regressed(self) -> list[CaseVerdict]:
         return [c for c in self.cases if c.verdict == "regressed"]
 
+    def blind_spot(self) -> tuple[float, float, int | None] | None:
+        """(best p, p needed, repeats needed) when no case could have been found regressed at all.
+
+        The most a case can say is its drop to 0 passes; when even that smallest one-sided p,
+        corrected over the tested cases, is not below alpha, "no case regressed" is a run too small
+        to tell (5 attempts a side against 30 cases: p 0.004 at best, Holm's first step needs
+        0.05 / 30). Repeats needed: the fewest attempts a side at which a case passing every time
+        before and never now would be found. None when some case could be found regressed."""
+        tested = [
+            c
+            for c in self.cases
+            if c.verdict != "insufficient"
+            and c.baseline_pass_rate is not None
+            and c.baseline_pass_rate > self.threshold
+            and c.baseline_counts[1]
+            and c.counts[1]
+        ]
+        if not tested:
+            return None
+        best = min(
+            stats.compare_proportions(
+                c.baseline_counts[0], c.baseline_counts[1], 0, c.counts[1], alternative="less"
+            ).p_value
+            for c in tested
+        )
+        m = len([c for c in self.cases if c.verdict != "insufficient"]) if self.correction != "none" else 1
+        needed = self.alpha / max(1, m)
+        if best < needed:
+            return None
+        repeats = next(
+            (n for n in range(2, 201) if stats.compare_proportions(n, n, 0, n, alternative="less").p_value < needed),
+            None,
+        )
+        return best, needed, repeats
+
 
 class VariantScore(BaseModel):
     """One wording of a case: the original (variant 0) or a rewording, and how its attempts scored."""
@@ -1349,6 +1384,15 @@ def format_run(run: RegressRun) -> str:
                 )
         else:
             lines += ["", f"OK: no case regressed against {cmp.baseline_path}"]
+            blind = cmp.blind_spot()
+            if blind is not None:
+                best, needed, repeats = blind
+                lines.append(
+                    f"  but none could have: at these attempts even a case falling to 0 passes gives p {best:.3g}, and "
+                    f"{'Holm over ' + str(len([c for c in cmp.cases if c.verdict != 'insufficient'])) + ' cases needs' if cmp.correction != 'none' else 'the test needs'} "
+                    f"p < {needed:.3g}; repeat each case more, baseline too: --repeat {repeats or '200+'} at least for a case that fell "
+                    "from always to never passing to be found, more for smaller drops"
+                )
     return "\n".join(lines)
 
 

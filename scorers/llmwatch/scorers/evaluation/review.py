@@ -800,6 +800,19 @@ def dispute_reasons(reviews: Sequence[Review], criteria: Sequence[str]) -> list[
     return reasons
 
 
+def agreement_reading(alpha: float | None) -> str:
+    """Krippendorff's own bounds for his alpha (Content Analysis, 2004, 241): data are relied on at
+    0.800 or more, drawn on for tentative conclusions from 0.667, and not relied on below. The
+    figure alone (-0.046 when reviewers scored at random) read like a measurement to build on."""
+    if alpha is None:
+        return "not computable (fewer than two reviews of an item, or no variation)"
+    if alpha >= 0.8:
+        return "reliable (alpha >= 0.800)"
+    if alpha >= 0.667:
+        return "tentative conclusions only (0.667 <= alpha < 0.800)"
+    return "unreliable (alpha < 0.667): the reviewers disagree too much for their scores on it to decide"
+
+
 def _nan_to_none(x: float) -> float | None:
     return None if x is None or math.isnan(x) else float(x)
 
@@ -848,8 +861,10 @@ def import_reviews(  # noqa: C901
             if len(common) >= 2:
                 kappa = cohen_kappa([i[j1] for i in common], [i[j2] for i in common], scale, "quadratic")
                 pairs[f"{j1}|{j2}"] = {"kappa_quadratic": _nan_to_none(kappa), "n": len(common)}
+        alpha = _nan_to_none(krippendorff_alpha(units, level))
         agreement[c] = {
-            "krippendorff_alpha": _nan_to_none(krippendorff_alpha(units, level)),
+            "krippendorff_alpha": alpha,
+            "reading": agreement_reading(alpha),
             "level": level,
             "n_items": sum(1 for u in units if sum(v is not None for v in u) >= 2),
             "cohen_kappa": pairs,
@@ -890,6 +905,7 @@ def import_reviews(  # noqa: C901
     acc: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     prefs_v: dict[str, dict[str, int]] = {v: {"wins": 0, "ties": 0, "losses": 0} for v in key.versions}
     human_item: dict[tuple[str, str], list[float]] = defaultdict(list)
+    net: dict[str, int] = {}  # per task: its reviews preferring the first version minus the second
     for r in reviews:
         mapping = key.tasks[r.task_id]
         category = tasks[r.task_id].category
@@ -904,6 +920,9 @@ def import_reviews(  # noqa: C901
             version = mapping[label].model_version
             prefs_v.setdefault(version, {"wins": 0, "ties": 0, "losses": 0})
             prefs_v[version]["ties" if pref == "tie" else "wins" if pref == label else "losses"] += 1
+        net.setdefault(r.task_id, 0)
+        if pref != "tie":
+            net[r.task_id] += 1 if mapping[pref].model_version == key.versions[0] else -1
     human: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
     for (version, category, c), values in sorted(acc.items()):
         human[version][category][c] = {"mean": float(np.mean(values)), "n": len(values)}
@@ -949,7 +968,35 @@ def import_reviews(  # noqa: C901
         "arbitration_file": str(arb),  # the key's earlier name, kept for scripts that read it
         "human_scores": {v: dict(c) for v, c in human.items()},
         "preferences": prefs_v,
+        "preference_test": preference_test(net, tuple(key.versions)),
         "judge_calibration": calibration,
+    }
+
+
+def preference_test(net: Mapping[str, int], versions: Sequence[str], alpha: float = 0.05) -> dict[str, Any]:
+    """Which version people preferred, task by task, with a two-sided sign test.
+
+    A task counts once, for the version most of its reviews preferred (even when as many preferred
+    each): reviews of one task share its prompt and answers, so counting each review as a trial
+    would overstate the evidence. Wins and losses per review alone (59 against 48 when reviewers
+    chose at random) read as a preference."""
+    from scipy.stats import binomtest
+
+    first, second = (sum(1 for v in net.values() if v > 0), sum(1 for v in net.values() if v < 0))
+    decided = first + second
+    p = float(binomtest(first, decided, 0.5).pvalue) if decided else None
+    if p is not None and p < alpha:
+        verdict = f"{versions[0] if first > second else versions[1]} preferred"
+    else:
+        verdict = "no clear preference"
+    return {
+        "unit": "task (the version most of its reviews preferred)",
+        "preferred": {versions[0]: first, versions[1]: second},
+        "even": len(net) - decided,
+        "test": "two-sided sign test",
+        "p_value": p,
+        "alpha": alpha,
+        "verdict": verdict,
     }
 
 
@@ -973,6 +1020,7 @@ def format_import(report: Mapping[str, Any]) -> str:
         lines.append(
             f"  {c:<16} Krippendorff alpha ({a['level']}) {_f(a['krippendorff_alpha'])} over {a['n_items']} items; Cohen kappa (quadratic) {kappas}"
         )
+        lines.append(f"  {'':<16} {a.get('reading') or agreement_reading(a['krippendorff_alpha'])}")
     vw = max([7] + [len(v) for v in report["human_scores"]])
     cw = max([8] + [len(c) for cats in report["human_scores"].values() for c in cats])
     lines += [
@@ -994,6 +1042,13 @@ def format_import(report: Mapping[str, Any]) -> str:
     lines += ["", "Preferences (per review)"]
     for version, p in report["preferences"].items():
         lines.append(f"  version {version:<10} wins {p['wins']}, ties {p['ties']}, losses {p['losses']}")
+    test = report.get("preference_test")
+    if test:
+        counts = ", ".join(f"{v} in {n}" for v, n in test["preferred"].items())
+        lines.append(
+            f"  per task (the version most of its reviews preferred): {counts}, even {test['even']}; "
+            f"sign test p {_f(test['p_value'], '.3g')}: {test['verdict']} (alpha {test['alpha']:g})"
+        )
     cal = report["judge_calibration"]
     if cal:
         lines += [

@@ -952,6 +952,12 @@ def format_show(info: Mapping[str, Any]) -> str:
         counts = info[key]
         if counts:
             lines.append(f"  by {title}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if any(info[key] for key in ("by_failure_mode", "by_edge_reason", "by_model_version")):
+        # "30 cases" above "failed:answer_relevance 23, refused 16" read as 39 failing cases of 30.
+        lines.append(
+            "  (failure mode, edge reason and model version count the cases where any of the samples a case"
+            " stands for showed it: one case can count under several)"
+        )
     ex = info.get("excluded") or {}
     if ex:
         lines.append(

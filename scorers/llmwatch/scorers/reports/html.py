@@ -21,6 +21,8 @@ import base64
 import html
 import io
 import math
+import re
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
@@ -29,7 +31,8 @@ import numpy as np
 from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
-from llmwatch.scorers.drift.rows import Row, space_of, unpack_vectors
+from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, Row, space_of, unpack_vectors
+from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
 from llmwatch.scorers.reports.stability_html import render_prompt_sensitivity, render_turn_decay
 from llmwatch.scorers.stats.proportions import wilson_interval
@@ -62,6 +65,16 @@ def _pyplot() -> Any:
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+_BREAK_AFTER = re.compile(r"(?<=[A-Za-z0-9])([/:])(?=[A-Za-z])")
+
+
+def _breakable(escaped: str) -> str:
+    """Escaped cell text that may wrap after a path's or a signal name's separators: one route
+    `/v1/chat/completions` in every row of the drift signal table, with names like
+    `perf:ttft_ms_by_input_length`, pushed its last column out of a 1400 px window."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", escaped)
 
 
 def _num(x: float | None, spec: str = ".3f") -> str:
@@ -143,7 +156,10 @@ class HtmlDocument:
         body = []
         for i, row in enumerate(rows):
             cls = f' class="{_e(row_classes[i])}"' if row_classes and row_classes[i] else ""
-            cells = "".join(f"<td{' class=n' if j in numeric else ''}>{_e(v)}</td>" for j, v in enumerate(row))
+            cells = "".join(
+                f"<td class=n>{_e(v)}</td>" if j in numeric else f"<td>{_breakable(_e(v))}</td>"
+                for j, v in enumerate(row)
+            )
             body.append(f"<tr{cls}>{cells}</tr>")
         self.parts.append(
             f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -262,6 +278,26 @@ _ROW_FIELDS = {
 }
 
 
+# What a histogram's x axis counts, with its unit: the ticks alone (80, 160, 240; 1.0 x 1e-3)
+# left the reader to guess tokens, milliseconds or dollars.
+_AXIS_LABELS = {
+    "output_tokens": "output tokens per answer",
+    "input:prompt_tokens": "prompt tokens per call",
+    "perf:latency_per_token_ms": "time per output token after the first (ms)",
+    "perf:ttft_ms_by_input_length": "time to first token (ms; tested within input-length buckets)",
+    "perf:cost_per_1k_tokens": "cost per 1,000 tokens, input and output (USD)",
+    "perf:latency_ms": "latency per call (ms)",
+    "perf:ttft_ms": "time to first token (ms)",
+    "perf:cost_usd": "cost per call (USD)",
+}
+
+
+def _axis_label(sig: Signal) -> str:
+    if sig.name.startswith("score:"):
+        return f"{sig.name.split(':', 1)[1]} score per answer"
+    return _AXIS_LABELS.get(sig.name, sig.name)
+
+
 def _reservoirs(sig: Signal, base: RouteStats, cur: RouteStats) -> tuple[list[float], list[float]] | None:
     if sig.name.startswith("score:"):
         check = sig.name.split(":", 1)[1]
@@ -312,6 +348,7 @@ def _distribution_figure(
         color=_verdict_colour(sig.verdict),
     )
     ax.set_ylabel("share of calls")
+    ax.set_xlabel(_axis_label(sig))
     ax.yaxis.set_major_formatter(_percent())
     # Few ticks in short numbers: 0.00045 USD ticks every 0.00005 run into each other.
     ax.xaxis.set_major_locator(_ticks())
@@ -340,7 +377,12 @@ def _pass_rate_figure(
         highs.append(hi - rate if n else 0)
         colours.append(colour)
     y = np.arange(len(labels))
-    ax.barh(y, rates, xerr=[lows, highs], color=colours, capsize=4, height=0.55)
+    # Dots with their intervals, not bars: the axis is zoomed to the rates (0.60-1.00 for a
+    # refusal rate of 0.96 against 0.72), and a bar's length from a cut axis drew B's rate a third
+    # of A's.
+    for yi, rate, lo, hi, colour in zip(y, rates, lows, highs, colours):
+        ax.errorbar([rate], [yi], xerr=[[lo], [hi]], fmt="o", color=colour, ecolor=colour, capsize=4, markersize=7)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_xlim(
         min(0.9, max(0.0, min(r - lo for r, lo in zip(rates, lows) if not math.isnan(r)) - 0.05))
@@ -349,7 +391,6 @@ def _pass_rate_figure(
         1.0,
     )
     ax.set_xlabel("pass rate (Wilson 95% CI)")
-    ax.invert_yaxis()
     _title(ax, f"{sig.name} [{_route_label(sig.route)}]", sig.verdict, fontsize=9)
     return fig
 
@@ -468,6 +509,46 @@ def _prompt_vectors(rows: Sequence[Row], space: str) -> np.ndarray:
     return unpack_vectors(have) if have else np.zeros((0, 0))
 
 
+_SPACE_NAMES = {MINILM: "MiniLM embeddings", HASHED_WORDS: "hashed words"}
+
+
+def _spaces(rows: Sequence[Row]) -> Counter[str]:
+    return Counter(sp for r in rows if (sp := space_of(r)))
+
+
+def _map_space(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> str | None:
+    """The vector space both sides' prompts are drawn in: one that holds most of each side's vectors.
+
+    A space that only a few rows of one side share (a baseline frozen by the scorer process holds
+    hashed words, `llmwatch drift` embeds the window's prompts with MiniLM) would draw that side as
+    a handful of prompts: the demo's map showed 145 baseline prompts against 5 of the window's 144.
+    """
+    b, c = _spaces(base_rows), _spaces(cur_rows)
+    shared = [sp for sp in b if sp in c]
+    if not shared:
+        return None
+    space = max(shared, key=lambda sp: b[sp] + c[sp])
+    if 2 * b[space] < sum(b.values()) or 2 * c[space] < sum(c.values()):
+        return None
+    return space
+
+
+def prompt_map_gap(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> str | None:
+    """Why the prompt map is not drawn when both sides have prompt vectors, but of different spaces."""
+    b, c = _spaces(base_rows), _spaces(cur_rows)
+    if not b or not c or _map_space(base_rows, cur_rows) is not None:
+        return None
+
+    def named(counts: Counter[str]) -> str:
+        return ", ".join(f"{n} {_SPACE_NAMES.get(sp, sp)}" for sp, n in counts.most_common())
+
+    return (
+        f"prompt space not drawn: the baseline's prompt vectors are {named(b)}, the current window's "
+        f"{named(c)}; vectors of two spaces are not comparable. A baseline frozen by the sidecar's scorer "
+        "holds hashed words; freeze it with `llmwatch baseline freeze` (embeddings on) to compare prompts by meaning"
+    )
+
+
 def prompt_map(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray, float] | None:
     """Baseline and current prompt vectors projected on the first two principal components of both together.
 
@@ -476,10 +557,9 @@ def prompt_map(base_rows: Sequence[Row], cur_rows: Sequence[Row]) -> tuple[np.nd
     subset. Returns (baseline xy, current xy, share of variance the two axes show), or None when
     the two sides carry no vectors of one space or every prompt is the same.
     """
-    spaces = {space_of(r) for r in base_rows} & {space_of(r) for r in cur_rows} - {""}
-    if not spaces:
+    space = _map_space(base_rows, cur_rows)
+    if space is None:
         return None
-    space = max(spaces, key=lambda sp: sum(space_of(r) == sp for r in (*base_rows, *cur_rows)))
     B, C = _prompt_vectors(base_rows, space), _prompt_vectors(cur_rows, space)
     if not len(B) or not len(C):
         return None
@@ -573,8 +653,10 @@ def render_drift(
             "warn",
         ),
     }[report.verdict]
+    # A signal without a direction (the answer embedding) is named by its verdict: "changed" is the
+    # table's word for a context figure that moved without failing the run.
     points = [
-        f"{s.name} on {_route_label(s.route)}: {s.direction or 'changed'} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
+        f"{s.name} on {_route_label(s.route)}: {s.direction or s.verdict} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
         for s in drifting[:8]
     ]
     points += [
@@ -645,7 +727,7 @@ def render_drift(
                         doc.figure(
                             _prompt_map_figure(plt, pts, sig, report.baseline_version, current_label),
                             _signal_caption(sig)
-                            + "; each dot a prompt, baseline and current projected on the same two axes",
+                            + f"; each dot a prompt (a uniform subset of at most {MAP_POINTS} a side, the n in the legend), baseline and current projected on the same two axes",
                         )
                     continue
                 if sig.name == "embedding":
@@ -665,8 +747,10 @@ def render_drift(
                 if pts is not None:
                     doc.figure(
                         _prompt_map_figure(plt, pts, None, report.baseline_version, current_label),
-                        "prompt space: each dot a prompt, baseline and current projected on the same two axes (not tested)",
+                        f"prompt space: each dot a prompt (a uniform subset of at most {MAP_POINTS} a side, the n in the legend), baseline and current projected on the same two axes (not tested)",
                     )
+                elif base is not None and cur is not None and (gap := prompt_map_gap(base.rows, cur.rows)):
+                    notes.append(gap)
             doc.close_figures()
             for note in notes:
                 doc.paragraph(note, "note")
@@ -678,6 +762,63 @@ def render_drift(
 
 def _colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def _decision_interval(r: DecisionRow) -> str:
+    return (
+        f" [{r.decision_low:.3f}-{r.decision_high:.3f}]"
+        if r.decision_low is not None and r.decision_high is not None
+        else ""
+    )
+
+
+def _decision_figure(plt: Any, report: EvaluationReport) -> Any:
+    """Decision scores as bars with their bootstrap intervals; the best is named and an ineligible
+    version hatched and labelled, so that a longer bar is never read as the better version when the
+    quality guard ruled it out (the demo's cheaper B scores 0.84 against A's 0.49, and A is best)."""
+    rows = report.decision
+    best = choose_best(rows)
+    fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.5 * len(rows)))
+    y = np.arange(len(rows))
+    values = [r.decision_score if r.decision_score is not None else 0.0 for r in rows]
+    bars = ax.barh(
+        y,
+        values,
+        color=[
+            _colour(report.versions.index(r.model_version)) if r.model_version in report.versions else "#999"
+            for r in rows
+        ],
+        height=0.6,
+    )
+    # Error bars only where there is an interval: a version without a score gets no cap at 0.
+    ci = [
+        (i, r.decision_score, r.decision_low, r.decision_high)
+        for i, r in enumerate(rows)
+        if r.decision_score is not None and r.decision_low is not None and r.decision_high is not None
+    ]
+    if ci:
+        ax.errorbar(
+            [v for _, v, _, _ in ci],
+            [i for i, _, _, _ in ci],
+            xerr=[[max(0.0, v - lo) for _, v, lo, _ in ci], [max(0.0, hi - v) for _, v, _, hi in ci]],
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+        )
+    labels = []
+    for bar, r in zip(bars, rows):
+        if r.decision_score is None:
+            labels.append(f"{r.model_version}\n(no score)")
+        elif not r.eligible:
+            bar.set_hatch("//")
+            bar.set_alpha(0.45)
+            labels.append(f"{r.model_version}\n(not eligible)")
+        else:
+            labels.append(f"{r.model_version}\n(best)" if r is best else r.model_version)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"decision score ({1 - report.alpha:.0%} bootstrap interval)")
+    return fig
 
 
 def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
@@ -702,7 +843,7 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
                     _num(r.stability),
                     _num(r.cost_per_1k, ".4f"),
                     _num(r.normalized_cost),
-                    _num(r.decision_score),
+                    _num(r.decision_score) + _decision_interval(r),
                     "; ".join(x for x in (r.verdict(report.decision), r.note) if x),
                 ]
                 for r in report.decision
@@ -710,20 +851,19 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
             numeric=(1, 2, 3, 4, 5),
         )
         doc.open_figures()
-        if report.decision:
-            fig, ax = plt.subplots(figsize=(4.6, 0.5 + 0.45 * len(report.decision)))
-            names = [r.model_version for r in report.decision]
-            values = [r.decision_score if r.decision_score is not None else 0.0 for r in report.decision]
-            ax.barh(
-                np.arange(len(names)),
-                values,
-                color=[_colour(versions.index(n)) if n in versions else "#999" for n in names],
-                height=0.6,
+        if any(r.decision_score is not None for r in report.decision):
+            doc.figure(
+                _decision_figure(plt, report),
+                f"Decision score per version with its {1 - report.alpha:.0%} bootstrap interval: higher is better "
+                "among the eligible versions; a hatched bar is not eligible (worse than another version on a "
+                "check's pass rate) and cannot be best, whatever its score; a version without a price has none",
             )
-            ax.set_yticks(np.arange(len(names)), names)
-            ax.invert_yaxis()
-            ax.set_xlabel("decision score")
-            doc.figure(fig, "Decision score per version (higher is better; a version without a price has none)")
+        else:
+            # An empty axis with ticks around 0 said nothing; the rows' notes say what each lacks.
+            doc.paragraph(
+                "No decision score to draw: no version has quality, stability and a price (the table's note says what each lacks).",
+                "note",
+            )
         doc.close_figures()
 
         doc.heading("Pass rate by category and version")

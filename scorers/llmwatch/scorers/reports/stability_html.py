@@ -36,10 +36,36 @@ def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]
     if not items:
         doc.paragraph("none: no scored chat sample", "note")
         return
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.2, 3.2))
     # One axis for every version: a turn one version never reached keeps its place for the others.
     axis = sorted({t for d in items for t in d.by_turn}, key=lambda t: int(t.rstrip("+")))
+    if len(axis) < 2:
+        # One dot per version at turn 1 on a zoomed axis drew a difference, not a trend by turn.
+        doc.paragraph(
+            f"Nothing to draw by turn: every scored sample is turn {axis[0]} (no conversation with 2 or more turns).",
+            "note",
+        )
+    else:
+        _turn_figure(doc, items, axis, palette)
+    doc.table(
+        ["version", "slope per turn", "95% interval", "verdict", "conversations (2+ turns)", "samples"],
+        [
+            [
+                d.model_version,
+                _n(d.slope),
+                f"[{_n(d.ci[0])}, {_n(d.ci[1])}]" if d.ci else "-",
+                d.verdict,
+                f"{d.conversations} of {d.conversations_total}",
+                d.samples,
+            ]
+            for d in report.turn_decay
+        ],
+        numeric=(1, 5),
+    )
+
+
+def _turn_figure(doc: Any, items: Sequence[Any], axis: Sequence[str], palette: Sequence[str]) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.2, 3.2))
     position = {t: i for i, t in enumerate(axis)}
     for i, d in enumerate(items):
         labels = list(d.by_turn)
@@ -58,21 +84,6 @@ def render_turn_decay(doc: Any, report: EvaluationReport, palette: Sequence[str]
     doc.open_figures()
     doc.figure(fig, "Mean score by turn; bands: 95% intervals, conversations resampled")
     doc.close_figures()
-    doc.table(
-        ["version", "slope per turn", "95% interval", "verdict", "conversations (2+ turns)", "samples"],
-        [
-            [
-                d.model_version,
-                _n(d.slope),
-                f"[{_n(d.ci[0])}, {_n(d.ci[1])}]" if d.ci else "-",
-                d.verdict,
-                f"{d.conversations} of {d.conversations_total}",
-                d.samples,
-            ]
-            for d in report.turn_decay
-        ],
-        numeric=(1, 5),
-    )
 
 
 def _f3(x: float | None) -> str:

@@ -128,7 +128,22 @@ dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px;
 dl.facts dt { color: #566573; } dl.facts dd { margin: 0; }
 nav.pages { margin: 12px 0; display: flex; gap: 16px; }
 .drift { color: #c0392b; font-weight: 700; } .stable { color: #1e8449; font-weight: 700; }
+.undecided { color: #9a6700; font-weight: 700; }
+/* A phone: a wide table scrolls inside itself instead of pushing the page past the screen
+   (the drift table's verdict column was off a 390 px screen, the header and text were not). */
+@media (max-width: 700px) { table.list { display: block; overflow-x: auto; } main { padding: 12px 12px 40px; } }
 """
+
+# Drift verdicts that mean "moved" (red, listed first) and one that means "could not tell": green
+# was given to everything but `drift`, so an `insufficient` report read as a healthy one.
+MOVED = ("drift", "shifted", "changed")
+
+
+def _verdict_class(verdict: Any) -> str:
+    if verdict in MOVED:
+        return "drift"
+    return "stable" if verdict == "stable" else "undecided"
+
 
 NAV = (("samples", "/samples", "Samples"), ("conversations", "/conversations", "Conversations"),
        ("versions", "/versions", "Versions"), ("drift", "/drift", "Drift"),
@@ -523,9 +538,9 @@ class UiApp:
                     for v in versions
                 ],
             ),
-            row("latency p50", [_ms(by_v[v]["latency_p50"]) for v in versions]),
-            row("latency p95", [_ms(by_v[v]["latency_p95"]) for v in versions]),
-            row("TTFT p50", [_ms(by_v[v]["ttft_p50"]) or "-" for v in versions]),
+            row("latency p50 (answered)", [_ms(by_v[v]["latency_p50"]) for v in versions]),
+            row("latency p95 (answered)", [_ms(by_v[v]["latency_p95"]) for v in versions]),
+            row("TTFT p50 (answered)", [_ms(by_v[v]["ttft_p50"]) or "-" for v in versions]),
             row("output tokens (mean)", [_num(by_v[v]["output_tokens"], 1) for v in versions]),
             row("cost per call (mean)", [_usd(by_v[v]["cost_mean"]) or "-" for v in versions]),
             row("cost (total)", [_usd(by_v[v]["cost_total"]) or "-" for v in versions]),
@@ -627,21 +642,21 @@ class UiApp:
             route = str(sig.get("route") or "")
             if route and route.startswith("/"):
                 query["route"] = route
-            drifted = sig.get("verdict") == "drift"
+            drifted = sig.get("verdict") in MOVED
             link = f'<a class="signal-samples" href="/samples?{_e(urlencode(query))}">samples</a>'
             rows.append(
-                f'<tr class="{"drifted" if drifted else ""}"><td>{_e(sig.get("family"))}</td><td>{_e(name)}</td><td>{_e(route)}</td>'
-                f'<td class="{"drift" if drifted else "stable"}">{_e(sig.get("verdict"))}</td><td>{_e(sig.get("direction"))}</td>'
+                f'<tr class="{"drifted" if drifted else ""}"><td class="{_verdict_class(sig.get("verdict"))}">{_e(sig.get("verdict"))}</td>'
+                f"<td>{_e(sig.get('family'))}</td><td>{_e(name)}</td><td>{_e(route)}</td><td>{_e(sig.get('direction'))}</td>"
                 f"<td class=num>{_num(sig.get('effect_size'), 3)}</td><td class=num>{_e(_p(sig.get('p_adjusted')))}</td>"
                 f"<td class=num>{_e(sig.get('n_baseline'))} / {_e(sig.get('n_current'))}</td><td>{_e(sig.get('stratum'))}</td>"
                 f"<td>{link}</td></tr>"
             )
         rows.sort(key=lambda r: 'class="drifted"' not in r)
         body = (
-            f'<p id="verdict">Verdict <span class="{"drift" if verdict == "drift" else "stable"}">{_e(verdict)}</span>: '
+            f'<p id="verdict">Verdict <span class="{_verdict_class(verdict)}">{_e(verdict)}</span>: '
             f"versions {_e(', '.join(versions))} against the baseline of {_e(report.get('baseline_version'))} "
             f"({_e(report.get('n_current'))} samples). <span class=help>{_e(path)}</span></p>"
-            '<table class="list" id="signals"><thead><tr><th>family</th><th>signal</th><th>route</th><th>verdict</th><th>direction</th>'
+            '<table class="list" id="signals"><thead><tr><th>verdict</th><th>family</th><th>signal</th><th>route</th><th>direction</th>'
             "<th class=num>effect</th><th class=num>adjusted p</th><th class=num>n baseline / current</th><th>stratum</th><th></th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
         )

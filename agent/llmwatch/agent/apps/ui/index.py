@@ -237,6 +237,10 @@ GROUP BY s.id, s.status, s.error_type, s.finish_reason
 # --- filters -------------------------------------------------------------------------------------
 
 
+# A call that was answered, the calls whose latency `llmwatch report` gives (decision.cost_latency).
+ANSWERED = "s.status > 0 AND s.status < 400"
+
+
 class FilterError(ValueError):
     """A query parameter that cannot be used; the message names it and says what it takes."""
 
@@ -806,8 +810,11 @@ class Index:
         where, params = replace(f, check="", outcome="", failure_mode="", q="").where()
         calls = self._rows(
             "SELECT s.model_version, count(*) AS n, count(*) FILTER (WHERE m.failure_mode = 'error') AS errors, "
-            "quantile_cont(s.latency_ms, 0.5) AS latency_p50, quantile_cont(s.latency_ms, 0.95) AS latency_p95, "
-            "quantile_cont(s.ttft_ms, 0.5) AS ttft_p50, avg(s.output_tokens) AS output_tokens, "
+            # Latency and TTFT of the answered calls (0 < status < 400), as `llmwatch report` gives
+            # them: with the errors' times mixed in, the two pages disagreed on one version's p50.
+            f"quantile_cont(s.latency_ms, 0.5) FILTER (WHERE {ANSWERED}) AS latency_p50, "
+            f"quantile_cont(s.latency_ms, 0.95) FILTER (WHERE {ANSWERED}) AS latency_p95, "
+            f"quantile_cont(s.ttft_ms, 0.5) FILTER (WHERE {ANSWERED}) AS ttft_p50, avg(s.output_tokens) AS output_tokens, "
             "avg(s.cost_usd) AS cost_mean, sum(s.cost_usd) AS cost_total, min(s.ts) AS first, max(s.ts) AS last "
             f"FROM samples s JOIN modes m ON m.id = s.id WHERE {where} GROUP BY s.model_version ORDER BY s.model_version",
             params,
