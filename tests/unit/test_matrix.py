@@ -414,6 +414,20 @@ def two_versions() -> list[Sample]:
     return out
 
 
+def test_a_report_without_prices_says_no_version_is_best_and_how_to_price_the_model(tmp_path: Path, capsys):
+    # A self-hosted model (SmolLM2 behind llama.cpp) is in no price table: its samples carry no
+    # cost, so no version has a decision score. The text used to end the table with no verdict.
+    samples = [s.model_copy(update={"cost_usd": None}) for s in two_versions()]
+    sdir = tmp_path / "samples"
+    sdir.mkdir()
+    write_jsonl(sdir / "samples-20261201-0000.jsonl", samples)
+    scores = write_jsonl(tmp_path / "scores.jsonl", scores_of(samples))
+    assert main(["report", "--samples", str(sdir), "--scores", str(scores)]) == 0
+    out = capsys.readouterr().out
+    assert "best: none. No decision score: no version has quality, stability and a price" in out, out
+    assert "give it a row under metrics.pricing or in a prices_file before the traffic" in out, out
+
+
 def test_decision_score_divides_weighted_quality_and_stability_by_cost_relative_to_the_cheapest_version():
     samples = two_versions()
     cfg = matrix(

@@ -170,7 +170,11 @@ def decision_scores(
         if s is None and w.stability > 0:
             missing.append("no stability figure (no repeated prompt, no multi-turn data, no baseline)")
         if norm is None:
-            missing.append("no cost (model not in the price table)")
+            # Costs are stamped on samples at capture (`report` does not re-price): say so with the fix.
+            missing.append(
+                "no cost (model not in the price table: give it a row under metrics.pricing or in a "
+                "prices_file before the traffic; samples are priced when captured)"
+            )
         if missing or norm is None:  # `missing` names a None norm; the check says so to the type checker
             rows.append(DecisionRow(v, q, s, cost, norm, None, "; ".join(missing)))
             continue
