@@ -255,6 +255,50 @@ async def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_c
             await asyncio.sleep(0.05)
 
 
+async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole_answer(make_agent):
+    # The official `openai` client's synchronous stream closes its connection as soon as it reads
+    # `data: [DONE]`; llama.cpp's server sends the end of its chunked body in a later write, so
+    # the client's close comes first. That call is complete, not `client_disconnected`; a client
+    # that leaves before `[DONE]` still is.
+    event = b'data: {"id":"s","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\n'
+    plans = ["done", "cut"]
+    closed = asyncio.Event()
+
+    async def stream_then_owe_the_end(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        plan = plans.pop(0)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        if plan == "done":
+            writer.write(b"%x\r\n%s\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n"))
+        await writer.drain()
+        # The body's last chunk (0) never comes: the proxy closes this connection when its client goes.
+        if await asyncio.wait_for(reader.read(1), 20) == b"":
+            closed.set()
+        raise ConnectionError
+
+    stream_body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "capital?"}]})
+    async with RawUpstream(stream_then_owe_the_end) as upstream:
+        agent = await make_agent(upstream.url, sampling={"rate": 1.0})
+        for until in (b"data: [DONE]\n\n", b'"Paris"'):
+            closed.clear()
+            reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+            writer.write(post("/v1/chat/completions", stream_body))
+            got = b""
+            while until not in got:
+                more = await asyncio.wait_for(reader.read(65536), 5)
+                assert more, got
+                got += more
+            writer.close()
+            await asyncio.wait_for(closed.wait(), 5)
+        records = await drained(agent, 2)
+        done = [r for r in records if r["error_type"] is None]
+        cut = [r for r in records if r["error_type"] == "client_disconnected"]
+        assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
+        assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
+        assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 1
+
+
 # --- 4. slow clients -----------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ the sidecar's own scorer process (rule checks), and read back from the files it 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from llmwatch.agent.apps.simulator.server import SimProfile, start_simulator
+from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from llmwatch.agent.cli.main import main
 from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
@@ -355,6 +356,52 @@ def test_bad_options_and_missing_material_exit_2_with_a_message(built: Path, tmp
     err = capsys.readouterr().err
     assert code == 2 and f"--out {tmp_path} is a directory" in err
     assert add(tmp_path / "none.jsonl", captured / "samples", captured / "scores") == 2
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory) -> Path:
+    """The same prompts answered by version A, then by the regressed version B, in one data dir."""
+    data = tmp_path_factory.mktemp("versions") / "data"
+    reqs = [{"messages": [{"role": "user", "content": f"Give me a simple recipe for {r}."}]} for r in RECIPES[:8]]
+    asyncio.run(capture(data, SimProfile(latency_scale=0.0, refusal_rate=0.0, truncation_rate=0.0), reqs))
+    asyncio.run(capture(data, dataclasses.replace(PROFILES["B"], latency_scale=0.0), reqs))
+    return data
+
+
+def test_model_version_builds_the_suite_from_that_version_alone(two_versions: Path, tmp_path: Path):
+    # A platform team freezes its suite from the version it trusts: cases, failure modes and
+    # reference answers all come from version A's calls, even with B's in the same data dir.
+    samples = list(read_records(two_versions / "samples"))
+    assert {s.model_version for s in samples} == {"A", "B"}
+    answers_a = {s.id: s for s in samples if s.model_version == "A"}
+    out = tmp_path / "suite-a.jsonl"
+    assert (
+        build(two_versions / "samples", two_versions / "scores", out, "--model-version", "A", "--similarity", "text")
+        == 0
+    )
+    manifest = orjson.loads(manifest_path(out).read_bytes())
+    assert manifest["counts"]["samples"] == len(answers_a)
+    for entry in manifest["cases"].values():
+        assert entry["model_versions"] == ["A"] and set(entry["sample_ids"]) <= set(answers_a)
+    # Without the option both versions are material (the default is unchanged).
+    both = tmp_path / "suite-both.jsonl"
+    assert build(two_versions / "samples", two_versions / "scores", both, "--similarity", "text") == 0
+    manifest = orjson.loads(manifest_path(both).read_bytes())
+    assert any("B" in entry["model_versions"] for entry in manifest["cases"].values())
+
+
+def test_a_model_version_with_no_sample_is_refused_naming_the_versions_there(
+    two_versions: Path, tmp_path: Path, capsys
+):
+    out = tmp_path / "suite.jsonl"
+    code = build(
+        two_versions / "samples", two_versions / "scores", out, "--model-version", "v2", "--similarity", "text"
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--model-version v2: no sample of that version" in err and "(versions there: A, B)" in err, err
+    assert "Traceback" not in err
+    assert not out.exists() and not manifest_path(out).exists()
 
 
 def test_bad_build_options_are_refused_before_any_sample_is_read(tmp_path: Path, capsys):

@@ -173,6 +173,39 @@ def test_wilson_interval_agrees_with_scipy_and_stays_inside_zero_one():
         assert 0.0 <= lo <= k / n <= hi <= 1.0
 
 
+# --- version stability ---------------------------------------------------------------------------
+
+
+def test_the_version_figure_counts_behaviour_and_performance_signals_and_never_an_inputs_shift():
+    # Seen against a real llama.cpp server: a new chat template halved the server's prompt-token
+    # count, `input:prompt_tokens` read `shifted` at p 4e-21, and the report said "2 of 9 signals
+    # drift, min p_adj 4.2e-21": the shift was in the count and its p shown as the drift's.
+    from types import SimpleNamespace
+
+    from llmwatch.scorers.drift.model import Signal
+    from llmwatch.scorers.evaluation.stability import version_cell
+
+    def sig(name: str, family: str, verdict: str, p_adj: float) -> Signal:
+        return Signal(name, "/v1/chat/completions", "t", 0.0, p_adj, 0.0, 60, 60, p_adj, verdict, family=family)
+
+    report = SimpleNamespace(
+        verdict="drift",
+        signals=[
+            sig("input:prompt_tokens", "inputs", "shifted", 4e-21),
+            sig("input:mix:category", "inputs", "stable", 1.0),
+            sig("pass_rate:answer_relevance", "behaviour", "drift", 3.7e-4),
+            sig("score:answer_relevance", "behaviour", "drift", 4.3e-7),
+            sig("output_tokens", "behaviour", "stable", 1.0),
+            sig("perf:latency_per_token_ms", "performance", "stable", 1.0),
+            sig("perf:latency_ms", "performance", "stable", math.nan),  # context: never tested
+        ],
+    )
+    cell = version_cell("B", report, "A", 60)
+    assert cell.detail["signals_tested"] == 4 and cell.detail["signals_drifting"] == 2
+    assert cell.value == pytest.approx(1 - 2 / 4)
+    assert cell.detail["min_p_adjusted"] == pytest.approx(4.3e-7)
+
+
 # --- turn stability -------------------------------------------------------------------------------
 
 ROUTER = [
@@ -380,6 +413,20 @@ def two_versions() -> list[Sample]:
     out.append(make_sample("b-q2-0", "B", q2, a2, cost=0.001, latency_ms=480.0, ttft_ms=80.0))
     out.append(make_sample("b-q2-1", "B", q2, a2, cost=0.001, latency_ms=510.0, ttft_ms=85.0))
     return out
+
+
+def test_a_report_without_prices_says_no_version_is_best_and_how_to_price_the_model(tmp_path: Path, capsys):
+    # A self-hosted model (SmolLM2 behind llama.cpp) is in no price table: its samples carry no
+    # cost, so no version has a decision score. The text used to end the table with no verdict.
+    samples = [s.model_copy(update={"cost_usd": None}) for s in two_versions()]
+    sdir = tmp_path / "samples"
+    sdir.mkdir()
+    write_jsonl(sdir / "samples-20261201-0000.jsonl", samples)
+    scores = write_jsonl(tmp_path / "scores.jsonl", scores_of(samples))
+    assert main(["report", "--samples", str(sdir), "--scores", str(scores)]) == 0
+    out = capsys.readouterr().out
+    assert "best: none. No decision score: no version has quality, stability and a price" in out, out
+    assert "give it a row under metrics.pricing or in a prices_file before the traffic" in out, out
 
 
 def test_decision_score_divides_weighted_quality_and_stability_by_cost_relative_to_the_cheapest_version():

@@ -13,7 +13,7 @@ import argparse
 import itertools
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -378,6 +378,7 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
     require_records(args.scores, "--scores", "scores")
     from llmwatch.core import extras
     from llmwatch.core.jsonio import read_records
+    from llmwatch.core.records import RecordError, Sample
     from llmwatch.core.scores import Score
     from llmwatch.scorers.checks.suite import default_checks
     from llmwatch.scorers.evaluation.matrix import build_categories
@@ -402,15 +403,33 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
         probe_scores, re_asks = probe_verdicts(read_records(args.consistency, Pair, prefix="pairs"))
     categories = build_categories(cfg.matrix)
     checks = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(cfg.scoring.embeddings)
+    samples = read_records(args.samples)
+    wanted = set(args.model_version or ())
+    seen: set[str] = set()
+    if wanted:
+        # Only the named versions' calls: a suite meant to hold version A's behaviour must not
+        # take its reference answers (the latest sample that passed) from a regressed version B.
+        def of_versions(records: Iterable[Sample]) -> Iterator[Sample]:
+            for sample in records:
+                seen.add(str(sample.model_version))
+                if sample.model_version in wanted:
+                    yield sample
+
+        samples = of_versions(samples)
     # Streamed: gather keeps a compact member per usable sample, never the Samples or Scores (issue 29).
     material = gather(
-        read_records(args.samples),
+        samples,
         itertools.chain(read_records(args.scores, Score, prefix="scores"), probe_scores),
         categories,
         default_category=cfg.matrix.default_category,
         similarity=similarity,
         re_asks=re_asks,
     )
+    if wanted and not wanted & seen:
+        raise RecordError(
+            f"--model-version {', '.join(sorted(wanted))}: no sample of that version in {args.samples} "
+            f"(versions there: {', '.join(sorted(seen)) or 'none'}); name one of them, or leave --model-version out"
+        )
     return material, categories, checks
 
 
@@ -728,6 +747,13 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
             default=None,
             metavar="PAIRS",
             help="the consistency probe's pairs (<data_dir>/consistency/pairs): confident-but-unstable answers become failure cases, the re-ask kept in the manifest",
+        )
+        p.add_argument(
+            "--model-version",
+            action="append",
+            default=None,
+            metavar="VERSION",
+            help="only the samples of this model version (repeatable; default: every version): cases, failures and reference answers from the version you trust",
         )
         p.add_argument(
             "--similarity",

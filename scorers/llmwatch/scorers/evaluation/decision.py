@@ -173,7 +173,9 @@ def decision_scores(
             # The report reads the cost the samples carry; it does not price them itself, so a model
             # that is in the table now may still have none (captured before, or by another tool).
             missing.append(
-                "no cost (none of its samples carries cost_usd, as when its model is not in the price table)"
+                "no cost (none of its samples carries cost_usd, as when its model is not in the price table:"
+                " give it a row under metrics.pricing or in a prices_file before the traffic; samples are"
+                " priced when captured)"
             )
         if missing or norm is None:  # `missing` names a None norm; the check says so to the type checker
             rows.append(DecisionRow(v, q, s, cost, norm, None, "; ".join(missing)))

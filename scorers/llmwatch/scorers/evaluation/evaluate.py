@@ -572,6 +572,9 @@ def format_text(report: EvaluationReport) -> str:
         best = choose_best(report.decision)
         lines.append(f"  best: version {best.model_version}" if best is not None else f"  best: none. {headline}")
         lines += [f"    {p}" for p in points[1 if best is not None else 0 : -1] if not p.startswith("WARNING: ")]
+    elif report.decision:
+        # No version has a score: say so rather than end the table without a verdict.
+        lines.append(f"  best: none. {decision_verdict(report)[1]}")
     if report.comparison:
         cmp = report.comparison
         lines += ["", f"Compared with the report of {cmp.get('earlier_created_at')}"]

@@ -277,7 +277,9 @@ def version_stability(
 
 def version_cell(version: str, report: Any, baseline_version: str, samples: int) -> StabilityCell:
     """The version figure of one drift report against the baseline (the list and streamed reports)."""
-    tested = [sig for sig in report.signals if not math.isnan(sig.p_adjusted)]
+    # Behaviour and performance signals only: an `inputs` signal reads `shifted`, never `drift`, so
+    # in the count it only made the share smaller, and its p-value was shown as the smallest.
+    tested = [sig for sig in report.signals if sig.family != "inputs" and not math.isnan(sig.p_adjusted)]
     drifting = [sig for sig in tested if sig.verdict == "drift"]
     detail = {
         "baseline_version": baseline_version,

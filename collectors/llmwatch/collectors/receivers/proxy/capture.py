@@ -9,6 +9,7 @@ cannot read becomes a note, because traffic it does not understand is still traf
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -91,6 +92,23 @@ class CallFacts:
     cached_input_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+
+
+# The end of an OpenAI-style stream: its `data: [DONE]` event and the blank line that dispatches it.
+_DONE_TAIL = re.compile(rb"(?:\A|\n)data: ?\[DONE\][ \t]*\r?\n\r?\n(?:\r?\n)*\Z")
+
+
+def stream_ended(ex: Exchange) -> bool:
+    """The body relayed so far ends with the stream's `data: [DONE]` event: the client has the
+    whole answer, whatever bytes of framing the upstream still owed (the end of its chunked body).
+
+    The official `openai` client's synchronous stream closes its connection as soon as it reads
+    `[DONE]`; servers such as llama.cpp's send the body's end in a later write, so the client's
+    close arrives first. Only the last 64 bytes are looked at (a compressed body never matches)."""
+    if ex.response_truncated or not ex.response_chunks:
+        return False
+    tail = b"".join(ex.response_chunks[-3:])[-64:]
+    return _DONE_TAIL.search(tail) is not None
 
 
 class _TooLarge(Exception):

@@ -55,7 +55,7 @@ from urllib.parse import unquote, unquote_to_bytes
 import httptools
 import structlog
 
-from llmwatch.collectors.receivers.proxy.capture import Exchange
+from llmwatch.collectors.receivers.proxy.capture import Exchange, stream_ended
 
 log = structlog.get_logger(__name__)
 
@@ -1407,7 +1407,8 @@ class _Client(asyncio.Protocol):
             call.up = None
         else:
             self.server.pool.forget(call)
-        if call.local is None:
+        if call.local is None and not (call.ex is not None and stream_ended(call.ex)):
+            # A client that hangs up after the stream's `[DONE]` has its whole answer: not an error.
             self.proxy.fail(call.ex, "client_disconnected")
         ex = call.ex
         if ex is not None:
