@@ -104,11 +104,16 @@ class Archiver:
     def add(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         if (topic, partition) not in self.covered:
             self.assigned(topic, partition)
-        model = parquet.MODELS[self.kinds[topic]]
+        kind = self.kinds[topic]
+        model = parquet.MODELS[kind]
         record: BaseModel | None
         try:
             record = model.model_validate(orjson.loads(value or b""))
-        except (orjson.JSONDecodeError, ValidationError, TypeError):
+            # The record's partition directory, placed now: a timestamp at the calendar's edge
+            # ("0001-01-01T00:00:00+05:00" is valid, but before year 1 in UTC) raises OverflowError,
+            # which at write time would kill the worker at the same offset after every restart.
+            parquet.partition_of(kind, record)
+        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError):
             record = None
             self._count("invalid")
         self.buffers.setdefault((topic, partition), []).append((offset, record))
