@@ -37,3 +37,13 @@ def test_a_timestamp_before_year_1_in_utc_is_invalid_not_fatal(tmp_path: Path) -
     assert [row["id"] for f in files for row in pq.read_table(f).to_pylist()] == ["good"]
     assert consumed(archiver.metrics, "invalid") == 1
     assert consumed(archiver.metrics, "archived") == 1
+
+
+def test_a_model_version_too_long_for_a_directory_name_is_invalid_not_fatal(tmp_path: Path) -> None:
+    # 10,000 characters: `model_version=<it>` exceeds the 255-byte name limit of the file system.
+    long = chat_sample(id="long").model_copy(update={"model_version": "V" * 10_000})
+    fits = chat_sample(id="fits").model_copy(update={"model_version": "V" * 200})
+    archiver, done, files = archive(tmp_path, long.to_json(), fits.to_json(), chat_sample(id="good").to_json())
+    assert done == {("t.samples", 0): 3}, "the offset to commit is past the poison record"
+    assert sorted(row["id"] for f in files for row in pq.read_table(f).to_pylist()) == ["fits", "good"]
+    assert consumed(archiver.metrics, "invalid") == 1

@@ -39,6 +39,9 @@ from llmwatch.core.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
+# The longest file or directory name most file systems take (ext4, xfs, btrfs, APFS: 255 bytes).
+NAME_MAX = 255
+
 
 class Covered:
     """The offset ranges of one topic partition that files already hold."""
@@ -112,8 +115,12 @@ class Archiver:
             # The record's partition directory, placed now: a timestamp at the calendar's edge
             # ("0001-01-01T00:00:00+05:00" is valid, but before year 1 in UTC) raises OverflowError,
             # which at write time would kill the worker at the same offset after every restart.
-            parquet.partition_of(kind, record)
-        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError):
+            key = parquet.partition_of(kind, record)
+            # A model_version of thousands of characters (anyone with produce rights can write
+            # one) makes a directory name the file system refuses (ENAMETOOLONG): same stall.
+            if any(len(part.encode()) > NAME_MAX for part in key.directory().split("/")):
+                raise ValueError(f"model_version of {len(key.model_version or '')} characters")
+        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError, ValueError):
             record = None
             self._count("invalid")
         self.buffers.setdefault((topic, partition), []).append((offset, record))
