@@ -5,9 +5,11 @@ check names read from the scores topic pass a label cap."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import pytest
 from helpers.samples import chat_sample
+from structlog.testing import capture_logs
 
 from llmwatch.agent.components import load_config
 from llmwatch.agent.processes import kafka_aggregate
@@ -70,3 +72,23 @@ def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap()
     }
     assert "min_length" in checks, "a check seen before the cap keeps its label"
     assert len(checks) <= MAX_CHECK_LABELS + 1 and "other" in checks
+
+
+def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place() -> None:
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    poison = [b"not json", b"[1, 2]", None, b'{"id": "x", "request": "' + b"s" * 1_000_000 + b'"}']
+    with capture_logs() as logs:
+        for offset, value in enumerate(poison):
+            agg.add_record(SimpleNamespace(topic="t.samples", partition=0, offset=offset, value=value), is_score=False)
+        agg.add_record(SimpleNamespace(topic="t.scores", partition=1, offset=7, value=b"{}"), is_score=True)
+        agg.add_record(
+            SimpleNamespace(topic="t.samples", partition=0, offset=4, value=chat_sample().to_json()), is_score=False
+        )
+    assert metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid")._value.get() == 5
+    lines = [e for e in logs if e["event"] == "invalid_record"]
+    assert [(e["topic"], e["partition"], e["offset"]) for e in lines] == [("t.samples", 0, i) for i in range(4)] + [
+        ("t.scores", 1, 7)
+    ]
+    assert all(len(str(e)) < 1000 for e in lines), "a log line names the record, it does not carry it"
+    assert len(agg.pending) == 1, "the valid sample after them is taken"

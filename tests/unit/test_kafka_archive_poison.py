@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 from helpers.samples import chat_sample
+from structlog.testing import capture_logs
 
 from llmwatch.agent.processes.kafka_archive import Archiver
 from llmwatch.collectors.exporters.kafka import KafkaMetrics
@@ -47,3 +48,13 @@ def test_a_model_version_too_long_for_a_directory_name_is_invalid_not_fatal(tmp_
     assert done == {("t.samples", 0): 3}, "the offset to commit is past the poison record"
     assert sorted(row["id"] for f in files for row in pq.read_table(f).to_pylist()) == ["fits", "good"]
     assert consumed(archiver.metrics, "invalid") == 1
+
+
+def test_an_invalid_record_is_logged_by_place_and_reason_not_dumped(tmp_path: Path) -> None:
+    huge = b'{"id": "' + b"x" * 3_000_000  # three megabytes, cut short: not JSON
+    with capture_logs() as logs:
+        archiver, done, _ = archive(tmp_path, chat_sample(id="good").to_json(), huge)
+    assert done == {("t.samples", 0): 2}
+    [line] = [e for e in logs if e["event"] == "invalid_record"]
+    assert (line["topic"], line["partition"], line["offset"]) == ("t.samples", 0, 1)
+    assert "JSONDecodeError" in line["error"] and len(str(line)) < 1000

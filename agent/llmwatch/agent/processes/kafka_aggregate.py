@@ -78,6 +78,26 @@ class Aggregator:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc(len(lost))
         return True
 
+    def add_record(self, record: Any, *, is_score: bool) -> None:
+        """One consumer record of the scores topic (`is_score`) or the samples topic; one that is
+        not a score or a sample is counted `invalid` and logged, and the consumer goes on past it."""
+        try:
+            data = orjson.loads(record.value)
+            if is_score:
+                self.add_score(Score.model_validate(data))
+            else:
+                self.add_sample(Sample.model_validate(data))
+        except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
+            # Where it is and why, never the record itself (it may be megabytes, or a secret).
+            log.warning(
+                "invalid_record",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                error=repr(exc)[:200],
+            )
+
     def add_sample(self, sample: Sample, now: float | None = None) -> None:
         if sample.id in self.pending:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate").inc()
@@ -154,14 +174,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
             batch = consumer.poll(timeout_ms=500)
             for tp, records in batch.items():
                 for record in records:
-                    try:
-                        data = orjson.loads(record.value)
-                        if tp.topic == kcfg.scores_topic:
-                            agg.add_score(Score.model_validate(data))
-                        else:
-                            agg.add_sample(Sample.model_validate(data))
-                    except (orjson.JSONDecodeError, ValidationError, TypeError):
-                        metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
+                    agg.add_record(record, is_score=tp.topic == kcfg.scores_topic)
             agg.flush()
             agg.refresh()
             if batch:

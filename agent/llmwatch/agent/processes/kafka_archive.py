@@ -120,9 +120,11 @@ class Archiver:
             # one) makes a directory name the file system refuses (ENAMETOOLONG): same stall.
             if any(len(part.encode()) > NAME_MAX for part in key.directory().split("/")):
                 raise ValueError(f"model_version of {len(key.model_version or '')} characters")
-        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError, ValueError):
+        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError, ValueError) as exc:
             record = None
             self._count("invalid")
+            # Where it is and why, never the record itself (it may be megabytes, or a secret).
+            log.warning("invalid_record", topic=topic, partition=partition, offset=offset, error=repr(exc)[:200])
         self.buffers.setdefault((topic, partition), []).append((offset, record))
 
     def pending(self) -> int:
