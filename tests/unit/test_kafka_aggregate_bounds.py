@@ -4,9 +4,12 @@ check names read from the scores topic pass a label cap."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.samples import chat_sample
 from structlog.testing import capture_logs
@@ -17,6 +20,7 @@ from llmwatch.agent.processes.kafka_aggregate import Aggregator
 from llmwatch.collectors.exporters.kafka import KafkaMetrics
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.scores import Score
+from llmwatch.scorers.drift.baseline import freeze, write_baseline
 
 
 def score(sample_id: str) -> Score:
@@ -92,3 +96,33 @@ def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place
     ]
     assert all(len(str(e)) < 1000 for e in lines), "a log line names the record, it does not carry it"
     assert len(agg.pending) == 1, "the valid sample after them is taken"
+
+
+def test_operation_names_from_the_samples_topic_cannot_grow_the_drift_series(tmp_path: Path) -> None:
+    # The drift gauges are labelled by the operation a sample names; from the topic that is any
+    # string: 10,000 characters with a newline, or a new one in every record.
+    rng = np.random.default_rng(3)
+    base = [chat_sample(id=f"b{i}", latency_ms=float(rng.normal(100, 10))) for i in range(200)]
+    path = write_baseline(freeze(base, [], None, model_version="A"), tmp_path / "baseline.json")
+    cfg = load_config(
+        None, overrides={"drift": {"baseline": str(path), "interval_s": 1, "min_samples": 20}}, environ={}
+    )
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    for round_ in range(3):
+        for i in range(40):
+            operation = "x" * 10_000 + "\n" if i == 0 else f"made-up-{round_}-{i}"
+            sample = chat_sample(id=f"c{round_}-{i}", model_version="A", latency_ms=100.0, operation=operation)
+            agg.add_record(
+                SimpleNamespace(topic="t.samples", partition=0, offset=i, value=sample.to_json()), is_score=False
+            )
+        agg.flush(now=time.monotonic() + kafka_aggregate.JOIN_DELAY_S + 1)
+        assert agg.refresh(now=time.monotonic() + 10 * (round_ + 1)) > 0
+    operations = {
+        s.labels["gen_ai_operation_name"]
+        for family in metrics.registry.collect()
+        if family.name.startswith("llmwatch_drift")
+        for s in family.samples
+        if "gen_ai_operation_name" in s.labels
+    }
+    assert operations == {"other"}
