@@ -126,3 +126,16 @@ def test_operation_names_from_the_samples_topic_cannot_grow_the_drift_series(tmp
         if "gen_ai_operation_name" in s.labels
     }
     assert operations == {"other"}
+
+
+def test_model_versions_past_the_label_cap_share_one_drift_window() -> None:
+    # A drift window per model_version the samples topic names: 2,000 made-up versions held 2,000
+    # windows (about 7 kB a sample, for ever) behind gauges that all read `other`.
+    metrics = Metrics(max_versions=5)
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    for i in range(2000):
+        agg.add_sample(chat_sample(id=f"s{i}", model_version=f"v{i}"), now=0.0)
+    assert agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1) == 2000, "every sample is still taken"
+    windows = agg.windows.by_version()
+    assert sorted(windows) == ["other", "v0", "v1", "v2", "v3", "v4"]
+    assert len(windows["other"]) == 1995

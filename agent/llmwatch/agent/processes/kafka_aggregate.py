@@ -34,7 +34,7 @@ from llmwatch.agent.components import Config, metric_groups
 from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, close_worker, connect, consumer_settings
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.metrics import OTHER, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.aggregate import WindowAggregator
@@ -102,6 +102,11 @@ class Aggregator:
         if sample.id in self.pending:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate").inc()
             return
+        # Drift keeps a window per model_version, and the topic may name any number of them: each
+        # one past the label cap would hold a window (memory without bound) for gauges that all
+        # read `other` anyway. Those versions share one `other` window, as they share the series.
+        if self.metrics.version_label(sample.model_version) == OTHER:
+            sample = sample.model_copy(update={"model_version": OTHER})
         self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
         while len(self.pending) > MAX_PENDING:
             self.pending.popitem(last=False)
