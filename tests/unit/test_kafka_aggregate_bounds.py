@@ -4,10 +4,15 @@ check names read from the scores topic pass a label cap."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.samples import chat_sample
+from structlog.testing import capture_logs
 
 from llmwatch.agent.components import load_config
 from llmwatch.agent.processes import kafka_aggregate
@@ -15,6 +20,7 @@ from llmwatch.agent.processes.kafka_aggregate import Aggregator
 from llmwatch.collectors.exporters.kafka import KafkaMetrics
 from llmwatch.core.metrics import Metrics
 from llmwatch.core.scores import Score
+from llmwatch.scorers.drift.baseline import freeze, write_baseline
 
 
 def score(sample_id: str) -> Score:
@@ -70,3 +76,66 @@ def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap()
     }
     assert "min_length" in checks, "a check seen before the cap keeps its label"
     assert len(checks) <= MAX_CHECK_LABELS + 1 and "other" in checks
+
+
+def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place() -> None:
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    poison = [b"not json", b"[1, 2]", None, b'{"id": "x", "request": "' + b"s" * 1_000_000 + b'"}']
+    with capture_logs() as logs:
+        for offset, value in enumerate(poison):
+            agg.add_record(SimpleNamespace(topic="t.samples", partition=0, offset=offset, value=value), is_score=False)
+        agg.add_record(SimpleNamespace(topic="t.scores", partition=1, offset=7, value=b"{}"), is_score=True)
+        agg.add_record(
+            SimpleNamespace(topic="t.samples", partition=0, offset=4, value=chat_sample().to_json()), is_score=False
+        )
+    assert metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid")._value.get() == 5
+    lines = [e for e in logs if e["event"] == "invalid_record"]
+    assert [(e["topic"], e["partition"], e["offset"]) for e in lines] == [("t.samples", 0, i) for i in range(4)] + [
+        ("t.scores", 1, 7)
+    ]
+    assert all(len(str(e)) < 1000 for e in lines), "a log line names the record, it does not carry it"
+    assert len(agg.pending) == 1, "the valid sample after them is taken"
+
+
+def test_operation_names_from_the_samples_topic_cannot_grow_the_drift_series(tmp_path: Path) -> None:
+    # The drift gauges are labelled by the operation a sample names; from the topic that is any
+    # string: 10,000 characters with a newline, or a new one in every record.
+    rng = np.random.default_rng(3)
+    base = [chat_sample(id=f"b{i}", latency_ms=float(rng.normal(100, 10))) for i in range(200)]
+    path = write_baseline(freeze(base, [], None, model_version="A"), tmp_path / "baseline.json")
+    cfg = load_config(
+        None, overrides={"drift": {"baseline": str(path), "interval_s": 1, "min_samples": 20}}, environ={}
+    )
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    for round_ in range(3):
+        for i in range(40):
+            operation = "x" * 10_000 + "\n" if i == 0 else f"made-up-{round_}-{i}"
+            sample = chat_sample(id=f"c{round_}-{i}", model_version="A", latency_ms=100.0, operation=operation)
+            agg.add_record(
+                SimpleNamespace(topic="t.samples", partition=0, offset=i, value=sample.to_json()), is_score=False
+            )
+        agg.flush(now=time.monotonic() + kafka_aggregate.JOIN_DELAY_S + 1)
+        assert agg.refresh(now=time.monotonic() + 10 * (round_ + 1)) > 0
+    operations = {
+        s.labels["gen_ai_operation_name"]
+        for family in metrics.registry.collect()
+        if family.name.startswith("llmwatch_drift")
+        for s in family.samples
+        if "gen_ai_operation_name" in s.labels
+    }
+    assert operations == {"other"}
+
+
+def test_model_versions_past_the_label_cap_share_one_drift_window() -> None:
+    # A drift window per model_version the samples topic names: 2,000 made-up versions held 2,000
+    # windows (about 7 kB a sample, for ever) behind gauges that all read `other`.
+    metrics = Metrics(max_versions=5)
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    for i in range(2000):
+        agg.add_sample(chat_sample(id=f"s{i}", model_version=f"v{i}"), now=0.0)
+    assert agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1) == 2000, "every sample is still taken"
+    windows = agg.windows.by_version()
+    assert sorted(windows) == ["other", "v0", "v1", "v2", "v3", "v4"]
+    assert len(windows["other"]) == 1995

@@ -34,7 +34,7 @@ from llmwatch.agent.components import Config, metric_groups
 from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, close_worker, connect, consumer_settings
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
-from llmwatch.core.metrics import Metrics
+from llmwatch.core.metrics import OTHER, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.aggregate import WindowAggregator
@@ -78,10 +78,35 @@ class Aggregator:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc(len(lost))
         return True
 
+    def add_record(self, record: Any, *, is_score: bool) -> None:
+        """One consumer record of the scores topic (`is_score`) or the samples topic; one that is
+        not a score or a sample is counted `invalid` and logged, and the consumer goes on past it."""
+        try:
+            data = orjson.loads(record.value)
+            if is_score:
+                self.add_score(Score.model_validate(data))
+            else:
+                self.add_sample(Sample.model_validate(data))
+        except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
+            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
+            # Where it is and why, never the record itself (it may be megabytes, or a secret).
+            log.warning(
+                "invalid_record",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                error=repr(exc)[:200],
+            )
+
     def add_sample(self, sample: Sample, now: float | None = None) -> None:
         if sample.id in self.pending:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate").inc()
             return
+        # Drift keeps a window per model_version, and the topic may name any number of them: each
+        # one past the label cap would hold a window (memory without bound) for gauges that all
+        # read `other` anyway. Those versions share one `other` window, as they share the series.
+        if self.metrics.version_label(sample.model_version) == OTHER:
+            sample = sample.model_copy(update={"model_version": OTHER})
         self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
         while len(self.pending) > MAX_PENDING:
             self.pending.popitem(last=False)
@@ -154,14 +179,7 @@ def run_aggregator(cfg: Config, *, stop: threading.Event | None = None) -> int:
             batch = consumer.poll(timeout_ms=500)
             for tp, records in batch.items():
                 for record in records:
-                    try:
-                        data = orjson.loads(record.value)
-                        if tp.topic == kcfg.scores_topic:
-                            agg.add_score(Score.model_validate(data))
-                        else:
-                            agg.add_sample(Sample.model_validate(data))
-                    except (orjson.JSONDecodeError, ValidationError, TypeError):
-                        metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
+                    agg.add_record(record, is_score=tp.topic == kcfg.scores_topic)
             agg.flush()
             agg.refresh()
             if batch:

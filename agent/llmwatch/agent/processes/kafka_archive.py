@@ -39,6 +39,9 @@ from llmwatch.core.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
+# The longest file or directory name most file systems take (ext4, xfs, btrfs, APFS: 255 bytes).
+NAME_MAX = 255
+
 
 class Covered:
     """The offset ranges of one topic partition that files already hold."""
@@ -104,13 +107,24 @@ class Archiver:
     def add(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
         if (topic, partition) not in self.covered:
             self.assigned(topic, partition)
-        model = parquet.MODELS[self.kinds[topic]]
+        kind = self.kinds[topic]
+        model = parquet.MODELS[kind]
         record: BaseModel | None
         try:
             record = model.model_validate(orjson.loads(value or b""))
-        except (orjson.JSONDecodeError, ValidationError, TypeError):
+            # The record's partition directory, placed now: a timestamp at the calendar's edge
+            # ("0001-01-01T00:00:00+05:00" is valid, but before year 1 in UTC) raises OverflowError,
+            # which at write time would kill the worker at the same offset after every restart.
+            key = parquet.partition_of(kind, record)
+            # A model_version of thousands of characters (anyone with produce rights can write
+            # one) makes a directory name the file system refuses (ENAMETOOLONG): same stall.
+            if any(len(part.encode()) > NAME_MAX for part in key.directory().split("/")):
+                raise ValueError(f"model_version of {len(key.model_version or '')} characters")
+        except (orjson.JSONDecodeError, ValidationError, TypeError, OverflowError, ValueError) as exc:
             record = None
             self._count("invalid")
+            # Where it is and why, never the record itself (it may be megabytes, or a secret).
+            log.warning("invalid_record", topic=topic, partition=partition, offset=offset, error=repr(exc)[:200])
         self.buffers.setdefault((topic, partition), []).append((offset, record))
 
     def pending(self) -> int:

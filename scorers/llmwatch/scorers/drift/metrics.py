@@ -9,10 +9,20 @@ import math
 from typing import TYPE_CHECKING, Iterable
 
 from llmwatch.core.component import Event
-from llmwatch.core.metrics import CanaryReading, DriftReading, MetricGroup, Metrics, gauge
+from llmwatch.core.metrics import OTHER, CanaryReading, DriftReading, MetricGroup, Metrics, gauge
+from llmwatch.core.wire import OPERATIONS
 
 if TYPE_CHECKING:
     from llmwatch.scorers.drift.pager import PagerReading
+
+
+# The operations llmwatch names (the proxy's and the OTLP receiver's); `llmwatch aggregate` reads
+# `operation` from the samples topic, where anyone with produce rights can write any string.
+KNOWN_OPERATIONS = frozenset(OPERATIONS.values())
+
+
+def operation_label(operation: str) -> str:
+    return operation if operation in KNOWN_OPERATIONS else OTHER
 
 
 class DriftReadings(Event[list[DriftReading]]):
@@ -66,7 +76,7 @@ class DriftMetrics(MetricGroup):
     def set_pager(self, readings: Iterable[PagerReading]) -> None:
         """The pager's readings become the `llmwatch_drift_evidence*` gauges."""
         for r in readings:
-            labels = (r.signal, r.family, self.version_label(r.model_version), r.operation)
+            labels = (r.signal, r.family, self.version_label(r.model_version), operation_label(r.operation))
             self.drift_evidence.labels(*labels).set(r.e_value)
             self.drift_evidence_threshold.labels(*labels).set(r.threshold)
             self.drift_evidence_decisive.labels(*labels).set(1.0 if r.firing else 0.0)
@@ -81,10 +91,10 @@ class DriftMetrics(MetricGroup):
     def set_drift(self, readings: Iterable[DriftReading]) -> None:
         """Drift readings become the `llmwatch_drift_*` gauges (the sidecar's scorer and `llmwatch aggregate` alike)."""
         for r in readings:
-            v = self.version_label(r.model_version)
-            self.drift_statistic.labels(r.signal, v, r.operation).set(r.statistic)
-            self.drift_p_value.labels(r.signal, v, r.operation).set(r.p_value)
-            self.drift_detected.labels(r.signal, v, r.operation).set(1.0 if r.detected else 0.0)
+            v, op = self.version_label(r.model_version), operation_label(r.operation)
+            self.drift_statistic.labels(r.signal, v, op).set(r.statistic)
+            self.drift_p_value.labels(r.signal, v, op).set(r.p_value)
+            self.drift_detected.labels(r.signal, v, op).set(1.0 if r.detected else 0.0)
             self.drift_window.labels(v).set(r.n_current)
 
 
