@@ -341,4 +341,15 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
         r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ pairs", body
     )
     assert "effect: candidate minus primary (points) for rates" in body and "CI: two-sided 90 %" in body
+    # Every primary and candidate figure with its unit: bare, a rate of 97 and a p95 of 97 ms read alike.
+    cells = {
+        row.find_element(By.TAG_NAME, "td").text: [td.text for td in row.find_elements(By.TAG_NAME, "td")[3:5]]
+        for row in browser.find_elements(By.CSS_SELECTOR, "table tr")
+        if row.find_elements(By.TAG_NAME, "td")
+    }
+    assert all(v.endswith(" %") for v in cells["check:refusal"] + cells["error_rate"]), cells
+    assert all(v.endswith(" ms") for v in cells["latency_p95"] + cells["ttft_p95"]), cells
+    assert all(v.endswith(" USD") for v in cells["cost_mean"]) and all(
+        v.endswith(" tokens") for v in cells["output_tokens_mean"]
+    ), cells
     screenshot(browser, "shadow-report.png", tmp_path)
