@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -353,3 +354,26 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
         v.endswith(" tokens") for v in cells["output_tokens_mean"]
     ), cells
     screenshot(browser, "shadow-report.png", tmp_path)
+
+
+def test_a_sampling_stability_from_one_prompt_is_marked_as_no_estimate(traffic: Path, browser, tmp_path: Path):
+    # The current version asked one prompt throughout, the baseline five: the current's sampling
+    # stability is that one prompt's spread, which the table showed as plainly as the others.
+    lines = (traffic / "all" / "samples-20261201-0000.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for i, row in enumerate(rows):
+        text = "the one prompt" if row["model_version"] == CURRENT else f"prompt {i % 5}"
+        row["request"]["messages"] = [{"role": "user", "content": text}]
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "samples-20261201-0000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "report.html"
+    args = report_args(traffic, "--format", "html", "--out", str(out))
+    args[args.index("--samples") + 1] = str(tmp_path / "all")
+    assert main(args) == 0
+
+    open_offline(browser, out)
+    table = next(t for t in browser.find_elements(By.TAG_NAME, "table") if t.text.startswith("kind category version"))
+    cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in table.find_elements(By.TAG_NAME, "tr")]
+    sampling = {(c[1], c[2]): (c[4], c[6]) for c in cells if c and c[0] == "sampling"}
+    assert sampling[("all", CURRENT)] == ("1", "one prompt only: not a stability estimate")
+    assert sampling[("all", BASE)] == ("5", "")

@@ -973,9 +973,9 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
         doc.heading("Stability (1 = stable)")
         if report.stability:
             doc.table(
-                ["kind", "category", "version", "value", "groups", "samples"],
+                ["kind", "category", "version", "value", "groups", "samples", "note"],
                 [
-                    [c.kind, c.category, c.model_version, _num(c.value), c.n_groups, c.n_samples]
+                    [c.kind, c.category, c.model_version, _num(c.value), c.n_groups, c.n_samples, c.caveat]
                     for c in report.stability
                 ],
                 numeric=(3, 4, 5),
