@@ -377,3 +377,28 @@ def test_a_sampling_stability_from_one_prompt_is_marked_as_no_estimate(traffic: 
     sampling = {(c[1], c[2]): (c[4], c[6]) for c in cells if c and c[0] == "sampling"}
     assert sampling[("all", CURRENT)] == ("1", "one prompt only: not a stability estimate")
     assert sampling[("all", BASE)] == ("5", "")
+
+
+def test_the_canary_page_states_the_canary_verdict_and_exit_code_not_the_drift_s(browser, tmp_path: Path, capsys):
+    # A canary that refuses less than the stable version: its behaviour drifted, in its favour, so
+    # `llmwatch canary` passes it (exit 0); the page said "DRIFT: the current window behaves
+    # differently from the baseline" and "exit code 1", the drift's verdict, not the canary's.
+    from helpers.traffic import MIX, MODEL
+    from helpers.traffic import traffic as canary_traffic
+
+    rng = np.random.default_rng(3)
+    a = canary_traffic(rng, 1500, MODEL, MIX, prefix="a", version="A")
+    better = MODEL.with_kind("legal", refusal=0.0).with_kind("chat", refusal=0.0)
+    b = canary_traffic(rng, 1500, better, MIX, prefix="b", version="B")
+    write_jsonl(tmp_path / "samples" / "samples-20261201-0000.jsonl", a[0] + b[0])
+    write_jsonl(tmp_path / "scores.jsonl", a[1] + b[1])
+    out = tmp_path / "canary.html"
+    args = ["canary", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl")]
+    code = main([*args, "--stable", "A", "--canary", "B", "--format", "html", "--out", str(out)])
+    assert code == 0, capsys.readouterr()
+
+    open_offline(browser, out)
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert verdict.startswith("NOT WORSE: canary B is not worse than stable A in the same window"), verdict
+    assert "behaviour: not_worse" in verdict and verdict.rstrip().endswith("exit code 0"), verdict
+    assert browser.title == "llmwatch canary report"
