@@ -402,3 +402,14 @@ def test_the_canary_page_states_the_canary_verdict_and_exit_code_not_the_drift_s
     assert verdict.startswith("NOT WORSE: canary B is not worse than stable A in the same window"), verdict
     assert "behaviour: not_worse" in verdict and verdict.rstrip().endswith("exit code 0"), verdict
     assert browser.title == "llmwatch canary report"
+
+
+def test_a_drift_page_that_passes_by_fail_on_names_the_families_that_drifted(traffic: Path, browser, tmp_path: Path):
+    # The current window is slower and refuses more; with --fail-on inputs the run passes, and the
+    # page said "STABLE: no signal differs from the baseline beyond chance" above both drifts.
+    out = tmp_path / "drift.html"
+    assert main(drift_args(traffic, "--fail-on", "inputs", "--format", "html", "--out", str(out))) == 0
+    open_offline(browser, out)
+    head = browser.find_element(By.ID, "verdict").text.splitlines()[0]
+    assert head.startswith("STABLE on the families that fail the run (inputs): none of their signals differs"), head
+    assert "drifted, which does not fail the run (--fail-on)" in head and "behaviour" in head, head

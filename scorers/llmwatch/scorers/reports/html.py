@@ -29,7 +29,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from llmwatch.core.extras import require
-from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
+from llmwatch.scorers.drift.compare import DriftReport, Signal, stable_headline, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
 from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
@@ -668,7 +668,7 @@ def render_drift(
         if canary
         else {
             "drift": ("DRIFT: the current window behaves differently from the baseline", "bad"),
-            "stable": ("STABLE: no signal differs from the baseline beyond chance", "ok"),
+            "stable": (stable_headline(report), "ok"),
             "insufficient": (
                 f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
                 "warn",
