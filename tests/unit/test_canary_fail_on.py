@@ -1,4 +1,4 @@
-"""`llmwatch canary --fail-on` leaves a family out of the verdict, not out of the report.
+"""`llmwatch canary`'s text report: --fail-on leaves a family out of the verdict, not out of the report.
 
 A canary slower per token, judged with `--fail-on behaviour`, passes (exit 0, as asked) but its
 performance family is worse: the report said "performance  not_worse (does not fail the run)"
@@ -53,3 +53,16 @@ def test_with_every_family_failing_the_same_canary_is_worse_and_nothing_is_left_
     report = _slower_canary(fail_on=("behaviour", "performance"))
     assert report.verdict == "worse" and report.exit_code == 1
     assert report.worse_not_failing == [] and report.family_verdicts()["performance"] == "worse"
+
+
+def test_the_table_gives_the_raw_p_and_the_correction_as_drift_does():
+    # A context figure (uncorrected, p_adj "-") said "changed" with no p at all, and nothing said
+    # which signals the correction ran over.
+    text = format_text(_slower_canary(fail_on=("behaviour", "performance")))
+    lines = text.splitlines()
+    assert any(line.startswith("alpha 0.05 with holm correction over ") and "context figure" in line for line in lines)
+    header = next(line for line in lines if line.startswith("verdict "))
+    assert header.split()[4:6] == ["p", "p_adj"], header
+    context = next(line for line in lines if " perf:latency_ms " in line)
+    p, p_adj = context.split()[4:6]
+    assert p_adj == "-" and float(p) > 0, context

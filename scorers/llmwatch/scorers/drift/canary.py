@@ -39,6 +39,7 @@ from llmwatch.scorers.drift.compare import (
     column_widths,
     compare,
     direction_and_stratum,
+    tests_phrase,
 )
 from llmwatch.scorers.drift.features import RouteStats, summarize
 
@@ -497,13 +498,16 @@ def format_text(report: CanaryReport) -> str:
                 f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})"
             )
     nw, tw = column_widths(d.signals)
+    # As `llmwatch drift` prints them: without the correction's line and the raw p, a context
+    # figure's "changed" beside a p_adj of "-" gave no reason at all.
     lines += [
+        f"alpha {d.settings.alpha} with {d.settings.correction} correction over {tests_phrase(d)}",
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p':>9} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
     ]
     for s in d.signals:
         lines.append(
-            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
+            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
             f"{f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
         )
     return "\n".join(lines)
