@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -341,4 +342,74 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
         r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ pairs", body
     )
     assert "effect: candidate minus primary (points) for rates" in body and "CI: two-sided 90 %" in body
+    # Every primary and candidate figure with its unit: bare, a rate of 97 and a p95 of 97 ms read alike.
+    cells = {
+        row.find_element(By.TAG_NAME, "td").text: [td.text for td in row.find_elements(By.TAG_NAME, "td")[3:5]]
+        for row in browser.find_elements(By.CSS_SELECTOR, "table tr")
+        if row.find_elements(By.TAG_NAME, "td")
+    }
+    assert all(v.endswith(" %") for v in cells["check:refusal"] + cells["error_rate"]), cells
+    assert all(v.endswith(" ms") for v in cells["latency_p95"] + cells["ttft_p95"]), cells
+    assert all(v.endswith(" USD") for v in cells["cost_mean"]) and all(
+        v.endswith(" tokens") for v in cells["output_tokens_mean"]
+    ), cells
     screenshot(browser, "shadow-report.png", tmp_path)
+
+
+def test_a_sampling_stability_from_one_prompt_is_marked_as_no_estimate(traffic: Path, browser, tmp_path: Path):
+    # The current version asked one prompt throughout, the baseline five: the current's sampling
+    # stability is that one prompt's spread, which the table showed as plainly as the others.
+    lines = (traffic / "all" / "samples-20261201-0000.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for i, row in enumerate(rows):
+        text = "the one prompt" if row["model_version"] == CURRENT else f"prompt {i % 5}"
+        row["request"]["messages"] = [{"role": "user", "content": text}]
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "samples-20261201-0000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "report.html"
+    args = report_args(traffic, "--format", "html", "--out", str(out))
+    args[args.index("--samples") + 1] = str(tmp_path / "all")
+    assert main(args) == 0
+
+    open_offline(browser, out)
+    table = next(t for t in browser.find_elements(By.TAG_NAME, "table") if t.text.startswith("kind category version"))
+    cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in table.find_elements(By.TAG_NAME, "tr")]
+    sampling = {(c[1], c[2]): (c[4], c[6]) for c in cells if c and c[0] == "sampling"}
+    assert sampling[("all", CURRENT)] == ("1", "one prompt only: not a stability estimate")
+    assert sampling[("all", BASE)] == ("5", "")
+
+
+def test_the_canary_page_states_the_canary_verdict_and_exit_code_not_the_drift_s(browser, tmp_path: Path, capsys):
+    # A canary that refuses less than the stable version: its behaviour drifted, in its favour, so
+    # `llmwatch canary` passes it (exit 0); the page said "DRIFT: the current window behaves
+    # differently from the baseline" and "exit code 1", the drift's verdict, not the canary's.
+    from helpers.traffic import MIX, MODEL
+    from helpers.traffic import traffic as canary_traffic
+
+    rng = np.random.default_rng(3)
+    a = canary_traffic(rng, 1500, MODEL, MIX, prefix="a", version="A")
+    better = MODEL.with_kind("legal", refusal=0.0).with_kind("chat", refusal=0.0)
+    b = canary_traffic(rng, 1500, better, MIX, prefix="b", version="B")
+    write_jsonl(tmp_path / "samples" / "samples-20261201-0000.jsonl", a[0] + b[0])
+    write_jsonl(tmp_path / "scores.jsonl", a[1] + b[1])
+    out = tmp_path / "canary.html"
+    args = ["canary", "--samples", str(tmp_path / "samples"), "--scores", str(tmp_path / "scores.jsonl")]
+    code = main([*args, "--stable", "A", "--canary", "B", "--format", "html", "--out", str(out)])
+    assert code == 0, capsys.readouterr()
+
+    open_offline(browser, out)
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert verdict.startswith("NOT WORSE: canary B is not worse than stable A in the same window"), verdict
+    assert "behaviour: not_worse" in verdict and verdict.rstrip().endswith("exit code 0"), verdict
+    assert browser.title == "llmwatch canary report"
+
+
+def test_a_drift_page_that_passes_by_fail_on_names_the_families_that_drifted(traffic: Path, browser, tmp_path: Path):
+    # The current window is slower and refuses more; with --fail-on inputs the run passes, and the
+    # page said "STABLE: no signal differs from the baseline beyond chance" above both drifts.
+    out = tmp_path / "drift.html"
+    assert main(drift_args(traffic, "--fail-on", "inputs", "--format", "html", "--out", str(out))) == 0
+    open_offline(browser, out)
+    head = browser.find_element(By.ID, "verdict").text.splitlines()[0]
+    assert head.startswith("STABLE on the families that fail the run (inputs): none of their signals differs"), head
+    assert "drifted, which does not fail the run (--fail-on)" in head and "behaviour" in head, head

@@ -81,9 +81,11 @@ def cmd_canary(args: argparse.Namespace) -> int:
     )
 
     def html() -> str:
-        from llmwatch.scorers.reports.html import render_drift
+        from llmwatch.scorers.reports.html import CanaryVerdict, render_drift
 
-        return render_drift(report.drift, reference, current)
+        level = {"worse": "bad", "not_worse": "ok"}.get(report.verdict, "warn")
+        verdict = CanaryVerdict(format_text(report).splitlines()[0], level, report.exit_code, report.family_verdicts())
+        return render_drift(report.drift, reference, current, canary=verdict)
 
     title = f"canary {report.verdict.upper().replace('_', ' ')}"
     return write_comparison(args, report, title, html, lambda: format_text(report))

@@ -341,6 +341,18 @@ def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.2g}"
 
 
+def _unit(r: Any) -> str:
+    """The unit of a row's primary and candidate figures: 2.5 (a rate in %) and 2.5 (a p95 in ms) read alike without it."""
+    if r.kind in ("rate", "rate_up"):
+        return " %"
+    return f" {r.note}" if r.note else ""
+
+
+def _figure(value: float | None, unit: str) -> str:
+    text = _f(value, ".4g")
+    return text if text == "-" else text + unit
+
+
 def table_rows(report: Any) -> list[list[str]]:
     rows = []
     for r in report.rows:
@@ -360,8 +372,8 @@ def table_rows(report: Any) -> list[list[str]]:
                 r.signal,
                 r.category,
                 str(r.n),
-                _f(r.primary, ".4g"),
-                _f(r.shadow, ".4g"),
+                _figure(r.primary, _unit(r)),
+                _figure(r.shadow, _unit(r)),
                 effect,
                 ci,
                 wtl,

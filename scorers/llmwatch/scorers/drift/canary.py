@@ -39,6 +39,7 @@ from llmwatch.scorers.drift.compare import (
     column_widths,
     compare,
     direction_and_stratum,
+    tests_phrase,
 )
 from llmwatch.scorers.drift.features import RouteStats, summarize
 
@@ -270,6 +271,10 @@ class CanaryReport:
     worse: list[Signal]
     # Signals that differ in the canary's favour (shown, never fail).
     better: list[Signal]
+    # Signals against the canary in a family that --fail-on leaves out: they do not fail the run,
+    # but their family is worse, not "not_worse" (the text said "behaviour not_worse (does not fail
+    # the run)" beside a behaviour that drifted worse).
+    worse_not_failing: list[Signal] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -295,7 +300,7 @@ class CanaryReport:
         for f, info in self.drift.families.items():
             if f == "inputs":
                 out[f] = info["verdict"]
-            elif any(s.family == f for s in self.worse):
+            elif any(s.family == f for s in self.worse + self.worse_not_failing):
                 out[f] = "worse"
             elif info["verdict"] == "insufficient":
                 out[f] = "insufficient"
@@ -328,6 +333,10 @@ class CanaryReport:
             "better": [
                 {"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size}
                 for s in self.better
+            ],
+            "worse_not_failing": [
+                {"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size}
+                for s in self.worse_not_failing
             ],
             "window": self.window.to_dict(),
             "families": body["families"],
@@ -392,7 +401,15 @@ def compare_summaries(
     failing = [s for s in report.signals if s.family in settings.fail_on and s.verdict in ("drift", "shifted")]
     worse = [s for s in failing if _against(s, reference, current)]
     better = [s for s in failing if s not in worse]
-    return CanaryReport(stable_version, canary_version, window, report, worse, better), reference, current
+    # The families --fail-on leaves out are judged all the same (inputs only shift: no worse there).
+    left_out = [
+        s
+        for s in report.signals
+        if s.family not in settings.fail_on and s.family != "inputs" and s.verdict in ("drift", "shifted")
+    ]
+    worse_not_failing = [s for s in left_out if _against(s, reference, current)]
+    canary_report = CanaryReport(stable_version, canary_version, window, report, worse, better, worse_not_failing)
+    return canary_report, reference, current
 
 
 def _summary(
@@ -444,7 +461,14 @@ def format_text(report: CanaryReport) -> str:
     head = {
         "worse": f"WORSE: canary {report.canary_version} is worse than stable {report.stable_version} in the same window on "
         + ", ".join(f"{s.family}/{s.name} ({_why(s, 'changed')})" for s in report.worse),
-        "not_worse": f"NOT WORSE: canary {report.canary_version} is not worse than stable {report.stable_version} in the same window",
+        "not_worse": f"NOT WORSE: canary {report.canary_version} is not worse than stable {report.stable_version} in the same window"
+        + (
+            f" on the families that fail the run ({', '.join(d.settings.fail_on)}); worse on "
+            + ", ".join(f"{s.family}/{s.name} ({_why(s, 'changed')})" for s in report.worse_not_failing)
+            + ", which do not fail the run (--fail-on)"
+            if report.worse_not_failing
+            else ""
+        ),
         "insufficient": f"UNDECIDED: too few samples of one version in the common window (each signal needs at least {d.settings.min_samples} per version), or prompts that barely overlap",
     }[report.verdict]
     left = ", ".join(f"{v} {n}" for v, n in w.left_out.items())
@@ -474,13 +498,16 @@ def format_text(report: CanaryReport) -> str:
                 f"time per output token: p50 {b50:.3g} -> {c50:.3g} ms, p95 {b95:.3g} -> {c95:.3g} ms (margin {d.settings.performance_margin:.0%})"
             )
     nw, tw = column_widths(d.signals)
+    # As `llmwatch drift` prints them: without the correction's line and the raw p, a context
+    # figure's "changed" beside a p_adj of "-" gave no reason at all.
     lines += [
+        f"alpha {d.settings.alpha} with {d.settings.correction} correction over {tests_phrase(d)}",
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p':>9} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
     ]
     for s in d.signals:
         lines.append(
-            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
+            f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
             f"{f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
         )
     return "\n".join(lines)

@@ -147,10 +147,26 @@ def direction_and_stratum(s: Signal, verdicts: tuple[str, ...]) -> str:
     return ", ".join(part for part in (s.direction, where) if part)
 
 
+def stable_headline(report: DriftReport) -> str:
+    """The headline of a run that does not fail. With --fail-on leaving out a family that drifted,
+    "no signal differs from the baseline beyond chance" was untrue: it names those families."""
+    left_out = [
+        name
+        for name, info in report.families.items()
+        if name not in report.settings.fail_on and info["verdict"] in ("drift", "shifted")
+    ]
+    if not left_out:
+        return "STABLE: no signal differs from the baseline beyond chance"
+    return (
+        f"STABLE on the families that fail the run ({', '.join(report.settings.fail_on)}): none of their signals "
+        f"differs from the baseline beyond chance; {', '.join(left_out)} drifted, which does not fail the run (--fail-on)"
+    )
+
+
 def format_text(report: DriftReport) -> str:
     head = {
         "drift": "DRIFT: the current window behaves differently from the baseline",
-        "stable": "STABLE: no signal differs from the baseline beyond chance",
+        "stable": stable_headline(report),
         "insufficient": f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
     }[report.verdict]
     families = []

@@ -459,7 +459,9 @@ def _stability_text(cell: StabilityCell) -> str:
     if cell.value is None:
         return f"- ({cell.detail.get('verdict', 'insufficient')})"
     if cell.kind == "sampling":
-        return f"{cell.value:.3f} (var {cell.detail['mean_variance']:.4f}, {cell.n_groups} prompts, {cell.n_samples} samples)"
+        prompts = "1 prompt" if cell.n_groups == 1 else f"{cell.n_groups} prompts"
+        caveat = f"; {cell.caveat}" if cell.caveat else ""
+        return f"{cell.value:.3f} (var {cell.detail['mean_variance']:.4f}, {prompts}, {cell.n_samples} samples{caveat})"
     if cell.kind == "turn":
         return f"{cell.value:.3f} (slope {cell.detail['slope']:+.4f} ± {cell.detail['stderr']:.4f}/turn, turns {cell.n_groups}, n {cell.n_samples})"
     d = cell.detail

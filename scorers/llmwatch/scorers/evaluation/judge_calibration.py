@@ -283,6 +283,23 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+# Labels a kappa interval needs to be about 0.2 wide (bench/judge_cost.py, docs/guide/judge.md):
+# the default min_labels. Fewer may be asked for; a "calibrated" from them is said to be weak.
+ADVISED_LABELS = 50
+
+
+def _caveats(e: CalibrationEntry) -> str:
+    """What the verdict does not say: a percentile bootstrap over labels that all agree gives an
+    interval of width 0 ("[1.00, 1.00]" on 3 labels, read as certain agreement), and a calibration
+    on a handful of labels (--min-labels 3) passed with that interval's lower bound."""
+    notes = []
+    if e.kappa_low is not None and e.kappa_high is not None and e.kappa_low == e.kappa_high:
+        notes.append("every bootstrap resample gave this kappa: an interval of width 0 at this n, not certainty")
+    if e.calibrated and e.labels < ADVISED_LABELS:
+        notes.append(f"on {e.labels} labels, under the {ADVISED_LABELS} a kappa interval needs to be narrow")
+    return "".join(f"; {n}" for n in notes)
+
+
 def format_calibration(calibration: Calibration) -> str:
     lines = [
         f"llmwatch judge calibrate: calibrated = at least {calibration.min_labels} labels and the kappa interval's "
@@ -296,7 +313,7 @@ def format_calibration(calibration: Calibration) -> str:
         lines.append(
             f"  {e.judge_model[:20]:<20} {e.criterion[:16]:<16} {e.labels:>6} {_f(e.kappa):>6} {interval:>13} "
             f"{_f(e.sensitivity):>5} {_f(e.sensitivity_low):>5} {_f(e.specificity):>5} {_f(e.specificity_low):>5}  "
-            f"{'calibrated' if e.calibrated else 'UNCALIBRATED'}: {e.why}"
+            f"{'calibrated' if e.calibrated else 'UNCALIBRATED'}: {e.why}{_caveats(e)}"
         )
     if not calibration.entries:
         lines.append("  (no judge verdicts found)")

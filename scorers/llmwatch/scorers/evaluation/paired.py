@@ -61,6 +61,10 @@ def normalized_similarity(a: str, b: str) -> float:
     return SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
+# The version of a side whose sample carries no model_version.
+UNKNOWN_VERSION = "unknown"
+
+
 @dataclass
 class Row:
     """One line of the comparison table."""
@@ -118,20 +122,33 @@ class CandidateReport:
     @property
     def same_version_pairs(self) -> int:
         """Pairs whose primary already served the candidate's version: they compare it with itself."""
-        return sum(n for a, b, n in self.versions if a == b)
+        return sum(n for a, b, n in self.versions if a == b != UNKNOWN_VERSION)
+
+    @property
+    def unknown_version_pairs(self) -> int:
+        """Pairs with no model_version on a side: whether they compare a version with itself is not known."""
+        return sum(n for a, b, n in self.versions if UNKNOWN_VERSION in (a, b))
 
     def versions_text(self) -> str:
         """What the candidate was compared with, and a warning when some pairs compare a version with itself."""
         if not self.versions:
             return ""
         shown = ", ".join(f"primary {a} / candidate {b}: {n} pairs" for a, b, n in self.versions)
-        same = self.same_version_pairs
-        if not same:
-            return f"versions compared: {shown}"
-        return (
-            f"versions compared: {shown}; {same} of {self.pairs} pairs had the same version on both sides "
-            "(the primary already served the candidate's version), which pulls every difference towards none"
-        )
+        same, unknown = self.same_version_pairs, self.unknown_version_pairs
+        # Two sides without a model_version are not the same version: said as not known, never as
+        # "the primary already served the candidate's version" (400 of 400 pairs, before).
+        notes = [f"versions compared: {shown}"]
+        if same:
+            notes.append(
+                f"{same} of {self.pairs} pairs had the same version on both sides "
+                "(the primary already served the candidate's version), which pulls every difference towards none"
+            )
+        if unknown:
+            notes.append(
+                f"{unknown} of {self.pairs} pairs carry no model_version on one side or both: "
+                "whether they compare a version with itself is not known"
+            )
+        return "; ".join(notes)
 
 
 def _z(p: float) -> float:
@@ -310,7 +327,7 @@ class PairColumns:
         if self.candidate is None:
             self.candidate = pair.candidate
         self.n += 1
-        key = (pair.primary.model_version or "unknown", pair.shadow.model_version or "unknown")
+        key = (pair.primary.model_version or UNKNOWN_VERSION, pair.shadow.model_version or UNKNOWN_VERSION)
         self.versions[key] = self.versions.get(key, 0) + 1
         pf, sf = _failed(pair.primary), _failed(pair.shadow)
         self.primary_failed += pf

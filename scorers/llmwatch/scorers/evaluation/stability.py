@@ -76,6 +76,17 @@ class StabilityCell:
     n_samples: int
     detail: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def caveat(self) -> str:
+        """Why the figure is no estimate, for text and HTML alike ("" when it is one).
+
+        Sampling stability is a mean over prompt groups: from one group it is that prompt's spread
+        alone, which says nothing of how the version varies across prompts (the demo's report showed
+        "0.854 (..., 1 prompts, 2 samples)" beside figures from 28 prompts, unmarked)."""
+        if self.kind == "sampling" and self.value is not None and self.n_groups == 1:
+            return "one prompt only: not a stability estimate"
+        return ""
+
 
 def prompt_hash(request: Any) -> str:
     """Same hash for requests a user would call "the same prompt": transport and sampling fields ignored."""

@@ -24,12 +24,12 @@ import math
 import re
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from llmwatch.core.extras import require
-from llmwatch.scorers.drift.compare import DriftReport, Signal, tests_phrase
+from llmwatch.scorers.drift.compare import DriftReport, Signal, stable_headline, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
 from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
@@ -637,22 +637,44 @@ def _signal_figure(
 _ORDER = {"drift": 0, "shifted": 0, "changed": 1, "stable": 2, "insufficient": 3}
 
 
+class CanaryVerdict(NamedTuple):
+    """`llmwatch canary`'s decision, drawn on the drift page in place of the drift's own."""
+
+    headline: str
+    level: str  # bad | ok | warn
+    exit_code: int
+    families: Mapping[str, str]  # worse | not_worse | insufficient; inputs: shifted | stable
+
+
 def render_drift(
-    report: DriftReport, baseline_routes: Mapping[str, RouteStats], current_routes: Mapping[str, RouteStats]
+    report: DriftReport,
+    baseline_routes: Mapping[str, RouteStats],
+    current_routes: Mapping[str, RouteStats],
+    *,
+    canary: CanaryVerdict | None = None,
 ) -> str:
-    """The drift report: verdict, the signal table, then baseline-vs-current plots by family, drifted first."""
+    """The drift report: verdict, the signal table, then baseline-vs-current plots by family, drifted first.
+
+    `canary` is `llmwatch canary`'s verdict: the canary's decision
+    differs from the drift's (a canary that only got better drifts, yet passes; families left out
+    of --fail-on), and its page showed "DRIFT" or "STABLE" and the drift's exit code instead."""
     plt = _pyplot()
     current_label = ", ".join(report.current_versions) or "-"
-    doc = HtmlDocument("llmwatch drift report", f"baseline {report.baseline_version} vs current {current_label}")
+    title = "llmwatch canary report" if canary else "llmwatch drift report"
+    doc = HtmlDocument(title, f"baseline {report.baseline_version} vs current {current_label}")
     drifting = [s for s in report.signals if s.verdict in ("drift", "shifted")]
-    head, level = {
-        "drift": ("DRIFT: the current window behaves differently from the baseline", "bad"),
-        "stable": ("STABLE: no signal differs from the baseline beyond chance", "ok"),
-        "insufficient": (
-            f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
-            "warn",
-        ),
-    }[report.verdict]
+    head, level = (
+        (canary.headline, canary.level)
+        if canary
+        else {
+            "drift": ("DRIFT: the current window behaves differently from the baseline", "bad"),
+            "stable": (stable_headline(report), "ok"),
+            "insufficient": (
+                f"UNDECIDED: too few samples (each signal needs at least {report.settings.min_samples} on both sides), or inputs that barely overlap the baseline's",
+                "warn",
+            ),
+        }[report.verdict]
+    )
     # A signal without a direction (the answer embedding) is named by its verdict: "changed" is the
     # table's word for a context figure that moved without failing the run.
     points = [
@@ -660,14 +682,14 @@ def render_drift(
         for s in drifting[:8]
     ]
     points += [
-        f"{name}: {info['verdict']}{'' if name in report.settings.fail_on else ' (does not fail the run)'}{' - ' + info['reason'] if info.get('reason') else ''}"
+        f"{name}: {canary.families.get(name, info['verdict']) if canary else info['verdict']}{'' if name in report.settings.fail_on else ' (does not fail the run)'}{' - ' + info['reason'] if info.get('reason') else ''}"
         for name, info in report.families.items()
     ]
     points.append(
         f"baseline version {report.baseline_version}; current window {report.n_current} samples of version(s) {current_label}"
     )
     points.append(
-        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; exit code {report.exit_code}"
+        f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; exit code {canary.exit_code if canary else report.exit_code}"
     )
     doc.verdict(level, head, points)
 
@@ -973,9 +995,9 @@ def render_evaluation(report: EvaluationReport) -> str:  # noqa: C901
         doc.heading("Stability (1 = stable)")
         if report.stability:
             doc.table(
-                ["kind", "category", "version", "value", "groups", "samples"],
+                ["kind", "category", "version", "value", "groups", "samples", "note"],
                 [
-                    [c.kind, c.category, c.model_version, _num(c.value), c.n_groups, c.n_samples]
+                    [c.kind, c.category, c.model_version, _num(c.value), c.n_groups, c.n_samples, c.caveat]
                     for c in report.stability
                 ],
                 numeric=(3, 4, 5),
