@@ -52,7 +52,9 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
     assert len(agg.scores) <= 100, "held scores are bounded"
     dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
     assert dropped == 1050 - 100
-    # The newest are the ones kept: a sample that arrives now still meets its scores.
+    # The newest are the ones kept: a sample that arrives now still meets its scores. (Checked before
+    # the join too: after it the score is gone either way, joined or dropped on arrival.)
+    assert "never999" in agg.scores and "early0" not in agg.scores, "the oldest are forgotten first"
     agg.add_sample(chat_sample(id="never999"), now=100.0)
     agg.flush(now=100.0 + kafka_aggregate.JOIN_DELAY_S + 1)
     assert "never999" not in agg.scores

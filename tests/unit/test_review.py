@@ -14,6 +14,7 @@ from helpers.reviews import CHECKS, REFUSAL, V1, V2, alpha_interval_pairwise, li
 from sklearn.metrics import cohen_kappa_score
 
 from llmwatch.agent.cli.main import main
+from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
 from llmwatch.scorers.checks.config import ScoringSection
 from llmwatch.scorers.checks.suite import build_suite
@@ -455,3 +456,61 @@ def test_the_tasks_file_given_as_the_reviews_says_so_in_one_line(exported, capsy
     assert f"{tasks_path}:1: a review task (written by `llmwatch review export`), not a review" in err
     assert "give the reviewers' verdicts (`llmwatch review serve --out`" in err
     assert err.count("\n") == 1, err
+
+
+def spot_check_round(tmp_path: Path, versions: list[str]) -> tuple[Path, dict]:
+    """A `review export --judge-spot-check` round of spot-checked samples of `versions`, in turn."""
+    criterion = {"name": "helpfulness", "description": "answers the question", "scale": "1-5", "pass_at": 4}
+    samples = [
+        Sample(
+            id=f"s-{i:04d}",
+            timestamp=T0,
+            model="m",
+            model_version=versions[i % len(versions)],
+            status=200,
+            latency_ms=5.0,
+            request={"model": "m", "messages": [{"role": "user", "content": f"How do I set up feature {i}?"}]},
+            response={"choices": [{"message": {"role": "assistant", "content": f"Open settings, then feature {i}."}}]},
+            metadata={"judge_criteria": [criterion], "judge_category": "code"},
+        )
+        for i in range(12)
+    ]
+    (tmp_path / "spot-check-20261204-0000.jsonl").write_bytes(b"".join(s.to_json() + b"\n" for s in samples))
+    out = tmp_path / "spot.jsonl"
+    assert main(["review", "export", "--judge-spot-check", str(tmp_path), "--n", "12", "--out", str(out), "--seed", "1"]) == 0  # fmt: skip
+    key = orjson.loads(out.with_name("spot.key.json").read_bytes())
+    reviews = [
+        {"task_id": t, "candidates": ["A", "B"], "scores": {"A": {"helpfulness": 5}, "B": {"helpfulness": 2}},
+         "judge": "ana", "blind": True}
+        for t in key["tasks"]
+    ]  # fmt: skip
+    (tmp_path / "reviews.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in reviews))
+    return out, key
+
+
+@pytest.mark.parametrize("versions", [["A"], ["A", "B", "C"]], ids=["one version", "three versions"])
+def test_a_round_not_of_two_versions_imports_without_a_preference_test(tmp_path: Path, capsys, versions):
+    # A spot-check round holds the versions its samples had: one (IndexError before) or three, where
+    # a preference for the third version was counted as one for the second.
+    tasks_path, key = spot_check_round(tmp_path, versions)
+    assert len(key["versions"]) == len(versions)
+    capsys.readouterr()
+    code = main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(tmp_path / "reviews.jsonl"), "--format", "json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = orjson.loads(captured.out)
+    assert report["preference_test"] is None
+    assert "sign test" not in captured.out
+
+
+def test_a_task_pairing_one_version_with_itself_is_no_evidence_of_a_preference(tmp_path: Path, capsys):
+    # Spot checks of A and B alternate in the file, but a task pairs any two of them: a task of A
+    # against A, where every review prefers side A, was counted as a task preferring A.
+    tasks_path, key = spot_check_round(tmp_path, ["A", "B"])
+    mixed = sum(1 for sides in key["tasks"].values() if sides["A"]["model_version"] != sides["B"]["model_version"])
+    capsys.readouterr()
+    code = main(["review", "import", "--tasks", str(tasks_path), "--reviews", str(tmp_path / "reviews.jsonl"), "--format", "json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    test = orjson.loads(captured.out)["preference_test"]
+    assert sum(test["preferred"].values()) + test["even"] == mixed

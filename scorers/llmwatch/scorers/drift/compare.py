@@ -150,8 +150,9 @@ def direction_and_stratum(s: Signal, verdicts: tuple[str, ...]) -> str:
 def stable_headline(report: DriftReport) -> str:
     """The headline of a run that does not fail. With --fail-on leaving out a family that drifted,
     "no signal differs from the baseline beyond chance" was untrue: it names those families."""
+    # Each named with its own verdict: `inputs` shifts, it never drifts.
     left_out = [
-        name
+        f"{name} {'drifted' if info['verdict'] == 'drift' else 'shifted'}"
         for name, info in report.families.items()
         if name not in report.settings.fail_on and info["verdict"] in ("drift", "shifted")
     ]
@@ -159,7 +160,7 @@ def stable_headline(report: DriftReport) -> str:
         return "STABLE: no signal differs from the baseline beyond chance"
     return (
         f"STABLE on the families that fail the run ({', '.join(report.settings.fail_on)}): none of their signals "
-        f"differs from the baseline beyond chance; {', '.join(left_out)} drifted, which does not fail the run (--fail-on)"
+        f"differs from the baseline beyond chance; {', '.join(left_out)}, which does not fail the run (--fail-on)"
     )
 
 

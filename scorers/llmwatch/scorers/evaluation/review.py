@@ -920,9 +920,12 @@ def import_reviews(  # noqa: C901
             version = mapping[label].model_version
             prefs_v.setdefault(version, {"wins": 0, "ties": 0, "losses": 0})
             prefs_v[version]["ties" if pref == "tie" else "wins" if pref == label else "losses"] += 1
-        net.setdefault(r.task_id, 0)
-        if pref != "tie":
-            net[r.task_id] += 1 if mapping[pref].model_version == key.versions[0] else -1
+        # Only a task of the round's two versions, one a side, says which of them people preferred (a
+        # spot-check round holds one version, or three, and may pair a version with itself).
+        if len(key.versions) == 2 and {mapping[label].model_version for label in LABELS} == set(key.versions):
+            net.setdefault(r.task_id, 0)
+            if pref != "tie":
+                net[r.task_id] += 1 if mapping[pref].model_version == key.versions[0] else -1
     human: dict[str, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
     for (version, category, c), values in sorted(acc.items()):
         human[version][category][c] = {"mean": float(np.mean(values)), "n": len(values)}
@@ -968,7 +971,7 @@ def import_reviews(  # noqa: C901
         "arbitration_file": str(arb),  # the key's earlier name, kept for scripts that read it
         "human_scores": {v: dict(c) for v, c in human.items()},
         "preferences": prefs_v,
-        "preference_test": preference_test(net, tuple(key.versions)),
+        "preference_test": preference_test(net, tuple(key.versions)) if len(key.versions) == 2 else None,
         "judge_calibration": calibration,
     }
 
