@@ -132,7 +132,8 @@ class DriftReading:
 class CanaryReading:
     """One figure of a canary compared with the stable version in the same window.
 
-    kind: `verdict` (key = family; value 1 worse, 0 not worse, -1 undecided),
+    kind: `verdict` (key = family; value 1 worse, 0 not worse, -1 undecided, 2 worse on a family
+    `drift.fail_on` leaves out),
     `latency_per_token_ratio` (key = quantile 0.5 or 0.95; canary / stable), `pass_rate_difference`
     (key = check; canary minus stable, stratified) or `samples` (key = stable or canary).
     """

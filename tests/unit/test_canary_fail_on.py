@@ -13,7 +13,7 @@ from datetime import timedelta
 import numpy as np
 from helpers.traffic import MIX, MODEL, traffic
 
-from llmwatch.scorers.drift.canary import compare_versions, format_text, same_window
+from llmwatch.scorers.drift.canary import compare_versions, format_text, readings_of, same_window
 from llmwatch.scorers.drift.compare import DriftSettings
 
 
@@ -47,6 +47,16 @@ def test_a_family_left_out_of_fail_on_is_still_reported_worse_and_the_run_passes
     assert head.endswith(", which do not fail the run (--fail-on)")
     assert "  performance  worse (does not fail the run)" in families, text
     assert report.to_dict()["worse_not_failing"][0]["signal"] == "perf:latency_per_token_ms"
+
+
+def test_the_gauge_reads_a_family_left_out_of_fail_on_as_worse_without_paging():
+    # The live gauge is what LLMWatchCanaryWorse pages on (== 1). A family the operator left out of
+    # drift.fail_on reads 2: worse on the dashboard, no page; one in fail_on still reads 1.
+    def gauge(report):
+        return {r.key: r.value for r in readings_of(report) if r.kind == "verdict"}
+
+    assert gauge(_slower_canary(fail_on=("behaviour",)))["performance"] == 2.0
+    assert gauge(_slower_canary(fail_on=("behaviour", "performance")))["performance"] == 1.0
 
 
 def test_with_every_family_failing_the_same_canary_is_worse_and_nothing_is_left_out():

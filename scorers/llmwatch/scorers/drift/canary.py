@@ -564,8 +564,12 @@ def readings_of(report: CanaryReport) -> list[CanaryReading]:
         CanaryReading("samples", s, c, "stable", float(report.window.n_stable)),
         CanaryReading("samples", s, c, "canary", float(report.window.n_canary)),
     ]
+    # A family `drift.fail_on` leaves out reads 2 when it is worse: true on a dashboard, and not the
+    # 1 that `LLMWatchCanaryWorse` pages on, since the operator chose not to be paged for it.
+    failing = {sig.family for sig in report.worse}
+    outside = {sig.family for sig in report.worse_not_failing} - failing
     out += [
-        CanaryReading("verdict", s, c, family, _VERDICT_VALUE.get(verdict, -1.0))
+        CanaryReading("verdict", s, c, family, 2.0 if family in outside else _VERDICT_VALUE.get(verdict, -1.0))
         for family, verdict in report.family_verdicts().items()
     ]
     for sig in report.drift.signals:

@@ -104,7 +104,7 @@ class CanaryMetrics(MetricGroup):
 
     canary_verdict = gauge(
         "llmwatch_canary_verdict",
-        "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples).",
+        "Canary against the stable version in the same window, per family: 1 worse, 0 not worse, -1 undecided (too few samples), 2 worse on a family drift.fail_on leaves out (does not page).",
         ["family", "stable_version", "canary_version"],
     )
     canary_latency_ratio = gauge(
