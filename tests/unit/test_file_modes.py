@@ -162,24 +162,25 @@ def test_the_ui_index_spills_into_a_private_folder_not_the_working_directory(tmp
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
-    os.umask(0)
-    index = Index(tmp_path / "data", threads=1)
-    spill = Path(index.db.execute("SELECT current_setting('temp_directory')").fetchone()[0])
-    index.db.execute("SET memory_limit = '64MB'")
-    index.db.execute("SET enable_progress_bar = false")
-    index.db.execute(
-        "CREATE TABLE big AS SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS s FROM range(1000000) r(i)"
-    )
-    seen: list[tuple[str, int]] = []
-    # Spill files live only while the query runs: the sort's result is read back from them, so
-    # list them from inside it (a Python UDF called once per row of the sorted result's head).
-    index.db.create_function(
-        "look", lambda x: seen.extend((str(p), mode(p)) for p in [spill, *spill.rglob("*")]) or x, [int], int
-    )
+    old_umask = os.umask(0)
     try:
+        index = Index(tmp_path / "data", threads=1)
+        spill = Path(index.db.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+        index.db.execute("SET memory_limit = '64MB'")
+        index.db.execute("SET enable_progress_bar = false")
+        index.db.execute(
+            "CREATE TABLE big AS SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS s FROM range(1000000) r(i)"
+        )
+        seen: list[tuple[str, int]] = []
+        # Spill files live only while the query runs: the sort's result is read back from them, so
+        # list them from inside it (a Python UDF called once per row of the sorted result's head).
+        index.db.create_function(
+            "look", lambda x: seen.extend((str(p), mode(p)) for p in [spill, *spill.rglob("*")]) or x, [int], int
+        )
         index.db.execute("SELECT look(i) FROM (SELECT i FROM big ORDER BY s DESC LIMIT 1 OFFSET 999998)").fetchall()
     finally:
-        os.umask(0o022)
+        # Whatever fails above, the rest of the session keeps its umask.
+        os.umask(old_umask)
     assert list(work.iterdir()) == [], "nothing is written into the working directory"
     assert spill.is_absolute() and not spill.is_relative_to(work)
     assert seen and all(m == 0o700 for p, m in seen if p == str(spill)), seen
