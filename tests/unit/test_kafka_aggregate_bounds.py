@@ -58,6 +58,25 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
     assert "never999" not in agg.scores
 
 
+def test_scores_held_for_one_sample_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound above counts samples waiting for their scores, not scores: a producer writing
+    # scores of one sample id under ever new check names (each passes the dedupe) grew that one
+    # sample's list without bound.
+    monkeypatch.setattr(kafka_aggregate, "MAX_PENDING", 100)
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    for i in range(5000):
+        assert agg.add_score(score("one").model_copy(update={"check": f"made-up-{i}"}))
+    held = sum(len(scores) for scores in agg.scores.values())
+    assert held <= 100 * kafka_aggregate.SCORES_PER_SAMPLE, "held scores are bounded, not only their samples"
+    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
+    assert dropped == 5000 - held
+    # The count stays right through the join: the scores a sample takes leave the bound.
+    agg.add_sample(chat_sample(id="one"), now=0.0)
+    agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1)
+    assert agg.held_scores == 0 and not agg.scores
+
+
 def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap() -> None:
     # The aggregator labels llmwatch_check_total by the check a score record names: a producer
     # writing made-up check names made one series each, without bound.
