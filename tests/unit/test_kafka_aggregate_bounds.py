@@ -117,6 +117,20 @@ def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place
     assert len(agg.pending) == 1, "the valid sample after them is taken"
 
 
+def test_a_record_that_fails_validation_is_logged_without_its_values() -> None:
+    # pydantic's message quotes the input (`input_value={'id': 'x', 'request': '...'}`): the log
+    # line carried the record's prompt, or a key in it, though it says where and why only.
+    agg = Aggregator(load_config(None, environ={}), Metrics())
+    records = [b'{"id": "x", "request": "Bearer sk-SECRET-1"}', b'{"sample_id": "sk-SECRET-2"}']
+    with capture_logs() as logs:
+        for offset, value in enumerate(records):
+            agg.add_record(SimpleNamespace(topic="t", partition=0, offset=offset, value=value), is_score=offset == 1)
+    lines = [e for e in logs if e["event"] == "invalid_record"]
+    assert len(lines) == 2
+    assert all("SECRET" not in str(e) for e in lines), lines
+    assert "timestamp" in lines[0]["error"] and "check" in lines[1]["error"], "the fields at fault are named"
+
+
 def test_operation_names_from_the_samples_topic_cannot_grow_the_drift_series(tmp_path: Path) -> None:
     # The drift gauges are labelled by the operation a sample names; from the topic that is any
     # string: 10,000 characters with a newline, or a new one in every record.

@@ -31,7 +31,14 @@ import structlog
 from pydantic import ValidationError
 
 from llmwatch.agent.components import Config, metric_groups
-from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, close_worker, connect, consumer_settings
+from llmwatch.collectors.exporters.kafka import (
+    KafkaMetrics,
+    RecentIds,
+    close_worker,
+    connect,
+    consumer_settings,
+    record_error,
+)
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.core.metrics import OTHER, Metrics
@@ -101,7 +108,7 @@ class Aggregator:
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
-                error=repr(exc)[:200],
+                error=record_error(exc),
             )
 
     def add_sample(self, sample: Sample, now: float | None = None) -> None:
