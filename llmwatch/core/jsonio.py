@@ -313,11 +313,13 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
             f"{source}: not a regular file or directory (a pipe or a device); the offline commands read "
             "their input more than once: save it to a file first (e.g. zcat x.jsonl.gz > x.jsonl)"
         )
-    if str(source).startswith("~") and Path(source).expanduser().exists():
+    # os.path's expanduser, not pathlib's: `~name` of an unknown user stays as it is (pathlib raised).
+    expanded = os.path.expanduser(source)
+    if str(source).startswith("~") and expanded != str(source) and os.path.exists(expanded):
         # `--samples=~/data` (one word): the shell leaves that `~` alone, and so does llmwatch.
         raise RecordError(
             f"{source}: no such file or directory; the shell did not expand this `~` (as in --samples=~/x): "
-            f"give {Path(source).expanduser()}, or the option and the path as two words"
+            f"give {expanded}, or the option and the path as two words"
         )
     raise RecordError(f"{source}: no such file or directory")
 

@@ -398,6 +398,14 @@ def test_a_path_with_a_tilde_the_shell_left_alone_is_named_with_the_path_it_mean
     assert f"give {tmp_path / 'samples.jsonl'}" in result.stderr
 
 
+def test_a_path_with_the_tilde_of_an_unknown_user_is_a_missing_file_not_a_traceback(tmp_path):
+    # `~name/...` of a user this machine does not have: pathlib's expanduser raises RuntimeError
+    # ("Could not determine home directory."), which escaped as a traceback, exit 1.
+    result = run_cli("score", "--in=~no-such-user-llmwatch/samples.jsonl", "--out", str(tmp_path / "scores.jsonl"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "~no-such-user-llmwatch/samples.jsonl: no such file or directory" in result.stderr
+
+
 def test_an_input_option_given_twice_is_refused_not_half_read(tmp_path):
     # argparse kept the last --samples: a report over day 2 alone, exit 0, day 1 dropped unsaid.
     from helpers.samples import chat_sample, write_jsonl

@@ -299,6 +299,41 @@ async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole
         assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 1
 
 
+async def test_a_client_that_hangs_up_after_a_long_streams_done_event_has_its_whole_answer(make_agent):
+    # A stream longer than capture.max_body_bytes (a few thousand tokens of SSE events pass the
+    # 1 MiB default) keeps only its first bytes: its `[DONE]` was never seen, and a client that
+    # hung up after it counted as `client_disconnected`.
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 1500)
+    closed = asyncio.Event()
+
+    async def stream_then_owe_the_end(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (event, event, b"data: [DONE]\n\n"):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        await writer.drain()
+        if await asyncio.wait_for(reader.read(1), 20) == b"":
+            closed.set()
+        raise ConnectionError
+
+    stream_body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "long?"}]})
+    async with RawUpstream(stream_then_owe_the_end) as upstream:
+        agent = await make_agent(upstream.url, sampling={"rate": 1.0}, capture={"max_body_bytes": 1024})
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        writer.write(post("/v1/chat/completions", stream_body))
+        got = b""
+        while b"data: [DONE]\n\n" not in got:
+            more = await asyncio.wait_for(reader.read(65536), 5)
+            assert more, got
+            got += more
+        writer.close()
+        await asyncio.wait_for(closed.wait(), 5)
+        [record] = await drained(agent, 1)
+        assert record["error_type"] is None, record["error_type"]
+        assert "response_truncated" in record["capture_notes"], "the body was longer than the capture cap"
+        assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 0
+
+
 # --- 4. slow clients -----------------------------------------------------------------------------
 
 

@@ -60,6 +60,25 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
     assert "never999" not in agg.scores
 
 
+def test_scores_held_for_one_sample_are_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bound above counts samples waiting for their scores, not scores: a producer writing
+    # scores of one sample id under ever new check names (each passes the dedupe) grew that one
+    # sample's list without bound.
+    monkeypatch.setattr(kafka_aggregate, "MAX_PENDING", 100)
+    metrics = Metrics()
+    agg = Aggregator(load_config(None, environ={}), metrics)
+    for i in range(5000):
+        assert agg.add_score(score("one").model_copy(update={"check": f"made-up-{i}"}))
+    held = sum(len(scores) for scores in agg.scores.values())
+    assert held <= 100 * kafka_aggregate.SCORES_PER_SAMPLE, "held scores are bounded, not only their samples"
+    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
+    assert dropped == 5000 - held
+    # The count stays right through the join: the scores a sample takes leave the bound.
+    agg.add_sample(chat_sample(id="one"), now=0.0)
+    agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1)
+    assert agg.held_scores == 0 and not agg.scores
+
+
 def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap() -> None:
     # The aggregator labels llmwatch_check_total by the check a score record names: a producer
     # writing made-up check names made one series each, without bound.
@@ -98,6 +117,20 @@ def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place
     ]
     assert all(len(str(e)) < 1000 for e in lines), "a log line names the record, it does not carry it"
     assert len(agg.pending) == 1, "the valid sample after them is taken"
+
+
+def test_a_record_that_fails_validation_is_logged_without_its_values() -> None:
+    # pydantic's message quotes the input (`input_value={'id': 'x', 'request': '...'}`): the log
+    # line carried the record's prompt, or a key in it, though it says where and why only.
+    agg = Aggregator(load_config(None, environ={}), Metrics())
+    records = [b'{"id": "x", "request": "Bearer sk-SECRET-1"}', b'{"sample_id": "sk-SECRET-2"}']
+    with capture_logs() as logs:
+        for offset, value in enumerate(records):
+            agg.add_record(SimpleNamespace(topic="t", partition=0, offset=offset, value=value), is_score=offset == 1)
+    lines = [e for e in logs if e["event"] == "invalid_record"]
+    assert len(lines) == 2
+    assert all("SECRET" not in str(e) for e in lines), lines
+    assert "timestamp" in lines[0]["error"] and "check" in lines[1]["error"], "the fields at fault are named"
 
 
 def test_operation_names_from_the_samples_topic_cannot_grow_the_drift_series(tmp_path: Path) -> None:

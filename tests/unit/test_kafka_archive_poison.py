@@ -58,3 +58,12 @@ def test_an_invalid_record_is_logged_by_place_and_reason_not_dumped(tmp_path: Pa
     [line] = [e for e in logs if e["event"] == "invalid_record"]
     assert (line["topic"], line["partition"], line["offset"]) == ("t.samples", 0, 1)
     assert "JSONDecodeError" in line["error"] and len(str(line)) < 1000
+
+
+def test_a_record_that_fails_validation_is_logged_without_its_values(tmp_path: Path) -> None:
+    # pydantic's message quotes the input: the record's prompt, or a key in it, reached the log.
+    with capture_logs() as logs:
+        archive(tmp_path, b'{"id": "x", "request": "Bearer sk-SECRET-1"}')
+    [line] = [e for e in logs if e["event"] == "invalid_record"]
+    assert "SECRET" not in str(line), line
+    assert "timestamp" in line["error"], "the fields at fault are named"

@@ -332,3 +332,22 @@ def test_the_sidecars_producer_connects_secured_and_its_logs_and_metrics_hold_no
     assert any(e["event"] == "kafka_connected" for e in logs)
     assert PASSWORD not in repr(logs)
     assert PASSWORD.encode() not in generate_latest(metrics.registry)
+
+
+def test_the_scorer_worker_logs_a_sample_record_it_refuses_without_its_values() -> None:
+    # pydantic's message quotes the input (`input_value={...}`): the record's prompt, or a key in
+    # it, reached the log line that should say only where the record is and why it was refused.
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+
+    from llmwatch.agent.processes.kafka_scorer import _decode
+    from llmwatch.collectors.exporters.kafka import RecentIds
+
+    record = SimpleNamespace(topic="t", partition=0, offset=3, value=b'{"id": "x", "request": "Bearer sk-SECRET-1"}')
+    with capture_logs() as logs:
+        samples, duplicates, invalid = _decode([record], RecentIds())
+    assert (samples, invalid) == ([], 1)
+    [line] = [e for e in logs if e["event"] == "invalid_sample_record"]
+    assert "SECRET" not in str(line), line
+    assert line["offset"] == 3 and "timestamp" in line["error"]

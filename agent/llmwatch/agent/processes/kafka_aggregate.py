@@ -31,7 +31,14 @@ import structlog
 from pydantic import ValidationError
 
 from llmwatch.agent.components import Config, metric_groups
-from llmwatch.collectors.exporters.kafka import KafkaMetrics, RecentIds, close_worker, connect, consumer_settings
+from llmwatch.collectors.exporters.kafka import (
+    KafkaMetrics,
+    RecentIds,
+    close_worker,
+    connect,
+    consumer_settings,
+    record_error,
+)
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
 from llmwatch.core.metrics import OTHER, Metrics
@@ -48,6 +55,9 @@ log = structlog.get_logger(__name__)
 # a worker a moment later, on another topic) are there too.
 JOIN_DELAY_S = 3.0
 MAX_PENDING = 100_000
+# Scores held per sample the join may hold: the held scores' bound is MAX_PENDING times this (a
+# sample has a score per check; a producer can name any number of checks for one sample id).
+SCORES_PER_SAMPLE = 10
 
 
 class Aggregator:
@@ -61,6 +71,7 @@ class Aggregator:
         # Scores waiting for their sample, oldest first: bounded like `pending`, since a score whose
         # sample already left the join (it came after the join delay) or never comes would stay for ever.
         self.scores: OrderedDict[str, list[Score]] = OrderedDict()
+        self.held_scores = 0  # the scores in `self.scores`, all lists together
         baseline = load_baseline(cfg.drift.baseline) if cfg.drift.baseline else None
         self.stage = WindowAggregator(baseline, cfg.drift, cfg.matrix)
         self.windows = self.stage.windows
@@ -73,8 +84,10 @@ class Aggregator:
         self.seen_scores.add(key)
         self.recorder.record([score], [0.0])
         self.scores.setdefault(score.sample_id, []).append(score)
-        while len(self.scores) > MAX_PENDING:
+        self.held_scores += 1
+        while len(self.scores) > MAX_PENDING or self.held_scores > MAX_PENDING * SCORES_PER_SAMPLE:
             _, lost = self.scores.popitem(last=False)
+            self.held_scores -= len(lost)
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc(len(lost))
         return True
 
@@ -95,7 +108,7 @@ class Aggregator:
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
-                error=repr(exc)[:200],
+                error=record_error(exc),
             )
 
     def add_sample(self, sample: Sample, now: float | None = None) -> None:
@@ -124,6 +137,7 @@ class Aggregator:
             ready.append(sample)
         if ready:
             joined = [s for sample in ready for s in self.scores.pop(sample.id, [])]
+            self.held_scores -= len(joined)
             self.stage.add(ready, joined)
         return len(ready)
 

@@ -32,7 +32,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.agent.components import Config, metric_groups
-from llmwatch.collectors.exporters.kafka import KafkaMetrics, close_worker, connect, consumer_settings
+from llmwatch.collectors.exporters.kafka import KafkaMetrics, close_worker, connect, consumer_settings, record_error
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.core import parquet, parquet_write
 from llmwatch.core.metrics import Metrics
@@ -124,7 +124,7 @@ class Archiver:
             record = None
             self._count("invalid")
             # Where it is and why, never the record itself (it may be megabytes, or a secret).
-            log.warning("invalid_record", topic=topic, partition=partition, offset=offset, error=repr(exc)[:200])
+            log.warning("invalid_record", topic=topic, partition=partition, offset=offset, error=record_error(exc))
         self.buffers.setdefault((topic, partition), []).append((offset, record))
 
     def pending(self) -> int:

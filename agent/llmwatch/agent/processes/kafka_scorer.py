@@ -33,6 +33,7 @@ from llmwatch.collectors.exporters.kafka import (
     consumer_settings,
     producer_settings,
     publish,
+    record_error,
     rewind,
 )
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
@@ -62,7 +63,7 @@ def _decode(records: Sequence[Any], seen: RecentIds) -> tuple[list[Sample], int,
                 topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
-                error=repr(exc)[:200],
+                error=record_error(exc),
             )
             continue
         if sample.id and (sample.id in seen or sample.id in in_batch):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import structlog
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from llmwatch.core.component import Component, Context, Factory, Passive
 from llmwatch.core.config import ConfigError, SecretText, Section, host_port
@@ -403,6 +403,16 @@ def rewind(consumer: Any, batch: dict[Any, list[Any]]) -> None:
     for tp, records in batch.items():
         if records:
             consumer.seek(tp, records[0].offset)
+
+
+def record_error(exc: BaseException) -> str:
+    """Why a consumed record was refused, for a log line: the error's kind and the fields at fault,
+    never a value. pydantic's own message quotes the input (`input_value={...}`): the record's
+    prompt, or a key in it."""
+    if isinstance(exc, ValidationError):
+        fields = "; ".join(".".join(str(p) for p in e["loc"]) + f": {e['type']}" for e in exc.errors()[:5])
+        return f"ValidationError ({exc.error_count()} for {exc.title}): {fields}"[:200]
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 class RecentIds:

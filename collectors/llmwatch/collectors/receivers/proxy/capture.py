@@ -47,6 +47,8 @@ class Exchange:
     chunk_times: list[float] = field(default_factory=list)  # perf_counter when each chunk arrived
     captured_bytes: int = 0
     response_truncated: bool = False
+    # The last bytes relayed past max_body_bytes: a long stream's end, for `stream_ended`.
+    response_tail: bytes = b""
     t_end: float = 0.0
     error_type: str | None = None  # set by the proxy for transport-level failures
     notes: list[str] = field(default_factory=list)
@@ -104,10 +106,12 @@ def stream_ended(ex: Exchange) -> bool:
 
     The official `openai` client's synchronous stream closes its connection as soon as it reads
     `[DONE]`; servers such as llama.cpp's send the body's end in a later write, so the client's
-    close arrives first. Only the last 64 bytes are looked at (a compressed body never matches)."""
-    if ex.response_truncated or not ex.response_chunks:
+    close arrives first. Only the last 64 bytes are looked at (a compressed body never matches),
+    also of a body longer than the capture cap."""
+    if not ex.response_chunks:
         return False
-    tail = b"".join(ex.response_chunks[-3:])[-64:]
+    # Past the capture cap, the relay keeps the body's last bytes in `response_tail`.
+    tail = (b"".join(ex.response_chunks[-3:]) + ex.response_tail)[-64:]
     return _DONE_TAIL.search(tail) is not None
 
 

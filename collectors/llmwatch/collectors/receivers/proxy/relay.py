@@ -678,6 +678,8 @@ class _Upstream(asyncio.Protocol):
                         ex.captured_bytes = captured
                         if captured > ex.max_body_bytes:
                             ex.response_truncated = True
+                    else:
+                        ex.response_tail = _tail(ex.response_tail, piece)
                 if dechunk:
                     client.write(piece)
                 continue
@@ -758,6 +760,8 @@ class _Upstream(asyncio.Protocol):
             ex.captured_bytes = size
             if size > ex.max_body_bytes:
                 ex.response_truncated = True
+        else:
+            ex.response_tail = _tail(ex.response_tail, data)
 
     def _finished(self, call: _Call) -> None:
         self.state = 4
@@ -888,6 +892,12 @@ class _Upstream(asyncio.Protocol):
             return bool(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _TCP_ESTABLISHED)
         except OSError:
             return True
+
+
+def _tail(kept: bytes, data: bytes) -> bytes:
+    """The last 64 bytes of a body past its capture cap (`stream_ended` reads them): a long
+    stream's `[DONE]`. Only past the cap: below it the captured chunks hold the end."""
+    return data[-64:] if len(data) >= 64 else (kept + data)[-64:]
 
 
 class _Pool:
