@@ -118,3 +118,25 @@ def traffic(
         vec = CENTRES[cat] + rng.normal(scale=0.15, size=DIM)
         embeddings[sid] = (vec / np.linalg.norm(vec)).astype(np.float32)
     return samples, scores, embeddings
+
+
+def slower_canary(**settings):
+    """A canary report: stable A and canary B, 800 samples each served in the same window, B 1.6x
+    slower per output token and alike otherwise; `settings` are DriftSettings (fail_on, ...)."""
+    from llmwatch.scorers.drift.canary import compare_versions, same_window
+    from llmwatch.scorers.drift.compare import DriftSettings
+
+    rng = np.random.default_rng(6)
+    a = traffic(rng, 800, MODEL, MIX, prefix="a", version="A")
+    b = traffic(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), MIX, prefix="b", version="B")
+    b = ([s.model_copy(update={"timestamp": s.timestamp + timedelta(seconds=0.5)}) for s in b[0]], b[1], b[2])
+    stable, canary, window = same_window(a[0] + b[0], "A", "B")
+    report, _, _ = compare_versions(
+        (stable, a[1], a[2]),
+        (canary, b[1], b[2]),
+        stable_version="A",
+        canary_version="B",
+        window=window,
+        settings=DriftSettings(**settings),
+    )
+    return report

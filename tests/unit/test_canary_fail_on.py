@@ -7,35 +7,13 @@ and "NOT WORSE: canary B is not worse than stable A", which a reader takes as "p
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import timedelta
+from helpers.traffic import slower_canary
 
-import numpy as np
-from helpers.traffic import MIX, MODEL, traffic
-
-from llmwatch.scorers.drift.canary import compare_versions, format_text, readings_of, same_window
-from llmwatch.scorers.drift.compare import DriftSettings
-
-
-def _slower_canary(**settings):
-    rng = np.random.default_rng(6)
-    a = traffic(rng, 800, MODEL, MIX, prefix="a", version="A")
-    b = traffic(rng, 800, replace(MODEL, ms_per_token=MODEL.ms_per_token * 1.6), MIX, prefix="b", version="B")
-    b = ([s.model_copy(update={"timestamp": s.timestamp + timedelta(seconds=0.5)}) for s in b[0]], b[1], b[2])
-    stable, canary, window = same_window(a[0] + b[0], "A", "B")
-    report, _, _ = compare_versions(
-        (stable, a[1], a[2]),
-        (canary, b[1], b[2]),
-        stable_version="A",
-        canary_version="B",
-        window=window,
-        settings=DriftSettings(**settings),
-    )
-    return report
+from llmwatch.scorers.drift.canary import format_text, readings_of
 
 
 def test_a_family_left_out_of_fail_on_is_still_reported_worse_and_the_run_passes():
-    report = _slower_canary(fail_on=("behaviour",))
+    report = slower_canary(fail_on=("behaviour",))
     assert report.verdict == "not_worse" and report.exit_code == 0
     assert report.family_verdicts()["performance"] == "worse"
     text = format_text(report)
@@ -55,12 +33,12 @@ def test_the_gauge_reads_a_family_left_out_of_fail_on_as_worse_without_paging():
     def gauge(report):
         return {r.key: r.value for r in readings_of(report) if r.kind == "verdict"}
 
-    assert gauge(_slower_canary(fail_on=("behaviour",)))["performance"] == 2.0
-    assert gauge(_slower_canary(fail_on=("behaviour", "performance")))["performance"] == 1.0
+    assert gauge(slower_canary(fail_on=("behaviour",)))["performance"] == 2.0
+    assert gauge(slower_canary(fail_on=("behaviour", "performance")))["performance"] == 1.0
 
 
 def test_with_every_family_failing_the_same_canary_is_worse_and_nothing_is_left_out():
-    report = _slower_canary(fail_on=("behaviour", "performance"))
+    report = slower_canary(fail_on=("behaviour", "performance"))
     assert report.verdict == "worse" and report.exit_code == 1
     assert report.worse_not_failing == [] and report.family_verdicts()["performance"] == "worse"
 
@@ -68,7 +46,7 @@ def test_with_every_family_failing_the_same_canary_is_worse_and_nothing_is_left_
 def test_the_table_gives_the_raw_p_and_the_correction_as_drift_does():
     # A context figure (uncorrected, p_adj "-") said "changed" with no p at all, and nothing said
     # which signals the correction ran over.
-    text = format_text(_slower_canary(fail_on=("behaviour", "performance")))
+    text = format_text(slower_canary(fail_on=("behaviour", "performance")))
     lines = text.splitlines()
     assert any(line.startswith("alpha 0.05 with holm correction over ") and "context figure" in line for line in lines)
     header = next(line for line in lines if line.startswith("verdict "))
