@@ -481,13 +481,20 @@ class Live:
         return re.search(rf"^# TYPE ({re.escape(name)}|{re.escape(base)}) ", self.exposition, re.M) is not None
 
 
-async def _start_agent(upstream: str, data_dir: Path, scoring: dict[str, Any]) -> Agent:
-    overrides = {
+def _sidecar(upstream: str, data_dir: Path) -> dict[str, Any]:
+    """What every sidecar here shares: ports the kernel picks, its own data folder, every call sampled."""
+    return {
         "upstream": upstream,
         "listen": "127.0.0.1:0",
         "metrics_listen": "127.0.0.1:0",
         "data_dir": str(data_dir),
         "sampling": {"rate": 1.0},
+    }
+
+
+async def _start_agent(upstream: str, data_dir: Path, scoring: dict[str, Any]) -> Agent:
+    overrides = {
+        **_sidecar(upstream, data_dir),
         "capture": {"max_body_bytes": 4096},
         # A candidate (the same simulator) so that the shadow panels have series, and one that
         # nothing answers, so that the candidate-errors query has some.
@@ -520,11 +527,7 @@ async def _start_agent(upstream: str, data_dir: Path, scoring: dict[str, Any]) -
 async def _start_kafka_agent(upstream: str, data_dir: Path, bootstrap: str, **kafka: Any) -> Agent:
     """A sidecar that publishes its samples to Kafka instead of scoring them (the fleet shape)."""
     overrides = {
-        "upstream": upstream,
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "data_dir": str(data_dir),
-        "sampling": {"rate": 1.0},
+        **_sidecar(upstream, data_dir),
         "scoring": {"enabled": False},
         "kafka": {
             "enabled": True,
