@@ -62,6 +62,11 @@ class KafkaSection(Section):
     # After this long without an acknowledgement a sample is given up (counted as delivery_failed).
     delivery_timeout_ms: int = Field(120_000, ge=1000)
     group_id: str = Field("llmwatch-scorers", min_length=1)
+    # `llmwatch aggregate`: bytes of encoded records its join may hold, samples waiting for their
+    # scores and scores waiting for their sample, each (so at most twice this, plus Python's
+    # overhead on the parsed records). A sample can be up to capture.max_body_bytes twice over, so
+    # the 100,000-record bound alone allowed ~100 GB; past this the oldest are dropped and counted.
+    aggregate_join_max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     client_id: str = Field("llmwatch", min_length=1)
     # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS); used by every client
     # llmwatch opens: the sidecar's producer, the topic admin, `scorer`, `aggregate` and `archive`.
@@ -191,7 +196,7 @@ class KafkaMetrics(MetricGroup):
     )
     kafka_consumed = counter(
         "llmwatch_kafka_consumed",
-        "Samples read by a Kafka scorer worker, by outcome (scored, duplicate, invalid).",
+        "Records read by a Kafka worker, by outcome (scorer: scored, duplicate, invalid; aggregate: duplicate, duplicate_score, invalid, join_overflow_sample, join_overflow_score; archive: archived, duplicate, invalid).",
         ["outcome"],
     )
 
