@@ -1163,8 +1163,11 @@ def agent_health() -> db.Dashboard:
         )
         .with_panel(
             ts(
-                "Kafka scorer workers: samples consumed by outcome",
-                "Samples read by the scorer workers: scored, duplicate, invalid.",
+                "Kafka workers: records consumed by outcome",
+                "Records read by the Kafka workers, by outcome. scorer: scored, duplicate, invalid. aggregate: "
+                "duplicate_score, invalid, join_overflow_sample (samples dropped from the join: they never reach "
+                "a drift window), join_overflow_score (scores dropped waiting for their sample). archive: "
+                "archived, duplicate, invalid. Any join_overflow_* or invalid is data lost to the dashboards.",
                 "short",
                 [q(f"sum by (outcome) (rate(llmwatch_kafka_consumed_total{{{inst}}}[{RI}]))", "{{outcome}}")],
                 stacked=True,

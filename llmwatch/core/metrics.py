@@ -21,6 +21,7 @@ carries prompt text, user ids or request ids.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from dataclasses import dataclass
@@ -35,6 +36,17 @@ OTHER = "other"
 UNKNOWN = "unknown"
 _MAX_LABEL_LEN = 64
 _SAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+# A name longer than this is remembered by its first _MAX_LABEL_LEN characters and a digest of the
+# rest: its label is those characters anyway, and a name can be megabytes (a model a client sends,
+# a check or version a Kafka topic names), of which the cap remembers up to 50 times its limit.
+_MAX_KEY_LEN = 256
+
+
+def _key(value: str) -> str:
+    if len(value) <= _MAX_KEY_LEN:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"{value[:_MAX_LABEL_LEN]}\x00{digest}"
 
 
 class LabelCap:
@@ -63,12 +75,14 @@ class LabelCap:
         """Give each configured name its own label, outside the cap."""
         with self._lock:
             for value in values:
+                value = _key(value) if value else value
                 if value and self._seen.get(value, OTHER) == OTHER:
                     self._seen[value] = _SAFE.sub("_", value[:_MAX_LABEL_LEN])
 
     def __call__(self, value: str | None) -> str:
         if not value:
             return UNKNOWN
+        value = _key(value)
         label = self._seen.get(value)
         if label is not None:
             return label
@@ -79,6 +93,7 @@ class LabelCap:
         """The label of a name the upstream answered for: its own, even after the cap is full."""
         if not value:
             return UNKNOWN
+        value = _key(value)
         label = self._seen.get(value)
         if label is not None and label != OTHER:
             return label

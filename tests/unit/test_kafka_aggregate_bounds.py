@@ -1,6 +1,7 @@
 """`llmwatch aggregate` holds bounded state whatever the topics carry: scores that never meet their
 sample (it left the join before they came, or never comes) are forgotten oldest first, counted;
-check names read from the scores topic pass a label cap."""
+the join is bounded in records and in bytes, each kind dropped counted under its own outcome;
+check names read from the scores topic pass a label cap that the names llmwatch knows stay out of."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
     for i in range(1000):
         assert agg.add_score(score(f"never{i}"))
     assert len(agg.scores) <= 100, "held scores are bounded"
-    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
+    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow_score")._value.get()
     assert dropped == 1050 - 100
     # The newest are the ones kept: a sample that arrives now still meets its scores. (Checked before
     # the join too: after it the score is gone either way, joined or dropped on arrival.)
@@ -71,12 +72,61 @@ def test_scores_held_for_one_sample_are_bounded_too(monkeypatch: pytest.MonkeyPa
         assert agg.add_score(score("one").model_copy(update={"check": f"made-up-{i}"}))
     held = sum(len(scores) for scores in agg.scores.values())
     assert held <= 100 * kafka_aggregate.SCORES_PER_SAMPLE, "held scores are bounded, not only their samples"
-    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow")._value.get()
+    dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow_score")._value.get()
     assert dropped == 5000 - held
     # The count stays right through the join: the scores a sample takes leave the bound.
     agg.add_sample(chat_sample(id="one"), now=0.0)
     agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1)
     assert agg.held_scores == 0 and not agg.scores
+
+
+def consumed(metrics: Metrics, outcome: str) -> float:
+    return float(metrics.group(KafkaMetrics).kafka_consumed.labels(outcome=outcome)._value.get())
+
+
+def test_big_samples_are_bounded_by_bytes_not_only_by_count() -> None:
+    # A sample is up to capture.max_body_bytes twice over: 100,000 pending samples of 1 MB each
+    # held ~100 GB. Here 40 samples of ~1 MB against a 4 MiB bound (the count bound is far away).
+    cfg = load_config(None, overrides={"kafka": {"aggregate_join_max_bytes": 4 * 1024 * 1024}}, environ={})
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    with capture_logs() as logs:
+        for i in range(40):
+            value = chat_sample(id=f"big{i}", answer="SECRET-ANSWER " + "x" * 1_000_000).to_json()
+            agg.add_record(SimpleNamespace(topic="t.samples", partition=0, offset=i, value=value), is_score=False)
+    held = sum(len(sample.to_json()) for _, sample, _ in agg.pending.values())
+    assert held <= 4 * 1024 * 1024 and agg.pending_bytes == held, "the join holds at most its bytes"
+    assert 1 <= len(agg.pending) <= 4 and "big39" in agg.pending, "the newest are kept"
+    assert consumed(metrics, "join_overflow_sample") == 40 - len(agg.pending)
+    assert consumed(metrics, "join_overflow_score") == 0, "samples are not counted as scores"
+    lines = [e for e in logs if e["event"] == "join_overflow"]
+    assert len(lines) == 1, "one line per 10 s, not one per dropped sample"
+    assert lines[0]["outcome"] == "join_overflow_sample" and lines[0]["max_bytes"] == 4 * 1024 * 1024
+    assert "SECRET" not in str(lines) and "big" not in str(lines), "counts, never a record or its id"
+    # The bytes leave the bound with the samples the join takes.
+    waiting = len(agg.pending)
+    assert agg.flush(now=time.monotonic() + kafka_aggregate.JOIN_DELAY_S + 1) == waiting
+    assert not agg.pending and agg.pending_bytes == 0
+
+
+def test_big_scores_are_bounded_by_bytes_not_only_by_count() -> None:
+    # A score record names its own details: 1,000,000 held scores of 1 MB each, unbounded in bytes.
+    cfg = load_config(None, overrides={"kafka": {"aggregate_join_max_bytes": 2 * 1024 * 1024}}, environ={})
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    for i in range(30):
+        big = score(f"lonely{i}").model_copy(update={"details": {"text": "y" * 200_000}})
+        agg.add_record(SimpleNamespace(topic="t.scores", partition=0, offset=i, value=big.to_json()), is_score=True)
+    held = sum(len(s.to_json()) for scores in agg.scores.values() for s in scores)
+    assert held <= 2 * 1024 * 1024 and agg.held_score_bytes == held
+    assert consumed(metrics, "join_overflow_score") == 30 - agg.held_scores > 0
+    assert consumed(metrics, "join_overflow_sample") == 0, "scores are not counted as samples"
+    last = agg.held_scores
+    agg.add_sample(chat_sample(id="lonely29"), now=0.0)
+    agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1)
+    assert agg.held_scores == last - 1 and agg.held_score_bytes == held - len(
+        score("lonely29").model_copy(update={"details": {"text": "y" * 200_000}}).to_json()
+    )
 
 
 def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap() -> None:
@@ -97,6 +147,37 @@ def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap()
     }
     assert "min_length" in checks, "a check seen before the cap keeps its label"
     assert len(checks) <= MAX_CHECK_LABELS + 1 and "other" in checks
+
+
+def test_made_up_check_names_arriving_first_cannot_push_known_checks_into_other() -> None:
+    # The cap admitted names first come, first served: a producer writing 200 made-up check names
+    # before the workers' first scores left every real check labelled `other` for the process's life.
+    from llmwatch.collectors.exporters.scores import MAX_CHECK_LABELS
+
+    cfg = load_config(
+        None,
+        overrides={"scoring": {"checks": [{"name": "short_answers", "kind": "length", "params": {"max_chars": 50}}]}},
+        environ={},
+    )
+    metrics = Metrics()
+    agg = Aggregator(cfg, metrics)
+    for i in range(MAX_CHECK_LABELS * 3):
+        agg.add_score(score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
+    # A built-in suite check, a registered kind, the configured check, a judge criterion, the probe.
+    real = ["refusal", "input_truncated", "short_answers", "judge:helpfulness", "consistency"]
+    for check in real:
+        agg.add_score(score(f"real-{check}").model_copy(update={"check": check}))
+    checks = {
+        s.labels["check"]
+        for family in metrics.registry.collect()
+        if family.name == "llmwatch_check"
+        for s in family.samples
+    }
+    assert set(real) <= checks, f"known checks keep their label: {sorted(set(real) - checks)}"
+    made_up = {c for c in checks if c.startswith("made-up-")}
+    assert len(made_up) == MAX_CHECK_LABELS and "other" in checks, "unknown names are still capped"
+    # A known name that never comes makes no series: the allow-list costs nothing until it is used.
+    assert "pii_leak" not in checks
 
 
 def test_a_record_that_is_not_a_sample_or_a_score_is_counted_and_logged_by_place() -> None:

@@ -250,6 +250,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
     require("parquet", "llmwatch archive")
     from llmwatch.agent.processes.kafka_archive import run_archiver
 
+    if args.batch_bytes <= 0:
+        raise ConfigError(f"--batch-bytes {args.batch_bytes}: give bytes above 0 (default 67108864, 64 MiB)")
     kafka = _kafka_overrides(args) or {}
     if args.pairs_topic:
         kafka["pairs_topic"] = args.pairs_topic
@@ -258,6 +260,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
         args.out,
         batch_records=args.batch_records,
         flush_s=args.flush_s,
+        batch_bytes=args.batch_bytes,
     )
 
 
@@ -481,6 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--batch-records", type=int, default=10_000, help="most records buffered before a write (default 10000)"
+    )
+    p.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="most bytes of records buffered before a write (default 67108864, 64 MiB)",
     )
     p.add_argument(
         "--flush-s", type=float, default=10.0, help="write buffered records at least this often, seconds (default 10)"

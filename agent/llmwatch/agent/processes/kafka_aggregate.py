@@ -14,7 +14,10 @@ the fleet's numbers are made exact and where drift sees every partition at once:
 
 It runs as a single member of its own consumer group (`<group_id>-aggregator`): the state is in
 memory, so one instance reads every partition. Offsets are committed after each poll, at least
-once; the dedupe memory covers redeliveries within `dedupe_ttl_s`. The embedding signal needs
+once; the dedupe memory covers redeliveries within its time to live (1 h). The join is bounded by
+count (`MAX_PENDING`) and by the encoded bytes of what it holds (`kafka.aggregate_join_max_bytes`),
+samples and scores each; what falls out is counted `join_overflow_sample` or `join_overflow_score`.
+The embedding signal needs
 answer vectors, which the topics do not carry: it is computed in the sidecar mode only.
 """
 
@@ -41,12 +44,17 @@ from llmwatch.collectors.exporters.kafka import (
 )
 from llmwatch.collectors.exporters.prometheus import metrics_app, serve_in_thread
 from llmwatch.collectors.exporters.scores import ScoreRecorder
+from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import OTHER, Metrics
 from llmwatch.core.records import Sample
 from llmwatch.core.scores import Score
+from llmwatch.scorers.checks.registry import CHECK_KINDS
+from llmwatch.scorers.checks.suite import DEFAULT_EMBEDDING_CHECKS, DEFAULT_RULE_CHECKS
 from llmwatch.scorers.drift.aggregate import WindowAggregator
 from llmwatch.scorers.drift.baseline import load_baseline
 from llmwatch.scorers.drift.metrics import CanaryMetrics, DriftMetrics
+from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE
+from llmwatch.scorers.evaluation.judge import check_name
 from llmwatch.scorers.evaluation.metrics import EvaluationMetrics
 
 log = structlog.get_logger(__name__)
@@ -60,36 +68,85 @@ MAX_PENDING = 100_000
 SCORES_PER_SAMPLE = 10
 
 
+def known_check_names(cfg: Config) -> list[str]:
+    """Check names llmwatch writes: every registered kind, the built-in suite's names, the configured
+    checks, the judge's criteria (`judge:<name>`) and the consistency probe's. They keep their own
+    `check` label however many made-up names the scores topic carries, and whenever they first come."""
+    names = set(CHECK_KINDS)
+    names.update(spec["name"] for spec in DEFAULT_RULE_CHECKS + DEFAULT_EMBEDDING_CHECKS)
+    names.update(spec.name for spec in cfg.scoring.checks or ())
+    names.update(check_name(c.name) for rubric in cfg.judge.rubrics for c in rubric.criteria)
+    names.add(CONSISTENCY_CANDIDATE)
+    return sorted(names)
+
+
 class Aggregator:
     """The consumer-independent part: dedupe and join, then the shared aggregate stage and its gauges (testable without a broker)."""
 
     def __init__(self, cfg: Config, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.recorder = ScoreRecorder(metrics, None)
+        self.recorder = ScoreRecorder(metrics, None, known=known_check_names(cfg))
         self.seen_scores = RecentIds()
-        self.pending: OrderedDict[str, tuple[float, Sample]] = OrderedDict()
+        # Samples waiting for the join delay, oldest first, with their encoded size.
+        self.pending: OrderedDict[str, tuple[float, Sample, int]] = OrderedDict()
+        self.pending_bytes = 0
         # Scores waiting for their sample, oldest first: bounded like `pending`, since a score whose
         # sample already left the join (it came after the join delay) or never comes would stay for ever.
         self.scores: OrderedDict[str, list[Score]] = OrderedDict()
         self.held_scores = 0  # the scores in `self.scores`, all lists together
+        self.score_bytes: dict[str, int] = {}  # encoded bytes of each sample id's held scores
+        self.held_score_bytes = 0
+        # A sample is up to capture.max_body_bytes twice over (request and response): the count
+        # bounds alone let the join hold ~100 GB. The bytes of its records are bounded too.
+        self.max_bytes = cfg.kafka.aggregate_join_max_bytes
+        self._warn_overflow = RateLimitedLog()
         baseline = load_baseline(cfg.drift.baseline) if cfg.drift.baseline else None
         self.stage = WindowAggregator(baseline, cfg.drift, cfg.matrix)
         self.windows = self.stage.windows
 
-    def add_score(self, score: Score) -> bool:
+    def add_score(self, score: Score, size: int | None = None) -> bool:
+        """Count and hold one score; `size` is its encoded record's length (measured when not given)."""
         key = f"{score.sample_id}\x00{score.check}"
         if key in self.seen_scores:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate_score").inc()
             return False
         self.seen_scores.add(key)
         self.recorder.record([score], [0.0])
+        size = size if size is not None else len(score.to_json())
         self.scores.setdefault(score.sample_id, []).append(score)
+        self.score_bytes[score.sample_id] = self.score_bytes.get(score.sample_id, 0) + size
         self.held_scores += 1
-        while len(self.scores) > MAX_PENDING or self.held_scores > MAX_PENDING * SCORES_PER_SAMPLE:
-            _, lost = self.scores.popitem(last=False)
+        self.held_score_bytes += size
+        lost_scores = 0
+        while (
+            len(self.scores) > MAX_PENDING
+            or self.held_scores > MAX_PENDING * SCORES_PER_SAMPLE
+            or self.held_score_bytes > self.max_bytes
+        ):
+            sid, lost = self.scores.popitem(last=False)
             self.held_scores -= len(lost)
-            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc(len(lost))
+            self.held_score_bytes -= self.score_bytes.pop(sid)
+            lost_scores += len(lost)
+        if lost_scores:
+            self._overflow("join_overflow_score", lost_scores)
         return True
+
+    def _overflow(self, outcome: str, n: int) -> None:
+        """Count records dropped from the join, and say so (at most one line per 10 s): counts and
+        bounds only, never a record's content or id."""
+        self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome=outcome).inc(n)
+        self._warn_overflow(
+            log.warning,
+            "join_overflow",
+            outcome=outcome,
+            dropped=n,
+            pending_samples=len(self.pending),
+            pending_sample_bytes=self.pending_bytes,
+            held_scores=self.held_scores,
+            held_score_bytes=self.held_score_bytes,
+            max_records=MAX_PENDING,
+            max_bytes=self.max_bytes,
+        )
 
     def add_record(self, record: Any, *, is_score: bool) -> None:
         """One consumer record of the scores topic (`is_score`) or the samples topic; one that is
@@ -97,9 +154,9 @@ class Aggregator:
         try:
             data = orjson.loads(record.value)
             if is_score:
-                self.add_score(Score.model_validate(data))
+                self.add_score(Score.model_validate(data), size=len(record.value))
             else:
-                self.add_sample(Sample.model_validate(data))
+                self.add_sample(Sample.model_validate(data), size=len(record.value))
         except (orjson.JSONDecodeError, ValidationError, TypeError) as exc:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="invalid").inc()
             # Where it is and why, never the record itself (it may be megabytes, or a secret).
@@ -111,7 +168,8 @@ class Aggregator:
                 error=record_error(exc),
             )
 
-    def add_sample(self, sample: Sample, now: float | None = None) -> None:
+    def add_sample(self, sample: Sample, now: float | None = None, size: int | None = None) -> None:
+        """Hold one sample for the join; `size` is its encoded record's length (measured when not given)."""
         if sample.id in self.pending:
             self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="duplicate").inc()
             return
@@ -120,24 +178,32 @@ class Aggregator:
         # read `other` anyway. Those versions share one `other` window, as they share the series.
         if self.metrics.version_label(sample.model_version) == OTHER:
             sample = sample.model_copy(update={"model_version": OTHER})
-        self.pending[sample.id] = (now if now is not None else time.monotonic(), sample)
-        while len(self.pending) > MAX_PENDING:
-            self.pending.popitem(last=False)
-            self.metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow").inc()
+        size = size if size is not None else len(sample.to_json())
+        self.pending[sample.id] = (now if now is not None else time.monotonic(), sample, size)
+        self.pending_bytes += size
+        lost = 0
+        while len(self.pending) > MAX_PENDING or self.pending_bytes > self.max_bytes:
+            _, (_, _, dropped_size) = self.pending.popitem(last=False)
+            self.pending_bytes -= dropped_size
+            lost += 1
+        if lost:
+            self._overflow("join_overflow_sample", lost)
 
     def flush(self, now: float | None = None) -> int:
         """Move samples that have waited `JOIN_DELAY_S` into the windows, with whatever scores arrived."""
         now = now if now is not None else time.monotonic()
         ready: list[Sample] = []
         while self.pending:
-            sid, (arrived, sample) = next(iter(self.pending.items()))
+            sid, (arrived, sample, size) = next(iter(self.pending.items()))
             if now - arrived < JOIN_DELAY_S:
                 break
             self.pending.popitem(last=False)
+            self.pending_bytes -= size
             ready.append(sample)
         if ready:
             joined = [s for sample in ready for s in self.scores.pop(sample.id, [])]
             self.held_scores -= len(joined)
+            self.held_score_bytes -= sum(self.score_bytes.pop(sample.id, 0) for sample in ready)
             self.stage.add(ready, joined)
         return len(ready)
 

@@ -16,6 +16,11 @@ Exactly one row per record, across restarts and rebalances, without readers dedu
 The output directory must be shared by every worker of the group (one file system, or a mount
 every worker writes). A run is cut where the partition key changes, so traffic that interleaves
 model versions within a partition makes smaller files; `--batch-records` bounds a file's rows.
+
+What the worker buffers between writes is bounded in records (`--batch-records`) and in the
+encoded bytes of those records (`--batch-bytes`, default 64 MiB): a sample is up to
+capture.max_body_bytes twice over, so 10,000 of them could be 20 GB. Either bound reached writes
+and commits, as `--flush-s` does; the buffer then holds at most that plus one poll.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ log = structlog.get_logger(__name__)
 
 # The longest file or directory name most file systems take (ext4, xfs, btrfs, APFS: 255 bytes).
 NAME_MAX = 255
+# Encoded bytes buffered before a write (`--batch-bytes`).
+BATCH_BYTES = 64 * 1024 * 1024
 
 
 class Covered:
@@ -98,6 +105,8 @@ class Archiver:
         self.metrics = metrics
         self.covered: dict[tuple[str, int], Covered] = {}
         self.buffers: dict[tuple[str, int], list[tuple[int, BaseModel | None]]] = {}
+        # Encoded bytes of each buffer's records: the write is triggered by bytes as well as by count.
+        self.buffer_bytes: dict[tuple[str, int], int] = {}
 
     def assigned(self, topic: str, partition: int) -> None:
         # What this worker knew of a partition it held before may be stale: forget it. What is on
@@ -126,9 +135,13 @@ class Archiver:
             # Where it is and why, never the record itself (it may be megabytes, or a secret).
             log.warning("invalid_record", topic=topic, partition=partition, offset=offset, error=record_error(exc))
         self.buffers.setdefault((topic, partition), []).append((offset, record))
+        self.buffer_bytes[(topic, partition)] = self.buffer_bytes.get((topic, partition), 0) + len(value or b"")
 
     def pending(self) -> int:
         return sum(len(b) for b in self.buffers.values())
+
+    def pending_bytes(self) -> int:
+        return sum(self.buffer_bytes.values())
 
     def flush(self, only: set[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
         """Write the buffered runs; the next offset to commit per topic partition flushed."""
@@ -138,6 +151,7 @@ class Archiver:
                 continue
             topic, partition = tp
             records = self.buffers.pop(tp)
+            self.buffer_bytes.pop(tp, None)
             covered = self.covered.setdefault(tp, Covered([]))
             kind = self.kinds[topic]
             skipped = sum(1 for offset, _ in records if offset in covered)
@@ -173,6 +187,7 @@ class Archiver:
 
     def drop(self, tp: tuple[str, int]) -> None:
         self.buffers.pop(tp, None)
+        self.buffer_bytes.pop(tp, None)
         self.covered.pop(tp, None)
 
     def _count(self, outcome: str, n: int = 1) -> None:
@@ -186,8 +201,10 @@ def consume(
     stop: threading.Event,
     batch_records: int,
     flush_s: float,
+    batch_bytes: int = BATCH_BYTES,
 ) -> None:
-    """Poll until `stop`; write and commit every `batch_records` records or `flush_s` seconds, and at the end."""
+    """Poll until `stop`; write and commit every `batch_records` records, `batch_bytes` bytes of
+    records or `flush_s` seconds, and at the end."""
     oldest: float | None = None
     while not stop.is_set():
         batch = consumer.poll(timeout_ms=500, max_records=batch_records)
@@ -196,7 +213,11 @@ def consume(
                 archiver.add(tp.topic, tp.partition, record.offset, record.value)
         if archiver.pending() and oldest is None:
             oldest = time.monotonic()
-        if oldest is not None and (archiver.pending() >= batch_records or time.monotonic() - oldest >= flush_s):
+        if oldest is not None and (
+            archiver.pending() >= batch_records
+            or archiver.pending_bytes() >= batch_bytes
+            or time.monotonic() - oldest >= flush_s
+        ):
             commit(archiver.flush())
             oldest = None
     if archiver.pending():
@@ -209,6 +230,7 @@ def run_archiver(
     *,
     batch_records: int = 10_000,
     flush_s: float = 10.0,
+    batch_bytes: int = BATCH_BYTES,
     stop: threading.Event | None = None,
 ) -> int:
     from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
@@ -266,7 +288,7 @@ def run_archiver(
             ready.set()
             log.info("archive_started", topics=list(kinds), out=str(out), metrics_port=server.port)
         if consumer is not None:
-            consume(consumer, archiver, commit, stop, batch_records, flush_s)
+            consume(consumer, archiver, commit, stop, batch_records, flush_s, batch_bytes)
     finally:
         close_worker(ready, consumer, server, previous)
     return 0

@@ -20,6 +20,7 @@ warnings and errors are let through at most once per `_WARN_EVERY_S` per logger,
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import signal
@@ -62,6 +63,11 @@ class KafkaSection(Section):
     # After this long without an acknowledgement a sample is given up (counted as delivery_failed).
     delivery_timeout_ms: int = Field(120_000, ge=1000)
     group_id: str = Field("llmwatch-scorers", min_length=1)
+    # `llmwatch aggregate`: bytes of encoded records its join may hold, samples waiting for their
+    # scores and scores waiting for their sample, each (so at most twice this, plus Python's
+    # overhead on the parsed records). A sample can be up to capture.max_body_bytes twice over, so
+    # the 100,000-record bound alone allowed ~100 GB; past this the oldest are dropped and counted.
+    aggregate_join_max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     client_id: str = Field("llmwatch", min_length=1)
     # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS); used by every client
     # llmwatch opens: the sidecar's producer, the topic admin, `scorer`, `aggregate` and `archive`.
@@ -191,7 +197,7 @@ class KafkaMetrics(MetricGroup):
     )
     kafka_consumed = counter(
         "llmwatch_kafka_consumed",
-        "Samples read by a Kafka scorer worker, by outcome (scored, duplicate, invalid).",
+        "Records read by a Kafka worker, by outcome (scorer: scored, duplicate, invalid; aggregate: duplicate, duplicate_score, invalid, join_overflow_sample, join_overflow_score; archive: archived, duplicate, invalid).",
         ["outcome"],
     )
 
@@ -415,11 +421,19 @@ def record_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
 
 
+def _digest(value: str) -> bytes:
+    return hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 class RecentIds:
-    """Ids seen lately, bounded by count and by age (oldest forgotten first): the consumers' dedupe memory."""
+    """Ids seen lately, bounded by count and by age (oldest forgotten first): the consumers' dedupe memory.
+
+    Each id is held as a 16-byte digest: an id read from a topic is any string a producer wrote, and
+    200,000 ids of a megabyte each would be 200 GB. (Two ids sharing a digest, 1 in 2^64 for a
+    billion ids, would make the second one a duplicate.)"""
 
     def __init__(self, max_size: int = 200_000, ttl_s: float = 3600.0) -> None:
-        self._ids: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._ids: collections.OrderedDict[bytes, float] = collections.OrderedDict()
         self._max = max_size
         self._ttl = ttl_s
 
@@ -427,13 +441,14 @@ class RecentIds:
         return len(self._ids)
 
     def __contains__(self, sample_id: object) -> bool:
-        added = self._ids.get(sample_id) if isinstance(sample_id, str) else None
+        added = self._ids.get(_digest(sample_id)) if isinstance(sample_id, str) else None
         return added is not None and time.monotonic() - added < self._ttl
 
     def add(self, sample_id: str) -> None:
         now = time.monotonic()
-        self._ids[sample_id] = now
-        self._ids.move_to_end(sample_id)
+        key = _digest(sample_id)
+        self._ids[key] = now
+        self._ids.move_to_end(key)
         while self._ids:
             oldest_id, oldest = next(iter(self._ids.items()))
             if len(self._ids) <= self._max and now - oldest < self._ttl:

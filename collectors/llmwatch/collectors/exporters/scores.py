@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import structlog
 
@@ -26,6 +26,7 @@ SCORING_DURATION_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
 # Distinct `check` labels, past which a check is `other`: the configured checks and judge criteria
 # are far fewer, but `llmwatch aggregate` takes check names from the scores topic, written by anyone.
+# The names llmwatch knows (`known`) keep their own label outside this cap.
 MAX_CHECK_LABELS = 200
 
 
@@ -69,10 +70,12 @@ class ScoringMetrics(MetricGroup):
 
 
 class ScoreRecorder:
-    def __init__(self, metrics: Metrics, writer: JsonlWriter | None) -> None:
+    def __init__(self, metrics: Metrics, writer: JsonlWriter | None, *, known: Iterable[str] = ()) -> None:
+        """`known`: check names that always keep their own label; only other names share the cap,
+        first come, first served (else 200 made-up names arriving first push real checks into `other`)."""
         self.metrics = metrics.group(ScoringMetrics)
         self.writer = writer
-        self._check_label = LabelCap(MAX_CHECK_LABELS)
+        self._check_label = LabelCap(MAX_CHECK_LABELS, preset=tuple(known))
         self._lock = threading.Lock()
         self.recorded = 0
         self._warn = RateLimitedLog()
