@@ -157,3 +157,19 @@ the user's .Values.config, with in-process scoring off in the proxy when Kafka c
   emptyDir:
     sizeLimit: 512Mi
 {{- end }}
+
+{{/*
+The prometheus-operator objects need their CRD in the cluster: without it the API server refuses
+the object and with it the whole install or upgrade. Rendered only where the CRD is known
+(.Capabilities.APIVersions: the cluster's own on install/upgrade, --api-versions for helm
+template), and an error that says so where it is switched on but absent: a monitor that is
+silently not created reads as "installed" while nothing is scraped.
+*/}}
+{{- define "llmwatch.requireOperatorCRD" -}}
+{{- $root := index . 0 }}
+{{- $kind := index . 1 }}
+{{- $switch := index . 2 }}
+{{- if not ($root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind)) }}
+{{- fail (printf "%s=true but this cluster has no %s CRD (monitoring.coreos.com/v1/%s, from the prometheus-operator or kube-prometheus-stack): install the operator's CRDs first, or set %s=false. Rendering without a cluster (helm template, Argo CD), pass --api-versions monitoring.coreos.com/v1/%s" $switch $kind $kind $switch $kind) }}
+{{- end }}
+{{- end }}
