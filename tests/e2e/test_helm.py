@@ -451,12 +451,29 @@ def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: s
     _, on = RENDERS[name]
     proxy_pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
     proxy = next(c for c in proxy_pod["containers"] if c["name"] == "llmwatch")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["llmwatch"]
     if on.get("kafka"):
         assert proxy["image"] == "llmwatch:0.2.0-slim"
         scorer = one(docs, "Deployment", "rel-llmwatch-scorer")["spec"]["template"]["spec"]["containers"][0]
         assert scorer["image"] == "llmwatch:0.2.0"
+        # Sized from the slim proxy's measured footprint (docs/benchmarks/footprint.md), not the
+        # full image's scorer child and embedding model: 768Mi requested for 89 MiB used.
+        assert proxy["resources"] == values["slimResources"]
+        assert proxy["resources"]["requests"]["memory"] == "128Mi"
+        assert proxy["resources"]["limits"]["memory"] == "512Mi"
     else:
         assert proxy["image"] == "llmwatch:0.2.0"
+        assert proxy["resources"] == values["resources"]
+
+
+def test_the_full_image_keeps_its_resources_when_scoring_is_switched_back_on_with_kafka() -> None:
+    args = ["-f", str(CI / "standalone-values.yaml"), "--set", "kafka.enabled=true"]
+    args += ["--set", "kafka.bootstrapServers={kafka:9092}", "--set", "config.scoring.enabled=true"]
+    docs = tuple(d for d in yaml.safe_load_all(helm("template", "rel", str(CHART), *args).stdout) if d)
+    pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
+    proxy = next(c for c in pod["containers"] if c["name"] == "llmwatch")
+    assert proxy["image"] == "llmwatch:0.2.0"
+    assert proxy["resources"]["requests"]["memory"] == "768Mi"
 
 
 def test_a_slim_image_can_be_named() -> None:

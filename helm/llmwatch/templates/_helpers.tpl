@@ -51,13 +51,17 @@ The proxy container's image. When the scorer Deployment does the scoring (kafka.
 user did not switch in-process scoring back on), the proxy needs no torch and no embedding model:
 it runs the slim image (Dockerfile --build-arg EXTRAS=kafka,otel), paid for in every pod.
 */}}
-{{- define "llmwatch.proxyImage" -}}
+{{- define "llmwatch.proxySlim" -}}
 {{- $inProcessScoring := true }}
 {{- if .Values.kafka.enabled }}
 {{- $inProcessScoring = false }}
 {{- with .Values.config.scoring }}{{- if hasKey . "enabled" }}{{- $inProcessScoring = .enabled }}{{- end }}{{- end }}
 {{- end }}
-{{- if $inProcessScoring }}
+{{- if not $inProcessScoring }}true{{- end }}
+{{- end }}
+
+{{- define "llmwatch.proxyImage" -}}
+{{- if not (include "llmwatch.proxySlim" .) }}
 {{- include "llmwatch.image" . }}
 {{- else }}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
