@@ -98,10 +98,19 @@ RENDERS: dict[str, tuple[list[str], dict[str, bool]]] = {
 }
 
 
+# The prometheus-operator's CRDs, as a cluster that has them lists them (helm template has no cluster).
+OPERATOR_KINDS = {"ServiceMonitor": "serviceMonitor", "PrometheusRule": "prometheusRule"}
+
+
+def api_versions(*kinds: str) -> list[str]:
+    return [arg for kind in kinds for arg in ("--api-versions", f"monitoring.coreos.com/v1/{kind}")]
+
+
 @lru_cache(maxsize=None)
 def rendered(name: str) -> tuple[dict, ...]:
-    args, _ = RENDERS[name]
-    out = helm("template", "rel", str(CHART), "--namespace", "llm", *args).stdout
+    args, on = RENDERS[name]
+    crds = api_versions(*(kind for kind, switch in OPERATOR_KINDS.items() if on.get(switch)))
+    out = helm("template", "rel", str(CHART), "--namespace", "llm", *args, *crds).stdout
     return tuple(d for d in yaml.safe_load_all(out) if d)
 
 
@@ -442,12 +451,29 @@ def test_the_proxy_runs_the_slim_image_when_the_scorer_deployment_scores(name: s
     _, on = RENDERS[name]
     proxy_pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
     proxy = next(c for c in proxy_pod["containers"] if c["name"] == "llmwatch")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["llmwatch"]
     if on.get("kafka"):
         assert proxy["image"] == "llmwatch:0.2.0-slim"
         scorer = one(docs, "Deployment", "rel-llmwatch-scorer")["spec"]["template"]["spec"]["containers"][0]
         assert scorer["image"] == "llmwatch:0.2.0"
+        # Sized from the slim proxy's measured footprint (docs/benchmarks/footprint.md), not the
+        # full image's scorer child and embedding model: 768Mi requested for 89 MiB used.
+        assert proxy["resources"] == values["slimResources"]
+        assert proxy["resources"]["requests"]["memory"] == "128Mi"
+        assert proxy["resources"]["limits"]["memory"] == "512Mi"
     else:
         assert proxy["image"] == "llmwatch:0.2.0"
+        assert proxy["resources"] == values["resources"]
+
+
+def test_the_full_image_keeps_its_resources_when_scoring_is_switched_back_on_with_kafka() -> None:
+    args = ["-f", str(CI / "standalone-values.yaml"), "--set", "kafka.enabled=true"]
+    args += ["--set", "kafka.bootstrapServers={kafka:9092}", "--set", "config.scoring.enabled=true"]
+    docs = tuple(d for d in yaml.safe_load_all(helm("template", "rel", str(CHART), *args).stdout) if d)
+    pod = one(docs, "Deployment", "rel-llmwatch")["spec"]["template"]["spec"]
+    proxy = next(c for c in pod["containers"] if c["name"] == "llmwatch")
+    assert proxy["image"] == "llmwatch:0.2.0"
+    assert proxy["resources"]["requests"]["memory"] == "768Mi"
 
 
 def test_a_slim_image_can_be_named() -> None:
@@ -586,6 +612,27 @@ def test_service_monitor_selects_the_metrics_services(name: str) -> None:
     for service in selected:
         assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["llm"]
+
+
+@pytest.mark.parametrize("kind", OPERATOR_KINDS)
+def test_an_operator_object_is_rendered_only_where_its_crd_is_and_refused_clearly_where_not(kind: str) -> None:
+    # Without the CRD the API server refuses the object, and with it the whole install: the chart
+    # says so at render time instead, naming the switch and how to render without a cluster.
+    switch = f"{OPERATOR_KINDS[kind]}.enabled"
+    base = ["template", "rel", str(CHART), "-f", str(CI / "standalone-values.yaml"), "--set", f"{switch}=true"]
+    other = next(k for k in OPERATOR_KINDS if k != kind)
+    for crds in ([], api_versions(other)):
+        proc = helm(*base, *crds, check=False)
+        assert proc.returncode != 0, proc.stdout[:500]
+        assert f"{switch}=true but this cluster has no {kind} CRD" in proc.stderr, proc.stderr
+        assert f"set {switch}=false" in proc.stderr and f"--api-versions monitoring.coreos.com/v1/{kind}" in proc.stderr
+        assert "goroutine" not in proc.stderr
+    docs = [d for d in yaml.safe_load_all(helm(*base, *api_versions(kind)).stdout) if d]
+    assert [d["kind"] for d in docs].count(kind) == 1
+    # Off, it is not rendered whether or not the cluster has the CRD.
+    for crds in ([], api_versions(kind)):
+        off = helm("template", "rel", str(CHART), "-f", str(CI / "standalone-values.yaml"), *crds).stdout
+        assert f"kind: {kind}" not in off
 
 
 @pytest.mark.parametrize("name", [n for n, (_, on) in RENDERS.items() if on.get("prometheusRule")])

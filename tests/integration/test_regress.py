@@ -461,3 +461,24 @@ def test_a_run_too_small_to_find_any_regression_says_so_beside_its_ok(tmp_path: 
     assert f"OK: no case regressed against {base}" in out
     assert "but none could have: at these attempts even a case falling to 0 passes gives p 0.167" in out
     assert f"Holm over {len(SUITE)} cases needs p < {0.05 / len(SUITE):.3g}" in out
+
+
+def test_a_key_on_the_command_line_is_warned_about_without_being_echoed(tmp_path: Path, capsys):
+    # Other local users read a flag's value in `ps`; the warning says so and names the variable.
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE[:1])
+    options = ("--repeat", "2", "--max-retries", "0", "--timeout", "2")
+    for flags, variables in (
+        (("--api-key", "sk-Flag-Visible-1234"), ["OPENAI_API_KEY"]),
+        (("--judge-api-key", "sk-Judge-Visible-5678"), ["LLMWATCH_JUDGE_API_KEY"]),
+        ((), []),
+    ):
+        # An unreachable endpoint: the exit code keeps its meaning (2) with or without the warning.
+        assert regress_cli(suite, f"http://{dead_address()}", *options, *flags, model="m") == 2
+        err = capsys.readouterr().err
+        warnings = [line for line in err.splitlines() if line.startswith("regress: warning:")]
+        assert len(warnings) == len(variables), err
+        for line, variable in zip(warnings, variables):
+            assert f"{flags[0]} puts the key on the command line" in line and "ps" in line
+            assert f'{variable}="$(cat key.txt)"' in line
+        if flags:
+            assert flags[1] not in err

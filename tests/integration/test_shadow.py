@@ -9,6 +9,7 @@ loopback sockets, traffic goes through the `openai` client, and the verdict come
 from __future__ import annotations
 
 import asyncio
+import base64
 import glob
 import json
 import os
@@ -631,6 +632,87 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
     for secret in (SECRET, SECRET.split()[-1]):
         assert secret not in text
         assert secret not in stored
+
+
+def _quoting_app(seen: list | None = None) -> web.Application:
+    """An upstream that refuses every call with 401 and quotes the credential it was sent, as
+    OpenAI does ("Incorrect API key provided: <key>"); Basic credentials decoded, as a gateway might."""
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        if seen is not None:
+            seen.append(dict(request.headers))
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme == "Basic":
+            user, _, password = base64.b64decode(token).decode().partition(":")
+            message = f"Incorrect password provided for {user}: {password}"
+        else:
+            message = f"Incorrect API key provided: {token}"
+        body = {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}
+        return web.Response(status=401, body=orjson.dumps(body), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize("redaction", [True, False], ids=["redaction-on", "redaction-off"])
+async def test_a_candidate_that_quotes_its_key_does_not_leave_it_in_the_pairs(tmp_path, redaction):
+    """Keys of shapes no redaction pattern knows, quoted back in 401 bodies by the candidate (its
+    header from the environment) and by the primary (the password of the upstream URL): masked by
+    exact value in the pairs, with redaction on or off, and never in the log."""
+    key = "cand.Tok3n.Q7Wz9Xv2Lp8Rt5"
+    password = "Pr1mary-Pass.77"
+    seen: list[dict] = []
+    runner_p, primary = await serve(_quoting_app())
+    runner_c, candidate = await serve(_quoting_app(seen))
+    cfg = tmp_path / "llmwatch.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "sampling": {"rate": 1.0},
+                "scoring": {"enabled": False},
+                "redaction": {"enabled": redaction},
+                "shadow": shadow_section(candidate, headers={"Authorization": "env:CANDIDATE_KEY"}),
+            }
+        )
+    )
+    log = tmp_path / "proxy.log"
+    data = tmp_path / "data"
+    upstream = primary.replace("http://", f"http://svc:{password}@")
+    proc = _proxy_process(cfg, upstream, data, log, CANDIDATE_KEY=f"Bearer {key}")
+    try:
+        started = (await _logged(log, proc, "agent_started"))["agent_started"]
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                async with session.post(
+                    f"http://127.0.0.1:{started['proxy_port']}/v1/chat/completions",
+                    json={"model": MODEL, "messages": [{"role": "user", "content": "bread?"}]},
+                ) as r:
+                    # The proxy relays the primary's answer as it is: the client sees its own error.
+                    assert r.status == 401 and password in (await r.text())
+        pair_files = lambda: glob.glob(str(data / "pairs" / "*.jsonl"))  # noqa: E731
+        await wait_until(lambda: sum(1 for p in pair_files() for _ in open(p)) >= 3, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        await runner_p.cleanup()
+        await runner_c.cleanup()
+    assert seen and all(h.get("Authorization") == f"Bearer {key}" for h in seen)
+    pairs = [json.loads(line) for p in pair_files() for line in open(p)]
+    assert len(pairs) >= 3
+    for pair in pairs:
+        assert pair["shadow"]["status"] == 401 and pair["primary"]["status"] == 401
+        shadow_error = pair["shadow"]["response"]["error"]["message"]
+        primary_error = pair["primary"]["response"]["error"]["message"]
+        # The words stay (they say what went wrong); the credential does not.
+        assert shadow_error == "Incorrect API key provided: ***", shadow_error
+        assert primary_error == "Incorrect password provided for svc: ***", primary_error
+    stored = "".join(Path(p).read_text() for p in pair_files())
+    text = log.read_text()
+    for secret in (key, password, base64.b64encode(f"svc:{password}".encode()).decode()):
+        assert secret not in stored
+        assert secret not in text
 
 
 async def test_pairs_are_redacted_like_samples(make_agent):

@@ -5,6 +5,7 @@ command (issue 14)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -465,6 +466,37 @@ async def test_commands_run_one_at_a_time_and_a_hung_one_is_killed(tmp_path: Pat
         ),
         timeout=10,
     )
+
+
+async def test_the_command_gets_a_minimal_environment_without_llmwatchs_secrets(tmp_path: Path, monkeypatch):
+    from llmwatch.collectors.sentinel import VersionActions
+    from llmwatch.scorers.drift.config import VersionChangeSection
+
+    monkeypatch.setenv("LLMWATCH_SHADOW__CANDIDATES__0__API_KEY", "sk-never-in-the-hook")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-never-in-the-hook")
+    monkeypatch.setenv("KUBECONFIG", "/etc/kube/config")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    out = tmp_path / "env.json"
+    script = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+    m = Metrics()
+    outcome = m.group(SentinelMetrics).model_version_actions.labels(action="command", outcome="ok")
+    for allow, runs in (([], 1), (["KUBECONFIG"], 2)):
+        actions = VersionActions(
+            VersionChangeSection(command=[sys.executable, "-c", script, str(out)], command_env=allow), m
+        )
+        actions.start()
+        actions.submit(_change(runs))
+        await wait_until(lambda runs=runs: outcome._value.get() == runs, timeout=60)
+        await actions.close()
+        env = orjson.loads(out.read_bytes())
+        assert "sk-never-in-the-hook" not in out.read_text() and "aws-never-in-the-hook" not in out.read_text()
+        assert env["LLMWATCH_NEW_VERSION"] == f"v1 (gpt-4o, fp_{runs + 1})" and env["LLMWATCH_MODEL"] == "gpt-4o"
+        assert env["LC_ALL"] == "C.UTF-8" and env["PATH"] == os.environ["PATH"]
+        # Python adds nothing of its own beyond what it was given (LC_CTYPE aside, on some hosts).
+        expected = {"LLMWATCH_OLD_VERSION", "LLMWATCH_NEW_VERSION", "LLMWATCH_MODEL"}
+        expected |= {k for k in os.environ if k in ("PATH", "HOME", "LANG", "TZ") or k.startswith("LC_")}
+        assert set(env) - {"LC_CTYPE"} == (expected | set(allow)) - {"LC_CTYPE"}
+        assert ("KUBECONFIG" in env) == bool(allow)
 
 
 async def test_a_refused_webhook_is_counted_and_its_secret_never_logged(tmp_path: Path):

@@ -41,7 +41,7 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 from prometheus_client import Counter
@@ -306,6 +306,19 @@ class VersionSentinel:
         return served.current, served.is_flapping(time.monotonic())  # type: ignore[return-value]
 
 
+# What a version-change command inherits from llmwatch by default: enough to find programs, a
+# home, the locale and the time zone. Not the rest: llmwatch's environment holds its secrets
+# (LLMWATCH_*__API_KEY, Kafka passwords, cloud credentials) and the command need not see them.
+_COMMAND_ENV = ("PATH", "HOME", "LANG", "TZ")
+
+
+def command_environment(environ: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
+    """The environment of a drift.version_change command: the minimal set above, LC_*, and the
+    names in `allow` (drift.version_change.command_env), each only where llmwatch has it."""
+    wanted = {*_COMMAND_ENV, *allow}
+    return {k: v for k, v in environ.items() if k in wanted or k.startswith("LC_")}
+
+
 class VersionActions:
     """What `drift.version_change` asks for on a change: a webhook POST and/or a command.
 
@@ -432,7 +445,7 @@ class VersionActions:
     async def _command(self, change: VersionChange) -> None:
         argv = list(self.cfg.command or ())
         env = {
-            **os.environ,
+            **command_environment(os.environ, self.cfg.command_env),
             "LLMWATCH_OLD_VERSION": change.old_text,
             "LLMWATCH_NEW_VERSION": change.new_text,
             "LLMWATCH_MODEL": change.model,

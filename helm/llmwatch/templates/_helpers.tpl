@@ -51,13 +51,17 @@ The proxy container's image. When the scorer Deployment does the scoring (kafka.
 user did not switch in-process scoring back on), the proxy needs no torch and no embedding model:
 it runs the slim image (Dockerfile --build-arg EXTRAS=kafka,otel), paid for in every pod.
 */}}
-{{- define "llmwatch.proxyImage" -}}
+{{- define "llmwatch.proxySlim" -}}
 {{- $inProcessScoring := true }}
 {{- if .Values.kafka.enabled }}
 {{- $inProcessScoring = false }}
 {{- with .Values.config.scoring }}{{- if hasKey . "enabled" }}{{- $inProcessScoring = .enabled }}{{- end }}{{- end }}
 {{- end }}
-{{- if $inProcessScoring }}
+{{- if not $inProcessScoring }}true{{- end }}
+{{- end }}
+
+{{- define "llmwatch.proxyImage" -}}
+{{- if not (include "llmwatch.proxySlim" .) }}
 {{- include "llmwatch.image" . }}
 {{- else }}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
@@ -156,4 +160,20 @@ the user's .Values.config, with in-process scoring off in the proxy when Kafka c
 - name: tmp
   emptyDir:
     sizeLimit: 512Mi
+{{- end }}
+
+{{/*
+The prometheus-operator objects need their CRD in the cluster: without it the API server refuses
+the object and with it the whole install or upgrade. Rendered only where the CRD is known
+(.Capabilities.APIVersions: the cluster's own on install/upgrade, --api-versions for helm
+template), and an error that says so where it is switched on but absent: a monitor that is
+silently not created reads as "installed" while nothing is scraped.
+*/}}
+{{- define "llmwatch.requireOperatorCRD" -}}
+{{- $root := index . 0 }}
+{{- $kind := index . 1 }}
+{{- $switch := index . 2 }}
+{{- if not ($root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind)) }}
+{{- fail (printf "%s=true but this cluster has no %s CRD (monitoring.coreos.com/v1/%s, from the prometheus-operator or kube-prometheus-stack): install the operator's CRDs first, or set %s=false. Rendering without a cluster (helm template, Argo CD), pass --api-versions monitoring.coreos.com/v1/%s" $switch $kind $kind $switch $kind) }}
+{{- end }}
 {{- end }}

@@ -207,9 +207,30 @@ def _consistency(cfg: Any, path: str) -> list[Any]:
     return consistency_rows(pairs, embed=embed)
 
 
+# A key given on the command line is in every other local user's `ps` and in /proc/PID/cmdline
+# for as long as the run lasts; the environment is readable by the same user (and root) only.
+_KEY_FLAGS = (
+    ("api_key", "--api-key", "OPENAI_API_KEY"),
+    ("judge_api_key", "--judge-api-key", "LLMWATCH_JUDGE_API_KEY"),
+)
+
+
+def warn_keys_on_the_command_line(args: argparse.Namespace) -> None:
+    """Say on stderr that a key flag is visible to others, and what to use instead (never the key)."""
+    for attr, flag, variable in _KEY_FLAGS:
+        if getattr(args, attr, None):
+            sys.stderr.write(
+                f"regress: warning: {flag} puts the key on the command line, where other users of this machine "
+                f"can read it (ps, /proc/PID/cmdline) while the run lasts; leave {flag} out and set "
+                f"{variable} in the environment instead, e.g. from a private file: "
+                f'{variable}="$(cat key.txt)" llmwatch regress ...\n'
+            )
+
+
 def cmd_regress(args: argparse.Namespace) -> int:
     from llmwatch.scorers.evaluation.regress import RunSettings, format_run, regress
 
+    warn_keys_on_the_command_line(args)
     if args.out:  # before the suite's calls: a run made and then not written is lost
         require_writable(args.out, "--out", example="run.json")
     cfg = config_from_args(args)

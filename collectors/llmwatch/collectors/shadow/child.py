@@ -50,6 +50,7 @@ from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.pairs import Pair, PairScore
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
+from llmwatch.core.secrets import SecretMask, header_forms, userinfo_forms
 from llmwatch.core.urls import mask_url, split_userinfo
 from llmwatch.scorers.evaluation.consistency import CONSISTENCY_CANDIDATE, compare_answers, verdict_score
 from llmwatch.scorers.pipeline.redaction import Redactor, redact_sample
@@ -105,6 +106,16 @@ class _Done:
     settled: bool = False  # its reservation given back (exactly once, whatever happens to the pair)
 
 
+def url_secrets(url: str) -> set[str]:
+    """The credentials of an upstream URL's `user:password@`, as written, decoded, and as the
+    Basic authorization llmwatch sends for them; none for a URL without."""
+    userinfo = split_userinfo(url)[1]
+    if userinfo is None:
+        return set()
+    auth = aiohttp.BasicAuth.from_url(URL(url))
+    return userinfo_forms(userinfo) | (header_forms(auth.encode()) if auth is not None else set())
+
+
 class _Target:
     """The child's view of one candidate: where and how to send, and its window of pairs."""
 
@@ -120,6 +131,8 @@ class _Target:
             auth = aiohttp.BasicAuth.from_url(URL(spec.upstream))
             if auth is not None:
                 self.headers["Authorization"] = auth.encode()
+        # Every credential this candidate is sent, in the forms it may quote back (SecretMask).
+        self.secrets = {f for v in headers.values() for f in header_forms(v)} | url_secrets(spec.upstream)
         self.warn = RateLimitedLog()
         self.window = PairWindow(WINDOW)
 
@@ -265,6 +278,14 @@ class ShadowWorker:
         self.targets = [_Target(i, c, h) for i, (c, h) in enumerate(zip(cfg.shadow.candidates, headers))]
         self.prices = cfg.metrics.price_table()
         self._redact = Redactor.from_config(cfg.redaction)
+        # A candidate that quotes its key back (a 401 body "Incorrect API key provided: <key>")
+        # would keep it in the pair unless a redaction pattern happens to match it (and with
+        # redaction off, always): every candidate's configured credentials, and those of the
+        # primary's upstream URL, are masked by exact value in every pair line, whatever the
+        # redaction settings. Pairs name their candidate, so one candidate's key is masked in
+        # another's pairs too (a shared gateway may quote any of them).
+        primary = url_secrets(getattr(cfg, "upstream", None) or "")
+        self._secrets = SecretMask([s for t in self.targets for s in t.secrets] + sorted(primary))
         specs = cfg.scoring.checks if cfg.scoring.checks is not None else default_checks(False)
         self.suite = Suite(
             [s for s in specs if CHECK_KINDS.get(s.kind) is not None and CHECK_KINDS[s.kind].family != "embedding"],
@@ -581,6 +602,8 @@ class ShadowWorker:
         if not pairs:
             return
         lines = [p.to_json() for _, p in pairs]
+        if self._secrets:
+            lines = [self._secrets.line(line) for line in lines]
         written = len(pairs)
         if self.writer is not None:
             try:

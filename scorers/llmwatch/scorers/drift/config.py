@@ -52,6 +52,19 @@ class VersionChangeSection(Section):
     command: list[str] | None = Field(None, min_length=1)
     # A command still running after this long is killed (its whole process group).
     command_timeout_s: float = Field(600.0, gt=0, le=86_400)
+    # The command gets a minimal environment, not llmwatch's (which holds secrets: LLMWATCH_*
+    # keys, passwords): PATH, HOME, LANG, LC_*, TZ and the three LLMWATCH_* variables of the
+    # change. Names listed here are passed too when llmwatch has them, e.g. [KUBECONFIG,
+    # OPENAI_API_KEY] for a `llmwatch regress` that needs its key.
+    command_env: list[str] = Field(default_factory=list)
+
+    @field_validator("command_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not an environment variable name; give names only, e.g. [KUBECONFIG]")
+        return value
 
     @field_validator("webhook")
     @classmethod

@@ -47,6 +47,7 @@ from llmwatch.agent.apps.ui.index import (
     Filters,
     Index,
     read_record,
+    remove_stale_spill_folders,
 )
 from llmwatch.core import parquet
 from llmwatch.core.config import ConfigError
@@ -1030,6 +1031,9 @@ def run(
             listen=listen,
             advice="anyone who reaches this address reads the samples: serve behind an authenticating reverse proxy",
         )
+    # Spill folders of a `llmwatch ui` that was killed (SIGKILL runs no clean-up) stay in the temp
+    # directory with what they spilled: this user's whose process is gone go at each start.
+    remove_stale_spill_folders()
     try:
         index = Index(data_dir if parquet.is_url(data_dir) else folder)
         index.refresh()

@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -470,6 +472,77 @@ def _listing(directory: Path, prefix: str) -> list[str]:
     return [str(directory / n) for n in (own or names)]
 
 
+# A spill folder's name: llmwatch-ui-spill-PID-START-RANDOM, START the process's start time in
+# clock ticks since boot (/proc/PID/stat, field 22), "x" where there is no /proc. The PID alone
+# cannot tell a dead owner: PIDs are reused, and in a container restarted after an OOM kill (a
+# SIGKILL: no finaliser runs) with /tmp on an emptyDir, the new process has the old one's PID.
+SPILL_PREFIX = "llmwatch-ui-spill-"
+_SPILL_NAME = re.compile(r"llmwatch-ui-spill-([1-9][0-9]{0,9})-([0-9]{1,20}|x)-[A-Za-z0-9_]{1,32}")
+
+
+def _process_start(pid: int) -> tuple[str, str] | None:
+    """(state, start time in ticks) of a live process from /proc, None if there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the command name, in parentheses, may hold spaces
+    return fields[0], fields[19]
+
+
+def spill_prefix() -> str:
+    own = _process_start(os.getpid()) if Path("/proc/self/stat").exists() else None
+    return f"{SPILL_PREFIX}{os.getpid()}-{own[1] if own else 'x'}-"
+
+
+def _owner_alive(pid: int, start: str) -> bool:
+    if start == "x" or not Path("/proc/self/stat").exists():
+        if pid == os.getpid():
+            return True  # this process's, or one it cannot tell from it: kept
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # another user's process
+        return True
+    found = _process_start(pid)
+    # Gone, a zombie (it will never use the folder again), or the PID reused by a later process.
+    return found is not None and found[0] != "Z" and found[1] == start
+
+
+def remove_stale_spill_folders(tmp: str | None = None) -> list[str]:
+    """Remove this user's spill folders in `tmp` (the temp directory) whose process is gone.
+
+    A `llmwatch ui` ended by SIGKILL (an OOM kill) runs no finaliser: its 0700 folder, and any
+    pages it spilled, stay. Only a real directory (not a link) named by `_SPILL_NAME`, owned by
+    this user, whose PID and start time no longer name a live process is removed: never another
+    user's, a live process's, or a folder of another name. Returns the paths removed."""
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for entry in entries:
+        m = _SPILL_NAME.fullmatch(entry.name)
+        if m is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or _owner_alive(int(m[1]), m[2]):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
+    if removed:
+        log.info("ui.stale_spill_removed", folders=len(removed), tmp=tmp)
+    return removed
+
+
 class Index:
     """The data directory's samples, scores and pairs, in DuckDB; thread-safe (one lock)."""
 
@@ -480,7 +553,8 @@ class Index:
         # `temp_directory`: DuckDB's default for an in-memory database is `.tmp` in the working
         # directory, made with the umask's modes (0755, files 0644 or 0666). A private folder instead
         # (mkdtemp: 0700 whatever the umask), removed on close.
-        self._spill = tempfile.mkdtemp(prefix="llmwatch-ui-spill-")
+        # Named for this process (spill_prefix), so that a later start can tell a killed one's.
+        self._spill = tempfile.mkdtemp(prefix=spill_prefix())
         self._remove_spill = weakref.finalize(self, shutil.rmtree, self._spill, ignore_errors=True)  # or at close
         self.db = duckdb.connect(
             ":memory:",
