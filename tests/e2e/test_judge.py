@@ -37,8 +37,8 @@ from llmwatch.core.jsonio import read_records
 from llmwatch.scorers.evaluation.judge_calibration import load_calibration
 
 ROOT = Path(__file__).resolve().parents[2]
-# tests/model_server.sh's venv; LLMWATCH_MODEL_SERVER_PYTHON points elsewhere (a venv built before).
-MODEL_PYTHON = Path(os.environ.get("LLMWATCH_MODEL_SERVER_PYTHON", ROOT / ".model-venv" / "bin" / "python"))
+# tests/model_server.sh's venv; MODEL_SERVER_PYTHON points elsewhere (a venv built before; not LLMWATCH_*, which llmwatch reads as its own configuration and refuses when unknown).
+MODEL_PYTHON = Path(os.environ.get("MODEL_SERVER_PYTHON", ROOT / ".model-venv" / "bin" / "python"))
 PRICE = {"input_per_million": 1.0, "output_per_million": 1.0}  # $0.000001 a token
 
 
