@@ -31,6 +31,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.links import refuse_link
 from llmwatch.core.pairs import Pair
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
@@ -233,18 +234,30 @@ def partition_of(kind: str, record: BaseModel) -> PartitionKey:
 
 def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
-    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped.
-    A Parquet file given itself is the one file."""
+    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files and
+    folders skipped. A Parquet file given itself is the one file.
+
+    A symbolic link inside the folder (a part file, or a folder on the way to one) is refused with
+    `LinkInDataset` naming it (llmwatch.core.links); `source` itself may be one (the user named it)."""
     root = Path(source)
     if is_parquet_file(root):
         return [root]
     if (root / kind).is_dir():
+        refuse_link(root / kind, source)
         root = root / kind
-    files = [
-        p
-        for p in root.rglob("*.parquet")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    ]
+    files = []
+    # os.walk, not rglob: rglob("**") skipped a linked folder without a word (records lost) and
+    # matched a linked file (read through the link); here both are seen, and refused.
+    for directory, folders, names in os.walk(root):
+        here = Path(directory)
+        folders[:] = [f for f in folders if not f.startswith(".")]
+        for folder in folders:
+            refuse_link(here / folder, source)
+        for name in names:
+            if name.endswith(".parquet") and not name.startswith("."):
+                refuse_link(here / name, source)
+                if (here / name).is_file():
+                    files.append(here / name)
     return sorted(files, key=lambda p: (str(p.parent), p.name))
 
 
