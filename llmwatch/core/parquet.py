@@ -42,6 +42,9 @@ PARQUET_SCHEMA = "llmwatch.parquet/v2"
 READABLE_SCHEMAS = ("llmwatch.parquet/v1", PARQUET_SCHEMA)
 NONE_VERSION = "__none__"
 _BATCH_ROWS = 2048
+# A batch is bounded by bytes too: 2,048 rows of 1 MB answers were one batch of 2 GB (and its
+# Python objects several times that). A sample of a few KB still reads 2,048 rows at a time.
+BATCH_BYTES = 32 << 20
 
 Kind = Literal["samples", "scores", "pairs"]
 MODELS: dict[str, type[BaseModel]] = {"samples": Sample, "scores": Score, "pairs": Pair}
@@ -409,19 +412,46 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
 
+def batch_rows(file: Any, most: int = _BATCH_ROWS) -> int:
+    """Rows per batch of `file` (a `ParquetFile`) so that a batch holds about `BATCH_BYTES`: from the
+    widest row group's uncompressed bytes per row in the footer, at most `most`, at least 1."""
+    meta = file.metadata
+    widest = 0.0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.num_rows <= 0:
+            continue
+        # A writer may leave the row group's own total at 0: its column chunks' sizes then.
+        size = max(
+            group.total_byte_size, sum(group.column(c).total_uncompressed_size for c in range(group.num_columns))
+        )
+        widest = max(widest, size / group.num_rows)
+    return most if widest <= 0 else max(1, min(most, int(BATCH_BYTES // widest)))
+
+
+def record_batches(file: Any) -> Iterator[Any]:
+    """A file's rows as Arrow record batches of `batch_rows` rows (what `_rows` turns into dicts)."""
+    return iter(file.iter_batches(batch_size=batch_rows(file)))
+
+
 def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
-    """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
-    million samples' bodies (issue 29); a batch is a few MB."""
+    """A file's rows in batches bounded in rows and bytes (`batch_rows`): a whole file as Python dicts
+    at once would hold a million samples' bodies (issue 29); a batch is at most a few tens of MB."""
     first = 1
     try:
-        for batch in file.iter_batches(batch_size=_BATCH_ROWS):
-            try:
-                rows = batch.to_pylist()
-            except (ValueError, OverflowError) as exc:
-                # A value Python cannot hold (a timestamp past year 9999): name where it is.
-                raise RecordError(f"{path}: {_unconvertible(batch, first, exc)}") from None
-            first += len(rows)
-            yield from rows
+        for batch in record_batches(file):
+            # The footer's sizes are of encoded data: a dictionary-encoded column of one repeated
+            # huge cell decodes to far more. Its Python objects are made a bounded slice at a time.
+            step = max(1, batch.num_rows * BATCH_BYTES // max(batch.nbytes, 1))
+            for start in range(0, batch.num_rows, step):
+                part = batch.slice(start, step)
+                try:
+                    rows = part.to_pylist()
+                except (ValueError, OverflowError) as exc:
+                    # A value Python cannot hold (a timestamp past year 9999): name where it is.
+                    raise RecordError(f"{path}: {_unconvertible(part, first, exc)}") from None
+                first += len(rows)
+                yield from rows
     except (OSError, pa.ArrowException) as exc:
         raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
 

@@ -638,7 +638,7 @@ class Index:
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
         schema = file.schema_arrow
-        batches = file.iter_batches(batch_size=4096)
+        batches = file.iter_batches(batch_size=parquet.batch_rows(file, 4096))
         # Columns added to the schema after a file was written (optional fields) read as nulls.
         missing = [f for f in parquet.arrow_schema()[kind.folder] if f.name not in schema.names]
         if missing:
@@ -943,7 +943,7 @@ def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
         kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
         if kind not in ("samples", "pairs"):
             return None
-        for batch in file.iter_batches(batch_size=4096):
+        for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
             hits = batch.filter(pc.equal(batch.column("id"), record_id))
             if hits.num_rows:
                 record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
