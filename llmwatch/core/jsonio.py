@@ -303,7 +303,9 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
         for name in files:
             refuse_link(name, source)  # a folder's files are its own (llmwatch.core.links)
         # Read as JSON Lines, a folder's Parquet part files were skipped without a word: lost records.
-        if found := parquet.dataset_files(path, prefix):
+        # Only the Parquet files of this kind count: a data directory's samples-*.jsonl beside its
+        # scores/ (or pairs/) part files was refused as "both JSON Lines and Parquet".
+        if found := parquet.dataset_files(path, prefix, skip=set(parquet.MODELS) - {prefix}):
             raise RecordError(
                 f"{source}: holds both JSON Lines ({len(files)} file(s), e.g. {Path(files[0]).name}) and Parquet "
                 f"files ({len(found)}, e.g. {found[0].relative_to(path)}); give a folder of one kind (move the "

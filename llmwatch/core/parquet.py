@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -235,10 +235,10 @@ def partition_of(kind: str, record: BaseModel) -> PartitionKey:
     return PartitionKey(when.astimezone(timezone.utc).strftime("%Y-%m-%d"), version)
 
 
-def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
+def dataset_files(source: str | os.PathLike[str], kind: str, *, skip: Collection[str] = ()) -> list[Path]:
     """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
-    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files and
-    folders skipped. A Parquet file given itself is the one file.
+    `<source>/**` (the kind's own directory given) less the top-level folders named in `skip`; in name
+    order. Hidden (temporary) files and folders skipped. A Parquet file given itself is the one file.
 
     A symbolic link inside the folder (a part file, or a folder on the way to one) is refused with
     `LinkInDataset` naming it (llmwatch.core.links); `source` itself may be one (the user named it)."""
@@ -253,7 +253,7 @@ def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
     # matched a linked file (read through the link); here both are seen, and refused.
     for directory, folders, names in os.walk(root):
         here = Path(directory)
-        folders[:] = [f for f in folders if not f.startswith(".")]
+        folders[:] = [f for f in folders if not f.startswith(".") and not (here == root and f in skip)]
         for folder in folders:
             refuse_link(here / folder, source)
         for name in names:
