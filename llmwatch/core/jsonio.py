@@ -369,9 +369,11 @@ _COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2"
 
 
 @overload
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
+def iter_jsonl(path: str | os.PathLike[str], *, folder: str | os.PathLike[str] | None = None) -> Iterator[Sample]: ...
 @overload
-def iter_jsonl(path: str | os.PathLike[str], model: type[M]) -> Iterator[M]: ...
+def iter_jsonl(
+    path: str | os.PathLike[str], model: type[M], *, folder: str | os.PathLike[str] | None = None
+) -> Iterator[M]: ...
 def iter_jsonl(
     path: str | os.PathLike[str], model: type[BaseModel] = Sample, *, folder: str | os.PathLike[str] | None = None
 ) -> Iterator[BaseModel]:
