@@ -37,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.links import refuse_link
 from llmwatch.core.pairs import PAIR_SCHEMA
 from llmwatch.core.records import SAMPLE_SCHEMA, RecordError, Sample
 from llmwatch.core.scores import SCORE_SCHEMA
@@ -299,8 +300,12 @@ def jsonl_paths(source: str | os.PathLike[str], prefix: str = "samples") -> list
             )
         from llmwatch.core import parquet
 
+        for name in files:
+            refuse_link(name, source)  # a folder's files are its own (llmwatch.core.links)
         # Read as JSON Lines, a folder's Parquet part files were skipped without a word: lost records.
-        if found := parquet.dataset_files(path, prefix):
+        # Only the Parquet files of this kind count: a data directory's samples-*.jsonl beside its
+        # scores/ (or pairs/) part files was refused as "both JSON Lines and Parquet".
+        if found := parquet.dataset_files(path, prefix, skip=set(parquet.MODELS) - {prefix}):
             raise RecordError(
                 f"{source}: holds both JSON Lines ({len(files)} file(s), e.g. {Path(files[0]).name}) and Parquet "
                 f"files ({len(found)}, e.g. {found[0].relative_to(path)}); give a folder of one kind (move the "
@@ -364,17 +369,23 @@ _COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2"
 
 
 @overload
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[Sample]: ...
+def iter_jsonl(path: str | os.PathLike[str], *, folder: str | os.PathLike[str] | None = None) -> Iterator[Sample]: ...
 @overload
-def iter_jsonl(path: str | os.PathLike[str], model: type[M]) -> Iterator[M]: ...
-def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) -> Iterator[BaseModel]:
+def iter_jsonl(
+    path: str | os.PathLike[str], model: type[M], *, folder: str | os.PathLike[str] | None = None
+) -> Iterator[M]: ...
+def iter_jsonl(
+    path: str | os.PathLike[str], model: type[BaseModel] = Sample, *, folder: str | os.PathLike[str] | None = None
+) -> Iterator[BaseModel]:
     """Yield validated records of a JSON Lines file; raise `RecordError` naming the bad line.
 
     Blank lines are skipped. A last line without its newline that does not parse is a torn
     write (the writer was killed mid-line): it is skipped with a warning naming the file and
     line, since the record was never complete. A bad line anywhere else is refused.
+    A file of a dataset `folder` is opened without following a link (one swapped in after the
+    listing is refused too); a file the user named alone is followed, as `cat` does.
     """
-    with open(path, "rb") as fh:
+    with _open_for_reading(path, folder) as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 # Windows tools (PowerShell 5's Out-File -Encoding utf8, Notepad) start UTF-8 text with
@@ -417,6 +428,18 @@ def iter_jsonl(path: str | os.PathLike[str], model: type[BaseModel] = Sample) ->
                 raise RecordError(f"{path}:{lineno}: {why}") from None
 
 
+def _open_for_reading(path: str | os.PathLike[str], folder: str | os.PathLike[str] | None) -> BinaryIO:
+    if folder is None:
+        return open(path, "rb")
+    try:
+        fd = os.open(path, os.O_RDONLY | _NO_LINKS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(path, folder)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 @overload
 def read_records(source: str | os.PathLike[str], *, prefix: str = "samples") -> Iterator[Sample]: ...
 @overload
@@ -435,8 +458,9 @@ def read_records(
         if parquet.is_dataset(source, prefix):
             yield from parquet.read_dataset(source, model, prefix)
             return
+    folder = source if Path(source).is_dir() else None
     for path in jsonl_paths(source, prefix):
-        yield from iter_jsonl(path, model)
+        yield from iter_jsonl(path, model, folder=folder)
 
 
 def batches(records: Iterable[T], size: int) -> Iterator[list[T]]:

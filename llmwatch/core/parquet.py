@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +31,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
+from llmwatch.core.links import refuse_link
 from llmwatch.core.pairs import Pair
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
@@ -41,6 +42,9 @@ PARQUET_SCHEMA = "llmwatch.parquet/v2"
 READABLE_SCHEMAS = ("llmwatch.parquet/v1", PARQUET_SCHEMA)
 NONE_VERSION = "__none__"
 _BATCH_ROWS = 2048
+# A batch is bounded by bytes too: 2,048 rows of 1 MB answers were one batch of 2 GB (and its
+# Python objects several times that). A sample of a few KB still reads 2,048 rows at a time.
+BATCH_BYTES = 32 << 20
 
 Kind = Literal["samples", "scores", "pairs"]
 MODELS: dict[str, type[BaseModel]] = {"samples": Sample, "scores": Score, "pairs": Pair}
@@ -231,20 +235,32 @@ def partition_of(kind: str, record: BaseModel) -> PartitionKey:
     return PartitionKey(when.astimezone(timezone.utc).strftime("%Y-%m-%d"), version)
 
 
-def dataset_files(source: str | os.PathLike[str], kind: str) -> list[Path]:
+def dataset_files(source: str | os.PathLike[str], kind: str, *, skip: Collection[str] = ()) -> list[Path]:
     """The Parquet files of `kind` under `source`: `<source>/<kind>/**` when that exists, else
-    `<source>/**` (the kind's own directory given); in name order. Hidden (temporary) files skipped.
-    A Parquet file given itself is the one file."""
+    `<source>/**` (the kind's own directory given) less the top-level folders named in `skip`; in name
+    order. Hidden (temporary) files and folders skipped. A Parquet file given itself is the one file.
+
+    A symbolic link inside the folder (a part file, or a folder on the way to one) is refused with
+    `LinkInDataset` naming it (llmwatch.core.links); `source` itself may be one (the user named it)."""
     root = Path(source)
     if is_parquet_file(root):
         return [root]
     if (root / kind).is_dir():
+        refuse_link(root / kind, source)
         root = root / kind
-    files = [
-        p
-        for p in root.rglob("*.parquet")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    ]
+    files = []
+    # os.walk, not rglob: rglob("**") skipped a linked folder without a word (records lost) and
+    # matched a linked file (read through the link); here both are seen, and refused.
+    for directory, folders, names in os.walk(root):
+        here = Path(directory)
+        folders[:] = [f for f in folders if not f.startswith(".") and not (here == root and f in skip)]
+        for folder in folders:
+            refuse_link(here / folder, source)
+        for name in names:
+            if name.endswith(".parquet") and not name.startswith("."):
+                refuse_link(here / name, source)
+                if (here / name).is_file():
+                    files.append(here / name)
     return sorted(files, key=lambda p: (str(p.parent), p.name))
 
 
@@ -396,19 +412,46 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
                 raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
 
+def batch_rows(file: Any, most: int = _BATCH_ROWS) -> int:
+    """Rows per batch of `file` (a `ParquetFile`) so that a batch holds about `BATCH_BYTES`: from the
+    widest row group's uncompressed bytes per row in the footer, at most `most`, at least 1."""
+    meta = file.metadata
+    widest = 0.0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.num_rows <= 0:
+            continue
+        # A writer may leave the row group's own total at 0: its column chunks' sizes then.
+        size = max(
+            group.total_byte_size, sum(group.column(c).total_uncompressed_size for c in range(group.num_columns))
+        )
+        widest = max(widest, size / group.num_rows)
+    return most if widest <= 0 else max(1, min(most, int(BATCH_BYTES // widest)))
+
+
+def record_batches(file: Any) -> Iterator[Any]:
+    """A file's rows as Arrow record batches of `batch_rows` rows (what `_rows` turns into dicts)."""
+    return iter(file.iter_batches(batch_size=batch_rows(file)))
+
+
 def _rows(pa: Any, file: Any, path: str) -> Iterator[dict[str, Any]]:
-    """A file's rows in batches of `_BATCH_ROWS`: a whole file as Python dicts at once would hold a
-    million samples' bodies (issue 29); a batch is a few MB."""
+    """A file's rows in batches bounded in rows and bytes (`batch_rows`): a whole file as Python dicts
+    at once would hold a million samples' bodies (issue 29); a batch is at most a few tens of MB."""
     first = 1
     try:
-        for batch in file.iter_batches(batch_size=_BATCH_ROWS):
-            try:
-                rows = batch.to_pylist()
-            except (ValueError, OverflowError) as exc:
-                # A value Python cannot hold (a timestamp past year 9999): name where it is.
-                raise RecordError(f"{path}: {_unconvertible(batch, first, exc)}") from None
-            first += len(rows)
-            yield from rows
+        for batch in record_batches(file):
+            # The footer's sizes are of encoded data: a dictionary-encoded column of one repeated
+            # huge cell decodes to far more. Its Python objects are made a bounded slice at a time.
+            step = max(1, batch.num_rows * BATCH_BYTES // max(batch.nbytes, 1))
+            for start in range(0, batch.num_rows, step):
+                part = batch.slice(start, step)
+                try:
+                    rows = part.to_pylist()
+                except (ValueError, OverflowError) as exc:
+                    # A value Python cannot hold (a timestamp past year 9999): name where it is.
+                    raise RecordError(f"{path}: {_unconvertible(part, first, exc)}") from None
+                first += len(rows)
+                yield from rows
     except (OSError, pa.ArrowException) as exc:
         raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
 

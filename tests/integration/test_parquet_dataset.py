@@ -420,6 +420,32 @@ def test_a_folder_of_json_lines_and_parquet_files_is_refused_not_half_read(tmp_p
     assert not (tmp_path / "r.json").exists()
 
 
+def test_json_lines_beside_a_scores_or_pairs_parquet_folder_are_read_not_refused(tmp_path):
+    # Only the Parquet files that would be read as samples count: a folder of samples-*.jsonl with
+    # the archive's scores/ and pairs/ under it was refused as "both JSON Lines and Parquet files".
+    folder = tmp_path / "mixed"
+    samples = [sample(i, "v1", False) for i in range(3)]
+    write_jsonl(folder / "samples-x.jsonl", samples)
+    scores = [
+        Score(sample_id=s.id, check="refusal", kind="rule", result="pass", value=1.0, model=s.model,
+              model_version=s.model_version, sample_timestamp=s.timestamp)
+        for s in samples
+    ]  # fmt: skip
+    parquet_write.write_dataset(folder, "scores", scores)
+    parquet_write.write_dataset(folder, "pairs", [])
+    assert [s.id for s in read_records(folder)] == [s.id for s in samples]
+    proc = llmwatch(
+        "report", "--samples", str(folder), "--format", "json", "--out", str(tmp_path / "r.json"), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    # Samples' own part files in the same folder are still refused (the test above, and here a
+    # partition folder of samples beside the scores/).
+    parquet_write.write_dataset(tmp_path / "pq", "samples", [sample(i, "pq", False) for i in range(5)])
+    next((tmp_path / "pq" / "samples").iterdir()).rename(folder / "date=2026-03-01")
+    with pytest.raises(RecordError, match="holds both JSON Lines"):
+        list(read_records(folder))
+
+
 def test_score_over_files_of_no_records_is_refused_as_an_empty_export_is(tmp_path):
     # An empty .jsonl was "holds no samples", exit 2; Parquet files of no rows, or a file whose one line
     # is a torn write, were "scored 0 samples", exit 0, and an empty scores file.

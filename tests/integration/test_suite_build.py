@@ -404,6 +404,20 @@ def test_a_model_version_with_no_sample_is_refused_naming_the_versions_there(
     assert not out.exists() and not manifest_path(out).exists()
 
 
+def test_every_named_model_version_must_have_a_sample_not_only_one(two_versions: Path, tmp_path: Path, capsys):
+    # `--model-version A --model-version typo` built A's suite, exit 0: the typo went unseen.
+    out = tmp_path / "suite.jsonl"
+    code = build(
+        two_versions / "samples", two_versions / "scores", out,
+        "--model-version", "A", "--model-version", "typo", "--similarity", "text",
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--model-version typo: no sample of that version" in err and "(versions there: A, B)" in err, err
+    assert "Traceback" not in err
+    assert not out.exists() and not manifest_path(out).exists()
+
+
 def test_bad_build_options_are_refused_before_any_sample_is_read(tmp_path: Path, capsys):
     # The samples do not exist: an option checked only after reading them would name them instead.
     for option, value in (("--size", "0"), ("--failure-quota", "1.5")):

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from llmwatch.agent.cli.main import build_parser
@@ -47,3 +49,41 @@ def test_an_option_like_no_other_gets_no_guess(capsys):
 def test_known_options_still_parse():
     args = build_parser().parse_args(["proxy", "--upstream", "http://127.0.0.1:8000"])
     assert args.command == "proxy" and args.upstream == "http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    "command,argv,abbreviation,meant",
+    [
+        # argparse took `--sample` for `--samples`: the repeated-input check counted each once, and
+        # only the last path was read.
+        ("report", ["--sample", "day1.jsonl", "--samples", "day2.jsonl"], "--sample", "--samples"),
+        (
+            "suite build",
+            ["--samples", "s", "--scores", "c", "--out", "o", "--model-v", "A"],
+            "--model-v",
+            "--model-version",
+        ),
+    ],
+)
+def test_an_abbreviated_option_is_refused_naming_the_option_it_abbreviates(capsys, command, argv, abbreviation, meant):
+    err = refusal(capsys, [*command.split(), *argv])
+    assert f"llmwatch {command}: error: unrecognized arguments: {abbreviation} " in err
+    assert f"({abbreviation}: did you mean {meant}?)" in err
+
+
+def test_an_abbreviation_of_a_required_option_is_named_where_the_option_is_missing(capsys):
+    err = refusal(capsys, ["drift", "--baseline", "b.json", "--samp", "s"])
+    assert "llmwatch drift: error: the following arguments are required: --samples" in err
+    assert "(--samp: did you mean --samples?; options are not abbreviated)" in err
+
+
+def test_no_parser_of_any_command_takes_abbreviations():
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    found = list(parsers(build_parser()))
+    assert len(found) > 20 and not [p.prog for p in found if p.allow_abbrev]

@@ -111,3 +111,23 @@ def test_a_document_that_is_missing_unparsable_or_of_another_kind_is_refused_nam
     damaged.write_text('{"schema": "llmwatch.run/v1", "n": "many"}')
     with pytest.raises(_Bad, match=rf"^run {damaged}: .*n"):
         read_model(damaged, Doc, what="run", error=_Bad, schema="llmwatch.run/v1")
+
+
+def test_a_folder_file_swapped_for_a_link_after_the_listing_is_refused_at_the_open(tmp_path):
+    """The listing refuses a link (llmwatch.core.links); one swapped in after it is refused by the
+    open itself (O_NOFOLLOW), while a file the user names alone is read through its link."""
+    from llmwatch.core.links import LinkInDataset
+
+    victim = tmp_path / "elsewhere.jsonl"
+    victim.write_bytes(
+        b'{"id": "x", "timestamp": 0, "model": "m", "status": 200, "latency_ms": 1, "request": {}, "response": {}}\n'
+    )
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    (folder / "samples-1.jsonl").symlink_to(victim)
+    with pytest.raises(LinkInDataset, match="samples-1.jsonl: a symbolic link .* inside the dataset folder"):
+        list(iter_jsonl(folder / "samples-1.jsonl", folder=folder))
+    with pytest.raises(LinkInDataset, match="samples-1.jsonl: a symbolic link"):
+        list(read_records(folder))
+    assert [s.id for s in iter_jsonl(folder / "samples-1.jsonl")] == ["x"]
+    assert [s.id for s in read_records(folder / "samples-1.jsonl")] == ["x"]

@@ -446,10 +446,12 @@ def _suite_material(cfg: Any, args: argparse.Namespace):
         similarity=similarity,
         re_asks=re_asks,
     )
-    if wanted and not wanted & seen:
+    # Every version named must match: `--model-version A --model-version typo` built A's suite, exit
+    # 0, and the second version the user asked for was dropped without a word.
+    if missing := wanted - seen:
         raise RecordError(
-            f"--model-version {', '.join(sorted(wanted))}: no sample of that version in {args.samples} "
-            f"(versions there: {', '.join(sorted(seen)) or 'none'}); name one of them, or leave --model-version out"
+            f"--model-version {', '.join(sorted(missing))}: no sample of that version in {args.samples} "
+            f"(versions there: {', '.join(sorted(seen)) or 'none'}); name only versions there, or leave --model-version out"
         )
     return material, categories, checks
 

@@ -14,7 +14,7 @@ import difflib
 import signal
 import sys
 import threading
-from typing import Any, Callable, Coroutine, Iterator, Sequence
+from typing import Any, Callable, Coroutine, Iterator, NoReturn, Sequence
 
 import structlog
 
@@ -307,21 +307,47 @@ class _Parser(argparse.ArgumentParser):
     `usage: llmwatch [-h] [--version] COMMAND ...` for `llmwatch proxy --upstrem URL`: the
     command's own usage and a "did you mean --upstream?" are what lets the reader fix it.
     Subparsers are made of this class too (add_subparsers uses the parent's type).
+
+    Abbreviations are off (`allow_abbrev=False`): argparse took `--sample x` for `--samples x`, so
+    `--sample a --samples b` passed the repeated-input check (require_each_path_once) and read b
+    alone; an abbreviation is now an unrecognized argument, with the full option suggested.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+
+    def _hints(self, words: Sequence[str]) -> list[str]:
+        """ "did you mean" for each `--word` among `words` that is none of this parser's options."""
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        hints = []
+        for given in (a.split("=", 1)[0] for a in words if a.startswith("--")):
+            if given in options or given == "--":
+                continue
+            # An abbreviation (`--samp`) names the one option it starts; else the closest spelling.
+            starts = [o for o in options if o.startswith(given)]
+            close = starts if len(starts) == 1 else difflib.get_close_matches(given, options, n=1, cutoff=0.8)
+            if close:
+                hints.append(f"{given}: did you mean {close[0]}?")
+        return hints
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
         parsed, extra = super().parse_known_args(args, namespace)
         if extra:
-            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
-            hints = []
-            for given in (a.split("=", 1)[0] for a in extra if a.startswith("--")):
-                close = difflib.get_close_matches(given, options, n=1, cutoff=0.8)
-                if close:
-                    hints.append(f"{given}: did you mean {close[0]}?")
+            hints = self._hints(extra)
             self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
         return parsed, extra
+
+    def error(self, message: str) -> NoReturn:
+        # `drift --samp s` is "required: --samples" before any unknown argument is named: the
+        # abbreviation is named too, or the reader sees a --samples they believe they gave.
+        if message.startswith("the following arguments are required") and (hints := self._hints(self._given)):
+            message += f" ({'; '.join(hints)}; options are not abbreviated)"
+        super().error(message)
 
 
 def build_parser() -> argparse.ArgumentParser:

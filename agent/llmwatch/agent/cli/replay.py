@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import orjson
@@ -42,8 +43,9 @@ def _samples(source: str) -> Iterator[Sample]:
     skipped with a warning, as in the files a live proxy is still writing."""
     from llmwatch.core.jsonio import iter_jsonl, jsonl_paths
 
+    folder = source if Path(source).is_dir() else None
     for path in jsonl_paths(source, "samples"):
-        yield from iter_jsonl(path, Sample)
+        yield from iter_jsonl(path, Sample, folder=folder)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

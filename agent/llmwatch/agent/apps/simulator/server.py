@@ -1508,6 +1508,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m llmwatch.agent.apps.simulator",
         description="OpenAI-compatible LLM server simulator (also: llmwatch simulate)",
+        allow_abbrev=False,  # as llmwatch's own commands: an abbreviation is refused, not guessed
     )
     add_arguments(parser)
     args = parser.parse_args(argv)

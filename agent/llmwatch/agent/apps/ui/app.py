@@ -1036,7 +1036,7 @@ def run(
     remove_stale_spill_folders()
     try:
         index = Index(data_dir if parquet.is_url(data_dir) else folder)
-        index.refresh()
+        index.refresh(strict=True)
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
     state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)

@@ -36,6 +36,7 @@ import orjson
 import structlog
 
 from llmwatch.core import parquet
+from llmwatch.core.links import refuse_link
 from llmwatch.core.records import RecordError
 
 log = structlog.get_logger(__name__)
@@ -469,6 +470,8 @@ def _listing(directory: Path, prefix: str) -> list[str]:
         return []
     names = sorted(p for p in os.listdir(directory) if p.endswith(".jsonl"))
     own = [n for n in names if n.startswith(prefix + "-")]
+    for name in own or names:
+        refuse_link(directory / name, directory)  # the readers' rule (llmwatch.core.links)
     return [str(directory / n) for n in (own or names)]
 
 
@@ -587,8 +590,11 @@ class Index:
         self._facets: dict[str, list[str]] | None = None
         self.refreshed_in_s = 0.0
 
-    def refresh(self) -> bool:
+    def refresh(self, *, strict: bool = False) -> bool:
         """Read what changed since the last call: new files, grown or replaced ones, removed ones.
+
+        `strict` (the first round, at start): a local folder that cannot be listed (a symbolic link
+        inside it) raises `RecordError`; later rounds log it and keep what was read.
 
         A file that only grew (same inode, larger; the sidecar appends) is read from where the
         last read stopped: its new whole lines are copied to a private scratch file that DuckDB
@@ -602,7 +608,9 @@ class Index:
                     current = self._files(kind)
                 except RecordError as exc:
                     # A remote listing that failed (the network, the credentials): what was read
-                    # stays; the next round lists again.
+                    # stays; the next round lists again. A link in a local folder: refused at start.
+                    if strict and self.url is None:
+                        raise
                     log.warning("ui.dataset_unlisted", kind=kind.folder, error=str(exc))
                     continue
                 gone = [p for p in kind.files if p not in current]
@@ -669,6 +677,7 @@ class Index:
                 current[name] = FileState(0, 0, 0)
             return current
         folder = self.data_dir / kind.folder
+        refuse_link(folder, self.data_dir)
         names = _listing(folder, kind.prefix)
         if folder.is_dir():
             names += [str(p) for p in parquet.dataset_files(folder, kind.folder)]
@@ -703,7 +712,7 @@ class Index:
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
         schema = file.schema_arrow
-        batches = file.iter_batches(batch_size=4096)
+        batches = file.iter_batches(batch_size=parquet.batch_rows(file, 4096))
         # Columns added to the schema after a file was written (optional fields) read as nulls.
         missing = [f for f in parquet.arrow_schema()[kind.folder] if f.name not in schema.names]
         if missing:
@@ -1008,7 +1017,7 @@ def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
         kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
         if kind not in ("samples", "pairs"):
             return None
-        for batch in file.iter_batches(batch_size=4096):
+        for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
             hits = batch.filter(pc.equal(batch.column("id"), record_id))
             if hits.num_rows:
                 record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
