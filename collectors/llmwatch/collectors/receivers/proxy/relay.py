@@ -550,6 +550,12 @@ class _Upstream(asyncio.Protocol):
         status = self.status
         if call.is_head or status in (204, 304):
             state = 4
+            if not self.keep_alive and call.is_head:
+                # llhttp, which does not know the request was HEAD, reads an answer without
+                # Content-Length or Transfer-Encoding as a body delimited by the close, and says
+                # not to keep the connection; a HEAD answer has no body (RFC 9112 §6.3), so its
+                # version and Connection header decide, as for any other answer.
+                self.keep_alive = _keeps_alive(self.parser.get_http_version(), self.headers)
             if rest:
                 self.reusable = False  # bytes after a response without a body: not to be trusted
         elif te is not None:
@@ -892,6 +898,18 @@ class _Upstream(asyncio.Protocol):
             return bool(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _TCP_ESTABLISHED)
         except OSError:
             return True
+
+
+def _keeps_alive(version: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer's version and Connection tokens keep its connection open (RFC 9112 §9.3),
+    whatever its framing: HTTP/1.1 unless `close`, HTTP/1.0 only with `keep-alive`."""
+    tokens = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(token.strip().lower() for token in value.split(b","))
+    if b"close" in tokens:
+        return False
+    return version == "1.1" or b"keep-alive" in tokens
 
 
 def _tail(kept: bytes, data: bytes) -> bytes:
