@@ -387,25 +387,27 @@ class _Upstream(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._cancel_timer()
-        self.pool.lost(self)
         call = self.call
         if call is None:
+            self.pool.lost(self)
             return
         self.call = None
         call.up = None
+        if not call.sent_head and self.reused and not self.heard and call.replay and not call.finished:
+            # A kept-alive connection that ended (closed or reset) before a byte of the answer:
+            # the server most likely closed it idle as this call was sent. Sent again, once, on a
+            # new connection, only if that is safe whether or not the server had read it (an
+            # idempotent method without a body), as nginx's `proxy_next_upstream error` would;
+            # anything else gets the 502 (docs/design/0010-relay-core.md). The new connection
+            # takes this one's pool slot: freed, it went to a call waiting behind this one.
+            call.replay = False
+            self.pool.retry(self, call)
+            return
+        self.pool.lost(self)
         if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
         elif not call.sent_head:
-            if self.reused and not self.heard and call.replay and not call.finished:
-                # A kept-alive connection that ended (closed or reset) before a byte of the answer:
-                # the server most likely closed it idle as this call was sent. Sent again, once, on
-                # a new connection, only if that is safe whether or not the server had read it (an
-                # idempotent method without a body), as nginx's `proxy_next_upstream error`
-                # would; anything else gets the 502 (docs/design/0010-relay-core.md).
-                call.replay = False
-                self.pool.retry(call)
-            else:
-                call.client.upstream_failed(call, CLOSED, timeout=False)
+            call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
             self._cut(call)  # in state 3: reset, not closed, so the body is cut short (RFC 9112 §8)
 
@@ -961,13 +963,17 @@ class _Pool:
                 return
         self._new(call)
 
-    def retry(self, call: _Call) -> None:
-        """A call whose reused connection ended before any answer: sent again on a new connection."""
+    def retry(self, up: _Upstream, call: _Call) -> None:
+        """A call whose reused connection `up` ended before any answer: sent again on a new
+        connection, which takes `up`'s slot in the pool. Queued as a new call, it lost the slot to
+        a call that came after it, and waited behind that call's whole answer (504 after
+        `proxy.connect_timeout_s` where that took longer)."""
         log.info("upstream_connection_closed_call_resent", path=call.path)
         if self.closed:
+            self.lost(up)
             call.client.upstream_failed(call, CLOSED, timeout=False)
             return
-        self._new(call)
+        self._connect(call, counted=True)
 
     def _new(self, call: _Call) -> None:
         if self.count < self.limit:
@@ -977,8 +983,9 @@ class _Pool:
             self.waiters.append(call)
             call.wait_timer = self.loop.call_later(self.connect_timeout, self._wait_expired, call)
 
-    def _connect(self, call: _Call) -> None:
-        self.count += 1
+    def _connect(self, call: _Call, counted: bool = False) -> None:
+        if not counted:  # `counted`: the slot is one this call holds already (`retry`)
+            self.count += 1
         task = self.loop.create_task(self._open(call))
         call.connecting = task
         self.connecting.add(task)
