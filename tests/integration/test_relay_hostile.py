@@ -951,12 +951,15 @@ async def test_a_kept_alive_connection_closed_as_a_call_arrives_is_retried_only_
     [b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", post("/v1/chat/completions", CHAT_BODY)],
     ids=["get", "post"],
 )
+@pytest.mark.parametrize("look", ["tcp-info", "peek"])
 async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is_not_used(
-    make_agent, monkeypatch, request_bytes
+    make_agent, monkeypatch, request_bytes, look
 ):
     # The proxy asks only connections idle for relay._PEER_CHECK_IDLE_S (1 s: servers close idle
     # ones after longer); 0 here, so that the test need not wait a second for the connection to age.
     monkeypatch.setattr(relay, "_PEER_CHECK_IDLE_S", 0.0)
+    if look == "peek":
+        monkeypatch.setattr(relay, "_TCP_INFO", None)  # as on macOS or a BSD: the MSG_PEEK fallback
     served: list[asyncio.StreamWriter] = []
 
     async def answers_once(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -86,9 +86,13 @@ _PENDING_LIMIT = 1 << 20
 # Methods whose request, without a body, is sent again on a new connection when a reused one ends
 # before any byte of an answer (RFC 9110 §9.2.2 idempotent methods; see `_Upstream.connection_lost`).
 _REPLAYABLE = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
-# TCP_INFO's first byte is the connection's state (Linux); 1 is TCP_ESTABLISHED. Elsewhere: None.
+# TCP_INFO's first byte is the connection's state (Linux); 1 is TCP_ESTABLISHED. Elsewhere: None,
+# and `peer_closed` peeks instead (`_peek_closed`).
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 _TCP_ESTABLISHED = 1
+# A one-byte look that leaves the byte where it is and never waits (the socket is non-blocking
+# anyway; MSG_DONTWAIT where the platform has it, so that this holds whatever its mode).
+_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 # An idle upstream connection at least this old is asked whether its server has closed it before a
 # call is sent on it (`_Upstream.peer_closed`, 2.2 µs on uvloop). Servers close idle connections
 # after a second or more (gunicorn 2 s, uvicorn 5 s, nginx 75 s); a connection reused sooner, as
@@ -894,12 +898,36 @@ class _Upstream(asyncio.Protocol):
         """Whether the upstream has closed (or reset) this idle connection, though the loop has not
         read its FIN yet: it came in the same turn as the call about to be sent on it."""
         sock = self.sock
-        if sock is None or _TCP_INFO is None:
+        if sock is None:
             return False
+        if _TCP_INFO is None:
+            return _peek_closed(sock)
         try:
             return bool(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _TCP_ESTABLISHED)
         except OSError:
             return True
+
+
+def _peek_closed(sock: Any) -> bool:
+    """`peer_closed` without TCP_INFO (macOS, the BSDs): a non-blocking peek of one byte. b'' is
+    the server's FIN, an error its reset; nothing to read (EAGAIN) is an open connection. A byte
+    is also a no: an idle connection that has bytes nobody asked for is not to be trusted (read,
+    they would close it, `data_received`; under TLS, a close_notify). The peek goes through a
+    socket object made on the connection's descriptor and detached after, never closing it:
+    `sock` is the loop's stand-in (asyncio's TransportSocket, uvloop's), which has no recv."""
+    try:
+        peeker = socket.socket(fileno=sock.fileno())
+    except OSError:
+        return True
+    try:
+        peeker.recv(1, _PEEK)  # b'' (closed) or a byte: either way not to be used
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        peeker.detach()
 
 
 def _keeps_alive(version: str, headers: list[tuple[bytes, bytes]]) -> bool:
