@@ -933,7 +933,7 @@ def _peek_closed(sock: Any) -> bool:
 def _keeps_alive(version: str, headers: list[tuple[bytes, bytes]]) -> bool:
     """Whether an answer's version and Connection tokens keep its connection open (RFC 9112 §9.3),
     whatever its framing: HTTP/1.1 unless `close`, HTTP/1.0 only with `keep-alive`."""
-    tokens = set()
+    tokens: set[bytes] = set()
     for name, value in headers:
         if name.lower() == b"connection":
             tokens.update(token.strip().lower() for token in value.split(b","))
