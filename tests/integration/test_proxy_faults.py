@@ -334,6 +334,67 @@ async def test_a_client_that_hangs_up_after_a_long_streams_done_event_has_its_wh
         assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 0
 
 
+async def test_a_client_that_hangs_up_after_a_gzipped_streams_done_event_has_its_whole_answer(make_agent):
+    # A gzip'd SSE answer (`Content-Encoding: gzip`, each event flushed as servers that compress
+    # streams flush it): the relay forwards the compressed bytes and never inflates them on its hot
+    # path, so `[DONE]` was never seen in them and a client that hung up after it counted as
+    # `client_disconnected`. A client that leaves before `[DONE]` still is.
+    event = b'data: {"id":"s","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\n'
+    plans = ["done", "cut"]
+    closed = asyncio.Event()
+
+    async def gzipped_stream_then_owe_the_end(
+        head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await read_body(head, reader)
+        plan = plans.pop(0)
+        deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for piece in (event, b"data: [DONE]\n\n") if plan == "done" else (event,):
+            packed = deflater.compress(piece) + deflater.flush(zlib.Z_SYNC_FLUSH)
+            writer.write(b"%x\r\n%s\r\n" % (len(packed), packed))
+        await writer.drain()
+        # The gzip trailer and the body's last chunk never come: the proxy closes this connection
+        # when its client goes.
+        if await asyncio.wait_for(reader.read(1), 20) == b"":
+            closed.set()
+        raise ConnectionError
+
+    stream_body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "capital?"}]})
+    async with RawUpstream(gzipped_stream_then_owe_the_end) as upstream:
+        agent = await make_agent(upstream.url, sampling={"rate": 1.0})
+        for until in (b"data: [DONE]\n\n", b'"Paris"'):
+            closed.clear()
+            reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+            writer.write(post("/v1/chat/completions", stream_body))
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            got = b""
+            framed = b""
+            while until not in got:  # as the client reads it: de-chunked, inflated
+                more = await asyncio.wait_for(reader.read(65536), 5)
+                assert more, got
+                framed += more
+                while (line_end := framed.find(b"\r\n")) >= 0:
+                    size = int(framed[:line_end], 16)
+                    if len(framed) < line_end + 2 + size + 2:
+                        break
+                    got += inflater.decompress(framed[line_end + 2 : line_end + 2 + size])
+                    framed = framed[line_end + 2 + size + 2 :]
+            writer.close()
+            await asyncio.wait_for(closed.wait(), 5)
+        records = await drained(agent, 2)
+        done = [r for r in records if r["error_type"] is None]
+        cut = [r for r in records if r["error_type"] == "client_disconnected"]
+        # Before the fix: both `client_disconnected`.
+        assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
+        assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
+        assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 1
+
+
 # --- 4. slow clients -----------------------------------------------------------------------------
 
 

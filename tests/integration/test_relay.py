@@ -300,3 +300,43 @@ async def test_answers_without_a_body_head_204_304_end_at_their_head_and_the_con
             b"GET /204 HTTP/1.1",
             b"GET /304 HTTP/1.1",
         ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "connections"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n", 1),
+        (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", 1),
+        (b"HTTP/1.1 404 Not Found\r\nX-Kind: none\r\n\r\n", 1),
+        # The upstream's own word still counts: a connection it means to close is not reused.
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 2),
+        (b"HTTP/1.0 200 OK\r\n\r\n", 2),
+    ],
+    ids=["1.1", "1.0-keep-alive", "404", "close", "1.0"],
+)
+async def test_a_head_answer_without_length_or_chunking_keeps_the_upstream_connection_it_was_not_told_to_close(
+    make_agent, answer, connections
+):
+    carriers: set[int] = set()  # the upstream connections that carried a request (the readiness probe only connects)
+
+    async def framed_by_nothing(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        carriers.add(id(writer))
+        writer.write(answer)  # a HEAD answer: no body follows, whatever the head says (RFC 9112 §6.3)
+        await writer.drain()
+        if b"close" in answer or answer.startswith(b"HTTP/1.0 200 OK\r\n\r\n"):
+            raise ConnectionError  # as it said: this connection ends
+
+    async with RawUpstream(framed_by_nothing) as upstream:
+        agent = await make_agent(upstream.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            for _ in range(2):
+                writer.write(b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.split(b"\r\n")[0] == answer.split(b"\r\n")[0].replace(b"HTTP/1.0", b"HTTP/1.1")
+        finally:
+            writer.close()
+        assert len(upstream.heads) == 2
+        # Before the fix: 2 in every case (llhttp read the answer as a body ended by the close, and
+        # said not to keep the connection).
+        assert len(carriers) == connections

@@ -951,12 +951,15 @@ async def test_a_kept_alive_connection_closed_as_a_call_arrives_is_retried_only_
     [b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", post("/v1/chat/completions", CHAT_BODY)],
     ids=["get", "post"],
 )
+@pytest.mark.parametrize("look", ["tcp-info", "peek"])
 async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is_not_used(
-    make_agent, monkeypatch, request_bytes
+    make_agent, monkeypatch, request_bytes, look
 ):
     # The proxy asks only connections idle for relay._PEER_CHECK_IDLE_S (1 s: servers close idle
     # ones after longer); 0 here, so that the test need not wait a second for the connection to age.
     monkeypatch.setattr(relay, "_PEER_CHECK_IDLE_S", 0.0)
+    if look == "peek":
+        monkeypatch.setattr(relay, "_TCP_INFO", None)  # as on macOS or a BSD: the MSG_PEEK fallback
     served: list[asyncio.StreamWriter] = []
 
     async def answers_once(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -985,3 +988,53 @@ async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is
             writer.close()
         assert status == 200 and body == OK_JSON
         assert len(upstream.heads) == 2 and len(served) == 2  # sent once, on a new connection
+
+
+async def test_a_resent_call_keeps_its_pool_slot_and_does_not_queue_behind_a_later_call(make_agent):
+    got_c = asyncio.Event()
+    b_answered = asyncio.Event()
+    first_b: list[bool] = []
+
+    async def upstream(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        path = head.split(b" ")[1]
+        if path == b"/v1/b" and not first_b:
+            first_b.append(True)
+            # B came on the pooled connection while C waits for the pool's one slot: this server's
+            # idle timer fires now, and the connection ends unanswered (B is resent).
+            await asyncio.wait_for(got_c.wait(), 10)
+            raise ConnectionError
+        if path == b"/v1/c":
+            # C is answered once B has been, or after 3 s: whichever call holds the one connection
+            # first keeps the other waiting that long.
+            try:
+                await asyncio.wait_for(b_answered.wait(), 3)
+            except asyncio.TimeoutError:
+                pass
+        writer.write(OK_ANSWER)
+        await writer.drain()
+        if path == b"/v1/b":
+            b_answered.set()
+
+    async with RawUpstream(upstream) as upstream_server:
+        # A wait for the pool shorter than C's hold: a resent B queued behind C gets 504.
+        agent = await make_agent(upstream_server.url, proxy={"max_connections": 1, "connect_timeout_s": 1})
+        pool = agent.proxy.relay.pool  # read only to sequence the calls, never asserted on
+        assert (await raw_call(agent.proxy_port, b"GET /v1/a HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 200
+        b_reader, b_writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        c_reader, c_writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            b_writer.write(b"GET /v1/b HTTP/1.1\r\nHost: x\r\n\r\n")
+            await wait_until(lambda: bool(first_b))  # B is on the pooled connection
+            c_writer.write(b"GET /v1/c HTTP/1.1\r\nHost: x\r\n\r\n")
+            await wait_until(lambda: len(pool.waiters) == 1)  # C waits for the slot B holds
+            got_c.set()
+            b_status, _, b_body = await asyncio.wait_for(read_response(b_reader), 15)
+            c_status, _, c_body = await asyncio.wait_for(read_response(c_reader), 15)
+        finally:
+            b_writer.close()
+            c_writer.close()
+        # Before the fix: the dead connection's slot went to C, B was queued behind it as a new
+        # call and got 504 after proxy.connect_timeout_s, though it had held a connection first.
+        assert (b_status, b_body) == (200, OK_JSON)
+        assert (c_status, c_body) == (200, OK_JSON)
+        assert [h.split(b" ")[1] for h in upstream_server.heads] == [b"/v1/a", b"/v1/b", b"/v1/b", b"/v1/c"]

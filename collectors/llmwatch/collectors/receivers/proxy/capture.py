@@ -106,10 +106,27 @@ def stream_ended(ex: Exchange) -> bool:
 
     The official `openai` client's synchronous stream closes its connection as soon as it reads
     `[DONE]`; servers such as llama.cpp's send the body's end in a later write, so the client's
-    close arrives first. Only the last 64 bytes are looked at (a compressed body never matches),
-    also of a body longer than the capture cap."""
+    close arrives first. Only the last 64 bytes are looked at, also of a body longer than the
+    capture cap.
+
+    Called only when a client hangs up mid-answer, never on the relay's per-read path: so a
+    compressed stream (`Content-Encoding: gzip` or `deflate`), whose `[DONE]` is not in its bytes,
+    is inflated here, not as it is relayed. Bounded as the analysis is: at most
+    `capture.max_body_bytes` in and out (`_decode_body`). Past the cap the stream's end cannot be
+    read without its start (only its last raw bytes are kept), so a compressed stream longer than
+    the cap is not seen to have ended."""
     if not ex.response_chunks:
         return False
+    encoding = ex.response_headers.get("content-encoding")
+    if encoding and encoding.strip().lower() != "identity":
+        if ex.response_truncated:
+            return False
+        try:
+            # A stream cut before its end (the gzip trailer still owed) inflates as far as it came.
+            body = _decode_body(b"".join(ex.response_chunks), encoding, ex.max_body_bytes)
+        except (_TooLarge, zlib.error, ValueError):
+            return False
+        return _DONE_TAIL.search(body[-64:]) is not None
     # Past the capture cap, the relay keeps the body's last bytes in `response_tail`.
     tail = (b"".join(ex.response_chunks[-3:]) + ex.response_tail)[-64:]
     return _DONE_TAIL.search(tail) is not None

@@ -86,9 +86,13 @@ _PENDING_LIMIT = 1 << 20
 # Methods whose request, without a body, is sent again on a new connection when a reused one ends
 # before any byte of an answer (RFC 9110 §9.2.2 idempotent methods; see `_Upstream.connection_lost`).
 _REPLAYABLE = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
-# TCP_INFO's first byte is the connection's state (Linux); 1 is TCP_ESTABLISHED. Elsewhere: None.
+# TCP_INFO's first byte is the connection's state (Linux); 1 is TCP_ESTABLISHED. Elsewhere: None,
+# and `peer_closed` peeks instead (`_peek_closed`).
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 _TCP_ESTABLISHED = 1
+# A one-byte look that leaves the byte where it is and never waits (the socket is non-blocking
+# anyway; MSG_DONTWAIT where the platform has it, so that this holds whatever its mode).
+_PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 # An idle upstream connection at least this old is asked whether its server has closed it before a
 # call is sent on it (`_Upstream.peer_closed`, 2.2 µs on uvloop). Servers close idle connections
 # after a second or more (gunicorn 2 s, uvicorn 5 s, nginx 75 s); a connection reused sooner, as
@@ -387,25 +391,27 @@ class _Upstream(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._cancel_timer()
-        self.pool.lost(self)
         call = self.call
         if call is None:
+            self.pool.lost(self)
             return
         self.call = None
         call.up = None
+        if not call.sent_head and self.reused and not self.heard and call.replay and not call.finished:
+            # A kept-alive connection that ended (closed or reset) before a byte of the answer:
+            # the server most likely closed it idle as this call was sent. Sent again, once, on a
+            # new connection, only if that is safe whether or not the server had read it (an
+            # idempotent method without a body), as nginx's `proxy_next_upstream error` would;
+            # anything else gets the 502 (docs/design/0010-relay-core.md). The new connection
+            # takes this one's pool slot: freed, it went to a call waiting behind this one.
+            call.replay = False
+            self.pool.retry(self, call)
+            return
+        self.pool.lost(self)
         if self.state == 3 and exc is None:
             self._finished(call)  # the close is the end of this response
         elif not call.sent_head:
-            if self.reused and not self.heard and call.replay and not call.finished:
-                # A kept-alive connection that ended (closed or reset) before a byte of the answer:
-                # the server most likely closed it idle as this call was sent. Sent again, once, on
-                # a new connection, only if that is safe whether or not the server had read it (an
-                # idempotent method without a body), as nginx's `proxy_next_upstream error`
-                # would; anything else gets the 502 (docs/design/0010-relay-core.md).
-                call.replay = False
-                self.pool.retry(call)
-            else:
-                call.client.upstream_failed(call, CLOSED, timeout=False)
+            call.client.upstream_failed(call, CLOSED, timeout=False)
         else:
             self._cut(call)  # in state 3: reset, not closed, so the body is cut short (RFC 9112 §8)
 
@@ -550,6 +556,12 @@ class _Upstream(asyncio.Protocol):
         status = self.status
         if call.is_head or status in (204, 304):
             state = 4
+            if not self.keep_alive and call.is_head:
+                # llhttp, which does not know the request was HEAD, reads an answer without
+                # Content-Length or Transfer-Encoding as a body delimited by the close, and says
+                # not to keep the connection; a HEAD answer has no body (RFC 9112 §6.3), so its
+                # version and Connection header decide, as for any other answer.
+                self.keep_alive = _keeps_alive(self.parser.get_http_version(), self.headers)
             if rest:
                 self.reusable = False  # bytes after a response without a body: not to be trusted
         elif te is not None:
@@ -886,12 +898,48 @@ class _Upstream(asyncio.Protocol):
         """Whether the upstream has closed (or reset) this idle connection, though the loop has not
         read its FIN yet: it came in the same turn as the call about to be sent on it."""
         sock = self.sock
-        if sock is None or _TCP_INFO is None:
+        if sock is None:
             return False
+        if _TCP_INFO is None:
+            return _peek_closed(sock)
         try:
             return bool(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _TCP_ESTABLISHED)
         except OSError:
             return True
+
+
+def _peek_closed(sock: Any) -> bool:
+    """`peer_closed` without TCP_INFO (macOS, the BSDs): a non-blocking peek of one byte. b'' is
+    the server's FIN, an error its reset; nothing to read (EAGAIN) is an open connection. A byte
+    is also a no: an idle connection that has bytes nobody asked for is not to be trusted (read,
+    they would close it, `data_received`; under TLS, a close_notify). The peek goes through a
+    socket object made on the connection's descriptor and detached after, never closing it:
+    `sock` is the loop's stand-in (asyncio's TransportSocket, uvloop's), which has no recv."""
+    try:
+        peeker = socket.socket(fileno=sock.fileno())
+    except OSError:
+        return True
+    try:
+        peeker.recv(1, _PEEK)  # b'' (closed) or a byte: either way not to be used
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        peeker.detach()
+
+
+def _keeps_alive(version: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer's version and Connection tokens keep its connection open (RFC 9112 §9.3),
+    whatever its framing: HTTP/1.1 unless `close`, HTTP/1.0 only with `keep-alive`."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(token.strip().lower() for token in value.split(b","))
+    if b"close" in tokens:
+        return False
+    return version == "1.1" or b"keep-alive" in tokens
 
 
 def _tail(kept: bytes, data: bytes) -> bytes:
@@ -943,13 +991,17 @@ class _Pool:
                 return
         self._new(call)
 
-    def retry(self, call: _Call) -> None:
-        """A call whose reused connection ended before any answer: sent again on a new connection."""
+    def retry(self, up: _Upstream, call: _Call) -> None:
+        """A call whose reused connection `up` ended before any answer: sent again on a new
+        connection, which takes `up`'s slot in the pool. Queued as a new call, it lost the slot to
+        a call that came after it, and waited behind that call's whole answer (504 after
+        `proxy.connect_timeout_s` where that took longer)."""
         log.info("upstream_connection_closed_call_resent", path=call.path)
         if self.closed:
+            self.lost(up)
             call.client.upstream_failed(call, CLOSED, timeout=False)
             return
-        self._new(call)
+        self._connect(call, counted=True)
 
     def _new(self, call: _Call) -> None:
         if self.count < self.limit:
@@ -959,8 +1011,9 @@ class _Pool:
             self.waiters.append(call)
             call.wait_timer = self.loop.call_later(self.connect_timeout, self._wait_expired, call)
 
-    def _connect(self, call: _Call) -> None:
-        self.count += 1
+    def _connect(self, call: _Call, counted: bool = False) -> None:
+        if not counted:  # `counted`: the slot is one this call holds already (`retry`)
+            self.count += 1
         task = self.loop.create_task(self._open(call))
         call.connecting = task
         self.connecting.add(task)
