@@ -509,3 +509,270 @@ def test_the_shadow_report_gives_all_identical_answers_an_interval_not_a_certain
     assert sim["mean"] == 1.0 and sim["ci_high"] == 1.0
     # 30 identical pairs of 30: the truth may still be a few points below 1 (Agresti-Coull: 0.92).
     assert sim["ci_low"] is not None and 0.9 < sim["ci_low"] < 0.95
+
+
+# --------------------------------------------------------------------------------------------
+# Stability, the weighted task matrix, quality per unit cost (llmwatch report)
+# --------------------------------------------------------------------------------------------
+
+
+@_SETTINGS
+@given(hst.lists(hst.floats(0.0, 1e6, allow_nan=False), min_size=1, max_size=30))
+def test_sampling_stability_is_one_minus_the_population_coefficient_of_variation(values):
+    from llmwatch.scorers.evaluation.stability import group_stability
+
+    mean, var, stab = group_stability(values)
+    assert mean == pytest.approx(float(np.mean(values)))
+    assert var == pytest.approx(float(np.var(values)), rel=1e-9, abs=1e-12)
+    cv = float(np.std(values)) / mean if mean > 0 else 0.0
+    assert stab == pytest.approx(min(1.0, max(0.0, 1.0 - cv)), abs=1e-9)
+
+
+_POINTS = hst.lists(hst.tuples(hst.integers(1, 10), hst.floats(0.0, 1.0), hst.integers(0, 3)), min_size=0, max_size=40)
+
+
+@_SETTINGS
+@given(_POINTS)
+def test_the_decay_slope_and_its_error_are_scipys_least_squares(points):
+    from llmwatch.scorers.evaluation.stability import decay_slope_arrays
+
+    turn = np.array([t for t, _, _ in points], dtype=float)
+    score = np.array([s for _, s, _ in points], dtype=float)
+    fit = decay_slope_arrays(turn, score)
+    if len(points) < 3 or len(set(turn)) < 2:
+        assert fit is None
+        return
+    assert fit is not None
+    ref = sps.linregress(turn, score)
+    assert fit["slope"] == pytest.approx(ref.slope, abs=1e-9)
+    assert fit["intercept"] == pytest.approx(ref.intercept, abs=1e-9)
+    # scipy leaves the error undefined (NaN) for a perfect fit of constant scores; it is 0 there.
+    assert fit["stderr"] == pytest.approx(0.0 if np.ptp(score) == 0 else ref.stderr, rel=1e-6, abs=1e-9)
+
+
+@_SETTINGS
+@given(_POINTS)
+def test_the_within_category_decay_slope_is_least_squares_with_one_intercept_per_category(points):
+    from llmwatch.scorers.evaluation.stability import decay_slope_arrays
+
+    turn = np.array([t for t, _, _ in points], dtype=float)
+    score = np.array([s for _, s, _ in points], dtype=float)
+    group = np.array([g for _, _, g in points], dtype=int)
+    fit = decay_slope_arrays(turn, score, groups=group)
+    if len(points) < 3 or len(set(turn)) < 2:
+        assert fit is None
+        return
+    groups = sorted(set(group.tolist()))
+    design = np.column_stack([turn] + [(group == g).astype(float) for g in groups])
+    dof = len(points) - design.shape[1]
+    rank = np.linalg.matrix_rank(design)
+    if rank < design.shape[1] or dof < 1:
+        assert fit is None  # no turn varies within any category, or no residual freedom
+        return
+    assert fit is not None
+    coef, *_ = np.linalg.lstsq(design, score, rcond=None)
+    resid = score - design @ coef
+    cov = float((resid**2).sum()) / dof * np.linalg.inv(design.T @ design)
+    assert fit["slope"] == pytest.approx(coef[0], abs=1e-7)
+    assert fit["stderr"] == pytest.approx(math.sqrt(cov[0, 0]), rel=1e-5, abs=1e-7)
+
+
+@_SETTINGS
+@given(hst.lists(hst.tuples(hst.sampled_from("abcdef"), hst.integers(1, 10), hst.floats(0.0, 1.0)), max_size=40))
+def test_the_conversation_decay_slope_is_least_squares_with_one_intercept_per_conversation(points):
+    from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
+
+    cluster = [c for c, _, _ in points]
+    x = np.array([t for _, t, _ in points], dtype=float)
+    y = np.array([s for _, _, s in points], dtype=float)
+    got = cluster_bootstrap_slope(cluster, x, y, draws=20, min_clusters=1)
+    informative = [c for c in set(cluster) if len({t for cc, t, _ in points if cc == c}) >= 2]
+    if not informative:
+        assert got.slope is None
+        return
+    ids = sorted(set(cluster))
+    design = np.column_stack([x] + [np.array([c == i for c in cluster], dtype=float) for i in ids])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    assert got.slope == pytest.approx(coef[0], abs=1e-7)
+    assert got.clusters == len(informative)
+
+
+_CELL = hst.tuples(
+    hst.sampled_from(["chat", "code", "extraction", "other"]),
+    hst.sampled_from(["A", "B"]),
+    hst.lists(hst.floats(0.0, 1.0), max_size=6),
+)
+
+
+@_SETTINGS
+@given(
+    hst.lists(_CELL, max_size=8),
+    hst.fixed_dictionaries({"chat": hst.sampled_from([0.0, 0.5, 1.0, 2.0]), "code": hst.sampled_from([0.0, 1.5])}),
+)
+def test_overall_quality_is_the_weighted_mean_of_category_means_zero_weights_included(cells_in, weights):
+    from llmwatch.scorers.evaluation.matrix import category_cell, overall_quality
+
+    merged: dict[tuple[str, str], list[float]] = {}
+    for category, version, values in cells_in:
+        merged.setdefault((category, version), []).extend(values)
+    cells = [
+        category_cell(c, v, weights, len(values), sum(x >= 0.5 for x in values), values, sum(values))
+        for (c, v), values in merged.items()
+    ]
+    got = overall_quality(cells)
+    for version in {v for _, v in merged}:
+        pairs = [
+            (weights.get(c, min(weights.values())), float(np.mean(vals)))
+            for (c, v), vals in merged.items()
+            if v == version and vals
+        ]
+        w = np.array([p[0] for p in pairs])
+        if not pairs or w.sum() == 0:
+            assert got[version] is None  # nothing scored, or every scored category weighs 0
+        else:
+            assert got[version] == pytest.approx(float(np.average([p[1] for p in pairs], weights=w)))
+
+
+@_SETTINGS
+@given(
+    hst.dictionaries(
+        hst.sampled_from(["A", "B", "C"]),
+        hst.tuples(
+            hst.one_of(hst.none(), hst.floats(0.0, 1.0)),
+            hst.one_of(hst.none(), hst.floats(0.0, 1.0)),
+            hst.lists(hst.one_of(hst.none(), hst.floats(0.0, 1e3)), min_size=1, max_size=6),
+        ),
+        min_size=1,
+    ),
+    hst.sampled_from([(0.7, 0.3), (1.0, 0.0), (0.0, 1.0), (2.0, 1.0)]),
+)
+def test_quality_per_unit_cost_and_the_cost_sums_follow_their_formulas(versions, wq_ws):
+    from helpers.samples import chat_sample
+
+    from llmwatch.scorers.evaluation.config import DecisionSection
+    from llmwatch.scorers.evaluation.decision import cost_latency, decision_scores
+
+    samples = [
+        chat_sample(id=f"{v}-{i}", model_version=v, cost_usd=c, usage={"input_tokens": 10, "output_tokens": 5})
+        for v, (_, _, costs) in versions.items()
+        for i, c in enumerate(costs)
+    ]
+    costs = cost_latency(samples)
+    for v, (_, _, cs) in versions.items():
+        priced = [c for c in cs if c is not None]
+        assert costs[v].requests == len(cs) and costs[v].priced == len(priced)
+        if priced:
+            assert costs[v].cost_per_1k == pytest.approx(1000.0 * math.fsum(priced) / len(priced))
+            assert costs[v].cost_per_1m_tokens == pytest.approx(math.fsum(priced) / (15 * len(priced)) * 1e6)
+        else:
+            assert costs[v].cost_per_1k is None
+    decision = DecisionSection.model_validate({"weights": {"quality": wq_ws[0], "stability": wq_ws[1]}})
+    rows = {
+        r.model_version: r
+        for r in decision_scores(
+            {v: q for v, (q, _, _) in versions.items()}, {v: s for v, (_, s, _) in versions.items()}, costs, decision
+        )
+    }
+    positive = [c.cost_per_1k for c in costs.values() if c.cost_per_1k is not None and c.cost_per_1k > 0]
+    for v, (q, s, _) in versions.items():
+        cost = costs[v].cost_per_1k
+        row = rows[v]
+        if cost is None or (q is None and wq_ws[0] > 0) or (s is None and wq_ws[1] > 0):
+            assert row.decision_score is None
+            continue
+        norm = cost / min(positive) if cost > 0 else 1.0
+        assert row.normalized_cost == pytest.approx(norm)
+        assert row.decision_score == pytest.approx((wq_ws[0] * (q or 0.0) + wq_ws[1] * (s or 0.0)) / norm)
+
+
+# --------------------------------------------------------------------------------------------
+# Error rates the docs state, by simulation
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_month_of_a_stable_version_pages_within_the_false_page_budget():
+    """0064: with c = S N / B, a stable version raises at most B false pages per 30 days in
+    expectation. One signal (S = 1), B = 1, N = 30 days at 0.1 scored samples/s (259,200), the
+    worst stable case (true failure rate exactly the null rate q), 12 simulated months. The count
+    of alarms has mean at most 12 (the guarantee; in practice far fewer: alarms under H0 are rare
+    and roughly independent), so 12 + 4 sqrt(12) = 25.9 is a bound a correct detector exceeds
+    essentially never."""
+    from llmwatch.scorers.stats.sequential import detector_alarms, detector_threshold
+
+    rng = np.random.default_rng(13)
+    samples, months, q = 259_200, 12, 0.05
+    c = detector_threshold(1.0, samples, 1)
+    alarms = sum(len(detector_alarms(rng.random(samples) < q, q, c)) for _ in range(months))
+    assert alarms <= months + 4 * math.sqrt(months), f"{alarms} false pages in {months} months"
+
+
+@pytest.mark.parametrize("stat", ["mean", "p95"])
+def test_the_shadow_ratio_interval_covers_an_unchanged_ratio_at_300_pairs(stat):
+    """The paired-bootstrap 90 % interval of candidate / primary (latency p95, cost mean), both
+    sides drawn from one distribution with a shared per-prompt factor (true ratio 1). 400 trials:
+    misses <= 0.1 * 400 + 4 sqrt(400 * 0.09) = 64. Documented difference: at 30 pairs the
+    percentile bootstrap of a mean ratio misses more (measured 0.13-0.14), the p95's less."""
+    from llmwatch.scorers.stats.paired import bootstrap_ratio
+
+    rng = np.random.default_rng(14)
+    trials, n = 400, 300
+    misses = 0
+    for t in range(trials):
+        prompt = rng.lognormal(0.0, 0.5, n)
+        primary, candidate = prompt * rng.lognormal(0.0, 0.2, n), prompt * rng.lognormal(0.0, 0.2, n)
+        _, lo, hi = bootstrap_ratio(primary, candidate, stat, 0.9, seed=t)
+        misses += not lo <= 1.0 <= hi
+    assert misses <= _binomial_ceiling(trials, 0.1), f"{misses} of {trials} intervals missed"
+
+
+# --------------------------------------------------------------------------------------------
+# regress: the "--repeat N at least" message when no case could have been found regressed
+# --------------------------------------------------------------------------------------------
+
+
+def _drop_to_zero_p(n: int) -> float:
+    """One-sided p of n/n passes before and 0/n now: Fisher's 1 / C(2n, n) while an expected cell
+    is under 5 (n < 10), else the pooled z-test, z = sqrt(2n)."""
+    return 1.0 / math.comb(2 * n, n) if n < 10 else float(sps.norm.sf(math.sqrt(2 * n)))
+
+
+@_SETTINGS
+@given(hst.integers(1, 400), hst.integers(1, 12), hst.sampled_from([0.01, 0.05, 0.1]), hst.booleans())
+def test_the_blind_spot_message_names_the_fewest_repeats_that_could_find_a_regression(cases, attempts, alpha, holm):
+    from datetime import datetime, timezone
+
+    from llmwatch.scorers.evaluation.regress import CaseVerdict, Comparison
+
+    verdicts = [
+        CaseVerdict(
+            id=f"c{i}",
+            category="x",
+            baseline_pass_rate=1.0,
+            pass_rate=1.0,
+            baseline_counts=(attempts, attempts),
+            counts=(attempts, attempts),
+            delta=0.0,
+            verdict="stable",
+        )
+        for i in range(cases)
+    ]
+    cmp = Comparison(
+        baseline_path="b.json",
+        baseline_created_at=datetime(2026, 12, 5, tzinfo=timezone.utc),
+        baseline_versions=["A"],
+        threshold=0.2,
+        alpha=alpha,
+        correction="holm" if holm else "none",
+        cases=verdicts,
+    )
+    needed = alpha / cases if holm else alpha  # Holm's first step, or the test on its own
+    blind = cmp.blind_spot()
+    if _drop_to_zero_p(attempts) < needed:
+        assert blind is None
+        return
+    assert blind is not None
+    best, got_needed, repeats = blind
+    assert best == pytest.approx(_drop_to_zero_p(attempts), rel=1e-9)
+    assert got_needed == pytest.approx(needed)
+    fewest = next((n for n in range(2, 201) if _drop_to_zero_p(n) < needed), None)
+    assert repeats == fewest
