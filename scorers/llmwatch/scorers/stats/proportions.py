@@ -21,7 +21,7 @@ def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float
     return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
 
 
-def bounded_mean_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
+def bounded_mean_interval(values: Sequence[float] | np.ndarray, confidence: float) -> tuple[float, float, float]:
     """(mean, lower, upper) of values in [0, 1]: Agresti-Coull's interval carried over to a mean.
 
     z^2 / 2 pseudo-values are added at 0 and at 1, and the normal interval is taken around the
