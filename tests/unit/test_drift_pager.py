@@ -59,6 +59,19 @@ def test_the_baseline_names_the_watched_signals_and_one_threshold_for_all():
     assert pager.threshold == pytest.approx(5 * 30 * 86_400)
 
 
+def test_a_baseline_too_small_to_bound_its_p95_does_not_watch_it():
+    """Before, 60 baseline rows held the p95 to their maximum, which lies below the true p95 in
+    0.95^60 = 4.6 % of baselines (21 % at 30 rows), against the Phi(-3) = 0.135 % the bound
+    promises: such a baseline pages a stable version for ever. 129 rows are the fewest whose
+    maximum keeps that promise."""
+    for rows, watched in ((60, False), (128, False), (129, True)):
+        items = traffic(np.random.default_rng(2), rows, version="A", fail=0.05)
+        baseline = freeze([s for s, _ in items], [x for _, sc in items for x in sc], None, model_version="A")
+        names = {s.name for s in Pager(baseline, PagerSettings()).signals}
+        assert ("perf:latency_per_token_ms:p95" in names) is watched, rows
+        assert "perf:latency_per_token_ms:p50" in names
+
+
 def test_a_stable_version_pages_nothing_and_a_version_that_refuses_more_pages_once_with_its_evidence():
     rng = np.random.default_rng(2)
     base = baseline_of(rng)

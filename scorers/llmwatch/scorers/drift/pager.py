@@ -183,14 +183,20 @@ def watched_signals(baseline: Baseline, settings: PagerSettings) -> list[Watched
         if tokens is not None and len(tokens.reservoir) >= MIN_BASELINE:
             lo, hi = quantile_bounds(np.asarray(tokens.reservoir), 0.5)
             m = settings.min_relative_change
-            out.append(WatchedSignal(route, "output_tokens:longer", 0.5, _tokens_above(hi * (1 + m))))
-            if lo > 0:
+            # Infinite only below 10 values (MIN_BASELINE is more): the check keeps the signal honest.
+            if math.isfinite(hi):
+                out.append(WatchedSignal(route, "output_tokens:longer", 0.5, _tokens_above(hi * (1 + m))))
+            if math.isfinite(lo) and lo > 0:
                 out.append(WatchedSignal(route, "output_tokens:shorter", 0.5, _tokens_below(lo * (1 - m))))
         tpot = [r.ms_per_token for r in stats.rows if r.ms_per_token is not None]
         if len(tpot) >= MIN_BASELINE:
             m = settings.performance_margin
             for p, label in ((0.5, "p50"), (0.95, "p95")):
                 _, hi = quantile_bounds(np.asarray(tpot), p)
+                if not math.isfinite(hi):
+                    # A p95 needs 129 baseline values before even their maximum bounds it at 3 sigma;
+                    # held to a smaller sample's maximum, a stable version would page for ever.
+                    continue
                 out.append(
                     WatchedSignal(route, f"perf:latency_per_token_ms:{label}", 1 - p, _slower_than(hi * (1 + m)))
                 )

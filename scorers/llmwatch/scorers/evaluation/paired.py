@@ -39,6 +39,7 @@ from llmwatch.scorers.stats.paired import (
     paired_difference_ci,
     wilcoxon_worse_p,
 )
+from llmwatch.scorers.stats.proportions import bounded_mean_interval
 from llmwatch.scorers.stats.twosample import adjust_pvalues
 
 NOT_WORSE = "not_worse"
@@ -466,19 +467,9 @@ def compare_columns(
     sims = np.frombuffer(cols.similarity, dtype=float)
     similarity: dict[str, float | None] = {"mean": None, "ci_low": None, "ci_high": None, "n": len(sims)}
     if len(sims):
-        arr = np.array(sims)
-        mean = float(arr.mean())
-        half = (
-            float(_sps.t.ppf(0.5 + confidence / 2, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
-            if len(arr) > 1
-            else math.nan
-        )
-        similarity = {
-            "mean": mean,
-            "ci_low": max(0.0, mean - half) if math.isfinite(half) else None,
-            "ci_high": min(1.0, mean + half) if math.isfinite(half) else None,
-            "n": len(arr),
-        }
+        # Similarities pile up at 1 (identical answers), where a t-interval claims certainty.
+        mean, lo, hi = bounded_mean_interval(sims, confidence)
+        similarity = {"mean": mean, "ci_low": lo, "ci_high": hi, "n": len(sims)}
     return CandidateReport(
         candidate,
         n,

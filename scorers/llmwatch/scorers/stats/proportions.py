@@ -1,8 +1,12 @@
-"""Intervals of one proportion (a pass rate)."""
+"""Intervals of one proportion (a pass rate), and of the mean of values bounded in [0, 1]."""
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -15,6 +19,30 @@ def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     # At 0/n and n/n the bound is exactly 0 or 1; floating point would land a hair inside.
     return (0.0 if k == 0 else max(0.0, centre - half), 1.0 if k == n else min(1.0, centre + half))
+
+
+def bounded_mean_interval(values: Sequence[float] | np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of values in [0, 1]: Agresti-Coull's interval carried over to a mean.
+
+    z^2 / 2 pseudo-values are added at 0 and at 1, and the normal interval is taken around the
+    augmented sample's mean with its variance. On 0/1 values this is exactly Agresti-Coull's
+    interval for a proportion. The plain t-interval is dishonest where the values pile up at a
+    bound, as answer similarities do (most pairs identical): every value 1 gives [1, 1], and at
+    97 % identical pairs its 90 % interval missed the true mean 42 % of the time over 30 pairs
+    (tests/unit/test_stats_reference.py). The pseudo-values cost width only on small samples of
+    values that are all close together away from the bounds.
+    """
+    x = np.asarray(values, dtype=float)
+    n = x.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    z = float(NormalDist().inv_cdf(0.5 + confidence / 2.0))
+    k = z * z / 2.0
+    m = n + 2.0 * k
+    centre = (float(x.sum()) + k) / m
+    var = (float(((x - centre) ** 2).sum()) + k * centre**2 + k * (1.0 - centre) ** 2) / m
+    half = z * math.sqrt(var / m)
+    return (float(x.mean()), max(0.0, centre - half), min(1.0, centre + half))
 
 
 def rogan_gladen(
