@@ -141,6 +141,11 @@ class DriftReading:
     # The version the window's samples were served as ("response model, fingerprint"), when they
     # said: after a silent change under one model_version, the reading names the new one.
     served_as: str | None = None
+    # Which way it moved and by how much, as `llmwatch drift`'s table prints it ("lower",
+    # "rel median -0.452 [-0.548, -0.303]"): the demo's summary said "DRIFT in pass_rate:refusal
+    # (p=4.0e-04)" without saying worse or better, nor by how much.
+    direction: str = ""
+    effect: str = ""
 
 
 @dataclass(frozen=True)

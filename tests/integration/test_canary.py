@@ -297,6 +297,54 @@ async def test_a_degraded_canary_served_beside_the_stable_version_is_found_worse
 
 
 @pytest.mark.slow
+async def test_a_truly_faster_canary_is_named_better_with_its_interval_in_every_output(tmp_path, make_agent):
+    # The same model served three times faster per token as the canary, through the real proxy.
+    # Before, performance drifts only when slower, so NOT WORSE was all any output said: the
+    # canary's speed-up was in no list, not in the JSON's `better`, not in the headline.
+    a = PROFILES["A"]
+    proc, _ = await served_canary(
+        tmp_path, make_agent, [(at_pace(a, 0.3), at_pace(replace(a, name="A-fast"), 0.1))], 300
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-4000:]
+    out = orjson.loads(proc.stdout)
+    assert out["verdict"] == "not_worse" and out["worse"] == [], out["worse"]
+    better = {b["signal"]: b for b in out["better"]}
+    assert "perf:latency_per_token_ms" in better, out["better"]
+    fast = better["perf:latency_per_token_ms"]
+    assert fast["family"] == "performance" and fast["direction"] == "lower"
+    assert fast["effect_kind"] == "relative change" and "p50 and p95" in fast["effect_unit"]
+    low, high = fast["effect_ci"]
+    # Three times faster: about -0.67, and the whole interval beyond the 20 % margin.
+    assert low <= fast["effect"] <= high < -0.2, fast
+    signal = next(s for s in out["signals"] if s["name"] == "perf:latency_per_token_ms")
+    assert signal["effect_ci"] == fast["effect_ci"] and signal["effect_kind"] == "relative change"
+
+    # The text says the same: the headline, the better line with the interval, the legend.
+    config = tmp_path / "llmwatch.yaml"
+    common = ["canary", "--config", str(config), "--samples", str(tmp_path / "data" / "samples")]
+    common += ["--stable", "A", "--canary", "A-fast", "--alpha", "0.01"]
+    text = await asyncio.to_thread(llmwatch, *common, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    head, *rest = text.stdout.splitlines()
+    assert head.startswith("NOT WORSE") and "better on performance/perf:latency_per_token_ms (lower)" in head, head
+    interval = f"[{low:+.3f}, {high:+.3f}]"
+    better_line = next(line for line in rest if line.startswith("better in the canary"))
+    assert "perf:latency_per_token_ms (lower, rel p50|p95" in better_line and interval in better_line, better_line
+    assert any(line.startswith("effect: diff = canary minus stable") for line in rest), text.stdout
+    row = next(line for line in rest if " perf:latency_per_token_ms " in line)
+    assert interval in row and "rel p50|p95" in row, row
+
+    # And the HTML page: the same headline, the interval and kind in the signal table, the legend.
+    page = tmp_path / "canary.html"
+    html = await asyncio.to_thread(llmwatch, *common, "--format", "html", "--out", str(page), cwd=tmp_path)
+    assert html.returncode == 0, html.stderr
+    body = page.read_text()
+    assert "better on performance/perf:latency_per_token_ms (lower)" in body
+    assert interval.replace("-", "\u2212") in body and "relative change, larger of p50 and p95" in body
+    assert "canary minus stable" in body
+
+
+@pytest.mark.slow
 async def test_an_identical_canary_under_load_that_hits_both_versions_is_not_worse(tmp_path, make_agent):
     # Host load: halfway through, everything the simulator serves gets 3x slower, for both versions.
     quiet, loaded = 0.1, 0.3

@@ -122,3 +122,43 @@ def test_p_values_on_the_page_do_not_break_inside_a_number(two_routes: Path, tmp
     assert re.search(r"td\.n \{[^}]*white-space: nowrap", html)
     # Short p-values: two significant digits in exponent form (3.1e−07), a negative number with a minus sign.
     assert re.search(r"<td class=n>\d\.\de\u2212\d\d</td>", html)
+
+
+def test_every_effect_says_its_kind_and_unit_with_one_interval_in_text_json_and_html(
+    two_routes: Path, tmp_path: Path, capsys
+):
+    # Before, the effect column mixed a pass-rate difference, a relative change of p95 and a
+    # distance between distributions as bare numbers: -0.050 beside +0.412 beside +0.085.
+    assert main(drift(two_routes, "--format", "json")) == 1
+    signals = {s["name"]: s for s in json.loads(capsys.readouterr().out)["signals"]}
+    refusal, latency = signals["pass_rate:refusal"], signals["perf:latency_per_token_ms"]
+    assert (refusal["effect_kind"], refusal["effect_unit"]) == ("difference", "pass rate (0.01 = 1 point)")
+    assert latency["effect_kind"] == "relative change" and "p50 and p95" in latency["effect_unit"]
+    mixes = [s for n, s in signals.items() if n.startswith("input:mix:")]
+    assert mixes and all(s["effect_kind"] == "distance" and s["effect_ci"] is None for s in mixes)
+    for s in (refusal, latency):
+        low, high = s["effect_ci"]
+        assert low <= s["effect_size"] <= high, s
+    # The window refuses more (0.09 against the baseline's fewer) and is slower: both intervals
+    # exclude no change, as their tests do.
+    assert refusal["effect_ci"][1] < 0 < latency["effect_ci"][0]
+
+    assert main(drift(two_routes)) == 1
+    text = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("effect: diff = current minus baseline") for line in text)
+    header = next(line for line in text if line.startswith("verdict "))
+    assert "95% interval" in header and "effect is" in header
+    for name, label in (("pass_rate:refusal", "diff pass rate"), ("perf:latency_per_token_ms", "rel p50|p95")):
+        row = next(line for line in text if f" {name} " in line)
+        low, high = signals[name]["effect_ci"]
+        assert f"[{low:+.3f}, {high:+.3f}] {label}" in row, row
+
+    out = tmp_path / "drift.html"
+    assert main(drift(two_routes, "--format", "html", "--out", str(out))) == 1
+    html = out.read_text()
+    assert "Effect kinds: diff = current minus baseline" in html
+    low, high = refusal["effect_ci"]
+    cell = f"[{low:+.3f}, {high:+.3f}]".replace("-", "\u2212")
+    assert f"<td class=n>{cell}</td><td>difference, pass rate (0.01 = 1 point)</td>" in html
+    # The verdict's points say what the effect is, not "effect -0.050".
+    assert f"difference {refusal['effect_size']:+.3f}".replace("-", "\u2212") in html

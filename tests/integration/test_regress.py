@@ -146,6 +146,52 @@ def test_a_degraded_version_fails_with_a_report_naming_the_cases_that_regressed(
         assert f"  - {verdict.id} ({verdict.category}): pass rate" in out
 
 
+def test_a_better_version_is_named_improved_with_the_rise_tested_in_the_table_the_summary_and_the_file(
+    simulators, tmp_path: Path, capsys
+):
+    # The degraded B is the baseline, A the version under test: A truly passes the length checks
+    # more often. Before, "improved" was any rise past the threshold, untested, with the drop
+    # test's adjusted p (1) printed beside it and no line of the summary saying so.
+    suite = write_suite(tmp_path / "suite.jsonl", SUITE)
+    base = tmp_path / "run-b.json"
+    assert regress(suite, simulators["B"], "--out", str(base)) == 0
+    capsys.readouterr()
+    out_path = tmp_path / "run-a.json"
+    assert regress(suite, simulators["A"], "--baseline", str(base), "--out", str(out_path)) == 0  # exit codes kept
+    out = capsys.readouterr().out
+    saved = load_run(out_path).comparison
+    improved = [v for v in saved.cases if v.verdict == "improved"]
+    assert "recipe-pasta" in {v.id for v in improved}, [(v.id, v.delta, v.p_adjusted_improved) for v in saved.cases]
+    for v in saved.cases:
+        # Every improved case rose past the threshold with its own test below alpha; no other did both.
+        rose = (
+            v.delta is not None and v.delta > 0.2 and v.p_adjusted_improved is not None and v.p_adjusted_improved < 0.05
+        )
+        assert (v.verdict == "improved") == rose, v
+    assert "improved = rise > 20 points and the rise's own adjusted p < 0.05" in out
+    assert f"IMPROVED: {len(improved)} case(s) rose by more than 20 points with adjusted p < 0.05" in out
+    assert out.index("OK: no case regressed") < out.index("IMPROVED:")
+    for v in improved:
+        row = next(line for line in out.splitlines() if line.startswith(f"  {v.id} "))
+        assert f"improved (rise: adjusted p {v.p_adjusted_improved:.3g})" in row, row
+        assert f"  + {v.id} ({v.category}): pass rate {v.baseline_pass_rate:.1%} -> {v.pass_rate:.1%}" in out
+
+
+def test_a_rise_within_chance_is_stable_not_improved(tmp_path: Path):
+    # 0/5 -> 2/5 (the llama.cpp run of the guide): a 40-point rise at one-sided p 0.22 is noise.
+    from datetime import datetime, timezone
+
+    from llmwatch.scorers.evaluation.regress import CaseSummary, RegressRun, compare_runs
+
+    def case(n_pass: int) -> CaseSummary:
+        return CaseSummary.model_construct(id="c", category="x", n_pass=n_pass, n_judged=5, pass_rate=n_pass / 5)
+
+    baseline = RegressRun.model_construct(cases=[case(0)], created_at=datetime.now(timezone.utc), model_versions=["A"])
+    cmp = compare_runs([case(2)], baseline, "b.json")
+    (v,) = cmp.cases
+    assert v.delta == pytest.approx(0.4) and v.p_adjusted_improved > 0.05 and v.verdict == "stable"
+
+
 def test_a_changed_suite_refuses_to_compare_before_making_any_call(baseline_run, tmp_path: Path, capsys):
     _, run = baseline_run
     changed = [dict(c) for c in SUITE]

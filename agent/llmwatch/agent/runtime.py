@@ -65,6 +65,8 @@ class Agent:
     components: dict[str, Component] = field(init=False, default_factory=dict)
     # Latest reading per (model version, operation, signal): (statistic, adjusted p, detected, n).
     drift_state: dict[tuple[str, str, str], tuple] = field(init=False, default_factory=dict)
+    # Per reading as drift_state: (direction, effect as the drift table prints it), for the demo's summary.
+    drift_effects: dict[tuple[str, str, str], tuple[str, str]] = field(init=False, default_factory=dict)
     # What each model version's window was last served as (response model, fingerprint), for the alert text.
     drift_served: dict[str, str] = field(init=False, default_factory=dict)
     metrics_port: int = field(init=False, default=0)
@@ -199,6 +201,7 @@ class Agent:
                 r.detected,
                 r.n_current,
             )
+            self.drift_effects[(r.model_version, r.operation, r.signal)] = (r.direction, r.effect)
             if r.served_as:
                 self.drift_served[r.model_version] = r.served_as
         notifier = self.notifier

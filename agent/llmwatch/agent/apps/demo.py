@@ -422,14 +422,29 @@ def drift_summary(agent: Agent) -> str:
             continue
         readings = {k[2]: v for k, v in agent.drift_state.items() if k[0] == version}
         n = max(v[3] for v in readings.values())
-        drifted = sorted((sig, v[1]) for sig, v in readings.items() if v[2])
+        effects = {k[2]: e for k, e in agent.drift_effects.items() if k[0] == version}
+        drifted = sorted((sig, v) for sig, v in readings.items() if v[2])
+        # Each with its direction and effect (kind, value, 95 % interval): "DRIFT in
+        # pass_rate:refusal (p=4.0e-04)" did not say worse or better, nor by how much.
         verdict = (
-            "DRIFT in " + ", ".join(f"{sig} (p={p:.1e})" for sig, p in drifted)
+            "DRIFT in " + ", ".join(f"{sig} ({_moved(effects.get(sig, ('', '')))}p={v[1]:.1e})" for sig, v in drifted)
             if drifted
             else f"stable over {len(readings)} signals"
         )
         lines.append(f"    version {version:<4} n={n:<5} {verdict}")
+    if any(v[2] for v in agent.drift_state.values()):
+        data = agent.cfg.data_dir
+        lines.append(
+            "    effect: diff = current minus baseline, rel = relative change (+0.25 = 25 % higher), dist = distance "
+            f"(no sign); [95 % interval]; the whole table: llmwatch drift --baseline {data}/baseline-A-*.json "
+            f"--samples {data}/samples --scores {data}/scores --model-version B"
+        )
     return "\n".join(lines)
+
+
+def _moved(effect: tuple[str, str]) -> str:
+    """`worse, diff pass rate -0.221 [-0.306, -0.099], ` from (direction, effect); empty parts left out."""
+    return "".join(f"{part}, " for part in effect if part)
 
 
 def _freeze_baseline(agent: Agent, scorer: ScorerProcess, version: str) -> str:

@@ -42,6 +42,7 @@ from llmwatch.scorers.drift.compare import (
     tests_phrase,
 )
 from llmwatch.scorers.drift.features import RouteStats, summarize
+from llmwatch.scorers.drift.model import EFFECT_LEGEND, effect_label, format_interval
 
 __all__ = [
     "CanaryError",
@@ -319,30 +320,28 @@ class CanaryReport:
             "canary_version": self.canary_version,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "worse": [
-                {
-                    "family": s.family,
-                    "signal": s.name,
-                    "direction": s.direction,
-                    "effect": s.effect_size,
-                    "p_adjusted": s.p_adjusted,
-                    "stratum": s.stratum,
-                }
-                for s in self.worse
-            ],
-            "better": [
-                {"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size}
-                for s in self.better
-            ],
-            "worse_not_failing": [
-                {"family": s.family, "signal": s.name, "direction": s.direction, "effect": s.effect_size}
-                for s in self.worse_not_failing
-            ],
+            "worse": [{**_entry(s), "p_adjusted": s.p_adjusted, "stratum": s.stratum} for s in self.worse],
+            "better": [_entry(s) for s in self.better],
+            "worse_not_failing": [_entry(s) for s in self.worse_not_failing],
             "window": self.window.to_dict(),
             "families": body["families"],
             "signals": body["signals"],
             "settings": body["settings"],
         }
+
+
+def _entry(s: Signal) -> dict[str, Any]:
+    # effect_kind, effect_unit and effect_ci were added in place (llmwatch.canary/v1 stays): what
+    # `effect` is, in which unit, and its 95 % interval (None where none is meaningful).
+    return {
+        "family": s.family,
+        "signal": s.name,
+        "direction": s.direction,
+        "effect": s.effect_size,
+        "effect_kind": s.effect_kind,
+        "effect_unit": s.effect_unit,
+        "effect_ci": s.effect_ci,
+    }
 
 
 def _failure_share(routes: Mapping[str, RouteStats]) -> float:
@@ -400,7 +399,20 @@ def compare_summaries(
     )
     failing = [s for s in report.signals if s.family in settings.fail_on and s.verdict in ("drift", "shifted")]
     worse = [s for s in failing if _against(s, reference, current)]
-    better = [s for s in failing if s not in worse]
+    # Performance drifts only when slower or dearer, so a canary truly faster (or cheaper) per
+    # token was in no list at all: NOT WORSE said nothing of it. The mirror of the regression's
+    # rule names it better: adjusted p < alpha and more than the margin lower at p50 and p95.
+    faster = [
+        s
+        for s in report.signals
+        if s.family == "performance"
+        and s.family in settings.fail_on
+        and s.decisive
+        and s.verdict == "stable"
+        and s.p_adjusted < settings.alpha
+        and s.effect_size < -settings.performance_margin
+    ]
+    better = [s for s in failing if s not in worse] + faster
     # The families --fail-on leaves out are judged all the same (inputs only shift: no worse there).
     left_out = [
         s
@@ -463,6 +475,11 @@ def format_text(report: CanaryReport) -> str:
         + ", ".join(f"{s.family}/{s.name} ({_why(s, 'changed')})" for s in report.worse),
         "not_worse": f"NOT WORSE: canary {report.canary_version} is not worse than stable {report.stable_version} in the same window"
         + (
+            "; better on " + ", ".join(f"{s.family}/{s.name} ({_why(s, 'fewer failures')})" for s in report.better)
+            if report.better
+            else ""
+        )
+        + (
             f" on the families that fail the run ({', '.join(d.settings.fail_on)}); worse on "
             + ", ".join(f"{s.family}/{s.name} ({_why(s, 'changed')})" for s in report.worse_not_failing)
             + ", which do not fail the run (--fail-on)"
@@ -489,7 +506,10 @@ def format_text(report: CanaryReport) -> str:
     if report.better:
         lines.append(
             "better in the canary (does not fail): "
-            + ", ".join(f"{s.name} ({_why(s, 'fewer failures')})" for s in report.better)
+            + ", ".join(
+                f"{s.name} ({_why(s, 'fewer failures')}, {effect_label(s)} {_fmt(s.effect_size, '+.3f')} {format_interval(s.effect_ci)})"
+                for s in report.better
+            )
         )
     for s in d.signals:
         if s.name == "perf:latency_per_token_ms" and "p50" in s.detail:
@@ -502,13 +522,14 @@ def format_text(report: CanaryReport) -> str:
     # figure's "changed" beside a p_adj of "-" gave no reason at all.
     lines += [
         f"alpha {d.settings.alpha} with {d.settings.correction} correction over {tests_phrase(d)}",
+        EFFECT_LEGEND.replace("current minus baseline", "canary minus stable"),
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p':>9} {'p_adj':>9} {'effect':>9} {'n stable/canary':>16}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'p':>9} {'p_adj':>9} {'effect':>9} {'95% interval':>18} {'effect is':<15} {'n stable/canary':>16}  direction / stratum",
     ]
     for s in d.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} {_fmt(s.effect_size, '+.3f'):>9} "
-            f"{f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
+            f"{format_interval(s.effect_ci):>18} {effect_label(s):<15} {f'{s.n_baseline}/{s.n_current}':>16}  {direction_and_stratum(s, ('drift', 'shifted'))}"
         )
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
+from llmwatch.scorers.drift.model import EFFECT_LEGEND, FAMILIES, DriftSettings, Signal, effect_label, format_interval
 
 __all__ = [
     "DriftReport",
@@ -198,12 +198,13 @@ def format_text(report: DriftReport) -> str:
         *families,
         f"baseline version {report.baseline_version}; current window: {report.n_current} samples of version(s) {', '.join(report.current_versions) or '-'}",
         f"alpha {report.settings.alpha} with {report.settings.correction} correction over {tests_phrase(report)}; performance margin {report.settings.performance_margin:.0%} per token",
+        EFFECT_LEGEND,
         "",
-        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'n base/cur':>13}  direction / stratum",
+        f"{'verdict':<12} {'family':<11} {'signal':<{nw}} {'test':<{tw}} {'statistic':>10} {'p':>9} {'p_adj':>9} {'effect':>9} {'95% interval':>18} {'effect is':<15} {'n base/cur':>13}  direction / stratum",
     ]
     for s in report.signals:
         lines.append(
             f"{s.verdict:<12} {s.family:<11} {s.name:<{nw}} {s.test:<{tw}} {_fmt(s.statistic, '.4g'):>10} {_fmt(s.p_value, '.2e'):>9} {_fmt(s.p_adjusted, '.2e'):>9} "
-            f"{_fmt(s.effect_size, '+.3f'):>9} {f'{s.n_baseline}/{s.n_current}':>13}  {direction_and_stratum(s, ('drift', 'shifted', 'changed'))}"
+            f"{_fmt(s.effect_size, '+.3f'):>9} {format_interval(s.effect_ci):>18} {effect_label(s):<15} {f'{s.n_baseline}/{s.n_current}':>13}  {direction_and_stratum(s, ('drift', 'shifted', 'changed'))}"
         )
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal
+from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal, describe_effect
 from llmwatch.scorers.drift.prompt_space import (
     HASHED_RIDGE_PER_ROW,
     RIDGE_PER_ROW,
@@ -57,6 +57,7 @@ from llmwatch.scorers.stats.clustered import cluster_bootstrap_slope
 from llmwatch.scorers.stats.stratified import (
     Stratified,
     cmh,
+    effect_interval,
     reweighted_quantiles,
     stratified_chi2,
     stratified_mmd,
@@ -65,6 +66,7 @@ from llmwatch.scorers.stats.stratified import (
 
 Keyed = list[tuple[str, str, Row]]  # (stratum, prompt hash, row)
 TURN_DECAY_MAX_TURN = 10
+Z95 = 1.959963984540054
 
 
 def _rows(routes: Mapping[str, RouteStats], multi_route: bool, label: Callable[[Row], str]) -> Keyed:
@@ -348,6 +350,18 @@ def _tables(
     return {k: (v[0], v[1], v[2], v[3]) for k, v in cells.items()}
 
 
+def _passed(check: str) -> Callable[[Row], float | None]:
+    return lambda r: float(r.checks[check]) if check in r.checks else None
+
+
+def _interval(
+    base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], kind: str, s: DriftSettings
+) -> list[float] | None:
+    """The effect's 95 % bootstrap interval, seeded with the settings' seed (the same run, the same interval)."""
+    ci = effect_interval(base, cur, kind, draws=s.interval_draws, seed=s.seed) if s.interval_draws else None
+    return None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
+
+
 def _score_of(check: str) -> Callable[[Row], float | None]:
     return lambda r: r.scores.get(check)
 
@@ -487,6 +501,8 @@ def _behaviour(  # noqa: C901
         )
         # No difference names no direction (a check every answer passed on both sides).
         sig.direction = "better" if sig.effect_size > 0 else "worse" if sig.effect_size < 0 else ""
+        passed = _passed(check)
+        sig.effect_ci = _interval(_by(b_rows, key, passed), _by(c_rows, key, passed), "rate_difference", s)
         out.append(sig)
     continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [
         ("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)
@@ -534,6 +550,7 @@ def _behaviour(  # noqa: C901
             ess,
         )
         sig.direction = higher_or_lower(sig.effect_size)
+        sig.effect_ci = _interval(bv, cv, "relative_median_shift" if relative else "median_shift", s)
         out.append(sig)
     # Failure modes over every sample (errors included).
     fb: dict[str, Counter[str]] = defaultdict(Counter)
@@ -645,6 +662,8 @@ def _turn_decay(base: Keyed, cur: Keyed, s: DriftSettings, route: str) -> Signal
         nb,
         nc,
         direction="decays faster" if diff < 0 else "decays slower" if diff > 0 else "",
+        # The interval of the same normal approximation the test uses.
+        effect_ci=[round(diff - Z95 * se, 6), round(diff + Z95 * se, 6)],
         family="behaviour",
         detail={
             "baseline_slope": fb.slope,
@@ -910,6 +929,7 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
         sig.n_effective = round(ess, 1)
         sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
         sig.decisive = decisive
+        sig.effect_ci = _interval(bv, cv, "quantile_change", s)
         if not decisive:
             sig.stratum = ""  # raw totals are not stratified
         out.append(sig)
@@ -1085,6 +1105,8 @@ def family_signals(  # noqa: C901
             fams["behaviour"]["reason"] = (
                 f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
             )
+    for sig in signals:
+        sig.effect_kind, sig.effect_unit = describe_effect(sig.name)
     return _ranked(signals), fams
 
 

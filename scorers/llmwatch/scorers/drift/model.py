@@ -62,6 +62,8 @@ class DriftSettings:
     mmd_permutations: int = 200  # first round; more while the p-value could still matter
     max_permutations: int = 10_000
     seed: int = 0
+    # Bootstrap draws for the effects' 95 % intervals (stats.stratified.effect_interval); 0: none.
+    interval_draws: int = 400
 
     def minimums(self) -> dict[str, float]:
         """What a baseline records: runs with other minimums are not comparable with it."""
@@ -100,3 +102,84 @@ class Signal:
     n_effective: float = math.nan
     # False for context figures (raw latency totals): shown, never decide a verdict.
     decisive: bool = True
+    # What `effect_size` measures (EFFECT_KINDS: difference, relative change, distance,
+    # separation) and in which unit, and its 95 % interval [low, high] where one is meaningful
+    # (None for distances and separations: they have no sign, and their size is what the test tested).
+    effect_kind: str = ""
+    effect_unit: str = ""
+    effect_ci: list[float] | None = None
+
+
+# The kinds of effect a drift or canary report mixes, and how each reads (the text's legend).
+EFFECT_KINDS = {
+    "difference": "current minus baseline, in the unit named",
+    "relative change": "(current - baseline) / baseline, e.g. +0.25 = 25 % higher",
+    "distance": "how far apart two distributions are, >= 0, no sign",
+    "separation": "how well a classifier tells the two sides apart, 2 * AUC - 1, 0 = not at all",
+}
+
+
+# The text tables' short form of (kind, unit) per signal, explained by EFFECT_LEGEND.
+_SHORT = {"difference": "diff", "relative change": "rel", "distance": "dist", "separation": "sep"}
+EFFECT_LEGEND = (
+    "effect: diff = current minus baseline (pass rate and share: 0.01 = 1 point; score: check units; "
+    "slope: pass share per turn); rel = relative change, +0.25 = 25 % higher (median, or the larger of "
+    "p50 and p95); dist = distance between the two distributions, >= 0, no sign (1-cos: answer-embedding "
+    "centroids; TVD: total variation of a mix); sep = 2*AUC-1 of a classifier telling them apart; "
+    "[95 % interval]: seeded bootstrap (turn_decay: the z test's normal interval); none for dist, sep and a failure-mode share (its mode is the one that moved most)"
+)
+
+
+def effect_label(sig: Signal) -> str:
+    """`diff pass rate`, `rel p50|p95`, `dist TVD`: what a text table's effect figure is."""
+    unit = {
+        "pass_rate:": "pass rate",
+        "failure_modes": "mode share",
+        "score:": "score",
+        "turn_decay": "slope",
+        "output_tokens": "median",
+        "input:prompt_tokens": "median",
+        "perf:": "p50|p95",
+        "embedding": "1-cos",
+        "input:mix:": "TVD",
+        "input:prompt_": "",
+    }
+    short = next((u for prefix, u in unit.items() if sig.name.startswith(prefix)), "")
+    kind = _SHORT.get(sig.effect_kind, "")
+    return f"{kind} {short}".strip()
+
+
+def format_interval(ci: list[float] | None) -> str:
+    """`[-0.388, -0.185]`, or `-` where no interval is meaningful (or none could be drawn)."""
+    return "-" if not ci else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def effect_text(sig: Signal) -> str:
+    """`rel median -0.452 [-0.548, -0.303]`: the effect as the text table's three columns say it."""
+    if math.isnan(sig.effect_size):
+        return ""
+    ci = f" {format_interval(sig.effect_ci)}" if sig.effect_ci else ""
+    return f"{effect_label(sig)} {sig.effect_size:+.3f}{ci}".strip()
+
+
+def describe_effect(name: str) -> tuple[str, str]:
+    """(kind, unit) of a signal's `effect_size`, from its name: how families.py computes each."""
+    if name.startswith("pass_rate:"):
+        return "difference", "pass rate (0.01 = 1 point)"
+    if name == "failure_modes":
+        return "difference", "share of the failure mode named (0.01 = 1 point)"
+    if name.startswith("score:"):
+        return "difference", "median score (check units)"
+    if name == "turn_decay":
+        return "difference", "slope, check pass share per turn"
+    if name == "output_tokens" or name == "input:prompt_tokens":
+        return "relative change", "median, of the baseline's"
+    if name.startswith("perf:"):
+        return "relative change", "larger of p50 and p95, of the baseline's"
+    if name == "embedding":
+        return "distance", "1 - cosine of the answer-embedding centroids"
+    if name.startswith("input:mix:"):
+        return "distance", "total variation of the mix"
+    if name in ("input:prompt_embedding", "input:prompt_words"):
+        return "separation", "2 * AUC - 1"
+    return "", ""

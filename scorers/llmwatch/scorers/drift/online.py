@@ -23,6 +23,7 @@ from llmwatch.core.served import ServedVersion, bounded_text
 from llmwatch.scorers.drift.baseline import Baseline
 from llmwatch.scorers.drift.compare import DriftSettings, compare
 from llmwatch.scorers.drift.features import summarize
+from llmwatch.scorers.drift.model import effect_text
 from llmwatch.scorers.drift.pager import Pager, PagerReading, PagerSettings, Transition
 
 log = structlog.get_logger(__name__)
@@ -287,6 +288,8 @@ class DriftWindows:
                         sig.verdict in ("drift", "shifted"),
                         report.n_current,
                         served_as=served,
+                        direction=sig.direction,
+                        effect=effect_text(sig),
                     )
                 )
         return readings

@@ -342,6 +342,11 @@ class CaseVerdict(BaseModel):
     test: str | None = None
     p_value: float | None = None
     p_adjusted: float | None = None
+    # The one-sided test for a rise, corrected over the same cases: `improved` needs it below
+    # alpha as `regressed` needs p_adjusted (before, a rise was called improved untested, at a
+    # p_adjusted of 1 printed beside it: that p was the drop test's).
+    p_improved: float | None = None
+    p_adjusted_improved: float | None = None
     verdict: Literal["regressed", "stable", "improved", "insufficient"]
 
 
@@ -1106,6 +1111,7 @@ def compare_runs(
             )
             continue
         result = stats.compare_proportions(old.n_pass, old.n_judged, cur.n_pass, cur.n_judged, alternative="less")
+        rise = stats.compare_proportions(old.n_pass, old.n_judged, cur.n_pass, cur.n_judged, alternative="greater")
         v = CaseVerdict(
             id=cur.id,
             category=cur.category,
@@ -1116,21 +1122,24 @@ def compare_runs(
             delta=cur.pass_rate - old.pass_rate,
             test=result.test,
             p_value=result.p_value,
+            p_improved=rise.p_value,
             verdict="stable",
         )
         verdicts.append(v)
         tested.append((v, result.p_value))
     if tested:
-        adjusted = (
-            stats.adjust_pvalues([p for _, p in tested], method=correction)
-            if correction != "none"
-            else [p for _, p in tested]
-        )
-        for (v, _), p_adj in zip(tested, adjusted):
+
+        def adjust(ps: list[float]) -> list[float]:
+            return list(stats.adjust_pvalues(ps, method=correction)) if correction != "none" else ps
+
+        adjusted = adjust([p for _, p in tested])
+        adjusted_rise = adjust([v.p_improved if v.p_improved is not None else 1.0 for v, _ in tested])
+        for (v, _), p_adj, p_rise in zip(tested, adjusted, adjusted_rise):
             v.p_adjusted = p_adj
+            v.p_adjusted_improved = p_rise
             if v.delta is not None and -v.delta > threshold and p_adj < alpha:
                 v.verdict = "regressed"
-            elif v.delta is not None and v.delta > threshold:
+            elif v.delta is not None and v.delta > threshold and p_rise < alpha:
                 v.verdict = "improved"
     return Comparison(
         baseline_path=baseline_path,
@@ -1322,7 +1331,8 @@ def format_run(run: RegressRun) -> str:
     if cmp:
         lines.append(
             f"baseline: {cmp.baseline_path} ({cmp.baseline_created_at:%Y-%m-%d %H:%M:%SZ}, version(s) {', '.join(cmp.baseline_versions) or '-'}); "
-            f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases)"
+            f"regressed = drop > {cmp.threshold * 100:.0f} points and adjusted p < {cmp.alpha:g} ({cmp.correction} over {sum(v.p_value is not None for v in cmp.cases)} cases); "
+            f"improved = rise > {cmp.threshold * 100:.0f} points and the rise's own adjusted p < {cmp.alpha:g}; p_adj is the drop test's, the rise's follows an improved verdict"
         )
     width = max([4] + [len(c.id) for c in run.cases])
     cw = max([8] + [len(c.category) for c in run.cases])
@@ -1338,7 +1348,7 @@ def format_run(run: RegressRun) -> str:
             if v is not None:
                 delta = "-" if v.delta is None else f"{v.delta * 100:+.0f}"
                 p = "-" if v.p_adjusted is None else f"{v.p_adjusted:.3g}"
-                line += f" {_pct(v.baseline_pass_rate):>9} {delta:>7} {p:>8}  {v.verdict.upper() if v.verdict == 'regressed' else v.verdict}"
+                line += f" {_pct(v.baseline_pass_rate):>9} {delta:>7} {p:>8}  {_verdict_cell(v)}"
         if c.flaky:
             line += f"  FLAKY ({_pct(c.ci_low)}-{_pct(c.ci_high)})"
         if c.n_error:
@@ -1393,7 +1403,30 @@ def format_run(run: RegressRun) -> str:
                     f"p < {needed:.3g}; repeat each case more, baseline too: --repeat {repeats or '200+'} at least for a case that fell "
                     "from always to never passing to be found, more for smaller drops"
                 )
+        lines += _improved_lines(cmp)
     return "\n".join(lines)
+
+
+def _verdict_cell(v: CaseVerdict) -> str:
+    # p_adj is the drop test's: an improved case names its own test's p beside its verdict.
+    if v.verdict == "improved" and v.p_adjusted_improved is not None:
+        return f"improved (rise: adjusted p {v.p_adjusted_improved:.3g})"
+    return v.verdict.upper() if v.verdict == "regressed" else v.verdict
+
+
+def _improved_lines(cmp: Comparison) -> list[str]:
+    """The cases that improved, said beside the verdict and not only in a table row: a better version is news too."""
+    improved = [v for v in cmp.cases if v.verdict == "improved"]
+    if not improved:
+        return []
+    return [
+        f"IMPROVED: {len(improved)} case(s) rose by more than {cmp.threshold * 100:.0f} points with adjusted p < {cmp.alpha:g} (does not change the exit code):",
+        *(
+            f"  + {v.id} ({v.category}): pass rate {_pct(v.baseline_pass_rate)} -> {_pct(v.pass_rate)} "
+            f"({v.baseline_counts[0]}/{v.baseline_counts[1]} -> {v.counts[0]}/{v.counts[1]}, adjusted p = {v.p_adjusted_improved:.3g})"
+            for v in improved
+        ),
+    ]
 
 
 def _num(x: float | None) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 from llmwatch.core.extras import require
 from llmwatch.scorers.drift.compare import DriftReport, Signal, stable_headline, tests_phrase
 from llmwatch.scorers.drift.features import CheckStats, Distribution, RouteStats
+from llmwatch.scorers.drift.model import EFFECT_LEGEND, format_interval
 from llmwatch.scorers.drift.rows import HASHED_WORDS, MINILM, Row, space_of, unpack_vectors
 from llmwatch.scorers.evaluation.decision import DecisionRow, choose_best
 from llmwatch.scorers.evaluation.evaluate import EvaluationReport, decision_verdict
@@ -82,6 +83,11 @@ def _num(x: float | None, spec: str = ".3f") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return format(x, spec).replace("-", "\u2212")
+
+
+def _interval(ci: list[float] | None) -> str:
+    """A 95 % interval for a page, minus signs as `_num`'s; `-` where there is none."""
+    return format_interval(ci).replace("-", "\u2212") if ci else "-"
 
 
 def _p(x: float | None) -> str:
@@ -646,6 +652,15 @@ class CanaryVerdict(NamedTuple):
     families: Mapping[str, str]  # worse | not_worse | insufficient; inputs: shifted | stable
 
 
+def _effect_phrase(s: Signal) -> str:
+    """`difference -0.303 pass rate (0.01 = 1 point), 95% interval [-0.387, -0.185]`: the effect
+    with its kind, unit and interval, so a point value is never read without what it measures."""
+    ci = f", 95% interval {_interval(s.effect_ci)}" if s.effect_ci else ""
+    what = f"{s.effect_kind} " if s.effect_kind else "effect "
+    unit = f" {s.effect_unit}" if s.effect_unit else ""
+    return f"{what}{_num(s.effect_size, '+.3f')}{unit}{ci}"
+
+
 def render_drift(
     report: DriftReport,
     baseline_routes: Mapping[str, RouteStats],
@@ -678,7 +693,7 @@ def render_drift(
     # A signal without a direction (the answer embedding) is named by its verdict: "changed" is the
     # table's word for a context figure that moved without failing the run.
     points = [
-        f"{s.name} on {_route_label(s.route)}: {s.direction or s.verdict} (effect {_num(s.effect_size, '+.3f')}, p adjusted {_p(s.p_adjusted)})"
+        f"{s.name} on {_route_label(s.route)}: {s.direction or s.verdict} ({_effect_phrase(s)}, p adjusted {_p(s.p_adjusted)})"
         for s in drifting[:8]
     ]
     points += [
@@ -694,6 +709,8 @@ def render_drift(
     doc.verdict(level, head, points)
 
     doc.heading("Signals")
+    legend = EFFECT_LEGEND.replace("current minus baseline", "canary minus stable") if canary else EFFECT_LEGEND
+    doc.paragraph(legend.replace("effect: ", "Effect kinds: ", 1), "note")
     ordered = sorted(report.signals, key=lambda s: _ORDER.get(s.verdict, 4))  # stable sort: the report's ranking within
     doc.table(
         [
@@ -706,6 +723,8 @@ def render_drift(
             "p",
             "p adjusted",
             "effect",
+            "95% interval",
+            "effect is",
             "n base/cur",
             "direction",
         ],
@@ -720,12 +739,14 @@ def render_drift(
                 _p(s.p_value),
                 _p(s.p_adjusted),
                 _num(s.effect_size, "+.3f"),
+                _interval(s.effect_ci),
+                f"{s.effect_kind}, {s.effect_unit}" if s.effect_kind else "",
                 f"{s.n_baseline}/{s.n_current}",
                 s.direction,
             ]
             for s in ordered
         ],
-        numeric=(5, 6, 7, 8, 9),
+        numeric=(5, 6, 7, 8, 9, 11),
         row_classes=["drift" if s.verdict in ("drift", "shifted") else "" for s in ordered],
     )
     with plt.rc_context(_style()):
