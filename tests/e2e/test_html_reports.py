@@ -339,7 +339,8 @@ def test_shadow_html_report_draws_paired_differences_ratios_and_win_tie_loss_bar
     # page gave the point alone and never said which CI the table shows).
     body = browser.find_element(By.TAG_NAME, "body").text
     assert re.search(
-        r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ pairs", body
+        r"Answer similarity within pairs \(normalised text\): \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(90 % interval\) over \d+ pairs",
+        body,
     )
     assert "effect: candidate minus primary (points) for rates" in body and "CI: two-sided 90 %" in body
     # Every primary and candidate figure with its unit: bare, a rate of 97 and a p95 of 97 ms read alike.

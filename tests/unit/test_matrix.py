@@ -480,6 +480,13 @@ def test_a_cheaper_version_that_is_worse_on_a_check_is_never_called_best():
     text = format_text(report)
     assert "best: version A" in text and "best: version B" not in text
     assert "cheaper, worse on refusal" in text
+    # The verdict's decision-score intervals name their level (1 - alpha), as the table's header does.
+    b = rows["B"]
+    assert b.decision_low is not None and b.decision_high is not None
+    assert (
+        f"version B: decision score {b.decision_score:.3f} [{b.decision_low:.3f}, {b.decision_high:.3f}] (95 % interval)"
+        in text
+    ), text
     data = report.to_dict()["decision"]
     assert data["best"] == "A" and data["alpha"] == 0.05
     assert {v["model_version"]: v["verdict"] for v in data["versions"]} == {"A": "", "B": "cheaper, worse on refusal"}

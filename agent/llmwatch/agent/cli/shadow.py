@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from llmwatch.agent.cli.args import probability
 from llmwatch.agent.cli.common import log_options, require_records, require_writable, show_usage
+from llmwatch.scorers.stats.format import interval_text
 
 EXIT = {"not_worse": 0, "worse": 1, "inconclusive": 2}
 
@@ -413,8 +414,19 @@ def _headline(report: Any) -> str:
 def _similarity(sim: dict[str, Any]) -> str:
     return (
         f"answer similarity within pairs (normalised text): {sim['mean']:.3f} "
-        f"[{_f(sim['ci_low'], '.3f')}, {_f(sim['ci_high'], '.3f')}] over {sim['n']} pairs"
+        f"{interval_text(sim['ci_low'], sim['ci_high'], sim['confidence'])} over {sim['n']} pairs"
     )
+
+
+def _too_narrow(report: Any) -> list[str]:
+    """One line per ratio interval that rests on too few pairs to keep its level."""
+    from llmwatch.scorers.evaluation.paired import ratio_too_narrow
+
+    return [
+        f"{r.signal}: {ratio_too_narrow('p95' if r.signal.endswith('_p95') else 'mean')}"
+        for r in report.rows
+        if r.interval_too_narrow
+    ]
 
 
 def _legend(alpha: float) -> str:
@@ -438,6 +450,7 @@ def format_text(reports: Sequence[Any], alpha: float) -> str:
         sim = report.similarity
         if sim.get("mean") is not None:
             out.append(f"  {_similarity(sim)}")
+        out.extend(f"  {line}" for line in _too_narrow(report))
         out.append(f"  {_legend(alpha)}")
         out.append("")
     return "\n".join(out)
@@ -459,6 +472,8 @@ def render_html(reports: Sequence[Any], margins: dict[str, Any], alpha: float) -
         doc.heading(f"candidate {report.candidate}")
         shadow_figures(doc, report, alpha)
         doc.table(HEADERS, table_rows(report), numeric=[2, 3, 4, 5, 6, 7, 8, 9])
+        for line in _too_narrow(report):
+            doc.paragraph(line + ".")
         doc.paragraph(_legend(alpha), "note")
         sim = report.similarity
         if sim.get("mean") is not None:

@@ -50,6 +50,7 @@ from llmwatch.scorers.evaluation.stability import (
 )
 from llmwatch.scorers.evaluation.turns import TurnDecay, check_values, turn_decay, turn_decay_text
 from llmwatch.scorers.pipeline.conversations import link_samples
+from llmwatch.scorers.stats.format import interval_text
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -381,6 +382,13 @@ def _interval(r: DecisionRow) -> str:
     return f" [{r.decision_low:.3f}-{r.decision_high:.3f}]"
 
 
+def _leveled(r: DecisionRow, alpha: float) -> str:
+    """The interval with its level, for the verdict's sentences (the table's header names it there)."""
+    if r.decision_low is None or r.decision_high is None:
+        return ""
+    return " " + interval_text(r.decision_low, r.decision_high, 1 - alpha)
+
+
 def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
     """(level ok|info|warn, headline, points): which version is best, and why the others are not.
 
@@ -406,13 +414,13 @@ def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
     points: list[str] = []
     if best is not None:
         points.append(
-            f"version {best.model_version}: decision score {_f(best.decision_score)}{_interval(best)} "
+            f"version {best.model_version}: decision score {_f(best.decision_score)}{_leveled(best, report.alpha)} "
             f"(quality {_f(best.quality)}, stability {_f(best.stability)}, USD/1k requests {_f(best.cost_per_1k, '.4f')})"
         )
     for r in sorted(scored, key=lambda r: -(r.decision_score or 0.0)):
         if r is best:
             continue
-        line = f"version {r.model_version}: decision score {_f(r.decision_score)}{_interval(r)}"
+        line = f"version {r.model_version}: decision score {_f(r.decision_score)}{_leveled(r, report.alpha)}"
         if r.worse_on:
             line += f", {r.verdict(report.decision)}, so not eligible: " + "; ".join(
                 f"{g['check']} {g['pass_rate']:.1%} [{g['ci_low']:.0%}-{g['ci_high']:.0%}] of {g['n']} vs "

@@ -29,8 +29,8 @@ the line that decides its verdict: the baseline's pass rate minus `threshold` wh
 baseline (a drop to below it is what "regressed" needs), `pass_threshold` otherwise. A case near
 its line still gets up to `repeat` attempts, so noise is not stopped early into a verdict. Each
 case reports its interval, pass^k (all of its k judged attempts passed) beside the mean pass
-rate, and `flaky` when its pass rate is strictly between 0 and 1 with the interval excluding
-both 0 and 1.
+rate, and `flaky` when it passed and failed at least once in its repeats (0 < passes < judged
+attempts; no confidence level enters it).
 
 Prompt sensitivity (`paraphrases` K > 0): each case also runs in K rewordings of its last user
 message (paraphrase.py, seeded by the case id), as attempts with `variant` 1..K. They never enter
@@ -84,6 +84,7 @@ from llmwatch.scorers.evaluation.paraphrase import (
     with_last_user_text,
 )
 from llmwatch.scorers.stats import twosample as stats
+from llmwatch.scorers.stats.format import interval_text
 from llmwatch.scorers.stats.proportions import wilson_interval
 
 log = structlog.get_logger(__name__)
@@ -1049,12 +1050,9 @@ def summarize_cases(
                 ci_low=lo,
                 ci_high=hi,
                 pass_k=(n_pass == len(judged)) if judged else None,
-                flaky=bool(judged)
-                and 0 < n_pass < len(judged)
-                and lo is not None
-                and hi is not None
-                and lo > 0.0
-                and hi < 1.0,
+                # Flaky = passed and failed at least once. (It once also asked the Wilson interval
+                # to exclude 0 and 1, which it always does when 0 < k < n: a dead condition.)
+                flaky=0 < n_pass < len(judged),
                 stopped_early=repeat is not None and len(items) < repeat,
             )
         )
@@ -1350,7 +1348,7 @@ def format_run(run: RegressRun) -> str:
                 p = "-" if v.p_adjusted is None else f"{v.p_adjusted:.3g}"
                 line += f" {_pct(v.baseline_pass_rate):>9} {delta:>7} {p:>8}  {_verdict_cell(v)}"
         if c.flaky:
-            line += f"  FLAKY ({_pct(c.ci_low)}-{_pct(c.ci_high)})"
+            line += f"  FLAKY {interval_text(c.ci_low, c.ci_high, run.confidence, '.1%')}"
         if c.n_error:
             line += f"  ({c.n_error} attempt(s) unjudged: {', '.join(f'{k} error x{n}' for k, n in c.check_errors.items())})"
         lines.append(line)
@@ -1361,9 +1359,7 @@ def format_run(run: RegressRun) -> str:
         )
     flaky = [c.id for c in run.cases if c.flaky]
     if flaky:
-        lines.append(
-            f"\n  flaky (pass rate strictly between 0 and 1 at {run.confidence:.0%} confidence): {_ids(flaky)}"
-        )
+        lines.append(f"\n  flaky (passed and failed at least once in their repeats): {_ids(flaky)}")
     if run.early_stop:
         lines.append(
             f"  early stopping at {run.confidence:.0%} confidence: {run.calls} calls instead of {run.calls + run.calls_saved} "
