@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import difflib
+import math
 import signal
 import sys
 import threading
@@ -252,6 +253,12 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
     if args.batch_bytes <= 0:
         raise ConfigError(f"--batch-bytes {args.batch_bytes}: give bytes above 0 (default 67108864, 64 MiB)")
+    # Taken as given, 0 or a negative count wrote (or tried to) after every poll, and a period of
+    # 0 or below wrote after every poll; NaN or inf never wrote by time at all.
+    if args.batch_records <= 0:
+        raise ConfigError(f"--batch-records {args.batch_records}: give a count of records above 0 (default 10000)")
+    if not (math.isfinite(args.flush_s) and args.flush_s > 0):
+        raise ConfigError(f"--flush-s {args.flush_s}: give a finite number of seconds above 0 (default 10)")
     kafka = _kafka_overrides(args) or {}
     if args.pairs_topic:
         kafka["pairs_topic"] = args.pairs_topic

@@ -25,6 +25,8 @@ and commits, as `--flush-s` does; the buffer then holds at most that plus one po
 
 from __future__ import annotations
 
+import bisect
+import math
 import signal
 import threading
 import time
@@ -51,22 +53,40 @@ BATCH_BYTES = 64 * 1024 * 1024
 
 
 class Covered:
-    """The offset ranges of one topic partition that files already hold."""
+    """The offset ranges of one topic partition that files already hold, kept merged: sorted,
+    disjoint and never adjacent, so the contiguous files of a long assignment (one per write)
+    are one range, and a membership test is a binary search, not a scan of every file written."""
 
     def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
-        self.ranges = sorted(ranges)
+        self.ranges: list[tuple[int, int]] = []
+        for first, last in ranges:
+            self.add(first, last)
 
     def __contains__(self, offset: object) -> bool:
-        return isinstance(offset, int) and any(a <= offset <= b for a, b in self.ranges)
+        if not isinstance(offset, int):
+            return False
+        i = bisect.bisect_right(self.ranges, (offset, math.inf)) - 1
+        return i >= 0 and offset <= self.ranges[i][1]
 
     def add(self, first: int, last: int) -> None:
-        if (first, last) not in self.ranges:
-            self.ranges.append((first, last))
-            self.ranges.sort()
+        """Cover [first, last], merged with every range it overlaps or touches (b + 1 == first)."""
+        lo = bisect.bisect_left(self.ranges, (first, -math.inf))
+        if lo > 0 and self.ranges[lo - 1][1] >= first - 1:
+            lo -= 1
+        hi = lo
+        while hi < len(self.ranges) and self.ranges[hi][0] <= last + 1:
+            hi += 1
+        if hi > lo:
+            first = min(first, self.ranges[lo][0])
+            last = max(last, self.ranges[hi - 1][1])
+        self.ranges[lo:hi] = [(first, last)]
 
     def between(self, lo: int, hi: int) -> bool:
-        """A covered range lies wholly between two offsets: a run may not span it."""
-        return any(lo < a and b < hi for a, b in self.ranges)
+        """Some covered offset lies strictly between two offsets: a run may not span it. (With
+        ranges merged, a range that holds such an offset may reach past `lo` or `hi`: the two
+        offsets themselves are not covered where this is asked, so the range lies between.)"""
+        i = bisect.bisect_right(self.ranges, (lo, math.inf))
+        return i < len(self.ranges) and self.ranges[i][0] < hi
 
 
 def runs(
