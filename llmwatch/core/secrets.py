@@ -15,6 +15,8 @@ from urllib.parse import unquote
 
 import orjson
 
+from llmwatch.core.urls import split_userinfo
+
 MASK = "***"
 # Shorter values are not masked: replacing every "abc" of every answer would mangle the records
 # and hide nothing worth hiding (a 3-character credential is no secret).
@@ -75,9 +77,42 @@ class SecretMask:
             return [self._walk(v) for v in value]
         return value
 
+    def value(self, value: Any) -> Any:
+        """`value` (a str, or what JSON holds) with every known secret in its strings masked; the
+        very object when none occurs (one serialisation and a substring search per secret)."""
+        if not self.secrets or value is None:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        try:
+            encoded = orjson.dumps(value)
+        except TypeError:
+            return self._walk(value)
+        if not any(n in encoded for n in self._needles):
+            return value
+        return self._walk(value)
+
     def line(self, line: bytes) -> bytes:
         """`line` (one JSON document) with every known secret in its strings masked; the same
         bytes when none occurs (one substring search per secret: the usual case)."""
         if not any(n in line for n in self._needles):
             return line
         return orjson.dumps(self._walk(orjson.loads(line)))
+
+
+def upstream_secrets(upstream: str | None) -> SecretMask:
+    """The credentials llmwatch itself sends the primary upstream (its URL's `user:password`, sent
+    as Basic auth), in every form the upstream may quote them back in an answer."""
+    if not upstream:
+        return SecretMask([])
+    _, userinfo = split_userinfo(upstream)
+    if userinfo is None:
+        return SecretMask([])
+    forms = userinfo_forms(userinfo)
+    plain = unquote(userinfo)
+    for encoding in ("latin-1", "utf-8"):  # aiohttp's BasicAuth encodes latin-1; utf-8 where it cannot
+        try:
+            forms |= header_forms("Basic " + base64.b64encode(plain.encode(encoding)).decode("ascii"))
+        except UnicodeEncodeError:
+            continue
+    return SecretMask(forms)

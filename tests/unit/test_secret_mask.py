@@ -49,3 +49,29 @@ def test_short_values_are_not_masked():
     assert not mask
     line = orjson.dumps({"m": "abc"})
     assert mask.line(line) == line
+
+
+def test_value_masks_inside_any_json_shape_and_returns_the_very_object_when_clean():
+    from llmwatch.core.secrets import SecretMask
+
+    mask = SecretMask(["s3cr3t-value"])
+    clean = {"choices": [{"message": {"content": "hello"}}], "n": 1}
+    assert mask.value(clean) is clean
+    assert mask.value(None) is None
+    dirty = {"error": {"message": "bad key s3cr3t-value", "list": ["x s3cr3t-value y", 2]}}
+    assert mask.value(dirty) == {"error": {"message": "bad key ***", "list": ["x *** y", 2]}}
+    assert mask.value("s3cr3t-value!") == "***!"
+
+
+def test_upstream_secrets_are_the_url_password_in_every_form_the_upstream_may_quote():
+    import base64
+
+    from llmwatch.core.secrets import upstream_secrets
+
+    assert not upstream_secrets("http://127.0.0.1:8080/v1")
+    assert not upstream_secrets(None)
+    mask = upstream_secrets("http://svc:p%40ss-word.1@127.0.0.1:8080/v1")
+    token = base64.b64encode(b"svc:p@ss-word.1").decode()
+    for quoted in ("p@ss-word.1", "p%40ss-word.1", "svc:p@ss-word.1", token, f"Basic {token}"):
+        assert mask.text(f"you sent {quoted}") == "you sent ***", quoted
+    assert mask.text("user svc") == "user svc"  # the user name is no secret

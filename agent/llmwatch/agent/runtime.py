@@ -33,6 +33,7 @@ from llmwatch.core.component import START_ORDER, Component, Context, Ready
 from llmwatch.core.config import inactive_settings
 from llmwatch.core.metrics import DriftReading, Metrics
 from llmwatch.core.queue import BoundedQueue
+from llmwatch.core.secrets import upstream_secrets
 from llmwatch.core.urls import mask_url
 from llmwatch.scorers.drift.metrics import DriftMetrics, DriftReadings
 from llmwatch.scorers.pipeline.redaction import Redactor
@@ -105,7 +106,9 @@ class Agent:
         )
 
         ctx = Context(cfg, self.metrics, serve_proxy=self.serve_proxy)
-        for service in (self.intake, cfg.metrics.price_table(), readings, calls, late_scores, redactor):
+        # The upstream URL's credentials, masked wherever an answer of the upstream is kept.
+        secrets = upstream_secrets(cfg.upstream)
+        for service in (self.intake, cfg.metrics.price_table(), readings, calls, late_scores, redactor, secrets):
             if service is not None:
                 ctx.provide(service)
         ctx.sinks.extend(self.extra_sinks)
@@ -124,6 +127,7 @@ class Agent:
             ctx.sinks,
             self.metrics,
             redact=redactor,
+            secrets=secrets,
             min_batch=cfg.queue.batch_min,
             linger_s=cfg.queue.batch_linger_s,
         )

@@ -27,6 +27,7 @@ from llmwatch.core.logs import RateLimitedLog
 from llmwatch.core.metrics import MetricGroup, Metrics, counter, gauge
 from llmwatch.core.queue import BoundedQueue
 from llmwatch.core.records import Sample
+from llmwatch.core.secrets import SecretMask
 from llmwatch.scorers.pipeline.redaction import redact_sample
 from llmwatch.scorers.pipeline.sampler import Sampler
 
@@ -144,6 +145,7 @@ class Pipeline:
         metrics: Metrics,
         *,
         redact: Callable[[Any], Any] | None,
+        secrets: SecretMask | None = None,
         batch_size: int = 256,
         min_batch: int = 1,
         linger_s: float = 0.0,
@@ -152,6 +154,10 @@ class Pipeline:
         self.sinks = list(sinks)
         self.metrics = metrics.group(PipelineMetrics)
         self._redact = redact
+        # The credentials llmwatch sends the upstream, masked in every sample whether redaction is
+        # on or off: an upstream quoting them back ("Incorrect API key provided: ...") in a shape no
+        # redaction pattern knows would otherwise store them (llmwatch.core.secrets).
+        self._secrets = secrets if secrets else None
         self._batch_size = batch_size
         # A batch gathers up to `min_batch` samples, for at most `linger_s` (see BoundedQueue).
         self._min_batch = min_batch
@@ -180,6 +186,20 @@ class Pipeline:
             reason=item.reason,
             price_row=item.price_row,
         )
+
+    def unsecret(self, sample: Sample) -> Sample:
+        """`sample` with the known secrets masked in what the upstream or the client wrote; the very
+        sample when none occurs (the usual case: one serialisation of each body)."""
+        mask = self._secrets
+        if mask is None:
+            return sample
+        update = {}
+        for field in ("request", "response", "error_type", "finish_reason", "metadata", "capture_notes"):
+            value = getattr(sample, field)
+            masked = mask.value(value)
+            if masked is not value:
+                update[field] = masked
+        return sample.model_copy(update=update) if update else sample
 
     def redacted(self, sample: Sample) -> Sample:
         # A Redactor applies the whole policy: field rules, header metadata, the client's
@@ -212,6 +232,8 @@ class Pipeline:
                 # Only a Captured can fail here: a submitted Sample is passed through as it is.
                 request_id = item.exchange.request_id if isinstance(item, Captured) else item.id
                 log.exception("sample_build_failed", request_id=request_id)
+        if self._secrets is not None:
+            samples = [self.unsecret(s) for s in samples]
         redacted: list[Sample] | None = None
         for sink in self.sinks:
             if getattr(sink, "raw", False):

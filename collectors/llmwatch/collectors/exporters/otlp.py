@@ -29,6 +29,7 @@ from llmwatch.collectors.calls import CallFinished
 from llmwatch.collectors.otel.config import OtelMetrics, OtelSection
 from llmwatch.collectors.receivers.proxy.capture import CallFacts, Exchange
 from llmwatch.core.metrics import Metrics
+from llmwatch.core.secrets import SecretMask
 from llmwatch.core.wire import content_to_text, extract_answer_text, extract_prompt_text
 
 log = structlog.get_logger(__name__)
@@ -170,11 +171,19 @@ class OtelExporter:
     """Owns a private TracerProvider (never the global one: the host app may have its own)."""
 
     def __init__(
-        self, cfg: OtelSection, *, upstream: str, metrics: Metrics, redact: Callable[[Any], Any] | None
+        self,
+        cfg: OtelSection,
+        *,
+        upstream: str,
+        metrics: Metrics,
+        redact: Callable[[Any], Any] | None,
+        secrets: SecretMask | None = None,
     ) -> None:
         self.cfg = cfg
         self._metrics = metrics
         self._redact = redact
+        # The upstream URL's credentials, masked in exported content with redaction on or off.
+        self._secrets = secrets if secrets else None
         parsed = urlparse(upstream)
         self._server = parsed.hostname or ""
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -273,7 +282,10 @@ class OtelExporter:
         ):
             if not messages:
                 continue
-            text = orjson.dumps(redact(messages)).decode()
+            kept = redact(messages)
+            if self._secrets is not None:
+                kept = self._secrets.value(kept)
+            text = orjson.dumps(kept).decode()
             if len(text) > _MAX_CONTENT_BYTES:
                 span.set_attribute("llmwatch.content_omitted", True)
                 continue

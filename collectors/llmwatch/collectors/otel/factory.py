@@ -16,6 +16,7 @@ from llmwatch.collectors.otel.config import OtelMetrics, OtelSection
 from llmwatch.core.component import Component, Context, Factory
 from llmwatch.core.config import ConfigError
 from llmwatch.core.extras import require
+from llmwatch.core.secrets import SecretMask
 from llmwatch.scorers.pipeline.redaction import Redactor
 
 if TYPE_CHECKING:
@@ -48,7 +49,9 @@ def _create_exporter(ctx: Context, otel: OtelSection) -> Component | None:
     from llmwatch.collectors.exporters.otlp import OtelExporter
 
     upstream = ctx.setting("upstream") or ""
-    exporter = OtelExporter(otel, upstream=upstream, metrics=ctx.metrics, redact=ctx.find(Redactor))
+    exporter = OtelExporter(
+        otel, upstream=upstream, metrics=ctx.metrics, redact=ctx.find(Redactor), secrets=ctx.find(SecretMask)
+    )
     # Spans carry the answer, so streams are assembled for every call while this is on.
     ctx.get(CallEvents).subscribe(exporter.on_call, wants_answer=True)
     return OtlpExporterComponent(exporter)
