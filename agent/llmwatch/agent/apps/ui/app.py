@@ -1031,14 +1031,15 @@ def run(
             listen=listen,
             advice="anyone who reaches this address reads the samples: serve behind an authenticating reverse proxy",
         )
-    # Spill folders of a `llmwatch ui` that was killed (SIGKILL runs no clean-up) stay in the temp
-    # directory with what they spilled: this user's whose process is gone go at each start.
-    remove_stale_spill_folders()
     try:
         index = Index(data_dir if parquet.is_url(data_dir) else folder)
         index.refresh(strict=True)
     except RecordError as exc:
         raise UiError(f"--data-dir {exc}") from None
+    # Spill folders of a `llmwatch ui` that was killed (SIGKILL runs no clean-up) stay in the temp
+    # directory with what they spilled: this user's whose process is gone go at each start. Once
+    # the data directory is accepted: a start refused for bad input changes nothing and says one line.
+    remove_stale_spill_folders()
     state = UiState(index, folder, [Path(s) for s in suites], [Path(d) for d in drift_reports], token, data_dir)
     state.secure_cookie = bool(public_url and public_url.lower().startswith("https://"))
     if token is None and host in LOOPBACK:
