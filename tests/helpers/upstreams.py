@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 
 import orjson
@@ -69,6 +70,29 @@ def gated_stream_app(gate: asyncio.Event) -> web.Application:
         await resp.write(b"data: " + orjson.dumps(last) + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+def quoting_app(seen: list | None = None) -> web.Application:
+    """An upstream that refuses every call with 401 and quotes the credential it was sent, as
+    OpenAI does ("Incorrect API key provided: <key>"); Basic credentials decoded, as a gateway might.
+    `seen` gets the headers of each call."""
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        if seen is not None:
+            seen.append(dict(request.headers))
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme == "Basic":
+            user, _, password = base64.b64decode(token).decode().partition(":")
+            message = f"Incorrect password provided for {user}: {password}"
+        else:
+            message = f"Incorrect API key provided: {token}"
+        body = {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}
+        return web.Response(status=401, body=orjson.dumps(body), content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
