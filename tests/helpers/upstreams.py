@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import orjson
 from aiohttp import web
@@ -17,6 +20,25 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     return runner, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def served_in_thread(app: web.Application) -> Iterator[str]:
+    """`app` served as `serve` serves it, by an event loop of its own on a daemon thread, for a
+    synchronous test (the command it runs holds the test's thread until its end): its URL. Cleaned
+    up, and the thread joined, on the way out."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        runner, url = asyncio.run_coroutine_threadsafe(serve(app), loop).result(timeout=30)
+        try:
+            yield url
+        finally:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
 
 
 def echo_app() -> web.Application:
