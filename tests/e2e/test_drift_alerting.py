@@ -21,6 +21,7 @@ from helpers.chat import seeded_calls
 from helpers.dashboards import DASHBOARD_DIR, defined_variables, expressions, load, substitute, variable_queries
 from helpers.ports import free_port
 from helpers.prom import Prometheus, alertmanager_binary, finite, start_prometheus
+from helpers.upstreams import serve
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 
@@ -54,11 +55,7 @@ class Hook:
 async def serve_hook(hook: Hook) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_post("/{name}", hook.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    return await serve(app)
 
 
 def start_alertmanager(tmp: Path, hook_url: str) -> tuple[subprocess.Popen, str]:

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from helpers.ports import dead_address, free_port
+from helpers.upstreams import serve
 
 from llmwatch.collectors.exporters.webhook import AlertSpec, WebhookNotifier, alert_key, fingerprint
 
@@ -65,12 +66,8 @@ async def receiver():
     rec = Receiver()
     app = web.Application()
     app.router.add_post("/hook", rec.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    rec.url = f"http://{host}:{port}/hook"
+    runner, url = await serve(app)
+    rec.url = f"{url}/hook"
     yield rec
     await runner.cleanup()
 
@@ -460,13 +457,9 @@ async def test_the_urls_secret_path_is_in_no_error_or_log_line_when_redirects_lo
 
     app = web.Application()
     app.router.add_post("/services/{rest:.*}", loop_back)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    runner, url = await serve(app)
     try:
-        n = make_notifier(f"http://{host}:{port}/services/{secret}?key={secret}", max_retries=1)
+        n = make_notifier(f"{url}/services/{secret}?key={secret}", max_retries=1)
         await n.update(active(drift_alert()))
         assert await n.flush(timeout_s=10)
     finally:

@@ -7,10 +7,17 @@
     ports["proxy_port"], ports["metrics_port"]
 
 End each with `stop()` (it kills only its own PID).
+
+Where a test reads the whole log afterwards (what it must not contain), the proxy writes it into a
+file instead:
+
+    proc = proxy_process(cfg, upstream, data_dir, log)      # a plain Popen, output into `log`
+    started = (await logged(log, proc, "agent_started"))["agent_started"]
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -101,6 +108,31 @@ def proxy_argv(upstream: str, data_dir: str | os.PathLike[str], *options: str) -
     (`agent_started`), writing under `data_dir`; `options` (such as --config) follow."""
     return [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", upstream,
             "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(data_dir), *options]  # fmt: skip
+
+
+def proxy_process(cfg: Path, upstream: str, data: Path, log: Path, **env: str) -> subprocess.Popen:
+    """`llmwatch proxy --config CFG` in front of `upstream` on ports it picks, its output into `log`."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            proxy_argv(upstream, data, "--config", str(cfg)),
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def logged(log: Path, proc: subprocess.Popen, *events: str) -> dict[str, dict]:
+    """The log record of each of `events` once `proc` has written them all (fails after 60 s or if it exits)."""
+    found: dict[str, dict] = {}
+    deadline = time.monotonic() + 60
+    while len(found) < len(events) and time.monotonic() < deadline and proc.poll() is None:
+        for line in log.read_text().splitlines():
+            for event in events:
+                if f'"{event}"' in line:
+                    found[event] = json.loads(line)
+        await asyncio.sleep(0.05)
+    assert len(found) == len(events), log.read_text()
+    return found
 
 
 def llmwatch(

@@ -94,6 +94,23 @@ def refusal_scored(
     return sample, score
 
 
+def rule_score(sample_id: str, **fields: Any) -> Score:
+    """A passing rule check's score of model "m", version "A", as the Kafka workers read it off the
+    scores topic; `fields` (check, details...) replace the defaults."""
+    values: dict[str, Any] = {
+        "sample_id": sample_id,
+        "check": "min_length",
+        "kind": "rule",
+        "result": "pass",
+        "value": 1.0,
+        "model": "m",
+        "model_version": "A",
+        "sample_timestamp": datetime(2026, 1, 1, tzinfo=timezone.utc),
+    }
+    values.update(fields)
+    return Score(**values)
+
+
 def write_jsonl(path: Path, records: Iterable[Any]) -> Path:
     """Records (samples, scores, pairs) as a JSON Lines file, as llmwatch writes them; its folder made."""
     path.parent.mkdir(parents=True, exist_ok=True)

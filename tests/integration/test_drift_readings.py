@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 from helpers.agents import metric, scrape, wait_until
+from helpers.upstreams import serve
 
 from llmwatch.core.metrics import DriftReading
 
@@ -25,13 +26,9 @@ async def test_a_published_drift_reading_sets_the_gauges_the_state_and_fires_the
 
     app = web.Application()
     app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    runner, url = await serve(app)
     try:
-        agent = await make_agent(sim.url, drift={"webhook": {"url": f"http://{host}:{port}/hook"}})
+        agent = await make_agent(sim.url, drift={"webhook": {"url": f"{url}/hook"}})
         assert "drift.webhook" in agent.components
         reading = DriftReading("B", "chat", "pass_rate:json_valid", 4.2, 0.001, True, 300, served_as="sim-b")
         # From another thread, as the scorer's result thread publishes.

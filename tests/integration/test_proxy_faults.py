@@ -255,11 +255,37 @@ async def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_c
             await asyncio.sleep(0.05)
 
 
-async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole_answer(make_agent):
-    # The official `openai` client's synchronous stream closes its connection as soon as it reads
-    # `data: [DONE]`; llama.cpp's server sends the end of its chunked body in a later write, so
-    # the client's close comes first. That call is complete, not `client_disconnected`; a client
-    # that leaves before `[DONE]` still is.
+async def read_stream_until(reader: asyncio.StreamReader, until: bytes, *, gzipped: bool = False) -> None:
+    """Reads a streamed answer off the proxy as a client does until `until` has come: the raw bytes,
+    or, `gzipped`, the chunked body de-chunked and inflated (the head read first)."""
+    if gzipped:
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    got = b""
+    framed = b""
+    while until not in got:
+        more = await asyncio.wait_for(reader.read(65536), 5)
+        assert more, got
+        if not gzipped:
+            got += more
+            continue
+        framed += more
+        while (line_end := framed.find(b"\r\n")) >= 0:
+            size = int(framed[:line_end], 16)
+            if len(framed) < line_end + 2 + size + 2:
+                break
+            got += inflater.decompress(framed[line_end + 2 : line_end + 2 + size])
+            framed = framed[line_end + 2 + size + 2 :]
+
+
+async def hang_up_after_done_then_before_it(make_agent, *, gzipped: bool) -> tuple[list[dict], float]:
+    """Two streamed calls to an upstream that never sends its body's last chunk: the first answer
+    is the event "Paris" and `[DONE]`, the second the event alone. The client reads up to `[DONE]`
+    (the first) or "Paris" (the second) and hangs up; the upstream waits to see the proxy close its
+    connection. `gzipped`: `Content-Encoding: gzip`, each event flushed as servers that compress
+    streams flush it (and the gzip trailer never comes either).
+
+    Returns the two calls' records and the `client_disconnected` error count."""
     event = b'data: {"id":"s","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\n'
     plans = ["done", "cut"]
     closed = asyncio.Event()
@@ -267,10 +293,16 @@ async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole
     async def stream_then_owe_the_end(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_body(head, reader)
         plan = plans.pop(0)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-        if plan == "done":
-            writer.write(b"%x\r\n%s\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n"))
+        deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS) if gzipped else None  # gzip framing
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            + (b"Content-Encoding: gzip\r\n" if gzipped else b"")
+            + b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for piece in (event, b"data: [DONE]\n\n") if plan == "done" else (event,):
+            if deflater is not None:
+                piece = deflater.compress(piece) + deflater.flush(zlib.Z_SYNC_FLUSH)
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
         await writer.drain()
         # The body's last chunk (0) never comes: the proxy closes this connection when its client goes.
         if await asyncio.wait_for(reader.read(1), 20) == b"":
@@ -284,19 +316,24 @@ async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole
             closed.clear()
             reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
             writer.write(post("/v1/chat/completions", stream_body))
-            got = b""
-            while until not in got:
-                more = await asyncio.wait_for(reader.read(65536), 5)
-                assert more, got
-                got += more
+            await read_stream_until(reader, until, gzipped=gzipped)
             writer.close()
             await asyncio.wait_for(closed.wait(), 5)
         records = await drained(agent, 2)
-        done = [r for r in records if r["error_type"] is None]
-        cut = [r for r in records if r["error_type"] == "client_disconnected"]
-        assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
-        assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
-        assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 1
+        return records, metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected")
+
+
+async def test_a_client_that_hangs_up_after_the_streams_done_event_has_its_whole_answer(make_agent):
+    # The official `openai` client's synchronous stream closes its connection as soon as it reads
+    # `data: [DONE]`; llama.cpp's server sends the end of its chunked body in a later write, so
+    # the client's close comes first. That call is complete, not `client_disconnected`; a client
+    # that leaves before `[DONE]` still is.
+    records, disconnected = await hang_up_after_done_then_before_it(make_agent, gzipped=False)
+    done = [r for r in records if r["error_type"] is None]
+    cut = [r for r in records if r["error_type"] == "client_disconnected"]
+    assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
+    assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
+    assert disconnected == 1
 
 
 async def test_a_client_that_hangs_up_after_a_long_streams_done_event_has_its_whole_answer(make_agent):
@@ -321,11 +358,7 @@ async def test_a_client_that_hangs_up_after_a_long_streams_done_event_has_its_wh
         agent = await make_agent(upstream.url, sampling={"rate": 1.0}, capture={"max_body_bytes": 1024})
         reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
         writer.write(post("/v1/chat/completions", stream_body))
-        got = b""
-        while b"data: [DONE]\n\n" not in got:
-            more = await asyncio.wait_for(reader.read(65536), 5)
-            assert more, got
-            got += more
+        await read_stream_until(reader, b"data: [DONE]\n\n")
         writer.close()
         await asyncio.wait_for(closed.wait(), 5)
         [record] = await drained(agent, 1)
@@ -339,60 +372,13 @@ async def test_a_client_that_hangs_up_after_a_gzipped_streams_done_event_has_its
     # streams flush it): the relay forwards the compressed bytes and never inflates them on its hot
     # path, so `[DONE]` was never seen in them and a client that hung up after it counted as
     # `client_disconnected`. A client that leaves before `[DONE]` still is.
-    event = b'data: {"id":"s","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"Paris"},"finish_reason":"stop"}]}\n\n'
-    plans = ["done", "cut"]
-    closed = asyncio.Event()
-
-    async def gzipped_stream_then_owe_the_end(
-        head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        await read_body(head, reader)
-        plan = plans.pop(0)
-        deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
-        )
-        for piece in (event, b"data: [DONE]\n\n") if plan == "done" else (event,):
-            packed = deflater.compress(piece) + deflater.flush(zlib.Z_SYNC_FLUSH)
-            writer.write(b"%x\r\n%s\r\n" % (len(packed), packed))
-        await writer.drain()
-        # The gzip trailer and the body's last chunk never come: the proxy closes this connection
-        # when its client goes.
-        if await asyncio.wait_for(reader.read(1), 20) == b"":
-            closed.set()
-        raise ConnectionError
-
-    stream_body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "capital?"}]})
-    async with RawUpstream(gzipped_stream_then_owe_the_end) as upstream:
-        agent = await make_agent(upstream.url, sampling={"rate": 1.0})
-        for until in (b"data: [DONE]\n\n", b'"Paris"'):
-            closed.clear()
-            reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
-            writer.write(post("/v1/chat/completions", stream_body))
-            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            got = b""
-            framed = b""
-            while until not in got:  # as the client reads it: de-chunked, inflated
-                more = await asyncio.wait_for(reader.read(65536), 5)
-                assert more, got
-                framed += more
-                while (line_end := framed.find(b"\r\n")) >= 0:
-                    size = int(framed[:line_end], 16)
-                    if len(framed) < line_end + 2 + size + 2:
-                        break
-                    got += inflater.decompress(framed[line_end + 2 : line_end + 2 + size])
-                    framed = framed[line_end + 2 + size + 2 :]
-            writer.close()
-            await asyncio.wait_for(closed.wait(), 5)
-        records = await drained(agent, 2)
-        done = [r for r in records if r["error_type"] is None]
-        cut = [r for r in records if r["error_type"] == "client_disconnected"]
-        # Before the fix: both `client_disconnected`.
-        assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
-        assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
-        assert metric(await scrape(agent), "llmwatch_proxy_errors_total", error_type="client_disconnected") == 1
+    records, disconnected = await hang_up_after_done_then_before_it(make_agent, gzipped=True)
+    done = [r for r in records if r["error_type"] is None]
+    cut = [r for r in records if r["error_type"] == "client_disconnected"]
+    # Before the fix: both `client_disconnected`.
+    assert len(done) == 1 and len(cut) == 1, [(r["error_type"], r["finish_reason"]) for r in records]
+    assert done[0]["status"] == 200 and done[0]["response"]["choices"][0]["message"]["content"] == "Paris"
+    assert disconnected == 1
 
 
 # --- 4. slow clients -----------------------------------------------------------------------------

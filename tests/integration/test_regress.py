@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import threading
 from pathlib import Path
 
 import orjson
@@ -13,6 +11,7 @@ from aiohttp import web
 from helpers.ports import dead_address
 from helpers.procs import simulator_url, start_simulator
 from helpers.regress import regress_cli, write_suite
+from helpers.upstreams import served_in_thread
 
 from llmwatch.scorers.checks.judge import JudgeReplyError, parse_judge_reply
 from llmwatch.scorers.evaluation.regress import load_run, load_suite
@@ -308,30 +307,10 @@ def judge_server():
             }
         )
 
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
-    runner = web.AppRunner(app)
-    bound: list[int] = []
-    ready = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        bound.append(runner.addresses[0][1])
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(30), "the judge stub did not start"
-    port = bound[0]
-    yield f"http://127.0.0.1:{port}", seen
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_in_thread(app) as url:
+        yield url, seen
 
 
 def test_the_judge_check_grades_every_attempt_and_a_broken_judge_is_recorded_as_errors(
@@ -431,30 +410,11 @@ def quoting_endpoints():
         body = {"error": {"message": f"Incorrect API key provided: {given}", "type": "invalid_request_error"}}
         return web.json_response(body, status=401)
 
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/ok/v1/chat/completions", ok)
     app.router.add_post("/refuse/v1/chat/completions", refuse)
-    runner = web.AppRunner(app, access_log=None)
-    ready = threading.Event()
-    bound: list[int] = []
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        bound.append(runner.addresses[0][1])
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(30), "the stub endpoints did not start"
-    yield f"http://127.0.0.1:{bound[0]}"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_in_thread(app) as url:
+        yield url
 
 
 def test_an_endpoint_that_quotes_the_refused_key_does_not_put_it_in_the_error(

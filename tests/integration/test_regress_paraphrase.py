@@ -10,11 +10,9 @@ sent, and each later turn must carry the simulator's own earlier answers, never 
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import re
 import signal
-import threading
 from pathlib import Path
 
 import orjson
@@ -23,7 +21,7 @@ from aiohttp import web
 from helpers.ports import dead_address
 from helpers.procs import Proc, simulator_url, start_configured_proxy, start_simulator
 from helpers.regress import regress_cli, write_suite
-from helpers.upstreams import serve
+from helpers.upstreams import served_in_thread
 
 from llmwatch.scorers.evaluation.paraphrase import reword_messages
 from llmwatch.scorers.evaluation.regress import SuiteCase, load_run
@@ -279,14 +277,8 @@ def rewording_server():
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runner, url = asyncio.run_coroutine_threadsafe(serve(app), loop).result(timeout=30)
-    yield url, seen
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_in_thread(app) as url:
+        yield url, seen
 
 
 def test_rewordings_from_a_model_are_kept_when_they_keep_the_protected_tokens_and_made_up_otherwise(

@@ -29,8 +29,8 @@ import yaml
 from aiohttp import web
 from helpers.agents import metric, proxy_url, scrape, wait_until
 from helpers.kafka_broker import kafka_broker  # noqa: F401  (pytest finds the fixture by name)
-from helpers.procs import proxy_argv
-from helpers.upstreams import serve
+from helpers.procs import logged, proxy_process
+from helpers.upstreams import quoting_app, serve
 
 from llmwatch.agent.apps.simulator.server import PROFILES, SimProfile, start_simulator
 from llmwatch.agent.components import load_config
@@ -96,31 +96,6 @@ def client(agent) -> openai.AsyncOpenAI:
 
 def shadow_section(upstream: str, **candidate) -> dict:
     return {"enabled": True, "candidates": [{"name": "cand", "upstream": upstream, "rate": 1.0, **candidate}]}
-
-
-def _proxy_process(cfg: Path, upstream: str, data: Path, log: Path, **env: str) -> subprocess.Popen:
-    """`llmwatch proxy --config CFG` in front of `upstream` on ports it picks, its output into `log`."""
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            proxy_argv(upstream, data, "--config", str(cfg)),
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-async def _logged(log: Path, proc: subprocess.Popen, *events: str) -> dict[str, dict]:
-    """The log record of each of `events` once `proc` has written them all (fails after 60 s or if it exits)."""
-    found: dict[str, dict] = {}
-    deadline = time.monotonic() + 60
-    while len(found) < len(events) and time.monotonic() < deadline and proc.poll() is None:
-        for line in log.read_text().splitlines():
-            for event in events:
-                if f'"{event}"' in line:
-                    found[event] = json.loads(line)
-        await asyncio.sleep(0.05)
-    assert len(found) == len(events), log.read_text()
-    return found
 
 
 async def traffic(agent, n: int, *, seeded: bool = False) -> None:
@@ -599,9 +574,9 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
     )
     log = tmp_path / "proxy.log"
     data = tmp_path / "data"
-    proc = _proxy_process(cfg, primary, data, log, CANDIDATE_KEY=SECRET)
+    proc = proxy_process(cfg, primary, data, log, CANDIDATE_KEY=SECRET)
     try:
-        started = (await _logged(log, proc, "agent_started"))["agent_started"]
+        started = (await logged(log, proc, "agent_started"))["agent_started"]
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
                 async with session.post(
@@ -634,28 +609,6 @@ async def test_candidate_secret_reaches_the_candidate_only(tmp_path):
         assert secret not in stored
 
 
-def _quoting_app(seen: list | None = None) -> web.Application:
-    """An upstream that refuses every call with 401 and quotes the credential it was sent, as
-    OpenAI does ("Incorrect API key provided: <key>"); Basic credentials decoded, as a gateway might."""
-
-    async def chat(request: web.Request) -> web.Response:
-        await request.read()
-        if seen is not None:
-            seen.append(dict(request.headers))
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme == "Basic":
-            user, _, password = base64.b64decode(token).decode().partition(":")
-            message = f"Incorrect password provided for {user}: {password}"
-        else:
-            message = f"Incorrect API key provided: {token}"
-        body = {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}
-        return web.Response(status=401, body=orjson.dumps(body), content_type="application/json")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
-
-
 @pytest.mark.parametrize("redaction", [True, False], ids=["redaction-on", "redaction-off"])
 async def test_a_candidate_that_quotes_its_key_does_not_leave_it_in_the_pairs(tmp_path, redaction):
     """Keys of shapes no redaction pattern knows, quoted back in 401 bodies by the candidate (its
@@ -664,8 +617,8 @@ async def test_a_candidate_that_quotes_its_key_does_not_leave_it_in_the_pairs(tm
     key = "cand.Tok3n.Q7Wz9Xv2Lp8Rt5"
     password = "Pr1mary-Pass.77"
     seen: list[dict] = []
-    runner_p, primary = await serve(_quoting_app())
-    runner_c, candidate = await serve(_quoting_app(seen))
+    runner_p, primary = await serve(quoting_app())
+    runner_c, candidate = await serve(quoting_app(seen))
     cfg = tmp_path / "llmwatch.yaml"
     cfg.write_text(
         yaml.safe_dump(
@@ -680,9 +633,9 @@ async def test_a_candidate_that_quotes_its_key_does_not_leave_it_in_the_pairs(tm
     log = tmp_path / "proxy.log"
     data = tmp_path / "data"
     upstream = primary.replace("http://", f"http://svc:{password}@")
-    proc = _proxy_process(cfg, upstream, data, log, CANDIDATE_KEY=f"Bearer {key}")
+    proc = proxy_process(cfg, upstream, data, log, CANDIDATE_KEY=f"Bearer {key}")
     try:
-        started = (await _logged(log, proc, "agent_started"))["agent_started"]
+        started = (await logged(log, proc, "agent_started"))["agent_started"]
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
                 async with session.post(
@@ -1133,10 +1086,10 @@ async def test_the_mirror_is_a_child_process_pinned_off_the_proxy_and_gone_with_
         )
     )
     log = tmp_path / "proxy.log"
-    proc = _proxy_process(cfg, primary, tmp_path / "data", log)
+    proc = proxy_process(cfg, primary, tmp_path / "data", log)
     child = None
     try:
-        records = await _logged(log, proc, "shadow_mirror_ready", "agent_started")
+        records = await logged(log, proc, "shadow_mirror_ready", "agent_started")
         ready, started = records["shadow_mirror_ready"], records["agent_started"]
         child = ready["pid"]
         assert child != proc.pid and os.sched_getaffinity(child) == {allowed[-1]}

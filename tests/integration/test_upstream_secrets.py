@@ -8,71 +8,33 @@ The client still gets the answer byte for byte; the sample keeps `***` in its pl
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import glob
 import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
-import orjson
 import pytest
 import yaml
-from aiohttp import web
 from helpers.agents import wait_until
-from helpers.procs import proxy_argv
-from helpers.upstreams import serve
+from helpers.procs import logged, proxy_process
+from helpers.upstreams import quoting_app, serve
 
 PASSWORD = "Pr1mary-Pass.77"  # no redaction pattern's shape
 
 
-def _quoting_upstream() -> web.Application:
-    """Refuses every call with 401 and quotes the password of the Basic credentials it was sent."""
-
-    async def chat(request: web.Request) -> web.Response:
-        await request.read()
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        user, _, password = base64.b64decode(token).decode().partition(":") if scheme == "Basic" else ("", "", "")
-        body = {"error": {"message": f"Incorrect password provided for {user}: {password}", "type": "auth_error"}}
-        return web.Response(status=401, body=orjson.dumps(body), content_type="application/json")
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    return app
-
-
-async def _wait_logged(log: Path, proc: subprocess.Popen, event: str) -> dict:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        for line in log.read_text().splitlines():
-            if f'"{event}"' in line:
-                return json.loads(line)
-        await asyncio.sleep(0.05)
-    raise AssertionError(log.read_text())
-
-
 @pytest.mark.parametrize("redaction", [True, False], ids=["redaction-on", "redaction-off"])
 async def test_an_upstream_quoting_the_password_llmwatch_sent_it_leaves_no_trace_in_samples(tmp_path, redaction):
-    runner, primary = await serve(_quoting_upstream())
+    runner, primary = await serve(quoting_app())
     cfg = tmp_path / "llmwatch.yaml"
     cfg.write_text(
         yaml.safe_dump({"sampling": {"rate": 1.0}, "scoring": {"enabled": False}, "redaction": {"enabled": redaction}})
     )
     data, log = tmp_path / "data", tmp_path / "proxy.log"
     upstream = primary.replace("http://", f"http://svc:{PASSWORD}@")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            proxy_argv(upstream, data, "--config", str(cfg)),
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = proxy_process(cfg, upstream, data, log)
     sample_files = lambda: glob.glob(str(data / "samples" / "**" / "*.jsonl"), recursive=True)  # noqa: E731
     try:
-        port = (await _wait_logged(log, proc, "agent_started"))["proxy_port"]
+        port = (await logged(log, proc, "agent_started"))["agent_started"]["proxy_port"]
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
                 async with session.post(

@@ -6,13 +6,12 @@ check names read from the scores topic pass a label cap that the names llmwatch 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers.samples import chat_sample
+from helpers.samples import chat_sample, rule_score
 from structlog.testing import capture_logs
 
 from llmwatch.agent.components import load_config
@@ -20,21 +19,7 @@ from llmwatch.agent.processes import kafka_aggregate
 from llmwatch.agent.processes.kafka_aggregate import Aggregator
 from llmwatch.collectors.exporters.kafka import KafkaMetrics
 from llmwatch.core.metrics import Metrics
-from llmwatch.core.scores import Score
 from llmwatch.scorers.drift.baseline import freeze, write_baseline
-
-
-def score(sample_id: str) -> Score:
-    return Score(
-        sample_id=sample_id,
-        check="min_length",
-        kind="rule",
-        result="pass",
-        value=1.0,
-        model="m",
-        model_version="A",
-        sample_timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
-    )
 
 
 def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,10 +31,10 @@ def test_scores_that_never_meet_their_sample_are_bounded_and_counted(monkeypatch
         agg.add_sample(chat_sample(id=f"early{i}"), now=0.0)
     assert agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1) == 50
     for i in range(50):
-        assert agg.add_score(score(f"early{i}"))
+        assert agg.add_score(rule_score(f"early{i}"))
     # Scores of samples that never come (lost to the samples topic's retention, a join overflow).
     for i in range(1000):
-        assert agg.add_score(score(f"never{i}"))
+        assert agg.add_score(rule_score(f"never{i}"))
     assert len(agg.scores) <= 100, "held scores are bounded"
     dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow_score")._value.get()
     assert dropped == 1050 - 100
@@ -69,7 +54,7 @@ def test_scores_held_for_one_sample_are_bounded_too(monkeypatch: pytest.MonkeyPa
     metrics = Metrics()
     agg = Aggregator(load_config(None, environ={}), metrics)
     for i in range(5000):
-        assert agg.add_score(score("one").model_copy(update={"check": f"made-up-{i}"}))
+        assert agg.add_score(rule_score("one").model_copy(update={"check": f"made-up-{i}"}))
     held = sum(len(scores) for scores in agg.scores.values())
     assert held <= 100 * kafka_aggregate.SCORES_PER_SAMPLE, "held scores are bounded, not only their samples"
     dropped = metrics.group(KafkaMetrics).kafka_consumed.labels(outcome="join_overflow_score")._value.get()
@@ -115,7 +100,7 @@ def test_big_scores_are_bounded_by_bytes_not_only_by_count() -> None:
     metrics = Metrics()
     agg = Aggregator(cfg, metrics)
     for i in range(30):
-        big = score(f"lonely{i}").model_copy(update={"details": {"text": "y" * 200_000}})
+        big = rule_score(f"lonely{i}").model_copy(update={"details": {"text": "y" * 200_000}})
         agg.add_record(SimpleNamespace(topic="t.scores", partition=0, offset=i, value=big.to_json()), is_score=True)
     held = sum(len(s.to_json()) for scores in agg.scores.values() for s in scores)
     assert held <= 2 * 1024 * 1024 and agg.held_score_bytes == held
@@ -125,7 +110,7 @@ def test_big_scores_are_bounded_by_bytes_not_only_by_count() -> None:
     agg.add_sample(chat_sample(id="lonely29"), now=0.0)
     agg.flush(now=kafka_aggregate.JOIN_DELAY_S + 1)
     assert agg.held_scores == last - 1 and agg.held_score_bytes == held - len(
-        score("lonely29").model_copy(update={"details": {"text": "y" * 200_000}}).to_json()
+        rule_score("lonely29").model_copy(update={"details": {"text": "y" * 200_000}}).to_json()
     )
 
 
@@ -136,9 +121,9 @@ def test_check_names_from_the_scores_topic_cannot_grow_the_series_past_the_cap()
 
     metrics = Metrics()
     agg = Aggregator(load_config(None, environ={}), metrics)
-    agg.add_score(score("s-real"))
+    agg.add_score(rule_score("s-real"))
     for i in range(MAX_CHECK_LABELS * 3):
-        agg.add_score(score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
+        agg.add_score(rule_score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
     checks = {
         s.labels["check"]
         for family in metrics.registry.collect()
@@ -162,11 +147,11 @@ def test_made_up_check_names_arriving_first_cannot_push_known_checks_into_other(
     metrics = Metrics()
     agg = Aggregator(cfg, metrics)
     for i in range(MAX_CHECK_LABELS * 3):
-        agg.add_score(score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
+        agg.add_score(rule_score(f"s{i}").model_copy(update={"check": f"made-up-{i}"}))
     # A built-in suite check, a registered kind, the configured check, a judge criterion, the probe.
     real = ["refusal", "input_truncated", "short_answers", "judge:helpfulness", "consistency"]
     for check in real:
-        agg.add_score(score(f"real-{check}").model_copy(update={"check": check}))
+        agg.add_score(rule_score(f"real-{check}").model_copy(update={"check": check}))
     checks = {
         s.labels["check"]
         for family in metrics.registry.collect()

@@ -8,13 +8,13 @@ from __future__ import annotations
 import gc
 import tracemalloc
 from collections.abc import Callable
-from datetime import datetime, timezone
+
+from helpers.samples import rule_score
 
 from llmwatch.agent.components import load_config
 from llmwatch.agent.processes.kafka_aggregate import Aggregator
 from llmwatch.collectors.exporters.kafka import RecentIds
 from llmwatch.core.metrics import OTHER, LabelCap, Metrics
-from llmwatch.core.scores import Score
 
 LONG = 100_000  # characters of each made-up name
 
@@ -60,18 +60,7 @@ def test_the_aggregator_remembers_long_sample_ids_and_check_names_in_bounded_byt
 
     def feed() -> None:
         for i in range(300):
-            agg.add_score(
-                Score(
-                    sample_id=f"{i}-" + "s" * LONG,
-                    check=f"{i}-" + "c" * LONG,
-                    kind="rule",
-                    result="pass",
-                    value=1.0,
-                    model="m",
-                    model_version="A",
-                    sample_timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
-                )
-            )
+            agg.add_score(rule_score(f"{i}-" + "s" * LONG, check=f"{i}-" + "c" * LONG))
 
     held = retained(feed)
     # The join itself holds up to its 1 MiB of encoded scores (and their parsed copies).
