@@ -214,10 +214,17 @@ async def test_drift_alert_fires_for_degraded_version_b_and_not_for_a(tmp_path, 
             assert alert["annotations"]["runbook_url"].endswith("#llmwatchdriftdetected")
 
         # What an on-call engineer opens next: every panel of the drift dashboard shows B's drift.
-        # The scrape after the agent's verdicts carries every drift series (evidence, windows).
+        # Live traffic goes on while they look: the request-rate panels read a 1m window, which on
+        # a loaded machine the drift wait above can outlast (0/0 read as NaN, a gap that is the
+        # test's pause, not the dashboard's). The scrapes after these calls carry every series.
+        await traffic(proxy_url(agent), 20, 40_000)
         since = time.time()
         await asyncio.to_thread(prom.wait_for_scrape, since, 2, 30.0)
+        deadline = time.monotonic() + 30
         gaps = await asyncio.to_thread(drift_dashboard_gaps, prom)
+        while gaps and time.monotonic() < deadline:
+            await asyncio.to_thread(prom.wait_for_scrape, time.time(), 1, 30.0)
+            gaps = await asyncio.to_thread(drift_dashboard_gaps, prom)
         assert gaps == [], "drift dashboard queries with no data after drift fired:\n" + "\n".join(gaps)
     finally:
         if prom is not None:
