@@ -577,6 +577,8 @@ class Index:
         if self.url is not None:
             self._fs, self._fs_root = parquet.filesystem(self.url)
             self._fs_root = self._fs_root.rstrip("/")
+        # The local folder a record's file is read back from without following links (read_record).
+        self.local_dir: Path | None = None if self.url is not None else self.data_dir
         # A part file's name as shown (and kept in the `file` column) -> its path within `_fs`.
         self._remote: dict[str, str] = {}
         # The tables' shape, from the SELECTs themselves over an empty file (read_json refuses no file).
@@ -707,7 +709,15 @@ class Index:
         bodies are never all in memory), local or through the dataset URL's filesystem."""
         fs, path = (self._fs, self._remote[name]) if self.url is not None else (None, name)
         pa = parquet.pyarrow_module()
-        file = parquet.open_part(fs, path)
+        # A local part file is opened from the data directory without following links: one swapped
+        # in after the listing is refused (a warning, nothing read), as the listing refuses one.
+        file = parquet.open_part(fs, path, self.data_dir if fs is None else None)
+        try:
+            self._stage_part(pa, kind, name, file)
+        finally:
+            file.close(force=True)
+
+    def _stage_part(self, pa: Any, kind: Kind, name: str, file: Any) -> None:
         found = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", kind.folder.encode()).decode()
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
@@ -956,7 +966,7 @@ def _last_line_end(path: str, size: int) -> int:
     return 0
 
 
-def read_record(path: str, record_id: str) -> dict[str, Any] | None:
+def read_record(path: str, record_id: str, folder: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
     """The whole JSON Lines record whose top-level `id` is `record_id`, read back from `path`.
 
     The id is looked for as bytes (`"id":"..."`, as llmwatch writes it) and each hit's line parsed
@@ -964,7 +974,7 @@ def read_record(path: str, record_id: str) -> dict[str, Any] | None:
     tool, with other spacing, is parsed line by line.
     """
     if path.endswith(".parquet"):
-        return read_parquet_record(path, record_id)
+        return read_parquet_record(path, record_id, folder)
     try:
         fh = open(path, "rb")
     except OSError:
@@ -1002,9 +1012,13 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
+def read_parquet_record(
+    path: str, record_id: str, folder: str | os.PathLike[str] | None = None
+) -> dict[str, Any] | None:
     """The record whose `id` is `record_id` in one Parquet part file (a local path or a dataset URL's
-    file), as the JSON record it stands for: the row validated and dumped as llmwatch writes a line."""
+    file), as the JSON record it stands for: the row validated and dumped as llmwatch writes a line.
+    `folder`: the local data directory the file was listed in, opened from it without following
+    links (`parquet.open_part`)."""
     try:
         pa = parquet.pyarrow_module()
     except RecordError:
@@ -1013,15 +1027,18 @@ def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
 
     try:
         fs, opened = parquet.filesystem(path) if parquet.is_url(path) else (None, path)
-        file = parquet.open_part(fs, opened)
-        kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
-        if kind not in ("samples", "pairs"):
-            return None
-        for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
-            hits = batch.filter(pc.equal(batch.column("id"), record_id))
-            if hits.num_rows:
-                record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
-                return record.model_dump(mode="json", by_alias=True)
+        file = parquet.open_part(fs, opened, folder if fs is None else None)
+        try:
+            kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
+            if kind not in ("samples", "pairs"):
+                return None
+            for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
+                hits = batch.filter(pc.equal(batch.column("id"), record_id))
+                if hits.num_rows:
+                    record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
+                    return record.model_dump(mode="json", by_alias=True)
+        finally:
+            file.close(force=True)
     except (RecordError, OSError, ValueError, OverflowError, KeyError, pa.ArrowException) as exc:
         # OverflowError: a timestamp past year 9999, which Parquet holds and datetime cannot.
         log.warning("ui.parquet_record_unreadable", file=path, error=str(exc))
