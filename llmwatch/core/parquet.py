@@ -31,7 +31,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from llmwatch.core.errors import describe_validation_error
-from llmwatch.core.links import refuse_link
+from llmwatch.core.links import open_inside, refuse_link
 from llmwatch.core.pairs import Pair
 from llmwatch.core.records import RecordError, Sample
 from llmwatch.core.scores import Score
@@ -368,10 +368,27 @@ def parts(source: str | os.PathLike[str], kind: str) -> list[tuple[Any, str, str
     return [(None, str(p), str(p)) for p in dataset_files(source, kind)]
 
 
-def open_part(fs: Any, path: str) -> Any:
-    """A `ParquetFile` of a local path (fs None) or of a path within `fs`."""
+def open_part(fs: Any, path: str, folder: str | os.PathLike[str] | None = None) -> Any:
+    """A `ParquetFile` of a local path (fs None) or of a path within `fs`; the caller closes it
+    (`close(force=True)`).
+
+    `folder`: the local dataset folder `path` was listed in. The listing refused links, but a part
+    file or partition folder swapped for one after it was read through (pyarrow opens by path): it
+    is opened from `folder` without following links (`open_inside`), `LinkInDataset` otherwise.
+    None for a file the user named itself (followed, as `cat` does)."""
     pa = pyarrow_module()
-    return pa.parquet.ParquetFile(fs.open_input_file(path) if fs is not None else path)
+    if fs is not None:
+        return pa.parquet.ParquetFile(fs.open_input_file(path))
+    if folder is None:
+        return pa.parquet.ParquetFile(path)
+    # The descriptor as a Python file: pyarrow reads it through read/seek calls of whole column
+    # chunks, measured no slower than its own open of the path (75 MB, 200,000 rows: 0.27-0.54 s each).
+    fh = os.fdopen(open_inside(path, folder), "rb")
+    try:
+        return pa.parquet.ParquetFile(fh)
+    except BaseException:
+        fh.close()
+        raise
 
 
 def is_dataset(source: str | os.PathLike[str], kind: str) -> bool:
@@ -388,28 +405,39 @@ def read_dataset(source: str | os.PathLike[str], model: type[BaseModel], kind: s
     found = parts(source, kind)
     if not found and is_url(source):
         raise RecordError(f"{source}: no {kind} Parquet files under this URL (nor under {kind}/ in it)")
+    # A folder's part files are opened without following links (the listing's rule, at the open
+    # too); a file named itself is the user's choice.
+    folder = source if not is_url(source) and Path(source).is_dir() else None
     for fs, opened, path in found:
         try:
-            file = open_part(fs, opened)
+            file = open_part(fs, opened, folder)
         except (OSError, pa.ArrowException) as exc:
             raise RecordError(f"{path}: not a readable Parquet file ({one_line(exc)})") from None
-        meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
-        if meta and meta not in READABLE_SCHEMAS:
-            raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
-        found_kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
-        if found_kind and found_kind != kind:
-            # Said before the rows: validated as the wrong record, row 1 is a dozen field errors.
-            raise RecordError(
-                f"{path}: a Parquet file of {found_kind}, not {kind} (its llmwatch.kind); "
-                f"give the dataset's root or its {kind}/ folder"
-            )
-        for n, row in enumerate(_rows(pa, file, path), start=1):
-            try:
-                yield model.model_validate(from_row(kind, row))
-            except RecordError as exc:
-                raise RecordError(f"{path}: row {n}: {exc}") from None
-            except ValidationError as exc:
-                raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
+        try:
+            yield from _records(pa, file, path, model, kind)
+        finally:
+            file.close(force=True)
+
+
+def _records(pa: Any, file: Any, path: str, model: type[BaseModel], kind: str) -> Iterator[BaseModel]:
+    """The validated records of one opened part file (`read_dataset`), its kind and schema checked first."""
+    meta = (file.schema_arrow.metadata or {}).get(b"llmwatch.schema", b"").decode()
+    if meta and meta not in READABLE_SCHEMAS:
+        raise RecordError(f"{path}: Parquet schema {meta!r}; this llmwatch reads {', '.join(READABLE_SCHEMAS)}")
+    found_kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
+    if found_kind and found_kind != kind:
+        # Said before the rows: validated as the wrong record, row 1 is a dozen field errors.
+        raise RecordError(
+            f"{path}: a Parquet file of {found_kind}, not {kind} (its llmwatch.kind); "
+            f"give the dataset's root or its {kind}/ folder"
+        )
+    for n, row in enumerate(_rows(pa, file, path), start=1):
+        try:
+            yield model.model_validate(from_row(kind, row))
+        except RecordError as exc:
+            raise RecordError(f"{path}: row {n}: {exc}") from None
+        except ValidationError as exc:
+            raise RecordError(f"{path}: row {n}: {describe_validation_error(exc)}") from None
 
 
 def batch_rows(file: Any, most: int = _BATCH_ROWS) -> int:

@@ -4,6 +4,7 @@ record 0062); a file the user names on the command line is followed, as `cat` do
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -13,7 +14,9 @@ import pytest
 from helpers.procs import llmwatch
 from helpers.samples import NOW, refusal_scored, write_jsonl
 
-from llmwatch.core import parquet_write
+from llmwatch.core import parquet, parquet_write
+from llmwatch.core.links import LinkInDataset
+from llmwatch.core.records import Sample
 
 ENV = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 SECRET = "other-team-secret-prompt"
@@ -123,3 +126,98 @@ def test_ui_refuses_to_start_over_a_data_dir_with_a_planted_link(tmp_path: Path,
     )  # fmt: skip
     assert_refused(done, link, f"ui {form}")
     assert done.stderr.strip().count("\n") == 0, done.stderr
+
+
+def _two_partitions(tmp_path: Path) -> tuple[Path, list[Path], Path]:
+    """A samples dataset of versions A and B (one partition folder each), and another team's part file
+    of B whose records carry the same ids as ours with SECRET prompts."""
+    a, _ = records("A", 4)
+    b, _ = records("B", 4)
+    parquet_write.write_dataset(tmp_path / "ds", "samples", a + b)
+    theirs, _ = records("B", 4, prompt=SECRET)
+    parquet_write.write_dataset(tmp_path / "theirs", "samples", theirs)
+    ours = parquet.dataset_files(tmp_path / "ds", "samples")
+    assert [p.parent.name for p in ours] == ["model_version=A", "model_version=B"], ours
+    return tmp_path / "ds", ours, next((tmp_path / "theirs").rglob("*.parquet"))
+
+
+def _swap(what: str, ours: Path, their_part: Path, tmp_path: Path) -> Path:
+    """`ours` (a part file), or its partition folder, moved away and a link to theirs left at its name."""
+    if what == "part file":
+        ours.rename(tmp_path / "moved.parquet")
+        ours.symlink_to(their_part)
+        return ours
+    ours.parent.rename(tmp_path / "moved-partition")
+    ours.parent.symlink_to(their_part.parent)
+    if their_part.name != ours.name:
+        their_part.rename(their_part.parent / ours.name)  # the listed name, now through the linked folder
+    return ours.parent
+
+
+@pytest.mark.parametrize("what", ["part file", "partition folder"])
+def test_a_part_swapped_for_a_link_after_the_listing_is_refused_at_the_open(tmp_path: Path, what: str):
+    """The listing refuses a link; one swapped in between the listing and the read (a part file, or
+    a partition folder on the way to one) is refused by the open itself, with the listing's message,
+    and nothing of it is read. A part file the user names itself is still followed."""
+    ds, ours, their_part = _two_partitions(tmp_path)
+    reader = parquet.read_dataset(ds, Sample, "samples")
+    first = next(reader)  # listed, and the first (version A) part file opened
+    assert first.model_version == "A"
+    link = _swap(what, ours[1], their_part, tmp_path)
+    read = [first]
+    with pytest.raises(
+        LinkInDataset,
+        match=rf"^{re.escape(str(link))}: a symbolic link \(to .*\) inside the dataset folder {re.escape(str(ds))};",
+    ):
+        read.extend(reader)
+    assert [s.model_version for s in read] == ["A"] * 4
+    assert all(SECRET not in str(s.request) for s in read)
+    # The same one-line refusal from a command, where the race is lost at the listing instead.
+    done = run(*commands(ds, ds, tmp_path / "out")["report"], cwd=tmp_path)
+    assert_refused(done, link, f"report: {what}")
+    # Named itself on the command line, the link is the user's choice: followed.
+    theirs_read = list(parquet.read_dataset(ours[1], Sample, "samples"))
+    assert len(theirs_read) == 4 and all(SECRET in str(s.request) for s in theirs_read)
+
+
+def test_ui_reads_no_part_swapped_for_a_link_after_its_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The ui's index and its record page open a data directory's part files without following links:
+    a part file swapped for one after the listing is skipped with a warning (nothing of it indexed),
+    and a sample's page reads nothing back through one."""
+    from llmwatch.agent.apps.ui import index as ui_index
+
+    ds, ours, their_part = _two_partitions(tmp_path)
+    listed = parquet.dataset_files
+
+    def listed_then_swapped(*args, **kwargs):
+        found = listed(*args, **kwargs)
+        if ours[1].is_file() and not ours[1].is_symlink():
+            _swap("part file", ours[1], their_part, tmp_path)  # the race, lost right after the listing
+        return found
+
+    monkeypatch.setattr(ui_index.parquet, "dataset_files", listed_then_swapped)
+    index = ui_index.Index(ds)
+    try:
+        index.refresh(strict=True)
+        rows = index.db.execute("SELECT id, model_version, prompt FROM samples ORDER BY id").fetchall()
+        assert [r[1] for r in rows] == ["A"] * 4, rows
+        assert SECRET not in str(rows)
+        # The record page: read back from the file the index names, through the data directory.
+        assert ui_index.read_record(str(ours[1]), "B-0", index.local_dir) is None
+        control = ui_index.read_record(str(ours[1]), "B-0")  # without the folder: read through (the old way)
+        assert control is not None and SECRET in str(control["request"])
+    finally:
+        index.close()
+
+
+def test_a_fifo_swapped_in_for_a_part_file_is_refused_not_waited_on(tmp_path: Path):
+    """A named pipe at a listed part file's name (no writer) is refused at once: opened without
+    blocking, and not a regular file."""
+    from llmwatch.core.links import open_inside
+    from llmwatch.core.records import RecordError
+
+    folder = tmp_path / "ds"
+    (folder / "samples").mkdir(parents=True)
+    os.mkfifo(folder / "samples" / "part-0.parquet")
+    with pytest.raises(RecordError, match=r"part-0.parquet: not a regular file"):
+        open_inside(folder / "samples" / "part-0.parquet", folder)

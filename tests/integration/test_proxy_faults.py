@@ -180,6 +180,96 @@ async def test_gzip_bomb_is_relayed_untouched_and_inflated_only_up_to_the_captur
         await runner.cleanup()
 
 
+def gzip_sse_pieces(events: list[bytes]) -> list[bytes]:
+    """A gzip'd SSE answer as servers that compress streams send it: each event compressed and
+    flushed on its own, then the gzip trailer."""
+    deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    pieces = [deflater.compress(e) + deflater.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    return [*pieces, deflater.flush()]
+
+
+def streaming_upstream(pieces: list[bytes]) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"})
+        await resp.prepare(request)
+        for piece in pieces:
+            await resp.write(piece)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+STREAM_BODY = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "long?"}]})
+
+
+async def test_a_gzipped_stream_past_the_capture_cap_is_relayed_whole_and_kept_and_inflated_only_to_the_cap(
+    make_agent,
+):
+    # 2 MiB of compressed SSE (incompressible text: about as long inflated) against a 64 KiB cap:
+    # the relay keeps the first 64 KiB and a read of its compressed bytes (not the stream), inflates
+    # at most 64 KiB + 1 of them, and says so in the sample and the counters.
+    cap = 64 << 10
+    text = base64.b64encode(os.urandom(1 << 21))
+    events = [b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text[i : i + 4096]
+              for i in range(0, len(text), 4096)]  # fmt: skip
+    pieces = gzip_sse_pieces([*events, b"data: [DONE]\n\n"])
+    wire = b"".join(pieces)
+    assert len(wire) > 32 * cap
+    runner, url = await serve(streaming_upstream(pieces))
+    try:
+        agent = await make_agent(url, sampling={"rate": 1.0}, capture={"max_body_bytes": cap})
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            async with session.post(
+                f"http://127.0.0.1:{agent.proxy_port}/v1/chat/completions", data=STREAM_BODY
+            ) as resp:
+                assert resp.status == 200 and resp.headers["Content-Encoding"] == "gzip"
+                assert await resp.read() == wire  # relayed whole, byte for byte
+        [record] = await drained(agent, 1)
+        assert record["status"] == 200 and record["error_type"] is None
+        notes = record["capture_notes"]
+        assert "response_truncated" in notes, notes
+        # What it kept inflates past the cap (base64 text barely compresses): counted, not kept.
+        assert "decompressed_too_large" in notes, notes
+        metrics = await scrape(agent)
+        for reason in ("response_truncated", "decompressed_too_large"):
+            assert metric(metrics, "llmwatch_capture_skipped_total", reason=reason) == 1, reason
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_gzip_bomb_streamed_as_sse_is_relayed_untouched_and_inflated_only_to_the_cap(tmp_path: Path):
+    # The bomb of the test above, as a stream: 512 MiB of zeros inflated from about 520 KB sent in
+    # 16 KiB writes, within the 1 MiB capture cap, so every compressed byte is kept; inflated, the
+    # analysis stops at the cap (`decompressed_too_large`) and the process stays small.
+    bomb = gzip_bomb(512)
+    pieces = [bomb[i : i + (16 << 10)] for i in range(0, len(bomb), 16 << 10)]
+    runner, url = await serve(streaming_upstream(pieces))
+    proxy = await asyncio.to_thread(ProxyProcess, url, tmp_path / "data")
+    try:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            async with session.post(
+                f"http://127.0.0.1:{proxy.proxy_port}/v1/chat/completions", data=STREAM_BODY
+            ) as resp:
+                assert resp.status == 200 and resp.headers["Content-Encoding"] == "gzip"
+                assert await resp.read() == bomb
+        skipped = 'llmwatch_capture_skipped_total{reason="decompressed_too_large"} 1.0'
+        deadline = asyncio.get_running_loop().time() + 20
+        while skipped not in await metrics_text(proxy.metrics_port):
+            assert asyncio.get_running_loop().time() < deadline, "the skip was never counted"
+            await asyncio.sleep(0.1)
+        assert 'llmwatch_capture_skipped_total{reason="response_truncated"}' not in await metrics_text(
+            proxy.metrics_port
+        )
+        assert proxy.peak_rss_bytes() < 300 << 20
+    finally:
+        await asyncio.to_thread(proxy.stop)
+        await runner.cleanup()
+
+
 async def test_deflate_and_gzip_bodies_within_the_limit_are_still_captured(make_agent):
     answers = {"gzip": gzip.compress(OK_JSON), "deflate": zlib.compress(OK_JSON)}
 

@@ -8,12 +8,16 @@ in pieces, so under a limit only reads cut at the same content bytes are compare
 
 from __future__ import annotations
 
+import base64
+import os
+import tracemalloc
+import zlib
 from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from llmwatch.collectors.receivers.proxy.capture import Exchange
+from llmwatch.collectors.receivers.proxy.capture import Exchange, analyze
 from llmwatch.collectors.receivers.proxy.relay import _Call, _Upstream
 
 
@@ -248,3 +252,61 @@ def test_chunk_aligned_reads_and_byte_by_byte_reads_agree_on_any_body(drawn, cut
             # is not reused. Everything before the end must still agree.
             by_chunk, one = without(by_chunk, "released"), without(one, "released")
         assert alike(by_chunk, one, ends=False)
+
+
+def _framed(pieces: list[bytes]) -> list[bytes]:
+    """Each piece as one chunk read (a stream's usual read), then the terminal chunk."""
+    return [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces if p] + [b"0\r\n\r\n"]
+
+
+def _analyzed_peak(result: dict[str, Any], max_body_bytes: int) -> tuple[list[str], int]:
+    """`analyze` over what the relay captured of a gzip'd SSE answer: its notes, and the most memory
+    it held at once (tracemalloc counts the inflated bytes zlib hands back)."""
+    ex = Exchange("r", 0.0, 0.0, "POST", "/v1/chat/completions", max_body_bytes=max_body_bytes)
+    ex.request_body = b'{"model": "m", "stream": true, "messages": []}'
+    ex.status = 200
+    ex.response_headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+    ex.response_chunks = [result["captured"]]
+    ex.chunk_ends = [len(result["captured"])]
+    ex.chunk_times = [0.0]
+    ex.captured_bytes = result["captured_bytes"]
+    ex.response_truncated = result["truncated"]
+    tracemalloc.start()
+    try:
+        facts = analyze(ex)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return facts.notes, peak
+
+
+def test_a_gzipped_stream_past_the_cap_is_kept_and_inflated_no_further_than_the_cap():
+    # The relay never looks at Content-Encoding: a compressed stream is kept up to the cap (plus
+    # the read that crossed it) like any other, and the analysis inflates at most cap + 1 bytes
+    # of what was kept (capture._inflate), then counts it (`decompressed_too_large`).
+    cap = 64 << 10
+    deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    text = base64.b64encode(os.urandom(1 << 20))  # about as long compressed as inflated
+    events = [b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % text[i : i + 4096]
+              for i in range(0, len(text), 4096)]  # fmt: skip
+    pieces = [deflater.compress(e) + deflater.flush(zlib.Z_SYNC_FLUSH) for e in events] + [deflater.flush()]
+    reads = _framed(pieces)
+    result = relay_body(reads, max_body_bytes=cap)
+    assert result["written"] == b"".join(reads)  # the client gets every byte, framing included
+    assert result["truncated"] and cap < result["captured_bytes"] <= cap + max(map(len, pieces))
+    assert result["captured"] == b"".join(pieces)[: result["captured_bytes"]]
+    notes, peak = _analyzed_peak(result, cap)
+    assert "response_truncated" in notes and "decompressed_too_large" in notes, notes
+    assert peak < 8 * cap, peak
+
+    # A bomb in a stream: 256 MiB of zeros from about 260 KB, all within a 1 MiB cap, so all kept.
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block, wire = b"\0" * (1 << 20), []
+    for _ in range(256):
+        wire.append(bomb.compress(block) + bomb.flush(zlib.Z_SYNC_FLUSH))
+    wire.append(bomb.flush())
+    result = relay_body(_framed(wire), max_body_bytes=1 << 20)
+    assert not result["truncated"] and result["captured"] == b"".join(wire)
+    notes, peak = _analyzed_peak(result, 1 << 20)
+    assert "decompressed_too_large" in notes and "response_truncated" not in notes, notes
+    assert peak < 8 << 20, peak  # 256 MiB inflated whole would show here

@@ -318,7 +318,7 @@ class UiApp:
         row = await self._run(self.index.sample, sample_id)
         if row is None:
             raise web.HTTPNotFound(text="no sample with this id in the data directory (it may have been removed)")
-        record = await self._run(read_record, row["file"], sample_id) or {}
+        record = await self._run(read_record, row["file"], sample_id, self.index.local_dir) or {}
         scores = await self._run(self.index.scores_of, sample_id)
         request_doc = record.get("request")
         messages = request_doc.get("messages") if isinstance(request_doc, dict) else None
@@ -710,7 +710,7 @@ class UiApp:
     async def pair(self, request: web.Request) -> web.Response:
         pair_id = request.match_info["pair_id"]
         path = await self._run(self.index.file_of, "pairs", pair_id)
-        record = await self._run(read_record, path, pair_id) if path else None
+        record = await self._run(read_record, path, pair_id, self.index.local_dir) if path else None
         if record is None:
             raise web.HTTPNotFound(text="no shadow pair with this id in the data directory")
         primary = record.get("primary") if isinstance(record.get("primary"), dict) else {}

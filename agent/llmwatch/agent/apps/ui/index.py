@@ -483,6 +483,12 @@ SPILL_PREFIX = "llmwatch-ui-spill-"
 _SPILL_NAME = re.compile(r"llmwatch-ui-spill-([1-9][0-9]{0,9})-([0-9]{1,20}|x)-[A-Za-z0-9_]{1,32}")
 
 
+# The name before it (commits bebe6e7 to db57e0f): the prefix and mkdtemp's eight random characters,
+# no PID. Such a folder is removed only when no live process of this user can have made it:
+# `_old_spill_dead`.
+_OLD_SPILL_NAME = re.compile(r"llmwatch-ui-spill-[a-z0-9_]{8}")
+
+
 def _process_start(pid: int) -> tuple[str, str] | None:
     """(state, start time in ticks) of a live process from /proc, None if there is none."""
     try:
@@ -514,13 +520,68 @@ def _owner_alive(pid: int, start: str) -> bool:
     return found is not None and found[0] != "Z" and found[1] == start
 
 
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    start_s: float  # wall-clock seconds, never later than the true start (see `_own_processes`)
+    command: str
+
+
+def _own_processes(uid: int) -> list[_Process] | None:
+    """Every live process (not a zombie) that has `uid` as its real, effective, saved or filesystem
+    uid, but this one; None where there is no /proc to tell.
+
+    A start is the boot time (now less /proc/uptime, less 20 ms for its two decimals cut down)
+    plus /proc/PID/stat's start in clock ticks since boot (cut down too): never later than the true
+    start, so a process is never taken for younger than it is. (/proc/stat's btime is whole
+    seconds: a process would look up to a second older, and a folder made in that second kept.)"""
+    try:
+        now = time.time()  # before the uptime: a later uptime makes the boot earlier, the safe way
+        boot = now - float(Path("/proc/uptime").read_text().split()[0]) - 0.02
+        tick = os.sysconf("SC_CLK_TCK")
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except (OSError, ValueError, IndexError):
+        return None
+    found = []
+    for pid in pids:
+        if pid == os.getpid():
+            continue  # this ui never made a folder of the old name
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+            if str(uid) not in uids:
+                continue
+            started = _process_start(pid)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, StopIteration):
+            continue  # gone meanwhile (or unreadable: not ours)
+        if started is not None and started[0] != "Z":
+            found.append(_Process(pid, boot + int(started[1]) / tick, command))
+    return found
+
+
+def _old_spill_dead(changed_s: float, processes: list[_Process] | None) -> bool:
+    """Whether the process that made an old-named folder (no PID in it) is provably gone.
+
+    The folder's maker was alive when it was made, so started no later than the folder's ctime
+    (which only moves forward: a spilled page made since makes it later, never earlier). If every
+    live process of this user started after it, the maker is gone. A live process whose command
+    names llmwatch keeps it too: a wall clock stepped forward since (an NTP sync after boot) would
+    make an old ui look younger than its folder. Without /proc nothing is proved: kept."""
+    if processes is None:
+        return False
+    return all(p.start_s > changed_s and "llmwatch" not in p.command for p in processes)
+
+
 def remove_stale_spill_folders(tmp: str | None = None) -> list[str]:
     """Remove this user's spill folders in `tmp` (the temp directory) whose process is gone.
 
     A `llmwatch ui` ended by SIGKILL (an OOM kill) runs no finaliser: its 0700 folder, and any
     pages it spilled, stay. Only a real directory (not a link) named by `_SPILL_NAME`, owned by
-    this user, whose PID and start time no longer name a live process is removed: never another
-    user's, a live process's, or a folder of another name. Returns the paths removed."""
+    this user, whose PID and start time no longer name a live process is removed; or one of the
+    older name (`_OLD_SPILL_NAME`, left by a version before the PID was in it) that no live process
+    of this user can have made (`_old_spill_dead`). Never another user's, a live process's, or a
+    folder of another name. Returns the paths removed."""
     tmp = tmp or tempfile.gettempdir()
     removed: list[str] = []
     try:
@@ -528,16 +589,26 @@ def remove_stale_spill_folders(tmp: str | None = None) -> list[str]:
     except OSError:
         return removed
     uid = os.getuid()
+    processes: list[_Process] | None = None
+    listed = False
     for entry in entries:
         m = _SPILL_NAME.fullmatch(entry.name)
-        if m is None:
+        old = m is None and _OLD_SPILL_NAME.fullmatch(entry.name) is not None
+        if m is None and not old:
             continue
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or _owner_alive(int(m[1]), m[2]):
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
             continue
+        if m is not None and _owner_alive(int(m[1]), m[2]):
+            continue
+        if old:
+            if not listed:  # the process table, read once and only when an old-named folder is there
+                processes, listed = _own_processes(uid), True
+            if not _old_spill_dead(st.st_ctime, processes):
+                continue
         shutil.rmtree(entry.path, ignore_errors=True)
         if not os.path.lexists(entry.path):
             removed.append(entry.path)
@@ -577,6 +648,8 @@ class Index:
         if self.url is not None:
             self._fs, self._fs_root = parquet.filesystem(self.url)
             self._fs_root = self._fs_root.rstrip("/")
+        # The local folder a record's file is read back from without following links (read_record).
+        self.local_dir: Path | None = None if self.url is not None else self.data_dir
         # A part file's name as shown (and kept in the `file` column) -> its path within `_fs`.
         self._remote: dict[str, str] = {}
         # The tables' shape, from the SELECTs themselves over an empty file (read_json refuses no file).
@@ -707,7 +780,15 @@ class Index:
         bodies are never all in memory), local or through the dataset URL's filesystem."""
         fs, path = (self._fs, self._remote[name]) if self.url is not None else (None, name)
         pa = parquet.pyarrow_module()
-        file = parquet.open_part(fs, path)
+        # A local part file is opened from the data directory without following links: one swapped
+        # in after the listing is refused (a warning, nothing read), as the listing refuses one.
+        file = parquet.open_part(fs, path, self.data_dir if fs is None else None)
+        try:
+            self._stage_part(pa, kind, name, file)
+        finally:
+            file.close(force=True)
+
+    def _stage_part(self, pa: Any, kind: Kind, name: str, file: Any) -> None:
         found = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", kind.folder.encode()).decode()
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
@@ -956,7 +1037,7 @@ def _last_line_end(path: str, size: int) -> int:
     return 0
 
 
-def read_record(path: str, record_id: str) -> dict[str, Any] | None:
+def read_record(path: str, record_id: str, folder: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
     """The whole JSON Lines record whose top-level `id` is `record_id`, read back from `path`.
 
     The id is looked for as bytes (`"id":"..."`, as llmwatch writes it) and each hit's line parsed
@@ -964,7 +1045,7 @@ def read_record(path: str, record_id: str) -> dict[str, Any] | None:
     tool, with other spacing, is parsed line by line.
     """
     if path.endswith(".parquet"):
-        return read_parquet_record(path, record_id)
+        return read_parquet_record(path, record_id, folder)
     try:
         fh = open(path, "rb")
     except OSError:
@@ -1002,9 +1083,13 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
+def read_parquet_record(
+    path: str, record_id: str, folder: str | os.PathLike[str] | None = None
+) -> dict[str, Any] | None:
     """The record whose `id` is `record_id` in one Parquet part file (a local path or a dataset URL's
-    file), as the JSON record it stands for: the row validated and dumped as llmwatch writes a line."""
+    file), as the JSON record it stands for: the row validated and dumped as llmwatch writes a line.
+    `folder`: the local data directory the file was listed in, opened from it without following
+    links (`parquet.open_part`)."""
     try:
         pa = parquet.pyarrow_module()
     except RecordError:
@@ -1013,15 +1098,18 @@ def read_parquet_record(path: str, record_id: str) -> dict[str, Any] | None:
 
     try:
         fs, opened = parquet.filesystem(path) if parquet.is_url(path) else (None, path)
-        file = parquet.open_part(fs, opened)
-        kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
-        if kind not in ("samples", "pairs"):
-            return None
-        for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
-            hits = batch.filter(pc.equal(batch.column("id"), record_id))
-            if hits.num_rows:
-                record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
-                return record.model_dump(mode="json", by_alias=True)
+        file = parquet.open_part(fs, opened, folder if fs is None else None)
+        try:
+            kind = (file.schema_arrow.metadata or {}).get(b"llmwatch.kind", b"").decode()
+            if kind not in ("samples", "pairs"):
+                return None
+            for batch in file.iter_batches(batch_size=parquet.batch_rows(file, 4096)):
+                hits = batch.filter(pc.equal(batch.column("id"), record_id))
+                if hits.num_rows:
+                    record = parquet.MODELS[kind].model_validate(parquet.from_row(kind, hits.to_pylist()[0]))
+                    return record.model_dump(mode="json", by_alias=True)
+        finally:
+            file.close(force=True)
     except (RecordError, OSError, ValueError, OverflowError, KeyError, pa.ArrowException) as exc:
         # OverflowError: a timestamp past year 9999, which Parquet holds and datetime cannot.
         log.warning("ui.parquet_record_unreadable", file=path, error=str(exc))
