@@ -269,9 +269,10 @@ def metrics_page() -> str:
 
 
 def cli_parser() -> argparse.ArgumentParser:
-    """The parser of the `llmwatch` console script: `build_parser` beside its entry point."""
+    """The parser of the `llmwatch` console script: `build_parser` in the module of the `main` that
+    its entry point (`llmwatch.agent.cli:run`, which takes Ctrl-C during the imports) calls."""
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "llmwatch"]
-    module = importlib.import_module(script.module)
+    module = importlib.import_module(f"{script.module}.main")
     return module.build_parser()
 
 

@@ -77,3 +77,68 @@ def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
     assert b"Traceback" not in stderr, stderr.decode()
     assert _partials(out) == [], "the temporary file is removed"
     assert not (out / "scores.jsonl").exists(), "no output: the run did not finish"
+
+
+# Holds the command inside its first import of the commands' module, without timing: a finder put
+# in front of the import system by a `sitecustomize` marks that it got there, then opens a FIFO
+# that nobody writes. Ctrl-C interrupts that open, inside the import.
+_HOLD_IMPORT = """
+import os, sys
+
+class _Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == "llmwatch.agent.cli.main":
+            sys.meta_path.remove(self)
+            open(os.environ["HOLD_MARK"], "w").close()
+            with open(os.environ["HOLD_FIFO"]) as fifo:
+                fifo.read()
+        return None
+
+sys.meta_path.insert(0, _Hold())
+"""
+
+
+def test_ctrl_c_while_the_command_is_still_importing_ends_it_with_130_and_no_traceback(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_HOLD_IMPORT)
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    mark = tmp_path / "importing"
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "HOLD_FIFO": str(fifo), "HOLD_MARK": str(mark), "NO_COLOR": "1"}
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # see the test above
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmwatch.agent.cli", "drift", "--help"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists():
+            assert proc.poll() is None, f"the command ended before its import: {proc.communicate()}"
+            assert time.monotonic() < deadline, "the command never reached its import"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr.decode()
+    assert stderr == b"", stderr.decode()
+    assert stdout == b""
+
+
+def test_the_installed_command_is_the_entry_point_that_takes_ctrl_c_during_imports() -> None:
+    # The console script imports what pyproject.toml names before calling it: naming
+    # `llmwatch.agent.cli.main:main` would put the heavy import outside `run`'s rule again.
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
+    assert scripts["llmwatch"] == "llmwatch.agent.cli:run"

@@ -1,5 +1,5 @@
 """`python -m llmwatch.agent.cli`: the same as the `llmwatch` command."""
 
-from llmwatch.agent.cli.main import main
+from llmwatch.agent.cli import run
 
-raise SystemExit(main())
+run()
