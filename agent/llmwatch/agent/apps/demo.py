@@ -53,6 +53,8 @@ from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
 from llmwatch.collectors.shadow.consistency import ConsistencySection
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.jsonio import atomic_writer, make_dirs
+from llmwatch.scorers.drift.config import DriftSection
+from llmwatch.scorers.drift.model import DriftSettings
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -89,6 +91,8 @@ MARKER = ".llmwatch-demo"  # in a data directory the demo wrote: its own to clea
 STALL_S = 45.0  # give up after this long without a new score (or drift reading)
 SETTLE_S = 300.0  # cap of the wait for the scorer to catch up between phases
 VERDICT_S = 300.0  # cap of the wait, after the traffic, for the drift verdicts of A and B
+# The drift line's effect intervals (the online loops draw none unless drift.interval_draws says).
+DEMO_INTERVAL_DRAWS = DriftSettings().interval_draws
 MODEL_LOAD_S = 180.0  # longest wait for the scorer's model to load
 
 
@@ -631,6 +635,13 @@ def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
     return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
 
 
+def _drift_demo(cfg: Config) -> DriftSection:
+    """Short windows and refreshes, so that a demo of a minute shows a verdict; and the effect
+    intervals that the online loops leave out by default, since the demo's drift line prints them."""
+    draws = DEMO_INTERVAL_DRAWS if cfg.drift.interval_draws is None else cfg.drift.interval_draws
+    return cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400, "interval_draws": draws})
+
+
 def _consistency_demo(cfg: Config) -> ConsistencySection:
     """The consistency probe on for the demo (a share of calls re-asked of the simulator, which
     costs nothing), unless the user configured one."""
@@ -698,8 +709,7 @@ async def run_demo(
             "listen": _free_or_default(cfg.listen),
             "metrics_listen": _free_or_default(cfg.metrics_listen),
             "sampling": cfg.sampling.model_copy(update={"rate": sample_rate}),
-            # Short windows and refreshes, so that a demo of a minute shows a verdict.
-            "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
+            "drift": _drift_demo(cfg),
             "consistency": _consistency_demo(cfg),
         }
     )
