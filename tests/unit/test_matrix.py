@@ -487,6 +487,13 @@ def test_a_cheaper_version_that_is_worse_on_a_check_is_never_called_best():
         f"version B: decision score {b.decision_score:.3f} [{b.decision_low:.3f}, {b.decision_high:.3f}] (95 % interval)"
         in text
     ), text
+    # So do the pass-rate intervals of "not eligible" (Wilson at 1 - alpha), which printed "[54%-77%]" alone.
+    g = b.worse_on[0]
+    assert (
+        f"refusal 66.7% [{g['ci_low']:.0%}, {g['ci_high']:.0%}] (95 % interval) of 60 vs "
+        f"100.0% [{g['than_ci_low']:.0%}, {g['than_ci_high']:.0%}] (95 % interval) of 60 for version A"
+    ) in text, text
+    assert (g["ci_low"], g["ci_high"]) == pytest.approx(wilson_interval(40, 60, 1.959963984540054))
     data = report.to_dict()["decision"]
     assert data["best"] == "A" and data["alpha"] == 0.05
     assert {v["model_version"]: v["verdict"] for v in data["versions"]} == {"A": "", "B": "cheaper, worse on refusal"}

@@ -41,7 +41,7 @@ import numpy as np
 import openai
 import structlog
 
-from llmwatch.agent.apps.demo_stability import stability_figures, stability_lines
+from llmwatch.agent.apps.demo_stability import counted, stability_figures, stability_lines
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER, PROFILES, SimulatorHandle, start_simulator
 from llmwatch.agent.apps.simulator.stability import rephrase
 from llmwatch.agent.components import Config
@@ -53,6 +53,8 @@ from llmwatch.collectors.shadow.config import ShadowCandidate, ShadowSection
 from llmwatch.collectors.shadow.consistency import ConsistencySection
 from llmwatch.core.errors import LlmwatchError
 from llmwatch.core.jsonio import atomic_writer, make_dirs
+from llmwatch.scorers.drift.config import DriftSection
+from llmwatch.scorers.drift.model import DriftSettings
 from llmwatch.scorers.reports.text import pass_rate_table
 
 log = structlog.get_logger(__name__)
@@ -89,6 +91,8 @@ MARKER = ".llmwatch-demo"  # in a data directory the demo wrote: its own to clea
 STALL_S = 45.0  # give up after this long without a new score (or drift reading)
 SETTLE_S = 300.0  # cap of the wait for the scorer to catch up between phases
 VERDICT_S = 300.0  # cap of the wait, after the traffic, for the drift verdicts of A and B
+# The drift line's effect intervals (the online loops draw none unless drift.interval_draws says).
+DEMO_INTERVAL_DRAWS = DriftSettings().interval_draws
 MODEL_LOAD_S = 180.0  # longest wait for the scorer's model to load
 
 
@@ -305,7 +309,7 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     lines = [
         "",
         "llmwatch demo summary",
-        f"  requests         {n} in {traffic_s:.1f} s of traffic ({n / traffic_s if traffic_s else 0:.1f}/s), {tally.errors} errors",
+        f"  requests         {n} in {traffic_s:.1f} s of traffic ({n / traffic_s if traffic_s else 0:.1f}/s), {counted(tally.errors, 'error')}",
         f"  mix              {mix}",
         f"  latency          p50 {_pct(tally.latencies_ms, 50)}, p95 {_pct(tally.latencies_ms, 95)}",
         f"  time to 1st tok  p50 {_pct(tally.ttfts_ms, 50)}, p95 {_pct(tally.ttfts_ms, 95)} (streamed calls)",
@@ -317,7 +321,7 @@ def summary(agent: Agent, tally: Tally, traffic_s: float, elapsed: float | None 
     if agent.scorer is not None:
         scored = agent.recorder.recorded if agent.recorder else 0
         counts = check_counts(agent)
-        lines.append(f"  scores           {scored} check results in {agent.cfg.data_dir / 'scores'}")
+        lines.append(f"  scores           {counted(scored, 'check result')} in {agent.cfg.data_dir / 'scores'}")
         lines += check_table(counts)
         if any(result == "error" and check in judged_checks(counts) for check, _, result in counts):
             lines.append(error_legend(agent))
@@ -373,12 +377,14 @@ def error_legend(agent: Agent) -> str:
     why = []
     if at_stop:
         why.append(
-            f"{at_stop:.0f} samples were still waiting for the scorer when the demo stopped "
+            f"{counted(at_stop, 'sample')} {'was' if at_stop == 1 else 'were'} still waiting for the scorer when the demo stopped "
             f"(it gives the scorer scoring.shutdown_timeout_s = {agent.cfg.scoring.shutdown_timeout_s:g} s, then records "
             "what is left as `error`: the machine scored slower than the demo sent)"
         )
     if other:
-        why.append(f"{other:.0f} samples were lost to a scorer crash or timeout (see the log)")
+        why.append(
+            f"{counted(other, 'sample')} {'was' if other == 1 else 'were'} lost to a scorer crash or timeout (see the log)"
+        )
     if not why:
         why.append("a check raised or ran past scoring.check_timeout_s (see the log)")
     return (
@@ -408,7 +414,7 @@ def drift_summary(agent: Agent) -> str:
     if not agent.drift_state:
         return (
             "  drift            no comparison (needs a baseline of A and "
-            f"{needed} scored samples per version; scored: "
+            f"{counted(needed, 'scored sample')} per version; scored: "
             + (", ".join(f"{v} {n}" for v, n in sorted(scored.items())) or "none")
             + ")"
         )
@@ -416,7 +422,7 @@ def drift_summary(agent: Agent) -> str:
     for version in sorted(drift_versions(agent) | set(scored)):
         if version not in drift_versions(agent):
             lines.append(
-                f"    version {version:<4} no comparison: {scored.get(version, 0)} samples scored, {needed} needed "
+                f"    version {version:<4} no comparison: {counted(scored.get(version, 0), 'sample')} scored, {needed} needed "
                 "(the scorer did not catch up in time)"
             )
             continue
@@ -429,7 +435,7 @@ def drift_summary(agent: Agent) -> str:
         verdict = (
             "DRIFT in " + ", ".join(f"{sig} ({_moved(effects.get(sig, ('', '')))}p={v[1]:.1e})" for sig, v in drifted)
             if drifted
-            else f"stable over {len(readings)} signals"
+            else f"stable over {counted(len(readings), 'signal')}"
         )
         lines.append(f"    version {version:<4} n={n:<5} {verdict}")
     if any(v[2] for v in agent.drift_state.values()):
@@ -521,7 +527,7 @@ async def _settle(
     `stall_s` without a new score, `timeout` in all); say what it waits for, and if it gave up."""
     if out is not None and _left(agent):
         out.write(
-            f"  waiting for the scorer to catch up ({_left(agent)} samples to score): as long as it scores, "
+            f"  waiting for the scorer to catch up ({counted(_left(agent), 'sample')} to score): as long as it scores, "
             f"at most {timeout:.0f} s, giving up after {stall_s:.0f} s without a new score...\n"
         )
         out.flush()
@@ -541,7 +547,7 @@ async def _settle(
             else f"the scorer still scoring at the {timeout:.0f} s cap"
         )
         out.write(
-            f"  gave up waiting after {waited.waited_s:.0f} s ({why}): {_left(agent)} samples not scored yet; going on\n"
+            f"  gave up waiting after {waited.waited_s:.0f} s ({why}): {counted(_left(agent), 'sample')} not scored yet; going on\n"
         )
         out.flush()
     return False
@@ -567,7 +573,7 @@ async def _await_verdicts(
     stall_s = max(stall_s, 2 * interval + 5.0)
     out.write(
         f"  waiting for the drift verdicts of version {' and '.join(versions)} "
-        f"(each needs {needed} scored samples; compared every {interval:g} s): as long as the scorer "
+        f"(each needs {counted(needed, 'scored sample')}; compared every {interval:g} s): as long as the scorer "
         f"makes progress, at most {timeout:.0f} s, giving up after {stall_s:.0f} s without any...\n"
     )
     out.flush()
@@ -595,15 +601,15 @@ async def _await_verdicts(
             continue
         n = scored.get(v, 0)
         if idle() and n < needed:
-            why = f"only {n} samples of {v} were scored and drift needs {needed}: too little traffic for that"
+            why = f"only {counted(n, 'sample')} of {v} {'was' if n == 1 else 'were'} scored and drift needs {needed}: too little traffic for that"
         elif waited.outcome == "stalled":
             why = (
-                f"{n} samples of {v} scored; nothing new in the last {waited.idle_s:.0f} s of "
+                f"{counted(n, 'sample')} of {v} scored; nothing new in the last {waited.idle_s:.0f} s of "
                 f"{waited.waited_s:.0f} s waiting: the scorer stopped making progress"
             )
         else:
             why = (
-                f"{n} samples of {v} scored after waiting {waited.waited_s:.0f} s, the cap: "
+                f"{counted(n, 'sample')} of {v} scored after waiting {waited.waited_s:.0f} s, the cap: "
                 "the scorer did not catch up in time (a busy machine scores slower than the demo sends)"
             )
         missing[v] = f"a drift verdict for version {v} ({why})"
@@ -612,7 +618,7 @@ async def _await_verdicts(
     elif agent.scorer is not None and agent.scorer.pending:
         out.write(
             f"  stopped waiting after {waited.waited_s:.0f} s with the verdicts in and "
-            f"{agent.scorer.pending} samples still unscored: they are recorded as `error` at stop, see (N err) below\n"
+            f"{counted(agent.scorer.pending, 'sample')} still unscored: they are recorded as `error` at stop, see (N err) below\n"
         )
     out.flush()
     return missing
@@ -627,6 +633,13 @@ def _shadow_demo(cfg: Config, candidate_url: str) -> ShadowSection:
         name="candidate-B", upstream=candidate_url, rate=0.25, max_concurrency=64, timeout_s=30.0
     )
     return cfg.shadow.model_copy(update={"enabled": True, "candidates": [candidate]})
+
+
+def _drift_demo(cfg: Config) -> DriftSection:
+    """Short windows and refreshes, so that a demo of a minute shows a verdict; and the effect
+    intervals that the online loops leave out by default, since the demo's drift line prints them."""
+    draws = DEMO_INTERVAL_DRAWS if cfg.drift.interval_draws is None else cfg.drift.interval_draws
+    return cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400, "interval_draws": draws})
 
 
 def _consistency_demo(cfg: Config) -> ConsistencySection:
@@ -668,11 +681,17 @@ def shadow_summary(agent: Agent) -> str:
         elif r.verdict == "not_worse":
             verdict = "not worse within the margins (exit 0)"
         else:
-            verdict = f"undecided, about {r.needed} pairs needed for the margins (exit 2)"
+            verdict = (
+                f"undecided, about {counted(r.needed, 'pair')} needed for the margins (exit 2)"
+                if r.needed is not None
+                else "undecided (exit 2)"
+            )
         # Which versions were paired: in the B phase the primary serves B too, and those pairs
         # compare B with itself (the shadow report says so under its headline).
         against = ", ".join(f"{n} against {a}{' itself' if a == b else ''}" for a, b, n in r.versions)
-        lines.append(f"  shadow           candidate {name}: {len(pairs)} pairs with the primary ({against}); {verdict}")
+        lines.append(
+            f"  shadow           candidate {name}: {counted(len(pairs), 'pair')} with the primary ({against}); {verdict}"
+        )
     lines.append(f"                   details: llmwatch shadow report --pairs {folder}")
     return "\n".join(lines)
 
@@ -690,8 +709,7 @@ async def run_demo(
             "listen": _free_or_default(cfg.listen),
             "metrics_listen": _free_or_default(cfg.metrics_listen),
             "sampling": cfg.sampling.model_copy(update={"rate": sample_rate}),
-            # Short windows and refreshes, so that a demo of a minute shows a verdict.
-            "drift": cfg.drift.model_copy(update={"interval_s": 3.0, "min_samples": 40, "window": 400}),
+            "drift": _drift_demo(cfg),
             "consistency": _consistency_demo(cfg),
         }
     )

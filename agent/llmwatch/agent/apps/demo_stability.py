@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["StabilityFigures", "stability_figures", "stability_lines"]
+__all__ = ["StabilityFigures", "counted", "stability_figures", "stability_lines"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,13 @@ def stability_figures(data_dir: Path, matrix: Any) -> StabilityFigures:
     return StabilityFigures(turn_decay(rows, values), consistency_rows(pairs), prompt_sensitivity(rows, values))
 
 
+def counted(n: float, noun: str, many: str = "") -> str:
+    """`1 sample`, `0 samples`, `2 re-asks`: a count the demo prints, its noun agreeing with it
+    (`many`: the plural where it is not the noun plus s)."""
+    k = int(round(n))
+    return f"{k} {noun if k == 1 else many or noun + 's'}"
+
+
 def _ci(ci: Sequence[float] | None, fmt: str) -> str:
     return f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]" if ci else "[-]"
 
@@ -63,17 +70,17 @@ def stability_lines(figures: StabilityFigures, versions: Sequence[str]) -> list[
     for v in versions:
         d, c, p = decay.get(v), consistency.get(v), sensitivity.get(v)
         turn = (
-            f"turn decay {d.slope:+.3f}/turn {_ci(d.ci, '+.3f')} ({d.conversations} conversations)"
+            f"turn decay {d.slope:+.3f}/turn {_ci(d.ci, '+.3f')} ({counted(d.conversations, 'conversation')})"
             if d is not None and d.slope is not None
             else "turn decay n/a (too few multi-turn conversations scored)"
         )
         cons = (
-            f"consistency {c.rate:.2f} {_ci(c.ci, '.2f')} ({c.compared} re-asks)"
+            f"consistency {c.rate:.2f} {_ci(c.ci, '.2f')} ({counted(c.compared, 're-ask')})"
             if c is not None and c.rate is not None
             else "consistency n/a (no re-ask compared)"
         )
         sens = (
-            f"prompt sensitivity {p.sensitivity:.3f} {_ci(p.ci, '.3f')} ({p.clusters} requests rephrased)"
+            f"prompt sensitivity {p.sensitivity:.3f} {_ci(p.ci, '.3f')} ({counted(p.clusters, 'request')} rephrased)"
             if p is not None and p.sensitivity is not None
             else "prompt sensitivity n/a (too few rephrased requests scored)"
         )

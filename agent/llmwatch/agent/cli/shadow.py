@@ -422,11 +422,7 @@ def _too_narrow(report: Any) -> list[str]:
     """One line per ratio interval that rests on too few pairs to keep its level."""
     from llmwatch.scorers.evaluation.paired import ratio_too_narrow
 
-    return [
-        f"{r.signal}: {ratio_too_narrow('p95' if r.signal.endswith('_p95') else 'mean')}"
-        for r in report.rows
-        if r.interval_too_narrow
-    ]
+    return [f"{r.signal}: {ratio_too_narrow('p95')}" for r in report.rows if r.interval_too_narrow]
 
 
 def _legend(alpha: float) -> str:

@@ -93,6 +93,8 @@ def settings_from_config(section: Any, **overrides: Any) -> DriftSettings:
     values: dict[str, Any] = {n: getattr(section, n) for n in names if hasattr(section, n)}
     if hasattr(section, "fail_on"):
         values["fail_on"] = tuple(section.fail_on)
+    if getattr(section, "interval_draws", None) is not None:
+        values["interval_draws"] = section.interval_draws
     values.update({k: v for k, v in overrides.items() if v is not None})
     return DriftSettings(**values)
 

@@ -155,6 +155,13 @@ class DriftSection(Section):
     # The scored samples per second (per model version) the budget above is stated at: set it to
     # your sampled traffic rate or above.
     pager_samples_per_s: float = Field(1.0, gt=0, le=10_000)
+    # Bootstrap draws for the 95 % intervals beside each effect (drift and canary); 0: no intervals.
+    # Unset: 400 in `llmwatch drift` and `llmwatch canary`, whose reports print them, and none in
+    # the agent's periodic drift and canary comparisons (the scorer, `llmwatch aggregate`), where
+    # no metric or alert reads them and 400 draws cost +43 % CPU per comparison of an 800-sample
+    # window, +121 % of a 2,000-sample one (bench/drift_interval_cpu.py). Set a number to have the
+    # online readings carry intervals too (the demo does: its drift line prints them).
+    interval_draws: int | None = Field(None, ge=0, le=10_000)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     # Served-version sentinel: a change opens a new drift window and can trigger a regression run.
     version_change: VersionChangeSection = Field(default_factory=VersionChangeSection)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Signal, describe_effect
+from llmwatch.scorers.drift.model import FAMILIES, DriftSettings, Effect, Signal
 from llmwatch.scorers.drift.prompt_space import (
     HASHED_RIDGE_PER_ROW,
     RIDGE_PER_ROW,
@@ -169,11 +169,26 @@ def semantic_prompt_clusters(
     return label
 
 
-def _insufficient(name: str, family: str, test: str, nb: int, nc: int, route: str, **detail: Any) -> Signal:
-    return Signal(name, route, test, math.nan, math.nan, math.nan, nb, nc, family=family, detail=dict(detail))
+def _insufficient(
+    name: str, family: str, effect: Effect, test: str, nb: int, nc: int, route: str, **detail: Any
+) -> Signal:
+    return Signal(
+        name,
+        route,
+        test,
+        math.nan,
+        math.nan,
+        math.nan,
+        nb,
+        nc,
+        family=family,
+        detail=dict(detail),
+        effect_kind=effect.kind,
+        effect_unit=effect.unit,
+    )
 
 
-def _from(name: str, family: str, route: str, r: Stratified, **detail: Any) -> Signal:
+def _from(name: str, family: str, effect: Effect, route: str, r: Stratified, **detail: Any) -> Signal:
     return Signal(
         name,
         route,
@@ -186,6 +201,8 @@ def _from(name: str, family: str, route: str, r: Stratified, **detail: Any) -> S
         family=family,
         stratum=r.worst_stratum,
         detail={"strata": r.n_strata, **r.detail, **detail},
+        effect_kind=effect.kind,
+        effect_unit=effect.unit,
     )
 
 
@@ -196,6 +213,12 @@ def higher_or_lower(change: float) -> str:
 
 
 # ---------------------------------------------------------------------------- inputs
+
+# What each family's effect_size is, declared beside the code that computes it (model.Effect):
+# every signal is built with one, so a new signal cannot go out without its description.
+MEDIAN_CHANGE = Effect("relative change", "median, of the baseline's", "median")  # prompt and answer length
+MIX_DISTANCE = Effect("distance", "total variation of the mix", "TVD")
+SEPARATION = Effect("separation", "2 * AUC - 1", "")
 
 
 def _tvd(a: Mapping[str, int], b: Mapping[str, int]) -> float:
@@ -225,10 +248,11 @@ def _prompt_embedding(base: Keyed, cur: Keyed, vectors: PromptVectors, s: DriftS
         else None
     )
     if res is None:
-        return _insufficient(name, "inputs", "classifier_two_sample", len(pb), len(pc), route)
+        return _insufficient(name, "inputs", SEPARATION, "classifier_two_sample", len(pb), len(pc), route)
     sig = _from(
         name,
         "inputs",
+        SEPARATION,
         route,
         res,
         min_effect=s.min_prompt_separation,
@@ -269,13 +293,15 @@ def _inputs(
             res.n_current,
             family="inputs",
             detail=dict(res.detail),
+            effect_kind=MEDIAN_CHANGE.kind,
+            effect_unit=MEDIAN_CHANGE.unit,
         )
         sig.detail["min_effect"] = s.min_ks_distance
         # The median's move (the effect is relative to it, NaN for a baseline median of 0).
         sig.direction = higher_or_lower(float(res.detail["median_shift"]))
         out.append(sig)
     else:
-        out.append(_insufficient("input:prompt_tokens", "inputs", "ks", len(bl), len(cl), route))
+        out.append(_insufficient("input:prompt_tokens", "inputs", MEDIAN_CHANGE, "ks", len(bl), len(cl), route))
     mixes: dict[str, Callable[[str, Row], str | None]] = {
         "category": lambda st, r: r.category,
         "model": lambda st, r: r.model,
@@ -292,7 +318,11 @@ def _inputs(
             continue  # one value everywhere: nothing can shift
         name = f"input:mix:{mix}"
         if sum(bc.values()) < s.min_samples or sum(cc.values()) < s.min_samples:
-            out.append(_insufficient(name, "inputs", "chi2_categorical", sum(bc.values()), sum(cc.values()), route))
+            out.append(
+                _insufficient(
+                    name, "inputs", MIX_DISTANCE, "chi2_categorical", sum(bc.values()), sum(cc.values()), route
+                )
+            )
             continue
         res = stats.compare_categorical(dict(bc), dict(cc))
         tvd = _tvd(bc, cc)
@@ -318,6 +348,8 @@ def _inputs(
                     "shares_baseline_current": shares,
                     "min_effect": s.min_mix_change,
                 },
+                effect_kind=MIX_DISTANCE.kind,
+                effect_unit=MIX_DISTANCE.unit,
             )
         )
     if vectors is not None:
@@ -326,6 +358,12 @@ def _inputs(
 
 
 # ---------------------------------------------------------------------------- behaviour
+
+PASS_RATE = Effect("difference", "pass rate (0.01 = 1 point)", "pass rate")
+MODE_SHARE = Effect("difference", "share of the failure mode named (0.01 = 1 point)", "mode share")
+SCORE_SHIFT = Effect("difference", "median score (check units)", "score")
+TURN_SLOPE = Effect("difference", "slope, check pass share per turn", "slope")
+ANSWER_DISTANCE = Effect("distance", "1 - cosine of the answer-embedding centroids", "1-cos")
 
 
 def _by(rows: Keyed, key: Callable[[str, str], str], value: Callable[[Row], float | None]) -> dict[str, list[float]]:
@@ -486,6 +524,7 @@ def _behaviour(  # noqa: C901
                 _insufficient(
                     name,
                     "behaviour",
+                    PASS_RATE,
                     "cmh",
                     nb,
                     nc,
@@ -495,7 +534,7 @@ def _behaviour(  # noqa: C901
             )
             continue
         sig = finish(
-            _from(name, "behaviour", route, res, min_effect=s.min_pass_rate_change),
+            _from(name, "behaviour", PASS_RATE, route, res, min_effect=s.min_pass_rate_change),
             cmh(_tables(nb_rows, nc_rows, by_stratum, check)),
             res.n_current,
         )
@@ -506,7 +545,7 @@ def _behaviour(  # noqa: C901
         out.append(sig)
     continuous: list[tuple[str, Callable[[Row], float | None], float, bool]] = [
         ("output_tokens", lambda r: r.output_tokens, s.min_relative_change, True)
-    ]
+    ]  # relative: MEDIAN_CHANGE, else SCORE_SHIFT
     for check in sorted({c for _, _, r in base for c in r.scores}):
         continuous.append((f"score:{check}", _score_of(check), s.min_score_change, False))
     for name, raw, minimum, relative in continuous:
@@ -518,6 +557,7 @@ def _behaviour(  # noqa: C901
                 _insufficient(
                     name,
                     "behaviour",
+                    MEDIAN_CHANGE if relative else SCORE_SHIFT,
                     "van_elteren",
                     sum(map(len, bv.values())),
                     sum(map(len, cv.values())),
@@ -536,6 +576,7 @@ def _behaviour(  # noqa: C901
             _from(
                 name,
                 "behaviour",
+                MEDIAN_CHANGE if relative else SCORE_SHIFT,
                 route,
                 res,
                 min_effect=minimum,
@@ -565,6 +606,7 @@ def _behaviour(  # noqa: C901
             _insufficient(
                 "failure_modes",
                 "behaviour",
+                MODE_SHARE,
                 "stratified_chi2",
                 sum(sum(c.values()) for c in fb.values()),
                 sum(sum(c.values()) for c in fc.values()),
@@ -573,7 +615,7 @@ def _behaviour(  # noqa: C901
         )
     else:
         sig = finish(
-            _from("failure_modes", "behaviour", route, res, min_effect=s.min_pass_rate_change),
+            _from("failure_modes", "behaviour", MODE_SHARE, route, res, min_effect=s.min_pass_rate_change),
             stratified_chi2(_count_modes(nb_rows, by_stratum), _count_modes(nc_rows, by_stratum)),
             res.n_current,
         )
@@ -640,6 +682,7 @@ def _turn_decay(base: Keyed, cur: Keyed, s: DriftSettings, route: str) -> Signal
         return _insufficient(
             "turn_decay",
             "behaviour",
+            TURN_SLOPE,
             "cluster bootstrap z",
             nb,
             nc,
@@ -674,6 +717,8 @@ def _turn_decay(base: Keyed, cur: Keyed, s: DriftSettings, route: str) -> Signal
             "conversations_current": fc.clusters,
             "unit": "check pass share per turn, within conversations, turns 1-10",
         },
+        effect_kind=TURN_SLOPE.kind,
+        effect_unit=TURN_SLOPE.unit,
     )
 
 
@@ -762,7 +807,14 @@ def _embedding(
     unfit = "no answer embeddings" if not bx or not cx else "inputs barely overlap the baseline's" if short else None
     if unfit is not None:
         return _insufficient(
-            "embedding", "behaviour", "mmd_stratified_permutation", len(bx), len(cx), route, reason=unfit
+            "embedding",
+            "behaviour",
+            ANSWER_DISTANCE,
+            "mmd_stratified_permutation",
+            len(bx),
+            len(cx),
+            route,
+            reason=unfit,
         )
     shared = set(bk) & set(ck)
     if matched_only:
@@ -774,6 +826,7 @@ def _embedding(
         return _insufficient(
             "embedding",
             "behaviour",
+            ANSWER_DISTANCE,
             "mmd_stratified_permutation",
             len(X),
             len(Y),
@@ -872,10 +925,14 @@ def _embedding_signal(
             "min_effect": s.min_embedding_distance,
             "comparison": how,
         },
+        effect_kind=ANSWER_DISTANCE.kind,
+        effect_unit=ANSWER_DISTANCE.unit,
     )
 
 
 # ---------------------------------------------------------------------------- performance
+
+QUANTILE_CHANGE = Effect("relative change", "larger of p50 and p95, of the baseline's", "p50|p95")
 
 
 def _bucket(r: Row) -> str:
@@ -906,7 +963,7 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
             continue  # the figure is not recorded at all (e.g. no TTFT without streaming, no prices)
         res = van_elteren(bv, cv)
         if res is None or res.n_baseline < m or res.n_current < m:
-            sig = _insufficient(name, "performance", "van_elteren", nb, nc, route)
+            sig = _insufficient(name, "performance", QUANTILE_CHANGE, "van_elteren", nb, nc, route)
             sig.decisive = decisive
             out.append(sig)
             continue
@@ -916,6 +973,7 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
         sig = _from(
             name,
             "performance",
+            QUANTILE_CHANGE,
             route,
             res,
             p50=[round(b50, 4), round(c50, 4)],
@@ -1105,8 +1163,6 @@ def family_signals(  # noqa: C901
             fams["behaviour"]["reason"] = (
                 f"only {info['overlap']:.0%} of current samples fall in strata the baseline knows (at least {s.min_overlap:.0%} needed)"
             )
-    for sig in signals:
-        sig.effect_kind, sig.effect_unit = describe_effect(sig.name)
     return _ranked(signals), fams
 
 

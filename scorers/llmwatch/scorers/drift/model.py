@@ -130,23 +130,31 @@ EFFECT_LEGEND = (
 )
 
 
+@dataclass(frozen=True)
+class Effect:
+    """What a signal's `effect_size` measures, given where each family computes it (families.py):
+    every Signal the families make is built with one, so no signal goes out without its description.
+
+    `kind` is one of EFFECT_KINDS, `unit` the JSON's and HTML's `effect_unit`, `label` the text
+    table's short unit (explained by EFFECT_LEGEND)."""
+
+    kind: str
+    unit: str
+    label: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in EFFECT_KINDS:
+            raise ValueError(f"effect kind {self.kind!r} is not one of {sorted(EFFECT_KINDS)}")
+        _LABELS[self.unit] = self.label
+
+
+# The text tables' short unit per effect unit, filled as families.py declares its effects.
+_LABELS: dict[str, str] = {}
+
+
 def effect_label(sig: Signal) -> str:
     """`diff pass rate`, `rel p50|p95`, `dist TVD`: what a text table's effect figure is."""
-    unit = {
-        "pass_rate:": "pass rate",
-        "failure_modes": "mode share",
-        "score:": "score",
-        "turn_decay": "slope",
-        "output_tokens": "median",
-        "input:prompt_tokens": "median",
-        "perf:": "p50|p95",
-        "embedding": "1-cos",
-        "input:mix:": "TVD",
-        "input:prompt_": "",
-    }
-    short = next((u for prefix, u in unit.items() if sig.name.startswith(prefix)), "")
-    kind = _SHORT.get(sig.effect_kind, "")
-    return f"{kind} {short}".strip()
+    return f"{_SHORT.get(sig.effect_kind, '')} {_LABELS.get(sig.effect_unit, '')}".strip()
 
 
 def format_interval(ci: list[float] | None) -> str:
@@ -160,26 +168,3 @@ def effect_text(sig: Signal) -> str:
         return ""
     ci = f" {format_interval(sig.effect_ci)}" if sig.effect_ci else ""
     return f"{effect_label(sig)} {sig.effect_size:+.3f}{ci}".strip()
-
-
-def describe_effect(name: str) -> tuple[str, str]:
-    """(kind, unit) of a signal's `effect_size`, from its name: how families.py computes each."""
-    if name.startswith("pass_rate:"):
-        return "difference", "pass rate (0.01 = 1 point)"
-    if name == "failure_modes":
-        return "difference", "share of the failure mode named (0.01 = 1 point)"
-    if name.startswith("score:"):
-        return "difference", "median score (check units)"
-    if name == "turn_decay":
-        return "difference", "slope, check pass share per turn"
-    if name == "output_tokens" or name == "input:prompt_tokens":
-        return "relative change", "median, of the baseline's"
-    if name.startswith("perf:"):
-        return "relative change", "larger of p50 and p95, of the baseline's"
-    if name == "embedding":
-        return "distance", "1 - cosine of the answer-embedding centroids"
-    if name.startswith("input:mix:"):
-        return "distance", "total variation of the mix"
-    if name in ("input:prompt_embedding", "input:prompt_words"):
-        return "separation", "2 * AUC - 1"
-    return "", ""

@@ -202,13 +202,6 @@ class QualityGap:
     than_n: int
     p_adjusted: float
 
-    def describe(self) -> str:
-        return (
-            f"{self.check} {self.pass_rate:.1%} [{self.ci_low:.0%}-{self.ci_high:.0%}] of {self.n} vs "
-            f"{self.than_pass_rate:.1%} [{self.than_ci_low:.0%}-{self.than_ci_high:.0%}] of {self.than_n} "
-            f"for version {self.than} (Holm p {self.p_adjusted:.1e})"
-        )
-
 
 _DRAWS_PER_CHUNK = 4_000_000
 

@@ -422,9 +422,11 @@ def decision_verdict(report: EvaluationReport) -> tuple[str, str, list[str]]:
             continue
         line = f"version {r.model_version}: decision score {_f(r.decision_score)}{_leveled(r, report.alpha)}"
         if r.worse_on:
+            # Wilson intervals at 1 - alpha (decision.gaps_of_counts), named like every other interval.
+            level = 1 - report.alpha
             line += f", {r.verdict(report.decision)}, so not eligible: " + "; ".join(
-                f"{g['check']} {g['pass_rate']:.1%} [{g['ci_low']:.0%}-{g['ci_high']:.0%}] of {g['n']} vs "
-                f"{g['than_pass_rate']:.1%} [{g['than_ci_low']:.0%}-{g['than_ci_high']:.0%}] of {g['than_n']} "
+                f"{g['check']} {g['pass_rate']:.1%} {interval_text(g['ci_low'], g['ci_high'], level, '.0%')} of {g['n']} vs "
+                f"{g['than_pass_rate']:.1%} {interval_text(g['than_ci_low'], g['than_ci_high'], level, '.0%')} of {g['than_n']} "
                 f"for version {g['than']} (Holm p {g['p_adjusted']:.1e})"
                 for g in r.worse_on
             )
