@@ -293,3 +293,37 @@ def test_fuzz_malformed_records_exit_2_with_file_and_line_and_no_traceback(workd
     lines, line, field = case
     samples = write_lines(workdir / f"fuzz-{next(_counter)}.jsonl", lines)
     assert_refused(workdir, samples, line, field)
+
+
+# --- numbers out of range on the command line --------------------------------------------------------
+
+HUGE = "99999999999999999999999"  # more than 64 bits hold
+
+
+def huge_number_commands(d: Path) -> dict[str, list[str]]:
+    n = next(_counter)
+    cfg = ["--config", str(d / "llmwatch.yaml")]
+    good = str(d / "good.jsonl")
+    scores = d / "huge-scores.jsonl"
+    if not scores.exists():
+        code, err = run_cli(["score", *cfg, "--in", good, "--out", str(scores)])
+        assert code == 0, err
+    suite = ["suite", "build", *cfg, "--samples", good, "--scores", str(scores), "--out", str(d / f"suite-{n}.json")]
+    review = ["review", "export", *cfg, "--samples", good, "--versions", "A,B", "--n", "2"]
+    return {
+        "--min-samples": ["drift", *cfg, "--baseline", str(d / "baseline.json"), "--samples", good, "--min-samples"],
+        "--size": [*suite, "--size"],
+        "--seed": [*review, "--out", str(d / f"tasks-{n}.jsonl"), "--seed"],
+    }
+
+
+@pytest.mark.parametrize("flag", ["--min-samples", "--size", "--seed"])
+def test_a_number_beyond_64_bits_is_refused_at_the_prompt_not_after_the_work(workdir, flag):
+    """`--seed 99999999999999999999999` was taken, the work done, and the output's write ended in a
+    traceback ("TypeError: Integer exceeds 64-bit range"), exit 1 and no file."""
+    argv = huge_number_commands(workdir)[flag]
+    code, err = run_cli([*argv, HUGE])
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    # argparse's usage, then the one line that names the flag, the value and what to give.
+    assert f"error: argument {flag}: {HUGE} is too large; give a whole number" in err.strip().splitlines()[-1], err
