@@ -327,3 +327,27 @@ def test_a_number_beyond_64_bits_is_refused_at_the_prompt_not_after_the_work(wor
     assert "Traceback" not in err, err
     # argparse's usage, then the one line that names the flag, the value and what to give.
     assert f"error: argument {flag}: {HUGE} is too large; give a whole number" in err.strip().splitlines()[-1], err
+
+
+@pytest.mark.parametrize(
+    "flag, value, field",
+    [("--margin-pass-rate", "-1", "pass_rate_points"), ("--margin-latency", "0.5", "p95_latency_ratio")],
+)
+def test_a_bad_shadow_margin_flag_is_named_as_the_flag_not_as_the_config_file(workdir, flag, value, field):
+    """`shadow report --config c.yaml --margin-pass-rate -1` said "invalid configuration (config file
+    c.yaml): shadow.margins.pass_rate_points: ..." with no line: a user looked in a file that does not
+    have the value; the value came from the flag."""
+    code, err = run_cli(
+        [
+            "shadow",
+            "report",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--pairs",
+            str(workdir / "good.jsonl"),
+            flag,
+            value,
+        ]
+    )
+    assert code == 2 and "Traceback" not in err, err
+    assert f"shadow.margins.{field} (command line: {flag}):" in err, err

@@ -47,6 +47,10 @@ FLAGS = {
     "kafka.scores_topic": "--scores-topic",
     "drift.baseline": "--baseline",
     "logging.level": "--log-level/--verbose",
+    # shadow report's flags: a bad value was blamed on the config file, which does not have it.
+    "shadow.margins.pass_rate_points": "--margin-pass-rate",
+    "shadow.margins.p95_latency_ratio": "--margin-latency",
+    "shadow.alpha": "--alpha",
 }
 
 
