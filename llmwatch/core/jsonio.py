@@ -368,6 +368,28 @@ def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | N
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zX": "xz"}
 
 
+def _compression(raw: bytes) -> str | None:
+    """The compression `raw` starts with ("gzip", ...), or None."""
+    return next((name for magic, name in _COMPRESSED.items() if raw.startswith(magic)), None)
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """Where `raw` stops being UTF-8, as "line L, column C (byte 0xNN)" (the column counts characters,
+    as an editor does), or None: orjson says "str is not valid UTF-8: surrogates not allowed" at
+    column 1 whatever the column, PyYAML "unacceptable character #x00e9" on two lines."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = raw[: exc.start]
+        line = head.count(b"\n") + 1
+        column = len(head[head.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
+        return f"line {line}, column {column} (byte 0x{raw[exc.start]:02x})"
+    return None
+
+
+_UTF8_FIX = "save it as UTF-8 (e.g. iconv -f <its encoding> -t utf-8)"
+
+
 @overload
 def iter_jsonl(path: str | os.PathLike[str], *, folder: str | os.PathLike[str] | None = None) -> Iterator[Sample]: ...
 @overload
@@ -396,7 +418,7 @@ def iter_jsonl(
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                packed = next((n for magic, n in _COMPRESSED.items() if raw.startswith(magic)), None)
+                packed = _compression(raw)
                 if lineno == 1 and packed:
                     # Read as text, a .jsonl.gz was a "torn last line" (no newline byte in it)
                     # or "not valid JSON (str is not valid UTF-8 ...)".
@@ -414,6 +436,11 @@ def iter_jsonl(
                         fix="a writer was killed mid-line; the record was never complete",
                     )
                     return
+                if where := _not_utf8(raw):
+                    # A Latin-1 or UTF-16 export: the line is text, in another encoding.
+                    raise RecordError(
+                        f"{path}:{lineno}: not UTF-8 text at {where.split(', ', 1)[1]}; {_UTF8_FIX}"
+                    ) from None
                 raise RecordError(
                     f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object"
                 ) from None
@@ -613,6 +640,13 @@ def parse_document(
 ) -> Any:
     """The parsing half of `read_document`: `<name> is not valid JSON at line L, column C: ...`."""
     tail = f"; {fix}" if fix else ""
+    kind = "YAML" if fmt == "yaml" else "JSON"
+    # Said before parsing, on one line: PyYAML's own message for either took two lines, orjson's
+    # ("str is not valid UTF-8: surrogates not allowed") named neither the cause nor the fix.
+    if packed := _compression(raw):
+        raise error(f"{name} is a {packed}-compressed file, not {kind}; decompress it first (e.g. gunzip -k, zstd -d)")
+    if where := _not_utf8(raw):
+        raise error(f"{name} is not UTF-8 text at {where}; {_UTF8_FIX}")
     if fmt == "yaml":
         try:
             return yaml.safe_load(raw)

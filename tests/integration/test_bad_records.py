@@ -351,3 +351,45 @@ def test_a_bad_shadow_margin_flag_is_named_as_the_flag_not_as_the_config_file(wo
     )
     assert code == 2 and "Traceback" not in err, err
     assert f"shadow.margins.{field} (command line: {flag}):" in err, err
+
+
+# --- files that are not text ---------------------------------------------------------------------
+
+
+def test_a_compressed_or_non_utf8_document_is_named_on_one_line(workdir):
+    """A gzip'd config said `not valid YAML: unacceptable character #x008b: invalid start byte` and a
+    second line `in "<byte string>", position 1`; a gzip'd baseline said `str is not valid UTF-8:
+    surrogates not allowed`. Neither said what the file was or what to do."""
+    import gzip
+
+    packed = workdir / f"packed-{next(_counter)}.gz"
+    packed.write_bytes(gzip.compress(b"scoring: {embeddings: false}\n"))
+    good = str(workdir / "good.jsonl")
+    for argv, what in (
+        (["report", "--config", str(packed), "--samples", good], "config file"),
+        (
+            ["drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(packed), "--samples", good],
+            "baseline",
+        ),
+    ):
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert f"{what} {packed} is a gzip-compressed file" in err and "decompress it first" in err, err
+    latin = workdir / f"latin-{next(_counter)}.yaml"
+    latin.write_bytes(b"# caf\xe9\nscoring: {embeddings: false}\n")
+    code, err = run_cli(["report", "--config", str(latin), "--samples", good])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"config file {latin} is not UTF-8 text at line 1, column 6 (byte 0xe9)" in err and "save it as UTF-8" in err
+
+
+def test_a_non_utf8_line_names_its_column_and_the_fix(workdir):
+    """A Latin-1 byte in a line said `not valid JSON (str is not valid UTF-8: surrogates not allowed:
+    line 1 column 1 (char 0))`: the wrong column, and no word of the encoding to fix."""
+    lines = [orjson.dumps(record(i)) for i in range(3)]
+    lines[1] = b'{"id": "caf\xe9"}'
+    samples = write_lines(workdir / f"latin-{next(_counter)}.jsonl", lines)
+    for name, argv in commands(workdir, samples).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, f"{name}: {err}"
+        assert f"{samples}:2: not UTF-8 text at column 12 (byte 0xe9)" in err and "save it as UTF-8" in err, err
