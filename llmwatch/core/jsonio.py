@@ -577,6 +577,37 @@ def _fsync_directory(directory: Path) -> None:
 DocumentFormat = Literal["json", "yaml"]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys: a config with `scoring:` twice (a section pasted at the
+    end of the file) ran with the second alone, the first's settings dropped without a word. YAML
+    itself says keys are unique. A merge (`<<: *defaults`) overriding a key stays allowed."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    first: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            earlier = first.setdefault(key, key_node)
+        except TypeError:  # an unhashable key: the constructor below says what is wrong with it
+            continue
+        if earlier is not key_node:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key '{key}' given twice (first at line {earlier.start_mark.line + 1}); merge the two into one",
+                key_node.start_mark,
+            )
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def read_document(
     path: str | os.PathLike[str],
     *,
@@ -649,7 +680,7 @@ def parse_document(
         raise error(f"{name} is not UTF-8 text at {where}; {_UTF8_FIX}")
     if fmt == "yaml":
         try:
-            return yaml.safe_load(raw)
+            return yaml.load(raw, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

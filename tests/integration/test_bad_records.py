@@ -393,3 +393,18 @@ def test_a_non_utf8_line_names_its_column_and_the_fix(workdir):
         code, err = run_cli(argv)
         assert code == 2 and "Traceback" not in err, f"{name}: {err}"
         assert f"{samples}:2: not UTF-8 text at column 12 (byte 0xe9)" in err and "save it as UTF-8" in err, err
+
+
+def test_a_key_given_twice_in_the_config_is_refused_not_overridden_in_silence(workdir):
+    """PyYAML keeps the last of two equal keys: a config with `scoring:` twice (one pasted at the end of
+    the file) ran with the second section alone, the first's settings dropped without a word, exit 0."""
+    config = workdir / f"twice-{next(_counter)}.yaml"
+    config.write_text("scoring:\n  embeddings: false\nsampling:\n  rate: 0.5\nscoring:\n  checks: []\n")
+    code, err = run_cli(["report", "--config", str(config), "--samples", str(workdir / "good.jsonl")])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"config file {config} is not valid YAML at line 5, column 1: key 'scoring' given twice" in err, err
+    assert "first at line 1" in err and "merge the two" in err, err
+    nested = workdir / f"twice-{next(_counter)}.yaml"
+    nested.write_text("scoring: {embeddings: false, embeddings: true}\n")
+    code, err = run_cli(["report", "--config", str(nested), "--samples", str(workdir / "good.jsonl")])
+    assert code == 2 and "key 'embeddings' given twice" in err, err
