@@ -24,6 +24,7 @@ import codecs
 import errno
 import glob
 import os
+import re
 import stat
 import tempfile
 import time
@@ -389,6 +390,25 @@ def _not_utf8(raw: bytes) -> str | None:
 
 _UTF8_FIX = "save it as UTF-8 (e.g. iconv -f <its encoding> -t utf-8)"
 
+# The field name before a value, at the end of a line's text up to that value.
+_FIELD_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*-?$')
+
+
+def _non_finite(text: str, pos: int) -> str | None:
+    """For a line orjson refused at `pos` (a character offset): "field 'x' is NaN, ..." when the value
+    there is a NaN or an Infinity. Python's json.dumps writes them (allow_nan defaults to True), JSON
+    has neither, and orjson said only "unexpected character ... column 110"."""
+    start = pos - 1 if pos and text[pos - 1] == "-" else pos
+    token = next((t for t in ("-Infinity", "Infinity", "NaN") if text.startswith(t, start)), None)
+    if token is None:
+        return None
+    field = _FIELD_BEFORE.search(text, 0, pos)
+    name = f"field '{field.group(1)}'" if field else "a value"
+    return (
+        f"{name} is {token}, which JSON does not have (Python's json.dumps writes it unless "
+        "allow_nan=False); write null or a finite number"
+    )
+
 
 @overload
 def iter_jsonl(path: str | os.PathLike[str], *, folder: str | os.PathLike[str] | None = None) -> Iterator[Sample]: ...
@@ -441,6 +461,8 @@ def iter_jsonl(
                     raise RecordError(
                         f"{path}:{lineno}: not UTF-8 text at {where.split(', ', 1)[1]}; {_UTF8_FIX}"
                     ) from None
+                if why := _non_finite(raw.decode("utf-8"), exc.pos):
+                    raise RecordError(f"{path}:{lineno}: {why}") from None
                 raise RecordError(
                     f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object"
                 ) from None

@@ -408,3 +408,17 @@ def test_a_key_given_twice_in_the_config_is_refused_not_overridden_in_silence(wo
     nested.write_text("scoring: {embeddings: false, embeddings: true}\n")
     code, err = run_cli(["report", "--config", str(nested), "--samples", str(workdir / "good.jsonl")])
     assert code == 2 and "key 'embeddings' given twice" in err, err
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_nan_written_by_python_names_the_field_and_the_fix(workdir, token):
+    """Python's json.dumps writes float('nan') as a bare NaN (allow_nan defaults to True): the line
+    said `not valid JSON (unexpected character, expected a JSON value: line 1 column 110 (char 109))`."""
+    lines = [orjson.dumps(record(i)) for i in range(3)]
+    lines[2] = orjson.dumps(record(2, latency_ms=1.5)).replace(b'"latency_ms":1.5', b'"latency_ms": ' + token)
+    samples = write_lines(workdir / f"nan-{next(_counter)}.jsonl", lines)
+    for name, argv in commands(workdir, samples).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, f"{name}: {err}"
+        assert f"{samples}:3: field 'latency_ms' is {token.decode()}, which JSON does not have" in err, err
+        assert "write null or a finite number" in err, err
