@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -422,3 +423,22 @@ def test_a_nan_written_by_python_names_the_field_and_the_fix(workdir, token):
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, f"{name}: {err}"
         assert f"{samples}:3: field 'latency_ms' is {token.decode()}, which JSON does not have" in err, err
         assert "write null or a finite number" in err, err
+
+
+def test_a_pipe_given_as_the_baseline_is_named_a_pipe_not_a_missing_file(workdir):
+    """`drift --baseline <(cat b.json)` (or a FIFO) said "--baseline /dev/fd/63 does not exist": it does."""
+    fifo = workdir / f"fifo-{next(_counter)}.json"
+    os.mkfifo(fifo)
+    code, err = run_cli(
+        [
+            "drift",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--baseline",
+            str(fifo),
+            "--samples",
+            str(workdir / "good.jsonl"),
+        ]
+    )
+    assert code == 2 and "Traceback" not in err and "does not exist" not in err, err
+    assert f"--baseline {fifo} is not a regular file (a pipe or a device); save it to a file first" in err, err
