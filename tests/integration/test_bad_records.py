@@ -442,3 +442,36 @@ def test_a_pipe_given_as_the_baseline_is_named_a_pipe_not_a_missing_file(workdir
     )
     assert code == 2 and "Traceback" not in err and "does not exist" not in err, err
     assert f"--baseline {fifo} is not a regular file (a pipe or a device); save it to a file first" in err, err
+
+
+def test_a_suite_whose_manifest_cannot_be_written_leaves_the_earlier_suite_untouched(workdir):
+    """`suite build` renamed the new suite over the earlier one, then, when the manifest's write failed,
+    wrote the earlier bytes back through a new file: another inode with the data-file mode (a 0644
+    suite came back 0600), and on a disk too full for that copy the earlier suite was lost. Both files
+    are now complete on disk before either is renamed, so a failed manifest leaves the suite as it was."""
+    cfg = ["--config", str(workdir / "llmwatch.yaml")]
+    huge_number_commands(workdir)  # writes huge-scores.jsonl
+    out = workdir / f"kept-suite-{next(_counter)}.json"
+    build = [
+        "suite",
+        "build",
+        *cfg,
+        "--samples",
+        str(workdir / "good.jsonl"),
+        "--scores",
+        str(workdir / "huge-scores.jsonl"),
+    ]
+    code, err = run_cli([*build, "--out", str(out), "--seed", "1"])
+    assert code == 0, err
+    manifest = workdir / out.name.replace(".json", ".manifest.json")
+    manifest.unlink()
+    manifest.mkdir()  # the manifest's name taken: its write fails after the suite's
+    out.chmod(0o644)
+    before = out.stat()
+    content = out.read_bytes()
+    code, err = run_cli([*build, "--out", str(out), "--seed", "2", "--size", "3"])
+    assert code == 2 and "Traceback" not in err, err
+    after = out.stat()
+    assert out.read_bytes() == content
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
+    assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(f".{out.name}")) == []
