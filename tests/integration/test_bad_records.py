@@ -475,3 +475,17 @@ def test_a_suite_whose_manifest_cannot_be_written_leaves_the_earlier_suite_untou
     assert out.read_bytes() == content
     assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
     assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(f".{out.name}")) == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_ui_refuses_a_refresh_that_is_not_a_finite_number(workdir, value):
+    """`--refresh -1` was refused but `--refresh nan` (and inf) compared false with `<= 0`: the UI
+    started and never looked for new files. Refused now before anything starts; a UI that started
+    would still be serving at the deadline."""
+    data = workdir / "ui-data" / "samples"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "samples-20260101-0000.jsonl").write_bytes(orjson.dumps(record(0)) + b"\n")
+    cmd = [sys.executable, "-m", "llmwatch.agent.cli", "ui", "--data-dir", str(data.parent), "--listen", "127.0.0.1:0"]
+    proc = subprocess.run([*cmd, "--refresh", value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == f"llmwatch: --refresh {value}: give a finite number of seconds above 0 (default 5)\n"

@@ -293,8 +293,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from llmwatch.agent.apps.ui.app import run
 
-    if args.refresh <= 0:
-        raise ConfigError(f"--refresh {args.refresh}: give seconds above 0 (default 5)")
+    if not (math.isfinite(args.refresh) and args.refresh > 0):
+        # nan and inf passed `<= 0`: the UI started and never looked for new files.
+        raise ConfigError(f"--refresh {args.refresh}: give a finite number of seconds above 0 (default 5)")
     return run(
         args.data_dir,
         args.listen,
