@@ -24,6 +24,7 @@ import codecs
 import errno
 import glob
 import os
+import re
 import stat
 import tempfile
 import time
@@ -368,6 +369,47 @@ def _other_kind_of_file(data: dict[str, Any], model: type[BaseModel]) -> str | N
 _COMPRESSED = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zX": "xz"}
 
 
+def _compression(raw: bytes) -> str | None:
+    """The compression `raw` starts with ("gzip", ...), or None."""
+    return next((name for magic, name in _COMPRESSED.items() if raw.startswith(magic)), None)
+
+
+def _not_utf8(raw: bytes) -> str | None:
+    """Where `raw` stops being UTF-8, as "line L, column C (byte 0xNN)" (the column counts characters,
+    as an editor does), or None: orjson says "str is not valid UTF-8: surrogates not allowed" at
+    column 1 whatever the column, PyYAML "unacceptable character #x00e9" on two lines."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        head = raw[: exc.start]
+        line = head.count(b"\n") + 1
+        column = len(head[head.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
+        return f"line {line}, column {column} (byte 0x{raw[exc.start]:02x})"
+    return None
+
+
+_UTF8_FIX = "save it as UTF-8 (e.g. iconv -f <its encoding> -t utf-8)"
+
+# The field name before a value, at the end of a line's text up to that value.
+_FIELD_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*-?$')
+
+
+def _non_finite(text: str, pos: int) -> str | None:
+    """For a line orjson refused at `pos` (a character offset): "field 'x' is NaN, ..." when the value
+    there is a NaN or an Infinity. Python's json.dumps writes them (allow_nan defaults to True), JSON
+    has neither, and orjson said only "unexpected character ... column 110"."""
+    start = pos - 1 if pos and text[pos - 1] == "-" else pos
+    token = next((t for t in ("-Infinity", "Infinity", "NaN") if text.startswith(t, start)), None)
+    if token is None:
+        return None
+    field = _FIELD_BEFORE.search(text, 0, pos)
+    name = f"field '{field.group(1)}'" if field else "a value"
+    return (
+        f"{name} is {token}, which JSON does not have (Python's json.dumps writes it unless "
+        "allow_nan=False); write null or a finite number"
+    )
+
+
 @overload
 def iter_jsonl(path: str | os.PathLike[str], *, folder: str | os.PathLike[str] | None = None) -> Iterator[Sample]: ...
 @overload
@@ -396,7 +438,7 @@ def iter_jsonl(
             try:
                 data = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                packed = next((n for magic, n in _COMPRESSED.items() if raw.startswith(magic)), None)
+                packed = _compression(raw)
                 if lineno == 1 and packed:
                     # Read as text, a .jsonl.gz was a "torn last line" (no newline byte in it)
                     # or "not valid JSON (str is not valid UTF-8 ...)".
@@ -414,6 +456,13 @@ def iter_jsonl(
                         fix="a writer was killed mid-line; the record was never complete",
                     )
                     return
+                if where := _not_utf8(raw):
+                    # A Latin-1 or UTF-16 export: the line is text, in another encoding.
+                    raise RecordError(
+                        f"{path}:{lineno}: not UTF-8 text at {where.split(', ', 1)[1]}; {_UTF8_FIX}"
+                    ) from None
+                if why := _non_finite(raw.decode("utf-8"), exc.pos):
+                    raise RecordError(f"{path}:{lineno}: {why}") from None
                 raise RecordError(
                     f"{path}:{lineno}: not valid JSON ({exc}); each line must be one JSON object"
                 ) from None
@@ -550,6 +599,37 @@ def _fsync_directory(directory: Path) -> None:
 DocumentFormat = Literal["json", "yaml"]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys: a config with `scoring:` twice (a section pasted at the
+    end of the file) ran with the second alone, the first's settings dropped without a word. YAML
+    itself says keys are unique. A merge (`<<: *defaults`) overriding a key stays allowed."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    first: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            earlier = first.setdefault(key, key_node)
+        except TypeError:  # an unhashable key: the constructor below says what is wrong with it
+            continue
+        if earlier is not key_node:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key '{key}' given twice (first at line {earlier.start_mark.line + 1}); merge the two into one",
+                key_node.start_mark,
+            )
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def read_document(
     path: str | os.PathLike[str],
     *,
@@ -613,9 +693,16 @@ def parse_document(
 ) -> Any:
     """The parsing half of `read_document`: `<name> is not valid JSON at line L, column C: ...`."""
     tail = f"; {fix}" if fix else ""
+    kind = "YAML" if fmt == "yaml" else "JSON"
+    # Said before parsing, on one line: PyYAML's own message for either took two lines, orjson's
+    # ("str is not valid UTF-8: surrogates not allowed") named neither the cause nor the fix.
+    if packed := _compression(raw):
+        raise error(f"{name} is a {packed}-compressed file, not {kind}; decompress it first (e.g. gunzip -k, zstd -d)")
+    if where := _not_utf8(raw):
+        raise error(f"{name} is not UTF-8 text at {where}; {_UTF8_FIX}")
     if fmt == "yaml":
         try:
-            return yaml.safe_load(raw)
+            return yaml.load(raw, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

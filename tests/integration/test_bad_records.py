@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -293,3 +294,198 @@ def test_fuzz_malformed_records_exit_2_with_file_and_line_and_no_traceback(workd
     lines, line, field = case
     samples = write_lines(workdir / f"fuzz-{next(_counter)}.jsonl", lines)
     assert_refused(workdir, samples, line, field)
+
+
+# --- numbers out of range on the command line --------------------------------------------------------
+
+HUGE = "99999999999999999999999"  # more than 64 bits hold
+
+
+def huge_number_commands(d: Path) -> dict[str, list[str]]:
+    n = next(_counter)
+    cfg = ["--config", str(d / "llmwatch.yaml")]
+    good = str(d / "good.jsonl")
+    scores = d / "huge-scores.jsonl"
+    if not scores.exists():
+        code, err = run_cli(["score", *cfg, "--in", good, "--out", str(scores)])
+        assert code == 0, err
+    suite = ["suite", "build", *cfg, "--samples", good, "--scores", str(scores), "--out", str(d / f"suite-{n}.json")]
+    review = ["review", "export", *cfg, "--samples", good, "--versions", "A,B", "--n", "2"]
+    return {
+        "--min-samples": ["drift", *cfg, "--baseline", str(d / "baseline.json"), "--samples", good, "--min-samples"],
+        "--size": [*suite, "--size"],
+        "--seed": [*review, "--out", str(d / f"tasks-{n}.jsonl"), "--seed"],
+    }
+
+
+@pytest.mark.parametrize("flag", ["--min-samples", "--size", "--seed"])
+def test_a_number_beyond_64_bits_is_refused_at_the_prompt_not_after_the_work(workdir, flag):
+    """`--seed 99999999999999999999999` was taken, the work done, and the output's write ended in a
+    traceback ("TypeError: Integer exceeds 64-bit range"), exit 1 and no file."""
+    argv = huge_number_commands(workdir)[flag]
+    code, err = run_cli([*argv, HUGE])
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    # argparse's usage, then the one line that names the flag, the value and what to give.
+    assert f"error: argument {flag}: {HUGE} is too large; give a whole number" in err.strip().splitlines()[-1], err
+
+
+@pytest.mark.parametrize(
+    "flag, value, field",
+    [("--margin-pass-rate", "-1", "pass_rate_points"), ("--margin-latency", "0.5", "p95_latency_ratio")],
+)
+def test_a_bad_shadow_margin_flag_is_named_as_the_flag_not_as_the_config_file(workdir, flag, value, field):
+    """`shadow report --config c.yaml --margin-pass-rate -1` said "invalid configuration (config file
+    c.yaml): shadow.margins.pass_rate_points: ..." with no line: a user looked in a file that does not
+    have the value; the value came from the flag."""
+    code, err = run_cli(
+        [
+            "shadow",
+            "report",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--pairs",
+            str(workdir / "good.jsonl"),
+            flag,
+            value,
+        ]
+    )
+    assert code == 2 and "Traceback" not in err, err
+    assert f"shadow.margins.{field} (command line: {flag}):" in err, err
+
+
+# --- files that are not text ---------------------------------------------------------------------
+
+
+def test_a_compressed_or_non_utf8_document_is_named_on_one_line(workdir):
+    """A gzip'd config said `not valid YAML: unacceptable character #x008b: invalid start byte` and a
+    second line `in "<byte string>", position 1`; a gzip'd baseline said `str is not valid UTF-8:
+    surrogates not allowed`. Neither said what the file was or what to do."""
+    import gzip
+
+    packed = workdir / f"packed-{next(_counter)}.gz"
+    packed.write_bytes(gzip.compress(b"scoring: {embeddings: false}\n"))
+    good = str(workdir / "good.jsonl")
+    for argv, what in (
+        (["report", "--config", str(packed), "--samples", good], "config file"),
+        (
+            ["drift", "--config", str(workdir / "llmwatch.yaml"), "--baseline", str(packed), "--samples", good],
+            "baseline",
+        ),
+    ):
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert f"{what} {packed} is a gzip-compressed file" in err and "decompress it first" in err, err
+    latin = workdir / f"latin-{next(_counter)}.yaml"
+    latin.write_bytes(b"# caf\xe9\nscoring: {embeddings: false}\n")
+    code, err = run_cli(["report", "--config", str(latin), "--samples", good])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"config file {latin} is not UTF-8 text at line 1, column 6 (byte 0xe9)" in err and "save it as UTF-8" in err
+
+
+def test_a_non_utf8_line_names_its_column_and_the_fix(workdir):
+    """A Latin-1 byte in a line said `not valid JSON (str is not valid UTF-8: surrogates not allowed:
+    line 1 column 1 (char 0))`: the wrong column, and no word of the encoding to fix."""
+    lines = [orjson.dumps(record(i)) for i in range(3)]
+    lines[1] = b'{"id": "caf\xe9"}'
+    samples = write_lines(workdir / f"latin-{next(_counter)}.jsonl", lines)
+    for name, argv in commands(workdir, samples).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, f"{name}: {err}"
+        assert f"{samples}:2: not UTF-8 text at column 12 (byte 0xe9)" in err and "save it as UTF-8" in err, err
+
+
+def test_a_key_given_twice_in_the_config_is_refused_not_overridden_in_silence(workdir):
+    """PyYAML keeps the last of two equal keys: a config with `scoring:` twice (one pasted at the end of
+    the file) ran with the second section alone, the first's settings dropped without a word, exit 0."""
+    config = workdir / f"twice-{next(_counter)}.yaml"
+    config.write_text("scoring:\n  embeddings: false\nsampling:\n  rate: 0.5\nscoring:\n  checks: []\n")
+    code, err = run_cli(["report", "--config", str(config), "--samples", str(workdir / "good.jsonl")])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"config file {config} is not valid YAML at line 5, column 1: key 'scoring' given twice" in err, err
+    assert "first at line 1" in err and "merge the two" in err, err
+    nested = workdir / f"twice-{next(_counter)}.yaml"
+    nested.write_text("scoring: {embeddings: false, embeddings: true}\n")
+    code, err = run_cli(["report", "--config", str(nested), "--samples", str(workdir / "good.jsonl")])
+    assert code == 2 and "key 'embeddings' given twice" in err, err
+
+
+@pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_nan_written_by_python_names_the_field_and_the_fix(workdir, token):
+    """Python's json.dumps writes float('nan') as a bare NaN (allow_nan defaults to True): the line
+    said `not valid JSON (unexpected character, expected a JSON value: line 1 column 110 (char 109))`."""
+    lines = [orjson.dumps(record(i)) for i in range(3)]
+    lines[2] = orjson.dumps(record(2, latency_ms=1.5)).replace(b'"latency_ms":1.5', b'"latency_ms": ' + token)
+    samples = write_lines(workdir / f"nan-{next(_counter)}.jsonl", lines)
+    for name, argv in commands(workdir, samples).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, f"{name}: {err}"
+        assert f"{samples}:3: field 'latency_ms' is {token.decode()}, which JSON does not have" in err, err
+        assert "write null or a finite number" in err, err
+
+
+def test_a_pipe_given_as_the_baseline_is_named_a_pipe_not_a_missing_file(workdir):
+    """`drift --baseline <(cat b.json)` (or a FIFO) said "--baseline /dev/fd/63 does not exist": it does."""
+    fifo = workdir / f"fifo-{next(_counter)}.json"
+    os.mkfifo(fifo)
+    code, err = run_cli(
+        [
+            "drift",
+            "--config",
+            str(workdir / "llmwatch.yaml"),
+            "--baseline",
+            str(fifo),
+            "--samples",
+            str(workdir / "good.jsonl"),
+        ]
+    )
+    assert code == 2 and "Traceback" not in err and "does not exist" not in err, err
+    assert f"--baseline {fifo} is not a regular file (a pipe or a device); save it to a file first" in err, err
+
+
+def test_a_suite_whose_manifest_cannot_be_written_leaves_the_earlier_suite_untouched(workdir):
+    """`suite build` renamed the new suite over the earlier one, then, when the manifest's write failed,
+    wrote the earlier bytes back through a new file: another inode with the data-file mode (a 0644
+    suite came back 0600), and on a disk too full for that copy the earlier suite was lost. Both files
+    are now complete on disk before either is renamed, so a failed manifest leaves the suite as it was."""
+    cfg = ["--config", str(workdir / "llmwatch.yaml")]
+    huge_number_commands(workdir)  # writes huge-scores.jsonl
+    out = workdir / f"kept-suite-{next(_counter)}.json"
+    build = [
+        "suite",
+        "build",
+        *cfg,
+        "--samples",
+        str(workdir / "good.jsonl"),
+        "--scores",
+        str(workdir / "huge-scores.jsonl"),
+    ]
+    code, err = run_cli([*build, "--out", str(out), "--seed", "1"])
+    assert code == 0, err
+    manifest = workdir / out.name.replace(".json", ".manifest.json")
+    manifest.unlink()
+    manifest.mkdir()  # the manifest's name taken: its write fails after the suite's
+    out.chmod(0o644)
+    before = out.stat()
+    content = out.read_bytes()
+    code, err = run_cli([*build, "--out", str(out), "--seed", "2", "--size", "3"])
+    assert code == 2 and "Traceback" not in err, err
+    after = out.stat()
+    assert out.read_bytes() == content
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (before.st_ino, before.st_mode, before.st_mtime_ns)
+    assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(f".{out.name}")) == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_ui_refuses_a_refresh_that_is_not_a_finite_number(workdir, value):
+    """`--refresh -1` was refused but `--refresh nan` (and inf) compared false with `<= 0`: the UI
+    started and never looked for new files. Refused now before anything starts; a UI that started
+    would still be serving at the deadline."""
+    data = workdir / "ui-data" / "samples"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "samples-20260101-0000.jsonl").write_bytes(orjson.dumps(record(0)) + b"\n")
+    cmd = [sys.executable, "-m", "llmwatch.agent.cli", "ui", "--data-dir", str(data.parent), "--listen", "127.0.0.1:0"]
+    proc = subprocess.run([*cmd, "--refresh", value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == f"llmwatch: --refresh {value}: give a finite number of seconds above 0 (default 5)\n"

@@ -47,6 +47,10 @@ FLAGS = {
     "kafka.scores_topic": "--scores-topic",
     "drift.baseline": "--baseline",
     "logging.level": "--log-level/--verbose",
+    # shadow report's flags: a bad value was blamed on the config file, which does not have it.
+    "shadow.margins.pass_rate_points": "--margin-pass-rate",
+    "shadow.margins.p95_latency_ratio": "--margin-latency",
+    "shadow.alpha": "--alpha",
 }
 
 
@@ -126,6 +130,24 @@ def probability(text: str) -> float:
     return value
 
 
+# The largest whole number an option takes: what a 64-bit integer holds, so what the JSON reports,
+# numpy and Parquet that carry the value can hold too.
+MOST = 2**63 - 1
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: a whole number that fits in 64 bits. `--seed 99999999999999999999999` (or
+    `--size`, `--min-samples` as large) was taken, the work done, and then the output's write ended
+    in a traceback (orjson: "Integer exceeds 64-bit range"), no file written."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not -MOST <= value <= MOST:
+        raise argparse.ArgumentTypeError(f"{text} is too large; give a whole number of at most {MOST}")
+    return value
+
+
 def at_least_one(text: str) -> int:
     """An argparse type: a whole number of 1 or more (`--min-samples -1` ended in a numpy traceback)."""
     try:
@@ -134,6 +156,8 @@ def at_least_one(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 1 or more") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is less than 1; give 1 or more")
+    if value > MOST:
+        raise argparse.ArgumentTypeError(f"{text} is too large; give a whole number from 1 to {MOST}")
     return value
 
 

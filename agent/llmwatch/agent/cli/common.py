@@ -90,9 +90,16 @@ def require_records(source: str, flag: str, what: str = "samples") -> None:
 
 
 def require_file(path: str, flag: str, hint: str) -> None:
-    if not Path(path).is_file():
-        state = "is a directory" if Path(path).is_dir() else "does not exist"
-        raise RecordError(f"{flag} {path} {state}; {hint}")
+    if Path(path).is_file():
+        return
+    if Path(path).is_dir():
+        raise RecordError(f"{flag} {path} is a directory; {hint}")
+    if os.path.exists(path):
+        # `--baseline <(cat b.json)` or a FIFO was "does not exist"; reading one without a writer hangs.
+        raise RecordError(
+            f"{flag} {path} is not a regular file (a pipe or a device); save it to a file first and give that"
+        )
+    raise RecordError(f"{flag} {path} does not exist; {hint}")
 
 
 # The options that name a file a command reads, by their argparse dest.

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from llmwatch.agent.cli.args import add_report_format, at_least_one, config_from_args, probability
+from llmwatch.agent.cli.args import add_report_format, at_least_one, config_from_args, probability, whole_number
 from llmwatch.agent.cli.common import (
     log_options,
     print_result,
@@ -569,12 +569,12 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--upstream", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000 (or .../v1)"
     )
     p.add_argument("--model", required=True, help="model name sent in every request (the `model` field)")
-    p.add_argument("--repeat", type=int, default=5, help="attempts per case (default 5)")
+    p.add_argument("--repeat", type=whole_number, default=5, help="attempts per case (default 5)")
     p.add_argument("--baseline", help="an earlier run file (--out) to compare with; refused if the suite changed")
     p.add_argument("--out", help="write this run (with every attempt) to a JSON file")
     p.add_argument(
         "--concurrency",
-        type=int,
+        type=whole_number,
         default=8,
         help="most calls in flight at once; lower it if the endpoint rate-limits (default 8)",
     )
@@ -597,7 +597,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
     p.add_argument(
         "--max-retries",
-        type=int,
+        type=whole_number,
         default=2,
         help="retries of one call on 429, 5xx and connection errors, with backoff; a call that still fails counts as a failed attempt (default 2)",
     )
@@ -622,7 +622,10 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "the baseline's pass rate minus --threshold (or --pass-threshold without a baseline); --repeat is then the most attempts per case",
     )
     p.add_argument(
-        "--min-repeat", type=int, default=5, help="with --early-stop, attempts before the first decision (default 5)"
+        "--min-repeat",
+        type=whole_number,
+        default=5,
+        help="with --early-stop, attempts before the first decision (default 5)",
     )
     p.add_argument(
         "--confidence",
@@ -639,7 +642,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     )
     p.add_argument(
         "--paraphrases",
-        type=int,
+        type=whole_number,
         default=0,
         metavar="K",
         help="also run each case in K deterministic rewordings of its last user message (synonyms, reordering, formatting; "
@@ -669,7 +672,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     )
     p.add_argument(
         "--max-turns",
-        type=int,
+        type=whole_number,
         default=10,
         help="with --multi-turn dynamic, the most calls one attempt may make; a case with more user turns is refused (default 10)",
     )
@@ -692,9 +695,11 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         "--judge-spot-check",
         help="instead of --samples/--versions: the live judge's spot checks (<data_dir>/judge), rated on the judge's criteria to calibrate it",
     )
-    p.add_argument("--n", type=int, default=50, help="tasks to write (default 50)")
+    p.add_argument("--n", type=whole_number, default=50, help="tasks to write (default 50)")
     p.add_argument("--out", required=True, help="tasks .jsonl; the key goes next to it as <name>.key.json")
-    p.add_argument("--seed", type=int, default=None, help="seed for sampling and the A/B order (default: random)")
+    p.add_argument(
+        "--seed", type=whole_number, default=None, help="seed for sampling and the A/B order (default: random)"
+    )
     p.add_argument(
         "--criteria",
         default="accuracy,completeness,hallucination",
@@ -792,7 +797,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     common(p)
     material_args(p)
     p.add_argument("--out", required=True, help="suite .jsonl to write (the manifest goes beside it)")
-    p.add_argument("--size", type=int, default=200, help="cases in the suite (default 200)")
+    p.add_argument("--size", type=whole_number, default=200, help="cases in the suite (default 200)")
     p.add_argument(
         "--failure-quota",
         type=float,
@@ -811,7 +816,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
         default="traffic",
         help="category mix: live traffic share, or traffic share x matrix weight (default traffic)",
     )
-    p.add_argument("--seed", type=int, default=None, help="seed for the random picks (default: random)")
+    p.add_argument("--seed", type=whole_number, default=None, help="seed for the random picks (default: random)")
     p.set_defaults(func=cmd_suite_build)
 
     p = ssub.add_parser(
@@ -826,7 +831,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument(
         "--failed-only", action="store_true", help="add known failures only (default: failures and edge cases)"
     )
-    p.add_argument("--max-new", type=int, default=None, help="add at most this many cases")
+    p.add_argument("--max-new", type=whole_number, default=None, help="add at most this many cases")
     p.set_defaults(func=cmd_suite_add)
 
     p = ssub.add_parser(

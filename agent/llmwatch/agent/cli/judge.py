@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
+from llmwatch.agent.cli.args import whole_number
 from llmwatch.agent.cli.common import print_result, require_records, require_writable
 from llmwatch.core.config import ConfigError
 
@@ -99,9 +100,11 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
         default=0.6,
         help="kappa interval's lower bound a calibrated judge reaches (default 0.6; the running judge applies judge.min_agreement)",
     )
-    c.add_argument("--min-labels", type=int, default=50, help="labelled samples a calibrated judge needs (default 50)")
+    c.add_argument(
+        "--min-labels", type=whole_number, default=50, help="labelled samples a calibrated judge needs (default 50)"
+    )
     c.add_argument("--confidence", type=float, default=0.95, help="level of the intervals (default 0.95)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    c.add_argument("--seed", type=whole_number, default=0, help="seed of the bootstrap (default 0)")
     c.add_argument(
         "--format", choices=("text", "json"), default="text", help="text for a person, json for a script (default text)"
     )

@@ -20,7 +20,7 @@ from typing import Any, Callable, Coroutine, Iterator, NoReturn, Sequence
 import structlog
 
 from llmwatch.agent import signals
-from llmwatch.agent.cli.args import add_comparison_options, at_least_one, config_from_args, setup_logging
+from llmwatch.agent.cli.args import add_comparison_options, at_least_one, config_from_args, setup_logging, whole_number
 from llmwatch.agent.cli.common import (
     log_options,
     require_each_path_once,
@@ -293,8 +293,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from llmwatch.agent.apps.ui.app import run
 
-    if args.refresh <= 0:
-        raise ConfigError(f"--refresh {args.refresh}: give seconds above 0 (default 5)")
+    if not (math.isfinite(args.refresh) and args.refresh > 0):
+        # nan and inf passed `<= 0`: the UI started and never looked for new files.
+        raise ConfigError(f"--refresh {args.refresh}: give a finite number of seconds above 0 (default 5)")
     return run(
         args.data_dir,
         args.listen,
@@ -424,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sample-rate", type=float, default=0.5, help="fraction of calls sampled and scored (default 0.5 in the demo)"
     )
-    p.add_argument("--concurrency", type=int, default=64, help="most requests in flight (default 64)")
+    p.add_argument("--concurrency", type=whole_number, default=64, help="most requests in flight (default 64)")
     p.add_argument("--listen", help="proxy HOST:PORT (default 127.0.0.1:8080)")
     p.add_argument("--metrics-listen", help="metrics HOST:PORT (default 127.0.0.1:9464)")
     p.add_argument("--data-dir", help="where samples are written (default ./llmwatch-data)")
@@ -516,11 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", required=True, help="dataset directory shared by every archive worker (samples/, scores/, pairs/)"
     )
     p.add_argument(
-        "--batch-records", type=int, default=10_000, help="most records buffered before a write (default 10000)"
+        "--batch-records",
+        type=whole_number,
+        default=10_000,
+        help="most records buffered before a write (default 10000)",
     )
     p.add_argument(
         "--batch-bytes",
-        type=int,
+        type=whole_number,
         default=64 * 1024 * 1024,
         help="most bytes of records buffered before a write (default 67108864, 64 MiB)",
     )

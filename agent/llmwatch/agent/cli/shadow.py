@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
-from llmwatch.agent.cli.args import probability
+from llmwatch.agent.cli.args import probability, whole_number
 from llmwatch.agent.cli.common import log_options, require_records, require_writable, show_usage
 from llmwatch.scorers.stats.format import interval_text
 
@@ -64,11 +64,11 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     j.add_argument("--candidate", help="only this candidate's pairs")
     j.add_argument(
         "--max-pairs",
-        type=int,
+        type=whole_number,
         default=200,
         help="most pairs judged, two judge calls each: the cap on the judge's cost (default 200)",
     )
-    j.add_argument("--concurrency", type=int, default=4, help="judge calls in flight (default 4)")
+    j.add_argument("--concurrency", type=whole_number, default=4, help="judge calls in flight (default 4)")
     j.add_argument("--out", help="write one verdict per pair here (JSON Lines)")
     j.add_argument("--format", choices=["text", "json"], default="text", help="summary format (default text)")
     j.add_argument(

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import random
 import re
+import secrets
 import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -521,18 +523,40 @@ def _validated(data: bytes, target: str | Path, manifest: Mapping[str, Any]) -> 
 
 
 def _write_both(target: str | Path, data: bytes, manifest: Mapping[str, Any]) -> tuple[Path, Path]:
-    """The suite and its manifest, each atomically; if the second cannot be written, the first is undone."""
+    """The suite and its manifest, each atomically; if the second cannot be written, the first is undone.
+
+    The earlier suite is kept under a second name (a hard link) while the new one is written, and
+    renamed back if the manifest fails: the same file returns, its mode and times untouched, and
+    the undo needs no free space. (Written back from its bytes, it came back with the data-file
+    mode, and on a disk too full for that copy it was lost.) Where hard links are not supported,
+    the bytes are written back as before."""
     mpath = manifest_path(target)
-    before = Path(target).read_bytes() if Path(target).exists() else None
-    written = atomic_write_bytes(target, data)
+    path = Path(target)
+    kept: Path | None = None
+    before: bytes | None = None
+    if path.exists():
+        kept = path.with_name(f".{path.name}.{secrets.token_hex(8)}.before")
+        try:
+            os.link(path, kept, follow_symlinks=False)
+        except OSError:
+            kept, before = None, path.read_bytes()
     try:
-        atomic_write_bytes(mpath, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-    except BaseException:
-        if before is None:
-            Path(target).unlink(missing_ok=True)
-        else:
-            atomic_write_bytes(target, before)
-        raise
+        written = atomic_write_bytes(target, data)
+        try:
+            atomic_write_bytes(mpath, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+        except BaseException:
+            if kept is not None:
+                # Forgotten first: if even the rename back fails, the earlier suite stays under that name.
+                earlier, kept = kept, None
+                os.replace(earlier, path)
+            elif before is not None:
+                atomic_write_bytes(target, before)
+            else:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        if kept is not None:
+            kept.unlink(missing_ok=True)
     return written, mpath
 
 
