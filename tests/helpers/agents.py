@@ -48,6 +48,31 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
         await asyncio.sleep(0.02)
 
 
+async def wait_progressing(
+    predicate: Callable[[], bool],
+    progress: Callable[[], object],
+    *,
+    stall: float = 60.0,
+    cap: float = 240.0,
+    what: str = "condition",
+) -> None:
+    """Wait for `predicate` for as long as `progress()` keeps changing (a loaded machine is slow,
+    not stuck): fail after `stall` seconds without a change, or `cap` seconds in all."""
+    loop = asyncio.get_running_loop()
+    start = last_change = loop.time()
+    seen = progress()
+    while not predicate():
+        now = loop.time()
+        current = progress()
+        if current != seen:
+            seen, last_change = current, now
+        if now - last_change > stall:
+            raise AssertionError(f"{what}: no progress for {stall:.0f} s (last seen {seen!r})")
+        if now - start > cap:
+            raise AssertionError(f"{what}: not met in {cap:.0f} s (progress {seen!r})")
+        await asyncio.sleep(0.05)
+
+
 def settled(agent: Agent) -> bool:
     """Nothing in flight: no call waiting in the proxy, no sample queued or being scored."""
     return agent.proxy.waiting == 0 and agent.scorer.pending == 0 and agent.queue.depth() == 0
