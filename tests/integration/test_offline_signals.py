@@ -12,11 +12,13 @@ and blocks opening the FIFO; the test waits for the `.partial` to appear, then s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,35 @@ from helpers.samples import chat_sample, write_jsonl
 
 def _partials(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".partial"))
+
+
+@contextlib.contextmanager
+def _as_a_terminal_starts_it() -> Iterator[None]:
+    """The child starts with Ctrl-C and SIGTERM live, as from a terminal.
+
+    A test run started in the background by a shell (`&`, as CI runners and nohup do) inherits
+    SIGINT ignored, and an ignored signal stays ignored across exec: the child would never see
+    Ctrl-C. A handler of Python's own in this process is reset to the default by exec instead.
+    Blocked signals are inherited across exec too: should anything earlier in this process have
+    left SIGINT or SIGTERM blocked, the child would never receive the signal the test sends."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, inherited)
+
+
+def _signal_state(pid: int) -> str:
+    """The child's signal masks as the kernel holds them, for a failure's message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"(no /proc/{pid}/status: {exc})"
+    return "; ".join(
+        line for line in lines if line.startswith(("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+    )
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
@@ -37,12 +68,7 @@ def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "LLMWATCH_SCORING__EMBEDDINGS": "false", "NO_COLOR": "1"}
-    # The command as a terminal starts it. A test run started in the background by a shell (`&`,
-    # as CI runners and nohup do) inherits SIGINT ignored, and an ignored signal stays ignored
-    # across exec: the child would never see Ctrl-C. A handler of Python's own in this process is
-    # reset to the default by exec instead, so the child starts with Ctrl-C live.
-    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    with _as_a_terminal_starts_it():
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -58,8 +84,6 @@ def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-    finally:
-        signal.signal(signal.SIGINT, inherited)
     try:
         # The event: the output's temporary file exists, so the command is inside its writer.
         deadline = time.monotonic() + 120
@@ -67,13 +91,19 @@ def test_a_signalled_score_run_removes_its_temporary_file_and_writes_no_output(
             assert proc.poll() is None, f"score ended before blocking on the FIFO: {proc.communicate()}"
             assert time.monotonic() < deadline, "score never opened its output"
             time.sleep(0.05)
+        state = _signal_state(proc.pid)
         proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=120)
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"score did not end on {sig.name} (child at the signal: {state}; now: {_signal_state(proc.pid)})"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == code, stderr.decode()
+    assert proc.returncode == code, f"{stderr.decode()} (child at the signal: {state})"
     assert b"Traceback" not in stderr, stderr.decode()
     assert _partials(out) == [], "the temporary file is removed"
     assert not (out / "scores.jsonl").exists(), "no output: the run did not finish"
@@ -107,16 +137,13 @@ def test_ctrl_c_while_the_command_is_still_importing_ends_it_with_130_and_no_tra
     mark = tmp_path / "importing"
     path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "HOLD_FIFO": str(fifo), "HOLD_MARK": str(mark), "NO_COLOR": "1"}
-    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # see the test above
-    try:
+    with _as_a_terminal_starts_it():
         proc = subprocess.Popen(
             [sys.executable, "-m", "llmwatch.agent.cli", "drift", "--help"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-    finally:
-        signal.signal(signal.SIGINT, inherited)
     try:
         deadline = time.monotonic() + 120
         while not mark.exists():
