@@ -557,6 +557,21 @@ def test_drift_refuses_a_misspelt_fail_on_before_reading_the_window(tmp_path: Pa
     assert "--fail-on 'behavior': name families from inputs, behaviour, performance" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["drift", "canary"])
+@pytest.mark.parametrize("value", ["", " , "])
+def test_an_empty_fail_on_is_refused_not_read_as_every_family(tmp_path: Path, command: str, value: str):
+    # `--fail-on ""` (a CI variable left empty) ran as if the flag were absent: every family failed
+    # the run, where the user meant to name some.
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"not": "checked yet"}\n')
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}")
+    sides = ["--baseline", str(baseline)] if command == "drift" else ["--stable", "A", "--canary", "B"]
+    result = run([command, *sides, "--samples", str(samples), "--fail-on", value])
+    assert result.returncode == 2, result.stderr
+    assert f"--fail-on {value!r}: name families from inputs, behaviour, performance" in result.stderr
+
+
 def test_the_command_list_says_what_exit_2_of_drift_and_canary_means():
     # "exit 0 stable, 1 drift, 2 undecided": a newcomer whose CI job failed with 2 on a bad
     # --samples path read "undecided" and waited for more traffic.

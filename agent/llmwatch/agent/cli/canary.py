@@ -42,7 +42,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     start, end = _when(args.window_start, "--window-start"), _when(args.window_end, "--window-end")
     if start and end and start >= end:
         raise ConfigError(f"--window-start {args.window_start} is not before --window-end {args.window_end}")
-    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on else None
+    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on is not None else None
     if fail_on is not None and (not fail_on or set(fail_on) - set(FAMILY_NAMES)):
         raise ConfigError(
             f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
