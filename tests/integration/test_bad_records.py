@@ -489,3 +489,14 @@ def test_ui_refuses_a_refresh_that_is_not_a_finite_number(workdir, value):
     proc = subprocess.run([*cmd, "--refresh", value], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr == f"llmwatch: --refresh {value}: give a finite number of seconds above 0 (default 5)\n"
+
+
+@pytest.mark.parametrize("command", ["ui", "review serve"])
+@pytest.mark.parametrize("value", ["notaurl", "ui.example.org", "ftp://ui.example.org", "https://", "https://h/?a=1"])
+def test_a_public_url_that_is_not_an_http_base_url_is_refused_at_the_prompt(workdir, command, value):
+    """`--public-url notaurl` started the server and printed links such as `notaurl/?token=...`
+    that open nothing; refused now by argparse, before anything is read or bound."""
+    code, err = run_cli([*command.split(), "--public-url", value])
+    assert code == 2, err
+    assert f"argument --public-url: {value!r} is not an http(s) base URL; give the address people open" in err
+    assert "Traceback" not in err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmwatch.agent.components import Config, load_config
 from llmwatch.core.jsonio import set_file_mode
@@ -128,6 +129,17 @@ def probability(text: str) -> float:
     if not 0.0 < value < 1.0:  # false for nan too
         raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1 (exclusive); give e.g. 0.05")
     return value
+
+
+def public_url(text: str) -> str:
+    """An argparse type: the base URL people open, behind a reverse proxy. `notaurl` started the
+    server and printed links such as `notaurl/?token=...` that open nothing."""
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) base URL; give the address people open, e.g. https://llmwatch.example.com/ui"
+        )
+    return text
 
 
 # The largest whole number an option takes: what a 64-bit integer holds, so what the JSON reports,

@@ -17,7 +17,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from llmwatch.agent.cli.args import add_report_format, at_least_one, config_from_args, probability, whole_number
+from llmwatch.agent.cli.args import (
+    add_report_format,
+    at_least_one,
+    config_from_args,
+    probability,
+    public_url,
+    whole_number,
+)
 from llmwatch.agent.cli.common import (
     log_options,
     print_result,
@@ -753,6 +760,7 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> Non
     p.add_argument("--arbiters", help="names or a count of arbiters for disputed tasks")
     p.add_argument(
         "--public-url",
+        type=public_url,
         help="base URL of the printed links when served behind a reverse proxy, e.g. https://review.example.com",
     )
     p.set_defaults(func=cmd_review_serve)

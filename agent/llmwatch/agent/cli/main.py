@@ -20,7 +20,14 @@ from typing import Any, Callable, Coroutine, Iterator, NoReturn, Sequence
 import structlog
 
 from llmwatch.agent import signals
-from llmwatch.agent.cli.args import add_comparison_options, at_least_one, config_from_args, setup_logging, whole_number
+from llmwatch.agent.cli.args import (
+    add_comparison_options,
+    at_least_one,
+    config_from_args,
+    public_url,
+    setup_logging,
+    whole_number,
+)
 from llmwatch.agent.cli.common import (
     log_options,
     require_each_path_once,
@@ -581,7 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="a drift report (`llmwatch drift --format json` output) to show (repeatable; also <data-dir>/drift/*.json)",
     )
-    p.add_argument("--public-url", help="base URL of the printed link when served behind a reverse proxy")
+    p.add_argument(
+        "--public-url", type=public_url, help="base URL of the printed link when served behind a reverse proxy"
+    )
     p.add_argument(
         "--refresh", type=float, default=5.0, help="seconds between looks for new or grown files (default 5)"
     )
