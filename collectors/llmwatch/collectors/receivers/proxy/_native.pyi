@@ -1,0 +1,21 @@
+# The C extension built from native/_native.c by hatch_build.py (optional: see proxy/native.py).
+from typing import Any
+
+MORE: int
+PLAIN: int
+HAND_OVER: int
+LLHTTP_VERSION: str
+
+class Planner:
+    def __init__(
+        self,
+        *,
+        prefix: bytes,
+        host_header: bytes,
+        authorization: bytes | None,
+        preserve_host: bool,
+        max_header_bytes: int,
+        max_headers: int,
+        max_head: int,
+    ) -> None: ...
+    def plan(self, data: bytes | bytearray | memoryview, /) -> tuple[Any, ...]: ...

@@ -1,0 +1,462 @@
+/* llmwatch.collectors.receivers.proxy._native: the proxy's data plane in C (design record 0067).
+ *
+ * First milestone: the decision the data plane makes on a connection's first request head, and the
+ * head it would send upstream. `plan_request` reads a head with llhttp (the parser the Python relay
+ * runs through httptools, same version: native/llhttp/ORIGIN.md) and keeps it only if it is one of
+ * the plain cases of 0067 step 2:
+ *
+ *   HTTP/1.1; GET, POST, PUT, PATCH, DELETE or OPTIONS; a body framed by Content-Length or none;
+ *   no Transfer-Encoding, Upgrade or Expect; exactly one Host (a valid one where it is forwarded);
+ *   an origin-form target whose path holds no dot, percent or backslash; CRLF line ends, no
+ *   obs-fold; within proxy.max_header_bytes / proxy.max_headers and the whole-head bound.
+ *
+ * For a plain head it builds the upstream's head exactly as `RelayServer.new_call` does (the path
+ * prefix, the upstream's Host unless proxy.preserve_host, hop-by-hop headers dropped, the
+ * configured Authorization when the client sent none). Everything else is "hand over": the Python
+ * relay gets the connection with the bytes already read and answers it as it always has, so the
+ * C side never answers a malformed or unusual request itself. Being conservative costs a call on
+ * the slower engine; being wrong would forward what the Python relay refuses, so every check here
+ * errs towards handing over, and tests/unit/test_native_heads.py compares the two engines' heads.
+ *
+ * Nothing here reads a byte it has not bounds-checked: every span comes from llhttp over the
+ * caller's buffer, and the output's size is computed before it is written.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "llhttp.h"
+
+enum { PLAN_MORE = 0, PLAN_PLAIN = 1, PLAN_HAND_OVER = 2 };
+
+typedef struct {
+    const char *at;
+    size_t len;
+} span;
+
+/* What the proxy's configuration says about heads; the strings are the caller's and outlive it. */
+typedef struct {
+    span prefix;      /* the upstream URL's path, without a trailing slash ("" for none) */
+    span host_header; /* "Host: <upstream host[:port]>\r\n" */
+    span auth;        /* "Authorization: ...\r\n", or {NULL, 0} */
+    int preserve_host;
+    size_t max_line;    /* proxy.max_header_bytes */
+    size_t max_headers; /* proxy.max_headers */
+    size_t max_head;    /* relay.head_limit(...) */
+} plan_cfg;
+
+/* What llhttp reported of one head; `names`/`values` hold cfg.max_headers + 1 entries. */
+typedef struct {
+    const plan_cfg *cfg;
+    span url;
+    span *names;
+    span *values;
+    unsigned char *valued; /* whether a value callback came for header i */
+    size_t n;
+    int last; /* 0: nothing yet, 1: a name, 2: a value, 3: the URL */
+    const char *bad;
+} head_scan;
+
+typedef struct {
+    int verdict;
+    const char *reason; /* why handed over (static text) */
+    size_t consumed;    /* bytes of the head, for PLAIN */
+    char *head;         /* malloc'd upstream head, for PLAIN */
+    size_t head_len;
+    int64_t content_length; /* -1: none */
+    int keep_alive;
+    const char *method;
+    span path; /* the target's path (before '?') */
+} plan_out;
+
+/* Extends `s` by a piece that must follow it in the same buffer (llhttp reports one span per
+ * callback over one buffer; anything else is a case this code does not claim to understand). */
+static int extend(span *s, const char *at, size_t len) {
+    if (s->at == NULL) {
+        s->at = at;
+        s->len = len;
+        return 0;
+    }
+    if (at != s->at + s->len) return -1;
+    s->len += len;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len) {
+    head_scan *h = p->data;
+    if (extend(&h->url, at, len) < 0) {
+        h->bad = "the target came in pieces";
+        return -1;
+    }
+    h->last = 3;
+    if (h->url.len > h->cfg->max_line) {
+        h->bad = "the target exceeds proxy.max_header_bytes";
+        return -1;
+    }
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len) {
+    head_scan *h = p->data;
+    if (h->last == 1) {
+        if (extend(&h->names[h->n - 1], at, len) < 0) {
+            h->bad = "a header name came in pieces";
+            return -1;
+        }
+        return 0;
+    }
+    if (h->n >= h->cfg->max_headers) {
+        h->bad = "more headers than proxy.max_headers";
+        return -1;
+    }
+    h->names[h->n] = (span){at, len};
+    h->values[h->n] = (span){NULL, 0};
+    h->valued[h->n] = 0;
+    h->n++;
+    h->last = 1;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len) {
+    head_scan *h = p->data;
+    if (h->n == 0 || (h->last != 1 && h->last != 2)) {
+        h->bad = "a header value without a name";
+        return -1;
+    }
+    size_t i = h->n - 1;
+    if (extend(&h->values[i], at, len) < 0) {
+        h->bad = "a header value came in pieces";
+        return -1;
+    }
+    h->valued[i] = 1;
+    h->last = 2;
+    /* relay.py's _Client.on_header: len(name) + len(value) + 2 > max_header_bytes is refused. */
+    if (h->names[i].len + h->values[i].len + 2 > h->cfg->max_line) {
+        h->bad = "a header line exceeds proxy.max_header_bytes";
+        return -1;
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+    (void)p;
+    return HPE_PAUSED; /* the head is all this reads; the body is the data plane's */
+}
+
+static llhttp_settings_t request_settings;
+
+static int name_is(span name, const char *lower) {
+    size_t len = strlen(lower);
+    return name.len == len && strncasecmp(name.at, lower, len) == 0;
+}
+
+/* What new_call does with a request header (relay.py's _REQUEST_KINDS), plus the ones this side
+ * hands over rather than implement. */
+enum { K_PLAIN, K_HOP, K_HOST, K_AUTH, K_REFUSE };
+
+static int header_kind(span name) {
+    static const char *const hop[] = {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+        "te",         "trailer",    "trailers",
+    };
+    for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+        if (name_is(name, hop[i])) return K_HOP;
+    if (name_is(name, "host")) return K_HOST;
+    if (name_is(name, "authorization")) return K_AUTH;
+    if (name_is(name, "transfer-encoding") || name_is(name, "upgrade") || name_is(name, "expect")) return K_REFUSE;
+    return K_PLAIN; /* content-length included: llhttp has validated it and refuses a second one */
+}
+
+/* relay.py's _HOST_VALUE, as a full match:
+ *   (?:\[[0-9A-Fa-f:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(?::[0-9]*)?   */
+static int host_value_ok(span v) {
+    size_t i = 0;
+    if (v.len > 0 && v.at[0] == '[') {
+        size_t j = 1;
+        while (j < v.len && (strchr("0123456789abcdefABCDEF:.", v.at[j]) != NULL && v.at[j] != '\0')) j++;
+        if (j > 1 && j < v.len && v.at[j] == ']') i = j + 1;
+        /* else the first alternative fails, and the second matches nothing before the '[' */
+    } else {
+        while (i < v.len && v.at[i] != '\0' && strchr("-ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~%!$&'()*+,;=", v.at[i]) != NULL) i++;
+    }
+    if (i < v.len && v.at[i] == ':') {
+        i++;
+        while (i < v.len && v.at[i] >= '0' && v.at[i] <= '9') i++;
+    }
+    return i == v.len;
+}
+
+static int method_known(uint8_t method) {
+    switch (method) {
+    case HTTP_GET:
+    case HTTP_POST:
+    case HTTP_PUT:
+    case HTTP_PATCH:
+    case HTTP_DELETE:
+    case HTTP_OPTIONS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void hand_over(plan_out *out, const char *why) {
+    out->verdict = PLAN_HAND_OVER;
+    out->reason = why;
+}
+#define HAND_OVER(why)                                                                                                 \
+    do {                                                                                                               \
+        hand_over(out, (why));                                                                                         \
+        return;                                                                                                        \
+    } while (0)
+
+/* Where the head in data[0:len] ends (just past its CRLFCRLF), or 0 if it has not yet; -1 when its
+ * lines do not all end in CRLF or one is folded (obs-fold): cases the Python relay reads. */
+static long head_extent(const char *data, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] != '\n') continue;
+        if (i == 0 || data[i - 1] != '\r') return -1;
+        if (i + 1 < len && (data[i + 1] == ' ' || data[i + 1] == '\t')) return -1;
+        if (i >= 3 && data[i - 2] == '\n' && data[i - 3] == '\r') return (long)(i + 1);
+    }
+    return 0;
+}
+
+/* The decision on the first request head in data[0:len], and the upstream's head for a plain one.
+ * `h` is scratch space for cfg->max_headers + 1 headers. */
+static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, size_t len, plan_out *out) {
+    memset(out, 0, sizeof *out);
+    out->content_length = -1;
+    long end = head_extent(data, len);
+    if (end < 0) HAND_OVER("a line not ended by CRLF, or a folded header line");
+    size_t upto = end ? (size_t)end : len;
+    if (upto > cfg->max_head) HAND_OVER("the head exceeds the whole-head bound");
+
+    llhttp_t parser;
+    llhttp_init(&parser, HTTP_REQUEST, &request_settings);
+    h->cfg = cfg;
+    h->url = (span){NULL, 0};
+    h->n = 0;
+    h->last = 0;
+    h->bad = NULL;
+    parser.data = h;
+    llhttp_errno_t err = llhttp_execute(&parser, data, upto);
+    if (h->bad != NULL) HAND_OVER(h->bad);
+    if (err == HPE_OK) {
+        if (end) HAND_OVER("llhttp did not end the head where its empty line is");
+        out->verdict = PLAN_MORE;
+        return;
+    }
+    if (err != HPE_PAUSED) HAND_OVER("llhttp refused the head");
+    if (!end) HAND_OVER("llhttp ended the head before its empty line");
+
+    if (parser.http_major != 1 || parser.http_minor != 1) HAND_OVER("not HTTP/1.1");
+    if (!method_known(parser.method)) HAND_OVER("a method outside the plain set");
+    if (parser.flags & (F_CHUNKED | F_TRANSFER_ENCODING | F_UPGRADE) || parser.upgrade)
+        HAND_OVER("Transfer-Encoding or Upgrade");
+    if (h->url.len == 0 || h->url.at[0] != '/') HAND_OVER("not an origin-form target");
+    span path = h->url;
+    const char *q = memchr(path.at, '?', path.len);
+    if (q != NULL) path.len = (size_t)(q - path.at);
+    for (size_t i = 0; i < path.len; i++)
+        if (path.at[i] == '.' || path.at[i] == '%' || path.at[i] == '\\')
+            HAND_OVER("a dot, percent or backslash in the path");
+
+    const char *method = llhttp_method_name((llhttp_method_t)parser.method);
+    size_t method_len = strlen(method);
+    size_t size = method_len + 1 + cfg->prefix.len + h->url.len + sizeof " HTTP/1.1\r\n" - 1;
+    if (!cfg->preserve_host) size += cfg->host_header.len;
+    int hosts = 0, has_auth = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        if (!h->valued[i]) HAND_OVER("a header without a value callback");
+        int kind = header_kind(h->names[i]);
+        if (kind == K_REFUSE) HAND_OVER("Transfer-Encoding, Upgrade or Expect");
+        if (kind == K_HOP) continue;
+        if (kind == K_HOST) {
+            hosts++;
+            if (!cfg->preserve_host) continue;
+            if (!host_value_ok(h->values[i])) HAND_OVER("an invalid Host");
+        }
+        if (kind == K_AUTH) has_auth = 1;
+        size += h->names[i].len + 2 + h->values[i].len + 2;
+    }
+    if (hosts != 1) HAND_OVER("not exactly one Host");
+    int add_auth = !has_auth && cfg->auth.at != NULL;
+    if (add_auth) size += cfg->auth.len;
+    size += 2;
+
+    char *buf = malloc(size), *w = buf;
+    if (buf == NULL) HAND_OVER("out of memory");
+#define PUT(p, n)                                                                                                      \
+    do {                                                                                                               \
+        memcpy(w, (p), (n));                                                                                           \
+        w += (n);                                                                                                      \
+    } while (0)
+    PUT(method, method_len);
+    PUT(" ", 1);
+    PUT(cfg->prefix.at, cfg->prefix.len);
+    PUT(h->url.at, h->url.len);
+    PUT(" HTTP/1.1\r\n", 11);
+    if (!cfg->preserve_host) PUT(cfg->host_header.at, cfg->host_header.len);
+    for (size_t i = 0; i < h->n; i++) {
+        int kind = header_kind(h->names[i]);
+        if (kind == K_HOP || (kind == K_HOST && !cfg->preserve_host)) continue;
+        PUT(h->names[i].at, h->names[i].len);
+        PUT(": ", 2);
+        PUT(h->values[i].at, h->values[i].len);
+        PUT("\r\n", 2);
+    }
+    if (add_auth) PUT(cfg->auth.at, cfg->auth.len);
+    PUT("\r\n", 2);
+#undef PUT
+    if ((size_t)(w - buf) != size) { /* cannot happen; refuse rather than send a wrong head */
+        free(buf);
+        HAND_OVER("internal: head size mismatch");
+    }
+    out->verdict = PLAN_PLAIN;
+    out->consumed = (size_t)end;
+    out->head = buf;
+    out->head_len = size;
+    out->content_length = (parser.flags & F_CONTENT_LENGTH) ? (int64_t)parser.content_length : -1;
+    out->keep_alive = llhttp_should_keep_alive(&parser);
+    out->method = method;
+    out->path = path;
+}
+
+/* --- Python: Planner ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD plan_cfg cfg;
+    PyObject *strings[3]; /* prefix, host_header, auth (or NULL): cfg's spans point into them */
+    head_scan scan;
+} Planner;
+
+static void Planner_dealloc(Planner *self) {
+    for (int i = 0; i < 3; i++) Py_XDECREF(self->strings[i]);
+    PyMem_Free(self->scan.names);
+    PyMem_Free(self->scan.values);
+    PyMem_Free(self->scan.valued);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Planner_init(Planner *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"prefix",  "host_header", "authorization", "preserve_host", "max_header_bytes",
+                             "max_headers", "max_head", NULL};
+    PyObject *prefix, *host_header, *auth;
+    int preserve_host;
+    Py_ssize_t max_line, max_headers, max_head;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$SSOpnnn", kwlist, &prefix, &host_header, &auth, &preserve_host,
+                                     &max_line, &max_headers, &max_head))
+        return -1;
+    if (auth != Py_None && !PyBytes_Check(auth)) {
+        PyErr_SetString(PyExc_TypeError, "authorization must be bytes or None");
+        return -1;
+    }
+    if (max_line < 2 || max_headers < 1 || max_head < 1 || max_headers > 1 << 20) {
+        PyErr_SetString(PyExc_ValueError, "max_header_bytes, max_headers and max_head must be positive");
+        return -1;
+    }
+    if (self->scan.names != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Planner is initialised once");
+        return -1;
+    }
+    PyObject *strings[3] = {prefix, host_header, auth == Py_None ? NULL : auth};
+    for (int i = 0; i < 3; i++) {
+        Py_XINCREF(strings[i]);
+        self->strings[i] = strings[i];
+    }
+    self->cfg.prefix = (span){PyBytes_AS_STRING(prefix), (size_t)PyBytes_GET_SIZE(prefix)};
+    self->cfg.host_header = (span){PyBytes_AS_STRING(host_header), (size_t)PyBytes_GET_SIZE(host_header)};
+    self->cfg.auth = auth == Py_None ? (span){NULL, 0} : (span){PyBytes_AS_STRING(auth), (size_t)PyBytes_GET_SIZE(auth)};
+    self->cfg.preserve_host = preserve_host;
+    self->cfg.max_line = (size_t)max_line;
+    self->cfg.max_headers = (size_t)max_headers;
+    self->cfg.max_head = (size_t)max_head;
+    size_t n = (size_t)max_headers + 1;
+    self->scan.names = PyMem_Calloc(n, sizeof(span));
+    self->scan.values = PyMem_Calloc(n, sizeof(span));
+    self->scan.valued = PyMem_Calloc(n, 1);
+    if (self->scan.names == NULL || self->scan.values == NULL || self->scan.valued == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(plan_doc,
+             "plan(data: bytes) -> tuple\n\n"
+             "The decision on the first request head in `data`:\n"
+             "(MORE,) when the head is not complete yet; (HAND_OVER, reason) when it is not a plain case;\n"
+             "(PLAIN, upstream_head, head_length, content_length or -1, keep_alive, method, path).");
+
+static PyObject *Planner_plan(Planner *self, PyObject *arg) {
+    if (self->scan.names == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Planner not initialised");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    plan_out out;
+    plan_request(&self->cfg, &self->scan, view.buf, (size_t)view.len, &out);
+    PyObject *result;
+    if (out.verdict == PLAN_MORE) {
+        result = Py_BuildValue("(i)", PLAN_MORE);
+    } else if (out.verdict == PLAN_HAND_OVER) {
+        result = Py_BuildValue("(is)", PLAN_HAND_OVER, out.reason);
+    } else {
+        result = Py_BuildValue("(iy#nLNy#y#)", PLAN_PLAIN, out.head, (Py_ssize_t)out.head_len, (Py_ssize_t)out.consumed,
+                               (long long)out.content_length, PyBool_FromLong(out.keep_alive), out.method,
+                               (Py_ssize_t)strlen(out.method), out.path.at, (Py_ssize_t)out.path.len);
+        free(out.head);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef Planner_methods[] = {
+    {"plan", (PyCFunction)Planner_plan, METH_O, plan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PlannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmwatch.collectors.receivers.proxy._native.Planner",
+    .tp_doc = PyDoc_STR("The data plane's decision on a first request head, with the proxy's configuration."),
+    .tp_basicsize = sizeof(Planner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Planner_init,
+    .tp_dealloc = (destructor)Planner_dealloc,
+    .tp_methods = Planner_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "llmwatch.collectors.receivers.proxy._native",
+    .m_doc = "The proxy's data plane in C (design record 0067): first milestone, the plain-head decision.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    llhttp_settings_init(&request_settings);
+    request_settings.on_url = on_url;
+    request_settings.on_header_field = on_header_field;
+    request_settings.on_header_value = on_header_value;
+    request_settings.on_headers_complete = on_headers_complete;
+    if (PyType_Ready(&PlannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&PlannerType);
+    if (PyModule_AddObject(m, "Planner", (PyObject *)&PlannerType) < 0 ||
+        PyModule_AddIntConstant(m, "MORE", PLAN_MORE) < 0 || PyModule_AddIntConstant(m, "PLAIN", PLAN_PLAIN) < 0 ||
+        PyModule_AddIntConstant(m, "HAND_OVER", PLAN_HAND_OVER) < 0 ||
+        PyModule_AddStringConstant(m, "LLHTTP_VERSION", "9.4.3") < 0) {
+        Py_DECREF(&PlannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
