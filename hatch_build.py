@@ -1,8 +1,8 @@
-"""The optional C extension of the proxy, `llmwatch.collectors.receivers.proxy._native` (design record 0067).
+"""The optional C extension of the proxy, `llmwatch.collectors.receivers.proxy.dataplane` (design record 0067).
 
 A hatchling build hook (pyproject.toml, `[tool.hatch.build.targets.wheel.hooks.custom]`): when a
 wheel is built, the extension is compiled with setuptools' `build_ext` (the hook's own build
-dependency) from `native/_native.c` and llhttp (`native/llhttp`, vendored from the httptools
+dependency) from `native/dataplane.c` and llhttp (`native/llhttp`, vendored from the httptools
 sdist). It is optional: without a C compiler, or if the compile fails, the hook says why in one
 warning and the wheel is the pure-Python one it always was (the Python relay serves every call).
 `LLMWATCH_NATIVE=0` skips it; `LLMWATCH_NATIVE=1` makes a failed compile fail the build (CI, images).
@@ -30,7 +30,7 @@ except ImportError:  # run as a script (`python hatch_build.py`), where hatchlin
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
 ROOT = Path(__file__).resolve().parent
-NAME = "llmwatch.collectors.receivers.proxy._native"
+NAME = "llmwatch.collectors.receivers.proxy.dataplane"
 PACKAGE_DIR = ROOT / "collectors" / "llmwatch" / "collectors" / "receivers" / "proxy"
 WHEEL_DIR = "llmwatch/collectors/receivers/proxy"
 # Last on the command line, so they win over the interpreter's own CFLAGS (which may say -O3, or
@@ -39,7 +39,7 @@ FLAGS = ["-O2", "-fstack-protector-strong", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOU
 
 
 def sources() -> list[Path]:
-    return [ROOT / "native" / "_native.c", *sorted((ROOT / "native" / "llhttp" / "src").glob("*.c"))]
+    return [ROOT / "native" / "dataplane.c", *sorted((ROOT / "native" / "llhttp" / "src").glob("*.c"))]
 
 
 def build_native(out_dir: Path) -> tuple[Path | None, str]:

@@ -28,13 +28,13 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc")
 def test_the_extension_builds_hardened_and_plans_a_plain_head(tmp_path):
     built, why = _hook_module().build_native(tmp_path)
     assert built is not None, why
-    assert built.parent == tmp_path and built.name.startswith("_native.") and built.suffix == ".so"
+    assert built.parent == tmp_path and built.name.startswith("dataplane.") and built.suffix == ".so"
     data = built.read_bytes()
     # -fstack-protector-strong: functions with local arrays call the canary check on return.
     assert b"__stack_chk_fail" in data
     # -D_FORTIFY_SOURCE=2 at -O2: libc calls with a known object size go to their checked variants.
     assert re.search(rb"__[a-z_]+_chk\x00", data.replace(b"__stack_chk_fail", b""))
-    spec = importlib.util.spec_from_file_location("llmwatch.collectors.receivers.proxy._native", built)
+    spec = importlib.util.spec_from_file_location("llmwatch.collectors.receivers.proxy.dataplane", built)
     assert spec is not None and spec.loader is not None
     native = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(native)

@@ -1,4 +1,4 @@
-/* llmwatch.collectors.receivers.proxy._native: the proxy's data plane in C (design record 0067).
+/* llmwatch.collectors.receivers.proxy.dataplane: the proxy's data plane in C (design record 0067).
  *
  * First milestone: the decision the data plane makes on a connection's first request head, and the
  * head it would send upstream. `plan_request` reads a head with llhttp (the parser the Python relay
@@ -16,7 +16,7 @@
  * relay gets the connection with the bytes already read and answers it as it always has, so the
  * C side never answers a malformed or unusual request itself. Being conservative costs a call on
  * the slower engine; being wrong would forward what the Python relay refuses, so every check here
- * errs towards handing over, and tests/unit/test_native_heads.py compares the two engines' heads.
+ * errs towards handing over, and tests/integration/test_native_heads.py compares the two engines' heads.
  *
  * Nothing here reads a byte it has not bounds-checked: every span comes from llhttp over the
  * caller's buffer, and the output's size is computed before it is written.
@@ -423,7 +423,7 @@ static PyMethodDef Planner_methods[] = {
 };
 
 static PyTypeObject PlannerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmwatch.collectors.receivers.proxy._native.Planner",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmwatch.collectors.receivers.proxy.dataplane.Planner",
     .tp_doc = PyDoc_STR("The data plane's decision on a first request head, with the proxy's configuration."),
     .tp_basicsize = sizeof(Planner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -435,12 +435,12 @@ static PyTypeObject PlannerType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "llmwatch.collectors.receivers.proxy._native",
+    .m_name = "llmwatch.collectors.receivers.proxy.dataplane",
     .m_doc = "The proxy's data plane in C (design record 0067): first milestone, the plain-head decision.",
     .m_size = -1,
 };
 
-PyMODINIT_FUNC PyInit__native(void) {
+PyMODINIT_FUNC PyInit_dataplane(void) {
     llhttp_settings_init(&request_settings);
     request_settings.on_url = on_url;
     request_settings.on_header_field = on_header_field;

@@ -1,4 +1,4 @@
-# The C extension built from native/_native.c by hatch_build.py (optional: see proxy/native.py).
+# The C extension built from native/dataplane.c by hatch_build.py (optional: see proxy/native.py).
 from typing import Any
 
 MORE: int
