@@ -1560,6 +1560,22 @@ class _Client(asyncio.Protocol):
             self.transport.close()
 
 
+class _AdoptedClient(_Client):
+    """A client connection accepted, and begun, elsewhere (see `RelayServer.adopt`)."""
+
+    def __init__(self, server: "RelayServer", prefix: bytes) -> None:
+        super().__init__(server)
+        self.prefix = prefix
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # Fed here, before the transport starts reading (asyncio and uvloop both call
+        # connection_made first): the bytes already read come before any the socket still holds.
+        prefix, self.prefix = self.prefix, b""
+        if prefix:
+            self.data_received(prefix)
+
+
 class RelayServer:
     """The listening side: accepts clients, owns the upstream pool, stops in bounded time.
 
@@ -1604,6 +1620,16 @@ class RelayServer:
         self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
+
+    async def adopt(self, sock: socket.socket, prefix: bytes = b"") -> None:
+        """Serve a client connection accepted elsewhere, whose first `prefix` bytes were read there.
+
+        The C data plane (design record 0067) reads a connection's first head and hands over the
+        ones it does not implement, with the bytes it read: the connection is then answered exactly
+        as if this server had accepted it and read those bytes itself.
+        """
+        sock.setblocking(False)
+        await self.loop.connect_accepted_socket(lambda: _AdoptedClient(self, prefix), sock)
 
     def _sweep(self) -> None:
         # Idle keep-alive clients are closed by one periodic sweep, not a timer per request.
