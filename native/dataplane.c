@@ -327,6 +327,268 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
     out->path = path;
 }
 
+/* --- the response head -------------------------------------------------------------------------
+ *
+ * What `_Upstream._head` and `_Upstream._respond` do with an upstream's answer to a plain request
+ * (HTTP/1.1, not HEAD): 1xx heads skipped, the final head checked against the same limits and
+ * rules (502 when it fails them: the answer side cannot be handed over), and the head the client
+ * gets built the same way, with the body's framing. Unlike the request side there is no third
+ * way out, so this must be exactly what the Python relay does, and test_native_heads.py checks it
+ * in both directions. */
+
+enum { RESP_MORE = 0, RESP_HEAD = 1, RESP_INVALID = 2 };
+enum { FRAME_LENGTH = 1, FRAME_CHUNKED = 2, FRAME_CLOSE = 3, FRAME_NONE = 4 };
+
+typedef struct {
+    int verdict;
+    size_t consumed; /* bytes of the upstream's heads (1xx included) */
+    char *head;      /* malloc'd head for the client */
+    size_t head_len;
+    int framing;
+    int64_t content_length;
+    int upstream_keep_alive;
+    int client_keep_alive;
+    int status;
+    int reusable; /* whether the upstream connection may carry another call (nothing after a bodiless answer) */
+} resp_out;
+
+typedef struct {
+    head_scan h;
+    int bad_reason;
+    int status;
+    int interim;
+    int keep_alive;
+} resp_scan;
+
+static int on_status(llhttp_t *p, const char *at, size_t len) {
+    resp_scan *r = p->data;
+    /* relay.py's on_status: a reason with control bytes (RFC 9112 §4) other than HTAB is refused. */
+    if (len == 2 && at[0] == 'O' && at[1] == 'K') return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)at[i];
+        if ((c <= 0x08) || (c >= 0x0a && c <= 0x1f) || c == 0x7f) {
+            r->bad_reason = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int on_response_headers_complete(llhttp_t *p) {
+    resp_scan *r = p->data;
+    int status = llhttp_get_status_code(p);
+    if (status < 100) {
+        r->h.bad = "a status code under 100";
+        return -1;
+    }
+    if (status < 200) {
+        r->interim = 1;
+        return 0;
+    }
+    r->status = status;
+    r->keep_alive = llhttp_should_keep_alive(p);
+    return 0;
+}
+
+static llhttp_settings_t response_settings;
+
+/* Python's bytes.strip(): ASCII whitespace at both ends. */
+static span py_strip(span v) {
+    static const char ws[] = " \t\n\r\x0b\x0c";
+    while (v.len && memchr(ws, v.at[0], sizeof ws - 1)) v.at++, v.len--;
+    while (v.len && memchr(ws, v.at[v.len - 1], sizeof ws - 1)) v.len--;
+    return v;
+}
+
+static int all_digits(const char *at, size_t len) {
+    if (len == 0) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (at[i] < '0' || at[i] > '9') return 0;
+    return 1;
+}
+
+/* relay.py's head_end: just past the first empty line (CRLF or bare LF line ends), or 0. */
+static size_t response_head_end(const char *buf, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (buf[i] != '\n') continue;
+        if (buf[i + 1] == '\n') return i + 2;
+        if (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n') return i + 3;
+    }
+    return 0;
+}
+
+static void plan_response(const plan_cfg *cfg, head_scan *scratch, const char *data, size_t len, int keep_alive,
+                          int closing, resp_out *out) {
+    memset(out, 0, sizeof *out);
+    out->content_length = -1;
+    size_t at = 0;
+    char *head = NULL; /* the final head, its bare LFs made CRLF */
+    size_t head_len = 0;
+    resp_scan r;
+    for (;;) {
+        size_t end = response_head_end(data + at, len - at);
+        if (end == 0 || end > cfg->max_head) {
+            out->verdict = (len - at > cfg->max_head || end > cfg->max_head) ? RESP_INVALID : RESP_MORE;
+            return;
+        }
+        const char *raw = data + at;
+        if (raw[0] == '\r' || raw[0] == '\n') {
+            out->verdict = RESP_INVALID;
+            return;
+        }
+        size_t lfs = 0, crlfs = 0;
+        for (size_t i = 0; i < end; i++)
+            if (raw[i] == '\n') {
+                lfs++;
+                if (i > 0 && raw[i - 1] == '\r') crlfs++;
+            }
+        head = malloc(end + (lfs - crlfs) + 1);
+        if (head == NULL) {
+            out->verdict = RESP_INVALID;
+            return;
+        }
+        head_len = 0;
+        for (size_t i = 0; i < end; i++) { /* _BARE_LF.sub(b"\r\n", head) */
+            if (raw[i] == '\n' && (i == 0 || raw[i - 1] != '\r')) head[head_len++] = '\r';
+            head[head_len++] = raw[i];
+        }
+        llhttp_t parser;
+        llhttp_init(&parser, HTTP_RESPONSE, &response_settings);
+        memset(&r, 0, sizeof r);
+        r.h = *scratch;
+        r.h.cfg = cfg;
+        r.h.url = (span){NULL, 0};
+        r.h.n = 0;
+        r.h.last = 0;
+        r.h.bad = NULL;
+        parser.data = &r;
+        llhttp_errno_t err = llhttp_execute(&parser, head, head_len);
+        at += end;
+        if (err != HPE_OK || r.h.bad != NULL || r.bad_reason) {
+            free(head);
+            out->verdict = RESP_INVALID;
+            return;
+        }
+        if (!r.interim) break;
+        free(head); /* a 1xx (103 Early Hints): not relayed; the final answer follows */
+        head = NULL;
+    }
+    if (r.status == 0) {
+        free(head);
+        out->verdict = RESP_INVALID;
+        return;
+    }
+    /* The status line after its version, as received (llhttp took one SP after the version). */
+    const char *eol = NULL, *sp = NULL;
+    for (size_t i = 0; i + 1 < head_len; i++)
+        if (head[i] == '\r' && head[i + 1] == '\n') {
+            eol = head + i;
+            break;
+        }
+    if (eol != NULL) sp = memchr(head, ' ', (size_t)(eol - head));
+    if (sp == NULL) { /* llhttp requires both; refuse rather than guess */
+        free(head);
+        out->verdict = RESP_INVALID;
+        return;
+    }
+    span status_rest = {sp + 1, (size_t)(eol + 2 - (sp + 1))};
+
+    head_scan *h = &r.h;
+    int te = 0, cl = 0;
+    span cl_value = {NULL, 0};
+    size_t size = 9 + status_rest.len;
+    for (size_t i = 0; i < h->n; i++) {
+        if (!h->valued[i]) {
+            free(head);
+            out->verdict = RESP_INVALID; /* cannot happen after llhttp's checks; refuse rather than guess */
+            return;
+        }
+        span name = h->names[i], value = h->values[i];
+        if (name_is(name, "transfer-encoding")) {
+            span v = py_strip(value);
+            if (te || !(v.len == 7 && strncasecmp(v.at, "chunked", 7) == 0)) {
+                free(head);
+                out->verdict = RESP_INVALID; /* only a lone `chunked` frames a body that can be ended exactly */
+                return;
+            }
+            te = 1;
+        } else if (header_kind(name) == K_HOP || name_is(name, "upgrade")) {
+            continue;
+        } else if (name_is(name, "content-length")) {
+            size_t trimmed = value.len;
+            while (trimmed && (value.at[trimmed - 1] == ' ' || value.at[trimmed - 1] == '\t')) trimmed--;
+            if (!all_digits(value.at, value.len) && !all_digits(value.at, trimmed)) {
+                free(head);
+                out->verdict = RESP_INVALID;
+                return;
+            }
+            cl = 1;
+            cl_value = (span){value.at, trimmed};
+        }
+        size += name.len + 2 + value.len + 2;
+    }
+    int status = r.status, upstream_keep_alive = r.keep_alive, client_keep_alive = keep_alive;
+    int framing;
+    out->reusable = 1;
+    if (status == 204 || status == 304) {
+        framing = FRAME_NONE;
+        if (at < len) out->reusable = 0; /* bytes after an answer without a body: not to be trusted */
+    } else if (te) {
+        framing = FRAME_CHUNKED;
+    } else if (cl) {
+        framing = FRAME_LENGTH;
+        int64_t n = 0;
+        for (size_t i = 0; i < cl_value.len; i++) {
+            if (n > (INT64_MAX - 9) / 10) { /* Python's int() has no bound; llhttp refuses above 2^64 */
+                free(head);
+                out->verdict = RESP_INVALID;
+                return;
+            }
+            n = n * 10 + (cl_value.at[i] - '0');
+        }
+        out->content_length = n;
+    } else {
+        framing = FRAME_CLOSE;
+        upstream_keep_alive = 0;
+        client_keep_alive = 0;
+    }
+    if (closing) client_keep_alive = 0;
+    if (!client_keep_alive) size += sizeof "Connection: close\r\n" - 1;
+    size += 2;
+    char *buf = malloc(size), *w = buf;
+    if (buf == NULL) {
+        free(head);
+        out->verdict = RESP_INVALID;
+        return;
+    }
+    memcpy(w, "HTTP/1.1 ", 9), w += 9;
+    memcpy(w, status_rest.at, status_rest.len), w += status_rest.len;
+    for (size_t i = 0; i < h->n; i++) {
+        span name = h->names[i], value = h->values[i];
+        if (!name_is(name, "transfer-encoding") && (header_kind(name) == K_HOP || name_is(name, "upgrade"))) continue;
+        memcpy(w, name.at, name.len), w += name.len;
+        memcpy(w, ": ", 2), w += 2;
+        memcpy(w, value.at, value.len), w += value.len;
+        memcpy(w, "\r\n", 2), w += 2;
+    }
+    if (!client_keep_alive) memcpy(w, "Connection: close\r\n", 19), w += 19;
+    memcpy(w, "\r\n", 2), w += 2;
+    free(head);
+    if ((size_t)(w - buf) != size) {
+        free(buf);
+        out->verdict = RESP_INVALID;
+        return;
+    }
+    out->verdict = RESP_HEAD;
+    out->consumed = at;
+    out->head = buf;
+    out->head_len = size;
+    out->framing = framing;
+    out->upstream_keep_alive = upstream_keep_alive;
+    out->client_keep_alive = client_keep_alive;
+    out->status = status;
+}
+
 /* --- Python: Planner ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -417,8 +679,39 @@ static PyObject *Planner_plan(Planner *self, PyObject *arg) {
     return result;
 }
 
+PyDoc_STRVAR(respond_doc,
+             "respond(data: bytes, keep_alive: bool, closing: bool) -> tuple\n\n"
+             "The upstream's answer to a plain request, as the Python relay reads it:\n"
+             "(MORE,) when its final head is not complete yet; (INVALID,) for a 502;\n"
+             "(HEAD, client_head, consumed, framing, content_length or -1, upstream_keep_alive,\n"
+             "client_keep_alive, status, reusable).");
+
+static PyObject *Planner_respond(Planner *self, PyObject *args) {
+    if (self->scan.names == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Planner not initialised");
+        return NULL;
+    }
+    Py_buffer view;
+    int keep_alive, closing;
+    if (!PyArg_ParseTuple(args, "y*pp", &view, &keep_alive, &closing)) return NULL;
+    resp_out out;
+    plan_response(&self->cfg, &self->scan, view.buf, (size_t)view.len, keep_alive, closing, &out);
+    PyObject *result;
+    if (out.verdict != RESP_HEAD) {
+        result = Py_BuildValue("(i)", out.verdict);
+    } else {
+        result = Py_BuildValue("(iy#niLNNiN)", RESP_HEAD, out.head, (Py_ssize_t)out.head_len, (Py_ssize_t)out.consumed,
+                               out.framing, (long long)out.content_length, PyBool_FromLong(out.upstream_keep_alive),
+                               PyBool_FromLong(out.client_keep_alive), out.status, PyBool_FromLong(out.reusable));
+        free(out.head);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef Planner_methods[] = {
     {"plan", (PyCFunction)Planner_plan, METH_O, plan_doc},
+    {"respond", (PyCFunction)Planner_respond, METH_VARARGS, respond_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -446,13 +739,22 @@ PyMODINIT_FUNC PyInit_dataplane(void) {
     request_settings.on_header_field = on_header_field;
     request_settings.on_header_value = on_header_value;
     request_settings.on_headers_complete = on_headers_complete;
+    llhttp_settings_init(&response_settings);
+    response_settings.on_status = on_status;
+    response_settings.on_header_field = on_header_field;
+    response_settings.on_header_value = on_header_value;
+    response_settings.on_headers_complete = on_response_headers_complete;
     if (PyType_Ready(&PlannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&PlannerType);
     if (PyModule_AddObject(m, "Planner", (PyObject *)&PlannerType) < 0 ||
         PyModule_AddIntConstant(m, "MORE", PLAN_MORE) < 0 || PyModule_AddIntConstant(m, "PLAIN", PLAN_PLAIN) < 0 ||
-        PyModule_AddIntConstant(m, "HAND_OVER", PLAN_HAND_OVER) < 0 ||
+        PyModule_AddIntConstant(m, "HAND_OVER", PLAN_HAND_OVER) < 0 || PyModule_AddIntConstant(m, "HEAD", RESP_HEAD) < 0 ||
+        PyModule_AddIntConstant(m, "INVALID", RESP_INVALID) < 0 ||
+        PyModule_AddIntConstant(m, "FRAME_LENGTH", FRAME_LENGTH) < 0 ||
+        PyModule_AddIntConstant(m, "FRAME_CHUNKED", FRAME_CHUNKED) < 0 ||
+        PyModule_AddIntConstant(m, "FRAME_CLOSE", FRAME_CLOSE) < 0 || PyModule_AddIntConstant(m, "FRAME_NONE", FRAME_NONE) < 0 ||
         PyModule_AddStringConstant(m, "LLHTTP_VERSION", "9.4.3") < 0) {
         Py_DECREF(&PlannerType);
         Py_DECREF(m);

@@ -14,7 +14,7 @@ import random
 import shutil
 
 import pytest
-from helpers.raw_http import RawUpstream, answer_ok, read_response
+from helpers.raw_http import CHAT_BODY, RawUpstream, answer_ok, post, read_body, read_response
 
 from llmwatch.collectors.receivers.proxy import native
 
@@ -245,3 +245,139 @@ def test_what_is_not_a_plain_case_is_handed_over_with_its_reason(request_bytes, 
         max_head=8190 * 33,
     )
     assert planner.plan(request_bytes) == (dataplane.HAND_OVER, reason)
+
+
+# --- the response side: no hand-over, so the two engines must agree both ways --------------------
+
+# As for requests: plain parts, and in half the answers one or two that are not (or are edge cases).
+PLAIN_STATUSES = [b"200", b"201", b"204", b"304", b"404", b"500"]
+STATUSES = [b"099", b"999", b"101", b"20", b"2000"]
+PLAIN_REASONS = [b" OK", b"", b" ", b" Weird  Reason ", b" caf\xe9", b" Tab\there"]
+REASONS = [b" Bad\x01", b" \x7f"]
+PLAIN_RESPONSE_HEADERS = [
+    (b"Content-Type", b"application/json"),
+    (b"X-Trailing", b"v "),
+    (b"X-Empty", b""),
+    (b"Connection", b"close"),
+    (b"Connection", b"keep-alive"),
+    (b"Keep-Alive", b"timeout=5"),
+    (b"Upgrade", b"h2c"),
+    (b"Trailer", b"X-T"),
+    (b"Proxy-Authenticate", b"Basic"),
+    (b"x-ratelimit-remaining-requests", b"7"),
+    (b"Server", b"up"),
+]
+RESPONSE_HEADERS = [(b"X-Long", b"v" * 9000), (b"X-Ctl", b"a\x01b"), (b"Bad Name", b"v")]
+PLAIN_FRAMINGS: list[list[tuple[bytes, bytes]]] = [
+    [(b"Content-Length", b"5")],
+    [(b"Content-Length", b"5 ")],
+    [(b"Content-Length", b"005")],
+    [(b"Content-Length", b"0")],
+    [(b"Transfer-Encoding", b"chunked")],
+    [(b"Transfer-Encoding", b"Chunked")],
+    [(b"Transfer-Encoding", b"chunked ")],
+    [],
+]
+FRAMINGS: list[list[tuple[bytes, bytes]]] = [
+    [(b"Content-Length", b"abc")],
+    [(b"Content-Length", b"5x")],
+    [(b"Content-Length", b"")],
+    [(b"Content-Length", b"5"), (b"Content-Length", b"5")],
+    [(b"Content-Length", b"5"), (b"Content-Length", b"6")],
+    [(b"Transfer-Encoding", b"gzip, chunked")],
+    [(b"Transfer-Encoding", b"gzip")],
+    [(b"Transfer-Encoding", b"chunked, gzip")],
+    [(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")],
+    [(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"5")],
+]
+PLAIN_INTERIMS = [b"", b"", b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"]
+INTERIMS = [
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\nX-Ctl: \x01\r\n\r\n",
+]
+
+
+def generate_response(rng: random.Random) -> bytes:
+    odd = set(rng.sample([0, 1, 2, 3, 4, 5, 7, 8], rng.choice([1, 2]))) if rng.random() < 0.5 else set()
+
+    def pick(plain: list, other: list, part: int):  # type: ignore[type-arg]
+        return rng.choice(other if part in odd else plain)
+
+    version = pick([b"HTTP/1.1", b"HTTP/1.1", b"HTTP/1.1", b"HTTP/1.0"], [b"HTTP/2", b"HTTP/1.1 "], 0)
+    lines = [version + b" " + pick(PLAIN_STATUSES, STATUSES, 1) + pick(PLAIN_REASONS, REASONS, 2)]
+    headers = rng.sample(PLAIN_RESPONSE_HEADERS, rng.randint(0, 4)) + pick(PLAIN_FRAMINGS, FRAMINGS, 3)
+    if 4 in odd:
+        headers.append(rng.choice(RESPONSE_HEADERS))
+    if rng.random() < 0.2:
+        headers += [(b"X-N%d" % i, b"n") for i in range(rng.choice([10, 25, 31, 32, 40]))]
+    rng.shuffle(headers)
+    lines += [name + rng.choice([b": ", b":", b":  ", b":\t"]) + value for name, value in headers]
+    ends = [b"\r\n"] * len(lines)
+    if rng.random() < 0.15:
+        ends[rng.randrange(len(ends))] = b"\n"  # a bare LF: read as CRLF, as nginx reads it
+    if 5 in odd:
+        lines.insert(1, b" folded")
+        ends.append(b"\r\n")
+    # The empty line: a bare LF ends the head too. (The body must stay well framed: the Python
+    # relay sends the head with the first chunk, so a bad first chunk is a 502, not a head.)
+    last = rng.choice([b"\r\n", b"\r\n", b"\n"])
+    head = b"".join(line + end for line, end in zip(lines, ends)) + last
+    if 7 in odd:
+        head = b"\r\n" + head  # an empty line before the status line
+    names = {name.lower() for name, _ in headers}
+    if b"transfer-encoding" in names:
+        body = b"5\r\nhello\r\n0\r\n\r\n"
+    elif b"content-length" in names:
+        body = b"hello"
+    else:
+        body = b"until the close"
+    return pick(PLAIN_INTERIMS, INTERIMS, 8) + head + body
+
+
+async def test_every_upstream_answer_is_relayed_with_the_head_the_planner_builds_or_is_a_502_for_both(make_agent):
+    answers: list[bytes] = []
+
+    async def respond(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(answers[-1])
+        await writer.drain()
+        writer.close()  # every answer on its own connection: some end only with the close
+
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url, proxy={"max_header_bytes": 8190, "max_headers": 32})
+        planner = native.planner(agent.proxy.relay)
+        rng = random.Random("native-responses")
+        outcomes = {dataplane.HEAD: 0, dataplane.INVALID: 0}
+        framings: set[int] = set()
+        for n in range(600):
+            answers.append(generate_response(rng))
+            request = (
+                post("/v1/chat/completions", CHAT_BODY) if n % 2 else b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+            )
+            if n % 3 == 0:
+                request = request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
+            asked = planner.plan(request)
+            assert asked[0] == dataplane.PLAIN
+            verdict = planner.respond(answers[-1], asked[4], False)
+            assert verdict[0] in outcomes, (answers[-1], verdict)
+            outcomes[verdict[0]] += 1
+            reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+            try:
+                writer.write(request)
+                got = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                if verdict[0] == dataplane.INVALID:
+                    assert got.startswith(b"HTTP/1.1 502 "), (answers[-1], got)
+                    body = await asyncio.wait_for(read_body(got[:-4], reader), 10)
+                    assert b"llmwatch proxy" in body  # the relay's own 502, not an upstream's
+                else:
+                    assert got == verdict[1], (answers[-1], got, verdict[1])
+                    framings.add(verdict[3])
+            finally:
+                writer.close()
+        assert outcomes[dataplane.HEAD] >= 250 and outcomes[dataplane.INVALID] >= 100, outcomes
+        assert framings == {
+            dataplane.FRAME_LENGTH,
+            dataplane.FRAME_CHUNKED,
+            dataplane.FRAME_CLOSE,
+            dataplane.FRAME_NONE,
+        }

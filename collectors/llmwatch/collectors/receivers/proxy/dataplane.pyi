@@ -4,6 +4,12 @@ from typing import Any
 MORE: int
 PLAIN: int
 HAND_OVER: int
+HEAD: int
+INVALID: int
+FRAME_LENGTH: int
+FRAME_CHUNKED: int
+FRAME_CLOSE: int
+FRAME_NONE: int
 LLHTTP_VERSION: str
 
 class Planner:
@@ -19,3 +25,4 @@ class Planner:
         max_head: int,
     ) -> None: ...
     def plan(self, data: bytes | bytearray | memoryview, /) -> tuple[Any, ...]: ...
+    def respond(self, data: bytes | bytearray | memoryview, keep_alive: bool, closing: bool, /) -> tuple[Any, ...]: ...
