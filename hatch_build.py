@@ -42,8 +42,9 @@ def sources() -> list[Path]:
     return [ROOT / "native" / "dataplane.c", *sorted((ROOT / "native" / "llhttp" / "src").glob("*.c"))]
 
 
-def build_native(out_dir: Path) -> tuple[Path | None, str]:
+def build_native(out_dir: Path, extra_flags: list[str] | None = None) -> tuple[Path | None, str]:
     """Compile the extension into `out_dir`: (its path, "") or (None, why it could not be built).
+    `extra_flags` go after the hardened ones (bench/fuzz_dataplane.py builds it with sanitizers).
 
     Never raises for a missing compiler or a failed compile: the extension is optional.
     """
@@ -56,7 +57,8 @@ def build_native(out_dir: Path) -> tuple[Path | None, str]:
         NAME,
         sources=[str(p) for p in sources()],
         include_dirs=[str(ROOT / "native" / "llhttp" / "include")],
-        extra_compile_args=FLAGS,
+        extra_compile_args=FLAGS + (extra_flags or []),
+        extra_link_args=[f for f in extra_flags or [] if f.startswith("-fsanitize")],
     )
     dist = Distribution({"name": "llmwatch-native", "ext_modules": [ext], "script_name": "hatch_build.py"})
     cmd = build_ext(dist)
@@ -72,7 +74,7 @@ def build_native(out_dir: Path) -> tuple[Path | None, str]:
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / built.name
         # Replaced whole (a rename), never rewritten in place: a running process may have it mapped.
-        staged = out_dir / (built.name + ".tmp")
+        staged = out_dir / f".{built.name}.{os.getpid()}.tmp"
         shutil.copyfile(built, staged)
         staged.chmod(0o755)
         os.replace(staged, target)
