@@ -13,8 +13,12 @@ import asyncio
 import random
 import shutil
 
+import hypothesis
 import pytest
 from helpers.raw_http import CHAT_BODY, RawUpstream, answer_ok, post, read_body, read_response
+from helpers.relay_fuzz import requests as fuzz_requests
+from helpers.relay_fuzz import responses as fuzz_responses
+from hypothesis import HealthCheck, given, settings
 
 from llmwatch.collectors.receivers.proxy import native
 
@@ -381,3 +385,91 @@ async def test_every_upstream_answer_is_relayed_with_the_head_the_planner_builds
             dataplane.FRAME_CLOSE,
             dataplane.FRAME_NONE,
         }
+
+
+# --- the relay fuzzer's hostile cases (tests/helpers/relay_fuzz.py) through both ------------------
+
+
+def drawn(strategy, count: int, seed: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+    """`count` cases of a hypothesis strategy, drawn once, reproducibly."""
+    cases: list[bytes] = []
+
+    @settings(
+        max_examples=count,
+        deadline=None,
+        database=None,
+        phases=[hypothesis.Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def collect(data: bytes) -> None:
+        cases.append(data)
+
+    hypothesis.seed(seed)(collect)()
+    return cases
+
+
+async def test_the_relay_fuzzers_requests_that_the_planner_calls_plain_reach_the_upstream_as_it_built_them(make_agent):
+    async with RawUpstream(answer_ok) as upstream:
+        agent = await make_agent("http://user:secret@127.0.0.1:%d/base" % upstream.port)
+        planner = native.planner(agent.proxy.relay)
+        plain = 0
+        for data in drawn(fuzz_requests(), 800, 29):
+            verdict = planner.plan(data)
+            if verdict[0] != dataplane.PLAIN:
+                continue
+            plain += 1
+            head, consumed, length = verdict[1], verdict[2], max(verdict[3], 0)
+            # The head is the question; the body is made whole (a short one holds the call).
+            request = data[:consumed] + (data[consumed:] + b"x" * length)[:length]
+            got, status, _ = await through_python(agent.proxy_port, upstream, request)
+            assert got is not None and got + b"\r\n\r\n" == head, (data, got, head)
+            assert status == 200
+        assert plain >= 60, plain  # the fuzzer draws mostly hostile requests
+
+
+async def test_the_relay_fuzzers_answers_get_the_planners_head_or_a_502_from_both(make_agent):
+    answers: list[bytes] = []
+
+    async def respond(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(answers[-1])
+        await writer.drain()
+        writer.close()
+
+    request = post("/v1/chat/completions", CHAT_BODY)
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        planner = native.planner(agent.proxy.relay)
+        seen = {dataplane.HEAD: 0, dataplane.INVALID: 0}
+        for data in drawn(fuzz_responses(), 800, 29):
+            verdict = planner.respond(data, True, False)
+            if verdict[0] == dataplane.MORE:
+                continue  # a head cut short: the upstream's close decides, not the head
+            seen[verdict[0]] += 1
+            if verdict[0] == dataplane.HEAD:
+                # The head is the question; the body after it is made well framed (the Python relay
+                # sends a chunked head with its first chunk: a broken first chunk is a 502).
+                consumed, framing, length = verdict[2], verdict[3], verdict[4]
+                data = (
+                    data[:consumed]
+                    + {
+                        dataplane.FRAME_LENGTH: b"x" * max(length, 0),
+                        dataplane.FRAME_CHUNKED: b"0\r\n\r\n",
+                        dataplane.FRAME_CLOSE: b"until the close",
+                        dataplane.FRAME_NONE: b"",
+                    }[framing]
+                )
+            answers.append(data)
+            reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+            try:
+                writer.write(request)
+                got = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                if verdict[0] == dataplane.INVALID:
+                    assert got.startswith(b"HTTP/1.1 502 "), (data, got)
+                    assert b"llmwatch proxy" in await asyncio.wait_for(read_body(got[:-4], reader), 10)
+                else:
+                    assert got == verdict[1], (data, got, verdict[1])
+            finally:
+                writer.close()
+        assert seen[dataplane.HEAD] >= 150 and seen[dataplane.INVALID] >= 100, seen
