@@ -24,10 +24,17 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "llhttp.h"
 
@@ -726,6 +733,389 @@ static PyTypeObject PlannerType = {
     .tp_methods = Planner_methods,
 };
 
+/* --- Python: Front ----------------------------------------------------------------------------
+ *
+ * The data plane's front door, on its own thread: accepts on the proxy's listening socket, reads
+ * each connection's first request head on raw epoll and, once `plan_request` has a verdict, hands
+ * the connection, with the bytes read, to the Python relay (`RelayServer.adopt`). In this
+ * milestone a plain head is handed over too (counted apart): forwarding it from C is the next
+ * step (design record 0067, "What is left"). The thread touches no Python object: what it hands
+ * over waits in a queue under a mutex, and an eventfd tells the event loop (`fileno()`), which
+ * takes it with `take()`. A head not complete within proxy.header_timeout_s of the accept is handed
+ * over as expired: the relay counts it and closes the connection, as it does its own. */
+
+#define FRONT_READ 16384
+
+enum { GIVE_HAND_OVER = 0, GIVE_PLAIN = 1, GIVE_EXPIRED = 2 };
+
+typedef struct fconn {
+    int fd;
+    char *buf;
+    size_t len, cap;
+    double deadline;
+    struct fconn *prev, *next;
+} fconn;
+
+typedef struct {
+    int fd;
+    char *buf;
+    size_t len;
+    int kind;
+    double remaining; /* of the head deadline, when handed over */
+} given;
+
+typedef struct {
+    PyObject_HEAD PyObject *planner; /* keeps cfg's strings alive */
+    plan_cfg cfg;
+    head_scan scan; /* the thread's own scratch */
+    int listen_fd, epfd, stop_fd, ready_fd;
+    double header_timeout;
+    pthread_t thread;
+    int started, stopped;
+    fconn *conns; /* in accept order, so the oldest deadline is first */
+    pthread_mutex_t lock;
+    given *queue;
+    size_t queued, queue_cap;
+    unsigned long long accepted, plain, handed, expired, left;
+} Front;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void fconn_unlink(Front *f, fconn *c) {
+    if (c->prev) c->prev->next = c->next;
+    else f->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static fconn *conns_tail(Front *f) {
+    fconn *c = f->conns;
+    while (c && c->next) c = c->next;
+    return c;
+}
+
+/* The connection leaves the thread: queued for Python (its fd and bytes now Python's), or closed
+ * when the queue cannot grow (out of memory: the client sees its connection closed). */
+static void give(Front *f, fconn *c, int kind, double now) {
+    epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    fconn_unlink(f, c);
+    pthread_mutex_lock(&f->lock);
+    if (f->queued == f->queue_cap) {
+        size_t cap = f->queue_cap ? 2 * f->queue_cap : 64;
+        given *q = realloc(f->queue, cap * sizeof *q);
+        if (q == NULL) {
+            pthread_mutex_unlock(&f->lock);
+            close(c->fd);
+            free(c->buf);
+            free(c);
+            return;
+        }
+        f->queue = q;
+        f->queue_cap = cap;
+    }
+    double remaining = c->deadline - now;
+    f->queue[f->queued++] = (given){c->fd, c->buf, c->len, kind, remaining > 0 ? remaining : 0};
+    if (kind == GIVE_PLAIN) f->plain++;
+    else if (kind == GIVE_EXPIRED) f->expired++;
+    f->handed++;
+    pthread_mutex_unlock(&f->lock);
+    free(c);
+    uint64_t one = 1;
+    ssize_t w = write(f->ready_fd, &one, sizeof one);
+    (void)w; /* an eventfd write fails only when its counter would overflow: it is then readable anyway */
+}
+
+static void drop(Front *f, fconn *c) {
+    epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    fconn_unlink(f, c);
+    close(c->fd);
+    free(c->buf);
+    free(c);
+    pthread_mutex_lock(&f->lock);
+    f->left++;
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void front_accept(Front *f, double now) {
+    for (int i = 0; i < 256; i++) { /* bounded per wake: the other connections get their turn */
+        int fd = accept4(f->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or a connection that died in the backlog */
+        fconn *c = calloc(1, sizeof *c);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->deadline = now + f->header_timeout;
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+        if (epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        fconn *tail = conns_tail(f);
+        if (tail) tail->next = c, c->prev = tail;
+        else f->conns = c;
+        pthread_mutex_lock(&f->lock);
+        f->accepted++;
+        pthread_mutex_unlock(&f->lock);
+    }
+}
+
+static void front_read(Front *f, fconn *c, double now) {
+    if (c->cap - c->len < FRONT_READ) {
+        size_t cap = c->cap ? c->cap * 2 : FRONT_READ;
+        while (cap - c->len < FRONT_READ) cap *= 2;
+        char *buf = realloc(c->buf, cap);
+        if (buf == NULL) {
+            drop(f, c);
+            return;
+        }
+        c->buf = buf;
+        c->cap = cap;
+    }
+    ssize_t n = read(c->fd, c->buf + c->len, FRONT_READ);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) return;
+        drop(f, c);
+        return;
+    }
+    if (n == 0) {
+        /* The client ended its side: with bytes read, the relay reads them and the end as it would
+         * have; with none, there is nothing to answer. */
+        if (c->len == 0) {
+            drop(f, c);
+            return;
+        }
+        give(f, c, GIVE_HAND_OVER, now);
+        return;
+    }
+    c->len += (size_t)n;
+    plan_out out;
+    plan_request(&f->cfg, &f->scan, c->buf, c->len, &out);
+    if (out.verdict == PLAN_MORE) return;
+    if (out.verdict == PLAN_PLAIN) free(out.head);
+    give(f, c, out.verdict == PLAN_PLAIN ? GIVE_PLAIN : GIVE_HAND_OVER, now);
+}
+
+static void *front_main(void *arg) {
+    Front *f = arg;
+    struct epoll_event events[128];
+    for (;;) {
+        double now = now_s();
+        int wait_ms = 1000;
+        if (f->conns) {
+            double left = f->conns->deadline - now;
+            wait_ms = left <= 0 ? 0 : left * 1000 < 1000 ? (int)(left * 1000) + 1 : 1000;
+        }
+        int n = epoll_wait(f->epfd, events, 128, wait_ms);
+        now = now_s();
+        for (int i = 0; i < n; i++) {
+            void *tag = events[i].data.ptr;
+            if (tag == &f->stop_fd) return NULL;
+            if (tag == &f->listen_fd) {
+                front_accept(f, now);
+                continue;
+            }
+            fconn *c = tag;
+            /* A connection given away or dropped earlier in this batch cannot be named again: each
+             * fd is in one event at most per epoll_wait, and it left epoll before it was freed. */
+            front_read(f, c, now);
+        }
+        while (f->conns && f->conns->deadline <= now) give(f, f->conns, GIVE_EXPIRED, now);
+    }
+}
+
+static void Front_release(Front *f) {
+    while (f->conns) drop(f, f->conns);
+    for (size_t i = 0; i < f->queued; i++) {
+        close(f->queue[i].fd);
+        free(f->queue[i].buf);
+    }
+    f->queued = 0;
+    free(f->queue);
+    f->queue = NULL;
+    f->queue_cap = 0;
+    int *fds[] = {&f->epfd, &f->stop_fd, &f->ready_fd};
+    for (int i = 0; i < 3; i++)
+        if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
+}
+
+static PyObject *Front_stop(Front *self, PyObject *unused);
+
+static void Front_dealloc(Front *self) {
+    if (self->started && !self->stopped) {
+        PyObject *r = Front_stop(self, NULL);
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    Front_release(self);
+    if (self->started) pthread_mutex_destroy(&self->lock);
+    PyMem_Free(self->scan.names);
+    PyMem_Free(self->scan.values);
+    PyMem_Free(self->scan.valued);
+    Py_XDECREF(self->planner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Front *self = (Front *)type->tp_alloc(type, 0);
+    if (self) self->listen_fd = self->epfd = self->stop_fd = self->ready_fd = -1;
+    return (PyObject *)self;
+}
+
+static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"planner", "listen_fd", "header_timeout_s", NULL};
+    PyObject *planner;
+    int listen_fd;
+    double header_timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!id", kwlist, &PlannerType, &planner, &listen_fd, &header_timeout))
+        return -1;
+    if (self->planner != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Front is initialised once");
+        return -1;
+    }
+    if (listen_fd < 0 || !(header_timeout > 0)) {
+        PyErr_SetString(PyExc_ValueError, "listen_fd must be an open socket and header_timeout_s positive");
+        return -1;
+    }
+    Planner *pl = (Planner *)planner;
+    if (pl->scan.names == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the Planner is not initialised");
+        return -1;
+    }
+    Py_INCREF(planner);
+    self->planner = planner;
+    self->cfg = pl->cfg;
+    size_t n = self->cfg.max_headers + 1;
+    self->scan.names = PyMem_Calloc(n, sizeof(span));
+    self->scan.values = PyMem_Calloc(n, sizeof(span));
+    self->scan.valued = PyMem_Calloc(n, 1);
+    if (!self->scan.names || !self->scan.values || !self->scan.valued) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->listen_fd = listen_fd;
+    self->header_timeout = header_timeout;
+    self->epfd = epoll_create1(EPOLL_CLOEXEC);
+    self->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    self->ready_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->epfd < 0 || self->stop_fd < 0 || self->ready_fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &self->listen_fd};
+    struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &self->stop_fd};
+    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
+        epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->stop_fd, &sev) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Front_start(Front *self, PyObject *unused) {
+    if (self->planner == NULL || self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "a Front starts once, after it is initialised");
+        return NULL;
+    }
+    pthread_mutex_init(&self->lock, NULL);
+    self->started = 1;
+    int rc = pthread_create(&self->thread, NULL, front_main, self);
+    if (rc != 0) {
+        self->stopped = 1;
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Front_stop(Front *self, PyObject *unused) {
+    if (!self->started || self->stopped) Py_RETURN_NONE;
+    uint64_t one = 1;
+    ssize_t w = write(self->stop_fd, &one, sizeof one);
+    (void)w;
+    Py_BEGIN_ALLOW_THREADS pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS self->stopped = 1;
+    /* Connections still reading their first head are closed, as the relay closes idle ones. */
+    while (self->conns) drop(self, self->conns);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Front_fileno(Front *self, PyObject *unused) { return PyLong_FromLong(self->ready_fd); }
+
+static PyObject *Front_take(Front *self, PyObject *unused) {
+    if (self->ready_fd < 0) return PyList_New(0);
+    uint64_t count;
+    ssize_t r = read(self->ready_fd, &count, sizeof count);
+    (void)r; /* EAGAIN: nothing signalled since the last take, but the queue is read anyway */
+    given *q = NULL;
+    size_t n = 0;
+    if (self->started) {
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+        Py_END_ALLOW_THREADS q = self->queue;
+        n = self->queued;
+        self->queue = NULL;
+        self->queued = self->queue_cap = 0;
+        pthread_mutex_unlock(&self->lock);
+    }
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; i < n; i++) {
+        PyObject *item = list ? Py_BuildValue("(iy#id)", q[i].fd, q[i].buf, (Py_ssize_t)q[i].len, q[i].kind, q[i].remaining) : NULL;
+        if (item == NULL || PyList_Append(list, item) < 0) {
+            /* Out of memory: what cannot be handed to Python is closed, never leaked. */
+            Py_XDECREF(item);
+            close(q[i].fd);
+        } else {
+            Py_DECREF(item);
+        }
+        free(q[i].buf);
+    }
+    free(q);
+    if (list == NULL || PyErr_Occurred()) {
+        Py_XDECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+static PyObject *Front_stats(Front *self, PyObject *unused) {
+    unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0;
+    if (self->started) {
+        pthread_mutex_lock(&self->lock);
+        accepted = self->accepted, left = self->left, plain = self->plain, handed = self->handed, expired = self->expired;
+        pthread_mutex_unlock(&self->lock);
+    }
+    return Py_BuildValue("{sKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed, "expired", expired,
+                         "left", left, "running", (self->started && !self->stopped) ? Py_True : Py_False);
+}
+
+static PyMethodDef Front_methods[] = {
+    {"start", (PyCFunction)Front_start, METH_NOARGS, "Start the thread."},
+    {"stop", (PyCFunction)Front_stop, METH_NOARGS,
+     "Stop the thread and close the connections it still holds (the listening socket stays open)."},
+    {"fileno", (PyCFunction)Front_fileno, METH_NOARGS, "An eventfd, readable when connections wait in take()."},
+    {"take", (PyCFunction)Front_take, METH_NOARGS,
+     "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
+    {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left; running."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FrontType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmwatch.collectors.receivers.proxy.dataplane.Front",
+    .tp_doc = PyDoc_STR("Accepts and reads first heads on its own thread; hands connections to the Python relay."),
+    .tp_basicsize = sizeof(Front),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Front_new,
+    .tp_init = (initproc)Front_init,
+    .tp_dealloc = (destructor)Front_dealloc,
+    .tp_methods = Front_methods,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "llmwatch.collectors.receivers.proxy.dataplane",
@@ -744,11 +1134,16 @@ PyMODINIT_FUNC PyInit_dataplane(void) {
     response_settings.on_header_field = on_header_field;
     response_settings.on_header_value = on_header_value;
     response_settings.on_headers_complete = on_response_headers_complete;
-    if (PyType_Ready(&PlannerType) < 0) return NULL;
+    if (PyType_Ready(&PlannerType) < 0 || PyType_Ready(&FrontType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&PlannerType);
+    Py_INCREF(&FrontType);
     if (PyModule_AddObject(m, "Planner", (PyObject *)&PlannerType) < 0 ||
+        PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
+        PyModule_AddIntConstant(m, "GIVE_HAND_OVER", GIVE_HAND_OVER) < 0 ||
+        PyModule_AddIntConstant(m, "GIVE_PLAIN", GIVE_PLAIN) < 0 ||
+        PyModule_AddIntConstant(m, "GIVE_EXPIRED", GIVE_EXPIRED) < 0 ||
         PyModule_AddIntConstant(m, "MORE", PLAN_MORE) < 0 || PyModule_AddIntConstant(m, "PLAIN", PLAN_PLAIN) < 0 ||
         PyModule_AddIntConstant(m, "HAND_OVER", PLAN_HAND_OVER) < 0 || PyModule_AddIntConstant(m, "HEAD", RESP_HEAD) < 0 ||
         PyModule_AddIntConstant(m, "INVALID", RESP_INVALID) < 0 ||

@@ -1563,12 +1563,17 @@ class _Client(asyncio.Protocol):
 class _AdoptedClient(_Client):
     """A client connection accepted, and begun, elsewhere (see `RelayServer.adopt`)."""
 
-    def __init__(self, server: "RelayServer", prefix: bytes) -> None:
+    def __init__(self, server: "RelayServer", prefix: bytes, head_left_s: float | None) -> None:
         super().__init__(server)
         self.prefix = prefix
+        self.head_left_s = head_left_s
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.head_left_s is not None:
+            # The head deadline runs from the accept, wherever that was: what is left of it.
+            self._disarm()
+            self.deadline = self.server.loop.call_later(self.head_left_s, self._head_expired)
         # Fed here, before the transport starts reading (asyncio and uvloop both call
         # connection_made first): the bytes already read come before any the socket still holds.
         prefix, self.prefix = self.prefix, b""
@@ -1621,15 +1626,16 @@ class RelayServer:
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
 
-    async def adopt(self, sock: socket.socket, prefix: bytes = b"") -> None:
+    async def adopt(self, sock: socket.socket, prefix: bytes = b"", head_left_s: float | None = None) -> None:
         """Serve a client connection accepted elsewhere, whose first `prefix` bytes were read there.
 
         The C data plane (design record 0067) reads a connection's first head and hands over the
         ones it does not implement, with the bytes it read: the connection is then answered exactly
-        as if this server had accepted it and read those bytes itself.
+        as if this server had accepted it and read those bytes itself. `head_left_s`: what is left
+        of the head deadline (proxy.header_timeout_s from the accept); None: all of it.
         """
         sock.setblocking(False)
-        await self.loop.connect_accepted_socket(lambda: _AdoptedClient(self, prefix), sock)
+        await self.loop.connect_accepted_socket(lambda: _AdoptedClient(self, prefix, head_left_s), sock)
 
     def _sweep(self) -> None:
         # Idle keep-alive clients are closed by one periodic sweep, not a timer per request.
