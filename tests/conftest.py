@@ -90,12 +90,21 @@ async def sim():
 
 
 @pytest.fixture
-async def make_agent(tmp_path: Path):
+def proxy_engine() -> str:
+    """The `proxy.engine` of the agents `make_agent` starts. A module whose tests must hold on both
+    engines overrides it with `helpers.engines.both_engines` (design record 0067, step 4)."""
+    return "python"
+
+
+@pytest.fixture
+async def make_agent(tmp_path: Path, proxy_engine: str):
     agents: list[Agent] = []
 
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
         # Scoring (a child process with the embedding model) only where a test asks for it.
         sections.setdefault("scoring", {"enabled": False})
+        if proxy_engine != "python":
+            sections["proxy"] = {"engine": proxy_engine, **(sections.get("proxy") or {})}
         overrides = {
             "upstream": upstream,
             "listen": "127.0.0.1:0",

@@ -14,6 +14,7 @@ import struct
 import orjson
 import pytest
 from helpers.agents import calls_observed, drained, metric, scrape, wait_until
+from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
 from helpers.raw_http import (
     CHAT_BODY,
     OK_JSON,

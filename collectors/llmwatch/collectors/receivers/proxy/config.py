@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import Counter
 from pydantic import Field, model_validator
@@ -43,18 +43,26 @@ class ProxySection(Section):
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
 
+    # Which engine serves calls: `python`, the relay core (relay.py), or `native`, the C data plane
+    # (design record 0067), there only when the package was installed with a C compiler. In this
+    # milestone `native` is its front door: a C thread accepts connections and reads each one's
+    # first request head, then the Python relay answers every call, so both engines answer alike.
+    # `native` without the C extension is refused at start-up.
+    engine: Literal["python", "native"] = "python"
+
     @model_validator(mode="before")
     @classmethod
-    def _no_engine(cls, data: Any) -> Any:
-        # `proxy.engine` chose between the relay core and the aiohttp core, which is gone: an old
-        # `engine: relay` still loads; any other engine is refused with the fix.
+    def _old_engines(cls, data: Any) -> Any:
+        # `engine` once chose between the relay core and the aiohttp core, which is gone: an old
+        # `engine: relay` still loads (the relay core is `python`); `aiohttp` is refused with the fix.
         if isinstance(data, dict) and "engine" in data:
-            if data["engine"] != "relay":
+            if data["engine"] == "relay":
+                return {**data, "engine": "python"}
+            if data["engine"] not in ("python", "native"):
                 raise ValueError(
-                    f"engine {data['engine']!r} is no longer available: the relay core is the proxy's only engine "
-                    "(the aiohttp core was removed); delete the `engine:` line from the proxy section"
+                    f"engine {data['engine']!r} is no longer available (the aiohttp core was removed): delete the "
+                    "`engine:` line from the proxy section, or set `python` (the relay core) or `native` (its C front door)"
                 )
-            data = {k: v for k, v in data.items() if k != "engine"}
         return data
 
 

@@ -1603,6 +1603,9 @@ class RelayServer:
         ).inc
         self.clients: set[_Client] = set()
         self.server: asyncio.AbstractServer | None = None
+        self.engine = p.engine
+        self.front: Any = None  # native.NativeFront, for proxy.engine native
+        self.listen_sock: socket.socket | None = None
         self.closing = False
         self.drained: asyncio.Event | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -1622,7 +1625,18 @@ class RelayServer:
 
     async def start(self, sock: socket.socket) -> int:
         sock.setblocking(False)
-        self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        if self.engine == "native":
+            # The C front door accepts and reads first heads on its own thread, and hands every
+            # connection to this server (`adopt`); the socket is held here, closed in `cleanup`.
+            from llmwatch.collectors.receivers.proxy.native import NativeFront
+
+            sock.listen(2048)  # as create_server does with the bound socket it is given
+            self.listen_sock = sock
+            self.front = NativeFront(self, sock)
+            self.front.start()
+        else:
+            self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        log.info("relay_engine", engine=self.engine)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
 
@@ -1809,6 +1823,10 @@ class RelayServer:
             self._sweeper.cancel()
         if self.server is not None:
             self.server.close()
+        if self.front is not None:
+            await self.front.stop()  # accepts no more; connections still reading a head are closed
+        if self.listen_sock is not None:
+            self.listen_sock.close()
         for client in list(self.clients):
             if client.current is None and client.transport is not None:
                 client.transport.close()  # idle: nothing to wait for
