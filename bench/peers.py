@@ -35,6 +35,9 @@ Peers:
                      vendors): the same floor in C on raw epoll, both heads parsed with llhttp; what a
                      data plane outside the interpreter would start from (design record 0065)
   llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
+  llmwatch-native    llmwatch-off with proxy.engine native (design record 0067): today its C front door
+                     only (C accepts and reads each connection's first head, the Python relay answers
+                     every call), so it reads as llmwatch-off plus one hand-over per connection
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
   llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second
@@ -97,6 +100,7 @@ ALL_PEERS = (
     "relay-floor",
     "native-floor",
     "llmwatch-off",
+    "llmwatch-native",
     "llmwatch-defaults",
     "llmwatch-isolated",
     "llmwatch-shadow",
@@ -333,6 +337,7 @@ def start_llmwatch(
     src: str | None = None,
     shadow_port: int | None = None,
     shadow_rate: float = 1.0,
+    engine: str = "python",
 ) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
@@ -343,6 +348,9 @@ def start_llmwatch(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
+    if engine != "python":
+        # Set only when asked: an older checkout (--baseline-src) refuses any engine but `relay`.
+        env["LLMWATCH_PROXY__ENGINE"] = engine
     if isolated:
         env["LLMWATCH_SCORING__CPU_AFFINITY"] = "0"
     if shadow_port is not None:
@@ -744,6 +752,8 @@ def main() -> None:  # noqa: C901
                         shadow_rate=args.shadow_rate,
                     )
                 )
+            elif name == "llmwatch-native":
+                peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, engine="native"))
             else:
                 peers.append(
                     start_llmwatch(
