@@ -25,6 +25,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -776,7 +777,8 @@ typedef struct {
     pthread_mutex_t lock;
     given *queue;
     size_t queued, queue_cap;
-    unsigned long long accepted, plain, handed, expired, left;
+    unsigned long long accepted, plain, handed, expired, left, accept_pauses;
+    double accept_resumes; /* 0: the listening socket is watched; else when to watch it again */
 } Front;
 
 static double now_s(void) {
@@ -843,7 +845,19 @@ static void drop(Front *f, fconn *c) {
 static void front_accept(Front *f, double now) {
     for (int i = 0; i < 256; i++) { /* bounded per wake: the other connections get their turn */
         int fd = accept4(f->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return; /* EAGAIN, or a connection that died in the backlog */
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors or memory: the connection stays in the backlog and the
+                 * listening socket readable, and level-triggered epoll would spin on it. It is
+                 * not watched for a second, as asyncio does (and the relay did). */
+                epoll_ctl(f->epfd, EPOLL_CTL_DEL, f->listen_fd, NULL);
+                f->accept_resumes = now + 1.0;
+                pthread_mutex_lock(&f->lock);
+                f->accept_pauses++;
+                pthread_mutex_unlock(&f->lock);
+            }
+            return; /* else EAGAIN, or a connection that died in the backlog */
+        }
         fconn *c = calloc(1, sizeof *c);
         if (c == NULL) {
             close(fd);
@@ -908,8 +922,10 @@ static void *front_main(void *arg) {
     for (;;) {
         double now = now_s();
         int wait_ms = 1000;
-        if (f->conns) {
-            double left = f->conns->deadline - now;
+        double next = f->conns ? f->conns->deadline : 0;
+        if (f->accept_resumes > 0 && (next == 0 || f->accept_resumes < next)) next = f->accept_resumes;
+        if (next > 0) {
+            double left = next - now;
             wait_ms = left <= 0 ? 0 : left * 1000 < 1000 ? (int)(left * 1000) + 1 : 1000;
         }
         int n = epoll_wait(f->epfd, events, 128, wait_ms);
@@ -927,6 +943,11 @@ static void *front_main(void *arg) {
             front_read(f, c, now);
         }
         while (f->conns && f->conns->deadline <= now) give(f, f->conns, GIVE_EXPIRED, now);
+        if (f->accept_resumes > 0 && f->accept_resumes <= now) {
+            struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &f->listen_fd};
+            epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->listen_fd, &lev);
+            f->accept_resumes = 0;
+        }
     }
 }
 
@@ -981,6 +1002,12 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     }
     if (listen_fd < 0 || !(header_timeout > 0)) {
         PyErr_SetString(PyExc_ValueError, "listen_fd must be an open socket and header_timeout_s positive");
+        return -1;
+    }
+    int flags = fcntl(listen_fd, F_GETFL);
+    if (flags < 0 || !(flags & O_NONBLOCK)) {
+        /* A blocking listener would leave the thread in accept() once the backlog is empty. */
+        PyErr_SetString(PyExc_ValueError, "listen_fd must be an open, non-blocking listening socket");
         return -1;
     }
     Planner *pl = (Planner *)planner;
@@ -1084,14 +1111,16 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
 }
 
 static PyObject *Front_stats(Front *self, PyObject *unused) {
-    unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0;
+    unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0, pauses = 0;
     if (self->started) {
         pthread_mutex_lock(&self->lock);
         accepted = self->accepted, left = self->left, plain = self->plain, handed = self->handed, expired = self->expired;
+        pauses = self->accept_pauses;
         pthread_mutex_unlock(&self->lock);
     }
-    return Py_BuildValue("{sKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed, "expired", expired,
-                         "left", left, "running", (self->started && !self->stopped) ? Py_True : Py_False);
+    return Py_BuildValue("{sKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed, "expired", expired,
+                         "left", left, "accept_pauses", pauses, "running",
+                         (self->started && !self->stopped) ? Py_True : Py_False);
 }
 
 static PyMethodDef Front_methods[] = {
@@ -1101,7 +1130,7 @@ static PyMethodDef Front_methods[] = {
     {"fileno", (PyCFunction)Front_fileno, METH_NOARGS, "An eventfd, readable when connections wait in take()."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
-    {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left; running."},
+    {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left, accept_pauses; running."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from helpers.agents import metric, scrape, wait_until
-from helpers.raw_http import CHAT_BODY, RawUpstream, answer_ok, post, read_response
+from helpers.raw_http import CHAT_BODY, OK_JSON, RawUpstream, answer_ok, header, post, read_body, read_response
 
 from llmwatch.collectors.receivers.proxy import native
 
@@ -64,20 +64,40 @@ async def exchange(port: int, data: bytes, answers: int, *, pieces: int = 1) -> 
         writer.close()
 
 
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = b""
+    for _ in range(10_000):  # chunks per body, far more than any case sends
+        size = int((await reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)
+        body += (await reader.readexactly(size + 2))[:-2]
+        if size == 0:
+            return body
+    raise AssertionError("too many chunks")
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 async def test_every_kind_of_request_through_the_front_gets_what_the_relay_answers_directly(make_agent, case):
     data, answers = CASES[case]
-    async with RawUpstream(answer_ok) as upstream:
+    received: list[tuple[bytes, bytes]] = []
+
+    async def record(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The head and the body's content (a chunked upload is re-chunked as it is read, so its
+        # framing depends on how the bytes arrived, on either engine).
+        body = await read_chunked(reader) if header(head, "transfer-encoding") else await read_body(head, reader)
+        received.append((head, body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_JSON), OK_JSON))
+        await writer.drain()
+
+    async with RawUpstream(record) as upstream:
         agent = await make_agent(upstream.url)
         expected = await exchange(agent.proxy_port, data, answers)
-        direct_heads = list(upstream.heads)
+        direct = list(received)
         async with front_of(agent.proxy.relay) as (front, port):
             got = await exchange(port, data, answers)
             # The same bytes in eleven pieces: the head is read across reads in C.
             again = await exchange(port, data, answers, pieces=11)
             stats = front.stats()
         assert got == expected and again == expected
-        assert upstream.heads == direct_heads * 3
+        assert received == direct * 3 and len(upstream.heads) == len(direct) * 3
         assert stats["accepted"] == 2 and stats["handed"] == 2 and stats["running"]
         assert stats["plain"] == (2 if case.startswith("plain") or case == "pipelined" else 0)
 
@@ -153,3 +173,77 @@ async def test_stopping_closes_the_connections_still_reading_their_head_and_the_
             writer.close()
             stats = front.stats()
         assert not stats["running"] and stats["left"] == 1 and stats["handed"] == 0
+
+
+_EXHAUSTED_CHILD = r"""
+import json, resource, socket, sys
+from llmwatch.collectors.receivers.proxy import dataplane
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(128)
+listener.setblocking(False)
+planner = dataplane.Planner(prefix=b"", host_header=b"Host: up\r\n", authorization=None, preserve_host=False,
+                            max_header_bytes=8190, max_headers=32, max_head=8190 * 33)
+front = dataplane.Front(planner=planner, listen_fd=listener.fileno(), header_timeout_s=60)
+front.start()
+print(json.dumps({"port": listener.getsockname()[1]}), flush=True)
+held = []
+for line in sys.stdin:
+    command = line.strip()
+    if command in ("hold", "drain"):  # held: the handed-over descriptors stay in use
+        held += [socket.socket(fileno=fd) for fd, *_ in front.take()]
+    if command == "drain":
+        for sock in held:
+            sock.close()
+        held = []
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({**front.stats(), "cpu": usage.ru_utime + usage.ru_stime}), flush=True)
+    if command == "quit":
+        break
+front.stop()
+"""
+
+
+def test_out_of_descriptors_the_front_stops_watching_the_listener_for_a_while_and_then_accepts_the_rest():
+    import json
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EXHAUSTED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None and child.stdout is not None
+    clients: list[socket.socket] = []
+
+    def ask(command: str) -> dict:
+        child.stdin.write(command + "\n")  # type: ignore[union-attr]
+        child.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(child.stdout.readline())  # type: ignore[union-attr]
+
+    try:
+        port = json.loads(child.stdout.readline())["port"]
+        for _ in range(60):  # more than the child's 40 descriptors: they wait in the backlog
+            client = socket.create_connection(("127.0.0.1", port), timeout=10)
+            client.sendall(b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n")
+            clients.append(client)
+        deadline = time.monotonic() + 30
+        while (stats := ask("hold"))["accept_pauses"] == 0:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.02)
+        assert stats["accepted"] < 60
+        # Descriptors free again: the front watches the listener again and takes every one left.
+        while (stats := ask("drain"))["handed"] < 60:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.02)
+        assert stats["accepted"] == 60 and stats["plain"] == 60 and stats["running"]
+        ask("quit")
+        assert child.wait(timeout=30) == 0
+    finally:
+        for client in clients:
+            client.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
