@@ -24,8 +24,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -736,24 +739,86 @@ static PyTypeObject PlannerType = {
 
 /* --- Python: Front ----------------------------------------------------------------------------
  *
- * The data plane's front door, on its own thread: accepts on the proxy's listening socket, reads
- * each connection's first request head on raw epoll and, once `plan_request` has a verdict, hands
- * the connection, with the bytes read, to the Python relay (`RelayServer.adopt`). In this
- * milestone a plain head is handed over too (counted apart): forwarding it from C is the next
- * step (design record 0067, "What is left"). The thread touches no Python object: what it hands
- * over waits in a queue under a mutex, and an eventfd tells the event loop (`fileno()`), which
- * takes it with `take()`. A head not complete within proxy.header_timeout_s of the accept is handed
- * over as expired: the relay counts it and closes the connection, as it does its own. */
+ * The data plane's front door, on its own thread: accepts on the proxy's listening socket and
+ * reads each connection's request heads on raw epoll. Once `plan_request` has a verdict:
+ *
+ * - without `forward` (what `proxy.engine: native` runs today), the connection is handed, with the
+ *   bytes read, to the Python relay (`RelayServer.adopt`), plain heads too (counted apart);
+ * - with `forward` (second milestone, not yet wired into serving: the ring that feeds finished
+ *   calls to the control plane is what is left, design record 0067), a PLAIN request is forwarded
+ *   from C: its Content-Length body read whole, a pooled keep-alive upstream connection, the
+ *   answer read by `plan_response` and its body (length, chunked, close-delimited) relayed as it
+ *   arrives, the relay's 502/504/408 answers (their bytes passed in from Python), and the
+ *   connection's next request planned here again. Anything else is handed over with the bytes
+ *   read, before a byte of that request has gone upstream.
+ *
+ * The thread touches no Python object: what it hands over waits in a queue under a mutex, and an
+ * eventfd tells the event loop (`fileno()`), which takes it with `take()`. A head not complete
+ * within proxy.header_timeout_s (from the accept, or from the first byte of a later request) is
+ * handed over as expired: the relay counts it and closes the connection, as it does its own. */
 
 #define FRONT_READ 16384
+#define BODY_LIMIT (1 << 20)    /* relay.py's _PENDING_LIMIT: a bigger body streams, in Python */
+#define CLIENT_IDLE_S 75.0      /* relay.py's _CLIENT_KEEPALIVE_S */
+#define LINGER_S 5.0            /* relay.py's _LINGER_S */
+#define UPSTREAM_IDLE_S 4.0     /* relay.py's _UPSTREAM_IDLE_S */
+#define PEER_CHECK_IDLE_S 1.0   /* relay.py's _PEER_CHECK_IDLE_S */
+#define MAX_CHUNK_LINE 8192     /* relay.py's _MAX_CHUNK_LINE */
+#define OUT_MARK (256 * 1024)   /* a client's unsent bytes above which its upstream is not read */
 
 enum { GIVE_HAND_OVER = 0, GIVE_PLAIN = 1, GIVE_EXPIRED = 2 };
+enum { TAG_CLIENT = 1, TAG_UPSTREAM = 2 };
+/* A client connection's state: reading a head, reading a plain request's body, its call with the
+ * upstream, closing after a 408 while it may still send (the relay's _linger), or closing once the
+ * last answer is out. */
+enum { C_HEAD = 0, C_BODY = 1, C_CALL = 2, C_LINGER = 3, C_CLOSING = 4 };
+/* An upstream connection's: connecting, sending the request, reading the answer's head, its body. */
+enum { U_CONNECTING = 0, U_HEAD = 1, U_LENGTH = 2, U_CHUNKED = 3, U_CLOSE = 4, U_IDLE = 5 };
+/* The relay's answers, passed in from Python (their bodies say the upstream's name). */
+enum { A_UNREACHABLE = 0, A_CLOSED = 1, A_INVALID = 2, A_TIMEOUT = 3, A_BODY_TIMEOUT = 4, A_COUNT = 5 };
+
+typedef struct {
+    char *p;
+    size_t len, off, cap; /* bytes [off, len) not yet written */
+} obuf;
+
+struct fconn;
+
+typedef struct uconn {
+    int tag; /* TAG_UPSTREAM: first, as in fconn, so an epoll event names which */
+    int fd;
+    int state;
+    int watched; /* the epoll events it is registered for (0: not registered) */
+    struct fconn *c;
+    int reused, heard, keep_alive, reusable;
+    double idle_since;
+    char *hbuf; /* the answer's head so far */
+    size_t hlen, hcap;
+    int64_t remaining;
+    int cstate; /* the chunked framing: 0 size line, 1 data, 2 CRLF after data, 3 trailers */
+    uint64_t chunk_left;
+    char line[MAX_CHUNK_LINE + 1];
+    size_t line_len;
+    obuf out; /* the request, while the upstream does not take it whole */
+    struct uconn *next; /* the idle stack */
+} uconn;
 
 typedef struct fconn {
+    int tag; /* TAG_CLIENT */
     int fd;
-    char *buf;
+    int state;
+    int watched;
+    char *buf; /* bytes read from the client, from the current request's first byte */
     size_t len, cap;
     double deadline;
+    /* the current plain call */
+    char *uhead;
+    size_t uhead_len, consumed;
+    int64_t content_length;
+    int keep_alive, replay, sent_head, client_keep_alive, done;
+    int replan; /* bytes of a next request wait: planned by the loop, not from inside a finished call */
+    uconn *up;
+    obuf out; /* bytes for the client not yet written */
     struct fconn *prev, *next;
 } fconn;
 
@@ -773,18 +838,38 @@ typedef struct {
     double header_timeout;
     pthread_t thread;
     int started, stopped;
-    fconn *conns; /* in accept order, so the oldest deadline is first */
+    fconn *conns; /* every client connection the thread holds */
     pthread_mutex_t lock;
     given *queue;
     size_t queued, queue_cap;
     unsigned long long accepted, plain, handed, expired, left, accept_pauses;
     double accept_resumes; /* 0: the listening socket is watched; else when to watch it again */
+    /* forwarding (all zero without `forward`) */
+    int forward;
+    struct sockaddr_storage upstream;
+    socklen_t upstream_len;
+    double connect_timeout, read_timeout, body_timeout;
+    long max_connections, upstreams; /* upstream connections open (idle ones included) */
+    uconn *idle;
+    PyObject *answer_objs[A_COUNT];
+    span answers[A_COUNT]; /* whole keep-alive answers: "HTTP/1.1 502 ...\r\n...\r\n\r\n{body}" */
+    unsigned long long forwarded, gateway_errors, interrupted, body_timeouts, replayed, opened;
+    /* Connections ended while an epoll batch is handled are freed after it: a later event of the
+     * same batch may name one (a client and its upstream each have events). */
+    fconn *dead_c;
+    uconn *dead_u;
 } Front;
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void count(Front *f, unsigned long long *counter) {
+    pthread_mutex_lock(&f->lock);
+    (*counter)++;
+    pthread_mutex_unlock(&f->lock);
 }
 
 static void fconn_unlink(Front *f, fconn *c) {
@@ -794,16 +879,101 @@ static void fconn_unlink(Front *f, fconn *c) {
     c->prev = c->next = NULL;
 }
 
-static fconn *conns_tail(Front *f) {
-    fconn *c = f->conns;
-    while (c && c->next) c = c->next;
-    return c;
+/* Registers `fd` for `events` (0: not at all). Level-triggered: a socket whose bytes this side
+ * does not want now is left out of epoll, never registered and ignored (it would wake the loop
+ * again and again). */
+static void watch(Front *f, int fd, int *watched, uint32_t events, void *tag) {
+    if (events == (uint32_t)*watched) return;
+    struct epoll_event ev = {.events = events, .data.ptr = tag};
+    if (events == 0) epoll_ctl(f->epfd, EPOLL_CTL_DEL, fd, NULL);
+    else epoll_ctl(f->epfd, *watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    *watched = (int)events;
+}
+
+static void obuf_free(obuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static int obuf_pending(const obuf *b) { return b->len > b->off; }
+
+static int obuf_add(obuf *b, const char *data, size_t len) {
+    if (b->off && b->off == b->len) b->off = b->len = 0;
+    if (b->cap - b->len < len) {
+        if (b->off) { /* compact first */
+            memmove(b->p, b->p + b->off, b->len - b->off);
+            b->len -= b->off;
+            b->off = 0;
+        }
+        if (b->cap - b->len < len) {
+            size_t cap = b->cap ? b->cap : 4096;
+            while (cap - b->len < len) cap *= 2;
+            char *p = realloc(b->p, cap);
+            if (p == NULL) return -1;
+            b->p = p;
+            b->cap = cap;
+        }
+    }
+    memcpy(b->p + b->len, data, len);
+    b->len += len;
+    return 0;
+}
+
+/* Writes what `b` holds, then `data`, to `fd`, keeping what the socket does not take: 0, or -1
+ * when the peer is gone (or memory is). */
+static int send_or_keep(int fd, obuf *b, const char *data, size_t len) {
+    while (obuf_pending(b)) {
+        ssize_t w = send(fd, b->p + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return len ? obuf_add(b, data, len) : 0;
+            return -1;
+        }
+        b->off += (size_t)w;
+    }
+    while (len) {
+        ssize_t w = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return obuf_add(b, data, len);
+            return -1;
+        }
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Ends a connection's life: its tag is cleared (a later event naming it is skipped) and it is freed
+ * by `reap` after the batch. */
+static void fconn_free(Front *f, fconn *c) {
+    free(c->buf);
+    c->buf = NULL;
+    free(c->uhead);
+    c->uhead = NULL;
+    obuf_free(&c->out);
+    c->tag = 0;
+    c->next = f->dead_c;
+    f->dead_c = c;
+}
+
+static void reap(Front *f) {
+    while (f->dead_c) {
+        fconn *c = f->dead_c;
+        f->dead_c = c->next;
+        free(c);
+    }
+    while (f->dead_u) {
+        uconn *u = f->dead_u;
+        f->dead_u = u->next;
+        free(u);
+    }
 }
 
 /* The connection leaves the thread: queued for Python (its fd and bytes now Python's), or closed
  * when the queue cannot grow (out of memory: the client sees its connection closed). */
 static void give(Front *f, fconn *c, int kind, double now) {
-    epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    watch(f, c->fd, &c->watched, 0, c);
     fconn_unlink(f, c);
     pthread_mutex_lock(&f->lock);
     if (f->queued == f->queue_cap) {
@@ -812,35 +982,59 @@ static void give(Front *f, fconn *c, int kind, double now) {
         if (q == NULL) {
             pthread_mutex_unlock(&f->lock);
             close(c->fd);
-            free(c->buf);
-            free(c);
+            fconn_free(f, c);
             return;
         }
         f->queue = q;
         f->queue_cap = cap;
     }
-    double remaining = c->deadline - now;
+    double remaining = kind == GIVE_EXPIRED ? 0 : c->deadline - now;
     f->queue[f->queued++] = (given){c->fd, c->buf, c->len, kind, remaining > 0 ? remaining : 0};
+    c->buf = NULL; /* now the queue's */
     if (kind == GIVE_PLAIN) f->plain++;
     else if (kind == GIVE_EXPIRED) f->expired++;
     f->handed++;
     pthread_mutex_unlock(&f->lock);
-    free(c);
+    fconn_free(f, c);
     uint64_t one = 1;
     ssize_t w = write(f->ready_fd, &one, sizeof one);
     (void)w; /* an eventfd write fails only when its counter would overflow: it is then readable anyway */
 }
 
-static void drop(Front *f, fconn *c) {
-    epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    fconn_unlink(f, c);
-    close(c->fd);
-    free(c->buf);
-    free(c);
-    pthread_mutex_lock(&f->lock);
-    f->left++;
-    pthread_mutex_unlock(&f->lock);
+/* `reset`: with SO_LINGER 0, so the client reads a reset, not an end (where a close would read as
+ * the end of a close-delimited body). */
+static void drop_reset(Front *f, fconn *c, int reset);
+
+static void upstream_close(Front *f, uconn *u) {
+    watch(f, u->fd, &u->watched, 0, u);
+    close(u->fd);
+    free(u->hbuf);
+    u->hbuf = NULL;
+    obuf_free(&u->out);
+    u->tag = 0;
+    u->next = f->dead_u;
+    f->dead_u = u;
+    f->upstreams--;
 }
+
+static void drop_reset(Front *f, fconn *c, int reset) {
+    if (c->up != NULL) { /* the upstream stops working for nobody */
+        c->up->c = NULL;
+        upstream_close(f, c->up);
+        c->up = NULL;
+    }
+    watch(f, c->fd, &c->watched, 0, c);
+    fconn_unlink(f, c);
+    if (reset) {
+        struct linger lg = {1, 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    close(c->fd);
+    fconn_free(f, c);
+    count(f, &f->left);
+}
+
+static void drop(Front *f, fconn *c) { drop_reset(f, c, 0); }
 
 static void front_accept(Front *f, double now) {
     for (int i = 0; i < 256; i++) { /* bounded per wake: the other connections get their turn */
@@ -852,9 +1046,7 @@ static void front_accept(Front *f, double now) {
                  * not watched for a second, as asyncio does (and the relay did). */
                 epoll_ctl(f->epfd, EPOLL_CTL_DEL, f->listen_fd, NULL);
                 f->accept_resumes = now + 1.0;
-                pthread_mutex_lock(&f->lock);
-                f->accept_pauses++;
-                pthread_mutex_unlock(&f->lock);
+                count(f, &f->accept_pauses);
             }
             return; /* else EAGAIN, or a connection that died in the backlog */
         }
@@ -863,24 +1055,534 @@ static void front_accept(Front *f, double now) {
             close(fd);
             continue;
         }
+        c->tag = TAG_CLIENT;
         c->fd = fd;
         c->deadline = now + f->header_timeout;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-        if (epoll_ctl(f->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        watch(f, fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
+        if (!c->watched) {
             close(fd);
             free(c);
             continue;
         }
-        fconn *tail = conns_tail(f);
-        if (tail) tail->next = c, c->prev = tail;
-        else f->conns = c;
-        pthread_mutex_lock(&f->lock);
-        f->accepted++;
-        pthread_mutex_unlock(&f->lock);
+        c->next = f->conns;
+        if (f->conns) f->conns->prev = c;
+        f->conns = c;
+        count(f, &f->accepted);
     }
 }
 
-static void front_read(Front *f, fconn *c, double now) {
+/* --- forwarding ------------------------------------------------------------------------------- */
+
+static void call_start(Front *f, fconn *c, int fresh, double now);
+static void client_plan(Front *f, fconn *c, double now);
+
+/* The relay's answer `which` (502, 504 or 408) to the current call, whose head has not gone out. */
+static int answer(Front *f, fconn *c, int which, int keep_alive) {
+    span a = f->answers[which];
+    const char *blank = NULL;
+    for (size_t i = 0; i + 3 < a.len; i++)
+        if (memcmp(a.at + i, "\r\n\r\n", 4) == 0) {
+            blank = a.at + i + 2;
+            break;
+        }
+    count(f, which == A_BODY_TIMEOUT ? &f->body_timeouts : &f->gateway_errors);
+    c->sent_head = 1;
+    c->client_keep_alive = keep_alive;
+    int failed;
+    if (keep_alive || blank == NULL) {
+        failed = send_or_keep(c->fd, &c->out, a.at, a.len);
+    } else {
+        /* _send_error's `Connection: close`, as its last header */
+        size_t before = (size_t)(blank - a.at);
+        failed = send_or_keep(c->fd, &c->out, a.at, before) ||
+                 send_or_keep(c->fd, &c->out, "Connection: close\r\n", 19) ||
+                 send_or_keep(c->fd, &c->out, blank, a.len - before);
+    }
+    if (failed) {
+        drop(f, c);
+        return -1;
+    }
+    c->done = 1;
+    return 0;
+}
+
+/* The upstream connection goes back to the idle stack, or is closed. */
+static void upstream_release(Front *f, uconn *u, int reusable, double now) {
+    u->c = NULL;
+    if (!reusable) {
+        upstream_close(f, u);
+        return;
+    }
+    u->state = U_IDLE;
+    u->reused = 1;
+    u->idle_since = now;
+    u->hlen = 0;
+    /* watched for its close (or bytes nobody asked for: then it is not to be trusted) */
+    watch(f, u->fd, &u->watched, EPOLLIN | EPOLLRDHUP, u);
+    u->next = f->idle;
+    f->idle = u;
+}
+
+/* Whether the upstream has closed (or reset) an idle connection the loop has not read the end of
+ * yet (relay.py's peer_closed: TCP_INFO's state). */
+static int peer_closed(int fd) {
+    struct tcp_info info;
+    socklen_t len = sizeof info;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) < 0 || len < 1) return 1;
+    return info.tcpi_state != TCP_ESTABLISHED;
+}
+
+/* After an answer the client has whole (or is still being written): the next request, or the end. */
+static void call_finished(Front *f, fconn *c, double now) {
+    free(c->uhead);
+    c->uhead = NULL;
+    c->sent_head = 0;
+    c->done = 0;
+    count(f, &f->forwarded);
+    if (!c->client_keep_alive) {
+        /* closed once its bytes are out (the whole body was read: nothing to linger for) */
+        if (!obuf_pending(&c->out)) {
+            drop(f, c);
+            return;
+        }
+        c->state = C_CLOSING;
+        c->deadline = now + CLIENT_IDLE_S;
+        return;
+    }
+    size_t used = c->consumed + (c->content_length > 0 ? (size_t)c->content_length : 0);
+    memmove(c->buf, c->buf + used, c->len - used);
+    c->len -= used;
+    c->state = C_HEAD;
+    c->deadline = now + (c->len ? f->header_timeout : CLIENT_IDLE_S);
+    if (obuf_pending(&c->out)) return; /* read again once the client has this answer */
+    watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
+    c->replan = c->len > 0; /* pipelined: the next head is planned after the answer, by the loop */
+}
+
+/* The upstream failed before the answer's head went out: the relay's 502/504. */
+static void call_failed(Front *f, fconn *c, int which, double now) {
+    if (c->up != NULL) {
+        c->up->c = NULL;
+        upstream_close(f, c->up);
+        c->up = NULL;
+    }
+    if (answer(f, c, which, c->keep_alive) < 0) return;
+    watch(f, c->fd, &c->watched, obuf_pending(&c->out) ? EPOLLOUT : 0, c);
+    call_finished(f, c, now);
+}
+
+/* The upstream broke off an answer whose head the client has: the client's is broken too. */
+static void call_cut(Front *f, fconn *c, int reset) {
+    count(f, &f->interrupted);
+    drop_reset(f, c, reset);
+}
+
+/* Relays `data` to the client; the upstream is not read while the client has OUT_MARK unsent. */
+static int to_client(Front *f, fconn *c, const char *data, size_t len) {
+    if (send_or_keep(c->fd, &c->out, data, len) < 0) return -1;
+    if (obuf_pending(&c->out)) {
+        watch(f, c->fd, &c->watched, EPOLLOUT, c);
+        if (c->out.len - c->out.off > OUT_MARK && c->up != NULL) watch(f, c->up->fd, &c->up->watched, 0, c->up);
+    }
+    return 0;
+}
+
+/* Reads the chunked framing in data[0:len] as `_chunked_body` does. Returns -1 on a framing fault,
+ * else how many bytes belong to the answer (len, or where the terminal chunk's empty line ends). */
+static long chunked_feed(uconn *u, const char *data, size_t len, int *ended) {
+    size_t pos = 0;
+    *ended = 0;
+    while (pos < len) {
+        if (u->cstate == 1) {
+            size_t avail = len - pos;
+            if ((uint64_t)avail > u->chunk_left + 1 && data[pos + u->chunk_left] == '\r' &&
+                data[pos + u->chunk_left + 1] == '\n') {
+                pos += u->chunk_left + 2;
+                u->cstate = 0;
+            } else {
+                size_t taken = (uint64_t)avail < u->chunk_left ? avail : (size_t)u->chunk_left;
+                pos += taken;
+                u->chunk_left -= taken;
+                if (u->chunk_left == 0) u->cstate = 2;
+            }
+            continue;
+        }
+        const char *nl = memchr(data + pos, '\n', len - pos);
+        if (nl == NULL) {
+            size_t rest = len - pos;
+            if (u->line_len + rest > MAX_CHUNK_LINE) return -1;
+            memcpy(u->line + u->line_len, data + pos, rest);
+            u->line_len += rest;
+            break;
+        }
+        size_t piece = (size_t)(nl - (data + pos));
+        const char *line = data + pos;
+        size_t line_len = piece;
+        char *joined = NULL;
+        if (u->line_len) {
+            joined = malloc(u->line_len + piece + 1);
+            if (joined == NULL) return -1;
+            memcpy(joined, u->line, u->line_len);
+            memcpy(joined + u->line_len, data + pos, piece);
+            line = joined;
+            line_len = u->line_len + piece;
+            u->line_len = 0;
+        }
+        pos += piece + 1;
+        int bad = 0;
+        if (u->cstate == 0) {
+            /* A size line: `digits\r` (isalnum, all hex, no 0x) or _CHUNK_SIZE's
+             * `([0-9A-Fa-f]{1,20})(?:;[^\n]*?)?[ \t]*\r`. */
+            if (line_len == 0 || line[line_len - 1] != '\r') {
+                bad = 1;
+            } else {
+                size_t n = line_len - 1, hex = 0;
+                while (hex < n && ((line[hex] >= '0' && line[hex] <= '9') || (line[hex] >= 'a' && line[hex] <= 'f') ||
+                                   (line[hex] >= 'A' && line[hex] <= 'F')))
+                    hex++;
+                int alnum = n > 0 && !(n > 1 && (line[1] == 'x' || line[1] == 'X'));
+                for (size_t i = 0; alnum && i < n; i++)
+                    if (!((line[i] >= '0' && line[i] <= '9') || (line[i] >= 'a' && line[i] <= 'z') ||
+                          (line[i] >= 'A' && line[i] <= 'Z')))
+                        alnum = 0;
+                if (alnum) {
+                    bad = hex != n; /* int(digits, 16) refuses a letter past f */
+                } else if (hex == 0 || hex > 20) {
+                    bad = 1;
+                } else if (line[hex] != ';') {
+                    for (size_t i = hex; i < n; i++)
+                        if (line[i] != ' ' && line[i] != '\t') bad = 1;
+                }
+                if (!bad) {
+                    uint64_t size = 0;
+                    for (size_t i = 0; i < hex; i++) {
+                        char ch = line[i];
+                        unsigned d = ch <= '9' ? (unsigned)(ch - '0') : ch <= 'F' ? (unsigned)(ch - 'A' + 10) : (unsigned)(ch - 'a' + 10);
+                        /* Python's int has no bound: a size past 2^64 reads as one no body ends */
+                        size = size > (UINT64_MAX >> 4) ? UINT64_MAX : (size << 4) | d;
+                    }
+                    if (size) {
+                        u->chunk_left = size;
+                        u->cstate = 1;
+                    } else {
+                        u->cstate = 3;
+                    }
+                }
+            }
+        } else if (u->cstate == 2) {
+            bad = !(line_len == 1 && line[0] == '\r'); /* chunk data longer than its size said */
+            if (!bad) u->cstate = 0;
+        } else if (line_len == 0 || (line_len == 1 && line[0] == '\r')) {
+            free(joined);
+            *ended = 1;
+            return (long)pos; /* the empty line after the terminal chunk (and any trailers) */
+        } else if (line_len > MAX_CHUNK_LINE) {
+            bad = 1;
+        } else {
+            /* _TRAILER: [-!#$%&'*+.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r? */
+            size_t i = 0;
+            while (i < line_len && line[i] != '\0' && strchr("-!#$%&'*+.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", line[i]) != NULL) i++;
+            if (i == 0 || i >= line_len || line[i] != ':') bad = 1;
+            size_t stop = line_len;
+            if (!bad && line[stop - 1] == '\r') stop--;
+            for (i = i + 1; !bad && i < stop; i++) {
+                unsigned char ch = (unsigned char)line[i];
+                if (!(ch == '\t' || (ch >= 0x20 && ch <= 0x7e) || ch >= 0x80)) bad = 1;
+            }
+        }
+        free(joined);
+        if (bad) return -1;
+    }
+    return (long)len;
+}
+
+/* Bytes of the answer's body, in state U_LENGTH, U_CHUNKED or U_CLOSE; `head`: the client's head,
+ * going out with them (a chunked head only with bytes whose framing reads right: else a 502). */
+static void body_bytes(Front *f, uconn *u, const char *data, size_t len, const char *head, size_t head_len,
+                       double now) {
+    fconn *c = u->c;
+    if (u->state == U_LENGTH) {
+        int end = (uint64_t)len >= (uint64_t)u->remaining;
+        if (len > (uint64_t)u->remaining) {
+            len = (size_t)u->remaining; /* bytes past the end of the answer: not this client's */
+            u->reusable = 0;
+        }
+        u->remaining -= (int64_t)len;
+        if ((head_len && to_client(f, c, head, head_len) < 0) || (len && to_client(f, c, data, len) < 0)) {
+            drop(f, c);
+            return;
+        }
+        if (end) {
+            c->up = NULL;
+            upstream_release(f, u, u->keep_alive && u->reusable, now);
+            call_finished(f, c, now);
+        }
+        return;
+    }
+    if (u->state == U_CLOSE) {
+        if ((head_len && to_client(f, c, head, head_len) < 0) || (len && to_client(f, c, data, len) < 0)) drop(f, c);
+        return;
+    }
+    int ended;
+    long keep = chunked_feed(u, data, len, &ended);
+    if (keep < 0) {
+        if (head_len) {
+            call_failed(f, c, A_INVALID, now); /* the head has not gone out: a clean 502 */
+        } else {
+            call_cut(f, c, 0);
+        }
+        return;
+    }
+    if ((size_t)keep < len) u->reusable = 0; /* bytes past the end of the answer: never the client's */
+    if ((head_len && to_client(f, c, head, head_len) < 0) || (keep && to_client(f, c, data, (size_t)keep) < 0)) {
+        drop(f, c);
+        return;
+    }
+    if (ended) {
+        c->up = NULL;
+        upstream_release(f, u, u->keep_alive && u->reusable, now);
+        call_finished(f, c, now);
+    }
+}
+
+static void upstream_head(Front *f, uconn *u, double now) {
+    fconn *c = u->c;
+    resp_out out;
+    plan_response(&f->cfg, &f->scan, u->hbuf, u->hlen, c->keep_alive, 0, &out);
+    if (out.verdict == RESP_MORE) return;
+    if (out.verdict == RESP_INVALID) {
+        call_failed(f, c, A_INVALID, now);
+        return;
+    }
+    c->sent_head = 1;
+    c->client_keep_alive = out.client_keep_alive;
+    u->keep_alive = out.upstream_keep_alive;
+    u->reusable = out.reusable;
+    const char *rest = u->hbuf + out.consumed;
+    size_t rest_len = u->hlen - out.consumed;
+    switch (out.framing) {
+    case FRAME_NONE:
+        if (to_client(f, c, out.head, out.head_len) < 0) {
+            free(out.head);
+            drop(f, c);
+            return;
+        }
+        free(out.head);
+        c->up = NULL;
+        upstream_release(f, u, u->keep_alive && u->reusable, now);
+        call_finished(f, c, now);
+        return;
+    case FRAME_LENGTH:
+        u->state = U_LENGTH;
+        u->remaining = out.content_length;
+        break;
+    case FRAME_CHUNKED:
+        u->state = U_CHUNKED;
+        break;
+    default:
+        u->state = U_CLOSE;
+        break;
+    }
+    body_bytes(f, u, rest, rest_len, out.head, out.head_len, now);
+    free(out.head);
+}
+
+static void upstream_event(Front *f, uconn *u, uint32_t events, double now) {
+    fconn *c = u->c;
+    if (c == NULL) { /* idle: closed by its server, or bytes nobody asked for */
+        for (uconn **p = &f->idle; *p; p = &(*p)->next)
+            if (*p == u) {
+                *p = u->next;
+                break;
+            }
+        upstream_close(f, u);
+        return;
+    }
+    if (u->state == U_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(u->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err != 0) {
+            call_failed(f, c, A_UNREACHABLE, now);
+            return;
+        }
+        int one = 1;
+        setsockopt(u->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        u->state = U_HEAD;
+        c->deadline = now + f->read_timeout;
+        if (send_or_keep(u->fd, &u->out, NULL, 0) < 0) {
+            call_failed(f, c, A_CLOSED, now);
+            return;
+        }
+        watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
+        return;
+    }
+    if ((events & EPOLLOUT) && obuf_pending(&u->out)) {
+        if (send_or_keep(u->fd, &u->out, NULL, 0) < 0) {
+            /* the upstream went away while it was sent the request: read what it said, if anything */
+        } else {
+            c->deadline = now + f->read_timeout; /* sending a body: the upstream is not silent */
+        }
+        if (!obuf_pending(&u->out)) watch(f, u->fd, &u->watched, EPOLLIN, u);
+        if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
+    }
+    char data[FRONT_READ];
+    ssize_t n = read(u->fd, data, sizeof data);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        int reset = n < 0;
+        if (!c->sent_head && u->reused && !u->heard && c->replay && u->hlen == 0) {
+            /* A kept-alive connection that ended before a byte of the answer: its server most
+             * likely closed it idle as this call was sent. Sent again, once, on a new connection,
+             * as the relay does for an idempotent request without a body. */
+            c->replay = 0;
+            c->up = NULL;
+            upstream_close(f, u);
+            count(f, &f->replayed);
+            call_start(f, c, 1, now);
+            return;
+        }
+        if (u->state == U_CLOSE && !reset) { /* the close is the end of this answer */
+            c->up = NULL;
+            upstream_close(f, u);
+            call_finished(f, c, now);
+            return;
+        }
+        if (!c->sent_head) {
+            call_failed(f, c, A_CLOSED, now);
+            return;
+        }
+        call_cut(f, c, u->state == U_CLOSE); /* in state U_CLOSE a reset: the body is cut short */
+        return;
+    }
+    u->heard = 1;
+    c->deadline = now + f->read_timeout;
+    if (u->state == U_HEAD) {
+        if (u->hcap - u->hlen < (size_t)n) {
+            size_t cap = u->hcap ? u->hcap * 2 : FRONT_READ;
+            while (cap - u->hlen < (size_t)n) cap *= 2;
+            char *p = realloc(u->hbuf, cap);
+            if (p == NULL) {
+                call_failed(f, c, A_INVALID, now);
+                return;
+            }
+            u->hbuf = p;
+            u->hcap = cap;
+        }
+        memcpy(u->hbuf + u->hlen, data, (size_t)n);
+        u->hlen += (size_t)n;
+        upstream_head(f, u, now);
+        return;
+    }
+    body_bytes(f, u, data, (size_t)n, NULL, 0, now);
+}
+
+/* The request is whole: an upstream connection (an idle one, or a new one within
+ * proxy.max_connections; else handed over, nothing has been sent), and the request on it. */
+static void call_start(Front *f, fconn *c, int fresh, double now) {
+    uconn *u = NULL;
+    while (!fresh && f->idle != NULL) {
+        uconn *cand = f->idle;
+        f->idle = cand->next;
+        double idle_for = now - cand->idle_since;
+        if (idle_for >= PEER_CHECK_IDLE_S && (idle_for > UPSTREAM_IDLE_S || peer_closed(cand->fd))) {
+            upstream_close(f, cand); /* its server has closed it, or may as it is used */
+            continue;
+        }
+        u = cand;
+        break;
+    }
+    size_t body = c->content_length > 0 ? (size_t)c->content_length : 0;
+    if (u == NULL) {
+        if (!fresh && f->upstreams >= f->max_connections) {
+            give(f, c, GIVE_PLAIN, now); /* the relay's pool queues it */
+            return;
+        }
+        int fd = socket(f->upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        u = fd < 0 ? NULL : calloc(1, sizeof *u);
+        if (u == NULL) {
+            if (fd >= 0) close(fd);
+            give(f, c, GIVE_PLAIN, now);
+            return;
+        }
+        u->tag = TAG_UPSTREAM;
+        u->fd = fd;
+        f->upstreams++;
+        count(f, &f->opened);
+        c->up = u;
+        u->c = c;
+        c->state = C_CALL;
+        watch(f, c->fd, &c->watched, 0, c);
+        if (obuf_add(&u->out, c->uhead, c->uhead_len) < 0 || obuf_add(&u->out, c->buf + c->consumed, body) < 0) {
+            call_failed(f, c, A_UNREACHABLE, now);
+            return;
+        }
+        int rc = connect(fd, (struct sockaddr *)&f->upstream, f->upstream_len);
+        if (rc < 0 && errno != EINPROGRESS) {
+            call_failed(f, c, A_UNREACHABLE, now);
+            return;
+        }
+        u->state = U_CONNECTING;
+        c->deadline = now + f->connect_timeout;
+        watch(f, fd, &u->watched, EPOLLOUT, u);
+        return;
+    }
+    c->up = u;
+    u->c = c;
+    u->state = U_HEAD;
+    u->heard = 0;
+    u->hlen = 0;
+    u->cstate = 0;
+    u->line_len = 0;
+    u->chunk_left = 0;
+    c->state = C_CALL;
+    watch(f, c->fd, &c->watched, 0, c);
+    c->deadline = now + f->read_timeout;
+    /* The head and the body in one write, as the relay sends them. */
+    if (send_or_keep(u->fd, &u->out, c->uhead, c->uhead_len) < 0 ||
+        send_or_keep(u->fd, &u->out, c->buf + c->consumed, body) < 0) {
+        /* Its server closed it as this was sent: the read below says how (replay, or 502). */
+    }
+    watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
+}
+
+/* The bytes read so far make a head (or not yet): the verdict, and for a plain request its body. */
+static void client_plan(Front *f, fconn *c, double now) {
+    if (c->state == C_BODY) {
+        if (c->len - c->consumed >= (size_t)c->content_length) call_start(f, c, 0, now);
+        return;
+    }
+    plan_out out;
+    plan_request(&f->cfg, &f->scan, c->buf, c->len, &out);
+    if (out.verdict == PLAN_MORE) return;
+    if (out.verdict != PLAN_PLAIN) {
+        give(f, c, GIVE_HAND_OVER, now);
+        return;
+    }
+    if (!f->forward || out.content_length > BODY_LIMIT) {
+        free(out.head);
+        give(f, c, GIVE_PLAIN, now); /* a body over 1 MiB streams: the relay's */
+        return;
+    }
+    free(c->uhead);
+    c->uhead = out.head;
+    c->uhead_len = out.head_len;
+    c->consumed = out.consumed;
+    c->content_length = out.content_length;
+    c->keep_alive = out.keep_alive;
+    c->client_keep_alive = out.keep_alive;
+    /* relay.py's call.replay: an idempotent method without a body (GET, PUT, DELETE, OPTIONS here) */
+    c->replay = out.content_length <= 0 && strcmp(out.method, "POST") != 0 && strcmp(out.method, "PATCH") != 0;
+    c->sent_head = 0;
+    c->done = 0;
+    if (out.content_length > 0 && c->len - c->consumed < (size_t)out.content_length) {
+        c->state = C_BODY;
+        c->deadline = now + f->body_timeout;
+        return;
+    }
+    call_start(f, c, 0, now);
+}
+
+static void client_read(Front *f, fconn *c, double now) {
     if (c->cap - c->len < FRONT_READ) {
         size_t cap = c->cap ? c->cap * 2 : FRONT_READ;
         while (cap - c->len < FRONT_READ) cap *= 2;
@@ -898,6 +1600,11 @@ static void front_read(Front *f, fconn *c, double now) {
         drop(f, c);
         return;
     }
+    if (c->state == C_LINGER) { /* read and dropped until the client closes */
+        c->len = 0;
+        if (n == 0) drop(f, c);
+        return;
+    }
     if (n == 0) {
         /* The client ended its side: with bytes read, the relay reads them and the end as it would
          * have; with none, there is nothing to answer. */
@@ -908,12 +1615,68 @@ static void front_read(Front *f, fconn *c, double now) {
         give(f, c, GIVE_HAND_OVER, now);
         return;
     }
+    if (c->len == 0 && c->state == C_HEAD) c->deadline = now + f->header_timeout; /* a later request's first byte */
     c->len += (size_t)n;
-    plan_out out;
-    plan_request(&f->cfg, &f->scan, c->buf, c->len, &out);
-    if (out.verdict == PLAN_MORE) return;
-    if (out.verdict == PLAN_PLAIN) free(out.head);
-    give(f, c, out.verdict == PLAN_PLAIN ? GIVE_PLAIN : GIVE_HAND_OVER, now);
+    client_plan(f, c, now);
+}
+
+static void client_writable(Front *f, fconn *c, double now) {
+    if (send_or_keep(c->fd, &c->out, NULL, 0) < 0) {
+        drop(f, c);
+        return;
+    }
+    if (obuf_pending(&c->out)) return;
+    if (c->state == C_CLOSING) {
+        drop(f, c);
+        return;
+    }
+    if (c->state == C_LINGER) {
+        shutdown(c->fd, SHUT_WR);
+        watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
+        return;
+    }
+    if (c->state == C_CALL) {
+        watch(f, c->fd, &c->watched, 0, c);
+        uconn *u = c->up;
+        if (u != NULL && u->state != U_CONNECTING && !u->watched) /* back-pressure off */
+            watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
+        return;
+    }
+    watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
+    c->replan = c->len > 0;
+    (void)now;
+}
+
+static void client_expired(Front *f, fconn *c, double now) {
+    switch (c->state) {
+    case C_HEAD:
+        if (c->len == 0) drop(f, c); /* idle between requests */
+        else give(f, c, GIVE_EXPIRED, now);
+        return;
+    case C_BODY:
+        /* The relay's 408; the connection closes after it, the body's bytes being unframed. */
+        if (answer(f, c, A_BODY_TIMEOUT, 0) < 0) return;
+        free(c->uhead);
+        c->uhead = NULL;
+        c->state = C_LINGER;
+        c->deadline = now + LINGER_S;
+        if (obuf_pending(&c->out)) { /* half-closed once the answer is out (client_writable) */
+            watch(f, c->fd, &c->watched, EPOLLOUT, c);
+            return;
+        }
+        shutdown(c->fd, SHUT_WR);
+        watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
+        return;
+    case C_CALL:
+        if (!c->sent_head) {
+            call_failed(f, c, A_TIMEOUT, now); /* connect or read deadline, before the head */
+        } else {
+            call_cut(f, c, c->up != NULL && c->up->state == U_CLOSE);
+        }
+        return;
+    default:
+        drop(f, c);
+    }
 }
 
 static void *front_main(void *arg) {
@@ -921,15 +1684,23 @@ static void *front_main(void *arg) {
     struct epoll_event events[128];
     for (;;) {
         double now = now_s();
-        int wait_ms = 1000;
-        double next = f->conns ? f->conns->deadline : 0;
+        double next = 0;
+        int replans = 0;
+        for (fconn *c = f->conns; c; c = c->next) {
+            if (next == 0 || c->deadline < next) next = c->deadline;
+            replans |= c->replan;
+        }
         if (f->accept_resumes > 0 && (next == 0 || f->accept_resumes < next)) next = f->accept_resumes;
+        int wait_ms = 1000;
         if (next > 0) {
             double left = next - now;
             wait_ms = left <= 0 ? 0 : left * 1000 < 1000 ? (int)(left * 1000) + 1 : 1000;
         }
+        if (replans) wait_ms = 0;
         int n = epoll_wait(f->epfd, events, 128, wait_ms);
         now = now_s();
+        /* A connection freed while this batch is handled could be named by a later event of it:
+         * each event is checked against the connections still held. */
         for (int i = 0; i < n; i++) {
             void *tag = events[i].data.ptr;
             if (tag == &f->stop_fd) return NULL;
@@ -937,12 +1708,28 @@ static void *front_main(void *arg) {
                 front_accept(f, now);
                 continue;
             }
+            if (*(int *)tag == 0) continue; /* ended earlier in this batch */
+            if (*(int *)tag == TAG_UPSTREAM) {
+                upstream_event(f, tag, events[i].events, now);
+                continue;
+            }
             fconn *c = tag;
-            /* A connection given away or dropped earlier in this batch cannot be named again: each
-             * fd is in one event at most per epoll_wait, and it left epoll before it was freed. */
-            front_read(f, c, now);
+            if (c->state == C_CALL || c->state == C_CLOSING || (events[i].events & EPOLLOUT)) {
+                if (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) client_writable(f, c, now);
+                continue;
+            }
+            client_read(f, c, now);
         }
-        while (f->conns && f->conns->deadline <= now) give(f, f->conns, GIVE_EXPIRED, now);
+        for (fconn *c = f->conns, *following; c; c = following) {
+            following = c->next;
+            if (c->deadline <= now) {
+                client_expired(f, c, now);
+            } else if (c->replan && c->tag) {
+                c->replan = 0;
+                client_plan(f, c, now);
+            }
+        }
+        reap(f);
         if (f->accept_resumes > 0 && f->accept_resumes <= now) {
             struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &f->listen_fd};
             epoll_ctl(f->epfd, EPOLL_CTL_ADD, f->listen_fd, &lev);
@@ -953,6 +1740,12 @@ static void *front_main(void *arg) {
 
 static void Front_release(Front *f) {
     while (f->conns) drop(f, f->conns);
+    while (f->idle) {
+        uconn *u = f->idle;
+        f->idle = u->next;
+        upstream_close(f, u);
+    }
+    reap(f);
     for (size_t i = 0; i < f->queued; i++) {
         close(f->queue[i].fd);
         free(f->queue[i].buf);
@@ -974,12 +1767,18 @@ static void Front_dealloc(Front *self) {
         Py_XDECREF(r);
         PyErr_Clear();
     }
-    Front_release(self);
+    if (self->started) Front_release(self); /* the lock exists only once started */
+    else {
+        int *fds[] = {&self->epfd, &self->stop_fd, &self->ready_fd};
+        for (int i = 0; i < 3; i++)
+            if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
+    }
     if (self->started) pthread_mutex_destroy(&self->lock);
     PyMem_Free(self->scan.names);
     PyMem_Free(self->scan.values);
     PyMem_Free(self->scan.valued);
     Py_XDECREF(self->planner);
+    for (int i = 0; i < A_COUNT; i++) Py_XDECREF(self->answer_objs[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -989,13 +1788,74 @@ static PyObject *Front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
-static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"planner", "listen_fd", "header_timeout_s", NULL};
-    PyObject *planner;
-    int listen_fd;
-    double header_timeout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O!id", kwlist, &PlannerType, &planner, &listen_fd, &header_timeout))
+/* The forwarding settings: the upstream's numeric address, the deadlines, the pool's bound and the
+ * relay's five answers (whole, as the relay sends them to a keep-alive client). */
+static int Front_init_forward(Front *self, PyObject *upstream, double connect_timeout, double read_timeout,
+                              double body_timeout, long max_connections, PyObject *answers) {
+    const char *host;
+    int port;
+    if (!PyArg_ParseTuple(upstream, "si", &host, &port)) return -1;
+    memset(&self->upstream, 0, sizeof self->upstream);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&self->upstream;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&self->upstream;
+    if (port <= 0 || port > 65535) {
+        PyErr_SetString(PyExc_ValueError, "the upstream's port must be 1-65535");
         return -1;
+    }
+    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        self->upstream_len = sizeof *v4;
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        self->upstream_len = sizeof *v6;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "the upstream must be a numeric address (resolved in Python)");
+        return -1;
+    }
+    if (!(connect_timeout > 0 && read_timeout > 0 && body_timeout > 0) || max_connections < 1) {
+        PyErr_SetString(PyExc_ValueError, "the deadlines must be positive and max_connections at least 1");
+        return -1;
+    }
+    if (!PyTuple_Check(answers) || PyTuple_GET_SIZE(answers) != A_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "answers must be a tuple of five bytes: unreachable, closed, invalid, timeout, body timeout");
+        return -1;
+    }
+    for (int i = 0; i < A_COUNT; i++) {
+        PyObject *a = PyTuple_GET_ITEM(answers, i);
+        if (!PyBytes_Check(a) || memmem(PyBytes_AS_STRING(a), (size_t)PyBytes_GET_SIZE(a), "\r\n\r\n", 4) == NULL) {
+            PyErr_SetString(PyExc_TypeError, "each answer must be bytes: a head ended by an empty line, then its body");
+            return -1;
+        }
+        Py_INCREF(a);
+        self->answer_objs[i] = a;
+        self->answers[i] = (span){PyBytes_AS_STRING(a), (size_t)PyBytes_GET_SIZE(a)};
+    }
+    self->connect_timeout = connect_timeout;
+    self->read_timeout = read_timeout;
+    self->body_timeout = body_timeout;
+    self->max_connections = max_connections;
+    self->forward = 1;
+    return 0;
+}
+
+static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"planner",          "listen_fd",       "header_timeout_s", "upstream",
+                             "connect_timeout_s", "read_timeout_s", "body_timeout_s",   "max_connections",
+                             "answers",          NULL};
+    PyObject *planner = NULL, *upstream = Py_None, *answers = Py_None;
+    int listen_fd = -1;
+    double header_timeout = 0, connect_timeout = 0, read_timeout = 0, body_timeout = 0;
+    long max_connections = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlO", kwlist, &PlannerType, &planner, &listen_fd,
+                                     &header_timeout, &upstream, &connect_timeout, &read_timeout, &body_timeout,
+                                     &max_connections, &answers))
+        return -1;
+    if (planner == NULL) { /* all keywords are optional to PyArg (forwarding's are): these three are not */
+        PyErr_SetString(PyExc_TypeError, "planner, listen_fd and header_timeout_s are required");
+        return -1;
+    }
     if (self->planner != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a Front is initialised once");
         return -1;
@@ -1015,6 +1875,9 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "the Planner is not initialised");
         return -1;
     }
+    if (upstream != Py_None &&
+        Front_init_forward(self, upstream, connect_timeout, read_timeout, body_timeout, max_connections, answers) < 0)
+        return -1;
     Py_INCREF(planner);
     self->planner = planner;
     self->cfg = pl->cfg;
@@ -1044,7 +1907,6 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     }
     return 0;
 }
-
 static PyObject *Front_start(Front *self, PyObject *unused) {
     if (self->planner == NULL || self->started) {
         PyErr_SetString(PyExc_RuntimeError, "a Front starts once, after it is initialised");
@@ -1068,8 +1930,15 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
     (void)w;
     Py_BEGIN_ALLOW_THREADS pthread_join(self->thread, NULL);
     Py_END_ALLOW_THREADS self->stopped = 1;
-    /* Connections still reading their first head are closed, as the relay closes idle ones. */
+    /* Connections still reading a head are closed, as the relay closes idle ones; calls still
+     * being forwarded are cut (a grace period, proxy.shutdown_timeout_s, is left to do). */
     while (self->conns) drop(self, self->conns);
+    while (self->idle) {
+        uconn *u = self->idle;
+        self->idle = u->next;
+        upstream_close(self, u);
+    }
+    reap(self);
     Py_RETURN_NONE;
 }
 
@@ -1112,14 +1981,19 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
 
 static PyObject *Front_stats(Front *self, PyObject *unused) {
     unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0, pauses = 0;
+    unsigned long long forwarded = 0, gateway = 0, interrupted = 0, body_timeouts = 0, replayed = 0, opened = 0;
     if (self->started) {
         pthread_mutex_lock(&self->lock);
         accepted = self->accepted, left = self->left, plain = self->plain, handed = self->handed, expired = self->expired;
         pauses = self->accept_pauses;
+        forwarded = self->forwarded, gateway = self->gateway_errors, interrupted = self->interrupted;
+        body_timeouts = self->body_timeouts, replayed = self->replayed, opened = self->opened;
         pthread_mutex_unlock(&self->lock);
     }
-    return Py_BuildValue("{sKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed, "expired", expired,
-                         "left", left, "accept_pauses", pauses, "running",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed,
+                         "expired", expired, "left", left, "accept_pauses", pauses, "forwarded", forwarded,
+                         "gateway_errors", gateway, "interrupted", interrupted, "body_timeouts", body_timeouts,
+                         "replayed", replayed, "upstream_connections", opened, "running",
                          (self->started && !self->stopped) ? Py_True : Py_False);
 }
 
@@ -1130,13 +2004,15 @@ static PyMethodDef Front_methods[] = {
     {"fileno", (PyCFunction)Front_fileno, METH_NOARGS, "An eventfd, readable when connections wait in take()."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
-    {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left, accept_pauses; running."},
+    {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left, accept_pauses, forwarded (calls answered in C), "
+     "gateway_errors, interrupted, body_timeouts, replayed, upstream_connections; running."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject FrontType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmwatch.collectors.receivers.proxy.dataplane.Front",
-    .tp_doc = PyDoc_STR("Accepts and reads first heads on its own thread; hands connections to the Python relay."),
+    .tp_doc = PyDoc_STR("Accepts and reads heads on its own thread; forwards plain calls (with `upstream`) or hands "
+              "connections to the Python relay."),
     .tp_basicsize = sizeof(Front),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Front_new,

@@ -218,6 +218,22 @@ class Proxy:
         self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None
     ) -> tuple[int, bytes]:
         """Status and body of a 502/504 in fixed words; counted, and logged as `logged` or `what`."""
+        status, kind, body = self.gateway_error(timeout=timeout, what=what)
+        self._fail(ex, kind)
+        if ex is not None:
+            ex.status = status
+        log.warning(
+            "upstream_failed",
+            error_type=kind,
+            path=path,
+            upstream=self.shown_upstream,
+            error=logged or what or "timeout",
+        )
+        return status, body
+
+    def gateway_error(self, *, timeout: bool, what: str) -> tuple[int, str, bytes]:
+        """Status, error type and body of a 502/504, nothing counted (the C data plane is given
+        them once, `native.answers`)."""
         shown = self.shown_upstream
         if timeout:
             status, kind = 504, "upstream_timeout"
@@ -225,11 +241,7 @@ class Proxy:
         else:
             status, kind = 502, "upstream_unavailable"
             message = f"llmwatch proxy: upstream {shown} {what}"
-        self._fail(ex, kind)
-        if ex is not None:
-            ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=path, upstream=shown, error=logged or what or "timeout")
-        return status, error_body(kind, message)
+        return status, kind, error_body(kind, message)
 
     def fail(self, ex: Exchange | None, error_type: str) -> None:
         self._fail(ex, error_type)

@@ -2,10 +2,11 @@
 planner, and its front door.
 
 The extension is built by `hatch_build.py` when a C compiler is present; without it, or when it
-fails to load, `load()` says why and the Python relay serves every call. This first milestone has
-the two head decisions (`Planner.plan`, `Planner.respond`) and the front door (`NativeFront`: C
-accepts and reads first heads, the Python relay answers every connection). It is not yet wired
-into serving, and no setting selects it.
+fails to load, `load()` says why and the Python relay serves every call. It has the two head
+decisions (`Planner.plan`, `Planner.respond`) and the front door (`NativeFront`: C accepts and
+reads heads; `proxy.engine: native` hands every connection to the Python relay). With
+`forward=True` (second milestone, not selected by any setting yet: finished calls do not reach
+the control plane until the ring exists, design record 0067) C forwards plain calls itself.
 """
 
 from __future__ import annotations
@@ -27,6 +28,47 @@ def load() -> tuple[ModuleType | None, str]:
     except ImportError as exc:  # not built (no compiler at install time), or built for another interpreter
         return None, f"the proxy's C extension is not built or does not load ({exc}); run `python hatch_build.py`"
     return dataplane, ""
+
+
+def answers(proxy: Any) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+    """The relay's answers that C sends itself, as `_Client._send_error` writes them to a keep-alive
+    client (C adds `Connection: close` where the relay does): 502 unreachable, 502 closed, 502
+    invalid, 504 timeout, 408 body timeout. Made here once, so that their words stay the relay's."""
+    from llmwatch.collectors.receivers.proxy import relay
+
+    def gateway(*, timeout: bool, what: str) -> bytes:
+        status, _, body = proxy.gateway_error(timeout=timeout, what=what)
+        return relay.error_answer(status, body, close=False)
+
+    return (
+        gateway(timeout=False, what=relay.UNREACHABLE),
+        gateway(timeout=False, what=relay.CLOSED),
+        gateway(timeout=False, what=relay.INVALID),
+        gateway(timeout=True, what=""),
+        relay.error_answer(408, proxy.relay_error_body(relay.BODY_TIMEOUT), close=False),
+    )
+
+
+def forwarding(server: Any) -> dict[str, Any]:
+    """`dataplane.Front`'s forwarding settings for a `relay.RelayServer`: the upstream's address
+    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers.
+
+    Raises ValueError for an upstream C cannot reach (https: TLS is the relay's)."""
+    pool = server.pool
+    if pool.ssl is not None:
+        raise ValueError("the C data plane forwards to a plain-HTTP upstream only; https stays with the relay")
+    infos = socket.getaddrinfo(pool.host, pool.port, type=socket.SOCK_STREAM)
+    if not infos:
+        raise ValueError(f"the upstream host {pool.host!r} does not resolve")
+    address = infos[0][4]
+    return {
+        "upstream": (str(address[0]), int(address[1])),
+        "connect_timeout_s": float(pool.connect_timeout),
+        "read_timeout_s": float(pool.read_timeout),
+        "body_timeout_s": float(server.body_timeout_s),
+        "max_connections": int(pool.limit),
+        "answers": answers(server.proxy),
+    }
 
 
 def planner(server: Any) -> Any:
@@ -56,10 +98,13 @@ class NativeFront:
     hands the connection with the bytes read to the relay (`RelayServer.adopt`), with what is left
     of its head deadline; a head not complete in `proxy.header_timeout_s` is counted and closed as
     the relay does. Plain heads are handed over too in this milestone (forwarding them from C is
-    the next step); `stats()` counts them apart. The caller keeps `sock` (and closes it).
+    the next step); `stats()` counts them apart. With `forward`, C forwards plain calls itself
+    (`dataplane.Front`'s comment says what it does), and hands the rest over as before; nothing of
+    a call forwarded in C reaches the metrics or samples yet (the ring is left to do). The caller
+    keeps `sock` (and closes it).
     """
 
-    def __init__(self, server: Any, sock: socket.socket) -> None:
+    def __init__(self, server: Any, sock: socket.socket, *, forward: bool = False) -> None:
         native, why = load()
         if native is None:
             raise ImportError(why)
@@ -67,7 +112,10 @@ class NativeFront:
         self.server = server
         sock.setblocking(False)
         self.front = native.Front(
-            planner=planner(server), listen_fd=sock.fileno(), header_timeout_s=server.header_timeout_s
+            planner=planner(server),
+            listen_fd=sock.fileno(),
+            header_timeout_s=server.header_timeout_s,
+            **(forwarding(server) if forward else {}),
         )
         self.adopting: set[asyncio.Task[None]] = set()
 

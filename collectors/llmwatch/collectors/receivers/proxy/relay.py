@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import re
 import socket
 import ssl
@@ -110,6 +111,7 @@ _REASONS = {
     504: b"Gateway Timeout",
 }
 _TE_501 = "llmwatch proxy: Transfer-Encoding other than a single `chunked` is not supported"
+BODY_TIMEOUT = "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
 # A Transfer-Encoding header line whose value is not a lone `chunked` (looked for after a parse error).
 _TE_LINE = re.compile(rb"(?im)^transfer-encoding[ \t]*:(?![ \t]*chunked[ \t]*\r?$)")
 # A whole head (request or response) is at most this, whatever max_header_bytes * max_headers
@@ -179,6 +181,18 @@ def head_end(buf: bytes | bytearray, start: int) -> int:
     if lf >= 0:
         return lf + 2
     return crlf + 3 if crlf >= 0 else -1
+
+
+def error_answer(status: int, body: bytes, *, close: bool) -> bytes:
+    """The proxy's own answer (400, 408, 502, 504...) as it goes out; the C data plane is given its
+    502/504/408 in this form (`native.answers`) and adds `Connection: close` where this does."""
+    return b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b" % (
+        status,
+        _REASONS.get(status, b"Error"),
+        len(body),
+        b"Connection: close\r\n" if close else b"",
+        body,
+    )
 
 
 def climbs_above_root(path: bytes) -> bool:
@@ -1360,9 +1374,7 @@ class _Client(asyncio.Protocol):
         self._send_error(
             call,
             408,
-            self.proxy.relay_error_body(
-                "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
-            ),
+            self.proxy.relay_error_body(BODY_TIMEOUT),
         )
         self.response_done(call)  # and the connection closes: the body's bytes are unframed
 
@@ -1425,11 +1437,8 @@ class _Client(asyncio.Protocol):
 
     def _send_error(self, call: _Call, status: int, body: bytes) -> None:
         call.sent_head = True
-        close = b"" if call.keep_alive and not call.http10 else b"Connection: close\r\n"
-        self.write(
-            b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b"
-            % (status, _REASONS.get(status, b"Error"), len(body), close, body)
-        )
+        close = not call.keep_alive or call.http10
+        self.write(error_answer(status, body, close=close))
         if close:
             call.keep_alive = False
 
@@ -1632,8 +1641,17 @@ class RelayServer:
 
             sock.listen(2048)  # as create_server does with the bound socket it is given
             self.listen_sock = sock
-            self.front = NativeFront(self, sock)
+            # LLMWATCH_NATIVE_FORWARD=1: C forwards plain calls itself (0067's second milestone), for
+            # the differential fuzzer and the peers benchmark only: until the ring exists, a call
+            # forwarded in C reaches no metric, sample or sink, so no setting offers it.
+            forward = os.environ.get("LLMWATCH_NATIVE_FORWARD") == "1"
+            self.front = NativeFront(self, sock, forward=forward)
             self.front.start()
+            if forward:
+                log.warning(
+                    "native_forward_uncounted",
+                    detail="LLMWATCH_NATIVE_FORWARD=1: plain calls are forwarded in C and not counted or captured",
+                )
         else:
             self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
         log.info("relay_engine", engine=self.engine)

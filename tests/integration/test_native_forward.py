@@ -1,0 +1,379 @@
+"""C forwards plain calls (`dataplane.Front` with `forward`, design record 0067, second milestone).
+
+Each case goes once through the Python relay and once through the C front door with forwarding on,
+in front of the same relay, to the same scripted upstream: the client must read the same bytes
+(byte for byte, the relay's 502/504/408 included) and the upstream must receive the same request,
+and `stats()` must say C answered it rather than handing it over. Real sockets throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from contextlib import asynccontextmanager
+from typing import Any, Awaitable, Callable
+
+import pytest
+from helpers.agents import wait_until
+from helpers.raw_http import CHAT_BODY, OK_JSON, RawUpstream, header, post, read_body
+
+from llmwatch.collectors.receivers.proxy import native
+
+dataplane, why = native.load()
+if dataplane is None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the extension is optional", allow_module_level=True)
+    raise ImportError(why)
+
+Respond = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+PLAIN = post("/v1/chat/completions", CHAT_BODY, "X-Request-Id: fwd-1")
+GET = b"GET /v1/models?limit=2 HTTP/1.1\r\nHost: llmwatch.test\r\nAccept: */*\r\n\r\n"
+STREAM = [b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(30)] + [b"data: [DONE]\n\n"]
+
+
+@asynccontextmanager
+async def forwarding_front(relay: Any):  # type: ignore[no-untyped-def]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        front = native.NativeFront(relay, listener, forward=True)
+        front.start()
+        try:
+            yield front, listener.getsockname()[1]
+        finally:
+            await front.stop()
+
+
+async def counted(front: Any, **want: int) -> dict[str, Any]:
+    """`front.stats()` once it shows `want`: the C thread counts a call after its last byte is
+    written, so the client may have it a moment before the count moves (a deadline, not a sleep)."""
+    try:
+        await wait_until(lambda: all(front.stats()[key] == value for key, value in want.items()))
+    except AssertionError:
+        raise AssertionError(f"stats {front.stats()} never showed {want}") from None
+    return dict(front.stats())
+
+
+async def read_one(reader: asyncio.StreamReader) -> bytes:
+    """One answer's raw bytes, read by its framing; a cut one ends in b'<cut>'."""
+    data = b""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        data = head
+        status = int(head.split(b" ", 2)[1])
+        length = header(head[:-4], "content-length")
+        if status in (204, 304):
+            return data
+        if length is not None:
+            data += await reader.readexactly(int(length))
+        elif header(head[:-4], "transfer-encoding") == "chunked":
+            for _ in range(100_000):  # chunks per answer, far more than any case sends
+                line = await reader.readuntil(b"\r\n")
+                data += line
+                size = int(line[:-2].split(b";")[0], 16)
+                if size == 0:
+                    for _ in range(100):  # trailer lines
+                        line = await reader.readuntil(b"\r\n")
+                        data += line
+                        if line == b"\r\n":
+                            return data
+                data += await reader.readexactly(size + 2)
+        else:
+            data += await reader.read()
+    except asyncio.IncompleteReadError as exc:
+        return data + exc.partial + b"<cut>"
+    except ConnectionResetError:
+        return data + b"<reset>"
+    return data
+
+
+async def talk(port: int, requests: list[bytes], *, pieces: int = 1, together: bool = False) -> list[bytes]:
+    """Sends each request (in `pieces` writes, or all at once when `together`) and reads its answer;
+    after the last, whether the connection closes (b'<closed>') or stays open (b'<open>')."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    got: list[bytes] = []
+    try:
+        if together:
+            writer.write(b"".join(requests))
+            await writer.drain()
+        for request in requests:
+            if not together:
+                step = max(1, len(request) // pieces)
+                for at in range(0, len(request), step):
+                    writer.write(request[at : at + step])
+                    await writer.drain()
+            answer = await asyncio.wait_for(read_one(reader), 10)
+            got.append(answer)
+            if answer.endswith((b"<cut>", b"<reset>")):
+                return got
+        if b"\r\nconnection: close\r\n" in got[-1].split(b"\r\n\r\n")[0].lower() + b"\r\n" or not got[-1]:
+            got.append(b"<closed>" if await asyncio.wait_for(reader.read(), 10) == b"" else b"<bytes>")
+        else:
+            got.append(b"<open>")
+        return got
+    finally:
+        writer.close()
+
+
+def recording(answer: Respond) -> tuple[Respond, list[tuple[bytes, bytes]]]:
+    received: list[tuple[bytes, bytes]] = []
+
+    async def respond(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append((head, await read_body(head, reader)))
+        await answer(head, reader, writer)
+
+    return respond, received
+
+
+def fixed(*parts: bytes, close: bool = False) -> Respond:
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for part in parts:  # separate writes: the proxy reads the answer in pieces
+            writer.write(part)
+            await writer.drain()
+        if close:
+            writer.close()
+            raise ConnectionResetError  # ends RawUpstream's loop for this connection
+
+    return answer
+
+
+def chunked(chunks: list[bytes]) -> list[bytes]:
+    return [b"%x\r\n%b\r\n" % (len(c), c) for c in chunks] + [b"0\r\n\r\n"]
+
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(OK_JSON)
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+ANSWERS: dict[str, tuple[Respond, int]] = {
+    # name: (the upstream's answer, how many of the calls C answers itself with it)
+    "length": (fixed(OK_HEAD + OK_JSON), 1),
+    "length-in-pieces": (fixed(OK_HEAD[:20], OK_HEAD[20:] + OK_JSON[:9], OK_JSON[9:]), 1),
+    "stream": (fixed(SSE_HEAD, *chunked(STREAM)), 1),
+    "stream-head-alone-then-trailer": (
+        fixed(SSE_HEAD, *chunked(STREAM[:3])[:-1], b"0\r\nX-Trailer: t\r\n\r\n"),
+        1,
+    ),
+    "stream-chunk-extension": (fixed(SSE_HEAD, b"5;ext=1\r\nhello\r\n", b"0\r\n\r\n"), 1),
+    "close-delimited": (
+        fixed(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", b"until ", b"the end", close=True),
+        1,
+    ),
+    "no-content": (fixed(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n"), 1),
+    "early-hints-and-hop-by-hop": (
+        fixed(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nUpgrade: h2c\r\n"
+            b"Content-Length: 2\r\n\r\nok",
+        ),
+        1,
+    ),
+    "bare-lf-head": (fixed(b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"), 1),
+    "past-the-length": (fixed(OK_HEAD + OK_JSON + b"HTTP/1.1 200 OK\r\n\r\njunk"), 1),
+    "connection-close-answer": (
+        fixed(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", close=True),
+        1,
+    ),
+    "invalid-length": (fixed(b"HTTP/1.1 200 OK\r\nContent-Length: x1\r\n\r\nok"), 1),
+    "invalid-status": (fixed(b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok"), 1),
+    "bad-first-chunk": (fixed(SSE_HEAD + b"zz\r\nhello\r\n"), 1),
+    "gone-mid-length": (fixed(OK_HEAD + OK_JSON[:10], close=True), 1),
+    "gone-before-answer": (fixed(close=True), 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+async def test_each_answer_reaches_the_client_as_the_python_relay_relays_it(make_agent, case):
+    answer, _ = ANSWERS[case]
+    respond, received = recording(answer)
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        expected = await talk(agent.proxy_port, [PLAIN])
+        direct = list(received)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await talk(port, [PLAIN])
+            await wait_until(lambda: front.stats()["forwarded"] + front.stats()["interrupted"] == 1)
+            stats = front.stats()
+        assert got == expected
+        assert received == direct * 2
+        assert stats["handed"] == 0
+
+
+REQUESTS: dict[str, tuple[list[bytes], dict[str, Any]]] = {
+    "get": ([GET], {}),
+    "post-in-pieces": ([PLAIN], {"pieces": 7}),
+    "keep-alive": ([PLAIN, GET, PLAIN], {}),
+    "pipelined": ([PLAIN, GET, post("/v1/embeddings", b'{"input": "x"}')], {"together": True}),
+    "closing": ([GET[:-2] + b"Connection: close\r\n\r\n"], {}),
+    "authorization-kept": ([post("/v1/chat/completions", CHAT_BODY, "Authorization: Bearer client")], {}),
+    "empty-body": ([post("/v1/chat/completions", b"")], {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REQUESTS))
+@pytest.mark.parametrize("answer", ["length", "stream"])
+async def test_each_plain_request_reaches_the_upstream_as_the_python_relay_sends_it(make_agent, case, answer):
+    requests, how = REQUESTS[case]
+    respond, received = recording(ANSWERS[answer][0])
+    async with RawUpstream(respond) as upstream:
+        # A path prefix and credentials in the URL: the relay adds Authorization unless the client sent one.
+        agent = await make_agent(upstream.url.replace("http://", "http://user:secret@") + "/base")
+        expected = await talk(agent.proxy_port, requests, **how)
+        direct = list(received)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await talk(port, requests, **how)
+            # Every request of the connection was answered in C, the later ones too.
+            await counted(front, forwarded=len(requests), handed=0)
+        assert got == expected and expected[-1] in (b"<open>", b"<closed>")
+        assert received == direct * 2 and len(direct) == len(requests)
+
+
+async def test_a_request_c_does_not_implement_is_handed_over_after_the_ones_it_forwarded(make_agent):
+    respond, received = recording(fixed(OK_HEAD + OK_JSON))
+    chunked_upload = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%b\r\n0\r\n\r\n" % (len(CHAT_BODY), CHAT_BODY)
+    )
+    requests = [PLAIN, GET, chunked_upload, PLAIN]
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        expected = await talk(agent.proxy_port, requests)
+        direct = list(received)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await talk(port, requests)
+            # Two answered in C; the connection then went to the relay with the third request's bytes.
+            await counted(front, forwarded=2, handed=1)
+        assert got == expected
+        assert received == direct * 2
+
+
+async def test_an_unreachable_upstream_gets_the_relays_502(make_agent):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port_closed = closed.getsockname()[1]
+    agent = await make_agent(f"http://127.0.0.1:{port_closed}")
+    expected = await talk(agent.proxy_port, [PLAIN, GET])
+    async with forwarding_front(agent.proxy.relay) as (front, port):
+        got = await talk(port, [PLAIN, GET])
+        await counted(front, gateway_errors=2, forwarded=2)
+    assert got == expected and b" 502 " in got[0] and got[-1] == b"<open>"
+
+
+async def test_an_upstream_that_does_not_answer_in_time_gets_the_relays_504(make_agent):
+    release = asyncio.Event()
+
+    async def silent(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        await release.wait()
+
+    async with RawUpstream(silent) as upstream:
+        agent = await make_agent(upstream.url, proxy={"read_timeout_s": 0.5})
+        expected = await talk(agent.proxy_port, [PLAIN])
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await talk(port, [PLAIN])
+            await counted(front, gateway_errors=1)
+        release.set()
+    assert got == expected and b" 504 " in got[0]
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_the_relays_408_and_the_connection_closes(make_agent):
+    respond, received = recording(fixed(OK_HEAD + OK_JSON))
+    partial = PLAIN[: len(PLAIN) - 5]
+
+    async def stalled(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(partial)
+            await writer.drain()
+            return await asyncio.wait_for(reader.read(), 10)  # the 408, then the end (within the bound)
+        finally:
+            writer.close()
+
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url, proxy={"body_timeout_s": 0.5})
+        expected = await stalled(agent.proxy_port)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await stalled(port)
+            await counted(front, body_timeouts=1)
+    assert got == expected and got.startswith(b"HTTP/1.1 408 ")
+    assert received == []
+
+
+async def test_a_kept_alive_upstream_connection_carries_the_next_clients_calls(make_agent):
+    respond, received = recording(fixed(OK_HEAD + OK_JSON))
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            for _ in range(3):
+                assert (await talk(port, [PLAIN]))[0].endswith(OK_JSON)
+            await counted(front, upstream_connections=1, forwarded=3)
+        assert len(received) == 3
+
+
+async def test_a_large_stream_to_a_slow_client_arrives_whole(make_agent):
+    # 4 MiB in 64 KiB chunks, read slowly by the client: back-pressure, nothing lost or reordered.
+    pieces = [bytes([65 + i % 26]) * 65536 for i in range(64)]
+    respond, _ = recording(fixed(SSE_HEAD, *chunked(pieces)))
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+            try:
+                writer.write(PLAIN)
+                await writer.drain()
+                got = await asyncio.wait_for(read_one(reader), 30)
+            finally:
+                writer.close()
+            await counted(front, forwarded=1)
+    assert got == SSE_HEAD + b"".join(chunked(pieces))
+
+
+async def test_a_bad_chunk_after_the_head_went_out_cuts_the_clients_answer_as_the_relay_does(make_agent):
+    # The fault comes only once the client has the head and a chunk (before that it is a 502 for
+    # both engines, "bad-first-chunk"): which one it is depends on the reads, so it is made certain.
+    proceed = asyncio.Event()
+
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(SSE_HEAD + chunked(STREAM[:1])[0])
+        await writer.drain()
+        await asyncio.wait_for(proceed.wait(), 10)
+        proceed.clear()
+        writer.write(b"5\r\nhello!!\r\n")
+        await writer.drain()
+
+    async def cut(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(PLAIN)
+            await writer.drain()
+            first = await asyncio.wait_for(reader.readexactly(len(SSE_HEAD + chunked(STREAM[:1])[0])), 10)
+            proceed.set()
+            return first + await asyncio.wait_for(reader.read(), 10)  # then the end: cut short
+        finally:
+            writer.close()
+
+    async with RawUpstream(answer) as upstream:
+        agent = await make_agent(upstream.url)
+        expected = await cut(agent.proxy_port)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            got = await cut(port)
+            await counted(front, interrupted=1, forwarded=0)
+    assert got == expected == SSE_HEAD + chunked(STREAM[:1])[0]
+
+
+async def test_a_connection_its_upstream_closed_after_answering_is_not_a_502_for_the_next_call(make_agent):
+    # The upstream answers and closes without saying so: the next call, on the connection the C
+    # pool kept, finds it closed (before it is sent, or as it is: a GET is then sent again once).
+    async def answer_and_close(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(OK_HEAD + OK_JSON)
+        await writer.drain()
+        writer.close()
+        raise ConnectionResetError
+
+    respond, received = recording(answer_and_close)
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            for _ in range(4):
+                assert (await talk(port, [GET]))[0] == OK_HEAD + OK_JSON
+            stats = await counted(front, forwarded=4, gateway_errors=0)
+    assert len(received) == 4 and stats["upstream_connections"] == 4
