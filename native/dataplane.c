@@ -1545,10 +1545,34 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
     watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
 }
 
+/* Whether the Python relay's parser, fed the bytes that came after a complete request, refuses
+ * them (llhttp's error or a header limit): it then answers that request with `Connection: close`
+ * and reads nothing more (`_Client._reject`). A complete head, or one not complete yet within the
+ * bounds, is judged after the answer, as a pipelined request. */
+static int rest_refused(Front *f, const char *data, size_t len) {
+    llhttp_t parser;
+    llhttp_init(&parser, HTTP_REQUEST, &request_settings);
+    head_scan *h = &f->scan;
+    h->cfg = &f->cfg;
+    h->url = (span){NULL, 0};
+    h->n = 0;
+    h->last = 0;
+    h->bad = NULL;
+    parser.data = h;
+    llhttp_errno_t err = llhttp_execute(&parser, data, len);
+    if (h->bad != NULL) return strstr(h->bad, "proxy.max_header") != NULL;
+    if (err == HPE_PAUSED) return 0;
+    if (err == HPE_OK) return len > f->cfg.max_head;
+    return 1;
+}
+
 /* The bytes read so far make a head (or not yet): the verdict, and for a plain request its body. */
 static void client_plan(Front *f, fconn *c, double now) {
     if (c->state == C_BODY) {
-        if (c->len - c->consumed >= (size_t)c->content_length) call_start(f, c, 0, now);
+        if (c->len - c->consumed < (size_t)c->content_length) return;
+        size_t used = c->consumed + (size_t)c->content_length;
+        if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) c->keep_alive = 0;
+        call_start(f, c, 0, now);
         return;
     }
     plan_out out;
@@ -1579,6 +1603,8 @@ static void client_plan(Front *f, fconn *c, double now) {
         c->deadline = now + f->body_timeout;
         return;
     }
+    size_t used = c->consumed + (out.content_length > 0 ? (size_t)out.content_length : 0);
+    if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) c->keep_alive = 0;
     call_start(f, c, 0, now);
 }
 

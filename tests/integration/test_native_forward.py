@@ -205,6 +205,9 @@ REQUESTS: dict[str, tuple[list[bytes], dict[str, Any]]] = {
     "closing": ([GET[:-2] + b"Connection: close\r\n\r\n"], {}),
     "authorization-kept": ([post("/v1/chat/completions", CHAT_BODY, "Authorization: Bearer client")], {}),
     "empty-body": ([post("/v1/chat/completions", b"")], {}),
+    # Bytes after the request that the relay's parser refuses: answered with `Connection: close`.
+    "junk-after": ([PLAIN + b"junk\r\n\r\n"], {}),
+    "one-byte-past-the-length": ([PLAIN + b"8"], {}),
 }
 
 
