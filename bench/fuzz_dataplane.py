@@ -8,6 +8,7 @@ undefined behaviour stops the child with the sanitizer's report: exit status 1. 
 run, not a differential one (tests/integration/test_native_heads.py compares the two engines).
 
     python bench/fuzz_dataplane.py [--cases N] [--seed S]
+    python bench/fuzz_dataplane.py --tests [TEST ...]   # the front door and C forwarding, sanitized
 """
 
 from __future__ import annotations
@@ -103,14 +104,42 @@ def child(path: Path, cases: int, seed: int) -> int:
     return 0
 
 
+def child_tests(path: Path, tests: list[str]) -> int:
+    """Runs in the sanitized interpreter: the front door's and C forwarding's own integration tests,
+    with the sanitized extension in place of the built one (its thread, epoll loop, pool and
+    buffers under AddressSanitizer and UBSan, over real sockets)."""
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("llmwatch.collectors.receivers.proxy.dataplane", path)
+    assert spec is not None and spec.loader is not None
+    native = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(native)
+    sys.modules["llmwatch.collectors.receivers.proxy.dataplane"] = native
+    import llmwatch.collectors.receivers.proxy as package
+
+    package.dataplane = native  # type: ignore[attr-defined]
+    # --capture=sys: a sanitizer report is written to fd 2 as the process ends; captured at the fd
+    # level, it would be lost with the process.
+    return int(pytest.main(["-q", "-p", "no:cacheprovider", "--capture=sys", "--rootdir", str(ROOT), *tests]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tests",
+        nargs="*",
+        metavar="TEST",
+        help="instead of the planner fuzz: run these pytest files with the sanitized extension "
+        "(default with no names: tests/integration/test_native_forward.py and test_native_front.py)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tests is not None and not args.tests:
+        args.tests = ["tests/integration/test_native_forward.py", "tests/integration/test_native_front.py"]
     if args.child is not None:
-        return child(args.child, args.cases, args.seed)
+        return child_tests(args.child, args.tests) if args.tests else child(args.child, args.cases, args.seed)
     built, why = build()
     if built is None:
         print(f"not run: {why}")
@@ -125,10 +154,10 @@ def main() -> int:
         "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=1",
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=1",
     }
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(built), "--cases", str(args.cases), "--seed", str(args.seed)],
-        env=env,
-    )
+    command = [sys.executable, __file__, "--child", str(built), "--cases", str(args.cases), "--seed", str(args.seed)]
+    if args.tests:
+        command += ["--tests", *args.tests]
+    done = subprocess.run(command, env=env, cwd=ROOT)
     print("sanitizers: clean" if done.returncode == 0 else f"sanitizers: FINDING (exit status {done.returncode})")
     return 0 if done.returncode == 0 else 1
 

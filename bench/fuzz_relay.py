@@ -2,6 +2,7 @@
 
 With `--differential`: the same cases to two proxies, `proxy.engine` python and native (design
 record 0067), and what each client and each upstream saw compared; any difference is a finding.
+With `--forward` as well, the native engine forwards plain calls in C (`DATAPLANE_FORWARD=1`).
 
 Starts a real `llmwatch proxy` in front of a scripted upstream (tests/helpers/relay_fuzz.py), draws
 N random request cases and N response cases from the same generators as the short run in
@@ -107,6 +108,11 @@ def main() -> int:
     parser.add_argument(
         "--differential", action="store_true", help="the same cases to proxy.engine python and native, compared"
     )
+    parser.add_argument(
+        "--forward",
+        action="store_true",
+        help="with --differential: the native engine forwards plain calls in C (DATAPLANE_FORWARD=1)",
+    )
     args = parser.parse_args()
     findings: list[tuple[str, bytes, str]] = []
     verdicts: collections.Counter[str] = collections.Counter()
@@ -114,7 +120,7 @@ def main() -> int:
     started = time.monotonic()
     if args.differential:
         with tempfile.TemporaryDirectory() as tmp:
-            relays = [Relay(Path(tmp) / "python"), Relay(Path(tmp) / "native", engine="native")]
+            relays = [Relay(Path(tmp) / "python"), Relay(Path(tmp) / "native", engine="native", forward=args.forward)]
             try:
                 for kind, strategy in (("request", requests()), ("response", responses())):
                     run = _differential(relays, kind, strategy, verdicts, findings, args.cases, examples)

@@ -38,6 +38,9 @@ Peers:
   llmwatch-native    llmwatch-off with proxy.engine native (design record 0067): today its C front door
                      only (C accepts and reads each connection's first head, the Python relay answers
                      every call), so it reads as llmwatch-off plus one hand-over per connection
+  llmwatch-cfwd      llmwatch-native with DATAPLANE_FORWARD=1: C forwards plain calls itself (0067's
+                     second milestone). Measurement only: until the ring exists, a call forwarded in C
+                     is not counted or captured, so this reads as C forwarding's cost, not llmwatch's
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
   llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second
@@ -101,6 +104,7 @@ ALL_PEERS = (
     "native-floor",
     "llmwatch-off",
     "llmwatch-native",
+    "llmwatch-cfwd",
     "llmwatch-defaults",
     "llmwatch-isolated",
     "llmwatch-shadow",
@@ -338,6 +342,7 @@ def start_llmwatch(
     shadow_port: int | None = None,
     shadow_rate: float = 1.0,
     engine: str = "python",
+    forward: bool = False,
 ) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
@@ -351,6 +356,8 @@ def start_llmwatch(
     if engine != "python":
         # Set only when asked: an older checkout (--baseline-src) refuses any engine but `relay`.
         env["LLMWATCH_PROXY__ENGINE"] = engine
+    if forward:
+        env["DATAPLANE_FORWARD"] = "1"
     if isolated:
         env["LLMWATCH_SCORING__CPU_AFFINITY"] = "0"
     if shadow_port is not None:
@@ -754,6 +761,10 @@ def main() -> None:  # noqa: C901
                 )
             elif name == "llmwatch-native":
                 peers.append(start_llmwatch(name, up_port, work, scoring=False, isolated=False, engine="native"))
+            elif name == "llmwatch-cfwd":
+                peers.append(
+                    start_llmwatch(name, up_port, work, scoring=False, isolated=False, engine="native", forward=True)
+                )
             else:
                 peers.append(
                     start_llmwatch(

@@ -1641,16 +1641,17 @@ class RelayServer:
 
             sock.listen(2048)  # as create_server does with the bound socket it is given
             self.listen_sock = sock
-            # LLMWATCH_NATIVE_FORWARD=1: C forwards plain calls itself (0067's second milestone), for
-            # the differential fuzzer and the peers benchmark only: until the ring exists, a call
-            # forwarded in C reaches no metric, sample or sink, so no setting offers it.
-            forward = os.environ.get("LLMWATCH_NATIVE_FORWARD") == "1"
+            # DATAPLANE_FORWARD=1 (not LLMWATCH_: that prefix is the configuration's): C forwards
+            # plain calls itself (0067's second milestone), for the differential fuzzer and the
+            # peers benchmark only: until the ring exists, a call forwarded in C reaches no metric,
+            # sample or sink, so no setting offers it.
+            forward = os.environ.get("DATAPLANE_FORWARD") == "1"
             self.front = NativeFront(self, sock, forward=forward)
             self.front.start()
             if forward:
                 log.warning(
                     "native_forward_uncounted",
-                    detail="LLMWATCH_NATIVE_FORWARD=1: plain calls are forwarded in C and not counted or captured",
+                    detail="DATAPLANE_FORWARD=1: plain calls are forwarded in C and not counted or captured",
                 )
         else:
             self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
