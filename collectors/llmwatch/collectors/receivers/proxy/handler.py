@@ -233,7 +233,7 @@ class Proxy:
 
     def gateway_error(self, *, timeout: bool, what: str) -> tuple[int, str, bytes]:
         """Status, error type and body of a 502/504, nothing counted (the C data plane is given
-        them once, `native.answers`)."""
+        them once, `RelayServer.error_answers`)."""
         shown = self.shown_upstream
         if timeout:
             status, kind = 504, "upstream_timeout"

@@ -30,25 +30,6 @@ def load() -> tuple[ModuleType | None, str]:
     return dataplane, ""
 
 
-def answers(proxy: Any) -> tuple[bytes, bytes, bytes, bytes, bytes]:
-    """The relay's answers that C sends itself, as `_Client._send_error` writes them to a keep-alive
-    client (C adds `Connection: close` where the relay does): 502 unreachable, 502 closed, 502
-    invalid, 504 timeout, 408 body timeout. Made here once, so that their words stay the relay's."""
-    from llmwatch.collectors.receivers.proxy import relay
-
-    def gateway(*, timeout: bool, what: str) -> bytes:
-        status, _, body = proxy.gateway_error(timeout=timeout, what=what)
-        return relay.error_answer(status, body, close=False)
-
-    return (
-        gateway(timeout=False, what=relay.UNREACHABLE),
-        gateway(timeout=False, what=relay.CLOSED),
-        gateway(timeout=False, what=relay.INVALID),
-        gateway(timeout=True, what=""),
-        relay.error_answer(408, proxy.relay_error_body(relay.BODY_TIMEOUT), close=False),
-    )
-
-
 def forwarding(server: Any) -> dict[str, Any]:
     """`dataplane.Front`'s forwarding settings for a `relay.RelayServer`: the upstream's address
     resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers.
@@ -67,7 +48,7 @@ def forwarding(server: Any) -> dict[str, Any]:
         "read_timeout_s": float(pool.read_timeout),
         "body_timeout_s": float(server.body_timeout_s),
         "max_connections": int(pool.limit),
-        "answers": answers(server.proxy),
+        "answers": server.error_answers(),
     }
 
 

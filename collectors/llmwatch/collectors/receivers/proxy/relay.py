@@ -185,7 +185,7 @@ def head_end(buf: bytes | bytearray, start: int) -> int:
 
 def error_answer(status: int, body: bytes, *, close: bool) -> bytes:
     """The proxy's own answer (400, 408, 502, 504...) as it goes out; the C data plane is given its
-    502/504/408 in this form (`native.answers`) and adds `Connection: close` where this does."""
+    502/504/408 in this form (`RelayServer.error_answers`) and adds `Connection: close` where this does."""
     return b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b" % (
         status,
         _REASONS.get(status, b"Error"),
@@ -1658,6 +1658,24 @@ class RelayServer:
         log.info("relay_engine", engine=self.engine)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
+
+    def error_answers(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """The relay's answers that the C data plane sends itself (design record 0067), as
+        `_Client._send_error` writes them to a keep-alive client (C adds `Connection: close` where
+        this does): 502 unreachable, 502 closed, 502 invalid, 504 timeout, 408 body timeout. Made
+        here, so that their words stay the relay's."""
+
+        def gateway(*, timeout: bool, what: str) -> bytes:
+            status, _, body = self.proxy.gateway_error(timeout=timeout, what=what)
+            return error_answer(status, body, close=False)
+
+        return (
+            gateway(timeout=False, what=UNREACHABLE),
+            gateway(timeout=False, what=CLOSED),
+            gateway(timeout=False, what=INVALID),
+            gateway(timeout=True, what=""),
+            error_answer(408, self.proxy.relay_error_body(BODY_TIMEOUT), close=False),
+        )
 
     async def adopt(self, sock: socket.socket, prefix: bytes = b"", head_left_s: float | None = None) -> None:
         """Serve a client connection accepted elsewhere, whose first `prefix` bytes were read there.
