@@ -380,3 +380,40 @@ async def test_a_connection_its_upstream_closed_after_answering_is_not_a_502_for
                 assert (await talk(port, [GET]))[0] == OK_HEAD + OK_JSON
             stats = await counted(front, forwarded=4, gateway_errors=0)
     assert len(received) == 4 and stats["upstream_connections"] == 4
+
+
+async def test_with_the_pool_full_a_call_is_handed_to_the_relay_before_anything_is_sent(make_agent):
+    # proxy.max_connections 1: the first call holds C's one upstream connection until the test lets
+    # it answer; the second, meanwhile, is handed over whole and answered by the relay's own pool.
+    release = asyncio.Event()
+
+    async def held_then_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        if b"X-Request-Id: first" in head:
+            await asyncio.wait_for(release.wait(), 10)
+        writer.write(OK_HEAD + OK_JSON)
+        await writer.drain()
+
+    async with RawUpstream(held_then_ok) as upstream:
+        agent = await make_agent(upstream.url, proxy={"max_connections": 1})
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            first = asyncio.ensure_future(talk(port, [post("/v1/chat/completions", CHAT_BODY, "X-Request-Id: first")]))
+            await wait_until(lambda: len(upstream.heads) == 1)
+            second = await talk(port, [post("/v1/chat/completions", CHAT_BODY, "X-Request-Id: second")])
+            release.set()
+            assert (await first)[0] == OK_HEAD + OK_JSON and second[0] == OK_HEAD + OK_JSON
+            await counted(front, forwarded=1, handed=1, plain=1)
+        assert len(upstream.heads) == 2
+        assert b"X-Request-Id: first" in upstream.heads[0] and b"X-Request-Id: second" in upstream.heads[1]
+
+
+async def test_many_clients_at_once_are_all_forwarded(make_agent):
+    respond, received = recording(fixed(SSE_HEAD, *chunked(STREAM)))
+    async with RawUpstream(respond) as upstream:
+        agent = await make_agent(upstream.url)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            results = await asyncio.gather(*(talk(port, [PLAIN, GET]) for _ in range(64)))
+            await counted(front, forwarded=128, handed=0)
+        expected = [SSE_HEAD + b"".join(chunked(STREAM))] * 2 + [b"<open>"]
+        assert all(result == expected for result in results)
+        assert len(received) == 128
