@@ -132,12 +132,16 @@ def main() -> int:
         nargs="*",
         metavar="TEST",
         help="instead of the planner fuzz: run these pytest files with the sanitized extension "
-        "(default with no names: tests/integration/test_native_forward.py and test_native_front.py)",
+        "(default with no names: tests/integration/test_native_forward.py, test_native_ring.py and test_native_front.py)",
     )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tests is not None and not args.tests:
-        args.tests = ["tests/integration/test_native_forward.py", "tests/integration/test_native_front.py"]
+        args.tests = [
+            "tests/integration/test_native_forward.py",
+            "tests/integration/test_native_ring.py",
+            "tests/integration/test_native_front.py",
+        ]
     if args.child is not None:
         return child_tests(args.child, args.tests) if args.tests else child(args.child, args.cases, args.seed)
     built, why = build()

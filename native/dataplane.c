@@ -783,6 +783,41 @@ typedef struct {
     size_t len, off, cap; /* bytes [off, len) not yet written */
 } obuf;
 
+/* What `Proxy._finish` needs of a call C forwarded on a route in capture.routes (design record 0067
+ * step 3), kept while the call runs and queued in the ring when it ends: the same bytes and times
+ * the relay appends to its `Exchange` (relay.py's `new_call`, `_Call.body_end`, `_respond`, `_capture`),
+ * read into one by `native.NativeFront` on the event loop. Times are CLOCK_MONOTONIC, which is
+ * Python's perf_counter on Linux, and CLOCK_REALTIME for the wall clock. */
+enum { E_NONE = 0, E_UNAVAILABLE = 1, E_TIMEOUT = 2, E_INTERRUPTED = 3, E_BODY_TIMEOUT = 4, E_CLIENT_GONE = 5 };
+/* The request body: not (yet) whole, kept, or over capture.max_body_bytes (the relay's note). */
+enum { RB_NONE = 0, RB_KEPT = 1, RB_TOO_LARGE = 2 };
+#define TAIL 64 /* relay.py's _tail: a body's last bytes past the cap, for stream_ended */
+
+typedef struct rec {
+    const char *method; /* llhttp's static name */
+    char *path;         /* the target's path (no '?', no percent: plain), then the request head */
+    size_t path_len;
+    char *req_head; /* the client's request head as read, for the headers the Exchange reads */
+    size_t req_head_len;
+    char *req_body;
+    size_t req_body_len;
+    int req_body_state;
+    double t0, started_at, t_end;
+    int status;     /* the upstream's status; the relay's own answer's on an error */
+    char *resp_head; /* the head the client got (the wanted response headers are read from it) */
+    size_t resp_head_len;
+    char *body; /* the response's payload (de-chunked) up to the cap, and the piece that crossed it */
+    size_t body_len, body_cap;
+    size_t *ends; /* cumulative offset after each piece, and when it arrived */
+    double *times;
+    size_t pieces, pieces_cap;
+    int truncated;
+    char tail[TAIL];
+    size_t tail_len;
+    int error;
+    int broken; /* out of memory while it was kept: not queued (counted as the ring's loss) */
+} rec;
+
 struct fconn;
 
 typedef struct uconn {
@@ -819,6 +854,8 @@ typedef struct fconn {
     int keep_alive, replay, sent_head, client_keep_alive, done;
     int replan; /* bytes of a next request wait: planned by the loop, not from inside a finished call */
     uconn *up;
+    rec *rec;  /* the current call's capture, on a route in capture.routes */
+    int open;  /* a planned call not yet answered or ended: the client leaving now is counted */
     obuf out; /* bytes for the client not yet written */
     struct fconn *prev, *next;
 } fconn;
@@ -855,6 +892,17 @@ typedef struct {
     PyObject *answer_objs[A_COUNT];
     span answers[A_COUNT]; /* whole keep-alive answers: "HTTP/1.1 502 ...\r\n...\r\n\r\n{body}" */
     unsigned long long forwarded, gateway_errors, interrupted, body_timeouts, replayed, opened;
+    /* The relay's proxy_errors of calls C ends: 502s, 504s, and clients gone mid-call whose call has
+     * no record in the ring (one with a record is judged in Python: stream_ended). */
+    unsigned long long unavailable, timeouts, disconnected, bad_requests;
+    /* capture (empty `routes`: nothing kept) and the ring of finished calls, under `lock` */
+    span *routes;
+    size_t nroutes;
+    PyObject *routes_obj;
+    size_t max_body;
+    rec **ring;
+    size_t ring_cap, ring_head, ring_len;
+    unsigned long long ring_full, captured;
     /* Connections ended while an epoll batch is handled are freed after it: a later event of the
      * same batch may name one (a client and its upstream each have events). */
     fconn *dead_c;
@@ -871,6 +919,159 @@ static void count(Front *f, unsigned long long *counter) {
     pthread_mutex_lock(&f->lock);
     (*counter)++;
     pthread_mutex_unlock(&f->lock);
+}
+
+static void wake(Front *f) {
+    uint64_t one = 1;
+    ssize_t w = write(f->ready_fd, &one, sizeof one);
+    (void)w; /* an eventfd write fails only when its counter would overflow: it is then readable anyway */
+}
+
+/* A counter that Python reads into the proxy's metrics: told at once, as the relay counts at once. */
+static void count_wake(Front *f, unsigned long long *counter) {
+    count(f, counter);
+    wake(f);
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void rec_free(rec *r) {
+    if (r == NULL) return;
+    free(r->path);
+    free(r->req_head);
+    free(r->req_body);
+    free(r->resp_head);
+    free(r->body);
+    free(r->ends);
+    free(r->times);
+    free(r);
+}
+
+static char *dup_bytes(const char *at, size_t len) {
+    char *p = malloc(len ? len : 1);
+    if (p != NULL && len) memcpy(p, at, len);
+    return p;
+}
+
+/* Whether the path is one of capture.routes (relay.py: `path in self.routes`; a plain path has no
+ * percent, so the relay's str is its bytes read as latin-1, as the routes are given here). */
+static int route_captured(const Front *f, span path) {
+    for (size_t i = 0; i < f->nroutes; i++)
+        if (f->routes[i].len == path.len && memcmp(f->routes[i].at, path.at, path.len) == 0) return 1;
+    return 0;
+}
+
+/* A planned call's record (NULL: not captured, or out of memory, which loses only its capture). */
+static rec *rec_new(Front *f, const plan_out *out, const char *head) {
+    if (!route_captured(f, out->path)) return NULL;
+    rec *r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    r->t0 = now_s(); /* the relay's new_call: when the head is read whole */
+    r->started_at = wall_s();
+    r->method = out->method;
+    r->path = dup_bytes(out->path.at, out->path.len);
+    r->path_len = out->path.len;
+    r->req_head = dup_bytes(head, out->consumed);
+    r->req_head_len = out->consumed;
+    if (r->path == NULL || r->req_head == NULL) {
+        rec_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The request's body, once whole (`_Call.body_end`; over the cap: `new_call`'s note, nothing kept). */
+static void rec_request_body(Front *f, fconn *c) {
+    rec *r = c->rec;
+    if (r == NULL || r->req_body_state != RB_NONE) return; /* a replayed call keeps what it had */
+    size_t len = c->content_length > 0 ? (size_t)c->content_length : 0;
+    if (len > f->max_body) {
+        r->req_body_state = RB_TOO_LARGE;
+        return;
+    }
+    r->req_body = dup_bytes(c->buf + c->consumed, len);
+    if (r->req_body == NULL) r->broken = 1;
+    r->req_body_len = len;
+    r->req_body_state = RB_KEPT;
+}
+
+/* A piece of the response's payload, as relay.py's `_capture`: kept while the total is within the
+ * cap (the piece that crosses it too, and the call is then truncated), past it only the last bytes. */
+static void rec_capture(Front *f, rec *r, const char *data, size_t len) {
+    if (r == NULL || r->broken) return;
+    if (r->body_len <= f->max_body) {
+        if (r->body_cap - r->body_len < len) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            while (cap - r->body_len < len) cap *= 2;
+            char *p = realloc(r->body, cap);
+            if (p == NULL) {
+                r->broken = 1;
+                return;
+            }
+            r->body = p;
+            r->body_cap = cap;
+        }
+        if (r->pieces == r->pieces_cap) {
+            size_t cap = r->pieces_cap ? r->pieces_cap * 2 : 16;
+            size_t *ends = realloc(r->ends, cap * sizeof *ends);
+            if (ends != NULL) r->ends = ends;
+            double *times = realloc(r->times, cap * sizeof *times);
+            if (times != NULL) r->times = times;
+            if (ends == NULL || times == NULL) {
+                r->broken = 1;
+                return;
+            }
+            r->pieces_cap = cap;
+        }
+        memcpy(r->body + r->body_len, data, len);
+        r->body_len += len;
+        r->ends[r->pieces] = r->body_len;
+        r->times[r->pieces] = now_s();
+        r->pieces++;
+        if (r->body_len > f->max_body) r->truncated = 1;
+        return;
+    }
+    /* _tail: data[-64:] if len(data) >= 64 else (kept + data)[-64:] */
+    if (len >= TAIL) {
+        memcpy(r->tail, data + len - TAIL, TAIL);
+        r->tail_len = TAIL;
+    } else {
+        size_t keep = r->tail_len + len > TAIL ? TAIL - len : r->tail_len;
+        memmove(r->tail, r->tail + r->tail_len - keep, keep);
+        memcpy(r->tail + keep, data, len);
+        r->tail_len = keep + len;
+    }
+}
+
+/* The call's record, ended (`error`, E_NONE for a whole answer), joins the ring for Python; a full
+ * ring drops it and counts it: the call was relayed, only its capture is lost. Python is woken when
+ * the ring was empty (it drains the whole ring each time). */
+static void rec_finish(Front *f, fconn *c, int error) {
+    rec *r = c->rec;
+    if (r == NULL) return;
+    c->rec = NULL;
+    r->t_end = now_s();
+    if (error != E_NONE) r->error = error;
+    int woke = 0;
+    pthread_mutex_lock(&f->lock);
+    if (r->broken || f->ring_len == f->ring_cap) {
+        f->ring_full++;
+        if (r->error == E_CLIENT_GONE) f->disconnected++; /* no Exchange will be judged: counted as the relay does without one */
+        pthread_mutex_unlock(&f->lock);
+        rec_free(r);
+        wake(f);
+        return;
+    }
+    woke = f->ring_len == 0;
+    f->ring[(f->ring_head + f->ring_len) % f->ring_cap] = r;
+    f->ring_len++;
+    f->captured++;
+    pthread_mutex_unlock(&f->lock);
+    if (woke) wake(f);
 }
 
 static void fconn_unlink(Front *f, fconn *c) {
@@ -967,6 +1168,8 @@ static int send2_or_keep(int fd, obuf *b, const char *a, size_t alen, const char
 }
 
 static void fconn_free(Front *f, fconn *c) {
+    rec_free(c->rec);
+    c->rec = NULL;
     free(c->buf);
     c->buf = NULL;
     free(c->uhead);
@@ -993,6 +1196,9 @@ static void reap(Front *f) {
 /* The connection leaves the thread: queued for Python (its fd and bytes now Python's), or closed
  * when the queue cannot grow (out of memory: the client sees its connection closed). */
 static void give(Front *f, fconn *c, int kind, double now) {
+    rec_free(c->rec); /* the relay reads the call again from its first byte, and keeps its own Exchange */
+    c->rec = NULL;
+    c->open = 0;
     watch(f, c->fd, &c->watched, 0, c);
     fconn_unlink(f, c);
     pthread_mutex_lock(&f->lock);
@@ -1038,6 +1244,10 @@ static void upstream_close(Front *f, uconn *u) {
 }
 
 static void drop_reset(Front *f, fconn *c, int reset) {
+    /* The client left (or the connection failed) during its call: relay.py's `_client_gone`. */
+    if (c->rec != NULL) rec_finish(f, c, E_CLIENT_GONE); /* judged in Python: a stream after [DONE] is whole */
+    else if (c->open) count_wake(f, &f->disconnected);
+    c->open = 0;
     if (c->up != NULL) { /* the upstream stops working for nobody */
         c->up->c = NULL;
         upstream_close(f, c->up);
@@ -1109,7 +1319,12 @@ static int answer(Front *f, fconn *c, int which, int keep_alive) {
             blank = a.at + i + 2;
             break;
         }
-    count(f, which == A_BODY_TIMEOUT ? &f->body_timeouts : &f->gateway_errors);
+    if (which != A_BODY_TIMEOUT) count(f, &f->gateway_errors);
+    count_wake(f, which == A_BODY_TIMEOUT ? &f->body_timeouts : which == A_TIMEOUT ? &f->timeouts : &f->unavailable);
+    if (c->rec != NULL) { /* the relay's answer is the call's (`relay_gateway_error`, `_body_expired`) */
+        c->rec->status = which == A_BODY_TIMEOUT ? 408 : which == A_TIMEOUT ? 504 : 502;
+        c->rec->error = which == A_BODY_TIMEOUT ? E_BODY_TIMEOUT : which == A_TIMEOUT ? E_TIMEOUT : E_UNAVAILABLE;
+    }
     c->sent_head = 1;
     c->client_keep_alive = keep_alive;
     int failed;
@@ -1128,7 +1343,9 @@ static int answer(Front *f, fconn *c, int which, int keep_alive) {
             free(whole);
         }
     }
-    if (failed) {
+    if (failed) { /* the call ended with its answer, as the relay's `response_done` after a write */
+        rec_finish(f, c, E_NONE);
+        c->open = 0;
         drop(f, c);
         return -1;
     }
@@ -1164,6 +1381,8 @@ static int peer_closed(int fd) {
 
 /* After an answer the client has whole (or is still being written): the next request, or the end. */
 static void call_finished(Front *f, fconn *c, double now) {
+    rec_finish(f, c, E_NONE);
+    c->open = 0;
     free(c->uhead);
     c->uhead = NULL;
     c->sent_head = 0;
@@ -1203,7 +1422,9 @@ static void call_failed(Front *f, fconn *c, int which, double now) {
 
 /* The upstream broke off an answer whose head the client has: the client's is broken too. */
 static void call_cut(Front *f, fconn *c, int reset) {
-    count(f, &f->interrupted);
+    count_wake(f, &f->interrupted);
+    rec_finish(f, c, E_INTERRUPTED);
+    c->open = 0;
     drop_reset(f, c, reset);
 }
 
@@ -1220,7 +1441,7 @@ static int to_client(Front *f, fconn *c, const char *head, size_t head_len, cons
 
 /* Reads the chunked framing in data[0:len] as `_chunked_body` does. Returns -1 on a framing fault,
  * else how many bytes belong to the answer (len, or where the terminal chunk's empty line ends). */
-static long chunked_feed(uconn *u, const char *data, size_t len, int *ended) {
+static long chunked_feed(Front *f, rec *r, uconn *u, const char *data, size_t len, int *ended) {
     size_t pos = 0;
     *ended = 0;
     while (pos < len) {
@@ -1228,10 +1449,12 @@ static long chunked_feed(uconn *u, const char *data, size_t len, int *ended) {
             size_t avail = len - pos;
             if ((uint64_t)avail > u->chunk_left + 1 && data[pos + u->chunk_left] == '\r' &&
                 data[pos + u->chunk_left + 1] == '\n') {
+                rec_capture(f, r, data + pos, (size_t)u->chunk_left); /* the chunk's content, as `_chunked_body` */
                 pos += u->chunk_left + 2;
                 u->cstate = 0;
             } else {
                 size_t taken = (uint64_t)avail < u->chunk_left ? avail : (size_t)u->chunk_left;
+                rec_capture(f, r, data + pos, taken);
                 pos += taken;
                 u->chunk_left -= taken;
                 if (u->chunk_left == 0) u->cstate = 2;
@@ -1339,6 +1562,7 @@ static void body_bytes(Front *f, uconn *u, const char *data, size_t len, const c
             u->reusable = 0;
         }
         u->remaining -= (int64_t)len;
+        if (len) rec_capture(f, c->rec, data, len);
         if ((head_len || len) && to_client(f, c, head, head_len, data, len) < 0) {
             drop(f, c);
             return;
@@ -1351,11 +1575,12 @@ static void body_bytes(Front *f, uconn *u, const char *data, size_t len, const c
         return;
     }
     if (u->state == U_CLOSE) {
+        if (len) rec_capture(f, c->rec, data, len);
         if ((head_len || len) && to_client(f, c, head, head_len, data, len) < 0) drop(f, c);
         return;
     }
     int ended;
-    long keep = chunked_feed(u, data, len, &ended);
+    long keep = chunked_feed(f, c->rec, u, data, len, &ended);
     if (keep < 0) {
         if (head_len) {
             call_failed(f, c, A_INVALID, now); /* the head has not gone out: a clean 502 */
@@ -1387,6 +1612,13 @@ static void upstream_head(Front *f, uconn *u, double now) {
     }
     c->sent_head = 1;
     c->client_keep_alive = out.client_keep_alive;
+    if (c->rec != NULL) { /* `_respond`: the status, and the head the wanted headers are read from */
+        c->rec->status = out.status;
+        free(c->rec->resp_head);
+        c->rec->resp_head = dup_bytes(out.head, out.head_len);
+        c->rec->resp_head_len = out.head_len;
+        if (c->rec->resp_head == NULL) c->rec->broken = 1;
+    }
     u->keep_alive = out.upstream_keep_alive;
     u->reusable = out.reusable;
     const char *rest = u->hbuf + out.consumed;
@@ -1601,7 +1833,11 @@ static void client_plan(Front *f, fconn *c, double now) {
     if (c->state == C_BODY) {
         if (c->len - c->consumed < (size_t)c->content_length) return;
         size_t used = c->consumed + (size_t)c->content_length;
-        if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) c->keep_alive = 0;
+        if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) {
+            c->keep_alive = 0;
+            count_wake(f, &f->bad_requests); /* the relay's `_reject`: proxy_errors{bad_request} */
+        }
+        rec_request_body(f, c);
         call_start(f, c, 0, now);
         return;
     }
@@ -1620,6 +1856,9 @@ static void client_plan(Front *f, fconn *c, double now) {
     free(c->uhead);
     c->uhead = out.head;
     c->uhead_len = out.head_len;
+    c->open = 1;
+    rec_free(c->rec);
+    c->rec = rec_new(f, &out, c->buf);
     c->consumed = out.consumed;
     c->content_length = out.content_length;
     c->keep_alive = out.keep_alive;
@@ -1634,7 +1873,11 @@ static void client_plan(Front *f, fconn *c, double now) {
         return;
     }
     size_t used = c->consumed + (out.content_length > 0 ? (size_t)out.content_length : 0);
-    if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) c->keep_alive = 0;
+    if (c->len > used && rest_refused(f, c->buf + used, c->len - used)) {
+        c->keep_alive = 0;
+        count_wake(f, &f->bad_requests);
+    }
+    rec_request_body(f, c);
     call_start(f, c, 0, now);
 }
 
@@ -1712,6 +1955,8 @@ static void client_expired(Front *f, fconn *c, double now) {
     case C_BODY:
         /* The relay's 408; the connection closes after it, the body's bytes being unframed. */
         if (answer(f, c, A_BODY_TIMEOUT, 0) < 0) return;
+        rec_finish(f, c, E_NONE);
+        c->open = 0;
         free(c->uhead);
         c->uhead = NULL;
         c->state = C_LINGER;
@@ -1810,6 +2055,8 @@ static void Front_release(Front *f) {
     free(f->queue);
     f->queue = NULL;
     f->queue_cap = 0;
+    for (size_t i = 0; i < f->ring_len; i++) rec_free(f->ring[(f->ring_head + i) % f->ring_cap]);
+    f->ring_len = f->ring_head = 0;
     int *fds[] = {&f->epfd, &f->stop_fd, &f->ready_fd};
     for (int i = 0; i < 3; i++)
         if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
@@ -1835,6 +2082,11 @@ static void Front_dealloc(Front *self) {
     PyMem_Free(self->scan.valued);
     Py_XDECREF(self->planner);
     for (int i = 0; i < A_COUNT; i++) Py_XDECREF(self->answer_objs[i]);
+    if (!self->started)
+        for (size_t i = 0; i < self->ring_len; i++) rec_free(self->ring[(self->ring_head + i) % self->ring_cap]);
+    free(self->ring);
+    PyMem_Free(self->routes);
+    Py_XDECREF(self->routes_obj);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1899,14 +2151,16 @@ static int Front_init_forward(Front *self, PyObject *upstream, double connect_ti
 static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"planner",          "listen_fd",       "header_timeout_s", "upstream",
                              "connect_timeout_s", "read_timeout_s", "body_timeout_s",   "max_connections",
-                             "answers",          NULL};
-    PyObject *planner = NULL, *upstream = Py_None, *answers = Py_None;
+                             "answers",          "routes",          "max_body_bytes",   "ring_capacity",
+                             NULL};
+    PyObject *planner = NULL, *upstream = Py_None, *answers = Py_None, *routes = NULL;
     int listen_fd = -1;
     double header_timeout = 0, connect_timeout = 0, read_timeout = 0, body_timeout = 0;
     long max_connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlO", kwlist, &PlannerType, &planner, &listen_fd,
+    Py_ssize_t max_body = 1048576, ring_capacity = 256;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlOO!nn", kwlist, &PlannerType, &planner, &listen_fd,
                                      &header_timeout, &upstream, &connect_timeout, &read_timeout, &body_timeout,
-                                     &max_connections, &answers))
+                                     &max_connections, &answers, &PyTuple_Type, &routes, &max_body, &ring_capacity))
         return -1;
     if (planner == NULL) { /* all keywords are optional to PyArg (forwarding's are): these three are not */
         PyErr_SetString(PyExc_TypeError, "planner, listen_fd and header_timeout_s are required");
@@ -1934,6 +2188,36 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     if (upstream != Py_None &&
         Front_init_forward(self, upstream, connect_timeout, read_timeout, body_timeout, max_connections, answers) < 0)
         return -1;
+    if (max_body < 0 || ring_capacity < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_body_bytes must be at least 0 and ring_capacity at least 1");
+        return -1;
+    }
+    if (routes != NULL && PyTuple_GET_SIZE(routes) > 0) { /* capture.routes, each as latin-1 bytes */
+        Py_ssize_t n = PyTuple_GET_SIZE(routes);
+        self->routes = PyMem_Calloc((size_t)n, sizeof(span));
+        if (self->routes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *r = PyTuple_GET_ITEM(routes, i);
+            if (!PyBytes_Check(r)) {
+                PyErr_SetString(PyExc_TypeError, "routes must be a tuple of bytes");
+                return -1;
+            }
+            self->routes[i] = (span){PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r)};
+        }
+        Py_INCREF(routes);
+        self->routes_obj = routes;
+        self->nroutes = (size_t)n;
+    }
+    self->max_body = (size_t)max_body;
+    self->ring = calloc((size_t)ring_capacity, sizeof(rec *));
+    if (self->ring == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->ring_cap = (size_t)ring_capacity;
     Py_INCREF(planner);
     self->planner = planner;
     self->cfg = pl->cfg;
@@ -2035,21 +2319,105 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
     return list;
 }
 
+
+static PyObject *bytes_or_none(const char *p, size_t len) {
+    if (p == NULL) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
+}
+
+/* One record as the tuple `native.NativeFront` reads into an Exchange. */
+static PyObject *rec_tuple(const rec *r) {
+    PyObject *chunks = PyList_New((Py_ssize_t)r->pieces), *ends = PyList_New((Py_ssize_t)r->pieces),
+             *times = PyList_New((Py_ssize_t)r->pieces);
+    if (chunks == NULL || ends == NULL || times == NULL) goto fail;
+    size_t start = 0;
+    for (size_t i = 0; i < r->pieces; i++) {
+        PyObject *c = PyBytes_FromStringAndSize(r->body + start, (Py_ssize_t)(r->ends[i] - start));
+        PyObject *e = PyLong_FromSize_t(r->ends[i]);
+        PyObject *t = PyFloat_FromDouble(r->times[i]);
+        if (c == NULL || e == NULL || t == NULL) {
+            Py_XDECREF(c);
+            Py_XDECREF(e);
+            Py_XDECREF(t);
+            goto fail;
+        }
+        PyList_SET_ITEM(chunks, (Py_ssize_t)i, c);
+        PyList_SET_ITEM(ends, (Py_ssize_t)i, e);
+        PyList_SET_ITEM(times, (Py_ssize_t)i, t);
+        start = r->ends[i];
+    }
+    PyObject *req_body = r->req_body_state == RB_KEPT ? bytes_or_none(r->req_body, r->req_body_len) : (Py_INCREF(Py_None), Py_None);
+    PyObject *resp_head = bytes_or_none(r->resp_head, r->resp_head_len);
+    PyObject *item = NULL;
+    if (req_body != NULL && resp_head != NULL)
+        item = Py_BuildValue("(sN(dd)y#OOiONNNOy#di)", r->method, PyUnicode_DecodeLatin1(r->path, (Py_ssize_t)r->path_len, NULL),
+                             r->t0, r->started_at, r->req_head, (Py_ssize_t)r->req_head_len, req_body,
+                             r->req_body_state == RB_TOO_LARGE ? Py_True : Py_False, r->status, resp_head, chunks, ends,
+                             times, r->truncated ? Py_True : Py_False, r->tail, (Py_ssize_t)r->tail_len, r->t_end,
+                             r->error);
+    else {
+        Py_DECREF(chunks);
+        Py_DECREF(ends);
+        Py_DECREF(times);
+    }
+    Py_XDECREF(req_body);
+    Py_XDECREF(resp_head);
+    return item; /* N: the three lists are the tuple's (or freed with it on failure) */
+fail:
+    Py_XDECREF(chunks);
+    Py_XDECREF(ends);
+    Py_XDECREF(times);
+    return NULL;
+}
+
+static PyObject *Front_drain(Front *self, PyObject *unused) {
+    rec **taken = NULL;
+    size_t n = 0;
+    unsigned long long counts[7] = {0};
+    if (self->started && self->ring != NULL) {
+        Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->lock);
+        Py_END_ALLOW_THREADS n = self->ring_len;
+        taken = n ? malloc(n * sizeof *taken) : NULL;
+        if (taken == NULL) n = 0; /* out of memory: left in the ring for the next drain */
+        for (size_t i = 0; i < n; i++) taken[i] = self->ring[(self->ring_head + i) % self->ring_cap];
+        self->ring_head = (self->ring_head + n) % self->ring_cap;
+        self->ring_len -= n;
+        counts[0] = self->unavailable, counts[1] = self->timeouts, counts[2] = self->interrupted;
+        counts[3] = self->body_timeouts, counts[4] = self->disconnected, counts[5] = self->bad_requests;
+        counts[6] = self->ring_full;
+        pthread_mutex_unlock(&self->lock);
+    }
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; i < n; i++) {
+        PyObject *item = list ? rec_tuple(taken[i]) : NULL;
+        if (item == NULL || PyList_Append(list, item) < 0) Py_CLEAR(list); /* the rest is freed, not leaked */
+        Py_XDECREF(item);
+        rec_free(taken[i]);
+    }
+    free(taken);
+    if (list == NULL) return NULL;
+    return Py_BuildValue("(N(KKKKKKK))", list, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
+                         counts[6]);
+}
+
 static PyObject *Front_stats(Front *self, PyObject *unused) {
     unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0, pauses = 0;
     unsigned long long forwarded = 0, gateway = 0, interrupted = 0, body_timeouts = 0, replayed = 0, opened = 0;
+    unsigned long long ring_full = 0, captured = 0, disconnected = 0;
     if (self->started) {
         pthread_mutex_lock(&self->lock);
         accepted = self->accepted, left = self->left, plain = self->plain, handed = self->handed, expired = self->expired;
         pauses = self->accept_pauses;
         forwarded = self->forwarded, gateway = self->gateway_errors, interrupted = self->interrupted;
         body_timeouts = self->body_timeouts, replayed = self->replayed, opened = self->opened;
+        ring_full = self->ring_full, captured = self->captured, disconnected = self->disconnected;
         pthread_mutex_unlock(&self->lock);
     }
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed,
                          "expired", expired, "left", left, "accept_pauses", pauses, "forwarded", forwarded,
                          "gateway_errors", gateway, "interrupted", interrupted, "body_timeouts", body_timeouts,
-                         "replayed", replayed, "upstream_connections", opened, "running",
+                         "replayed", replayed, "upstream_connections", opened, "captured", captured, "ring_full",
+                         ring_full, "disconnected", disconnected, "running",
                          (self->started && !self->stopped) ? Py_True : Py_False);
 }
 
@@ -2060,6 +2428,11 @@ static PyMethodDef Front_methods[] = {
     {"fileno", (PyCFunction)Front_fileno, METH_NOARGS, "An eventfd, readable when connections wait in take()."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
+    {"drain", (PyCFunction)Front_drain, METH_NOARGS,
+     "The finished calls C forwarded on a captured route since the last call, oldest first, as tuples: (method, path, "
+     "(t0, started_at), request_head, request_body or None, request_too_large, status, response_head or None, chunks, "
+     "chunk_ends, chunk_times, truncated, tail, t_end, error); and the running counts (unavailable, timeouts, "
+     "interrupted, body_timeouts, disconnected, bad_requests, ring_full)."},
     {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left, accept_pauses, forwarded (calls answered in C), "
      "gateway_errors, interrupted, body_timeouts, replayed, upstream_connections; running."},
     {NULL, NULL, 0, NULL},

@@ -5,8 +5,8 @@ The extension is built by `hatch_build.py` when a C compiler is present; without
 fails to load, `load()` says why and the Python relay serves every call. It has the two head
 decisions (`Planner.plan`, `Planner.respond`) and the front door (`NativeFront`: C accepts and
 reads heads; `proxy.engine: native` hands every connection to the Python relay). With
-`forward=True` (second milestone, not selected by any setting yet: finished calls do not reach
-the control plane until the ring exists, design record 0067) C forwards plain calls itself.
+`forward=True` (not selected by any setting yet, design record 0067) C forwards plain calls itself,
+and the calls it ends reach the proxy's metrics and finish path through the ring (`NativeFront._drain`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import Any
 
 import structlog
+
+from llmwatch.collectors.receivers.proxy.capture import Exchange, stream_ended
 
 log = structlog.get_logger(__name__)
 
@@ -30,9 +32,30 @@ def load() -> tuple[ModuleType | None, str]:
     return dataplane, ""
 
 
+# Finished calls C keeps for Python (`dataplane.Front`'s ring): past it a call is relayed and not
+# captured, counted as capture_skipped{reason="ring_full"}. Python drains the whole ring each time the
+# event loop runs its reader, so it fills only when the loop is that far behind.
+RING_CAPACITY = 256
+
+# `Front.drain`'s error codes (dataplane.c's E_*) -> the relay's proxy_errors error_type.
+_ERRORS = {1: "upstream_unavailable", 2: "upstream_timeout", 3: "stream_interrupted", 4: "client_body_timeout"}
+_GONE = 5
+# `Front.drain`'s running counts, in order, -> the metric the relay counts for each event.
+_COUNTS = (
+    ("proxy_errors", "upstream_unavailable"),
+    ("proxy_errors", "upstream_timeout"),
+    ("proxy_errors", "stream_interrupted"),
+    ("proxy_errors", "client_body_timeout"),
+    ("proxy_errors", "client_disconnected"),
+    ("proxy_errors", "bad_request"),
+    ("capture_skipped", "ring_full"),
+)
+
+
 def forwarding(server: Any) -> dict[str, Any]:
     """`dataplane.Front`'s forwarding settings for a `relay.RelayServer`: the upstream's address
-    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers.
+    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers,
+    and what it captures (capture.routes as latin-1 bytes, as the relay compares a plain path).
 
     Raises ValueError for an upstream C cannot reach (https: TLS is the relay's)."""
     pool = server.pool
@@ -49,7 +72,18 @@ def forwarding(server: Any) -> dict[str, Any]:
         "body_timeout_s": float(server.body_timeout_s),
         "max_connections": int(pool.limit),
         "answers": server.error_answers(),
+        "routes": tuple(r.encode("latin-1") for r in server.routes if _latin1(r)),
+        "max_body_bytes": int(server.proxy.cfg.capture.max_body_bytes),
     }
+
+
+def _latin1(route: str) -> bool:
+    # A plain path is its bytes read as latin-1: a route beyond it never matches one.
+    try:
+        route.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def planner(server: Any) -> Any:
@@ -85,7 +119,9 @@ class NativeFront:
     keeps `sock` (and closes it).
     """
 
-    def __init__(self, server: Any, sock: socket.socket, *, forward: bool = False) -> None:
+    def __init__(
+        self, server: Any, sock: socket.socket, *, forward: bool = False, ring_capacity: int = RING_CAPACITY
+    ) -> None:
         native, why = load()
         if native is None:
             raise ImportError(why)
@@ -96,9 +132,16 @@ class NativeFront:
             planner=planner(server),
             listen_fd=sock.fileno(),
             header_timeout_s=server.header_timeout_s,
+            ring_capacity=ring_capacity,
             **(forwarding(server) if forward else {}),
         )
         self.adopting: set[asyncio.Task[None]] = set()
+        self.counted = (0,) * len(_COUNTS)  # `Front.drain`'s counts already in the metrics
+        metrics = server.proxy.metrics
+        self._counters = [(getattr(metrics, name), label) for name, label in _COUNTS]
+        # The request headers the Exchange reads (`RelayServer.read_headers`), the response's (`_Pool.wanted`).
+        self._read = server.read_headers
+        self._wanted = server.pool.wanted
 
     def start(self) -> None:
         self.server.loop.add_reader(self.front.fileno(), self._take)
@@ -108,6 +151,11 @@ class NativeFront:
         return dict(self.front.stats())
 
     def _take(self) -> None:
+        # One eventfd for both: connections handed over, and calls C ended (the ring, its counts).
+        self._handed()
+        self._drain()
+
+    def _handed(self) -> None:
         for fd, prefix, kind, head_left_s in self.front.take():
             sock = socket.socket(fileno=fd)
             if kind == self.native.GIVE_EXPIRED:
@@ -117,6 +165,79 @@ class NativeFront:
             task = self.server.loop.create_task(self.server.adopt(sock, prefix, head_left_s))
             self.adopting.add(task)
             task.add_done_callback(lambda done, sock=sock: self._adopted(done, sock))
+
+    def _drain(self) -> None:
+        """The calls C forwarded and ended since the last drain, to the proxy's finish path as the
+        relay hands its own (in the order they ended; `Proxy.finish` batches them), and C's counts of
+        the events the relay counts as they happen, into the same metrics."""
+        records, counts = self.front.drain()
+        if counts != self.counted:
+            for (metric, label), now, before in zip(self._counters, counts, self.counted):
+                if now > before:  # a series is made when first counted, as the relay's are
+                    metric.labels(label).inc(now - before)
+            gateway = (counts[0] - self.counted[0], counts[1] - self.counted[1])
+            rejected = counts[5] - self.counted[5]
+            self.counted = counts
+            if rejected:
+                # Bytes after a forwarded request that the relay's parser refuses (`_Client._reject`).
+                log.info("malformed_request_rejected", engine="native", calls=rejected)
+            if any(gateway):
+                # The relay logs each 502/504 (`relay_gateway_error`); C's are told per drain.
+                log.warning(
+                    "upstream_failed",
+                    engine="native",
+                    upstream=self.server.proxy.shown_upstream,
+                    upstream_unavailable=gateway[0],
+                    upstream_timeout=gateway[1],
+                )
+        if records:
+            proxy = self.server.proxy
+            for record in records:
+                proxy.finish(self.exchange(record))
+
+    def exchange(self, record: tuple[Any, ...]) -> Exchange:
+        """The `Exchange` the relay would have built of the same call (`RelayServer.new_call`,
+        `_Call.body_end`, `_Upstream._respond` and `_capture`, the failure paths of `_Client`)."""
+        (
+            method,
+            path,
+            (t0, started_at),
+            request_head,
+            request_body,
+            too_large,
+            status,
+            response_head,
+            chunks,
+            ends,
+            times,
+            truncated,
+            tail,
+            t_end,
+            error,
+        ) = record
+        proxy = self.server.proxy
+        ex: Exchange = proxy.relay_exchange(method, path, _picked(request_head, self._read, b":"), t0, started_at)
+        if too_large:
+            ex.notes.append("request_too_large")
+        else:
+            ex.request_body = request_body
+        if response_head is not None:
+            ex.response_headers = _picked(response_head, self._wanted, b": ")
+        ex.status = status
+        ex.response_chunks = chunks
+        ex.chunk_ends = ends
+        ex.chunk_times = times
+        ex.captured_bytes = ends[-1] if ends else 0
+        ex.response_truncated = truncated
+        ex.response_tail = tail
+        ex.t_end = t_end
+        if error == _GONE:
+            # relay.py's `_client_gone`: a client that hangs up after the stream's [DONE] has its answer.
+            if not stream_ended(ex):
+                proxy.fail(ex, "client_disconnected")
+        elif error:
+            ex.error_type = _ERRORS[error]  # counted already, with C's counts
+        return ex
 
     def _adopted(self, task: asyncio.Task[None], sock: socket.socket) -> None:
         self.adopting.discard(task)
@@ -132,7 +253,24 @@ class NativeFront:
         """Stop accepting; connections still reading their first head are closed; those already
         handed over are the relay's (its `cleanup` bounds them)."""
         self.server.loop.remove_reader(self.front.fileno())
-        self.front.stop()
+        self.front.stop()  # calls still in flight are cut, and reach the ring as the relay's cut ones do
         self._take()
         if self.adopting:
             await asyncio.wait(list(self.adopting), timeout=10)
+
+
+def _picked(head: bytes, names: frozenset[bytes], sep: bytes) -> dict[str, str]:
+    """The first value of each header in `names` (lower case) of a head C read or built: a plain
+    request head (CRLF lines, no obs-fold; llhttp's value: leading blanks dropped, trailing kept) or
+    the client's response head (`name: value` lines as C wrote them)."""
+    found: dict[str, str] = {}
+    for line in head.split(b"\r\n")[1:]:
+        if not line:
+            break
+        name, _, value = line.partition(sep)
+        lower = name.lower()
+        if lower in names:
+            key = lower.decode("latin-1")
+            if key not in found:
+                found[key] = value.lstrip(b" \t").decode("latin-1")
+    return found
