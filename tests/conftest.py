@@ -103,8 +103,9 @@ async def make_agent(tmp_path: Path, proxy_engine: str):
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
         # Scoring (a child process with the embedding model) only where a test asks for it.
         sections.setdefault("scoring", {"enabled": False})
+        forward = proxy_engine == "native-forward"  # helpers.engines.FORWARD
         if proxy_engine != "python":
-            sections["proxy"] = {"engine": proxy_engine, **(sections.get("proxy") or {})}
+            sections["proxy"] = {"engine": "native" if forward else proxy_engine, **(sections.get("proxy") or {})}
         overrides = {
             "upstream": upstream,
             "listen": "127.0.0.1:0",
@@ -113,7 +114,16 @@ async def make_agent(tmp_path: Path, proxy_engine: str):
             **sections,
         }
         agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=extra_sinks)
-        await agent.start()
+        # The relay reads DATAPLANE_FORWARD when it starts (design record 0067): set for that only.
+        previous = os.environ.get("DATAPLANE_FORWARD")
+        os.environ["DATAPLANE_FORWARD"] = "1" if forward else "0"
+        try:
+            await agent.start()
+        finally:
+            if previous is None:
+                del os.environ["DATAPLANE_FORWARD"]
+            else:
+                os.environ["DATAPLANE_FORWARD"] = previous
         agents.append(agent)
         return agent
 

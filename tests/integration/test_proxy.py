@@ -10,7 +10,7 @@ import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape
 from helpers.chat import CHAT, client
-from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
+from helpers.engines import all_engines as proxy_engine  # noqa: F401  (every test on both engines, and C forwarding)
 from helpers.upstreams import echo_app, gated_stream_app, serve
 from yarl import URL
 
