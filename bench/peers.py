@@ -38,9 +38,9 @@ Peers:
   llmwatch-native    llmwatch-off with proxy.engine native (design record 0067): today its C front door
                      only (C accepts and reads each connection's first head, the Python relay answers
                      every call), so it reads as llmwatch-off plus one hand-over per connection
-  llmwatch-cfwd      llmwatch-native with DATAPLANE_FORWARD=1: C forwards plain calls itself (0067's
-                     second milestone). Measurement only: until the ring exists, a call forwarded in C
-                     is not counted or captured, so this reads as C forwarding's cost, not llmwatch's
+  llmwatch-cfwd      llmwatch-native with DATAPLANE_FORWARD=1: C forwards plain calls itself and its ring
+                     hands each to the same bookkeeping as llmwatch-off's (metrics, sampling, files;
+                     0067's third milestone)
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
   llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second

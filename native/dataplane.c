@@ -895,6 +895,7 @@ typedef struct {
     /* The relay's proxy_errors of calls C ends: 502s, 504s, and clients gone mid-call whose call has
      * no record in the ring (one with a record is judged in Python: stream_ended). */
     unsigned long long unavailable, timeouts, disconnected, bad_requests;
+    long in_flight; /* calls planned and not yet ended (the relay's in_flight gauge); atomic, read by Python */
     /* capture (empty `routes`: nothing kept) and the ring of finished calls, under `lock` */
     span *routes;
     size_t nroutes;
@@ -931,6 +932,12 @@ static void wake(Front *f) {
 static void count_wake(Front *f, unsigned long long *counter) {
     count(f, counter);
     wake(f);
+}
+
+/* A call of `c` begins (1) or ends (0): the in-flight count follows, read at scrape time. */
+static void set_open(Front *f, fconn *c, int open) {
+    if (open != c->open) __atomic_add_fetch(&f->in_flight, open ? 1 : -1, __ATOMIC_RELAXED);
+    c->open = open;
 }
 
 static double wall_s(void) {
@@ -1198,7 +1205,7 @@ static void reap(Front *f) {
 static void give(Front *f, fconn *c, int kind, double now) {
     rec_free(c->rec); /* the relay reads the call again from its first byte, and keeps its own Exchange */
     c->rec = NULL;
-    c->open = 0;
+    set_open(f, c, 0);
     watch(f, c->fd, &c->watched, 0, c);
     fconn_unlink(f, c);
     pthread_mutex_lock(&f->lock);
@@ -1247,7 +1254,7 @@ static void drop_reset(Front *f, fconn *c, int reset) {
     /* The client left (or the connection failed) during its call: relay.py's `_client_gone`. */
     if (c->rec != NULL) rec_finish(f, c, E_CLIENT_GONE); /* judged in Python: a stream after [DONE] is whole */
     else if (c->open) count_wake(f, &f->disconnected);
-    c->open = 0;
+    set_open(f, c, 0);
     if (c->up != NULL) { /* the upstream stops working for nobody */
         c->up->c = NULL;
         upstream_close(f, c->up);
@@ -1345,7 +1352,7 @@ static int answer(Front *f, fconn *c, int which, int keep_alive) {
     }
     if (failed) { /* the call ended with its answer, as the relay's `response_done` after a write */
         rec_finish(f, c, E_NONE);
-        c->open = 0;
+        set_open(f, c, 0);
         drop(f, c);
         return -1;
     }
@@ -1382,7 +1389,7 @@ static int peer_closed(int fd) {
 /* After an answer the client has whole (or is still being written): the next request, or the end. */
 static void call_finished(Front *f, fconn *c, double now) {
     rec_finish(f, c, E_NONE);
-    c->open = 0;
+    set_open(f, c, 0);
     free(c->uhead);
     c->uhead = NULL;
     c->sent_head = 0;
@@ -1424,7 +1431,7 @@ static void call_failed(Front *f, fconn *c, int which, double now) {
 static void call_cut(Front *f, fconn *c, int reset) {
     count_wake(f, &f->interrupted);
     rec_finish(f, c, E_INTERRUPTED);
-    c->open = 0;
+    set_open(f, c, 0);
     drop_reset(f, c, reset);
 }
 
@@ -1856,7 +1863,7 @@ static void client_plan(Front *f, fconn *c, double now) {
     free(c->uhead);
     c->uhead = out.head;
     c->uhead_len = out.head_len;
-    c->open = 1;
+    set_open(f, c, 1);
     rec_free(c->rec);
     c->rec = rec_new(f, &out, c->buf);
     c->consumed = out.consumed;
@@ -1956,7 +1963,7 @@ static void client_expired(Front *f, fconn *c, double now) {
         /* The relay's 408; the connection closes after it, the body's bytes being unframed. */
         if (answer(f, c, A_BODY_TIMEOUT, 0) < 0) return;
         rec_finish(f, c, E_NONE);
-        c->open = 0;
+        set_open(f, c, 0);
         free(c->uhead);
         c->uhead = NULL;
         c->state = C_LINGER;
@@ -2284,6 +2291,10 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
 
 static PyObject *Front_fileno(Front *self, PyObject *unused) { return PyLong_FromLong(self->ready_fd); }
 
+static PyObject *Front_in_flight(Front *self, PyObject *unused) {
+    return PyLong_FromLong(__atomic_load_n(&self->in_flight, __ATOMIC_RELAXED));
+}
+
 static PyObject *Front_take(Front *self, PyObject *unused) {
     if (self->ready_fd < 0) return PyList_New(0);
     uint64_t count;
@@ -2428,6 +2439,7 @@ static PyMethodDef Front_methods[] = {
     {"fileno", (PyCFunction)Front_fileno, METH_NOARGS, "An eventfd, readable when connections wait in take()."},
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
+    {"in_flight", (PyCFunction)Front_in_flight, METH_NOARGS, "Calls C has planned and not yet ended."},
     {"drain", (PyCFunction)Front_drain, METH_NOARGS,
      "The finished calls C forwarded on a captured route since the last call, oldest first, as tuples: (method, path, "
      "(t0, started_at), request_head, request_body or None, request_too_large, status, response_head or None, chunks, "

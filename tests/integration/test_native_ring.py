@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
-from helpers.agents import wait_until
+from helpers.agents import metric, scrape, wait_until
 from helpers.native_forward import (
     ANSWERS,
     OK_HEAD,
@@ -416,3 +416,33 @@ async def test_a_full_ring_relays_the_calls_and_counts_their_capture_as_lost(mak
         assert got == expected
         assert moved(before, counts(agent))[("llmwatch_capture_skipped_total", (("reason", "ring_full"),))] == 3
         assert [e.exchange.request_id for e in finished.events] == ["fwd-1", "fwd-1"]
+
+
+@pytest.mark.parametrize("proxy_engine", ["native-forward"])
+async def test_calls_c_is_forwarding_are_in_flight_and_the_engine_is_exposed(make_agent, proxy_engine):
+    """proxy.engine native with DATAPLANE_FORWARD=1: llmwatch_proxy_in_flight_requests counts the
+    calls C holds (the relay's own clients hold none), and llmwatch_proxy_engine_info says which
+    engine serves and that C forwards."""
+    release = asyncio.Event()
+    arrived = asyncio.Event()
+
+    async def held(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        arrived.set()
+        await release.wait()
+        writer.write(OK_HEAD + OK_JSON)
+        await writer.drain()
+
+    async with RawUpstream(held) as upstream:
+        agent = await make_agent(upstream.url)
+        samples = await scrape(agent)
+        assert metric(samples, "llmwatch_proxy_engine_info", engine="native", forwarding="true") == 1
+        call = asyncio.create_task(talk(agent.proxy_port, [PLAIN]))
+        await asyncio.wait_for(arrived.wait(), 10)
+        assert metric(await scrape(agent), "llmwatch_proxy_in_flight_requests") == 1
+        assert agent.proxy.relay.clients == set()  # held by C, not by the relay
+        release.set()
+        got = await asyncio.wait_for(call, 10)
+        assert got[0].endswith(OK_JSON)
+        await wait_until(lambda: agent.proxy.in_flight() == 0)
+        assert agent.proxy.relay.front.stats()["forwarded"] == 1

@@ -272,3 +272,13 @@ async def test_health_and_readiness_endpoints(sim, make_agent):
         async with http.get(f"http://127.0.0.1:{agent.metrics_port}/readyz") as r:
             assert r.status == 200
             assert (await r.json())["checks"] == {"proxy_listening": True, "pipeline_alive": True}
+
+
+async def test_the_engine_serving_calls_is_exposed(sim, make_agent, request):
+    param = request.node.callspec.params["proxy_engine"]
+    agent = await make_agent(sim.url)
+    samples = await scrape(agent)
+    forwarding = "true" if param == "native-forward" else "false"
+    engine = "native" if param == "native-forward" else param
+    assert metric(samples, "llmwatch_proxy_engine_info", engine=engine, forwarding=forwarding) == 1
+    assert sum(v for (name, _), v in samples.items() if name == "llmwatch_proxy_engine_info") == 1

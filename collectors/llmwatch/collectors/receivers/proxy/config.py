@@ -195,6 +195,11 @@ class ProxyMetrics(MetricGroup):
         "llmwatch_proxy_in_flight_requests",
         "Calls the proxy has taken and not yet answered to the end.",
     )
+    engine_info = gauge(
+        "llmwatch_proxy_engine_info",
+        "1 for the engine serving calls (proxy.engine: python or native) and whether C forwards plain calls.",
+        ["engine", "forwarding"],
+    )
 
     @property
     def internal_errors(self) -> Counter:

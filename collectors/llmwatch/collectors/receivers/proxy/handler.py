@@ -299,8 +299,10 @@ class Proxy:
         relay = self.relay
         if relay is None:
             return 0.0
-        # The relay core's own state: a client's current call and the calls pipelined behind it.
-        return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
+        # The relay core's own state: a client's current call and the calls pipelined behind it;
+        # and the calls the C data plane is forwarding (proxy.engine native).
+        front = relay.front.in_flight() if relay.front is not None else 0
+        return float(front + sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
 
     def _fail(self, ex: Exchange | None, error_type: str) -> None:
         self.metrics.proxy_errors.labels(error_type=error_type).inc()

@@ -5,8 +5,9 @@ The extension is built by `hatch_build.py` when a C compiler is present; without
 fails to load, `load()` says why and the Python relay serves every call. It has the two head
 decisions (`Planner.plan`, `Planner.respond`) and the front door (`NativeFront`: C accepts and
 reads heads; `proxy.engine: native` hands every connection to the Python relay). With
-`forward=True` (not selected by any setting yet, design record 0067) C forwards plain calls itself,
-and the calls it ends reach the proxy's metrics and finish path through the ring (`NativeFront._drain`).
+`forward=True` (DATAPLANE_FORWARD=1, not a setting yet: design record 0067) C forwards plain calls
+itself, and the calls it ends reach the proxy's metrics and finish path through the ring
+(`NativeFront._drain`).
 """
 
 from __future__ import annotations
@@ -112,11 +113,10 @@ class NativeFront:
     Accepts on `sock` on its own thread, reads each connection's first request head there, and
     hands the connection with the bytes read to the relay (`RelayServer.adopt`), with what is left
     of its head deadline; a head not complete in `proxy.header_timeout_s` is counted and closed as
-    the relay does. Plain heads are handed over too in this milestone (forwarding them from C is
-    the next step); `stats()` counts them apart. With `forward`, C forwards plain calls itself
-    (`dataplane.Front`'s comment says what it does), and hands the rest over as before; nothing of
-    a call forwarded in C reaches the metrics or samples yet (the ring is left to do). The caller
-    keeps `sock` (and closes it).
+    the relay does. With `forward`, C forwards plain calls itself (`dataplane.Front`'s comment says
+    what it does) and hands the rest over; the calls it ends come back through its ring, drained
+    here into `Exchange`s for `Proxy.finish`, with its counts into the relay's metrics. Without it
+    plain heads are handed over too, counted apart (`stats()`). The caller keeps `sock` (and closes it).
     """
 
     def __init__(
@@ -146,6 +146,10 @@ class NativeFront:
     def start(self) -> None:
         self.server.loop.add_reader(self.front.fileno(), self._take)
         self.front.start()
+
+    def in_flight(self) -> int:
+        """Calls C is forwarding (planned, not yet ended)."""
+        return int(self.front.in_flight())
 
     def stats(self) -> dict[str, Any]:
         return dict(self.front.stats())

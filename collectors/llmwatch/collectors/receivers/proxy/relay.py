@@ -1614,6 +1614,7 @@ class RelayServer:
         self.server: asyncio.AbstractServer | None = None
         self.engine = p.engine
         self.front: Any = None  # native.NativeFront, for proxy.engine native
+        self.forwarding = False  # whether C forwards plain calls (native, plain-HTTP upstream)
         self.listen_sock: socket.socket | None = None
         self.closing = False
         self.drained: asyncio.Event | None = None
@@ -1642,20 +1643,23 @@ class RelayServer:
             sock.listen(2048)  # as create_server does with the bound socket it is given
             self.listen_sock = sock
             # DATAPLANE_FORWARD=1 (not LLMWATCH_: that prefix is the configuration's): C forwards
-            # plain calls itself (0067's second milestone), for the differential fuzzer and the
-            # peers benchmark only: until the ring exists, a call forwarded in C reaches no metric,
-            # sample or sink, so no setting offers it.
+            # plain calls itself and its ring hands them to the proxy's finish path (0067's third
+            # milestone). Not a setting yet: with it on, twelve cases of the relay's suites still
+            # differ (a client leaving mid-call, C's own pool; design record 0067, what is left).
+            # An https upstream stays with the relay (TLS).
             forward = os.environ.get("DATAPLANE_FORWARD") == "1"
-            self.front = NativeFront(self, sock, forward=forward)
+            try:
+                self.front = NativeFront(self, sock, forward=forward)
+            except ValueError as exc:
+                log.info("native_forward_off", reason=str(exc))
+                forward = False
+                self.front = NativeFront(self, sock, forward=False)
+            self.forwarding = forward
             self.front.start()
-            if forward:
-                log.warning(
-                    "native_forward_uncounted",
-                    detail="DATAPLANE_FORWARD=1: plain calls are forwarded in C and not counted or captured",
-                )
         else:
             self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
-        log.info("relay_engine", engine=self.engine)
+        self.proxy.metrics.engine_info.labels(self.engine, "true" if self.forwarding else "false").set(1)
+        log.info("relay_engine", engine=self.engine, forwarding=self.forwarding)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
 
