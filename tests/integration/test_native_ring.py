@@ -446,3 +446,12 @@ async def test_calls_c_is_forwarding_are_in_flight_and_the_engine_is_exposed(mak
         assert got[0].endswith(OK_JSON)
         await wait_until(lambda: agent.proxy.in_flight() == 0)
         assert agent.proxy.relay.front.stats()["forwarded"] == 1
+
+
+@pytest.mark.parametrize("proxy_engine", ["native-forward"])
+async def test_an_https_upstream_keeps_the_front_door_and_the_relay_forwards(make_agent, proxy_engine):
+    """C forwards to a plain-HTTP upstream only (TLS is the relay's): the proxy still starts, says so."""
+    agent = await make_agent("https://127.0.0.1:9")
+    samples = await scrape(agent)
+    assert metric(samples, "llmwatch_proxy_engine_info", engine="native", forwarding="false") == 1
+    assert agent.proxy.relay.front is not None and not agent.proxy.relay.forwarding
