@@ -1403,6 +1403,7 @@ static void call_finished(Front *f, fconn *c, double now) {
         }
         c->state = C_CLOSING;
         c->deadline = now + CLIENT_IDLE_S;
+        watch(f, c->fd, &c->watched, EPOLLOUT, c);
         return;
     }
     size_t used = c->consumed + (c->content_length > 0 ? (size_t)c->content_length : 0);
@@ -1410,7 +1411,10 @@ static void call_finished(Front *f, fconn *c, double now) {
     c->len -= used;
     c->state = C_HEAD;
     c->deadline = now + (c->len ? f->header_timeout : CLIENT_IDLE_S);
-    if (obuf_pending(&c->out)) return; /* read again once the client has this answer */
+    if (obuf_pending(&c->out)) { /* read again once the client has this answer */
+        watch(f, c->fd, &c->watched, EPOLLOUT, c);
+        return;
+    }
     watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
     c->replan = c->len > 0; /* pipelined: the next head is planned after the answer, by the loop */
 }
@@ -1440,7 +1444,7 @@ static void call_cut(Front *f, fconn *c, int reset) {
 static int to_client(Front *f, fconn *c, const char *head, size_t head_len, const char *data, size_t len) {
     if (send2_or_keep(c->fd, &c->out, head, head_len, data, len) < 0) return -1;
     if (obuf_pending(&c->out)) {
-        watch(f, c->fd, &c->watched, EPOLLOUT, c);
+        watch(f, c->fd, &c->watched, EPOLLOUT | EPOLLRDHUP, c);
         if (c->out.len - c->out.off > OUT_MARK && c->up != NULL) watch(f, c->up->fd, &c->up->watched, 0, c->up);
     }
     return 0;
@@ -1781,7 +1785,7 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
         c->up = u;
         u->c = c;
         c->state = C_CALL;
-        watch(f, c->fd, &c->watched, 0, c);
+        watch(f, c->fd, &c->watched, EPOLLRDHUP, c); /* its leaving, not its bytes (see front_main) */
         if (obuf_add(&u->out, c->uhead, c->uhead_len) < 0 || obuf_add(&u->out, c->buf + c->consumed, body) < 0) {
             call_failed(f, c, A_UNREACHABLE, now);
             return;
@@ -1805,7 +1809,7 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
     u->line_len = 0;
     u->chunk_left = 0;
     c->state = C_CALL;
-    watch(f, c->fd, &c->watched, 0, c);
+    watch(f, c->fd, &c->watched, EPOLLRDHUP, c); /* its leaving, not its bytes (see front_main) */
     c->deadline = now + f->read_timeout;
     /* The head and the body in one write, as the relay sends them. */
     if (send2_or_keep(u->fd, &u->out, c->uhead, c->uhead_len, c->buf + c->consumed, body) < 0) {
@@ -1942,7 +1946,7 @@ static void client_writable(Front *f, fconn *c, double now) {
         return;
     }
     if (c->state == C_CALL) {
-        watch(f, c->fd, &c->watched, 0, c);
+        watch(f, c->fd, &c->watched, EPOLLRDHUP, c);
         uconn *u = c->up;
         if (u != NULL && u->state != U_CONNECTING && !u->watched) /* back-pressure off */
             watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
@@ -2022,6 +2026,14 @@ static void *front_main(void *arg) {
                 continue;
             }
             fconn *c = tag;
+            if (c->state == C_CALL && (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+                /* The client closed (or reset) its side during its call: the relay's
+                 * connection_lost -> `_client_gone` (asyncio closes a transport at EOF): the
+                 * upstream connection is dropped, the call counted or finished as gone. Before,
+                 * C saw it only at its next write, or at the read deadline as an interruption. */
+                drop(f, c);
+                continue;
+            }
             if (c->state == C_CALL || c->state == C_CLOSING || (events[i].events & EPOLLOUT)) {
                 if (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) client_writable(f, c, now);
                 continue;

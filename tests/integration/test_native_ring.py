@@ -455,3 +455,48 @@ async def test_an_https_upstream_keeps_the_front_door_and_the_relay_forwards(mak
     samples = await scrape(agent)
     assert metric(samples, "llmwatch_proxy_engine_info", engine="native", forwarding="false") == 1
     assert agent.proxy.relay.front is not None and not agent.proxy.relay.forwarding
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/other"])
+async def test_a_client_that_leaves_while_the_upstream_is_silent_ends_its_call_at_once(make_agent, path):
+    """The relay sees a client leave as it happens (connection_lost): the upstream connection is
+    closed and client_disconnected counted. C, which does not read a client during its call, must
+    still watch for its leaving: before, it saw it only at its next write (never, here) and at the
+    read deadline counted a stream_interrupted instead."""
+    request = post(path, CHAT_BODY)
+    upstream_closed: list[bool] = []
+
+    async def first_then_silent(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        writer.write(SSE_HEAD + chunked([b"data: first\n\n"])[0])
+        await writer.drain()
+        # Silent until the proxy closes this connection (within the deadline: the read timeout is 30 s).
+        upstream_closed.append(await asyncio.wait_for(reader.read(), 10) == b"")
+        raise ConnectionResetError
+
+    async def leave_after_first(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            await asyncio.wait_for(reader.readuntil(b"data: first\n\n\r\n"), 10)
+        finally:
+            writer.close()
+
+    key = errors("client_disconnected")
+    calls = 1 if path == "/v1/chat/completions" else 0
+    async with RawUpstream(first_then_silent) as upstream:
+        agent = await make_agent(upstream.url, proxy={"read_timeout_s": 30})
+        finished = Finished(agent)
+        before = counts(agent)
+        await leave_after_first(agent.proxy_port)
+        await wait_until(lambda: upstream_closed == [True] and key in moved(before, counts(agent)))
+        relay_errors = [e.exchange.error_type for e in finished.take()]
+        middle = counts(agent)
+        async with forwarding_front(agent.proxy.relay) as (front, port):
+            await leave_after_first(port)
+            await wait_until(lambda: upstream_closed == [True, True] and key in moved(middle, counts(agent)))
+            await wait_until(lambda: len(finished.events) == calls)
+        c_errors = [e.exchange.error_type for e in finished.take()]
+    assert c_errors == relay_errors == ["client_disconnected"] * calls
+    assert moved(middle, counts(agent)) == moved(before, middle)
