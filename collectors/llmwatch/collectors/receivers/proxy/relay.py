@@ -1644,8 +1644,8 @@ class RelayServer:
             self.listen_sock = sock
             # DATAPLANE_FORWARD=1 (not LLMWATCH_: that prefix is the configuration's): C forwards
             # plain calls itself and its ring hands them to the proxy's finish path (0067's third
-            # milestone). Not a setting yet: with it on, twelve cases of the relay's suites still
-            # differ (a client leaving mid-call, C's own pool; design record 0067, what is left).
+            # milestone). Not a setting yet: with it on, eight cases of the relay's suites still
+            # differ (C's own pool, relay.py constants the tests patch; design record 0067).
             # An https upstream stays with the relay (TLS).
             forward = os.environ.get("DATAPLANE_FORWARD") == "1"
             try:
