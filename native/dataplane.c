@@ -795,7 +795,7 @@ enum { RB_NONE = 0, RB_KEPT = 1, RB_TOO_LARGE = 2 };
 
 typedef struct rec {
     const char *method; /* llhttp's static name */
-    char *path;         /* the target's path (no '?', no percent: plain), then the request head */
+    char *path;         /* the target's path (before any '?'; a plain one has no percent) */
     size_t path_len;
     char *req_head; /* the client's request head as read, for the headers the Exchange reads */
     size_t req_head_len;
