@@ -354,6 +354,38 @@ def test_a_bad_shadow_margin_flag_is_named_as_the_flag_not_as_the_config_file(wo
     assert f"shadow.margins.{field} (command line: {flag}):" in err, err
 
 
+@pytest.fixture(scope="module")
+def pairs_dir(tmp_path_factory) -> Path:
+    """A data directory's pairs/ of real shadow pairs: a report over them runs to a verdict."""
+    from helpers.ui_data import generate
+
+    d = tmp_path_factory.mktemp("pairs")
+    generate(d, 0, hostile=False, pairs=40)
+    return d / "pairs"
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--margin-latency", "inf"), ("--margin-latency", "nan"), ("--margin-pass-rate", "-inf")]
+)
+def test_a_non_finite_shadow_margin_is_refused_at_the_prompt(pairs_dir, flag, value):
+    """`shadow report --margin-latency inf` passed the config's `ge=1.0` and read as "no margin": the
+    report ran, and over these pairs latency_p95 x1.33 (39 of 39 slower) read `not_worse`, margin
+    `xinf`. Refused as `--alpha inf` is: argparse's usage, then the flag, the value and an example
+    (nan and -inf were refused already, by the config's range, in other words)."""
+    code, err = run_cli(["shadow", "report", "--pairs", str(pairs_dir), f"{flag}={value}"])
+    assert code == 2 and "Traceback" not in err, err
+    assert f"error: argument {flag}: {value} is not a finite number; give e.g. " in err.strip().splitlines()[-1], err
+
+
+def test_a_non_finite_shadow_margin_in_the_config_file_is_refused_with_its_line(workdir, pairs_dir):
+    """The same margin as `.inf` in the YAML (or `inf` in LLMWATCH_SHADOW__MARGINS__...) was taken too."""
+    cfg = workdir / f"inf-margin-{next(_counter)}.yaml"
+    cfg.write_text("shadow:\n  margins:\n    p95_latency_ratio: .inf\n")
+    code, err = run_cli(["shadow", "report", "--config", str(cfg), "--pairs", str(pairs_dir)])
+    assert code == 2 and "Traceback" not in err, err
+    assert "line 3: shadow.margins.p95_latency_ratio: Input should be a finite number" in err, err
+
+
 # --- files that are not text ---------------------------------------------------------------------
 
 
