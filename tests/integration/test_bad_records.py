@@ -154,6 +154,24 @@ def test_each_reported_bad_value_is_refused_by_every_offline_command(workdir, fi
     assert_refused(workdir, samples, 7, field)
 
 
+def test_a_parquet_file_of_another_schema_is_not_a_samples_dataset_to_every_offline_command(workdir):
+    """Another tool's Parquet file as `--samples` said "row 1:" and thirteen fields it never had
+    ("field 'schema': Input should be a valid string; field 'id': ..."); it is named as not a samples
+    dataset, with the columns it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = workdir / f"events-{next(_counter)}.parquet"
+    pq.write_table(pa.table({"user_id": [1, 2], "event": ["a", "b"], "ts": [1.0, 2.0]}), path)
+    for name, argv in commands(workdir, str(path)).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, f"{name}: exit {code}, stderr {err!r}"
+        assert f"{path}: not a samples dataset: its columns are event, ts, user_id, and it lacks " in err, (
+            f"{name}: {err!r}"
+        )
+        assert "field '" not in err and err.strip().count("\n") == 0, f"{name}: {err!r}"
+
+
 def test_bad_records_in_a_real_process_exit_2_without_a_traceback(workdir):
     samples = write_lines(workdir / "overflow.jsonl", [orjson.dumps(record(0, timestamp=-1e20))])
     proc = subprocess.run(

@@ -793,6 +793,11 @@ class Index:
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
         schema = file.schema_arrow
+        # Another tool's file (no llmwatch.kind) under samples/: its missing columns would be filled
+        # with nulls below and its rows dropped without a word.
+        problem = parquet.not_of_kind(kind.folder, schema.names)
+        if problem:
+            raise RecordError(problem)
         batches = file.iter_batches(batch_size=parquet.batch_rows(file, 4096))
         # Columns added to the schema after a file was written (optional fields) read as nulls.
         missing = [f for f in parquet.arrow_schema()[kind.folder] if f.name not in schema.names]
