@@ -7,7 +7,8 @@ import the other (cli.py registers cli_eval's subcommands, so the import runs on
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import math
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from llmwatch.agent.components import Config, load_config
@@ -129,6 +130,23 @@ def probability(text: str) -> float:
     if not 0.0 < value < 1.0:  # false for nan too
         raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1 (exclusive); give e.g. 0.05")
     return value
+
+
+def finite(example: str) -> Callable[[str], float]:
+    """An argparse type: a finite number (`example` is the fix a refusal offers). `shadow report
+    --margin-latency inf` was taken as a margin nothing exceeds: every candidate "not worse" on p95
+    latency however slow, exit 0. The range is the config field's to check (it names the flag)."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. {example}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number; give e.g. {example}")
+        return value
+
+    return number
 
 
 def public_url(text: str) -> str:
