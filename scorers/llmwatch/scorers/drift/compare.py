@@ -22,7 +22,16 @@ from typing import Any, Iterable, Mapping
 
 from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.model import EFFECT_LEGEND, FAMILIES, DriftSettings, Signal, effect_label, format_interval
+from llmwatch.scorers.drift.model import (
+    EFFECT_LEGEND,
+    FAMILIES,
+    DriftSettings,
+    Signal,
+    context_tests,
+    corrected_tests,
+    effect_label,
+    format_interval,
+)
 
 __all__ = [
     "DriftReport",
@@ -54,10 +63,8 @@ class DriftReport:
     n_context_tests: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.n_tests = sum(not math.isnan(s.p_adjusted) for s in self.signals)
-        self.n_context_tests = sum(
-            not s.decisive and not math.isnan(s.p_value) and math.isnan(s.p_adjusted) for s in self.signals
-        )
+        self.n_tests = sum(corrected_tests(s) for s in self.signals)
+        self.n_context_tests = sum(context_tests(s) for s in self.signals)
 
     @property
     def exit_code(self) -> int:

@@ -20,21 +20,28 @@
   is named in `stratum`; a change confined to it counts as material when that category's own
   effect passes the minimum and its own test is significant (Bonferroni over the categories).
 * `performance` - is it slower or dearer per unit of work? Time per output token (TPOT), TTFT
-  within input-length buckets, cost per 1k tokens, each stratified like behaviour. A regression
-  needs both a significant test and p50 or p95 more than `performance_margin` (20 %) higher than
-  the baseline's: the test guards against noise, the margin against load, which moves latency
-  every hour without any version change. The raw totals (latency_ms, ttft_ms, cost_usd) are shown
-  as context (`decisive: false`) and never decide.
+  within input-length buckets, cost per 1k tokens, each stratified like behaviour, each with two
+  tests: van Elteren for its location and a stratified exceedance test for its tail (`upper_tail`:
+  current values above the pooled p95 within strata, one-sided). A regression needs the location
+  test significant with the current side higher and p50 or p95 more than `performance_margin`
+  (20 %) higher than the baseline's, or the tail test significant and p95 more than the margin
+  higher: the tests guard against noise, the margin against load, which moves latency every hour
+  without any version change. The row shows the test that decided (`detail.decided_by`; the
+  location test where none did), its statistic, and its effect: the p95 change for the tail test;
+  for the location test the larger of the p50 and p95 changes where z >= 0, the smaller where
+  z < 0; so statistic, effect and direction share one sign. The raw totals (latency_ms, ttft_ms,
+  cost_usd) are shown as context (`decisive: false`) and never decide.
 
 Multiple testing: Holm over the decisive signals of the families that can fail the run
 (`fail_on`) together, so the chance of a false exit 1 stays at `alpha`; each other family is
-corrected on its own.
+corrected on its own. A performance signal counts as two hypotheses there, its two tests.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -58,9 +65,11 @@ from llmwatch.scorers.stats.stratified import (
     Stratified,
     cmh,
     effect_interval,
+    quantile_change_intervals,
     reweighted_quantiles,
     stratified_chi2,
     stratified_mmd,
+    upper_tail,
     van_elteren,
 )
 
@@ -932,15 +941,41 @@ def _embedding_signal(
 
 # ---------------------------------------------------------------------------- performance
 
-QUANTILE_CHANGE = Effect("relative change", "larger of p50 and p95, of the baseline's", "p50|p95")
+# The location test's effect: the quantile change in the direction its z found, so that z, effect
+# and direction agree (current minus baseline, as everywhere in the report): the larger of the p50
+# and p95 changes where the current side ranks higher (z >= 0), the smaller where it ranks lower.
+QUANTILE_CHANGE = Effect(
+    "relative change", "larger of p50 and p95 (the smaller when lower), of the baseline's", "p50|p95"
+)
+# The tail test's effect, where it decided: the p95 change.
+P95_CHANGE = Effect("relative change", "p95, of the baseline's", "p95")
+LOCATION, TAIL = "location", "tail"
+
+
+@dataclass
+class PerformanceTests:
+    """A performance signal's two tests and the effects each would show, until the correction
+    decides which one the row shows (`_decide_performance`)."""
+
+    location: Stratified
+    tail: Stratified | None
+    r50: float
+    r95: float
+    intervals: dict[str, list[float] | None]
 
 
 def _bucket(r: Row) -> str:
     return f"input~2^{int(math.log2(r.prompt_tokens + 1))}" if r.prompt_tokens is not None else "input unknown"
 
 
-def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: bool) -> list[Signal]:
+def _performance(
+    base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: bool
+) -> tuple[list[Signal], dict[str, PerformanceTests]]:
+    """Each figure with two tests: van Elteren for its location, `upper_tail` for its p95. A
+    slower median shows in the first; a tail that grew while the median stayed or fell only in
+    the second (median -13 %, p95 +95 % reads z = -4.4 on the location test)."""
     out: list[Signal] = []
+    tests: dict[str, PerformanceTests] = {}
     m = s.min_samples
     figures: list[tuple[str, Callable[[Row], float | None], Callable[[str, str, Row], str], bool]] = [
         ("perf:latency_per_token_ms", lambda r: r.ms_per_token, lambda st, h, r: st, True),
@@ -983,15 +1018,86 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
             margin=s.performance_margin,
             reweighted="to the baseline's stratum mix" if decisive else "no",
         )
-        sig.effect_size = max(r50, r95)
+        tail = upper_tail(bv, cv)
+        sig.detail[LOCATION] = {"test": res.test, "statistic": round(float(res.statistic), 4), "p": float(res.p_value)}
+        if tail is not None:
+            sig.detail[TAIL] = {
+                "test": tail.test,
+                "statistic": round(float(tail.statistic), 4),
+                "p": float(tail.p_value),
+                "current_above": tail.detail["current_above"],
+                "baseline_above": tail.detail["baseline_above"],
+            }
         sig.n_effective = round(ess, 1)
-        sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
         sig.decisive = decisive
-        sig.effect_ci = _interval(bv, cv, "quantile_change", s)
         if not decisive:
             sig.stratum = ""  # raw totals are not stratified
+        ci = (
+            quantile_change_intervals(bv, cv, draws=s.interval_draws, seed=s.seed)
+            if s.interval_draws
+            else dict.fromkeys(("quantile_change", "quantile_fall", "p95_change"))
+        )
+        intervals = {k: None if v is None else [round(v[0], 6), round(v[1], 6)] for k, v in ci.items()}
+        tests[name] = PerformanceTests(res, tail, r50, r95, intervals)
+        _show_location(sig, tests[name])
         out.append(sig)
-    return out
+    return out, tests
+
+
+def _show_location(sig: Signal, t: PerformanceTests) -> None:
+    """The row shows the location test: the p50/p95 change in the direction of its z.
+
+    Ranks and two quantiles need not agree near z = 0 (in 5 % of unchanged 300-sample windows
+    both quantiles moved against z): the effect is then 0, neither quantile moved the way the
+    test found, and the interval is clamped alike, never a sign against the statistic's."""
+    up = t.location.statistic >= 0
+    sig.test, sig.statistic, sig.p_value = t.location.test, float(t.location.statistic), float(t.location.p_value)
+    clamp: Callable[..., float] = max if up else min
+    sig.effect_size = clamp(t.r50, t.r95, 0.0)
+    ci = t.intervals["quantile_change" if up else "quantile_fall"]
+    sig.effect_ci = None if ci is None else [clamp(ci[0], 0.0), clamp(ci[1], 0.0)]
+    sig.effect_kind, sig.effect_unit = QUANTILE_CHANGE.kind, QUANTILE_CHANGE.unit
+    sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
+
+
+def _decide_performance(sig: Signal, t: PerformanceTests, p_location: float, p_tail: float, s: DriftSettings) -> str:
+    """Which test finds a regression, "" if neither; the row then shows that test.
+
+    `p_location` and `p_tail` are the tests' p-values as the verdict reads them (adjusted, or
+    raw for context rows). A regression: the location test significant with the current side
+    higher and p50 or p95 more than the margin higher; or the tail test significant (it is
+    one-sided: heavier) and p95 more than the margin higher. Each row's statistic, effect and
+    direction are the deciding test's, so they share one sign.
+    """
+    margin = s.performance_margin
+    if p_location < s.alpha and t.location.statistic > 0 and max(t.r50, t.r95) > margin:
+        _show_location(sig, t)
+        return LOCATION
+    if t.tail is not None and p_tail < s.alpha and t.tail.statistic > 0 and t.r95 > margin:
+        sig.test, sig.statistic, sig.p_value = t.tail.test, float(t.tail.statistic), float(t.tail.p_value)
+        sig.effect_size, sig.effect_ci = t.r95, t.intervals["p95_change"]
+        sig.effect_kind, sig.effect_unit = P95_CHANGE.kind, P95_CHANGE.unit
+        sig.direction = higher_or_lower(sig.effect_size)
+        return TAIL
+    _show_location(sig, t)
+    return ""
+
+
+def _tail_of(sig: Signal, perf_tests: Mapping[str, PerformanceTests]) -> Stratified | None:
+    t = perf_tests.get(sig.name) if sig.family == "performance" else None
+    return None if t is None else t.tail
+
+
+def _performance_verdict(sig: Signal, t: PerformanceTests, p_location: float, p_tail: float, s: DriftSettings) -> bool:
+    """Decide a decisive performance signal from its two adjusted p-values; True: a regression."""
+    which = _decide_performance(sig, t, p_location, p_tail, s)
+    sig.detail[LOCATION]["p_adjusted"] = p_location
+    if TAIL in sig.detail:
+        sig.detail[TAIL]["p_adjusted"] = p_tail
+    # The row's adjusted p-value is its shown test's (the location test's unless the tail decided).
+    sig.p_adjusted = p_tail if which == TAIL else p_location
+    sig.detail["decided_by"] = which
+    return bool(which)
 
 
 # ---------------------------------------------------------------------------- all together
@@ -1024,8 +1130,6 @@ def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
         if sig.name in ("input:prompt_embedding", "input:prompt_words"):
             return effect >= s.min_prompt_separation
         return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else effect >= s.min_mix_change
-    if sig.family == "performance":
-        return effect > s.performance_margin  # only slower or dearer is a regression
     if sig.name.startswith("pass_rate:") or sig.name == "failure_modes":
         return abs(effect) >= s.min_pass_rate_change
     if sig.name == "embedding":
@@ -1105,8 +1209,11 @@ def family_signals(  # noqa: C901
     else:
         info["prompt_space"] = "lexical (normalised-text hash, SimHash clusters)"
     signals += behaviour
-    signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
-    # Holm: the decisive signals of the failing families together, each other family alone.
+    performance, perf_tests = _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
+    signals += performance
+    # Holm: the decisive signals of the failing families together, each other family alone. A
+    # performance signal brings two hypotheses, its location test and its tail test: both enter
+    # the correction, so adding the tail test costs the other signals some power, not the run alpha.
     fail_on = [f for f in FAMILIES if f in s.fail_on]
     groups = [[g for g in signals if g.family in fail_on and g.decisive]] + [
         [g for g in signals if g.family == f and g.decisive] for f in FAMILIES if f not in fail_on
@@ -1115,14 +1222,33 @@ def family_signals(  # noqa: C901
         tested = [g for g in group if not math.isnan(g.p_value)]
         if not tested:
             continue
-        for sig, p_adj in zip(tested, stats.adjust_pvalues([g.p_value for g in tested], method=s.correction)):
-            sig.p_adjusted = float(p_adj)
-            hit = p_adj < s.alpha and _material(sig, s)
+        hypotheses = [(g, LOCATION, g.p_value) for g in tested] + [
+            (g, TAIL, tail.p_value) for g in tested if (tail := _tail_of(g, perf_tests)) is not None
+        ]
+        adjusted = stats.adjust_pvalues([p for _, _, p in hypotheses], method=s.correction)
+        p_adj = {(id(g), which): float(p) for (g, which, _), p in zip(hypotheses, adjusted)}
+        for sig in tested:
+            if sig.name in perf_tests and sig.family == "performance":
+                hit = _performance_verdict(
+                    sig, perf_tests[sig.name], p_adj[(id(sig), LOCATION)], p_adj.get((id(sig), TAIL), math.nan), s
+                )
+            else:
+                sig.p_adjusted = p_adj[(id(sig), LOCATION)]
+                hit = sig.p_adjusted < s.alpha and _material(sig, s)
             sig.verdict = ("shifted" if sig.family == "inputs" else "drift") if hit else "stable"
     for sig in signals:
         if not sig.decisive and not math.isnan(sig.p_value):
             # Context: raw p-value, "changed" beyond the margin, never a verdict of the family.
-            sig.verdict = "changed" if sig.p_value < s.alpha and _material(sig, s) else "stable"
+            if sig.name in perf_tests and sig.family == "performance":
+                t = perf_tests[sig.name]
+                which = _decide_performance(
+                    sig, t, t.location.p_value, math.nan if t.tail is None else t.tail.p_value, s
+                )
+                sig.detail["decided_by"] = which
+                changed = bool(which)
+            else:
+                changed = sig.p_value < s.alpha and _material(sig, s)
+            sig.verdict = "changed" if changed else "stable"
     for f in FAMILIES:
         mine = [g for g in signals if g.family == f]
         decided = [g for g in mine if g.decisive and not math.isnan(g.p_adjusted)]
