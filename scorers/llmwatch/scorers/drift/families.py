@@ -1069,9 +1069,9 @@ def _decide_performance(sig: Signal, t: PerformanceTests, p_location: float, p_t
     one-sided: heavier) and p95 more than the margin higher. Each row's statistic, effect and
     direction are the deciding test's, so they share one sign.
     """
+    # The row already shows the location test (`_performance`); only the tail's win changes it.
     margin = s.performance_margin
     if p_location < s.alpha and t.location.statistic > 0 and max(t.r50, t.r95) > margin:
-        _show_location(sig, t)
         return LOCATION
     if t.tail is not None and p_tail < s.alpha and t.tail.statistic > 0 and t.r95 > margin:
         sig.test, sig.statistic, sig.p_value = t.tail.test, float(t.tail.statistic), float(t.tail.p_value)
@@ -1079,13 +1079,12 @@ def _decide_performance(sig: Signal, t: PerformanceTests, p_location: float, p_t
         sig.effect_kind, sig.effect_unit = P95_CHANGE.kind, P95_CHANGE.unit
         sig.direction = higher_or_lower(sig.effect_size)
         return TAIL
-    _show_location(sig, t)
     return ""
 
 
-def _tail_of(sig: Signal, perf_tests: Mapping[str, PerformanceTests]) -> Stratified | None:
-    t = perf_tests.get(sig.name) if sig.family == "performance" else None
-    return None if t is None else t.tail
+def _tests_of(sig: Signal, perf_tests: Mapping[str, PerformanceTests]) -> PerformanceTests | None:
+    """A performance signal's two tests; None for a signal of another family."""
+    return perf_tests.get(sig.name) if sig.family == "performance" else None
 
 
 def _performance_verdict(sig: Signal, t: PerformanceTests, p_location: float, p_tail: float, s: DriftSettings) -> bool:
@@ -1223,15 +1222,16 @@ def family_signals(  # noqa: C901
         if not tested:
             continue
         hypotheses = [(g, LOCATION, g.p_value) for g in tested] + [
-            (g, TAIL, tail.p_value) for g in tested if (tail := _tail_of(g, perf_tests)) is not None
+            (g, TAIL, t.tail.p_value)
+            for g in tested
+            if (t := _tests_of(g, perf_tests)) is not None and t.tail is not None
         ]
         adjusted = stats.adjust_pvalues([p for _, _, p in hypotheses], method=s.correction)
         p_adj = {(id(g), which): float(p) for (g, which, _), p in zip(hypotheses, adjusted)}
         for sig in tested:
-            if sig.name in perf_tests and sig.family == "performance":
-                hit = _performance_verdict(
-                    sig, perf_tests[sig.name], p_adj[(id(sig), LOCATION)], p_adj.get((id(sig), TAIL), math.nan), s
-                )
+            t = _tests_of(sig, perf_tests)
+            if t is not None:
+                hit = _performance_verdict(sig, t, p_adj[(id(sig), LOCATION)], p_adj.get((id(sig), TAIL), math.nan), s)
             else:
                 sig.p_adjusted = p_adj[(id(sig), LOCATION)]
                 hit = sig.p_adjusted < s.alpha and _material(sig, s)
@@ -1239,8 +1239,8 @@ def family_signals(  # noqa: C901
     for sig in signals:
         if not sig.decisive and not math.isnan(sig.p_value):
             # Context: raw p-value, "changed" beyond the margin, never a verdict of the family.
-            if sig.name in perf_tests and sig.family == "performance":
-                t = perf_tests[sig.name]
+            t = _tests_of(sig, perf_tests)
+            if t is not None:
                 which = _decide_performance(
                     sig, t, t.location.p_value, math.nan if t.tail is None else t.tail.p_value, s
                 )
