@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -485,6 +485,22 @@ def effect_interval(
     """
     if kind not in EFFECTS:
         raise ValueError(f"kind must be one of {', '.join(EFFECTS)}, got {kind!r}")
+    out = _resampled(base, cur, lambda *sides: _effect(kind, *sides), width=1, draws=draws, seed=seed)
+    return None if out is None else _percentiles(out[:, 0], confidence)
+
+
+def _resampled(
+    base: Mapping[str, Sequence[float]],
+    cur: Mapping[str, Sequence[float]],
+    statistic: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], Any],
+    *,
+    width: int,
+    draws: int,
+    seed: int,
+) -> np.ndarray | None:
+    """`statistic` (of `width` values) over `draws` seeded resamples of both sides, each side drawn
+    whole with its strata (`effect_interval`); the draws whose first value is defined, or None
+    when most left no stratum on both sides (no interval worth printing)."""
     codes: dict[str, int] = {}
     bc, bv = _flat(base, codes)
     cc, cv = _flat(cur, codes)
@@ -492,16 +508,18 @@ def effect_interval(
         return None
     n_codes = len(codes)
     rng = np.random.default_rng(seed)
-    out = np.empty(draws)
+    out = np.empty((draws, width))
     for i in range(draws):
         ib = rng.integers(0, len(bv), len(bv))
         ic = rng.integers(0, len(cv), len(cv))
-        out[i] = _effect(kind, bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
-    out = out[~np.isnan(out)]
-    if len(out) < draws // 2:
-        return None  # most draws left no stratum on both sides: no interval worth printing
+        out[i] = statistic(bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
+    out = out[~np.isnan(out[:, 0])]
+    return out if len(out) >= draws // 2 else None
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2
-    return float(np.quantile(out, tail)), float(np.quantile(out, 1 - tail))
+    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 
 
 def quantile_change_intervals(
@@ -515,25 +533,12 @@ def quantile_change_intervals(
     """`effect_interval` of each of QUANTILE_EFFECTS from one set of draws (the same draws, so
     `quantile_change`'s interval is the one `effect_interval` gives): a performance signal's effect
     is one of them, which one known only once its tests are corrected (drift.families)."""
-    codes: dict[str, int] = {}
-    bc, bv = _flat(base, codes)
-    cc, cv = _flat(cur, codes)
-    if not len(bv) or not len(cv) or draws < 1:
+    out = _resampled(base, cur, _quantile_changes, width=2, draws=draws, seed=seed)
+    if out is None:
         return dict.fromkeys(QUANTILE_EFFECTS)
-    n_codes = len(codes)
-    rng = np.random.default_rng(seed)
-    out = np.empty((draws, 2))
-    for i in range(draws):
-        ib = rng.integers(0, len(bv), len(bv))
-        ic = rng.integers(0, len(cv), len(cv))
-        out[i] = _quantile_changes(bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
-    out = out[~np.isnan(out[:, 0])]
-    if len(out) < draws // 2:
-        return dict.fromkeys(QUANTILE_EFFECTS)
-    tail = (1 - confidence) / 2
     picked = {
         "quantile_change": out.max(axis=1),
         "quantile_fall": out.min(axis=1),
         "p95_change": out[:, 1],
     }
-    return {k: (float(np.quantile(v, tail)), float(np.quantile(v, 1 - tail))) for k, v in picked.items()}
+    return {k: _percentiles(v, confidence) for k, v in picked.items()}
