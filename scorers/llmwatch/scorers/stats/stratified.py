@@ -514,7 +514,8 @@ def _resampled(
         ic = rng.integers(0, len(cv), len(cv))
         out[i] = statistic(bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
     out = out[~np.isnan(out[:, 0])]
-    return out if len(out) >= draws // 2 else None
+    # At least one defined draw: with `draws` 1, half of it is 0, and an empty array has no percentile.
+    return out if len(out) >= max(1, draws // 2) else None
 
 
 def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
