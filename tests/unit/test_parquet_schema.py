@@ -6,6 +6,8 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from llmwatch.agent.processes.kafka_archive import Covered, runs
 from llmwatch.core.parquet import COLUMNS, PARQUET_SCHEMA, PART_NAME, part_name
 from llmwatch.core.records import Sample
@@ -79,6 +81,7 @@ def _sample(**extra: object) -> Sample:
 
 
 def test_a_sample_round_trips_through_a_dataset_with_its_conversation_and_price_row(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     from llmwatch.core.parquet import read_dataset
     from llmwatch.core.parquet_write import write_dataset
 
@@ -89,6 +92,7 @@ def test_a_sample_round_trips_through_a_dataset_with_its_conversation_and_price_
 
 
 def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -109,9 +113,9 @@ def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
 
 
 def test_a_file_of_another_kind_is_refused_naming_its_kind_and_the_folder_to_give(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     # `drift --scores DATASET/samples` (the samples folder given for the scores) listed a dozen
     # field errors of row 1 and "omit the field or convert the file", not what the file is.
-    import pytest
 
     from llmwatch.core.parquet import read_dataset
     from llmwatch.core.parquet_write import write_dataset
@@ -138,7 +142,6 @@ def _foreign(path: Path, columns: dict[str, list]) -> Path:
 
 
 def _refusal(source: Path, kind: str = "samples") -> str:
-    import pytest
 
     from llmwatch.core.parquet import MODELS, read_dataset
     from llmwatch.core.records import RecordError
@@ -149,6 +152,7 @@ def _refusal(source: Path, kind: str = "samples") -> str:
 
 
 def test_a_dataset_of_another_schema_is_named_as_not_a_samples_dataset_with_its_columns(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     # Read row by row as samples, it said "row 1: field 'schema': Input should be a valid string;
     # field 'id': ..." for thirteen fields it never had.
     part = _foreign(tmp_path / "events" / "part-0.parquet", {"user_id": [1, 2], "event": ["a", "b"], "ts": [1.0, 2.0]})
@@ -161,6 +165,7 @@ def test_a_dataset_of_another_schema_is_named_as_not_a_samples_dataset_with_its_
 
 
 def test_a_scores_file_without_its_kind_is_named_as_scores(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     from llmwatch.core.parquet import arrow_schema
 
     columns = {f.name: [None] for f in arrow_schema()["scores"]}
@@ -172,6 +177,7 @@ def test_a_scores_file_without_its_kind_is_named_as_scores(tmp_path: Path):
 
 
 def test_many_long_column_names_are_shortened(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     names = [f"metric_{i:03d}_" + "x" * 60 + f"_end{i:03d}" for i in range(30)]
     part = _foreign(tmp_path / "part-0.parquet", {n: [1] for n in names})
     message = _refusal(part)
@@ -182,6 +188,7 @@ def test_many_long_column_names_are_shortened(tmp_path: Path):
 
 
 def test_a_samples_dataset_missing_only_a_few_columns_keeps_the_field_list(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     from llmwatch.core.parquet import to_row
 
     row = {k: [v] for k, v in to_row("samples", _sample()).items() if k not in ("status", "latency_ms")}
