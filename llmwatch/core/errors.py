@@ -43,6 +43,7 @@ def describe_validation_error(
     origins: Mapping[str, str] | None = None,
     file_lines: Mapping[str, int] | None = None,
     secret: Callable[[tuple[Any, ...]], bool] | None = None,
+    elsewhere: Callable[[str], Sequence[str]] | None = None,
 ) -> str:
     """Name each failing field and say what is wrong with it, without pydantic's noise.
 
@@ -57,7 +58,8 @@ def describe_validation_error(
     is named once: not again when the message already quotes it. `file_lines` maps a path of the
     config file to its line: a value from the file (no other origin) reads "  - line 4: a.b: ...".
     `secret(loc)` says a value given at `loc` may be a secret (a secret field, or a section holding
-    one): it is never quoted.
+    one): it is never quoted. `elsewhere(name)` lists the dotted paths where a field of that name
+    does exist, for an unknown field written at the wrong depth (`proxy.listen` for `listen`).
     """
     lines = []
     for err in exc.errors():
@@ -79,7 +81,8 @@ def describe_validation_error(
         at = f"line {line}: " if line else ""
         if unknown:
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
-            lines.append(f"  - {at}{path}{where}: unknown field{hint}{_env_hint(str(loc[-1]), origin, fields)}")
+            moved = _elsewhere_hint(str(loc[-1]), path, elsewhere)
+            lines.append(f"  - {at}{path}{where}: unknown field{hint}{moved}{_env_hint(str(loc[-1]), origin, fields)}")
             continue
         given = err.get("input")
         if isinstance(given, str):
@@ -116,6 +119,16 @@ def describe_validation_error(
 
 
 _ENV_ORIGIN = "from environment variable "
+
+
+def _elsewhere_hint(name: str, path: str, elsewhere: Callable[[str], Sequence[str]] | None) -> str:
+    """Where a field of this name does go, when it is not here (indented one level too deep or not
+    deep enough is the commonest slip in a YAML file)."""
+    places = [p for p in (elsewhere(name) if elsewhere is not None else ()) if p != path]
+    # A name that many sections share ('enabled', 'rate') says nothing about which one was meant.
+    if not places or len(places) > 3:
+        return ""
+    return f"; a field '{name}' goes at " + " or ".join(f"'{p}'" for p in sorted(places, key=lambda p: p.count(".")))
 
 
 def _env_hint(name: str, origin: str | None, fields: Sequence[str] | None) -> str:
