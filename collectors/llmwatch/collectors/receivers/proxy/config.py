@@ -142,7 +142,7 @@ class ProxyMetrics(MetricGroup):
     )
     capture_skipped = counter(
         "llmwatch_capture_skipped",
-        "Calls forwarded but not (fully) captured, by reason (body_too_large, request_not_json, ...).",
+        "Calls forwarded but not (fully) captured, by reason (request_too_large, request_not_json, ...).",
         ["reason"],
     )
     proxy_errors = counter(
