@@ -236,7 +236,14 @@ class FilesSection(Section):
 
 
 class LoggingSection(Section):
+    # The commands that print a summary or a report (demo, score, baseline, drift, canary, report,
+    # regress, review, judge, suite, shadow, replay: QUIET_COMMANDS in llmwatch.agent.cli.args) log
+    # warnings and errors only unless it is set here or --verbose / --log-level is given, so that
+    # their output is not interleaved with log lines; the others (proxy, ingest, simulate, scorer,
+    # aggregate, archive, ui) log at this level.
     level: Literal["debug", "info", "warning", "error"] = "info"
+    # Unset: console lines when stderr is a terminal, JSON lines otherwise (a collector reads them);
+    # `llmwatch demo` writes console lines either way. Set, it holds everywhere.
     format: Literal["json", "console"] = "json"
 
     def chosen_format(self) -> Literal["json", "console"] | None:

@@ -61,7 +61,7 @@ log = structlog.get_logger(__name__)
 
 COOKIE = "llmwatch_ui_token"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# Redaction placeholders as the pipeline writes them ([EMAIL], [CREDIT_CARD], [API_KEY] ...).
+# Redaction placeholders as the pipeline writes them ([EMAIL], [CARD], [SECRET], [REDACTED] ...: pii.PLACEHOLDERS).
 REDACTION_MARK = re.compile(r"\[[A-Z][A-Z0-9_]{1,40}\]")
 
 

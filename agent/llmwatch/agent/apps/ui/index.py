@@ -53,7 +53,18 @@ SORTS = ("time", "latency", "ttft", "cost", "tokens")
 # longest first, or most recent first.
 CONVERSATION_ORDERS = ("decay", "turns", "recent")
 OUTCOMES = ("pass", "fail", "error", "skip")
-FAILURE_MODES = ("any", "error", "refusal", "invalid_json", "truncated", "empty", "ok")
+# The labels of MODES_SQL (scorers/llmwatch/scorers/drift/features.py `failure_mode`), "any" for all but ok.
+FAILURE_MODES = (
+    "any",
+    "error",
+    "refusal",
+    "invalid_json",
+    "tool_calls",
+    "truncated",
+    "empty",
+    "confident_unstable",
+    "ok",
+)
 # What a Grafana variable set to "All" interpolates to (`${version:csv}` with allValue ".*"):
 # no filter, not a version named ".*".
 ALL_VALUES = frozenset({"", ".*", "$__all", "All", "all"})
@@ -233,10 +244,13 @@ SELECT s.id,
          WHEN s.status >= 400 OR s.error_type IS NOT NULL THEN 'error'
          WHEN bool_or(sc.kind = 'refusal' AND sc.result = 'fail') THEN 'refusal'
          WHEN bool_or(sc.kind = 'json_valid' AND sc.result = 'fail') THEN 'invalid_json'
+         WHEN bool_or(sc.kind = 'tool_call' AND sc.result = 'fail') THEN 'tool_calls'
          WHEN s.finish_reason = 'length' THEN 'truncated'
          WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail'
                       AND (sc.details->>'truncated' = 'true' OR sc.details LIKE '%length%')) THEN 'truncated'
          WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail') THEN 'empty'
+         WHEN bool_or(sc.kind = 'consistency' AND sc.result = 'fail'
+                      AND sc.details->>'confident_unstable' = 'true') THEN 'confident_unstable'
          ELSE 'ok'
        END AS failure_mode,
        string_agg(DISTINCT sc."check", ', ' ORDER BY sc."check") FILTER (WHERE sc.result = 'fail') AS failed
