@@ -62,6 +62,7 @@ def describe_validation_error(
     does exist, for an unknown field written at the wrong depth (`proxy.listen` for `listen`).
     """
     lines = []
+    file_order: list[int] = []  # the config file's line of each entry, to list them top to bottom
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = ".".join(str(p) for p in loc)
@@ -83,6 +84,7 @@ def describe_validation_error(
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
             moved = _elsewhere_hint(str(loc[-1]), path, elsewhere)
             lines.append(f"  - {at}{path}{where}: unknown field{hint}{moved}{_env_hint(str(loc[-1]), origin, fields)}")
+            file_order.append(line or 0)
             continue
         given = err.get("input")
         if isinstance(given, str):
@@ -113,9 +115,13 @@ def describe_validation_error(
                 items = ", ".join(p.strip() for p in given.split(",") if p.strip())
                 given_text += f"; a variable gives a list in YAML's flow form: {origin[len(_ENV_ORIGIN) :]}='[{items}]'"
         lines.append(f"  - {at}{path}{where}: {message}{given_text}")
+        file_order.append(line or 0)
     if header is None:
         return "; ".join(lines)
-    return "\n".join([header, *lines])
+    # pydantic reports in the order of the model's sections; a reader fixes a file top to bottom.
+    # Values from variables and flags (no line) come after the file's, in pydantic's order.
+    ordered = [text for _, text in sorted(zip(file_order, lines), key=lambda e: (e[0] == 0, e[0]))]
+    return "\n".join([header, *ordered])
 
 
 _ENV_ORIGIN = "from environment variable "
