@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from llmwatch.scorers.drift.compare import compare, format_text
-from llmwatch.scorers.drift.families import family_signals
+from llmwatch.scorers.drift.families import family_signals, higher_or_lower
 from llmwatch.scorers.drift.features import RouteStats
 from llmwatch.scorers.drift.model import DriftSettings
 from llmwatch.scorers.drift.rows import Row
@@ -80,8 +80,11 @@ def test_a_faster_version_is_stable_with_a_negative_effect():
 )
 def test_statistic_effect_and_direction_share_one_sign_in_every_row(median: float, sd: float):
     sig, _ = _latency(median, sd)
-    assert np.sign(sig.statistic) == np.sign(sig.effect_size), (sig.test, sig.statistic, sig.effect_size)
-    assert sig.direction == ("higher" if sig.statistic > 0 else "lower")
+    # Inside the margin the location test against it reads 0 (no evidence beyond it), p 1: the
+    # effect keeps its own sign and direction, never one against the statistic.
+    assert np.sign(sig.statistic) in (0, np.sign(sig.effect_size)), (sig.test, sig.statistic, sig.effect_size)
+    assert sig.statistic != 0 or (sig.p_value == 1.0 and abs(sig.effect_size) <= sig.detail["margin"])
+    assert sig.direction == ("higher" if sig.effect_size > 0 else "lower")
     assert sig.effect_ci is not None and sig.effect_ci[0] <= sig.effect_size <= sig.effect_ci[1]
 
 
@@ -97,9 +100,12 @@ def test_no_row_has_an_effect_against_its_statistic():
         )
         sig = next(s for s in signals if s.name == "perf:latency_per_token_ms")
         p50, p95 = sig.detail["p50_change"], sig.detail["p95_change"]
-        against += (sig.statistic < 0 < min(p50, p95)) or (sig.statistic > 0 > max(p50, p95))
+        z = sig.detail["location"]["unshifted_statistic"]  # the rank test against no change
+        against += (z < 0 < min(p50, p95)) or (z > 0 > max(p50, p95))
         assert sig.statistic * sig.effect_size >= 0, (seed, sig.statistic, sig.effect_size)
-        assert sig.direction in ("higher" if sig.statistic > 0 else "lower", "")
+        # A statistic of 0 (inside the margin) names no direction; the effect's own is shown.
+        shown = "higher" if sig.statistic > 0 else "lower" if sig.statistic < 0 else higher_or_lower(sig.effect_size)
+        assert sig.direction in (shown, "")
         assert sig.effect_ci is not None and sig.effect_ci[0] <= sig.effect_size <= sig.effect_ci[1]
         assert sig.statistic * sig.effect_ci[0] >= 0 or sig.statistic * sig.effect_ci[1] >= 0
     assert against >= 1  # the case occurs in these windows, so the test can fail

@@ -11,7 +11,7 @@ The p-values of the decisive signals of the failing families are corrected toget
 default), so the chance of a false exit 1 in a stable window stays at `alpha`. A signal drifts
 when its adjusted p-value is below `alpha` and its effect is at least the configured minimum, in
 the user's units (pass-rate points, fraction of the median, cosine; performance: more than
-`performance_margin` slower per token at p50 or p95).
+`performance_margin` slower per token at p50 or p95, tested against that margin).
 """
 
 from __future__ import annotations
