@@ -264,7 +264,7 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
 
 
 def _places_of(model: type[BaseModel], name: str, prefix: str = "", depth: int = 0) -> list[str]:
-    """The dotted paths of every field called `name`, shallowest first (sections nest a few deep)."""
+    """The dotted paths of every field called `name`: this model's own, then its sections' (nested up to four deep)."""
     places: list[str] = []
     nested: list[str] = []
     for field_name, field in model.model_fields.items():
