@@ -236,7 +236,14 @@ class FilesSection(Section):
 
 
 class LoggingSection(Section):
+    # The commands that print a summary or a report (demo, score, baseline, drift, canary, report,
+    # regress, review, judge, suite, shadow, replay: QUIET_COMMANDS in llmwatch.agent.cli.args) log
+    # warnings and errors only unless it is set here or --verbose / --log-level is given, so that
+    # their output is not interleaved with log lines; the others (proxy, ingest, simulate, scorer,
+    # aggregate, archive, ui) log at this level.
     level: Literal["debug", "info", "warning", "error"] = "info"
+    # Unset: console lines when stderr is a terminal, JSON lines otherwise (a collector reads them);
+    # `llmwatch demo` writes console lines either way. Set, it holds everywhere.
     format: Literal["json", "console"] = "json"
 
     def chosen_format(self) -> Literal["json", "console"] | None:
@@ -254,6 +261,30 @@ def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] |
     if isinstance(current, type) and issubclass(current, BaseModel):
         return sorted(current.model_fields)
     return None
+
+
+def _places_of(model: type[BaseModel], name: str, prefix: str = "", depth: int = 0) -> list[str]:
+    """The dotted paths of every field called `name`: this model's own, then its sections' (nested up to four deep)."""
+    places: list[str] = []
+    nested: list[str] = []
+    for field_name, field in model.model_fields.items():
+        path = f"{prefix}{field_name}"
+        if field_name == name:
+            places.append(path)
+        if depth >= 4:
+            continue
+        for inner in _models_in(field.annotation):
+            nested += _places_of(inner, name, f"{path}.", depth + 1)
+    return places + nested
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation holds: `Section`, `Section | None`, and `list[Model] | None`
+    (scoring.checks, matrix.categories): inside the list too."""
+    candidates = [
+        c for a in (getattr(annotation, "__args__", ()) or (annotation,)) for c in (a, *getattr(a, "__args__", ()))
+    ]
+    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
 
 
 def _holds_secret(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
@@ -284,17 +315,8 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
         field = current.model_fields.get(str(part))
         if field is None:
             return None
-        annotation = field.annotation
-        # `list[Model] | None` (scoring.checks, matrix.categories): look inside the list too.
-        candidates = [
-            c for a in (getattr(annotation, "__args__", ()) or (annotation,)) for c in (a, *getattr(a, "__args__", ()))
-        ]
-        for candidate in candidates:
-            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-                current = candidate
-                break
-        else:
-            current = annotation
+        models = _models_in(field.annotation)
+        current = models[0] if models else field.annotation
     return current
 
 
@@ -452,6 +474,7 @@ def load_model(
                 header=header,
                 allowed=lambda loc: _allowed_fields(model, loc),
                 secret=lambda loc: _holds_secret(model, loc),
+                elsewhere=lambda name: _places_of(model, name),
                 origins=origins,
                 file_lines=_key_lines(path) if path is not None else None,
             )

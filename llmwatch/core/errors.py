@@ -43,6 +43,7 @@ def describe_validation_error(
     origins: Mapping[str, str] | None = None,
     file_lines: Mapping[str, int] | None = None,
     secret: Callable[[tuple[Any, ...]], bool] | None = None,
+    elsewhere: Callable[[str], Sequence[str]] | None = None,
 ) -> str:
     """Name each failing field and say what is wrong with it, without pydantic's noise.
 
@@ -57,9 +58,11 @@ def describe_validation_error(
     is named once: not again when the message already quotes it. `file_lines` maps a path of the
     config file to its line: a value from the file (no other origin) reads "  - line 4: a.b: ...".
     `secret(loc)` says a value given at `loc` may be a secret (a secret field, or a section holding
-    one): it is never quoted.
+    one): it is never quoted. `elsewhere(name)` lists the dotted paths where a field of that name
+    does exist, for an unknown field written at the wrong depth (`proxy.listen` for `listen`).
     """
     lines = []
+    file_order: list[int] = []  # the config file's line of each entry, to list them top to bottom
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = ".".join(str(p) for p in loc)
@@ -79,7 +82,9 @@ def describe_validation_error(
         at = f"line {line}: " if line else ""
         if unknown:
             hint = f"; allowed here: {', '.join(fields)}" if fields else ""
-            lines.append(f"  - {at}{path}{where}: unknown field{hint}{_env_hint(str(loc[-1]), origin, fields)}")
+            moved = _elsewhere_hint(str(loc[-1]), path, elsewhere)
+            lines.append(f"  - {at}{path}{where}: unknown field{hint}{moved}{_env_hint(str(loc[-1]), origin, fields)}")
+            file_order.append(line or 0)
             continue
         given = err.get("input")
         if isinstance(given, str):
@@ -110,12 +115,26 @@ def describe_validation_error(
                 items = ", ".join(p.strip() for p in given.split(",") if p.strip())
                 given_text += f"; a variable gives a list in YAML's flow form: {origin[len(_ENV_ORIGIN) :]}='[{items}]'"
         lines.append(f"  - {at}{path}{where}: {message}{given_text}")
+        file_order.append(line or 0)
     if header is None:
         return "; ".join(lines)
-    return "\n".join([header, *lines])
+    # pydantic reports in the order of the model's sections; a reader fixes a file top to bottom.
+    # Values from variables and flags (no line) come after the file's, in pydantic's order.
+    ordered = [text for _, text in sorted(zip(file_order, lines), key=lambda e: (e[0] == 0, e[0]))]
+    return "\n".join([header, *ordered])
 
 
 _ENV_ORIGIN = "from environment variable "
+
+
+def _elsewhere_hint(name: str, path: str, elsewhere: Callable[[str], Sequence[str]] | None) -> str:
+    """Where a field of this name does go, when it is not here (indented one level too deep or not
+    deep enough is the commonest slip in a YAML file)."""
+    places = [p for p in (elsewhere(name) if elsewhere is not None else ()) if p != path]
+    # A name that many sections share ('enabled', 'rate') says nothing about which one was meant.
+    if not places or len(places) > 3:
+        return ""
+    return f"; a field '{name}' goes at " + " or ".join(f"'{p}'" for p in sorted(places, key=lambda p: p.count(".")))
 
 
 def _env_hint(name: str, origin: str | None, fields: Sequence[str] | None) -> str:

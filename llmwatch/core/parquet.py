@@ -115,6 +115,48 @@ COLUMNS: dict[str, list[tuple[str, tuple[str, ...], ColumnType]]] = {
 # Columns derived from another field (read back from that field, not from the column).
 DERIVED = {("pairs", "model_version")}
 
+
+def _required_columns(kind: str) -> list[str]:
+    """The columns of `kind` that hold a field its record cannot do without (no default)."""
+    fields = {f.alias or name: f for name, f in MODELS[kind].model_fields.items()}
+    return [c for c, path, _ in COLUMNS[kind] if len(path) == 1 and c in fields and fields[c].is_required()]
+
+
+# samples: timestamp, model, status, latency_ms, request, response; scores: sample_id, check, kind,
+# result, sample_timestamp; pairs: id, candidate, timestamp, route, primary, shadow.
+REQUIRED_COLUMNS = {kind: _required_columns(kind) for kind in COLUMNS}
+# Of a file's own columns, this many are named (each cut at NAME_CHARS) when it is not of the kind.
+SHOWN_COLUMNS = 8
+NAME_CHARS = 40
+
+
+def not_of_kind(kind: str, names: Collection[str]) -> str | None:
+    """Why a Parquet file with the columns `names` is not a dataset of `kind` at all, or None.
+
+    A file from another tool (or another schema) given as `--samples` was read row by row as
+    samples: row 1 said a dozen "field 'x': Input should be ..." for fields it never had. When most
+    of the kind's required columns are absent it is named as what it is not, with the columns it
+    does have (shortened); a file missing only a few keeps the per-field message, which is the
+    useful one there."""
+    required = REQUIRED_COLUMNS[kind]
+    absent = [c for c in required if c not in names]
+    if len(absent) * 2 <= len(required):
+        return None
+    own = sorted(names)
+    # Cut in the middle: generated names (`metric_0001_...`) differ at either end.
+    half = (NAME_CHARS - 3) // 2
+    shown = ", ".join(n if len(n) <= NAME_CHARS else f"{n[:half]}...{n[-half:]}" for n in own[:SHOWN_COLUMNS])
+    more = f" and {len(own) - SHOWN_COLUMNS} more" if len(own) > SHOWN_COLUMNS else ""
+    has = f"its columns are {shown}{more}" if own else "it has no columns"
+    other = next((k for k, cols in REQUIRED_COLUMNS.items() if k != kind and all(c in names for c in cols)), None)
+    if other:
+        return f"not a {kind} dataset: {has}, those of {other} (give it as --{other})"
+    return (
+        f"not a {kind} dataset: {has}, and it lacks {', '.join(absent)}; give a {kind} dataset "
+        f"as `llmwatch archive` writes it (docs/guide/archive.md) or {kind} .jsonl files"
+    )
+
+
 PART_NAME = re.compile(r"^part-(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})\.parquet$")
 
 
@@ -431,6 +473,9 @@ def _records(pa: Any, file: Any, path: str, model: type[BaseModel], kind: str) -
             f"{path}: a Parquet file of {found_kind}, not {kind} (its llmwatch.kind); "
             f"give the dataset's root or its {kind}/ folder"
         )
+    problem = not_of_kind(kind, file.schema_arrow.names)
+    if problem:
+        raise RecordError(f"{path}: {problem}")
     for n, row in enumerate(_rows(pa, file, path), start=1):
         try:
             yield model.model_validate(from_row(kind, row))

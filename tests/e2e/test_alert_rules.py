@@ -28,6 +28,7 @@ REQUIRED_ALERTS = {
     "LLMWatchTTFTRegression",
     "LLMWatchCostPerRequestUp",
     "LLMWatchSamplesDropped",
+    "LLMWatchKafkaDeliveryLoss",
     "LLMWatchScoringLagHigh",
     "LLMWatchUpstreamErrors",
     "LLMWatchUpstreamRateLimitLow",

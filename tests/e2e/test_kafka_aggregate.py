@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,11 @@ def test_aggregator_reads_both_topics_from_a_real_broker(tmp_path, kafka_broker,
     )
     producer = KafkaProducer(bootstrap_servers=[kafka_broker.bootstrap], enable_idempotence=False)
     rng = np.random.default_rng(3)
-    samples, scores, _ = window(rng, 300, degradations()["latency +40%"], version="B", prefix="k")
+    # Twice as slow: this test is about the aggregator converging on what it reads from a real
+    # broker, so the degradation is far beyond the 20 % margin the drift tests test against
+    # (+40 % on 300 samples is found in most windows, not all: seed 3's is not one of them).
+    slower = replace(Behaviour(), latency_ms=Behaviour().latency_ms * 2, ttft_ms=Behaviour().ttft_ms * 2)
+    samples, scores, _ = window(rng, 300, slower, version="B", prefix="k")
     for s in samples:
         producer.send("samples", s.to_json(), key=s.id.encode())
     for score in scores + scores[:100]:  # 100 redelivered

@@ -154,6 +154,24 @@ def test_each_reported_bad_value_is_refused_by_every_offline_command(workdir, fi
     assert_refused(workdir, samples, 7, field)
 
 
+def test_a_parquet_file_of_another_schema_is_not_a_samples_dataset_to_every_offline_command(workdir):
+    """Another tool's Parquet file as `--samples` said "row 1:" and thirteen fields it never had
+    ("field 'schema': Input should be a valid string; field 'id': ..."); it is named as not a samples
+    dataset, with the columns it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = workdir / f"events-{next(_counter)}.parquet"
+    pq.write_table(pa.table({"user_id": [1, 2], "event": ["a", "b"], "ts": [1.0, 2.0]}), path)
+    for name, argv in commands(workdir, str(path)).items():
+        code, err = run_cli(argv)
+        assert code == 2 and "Traceback" not in err, f"{name}: exit {code}, stderr {err!r}"
+        assert f"{path}: not a samples dataset: its columns are event, ts, user_id, and it lacks " in err, (
+            f"{name}: {err!r}"
+        )
+        assert "field '" not in err and err.strip().count("\n") == 0, f"{name}: {err!r}"
+
+
 def test_bad_records_in_a_real_process_exit_2_without_a_traceback(workdir):
     samples = write_lines(workdir / "overflow.jsonl", [orjson.dumps(record(0, timestamp=-1e20))])
     proc = subprocess.run(
@@ -352,6 +370,38 @@ def test_a_bad_shadow_margin_flag_is_named_as_the_flag_not_as_the_config_file(wo
     )
     assert code == 2 and "Traceback" not in err, err
     assert f"shadow.margins.{field} (command line: {flag}):" in err, err
+
+
+@pytest.fixture(scope="module")
+def pairs_dir(tmp_path_factory) -> Path:
+    """A data directory's pairs/ of real shadow pairs: a report over them runs to a verdict."""
+    from helpers.ui_data import generate
+
+    d = tmp_path_factory.mktemp("pairs")
+    generate(d, 0, hostile=False, pairs=40)
+    return d / "pairs"
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--margin-latency", "inf"), ("--margin-latency", "nan"), ("--margin-pass-rate", "-inf")]
+)
+def test_a_non_finite_shadow_margin_is_refused_at_the_prompt(pairs_dir, flag, value):
+    """`shadow report --margin-latency inf` passed the config's `ge=1.0` and read as "no margin": the
+    report ran, and over these pairs latency_p95 x1.33 (39 of 39 slower) read `not_worse`, margin
+    `xinf`. Refused as `--alpha inf` is: argparse's usage, then the flag, the value and an example
+    (nan and -inf were refused already, by the config's range, in other words)."""
+    code, err = run_cli(["shadow", "report", "--pairs", str(pairs_dir), f"{flag}={value}"])
+    assert code == 2 and "Traceback" not in err, err
+    assert f"error: argument {flag}: {value} is not a finite number; give e.g. " in err.strip().splitlines()[-1], err
+
+
+def test_a_non_finite_shadow_margin_in_the_config_file_is_refused_with_its_line(workdir, pairs_dir):
+    """The same margin as `.inf` in the YAML (or `inf` in LLMWATCH_SHADOW__MARGINS__...) was taken too."""
+    cfg = workdir / f"inf-margin-{next(_counter)}.yaml"
+    cfg.write_text("shadow:\n  margins:\n    p95_latency_ratio: .inf\n")
+    code, err = run_cli(["shadow", "report", "--config", str(cfg), "--pairs", str(pairs_dir)])
+    assert code == 2 and "Traceback" not in err, err
+    assert "line 3: shadow.margins.p95_latency_ratio: Input should be a finite number" in err, err
 
 
 # --- files that are not text ---------------------------------------------------------------------

@@ -210,6 +210,71 @@ def test_ui_reads_no_part_swapped_for_a_link_after_its_listing(tmp_path: Path, m
         index.close()
 
 
+def test_ui_reads_no_json_lines_file_swapped_for_a_link_after_its_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The ui's index read a data directory's JSON Lines files by name (DuckDB's read_json, and the
+    tail of a grown file by open()): a file swapped for a link after the listing was read through it,
+    its records (here another team's, with SECRET prompts and our ids) indexed and shown. It is
+    opened from the data directory without following links and DuckDB reads the descriptor: a
+    whole read and a grown file's tail each refuse the link with a warning, and a sample's page
+    reads nothing back through one."""
+    from helpers.loglines import LogLines
+
+    from llmwatch.agent.apps.ui import index as ui_index
+
+    ours_a, _ = records("A", 4)
+    ours_b, _ = records("B", 4)
+    theirs, _ = records("B", 40, prompt=SECRET)  # longer than ours: a tail read of it finds whole lines
+    data = tmp_path / "data"
+    write_jsonl(data / "samples" / "samples-1.jsonl", ours_a)
+    second = write_jsonl(data / "samples" / "samples-2.jsonl", ours_b)
+    victim = write_jsonl(tmp_path / "theirs.jsonl", theirs)
+    logs = LogLines()
+    monkeypatch.setattr(ui_index, "log", logs)
+    index = ui_index.Index(data)
+    listed = index._files
+    swapping = [True]
+
+    def listed_then_swapped(kind):
+        found = listed(kind)
+        if kind.folder == "samples" and swapping[0]:
+            second.rename(tmp_path / "moved.jsonl")  # the race, lost right after the listing (and its stat)
+            second.symlink_to(victim)
+        return found
+
+    def rows() -> list[tuple]:
+        return index.db.execute("SELECT id, model_version, prompt FROM samples ORDER BY id").fetchall()
+
+    monkeypatch.setattr(index, "_files", listed_then_swapped)
+    try:
+        # A whole read: samples-2.jsonl is new.
+        index.refresh(strict=True)
+        assert [r[0] for r in rows()] == [f"A-{i}" for i in range(4)] and SECRET not in str(rows())
+        [warning] = [line for line in logs.lines if line["event"] == "ui.file_unreadable"]
+        assert warning["file"] == str(second) and "a symbolic link (to " in warning["error"], warning
+        # The record page: read back through the data directory, the link is not followed.
+        assert ui_index.read_record(str(second), "B-0", index.local_dir) is None
+        control = ui_index.read_record(str(second), "B-0")  # without the folder: read through (the old way)
+        assert control is not None and SECRET in str(control["request"])
+
+        # A grown file's tail: ours again, read, then grown; swapped between the listing and the read.
+        second.unlink()
+        (tmp_path / "moved.jsonl").rename(second)
+        swapping[0] = False
+        index.refresh()
+        assert len(rows()) == 8 and SECRET not in str(rows())
+        more, _ = records("C", 2)
+        with open(second, "ab") as fh:
+            fh.write(b"".join(s.to_json() + b"\n" for s in more))
+        swapping[0] = True
+        index.refresh()
+        assert len(rows()) == 8 and SECRET not in str(rows()), rows()
+        assert [line["file"] for line in logs.lines if line["event"] == "ui.file_unreadable"] == [str(second)] * 2
+    finally:
+        index.close()
+
+
 def test_a_fifo_swapped_in_for_a_part_file_is_refused_not_waited_on(tmp_path: Path):
     """A named pipe at a listed part file's name (no writer) is refused at once: opened without
     blocking, and not a regular file."""

@@ -371,6 +371,59 @@ def test_a_port_in_use_and_a_missing_data_dir_are_one_line_each(data_dir: Path, 
     assert "--data-dir" in done.stderr and "no such directory" in done.stderr
 
 
+def _other_files(data_dir: Path, folder: Path) -> dict[str, Path]:
+    """One file of each kind a user may hand the wrong flag, as llmwatch writes it."""
+    drift = folder / "drift.json"
+    drift.write_text(json.dumps({"verdict": "stable", "signals": []}, indent=2))  # indented: line 1 is `{`
+    suite = folder / "suite.jsonl"
+    suite.write_text(json.dumps({"id": "refund-1", "input": "How do I get a refund?", "expected": "refund"}) + "\n")
+    baseline = folder / "baseline-A.json"
+    baseline.write_text(json.dumps({"schema": "llmwatch.baseline/v2", "model_version": "A"}, indent=2))
+    other = folder / "other.json"
+    other.write_text(json.dumps({"user": 1, "event": "click"}) + "\n")
+    return {
+        "samples": next((data_dir / "samples").glob("*.jsonl")),
+        "scores": next((data_dir / "scores").glob("*.jsonl")),
+        "pairs": next((data_dir / "pairs").glob("*.jsonl")),
+        "drift": drift,
+        "suite": suite,
+        "baseline": baseline,
+        "other": other,
+    }
+
+
+@pytest.mark.parametrize(
+    "flag, given, said",
+    [
+        ("--suite", "samples", "a samples file: its first record has schema/id/request/response, not a regression suite; samples go to --samples"),
+        ("--drift-report", "samples", "a samples file: its first record has schema/id/request/response, not a drift report; samples go to --samples"),
+        ("--suite", "scores", "a scores file: its first record has schema/sample_id/check/result, not a regression suite; scores go to --scores"),
+        ("--drift-report", "pairs", "a shadow pairs file: its first record has schema/candidate/primary/shadow, not a drift report"),
+        ("--suite", "drift", "a drift report (`llmwatch drift --format json`: a list of signals), not a regression suite; give it as --drift-report"),
+        ("--drift-report", "suite", "a regression suite: its first record has id/input, not a drift report; give it as --suite"),
+        ("--drift-report", "baseline", "a frozen baseline (`llmwatch baseline freeze`, schema llmwatch.baseline/v2), not a drift report; a baseline goes to `llmwatch drift --baseline`"),
+        ("--drift-report", "other", "not a drift report (no list of signals; its keys are event, user)"),
+        ("--suite", "other", ":1: field 'id': Field required"),
+    ],
+)  # fmt: skip
+def test_a_file_of_another_kind_given_as_suite_or_drift_report_is_refused_at_the_prompt(
+    data_dir: Path, tmp_path: Path, flag: str, given: str, said: str
+):
+    """`ui --suite samples.jsonl` (or any JSON that is no suite or drift report) started the UI,
+    whose page then said "field 'id': Field required" or "not a drift report (KeyError)". Refused
+    before it starts: one line naming the file, what it is and which flag takes it, exit 2. Without
+    the check the UI serves until the timeout."""
+    path = _other_files(data_dir, tmp_path)[given]
+    done = subprocess.run(
+        [sys.executable, "-m", "llmwatch.agent.cli", "ui", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", flag, str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"llmwatch: {flag} {path}") and said in line, line
+    assert "listening" not in done.stdout
+
+
 def test_a_live_sidecars_data_directory_redacted_samples_and_all(tmp_path: Path):
     """A real `llmwatch proxy` in front of the simulator writes the data directory; the UI reads it
     as it grows: the sampled calls, the e-mail address as the pipeline's [EMAIL] mark, the checks."""

@@ -147,6 +147,27 @@ def test_a_new_part_file_is_picked_up_on_refresh(tmp_path: Path, as_url: bool):
         server.stop()
 
 
+def test_another_tools_part_file_among_the_samples_is_named_not_dropped_in_silence(tmp_path: Path):
+    """A Parquet file of another schema (no llmwatch.kind) under samples/ had its missing columns
+    filled with nulls and every row dropped: no sample, and not a word in the log. It is skipped
+    with the warning part files that cannot be read get, saying what it is not and what it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(5)
+    parquet_write.write_dataset(tmp_path, "samples", [make_sample(i, rng) for i in range(6)])
+    foreign = tmp_path / "samples" / "events.parquet"
+    pq.write_table(pa.table({"user_id": [1, 2], "event": ["a", "b"], "ts": [1.0, 2.0]}), foreign)
+    server = UiServer(tmp_path)
+    try:
+        assert json.loads(get(f"{server.base}/healthz")[2])["samples"] == 6
+        warning = server.proc.wait_event("ui.parquet_unreadable", 30)
+        assert warning["file"] == str(foreign), warning
+        assert warning["error"].startswith("not a samples dataset: its columns are event, ts, user_id, and it lacks ")
+    finally:
+        server.stop()
+
+
 def test_a_dataset_url_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path: Path):
     for url, words in (
         ("nosuchfs://bucket/archive", "cannot open this dataset URL"),

@@ -252,6 +252,55 @@ def test_an_error_in_the_file_names_its_line(tmp_path):
     )
 
 
+def test_a_field_at_the_wrong_depth_says_where_it_goes(tmp_path):
+    # `listen` indented under `proxy:` read "unknown field; allowed here: body_timeout_s, ..." and
+    # left the reader to find that the listen address is a top-level field.
+    path = write(
+        tmp_path,
+        """\
+        proxy:
+          listen: 127.0.0.1:8080
+        slow_ms: 900
+        sampling:
+          enabled: true
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    lines = str(err.value).splitlines()
+    assert any(line.startswith("  - line 2: proxy.listen: unknown field;") for line in lines), lines
+    assert any(line.endswith("; a field 'listen' goes at 'listen'") for line in lines), lines
+    assert any(line.endswith("; a field 'slow_ms' goes at 'sampling.slow_ms'") for line in lines), lines
+    # A name a dozen sections have ('enabled') points nowhere in particular: no hint.
+    (enabled,) = [line for line in lines if "sampling.enabled" in line]
+    assert "goes at" not in enabled
+
+
+def test_errors_in_a_file_are_listed_top_to_bottom_then_variables_and_flags(tmp_path):
+    # pydantic reports in the order of the model's sections: a bad `proxy:` at line 6 came before
+    # `sampling:` at lines 3 and 4, and a reader fixing the file jumped back up.
+    path = write(
+        tmp_path,
+        """\
+        upstream: http://127.0.0.1:8000
+        sampling:
+          rate: 2
+          keep_error: true
+        proxy:
+          listen: 127.0.0.1:8080
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={"LLMWATCH_QUEUE__MAX_SIZE": "lots"})
+    entries = str(err.value).splitlines()[1:]
+    assert [e.split(":")[0] for e in entries] == [
+        "  - line 3",
+        "  - line 4",
+        "  - line 6",
+        "  - queue.max_size (from environment variable LLMWATCH_QUEUE__MAX_SIZE)",
+    ]
+
+
 def test_a_missing_file_named_by_llmwatch_config_blames_the_variable(tmp_path):
     # It said "pass an existing file to --config or omit it" to someone who passed no --config.
     with pytest.raises(ConfigError) as err:

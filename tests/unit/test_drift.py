@@ -77,7 +77,9 @@ def test_tampered_baseline_is_refused(tmp_path):
     "content,message",
     [
         (b'{"schema": "llmwatch.baseline/v1", "model_ver', "not valid JSON"),
-        (b'{"schema": "something/else"}', "not an llmwatch baseline"),
+        (b'{"schema": "something/else"}', "not an llmwatch baseline .*: its schema is 'something/else'. Freeze one"),
+        (b'{"model_version": "A"}', "not an llmwatch baseline .*: it has no 'schema' field. Freeze one"),
+        (b'[{"schema": "llmwatch.baseline/v2"}]', "not an llmwatch baseline .*: it is a JSON list. Freeze one"),
         (b'{"schema": "llmwatch.baseline/v2", "model_version": 3}', "corrupt"),
         (b'{"schema": "llmwatch.baseline/v1", "model_version": "A"}', "older llmwatch.*refreeze"),
     ],

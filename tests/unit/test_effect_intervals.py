@@ -10,7 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmwatch.scorers.stats.stratified import cmh, effect_interval, reweighted_quantiles, van_elteren
+from llmwatch.scorers.stats.stratified import (
+    QUANTILE_EFFECTS,
+    cmh,
+    effect_interval,
+    quantile_change_intervals,
+    reweighted_quantiles,
+    van_elteren,
+)
 
 
 def _rates(rng, strata: int, per: int, pb: float, pc: float):
@@ -58,6 +65,14 @@ def test_no_interval_without_a_stratum_on_both_sides_and_a_bad_kind_is_refused()
     assert effect_interval({}, {"b": [1.0]}, "rate_difference") is None
     with pytest.raises(ValueError, match="rate_difference"):
         effect_interval({"a": [1.0]}, {"a": [1.0]}, "mean")
+
+
+@pytest.mark.parametrize("draws", [1, 2, 3])
+def test_a_few_draws_that_all_leave_no_shared_stratum_give_no_interval_not_an_error(draws):
+    # `drift.interval_draws: 1` is a valid setting; its one draw undefined left zero draws, which
+    # passed "at least half of 1" (0) and raised IndexError from an empty percentile.
+    assert effect_interval({"a": [1.0, 2.0]}, {"b": [2.0]}, "quantile_change", draws=draws) is None
+    assert quantile_change_intervals({"a": [1.0, 2.0]}, {"b": [2.0]}, draws=draws) == dict.fromkeys(QUANTILE_EFFECTS)
 
 
 def test_the_same_samples_in_another_order_give_the_same_interval():

@@ -9,6 +9,7 @@ start of the call.
 from __future__ import annotations
 
 import gzip
+import re
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 
 from llmwatch.agent.components import load_config
 from llmwatch.agent.runtime import Agent
-from llmwatch.collectors.receivers.proxy.capture import Exchange
+from llmwatch.collectors.receivers.proxy.capture import Exchange, analyze
+from llmwatch.collectors.receivers.proxy.config import ProxyMetrics
 from llmwatch.collectors.receivers.proxy.handler import Proxy
 from llmwatch.collectors.receivers.proxy.relay import _Call
 
@@ -141,3 +143,22 @@ def test_a_body_over_the_limit_is_not_kept_and_says_so(sizes):
     call.body_end()
     assert call.ex is not None and call.ex.request_body is None
     assert call.ex.notes == ["request_too_large"]
+
+
+def test_the_reasons_the_capture_skipped_help_names_are_ones_capture_counts():
+    """The help of llmwatch_capture_skipped (on /metrics and in docs/reference/metrics.md) names
+    reasons as examples; each must be a label value a call can get (it named `body_too_large`,
+    which nothing counts: a body over capture.max_body_bytes is `request_too_large`)."""
+    too_large = call_with_buffer(10)
+    too_large.body(b"x" * 11)
+    too_large.body_end()
+    assert too_large.ex is not None
+    not_json = Exchange(request_id="", started_at=0.0, t0=0.0, method="POST", route="/v1/chat/completions")
+    not_json.request_body = b"model=gpt-4o&x=1"
+    not_json.status = 400
+    counted = set(too_large.ex.notes) | set(analyze(not_json).notes)
+
+    examples = re.search(r"by reason \(([^)]*)\)", ProxyMetrics.capture_skipped.help)
+    assert examples is not None
+    named = {name for name in re.findall(r"[a-z_]+", examples.group(1))}
+    assert named and named <= counted, f"named in the help, never counted: {sorted(named - counted)}"

@@ -6,14 +6,15 @@ figure coloured `shifted` and `changed` red too: a shifted input-length histogra
 
 from __future__ import annotations
 
-import matplotlib.colors
 import pytest
 
-from llmwatch.scorers.drift.model import Signal
-from llmwatch.scorers.reports.html import _distribution_figure, _pyplot
+matplotlib_colors = pytest.importorskip("matplotlib.colors")  # the reports extra; the fast lane has none
 
-RED = matplotlib.colors.to_rgba("#c0392b")
-INK = matplotlib.colors.to_rgba("#1c2833")
+from llmwatch.scorers.drift.model import Signal  # noqa: E402
+from llmwatch.scorers.reports.html import _distribution_figure, _pyplot  # noqa: E402
+
+RED = matplotlib_colors.to_rgba("#c0392b")
+INK = matplotlib_colors.to_rgba("#1c2833")
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,6 @@ def test_a_distribution_figure_title_is_red_when_its_signal_moved(verdict, famil
     try:
         title = fig.axes[0]._left_title  # set_title(loc="left")
         assert verdict.upper() in title.get_text()
-        assert matplotlib.colors.to_rgba(title.get_color()) == colour
+        assert matplotlib_colors.to_rgba(title.get_color()) == colour
     finally:
         plt.close(fig)

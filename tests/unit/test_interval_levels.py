@@ -42,6 +42,7 @@ def _columns(n: int, seed: int = 3) -> PairColumns:
 
 @pytest.mark.parametrize("alpha, level", [(0.05, "90 %"), (0.025, "95 %")])
 def test_the_shadow_similarity_interval_names_its_level_in_text_html_and_json(alpha, level):
+    pytest.importorskip("matplotlib")
     report = compare_columns(_columns(40), ShadowMargins(), alpha=alpha)
     line = next(x for x in format_text([report], alpha).splitlines() if "answer similarity" in x)
     assert f"({level} interval) over 40 pairs" in line, line
@@ -52,6 +53,7 @@ def test_the_shadow_similarity_interval_names_its_level_in_text_html_and_json(al
 
 @pytest.mark.parametrize("n", [10, 24, 25, 99, 100])
 def test_a_ratio_interval_on_too_few_pairs_is_flagged_in_json_text_and_html(n):
+    pytest.importorskip("matplotlib")
     # Measured (docs/design/statistics.md): a p95 ratio's bootstrap interval is too narrow below 25
     # pairs and flagged; a mean ratio's Fieller interval keeps its level from 10 (test_stats_reference),
     # so it never is.

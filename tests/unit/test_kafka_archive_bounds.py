@@ -9,14 +9,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-import pyarrow.parquet as pq
 import pytest
-from helpers.samples import chat_sample
 
-from llmwatch.agent.cli.main import main
-from llmwatch.agent.processes.kafka_archive import Archiver, Covered, consume
-from llmwatch.collectors.exporters.kafka import KafkaMetrics
-from llmwatch.core.metrics import Metrics
+pq = pytest.importorskip("pyarrow.parquet")  # the parquet extra; the fast lane has none
+from helpers.samples import chat_sample  # noqa: E402
+
+from llmwatch.agent.cli.main import main  # noqa: E402
+from llmwatch.agent.processes.kafka_archive import Archiver, Covered, consume  # noqa: E402
+from llmwatch.collectors.exporters.kafka import KafkaMetrics  # noqa: E402
+from llmwatch.core.metrics import Metrics  # noqa: E402
 
 MiB = 1024 * 1024
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import pyarrow.parquet as pq
-from helpers.samples import chat_sample
-from structlog.testing import capture_logs
+import pytest
 
-from llmwatch.agent.processes.kafka_archive import Archiver
-from llmwatch.collectors.exporters.kafka import KafkaMetrics
-from llmwatch.core.metrics import Metrics
+pq = pytest.importorskip("pyarrow.parquet")  # the parquet extra; the fast lane has none
+from helpers.samples import chat_sample  # noqa: E402
+from structlog.testing import capture_logs  # noqa: E402
+
+from llmwatch.agent.processes.kafka_archive import Archiver  # noqa: E402
+from llmwatch.collectors.exporters.kafka import KafkaMetrics  # noqa: E402
+from llmwatch.core.metrics import Metrics  # noqa: E402
 
 
 def consumed(metrics: Metrics, outcome: str) -> float:

@@ -188,6 +188,7 @@ def test_a_non_text_password_in_a_file_is_taken_as_text_and_not_echoed(tmp_path:
 
 
 def test_kafka_pythons_own_debug_log_of_its_configuration_is_masked(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("kafka")
     # KafkaAdminClient logs "Starting KafkaAdminClient with configuration: {...}" at DEBUG.
     settings = connection_settings(load(SASL_ENV).kafka)
     quiet_kafka_logs()
@@ -245,6 +246,7 @@ class Client:
 
 @pytest.fixture
 def clients(monkeypatch) -> list[tuple[str, dict[str, Any]]]:
+    pytest.importorskip("kafka")
     import kafka
     import kafka.admin
 

@@ -6,6 +6,8 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from llmwatch.agent.processes.kafka_archive import Covered, runs
 from llmwatch.core.parquet import COLUMNS, PARQUET_SCHEMA, PART_NAME, part_name
 from llmwatch.core.records import Sample
@@ -79,6 +81,7 @@ def _sample(**extra: object) -> Sample:
 
 
 def test_a_sample_round_trips_through_a_dataset_with_its_conversation_and_price_row(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     from llmwatch.core.parquet import read_dataset
     from llmwatch.core.parquet_write import write_dataset
 
@@ -89,6 +92,7 @@ def test_a_sample_round_trips_through_a_dataset_with_its_conversation_and_price_
 
 
 def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -109,9 +113,9 @@ def test_a_v1_file_is_read_with_the_columns_v2_added_as_null(tmp_path: Path):
 
 
 def test_a_file_of_another_kind_is_refused_naming_its_kind_and_the_folder_to_give(tmp_path: Path):
+    pytest.importorskip("pyarrow")
     # `drift --scores DATASET/samples` (the samples folder given for the scores) listed a dozen
     # field errors of row 1 and "omit the field or convert the file", not what the file is.
-    import pytest
 
     from llmwatch.core.parquet import read_dataset
     from llmwatch.core.parquet_write import write_dataset
@@ -125,3 +129,70 @@ def test_a_file_of_another_kind_is_refused_naming_its_kind_and_the_folder_to_giv
     assert "part-0.parquet: a Parquet file of samples, not scores" in message
     assert "give the dataset's root or its scores/ folder" in message
     assert "field" not in message
+
+
+def _foreign(path: Path, columns: dict[str, list]) -> Path:
+    """A Parquet file another tool wrote: its own columns, no llmwatch metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _refusal(source: Path, kind: str = "samples") -> str:
+
+    from llmwatch.core.parquet import MODELS, read_dataset
+    from llmwatch.core.records import RecordError
+
+    with pytest.raises(RecordError) as refused:
+        list(read_dataset(source, MODELS[kind], kind))
+    return str(refused.value)
+
+
+def test_a_dataset_of_another_schema_is_named_as_not_a_samples_dataset_with_its_columns(tmp_path: Path):
+    pytest.importorskip("pyarrow")
+    # Read row by row as samples, it said "row 1: field 'schema': Input should be a valid string;
+    # field 'id': ..." for thirteen fields it never had.
+    part = _foreign(tmp_path / "events" / "part-0.parquet", {"user_id": [1, 2], "event": ["a", "b"], "ts": [1.0, 2.0]})
+    message = _refusal(tmp_path / "events")
+    assert message == (
+        f"{part}: not a samples dataset: its columns are event, ts, user_id, and it lacks timestamp, model, status, "
+        "latency_ms, request, response; give a samples dataset as `llmwatch archive` writes it "
+        "(docs/guide/archive.md) or samples .jsonl files"
+    )
+
+
+def test_a_scores_file_without_its_kind_is_named_as_scores(tmp_path: Path):
+    pytest.importorskip("pyarrow")
+    from llmwatch.core.parquet import arrow_schema
+
+    columns = {f.name: [None] for f in arrow_schema()["scores"]}
+    part = _foreign(tmp_path / "part-0.parquet", columns)
+    assert _refusal(part) == (
+        f"{part}: not a samples dataset: its columns are check, details, kind, model, model_version, result, "
+        "route, sample_id and 4 more, those of scores (give it as --scores)"
+    )
+
+
+def test_many_long_column_names_are_shortened(tmp_path: Path):
+    pytest.importorskip("pyarrow")
+    names = [f"metric_{i:03d}_" + "x" * 60 + f"_end{i:03d}" for i in range(30)]
+    part = _foreign(tmp_path / "part-0.parquet", {n: [1] for n in names})
+    message = _refusal(part)
+    listed = message.split("its columns are ", 1)[1].split(" and 22 more, and it lacks ", 1)[0].split(", ")
+    assert len(listed) == 8 and all(len(n) <= 40 for n in listed), message
+    assert listed[0] == "metric_000_xxxxxxx...xxxxxxxxxxx_end000", listed  # both ends kept
+    assert "x" * 41 not in message  # no name whole (each is 78 characters)
+
+
+def test_a_samples_dataset_missing_only_a_few_columns_keeps_the_field_list(tmp_path: Path):
+    pytest.importorskip("pyarrow")
+    from llmwatch.core.parquet import to_row
+
+    row = {k: [v] for k, v in to_row("samples", _sample()).items() if k not in ("status", "latency_ms")}
+    part = _foreign(tmp_path / "part-0.parquet", row)
+    message = _refusal(part)
+    assert message.startswith(f"{part}: row 1: ") and "not a samples dataset" not in message
+    assert "field 'status'" in message and "field 'latency_ms'" in message

@@ -8,6 +8,7 @@ import random
 from datetime import datetime, timezone
 
 import numpy as np
+import pytest
 
 from llmwatch.core.records import Sample
 from llmwatch.scorers.evaluation.matrix import ScoredSample
@@ -223,6 +224,7 @@ def test_embedding_clusters_compare_a_block_of_phrasings_at_once_with_the_row_by
 
 
 def test_the_html_figure_names_the_measure_it_plots_the_mean_difference_not_the_variance_share() -> None:
+    pytest.importorskip("matplotlib")
     from types import SimpleNamespace
 
     from llmwatch.scorers.evaluation.sensitivity import PromptSensitivity

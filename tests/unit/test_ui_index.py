@@ -8,10 +8,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers.samples import chat_sample
+from helpers.samples import chat_sample, rule_score
 
 from llmwatch.agent.apps.ui.index import FilterError, Filters, Index, read_record, signal_filters
 from llmwatch.core.wire import extract_answer_text, extract_prompt_text
+from llmwatch.scorers.drift.features import FAILURE_MODES as DRIFT_FAILURE_MODES
+from llmwatch.scorers.drift.features import failure_mode
 
 SHAPES = [
     ({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "first"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "last <b>"}]},
@@ -42,6 +44,46 @@ def test_prompt_and_answer_text_in_sql_are_what_core_wire_extracts(tmp_path: Pat
         row = index.sample(f"s{i}")
         assert row is not None
         assert (row["prompt"], row["answer"]) == (extract_prompt_text(req), extract_answer_text(resp)), (req, resp)
+
+
+# (sample fields, failing checks as (kind, details)): one call per failure mode, and the order between them.
+MODE_CASES = [
+    ({}, []),
+    ({"status": 500}, [("refusal", {})]),
+    ({}, [("refusal", {}), ("tool_call", {})]),
+    ({}, [("json_valid", {})]),
+    ({"finish_reason": "length"}, [("tool_call", {"failures": ["unknown_tool"]})]),
+    ({"finish_reason": "length"}, []),
+    ({}, [("not_empty_or_truncated", {"truncated": True})]),
+    ({}, [("not_empty_or_truncated", {})]),
+    ({}, [("consistency", {"confident_unstable": True})]),
+    ({}, [("consistency", {"confident_unstable": False})]),
+]  # fmt: skip
+
+
+def test_the_failure_mode_in_sql_is_what_the_drift_family_counts(tmp_path: Path):
+    """The UI's failure mode of a call (its filter, the sample page) is the label the drift family
+    `failure_modes` gives it (features.failure_mode), for every label: a call whose tool call failed
+    read `ok` in the UI and `tool_calls` in drift, a confidently unstable one `ok` and
+    `confident_unstable`."""
+    samples, scores = [], []
+    for i, (fields, failing) in enumerate(MODE_CASES):
+        sample = chat_sample(id=f"s{i}", **fields)
+        samples.append(sample)
+        scores += [
+            rule_score(sample.id, check=kind, kind=kind, result="fail", value=0.0, details=details)
+            for kind, details in failing
+        ]
+    write(tmp_path / "samples" / "samples-20261201-0000.jsonl", [s.to_json() for s in samples])
+    write(tmp_path / "scores" / "scores-20261201-0000.jsonl", [s.to_json() for s in scores])
+    index = Index(tmp_path)
+    index.refresh()
+    expected = {s.id: failure_mode(s, {c.check: c for c in scores if c.sample_id == s.id}) for s in samples}
+    assert set(expected.values()) == set(DRIFT_FAILURE_MODES) | {"confident_unstable"}  # every label is tried
+    got = {s.id: (index.sample(s.id) or {}).get("failure_mode") for s in samples}
+    assert got == expected
+    for mode in set(expected.values()) - {"ok"}:
+        assert Filters.from_query({"failure_mode": mode}).failure_mode == mode  # a filter takes each label
 
 
 @pytest.mark.parametrize("value", [".*", "$__all", "All", ""])

@@ -816,7 +816,7 @@ async def _story(
     waited_for: dict[str, str] = {}
     if agent.scorer is not None:
         # Traffic sent before the model is loaded would only queue up for the scorer.
-        out.write("  loading the embedding model in the scorer process (20-40 s the first time)...\n")
+        out.write("  loading the embedding model in the scorer process (10-40 s the first time)...\n")
         out.flush()
         loading = time.perf_counter()
         await _wait_ready(agent.scorer, stop, timeout=MODEL_LOAD_S)

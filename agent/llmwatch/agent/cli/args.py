@@ -7,12 +7,15 @@ import the other (cli.py registers cli_eval's subcommands, so the import runs on
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import math
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from llmwatch.agent.components import Config, load_config
+from llmwatch.core.config import ConfigError
 from llmwatch.core.jsonio import set_file_mode
 from llmwatch.core.logs import configure_logging
+from llmwatch.scorers.drift.model import FAMILIES
 
 # Commands whose output a person reads (summaries, tables, reports): their logs stay below
 # warning unless asked for, so that the output is not interleaved with log lines.
@@ -131,6 +134,23 @@ def probability(text: str) -> float:
     return value
 
 
+def finite(example: str) -> Callable[[str], float]:
+    """An argparse type: a finite number (`example` is the fix a refusal offers). `shadow report
+    --margin-latency inf` was taken as a margin nothing exceeds: every candidate "not worse" on p95
+    latency however slow, exit 0. The range is the config field's to check (it names the flag)."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; give e.g. {example}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number; give e.g. {example}")
+        return value
+
+    return number
+
+
 def public_url(text: str) -> str:
     """An argparse type: the base URL people open, behind a reverse proxy. `notaurl` started the
     server and printed links such as `notaurl/?token=...` that open nothing."""
@@ -171,6 +191,21 @@ def at_least_one(text: str) -> int:
     if value > MOST:
         raise argparse.ArgumentTypeError(f"{text} is too large; give a whole number from 1 to {MOST}")
     return value
+
+
+def fail_on_families(text: str | None) -> tuple[str, ...] | None:
+    """`--fail-on` of `drift` and `canary`: the families named, or None when the flag is absent.
+
+    Given but naming none (`""`, `" , "`) is refused like a misspelt family: read as absent, it made
+    every family fail the run. Checked before any window is read (minutes with embeddings)."""
+    if text is None:
+        return None
+    families = tuple(f.strip() for f in text.split(",") if f.strip())
+    if not families or set(families) - set(FAMILIES):
+        raise ConfigError(
+            f"--fail-on {text!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
+        )
+    return families
 
 
 def add_comparison_options(p: argparse.ArgumentParser, *, min_samples_help: str, fail_on_help: str) -> None:

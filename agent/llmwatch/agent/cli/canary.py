@@ -11,11 +11,9 @@ import argparse
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from llmwatch.agent.cli.args import add_comparison_options, config_from_args
+from llmwatch.agent.cli.args import add_comparison_options, config_from_args, fail_on_families
 from llmwatch.agent.cli.common import require_records
 from llmwatch.core.config import ConfigError
-
-FAMILY_NAMES = ("inputs", "behaviour", "performance")
 
 
 def _when(text: str | None, flag: str) -> datetime | None:
@@ -42,11 +40,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
     start, end = _when(args.window_start, "--window-start"), _when(args.window_end, "--window-end")
     if start and end and start >= end:
         raise ConfigError(f"--window-start {args.window_start} is not before --window-end {args.window_end}")
-    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on is not None else None
-    if fail_on is not None and (not fail_on or set(fail_on) - set(FAMILY_NAMES)):
-        raise ConfigError(
-            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
-        )
+    fail_on = fail_on_families(args.fail_on)
     from llmwatch.scorers.drift.canary import compare_summaries, format_text, parse_duration, side_of, window_of
 
     try:

@@ -24,6 +24,7 @@ from llmwatch.agent.cli.args import (
     add_comparison_options,
     at_least_one,
     config_from_args,
+    fail_on_families,
     public_url,
     setup_logging,
     whole_number,
@@ -178,11 +179,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     check_out_args(args, "drift.json")
     # Before the window is read and scored (minutes with the embedding checks): a typo here
     # (`--fail-on behavior`) used to be refused only after all of it.
-    fail_on = tuple(f.strip() for f in args.fail_on.split(",") if f.strip()) if args.fail_on is not None else None
-    if fail_on is not None and (not fail_on or set(fail_on) - {"inputs", "behaviour", "performance"}):
-        raise ConfigError(
-            f"--fail-on {args.fail_on!r}: name families from inputs, behaviour, performance, comma-separated (e.g. --fail-on behaviour,performance)"
-        )
+    fail_on = fail_on_families(args.fail_on)
     require_file(args.baseline, "--baseline", "create one with `llmwatch baseline freeze`")
     require_records(args.samples, "--samples")
     if args.scores:

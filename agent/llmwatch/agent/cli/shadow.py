@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
-from llmwatch.agent.cli.args import probability, whole_number
+from llmwatch.agent.cli.args import finite, probability, whole_number
 from llmwatch.agent.cli.common import log_options, require_records, require_writable, show_usage
 from llmwatch.scorers.stats.format import interval_text
 
@@ -35,12 +35,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     r.add_argument("--out", help="write the report here (required for html)")
     r.add_argument(
         "--margin-pass-rate",
-        type=float,
+        type=finite("1 (points)"),
         help="points a candidate's pass rate may be lower (default shadow.margins.pass_rate_points, 1)",
     )
     r.add_argument(
         "--margin-latency",
-        type=float,
+        type=finite("1.10 (p95 at most 10 % higher)"),
         help="ratio a candidate's p95 latency may reach (default shadow.margins.p95_latency_ratio, 1.10)",
     )
     r.add_argument("--alpha", type=probability, help="one-sided level of the tests (default shadow.alpha, 0.05)")

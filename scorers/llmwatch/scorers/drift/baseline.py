@@ -175,9 +175,15 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
             "families need (per-sample strata, prompt hashes, per-token latency); refreeze it from the same samples with `llmwatch baseline freeze`"
         )
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        if not isinstance(data, dict):
+            found = f"it is a JSON {type(data).__name__}"
+        elif "schema" not in data:
+            found = "it has no 'schema' field"
+        else:
+            found = f"its schema is {data['schema']!r}"
         raise BaselineError(
-            f"baseline {source} is not an llmwatch baseline (schema {found!r}, expected {BASELINE_SCHEMA!r})"
+            f"baseline {source} is not an llmwatch baseline (a JSON object with schema {BASELINE_SCHEMA!r}): {found}. "
+            "Freeze one with `llmwatch baseline freeze --samples ... --model-version V --out baseline-V.json`"
         )
     try:
         baseline = Baseline.model_validate(data)

@@ -410,7 +410,8 @@ def compare_summaries(
         and s.decisive
         and s.verdict == "stable"
         and s.p_adjusted < settings.alpha
-        and s.effect_size < -settings.performance_margin
+        # p50 and p95 both (a stable row's effect is the smaller of the two changes when lower).
+        and max(s.detail.get("p50_change", 0.0), s.detail.get("p95_change", 0.0)) < -settings.performance_margin
     ]
     better = [s for s in failing if s not in worse] + faster
     # The families --fail-on leaves out are judged all the same (inputs only shift: no worse there).

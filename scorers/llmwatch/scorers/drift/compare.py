@@ -11,7 +11,7 @@ The p-values of the decisive signals of the failing families are corrected toget
 default), so the chance of a false exit 1 in a stable window stays at `alpha`. A signal drifts
 when its adjusted p-value is below `alpha` and its effect is at least the configured minimum, in
 the user's units (pass-rate points, fraction of the median, cosine; performance: more than
-`performance_margin` slower per token at p50 or p95).
+`performance_margin` slower per token at p50 or p95, tested against that margin).
 """
 
 from __future__ import annotations
@@ -22,7 +22,16 @@ from typing import Any, Iterable, Mapping
 
 from llmwatch.scorers.drift.families import family_signals
 from llmwatch.scorers.drift.features import RouteStats
-from llmwatch.scorers.drift.model import EFFECT_LEGEND, FAMILIES, DriftSettings, Signal, effect_label, format_interval
+from llmwatch.scorers.drift.model import (
+    EFFECT_LEGEND,
+    FAMILIES,
+    DriftSettings,
+    Signal,
+    context_tests,
+    corrected_tests,
+    effect_label,
+    format_interval,
+)
 
 __all__ = [
     "DriftReport",
@@ -54,10 +63,8 @@ class DriftReport:
     n_context_tests: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.n_tests = sum(not math.isnan(s.p_adjusted) for s in self.signals)
-        self.n_context_tests = sum(
-            not s.decisive and not math.isnan(s.p_value) and math.isnan(s.p_adjusted) for s in self.signals
-        )
+        self.n_tests = sum(corrected_tests(s) for s in self.signals)
+        self.n_context_tests = sum(context_tests(s) for s in self.signals)
 
     @property
     def exit_code(self) -> int:

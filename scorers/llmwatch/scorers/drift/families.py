@@ -20,21 +20,32 @@
   is named in `stratum`; a change confined to it counts as material when that category's own
   effect passes the minimum and its own test is significant (Bonferroni over the categories).
 * `performance` - is it slower or dearer per unit of work? Time per output token (TPOT), TTFT
-  within input-length buckets, cost per 1k tokens, each stratified like behaviour. A regression
-  needs both a significant test and p50 or p95 more than `performance_margin` (20 %) higher than
-  the baseline's: the test guards against noise, the margin against load, which moves latency
-  every hour without any version change. The raw totals (latency_ms, ttft_ms, cost_usd) are shown
+  within input-length buckets, cost per 1k tokens, each stratified like behaviour, each with two
+  tests: van Elteren for its location and a stratified exceedance test for its tail (`upper_tail`:
+  current values above the pooled p95 within strata, one-sided). Both tests are against the
+  margin, not against no change: they compare the current values divided by 1 +
+  `performance_margin` (20 %) with the baseline's (H0: at most the margin slower), because load
+  moves latency every hour without any version change and a +10 % is always "significant". A
+  regression needs the location test against the margin significant with the current side higher
+  and p50 or p95 more than the margin higher, or the tail test against it significant and p95
+  more than the margin higher. The row shows the test that decided (`detail.decided_by`; the
+  location test where none did), its statistic, and its effect: the p95 change for the tail test;
+  for the location test the larger of the p50 and p95 changes where z >= 0, the smaller where
+  z < 0; a slower change inside the margin reads z = 0, p = 1; so statistic, effect and
+  direction never take opposite signs. The tests against no change are kept as context
+  (`detail.location/tail.unshifted_*`). The raw totals (latency_ms, ttft_ms, cost_usd) are shown
   as context (`decisive: false`) and never decide.
 
 Multiple testing: Holm over the decisive signals of the families that can fail the run
 (`fail_on`) together, so the chance of a false exit 1 stays at `alpha`; each other family is
-corrected on its own.
+corrected on its own. A performance signal counts as two hypotheses there, its two tests.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -58,9 +69,11 @@ from llmwatch.scorers.stats.stratified import (
     Stratified,
     cmh,
     effect_interval,
+    quantile_change_intervals,
     reweighted_quantiles,
     stratified_chi2,
     stratified_mmd,
+    upper_tail,
     van_elteren,
 )
 
@@ -932,15 +945,41 @@ def _embedding_signal(
 
 # ---------------------------------------------------------------------------- performance
 
-QUANTILE_CHANGE = Effect("relative change", "larger of p50 and p95, of the baseline's", "p50|p95")
+# The location test's effect: the quantile change in the direction its z found, so that z, effect
+# and direction agree (current minus baseline, as everywhere in the report): the larger of the p50
+# and p95 changes where the current side ranks higher (z >= 0), the smaller where it ranks lower.
+QUANTILE_CHANGE = Effect(
+    "relative change", "larger of p50 and p95 (the smaller when lower), of the baseline's", "p50|p95"
+)
+# The tail test's effect, where it decided: the p95 change.
+P95_CHANGE = Effect("relative change", "p95, of the baseline's", "p95")
+LOCATION, TAIL = "location", "tail"
+
+
+@dataclass
+class PerformanceTests:
+    """A performance signal's two tests and the effects each would show, until the correction
+    decides which one the row shows (`_decide_performance`)."""
+
+    location: Stratified
+    tail: Stratified | None
+    r50: float
+    r95: float
+    intervals: dict[str, list[float] | None]
 
 
 def _bucket(r: Row) -> str:
     return f"input~2^{int(math.log2(r.prompt_tokens + 1))}" if r.prompt_tokens is not None else "input unknown"
 
 
-def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: bool) -> list[Signal]:
+def _performance(
+    base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: bool
+) -> tuple[list[Signal], dict[str, PerformanceTests]]:
+    """Each figure with two tests against the margin: van Elteren for its location, `upper_tail`
+    for its p95. A slower median shows in the first; a tail that grew while the median stayed or
+    fell only in the second (median -13 %, p95 +95 % reads z = -4.4 on the location test)."""
     out: list[Signal] = []
+    tests: dict[str, PerformanceTests] = {}
     m = s.min_samples
     figures: list[tuple[str, Callable[[Row], float | None], Callable[[str, str, Row], str], bool]] = [
         ("perf:latency_per_token_ms", lambda r: r.ms_per_token, lambda st, h, r: st, True),
@@ -961,12 +1000,19 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
         nb, nc = sum(map(len, bv.values())), sum(map(len, cv.values()))
         if nb == 0 and nc == 0:
             continue  # the figure is not recorded at all (e.g. no TTFT without streaming, no prices)
-        res = van_elteren(bv, cv)
-        if res is None or res.n_baseline < m or res.n_current < m:
+        plain = van_elteren(bv, cv)
+        if plain is None or plain.n_baseline < m or plain.n_current < m:
             sig = _insufficient(name, "performance", QUANTILE_CHANGE, "van_elteren", nb, nc, route)
             sig.decisive = decisive
             out.append(sig)
             continue
+        # The margin is part of both tests (a shifted null): the current values divided by
+        # 1 + margin against the baseline's, H0 "at most the margin slower". A point estimate
+        # beyond the margin is not enough: from a few hundred samples a reweighted p95 moves
+        # by more than 20 % on its own, and a real +10 % (load) is always "significant", so
+        # +10 % read drift in 38 % of 300 x 300 windows (bench/drift_perf_tail.py).
+        beyond = {k: [v / (1 + s.performance_margin) for v in vs] for k, vs in cv.items()}
+        res = _against_margin(plain, van_elteren(bv, beyond))
         (b50, b95), (c50, c95), ess = reweighted_quantiles(bv, cv, (0.5, 0.95))
         r50 = c50 / b50 - 1 if b50 else 0.0
         r95 = c95 / b95 - 1 if b95 else 0.0
@@ -983,15 +1029,117 @@ def _performance(base: Keyed, cur: Keyed, s: DriftSettings, route: str, short: b
             margin=s.performance_margin,
             reweighted="to the baseline's stratum mix" if decisive else "no",
         )
-        sig.effect_size = max(r50, r95)
+        tail = upper_tail(bv, beyond)
+        sig.detail[LOCATION] = {
+            "test": res.test,
+            "statistic": round(float(res.statistic), 4),
+            "p": float(res.p_value),
+            # Context: the same test against no change (not corrected, never deciding).
+            "unshifted_statistic": round(float(plain.statistic), 4),
+            "unshifted_p": float(plain.p_value),
+        }
+        if tail is not None:
+            unshifted = upper_tail(bv, cv)
+            sig.detail[TAIL] = {
+                "test": tail.test,
+                "statistic": round(float(tail.statistic), 4),
+                "p": float(tail.p_value),
+                "current_above": tail.detail["current_above"],
+                "baseline_above": tail.detail["baseline_above"],
+                **(
+                    {
+                        "unshifted_statistic": round(float(unshifted.statistic), 4),
+                        "unshifted_p": float(unshifted.p_value),
+                    }
+                    if unshifted is not None
+                    else {}
+                ),
+            }
         sig.n_effective = round(ess, 1)
-        sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
         sig.decisive = decisive
-        sig.effect_ci = _interval(bv, cv, "quantile_change", s)
         if not decisive:
             sig.stratum = ""  # raw totals are not stratified
+        ci = (
+            quantile_change_intervals(bv, cv, draws=s.interval_draws, seed=s.seed)
+            if s.interval_draws
+            else dict.fromkeys(("quantile_change", "quantile_fall", "p95_change"))
+        )
+        intervals = {k: None if v is None else [round(v[0], 6), round(v[1], 6)] for k, v in ci.items()}
+        tests[name] = PerformanceTests(res, tail, r50, r95, intervals)
+        _show_location(sig, tests[name])
         out.append(sig)
-    return out
+    return out, tests
+
+
+def _against_margin(plain: Stratified, up: Stratified | None) -> Stratified:
+    """The location test against the margin, as one two-sided hypothesis for the correction.
+
+    `up` is van Elteren on the current values divided by 1 + margin: its z > 0 says the current
+    side is slower than the margin allows, and that z (with its p-value) is the test's. A slower
+    change inside the margin is no finding: z = 0, p = 1 (the shifted z, negative there, would
+    stand against the effect's sign). A faster side keeps the plain z, read as before (a canary
+    faster per token is named better; it never fails a run)."""
+    if up is not None and up.statistic > 0:
+        return replace(plain, statistic=up.statistic, p_value=up.p_value)
+    if plain.statistic < 0:
+        return plain
+    return replace(plain, statistic=0.0, p_value=1.0)
+
+
+def _show_location(sig: Signal, t: PerformanceTests) -> None:
+    """The row shows the location test: the p50/p95 change in the direction of its z.
+
+    Ranks and two quantiles need not agree near z = 0 (in 5 % of unchanged 300-sample windows
+    both quantiles moved against z): the effect is then 0, neither quantile moved the way the
+    test found, and the interval is clamped alike, never a sign against the statistic's."""
+    up = t.location.statistic >= 0
+    sig.test, sig.statistic, sig.p_value = t.location.test, float(t.location.statistic), float(t.location.p_value)
+    clamp: Callable[..., float] = max if up else min
+    sig.effect_size = clamp(t.r50, t.r95, 0.0)
+    ci = t.intervals["quantile_change" if up else "quantile_fall"]
+    sig.effect_ci = None if ci is None else [clamp(ci[0], 0.0), clamp(ci[1], 0.0)]
+    sig.effect_kind, sig.effect_unit = QUANTILE_CHANGE.kind, QUANTILE_CHANGE.unit
+    sig.direction = higher_or_lower(sig.effect_size)  # an unchanged figure said "lower"
+
+
+def _decide_performance(sig: Signal, t: PerformanceTests, p_location: float, p_tail: float, s: DriftSettings) -> str:
+    """Which test finds a regression, "" if neither; the row then shows that test.
+
+    `p_location` and `p_tail` are the tests' p-values as the verdict reads them (adjusted, or
+    raw for context rows), both tests against the margin (`_performance`). A regression: the
+    location test significant with the current side higher and p50 or p95 more than the margin
+    higher; or the tail test significant (it is one-sided: heavier) and p95 more than the margin
+    higher. Each row's statistic, effect and direction are the deciding test's, so they share one
+    sign.
+    """
+    # The row already shows the location test (`_performance`); only the tail's win changes it.
+    margin = s.performance_margin
+    if p_location < s.alpha and t.location.statistic > 0 and max(t.r50, t.r95) > margin:
+        return LOCATION
+    if t.tail is not None and p_tail < s.alpha and t.tail.statistic > 0 and t.r95 > margin:
+        sig.test, sig.statistic, sig.p_value = t.tail.test, float(t.tail.statistic), float(t.tail.p_value)
+        sig.effect_size, sig.effect_ci = t.r95, t.intervals["p95_change"]
+        sig.effect_kind, sig.effect_unit = P95_CHANGE.kind, P95_CHANGE.unit
+        sig.direction = higher_or_lower(sig.effect_size)
+        return TAIL
+    return ""
+
+
+def _tests_of(sig: Signal, perf_tests: Mapping[str, PerformanceTests]) -> PerformanceTests | None:
+    """A performance signal's two tests; None for a signal of another family."""
+    return perf_tests.get(sig.name) if sig.family == "performance" else None
+
+
+def _performance_verdict(sig: Signal, t: PerformanceTests, p_location: float, p_tail: float, s: DriftSettings) -> bool:
+    """Decide a decisive performance signal from its two adjusted p-values; True: a regression."""
+    which = _decide_performance(sig, t, p_location, p_tail, s)
+    sig.detail[LOCATION]["p_adjusted"] = p_location
+    if TAIL in sig.detail:
+        sig.detail[TAIL]["p_adjusted"] = p_tail
+    # The row's adjusted p-value is its shown test's (the location test's unless the tail decided).
+    sig.p_adjusted = p_tail if which == TAIL else p_location
+    sig.detail["decided_by"] = which
+    return bool(which)
 
 
 # ---------------------------------------------------------------------------- all together
@@ -1024,8 +1172,6 @@ def _material_effect(sig: Signal, effect: float, s: DriftSettings) -> bool:
         if sig.name in ("input:prompt_embedding", "input:prompt_words"):
             return effect >= s.min_prompt_separation
         return sig.statistic >= s.min_ks_distance if sig.name == "input:prompt_tokens" else effect >= s.min_mix_change
-    if sig.family == "performance":
-        return effect > s.performance_margin  # only slower or dearer is a regression
     if sig.name.startswith("pass_rate:") or sig.name == "failure_modes":
         return abs(effect) >= s.min_pass_rate_change
     if sig.name == "embedding":
@@ -1105,8 +1251,11 @@ def family_signals(  # noqa: C901
     else:
         info["prompt_space"] = "lexical (normalised-text hash, SimHash clusters)"
     signals += behaviour
-    signals += _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
-    # Holm: the decisive signals of the failing families together, each other family alone.
+    performance, perf_tests = _performance(base, cur, s, route, info["overlap"] < s.min_overlap)
+    signals += performance
+    # Holm: the decisive signals of the failing families together, each other family alone. A
+    # performance signal brings two hypotheses, its location test and its tail test: both enter
+    # the correction, so adding the tail test costs the other signals some power, not the run alpha.
     fail_on = [f for f in FAMILIES if f in s.fail_on]
     groups = [[g for g in signals if g.family in fail_on and g.decisive]] + [
         [g for g in signals if g.family == f and g.decisive] for f in FAMILIES if f not in fail_on
@@ -1115,14 +1264,34 @@ def family_signals(  # noqa: C901
         tested = [g for g in group if not math.isnan(g.p_value)]
         if not tested:
             continue
-        for sig, p_adj in zip(tested, stats.adjust_pvalues([g.p_value for g in tested], method=s.correction)):
-            sig.p_adjusted = float(p_adj)
-            hit = p_adj < s.alpha and _material(sig, s)
+        hypotheses = [(g, LOCATION, g.p_value) for g in tested] + [
+            (g, TAIL, t.tail.p_value)
+            for g in tested
+            if (t := _tests_of(g, perf_tests)) is not None and t.tail is not None
+        ]
+        adjusted = stats.adjust_pvalues([p for _, _, p in hypotheses], method=s.correction)
+        p_adj = {(id(g), which): float(p) for (g, which, _), p in zip(hypotheses, adjusted)}
+        for sig in tested:
+            t = _tests_of(sig, perf_tests)
+            if t is not None:
+                hit = _performance_verdict(sig, t, p_adj[(id(sig), LOCATION)], p_adj.get((id(sig), TAIL), math.nan), s)
+            else:
+                sig.p_adjusted = p_adj[(id(sig), LOCATION)]
+                hit = sig.p_adjusted < s.alpha and _material(sig, s)
             sig.verdict = ("shifted" if sig.family == "inputs" else "drift") if hit else "stable"
     for sig in signals:
         if not sig.decisive and not math.isnan(sig.p_value):
             # Context: raw p-value, "changed" beyond the margin, never a verdict of the family.
-            sig.verdict = "changed" if sig.p_value < s.alpha and _material(sig, s) else "stable"
+            t = _tests_of(sig, perf_tests)
+            if t is not None:
+                which = _decide_performance(
+                    sig, t, t.location.p_value, math.nan if t.tail is None else t.tail.p_value, s
+                )
+                sig.detail["decided_by"] = which
+                changed = bool(which)
+            else:
+                changed = sig.p_value < s.alpha and _material(sig, s)
+            sig.verdict = "changed" if changed else "stable"
     for f in FAMILIES:
         mine = [g for g in signals if g.family == f]
         decided = [g for g in mine if g.decisive and not math.isnan(g.p_adjusted)]

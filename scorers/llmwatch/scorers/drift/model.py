@@ -123,8 +123,8 @@ EFFECT_KINDS = {
 _SHORT = {"difference": "diff", "relative change": "rel", "distance": "dist", "separation": "sep"}
 EFFECT_LEGEND = (
     "effect: diff = current minus baseline (pass rate and share: 0.01 = 1 point; score: check units; "
-    "slope: pass share per turn); rel = relative change, +0.25 = 25 % higher (median, or the larger of "
-    "p50 and p95); dist = distance between the two distributions, >= 0, no sign (1-cos: answer-embedding "
+    "slope: pass share per turn); rel = relative change, +0.25 = 25 % higher (median; p50|p95: the larger of "
+    "p50 and p95, the smaller when lower; p95: where the tail test decided); dist = distance between the two distributions, >= 0, no sign (1-cos: answer-embedding "
     "centroids; TVD: total variation of a mix); sep = 2*AUC-1 of a classifier telling them apart; "
     "[95 % interval]: seeded bootstrap (turn_decay: the z test's normal interval); none for dist, sep and a failure-mode share (its mode is the one that moved most)"
 )
@@ -150,6 +150,23 @@ class Effect:
 
 # The text tables' short unit per effect unit, filled as families.py declares its effects.
 _LABELS: dict[str, str] = {}
+
+
+def corrected_tests(sig: Signal) -> int:
+    """How many tests of a signal entered the multiple-testing correction: a performance signal
+    has two (its location and tail tests, `detail.location` and `detail.tail`), others one."""
+    if math.isnan(sig.p_adjusted):
+        return 0
+    return max(
+        1, sum(isinstance(sig.detail.get(t), dict) and "p_adjusted" in sig.detail[t] for t in ("location", "tail"))
+    )
+
+
+def context_tests(sig: Signal) -> int:
+    """How many tests of a context row (never corrected, never deciding) ran."""
+    if sig.decisive or math.isnan(sig.p_value) or not math.isnan(sig.p_adjusted):
+        return 0
+    return max(1, sum(isinstance(sig.detail.get(t), dict) for t in ("location", "tail")))
 
 
 def effect_label(sig: Signal) -> str:

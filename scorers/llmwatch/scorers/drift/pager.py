@@ -24,7 +24,7 @@ which a stable stretch does not wear down. It alarms at c = S * samples per 30 d
 from `drift.pager_samples_per_s`): a stable version then pages at most `false_pages_per_30d`
 times per 30 days in expectation at that traffic. An alarm fires the signal's alert and resets
 its detector; while the regression lasts the detector alarms again (no new page); when it has
-gone `RESOLVE_AFTER` times the samples the last alarm took without one, the alert resolves. A new
+gone `RESOLVE_AFTER` times the samples the longest alarm of that page took without one, the alert resolves. A new
 baseline or a restarted window (served version changed) resolves everything of that version and
 starts afresh.
 
@@ -208,8 +208,8 @@ class _SignalState:
     detector: EDetector
     firing: bool = False
     decisive_at: datetime | None = None
-    # Samples the last alarm took; while firing, the detector must go RESOLVE_AFTER times this
-    # long without another alarm before the signal resolves.
+    # Samples the longest alarm of the current page took; while firing, the detector must go
+    # RESOLVE_AFTER times this long without another alarm before the signal resolves.
     decided_after: int = 0
     alarms: int = 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from llmwatch.core.config import Section
 
@@ -79,6 +79,10 @@ class MatrixSection(Section):
 
 class ShadowMargins(Section):
     """Non-inferiority margins of `llmwatch shadow report`: how much worse still counts as not worse."""
+
+    # `.inf` in the YAML (or `inf` in LLMWATCH_SHADOW__MARGINS__*) passed `ge=1.0` and read as no
+    # margin at all: every candidate "not worse" on that signal. Merged with Section's config.
+    model_config = ConfigDict(allow_inf_nan=False)
 
     # Pass rate of every check (and category): the candidate's may be at most this many points lower.
     pass_rate_points: float = Field(1.0, ge=0, le=100)

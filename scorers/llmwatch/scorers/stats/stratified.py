@@ -9,6 +9,9 @@ mix) does not move the statistic, while a change inside one stratum does.
   per stratum (1:1 matched prompts) its statistic is McNemar's.
 * `van_elteren`: the stratified Wilcoxon rank-sum test for a continuous value. With strata of one
   pair it reduces to a sign-type paired test; with one stratum it is Mann-Whitney.
+* `upper_tail`: the stratified exceedance test for a tail: within each stratum, how many current
+  values lie above the pooled p95, against the hypergeometric count that exchangeable samples
+  give; one-sided (the current side heavier), exact over the strata.
 * `stratified_chi2`: homogeneity of a categorical (failure modes) per stratum, chi-squares summed.
 * `stratified_mmd`: MMD on answer embeddings, labels permuted within strata, with as many
   permutations as the decision needs (adaptive, up to 10 000).
@@ -21,10 +24,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
+from scipy.special import gammaln
 
 from llmwatch.scorers.stats import twosample as stats
 
@@ -157,6 +161,90 @@ def van_elteren(
         len(keys),
         worst,
         {"median_shift": round(abs_shift, 6), **(_worst_median(base[worst], cur[worst], worst_p) if worst else {})},
+    )
+
+
+def _hypergeom_pmf(n: int, a: int, draws: int, lo: int, hi: int) -> np.ndarray:
+    """P(x) for x = lo..hi of the hypergeometric count (population n, a marked, `draws` drawn),
+    from log-gamma: a fraction of `scipy.stats.hypergeom`'s cost, for strata by the thousand."""
+    x = np.arange(lo, hi + 1, dtype=float)
+    log = _log_comb(float(a), x) + _log_comb(float(n - a), draws - x) - _log_comb(float(n), np.asarray(float(draws)))
+    return np.exp(log)
+
+
+def _log_comb(n: float, k: np.ndarray) -> np.ndarray:
+    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+
+def upper_tail(
+    base: Mapping[str, Sequence[float]], cur: Mapping[str, Sequence[float]], *, q: float = 0.95
+) -> Stratified | None:
+    """Is the current side's upper tail heavier? A stratified exceedance test, one-sided.
+
+    Within each stratum both sides are pooled and cut at the pooled `q` quantile; `A` values lie
+    above it, `x` of them current. With no difference the samples are exchangeable within the
+    stratum, so given the pooled values `x` is hypergeometric (N, A, n_current) whatever the
+    distribution, its ties and the baseline's own noise: the cut is a function of the pooled values
+    only. (A cut at the baseline's p95 alone would not be: its sampling error inflates the count's
+    variance by about 1 + n_current / n_baseline, and a binomial against 5 % ignores that.) The
+    strata's counts are summed (Cochran-Mantel-Haenszel's numerator) and the one-sided p-value is
+    the exact upper tail of that sum (the strata's pmfs convolved), so a few exceedances a stratum
+    get no normal approximation. Statistic: the standardised excess, (x - E) / sd; effect: the
+    baseline-mix weighted share of current values above the cut minus the baseline's share.
+    A location test cannot see a tail that grew while the median stayed or fell; this one can.
+    """
+    keys = [k for k in base if len(base[k]) and len(cur.get(k, ()))]
+    if not keys:
+        return None
+    x_all = mean = var = 0.0
+    pmf = np.ones(1)
+    above_b = above_c = 0
+    worst, worst_p = "", 1.0
+    w = _weights({k: len(base[k]) for k in keys}, keys)
+    effect = 0.0
+    for k in keys:
+        b, c = np.asarray(base[k], float), np.asarray(cur[k], float)
+        nb, nc = len(b), len(c)
+        n = nb + nc
+        cut = float(np.quantile(np.concatenate([b, c]), q))
+        xb, xc = int((b > cut).sum()), int((c > cut).sum())
+        a = xb + xc
+        above_b += xb
+        above_c += xc
+        effect += w[k] * (xc / nc - xb / nb)
+        if a == 0 or n < 2:
+            continue  # all tied at the top: the stratum cannot differ in its tail
+        lo, hi = max(0, a - nb), min(a, nc)
+        p_k = _hypergeom_pmf(n, a, nc, lo, hi)
+        pmf = np.convolve(pmf, np.concatenate([np.zeros(lo), p_k]))
+        x_all += xc
+        mean += nc * a / n
+        var += nb * nc * a * (n - a) / (n * n * (n - 1))
+        if min(nb, nc) >= 10:
+            tail_k = float(p_k[xc - lo :].sum())
+            if tail_k < worst_p:
+                worst, worst_p = k, tail_k
+    if var > 0:
+        z = (x_all - mean) / math.sqrt(var)
+        p = float(min(1.0, max(0.0, pmf[int(x_all) :].sum())))
+    else:
+        z, p = 0.0, 1.0
+    nb_all, nc_all = sum(len(base[k]) for k in keys), sum(len(cur[k]) for k in keys)
+    return Stratified(
+        "p95_exceedance",
+        z,
+        p,
+        effect,
+        nb_all,
+        nc_all,
+        len(keys),
+        worst,
+        {
+            "quantile": q,
+            "current_above": round(above_c / nc_all, 4),
+            "baseline_above": round(above_b / nb_all, 4),
+            **({"worst_stratum_p": worst_p} if worst else {}),
+        },
     )
 
 
@@ -297,7 +385,10 @@ def stratified_mmd(
 
 # ---------------------------------------------------------------------------- effect intervals
 
-EFFECTS = ("rate_difference", "median_shift", "relative_median_shift", "quantile_change")
+# The performance effects (drift.families): of the p50 and p95 relative changes, the larger (the
+# current side ranks higher), the smaller (it ranks lower), or the p95's alone (the tail test decided).
+QUANTILE_EFFECTS = ("quantile_change", "quantile_fall", "p95_change")
+EFFECTS = ("rate_difference", "median_shift", "relative_median_shift", *QUANTILE_EFFECTS)
 
 
 def _flat(groups: Mapping[str, Sequence[float]], codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -344,8 +435,26 @@ def _effect(kind: str, bc: np.ndarray, bv: np.ndarray, cc: np.ndarray, cv: np.nd
         shift = float((w[shared] * (mc[shared] - mb[shared])).sum())
         level = float((w[shared] * mb[shared]).sum())
         return shift / abs(level) if kind == "relative_median_shift" and level else shift
-    # quantile_change: the larger relative change of p50 and p95, the current side reweighted to
-    # the baseline's stratum mix over shared strata (`reweighted_quantiles`).
+    r50, r95 = _quantile_changes(bc, bv, cc, cv, n_codes)
+    return _pick(kind, r50, r95)
+
+
+def _pick(kind: str, r50: float, r95: float) -> float:
+    if math.isnan(r50):
+        return math.nan
+    return max(r50, r95) if kind == "quantile_change" else min(r50, r95) if kind == "quantile_fall" else r95
+
+
+def _quantile_changes(
+    bc: np.ndarray, bv: np.ndarray, cc: np.ndarray, cv: np.ndarray, n_codes: int
+) -> tuple[float, float]:
+    """The relative changes of p50 and p95, the current side reweighted to the baseline's stratum
+    mix over shared strata (`reweighted_quantiles`); NaN where no stratum is on both sides."""
+    nb, nc = np.bincount(bc, minlength=n_codes), np.bincount(cc, minlength=n_codes)
+    shared = (nb > 0) & (nc > 0)
+    if not shared.any():
+        return math.nan, math.nan
+    w = np.where(shared, nb, 0) / nb[shared].sum()
     keep_b, keep_c = shared[bc], shared[cc]
     b, c = bv[keep_b], cv[keep_c]
     cw = (w / np.maximum(nc, 1))[cc[keep_c]]
@@ -353,7 +462,7 @@ def _effect(kind: str, bc: np.ndarray, bv: np.ndarray, cc: np.ndarray, cv: np.nd
     for q in (0.5, 0.95):
         bq = float(np.quantile(b, q))
         changes.append(_weighted_quantile(c, cw, q) / bq - 1 if bq else 0.0)
-    return max(changes)
+    return changes[0], changes[1]
 
 
 def effect_interval(
@@ -376,6 +485,22 @@ def effect_interval(
     """
     if kind not in EFFECTS:
         raise ValueError(f"kind must be one of {', '.join(EFFECTS)}, got {kind!r}")
+    out = _resampled(base, cur, lambda *sides: _effect(kind, *sides), width=1, draws=draws, seed=seed)
+    return None if out is None else _percentiles(out[:, 0], confidence)
+
+
+def _resampled(
+    base: Mapping[str, Sequence[float]],
+    cur: Mapping[str, Sequence[float]],
+    statistic: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], Any],
+    *,
+    width: int,
+    draws: int,
+    seed: int,
+) -> np.ndarray | None:
+    """`statistic` (of `width` values) over `draws` seeded resamples of both sides, each side drawn
+    whole with its strata (`effect_interval`); the draws whose first value is defined, or None
+    when most left no stratum on both sides (no interval worth printing)."""
     codes: dict[str, int] = {}
     bc, bv = _flat(base, codes)
     cc, cv = _flat(cur, codes)
@@ -383,13 +508,38 @@ def effect_interval(
         return None
     n_codes = len(codes)
     rng = np.random.default_rng(seed)
-    out = np.empty(draws)
+    out = np.empty((draws, width))
     for i in range(draws):
         ib = rng.integers(0, len(bv), len(bv))
         ic = rng.integers(0, len(cv), len(cv))
-        out[i] = _effect(kind, bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
-    out = out[~np.isnan(out)]
-    if len(out) < draws // 2:
-        return None  # most draws left no stratum on both sides: no interval worth printing
+        out[i] = statistic(bc[ib], bv[ib], cc[ic], cv[ic], n_codes)
+    out = out[~np.isnan(out[:, 0])]
+    # At least one defined draw: with `draws` 1, half of it is 0, and an empty array has no percentile.
+    return out if len(out) >= max(1, draws // 2) else None
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2
-    return float(np.quantile(out, tail)), float(np.quantile(out, 1 - tail))
+    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
+
+
+def quantile_change_intervals(
+    base: Mapping[str, Sequence[float]],
+    cur: Mapping[str, Sequence[float]],
+    *,
+    draws: int = 400,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, tuple[float, float] | None]:
+    """`effect_interval` of each of QUANTILE_EFFECTS from one set of draws (the same draws, so
+    `quantile_change`'s interval is the one `effect_interval` gives): a performance signal's effect
+    is one of them, which one known only once its tests are corrected (drift.families)."""
+    out = _resampled(base, cur, _quantile_changes, width=2, draws=draws, seed=seed)
+    if out is None:
+        return dict.fromkeys(QUANTILE_EFFECTS)
+    picked = {
+        "quantile_change": out.max(axis=1),
+        "quantile_fall": out.min(axis=1),
+        "p95_change": out[:, 1],
+    }
+    return {k: _percentiles(v, confidence) for k, v in picked.items()}

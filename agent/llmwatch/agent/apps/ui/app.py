@@ -36,6 +36,7 @@ import structlog
 from aiohttp import web
 
 from llmwatch.agent.apps.review import no_tracebacks, secure_headers
+from llmwatch.agent.apps.ui.given_files import check_given
 from llmwatch.agent.apps.ui.index import (
     CONVERSATION_ORDERS,
     FAILURE_MODES,
@@ -60,7 +61,7 @@ log = structlog.get_logger(__name__)
 
 COOKIE = "llmwatch_ui_token"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# Redaction placeholders as the pipeline writes them ([EMAIL], [CREDIT_CARD], [API_KEY] ...).
+# Redaction placeholders as the pipeline writes them ([EMAIL], [CARD], [SECRET], [REDACTED] ...: pii.PLACEHOLDERS).
 REDACTION_MARK = re.compile(r"\[[A-Z][A-Z0-9_]{1,40}\]")
 
 
@@ -1024,6 +1025,7 @@ def run(
                 problem = "is a directory, not a file" if Path(p).is_dir() else "no such file"
                 what = "a suite .jsonl" if name == "--suite" else "a `llmwatch drift --format json` report"
                 raise UiError(f"{name} {p}: {problem}; give {what}")
+            check_given(name, p, UiError)
     token = resolve_token(auth, host, token_file)
     if token is None and host not in LOOPBACK:
         log.warning(

@@ -9,6 +9,10 @@ and answer text (for text search and the list's snippets) and each score's verdi
 a sample's page reads the whole record back from its file (`read_record`), so the request and
 response documents are never held in memory.
 
+A data directory's files are opened without following links (`links.open_inside`, design record
+0062) and read through that descriptor: DuckDB is given `/proc/self/fd/N`, which reopens the file
+the descriptor holds, never the name; a file swapped for a link after the listing is refused.
+
 Every value from a request reaches DuckDB as a bound parameter; only this module's own SQL text
 is ever formatted into a statement.
 """
@@ -36,7 +40,7 @@ import orjson
 import structlog
 
 from llmwatch.core import parquet
-from llmwatch.core.links import refuse_link
+from llmwatch.core.links import open_inside, refuse_link
 from llmwatch.core.records import RecordError
 
 log = structlog.get_logger(__name__)
@@ -49,7 +53,18 @@ SORTS = ("time", "latency", "ttft", "cost", "tokens")
 # longest first, or most recent first.
 CONVERSATION_ORDERS = ("decay", "turns", "recent")
 OUTCOMES = ("pass", "fail", "error", "skip")
-FAILURE_MODES = ("any", "error", "refusal", "invalid_json", "truncated", "empty", "ok")
+# The labels of MODES_SQL (scorers/llmwatch/scorers/drift/features.py `failure_mode`), "any" for all but ok.
+FAILURE_MODES = (
+    "any",
+    "error",
+    "refusal",
+    "invalid_json",
+    "tool_calls",
+    "truncated",
+    "empty",
+    "confident_unstable",
+    "ok",
+)
 # What a Grafana variable set to "All" interpolates to (`${version:csv}` with allValue ".*"):
 # no filter, not a version named ".*".
 ALL_VALUES = frozenset({"", ".*", "$__all", "All", "all"})
@@ -156,6 +171,9 @@ PAIR_COLUMNS = _columns(
     }
 )
 READ = "format = 'newline_delimited', ignore_errors = true, filename = true, maximum_object_size = 67108864"
+# Where DuckDB reopens a descriptor this process holds: the file the descriptor refers to, whatever
+# is at its name now (Linux's /proc; /dev/fd elsewhere).
+FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
 
 SAMPLES_SQL = f"""
 SELECT filename AS file, id, {_timestamp("timestamp")} AS ts,
@@ -226,10 +244,13 @@ SELECT s.id,
          WHEN s.status >= 400 OR s.error_type IS NOT NULL THEN 'error'
          WHEN bool_or(sc.kind = 'refusal' AND sc.result = 'fail') THEN 'refusal'
          WHEN bool_or(sc.kind = 'json_valid' AND sc.result = 'fail') THEN 'invalid_json'
+         WHEN bool_or(sc.kind = 'tool_call' AND sc.result = 'fail') THEN 'tool_calls'
          WHEN s.finish_reason = 'length' THEN 'truncated'
          WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail'
                       AND (sc.details->>'truncated' = 'true' OR sc.details LIKE '%length%')) THEN 'truncated'
          WHEN bool_or(sc.kind = 'not_empty_or_truncated' AND sc.result = 'fail') THEN 'empty'
+         WHEN bool_or(sc.kind = 'consistency' AND sc.result = 'fail'
+                      AND sc.details->>'confident_unstable' = 'true') THEN 'confident_unstable'
          ELSE 'ok'
        END AS failure_mode,
        string_agg(DISTINCT sc."check", ', ' ORDER BY sc."check") FILTER (WHERE sc.result = 'fail') AS failed
@@ -725,16 +746,51 @@ class Index:
 
     def _read_whole(self, kind: Kind, stale: list[str], current: dict[str, FileState]) -> None:
         """New or replaced files, read whole: JSON Lines files in one read_json, part files one by one."""
-        lines = [p for p in stale if not p.endswith(".parquet")]
-        if lines:
-            # Whole lines only count as read: a torn last line is read again once whole.
-            for path in lines:
-                current[path].offset = _last_line_end(path, current[path].size)
-            # One read_json over every changed file: DuckDB reads them in parallel.
-            self.db.execute(f"INSERT INTO {kind.table} {kind.select}", [lines])
+        opened = self._open_lines(kind, [p for p in stale if not p.endswith(".parquet")], current)
+        try:
+            if opened:
+                # Whole lines only count as read: a torn last line is read again once whole.
+                for path, fd in opened.items():
+                    current[path].offset = _last_line_end(fd, current[path].size)
+                # One read_json over every changed file (DuckDB reads them in parallel), each through
+                # its descriptor; the `file` column names the file, not the descriptor.
+                names, fds = list(opened), [f"{FD_DIR}/{fd}" for fd in opened.values()]
+                self.db.execute(
+                    f"INSERT INTO {kind.table} SELECT * REPLACE "
+                    "(list_extract(CAST(? AS VARCHAR[]), list_position(CAST(? AS VARCHAR[]), file)) AS file) "
+                    f"FROM ({kind.select}) AS t",
+                    [names, fds, fds],
+                )
+        finally:
+            for fd in opened.values():
+                os.close(fd)
         if any(p.endswith(".parquet") for p in stale):
             self.db.execute(f"INSERT INTO {kind.table} SELECT * FROM {STAGE}")
             self.db.execute(f"DELETE FROM {STAGE}")
+
+    def _open_lines(self, kind: Kind, paths: list[str], current: dict[str, FileState]) -> dict[str, int]:
+        """A descriptor of each JSON Lines file in `paths`, opened from the data directory without
+        following links (the listing's rule, at the open too: a file swapped for a link after the
+        listing was read through it). One that cannot be opened so is left out of `current` (not
+        read, so looked at again next round) with a warning, as an unreadable part file is; its
+        state is the descriptor's, so that what is read and what is recorded are the same file."""
+        opened: dict[str, int] = {}
+        try:
+            for path in paths:
+                try:
+                    fd = open_inside(path, self.data_dir)
+                except (RecordError, OSError) as exc:
+                    current.pop(path, None)
+                    log.warning("ui.file_unreadable", kind=kind.folder, file=path, error=str(exc)[:300])
+                    continue
+                st = os.fstat(fd)
+                current[path] = FileState(st.st_size, st.st_mtime_ns, st.st_ino)
+                opened[path] = fd
+        except BaseException:
+            for fd in opened.values():
+                os.close(fd)
+            raise
+        return opened
 
     def _files(self, kind: Kind) -> dict[str, FileState]:
         """The kind's files now: its JSON Lines files and its Parquet part files (`<dir>/<kind>/**`,
@@ -793,6 +849,11 @@ class Index:
         if found != kind.folder:
             raise RecordError(f"a part file of {found}, not {kind.folder}")
         schema = file.schema_arrow
+        # Another tool's file (no llmwatch.kind) under samples/: its missing columns would be filled
+        # with nulls below and its rows dropped without a word.
+        problem = parquet.not_of_kind(kind.folder, schema.names)
+        if problem:
+            raise RecordError(problem)
         batches = file.iter_batches(batch_size=parquet.batch_rows(file, 4096))
         # Columns added to the schema after a file was written (optional fields) read as nulls.
         missing = [f for f in parquet.arrow_schema()[kind.folder] if f.name not in schema.names]
@@ -814,9 +875,15 @@ class Index:
 
     def _read_tail(self, kind: Kind, path: str, state: FileState) -> None:
         try:
-            with open(path, "rb") as fh:
+            # Without following links, as a whole read (`_open_lines`).
+            with os.fdopen(open_inside(path, self.data_dir), "rb") as fh:
+                if os.fstat(fh.fileno()).st_ino != state.inode:
+                    return  # replaced since the listing: the next round reads it whole
                 fh.seek(state.offset)
                 chunk = fh.read(state.size - state.offset)
+        except RecordError as exc:
+            log.warning("ui.file_unreadable", kind=kind.folder, file=path, error=str(exc)[:300])
+            return
         except OSError:
             return  # gone or unreadable now: the next round sees it
         end = chunk.rfind(b"\n") + 1
@@ -1019,19 +1086,18 @@ class Index:
             self._remove_spill()
 
 
-def _last_line_end(path: str, size: int) -> int:
-    """The offset just past the last newline within the first `size` bytes of `path` (0 if none)."""
+def _last_line_end(fd: int, size: int) -> int:
+    """The offset just past the last newline within the first `size` bytes of the open file `fd`
+    (0 if none); read with pread, so the descriptor's own offset is left as it was."""
     block = 1 << 16
     try:
-        with open(path, "rb") as fh:
-            end = size
-            while end > 0:
-                start = max(0, end - block)
-                fh.seek(start)
-                at = fh.read(end - start).rfind(b"\n")
-                if at >= 0:
-                    return start + at + 1
-                end = start
+        end = size
+        while end > 0:
+            start = max(0, end - block)
+            at = os.pread(fd, end - start, start).rfind(b"\n")
+            if at >= 0:
+                return start + at + 1
+            end = start
     except OSError:
         pass
     return 0
@@ -1047,7 +1113,12 @@ def read_record(path: str, record_id: str, folder: str | os.PathLike[str] | None
     if path.endswith(".parquet"):
         return read_parquet_record(path, record_id, folder)
     try:
-        fh = open(path, "rb")
+        # From the data directory without following links, as the index read it (`folder` None: a
+        # file named on its own, followed).
+        fh = open(path, "rb") if folder is None else os.fdopen(open_inside(path, folder), "rb")
+    except RecordError as exc:
+        log.warning("ui.record_unreadable", file=path, error=str(exc)[:300])
+        return None
     except OSError:
         return None
     with fh:

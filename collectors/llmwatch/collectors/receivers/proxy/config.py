@@ -85,9 +85,9 @@ class CaptureSection(Section):
     # after the client has its answer, in batches: up to `finish_batch` calls, at most
     # `finish_linger_s` after the first of them. Run one call at a time, its code and data were
     # cold every time and it cost three times as much (docs/design/0066-finish-in-batches.md).
-    # Metrics (a scrape runs what waits first) and samples lag by the linger at most; 0 runs each
-    # call at once, and so does a proxy with a component that follows each call (shadow, the
-    # consistency probe, OTLP spans), which must not get calls in bursts.
+    # Metrics (a scrape runs what waits first) and samples lag by the linger at most; a linger of 0
+    # (or a batch of 1) runs each call at once, and so does a proxy with a component that follows
+    # each call (shadow, the consistency probe, OTLP spans), which must not get calls in bursts.
     finish_batch: int = Field(32, ge=1, le=1024)
     finish_linger_s: float = Field(0.25, ge=0.0, le=5.0)
 
@@ -150,7 +150,7 @@ class ProxyMetrics(MetricGroup):
     )
     capture_skipped = counter(
         "llmwatch_capture_skipped",
-        "Calls forwarded but not (fully) captured, by reason (body_too_large, request_not_json, ...).",
+        "Calls forwarded but not (fully) captured, by reason (request_too_large, request_not_json, ...).",
         ["reason"],
     )
     proxy_errors = counter(
