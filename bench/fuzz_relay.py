@@ -2,7 +2,8 @@
 
 With `--differential`: the same cases to two proxies, `proxy.engine` python and native (design
 record 0067), and what each client and each upstream saw compared; any difference is a finding.
-With `--forward` as well, the native engine forwards plain calls in C (`DATAPLANE_FORWARD=1`).
+The native engine forwards plain calls in C as it serves; with `--front-door` it only accepts and reads
+first heads, handing every connection to the relay (`DATAPLANE_FORWARD=0`).
 
 Starts a real `llmwatch proxy` in front of a scripted upstream (tests/helpers/relay_fuzz.py), draws
 N random request cases and N response cases from the same generators as the short run in
@@ -111,7 +112,12 @@ def main() -> int:
     parser.add_argument(
         "--forward",
         action="store_true",
-        help="with --differential: the native engine forwards plain calls in C (DATAPLANE_FORWARD=1)",
+        help="with --differential: the native engine forwards plain calls in C (the default; kept for old command lines)",
+    )
+    parser.add_argument(
+        "--front-door",
+        action="store_true",
+        help="with --differential: C only reads first heads and hands every connection over (DATAPLANE_FORWARD=0)",
     )
     args = parser.parse_args()
     findings: list[tuple[str, bytes, str]] = []
@@ -120,7 +126,10 @@ def main() -> int:
     started = time.monotonic()
     if args.differential:
         with tempfile.TemporaryDirectory() as tmp:
-            relays = [Relay(Path(tmp) / "python"), Relay(Path(tmp) / "native", engine="native", forward=args.forward)]
+            relays = [
+                Relay(Path(tmp) / "python"),
+                Relay(Path(tmp) / "native", engine="native", forward=not args.front_door),
+            ]
             try:
                 for kind, strategy in (("request", requests()), ("response", responses())):
                     run = _differential(relays, kind, strategy, verdicts, findings, args.cases, examples)

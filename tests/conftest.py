@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import structlog
+from helpers.engines import setting
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from helpers.kafka_broker import kafka_broker  # noqa: E402,F401
@@ -103,9 +104,8 @@ async def make_agent(tmp_path: Path, proxy_engine: str):
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
         # Scoring (a child process with the embedding model) only where a test asks for it.
         sections.setdefault("scoring", {"enabled": False})
-        forward = proxy_engine == "native-forward"  # helpers.engines.FORWARD
-        if proxy_engine != "python":
-            sections["proxy"] = {"engine": "native" if forward else proxy_engine, **(sections.get("proxy") or {})}
+        engine, forward = setting(proxy_engine)  # the default `auto` would pick by what is built
+        sections["proxy"] = {"engine": engine, **(sections.get("proxy") or {})}
         overrides = {
             "upstream": upstream,
             "listen": "127.0.0.1:0",

@@ -418,9 +418,9 @@ async def test_a_full_ring_relays_the_calls_and_counts_their_capture_as_lost(mak
         assert [e.exchange.request_id for e in finished.events] == ["fwd-1", "fwd-1"]
 
 
-@pytest.mark.parametrize("proxy_engine", ["native-forward"])
+@pytest.mark.parametrize("proxy_engine", ["native"])
 async def test_calls_c_is_forwarding_are_in_flight_and_the_engine_is_exposed(make_agent, proxy_engine):
-    """proxy.engine native with DATAPLANE_FORWARD=1: llmwatch_proxy_in_flight_requests counts the
+    """proxy.engine native: llmwatch_proxy_in_flight_requests counts the
     calls C holds (the relay's own clients hold none), and llmwatch_proxy_engine_info says which
     engine serves and that C forwards."""
     release = asyncio.Event()
@@ -448,7 +448,7 @@ async def test_calls_c_is_forwarding_are_in_flight_and_the_engine_is_exposed(mak
         assert agent.proxy.relay.front.stats()["forwarded"] == 1
 
 
-@pytest.mark.parametrize("proxy_engine", ["native-forward"])
+@pytest.mark.parametrize("proxy_engine", ["native"])
 async def test_an_https_upstream_keeps_the_front_door_and_the_relay_forwards(make_agent, proxy_engine):
     """C forwards to a plain-HTTP upstream only (TLS is the relay's): the proxy still starts, says so."""
     agent = await make_agent("https://127.0.0.1:9")

@@ -10,7 +10,8 @@ import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape
 from helpers.chat import CHAT, client
-from helpers.engines import all_engines as proxy_engine  # noqa: F401  (every test on both engines, and C forwarding)
+from helpers.engines import all_engines as proxy_engine  # noqa: F401  (every test on each engine, and C as a front door)
+from helpers.engines import setting
 from helpers.upstreams import echo_app, gated_stream_app, serve
 from yarl import URL
 
@@ -278,7 +279,7 @@ async def test_the_engine_serving_calls_is_exposed(sim, make_agent, request):
     param = request.node.callspec.params["proxy_engine"]
     agent = await make_agent(sim.url)
     samples = await scrape(agent)
-    forwarding = "true" if param == "native-forward" else "false"
-    engine = "native" if param == "native-forward" else param
+    engine, forward = setting(param)
+    forwarding = "true" if forward else "false"
     assert metric(samples, "llmwatch_proxy_engine_info", engine=engine, forwarding=forwarding) == 1
     assert sum(v for (name, _), v in samples.items() if name == "llmwatch_proxy_engine_info") == 1

@@ -61,7 +61,7 @@ CALLS = 48
 
 @pytest.fixture(params=ALL_ENGINES)
 def proxy_and_b(tmp_path: Path, request: pytest.FixtureRequest):
-    """The simulator's version B behind a real `llmwatch proxy` of each engine (native-forward:
+    """The simulator's version B behind a real `llmwatch proxy` of each engine (native:
     C forwards the calls, and its ring hands them to the scorer's path)."""
     sim = start_simulator("--profile", "B", "--latency-scale", "0")
     started = [sim]

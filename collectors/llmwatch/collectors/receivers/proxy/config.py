@@ -43,12 +43,15 @@ class ProxySection(Section):
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
 
-    # Which engine serves calls: `python`, the relay core (relay.py), or `native`, the C data plane
-    # (design record 0067), there only when the package was installed with a C compiler. In this
-    # milestone `native` is its front door: a C thread accepts connections and reads each one's
-    # first request head, then the Python relay answers every call, so both engines answer alike.
+    # Which engine serves calls (design record 0067): `native`, the C data plane (a thread that
+    # accepts, forwards plain HTTP/1.1 calls and streams itself and hands every other case to the
+    # relay), there only when the package was built with a C compiler; `python`, the relay core
+    # (relay.py) alone; `auto` (the default), `native` where it can serve this configuration and
+    # `python` elsewhere: without the C extension, for an https upstream (TLS is the relay's), and
+    # for an upstream named by DNS (C resolves it once at start-up, the relay on every connection).
+    # The `relay_engine` log line and llmwatch_proxy_engine_info say which serves and why.
     # `native` without the C extension is refused at start-up.
-    engine: Literal["python", "native"] = "python"
+    engine: Literal["auto", "python", "native"] = "auto"
 
     @model_validator(mode="before")
     @classmethod
@@ -58,10 +61,10 @@ class ProxySection(Section):
         if isinstance(data, dict) and "engine" in data:
             if data["engine"] == "relay":
                 return {**data, "engine": "python"}
-            if data["engine"] not in ("python", "native"):
+            if data["engine"] not in ("auto", "python", "native"):
                 raise ValueError(
                     f"engine {data['engine']!r} is no longer available (the aiohttp core was removed): delete the "
-                    "`engine:` line from the proxy section, or set `python` (the relay core) or `native` (its C front door)"
+                    "`engine:` line from the proxy section, or set `auto` (the default), `python` (the relay core) or `native` (the C data plane)"
                 )
         return data
 

@@ -4,10 +4,10 @@ planner, and its front door.
 The extension is built by `hatch_build.py` when a C compiler is present; without it, or when it
 fails to load, `load()` says why and the Python relay serves every call. It has the two head
 decisions (`Planner.plan`, `Planner.respond`) and the front door (`NativeFront`: C accepts and
-reads heads; `proxy.engine: native` hands every connection to the Python relay). With
-`forward=True` (DATAPLANE_FORWARD=1, not a setting yet: design record 0067) C forwards plain calls
-itself, and the calls it ends reach the proxy's metrics and finish path through the ring
-(`NativeFront._drain`).
+reads heads). With `forward=True` (the native engine, `proxy.engine: native` or `auto`'s choice)
+C forwards plain calls itself and hands the rest to the Python relay, and the calls it ends reach
+the proxy's metrics and finish path through the ring (`NativeFront._drain`); without it
+(DATAPLANE_FORWARD=0, the benchmark's and the fuzzer's switch) it hands every connection over.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The relay core of the proxy, its only engine: raw asyncio Protocols, bytes forwarded as they arrive.
+"""The relay core of the proxy: raw asyncio Protocols, bytes forwarded as they arrive. Every call
+the C data plane does not forward itself (design record 0067) is answered here.
 
 Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
 server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
@@ -922,6 +923,41 @@ class _Upstream(asyncio.Protocol):
             return True
 
 
+def choose_engine(setting: str, *, https: bool, host: str) -> tuple[str, str]:
+    """(the engine that serves, why): `proxy.engine` as set, or for `auto` the C data plane where it
+    can serve this configuration as the relay would (design record 0067)."""
+    if setting != "auto":
+        return setting, "set in proxy.engine"
+    from llmwatch.collectors.receivers.proxy import native
+
+    extension, why = native.load()
+    if extension is None:
+        return "python", why
+    if https:
+        return "python", "the upstream is https: TLS is the relay's"
+    if not _address_literal(host):
+        # C resolves the upstream once, at start-up, and connects to the first address (its thread
+        # never blocks on DNS); the relay resolves on every new connection and tries each address,
+        # so a name whose addresses move or differ keeps working.
+        return "python", (
+            f"the upstream is a name ({host}), not an IP address: set the address, or proxy.engine "
+            "native to resolve it once at start-up"
+        )
+    return "native", "the C extension is built and the upstream is plain HTTP at an IP address"
+
+
+def _address_literal(host: str) -> bool:
+    """Whether `host` is an IPv4 or IPv6 address. Not even `localhost`: it names 127.0.0.1 and ::1,
+    and the relay tries each in turn where C connects to the first only."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host.strip("[]"))
+        except OSError:
+            continue
+        return True
+    return False
+
+
 def _peek_closed(sock: Any) -> bool:
     """`peer_closed` without TCP_INFO (macOS, the BSDs): a non-blocking peek of one byte. b'' is
     the server's FIN, an error its reset; nothing to read (EAGAIN) is an open connection. A byte
@@ -1612,8 +1648,9 @@ class RelayServer:
         ).inc
         self.clients: set[_Client] = set()
         self.server: asyncio.AbstractServer | None = None
-        self.engine = p.engine
-        self.front: Any = None  # native.NativeFront, for proxy.engine native
+        self.setting = p.engine  # auto, python or native; `engine` is the one that serves (`start`)
+        self.engine = "python" if p.engine == "auto" else p.engine
+        self.front: Any = None  # native.NativeFront, when the native engine serves
         self.forwarding = False  # whether C forwards plain calls (native, plain-HTTP upstream)
         self.listen_sock: socket.socket | None = None
         self.closing = False
@@ -1635,31 +1672,34 @@ class RelayServer:
 
     async def start(self, sock: socket.socket) -> int:
         sock.setblocking(False)
-        if self.engine == "native":
-            # The C front door accepts and reads first heads on its own thread, and hands every
-            # connection to this server (`adopt`); the socket is held here, closed in `cleanup`.
+        engine, why = choose_engine(self.setting, https=self.pool.ssl is not None, host=self.pool.host)
+        forward = False
+        if engine == "native":
+            # The C front door accepts and reads first heads on its own thread, forwards plain
+            # calls itself, hands the rest to this server (`adopt`), and its ring hands the calls it
+            # ended to the proxy's finish path (design record 0067); the socket is held here,
+            # closed in `cleanup`.
             from llmwatch.collectors.receivers.proxy.native import NativeFront
 
+            # DATAPLANE_FORWARD=0 (not LLMWATCH_: that prefix is the configuration's) keeps C to the
+            # front door, handing every connection over: the benchmark's and the fuzzer's way to
+            # measure and compare that part alone.
+            forward = os.environ.get("DATAPLANE_FORWARD", "1") != "0"
             sock.listen(2048)  # as create_server does with the bound socket it is given
             self.listen_sock = sock
-            # DATAPLANE_FORWARD=1 (not LLMWATCH_: that prefix is the configuration's): C forwards
-            # plain calls itself and its ring hands them to the proxy's finish path (0067's third
-            # milestone). Not a setting yet: with it on, eight cases of the relay's suites still
-            # differ (C's own pool, relay.py constants the tests patch; design record 0067).
-            # An https upstream stays with the relay (TLS).
-            forward = os.environ.get("DATAPLANE_FORWARD") == "1"
             try:
                 self.front = NativeFront(self, sock, forward=forward)
-            except ValueError as exc:
+            except ValueError as exc:  # an upstream C cannot reach itself: https, a name that does not resolve
                 log.info("native_forward_off", reason=str(exc))
                 forward = False
                 self.front = NativeFront(self, sock, forward=False)
-            self.forwarding = forward
             self.front.start()
         else:
             self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        self.engine = engine
+        self.forwarding = forward
         self.proxy.metrics.engine_info.labels(self.engine, "true" if self.forwarding else "false").set(1)
-        log.info("relay_engine", engine=self.engine, forwarding=self.forwarding)
+        log.info("relay_engine", engine=self.engine, forwarding=self.forwarding, setting=self.setting, why=why)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
 
