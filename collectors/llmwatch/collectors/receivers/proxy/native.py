@@ -55,8 +55,9 @@ _COUNTS = (
 
 def forwarding(server: Any) -> dict[str, Any]:
     """`dataplane.Front`'s forwarding settings for a `relay.RelayServer`: the upstream's address
-    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers,
-    and what it captures (capture.routes as latin-1 bytes, as the relay compares a plain path).
+    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound (shared with
+    the relay's pool once started: `_Pool.share`), the answers, what it captures (capture.routes as
+    latin-1 bytes, as the relay compares a plain path), and relay.py's constants.
 
     Raises ValueError for an upstream C cannot reach (https: TLS is the relay's)."""
     pool = server.pool
@@ -75,6 +76,8 @@ def forwarding(server: Any) -> dict[str, Any]:
         "answers": server.error_answers(),
         "routes": tuple(r.encode("latin-1") for r in server.routes if _latin1(r)),
         "max_body_bytes": int(server.proxy.cfg.capture.max_body_bytes),
+        # relay.py's constants, read from the relay now: a test that changes one changes both engines
+        **server.dataplane_constants(),
     }
 
 
@@ -135,6 +138,7 @@ class NativeFront:
             ring_capacity=ring_capacity,
             **(forwarding(server) if forward else {}),
         )
+        self.forward = forward
         self.adopting: set[asyncio.Task[None]] = set()
         self.counted = (0,) * len(_COUNTS)  # `Front.drain`'s counts already in the metrics
         metrics = server.proxy.metrics
@@ -146,6 +150,10 @@ class NativeFront:
     def start(self) -> None:
         self.server.loop.add_reader(self.front.fileno(), self._take)
         self.front.start()
+        if self.forward:
+            # One bound of proxy.max_connections for both engines: the relay's pool takes its slots
+            # from C's count (design record 0067).
+            self.server.pool.share(self.front)
 
     def in_flight(self) -> int:
         """Calls C is forwarding (planned, not yet ended)."""
@@ -155,13 +163,18 @@ class NativeFront:
         return dict(self.front.stats())
 
     def _take(self) -> None:
-        # One eventfd for both: connections handed over, and calls C ended (the ring, its counts).
+        # One eventfd for all: connections handed over, calls C ended (the ring, its counts), and a
+        # pool slot C gave back while calls wait in the relay's pool.
         self._handed()
         self._drain()
+        self.server.pool.slot_freed()
 
     def _handed(self) -> None:
         for fd, prefix, kind, head_left_s in self.front.take():
             sock = socket.socket(fileno=fd)
+            if kind == self.native.GIVE_UPSTREAM:  # an idle upstream connection, for the relay's waiters
+                self.server.pool.adopt(sock)
+                continue
             if kind == self.native.GIVE_EXPIRED:
                 self.server.on_header_timeout()
                 sock.close()
