@@ -80,6 +80,8 @@ typedef struct {
     char *head;         /* malloc'd upstream head, for PLAIN */
     size_t head_len;
     int64_t content_length; /* -1: none */
+    int length_zero; /* no Content-Length, or its value the one byte "0": relay.py's test for a head
+                      * that is the whole request (`replay`); "00" is a body of 0 to it */
     int keep_alive;
     const char *method;
     span path; /* the target's path (before '?') */
@@ -283,6 +285,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
     size_t size = method_len + 1 + cfg->prefix.len + h->url.len + sizeof " HTTP/1.1\r\n" - 1;
     if (!cfg->preserve_host) size += cfg->host_header.len;
     int hosts = 0, has_auth = 0;
+    span length_value = {NULL, 0};
     for (size_t i = 0; i < h->n; i++) {
         if (!h->valued[i]) HAND_OVER("a header without a value callback");
         int kind = header_kind(h->names[i]);
@@ -294,6 +297,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
             if (!host_value_ok(h->values[i])) HAND_OVER("an invalid Host");
         }
         if (kind == K_AUTH) has_auth = 1;
+        if (name_is(h->names[i], "content-length")) length_value = h->values[i];
         size += h->names[i].len + 2 + h->values[i].len + 2;
     }
     if (hosts != 1) HAND_OVER("not exactly one Host");
@@ -334,6 +338,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
     out->head = buf;
     out->head_len = size;
     out->content_length = (parser.flags & F_CONTENT_LENGTH) ? (int64_t)parser.content_length : -1;
+    out->length_zero = length_value.at == NULL || (length_value.len == 1 && length_value.at[0] == '0');
     out->keep_alive = llhttp_should_keep_alive(&parser);
     out->method = method;
     out->path = path;
@@ -920,6 +925,9 @@ typedef struct {
     size_t max_body;
     rec **ring;
     size_t ring_cap, ring_head, ring_len;
+    /* The bytes the ring's records hold, and their bound: a record of up to about twice
+     * capture.max_body_bytes, 256 of them, could otherwise hold ~512 MiB while Python is behind. */
+    size_t ring_held, ring_bytes;
     unsigned long long ring_full, captured;
     /* Connections ended while an epoll batch is handled are freed after it: a later event of the
      * same batch may name one (a client and its upstream each have events). */
@@ -1099,6 +1107,12 @@ static void rec_capture(Front *f, rec *r, const char *data, size_t len) {
 /* The call's record, ended (`error`, E_NONE for a whole answer), joins the ring for Python; a full
  * ring drops it and counts it: the call was relayed, only its capture is lost. Python is woken when
  * the ring was empty (it drains the whole ring each time). */
+/* The bytes a record holds, for the ring's byte bound. */
+static size_t rec_size(const rec *r) {
+    return sizeof *r + r->path_len + r->req_head_len + r->req_body_len + r->resp_head_len + r->body_cap +
+           r->pieces_cap * (sizeof *r->ends + sizeof *r->times);
+}
+
 static void rec_finish(Front *f, fconn *c, int error) {
     rec *r = c->rec;
     if (r == NULL) return;
@@ -1106,8 +1120,9 @@ static void rec_finish(Front *f, fconn *c, int error) {
     r->t_end = now_s();
     if (error != E_NONE) r->error = error;
     int woke = 0;
+    size_t size = rec_size(r);
     pthread_mutex_lock(&f->lock);
-    if (r->broken || f->ring_len == f->ring_cap) {
+    if (r->broken || f->ring_len == f->ring_cap || f->ring_held + size > f->ring_bytes) {
         f->ring_full++;
         if (r->error == E_CLIENT_GONE) f->disconnected++; /* no Exchange will be judged: counted as the relay does without one */
         pthread_mutex_unlock(&f->lock);
@@ -1118,6 +1133,7 @@ static void rec_finish(Front *f, fconn *c, int error) {
     woke = f->ring_len == 0;
     f->ring[(f->ring_head + f->ring_len) % f->ring_cap] = r;
     f->ring_len++;
+    f->ring_held += size;
     f->captured++;
     pthread_mutex_unlock(&f->lock);
     if (woke) wake(f);
@@ -1957,7 +1973,9 @@ static void client_plan(Front *f, fconn *c, double now) {
     c->keep_alive = out.keep_alive;
     c->client_keep_alive = out.keep_alive;
     /* relay.py's call.replay: an idempotent method without a body (GET, PUT, DELETE, OPTIONS here) */
-    c->replay = out.content_length <= 0 && strcmp(out.method, "POST") != 0 && strcmp(out.method, "PATCH") != 0;
+    /* relay.py's rule: a replayable method (_REPLAYABLE) whose head is the whole request, judged
+     * on the Content-Length's text as the relay does (before, "00" counted as bodiless here) */
+    c->replay = out.length_zero && strcmp(out.method, "POST") != 0 && strcmp(out.method, "PATCH") != 0;
     c->sent_head = 0;
     c->done = 0;
     if (out.content_length > 0 && c->len - c->consumed < (size_t)out.content_length) {
@@ -2279,18 +2297,19 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
                              "connect_timeout_s", "read_timeout_s", "body_timeout_s",   "max_connections",
                              "answers",          "routes",          "max_body_bytes",   "ring_capacity",
                              "client_keepalive_s", "linger_s",      "upstream_idle_s",  "peer_check_idle_s",
-                             "pending_limit",    NULL};
+                             "pending_limit",    "ring_bytes",      NULL};
     PyObject *planner = NULL, *upstream = Py_None, *answers = Py_None, *routes = NULL;
     int listen_fd = -1;
     double header_timeout = 0, connect_timeout = 0, read_timeout = 0, body_timeout = 0;
     long max_connections = 0;
-    Py_ssize_t max_body = 1048576, ring_capacity = 256, body_limit = BODY_LIMIT;
+    Py_ssize_t max_body = 1048576, ring_capacity = 256, body_limit = BODY_LIMIT, ring_bytes = 64 << 20;
     double client_idle = CLIENT_IDLE_S, linger = LINGER_S, upstream_idle = UPSTREAM_IDLE_S;
     double peer_check_idle = PEER_CHECK_IDLE_S;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlOO!nnddddn", kwlist, &PlannerType, &planner, &listen_fd,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlOO!nnddddnn", kwlist, &PlannerType, &planner, &listen_fd,
                                      &header_timeout, &upstream, &connect_timeout, &read_timeout, &body_timeout,
                                      &max_connections, &answers, &PyTuple_Type, &routes, &max_body, &ring_capacity,
-                                     &client_idle, &linger, &upstream_idle, &peer_check_idle, &body_limit))
+                                     &client_idle, &linger, &upstream_idle, &peer_check_idle, &body_limit,
+                                     &ring_bytes))
         return -1;
     if (!(client_idle > 0 && linger > 0 && upstream_idle > 0 && peer_check_idle >= 0) || body_limit < 0) {
         PyErr_SetString(PyExc_ValueError, "client_keepalive_s, linger_s and upstream_idle_s must be positive, "
@@ -2328,8 +2347,9 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     if (upstream != Py_None &&
         Front_init_forward(self, upstream, connect_timeout, read_timeout, body_timeout, max_connections, answers) < 0)
         return -1;
-    if (max_body < 0 || ring_capacity < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_body_bytes must be at least 0 and ring_capacity at least 1");
+    if (max_body < 0 || ring_capacity < 1 || ring_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "max_body_bytes and ring_bytes must be at least 0 and ring_capacity at least 1");
         return -1;
     }
     if (routes != NULL && PyTuple_GET_SIZE(routes) > 0) { /* capture.routes, each as latin-1 bytes */
@@ -2358,6 +2378,7 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->ring_cap = (size_t)ring_capacity;
+    self->ring_bytes = (size_t)ring_bytes;
     Py_INCREF(planner);
     self->planner = planner;
     self->cfg = pl->cfg;
@@ -2570,7 +2591,10 @@ static PyObject *Front_drain(Front *self, PyObject *unused) {
         Py_END_ALLOW_THREADS n = self->ring_len;
         taken = n ? malloc(n * sizeof *taken) : NULL;
         if (taken == NULL) n = 0; /* out of memory: left in the ring for the next drain */
-        for (size_t i = 0; i < n; i++) taken[i] = self->ring[(self->ring_head + i) % self->ring_cap];
+        for (size_t i = 0; i < n; i++) {
+            taken[i] = self->ring[(self->ring_head + i) % self->ring_cap];
+            self->ring_held -= rec_size(taken[i]);
+        }
         self->ring_head = (self->ring_head + n) % self->ring_cap;
         self->ring_len -= n;
         counts[0] = self->unavailable, counts[1] = self->timeouts, counts[2] = self->interrupted;

@@ -178,7 +178,12 @@ async def test_a_large_stream_to_a_slow_client_arrives_whole(make_agent):
     assert got == SSE_HEAD + b"".join(chunked(pieces))
 
 
-@pytest.mark.parametrize("request_bytes", [GET, PLAIN], ids=["get", "post"])
+# A DELETE with `Content-Length: 00`: a body of 0 bytes, but not the relay's whole-head request
+# (its test is the value "0"), so not sent again. Before, C replayed it (design record 0067).
+DELETE_00 = b"DELETE /v1/files/f HTTP/1.1\r\nHost: x\r\nContent-Length: 00\r\n\r\n"
+
+
+@pytest.mark.parametrize("request_bytes", [GET, PLAIN, DELETE_00], ids=["get", "post", "delete-length-00"])
 @pytest.mark.parametrize("order", ["close-seen-first", "request-first"])
 async def test_an_idle_connection_its_upstream_closes_as_a_call_comes_is_handled_as_the_relay_does(
     make_agent, monkeypatch, request_bytes, order

@@ -37,6 +37,9 @@ def load() -> tuple[ModuleType | None, str]:
 # captured, counted as capture_skipped{reason="ring_full"}. Python drains the whole ring each time the
 # event loop runs its reader, so it fills only when the loop is that far behind.
 RING_CAPACITY = 256
+# ... and the bytes its records may hold together: a record keeps up to about twice
+# capture.max_body_bytes (request and response), so 256 of them could hold ~512 MiB at the default.
+RING_BYTES = 64 << 20
 
 # `Front.drain`'s error codes (dataplane.c's E_*) -> the relay's proxy_errors error_type.
 _ERRORS = {1: "upstream_unavailable", 2: "upstream_timeout", 3: "stream_interrupted", 4: "client_body_timeout"}
@@ -123,7 +126,13 @@ class NativeFront:
     """
 
     def __init__(
-        self, server: Any, sock: socket.socket, *, forward: bool = False, ring_capacity: int = RING_CAPACITY
+        self,
+        server: Any,
+        sock: socket.socket,
+        *,
+        forward: bool = False,
+        ring_capacity: int = RING_CAPACITY,
+        ring_bytes: int = RING_BYTES,
     ) -> None:
         native, why = load()
         if native is None:
@@ -136,6 +145,7 @@ class NativeFront:
             listen_fd=sock.fileno(),
             header_timeout_s=server.header_timeout_s,
             ring_capacity=ring_capacity,
+            ring_bytes=ring_bytes,
             **(forwarding(server) if forward else {}),
         )
         self.forward = forward
