@@ -910,6 +910,11 @@ typedef struct {
     int relay_waiting;
     unsigned long long upstreams_handed;
     long paused; /* upstreams not read now: their client has OUT_MARK unsent (atomic, read by stats()) */
+    /* Shutting down (`shutdown()`, atomic): the listener is no longer watched, connections between
+     * calls are closed, a call in flight finishes and its connection closes after it (the relay's
+     * `cleanup`); `held` counts the client connections the thread still holds (atomic). */
+    int closing, door_closed;
+    long held;
     uconn *idle;
     PyObject *answer_objs[A_COUNT];
     span answers[A_COUNT]; /* whole keep-alive answers: "HTTP/1.1 502 ...\r\n...\r\n\r\n{body}" */
@@ -1144,6 +1149,9 @@ static void fconn_unlink(Front *f, fconn *c) {
     else f->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
+    /* the last one gone while shutting down: Python stops waiting (`NativeFront.stop`) */
+    if (__atomic_sub_fetch(&f->held, 1, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&f->closing, __ATOMIC_RELAXED))
+        wake(f);
 }
 
 /* Registers `fd` for `events` (0: not at all). Level-triggered: a socket whose bytes this side
@@ -1377,6 +1385,7 @@ static void front_accept(Front *f, double now) {
         c->next = f->conns;
         if (f->conns) f->conns->prev = c;
         f->conns = c;
+        __atomic_add_fetch(&f->held, 1, __ATOMIC_RELAXED);
         count(f, &f->accepted);
     }
 }
@@ -1489,7 +1498,7 @@ static void call_finished(Front *f, fconn *c, double now) {
     c->sent_head = 0;
     c->done = 0;
     count(f, &f->forwarded);
-    if (!c->client_keep_alive) {
+    if (!c->client_keep_alive || __atomic_load_n(&f->closing, __ATOMIC_RELAXED)) {
         /* closed once its bytes are out (the whole body was read: nothing to linger for) */
         if (!obuf_pending(&c->out)) {
             drop(f, c);
@@ -2122,6 +2131,19 @@ static void *front_main(void *arg) {
                 uint64_t got;
                 ssize_t r = read(f->kick_fd, &got, sizeof got);
                 (void)r;
+                if (__atomic_load_n(&f->closing, __ATOMIC_RELAXED) && !f->door_closed) {
+                    /* Shutting down: no more accepts; a connection between calls (or reading a
+                     * head, or lingering after a 408) is closed, as the relay closes its idle ones;
+                     * calls in flight go on, their connections closed after them. */
+                    f->door_closed = 1;
+                    f->accept_resumes = 0;
+                    epoll_ctl(f->epfd, EPOLL_CTL_DEL, f->listen_fd, NULL);
+                    for (fconn *c = f->conns, *following; c; c = following) {
+                        following = c->next;
+                        if (c->state == C_HEAD || c->state == C_LINGER) drop(f, c);
+                    }
+                    if (__atomic_load_n(&f->held, __ATOMIC_RELAXED) == 0) wake(f);
+                }
                 /* Calls wait in the relay's pool: C's idle connections go to them, with their slots
                  * (`upstream_release`); without this a waiter sat out its connect timeout beside them. */
                 while (f->idle != NULL) {
@@ -2141,7 +2163,7 @@ static void *front_main(void *arg) {
                 continue;
             }
             if (tag == &f->listen_fd) {
-                front_accept(f, now);
+                if (!f->door_closed) front_accept(f, now);
                 continue;
             }
             if (*(int *)tag == 0) continue; /* ended earlier in this batch */
@@ -2435,7 +2457,7 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS pthread_join(self->thread, NULL);
     Py_END_ALLOW_THREADS self->stopped = 1;
     /* Connections still reading a head are closed, as the relay closes idle ones; calls still
-     * being forwarded are cut (a grace period, proxy.shutdown_timeout_s, is left to do). */
+     * being forwarded are cut (after `shutdown()`, only those past proxy.shutdown_timeout_s). */
     while (self->conns) drop(self, self->conns);
     while (self->idle) {
         uconn *u = self->idle;
@@ -2447,6 +2469,22 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
 }
 
 static PyObject *Front_fileno(Front *self, PyObject *unused) { return PyLong_FromLong(self->ready_fd); }
+
+/* Shutting down with a grace: see `closing`. Returns at once; `held()` falls to 0 as the calls in
+ * flight end (the eventfd is written when it does), then `stop()` cuts what is left. */
+static PyObject *Front_shutdown(Front *self, PyObject *unused) {
+    __atomic_store_n(&self->closing, 1, __ATOMIC_RELAXED);
+    if (self->kick_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(self->kick_fd, &one, sizeof one);
+        (void)w;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Front_held(Front *self, PyObject *unused) {
+    return PyLong_FromLong(__atomic_load_n(&self->held, __ATOMIC_RELAXED));
+}
 
 /* The pool's shared bound, from the relay's `_Pool` on the event loop (design record 0067). */
 static PyObject *Front_take_slot(Front *self, PyObject *unused) {
@@ -2647,6 +2685,10 @@ static PyMethodDef Front_methods[] = {
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
     {"in_flight", (PyCFunction)Front_in_flight, METH_NOARGS, "Calls C has planned and not yet ended."},
+    {"shutdown", (PyCFunction)Front_shutdown, METH_NOARGS,
+     "Accept no more, close the connections between calls, let calls in flight finish (their connections then "
+     "close); returns at once."},
+    {"held", (PyCFunction)Front_held, METH_NOARGS, "Client connections the thread holds."},
     {"take_slot", (PyCFunction)Front_take_slot, METH_NOARGS,
      "A slot of the pool's one bound (proxy.max_connections, both engines) for a connection the relay opens: "
      "True, taken; False, none free (C then opens none and hands its idle connections to the relay until "

@@ -258,6 +258,46 @@ async def test_the_relays_constants_patched_change_c_forwarding_too(make_agent, 
             await counted(front, forwarded=0, handed=1)  # a body over the limit streams, in the relay
 
 
+@pytest.mark.parametrize("proxy_engine", ["native-forward"])
+async def test_a_call_c_forwards_when_the_proxy_stops_finishes_within_the_shutdown_grace(make_agent, proxy_engine):
+    # The relay's `cleanup` gives calls in flight proxy.shutdown_timeout_s; a call C forwards gets
+    # the same (`Front.shutdown`): answered whole, then its connection closed. Before, the stop cut
+    # it at once: the client read the end of the connection and no answer.
+    release = asyncio.Event()
+    arrived = asyncio.Event()
+
+    async def held(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+        arrived.set()
+        await asyncio.wait_for(release.wait(), 20)
+        writer.write(OK_HEAD + OK_JSON)
+        await writer.drain()
+
+    async with RawUpstream(held) as upstream:
+        agent = await make_agent(upstream.url, proxy={"shutdown_timeout_s": 20})
+        relay = agent.proxy.relay
+        assert relay.forwarding
+        reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
+        try:
+            writer.write(PLAIN)
+            await asyncio.wait_for(arrived.wait(), 10)
+            await wait_until(lambda: relay.front.front.held() == 2)  # the call's and the idle connection
+            stopping = asyncio.ensure_future(relay.cleanup())
+            # The idle connection is closed at once; the call goes on.
+            assert await asyncio.wait_for(idle_reader.read(), 10) == b""
+            assert not stopping.done() and relay.front.in_flight() == 1
+            release.set()
+            got = await asyncio.wait_for(read_one(reader), 10)
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # and then closed
+            await asyncio.wait_for(stopping, 10)
+        finally:
+            writer.close()
+            idle_writer.close()
+    assert got == OK_HEAD + OK_JSON
+    assert relay.front.stats()["forwarded"] == 1 and relay.front.stats()["interrupted"] == 0
+
+
 async def test_a_client_that_does_not_read_pauses_cs_upstream_and_stats_say_so(make_agent):
     # As test_relay.py's case of that name observes the relay's paused upstream: 32 MiB, far more
     # than the socket buffers and C's mark of unsent bytes, to a client that reads nothing at first.

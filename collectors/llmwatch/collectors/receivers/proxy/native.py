@@ -149,6 +149,7 @@ class NativeFront:
             **(forwarding(server) if forward else {}),
         )
         self.forward = forward
+        self.closing: asyncio.Event | None = None  # set by `_take` once, shutting down, C holds no client
         self.adopting: set[asyncio.Task[None]] = set()
         self.counted = (0,) * len(_COUNTS)  # `Front.drain`'s counts already in the metrics
         metrics = server.proxy.metrics
@@ -178,6 +179,21 @@ class NativeFront:
         self._handed()
         self._drain()
         self.server.pool.slot_freed()
+        if self.closing is not None and self.front.held() == 0:
+            self.closing.set()
+
+    def shutdown(self) -> None:
+        """Accept no more and close C's connections between calls; its calls in flight finish
+        (`quiet`), as the relay's do in `cleanup`."""
+        self.closing = asyncio.Event()
+        self.front.shutdown()
+        if self.front.held() == 0:
+            self.closing.set()
+
+    async def quiet(self) -> None:
+        """Once C holds no client connection (after `shutdown`)."""
+        if self.closing is not None:
+            await self.closing.wait()
 
     def _handed(self) -> None:
         for fd, prefix, kind, head_left_s in self.front.take():
@@ -277,8 +293,9 @@ class NativeFront:
         sock.close()
 
     async def stop(self) -> None:
-        """Stop accepting; connections still reading their first head are closed; those already
-        handed over are the relay's (its `cleanup` bounds them)."""
+        """Stop the thread: connections it still holds are closed, calls still in flight cut (after
+        `shutdown` and `quiet`, none where they finished in time); those already handed over are the
+        relay's (its `cleanup` bounds them)."""
         self.server.loop.remove_reader(self.front.fileno())
         self.front.stop()  # calls still in flight are cut, and reach the ring as the relay's cut ones do
         self._take()

@@ -1940,6 +1940,13 @@ class RelayServer:
                 call.req_buf = bytearray()
         return call
 
+    async def _settled(self) -> None:
+        if self.clients:
+            self.drained = asyncio.Event()
+            await self.drained.wait()
+        if self.front is not None:
+            await self.front.quiet()
+
     async def cleanup(self) -> None:
         """Stop accepting; give calls in flight `proxy.shutdown_timeout_s`; then cut what is left."""
         self.closing = True
@@ -1948,18 +1955,20 @@ class RelayServer:
         if self.server is not None:
             self.server.close()
         if self.front is not None:
-            await self.front.stop()  # accepts no more; connections still reading a head are closed
-        if self.listen_sock is not None:
-            self.listen_sock.close()
+            # Accepts no more; its connections between calls are closed; the calls it forwards get
+            # the same grace as the relay's (before, they were cut at once).
+            self.front.shutdown()
         for client in list(self.clients):
             if client.current is None and client.transport is not None:
                 client.transport.close()  # idle: nothing to wait for
-        if self.clients:
-            self.drained = asyncio.Event()
-            try:
-                await asyncio.wait_for(self.drained.wait(), self.shutdown_timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            await asyncio.wait_for(self._settled(), self.shutdown_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        if self.front is not None:
+            await self.front.stop()  # cuts what C still holds
+        if self.listen_sock is not None:
+            self.listen_sock.close()  # after the C thread has stopped: it watched this descriptor
         for client in list(self.clients):
             if client.transport is not None:
                 client.transport.abort()
