@@ -80,6 +80,8 @@ typedef struct {
     char *head;         /* malloc'd upstream head, for PLAIN */
     size_t head_len;
     int64_t content_length; /* -1: none */
+    int length_zero; /* no Content-Length, or its value the one byte "0": relay.py's test for a head
+                      * that is the whole request (`replay`); "00" is a body of 0 to it */
     int keep_alive;
     const char *method;
     span path; /* the target's path (before '?') */
@@ -283,6 +285,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
     size_t size = method_len + 1 + cfg->prefix.len + h->url.len + sizeof " HTTP/1.1\r\n" - 1;
     if (!cfg->preserve_host) size += cfg->host_header.len;
     int hosts = 0, has_auth = 0;
+    span length_value = {NULL, 0};
     for (size_t i = 0; i < h->n; i++) {
         if (!h->valued[i]) HAND_OVER("a header without a value callback");
         int kind = header_kind(h->names[i]);
@@ -294,6 +297,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
             if (!host_value_ok(h->values[i])) HAND_OVER("an invalid Host");
         }
         if (kind == K_AUTH) has_auth = 1;
+        if (name_is(h->names[i], "content-length")) length_value = h->values[i];
         size += h->names[i].len + 2 + h->values[i].len + 2;
     }
     if (hosts != 1) HAND_OVER("not exactly one Host");
@@ -334,6 +338,7 @@ static void plan_request(const plan_cfg *cfg, head_scan *h, const char *data, si
     out->head = buf;
     out->head_len = size;
     out->content_length = (parser.flags & F_CONTENT_LENGTH) ? (int64_t)parser.content_length : -1;
+    out->length_zero = length_value.at == NULL || (length_value.len == 1 && length_value.at[0] == '0');
     out->keep_alive = llhttp_should_keep_alive(&parser);
     out->method = method;
     out->path = path;
@@ -759,15 +764,19 @@ static PyTypeObject PlannerType = {
  * handed over as expired: the relay counts it and closes the connection, as it does its own. */
 
 #define FRONT_READ 16384
-#define BODY_LIMIT (1 << 20)    /* relay.py's _PENDING_LIMIT: a bigger body streams, in Python */
-#define CLIENT_IDLE_S 75.0      /* relay.py's _CLIENT_KEEPALIVE_S */
-#define LINGER_S 5.0            /* relay.py's _LINGER_S */
-#define UPSTREAM_IDLE_S 4.0     /* relay.py's _UPSTREAM_IDLE_S */
-#define PEER_CHECK_IDLE_S 1.0   /* relay.py's _PEER_CHECK_IDLE_S */
+/* relay.py's constants, the defaults of `Front`'s keywords of the same meaning: `RelayServer` passes
+ * its own (`native.forwarding`), so a test that changes one changes both engines. */
+#define BODY_LIMIT (1 << 20)    /* _PENDING_LIMIT: a bigger body streams, in Python */
+#define CLIENT_IDLE_S 75.0      /* _CLIENT_KEEPALIVE_S */
+#define LINGER_S 5.0            /* _LINGER_S */
+#define UPSTREAM_IDLE_S 4.0     /* _UPSTREAM_IDLE_S */
+#define PEER_CHECK_IDLE_S 1.0   /* _PEER_CHECK_IDLE_S */
 #define MAX_CHUNK_LINE 8192     /* relay.py's _MAX_CHUNK_LINE */
 #define OUT_MARK (256 * 1024)   /* a client's unsent bytes above which its upstream is not read */
 
-enum { GIVE_HAND_OVER = 0, GIVE_PLAIN = 1, GIVE_EXPIRED = 2 };
+/* GIVE_UPSTREAM: an idle upstream connection, with its pool slot, to the relay while calls wait in
+ * its pool (the one bound of proxy.max_connections for both engines, design record 0067). */
+enum { GIVE_HAND_OVER = 0, GIVE_PLAIN = 1, GIVE_EXPIRED = 2, GIVE_UPSTREAM = 3 };
 enum { TAG_CLIENT = 1, TAG_UPSTREAM = 2 };
 /* A client connection's state: reading a head, reading a plain request's body, its call with the
  * upstream, closing after a 408 while it may still send (the relay's _linger), or closing once the
@@ -836,6 +845,7 @@ typedef struct uconn {
     char line[MAX_CHUNK_LINE + 1];
     size_t line_len;
     obuf out; /* the request, while the upstream does not take it whole */
+    int paused; /* not read: its client has OUT_MARK unsent (counted in Front.paused) */
     struct uconn *next; /* the idle stack */
 } uconn;
 
@@ -873,6 +883,7 @@ typedef struct {
     plan_cfg cfg;
     head_scan scan; /* the thread's own scratch */
     int listen_fd, epfd, stop_fd, ready_fd;
+    int kick_fd; /* written by Python when calls start waiting in the relay's pool: C's idle connections go to them */
     double header_timeout;
     pthread_t thread;
     int started, stopped;
@@ -887,7 +898,23 @@ typedef struct {
     struct sockaddr_storage upstream;
     socklen_t upstream_len;
     double connect_timeout, read_timeout, body_timeout;
-    long max_connections, upstreams; /* upstream connections open (idle ones included) */
+    double client_idle, linger, upstream_idle, peer_check_idle; /* relay.py's constants (see BODY_LIMIT) */
+    int64_t body_limit;
+    /* The pool's one bound, shared with the relay's `_Pool` (design record 0067): `upstreams` counts
+     * the upstream connections open or being opened by both engines, idle ones included, under
+     * `lock`; a slot is taken by a check-and-increment there (`slot_take`, `Front.take_slot`), so
+     * two takers never pass `max_connections` together. `relay_waiting`: calls wait in the relay's
+     * pool for a slot; C then opens none itself, hands its idle connections to the relay, and wakes
+     * Python when it gives one back. */
+    long max_connections, upstreams;
+    int relay_waiting;
+    unsigned long long upstreams_handed;
+    long paused; /* upstreams not read now: their client has OUT_MARK unsent (atomic, read by stats()) */
+    /* Shutting down (`shutdown()`, atomic): the listener is no longer watched, connections between
+     * calls are closed, a call in flight finishes and its connection closes after it (the relay's
+     * `cleanup`); `held` counts the client connections the thread still holds (atomic). */
+    int closing, door_closed;
+    long held;
     uconn *idle;
     PyObject *answer_objs[A_COUNT];
     span answers[A_COUNT]; /* whole keep-alive answers: "HTTP/1.1 502 ...\r\n...\r\n\r\n{body}" */
@@ -903,6 +930,9 @@ typedef struct {
     size_t max_body;
     rec **ring;
     size_t ring_cap, ring_head, ring_len;
+    /* The bytes the ring's records hold, and their bound: a record of up to about twice
+     * capture.max_body_bytes, 256 of them, could otherwise hold ~512 MiB while Python is behind. */
+    size_t ring_held, ring_bytes;
     unsigned long long ring_full, captured;
     /* Connections ended while an epoll batch is handled are freed after it: a later event of the
      * same batch may name one (a client and its upstream each have events). */
@@ -934,10 +964,35 @@ static void count_wake(Front *f, unsigned long long *counter) {
     wake(f);
 }
 
+/* A pool slot for a connection C opens: none while the relay has calls waiting for one (they came
+ * first: C hands its call to that queue). */
+static int slot_take(Front *f) {
+    pthread_mutex_lock(&f->lock);
+    int ok = !f->relay_waiting && f->upstreams < f->max_connections;
+    if (ok) f->upstreams++;
+    pthread_mutex_unlock(&f->lock);
+    return ok;
+}
+
+/* A slot given back: the relay's next waiter may take it (`_Pool.slot_freed`, on the event loop). */
+static void slot_give(Front *f) {
+    pthread_mutex_lock(&f->lock);
+    f->upstreams--;
+    int waiting = f->relay_waiting;
+    pthread_mutex_unlock(&f->lock);
+    if (waiting) wake(f);
+}
+
 /* A call of `c` begins (1) or ends (0): the in-flight count follows, read at scrape time. */
 static void set_open(Front *f, fconn *c, int open) {
     if (open != c->open) __atomic_add_fetch(&f->in_flight, open ? 1 : -1, __ATOMIC_RELAXED);
     c->open = open;
+}
+
+/* Back-pressure on an upstream (its client has OUT_MARK unsent), counted as it changes. */
+static void set_paused(Front *f, uconn *u, int paused) {
+    if (paused != u->paused) __atomic_add_fetch(&f->paused, paused ? 1 : -1, __ATOMIC_RELAXED);
+    u->paused = paused;
 }
 
 static double wall_s(void) {
@@ -1057,6 +1112,12 @@ static void rec_capture(Front *f, rec *r, const char *data, size_t len) {
 /* The call's record, ended (`error`, E_NONE for a whole answer), joins the ring for Python; a full
  * ring drops it and counts it: the call was relayed, only its capture is lost. Python is woken when
  * the ring was empty (it drains the whole ring each time). */
+/* The bytes a record holds, for the ring's byte bound. */
+static size_t rec_size(const rec *r) {
+    return sizeof *r + r->path_len + r->req_head_len + r->req_body_len + r->resp_head_len + r->body_cap +
+           r->pieces_cap * (sizeof *r->ends + sizeof *r->times);
+}
+
 static void rec_finish(Front *f, fconn *c, int error) {
     rec *r = c->rec;
     if (r == NULL) return;
@@ -1064,8 +1125,9 @@ static void rec_finish(Front *f, fconn *c, int error) {
     r->t_end = now_s();
     if (error != E_NONE) r->error = error;
     int woke = 0;
+    size_t size = rec_size(r);
     pthread_mutex_lock(&f->lock);
-    if (r->broken || f->ring_len == f->ring_cap) {
+    if (r->broken || f->ring_len == f->ring_cap || f->ring_held + size > f->ring_bytes) {
         f->ring_full++;
         if (r->error == E_CLIENT_GONE) f->disconnected++; /* no Exchange will be judged: counted as the relay does without one */
         pthread_mutex_unlock(&f->lock);
@@ -1076,6 +1138,7 @@ static void rec_finish(Front *f, fconn *c, int error) {
     woke = f->ring_len == 0;
     f->ring[(f->ring_head + f->ring_len) % f->ring_cap] = r;
     f->ring_len++;
+    f->ring_held += size;
     f->captured++;
     pthread_mutex_unlock(&f->lock);
     if (woke) wake(f);
@@ -1086,6 +1149,9 @@ static void fconn_unlink(Front *f, fconn *c) {
     else f->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
+    /* the last one gone while shutting down: Python stops waiting (`NativeFront.stop`) */
+    if (__atomic_sub_fetch(&f->held, 1, __ATOMIC_RELAXED) == 0 && __atomic_load_n(&f->closing, __ATOMIC_RELAXED))
+        wake(f);
 }
 
 /* Registers `fd` for `events` (0: not at all). Level-triggered: a socket whose bytes this side
@@ -1200,6 +1266,17 @@ static void reap(Front *f) {
     }
 }
 
+/* Room for one more in the queue for Python; called with `lock` held. */
+static int queue_room(Front *f) {
+    if (f->queued < f->queue_cap) return 0;
+    size_t cap = f->queue_cap ? 2 * f->queue_cap : 64;
+    given *q = realloc(f->queue, cap * sizeof *q);
+    if (q == NULL) return -1;
+    f->queue = q;
+    f->queue_cap = cap;
+    return 0;
+}
+
 /* The connection leaves the thread: queued for Python (its fd and bytes now Python's), or closed
  * when the queue cannot grow (out of memory: the client sees its connection closed). */
 static void give(Front *f, fconn *c, int kind, double now) {
@@ -1209,17 +1286,11 @@ static void give(Front *f, fconn *c, int kind, double now) {
     watch(f, c->fd, &c->watched, 0, c);
     fconn_unlink(f, c);
     pthread_mutex_lock(&f->lock);
-    if (f->queued == f->queue_cap) {
-        size_t cap = f->queue_cap ? 2 * f->queue_cap : 64;
-        given *q = realloc(f->queue, cap * sizeof *q);
-        if (q == NULL) {
-            pthread_mutex_unlock(&f->lock);
-            close(c->fd);
-            fconn_free(f, c);
-            return;
-        }
-        f->queue = q;
-        f->queue_cap = cap;
+    if (queue_room(f) < 0) {
+        pthread_mutex_unlock(&f->lock);
+        close(c->fd);
+        fconn_free(f, c);
+        return;
     }
     double remaining = kind == GIVE_EXPIRED ? 0 : c->deadline - now;
     f->queue[f->queued++] = (given){c->fd, c->buf, c->len, kind, remaining > 0 ? remaining : 0};
@@ -1238,7 +1309,9 @@ static void give(Front *f, fconn *c, int kind, double now) {
  * the end of a close-delimited body). */
 static void drop_reset(Front *f, fconn *c, int reset);
 
-static void upstream_close(Front *f, uconn *u) {
+/* Frees the connection; its pool slot stays taken (the caller's to give or to pass on). */
+static void upstream_free(Front *f, uconn *u) {
+    set_paused(f, u, 0);
     watch(f, u->fd, &u->watched, 0, u);
     close(u->fd);
     free(u->hbuf);
@@ -1247,7 +1320,11 @@ static void upstream_close(Front *f, uconn *u) {
     u->tag = 0;
     u->next = f->dead_u;
     f->dead_u = u;
-    f->upstreams--;
+}
+
+static void upstream_close(Front *f, uconn *u) {
+    upstream_free(f, u);
+    slot_give(f);
 }
 
 static void drop_reset(Front *f, fconn *c, int reset) {
@@ -1308,6 +1385,7 @@ static void front_accept(Front *f, double now) {
         c->next = f->conns;
         if (f->conns) f->conns->prev = c;
         f->conns = c;
+        __atomic_add_fetch(&f->held, 1, __ATOMIC_RELAXED);
         count(f, &f->accepted);
     }
 }
@@ -1361,12 +1439,37 @@ static int answer(Front *f, fconn *c, int which, int keep_alive) {
 }
 
 /* The upstream connection goes back to the idle stack, or is closed. */
+/* While calls wait in the relay's pool for a slot, a kept-alive connection C has no call for goes
+ * to them with its slot (`_Pool.adopt`), as the relay's `release` gives a freed connection to its
+ * next waiter: kept alive, not closed and opened again. Returns whether it went. */
+static int upstream_hand(Front *f, uconn *u) {
+    pthread_mutex_lock(&f->lock);
+    if (!f->relay_waiting || queue_room(f) < 0) {
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+    }
+    watch(f, u->fd, &u->watched, 0, u);
+    f->queue[f->queued++] = (given){u->fd, NULL, 0, GIVE_UPSTREAM, 0};
+    f->upstreams_handed++;
+    pthread_mutex_unlock(&f->lock);
+    u->fd = -1; /* now the queue's */
+    free(u->hbuf);
+    u->hbuf = NULL;
+    obuf_free(&u->out);
+    u->tag = 0;
+    u->next = f->dead_u;
+    f->dead_u = u;
+    wake(f);
+    return 1;
+}
+
 static void upstream_release(Front *f, uconn *u, int reusable, double now) {
     u->c = NULL;
     if (!reusable) {
         upstream_close(f, u);
         return;
     }
+    if (upstream_hand(f, u)) return;
     u->state = U_IDLE;
     u->reused = 1;
     u->idle_since = now;
@@ -1395,14 +1498,14 @@ static void call_finished(Front *f, fconn *c, double now) {
     c->sent_head = 0;
     c->done = 0;
     count(f, &f->forwarded);
-    if (!c->client_keep_alive) {
+    if (!c->client_keep_alive || __atomic_load_n(&f->closing, __ATOMIC_RELAXED)) {
         /* closed once its bytes are out (the whole body was read: nothing to linger for) */
         if (!obuf_pending(&c->out)) {
             drop(f, c);
             return;
         }
         c->state = C_CLOSING;
-        c->deadline = now + CLIENT_IDLE_S;
+        c->deadline = now + f->client_idle;
         watch(f, c->fd, &c->watched, EPOLLOUT, c);
         return;
     }
@@ -1410,7 +1513,7 @@ static void call_finished(Front *f, fconn *c, double now) {
     memmove(c->buf, c->buf + used, c->len - used);
     c->len -= used;
     c->state = C_HEAD;
-    c->deadline = now + (c->len ? f->header_timeout : CLIENT_IDLE_S);
+    c->deadline = now + (c->len ? f->header_timeout : f->client_idle);
     if (obuf_pending(&c->out)) { /* read again once the client has this answer */
         watch(f, c->fd, &c->watched, EPOLLOUT, c);
         return;
@@ -1445,7 +1548,10 @@ static int to_client(Front *f, fconn *c, const char *head, size_t head_len, cons
     if (send2_or_keep(c->fd, &c->out, head, head_len, data, len) < 0) return -1;
     if (obuf_pending(&c->out)) {
         watch(f, c->fd, &c->watched, EPOLLOUT | EPOLLRDHUP, c);
-        if (c->out.len - c->out.off > OUT_MARK && c->up != NULL) watch(f, c->up->fd, &c->up->watched, 0, c->up);
+        if (c->out.len - c->out.off > OUT_MARK && c->up != NULL) {
+            watch(f, c->up->fd, &c->up->watched, 0, c->up);
+            set_paused(f, c->up, 1);
+        }
     }
     return 0;
 }
@@ -1710,7 +1816,7 @@ static void upstream_event(Front *f, uconn *u, uint32_t events, double now) {
              * as the relay does for an idempotent request without a body. */
             c->replay = 0;
             c->up = NULL;
-            upstream_close(f, u);
+            upstream_free(f, u); /* its slot goes to the new connection (the relay's `retry`) */
             count(f, &f->replayed);
             call_start(f, c, 1, now);
             return;
@@ -1758,7 +1864,7 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
         uconn *cand = f->idle;
         f->idle = cand->next;
         double idle_for = now - cand->idle_since;
-        if (idle_for >= PEER_CHECK_IDLE_S && (idle_for > UPSTREAM_IDLE_S || peer_closed(cand->fd))) {
+        if (idle_for >= f->peer_check_idle && (idle_for > f->upstream_idle || peer_closed(cand->fd))) {
             upstream_close(f, cand); /* its server has closed it, or may as it is used */
             continue;
         }
@@ -1767,7 +1873,8 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
     }
     size_t body = c->content_length > 0 ? (size_t)c->content_length : 0;
     if (u == NULL) {
-        if (!fresh && f->upstreams >= f->max_connections) {
+        /* `fresh`: a replayed call, which holds the slot of the connection it lost */
+        if (!fresh && !slot_take(f)) {
             give(f, c, GIVE_PLAIN, now); /* the relay's pool queues it */
             return;
         }
@@ -1775,12 +1882,12 @@ static void call_start(Front *f, fconn *c, int fresh, double now) {
         u = fd < 0 ? NULL : calloc(1, sizeof *u);
         if (u == NULL) {
             if (fd >= 0) close(fd);
+            slot_give(f);
             give(f, c, GIVE_PLAIN, now);
             return;
         }
         u->tag = TAG_UPSTREAM;
         u->fd = fd;
-        f->upstreams++;
         count(f, &f->opened);
         c->up = u;
         u->c = c;
@@ -1859,7 +1966,7 @@ static void client_plan(Front *f, fconn *c, double now) {
         give(f, c, GIVE_HAND_OVER, now);
         return;
     }
-    if (!f->forward || out.content_length > BODY_LIMIT) {
+    if (!f->forward || out.content_length > f->body_limit) {
         free(out.head);
         give(f, c, GIVE_PLAIN, now); /* a body over 1 MiB streams: the relay's */
         return;
@@ -1875,7 +1982,9 @@ static void client_plan(Front *f, fconn *c, double now) {
     c->keep_alive = out.keep_alive;
     c->client_keep_alive = out.keep_alive;
     /* relay.py's call.replay: an idempotent method without a body (GET, PUT, DELETE, OPTIONS here) */
-    c->replay = out.content_length <= 0 && strcmp(out.method, "POST") != 0 && strcmp(out.method, "PATCH") != 0;
+    /* relay.py's rule: a replayable method (_REPLAYABLE) whose head is the whole request, judged
+     * on the Content-Length's text as the relay does (before, "00" counted as bodiless here) */
+    c->replay = out.length_zero && strcmp(out.method, "POST") != 0 && strcmp(out.method, "PATCH") != 0;
     c->sent_head = 0;
     c->done = 0;
     if (out.content_length > 0 && c->len - c->consumed < (size_t)out.content_length) {
@@ -1948,8 +2057,10 @@ static void client_writable(Front *f, fconn *c, double now) {
     if (c->state == C_CALL) {
         watch(f, c->fd, &c->watched, EPOLLRDHUP, c);
         uconn *u = c->up;
-        if (u != NULL && u->state != U_CONNECTING && !u->watched) /* back-pressure off */
+        if (u != NULL && u->state != U_CONNECTING && !u->watched) { /* back-pressure off */
             watch(f, u->fd, &u->watched, EPOLLIN | (obuf_pending(&u->out) ? EPOLLOUT : 0), u);
+            set_paused(f, u, 0);
+        }
         return;
     }
     watch(f, c->fd, &c->watched, EPOLLIN | EPOLLRDHUP, c);
@@ -1971,7 +2082,7 @@ static void client_expired(Front *f, fconn *c, double now) {
         free(c->uhead);
         c->uhead = NULL;
         c->state = C_LINGER;
-        c->deadline = now + LINGER_S;
+        c->deadline = now + f->linger;
         if (obuf_pending(&c->out)) { /* half-closed once the answer is out (client_writable) */
             watch(f, c->fd, &c->watched, EPOLLOUT, c);
             return;
@@ -2016,8 +2127,43 @@ static void *front_main(void *arg) {
         for (int i = 0; i < n; i++) {
             void *tag = events[i].data.ptr;
             if (tag == &f->stop_fd) return NULL;
+            if (tag == &f->kick_fd) {
+                uint64_t got;
+                ssize_t r = read(f->kick_fd, &got, sizeof got);
+                (void)r;
+                if (__atomic_load_n(&f->closing, __ATOMIC_RELAXED) && !f->door_closed) {
+                    /* Shutting down: no more accepts; a connection between calls (or reading a
+                     * head, or lingering after a 408) is closed, as the relay closes its idle ones;
+                     * calls in flight go on, their connections closed after them. */
+                    f->door_closed = 1;
+                    f->accept_resumes = 0;
+                    epoll_ctl(f->epfd, EPOLL_CTL_DEL, f->listen_fd, NULL);
+                    for (fconn *c = f->conns, *following; c; c = following) {
+                        following = c->next;
+                        if (c->state == C_HEAD || c->state == C_LINGER) drop(f, c);
+                    }
+                    if (__atomic_load_n(&f->held, __ATOMIC_RELAXED) == 0) wake(f);
+                }
+                /* Calls wait in the relay's pool: C's idle connections go to them, with their slots
+                 * (`upstream_release`); without this a waiter sat out its connect timeout beside them. */
+                while (f->idle != NULL) {
+                    uconn *u = f->idle;
+                    f->idle = u->next;
+                    double idle_for = now - u->idle_since;
+                    if (idle_for >= f->peer_check_idle && (idle_for > f->upstream_idle || peer_closed(u->fd))) {
+                        upstream_close(f, u); /* as call_start judges it: its slot, not it, goes */
+                        continue;
+                    }
+                    if (!upstream_hand(f, u)) { /* the relay waits no more (or out of memory): kept */
+                        u->next = f->idle;
+                        f->idle = u;
+                        break;
+                    }
+                }
+                continue;
+            }
             if (tag == &f->listen_fd) {
-                front_accept(f, now);
+                if (!f->door_closed) front_accept(f, now);
                 continue;
             }
             if (*(int *)tag == 0) continue; /* ended earlier in this batch */
@@ -2067,6 +2213,7 @@ static void Front_release(Front *f) {
     }
     reap(f);
     for (size_t i = 0; i < f->queued; i++) {
+        if (f->queue[i].kind == GIVE_UPSTREAM) f->upstreams--; /* never reached the relay: its slot is free */
         close(f->queue[i].fd);
         free(f->queue[i].buf);
     }
@@ -2076,8 +2223,8 @@ static void Front_release(Front *f) {
     f->queue_cap = 0;
     for (size_t i = 0; i < f->ring_len; i++) rec_free(f->ring[(f->ring_head + i) % f->ring_cap]);
     f->ring_len = f->ring_head = 0;
-    int *fds[] = {&f->epfd, &f->stop_fd, &f->ready_fd};
-    for (int i = 0; i < 3; i++)
+    int *fds[] = {&f->epfd, &f->stop_fd, &f->ready_fd, &f->kick_fd};
+    for (int i = 0; i < 4; i++)
         if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
 }
 
@@ -2091,7 +2238,7 @@ static void Front_dealloc(Front *self) {
     }
     if (self->started) Front_release(self); /* the lock exists only once started */
     else {
-        int *fds[] = {&self->epfd, &self->stop_fd, &self->ready_fd};
+        int *fds[] = {&self->epfd, &self->stop_fd, &self->ready_fd, &self->kick_fd};
         for (int i = 0; i < 3; i++)
             if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
     }
@@ -2111,7 +2258,7 @@ static void Front_dealloc(Front *self) {
 
 static PyObject *Front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Front *self = (Front *)type->tp_alloc(type, 0);
-    if (self) self->listen_fd = self->epfd = self->stop_fd = self->ready_fd = -1;
+    if (self) self->listen_fd = self->epfd = self->stop_fd = self->ready_fd = self->kick_fd = -1;
     return (PyObject *)self;
 }
 
@@ -2171,16 +2318,26 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"planner",          "listen_fd",       "header_timeout_s", "upstream",
                              "connect_timeout_s", "read_timeout_s", "body_timeout_s",   "max_connections",
                              "answers",          "routes",          "max_body_bytes",   "ring_capacity",
-                             NULL};
+                             "client_keepalive_s", "linger_s",      "upstream_idle_s",  "peer_check_idle_s",
+                             "pending_limit",    "ring_bytes",      NULL};
     PyObject *planner = NULL, *upstream = Py_None, *answers = Py_None, *routes = NULL;
     int listen_fd = -1;
     double header_timeout = 0, connect_timeout = 0, read_timeout = 0, body_timeout = 0;
     long max_connections = 0;
-    Py_ssize_t max_body = 1048576, ring_capacity = 256;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlOO!nn", kwlist, &PlannerType, &planner, &listen_fd,
+    Py_ssize_t max_body = 1048576, ring_capacity = 256, body_limit = BODY_LIMIT, ring_bytes = 64 << 20;
+    double client_idle = CLIENT_IDLE_S, linger = LINGER_S, upstream_idle = UPSTREAM_IDLE_S;
+    double peer_check_idle = PEER_CHECK_IDLE_S;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$O!idOdddlOO!nnddddnn", kwlist, &PlannerType, &planner, &listen_fd,
                                      &header_timeout, &upstream, &connect_timeout, &read_timeout, &body_timeout,
-                                     &max_connections, &answers, &PyTuple_Type, &routes, &max_body, &ring_capacity))
+                                     &max_connections, &answers, &PyTuple_Type, &routes, &max_body, &ring_capacity,
+                                     &client_idle, &linger, &upstream_idle, &peer_check_idle, &body_limit,
+                                     &ring_bytes))
         return -1;
+    if (!(client_idle > 0 && linger > 0 && upstream_idle > 0 && peer_check_idle >= 0) || body_limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "client_keepalive_s, linger_s and upstream_idle_s must be positive, "
+                                          "peer_check_idle_s and pending_limit at least 0");
+        return -1;
+    }
     if (planner == NULL) { /* all keywords are optional to PyArg (forwarding's are): these three are not */
         PyErr_SetString(PyExc_TypeError, "planner, listen_fd and header_timeout_s are required");
         return -1;
@@ -2204,11 +2361,17 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "the Planner is not initialised");
         return -1;
     }
+    self->client_idle = client_idle;
+    self->linger = linger;
+    self->upstream_idle = upstream_idle;
+    self->peer_check_idle = peer_check_idle;
+    self->body_limit = body_limit;
     if (upstream != Py_None &&
         Front_init_forward(self, upstream, connect_timeout, read_timeout, body_timeout, max_connections, answers) < 0)
         return -1;
-    if (max_body < 0 || ring_capacity < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_body_bytes must be at least 0 and ring_capacity at least 1");
+    if (max_body < 0 || ring_capacity < 1 || ring_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "max_body_bytes and ring_bytes must be at least 0 and ring_capacity at least 1");
         return -1;
     }
     if (routes != NULL && PyTuple_GET_SIZE(routes) > 0) { /* capture.routes, each as latin-1 bytes */
@@ -2237,6 +2400,7 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->ring_cap = (size_t)ring_capacity;
+    self->ring_bytes = (size_t)ring_bytes;
     Py_INCREF(planner);
     self->planner = planner;
     self->cfg = pl->cfg;
@@ -2253,14 +2417,17 @@ static int Front_init(Front *self, PyObject *args, PyObject *kwds) {
     self->epfd = epoll_create1(EPOLL_CLOEXEC);
     self->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     self->ready_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (self->epfd < 0 || self->stop_fd < 0 || self->ready_fd < 0) {
+    self->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->epfd < 0 || self->stop_fd < 0 || self->ready_fd < 0 || self->kick_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &self->listen_fd};
     struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &self->stop_fd};
+    struct epoll_event kev = {.events = EPOLLIN, .data.ptr = &self->kick_fd};
     if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, listen_fd, &lev) < 0 ||
-        epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->stop_fd, &sev) < 0) {
+        epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->stop_fd, &sev) < 0 ||
+        epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->kick_fd, &kev) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
@@ -2290,7 +2457,7 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS pthread_join(self->thread, NULL);
     Py_END_ALLOW_THREADS self->stopped = 1;
     /* Connections still reading a head are closed, as the relay closes idle ones; calls still
-     * being forwarded are cut (a grace period, proxy.shutdown_timeout_s, is left to do). */
+     * being forwarded are cut (after `shutdown()`, only those past proxy.shutdown_timeout_s). */
     while (self->conns) drop(self, self->conns);
     while (self->idle) {
         uconn *u = self->idle;
@@ -2302,6 +2469,61 @@ static PyObject *Front_stop(Front *self, PyObject *unused) {
 }
 
 static PyObject *Front_fileno(Front *self, PyObject *unused) { return PyLong_FromLong(self->ready_fd); }
+
+/* Shutting down with a grace: see `closing`. Returns at once; `held()` falls to 0 as the calls in
+ * flight end (the eventfd is written when it does), then `stop()` cuts what is left. */
+static PyObject *Front_shutdown(Front *self, PyObject *unused) {
+    __atomic_store_n(&self->closing, 1, __ATOMIC_RELAXED);
+    if (self->kick_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(self->kick_fd, &one, sizeof one);
+        (void)w;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Front_held(Front *self, PyObject *unused) {
+    return PyLong_FromLong(__atomic_load_n(&self->held, __ATOMIC_RELAXED));
+}
+
+/* The pool's shared bound, from the relay's `_Pool` on the event loop (design record 0067). */
+static PyObject *Front_take_slot(Front *self, PyObject *unused) {
+    if (!self->forward) {
+        PyErr_SetString(PyExc_RuntimeError, "a Front that does not forward keeps no pool");
+        return NULL;
+    }
+    if (self->started) pthread_mutex_lock(&self->lock);
+    int ok = self->upstreams < self->max_connections;
+    if (ok) self->upstreams++;
+    int kick = !ok && !self->relay_waiting;
+    if (!ok) self->relay_waiting = 1; /* C now opens none, and hands its idle connections over */
+    if (self->started) pthread_mutex_unlock(&self->lock);
+    if (kick && self->kick_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(self->kick_fd, &one, sizeof one);
+        (void)w;
+    }
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Front_give_slot(Front *self, PyObject *unused) {
+    if (!self->forward) {
+        PyErr_SetString(PyExc_RuntimeError, "a Front that does not forward keeps no pool");
+        return NULL;
+    }
+    if (self->started) pthread_mutex_lock(&self->lock);
+    if (self->upstreams > 0) self->upstreams--;
+    if (self->started) pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
+
+/* No call waits in the relay's pool any more: C may open connections again. */
+static PyObject *Front_relay_served(Front *self, PyObject *unused) {
+    if (self->started) pthread_mutex_lock(&self->lock);
+    self->relay_waiting = 0;
+    if (self->started) pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
 
 static PyObject *Front_in_flight(Front *self, PyObject *unused) {
     return PyLong_FromLong(__atomic_load_n(&self->in_flight, __ATOMIC_RELAXED));
@@ -2329,6 +2551,11 @@ static PyObject *Front_take(Front *self, PyObject *unused) {
             /* Out of memory: what cannot be handed to Python is closed, never leaked. */
             Py_XDECREF(item);
             close(q[i].fd);
+            if (q[i].kind == GIVE_UPSTREAM) { /* its slot is free */
+                pthread_mutex_lock(&self->lock);
+                self->upstreams--;
+                pthread_mutex_unlock(&self->lock);
+            }
         } else {
             Py_DECREF(item);
         }
@@ -2402,7 +2629,10 @@ static PyObject *Front_drain(Front *self, PyObject *unused) {
         Py_END_ALLOW_THREADS n = self->ring_len;
         taken = n ? malloc(n * sizeof *taken) : NULL;
         if (taken == NULL) n = 0; /* out of memory: left in the ring for the next drain */
-        for (size_t i = 0; i < n; i++) taken[i] = self->ring[(self->ring_head + i) % self->ring_cap];
+        for (size_t i = 0; i < n; i++) {
+            taken[i] = self->ring[(self->ring_head + i) % self->ring_cap];
+            self->ring_held -= rec_size(taken[i]);
+        }
         self->ring_head = (self->ring_head + n) % self->ring_cap;
         self->ring_len -= n;
         counts[0] = self->unavailable, counts[1] = self->timeouts, counts[2] = self->interrupted;
@@ -2426,7 +2656,8 @@ static PyObject *Front_drain(Front *self, PyObject *unused) {
 static PyObject *Front_stats(Front *self, PyObject *unused) {
     unsigned long long accepted = 0, left = 0, plain = 0, handed = 0, expired = 0, pauses = 0;
     unsigned long long forwarded = 0, gateway = 0, interrupted = 0, body_timeouts = 0, replayed = 0, opened = 0;
-    unsigned long long ring_full = 0, captured = 0, disconnected = 0;
+    unsigned long long ring_full = 0, captured = 0, disconnected = 0, upstreams_handed = 0;
+    long upstreams = 0;
     if (self->started) {
         pthread_mutex_lock(&self->lock);
         accepted = self->accepted, left = self->left, plain = self->plain, handed = self->handed, expired = self->expired;
@@ -2434,13 +2665,15 @@ static PyObject *Front_stats(Front *self, PyObject *unused) {
         forwarded = self->forwarded, gateway = self->gateway_errors, interrupted = self->interrupted;
         body_timeouts = self->body_timeouts, replayed = self->replayed, opened = self->opened;
         ring_full = self->ring_full, captured = self->captured, disconnected = self->disconnected;
+        upstreams = self->upstreams, upstreams_handed = self->upstreams_handed;
         pthread_mutex_unlock(&self->lock);
     }
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsO}", "accepted", accepted, "plain", plain, "handed", handed,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKslsKslsO}", "accepted", accepted, "plain", plain, "handed", handed,
                          "expired", expired, "left", left, "accept_pauses", pauses, "forwarded", forwarded,
                          "gateway_errors", gateway, "interrupted", interrupted, "body_timeouts", body_timeouts,
                          "replayed", replayed, "upstream_connections", opened, "captured", captured, "ring_full",
-                         ring_full, "disconnected", disconnected, "running",
+                         ring_full, "disconnected", disconnected, "upstreams_open", upstreams, "upstreams_handed",
+                         upstreams_handed, "upstreams_paused", __atomic_load_n(&self->paused, __ATOMIC_RELAXED), "running",
                          (self->started && !self->stopped) ? Py_True : Py_False);
 }
 
@@ -2452,13 +2685,25 @@ static PyMethodDef Front_methods[] = {
     {"take", (PyCFunction)Front_take, METH_NOARGS,
      "The connections handed over since the last call: [(fd, bytes_read, kind, head_seconds_left)]."},
     {"in_flight", (PyCFunction)Front_in_flight, METH_NOARGS, "Calls C has planned and not yet ended."},
+    {"shutdown", (PyCFunction)Front_shutdown, METH_NOARGS,
+     "Accept no more, close the connections between calls, let calls in flight finish (their connections then "
+     "close); returns at once."},
+    {"held", (PyCFunction)Front_held, METH_NOARGS, "Client connections the thread holds."},
+    {"take_slot", (PyCFunction)Front_take_slot, METH_NOARGS,
+     "A slot of the pool's one bound (proxy.max_connections, both engines) for a connection the relay opens: "
+     "True, taken; False, none free (C then opens none and hands its idle connections to the relay until "
+     "relay_served())."},
+    {"give_slot", (PyCFunction)Front_give_slot, METH_NOARGS, "The relay closed a connection: its slot is free."},
+    {"relay_served", (PyCFunction)Front_relay_served, METH_NOARGS, "No call waits in the relay's pool any more."},
     {"drain", (PyCFunction)Front_drain, METH_NOARGS,
      "The finished calls C forwarded on a captured route since the last call, oldest first, as tuples: (method, path, "
      "(t0, started_at), request_head, request_body or None, request_too_large, status, response_head or None, chunks, "
      "chunk_ends, chunk_times, truncated, tail, t_end, error); and the running counts (unavailable, timeouts, "
      "interrupted, body_timeouts, disconnected, bad_requests, ring_full)."},
     {"stats", (PyCFunction)Front_stats, METH_NOARGS, "Counts: accepted, plain, handed, expired, left, accept_pauses, forwarded (calls answered in C), "
-     "gateway_errors, interrupted, body_timeouts, replayed, upstream_connections; running."},
+     "gateway_errors, interrupted, body_timeouts, replayed, upstream_connections (opened by C), upstreams_open (the pool's "
+     "slots taken, both engines), upstreams_handed (idle connections given to the relay's waiters), upstreams_paused (not "
+     "read now: back-pressure); running."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2502,6 +2747,7 @@ PyMODINIT_FUNC PyInit_dataplane(void) {
         PyModule_AddIntConstant(m, "GIVE_HAND_OVER", GIVE_HAND_OVER) < 0 ||
         PyModule_AddIntConstant(m, "GIVE_PLAIN", GIVE_PLAIN) < 0 ||
         PyModule_AddIntConstant(m, "GIVE_EXPIRED", GIVE_EXPIRED) < 0 ||
+        PyModule_AddIntConstant(m, "GIVE_UPSTREAM", GIVE_UPSTREAM) < 0 ||
         PyModule_AddIntConstant(m, "MORE", PLAN_MORE) < 0 || PyModule_AddIntConstant(m, "PLAIN", PLAN_PLAIN) < 0 ||
         PyModule_AddIntConstant(m, "HAND_OVER", PLAN_HAND_OVER) < 0 || PyModule_AddIntConstant(m, "HEAD", RESP_HEAD) < 0 ||
         PyModule_AddIntConstant(m, "INVALID", RESP_INVALID) < 0 ||

@@ -5,7 +5,6 @@
 `native` is the native engine as it serves: C forwards plain calls itself and hands the rest to the
 relay. `all_engines` adds `native-front`: C as a front door only (DATAPLANE_FORWARD=0), handing
 every connection to the relay, which is what the native engine does for an https upstream.
-`native-forward` is another name for `native` (from before C forwarding was the native engine).
 
 `native` needs the C extension: without a C compiler its cases are skipped; with one and no
 extension built, they fail (build it: `python hatch_build.py`).
@@ -24,7 +23,6 @@ _NO_COMPILER = shutil.which("cc") is None and shutil.which("gcc") is None
 _SKIP = pytest.mark.skipif(_native is None and _NO_COMPILER, reason="no C compiler: no native engine")
 
 FRONT = "native-front"
-FORWARD = "native-forward"
 
 ENGINES = ["python", pytest.param("native", marks=_SKIP)]
 ALL_ENGINES = [*ENGINES, pytest.param(FRONT, marks=_SKIP)]

@@ -418,6 +418,35 @@ async def test_a_full_ring_relays_the_calls_and_counts_their_capture_as_lost(mak
         assert [e.exchange.request_id for e in finished.events] == ["fwd-1", "fwd-1"]
 
 
+async def test_a_ring_past_its_byte_bound_relays_the_calls_and_counts_their_capture_as_lost(make_agent):
+    """As a full ring, by bytes: records of a 4 KiB answer (about 5 KiB each), a ring of 256
+    records but 12 KiB, Python not draining: two records fit, the other three calls are relayed
+    whole and their capture counted as ring_full; drained, the bytes are free again. Before:
+    bounded by count only."""
+    body = b'{"pad":"' + b"x" * (4096 - 10) + b'"}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    async with RawUpstream(fixed(head + body)) as upstream:
+        agent = await make_agent(upstream.url)
+        expected = await talk(agent.proxy_port, [PLAIN] * 5)
+        finished = Finished(agent)
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+            front = native.NativeFront(agent.proxy.relay, listener, forward=True, ring_bytes=12 * 1024)
+            front.front.start()  # the C thread only: nothing drains until `_take` below
+            try:
+                got = await talk(listener.getsockname()[1], [PLAIN] * 5)
+                await counted(front, forwarded=5, captured=2, ring_full=3)
+                front._take()
+                await wait_until(lambda: len(finished.events) == 2)
+                # Drained, the bytes are free: the next two calls are kept again.
+                assert (await talk(listener.getsockname()[1], [PLAIN] * 2))[:2] == expected[:2]
+                await counted(front, forwarded=7, captured=4, ring_full=3)
+            finally:
+                front.front.stop()
+        assert got == expected and expected[0] == head + body
+
+
 @pytest.mark.parametrize("proxy_engine", ["native"])
 async def test_calls_c_is_forwarding_are_in_flight_and_the_engine_is_exposed(make_agent, proxy_engine):
     """proxy.engine native: llmwatch_proxy_in_flight_requests counts the

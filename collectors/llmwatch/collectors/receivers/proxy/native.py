@@ -37,6 +37,9 @@ def load() -> tuple[ModuleType | None, str]:
 # captured, counted as capture_skipped{reason="ring_full"}. Python drains the whole ring each time the
 # event loop runs its reader, so it fills only when the loop is that far behind.
 RING_CAPACITY = 256
+# ... and the bytes its records may hold together: a record keeps up to about twice
+# capture.max_body_bytes (request and response), so 256 of them could hold ~512 MiB at the default.
+RING_BYTES = 64 << 20
 
 # `Front.drain`'s error codes (dataplane.c's E_*) -> the relay's proxy_errors error_type.
 _ERRORS = {1: "upstream_unavailable", 2: "upstream_timeout", 3: "stream_interrupted", 4: "client_body_timeout"}
@@ -55,8 +58,9 @@ _COUNTS = (
 
 def forwarding(server: Any) -> dict[str, Any]:
     """`dataplane.Front`'s forwarding settings for a `relay.RelayServer`: the upstream's address
-    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound, the answers,
-    and what it captures (capture.routes as latin-1 bytes, as the relay compares a plain path).
+    resolved here (the C thread never blocks on DNS), the pool's deadlines and bound (shared with
+    the relay's pool once started: `_Pool.share`), the answers, what it captures (capture.routes as
+    latin-1 bytes, as the relay compares a plain path), and relay.py's constants.
 
     Raises ValueError for an upstream C cannot reach (https: TLS is the relay's)."""
     pool = server.pool
@@ -75,6 +79,8 @@ def forwarding(server: Any) -> dict[str, Any]:
         "answers": server.error_answers(),
         "routes": tuple(r.encode("latin-1") for r in server.routes if _latin1(r)),
         "max_body_bytes": int(server.proxy.cfg.capture.max_body_bytes),
+        # relay.py's constants, read from the relay now: a test that changes one changes both engines
+        **server.dataplane_constants(),
     }
 
 
@@ -120,7 +126,13 @@ class NativeFront:
     """
 
     def __init__(
-        self, server: Any, sock: socket.socket, *, forward: bool = False, ring_capacity: int = RING_CAPACITY
+        self,
+        server: Any,
+        sock: socket.socket,
+        *,
+        forward: bool = False,
+        ring_capacity: int = RING_CAPACITY,
+        ring_bytes: int = RING_BYTES,
     ) -> None:
         native, why = load()
         if native is None:
@@ -133,8 +145,11 @@ class NativeFront:
             listen_fd=sock.fileno(),
             header_timeout_s=server.header_timeout_s,
             ring_capacity=ring_capacity,
+            ring_bytes=ring_bytes,
             **(forwarding(server) if forward else {}),
         )
+        self.forward = forward
+        self.closing: asyncio.Event | None = None  # set by `_take` once, shutting down, C holds no client
         self.adopting: set[asyncio.Task[None]] = set()
         self.counted = (0,) * len(_COUNTS)  # `Front.drain`'s counts already in the metrics
         metrics = server.proxy.metrics
@@ -146,6 +161,10 @@ class NativeFront:
     def start(self) -> None:
         self.server.loop.add_reader(self.front.fileno(), self._take)
         self.front.start()
+        if self.forward:
+            # One bound of proxy.max_connections for both engines: the relay's pool takes its slots
+            # from C's count (design record 0067).
+            self.server.pool.share(self.front)
 
     def in_flight(self) -> int:
         """Calls C is forwarding (planned, not yet ended)."""
@@ -155,13 +174,33 @@ class NativeFront:
         return dict(self.front.stats())
 
     def _take(self) -> None:
-        # One eventfd for both: connections handed over, and calls C ended (the ring, its counts).
+        # One eventfd for all: connections handed over, calls C ended (the ring, its counts), and a
+        # pool slot C gave back while calls wait in the relay's pool.
         self._handed()
         self._drain()
+        self.server.pool.slot_freed()
+        if self.closing is not None and self.front.held() == 0:
+            self.closing.set()
+
+    def shutdown(self) -> None:
+        """Accept no more and close C's connections between calls; its calls in flight finish
+        (`quiet`), as the relay's do in `cleanup`."""
+        self.closing = asyncio.Event()
+        self.front.shutdown()
+        if self.front.held() == 0:
+            self.closing.set()
+
+    async def quiet(self) -> None:
+        """Once C holds no client connection (after `shutdown`)."""
+        if self.closing is not None:
+            await self.closing.wait()
 
     def _handed(self) -> None:
         for fd, prefix, kind, head_left_s in self.front.take():
             sock = socket.socket(fileno=fd)
+            if kind == self.native.GIVE_UPSTREAM:  # an idle upstream connection, for the relay's waiters
+                self.server.pool.adopt(sock)
+                continue
             if kind == self.native.GIVE_EXPIRED:
                 self.server.on_header_timeout()
                 sock.close()
@@ -254,8 +293,9 @@ class NativeFront:
         sock.close()
 
     async def stop(self) -> None:
-        """Stop accepting; connections still reading their first head are closed; those already
-        handed over are the relay's (its `cleanup` bounds them)."""
+        """Stop the thread: connections it still holds are closed, calls still in flight cut (after
+        `shutdown` and `quiet`, none where they finished in time); those already handed over are the
+        relay's (its `cleanup` bounds them)."""
         self.server.loop.remove_reader(self.front.fileno())
         self.front.stop()  # calls still in flight are cut, and reach the ring as the relay's cut ones do
         self._take()

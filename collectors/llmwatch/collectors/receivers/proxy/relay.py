@@ -1018,10 +1018,74 @@ class _Pool:
         # Response header names as upstreams spell them -> (lower case, what `_respond` does with it).
         self.header_kinds: dict[bytes, tuple[bytes, int]] = {}
         self.idle: list[_Upstream] = []
-        self.count = 0
+        self.count = 0  # this pool's own connections, open or being opened
+        # With C forwarding beside the relay (`share`), proxy.max_connections bounds both engines'
+        # connections together: the slots are `dataplane.Front`'s (design record 0067).
+        self.shared: Any = None
+        self.told = False  # the front was told that calls wait here (a failed take_slot tells it)
         self.waiters: collections.deque[_Call] = collections.deque()
         self.connecting: set[asyncio.Task] = set()
         self.closed = False
+
+    def share(self, front: Any) -> None:
+        """Take and give slots through the C front's one count of upstream connections, so that the
+        two engines together open at most `limit` (a check-and-increment under its mutex)."""
+        for _ in range(self.count):  # the connections this pool holds already (none when it serves)
+            front.take_slot()
+        self.shared = front
+
+    def slots_taken(self) -> int:
+        """Upstream connections open or being opened, both engines' where C forwards."""
+        return int(self.shared.stats()["upstreams_open"]) if self.shared is not None else self.count
+
+    def _take(self) -> bool:
+        if self.shared is not None:
+            if not self.shared.take_slot():
+                self.told = True  # C now opens none, hands its idle connections here, wakes us on a free slot
+                return False
+        elif self.count >= self.limit:
+            return False
+        self.count += 1
+        return True
+
+    def _give(self) -> None:
+        self.count -= 1
+        if self.shared is not None:
+            self.shared.give_slot()
+
+    def _settled(self) -> None:
+        # No call waits here any more: C may open connections again.
+        if self.told and not self.waiters:
+            self.told = False
+            self.shared.relay_served()
+
+    def adopt(self, sock: socket.socket) -> None:
+        """An idle keep-alive connection C hands over with its slot while calls wait here."""
+        self.count += 1  # the slot came with it (the shared count is unchanged)
+        task = self.loop.create_task(self._adopt(sock))
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+
+    async def _adopt(self, sock: socket.socket) -> None:
+        try:
+            _, up = await self.loop.create_connection(lambda: _Upstream(self), sock=sock)
+        except asyncio.CancelledError:  # the pool closes
+            sock.close()
+            self._give()
+            raise
+        except OSError:
+            sock.close()
+            self._give()
+            self._next_waiter()
+            return
+        up.sock = sock
+        self.release(up, True)
+        self._settled()
+
+    def slot_freed(self) -> None:
+        """C gave a slot back while calls wait here (its eventfd): the next one may take it."""
+        if self.waiters:
+            self._next_waiter()
 
     def acquire(self, call: _Call) -> None:
         idle = self.idle
@@ -1054,8 +1118,8 @@ class _Pool:
         self._connect(call, counted=True)
 
     def _new(self, call: _Call) -> None:
-        if self.count < self.limit:
-            self._connect(call)
+        if self._take():
+            self._connect(call, counted=True)
         else:
             # Waiting for a free connection counts against the connect timeout, as in aiohttp.
             self.waiters.append(call)
@@ -1084,17 +1148,17 @@ class _Pool:
         except asyncio.CancelledError:
             # Its client left (`forget`) or the pool closes: the slot goes to the next waiter, as
             # on any other end of a connect (else a waiter sat out its connect timeout: 504).
-            self.count -= 1
+            self._give()
             self._next_waiter()
             raise
         except asyncio.TimeoutError:
-            self.count -= 1
+            self._give()
             call.connecting = None
             call.client.upstream_failed(call, "", timeout=True)
             self._next_waiter()
             return
         except OSError:
-            self.count -= 1
+            self._give()
             call.connecting = None
             call.client.upstream_failed(call, UNREACHABLE, timeout=False)
             self._next_waiter()
@@ -1124,12 +1188,14 @@ class _Pool:
                 call.wait_timer = None
             if not call.finished:
                 up.attach(call)
+                self._settled()
                 return
+        self._settled()
         up.idle_since = self.loop.time()
         self.idle.append(up)
 
     def lost(self, up: _Upstream) -> None:
-        self.count -= 1
+        self._give()
         try:
             self.idle.remove(up)
         except ValueError:
@@ -1137,13 +1203,17 @@ class _Pool:
         self._next_waiter()
 
     def _next_waiter(self) -> None:
-        while self.waiters and self.count < self.limit and not self.closed:
-            call = self.waiters.popleft()
+        while self.waiters and not self.closed:
+            call = self.waiters[0]
+            if not call.finished and not self._take():
+                break  # a shared pool wakes us (`slot_freed`) when C gives a slot back
+            self.waiters.popleft()
             if call.wait_timer is not None:
                 call.wait_timer.cancel()
                 call.wait_timer = None
             if not call.finished:
-                self._connect(call)
+                self._connect(call, counted=True)
+        self._settled()
 
     def _wait_expired(self, call: _Call) -> None:
         call.wait_timer = None
@@ -1151,6 +1221,7 @@ class _Pool:
             self.waiters.remove(call)
         except ValueError:
             return
+        self._settled()
         call.client.upstream_failed(call, "", timeout=True)
 
     def forget(self, call: _Call) -> None:
@@ -1162,6 +1233,7 @@ class _Pool:
                 self.waiters.remove(call)
             except ValueError:
                 pass
+            self._settled()
         if call.connecting is not None:
             call.connecting.cancel()
             call.connecting = None
@@ -1703,6 +1775,17 @@ class RelayServer:
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
 
+    def dataplane_constants(self) -> dict[str, float | int]:
+        """This module's constants that the C data plane applies too (`dataplane.Front`'s keywords),
+        read when it starts: a test that changes one here changes both engines."""
+        return {
+            "client_keepalive_s": _CLIENT_KEEPALIVE_S,
+            "linger_s": _LINGER_S,
+            "upstream_idle_s": _UPSTREAM_IDLE_S,
+            "peer_check_idle_s": _PEER_CHECK_IDLE_S,
+            "pending_limit": _PENDING_LIMIT,
+        }
+
     def error_answers(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
         """The relay's answers that the C data plane sends itself (design record 0067), as
         `_Client._send_error` writes them to a keep-alive client (C adds `Connection: close` where
@@ -1897,6 +1980,13 @@ class RelayServer:
                 call.req_buf = bytearray()
         return call
 
+    async def _settled(self) -> None:
+        if self.clients:
+            self.drained = asyncio.Event()
+            await self.drained.wait()
+        if self.front is not None:
+            await self.front.quiet()
+
     async def cleanup(self) -> None:
         """Stop accepting; give calls in flight `proxy.shutdown_timeout_s`; then cut what is left."""
         self.closing = True
@@ -1905,18 +1995,20 @@ class RelayServer:
         if self.server is not None:
             self.server.close()
         if self.front is not None:
-            await self.front.stop()  # accepts no more; connections still reading a head are closed
-        if self.listen_sock is not None:
-            self.listen_sock.close()
+            # Accepts no more; its connections between calls are closed; the calls it forwards get
+            # the same grace as the relay's (before, they were cut at once).
+            self.front.shutdown()
         for client in list(self.clients):
             if client.current is None and client.transport is not None:
                 client.transport.close()  # idle: nothing to wait for
-        if self.clients:
-            self.drained = asyncio.Event()
-            try:
-                await asyncio.wait_for(self.drained.wait(), self.shutdown_timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            await asyncio.wait_for(self._settled(), self.shutdown_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        if self.front is not None:
+            await self.front.stop()  # cuts what C still holds
+        if self.listen_sock is not None:
+            self.listen_sock.close()  # after the C thread has stopped: it watched this descriptor
         for client in list(self.clients):
             if client.transport is not None:
                 client.transport.abort()
