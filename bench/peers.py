@@ -34,7 +34,14 @@ Peers:
   native-floor       bench/native_floor.c (built by bench/native_floor.py with gcc and the llhttp that httptools
                      vendors): the same floor in C on raw epoll, both heads parsed with llhttp; what a
                      data plane outside the interpreter would start from (design record 0065)
-  llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on)
+  llmwatch-off       llmwatch proxy, scoring off (capture, 10% sampling, redaction, files, metrics on),
+                     its engine as shipped (proxy.engine auto: the C data plane where the package was
+                     built with a compiler, as here, design record 0067; the engine is printed)
+  llmwatch-python    llmwatch-off with proxy.engine python: the Python relay alone
+  llmwatch-native    llmwatch-off with proxy.engine native: C forwards plain calls itself and its ring
+                     hands each to the same bookkeeping (metrics, sampling, files)
+  llmwatch-front     llmwatch-native with DATAPLANE_FORWARD=0: C only accepts and reads each
+                     connection's first head, the Python relay answers every call
   llmwatch-defaults  shipped defaults: scorer child with the embedding checks, on the proxy's core
   llmwatch-isolated  defaults, the scorer child pinned to core 0 (scoring.cpu_affinity), the proxy to core 1
   llmwatch-shadow    llmwatch-off plus shadow evaluation: calls mirrored (--shadow-rate, default 1.0: every call) to a second
@@ -97,6 +104,9 @@ ALL_PEERS = (
     "relay-floor",
     "native-floor",
     "llmwatch-off",
+    "llmwatch-python",
+    "llmwatch-native",
+    "llmwatch-front",
     "llmwatch-defaults",
     "llmwatch-isolated",
     "llmwatch-shadow",
@@ -126,6 +136,7 @@ class Peer:
     cell_proxy_cpu: dict[tuple[float, str], float] = field(default_factory=dict)  # the proxy process alone
     rss_mb: float | None = None
     metrics_url: str | None = None
+    engine: str = ""  # a llmwatch peer: the engine it served with (llmwatch_proxy_engine_info)
 
     @property
     def pid(self) -> int | None:
@@ -333,6 +344,8 @@ def start_llmwatch(
     src: str | None = None,
     shadow_port: int | None = None,
     shadow_rate: float = 1.0,
+    engine: str | None = None,
+    forward: bool = True,
 ) -> Peer:
     port, metrics_port = free_port(), free_port()
     data_dir = work / f"data-{name.replace('@', '-').replace('/', '_')}"
@@ -343,6 +356,11 @@ def start_llmwatch(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
+    if engine is not None:
+        # Set only when asked: an older checkout (--baseline-src) refuses engines it does not have.
+        env["LLMWATCH_PROXY__ENGINE"] = engine
+    if not forward:
+        env["DATAPLANE_FORWARD"] = "0"
     if isolated:
         env["LLMWATCH_SCORING__CPU_AFFINITY"] = "0"
     if shadow_port is not None:
@@ -383,6 +401,27 @@ def start_llmwatch(
         stderr=open(work / f"{name.replace('/', '_')}.log", "wb"),
     )
     return Peer(name, f"http://127.0.0.1:{port}", proc, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+
+
+def engine_serving(peer: Peer) -> str:
+    """The engine a llmwatch peer served with, from its llmwatch_proxy_engine_info (design record
+    0067): `native (C forwards)`, `native (front door)` or `python`; "" for a build without the gauge."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(peer.metrics_url, timeout=5).read().decode()
+    except OSError:
+        return ""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "llmwatch_proxy_engine_info" and sample.value == 1:
+                engine = sample.labels.get("engine", "")
+                if engine == "native":
+                    return "native (C forwards)" if sample.labels.get("forwarding") == "true" else "native (front door)"
+                return engine
+    return ""
 
 
 def shadow_counts(peer: Peer) -> str:
@@ -568,7 +607,7 @@ def report(peers: list[Peer], args: argparse.Namespace, notes: list[str]) -> str
         )
         saturation = " / ".join(f"{1e6 / c:,.0f}" if c > 0 else "-" for c in cells)
         lines.append(
-            f"| {p.name}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {user} | {saturation} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
+            f"| {p.name}{f' [{p.engine}]' if p.engine else ''}{own} | {bound}{cells[0]:,.0f} µs | {bound}{cells[1]:,.0f} µs | {ratio} | {user} | {saturation} req/s | {p.rss_mb or 0:,.0f} MB | {total - bad}/{total} |"
         )
     lines += [
         "",
@@ -744,6 +783,12 @@ def main() -> None:  # noqa: C901
                         shadow_rate=args.shadow_rate,
                     )
                 )
+            elif name in ("llmwatch-python", "llmwatch-native", "llmwatch-front"):
+                engine = "python" if name == "llmwatch-python" else "native"
+                forward = name != "llmwatch-front"
+                peers.append(
+                    start_llmwatch(name, up_port, work, scoring=False, isolated=False, engine=engine, forward=forward)
+                )
             else:
                 peers.append(
                     start_llmwatch(
@@ -817,6 +862,9 @@ def main() -> None:  # noqa: C901
                 peer.rss_mb = tree_rss_mb(peer.pid)
         # Read now, while the proxy still answers /metrics.
         shadow_lines = shadow_added(peers, args)
+        for peer in peers:
+            if peer.metrics_url and peer.name.startswith("llmwatch"):
+                peer.engine = engine_serving(peer)
     finally:
         for peer in peers:
             if peer.proc is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import structlog
+from helpers.engines import setting
 
 # The real Kafka broker (tansu) as a fixture for every test module that names it.
 from helpers.kafka_broker import kafka_broker  # noqa: E402,F401
@@ -90,12 +91,21 @@ async def sim():
 
 
 @pytest.fixture
-async def make_agent(tmp_path: Path):
+def proxy_engine() -> str:
+    """The `proxy.engine` of the agents `make_agent` starts. A module whose tests must hold on both
+    engines overrides it with `helpers.engines.both_engines` (design record 0067, step 4)."""
+    return "python"
+
+
+@pytest.fixture
+async def make_agent(tmp_path: Path, proxy_engine: str):
     agents: list[Agent] = []
 
     async def factory(upstream: str, *, extra_sinks=(), **sections: Any) -> Agent:
         # Scoring (a child process with the embedding model) only where a test asks for it.
         sections.setdefault("scoring", {"enabled": False})
+        engine, forward = setting(proxy_engine)  # the default `auto` would pick by what is built
+        sections["proxy"] = {"engine": engine, **(sections.get("proxy") or {})}
         overrides = {
             "upstream": upstream,
             "listen": "127.0.0.1:0",
@@ -104,7 +114,16 @@ async def make_agent(tmp_path: Path):
             **sections,
         }
         agent = Agent(load_config(None, overrides=overrides, environ={}), extra_sinks=extra_sinks)
-        await agent.start()
+        # The relay reads DATAPLANE_FORWARD when it starts (design record 0067): set for that only.
+        previous = os.environ.get("DATAPLANE_FORWARD")
+        os.environ["DATAPLANE_FORWARD"] = "1" if forward else "0"
+        try:
+            await agent.start()
+        finally:
+            if previous is None:
+                del os.environ["DATAPLANE_FORWARD"]
+            else:
+                os.environ["DATAPLANE_FORWARD"] = previous
         agents.append(agent)
         return agent
 

@@ -39,6 +39,10 @@ from llmwatch.core.jsonio import read_document
 from llmwatch.core.pricing import PriceFile, PriceTable, read_price_file
 
 ENV_PREFIX = "LLMWATCH_"
+# Variables under the prefix that are not settings: the config file's path, and hatch_build.py's
+# switch for the proxy's C extension (LLMWATCH_NATIVE=0 skips it, =1 requires it), which an
+# install may leave set in the shell that then starts llmwatch.
+_NOT_SETTINGS = frozenset({ENV_PREFIX + "CONFIG", ENV_PREFIX + "NATIVE"})
 
 
 class ConfigError(LlmwatchError, ValueError):
@@ -361,7 +365,7 @@ def _env_overrides(
     tree: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX + "CONFIG":
+        if not key.startswith(ENV_PREFIX) or key in _NOT_SETTINGS:
             continue
         path = [p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p]
         if not path:

@@ -137,13 +137,17 @@ _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 
 class Relay:
-    """A real `llmwatch proxy` process in front of an `Upstream`, with short deadlines."""
+    """A real `llmwatch proxy` process (`proxy.engine` `engine`) in front of an `Upstream`, with short deadlines."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, engine: str = "python", *, forward: bool = True) -> None:
         self.upstream = Upstream()
         port = self.upstream.start()
         env = agent_env(
+            # `forward`: the native engine forwards plain calls in C, as it serves; without, C is a
+            # front door handing every connection to the relay (DATAPLANE_FORWARD=0)
+            DATAPLANE_FORWARD="1" if forward else "0",
             LLMWATCH_SCORING__ENABLED="false",
+            LLMWATCH_PROXY__ENGINE=engine,
             LLMWATCH_PROXY__HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
             LLMWATCH_PROXY__BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
             LLMWATCH_PROXY__READ_TIMEOUT_S=str(READ_TIMEOUT_S),

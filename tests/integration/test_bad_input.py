@@ -12,6 +12,7 @@ import openai
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape
 from helpers.chat import CHAT, client
+from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
 from helpers.upstreams import echo_app, serve
 
 from llmwatch.agent.apps.simulator.server import FAULT_HEADER

@@ -10,6 +10,8 @@ import orjson
 import pytest
 from helpers.agents import drained, metric, proxy_url, scrape
 from helpers.chat import CHAT, client
+from helpers.engines import all_engines as proxy_engine  # noqa: F401  (every test on each engine, and C as a front door)
+from helpers.engines import setting
 from helpers.upstreams import echo_app, gated_stream_app, serve
 from yarl import URL
 
@@ -271,3 +273,13 @@ async def test_health_and_readiness_endpoints(sim, make_agent):
         async with http.get(f"http://127.0.0.1:{agent.metrics_port}/readyz") as r:
             assert r.status == 200
             assert (await r.json())["checks"] == {"proxy_listening": True, "pipeline_alive": True}
+
+
+async def test_the_engine_serving_calls_is_exposed(sim, make_agent, request):
+    param = request.node.callspec.params["proxy_engine"]
+    agent = await make_agent(sim.url)
+    samples = await scrape(agent)
+    engine, forward = setting(param)
+    forwarding = "true" if forward else "false"
+    assert metric(samples, "llmwatch_proxy_engine_info", engine=engine, forwarding=forwarding) == 1
+    assert sum(v for (name, _), v in samples.items() if name == "llmwatch_proxy_engine_info") == 1

@@ -24,6 +24,7 @@ import orjson
 import pytest
 from aiohttp import web
 from helpers.agents import drained, metric, scrape
+from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
 from helpers.procs import proxy_argv
 from helpers.raw_http import (
     CHAT_BODY,

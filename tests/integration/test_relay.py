@@ -15,6 +15,7 @@ import hashlib
 import orjson
 import pytest
 from helpers.agents import drained, metric, scrape, wait_until
+from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
 from helpers.raw_http import (
     CHAT_BODY,
     OK_JSON,
@@ -181,11 +182,17 @@ async def test_a_client_that_does_not_read_pauses_the_upstream_and_then_gets_eve
         try:
             writer.write(b"GET /download HTTP/1.1\r\nHost: x\r\n\r\n")
             await writer.drain()
-            # The client reads nothing: the relay must stop reading the upstream, not buffer 32 MiB.
+            # The client reads nothing: the proxy must stop reading the upstream, not buffer 32 MiB
+            # (the relay's paused upstream, or one C forwarding the call has stopped reading).
             relay = agent.proxy.relay
+            front = relay.front if relay.forwarding else None
             await wait_until(
-                lambda: any(
-                    c.current is not None and c.current.up is not None and c.current.up.paused for c in relay.clients
+                lambda: (
+                    any(
+                        c.current is not None and c.current.up is not None and c.current.up.paused
+                        for c in relay.clients
+                    )
+                    or (front is not None and front.stats()["upstreams_paused"] > 0)
                 ),
                 timeout=20,
             )
@@ -254,14 +261,16 @@ async def test_a_client_that_leaves_mid_stream_closes_the_upstream_connection_an
             await asyncio.sleep(0.05)
 
 
-async def test_the_relay_is_the_only_engine_and_an_old_aiohttp_setting_says_how_to_fix_it(sim, make_agent):
+async def test_an_old_aiohttp_engine_setting_says_how_to_fix_it_and_an_old_relay_one_is_the_python_engine(
+    sim, make_agent
+):
     with pytest.raises(ConfigError) as err:
         load_config(None, overrides={"upstream": sim.url, "proxy": {"engine": "aiohttp"}}, environ={})
     assert "engine 'aiohttp' is no longer available" in str(err.value)
-    assert "delete the `engine:` line" in str(err.value)
-    # `engine: relay` (what an old config may say) still loads, and serves.
+    assert "delete the `engine:` line" in str(err.value) and "`python`" in str(err.value)
+    # `engine: relay` (what an old config may say) still loads, as the relay core, and serves.
     agent = await make_agent(sim.url, proxy={"engine": "relay"})
-    assert agent.proxy.relay is not None
+    assert agent.proxy.relay is not None and agent.proxy.relay.engine == "python"
     body = orjson.dumps({"model": "sim-gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "seed": 1})
     direct = await raw_call(int(sim.url.rsplit(":", 1)[1]), post("/v1/chat/completions", body))
     proxied = await raw_call(agent.proxy_port, post("/v1/chat/completions", body))

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.engines import ENGINES
 from helpers.relay_fuzz import Relay, check_request, check_response, requests, responses
 from hypothesis import HealthCheck, example, given, settings
 
@@ -22,9 +23,10 @@ FUZZ = settings(
 )
 
 
-@pytest.fixture(scope="module")
-def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
-    proxy = Relay(Path(tmp_path_factory.mktemp("fuzz")))
+@pytest.fixture(scope="module", params=ENGINES)
+def relay(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
+    # The same cases on both engines (design record 0067, step 4).
+    proxy = Relay(Path(tmp_path_factory.mktemp("fuzz")), engine=request.param)
     yield proxy
     proxy.close()
 

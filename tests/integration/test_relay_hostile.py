@@ -14,6 +14,7 @@ import struct
 import orjson
 import pytest
 from helpers.agents import calls_observed, drained, metric, scrape, wait_until
+from helpers.engines import both_engines as proxy_engine  # noqa: F401  (every test on both engines)
 from helpers.raw_http import (
     CHAT_BODY,
     OK_JSON,
@@ -597,7 +598,8 @@ async def test_a_client_that_leaves_during_a_slow_connect_hands_its_pool_slot_to
     reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)
     try:
         leaver.write(request)
-        await wait_until(lambda: len(pool.connecting) == 1)  # its connect hangs: the one slot is taken
+        # Its connect hangs: the one slot is taken (by the relay, or by C forwarding it: one bound for both).
+        await wait_until(lambda: pool.slots_taken() == 1)
         writer.write(request)
         await wait_until(lambda: len(pool.waiters) == 1)  # the second call waits for that slot
         leaver.close()
@@ -973,6 +975,15 @@ async def test_a_kept_alive_connection_the_upstream_closed_before_a_call_came_is
 
     async with RawUpstream(answers_once) as upstream:
         agent = await make_agent(upstream.url)
+        if agent.proxy.relay.forwarding:
+            pytest.skip(
+                "C forwards on its own thread, not on this loop: the order below (the request read "
+                "first, the upstream's FIN already in the kernel and not yet read) cannot be made "
+                "certain for it, and the other orders pass or fail by timing. C's handling of the two "
+                "orders it can be made to see is test_native_forward.py's "
+                "test_an_idle_connection_its_upstream_closes_as_a_call_comes_is_handled_as_the_relay_does "
+                "(design record 0067)"
+            )
         status, _, _ = await raw_call(agent.proxy_port, request_bytes)
         assert status == 200 and len(served) == 1
         reader, writer = await asyncio.open_connection("127.0.0.1", agent.proxy_port)

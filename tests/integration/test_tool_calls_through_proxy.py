@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx2 as httpx  # the HTTP client the openai SDK ships with
 import orjson
 import pytest
+from helpers.engines import ALL_ENGINES, engine_environ
 from helpers.procs import Proc, agent_started, simulator_url, start_simulator
 
 from llmwatch.agent.apps.simulator.server import TOOL_CALLS_HEADER
@@ -58,8 +59,10 @@ EXPECTED_REASON = {
 CALLS = 48
 
 
-@pytest.fixture
-def proxy_and_b(tmp_path: Path):
+@pytest.fixture(params=ALL_ENGINES)
+def proxy_and_b(tmp_path: Path, request: pytest.FixtureRequest):
+    """The simulator's version B behind a real `llmwatch proxy` of each engine (native:
+    C forwards the calls, and its ring hands them to the scorer's path)."""
     sim = start_simulator("--profile", "B", "--latency-scale", "0")
     started = [sim]
     try:
@@ -71,6 +74,7 @@ def proxy_and_b(tmp_path: Path):
             "LLMWATCH_SCORING__EMBEDDINGS": "false",
             "LLMWATCH_LOGGING__FORMAT": "json",
             "LLMWATCH_LOGGING__LEVEL": "info",
+            **engine_environ(str(request.param)),
         }
         argv = [sys.executable, "-m", "llmwatch.agent.cli", "proxy", "--upstream", simulator_url(sim)]
         argv += ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")]

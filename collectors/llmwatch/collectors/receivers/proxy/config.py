@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import Counter
 from pydantic import Field, model_validator
@@ -43,18 +43,29 @@ class ProxySection(Section):
     # Most header fields in one request or response head.
     max_headers: int = Field(256, ge=32, le=4096)
 
+    # Which engine serves calls (design record 0067): `native`, the C data plane (a thread that
+    # accepts, forwards plain HTTP/1.1 calls and streams itself and hands every other case to the
+    # relay), there only when the package was built with a C compiler; `python`, the relay core
+    # (relay.py) alone; `auto` (the default), `native` where it can serve this configuration and
+    # `python` elsewhere: without the C extension, for an https upstream (TLS is the relay's), and
+    # for an upstream named by DNS (C resolves it once at start-up, the relay on every connection).
+    # The `relay_engine` log line and llmwatch_proxy_engine_info say which serves and why.
+    # `native` without the C extension is refused at start-up.
+    engine: Literal["auto", "python", "native"] = "auto"
+
     @model_validator(mode="before")
     @classmethod
-    def _no_engine(cls, data: Any) -> Any:
-        # `proxy.engine` chose between the relay core and the aiohttp core, which is gone: an old
-        # `engine: relay` still loads; any other engine is refused with the fix.
+    def _old_engines(cls, data: Any) -> Any:
+        # `engine` once chose between the relay core and the aiohttp core, which is gone: an old
+        # `engine: relay` still loads (the relay core is `python`); `aiohttp` is refused with the fix.
         if isinstance(data, dict) and "engine" in data:
-            if data["engine"] != "relay":
+            if data["engine"] == "relay":
+                return {**data, "engine": "python"}
+            if data["engine"] not in ("auto", "python", "native"):
                 raise ValueError(
-                    f"engine {data['engine']!r} is no longer available: the relay core is the proxy's only engine "
-                    "(the aiohttp core was removed); delete the `engine:` line from the proxy section"
+                    f"engine {data['engine']!r} is no longer available (the aiohttp core was removed): delete the "
+                    "`engine:` line from the proxy section, or set `auto` (the default), `python` (the relay core) or `native` (the C data plane)"
                 )
-            data = {k: v for k, v in data.items() if k != "engine"}
         return data
 
 
@@ -186,6 +197,11 @@ class ProxyMetrics(MetricGroup):
     in_flight = gauge(
         "llmwatch_proxy_in_flight_requests",
         "Calls the proxy has taken and not yet answered to the end.",
+    )
+    engine_info = gauge(
+        "llmwatch_proxy_engine_info",
+        "1 for the engine serving calls (proxy.engine: python or native) and whether C forwards plain calls.",
+        ["engine", "forwarding"],
     )
 
     @property

@@ -8,6 +8,7 @@ from llmwatch.collectors.calls import CallEvents
 from llmwatch.collectors.intake import Intake
 from llmwatch.collectors.receivers.proxy.config import ProxyConfig, ProxyMetrics, ProxySection
 from llmwatch.core.component import Component, Context, Factory
+from llmwatch.core.config import ConfigError
 from llmwatch.core.pricing import PriceTable
 from llmwatch.core.urls import mask_url
 
@@ -54,6 +55,15 @@ class ProxyComponent:
         return {"upstream": mask_url(upstream), "upstream_reachable": self.probe.reachable}
 
 
+def _check(ctx: Context, section: ProxySection) -> None:
+    if section.engine == "native" and ctx.serve_proxy:
+        from llmwatch.collectors.receivers.proxy.native import load
+
+        native, why = load()
+        if native is None:
+            raise ConfigError(f"proxy.engine native: {why}; or set proxy.engine: python")
+
+
 def _create(ctx: Context, section: ProxySection) -> Component | None:
     if not ctx.serve_proxy:
         return None  # `llmwatch ingest`
@@ -68,4 +78,4 @@ def _create(ctx: Context, section: ProxySection) -> Component | None:
     return ProxyComponent(proxy, probe, ctx.setting("listen"))
 
 
-PROXY = Factory("proxy", "receiver", ProxySection, _create, metrics=(ProxyMetrics,))
+PROXY = Factory("proxy", "receiver", ProxySection, _create, metrics=(ProxyMetrics,), check=_check)

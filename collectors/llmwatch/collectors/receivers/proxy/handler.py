@@ -218,6 +218,22 @@ class Proxy:
         self, ex: Exchange | None, *, timeout: bool, what: str, path: str, logged: str | None = None
     ) -> tuple[int, bytes]:
         """Status and body of a 502/504 in fixed words; counted, and logged as `logged` or `what`."""
+        status, kind, body = self.gateway_error(timeout=timeout, what=what)
+        self._fail(ex, kind)
+        if ex is not None:
+            ex.status = status
+        log.warning(
+            "upstream_failed",
+            error_type=kind,
+            path=path,
+            upstream=self.shown_upstream,
+            error=logged or what or "timeout",
+        )
+        return status, body
+
+    def gateway_error(self, *, timeout: bool, what: str) -> tuple[int, str, bytes]:
+        """Status, error type and body of a 502/504, nothing counted (the C data plane is given
+        them once, `RelayServer.error_answers`)."""
         shown = self.shown_upstream
         if timeout:
             status, kind = 504, "upstream_timeout"
@@ -225,11 +241,7 @@ class Proxy:
         else:
             status, kind = 502, "upstream_unavailable"
             message = f"llmwatch proxy: upstream {shown} {what}"
-        self._fail(ex, kind)
-        if ex is not None:
-            ex.status = status
-        log.warning("upstream_failed", error_type=kind, path=path, upstream=shown, error=logged or what or "timeout")
-        return status, error_body(kind, message)
+        return status, kind, error_body(kind, message)
 
     def fail(self, ex: Exchange | None, error_type: str) -> None:
         self._fail(ex, error_type)
@@ -287,8 +299,10 @@ class Proxy:
         relay = self.relay
         if relay is None:
             return 0.0
-        # The relay core's own state: a client's current call and the calls pipelined behind it.
-        return float(sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
+        # The relay core's own state: a client's current call and the calls pipelined behind it;
+        # and the calls the C data plane is forwarding (proxy.engine native).
+        front = relay.front.in_flight() if relay.front is not None else 0
+        return float(front + sum((c.current is not None) + len(c.queued) for c in list(relay.clients)))
 
     def _fail(self, ex: Exchange | None, error_type: str) -> None:
         self.metrics.proxy_errors.labels(error_type=error_type).inc()

@@ -1,4 +1,5 @@
-"""The relay core of the proxy, its only engine: raw asyncio Protocols, bytes forwarded as they arrive.
+"""The relay core of the proxy: raw asyncio Protocols, bytes forwarded as they arrive. Every call
+the C data plane does not forward itself (design record 0067) is answered here.
 
 Why it exists: on aiohttp, a plain call cost about 800 µs of CPU, most of it aiohttp's own
 server-request and client-request machinery (web.Request, ClientRequest, ClientResponse, header
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import re
 import socket
 import ssl
@@ -110,6 +112,7 @@ _REASONS = {
     504: b"Gateway Timeout",
 }
 _TE_501 = "llmwatch proxy: Transfer-Encoding other than a single `chunked` is not supported"
+BODY_TIMEOUT = "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
 # A Transfer-Encoding header line whose value is not a lone `chunked` (looked for after a parse error).
 _TE_LINE = re.compile(rb"(?im)^transfer-encoding[ \t]*:(?![ \t]*chunked[ \t]*\r?$)")
 # A whole head (request or response) is at most this, whatever max_header_bytes * max_headers
@@ -179,6 +182,18 @@ def head_end(buf: bytes | bytearray, start: int) -> int:
     if lf >= 0:
         return lf + 2
     return crlf + 3 if crlf >= 0 else -1
+
+
+def error_answer(status: int, body: bytes, *, close: bool) -> bytes:
+    """The proxy's own answer (400, 408, 502, 504...) as it goes out; the C data plane is given its
+    502/504/408 in this form (`RelayServer.error_answers`) and adds `Connection: close` where this does."""
+    return b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b" % (
+        status,
+        _REASONS.get(status, b"Error"),
+        len(body),
+        b"Connection: close\r\n" if close else b"",
+        body,
+    )
 
 
 def climbs_above_root(path: bytes) -> bool:
@@ -908,6 +923,41 @@ class _Upstream(asyncio.Protocol):
             return True
 
 
+def choose_engine(setting: str, *, https: bool, host: str) -> tuple[str, str]:
+    """(the engine that serves, why): `proxy.engine` as set, or for `auto` the C data plane where it
+    can serve this configuration as the relay would (design record 0067)."""
+    if setting != "auto":
+        return setting, "set in proxy.engine"
+    from llmwatch.collectors.receivers.proxy import native
+
+    extension, why = native.load()
+    if extension is None:
+        return "python", why
+    if https:
+        return "python", "the upstream is https: TLS is the relay's"
+    if not _address_literal(host):
+        # C resolves the upstream once, at start-up, and connects to the first address (its thread
+        # never blocks on DNS); the relay resolves on every new connection and tries each address,
+        # so a name whose addresses move or differ keeps working.
+        return "python", (
+            f"the upstream is a name ({host}), not an IP address: set the address, or proxy.engine "
+            "native to resolve it once at start-up"
+        )
+    return "native", "the C extension is built and the upstream is plain HTTP at an IP address"
+
+
+def _address_literal(host: str) -> bool:
+    """Whether `host` is an IPv4 or IPv6 address. Not even `localhost`: it names 127.0.0.1 and ::1,
+    and the relay tries each in turn where C connects to the first only."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host.strip("[]"))
+        except OSError:
+            continue
+        return True
+    return False
+
+
 def _peek_closed(sock: Any) -> bool:
     """`peer_closed` without TCP_INFO (macOS, the BSDs): a non-blocking peek of one byte. b'' is
     the server's FIN, an error its reset; nothing to read (EAGAIN) is an open connection. A byte
@@ -968,10 +1018,74 @@ class _Pool:
         # Response header names as upstreams spell them -> (lower case, what `_respond` does with it).
         self.header_kinds: dict[bytes, tuple[bytes, int]] = {}
         self.idle: list[_Upstream] = []
-        self.count = 0
+        self.count = 0  # this pool's own connections, open or being opened
+        # With C forwarding beside the relay (`share`), proxy.max_connections bounds both engines'
+        # connections together: the slots are `dataplane.Front`'s (design record 0067).
+        self.shared: Any = None
+        self.told = False  # the front was told that calls wait here (a failed take_slot tells it)
         self.waiters: collections.deque[_Call] = collections.deque()
         self.connecting: set[asyncio.Task] = set()
         self.closed = False
+
+    def share(self, front: Any) -> None:
+        """Take and give slots through the C front's one count of upstream connections, so that the
+        two engines together open at most `limit` (a check-and-increment under its mutex)."""
+        for _ in range(self.count):  # the connections this pool holds already (none when it serves)
+            front.take_slot()
+        self.shared = front
+
+    def slots_taken(self) -> int:
+        """Upstream connections open or being opened, both engines' where C forwards."""
+        return int(self.shared.stats()["upstreams_open"]) if self.shared is not None else self.count
+
+    def _take(self) -> bool:
+        if self.shared is not None:
+            if not self.shared.take_slot():
+                self.told = True  # C now opens none, hands its idle connections here, wakes us on a free slot
+                return False
+        elif self.count >= self.limit:
+            return False
+        self.count += 1
+        return True
+
+    def _give(self) -> None:
+        self.count -= 1
+        if self.shared is not None:
+            self.shared.give_slot()
+
+    def _settled(self) -> None:
+        # No call waits here any more: C may open connections again.
+        if self.told and not self.waiters:
+            self.told = False
+            self.shared.relay_served()
+
+    def adopt(self, sock: socket.socket) -> None:
+        """An idle keep-alive connection C hands over with its slot while calls wait here."""
+        self.count += 1  # the slot came with it (the shared count is unchanged)
+        task = self.loop.create_task(self._adopt(sock))
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+
+    async def _adopt(self, sock: socket.socket) -> None:
+        try:
+            _, up = await self.loop.create_connection(lambda: _Upstream(self), sock=sock)
+        except asyncio.CancelledError:  # the pool closes
+            sock.close()
+            self._give()
+            raise
+        except OSError:
+            sock.close()
+            self._give()
+            self._next_waiter()
+            return
+        up.sock = sock
+        self.release(up, True)
+        self._settled()
+
+    def slot_freed(self) -> None:
+        """C gave a slot back while calls wait here (its eventfd): the next one may take it."""
+        if self.waiters:
+            self._next_waiter()
 
     def acquire(self, call: _Call) -> None:
         idle = self.idle
@@ -1004,8 +1118,8 @@ class _Pool:
         self._connect(call, counted=True)
 
     def _new(self, call: _Call) -> None:
-        if self.count < self.limit:
-            self._connect(call)
+        if self._take():
+            self._connect(call, counted=True)
         else:
             # Waiting for a free connection counts against the connect timeout, as in aiohttp.
             self.waiters.append(call)
@@ -1034,17 +1148,17 @@ class _Pool:
         except asyncio.CancelledError:
             # Its client left (`forget`) or the pool closes: the slot goes to the next waiter, as
             # on any other end of a connect (else a waiter sat out its connect timeout: 504).
-            self.count -= 1
+            self._give()
             self._next_waiter()
             raise
         except asyncio.TimeoutError:
-            self.count -= 1
+            self._give()
             call.connecting = None
             call.client.upstream_failed(call, "", timeout=True)
             self._next_waiter()
             return
         except OSError:
-            self.count -= 1
+            self._give()
             call.connecting = None
             call.client.upstream_failed(call, UNREACHABLE, timeout=False)
             self._next_waiter()
@@ -1074,12 +1188,14 @@ class _Pool:
                 call.wait_timer = None
             if not call.finished:
                 up.attach(call)
+                self._settled()
                 return
+        self._settled()
         up.idle_since = self.loop.time()
         self.idle.append(up)
 
     def lost(self, up: _Upstream) -> None:
-        self.count -= 1
+        self._give()
         try:
             self.idle.remove(up)
         except ValueError:
@@ -1087,13 +1203,17 @@ class _Pool:
         self._next_waiter()
 
     def _next_waiter(self) -> None:
-        while self.waiters and self.count < self.limit and not self.closed:
-            call = self.waiters.popleft()
+        while self.waiters and not self.closed:
+            call = self.waiters[0]
+            if not call.finished and not self._take():
+                break  # a shared pool wakes us (`slot_freed`) when C gives a slot back
+            self.waiters.popleft()
             if call.wait_timer is not None:
                 call.wait_timer.cancel()
                 call.wait_timer = None
             if not call.finished:
-                self._connect(call)
+                self._connect(call, counted=True)
+        self._settled()
 
     def _wait_expired(self, call: _Call) -> None:
         call.wait_timer = None
@@ -1101,6 +1221,7 @@ class _Pool:
             self.waiters.remove(call)
         except ValueError:
             return
+        self._settled()
         call.client.upstream_failed(call, "", timeout=True)
 
     def forget(self, call: _Call) -> None:
@@ -1112,6 +1233,7 @@ class _Pool:
                 self.waiters.remove(call)
             except ValueError:
                 pass
+            self._settled()
         if call.connecting is not None:
             call.connecting.cancel()
             call.connecting = None
@@ -1360,9 +1482,7 @@ class _Client(asyncio.Protocol):
         self._send_error(
             call,
             408,
-            self.proxy.relay_error_body(
-                "llmwatch proxy: the request body did not arrive in time (proxy.body_timeout_s)"
-            ),
+            self.proxy.relay_error_body(BODY_TIMEOUT),
         )
         self.response_done(call)  # and the connection closes: the body's bytes are unframed
 
@@ -1425,11 +1545,8 @@ class _Client(asyncio.Protocol):
 
     def _send_error(self, call: _Call, status: int, body: bytes) -> None:
         call.sent_head = True
-        close = b"" if call.keep_alive and not call.http10 else b"Connection: close\r\n"
-        self.write(
-            b"HTTP/1.1 %d %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%b\r\n%b"
-            % (status, _REASONS.get(status, b"Error"), len(body), close, body)
-        )
+        close = not call.keep_alive or call.http10
+        self.write(error_answer(status, body, close=close))
         if close:
             call.keep_alive = False
 
@@ -1560,6 +1677,27 @@ class _Client(asyncio.Protocol):
             self.transport.close()
 
 
+class _AdoptedClient(_Client):
+    """A client connection accepted, and begun, elsewhere (see `RelayServer.adopt`)."""
+
+    def __init__(self, server: "RelayServer", prefix: bytes, head_left_s: float | None) -> None:
+        super().__init__(server)
+        self.prefix = prefix
+        self.head_left_s = head_left_s
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.head_left_s is not None:
+            # The head deadline runs from the accept, wherever that was: what is left of it.
+            self._disarm()
+            self.deadline = self.server.loop.call_later(self.head_left_s, self._head_expired)
+        # Fed here, before the transport starts reading (asyncio and uvloop both call
+        # connection_made first): the bytes already read come before any the socket still holds.
+        prefix, self.prefix = self.prefix, b""
+        if prefix:
+            self.data_received(prefix)
+
+
 class RelayServer:
     """The listening side: accepts clients, owns the upstream pool, stops in bounded time.
 
@@ -1582,6 +1720,11 @@ class RelayServer:
         ).inc
         self.clients: set[_Client] = set()
         self.server: asyncio.AbstractServer | None = None
+        self.setting = p.engine  # auto, python or native; `engine` is the one that serves (`start`)
+        self.engine = "python" if p.engine == "auto" else p.engine
+        self.front: Any = None  # native.NativeFront, when the native engine serves
+        self.forwarding = False  # whether C forwards plain calls (native, plain-HTTP upstream)
+        self.listen_sock: socket.socket | None = None
         self.closing = False
         self.drained: asyncio.Event | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -1601,9 +1744,76 @@ class RelayServer:
 
     async def start(self, sock: socket.socket) -> int:
         sock.setblocking(False)
-        self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        engine, why = choose_engine(self.setting, https=self.pool.ssl is not None, host=self.pool.host)
+        forward = False
+        if engine == "native":
+            # The C front door accepts and reads first heads on its own thread, forwards plain
+            # calls itself, hands the rest to this server (`adopt`), and its ring hands the calls it
+            # ended to the proxy's finish path (design record 0067); the socket is held here,
+            # closed in `cleanup`.
+            from llmwatch.collectors.receivers.proxy.native import NativeFront
+
+            # DATAPLANE_FORWARD=0 (not LLMWATCH_: that prefix is the configuration's) keeps C to the
+            # front door, handing every connection over: the benchmark's and the fuzzer's way to
+            # measure and compare that part alone.
+            forward = os.environ.get("DATAPLANE_FORWARD", "1") != "0"
+            sock.listen(2048)  # as create_server does with the bound socket it is given
+            self.listen_sock = sock
+            try:
+                self.front = NativeFront(self, sock, forward=forward)
+            except ValueError as exc:  # an upstream C cannot reach itself: https, a name that does not resolve
+                log.info("native_forward_off", reason=str(exc))
+                forward = False
+                self.front = NativeFront(self, sock, forward=False)
+            self.front.start()
+        else:
+            self.server = await self.loop.create_server(lambda: _Client(self), sock=sock, backlog=2048)
+        self.engine = engine
+        self.forwarding = forward
+        self.proxy.metrics.engine_info.labels(self.engine, "true" if self.forwarding else "false").set(1)
+        log.info("relay_engine", engine=self.engine, forwarding=self.forwarding, setting=self.setting, why=why)
         self._sweeper = self.loop.call_later(_CLIENT_KEEPALIVE_S / 5, self._sweep)
         return sock.getsockname()[1]
+
+    def dataplane_constants(self) -> dict[str, float | int]:
+        """This module's constants that the C data plane applies too (`dataplane.Front`'s keywords),
+        read when it starts: a test that changes one here changes both engines."""
+        return {
+            "client_keepalive_s": _CLIENT_KEEPALIVE_S,
+            "linger_s": _LINGER_S,
+            "upstream_idle_s": _UPSTREAM_IDLE_S,
+            "peer_check_idle_s": _PEER_CHECK_IDLE_S,
+            "pending_limit": _PENDING_LIMIT,
+        }
+
+    def error_answers(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """The relay's answers that the C data plane sends itself (design record 0067), as
+        `_Client._send_error` writes them to a keep-alive client (C adds `Connection: close` where
+        this does): 502 unreachable, 502 closed, 502 invalid, 504 timeout, 408 body timeout. Made
+        here, so that their words stay the relay's."""
+
+        def gateway(*, timeout: bool, what: str) -> bytes:
+            status, _, body = self.proxy.gateway_error(timeout=timeout, what=what)
+            return error_answer(status, body, close=False)
+
+        return (
+            gateway(timeout=False, what=UNREACHABLE),
+            gateway(timeout=False, what=CLOSED),
+            gateway(timeout=False, what=INVALID),
+            gateway(timeout=True, what=""),
+            error_answer(408, self.proxy.relay_error_body(BODY_TIMEOUT), close=False),
+        )
+
+    async def adopt(self, sock: socket.socket, prefix: bytes = b"", head_left_s: float | None = None) -> None:
+        """Serve a client connection accepted elsewhere, whose first `prefix` bytes were read there.
+
+        The C data plane (design record 0067) reads a connection's first head and hands over the
+        ones it does not implement, with the bytes it read: the connection is then answered exactly
+        as if this server had accepted it and read those bytes itself. `head_left_s`: what is left
+        of the head deadline (proxy.header_timeout_s from the accept); None: all of it.
+        """
+        sock.setblocking(False)
+        await self.loop.connect_accepted_socket(lambda: _AdoptedClient(self, prefix, head_left_s), sock)
 
     def _sweep(self) -> None:
         # Idle keep-alive clients are closed by one periodic sweep, not a timer per request.
@@ -1770,6 +1980,13 @@ class RelayServer:
                 call.req_buf = bytearray()
         return call
 
+    async def _settled(self) -> None:
+        if self.clients:
+            self.drained = asyncio.Event()
+            await self.drained.wait()
+        if self.front is not None:
+            await self.front.quiet()
+
     async def cleanup(self) -> None:
         """Stop accepting; give calls in flight `proxy.shutdown_timeout_s`; then cut what is left."""
         self.closing = True
@@ -1777,15 +1994,21 @@ class RelayServer:
             self._sweeper.cancel()
         if self.server is not None:
             self.server.close()
+        if self.front is not None:
+            # Accepts no more; its connections between calls are closed; the calls it forwards get
+            # the same grace as the relay's (before, they were cut at once).
+            self.front.shutdown()
         for client in list(self.clients):
             if client.current is None and client.transport is not None:
                 client.transport.close()  # idle: nothing to wait for
-        if self.clients:
-            self.drained = asyncio.Event()
-            try:
-                await asyncio.wait_for(self.drained.wait(), self.shutdown_timeout_s)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            await asyncio.wait_for(self._settled(), self.shutdown_timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        if self.front is not None:
+            await self.front.stop()  # cuts what C still holds
+        if self.listen_sock is not None:
+            self.listen_sock.close()  # after the C thread has stopped: it watched this descriptor
         for client in list(self.clients):
             if client.transport is not None:
                 client.transport.abort()
