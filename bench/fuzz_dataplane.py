@@ -16,8 +16,8 @@ run, not a differential one (tests/integration/test_native_heads.py compares the
 drive its thread beside the event loop (the hand-over queue, the ring, the counters, the pool's
 slots) with the TSan runtime preloaded: any data race it sees in the extension stops the child
 with its report, exit status 66. CPython and uvloop are not built with TSan, so it sees their
-memory only through the calls it intercepts (malloc, memcpy, ...); bench/tsan.supp names the few
-reports that lie wholly inside them, each with why it is not ours. `--tsan-self-check` proves the
+memory only through the calls it intercepts (malloc, memcpy, ...); bench/tsan.supp is for reports
+that lie wholly inside them (none so far), each with why it is not ours. `--tsan-self-check` proves the
 run can fail: it builds a copy of dataplane.c whose `count()` bumps the thread's counters without
 the mutex that `stats()` reads them under, and expects TSan's report of that race.
 """
