@@ -38,13 +38,16 @@ WHEEL_DIR = "llmwatch/collectors/receivers/proxy"
 FLAGS = ["-O2", "-fstack-protector-strong", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=2", "-fvisibility=hidden"]
 
 
-def sources() -> list[Path]:
-    return [ROOT / "native" / "dataplane.c", *sorted((ROOT / "native" / "llhttp" / "src").glob("*.c"))]
+def sources(main: Path | None = None) -> list[Path]:
+    return [main or ROOT / "native" / "dataplane.c", *sorted((ROOT / "native" / "llhttp" / "src").glob("*.c"))]
 
 
-def build_native(out_dir: Path, extra_flags: list[str] | None = None) -> tuple[Path | None, str]:
+def build_native(
+    out_dir: Path, extra_flags: list[str] | None = None, main: Path | None = None
+) -> tuple[Path | None, str]:
     """Compile the extension into `out_dir`: (its path, "") or (None, why it could not be built).
-    `extra_flags` go after the hardened ones (bench/fuzz_dataplane.py builds it with sanitizers).
+    `extra_flags` go after the hardened ones (bench/fuzz_dataplane.py builds it with sanitizers);
+    `main` replaces native/dataplane.c (its ThreadSanitizer self-check builds one with a race put in).
 
     Never raises for a missing compiler or a failed compile: the extension is optional.
     """
@@ -55,7 +58,7 @@ def build_native(out_dir: Path, extra_flags: list[str] | None = None) -> tuple[P
         return None, "setuptools is not installed"
     ext = Extension(
         NAME,
-        sources=[str(p) for p in sources()],
+        sources=[str(p) for p in sources(main)],
         include_dirs=[str(ROOT / "native" / "llhttp" / "include")],
         extra_compile_args=FLAGS + (extra_flags or []),
         extra_link_args=[f for f in extra_flags or [] if f.startswith("-fsanitize")],

@@ -2239,7 +2239,7 @@ static void Front_dealloc(Front *self) {
     if (self->started) Front_release(self); /* the lock exists only once started */
     else {
         int *fds[] = {&self->epfd, &self->stop_fd, &self->ready_fd, &self->kick_fd};
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++) /* all four, as Front_release closes them once started */
             if (*fds[i] >= 0) close(*fds[i]), *fds[i] = -1;
     }
     if (self->started) pthread_mutex_destroy(&self->lock);

@@ -175,6 +175,49 @@ async def test_stopping_closes_the_connections_still_reading_their_head_and_the_
         assert not stats["running"] and stats["left"] == 1 and stats["handed"] == 0
 
 
+def test_a_front_never_started_closes_every_descriptor_it_opened():
+    # A Front made and dropped without start() (its settings refused by the caller, or the proxy
+    # stopping first) closes its epoll and its three eventfds, as a started one does in stop().
+    import gc
+    import os
+
+    def polling() -> list[str]:  # this process's epoll and eventfd descriptors (the Front's kinds)
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # the listing's own descriptor, closed since
+                continue
+            if target in ("anon_inode:[eventfd]", "anon_inode:[eventpoll]"):
+                found.append(fd)
+        return sorted(found)
+
+    planner = dataplane.Planner(
+        prefix=b"",
+        host_header=b"Host: up\r\n",
+        authorization=None,
+        preserve_host=False,
+        max_header_bytes=8190,
+        max_headers=32,
+        max_head=8190 * 33,
+    )
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        for start in (False, True):
+            gc.collect()  # earlier tests' garbage (event loops, Fronts) closes its own descriptors first
+            before = polling()
+            for _ in range(3):
+                front = dataplane.Front(planner=planner, listen_fd=listener.fileno(), header_timeout_s=60)
+                if start:
+                    front.start()
+                    front.stop()
+                del front
+                gc.collect()
+            assert polling() == before, f"started: {start}"
+
+
 _EXHAUSTED_CHILD = r"""
 import json, resource, socket, sys
 from llmwatch.collectors.receivers.proxy import dataplane
