@@ -396,10 +396,13 @@ async def test_with_the_pool_full_a_call_is_handed_to_the_relay_and_waits_there_
     # pool, which takes its slots from C's count (one bound for both engines). C's connection, once
     # free, goes to it kept alive. Before: the relay's pool opened a second connection.
     release = asyncio.Event()
-    carriers: set[int] = set()  # the upstream connections that carried a call (the start-up probe carries none)
+    # The upstream connections that carried a call (the start-up probe carries none), held: a freed
+    # writer's id() can be the next one's.
+    carriers: list[asyncio.StreamWriter] = []
 
     async def held_then_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        carriers.add(id(writer))
+        if not any(writer is seen for seen in carriers):
+            carriers.append(writer)
         await read_body(head, reader)
         if b"X-Request-Id: first" in head:
             await asyncio.wait_for(release.wait(), 10)
@@ -430,10 +433,11 @@ async def test_a_call_handed_to_the_relay_gets_the_idle_connection_c_holds_at_th
     # and C hands its idle connection over, kept alive. Without that the upload waited out
     # proxy.connect_timeout_s (504) beside an idle connection.
     respond, received = recording(fixed(OK_HEAD + OK_JSON))
-    carriers: set[int] = set()
+    carriers: list[asyncio.StreamWriter] = []  # held: a freed writer's id() can be the next one's
 
     async def noting(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        carriers.add(id(writer))
+        if not any(writer is seen for seen in carriers):
+            carriers.append(writer)
         if b"chunked" in head.lower():
             await reader.readuntil(b"0\r\n\r\n")
             writer.write(OK_HEAD + OK_JSON)
