@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from helpers.agents import metric, scrape, wait_until
+from helpers.planners import smallest_planner
 from helpers.raw_http import CHAT_BODY, OK_JSON, RawUpstream, answer_ok, header, post, read_body, read_response
 
 from llmwatch.collectors.receivers.proxy import native
@@ -192,15 +193,7 @@ def test_a_front_never_started_closes_every_descriptor_it_opened():
                 found.append(fd)
         return sorted(found)
 
-    planner = dataplane.Planner(
-        prefix=b"",
-        host_header=b"Host: up\r\n",
-        authorization=None,
-        preserve_host=False,
-        max_header_bytes=8190,
-        max_headers=32,
-        max_head=8190 * 33,
-    )
+    planner = smallest_planner(dataplane)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)

@@ -15,6 +15,7 @@ import shutil
 
 import hypothesis
 import pytest
+from helpers.planners import smallest_planner
 from helpers.raw_http import CHAT_BODY, RawUpstream, answer_ok, post, read_body, read_response
 from helpers.relay_fuzz import requests as fuzz_requests
 from helpers.relay_fuzz import responses as fuzz_responses
@@ -192,15 +193,7 @@ async def test_every_head_the_planner_calls_plain_reaches_the_upstream_as_the_py
     ],
 )
 def test_a_plain_head_read_in_pieces_is_more_until_its_last_byte_and_the_same_with_what_follows(request_bytes):
-    planner = dataplane.Planner(
-        prefix=b"",
-        host_header=b"Host: up\r\n",
-        authorization=None,
-        preserve_host=False,
-        max_header_bytes=8190,
-        max_headers=32,
-        max_head=8190 * 33,
-    )
+    planner = smallest_planner(dataplane)
     whole = planner.plan(request_bytes)
     assert whole[0] == dataplane.PLAIN
     end = whole[2]
@@ -239,15 +232,7 @@ def test_a_plain_head_read_in_pieces_is_more_until_its_last_byte_and_the_same_wi
     ],
 )
 def test_what_is_not_a_plain_case_is_handed_over_with_its_reason(request_bytes, reason):
-    planner = dataplane.Planner(
-        prefix=b"",
-        host_header=b"Host: up\r\n",
-        authorization=None,
-        preserve_host=False,
-        max_header_bytes=8190,
-        max_headers=32,
-        max_head=8190 * 33,
-    )
+    planner = smallest_planner(dataplane)
     assert planner.plan(request_bytes) == (dataplane.HAND_OVER, reason)
 
 

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.planners import smallest_planner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,15 +39,7 @@ def test_the_extension_builds_hardened_and_plans_a_plain_head(tmp_path):
     assert spec is not None and spec.loader is not None
     native = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(native)
-    planner = native.Planner(
-        prefix=b"",
-        host_header=b"Host: up\r\n",
-        authorization=None,
-        preserve_host=False,
-        max_header_bytes=8190,
-        max_headers=32,
-        max_head=8190 * 33,
-    )
+    planner = smallest_planner(native)
     verdict = planner.plan(b"GET /v1/models HTTP/1.1\r\nHost: me\r\n\r\n")
     assert verdict[0] == native.PLAIN and verdict[1] == b"GET /v1/models HTTP/1.1\r\nHost: up\r\n\r\n"
 
