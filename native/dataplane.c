@@ -1309,17 +1309,23 @@ static void give(Front *f, fconn *c, int kind, double now) {
  * the end of a close-delimited body). */
 static void drop_reset(Front *f, fconn *c, int reset);
 
-/* Frees the connection; its pool slot stays taken (the caller's to give or to pass on). */
-static void upstream_free(Front *f, uconn *u) {
-    set_paused(f, u, 0);
-    watch(f, u->fd, &u->watched, 0, u);
-    close(u->fd);
+/* The struct's buffers freed and the struct on the dead list (reaped after the loop turn); its
+ * descriptor is the caller's: closed (`upstream_free`) or handed to the relay (`upstream_hand`). */
+static void upstream_retire(Front *f, uconn *u) {
     free(u->hbuf);
     u->hbuf = NULL;
     obuf_free(&u->out);
     u->tag = 0;
     u->next = f->dead_u;
     f->dead_u = u;
+}
+
+/* Frees the connection; its pool slot stays taken (the caller's to give or to pass on). */
+static void upstream_free(Front *f, uconn *u) {
+    set_paused(f, u, 0);
+    watch(f, u->fd, &u->watched, 0, u);
+    close(u->fd);
+    upstream_retire(f, u);
 }
 
 static void upstream_close(Front *f, uconn *u) {
@@ -1453,12 +1459,7 @@ static int upstream_hand(Front *f, uconn *u) {
     f->upstreams_handed++;
     pthread_mutex_unlock(&f->lock);
     u->fd = -1; /* now the queue's */
-    free(u->hbuf);
-    u->hbuf = NULL;
-    obuf_free(&u->out);
-    u->tag = 0;
-    u->next = f->dead_u;
-    f->dead_u = u;
+    upstream_retire(f, u);
     wake(f);
     return 1;
 }
