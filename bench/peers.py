@@ -72,6 +72,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -403,54 +404,52 @@ def start_llmwatch(
     return Peer(name, f"http://127.0.0.1:{port}", proc, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
 
 
-def engine_serving(peer: Peer) -> str:
-    """The engine a llmwatch peer served with, from its llmwatch_proxy_engine_info (design record
-    0067): `native (C forwards)`, `native (front door)` or `python`; "" for a build without the gauge."""
+def scraped(peer: Peer) -> list[Any]:
+    """Every sample on the peer's /metrics now (raises OSError when it does not answer)."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
+    assert peer.metrics_url is not None
+    text = urllib.request.urlopen(peer.metrics_url, timeout=5).read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def engine_serving(peer: Peer) -> str:
+    """The engine a llmwatch peer served with, from its llmwatch_proxy_engine_info (design record
+    0067): `native (C forwards)`, `native (front door)` or `python`; "" for a build without the gauge."""
     try:
-        text = urllib.request.urlopen(peer.metrics_url, timeout=5).read().decode()
+        samples = scraped(peer)
     except OSError:
         return ""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "llmwatch_proxy_engine_info" and sample.value == 1:
-                engine = sample.labels.get("engine", "")
-                if engine == "native":
-                    return "native (C forwards)" if sample.labels.get("forwarding") == "true" else "native (front door)"
-                return engine
+    for sample in samples:
+        if sample.name == "llmwatch_proxy_engine_info" and sample.value == 1:
+            engine = sample.labels.get("engine", "")
+            if engine == "native":
+                return "native (C forwards)" if sample.labels.get("forwarding") == "true" else "native (front door)"
+            return str(engine)
     return ""
 
 
 def shadow_counts(peer: Peer) -> str:
     """What the mirror did (mirrored, skipped by reason, candidate errors), from the peer's /metrics."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
-        text = urllib.request.urlopen(peer.metrics_url, timeout=5).read().decode()
+        samples = scraped(peer)
     except OSError as exc:
         return f"metrics not read ({exc})"
+    wanted = (
+        "llmwatch_shadow_mirrored_total",
+        "llmwatch_shadow_skipped_total",
+        "llmwatch_shadow_candidate_errors_total",
+        "llmwatch_shadow_pairs_total",
+    )
     out = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name
-                in (
-                    "llmwatch_shadow_mirrored_total",
-                    "llmwatch_shadow_skipped_total",
-                    "llmwatch_shadow_candidate_errors_total",
-                    "llmwatch_shadow_pairs_total",
-                )
-                and sample.value
-            ):
-                extra = ",".join(f"{k}={v}" for k, v in sample.labels.items() if k != "candidate")
-                out.append(
-                    f"{sample.name.removeprefix('llmwatch_shadow_')}{'{' + extra + '}' if extra else ''} {sample.value:,.0f}"
-                )
+    for sample in samples:
+        if sample.name in wanted and sample.value:
+            extra = ",".join(f"{k}={v}" for k, v in sample.labels.items() if k != "candidate")
+            out.append(
+                f"{sample.name.removeprefix('llmwatch_shadow_')}{'{' + extra + '}' if extra else ''} {sample.value:,.0f}"
+            )
     return "; ".join(out) or "nothing mirrored"
 
 
