@@ -398,11 +398,10 @@ async def test_with_the_pool_full_a_call_is_handed_to_the_relay_and_waits_there_
     release = asyncio.Event()
     # The upstream connections that carried a call (the start-up probe carries none), held: a freed
     # writer's id() can be the next one's.
-    carriers: list[asyncio.StreamWriter] = []
+    carriers: dict[int, asyncio.StreamWriter] = {}
 
     async def held_then_ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not any(writer is seen for seen in carriers):
-            carriers.append(writer)
+        carriers[id(writer)] = writer  # held, so that its id() is not reused
         await read_body(head, reader)
         if b"X-Request-Id: first" in head:
             await asyncio.wait_for(release.wait(), 10)
@@ -433,11 +432,10 @@ async def test_a_call_handed_to_the_relay_gets_the_idle_connection_c_holds_at_th
     # and C hands its idle connection over, kept alive. Without that the upload waited out
     # proxy.connect_timeout_s (504) beside an idle connection.
     respond, received = recording(fixed(OK_HEAD + OK_JSON))
-    carriers: list[asyncio.StreamWriter] = []  # held: a freed writer's id() can be the next one's
+    carriers: dict[int, asyncio.StreamWriter] = {}
 
     async def noting(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not any(writer is seen for seen in carriers):
-            carriers.append(writer)
+        carriers[id(writer)] = writer  # held, so that its id() is not reused
         if b"chunked" in head.lower():
             await reader.readuntil(b"0\r\n\r\n")
             writer.write(OK_HEAD + OK_JSON)

@@ -97,11 +97,10 @@ async def test_an_http_1_0_client_gets_a_chunked_answer_unchunked_and_the_connec
 async def test_sequential_calls_on_one_client_connection_reuse_one_upstream_connection(make_agent):
     # The upstream connections that carried a request (the readiness probe only connects), held: a freed
     # writer's id() can be the next one's.
-    carriers: list[asyncio.StreamWriter] = []
+    carriers: dict[int, asyncio.StreamWriter] = {}
 
     async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not any(writer is seen for seen in carriers):
-            carriers.append(writer)
+        carriers[id(writer)] = writer  # held, so that its id() is not reused
         await answer_ok(head, reader, writer)
 
     async with RawUpstream(answer) as upstream:
@@ -216,13 +215,12 @@ async def test_a_client_that_does_not_read_pauses_the_upstream_and_then_gets_eve
 async def test_calls_beyond_max_connections_wait_for_a_free_upstream_connection(make_agent):
     gate = asyncio.Event()
     arrived = 0
-    carriers: list[asyncio.StreamWriter] = []  # held: a freed writer's id() can be the next one's
+    carriers: dict[int, asyncio.StreamWriter] = {}
 
     async def held(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal arrived
         arrived += 1
-        if not any(writer is seen for seen in carriers):
-            carriers.append(writer)
+        carriers[id(writer)] = writer  # held, so that its id() is not reused
         await asyncio.wait_for(gate.wait(), 10)
         await answer_ok(head, reader, writer)
 
@@ -333,11 +331,10 @@ async def test_a_head_answer_without_length_or_chunking_keeps_the_upstream_conne
     # The upstream connections that carried a request (the readiness probe only connects), held
     # here: a set of id()s undercounted when the first connection's writer was freed and the
     # second one's took its address (once in a full run, python-1.0).
-    carriers: list[asyncio.StreamWriter] = []
+    carriers: dict[int, asyncio.StreamWriter] = {}
 
     async def framed_by_nothing(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not any(writer is seen for seen in carriers):
-            carriers.append(writer)
+        carriers[id(writer)] = writer  # held, so that its id() is not reused
         writer.write(answer)  # a HEAD answer: no body follows, whatever the head says (RFC 9112 §6.3)
         await writer.drain()
         if b"close" in answer or answer.startswith(b"HTTP/1.0 200 OK\r\n\r\n"):
